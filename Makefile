@@ -1,0 +1,52 @@
+# kiln developer entry points. `make demo` and `make test` work on a fresh Debian/Ubuntu
+# machine: they install what is missing (Debian packages, PyPI packages), build, then run.
+PYTHON ?= python3
+BUILD ?= build
+LLVM_PREFIX ?= /usr/lib/llvm-19
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := llvm-19-dev libmlir-19-dev mlir-19-tools cmake gcc g++ libopenblas0 zlib1g-dev libzstd-dev libtinfo-dev
+PIP_PACKAGES := numpy pytest ml_dtypes
+
+.PHONY: all deps build test test-c test-py demo wheel asan bench clean
+
+all: build
+
+deps: $(BUILD)/.deps
+$(BUILD)/.deps:
+	@mkdir -p $(BUILD)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "kiln: installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; fi
+	@$(PYTHON) -c "import numpy, pytest, ml_dtypes" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
+	@touch $@
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) -DLLVM_PREFIX=$(LLVM_PREFIX) >/dev/null
+	cmake --build $(BUILD) -j$$(nproc)
+	cp $(BUILD)/_kiln.abi3.so python/kiln/_kiln.abi3.so
+
+test-c: build
+	cd $(BUILD) && ctest --output-on-failure
+
+test-py: build
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -x tests
+
+test: test-c test-py
+
+demo: build
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) examples/demo.py
+
+# ASan/UBSan build of the core and extension, then the Python suite under it.
+asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) >/dev/null
+	cmake --build build-asan -j$$(nproc)
+	cd build-asan && ctest --output-on-failure
+	mkdir -p build-asan/pkg && rm -rf build-asan/pkg/kiln && cp -r python/kiln build-asan/pkg/kiln && cp build-asan/_kiln.abi3.so build-asan/pkg/kiln/
+	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  PYTHONPATH=$(CURDIR)/build-asan/pkg $(PYTHON) -m pytest -q -x tests -p no:cacheprovider
+
+bench: build
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) bench/run.py
+
+clean:
+	rm -rf $(BUILD) build-asan python/kiln/_kiln.abi3.so

@@ -1,0 +1,268 @@
+/* compile.c: the CPU compiler driver. */
+#define _GNU_SOURCE
+#include "compile.h"
+
+#include <mlir-c/Diagnostics.h>
+#include <mlir-c/ExecutionEngine.h>
+#include <mlir-c/IR.h>
+#include <mlir-c/Pass.h>
+#include <mlir-c/RegisterEverything.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../transforms/fuse.h"
+#include "kernel.h"
+#include "libcall.h"
+
+static pthread_mutex_t mlir_mu = PTHREAD_MUTEX_INITIALIZER;
+static MlirContext mlir_ctx;
+static int mlir_ready;
+static double compile_seconds;
+static long compile_count;
+
+static const char *CPU_PIPELINE =
+    "builtin.module(arith-expand{include-bf16=true},convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
+    "expand-strided-metadata,finalize-memref-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,"
+    "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},reconcile-unrealized-casts)";
+
+static void mlir_init(void) {
+  if (mlir_ready) return;
+  MlirDialectRegistry reg = mlirDialectRegistryCreate();
+  mlirRegisterAllDialects(reg);
+  mlir_ctx = mlirContextCreateWithRegistry(reg, false);
+  mlirDialectRegistryDestroy(reg);
+  mlirContextLoadAllAvailableDialects(mlir_ctx);
+  mlirRegisterAllLLVMTranslations(mlir_ctx);
+  mlirRegisterAllPasses();
+  mlir_ready = 1;
+}
+
+double kl_compile_seconds(void) { return compile_seconds; }
+long kl_compile_count(void) { return compile_count; }
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Diagnostics go into a buffer so errors reach Python. */
+static void collect_text(MlirStringRef s, void *user) {
+  kl_str *b = user;
+  char tmp[512];
+  size_t n = s.length < sizeof tmp - 1 ? s.length : sizeof tmp - 1;
+  memcpy(tmp, s.data, n);
+  tmp[n] = 0;
+  if (b->len < 4000) kl_str_append(b, tmp);
+}
+
+static MlirLogicalResult on_diag(MlirDiagnostic d, void *user) {
+  mlirDiagnosticPrint(d, collect_text, user);
+  kl_str_append(user, "\n");
+  return mlirLogicalResultSuccess();
+}
+
+/* ---- executable owner ---- */
+
+typedef struct {
+  void (*fn)(void **); /* packed entry: args are pointers to each argument */
+  int nargs;
+  kl_prim reduce;
+  kl_dtype out_dtype;
+} kernel_ctx;
+
+typedef struct {
+  MlirExecutionEngine ee;
+  int has_ee;
+  kernel_ctx *kernels;
+  int nkernels;
+  kl_libcall **libs;
+  int nlibs;
+} owner_t;
+
+static void owner_destroy(void *p) {
+  owner_t *o = p;
+  if (!o) return;
+  pthread_mutex_lock(&mlir_mu);
+  if (o->has_ee) mlirExecutionEngineDestroy(o->ee);
+  pthread_mutex_unlock(&mlir_mu);
+  for (int i = 0; i < o->nlibs; i++) kl_libcall_free(o->libs[i]);
+  free(o->libs);
+  free(o->kernels);
+  free(o);
+}
+
+static void kernel_run(void *ctx, void **ptrs, int64_t lo, int64_t hi) {
+  kernel_ctx *k = ctx;
+  void *args[72];
+  for (int i = 0; i < k->nargs; i++) args[i] = &ptrs[i];
+  args[k->nargs] = &lo;
+  args[k->nargs + 1] = &hi;
+  k->fn(args);
+}
+
+static void kernel_combine(void *ctx, void *dst, void *const *parts, int n) {
+  kernel_ctx *k = ctx;
+  kl_reduce_combine(k->reduce, k->out_dtype, dst, parts, n);
+}
+
+static void dump(const char *what, const char *text) {
+  const char *dir = getenv("KILN_DUMP");
+  if (!dir || !*dir) return;
+  static long seq;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%05ld-%s", dir, ++seq, what);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
+  double t0 = now();
+  kl_dce(pg);
+  kl_plan plan;
+  kl_plan_build(pg, &plan);
+  kl_exec *x = calloc(1, sizeof *x);
+  owner_t *o = calloc(1, sizeof *o);
+  int *slot_of = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!x || !o || !slot_of) abort();
+  x->refcount = 1;
+  x->owner = o;
+  x->destroy = owner_destroy;
+  for (int v = 0; v < pg->nvals; v++) slot_of[v] = -1;
+  x->slot_bytes = calloc((size_t)pg->nvals + 1, sizeof(size_t));
+  for (int v = 0; v < pg->nvals; v++)
+    if (plan.materialized[v]) {
+      slot_of[v] = x->nslots;
+      const kl_aval *a = &pg->vals[v].aval;
+      x->slot_bytes[x->nslots++] = (size_t)kl_aval_size(a) * kl_dtype_size(a->dtype);
+    }
+  x->ninputs = pg->ninputs;
+  x->in_slots = malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
+  for (int i = 0; i < pg->ninputs; i++) x->in_slots[i] = slot_of[pg->inputs[i]];
+  x->noutputs = pg->noutputs;
+  x->out_slots = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = slot_of[pg->outputs[i]];
+  x->steps = calloc((size_t)plan.nsteps + 1, sizeof *x->steps);
+  o->kernels = calloc((size_t)plan.nsteps + 1, sizeof *o->kernels);
+  o->libs = calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
+
+  kl_str mod;
+  kl_str_init(&mod);
+  kl_str_append(&mod, "module {\n");
+  kl_kernel_info *infos = calloc((size_t)plan.nsteps + 1, sizeof *infos);
+  int rc = 0;
+  for (int s = 0; s < plan.nsteps && !rc; s++) {
+    const kl_plan_step *ps = &plan.steps[s];
+    kl_step *st = &x->steps[x->nsteps];
+    if (ps->kind == KL_STEP_LIB) {
+      const kl_eqn *e = &pg->eqns[ps->eqn];
+      kl_libcall *lc = kl_libcall_new(pg, e);
+      o->libs[o->nlibs++] = lc;
+      st->ctx = lc;
+      st->run_checked = kl_libcall_run;
+      st->nslots = e->nin + e->nout;
+      st->slots = malloc(sizeof(int) * (size_t)st->nslots);
+      for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
+      for (int i = 0; i < e->nout; i++) st->slots[e->nin + i] = slot_of[e->outs[i]];
+      st->extent = 1;
+      st->partial_arg = -1;
+      int64_t cost = 0;
+      for (int i = 0; i < e->nin; i++) cost += kl_aval_size(&pg->vals[e->ins[i]].aval);
+      st->cost = cost;
+      x->cost += cost > 1 ? cost * 8 : 1; /* library calls are worth running asynchronously */
+      x->nsteps++;
+      continue;
+    }
+    if (kl_aval_size(&pg->vals[ps->root].aval) == 0) continue; /* nothing to write */
+    char name[32];
+    snprintf(name, sizeof name, "k%d", s);
+    kl_kernel_info *ki = &infos[s];
+    rc = kl_kernel_emit(&plan, s, name, &mod, ki, err, errlen);
+    if (rc) break;
+    kernel_ctx *kc = &o->kernels[o->nkernels++];
+    kc->nargs = ki->nargs;
+    kc->reduce = ki->reduce;
+    kc->out_dtype = pg->vals[ps->root].aval.dtype;
+    st->ctx = kc;
+    st->run = kernel_run;
+    st->nslots = ki->nargs;
+    st->slots = malloc(sizeof(int) * (size_t)ki->nargs);
+    for (int i = 0; i < ki->nargs; i++) st->slots[i] = slot_of[ki->args[i]];
+    st->extent = ki->extent;
+    st->cost = ki->cost;
+    st->partial_arg = ki->full_reduce ? ki->nargs - 1 : -1;
+    st->combine = kernel_combine;
+    x->cost += ki->cost;
+    x->nsteps++;
+    /* remember the function name through the ctx index: kernels are looked up below */
+    kc->fn = (void (*)(void **))(intptr_t)(s + 1);
+  }
+  kl_str_append(&mod, "}\n");
+  if (!rc && o->nkernels) {
+    dump("kernels.mlir", mod.data);
+    pthread_mutex_lock(&mlir_mu);
+    mlir_init();
+    kl_str diag;
+    kl_str_init(&diag);
+    MlirDiagnosticHandlerID hid = mlirContextAttachDiagnosticHandler(mlir_ctx, on_diag, &diag, NULL);
+    MlirModule m = mlirModuleCreateParse(mlir_ctx, mlirStringRefCreateFromCString(mod.data));
+    if (mlirModuleIsNull(m)) {
+      snprintf(err, errlen, "internal error: generated MLIR does not parse: %s", diag.data ? diag.data : "");
+      rc = -1;
+    } else {
+      MlirPassManager pm = mlirPassManagerCreate(mlir_ctx);
+      MlirStringRef pipe = mlirStringRefCreateFromCString(CPU_PIPELINE);
+      kl_str perr;
+      kl_str_init(&perr);
+      if (mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm), pipe, collect_text, &perr))) {
+        snprintf(err, errlen, "internal error: bad pass pipeline: %s", perr.data ? perr.data : "");
+        rc = -1;
+      } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
+        snprintf(err, errlen, "internal error: lowering failed: %s", diag.data ? diag.data : "");
+        rc = -1;
+      }
+      kl_str_free(&perr);
+      mlirPassManagerDestroy(pm);
+      if (!rc) {
+        o->ee = mlirExecutionEngineCreate(m, 3, 0, NULL, false);
+        if (mlirExecutionEngineIsNull(o->ee)) {
+          snprintf(err, errlen, "internal error: cannot create the execution engine: %s", diag.data ? diag.data : "");
+          rc = -1;
+        } else o->has_ee = 1;
+      }
+      for (int i = 0; !rc && i < o->nkernels; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "k%d", (int)(intptr_t)o->kernels[i].fn - 1);
+        void *fp = mlirExecutionEngineLookupPacked(o->ee, mlirStringRefCreateFromCString(name));
+        if (!fp) {
+          snprintf(err, errlen, "internal error: kernel %s missing after compilation", name);
+          rc = -1;
+        }
+        o->kernels[i].fn = (void (*)(void **))fp;
+      }
+      mlirModuleDestroy(m);
+    }
+    mlirContextDetachDiagnosticHandler(mlir_ctx, hid);
+    kl_str_free(&diag);
+    pthread_mutex_unlock(&mlir_mu);
+  }
+  for (int s = 0; s < plan.nsteps; s++) free(infos[s].args);
+  free(infos);
+  kl_str_free(&mod);
+  kl_plan_free(&plan);
+  free(slot_of);
+  compile_seconds += now() - t0;
+  compile_count++;
+  if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
+    fprintf(stderr, "kiln: compiled %d equations into %d kernels + %d library calls in %.1f ms\n", pg->neqns, o->nkernels, o->nlibs, (now() - t0) * 1e3);
+  if (rc) {
+    kl_exec_release(x);
+    return NULL;
+  }
+  return x;
+}

@@ -1,0 +1,16 @@
+/* compile.h: Program -> executable for the CPU: DCE, fusion plan, one MLIR module with a
+ * function per kernel, the CPU pass pipeline, ExecutionEngine, and library-call steps.
+ * Depends on ir/, transforms/, runtime/ and the MLIR C API. */
+#ifndef KL_COMPILE_H
+#define KL_COMPILE_H
+#include "../ir/program.h"
+#include "../runtime/runtime.h"
+
+/* Compiles pg (modified in place by DCE). Returns an executable with refcount 1, or NULL
+ * with a message in err. */
+kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen);
+
+/* Seconds spent compiling so far in this process, and number of compiles (for tests). */
+double kl_compile_seconds(void);
+long kl_compile_count(void);
+#endif

@@ -1,0 +1,963 @@
+/* kernel.c: a fused kernel as an MLIR loop nest. Values that are not materialized are
+ * recomputed at the index where a consumer needs them; index-moving primitives
+ * (broadcast, transpose, slice, pad, ...) only rewrite the index. Each (value, index)
+ * pair is emitted once per kernel. */
+#include "kernel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mathfn.h"
+
+typedef char ssa[24];
+
+typedef struct {
+  char *key;
+  ssa name;
+} memo_entry;
+
+typedef struct {
+  const kl_program *pg;
+  const kl_plan *plan;
+  kl_emitter em;
+  kl_str *body;   /* loop-body text */
+  const char *ind; /* indentation of body lines */
+  int *args;       /* materialized values read, in argument order */
+  int nargs, capargs;
+  memo_entry *memo;
+  int nmemo, capmemo;
+  char *err;
+  size_t errlen;
+  int failed;
+  int root; /* the value this kernel writes: computed, never loaded */
+} kctx;
+
+const char *kl_storage_type(kl_dtype t) {
+  static const char *names[KL_NDTYPES] = {"i8", "i8", "i16", "i32", "i64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
+  return names[t];
+}
+
+const char *kl_compute_type(kl_dtype t) {
+  if (t == KL_BOOL) return "i1";
+  if (t == KL_F16 || t == KL_BF16) return "f32";
+  return kl_storage_type(t);
+}
+
+static int is_low_float(kl_dtype t) { return t == KL_F16 || t == KL_BF16; }
+static int is_unsigned(kl_dtype t) { return kl_dtype_kind(t) == KL_KIND_UINT || t == KL_BOOL; }
+static int bits_of(const char *cty) { return !strcmp(cty, "i1") ? 1 : atoi(cty + 1); }
+
+static void line(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(kctx *k, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kl_str_append(k->body, k->ind);
+  kl_str_vprintf(k->body, fmt, ap);
+  kl_str_append(k->body, "\n");
+  va_end(ap);
+}
+
+static char *fresh(kctx *k, char *buf) { return kl_emit_fresh(&k->em, buf); }
+
+static int kfail(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int kfail(kctx *k, const char *fmt, ...) {
+  if (!k->failed) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->err, k->errlen, fmt, ap);
+    va_end(ap);
+  }
+  k->failed = 1;
+  return -1;
+}
+
+/* ---- constants ---- */
+
+static char *const_index(kctx *k, int64_t v, char *out) {
+  fresh(k, out);
+  line(k, "%s = arith.constant %lld : index", out, (long long)v);
+  return out;
+}
+
+/* A scalar constant of dtype t in compute type: ints from iv, floats from fv. */
+static char *const_scalar(kctx *k, kl_dtype t, double fv, int64_t iv, char *out) {
+  const char *cty = kl_compute_type(t);
+  fresh(k, out);
+  if (t == KL_BOOL) {
+    line(k, "%s = arith.constant %s", out, iv ? "true" : "false");
+  } else if (kl_dtype_is_int(t)) {
+    line(k, "%s = arith.constant %lld : %s", out, (long long)iv, cty);
+  } else {
+    if (is_low_float(t)) { /* round the literal to the storage type first */
+      ssa tmp;
+      fresh(k, tmp);
+      if (isnan(fv)) line(k, "%s = arith.constant 0x%s : %s", tmp, t == KL_F16 ? "7E00" : "7FC0", kl_storage_type(t));
+      else if (isinf(fv)) line(k, "%s = arith.constant 0x%s : %s", tmp, t == KL_F16 ? (fv > 0 ? "7C00" : "FC00") : (fv > 0 ? "7F80" : "FF80"), kl_storage_type(t));
+      else line(k, "%s = arith.constant %.17e : %s", tmp, fv, kl_storage_type(t));
+      line(k, "%s = arith.extf %s : %s to f32", out, tmp, kl_storage_type(t));
+      return out;
+    }
+    if (isnan(fv)) line(k, "%s = arith.constant 0x%s : %s", out, t == KL_F32 ? "7FC00000" : "7FF8000000000000", cty);
+    else if (isinf(fv))
+      line(k, "%s = arith.constant 0x%s : %s", out,
+           t == KL_F32 ? (fv > 0 ? "7F800000" : "FF800000") : (fv > 0 ? "7FF0000000000000" : "FFF0000000000000"), cty);
+    else line(k, "%s = arith.constant %.17e : %s", out, fv, cty);
+  }
+  return out;
+}
+
+/* Rounds a low-precision float held in f32 back to its storage precision. */
+static char *round_low(kctx *k, kl_dtype t, char *v) {
+  if (!is_low_float(t)) return v;
+  ssa a;
+  fresh(k, a);
+  line(k, "%s = arith.truncf %s : f32 to %s", a, v, kl_storage_type(t));
+  fresh(k, v);
+  line(k, "%s = arith.extf %s : %s to f32", v, a, kl_storage_type(t));
+  return v;
+}
+
+/* ---- arguments and memo ---- */
+
+static int arg_index(kctx *k, int v) {
+  for (int i = 0; i < k->nargs; i++)
+    if (k->args[i] == v) return i;
+  if (k->nargs == k->capargs) {
+    k->capargs = k->capargs ? 2 * k->capargs : 8;
+    k->args = realloc(k->args, sizeof(int) * (size_t)k->capargs);
+    if (!k->args) abort();
+  }
+  k->args[k->nargs] = v;
+  return k->nargs++;
+}
+
+static char *memo_key(int v, ssa *idx, int n) {
+  kl_str s;
+  kl_str_init(&s);
+  kl_str_printf(&s, "%d:", v);
+  for (int i = 0; i < n; i++) kl_str_printf(&s, "%s,", idx[i]);
+  return s.data;
+}
+
+static const char *memo_get(kctx *k, const char *key) {
+  for (int i = 0; i < k->nmemo; i++)
+    if (!strcmp(k->memo[i].key, key)) return k->memo[i].name;
+  return NULL;
+}
+
+static void memo_put(kctx *k, char *key, const char *name) {
+  if (k->nmemo == k->capmemo) {
+    k->capmemo = k->capmemo ? 2 * k->capmemo : 32;
+    k->memo = realloc(k->memo, sizeof *k->memo * (size_t)k->capmemo);
+    if (!k->memo) abort();
+  }
+  k->memo[k->nmemo].key = key;
+  snprintf(k->memo[k->nmemo].name, sizeof(ssa), "%s", name);
+  k->nmemo++;
+}
+
+static void memref_type(kl_str *s, const kl_aval *a) {
+  kl_str_append(s, "memref<");
+  if (a->ndim == 0) kl_str_append(s, "1x");
+  for (int i = 0; i < a->ndim; i++) kl_str_printf(s, "%lldx", (long long)a->dims[i]);
+  kl_str_printf(s, "%s>", kl_storage_type(a->dtype));
+}
+
+static void index_list(kl_str *s, ssa *idx, int n, const char *zero) {
+  kl_str_append(s, "[");
+  if (n == 0) kl_str_append(s, zero);
+  for (int i = 0; i < n; i++) kl_str_printf(s, i ? ", %s" : "%s", idx[i]);
+  kl_str_append(s, "]");
+}
+
+/* Loads materialized value v at idx, converted to its compute type. */
+static char *emit_load(kctx *k, int v, ssa *idx, char *out) {
+  const kl_aval *a = &k->pg->vals[v].aval;
+  int ai = arg_index(k, v);
+  kl_str s;
+  kl_str_init(&s);
+  ssa raw, zero;
+  if (a->ndim == 0) const_index(k, 0, zero);
+  fresh(k, raw);
+  kl_str_printf(&s, "%s = memref.load %%m%d", raw, ai);
+  index_list(&s, idx, a->ndim, zero);
+  kl_str_append(&s, " : ");
+  memref_type(&s, a);
+  line(k, "%s", s.data);
+  kl_str_free(&s);
+  if (a->dtype == KL_BOOL) {
+    ssa z;
+    fresh(k, z);
+    line(k, "%s = arith.constant 0 : i8", z);
+    fresh(k, out);
+    line(k, "%s = arith.cmpi ne, %s, %s : i8", out, raw, z);
+  } else if (is_low_float(a->dtype)) {
+    fresh(k, out);
+    line(k, "%s = arith.extf %s : %s to f32", out, raw, kl_storage_type(a->dtype));
+  } else {
+    snprintf(out, sizeof(ssa), "%s", raw);
+  }
+  return out;
+}
+
+static char *emit_value(kctx *k, int v, ssa *idx, char *out);
+
+/* ---- elementwise ops ---- */
+
+static const struct {
+  kl_prim prim;
+  kl_mathfn fn;
+} math_unary[] = {
+    {KL_P_EXP, KL_MF_EXP}, {KL_P_EXP2, KL_MF_EXP2}, {KL_P_EXPM1, KL_MF_EXPM1}, {KL_P_LOG, KL_MF_LOG},
+    {KL_P_LOG1P, KL_MF_LOG1P}, {KL_P_TANH, KL_MF_TANH}, {KL_P_LOGISTIC, KL_MF_LOGISTIC}, {KL_P_ERF, KL_MF_ERF},
+    {KL_P_ERFC, KL_MF_ERFC}, {KL_P_ERF_INV, KL_MF_ERF_INV}, {KL_P_SIN, KL_MF_SIN}, {KL_P_COS, KL_MF_COS},
+    {KL_P_TAN, KL_MF_TAN}, {KL_P_SINH, KL_MF_SINH}, {KL_P_COSH, KL_MF_COSH}, {KL_P_ASIN, KL_MF_ASIN},
+    {KL_P_ACOS, KL_MF_ACOS}, {KL_P_ATAN, KL_MF_ATAN}, {KL_P_ASINH, KL_MF_ASINH}, {KL_P_ACOSH, KL_MF_ACOSH},
+    {KL_P_ATANH, KL_MF_ATANH}, {KL_P_CBRT, KL_MF_CBRT}, {KL_P_LGAMMA, KL_MF_LGAMMA}, {KL_P_DIGAMMA, KL_MF_DIGAMMA},
+};
+
+static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, char *out) {
+  const char *cty = kl_compute_type(t);
+  int fl = kl_dtype_is_float(t);
+  for (size_t i = 0; i < sizeof math_unary / sizeof *math_unary; i++)
+    if (math_unary[i].prim == e->prim) {
+      kl_math_emit(&k->em, math_unary[i].fn, x, cty, k->ind, out);
+      return out;
+    }
+  ssa a, b, c;
+  switch (e->prim) {
+  case KL_P_NEG:
+    fresh(k, out);
+    if (fl) line(k, "%s = arith.negf %s : %s", out, x, cty);
+    else {
+      const_scalar(k, t, 0, 0, a);
+      line(k, "%s = arith.subi %s, %s : %s", out, a, x, cty);
+    }
+    return out;
+  case KL_P_ABS:
+    fresh(k, out);
+    if (fl) line(k, "%s = math.absf %s : %s", out, x, cty);
+    else if (is_unsigned(t)) snprintf(out, sizeof(ssa), "%s", x);
+    else line(k, "%s = math.absi %s : %s", out, x, cty);
+    return out;
+  case KL_P_SIGN:
+    const_scalar(k, t, 0, 0, a);
+    const_scalar(k, t, 1, 1, b);
+    if (fl) {
+      ssa m1, gt, lt, s1;
+      const_scalar(k, t, -1, -1, m1);
+      line(k, "%s = arith.cmpf ogt, %s, %s : %s", fresh(k, gt), x, a, cty);
+      line(k, "%s = arith.cmpf olt, %s, %s : %s", fresh(k, lt), x, a, cty);
+      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, s1), lt, m1, x, cty);
+      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), gt, b, s1, cty);
+    } else if (is_unsigned(t)) {
+      line(k, "%s = arith.cmpi ne, %s, %s : %s", fresh(k, c), x, a, cty);
+      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), c, b, a, cty);
+    } else {
+      ssa m1, gt, lt, s1;
+      const_scalar(k, t, -1, -1, m1);
+      line(k, "%s = arith.cmpi sgt, %s, %s : %s", fresh(k, gt), x, a, cty);
+      line(k, "%s = arith.cmpi slt, %s, %s : %s", fresh(k, lt), x, a, cty);
+      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, s1), lt, m1, a, cty);
+      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), gt, b, s1, cty);
+    }
+    return out;
+  case KL_P_FLOOR: line(k, "%s = math.floor %s : %s", fresh(k, out), x, cty); return out;
+  case KL_P_CEIL: line(k, "%s = math.ceil %s : %s", fresh(k, out), x, cty); return out;
+  case KL_P_ROUND:
+    line(k, "%s = math.%s %s : %s", fresh(k, out), e->p.i0 ? "roundeven" : "round", x, cty);
+    return out;
+  case KL_P_IS_FINITE:
+    const_scalar(k, t, INFINITY, 0, a);
+    line(k, "%s = math.absf %s : %s", fresh(k, b), x, cty);
+    line(k, "%s = arith.cmpf olt, %s, %s : %s", fresh(k, out), b, a, cty);
+    return out;
+  case KL_P_SQRT: line(k, "%s = math.sqrt %s : %s", fresh(k, out), x, cty); return out;
+  case KL_P_RSQRT:
+    line(k, "%s = math.sqrt %s : %s", fresh(k, a), x, cty);
+    const_scalar(k, t, 1, 1, b);
+    line(k, "%s = arith.divf %s, %s : %s", fresh(k, out), b, a, cty);
+    return out;
+  case KL_P_NOT:
+    if (t == KL_BOOL) line(k, "%s = arith.constant true", fresh(k, a));
+    else line(k, "%s = arith.constant -1 : %s", fresh(k, a), cty);
+    line(k, "%s = arith.xori %s, %s : %s", fresh(k, out), x, a, cty);
+    return out;
+  case KL_P_SQUARE:
+    line(k, "%s = arith.mul%s %s, %s : %s", fresh(k, out), fl ? "f" : "i", x, x, cty);
+    return out;
+  case KL_P_STOP_GRADIENT: snprintf(out, sizeof(ssa), "%s", x); return out;
+  case KL_P_INTEGER_POW: {
+    int64_t y = e->p.i0, n = y < 0 ? -y : y;
+    ssa acc, base;
+    const_scalar(k, t, 1, 1, acc);
+    snprintf(base, sizeof base, "%s", x);
+    while (n) {
+      if (n & 1) {
+        ssa nacc;
+        line(k, "%s = arith.mul%s %s, %s : %s", fresh(k, nacc), fl ? "f" : "i", acc, base, cty);
+        memcpy(acc, nacc, sizeof acc);
+      }
+      n >>= 1;
+      if (n) {
+        ssa nb;
+        line(k, "%s = arith.mul%s %s, %s : %s", fresh(k, nb), fl ? "f" : "i", base, base, cty);
+        memcpy(base, nb, sizeof base);
+      }
+    }
+    if (y < 0) {
+      const_scalar(k, t, 1, 1, a);
+      line(k, "%s = arith.divf %s, %s : %s", fresh(k, out), a, acc, cty);
+    } else snprintf(out, sizeof(ssa), "%s", acc);
+    return out;
+  }
+  default: kfail(k, "codegen: no lowering for unary %s", kl_prim_get(e->prim)->name); return out;
+  }
+}
+
+/* Integer division and remainder with XLA's answers where C's are undefined:
+ * x / 0 = -1 (all ones), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0. */
+static char *emit_int_divrem(kctx *k, kl_dtype t, int rem, const char *x, const char *y, char *out) {
+  const char *cty = kl_compute_type(t);
+  ssa z, one, isz, safe, q;
+  const_scalar(k, t, 0, 0, z);
+  const_scalar(k, t, 1, 1, one);
+  line(k, "%s = arith.cmpi eq, %s, %s : %s", fresh(k, isz), y, z, cty);
+  line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, safe), isz, one, y, cty);
+  if (!is_unsigned(t)) { /* y == -1 -> use 1 and negate (wrapping) to avoid the INT_MIN trap */
+    ssa m1, ism1, safe2, r0, neg;
+    const_scalar(k, t, -1, -1, m1);
+    line(k, "%s = arith.cmpi eq, %s, %s : %s", fresh(k, ism1), y, m1, cty);
+    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, safe2), ism1, one, safe, cty);
+    line(k, "%s = arith.%s %s, %s : %s", fresh(k, r0), rem ? "remsi" : "divsi", x, safe2, cty);
+    if (rem) line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, q), ism1, z, r0, cty);
+    else {
+      line(k, "%s = arith.subi %s, %s : %s", fresh(k, neg), z, r0, cty);
+      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, q), ism1, neg, r0, cty);
+    }
+  } else {
+    line(k, "%s = arith.%s %s, %s : %s", fresh(k, q), rem ? "remui" : "divui", x, safe, cty);
+  }
+  if (rem) line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isz, x, q, cty);
+  else {
+    ssa m1;
+    const_scalar(k, t, -1, -1, m1);
+    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isz, m1, q, cty);
+  }
+  return out;
+}
+
+static char *emit_shift(kctx *k, kl_prim p, kl_dtype t, const char *x, const char *y, char *out) {
+  const char *cty = kl_compute_type(t);
+  int bits = bits_of(cty);
+  ssa nb, over, r, fill;
+  const_scalar(k, t, 0, bits, nb);
+  line(k, "%s = arith.cmpi uge, %s, %s : %s", fresh(k, over), y, nb, cty); /* negative counts too */
+  const char *op = p == KL_P_SHL ? "shli" : p == KL_P_SHR_LOGICAL ? "shrui" : "shrsi";
+  if (p == KL_P_SHR_ARITH) {
+    ssa m, ys;
+    const_scalar(k, t, 0, bits - 1, m);
+    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, ys), over, m, y, cty);
+    line(k, "%s = arith.shrsi %s, %s : %s", fresh(k, out), x, ys, cty);
+    return out;
+  }
+  line(k, "%s = arith.%s %s, %s : %s", fresh(k, r), op, x, y, cty);
+  const_scalar(k, t, 0, 0, fill);
+  line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), over, fill, r, cty);
+  return out;
+}
+
+static char *emit_binary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, const char *y, char *out) {
+  const char *cty = kl_compute_type(t);
+  int fl = kl_dtype_is_float(t), un = is_unsigned(t);
+  const char *op = NULL;
+  switch (e->prim) {
+  case KL_P_ADD: op = fl ? "addf" : "addi"; break;
+  case KL_P_SUB: op = fl ? "subf" : "subi"; break;
+  case KL_P_MUL: op = fl ? "mulf" : "muli"; break;
+  case KL_P_DIV: if (!fl) return emit_int_divrem(k, t, 0, x, y, out); op = "divf"; break;
+  case KL_P_REM: if (!fl) return emit_int_divrem(k, t, 1, x, y, out); op = "remf"; break;
+  case KL_P_MAX: op = fl ? "maximumf" : t == KL_BOOL ? "ori" : un ? "maxui" : "maxsi"; break;
+  case KL_P_MIN: op = fl ? "minimumf" : t == KL_BOOL ? "andi" : un ? "minui" : "minsi"; break;
+  case KL_P_AND: op = "andi"; break;
+  case KL_P_OR: op = "ori"; break;
+  case KL_P_XOR: op = "xori"; break;
+  case KL_P_POW: return kl_math_emit2(&k->em, KL_MF2_POW, x, y, cty, k->ind, out);
+  case KL_P_ATAN2: return kl_math_emit2(&k->em, KL_MF2_ATAN2, x, y, cty, k->ind, out);
+  case KL_P_SHL: case KL_P_SHR_LOGICAL: case KL_P_SHR_ARITH: return emit_shift(k, e->prim, t, x, y, out);
+  default: kfail(k, "codegen: no lowering for binary %s", kl_prim_get(e->prim)->name); return out;
+  }
+  line(k, "%s = arith.%s %s, %s : %s", fresh(k, out), op, x, y, cty);
+  return out;
+}
+
+static char *emit_compare(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, const char *y, char *out) {
+  static const char *fpred[] = {"oeq", "une", "olt", "ole", "ogt", "oge"};
+  static const char *spred[] = {"eq", "ne", "slt", "sle", "sgt", "sge"};
+  static const char *upred[] = {"eq", "ne", "ult", "ule", "ugt", "uge"};
+  int i = (int)(e->prim - KL_P_EQ);
+  const char *cty = kl_compute_type(t);
+  if (kl_dtype_is_float(t)) line(k, "%s = arith.cmpf %s, %s, %s : %s", fresh(k, out), fpred[i], x, y, cty);
+  else line(k, "%s = arith.cmpi %s, %s, %s : %s", fresh(k, out), is_unsigned(t) ? upred[i] : spred[i], x, y, cty);
+  return out;
+}
+
+static char *emit_convert(kctx *k, kl_dtype from, kl_dtype to, const char *x, char *out) {
+  const char *fc = kl_compute_type(from), *tc = kl_compute_type(to);
+  int ff = kl_dtype_is_float(from), tf = kl_dtype_is_float(to);
+  int fb = bits_of(fc), tb = bits_of(tc);
+  ssa a, b;
+  if (ff && tf) {
+    if (fb == tb) snprintf(out, sizeof(ssa), "%s", x);
+    else line(k, "%s = arith.%s %s : %s to %s", fresh(k, out), fb < tb ? "extf" : "truncf", x, fc, tc);
+    return round_low(k, to, out);
+  }
+  if (!ff && tf) {
+    line(k, "%s = arith.%s %s : %s to %s", fresh(k, out), is_unsigned(from) ? "uitofp" : "sitofp", x, fc, tc);
+    return round_low(k, to, out);
+  }
+  if (ff && to == KL_BOOL) {
+    const_scalar(k, from, 0, 0, a);
+    line(k, "%s = arith.cmpf une, %s, %s : %s", fresh(k, out), x, a, fc);
+    return out;
+  }
+  if (ff) { /* float -> int: NaN gives 0, out-of-range values saturate */
+    ssa lo, hi, c1, c2, isn, z, r;
+    int un = is_unsigned(to);
+    double lov = un ? 0.0 : -ldexp(1.0, tb - 1), hiv = un ? ldexp(1.0, tb) : ldexp(1.0, tb - 1);
+    const_scalar(k, from, lov, 0, lo);
+    line(k, "%s = arith.maximumf %s, %s : %s", fresh(k, c1), x, lo, fc);
+    /* the largest float below 2^bits(-1) is representable; clamp just under hiv */
+    double hic = nextafter(hiv, 0.0);
+    if (!strcmp(fc, "f32")) hic = (double)nextafterf((float)hiv, 0.0f);
+    const_scalar(k, from, hic, 0, hi);
+    line(k, "%s = arith.minimumf %s, %s : %s", fresh(k, c2), c1, hi, fc);
+    line(k, "%s = arith.%s %s : %s to %s", fresh(k, r), un ? "fptoui" : "fptosi", c2, fc, tc);
+    line(k, "%s = arith.cmpf uno, %s, %s : %s", fresh(k, isn), x, x, fc);
+    const_scalar(k, to, 0, 0, z);
+    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isn, z, r, tc);
+    return out;
+  }
+  if (to == KL_BOOL) {
+    const_scalar(k, from, 0, 0, a);
+    line(k, "%s = arith.cmpi ne, %s, %s : %s", fresh(k, out), x, a, fc);
+    return out;
+  }
+  if (fb == tb) snprintf(out, sizeof(ssa), "%s", x);
+  else if (fb < tb) line(k, "%s = arith.%s %s : %s to %s", fresh(k, out), is_unsigned(from) ? "extui" : "extsi", x, fc, tc);
+  else line(k, "%s = arith.trunci %s : %s to %s", fresh(k, out), x, fc, tc);
+  (void)b;
+  return out;
+}
+
+/* ---- index-moving primitives ---- */
+
+static char *emit_iota(kctx *k, const kl_eqn *e, kl_dtype t, ssa *idx, char *out) {
+  const char *i = idx[e->p.i0];
+  ssa c;
+  if (kl_dtype_is_float(t)) {
+    line(k, "%s = arith.index_cast %s : index to i64", fresh(k, c), i);
+    line(k, "%s = arith.sitofp %s : i64 to %s", fresh(k, out), c, kl_compute_type(t));
+    return round_low(k, t, out);
+  }
+  if (t == KL_BOOL) {
+    ssa z;
+    const_index(k, 0, z);
+    line(k, "%s = arith.cmpi ne, %s, %s : index", fresh(k, out), i, z);
+    return out;
+  }
+  line(k, "%s = arith.index_cast %s : index to %s", fresh(k, out), i, kl_compute_type(t));
+  return out;
+}
+
+/* Linear index of idx in shape dims (row-major). */
+static char *linearize(kctx *k, ssa *idx, const int64_t *dims, int n, char *out) {
+  if (n == 0) return const_index(k, 0, out);
+  snprintf(out, sizeof(ssa), "%s", idx[0]);
+  for (int i = 1; i < n; i++) {
+    ssa d, m, s;
+    const_index(k, dims[i], d);
+    line(k, "%s = arith.muli %s, %s : index", fresh(k, m), out, d);
+    line(k, "%s = arith.addi %s, %s : index", fresh(k, s), m, idx[i]);
+    snprintf(out, sizeof(ssa), "%s", s);
+  }
+  return out;
+}
+
+static void delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ssa *idx) {
+  ssa rest;
+  snprintf(rest, sizeof rest, "%s", lin);
+  for (int i = n - 1; i >= 0; i--) {
+    if (i == 0) {
+      snprintf(idx[0], sizeof(ssa), "%s", rest);
+      break;
+    }
+    ssa d, q;
+    const_index(k, dims[i], d);
+    line(k, "%s = arith.remui %s, %s : index", fresh(k, idx[i]), rest, d);
+    line(k, "%s = arith.divui %s, %s : index", fresh(k, q), rest, d);
+    snprintf(rest, sizeof rest, "%s", q);
+  }
+}
+
+static char *emit_reshape(kctx *k, int x, const kl_aval *in, const kl_aval *out_aval, ssa *idx, char *out) {
+  ssa sub[KL_MAX_RANK];
+  /* Shapes equal after dropping unit dimensions: map the non-unit indices directly. */
+  int a = 0, b = 0, simple = 1;
+  while (simple) {
+    while (a < in->ndim && in->dims[a] == 1) a++;
+    while (b < out_aval->ndim && out_aval->dims[b] == 1) b++;
+    if (a == in->ndim || b == out_aval->ndim) {
+      simple = a == in->ndim && b == out_aval->ndim;
+      break;
+    }
+    if (in->dims[a] != out_aval->dims[b]) simple = 0;
+    a++, b++;
+  }
+  if (simple) {
+    ssa zero;
+    const_index(k, 0, zero);
+    b = 0;
+    for (a = 0; a < in->ndim; a++) {
+      if (in->dims[a] == 1) {
+        snprintf(sub[a], sizeof(ssa), "%s", zero);
+        continue;
+      }
+      while (out_aval->dims[b] == 1) b++;
+      snprintf(sub[a], sizeof(ssa), "%s", idx[b++]);
+    }
+  } else {
+    ssa lin;
+    linearize(k, idx, out_aval->dims, out_aval->ndim, lin);
+    delinearize(k, lin, in->dims, in->ndim, sub);
+  }
+  return emit_value(k, x, sub, out);
+}
+
+static char *emit_pad(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
+  const kl_aval *in = &k->pg->vals[e->ins[0]].aval;
+  kl_dtype t = in->dtype;
+  ssa pv, sub[KL_MAX_RANK], ok;
+  emit_value(k, e->ins[1], NULL, pv);
+  if (kl_aval_size(in) == 0) {
+    snprintf(out, sizeof(ssa), "%s", pv);
+    return out;
+  }
+  line(k, "%s = arith.constant true", fresh(k, ok));
+  for (int d = 0; d < in->ndim; d++) {
+    int64_t lo = e->p.v[0][d], step = e->p.v[2][d] + 1, n = in->dims[d];
+    ssa t0, lov, q, r, z, stp, nn, c1, c2, c3, a1, a2, a3, cl, cl2, nm1;
+    /* t = i - lo; valid if t >= 0, t % step == 0, t / step < n; clamp for the load */
+    line(k, "%s = arith.index_cast %s : index to i64", fresh(k, t0), idx[d]);
+    line(k, "%s = arith.constant %lld : i64", fresh(k, lov), (long long)lo);
+    ssa tt;
+    line(k, "%s = arith.subi %s, %s : i64", fresh(k, tt), t0, lov);
+    line(k, "%s = arith.constant %lld : i64", fresh(k, stp), (long long)step);
+    line(k, "%s = arith.constant 0 : i64", fresh(k, z));
+    line(k, "%s = arith.constant %lld : i64", fresh(k, nn), (long long)n);
+    line(k, "%s = arith.divsi %s, %s : i64", fresh(k, q), tt, stp);
+    line(k, "%s = arith.remsi %s, %s : i64", fresh(k, r), tt, stp);
+    line(k, "%s = arith.cmpi sge, %s, %s : i64", fresh(k, c1), tt, z);
+    line(k, "%s = arith.cmpi eq, %s, %s : i64", fresh(k, c2), r, z);
+    line(k, "%s = arith.cmpi slt, %s, %s : i64", fresh(k, c3), q, nn);
+    line(k, "%s = arith.andi %s, %s : i1", fresh(k, a1), c1, c2);
+    line(k, "%s = arith.andi %s, %s : i1", fresh(k, a2), a1, c3);
+    line(k, "%s = arith.andi %s, %s : i1", fresh(k, a3), ok, a2);
+    snprintf(ok, sizeof ok, "%s", a3);
+    line(k, "%s = arith.constant %lld : i64", fresh(k, nm1), (long long)(n - 1));
+    line(k, "%s = arith.maxsi %s, %s : i64", fresh(k, cl), q, z);
+    line(k, "%s = arith.minsi %s, %s : i64", fresh(k, cl2), cl, nm1);
+    line(k, "%s = arith.index_cast %s : i64 to index", fresh(k, sub[d]), cl2);
+  }
+  ssa xv;
+  emit_value(k, e->ins[0], sub, xv);
+  line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), ok, xv, pv, kl_compute_type(t));
+  return out;
+}
+
+static char *emit_concat(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
+  int64_t d = e->p.i0, off = 0;
+  const kl_aval *oa = &k->pg->vals[e->outs[0]].aval;
+  const char *cty = kl_compute_type(oa->dtype);
+  ssa acc = "";
+  for (int j = 0; j < e->nin; j++) {
+    const kl_aval *a = &k->pg->vals[e->ins[j]].aval;
+    int64_t n = a->dims[d];
+    if (n == 0) continue;
+    ssa sub[KL_MAX_RANK], o, sh, cl, nm1, v;
+    for (int i = 0; i < oa->ndim; i++) snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
+    const_index(k, off, o);
+    const_index(k, n - 1, nm1);
+    /* clamp idx - off into [0, n-1] (unsigned max trick is wrong for negatives: use select) */
+    ssa ge, dif, z;
+    const_index(k, 0, z);
+    line(k, "%s = arith.cmpi uge, %s, %s : index", fresh(k, ge), idx[d], o);
+    line(k, "%s = arith.subi %s, %s : index", fresh(k, dif), idx[d], o);
+    line(k, "%s = arith.select %s, %s, %s : index", fresh(k, sh), ge, dif, z);
+    line(k, "%s = arith.minui %s, %s : index", fresh(k, cl), sh, nm1);
+    snprintf(sub[d], sizeof(ssa), "%s", cl);
+    emit_value(k, e->ins[j], sub, v);
+    if (!acc[0]) snprintf(acc, sizeof acc, "%s", v);
+    else {
+      ssa nacc;
+      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, nacc), ge, v, acc, cty);
+      snprintf(acc, sizeof acc, "%s", nacc);
+    }
+    off += n;
+  }
+  snprintf(out, sizeof(ssa), "%s", acc);
+  return out;
+}
+
+/* ---- the recursive emitter ---- */
+
+static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
+  const kl_value *val = &k->pg->vals[v];
+  int n = val->aval.ndim;
+  char *key = memo_key(v, idx, n);
+  const char *hit = memo_get(k, key);
+  if (hit) {
+    free(key);
+    snprintf(out, sizeof(ssa), "%s", hit);
+    return out;
+  }
+  out[0] = 0;
+  if (k->plan->materialized[v] && v != k->root) {
+    emit_load(k, v, idx, out);
+    memo_put(k, key, out);
+    return out;
+  }
+  const kl_eqn *e = &k->pg->eqns[val->producer];
+  kl_dtype t = val->aval.dtype;
+  kl_family fam = kl_prim_get(e->prim)->family;
+  ssa a, b, c, sub[KL_MAX_RANK];
+  switch (fam) {
+  case KL_FAM_UNARY:
+    emit_value(k, e->ins[0], idx, a);
+    emit_unary(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, out);
+    if (e->prim != KL_P_IS_FINITE) round_low(k, t, out);
+    break;
+  case KL_FAM_BINARY:
+    emit_value(k, e->ins[0], idx, a);
+    emit_value(k, e->ins[1], idx, b);
+    emit_binary(k, e, t, a, b, out);
+    round_low(k, t, out);
+    break;
+  case KL_FAM_COMPARE:
+    emit_value(k, e->ins[0], idx, a);
+    emit_value(k, e->ins[1], idx, b);
+    emit_compare(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, b, out);
+    break;
+  case KL_FAM_SELECT: {
+    const kl_aval *pa = &k->pg->vals[e->ins[0]].aval;
+    emit_value(k, e->ins[0], pa->ndim ? idx : NULL, c);
+    if (pa->dtype != KL_BOOL) {
+      ssa z, nc;
+      line(k, "%s = arith.constant 0 : i32", fresh(k, z));
+      line(k, "%s = arith.cmpi ne, %s, %s : i32", fresh(k, nc), c, z);
+      snprintf(c, sizeof c, "%s", nc);
+    }
+    emit_value(k, e->ins[1], idx, a);
+    emit_value(k, e->ins[2], idx, b);
+    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), c, b, a, kl_compute_type(t));
+    break;
+  }
+  case KL_FAM_CONVERT:
+    emit_value(k, e->ins[0], idx, a);
+    emit_convert(k, k->pg->vals[e->ins[0]].aval.dtype, t, a, out);
+    break;
+  case KL_FAM_CONST: const_scalar(k, t, e->p.f, e->p.i1, out); break;
+  case KL_FAM_IOTA: emit_iota(k, e, t, idx, out); break;
+  case KL_FAM_SHAPE: {
+    const kl_aval *in = &k->pg->vals[e->ins[0]].aval;
+    switch (e->prim) {
+    case KL_P_BROADCAST_IN_DIM: {
+      ssa zero;
+      const_index(k, 0, zero);
+      for (int i = 0; i < in->ndim; i++)
+        snprintf(sub[i], sizeof(ssa), "%s", in->dims[i] == 1 ? zero : idx[e->p.v[1][i]]);
+      emit_value(k, e->ins[0], sub, out);
+      break;
+    }
+    case KL_P_RESHAPE: emit_reshape(k, e->ins[0], in, &val->aval, idx, out); break;
+    case KL_P_TRANSPOSE:
+      for (int i = 0; i < n; i++) snprintf(sub[e->p.v[0][i]], sizeof(ssa), "%s", idx[i]);
+      emit_value(k, e->ins[0], sub, out);
+      break;
+    case KL_P_REV:
+      for (int i = 0; i < n; i++) snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
+      for (int j = 0; j < e->p.nv[0]; j++) {
+        int d = (int)e->p.v[0][j];
+        ssa m;
+        const_index(k, in->dims[d] - 1, m);
+        line(k, "%s = arith.subi %s, %s : index", fresh(k, sub[d]), m, idx[d]);
+      }
+      emit_value(k, e->ins[0], sub, out);
+      break;
+    case KL_P_SLICE:
+      for (int i = 0; i < n; i++) {
+        int64_t st = e->p.nv[2] ? e->p.v[2][i] : 1, s0 = e->p.v[0][i];
+        if (st == 1 && s0 == 0) {
+          snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
+          continue;
+        }
+        ssa sc, oc, m;
+        const_index(k, st, sc);
+        const_index(k, s0, oc);
+        line(k, "%s = arith.muli %s, %s : index", fresh(k, m), idx[i], sc);
+        line(k, "%s = arith.addi %s, %s : index", fresh(k, sub[i]), m, oc);
+      }
+      emit_value(k, e->ins[0], sub, out);
+      break;
+    case KL_P_PAD: emit_pad(k, e, idx, out); break;
+    case KL_P_CONCATENATE: emit_concat(k, e, idx, out); break;
+    default: kfail(k, "codegen: no lowering for %s", kl_prim_get(e->prim)->name);
+    }
+    break;
+  }
+  default: kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
+  }
+  memo_put(k, key, out);
+  return out;
+}
+
+/* ---- reductions ---- */
+
+static void reduce_init(kctx *k, kl_prim p, kl_dtype t, char *out) {
+  int fl = kl_dtype_is_float(t), un = is_unsigned(t);
+  int bits = bits_of(kl_compute_type(t));
+  int64_t imax = bits >= 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1, imin = -imax - 1;
+  switch (p) {
+  case KL_P_REDUCE_SUM: const_scalar(k, t, 0, 0, out); break;
+  case KL_P_REDUCE_PROD: const_scalar(k, t, 1, 1, out); break;
+  case KL_P_REDUCE_MAX: const_scalar(k, t, -INFINITY, t == KL_BOOL ? 0 : un ? 0 : imin, out); break;
+  case KL_P_REDUCE_MIN: const_scalar(k, t, INFINITY, t == KL_BOOL ? 1 : un ? -1 : imax, out); break;
+  case KL_P_REDUCE_AND: const_scalar(k, t, 0, t == KL_BOOL ? 1 : -1, out); break;
+  case KL_P_REDUCE_OR: const_scalar(k, t, 0, 0, out); break;
+  default: break;
+  }
+  (void)fl;
+}
+
+static const char *reduce_op(kl_prim p, kl_dtype t) {
+  int fl = kl_dtype_is_float(t), un = is_unsigned(t);
+  switch (p) {
+  case KL_P_REDUCE_SUM: return fl ? "addf" : "addi";
+  case KL_P_REDUCE_PROD: return fl ? "mulf" : "muli";
+  case KL_P_REDUCE_MAX: return fl ? "maximumf" : t == KL_BOOL ? "ori" : un ? "maxui" : "maxsi";
+  case KL_P_REDUCE_MIN: return fl ? "minimumf" : t == KL_BOOL ? "andi" : un ? "minui" : "minsi";
+  case KL_P_REDUCE_AND: return "andi";
+  case KL_P_REDUCE_OR: return "ori";
+  default: return "?";
+  }
+}
+
+/* ---- the function ---- */
+
+static void open_loop(kl_str *s, int depth, const char *iv, const char *lo, const char *hi) {
+  for (int i = 0; i < depth; i++) kl_str_append(s, "  ");
+  kl_str_printf(s, "scf.for %s = %s to %s step %%c1 {\n", iv, lo, hi);
+}
+
+int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
+                   char *err, size_t errlen) {
+  const kl_program *pg = plan->pg;
+  const kl_plan_step *st = &plan->steps[step];
+  const kl_eqn *e = &pg->eqns[st->eqn];
+  const kl_aval *oa = &pg->vals[st->root].aval;
+  int is_reduce = kl_prim_get(e->prim)->family == KL_FAM_REDUCE;
+  const kl_aval *space = is_reduce ? &pg->vals[e->ins[0]].aval : oa; /* iteration space */
+  kl_str body, loops;
+  kl_str_init(&body);
+  kl_str_init(&loops);
+  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root};
+  char indent[64];
+  memset(info, 0, sizeof *info);
+
+  /* loop order: kept dims outermost, reduced dims inside (for a plain kernel all are kept) */
+  int order[KL_MAX_RANK], nkept = 0, nred = 0, reduced[KL_MAX_RANK] = {0};
+  if (is_reduce)
+    for (int i = 0; i < e->p.nv[0]; i++) reduced[e->p.v[0][i]] = 1;
+  for (int i = 0; i < space->ndim; i++)
+    if (!reduced[i]) order[nkept++] = i;
+  for (int i = 0; i < space->ndim; i++)
+    if (reduced[i]) order[nkept + nred++] = i;
+  int depth = space->ndim;
+  ssa idx[KL_MAX_RANK];
+  for (int i = 0; i < depth; i++) snprintf(idx[order[i]], sizeof(ssa), "%%i%d", order[i]);
+  snprintf(indent, sizeof indent, "%*s", 4 + 2 * depth, "");
+  k.ind = indent;
+
+  info->cost = kl_aval_size(space);
+  info->extent = depth ? space->dims[order[0]] : 1;
+  info->full_reduce = is_reduce && nkept == 0;
+  info->reduce = e->prim;
+
+  kl_dtype rt = oa->dtype;
+  const char *rcty = kl_compute_type(rt);
+  ssa val, acc_name, init;
+  kl_str ini;
+  kl_str_init(&ini);
+  if (is_reduce) { /* the accumulator's start value, outside the reduced loops */
+    char ind2[64];
+    snprintf(ind2, sizeof ind2, "%*s", 4 + 2 * nkept, "");
+    if (nred) {
+      k.body = &ini;
+      k.ind = ind2;
+    }
+    reduce_init(&k, e->prim, rt, init);
+    k.body = &body;
+    k.ind = indent;
+  }
+  snprintf(acc_name, sizeof acc_name, "%%acc%d", nred ? nred - 1 : 0);
+  emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
+  if (is_reduce) {
+    ssa nv;
+    const char *op = reduce_op(e->prim, rt);
+    const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : "";
+    line(&k, "%s = arith.%s %s, %s%s : %s", fresh(&k, nv), op, nred ? acc_name : init, val, fm, rcty);
+    if (nred) line(&k, "scf.yield %s : %s", nv, rcty);
+    snprintf(val, sizeof val, "%s", nv);
+  }
+  int out_arg = arg_index(&k, st->root);
+  if (k.failed) goto fail;
+
+  /* signature and prologue */
+  kl_str_printf(out, "  func.func @%s(", name);
+  for (int i = 0; i < k.nargs; i++) {
+    kl_str_printf(out, "%%a%d: memref<1x%s> {llvm.noalias}, ", i, kl_storage_type(pg->vals[k.args[i]].aval.dtype));
+  }
+  kl_str_append(out, "%lo: index, %hi: index) {\n");
+  kl_str_append(out, "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n");
+  for (int i = 0; i < k.nargs; i++) {
+    const kl_aval *a = &pg->vals[k.args[i]].aval;
+    kl_str_printf(out, "    %%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", i, i);
+    if (a->ndim == 0) kl_str_append(out, "1");
+    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)a->dims[d]);
+    kl_str_append(out, "], strides: [");
+    if (a->ndim == 0) kl_str_append(out, "1");
+    for (int d = 0; d < a->ndim; d++) {
+      int64_t s = 1;
+      for (int j = d + 1; j < a->ndim; j++) s *= a->dims[j];
+      kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
+    }
+    kl_str_printf(out, "] : memref<1x%s> to ", kl_storage_type(a->dtype));
+    memref_type(out, a);
+    kl_str_append(out, "\n");
+  }
+  for (int i = 0; i < depth; i++) kl_str_printf(out, "    %%n%d = arith.constant %lld : index\n", i, (long long)space->dims[order[i]]);
+
+  /* store text of the result (in registers -> memory) */
+  kl_str store;
+  kl_str_init(&store);
+  {
+    ssa sv;
+    const char *v = val;
+    if (rt == KL_BOOL) {
+      snprintf(sv, sizeof sv, "%%st");
+      kl_str_printf(&store, "%%st = arith.extui %s : i1 to i8\n", v);
+      v = sv;
+    } else if (is_low_float(rt)) {
+      snprintf(sv, sizeof sv, "%%st");
+      kl_str_printf(&store, "%%st = arith.truncf %s : f32 to %s\n", v, kl_storage_type(rt));
+      v = sv;
+    }
+    kl_str_printf(&store, "memref.store %s, %%m%d", v, out_arg);
+    if (oa->ndim == 0) kl_str_append(&store, "[%c0]");
+    else {
+      kl_str_append(&store, "[");
+      int first = 1;
+      for (int i = 0; i < space->ndim; i++)
+        if (!reduced[i]) {
+          kl_str_printf(&store, first ? "%s" : ", %s", idx[i]);
+          first = 0;
+        }
+      kl_str_append(&store, "]");
+    }
+    kl_str_append(&store, " : ");
+    memref_type(&store, oa);
+    kl_str_append(&store, "\n");
+  }
+
+  /* loops: kept loops, then (for reductions) the init and reduced loops with iter_args */
+  int lvl = 0;
+  for (; lvl < nkept; lvl++) {
+    char iv[24], n[24];
+    snprintf(iv, sizeof iv, "%%i%d", order[lvl]);
+    snprintf(n, sizeof n, "%%n%d", lvl);
+    open_loop(out, 2 + lvl, iv, lvl == 0 ? "%lo" : "%c0", lvl == 0 ? "%hi" : n);
+  }
+  if (is_reduce) {
+    kl_str_append(out, ini.data ? ini.data : "");
+    for (int r = 0; r < nred; r++) {
+      int d = nkept + r;
+      char iv[24], n[24], prev[32];
+      int outer_split = info->full_reduce && r == 0;
+      snprintf(iv, sizeof iv, "%%i%d", order[d]);
+      snprintf(n, sizeof n, "%%n%d", d);
+      if (r == 0) snprintf(prev, sizeof prev, "%s", init);
+      else snprintf(prev, sizeof prev, "%%acc%d", r - 1);
+      kl_str_printf(out, "%*s%%r%d = scf.for %s = %s to %s step %%c1 iter_args(%%acc%d = %s) -> (%s) {\n", 4 + 2 * d, "",
+                    r, iv, outer_split ? "%lo" : "%c0", outer_split ? "%hi" : n, r, prev, rcty);
+    }
+  }
+  kl_str_append(out, body.data ? body.data : "");
+  if (is_reduce) {
+    for (int r = nred - 1; r >= 0; r--) {
+      int d = nkept + r;
+      kl_str_printf(out, "%*s}\n", 4 + 2 * d, "");
+      if (r > 0) kl_str_printf(out, "%*sscf.yield %%r%d : %s\n", 4 + 2 * d - 2, "", r, rcty);
+    }
+    if (nred) snprintf(val, sizeof val, "%%r0");
+    /* re-emit the store with the final accumulator */
+    kl_str_clear(&store);
+    const char *v = val;
+    if (rt == KL_BOOL) {
+      kl_str_printf(&store, "%%st = arith.extui %s : i1 to i8\n", v);
+      v = "%st";
+    } else if (is_low_float(rt)) {
+      kl_str_printf(&store, "%%st = arith.truncf %s : f32 to %s\n", v, kl_storage_type(rt));
+      v = "%st";
+    }
+    kl_str_printf(&store, "memref.store %s, %%m%d", v, out_arg);
+    if (oa->ndim == 0) kl_str_append(&store, "[%c0]");
+    else {
+      kl_str_append(&store, "[");
+      for (int i = 0; i < nkept; i++) kl_str_printf(&store, i ? ", %s" : "%s", idx[order[i]]);
+      kl_str_append(&store, "]");
+    }
+    kl_str_append(&store, " : ");
+    memref_type(&store, oa);
+    kl_str_append(&store, "\n");
+  }
+  /* indent the store lines */
+  {
+    char *s = store.data;
+    while (s && *s) {
+      char *nl = strchr(s, '\n');
+      kl_str_printf(out, "%*s%.*s\n", 4 + 2 * nkept + (is_reduce ? 0 : 0), "", (int)(nl - s), s);
+      s = nl + 1;
+    }
+  }
+  for (lvl = nkept - 1; lvl >= 0; lvl--) kl_str_printf(out, "%*s}\n", 4 + 2 * lvl, "");
+  kl_str_append(out, "    return\n  }\n");
+  kl_str_free(&store);
+  kl_str_free(&ini);
+  info->args = k.args;
+  info->nargs = k.nargs;
+  for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
+  free(k.memo);
+  kl_str_free(&body);
+  kl_str_free(&loops);
+  return 0;
+fail:
+  kl_str_free(&ini);
+  for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
+  free(k.memo);
+  free(k.args);
+  kl_str_free(&body);
+  kl_str_free(&loops);
+  return -1;
+}

@@ -1,0 +1,25 @@
+/* kernel.h: writes one fused kernel (a KERNEL step of a plan) as an MLIR func over
+ * memrefs. Target-neutral loop nest; the CPU pipeline vectorizes it. Depends on ir/,
+ * transforms/fuse.h and codegen/emit.h. */
+#ifndef KL_KERNEL_H
+#define KL_KERNEL_H
+#include "../transforms/fuse.h"
+#include "emit.h"
+
+typedef struct {
+  int *args;        /* owned; value ids of the buffers the kernel reads, then its output last */
+  int nargs;
+  int64_t extent;   /* parallel range of the outermost loop */
+  int64_t cost;     /* iteration-space elements */
+  int full_reduce;  /* 1: the output is a scalar partial over [lo, hi) (combine afterwards) */
+  kl_prim reduce;   /* the reduction primitive when full_reduce */
+} kl_kernel_info;
+
+/* Appends `func.func @<name>(...)` computing plan step `step` to out. Returns 0, or -1 with
+ * a message when a construct cannot be generated. */
+int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
+                   char *err, size_t errlen);
+/* MLIR types of a dtype in memory and in registers. */
+const char *kl_storage_type(kl_dtype t);
+const char *kl_compute_type(kl_dtype t);
+#endif

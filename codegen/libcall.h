@@ -1,0 +1,29 @@
+/* libcall.h: library-call steps: equations that run as host routines over buffers
+ * (dot_general through BLAS, LAPACK factorizations, sort, cumulative ops, gathers and
+ * scatters), plus the combiner for parallel full reductions. Depends on ir/ and runtime/. */
+#ifndef KL_LIBCALL_H
+#define KL_LIBCALL_H
+#include "../ir/program.h"
+
+typedef struct {
+  kl_prim prim;
+  kl_params p;              /* vectors owned by this struct */
+  int nin, nout;
+  kl_aval avals[72];        /* inputs then outputs */
+} kl_libcall;
+
+/* Builds the context of equation e of pg (owned; free with kl_libcall_free). */
+kl_libcall *kl_libcall_new(const kl_program *pg, const kl_eqn *e);
+void kl_libcall_free(kl_libcall *c);
+/* Step entry: ptrs = input buffers then output buffers. 0 or nonzero with a message. */
+int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen);
+
+/* Combines partial scalars of a full reduction: dst = op(parts[0..n)). */
+void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts, int n);
+
+/* Element conversions shared with the Python boundary. */
+float kl_half_to_float(uint16_t h);
+uint16_t kl_float_to_half(float f);
+float kl_bf16_to_float(uint16_t h);
+uint16_t kl_float_to_bf16(float f);
+#endif

@@ -1,0 +1,509 @@
+/* module.c: kiln._kiln, the CPython extension (stable ABI 3.11). It wraps the C core for the
+ * Python package: Buffer (a device buffer), Builder (a Program under construction),
+ * Executable (a compiled Program). Python refcounts stop here. */
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#include "../../codegen/compile.h"
+#include "../../ir/program.h"
+#include "../../runtime/hostla.h"
+#include "../../runtime/runtime.h"
+
+typedef struct {
+  PyObject_HEAD
+  kl_buffer *buf;
+} BufferObject;
+
+typedef struct {
+  PyObject_HEAD
+  kl_program *pg;
+} BuilderObject;
+
+typedef struct {
+  PyObject_HEAD
+  kl_exec *x;
+  int ninputs, noutputs;
+} ExecObject;
+
+static PyObject *BufferType, *BuilderType, *ExecType;
+
+/* ---- Buffer ---- */
+
+static PyObject *buffer_new_from(kl_buffer *b) {
+  BufferObject *o = (BufferObject *)PyType_GenericNew((PyTypeObject *)BufferType, NULL, NULL);
+  if (!o) {
+    kl_buf_release(b);
+    return NULL;
+  }
+  o->buf = b;
+  return (PyObject *)o;
+}
+
+static void buffer_dealloc(PyObject *self) {
+  BufferObject *o = (BufferObject *)self;
+  kl_buf_release(o->buf);
+  PyTypeObject *tp = Py_TYPE(self);
+  freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  f(self);
+  Py_DECREF(tp);
+}
+
+/* Waits for the buffer; raises if its computation failed. */
+static int buffer_wait(kl_buffer *b) {
+  int st;
+  if (kl_buf_is_ready(b)) st = b->state;
+  else {
+    Py_BEGIN_ALLOW_THREADS
+    st = kl_buf_wait(b);
+    Py_END_ALLOW_THREADS
+  }
+  if (st == KL_BUF_FAILED) {
+    PyErr_SetString(PyExc_RuntimeError, b->error ? b->error : "kiln: the computation producing this array failed");
+    return -1;
+  }
+  return 0;
+}
+
+static int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+  BufferObject *o = (BufferObject *)self;
+  if (buffer_wait(o->buf)) return -1;
+  return PyBuffer_FillInfo(view, self, o->buf->data, (Py_ssize_t)o->buf->nbytes, 1, flags);
+}
+
+static void buffer_releasebuffer(PyObject *self, Py_buffer *view) {
+  (void)self;
+  (void)view;
+}
+
+static PyObject *buffer_block(PyObject *self, PyObject *unused) {
+  (void)unused;
+  if (buffer_wait(((BufferObject *)self)->buf)) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *buffer_is_ready(PyObject *self, PyObject *unused) {
+  (void)unused;
+  return PyBool_FromLong(kl_buf_is_ready(((BufferObject *)self)->buf));
+}
+
+static PyObject *buffer_nbytes(PyObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromSize_t(((BufferObject *)self)->buf->nbytes);
+}
+
+static PyObject *buffer_ptr(PyObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromVoidPtr(((BufferObject *)self)->buf->data);
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"block_until_ready", buffer_block, METH_NOARGS, "Wait until the data is computed."},
+    {"is_ready", buffer_is_ready, METH_NOARGS, "True once the data is computed."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef buffer_getset[] = {
+    {"nbytes", buffer_nbytes, NULL, "size in bytes", NULL},
+    {"ptr", buffer_ptr, NULL, "address of the data (for tests)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_dealloc, buffer_dealloc},           {Py_tp_methods, buffer_methods},
+    {Py_tp_getset, buffer_getset},             {Py_bf_getbuffer, buffer_getbuffer},
+    {Py_bf_releasebuffer, buffer_releasebuffer}, {Py_tp_doc, "A kiln device buffer."},
+    {0, NULL}};
+
+static PyType_Spec buffer_spec = {"kiln._kiln.Buffer", sizeof(BufferObject), 0, Py_TPFLAGS_DEFAULT, buffer_slots};
+
+/* from_buffer(obj) -> Buffer: copies the bytes of any C-contiguous buffer-protocol object. */
+static PyObject *mod_from_buffer(PyObject *self, PyObject *arg) {
+  (void)self;
+  Py_buffer view;
+  if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  char err[256];
+  kl_buffer *b = kl_buf_new((size_t)view.len, err, sizeof err);
+  if (!b) {
+    PyBuffer_Release(&view);
+    return PyErr_Format(PyExc_MemoryError, "device_put: %s", err);
+  }
+  memcpy(b->data, view.buf, (size_t)view.len);
+  b->state = KL_BUF_READY;
+  PyBuffer_Release(&view);
+  return buffer_new_from(b);
+}
+
+/* ---- Builder ---- */
+
+static PyObject *builder_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+  (void)args;
+  (void)kw;
+  BuilderObject *o = (BuilderObject *)PyType_GenericNew(tp, NULL, NULL);
+  if (o) o->pg = kl_program_new();
+  return (PyObject *)o;
+}
+
+static void builder_dealloc(PyObject *self) {
+  kl_program_free(((BuilderObject *)self)->pg);
+  PyTypeObject *tp = Py_TYPE(self);
+  freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  f(self);
+  Py_DECREF(tp);
+}
+
+static int parse_dtype(PyObject *o, kl_dtype *out) {
+  const char *s = PyUnicode_AsUTF8AndSize(o, NULL);
+  if (!s) return -1;
+  if (kl_dtype_from_name(s, out)) {
+    PyErr_Format(PyExc_TypeError, "kiln does not support dtype %s", s);
+    return -1;
+  }
+  return 0;
+}
+
+static int parse_shape(PyObject *seq, int64_t *dims, int *ndim, const char *what) {
+  PyObject *fast = PySequence_Tuple(seq);
+  if (!fast) return -1;
+  Py_ssize_t n = PyTuple_Size(fast);
+  if (n > KL_MAX_RANK) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "%s: rank %zd exceeds kiln's maximum rank %d", what, n, KL_MAX_RANK);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long long v = PyLong_AsLongLong(PyTuple_GetItem(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+    dims[i] = v;
+  }
+  *ndim = (int)n;
+  Py_DECREF(fast);
+  return 0;
+}
+
+static PyObject *aval_tuple(const kl_aval *a, int vid) {
+  PyObject *shape = PyTuple_New(a->ndim);
+  for (int i = 0; i < a->ndim; i++) PyTuple_SetItem(shape, i, PyLong_FromLongLong(a->dims[i]));
+  return Py_BuildValue("(iNsO)", vid, shape, kl_dtype_name(a->dtype), a->weak ? Py_True : Py_False);
+}
+
+/* add_input(shape, dtype, weak) -> value id */
+static PyObject *builder_add_input(PyObject *self, PyObject *args) {
+  PyObject *shape, *dt;
+  int weak;
+  if (!PyArg_ParseTuple(args, "OOp", &shape, &dt, &weak)) return NULL;
+  kl_aval a;
+  memset(&a, 0, sizeof a);
+  int nd;
+  if (parse_shape(shape, a.dims, &nd, "input") || parse_dtype(dt, &a.dtype)) return NULL;
+  a.ndim = (int8_t)nd;
+  a.weak = (uint8_t)weak;
+  return PyLong_FromLong(kl_program_add_input(((BuilderObject *)self)->pg, &a));
+}
+
+/* Fills p from a dict of named params, checked against the primitive's spec. Vectors are
+ * stored in `store` (KL_MAX_RANK*4 room per slot). */
+static int parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[4][64]) {
+  kl_params_init(p);
+  if (!dict || dict == Py_None) return 0;
+  PyObject *key, *val;
+  Py_ssize_t pos = 0;
+  PyObject *items = PyDict_Items(dict);
+  if (!items) return -1;
+  Py_ssize_t n = PyList_Size(items);
+  for (pos = 0; pos < n; pos++) {
+    PyObject *it = PyList_GetItem(items, pos);
+    key = PyTuple_GetItem(it, 0);
+    val = PyTuple_GetItem(it, 1);
+    const char *name = PyUnicode_AsUTF8AndSize(key, NULL);
+    if (!name) goto fail;
+    int slot = kl_prim_param_slot(prim, name);
+    if (slot < 0) {
+      PyErr_Format(PyExc_TypeError, "%s: unknown parameter %s", kl_prim_get(prim)->name, name);
+      goto fail;
+    }
+    if (slot < 4) {
+      PyObject *t = PySequence_Tuple(val);
+      if (!t) goto fail;
+      Py_ssize_t m = PyTuple_Size(t);
+      if (m > 64) {
+        Py_DECREF(t);
+        PyErr_Format(PyExc_ValueError, "%s: parameter %s too long", kl_prim_get(prim)->name, name);
+        goto fail;
+      }
+      for (Py_ssize_t i = 0; i < m; i++) {
+        store[slot][i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
+        if (store[slot][i] == -1 && PyErr_Occurred()) {
+          Py_DECREF(t);
+          goto fail;
+        }
+      }
+      Py_DECREF(t);
+      p->v[slot] = store[slot];
+      p->nv[slot] = (int)m;
+    } else if (slot == 4 || slot == 5) {
+      long long v = PyLong_AsLongLong(val);
+      if (v == -1 && PyErr_Occurred()) goto fail;
+      if (slot == 4) p->i0 = v;
+      else p->i1 = v;
+    } else if (slot == 6) {
+      p->f = PyFloat_AsDouble(val);
+      if (p->f == -1.0 && PyErr_Occurred()) goto fail;
+    } else {
+      if (val == Py_None) p->d = -1;
+      else {
+        kl_dtype d;
+        if (parse_dtype(val, &d)) goto fail;
+        p->d = (int)d;
+      }
+    }
+  }
+  Py_DECREF(items);
+  return 0;
+fail:
+  Py_DECREF(items);
+  return -1;
+}
+
+/* add_eqn(prim, ins, params) -> tuple of (vid, shape, dtype, weak) */
+static PyObject *builder_add_eqn(PyObject *self, PyObject *args) {
+  const char *pname;
+  PyObject *ins, *params;
+  if (!PyArg_ParseTuple(args, "sOO", &pname, &ins, &params)) return NULL;
+  kl_prim prim;
+  if (kl_prim_from_name(pname, &prim)) return PyErr_Format(PyExc_ValueError, "unknown primitive %s", pname);
+  kl_params p;
+  static int64_t store[4][64];
+  if (parse_params(prim, params, &p, store)) return NULL;
+  PyObject *t = PySequence_Tuple(ins);
+  if (!t) return NULL;
+  Py_ssize_t n = PyTuple_Size(t);
+  int *iv = PyMem_Malloc(sizeof(int) * (size_t)(n + 1));
+  for (Py_ssize_t i = 0; i < n; i++) iv[i] = (int)PyLong_AsLong(PyTuple_GetItem(t, i));
+  Py_DECREF(t);
+  if (PyErr_Occurred()) {
+    PyMem_Free(iv);
+    return NULL;
+  }
+  int outs[KL_MAX_OUTS], nout;
+  char err[1024], kind = 'V';
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  int rc = kl_program_add_eqn(pg, prim, iv, (int)n, &p, outs, &nout, err, sizeof err, &kind);
+  PyMem_Free(iv);
+  if (rc) {
+    PyErr_SetString(kind == 'T' ? PyExc_TypeError : PyExc_ValueError, err);
+    return NULL;
+  }
+  PyObject *res = PyTuple_New(nout);
+  for (int i = 0; i < nout; i++) PyTuple_SetItem(res, i, aval_tuple(&pg->vals[outs[i]].aval, outs[i]));
+  return res;
+}
+
+static PyObject *builder_set_outputs(PyObject *self, PyObject *arg) {
+  PyObject *t = PySequence_Tuple(arg);
+  if (!t) return NULL;
+  Py_ssize_t n = PyTuple_Size(t);
+  int *ov = PyMem_Malloc(sizeof(int) * (size_t)(n + 1));
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    ov[i] = (int)PyLong_AsLong(PyTuple_GetItem(t, i));
+    if (ov[i] < 0 || ov[i] >= pg->nvals) {
+      PyMem_Free(ov);
+      Py_DECREF(t);
+      return PyErr_Format(PyExc_ValueError, "set_outputs: unknown value %d", ov[i]);
+    }
+  }
+  Py_DECREF(t);
+  kl_program_set_outputs(pg, ov, (int)n);
+  PyMem_Free(ov);
+  Py_RETURN_NONE;
+}
+
+static PyObject *builder_text(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_str s;
+  kl_str_init(&s);
+  kl_program_print(((BuilderObject *)self)->pg, &s);
+  PyObject *r = PyUnicode_FromString(s.data ? s.data : "");
+  kl_str_free(&s);
+  return r;
+}
+
+static PyObject *builder_verify(PyObject *self, PyObject *unused) {
+  (void)unused;
+  char err[1024];
+  if (kl_program_verify(((BuilderObject *)self)->pg, err, sizeof err)) {
+    PyErr_SetString(PyExc_AssertionError, err);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *builder_hash(PyObject *self, PyObject *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(kl_program_hash(((BuilderObject *)self)->pg));
+}
+
+static PyObject *builder_counts(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  return Py_BuildValue("(iii)", pg->ninputs, pg->neqns, pg->noutputs);
+}
+
+/* compile() -> Executable. The builder cannot be extended afterwards (DCE ran). */
+static PyObject *builder_compile(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  char err[2048];
+  kl_exec *x;
+  Py_BEGIN_ALLOW_THREADS
+  x = kl_compile_cpu(pg, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (!x) {
+    PyErr_SetString(PyExc_RuntimeError, err);
+    return NULL;
+  }
+  ExecObject *o = (ExecObject *)PyType_GenericNew((PyTypeObject *)ExecType, NULL, NULL);
+  if (!o) {
+    kl_exec_release(x);
+    return NULL;
+  }
+  o->x = x;
+  o->ninputs = x->ninputs;
+  o->noutputs = x->noutputs;
+  return (PyObject *)o;
+}
+
+static PyMethodDef builder_methods[] = {
+    {"add_input", builder_add_input, METH_VARARGS, "add_input(shape, dtype, weak) -> value id"},
+    {"add_eqn", builder_add_eqn, METH_VARARGS, "add_eqn(prim, ins, params) -> output avals"},
+    {"set_outputs", builder_set_outputs, METH_O, "set_outputs(ids)"},
+    {"text", builder_text, METH_NOARGS, "the program as text"},
+    {"verify", builder_verify, METH_NOARGS, "check the program"},
+    {"hash", builder_hash, METH_NOARGS, "structural hash"},
+    {"counts", builder_counts, METH_NOARGS, "(inputs, equations, outputs)"},
+    {"compile", builder_compile, METH_NOARGS, "compile for the CPU"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot builder_slots[] = {{Py_tp_new, builder_new},
+                                      {Py_tp_dealloc, builder_dealloc},
+                                      {Py_tp_methods, builder_methods},
+                                      {Py_tp_doc, "A kiln Program under construction."},
+                                      {0, NULL}};
+
+static PyType_Spec builder_spec = {"kiln._kiln.Builder", sizeof(BuilderObject), 0, Py_TPFLAGS_DEFAULT, builder_slots};
+
+/* ---- Executable ---- */
+
+static void exec_dealloc(PyObject *self) {
+  kl_exec_release(((ExecObject *)self)->x);
+  PyTypeObject *tp = Py_TYPE(self);
+  freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  f(self);
+  Py_DECREF(tp);
+}
+
+/* Executable(*buffers) -> tuple of Buffers, returned before the work is done. */
+static PyObject *exec_call(PyObject *self, PyObject *args, PyObject *kw) {
+  (void)kw;
+  ExecObject *o = (ExecObject *)self;
+  Py_ssize_t n = PyTuple_Size(args);
+  if (n != o->ninputs) return PyErr_Format(PyExc_TypeError, "executable expects %d buffers, got %zd", o->ninputs, n);
+  kl_buffer *ins_small[16], *outs_small[16];
+  kl_buffer **ins = n <= 16 ? ins_small : PyMem_Malloc(sizeof(kl_buffer *) * (size_t)n);
+  kl_buffer **outs = o->noutputs <= 16 ? outs_small : PyMem_Malloc(sizeof(kl_buffer *) * (size_t)o->noutputs);
+  PyObject *res = NULL;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *b = PyTuple_GetItem(args, i);
+    if (!PyObject_TypeCheck(b, (PyTypeObject *)BufferType)) {
+      PyErr_Format(PyExc_TypeError, "executable argument %zd is not a Buffer", i);
+      goto done;
+    }
+    ins[i] = ((BufferObject *)b)->buf;
+  }
+  char err[512];
+  if (kl_exec_launch(o->x, ins, outs, err, sizeof err)) {
+    PyErr_Format(PyExc_MemoryError, "%s", err);
+    goto done;
+  }
+  res = PyTuple_New(o->noutputs);
+  for (int i = 0; i < o->noutputs; i++) PyTuple_SetItem(res, i, buffer_new_from(outs[i]));
+done:
+  if (ins != ins_small) PyMem_Free(ins);
+  if (outs != outs_small) PyMem_Free(outs);
+  return res;
+}
+
+static PyType_Slot exec_slots[] = {{Py_tp_dealloc, exec_dealloc},
+                                   {Py_tp_call, exec_call},
+                                   {Py_tp_doc, "A compiled kiln program."},
+                                   {0, NULL}};
+
+static PyType_Spec exec_spec = {"kiln._kiln.Executable", sizeof(ExecObject), 0, Py_TPFLAGS_DEFAULT, exec_slots};
+
+/* ---- module ---- */
+
+static PyObject *mod_synchronize(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  Py_BEGIN_ALLOW_THREADS
+  kl_rt_synchronize();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_compile_stats(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return Py_BuildValue("(ld)", kl_compile_count(), kl_compile_seconds());
+}
+
+static PyObject *mod_num_threads(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromLong(kl_rt_num_threads());
+}
+
+static PyObject *mod_blas_search_path(PyObject *self, PyObject *arg) {
+  (void)self;
+  const char *s = PyUnicode_AsUTF8AndSize(arg, NULL);
+  if (!s) return NULL;
+  return PyLong_FromLong(kl_hostla_add_search_path(s));
+}
+
+static PyObject *mod_blas_library(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyUnicode_FromString(kl_hostla_library());
+}
+
+static PyMethodDef mod_methods[] = {
+    {"from_buffer", mod_from_buffer, METH_O, "copy a contiguous buffer into a new kiln Buffer"},
+    {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},
+    {"compile_stats", mod_compile_stats, METH_NOARGS, "(compiles, seconds)"},
+    {"num_threads", mod_num_threads, METH_NOARGS, "worker threads of the CPU device"},
+    {"blas_search_path", mod_blas_search_path, METH_O, "add a BLAS/LAPACK library candidate"},
+    {"blas_library", mod_blas_library, METH_NOARGS, "the BLAS in use"},
+    {NULL, NULL, 0, NULL}};
+
+static int mod_exec(PyObject *m) {
+  BufferType = PyType_FromSpec(&buffer_spec);
+  BuilderType = PyType_FromSpec(&builder_spec);
+  ExecType = PyType_FromSpec(&exec_spec);
+  if (!BufferType || !BuilderType || !ExecType) return -1;
+  Py_INCREF(BufferType);
+  Py_INCREF(BuilderType);
+  Py_INCREF(ExecType);
+  if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
+      PyModule_AddObject(m, "Executable", ExecType))
+    return -1;
+  return 0;
+}
+
+static PyModuleDef_Slot mod_slots[] = {{Py_mod_exec, (void *)mod_exec}, {0, NULL}};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "kiln._kiln", "kiln's C core.", 0, mod_methods, mod_slots, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kiln(void) { return PyModuleDef_Init(&moddef); }

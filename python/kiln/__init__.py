@@ -1,0 +1,39 @@
+"""kiln: a traced array-program compiler with JAX's API.
+
+    import kiln as jax
+    import kiln.numpy as jnp
+"""
+
+__version__ = "0.1.0"
+
+from kiln._src.config import config  # noqa: F401
+from kiln import errors  # noqa: F401
+from kiln import tree_util  # noqa: F401
+from kiln._src.core import Array  # noqa: F401
+from kiln._src.api import (jit, make_jaxpr, device_put, device_get, devices, local_devices, device_count,  # noqa: F401
+                           local_device_count, default_backend, block_until_ready, eval_shape,
+                           ShapeDtypeStruct)
+from kiln._src.tree_util import tree_map, tree_leaves, tree_flatten, tree_unflatten, tree_structure  # noqa: F401
+from kiln import lax  # noqa: F401
+from kiln import numpy  # noqa: F401
+from kiln import nn  # noqa: F401
+from kiln import scipy  # noqa: F401
+
+typing = None
+
+
+def _find_blas():
+    """Tells the runtime where NumPy's bundled OpenBLAS is (a fallback when the system has none)."""
+    import glob
+    import os
+    import numpy as np
+    from kiln import _kiln
+    base = os.path.dirname(np.__file__)
+    for pattern in (base + ".libs/*openblas*.so*", base + "/../numpy.libs/*openblas*.so*",
+                    base + "/.dylibs/*openblas*"):
+        for path in sorted(glob.glob(pattern)):
+            _kiln.blas_search_path(path)
+
+
+_find_blas()
+del _find_blas

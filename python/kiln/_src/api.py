@@ -1,0 +1,378 @@
+"""jit, make_jaxpr, devices and transfers.
+
+jit traces a function once per signature (tree structure, shapes, dtypes, weak types,
+static values, x64 mode) into a Program, compiles it, and caches the executable. A call
+with a seen signature does no tracing: flatten, look up, launch.
+"""
+
+import functools
+import inspect
+import operator
+import weakref
+
+import numpy as np
+
+from kiln import _kiln
+from kiln._src import core, dtypes, tree_util
+from kiln._src.config import config
+from kiln._src.core import Array, Tracer
+
+
+class Device:
+    """A kiln device (only the CPU device exists on machines without a GPU)."""
+
+    def __init__(self, id, platform, kind):
+        self.id = id
+        self.platform = platform
+        self.device_kind = kind
+        self.process_index = 0
+
+    def __repr__(self):
+        return f"CpuDevice(id={self.id})" if self.platform == "cpu" else f"CudaDevice(id={self.id})"
+
+    def __str__(self):
+        return f"TFRT_CPU_{self.id}" if self.platform == "cpu" else f"cuda:{self.id}"
+
+
+_cpu = Device(0, "cpu", "cpu")
+
+
+class SingleDeviceSharding:
+    def __init__(self, device):
+        self.device = device
+        self.device_set = {device}
+
+    def __repr__(self):
+        return f"SingleDeviceSharding(device={self.device!r})"
+
+
+def devices(backend=None):
+    if backend not in (None, "cpu"):
+        raise RuntimeError(f"Unknown backend {backend!r}: this kiln build has only the 'cpu' backend "
+                           "(the GPU backend is not available on this machine)")
+    return [_cpu]
+
+
+def local_devices(process_index=None, backend=None):
+    return devices(backend)
+
+
+def device_count(backend=None):
+    return len(devices(backend))
+
+
+def local_device_count(backend=None):
+    return device_count(backend)
+
+
+def default_backend():
+    return "cpu"
+
+
+def _leaf_to_array(x, what="argument"):
+    if isinstance(x, Array):
+        return x
+    if isinstance(x, (bool, int, float, np.ndarray, np.generic)):
+        return core.asarray(x)
+    if hasattr(x, "__jax_array__"):
+        return core.asarray(x.__jax_array__())
+    raise TypeError(f"{what} of type {type(x).__name__} is not a valid kiln type: jit arguments must be "
+                    "arrays, scalars or pytrees of them; pass other values with static_argnums / "
+                    "static_argnames")
+
+
+def device_put(x, device=None):
+    if device is not None and not isinstance(device, (Device, SingleDeviceSharding)):
+        raise TypeError(f"device_put: {device!r} is not a kiln device")
+    return tree_util.tree_map(lambda v: _leaf_to_array(v, "device_put value"), x)
+
+
+def device_get(x):
+    def get(v):
+        if isinstance(v, Tracer):
+            return v.__array__()
+        if isinstance(v, Array):
+            return np.asarray(v)
+        return v
+    return tree_util.tree_map(get, x)
+
+
+def block_until_ready(x):
+    for leaf in tree_util.tree_leaves(x):
+        if isinstance(leaf, Array):
+            leaf.block_until_ready()
+    return x
+
+
+# ---------------------------------------------------------------------------
+# Tracing a function into a program
+
+class _Traced:
+    """The result of tracing: builder, output tree and hidden constant inputs."""
+    __slots__ = ("builder", "out_tree", "consts", "out_avals", "in_avals", "out_literal")
+
+    def text(self):
+        return self.builder.text()
+
+
+def _trace(fun, args, kwargs, in_leaves, in_tree):
+    trace = core.push_trace()
+    try:
+        tracers = [trace.new_input(a.shape, a.dtype, a.weak_type) for a in in_leaves]
+        targs, tkwargs = tree_util.tree_unflatten(in_tree, tracers)
+        out = fun(*targs, **tkwargs)
+        out_leaves, out_tree = tree_util.tree_flatten(out)
+        vids, avals = [], []
+        for o in out_leaves:
+            if not isinstance(o, Array):
+                if isinstance(o, (bool, int, float, np.ndarray, np.generic)):
+                    o = core.asarray(o)
+                else:
+                    raise TypeError(f"jit: the function returned a value of type {type(o).__name__}; "
+                                    "outputs must be arrays, scalars or pytrees of them")
+            vids.append(trace.vid_of(o))
+            avals.append((o.shape, o.dtype, o.weak_type))
+        trace.builder.set_outputs(vids)
+    finally:
+        core.pop_trace(trace)
+    t = _Traced()
+    t.builder = trace.builder
+    t.out_tree = out_tree
+    t.consts = trace.consts
+    t.out_avals = avals
+    t.in_avals = [(a.shape, a.dtype, a.weak_type) for a in in_leaves]
+    return t
+
+
+class ClosedJaxpr:
+    """What make_jaxpr returns: prints as the program's text."""
+
+    def __init__(self, traced):
+        self._traced = traced
+        self.in_avals = traced.in_avals
+        self.out_avals = traced.out_avals
+        self.consts = [np.asarray(c) for c in traced.consts]
+        n_in, n_eqns, n_out = traced.builder.counts()
+        self.num_eqns = n_eqns
+
+    @property
+    def eqns(self):
+        return [line for line in self._traced.text().splitlines()[1:-1]]
+
+    def __str__(self):
+        return self._traced.text()
+
+    __repr__ = __str__
+
+    def pretty_print(self):
+        return str(self)
+
+
+def _normalize_static(fun, static_argnums, static_argnames):
+    if static_argnums is None:
+        static_argnums = ()
+    elif isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    if static_argnames is None:
+        static_argnames = ()
+    elif isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+    static_argnums = tuple(operator.index(i) for i in static_argnums)
+    static_argnames = tuple(static_argnames)
+    try:
+        sig = inspect.signature(fun)
+        params = list(sig.parameters.values())
+        positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        positional = []
+    nums, names = set(static_argnums), set(static_argnames)
+    for i in static_argnums:
+        if 0 <= i < len(positional):
+            names.add(positional[i])
+    for n in static_argnames:
+        if n in positional:
+            nums.add(positional.index(n))
+    return tuple(sorted(nums)), frozenset(names)
+
+
+def _hashable_static(v, where):
+    try:
+        hash(v)
+    except TypeError:
+        raise ValueError(f"Non-hashable static argument {where} of type {type(v).__name__}: "
+                         "static arguments must be hashable (use a tuple instead of a list, "
+                         "or pass arrays as regular arguments)") from None
+    return v
+
+
+class _CacheEntry:
+    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text")
+
+
+def _split_args(static_argnums, static_argnames, args, kwargs):
+    statics = []
+    dyn_args = []
+    nargs = len(args)
+    for i, a in enumerate(args):
+        if i in static_argnums or (i - nargs) in static_argnums:
+            statics.append((i, _hashable_static(a, f"at position {i}")))
+        else:
+            dyn_args.append(a)
+    dyn_kwargs = {}
+    for k, v in kwargs.items():
+        if k in static_argnames:
+            statics.append((k, _hashable_static(v, f"'{k}'")))
+        else:
+            dyn_kwargs[k] = v
+    return tuple(statics), tuple(dyn_args), dyn_kwargs
+
+
+def _rebuild_call(fun, statics, static_argnums, nargs):
+    """A function of the dynamic args that re-inserts the static ones."""
+    pos_statics = {i: v for i, v in statics if isinstance(i, int)}
+    kw_statics = {k: v for k, v in statics if isinstance(k, str)}
+
+    def call(*dyn, **dyn_kw):
+        it = iter(dyn)
+        full = [pos_statics[i] if i in pos_statics else next(it) for i in range(nargs)]
+        return fun(*full, **dyn_kw, **kw_statics)
+    return call
+
+
+def _aval_key(x):
+    if isinstance(x, Array):
+        return (x.shape, x.dtype, x.weak_type)
+    return None
+
+
+class JitWrapped:
+    """The callable returned by kiln.jit."""
+
+    def __init__(self, fun, static_argnums=None, static_argnames=None, donate_argnums=None, keep_unused=False):
+        if not callable(fun):
+            raise TypeError(f"jit: expected a callable, got {type(fun).__name__}")
+        self._fun = fun
+        self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
+        self._cache = {}
+        functools.update_wrapper(self, fun)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def _signature(self, args, kwargs):
+        if self._static_argnums or self._static_argnames:
+            statics, dyn_args, dyn_kwargs = _split_args(self._static_argnums, self._static_argnames, args, kwargs)
+        else:
+            statics, dyn_args, dyn_kwargs = (), args, kwargs
+        leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        arrs = []
+        for i, leaf in enumerate(leaves):
+            arrs.append(leaf if isinstance(leaf, Array) else _leaf_to_array(leaf, f"jit argument leaf {i}"))
+        key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), config.jax_enable_x64)
+        return key, statics, arrs, tree, len(args)
+
+    def __call__(self, *args, **kwargs):
+        if core._trace_stack:  # nested under another trace: inline the function
+            return self._fun(*args, **kwargs)
+        key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._compile(statics, arrs, tree, nargs)
+            self._cache[key] = entry
+        bufs = [a._buf for a in arrs]
+        if entry.consts:
+            bufs += [c._buf for c in entry.consts]
+        outs = entry.exe(*bufs)
+        res = [Array(b, s, d, w) for b, (s, d, w) in zip(outs, entry.out_avals)]
+        return tree_util.tree_unflatten(entry.out_tree, res)
+
+    def _compile(self, statics, arrs, tree, nargs):
+        fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
+        traced = _trace(fun, None, None, arrs, tree)
+        entry = _CacheEntry()
+        entry.exe = traced.builder.compile()
+        entry.out_tree = traced.out_tree
+        entry.consts = traced.consts
+        entry.out_avals = traced.out_avals
+        return entry
+
+    def trace_text(self, *args, **kwargs):
+        key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
+        return _trace(fun, None, None, arrs, tree).text()
+
+    def lower(self, *args, **kwargs):
+        raise NotImplementedError("jit(f).lower is not supported yet by kiln; use kiln.make_jaxpr(f)(...) to see the program")
+
+    def _cache_size(self):
+        return len(self._cache)
+
+    def clear_cache(self):
+        self._cache.clear()
+
+
+def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=None, donate_argnames=None,
+        keep_unused=False, device=None, backend=None, inline=False):
+    """Compiles `fun` with kiln (traced once per signature, cached)."""
+    if fun is None:
+        return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
+                             donate_argnums=donate_argnums)
+    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, keep_unused)
+
+
+def make_jaxpr(fun, static_argnums=(), return_shape=False):
+    """make_jaxpr(f)(*args) -> the traced program (prints as text)."""
+    static_nums, static_names = _normalize_static(fun, static_argnums, None)
+
+    def wrapped(*args, **kwargs):
+        statics, dyn_args, dyn_kwargs = _split_args(static_nums, static_names, args, kwargs)
+        leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        arrs = [a if isinstance(a, Array) else _leaf_to_array(a, f"argument leaf {i}") for i, a in enumerate(leaves)]
+        f = _rebuild_call(fun, statics, static_nums, len(args)) if statics else fun
+        traced = _trace(f, None, None, arrs, tree)
+        jaxpr = ClosedJaxpr(traced)
+        if return_shape:
+            shapes = [ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in traced.out_avals]
+            return jaxpr, tree_util.tree_unflatten(traced.out_tree, shapes)
+        return jaxpr
+    return wrapped
+
+
+class ShapeDtypeStruct:
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type=False):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    def __repr__(self):
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+
+    def __eq__(self, other):
+        return isinstance(other, ShapeDtypeStruct) and (self.shape, self.dtype) == (other.shape, other.dtype)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+
+def eval_shape(fun, *args, **kwargs):
+    leaves, tree = tree_util.tree_flatten((args, kwargs))
+    arrs = []
+    for leaf in leaves:
+        if isinstance(leaf, ShapeDtypeStruct):
+            arrs.append(core.from_numpy(np.zeros(leaf.shape, leaf.dtype)))
+        else:
+            arrs.append(_leaf_to_array(leaf))
+    traced = _trace(fun, None, None, arrs, tree)
+    return tree_util.tree_unflatten(traced.out_tree, [ShapeDtypeStruct(s, d, w) for s, d, w in traced.out_avals])

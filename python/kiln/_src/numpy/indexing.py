@@ -1,0 +1,464 @@
+# NumPy/JAX indexing on kiln arrays: x[idx] (getitem) and x.at[idx].op(v) (update).
+# Built only from kiln.lax (slice/rev/reshape/dynamic_slice for static and scalar
+# indices, lax._take/lax._scatter for integer arrays), core and dtypes.
+# Semantics follow JAX: gathers clamp out-of-bounds indices, scatters drop them,
+# negative indices wrap; a static Python int out of range raises IndexError.
+import builtins
+import operator
+
+import numpy as np
+
+from kiln import errors, lax
+from kiln._src import core, dtypes
+from kiln._src.numpy import shape_ops as _s
+
+__all__ = []
+
+_VALID_KINDS = ("integers, slices (`:`), ellipsis (`...`), None (`numpy.newaxis`) "
+                "and integer or boolean arrays")
+
+
+class _Entry:
+    """One parsed index component.
+
+    kind: 'slice' (value: slice), 'int' (value: static int), 'dyn' (value: 0-d
+    integer Array), 'array' (value: integer Array), 'none' (a new axis).
+    dim: the input dimension it consumes (None for 'none')."""
+    __slots__ = ("kind", "value", "dim")
+
+    def __init__(self, kind, value=None, dim=None):
+        self.kind, self.value, self.dim = kind, value, dim
+
+
+def _is_int_scalar(x):
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _static_slice_part(v, what):
+    if v is None:
+        return None
+    if isinstance(v, core.Array):
+        if core.is_tracer(v):
+            raise IndexError(f"array slice {what} must be static (Python ints or None), got a "
+                             "traced value; use lax.dynamic_slice or "
+                             "lax.dynamic_slice_in_dim for slices with traced bounds")
+        v = core.concrete_or_error(v, f"slice {what}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise IndexError(f"slice {what} must be an integer or None, got {v!r}") from None
+
+
+def _mask_entries(mask, opname):
+    """Integer index arrays (one per mask dimension) of the True entries of a static mask."""
+    if mask.ndim == 0:
+        raise IndexError(f"{opname}: scalar boolean indices (x[True], x[False]) are not "
+                         "supported; use x[None] or kiln.numpy.where")
+    return [(_Entry("array", core.asarray(i.astype(np.int32 if mask.size < 2**31 else np.int64))),
+             mask.shape[k]) for k, i in enumerate(np.nonzero(mask))]
+
+
+def _convert_item(item, opname):
+    """Parsed entries for one element of the index tuple (a list), or Ellipsis."""
+    if item is None:
+        return [_Entry("none")]
+    if item is Ellipsis:
+        return Ellipsis
+    if isinstance(item, slice):
+        return [_Entry("slice", slice(_static_slice_part(item.start, "start"),
+                                      _static_slice_part(item.stop, "stop"),
+                                      _static_slice_part(item.step, "step")))]
+    if isinstance(item, (bool, np.bool_)):
+        return _mask_entries(np.asarray(item), opname)
+    if _is_int_scalar(item):
+        return [_Entry("int", int(item))]
+    if isinstance(item, core.Array):
+        dt = np.dtype(item.dtype)
+        if dt == np.bool_:
+            if core.is_tracer(item):
+                raise errors.NonConcreteBooleanIndexError(
+                    f"{opname}: array boolean indices must be concrete; got a traced boolean "
+                    f"array of shape {item.shape}. The result's shape would depend on its "
+                    "values, which jit/vmap/grad cannot allow. Use kiln.numpy.where(mask, x, "
+                    "0) to keep the shape, or nonzero(mask, size=...) with a static size")
+            return _mask_entries(np.asarray(core.concrete_or_error(item, "boolean index")), opname)
+        if not np.issubdtype(dt, np.integer):
+            raise IndexError(f"{opname}: index arrays must have integer or boolean dtype, got "
+                             f"{dt}; only {_VALID_KINDS} are valid indices")
+        return [_Entry("dyn" if item.ndim == 0 else "array", item)]
+    if isinstance(item, (list, tuple)) and any(isinstance(e, core.Array) for e in item):
+        return _convert_item(_s.stack([core.asarray(e) for e in item]), opname)
+    if isinstance(item, (list, tuple, np.ndarray)):
+        arr = np.asarray(item)
+        if arr.size == 0 and arr.dtype == np.float64 and not isinstance(item, np.ndarray):
+            arr = arr.astype(np.int32)
+        if arr.dtype == np.bool_:
+            return _mask_entries(arr, opname)
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise IndexError(f"{opname}: index arrays must have integer or boolean dtype, got "
+                             f"{arr.dtype}; only {_VALID_KINDS} are valid indices")
+        if arr.ndim == 0:
+            return [_Entry("int", int(arr))]
+        if arr.dtype.itemsize == 8 and np.all((arr >= -2**31) & (arr < 2**31)):
+            arr = arr.astype(np.int32)
+        return [_Entry("array", core.asarray(arr))]
+    raise IndexError(f"{opname}: only {_VALID_KINDS} are valid indices; got "
+                     f"{type(item).__name__} {item!r}")
+
+
+def _parse(shape, idx, opname, check_ints):
+    """The index as a list of _Entry with dims assigned, one slice entry per unindexed dim.
+
+    check_ints: a static int out of range raises IndexError (getitem); otherwise it
+    becomes a 'dyn' entry so the caller's clip/fill/drop rule applies."""
+    items = list(idx) if isinstance(idx, tuple) else [idx]
+    parsed, mask_sizes, n_ellipsis = [], {}, 0
+    for item in items:
+        conv = _convert_item(item, opname)
+        if conv is Ellipsis:
+            n_ellipsis += 1
+            if n_ellipsis > 1:
+                raise IndexError(f"{opname}: an index can only have a single ellipsis ('...')")
+            parsed.append(Ellipsis)
+            continue
+        for e in conv:
+            if isinstance(e, tuple):  # (entry, mask dimension size) from a boolean mask
+                mask_sizes[id(e[0])] = e[1]
+                e = e[0]
+            parsed.append(e)
+    consumed = builtins.sum(1 for e in parsed if e is not Ellipsis and e.kind != "none")
+    ndim = len(shape)
+    if consumed > ndim:
+        raise IndexError(f"{opname}: too many indices for array: array is {ndim}-dimensional, "
+                         f"but {consumed} were indexed")
+    fill = [_Entry("slice", slice(None)) for _ in range(ndim - consumed)]
+    if Ellipsis in parsed:
+        k = parsed.index(Ellipsis)
+        parsed[k:k + 1] = fill
+    else:
+        parsed += fill
+    dim = 0
+    for e in parsed:
+        if e.kind == "none":
+            continue
+        e.dim, n = dim, shape[dim]
+        if id(e) in mask_sizes and mask_sizes[id(e)] != n:
+            raise IndexError(f"{opname}: boolean index did not match indexed array along axis "
+                             f"{dim}; size of axis is {n} but size of corresponding boolean "
+                             f"index is {mask_sizes[id(e)]}")
+        if e.kind == "int" and not -n <= e.value < n:
+            if check_ints:
+                raise IndexError(f"{opname}: index {e.value} is out of bounds for axis {dim} "
+                                 f"with size {n}")
+            e.kind, e.value = "dyn", core.asarray(np.int32(builtins.max(builtins.min(e.value, n), -n - 1)))
+        elif e.kind == "int":
+            e.value %= n
+        dim += 1
+    return parsed
+
+
+def _index_int(x):
+    """An index Array as int32 (int64 kept where x64 allows it)."""
+    dt = np.dtype(x.dtype)
+    if dt == np.int32 or (dt == np.int64 and _s._default_int() == np.int64):
+        return x
+    return lax.convert_element_type(x, np.int32)
+
+
+def _gather(arr, entries, mode, fill_value):
+    """arr indexed by parsed entries. mode 'clip': out-of-bounds indices clamp;
+    'fill': positions selected by an out-of-bounds index become fill_value."""
+    shape = arr.shape
+    nd = arr.ndim
+    # 1. Static slices and ints: one rev and one strided slice.
+    starts, limits, strides, revdims = [0] * nd, list(shape), [1] * nd, []
+    for e in entries:
+        if e.kind == "slice":
+            n = shape[e.dim]
+            start, stop, step = e.value.indices(n)
+            length = len(range(start, stop, step))
+            if step < 0:
+                revdims.append(e.dim)
+                start, step = n - 1 - start, -step
+            starts[e.dim] = start
+            limits[e.dim] = start + (length - 1) * step + 1 if length else start
+            strides[e.dim] = step
+        elif e.kind == "int":
+            starts[e.dim], limits[e.dim] = e.value, e.value + 1
+    x = arr
+    if revdims:
+        x = lax.rev(x, tuple(revdims))
+    if starts != [0] * nd or limits != list(shape) or strides != [1] * nd:
+        x = lax.slice(x, starts, limits, strides)
+    valid = None
+
+    def both(a, b):
+        return b if a is None else lax.and_(a, b)
+
+    # 2. Traced scalar ints: one dynamic_slice.
+    dyn = [e for e in entries if e.kind == "dyn"]
+    if dyn:
+        dstarts = [np.int32(0)] * nd
+        sizes = list(x.shape)
+        for e in dyn:
+            n = shape[e.dim]
+            if n == 0:
+                raise IndexError(f"index is out of bounds for axis {e.dim} with size 0")
+            i, ok = _s._normalize_index(_index_int(e.value), n, "fill", "indexing")
+            dstarts[e.dim] = lax.convert_element_type(i, np.int32)
+            sizes[e.dim] = 1
+            valid = both(valid, ok) if mode == "fill" else valid
+        x = lax.dynamic_slice(x, dstarts, sizes)
+    # 3. Integer arrays: one gather on a view with the indexed dims merged.
+    adv = [e for e in entries if e.kind == "array"]
+    tokens = list(range(nd))
+    bshape = ()
+    if adv:
+        bshape = _s._broadcast_shapes("indexing", *(e.value.shape for e in adv))
+        adims = [e.dim for e in adv]
+        others = [d for d in range(nd) if d not in adims]
+        asizes = [x.shape[d] for d in adims]
+        total = int(np.prod(asizes, dtype=np.int64))
+        if total == 0 and int(np.prod(bshape, dtype=np.int64)) > 0:
+            if mode != "fill":
+                raise IndexError(f"indexing: index is out of bounds for axis {adims} with size 0")
+            out_shape = bshape + tuple(x.shape[d] for d in others)
+            x = lax.full(out_shape, 0, x.dtype)
+            valid = lax.full(bshape, False, np.bool_)
+        else:
+            ldt = _s._index_dtype(total)
+            lin = None
+            stride = 1
+            for e, n in reversed(list(zip(adv, asizes))):
+                i, ok = _s._normalize_index(_index_int(_s.broadcast_to(e.value, bshape)), n,
+                                            "fill", "indexing")
+                i = _s._convert(i, ldt)
+                if stride != 1:
+                    i = lax.mul(i, lax.full((), stride, ldt))
+                lin = i if lin is None else lax.add(lin, i)
+                stride *= n
+                if mode == "fill":
+                    if valid is not None and valid.ndim == 0:
+                        valid = lax.broadcast_in_dim(valid, bshape, ())
+                    valid = both(valid, ok)
+            if adims != list(range(len(adims))):
+                x = lax.transpose(x, tuple(adims + others))
+            x = lax.reshape(x, (total,) + tuple(x.shape[len(adims):]))
+            x = lax._take(x, lin, 0)
+        tokens = ["B"] * len(bshape) + others
+    # 4. Drop the int dims, move the advanced block to NumPy's place, add new axes.
+    kinds = {e.dim: e.kind for e in entries if e.kind != "none"}
+    keep = [k for k, t in enumerate(tokens) if t == "B" or kinds[t] in ("slice", "array")]
+    if len(keep) != len(tokens):
+        x = lax.reshape(x, tuple(x.shape[k] for k in keep))
+        tokens = [tokens[k] for k in keep]
+    adv_pos = [k for k, e in enumerate(entries) if e.kind == "array" or (adv and e.kind in ("int", "dyn"))]
+    adjacent = bool(adv_pos) and adv_pos[-1] - adv_pos[0] + 1 == len(adv_pos)
+    final = ["B"] if (adv and not adjacent) else []
+    for e in entries:
+        if e.kind == "slice":
+            final.append(e.dim)
+        elif e.kind == "none":
+            final.append("N")
+        elif e.kind == "array" and adjacent and "B" not in final:
+            final.append("B")
+    src_pos = {t: k for k, t in enumerate(tokens) if t != "B"}
+    bstart = tokens.index("B") if "B" in tokens else None
+    perm, out_shape, bpos = [], [], None
+    for t in final:
+        if t == "N":
+            out_shape.append(1)
+        elif t == "B":
+            bpos = len(out_shape)
+            perm += list(range(bstart, bstart + len(bshape)))
+            out_shape += list(bshape)
+        else:
+            perm.append(src_pos[t])
+            out_shape.append(x.shape[src_pos[t]])
+    if perm != list(range(len(perm))):
+        x = lax.transpose(x, tuple(perm))
+    if tuple(out_shape) != x.shape:
+        x = lax.reshape(x, tuple(out_shape))
+    # 5. Out-of-bounds positions take the fill value.
+    if valid is not None:
+        dims = () if valid.ndim == 0 else tuple(range(bpos, bpos + len(bshape)))
+        mask = lax.broadcast_in_dim(valid, tuple(out_shape), dims)
+        fv = _s._default_fill(x.dtype) if fill_value is None else fill_value
+        x = lax.select(mask, x, lax.full(tuple(out_shape), fv, x.dtype))
+    return x
+
+
+_GET_MODES = {None: "clip", "clip": "clip", "promise_in_bounds": "clip", "fill": "fill",
+              "drop": "fill"}
+
+
+def getitem(arr, idx, mode=None, fill_value=None):
+    """arr[idx] with NumPy's rules; out-of-bounds array indices clamp (mode='fill' fills)."""
+    arr = core.asarray(arr)
+    if mode not in _GET_MODES:
+        raise ValueError(f"indexing: invalid mode {mode!r}; expected one of 'clip', 'fill', "
+                         "'drop', 'promise_in_bounds'")
+    entries = _parse(arr.shape, idx, "indexing", check_ints=mode is None)
+    return _gather(arr, entries, _GET_MODES[mode], fill_value)
+
+
+# ----------------------------------------------------------------------------
+# Updates: x.at[idx].set/add/... -> new array.
+
+def _combine(op, old, vals):
+    if op == "set":
+        return vals
+    if op == "apply":
+        return core.asarray(vals(old))
+    fn = {"add": lax.add, "mul": lax.mul, "min": lax.min, "max": lax.max}[op]
+    return fn(old, vals)
+
+
+def _fit_values(values, shape, dtype, opname):
+    v = core.asarray(values)
+    if np.dtype(v.dtype) != np.dtype(dtype):
+        v = lax.convert_element_type(v, dtype)
+    while v.ndim > len(shape) and v.shape[0] == 1:
+        v = lax.reshape(v, v.shape[1:])
+    try:
+        return _s.broadcast_to(v, tuple(shape))
+    except ValueError:
+        raise ValueError(f"{opname}: values of shape {core.asarray(values).shape} cannot be "
+                         f"broadcast to the indexed shape {tuple(shape)}") from None
+
+
+def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_indices=False):
+    """x.at[idx].<op>(values): op in set, add, mul, min, max, divide, power, apply
+    (values is then the function). Out-of-bounds updates are dropped (mode 'clip' clamps).
+    Like JAX, divide of an integer array returns the default float dtype."""
+    arr = core.asarray(arr)
+    opname = f"at[...].{op}"
+    if mode not in (None, "drop", "fill", "clip", "promise_in_bounds"):
+        raise ValueError(f"{opname}: invalid mode {mode!r}; expected 'drop', 'fill', 'clip' "
+                         "or 'promise_in_bounds'")
+    clip = mode in ("clip", "promise_in_bounds")
+    if op in ("divide", "power"):
+        # As JAX: duplicates multiply their values first, then one elementwise op.
+        factor = update(lax.full(arr.shape, 1, arr.dtype), idx, values, "mul", mode)
+        if op == "power":
+            return lax.pow(arr, factor)
+        if not dtypes.issubdtype(arr.dtype, np.inexact):
+            fdt = dtypes.default_float_dtype()
+            arr, factor = _s._convert(arr, fdt), _s._convert(factor, fdt)
+        return lax.div(arr, factor)
+    entries = _parse(arr.shape, idx, "indexing", check_ints=False)
+    if all(e.kind in ("int", "none") or (e.kind == "slice" and e.value.indices(arr.shape[e.dim])[2] in (1, -1))
+           for e in entries):
+        return _update_box(arr, entries, values, op, opname)
+    size = arr.size
+    ldt = _s._index_dtype(size + 1)
+    positions = lax.reshape(lax.iota(ldt, size), arr.shape)
+    where = _gather(positions, entries, "clip" if clip else "fill", size)
+    if op == "apply":
+        vals = None
+    else:
+        vals = _fit_values(values, where.shape, arr.dtype, opname)
+    flat = _s.ravel(arr)
+    if op == "apply":
+        # Unlike JAX, a duplicated index gets func applied once, not once per duplicate.
+        old = _gather(arr, entries, "clip", None)
+        vals = _s._convert(_s.ravel(_combine(op, old, values)), arr.dtype)
+        op = "set"
+    else:
+        vals = _s.ravel(vals)
+    out = lax._scatter(flat, _s.ravel(where), vals, 0, op)
+    return lax.reshape(out, arr.shape)
+
+
+def _update_box(arr, entries, values, op, opname):
+    """Update of a static box (unit-step slices and in-range ints) via dynamic_update_slice."""
+    starts, box, revdims, out_shape = [0] * arr.ndim, list(arr.shape), [], []
+    for e in entries:
+        if e.kind == "none":
+            out_shape.append(1)
+            continue
+        n = arr.shape[e.dim]
+        if e.kind == "int":
+            starts[e.dim], box[e.dim] = e.value, 1
+            continue
+        start, stop, step = e.value.indices(n)
+        length = len(range(start, stop, step))
+        box[e.dim] = length
+        starts[e.dim] = start if step > 0 else start - length + 1
+        if step < 0:
+            revdims.append(e.dim)
+        out_shape.append(length)
+    if 0 in box:
+        return arr
+    old = lax.slice(arr, starts, [s + b for s, b in zip(starts, box)])
+    if op == "apply":
+        new = _combine(op, old, values)
+    else:
+        vals = _fit_values(values, out_shape, arr.dtype, opname)
+        vals = lax.reshape(vals, tuple(box))
+        if revdims:
+            vals = lax.rev(vals, tuple(revdims))
+        new = _combine(op, old, vals)
+    new = _s._convert(new, arr.dtype)
+    return lax.dynamic_update_slice(arr, new, [np.int32(s) for s in starts])
+
+
+class _IndexUpdateRef:
+    """x.at[idx]: the pending indexed update; each method returns a new array."""
+    __slots__ = ("array", "index")
+
+    def __init__(self, array, index):
+        self.array, self.index = array, index
+
+    def __repr__(self):
+        return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
+
+    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            fill_value=None, out_sharding=None):
+        return getitem(self.array, self.index, mode=mode, fill_value=fill_value)
+
+    def _do(self, values, op, mode):
+        return update(self.array, self.index, values, op, mode=mode)
+
+    def set(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        return self._do(values, "set", mode)
+
+    def add(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        return self._do(values, "add", mode)
+
+    def subtract(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        v = _s._convert(values, self.array.dtype)
+        return self._do(lax.neg(v), "add", mode)
+
+    def multiply(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        return self._do(values, "mul", mode)
+
+    mul = multiply
+
+    def divide(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        return self._do(values, "divide", mode)
+
+    def power(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        return self._do(values, "power", mode)
+
+    def min(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        return self._do(values, "min", mode)
+
+    def max(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        return self._do(values, "max", mode)
+
+    def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        if not callable(func):
+            raise TypeError(f"at[...].apply: func must be callable, got {func!r}")
+        return self._do(func, "apply", mode)
+
+
+class _AtIndexer:
+    """The object behind x.at: x.at[idx] gives an _IndexUpdateRef."""
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, index):
+        return _IndexUpdateRef(self.array, index)

@@ -1,0 +1,658 @@
+"""kiln.numpy element-wise functions (NumPy's ufuncs) with JAX's dtype rules, built on kiln.lax only.
+
+Most functions are made by a few factories from a table-like list below: the factory fixes how the
+arguments are promoted (exact, inexact, integer-only, boolean) and the kiln.lax rule computes the value.
+"""
+
+import math
+
+import numpy as np
+
+from kiln import lax
+from kiln._src import core
+from kiln._src import dtypes
+from kiln._src.numpy import util
+from kiln._src.numpy.util import (promote_args, promote_args_inexact, full_like_scalar as _c,
+                                  is_int_dtype, is_bool_dtype, is_float_dtype, is_inexact_dtype,
+                                  is_complex_dtype)
+
+__all__ = [
+    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "divmod", "mod", "remainder",
+    "fmod", "power", "pow", "float_power", "negative", "positive",
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
+    "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh",
+    "arctanh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "arctan2", "atan2", "hypot",
+    "sqrt", "cbrt", "square", "reciprocal", "abs", "absolute", "fabs", "sign",
+    "floor", "ceil", "round", "around", "round_", "rint", "trunc", "fix",
+    "minimum", "maximum", "fmin", "fmax", "clip", "where",
+    "isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "nan_to_num",
+    "logical_and", "logical_or", "logical_xor", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_invert", "invert",
+    "left_shift", "right_shift", "bitwise_left_shift", "bitwise_right_shift",
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    "deg2rad", "rad2deg", "degrees", "radians", "copysign", "heaviside", "logaddexp", "logaddexp2",
+    "sinc", "conj", "conjugate", "real", "imag", "gcd", "lcm",
+]
+
+
+def _name(fn, name, doc):
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
+
+
+def _reject_complex(opname, *xs):
+    for x in xs:
+        if is_complex_dtype(x.dtype):
+            raise NotImplementedError(f"{opname}: complex inputs ({x.dtype}) are not supported by kiln yet")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Factories
+
+def _unary_inexact(name, rule):
+    """Unary op on floats; bools and integers are promoted to the default float first (as JAX)."""
+    def fn(x, /):
+        x, = promote_args_inexact(name, x)
+        _reject_complex(name, x)
+        return rule(x)
+    return _name(fn, name, f"Element-wise {name} (kiln.numpy); integer and bool inputs give floats.")
+
+
+def _binary_inexact(name, rule):
+    def fn(x1, x2, /):
+        x1, x2 = promote_args_inexact(name, x1, x2)
+        _reject_complex(name, x1)
+        return rule(x1, x2)
+    return _name(fn, name, f"Element-wise {name} (kiln.numpy) with broadcasting; ints give floats.")
+
+
+def _binary(name, rule):
+    """Binary op on the promoted dtype (bool/int/float), broadcasting as NumPy."""
+    def fn(x1, x2, /):
+        x1, x2 = promote_args(name, x1, x2)
+        _reject_complex(name, x1)
+        return rule(x1, x2)
+    return _name(fn, name, f"Element-wise {name} (kiln.numpy) with broadcasting.")
+
+
+def _binary_integer(name, rule):
+    """Binary op accepted on bool and integer dtypes only (bitwise ops, shifts)."""
+    def fn(x1, x2, /):
+        x1, x2 = promote_args(name, x1, x2)
+        if not (is_int_dtype(x1.dtype) or is_bool_dtype(x1.dtype)):
+            raise TypeError(f"{name}: only integer and bool inputs are supported, got {x1.dtype}")
+        return rule(x1, x2)
+    return _name(fn, name, f"Element-wise {name} (kiln.numpy) for integer and bool arrays.")
+
+
+def _to_bool(x):
+    return x if is_bool_dtype(x.dtype) else lax.ne(x, _c(x, 0))
+
+
+def _binary_logical(name, rule):
+    def fn(x1, x2, /):
+        x1, x2 = promote_args(name, x1, x2)
+        return rule(_to_bool(x1), _to_bool(x2))
+    return _name(fn, name, f"Element-wise {name} (kiln.numpy); nonzero counts as True.")
+
+
+def _unary_keep_int(name, float_rule):
+    """Rounding-like op: identity on bool/int (as JAX), `float_rule` on floats."""
+    def fn(x, /):
+        x = util.asarray_arg(name, x)
+        _reject_complex(name, x)
+        return float_rule(x) if is_inexact_dtype(x.dtype) else x
+    return _name(fn, name, f"Element-wise {name} (kiln.numpy); integer inputs are returned unchanged.")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Arithmetic
+
+def _add(x1, x2):
+    return lax.or_(x1, x2) if is_bool_dtype(x1.dtype) else lax.add(x1, x2)
+
+
+def _subtract(x1, x2):
+    if is_bool_dtype(x1.dtype):
+        raise TypeError("subtract: boolean subtract (the `-` operator) is not supported; "
+                        "use logical_xor (`^`) instead")
+    return lax.sub(x1, x2)
+
+
+def _multiply(x1, x2):
+    return lax.and_(x1, x2) if is_bool_dtype(x1.dtype) else lax.mul(x1, x2)
+
+
+add = _binary("add", _add)
+subtract = _binary("subtract", _subtract)
+multiply = _binary("multiply", _multiply)
+divide = _binary_inexact("divide", lax.div)
+true_divide = _binary_inexact("true_divide", lax.div)
+
+
+def _int_floor_divide(x1, x2):
+    if x1.dtype.kind == "u":
+        return lax.div(x1, x2)
+    zero = _c(x1, 0)
+    q = lax.div(x1, x2)  # rounds toward zero
+    adjust = lax.and_(lax.ne(lax.lt(x1, zero), lax.lt(x2, zero)), lax.ne(lax.rem(x1, x2), zero))
+    return lax.select(adjust, lax.sub(q, _c(q, 1)), q)
+
+
+def _float_divmod(x1, x2):
+    """(floor(x1/x2), x1 mod x2) the way NumPy computes them, so results agree to the last bit."""
+    zero = _c(x1, 0)
+    mod = lax.rem(x1, x2)
+    div = lax.div(lax.sub(x1, mod), x2)
+    fix = lax.and_(lax.ne(mod, zero), lax.ne(lax.lt(x2, zero), lax.lt(mod, zero)))
+    mod = lax.select(fix, lax.add(mod, x2), mod)
+    div = lax.select(fix, lax.sub(div, _c(div, 1)), div)
+    floordiv = lax.floor(div)
+    floordiv = lax.select(lax.gt(lax.sub(div, floordiv), _c(div, 0.5)), lax.add(floordiv, _c(div, 1)),
+                          floordiv)
+    # x2 == 0: NumPy gives x1 / 0 (inf or nan) for the quotient and nan for the remainder.
+    x2_zero = lax.eq(x2, zero)
+    floordiv = lax.select(x2_zero, lax.div(x1, x2), floordiv)
+    return floordiv, mod
+
+
+def _floor_divide(x1, x2):
+    if is_bool_dtype(x1.dtype):
+        x1, x2 = (lax.convert_element_type(v, np.int8) for v in (x1, x2))
+    if is_int_dtype(x1.dtype):
+        return _int_floor_divide(x1, x2)
+    return _float_divmod(x1, x2)[0]
+
+
+def _int_mod(x1, x2):
+    r = lax.rem(x1, x2)
+    if x1.dtype.kind == "u":
+        return r
+    zero = _c(r, 0)
+    fix = lax.and_(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
+    return lax.select(fix, lax.add(r, x2), r)
+
+
+def _mod(x1, x2):
+    if is_bool_dtype(x1.dtype):
+        x1, x2 = (lax.convert_element_type(v, np.int8) for v in (x1, x2))
+    if is_int_dtype(x1.dtype):
+        return _int_mod(x1, x2)
+    return _float_divmod(x1, x2)[1]
+
+
+floor_divide = _binary("floor_divide", _floor_divide)
+remainder = _binary("remainder", _mod)
+mod = _binary("mod", _mod)
+fmod = _binary("fmod", lambda x1, x2: lax.rem(x1, x2))
+
+
+def divmod(x1, x2, /):
+    """(floor_divide(x1, x2), mod(x1, x2)) in one call."""
+    return floor_divide(x1, x2), remainder(x1, x2)
+
+
+def _int_power(base, exponent):
+    """Integer power by repeated squaring over the exponent's bits (negative exponents as JAX: 0 unless
+    |base| == 1)."""
+    one, zero = _c(base, 1), _c(base, 0)
+    nbits = np.dtype(base.dtype).itemsize * 8
+    acc, b, e = one, base, exponent
+    for _ in range(nbits - (1 if base.dtype.kind == "i" else 0)):
+        bit = lax.ne(lax.and_(e, _c(e, 1)), _c(e, 0))
+        acc = lax.select(bit, lax.mul(acc, b), acc)
+        b = lax.mul(b, b)
+        e = lax.shift_right_logical(e, _c(e, 1))
+    if base.dtype.kind == "u":
+        return acc
+    negative = lax.lt(exponent, _c(exponent, 0))
+    odd = lax.ne(lax.and_(exponent, _c(exponent, 1)), _c(exponent, 0))
+    neg_result = lax.select(lax.eq(base, one), one,
+                            lax.select(lax.eq(base, _c(base, -1)), lax.select(odd, _c(base, -1), one), zero))
+    return lax.select(negative, neg_result, acc)
+
+
+def power(x1, x2, /):
+    """x1 ** x2 element-wise (JAX rules: a Python int exponent uses repeated multiplication)."""
+    if type(x2) is int:
+        x1, = util.promote_dtypes("power", x1, x2)[:1]
+        _reject_complex("power", x1)
+        if x2 < 0 and not is_inexact_dtype(x1.dtype):
+            raise ValueError(f"power: integers cannot be raised to negative integer powers "
+                             f"(got {x1.dtype} ** {x2}); convert the base to a float first")
+        if is_bool_dtype(x1.dtype):
+            return x1 if x2 > 0 else lax.full(x1.shape, True, x1.dtype)
+        return lax.integer_pow(x1, x2)
+    x1, x2 = promote_args("power", x1, x2)
+    _reject_complex("power", x1)
+    if is_bool_dtype(x1.dtype):
+        return lax.or_(x1, lax.not_(x2))
+    if is_int_dtype(x1.dtype):
+        return _int_power(x1, x2)
+    return lax.pow(x1, x2)
+
+
+pow = power
+
+
+def float_power(x1, x2, /):
+    """x1 ** x2 computed in the widest float kiln has enabled (float64 under x64, else float32)."""
+    x1, x2 = promote_args_inexact("float_power", x1, x2)
+    target = np.dtype(dtypes.canonicalize_dtype(np.float64))
+    x1, x2 = (lax.convert_element_type(v, target) if v.dtype != target else v for v in (x1, x2))
+    return lax.pow(x1, x2)
+
+
+def negative(x, /):
+    """-x element-wise."""
+    x = util.asarray_arg("negative", x)
+    if is_bool_dtype(x.dtype):
+        raise TypeError("negative: boolean negative (the `-` operator) is not supported; "
+                        "use logical_not (`~`) instead")
+    return lax.neg(x)
+
+
+def positive(x, /):
+    """+x element-wise (returns x)."""
+    return util.asarray_arg("positive", x)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Transcendental functions
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+
+exp = _unary_inexact("exp", lax.exp)
+exp2 = _unary_inexact("exp2", lax.exp2)
+expm1 = _unary_inexact("expm1", lax.expm1)
+log = _unary_inexact("log", lax.log)
+log2 = _unary_inexact("log2", lambda x: lax.div(lax.log(x), _c(x, _LN2)))
+log10 = _unary_inexact("log10", lambda x: lax.div(lax.log(x), _c(x, _LN10)))
+log1p = _unary_inexact("log1p", lax.log1p)
+sin = _unary_inexact("sin", lax.sin)
+cos = _unary_inexact("cos", lax.cos)
+tan = _unary_inexact("tan", lax.tan)
+arcsin = asin = _unary_inexact("arcsin", lax.asin)
+arccos = acos = _unary_inexact("arccos", lax.acos)
+arctan = atan = _unary_inexact("arctan", lax.atan)
+sinh = _unary_inexact("sinh", lax.sinh)
+cosh = _unary_inexact("cosh", lax.cosh)
+tanh = _unary_inexact("tanh", lax.tanh)
+arcsinh = asinh = _unary_inexact("arcsinh", lax.asinh)
+arccosh = acosh = _unary_inexact("arccosh", lax.acosh)
+arctanh = atanh = _unary_inexact("arctanh", lax.atanh)
+sqrt = _unary_inexact("sqrt", lax.sqrt)
+cbrt = _unary_inexact("cbrt", lax.cbrt)
+
+
+def square(x, /):
+    """x * x element-wise (dtype kept; bool stays bool as in NumPy)."""
+    x = util.asarray_arg("square", x)
+    _reject_complex("square", x)
+    return x if is_bool_dtype(x.dtype) else lax.square(x)
+
+
+reciprocal = _unary_inexact("reciprocal", lambda x: lax.div(_c(x, 1), x))
+deg2rad = radians = _unary_inexact("deg2rad", lambda x: lax.mul(x, _c(x, math.pi / 180)))
+rad2deg = degrees = _unary_inexact("rad2deg", lambda x: lax.mul(x, _c(x, 180 / math.pi)))
+arctan2 = atan2 = _binary_inexact("arctan2", lax.atan2)
+
+
+def _hypot(x1, x2):
+    x1, x2 = lax.abs(x1), lax.abs(x2)
+    big, small = lax.max(x1, x2), lax.min(x1, x2)
+    zero = _c(big, 0)
+    safe_big = lax.select(lax.eq(big, zero), _c(big, 1), big)
+    ratio = lax.div(small, safe_big)
+    r = lax.mul(big, lax.sqrt(lax.add(_c(ratio, 1), lax.mul(ratio, ratio))))
+    r = lax.select(lax.eq(big, zero), zero, r)
+    either_inf = lax.or_(lax.eq(x1, _c(x1, np.inf)), lax.eq(x2, _c(x2, np.inf)))
+    return lax.select(either_inf, _c(r, np.inf), r)
+
+
+hypot = _binary_inexact("hypot", _hypot)
+
+
+def _logaddexp_rule(exp_rule, log_scale):
+    def rule(x1, x2):
+        amax = lax.max(x1, x2)
+        delta = lax.sub(x1, x2)
+        tail = lax.log1p(exp_rule(lax.neg(lax.abs(delta))))
+        if log_scale != 1.0:
+            tail = lax.div(tail, _c(tail, log_scale))
+        # delta is nan for equal infinities (and for nan inputs): x1 + x2 gives the right answer there.
+        return lax.select(lax.ne(delta, delta), lax.add(x1, x2), lax.add(amax, tail))
+    return rule
+
+
+logaddexp = _binary_inexact("logaddexp", _logaddexp_rule(lax.exp, 1.0))
+logaddexp2 = _binary_inexact("logaddexp2", _logaddexp_rule(lax.exp2, _LN2))
+
+
+def _sinc(x):
+    zero = lax.eq(x, _c(x, 0))
+    px = lax.mul(lax.select(zero, _c(x, 1), x), _c(x, math.pi))
+    return lax.select(zero, _c(x, 1), lax.div(lax.sin(px), px))
+
+
+sinc = _unary_inexact("sinc", _sinc)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Absolute value, sign, rounding
+
+def absolute(x, /):
+    """|x| element-wise (bool and unsigned inputs are returned unchanged)."""
+    x = util.asarray_arg("absolute", x)
+    _reject_complex("absolute", x)
+    if is_bool_dtype(x.dtype) or x.dtype.kind == "u":
+        return x
+    return lax.abs(x)
+
+
+abs = absolute
+fabs = _unary_inexact("fabs", lax.abs)
+
+
+def sign(x, /):
+    """-1, 0 or 1 by the sign of x (nan stays nan); bool inputs are rejected as by NumPy."""
+    x = util.asarray_arg("sign", x)
+    _reject_complex("sign", x)
+    if is_bool_dtype(x.dtype):
+        raise TypeError("sign: bool inputs are not supported; convert to an integer dtype first")
+    if x.dtype.kind == "u":
+        return lax.convert_element_type(lax.gt(x, _c(x, 0)), x.dtype)
+    return lax.sign(x)
+
+
+def _trunc(x):
+    return lax.select(lax.lt(x, _c(x, 0)), lax.ceil(x), lax.floor(x))
+
+
+floor = _unary_keep_int("floor", lax.floor)
+ceil = _unary_keep_int("ceil", lax.ceil)
+trunc = _unary_keep_int("trunc", _trunc)
+fix = _unary_keep_int("fix", _trunc)
+rint = _unary_inexact("rint", lambda x: lax.round(x, 1))
+
+
+def _round_int(x, decimals):
+    """Rounds integers to a negative number of decimals, half to even, exactly in integer arithmetic."""
+    factor = 10 ** (-decimals)
+    if factor > np.iinfo(x.dtype).max:
+        return lax.full(x.shape, 0, x.dtype)
+    f = _c(x, factor)
+    q = _int_floor_divide(x, f)
+    r = lax.sub(x, lax.mul(q, f))  # 0 <= r < factor
+    twice = lax.mul(r, _c(r, 2)) if factor <= np.iinfo(x.dtype).max // 2 else None
+    if twice is None:  # 2r could overflow: compare r with factor - r instead
+        up = lax.or_(lax.gt(r, lax.sub(f, r)),
+                     lax.and_(lax.eq(r, lax.sub(f, r)), lax.ne(lax.and_(q, _c(q, 1)), _c(q, 0))))
+    else:
+        up = lax.or_(lax.gt(twice, f),
+                     lax.and_(lax.eq(twice, f), lax.ne(lax.and_(q, _c(q, 1)), _c(q, 0))))
+    q = lax.select(up, lax.add(q, _c(q, 1)), q)
+    return lax.mul(q, f)
+
+
+def round(a, decimals=0, out=None):
+    """Rounds half to even to `decimals` decimal places (negative decimals round to tens, hundreds...)."""
+    util.check_no_out("round", out)
+    decimals = util.concrete_int(decimals, "round: decimals")
+    a = util.asarray_arg("round", a)
+    _reject_complex("round", a)
+    if is_bool_dtype(a.dtype) or (is_int_dtype(a.dtype) and decimals >= 0):
+        return a
+    if is_int_dtype(a.dtype):
+        return _round_int(a, decimals)
+    if decimals == 0:
+        return lax.round(a, 1)
+    if decimals > 0:
+        factor = _c(a, 10.0 ** decimals)
+        return lax.div(lax.round(lax.mul(a, factor), 1), factor)
+    factor = _c(a, 10.0 ** (-decimals))
+    return lax.mul(lax.round(lax.div(a, factor), 1), factor)
+
+
+around = round_ = round
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Minimum / maximum / clip / where
+
+minimum = _binary("minimum", lambda a, b: lax.and_(a, b) if is_bool_dtype(a.dtype) else lax.min(a, b))
+maximum = _binary("maximum", lambda a, b: lax.or_(a, b) if is_bool_dtype(a.dtype) else lax.max(a, b))
+
+
+def _nan_ignoring(pick):
+    def rule(a, b):
+        if not is_inexact_dtype(a.dtype):
+            return pick(a, b)
+        a_nan, b_nan = lax.ne(a, a), lax.ne(b, b)
+        return lax.select(b_nan, a, lax.select(a_nan, b, pick(a, b)))
+    return rule
+
+
+fmin = _binary("fmin", _nan_ignoring(lambda a, b: lax.and_(a, b) if is_bool_dtype(a.dtype) else lax.min(a, b)))
+fmax = _binary("fmax", _nan_ignoring(lambda a, b: lax.or_(a, b) if is_bool_dtype(a.dtype) else lax.max(a, b)))
+
+
+def clip(a, a_min=None, a_max=None, *, min=None, max=None):
+    """Limits `a` to [min, max]; either bound may be None. `a_min`/`a_max` are NumPy's older names."""
+    if a_min is not None and min is not None:
+        raise TypeError("clip: pass the lower bound once, as a_min (second positional) or min=")
+    if a_max is not None and max is not None:
+        raise TypeError("clip: pass the upper bound once, as a_max (third positional) or max=")
+    lo = min if a_min is None else a_min
+    hi = max if a_max is None else a_max
+    out = util.asarray_arg("clip", a)
+    if lo is not None:
+        out = maximum(out, lo)
+    if hi is not None:
+        out = minimum(out, hi)
+    return out
+
+
+def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
+    """Picks x where `condition` is true, else y (broadcasting all three).
+
+    The one-argument form (= nonzero) needs concrete input since its shape depends on the values.
+    """
+    if x is None and y is None:
+        if size is not None:
+            raise NotImplementedError("where(condition, size=...) is not supported yet; "
+                                      "pass x and y for the element-wise form")
+        cond = util.asarray_arg("where", condition)
+        value = core.concrete_or_error(
+            cond, "where(condition) with one argument, whose output shape depends on the values of "
+                  "`condition` (use the three-argument form where(condition, x, y) under jit)")
+        return tuple(core.asarray(i.astype(np.dtype(dtypes.default_int_dtype())))
+                     for i in np.nonzero(np.asarray(value)))
+    if x is None or y is None:
+        raise TypeError("where: either both x and y or neither must be given")
+    cond = _to_bool(util.asarray_arg("where", condition))
+    x, y = util.promote_dtypes("where", x, y)
+    cond, x, y = util._broadcast_all("where", [cond, x, y])
+    return lax.select(cond, x, y)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Classification
+
+def _classify(name, float_rule, int_value):
+    def fn(x, /):
+        x = util.asarray_arg(name, x)
+        _reject_complex(name, x)
+        if is_inexact_dtype(x.dtype):
+            return float_rule(x)
+        if callable(int_value):
+            return int_value(x)
+        return lax.full(x.shape, int_value, np.bool_)
+    return _name(fn, name, f"Element-wise {name} test (kiln.numpy), returning bool.")
+
+
+def _signbit_float(x):
+    zero = _c(x, 0)
+    # -0.0 has its sign bit set: 1 / -0.0 is -inf. (The sign of a nan cannot be read without a bitcast.)
+    neg_zero = lax.and_(lax.eq(x, zero), lax.lt(lax.div(_c(x, 1), x), zero))
+    return lax.or_(lax.lt(x, zero), neg_zero)
+
+
+isnan = _classify("isnan", lambda x: lax.ne(x, x), False)
+isinf = _classify("isinf", lambda x: lax.eq(lax.abs(x), _c(x, np.inf)), False)
+isfinite = _classify("isfinite", lax.is_finite, True)
+isposinf = _classify("isposinf", lambda x: lax.eq(x, _c(x, np.inf)), False)
+isneginf = _classify("isneginf", lambda x: lax.eq(x, _c(x, -np.inf)), False)
+signbit = _classify("signbit", _signbit_float,
+                    lambda x: lax.lt(x, _c(x, 0)) if x.dtype.kind == "i" else lax.full(x.shape, False, np.bool_))
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """Replaces nan by `nan`, +inf by `posinf` (default: the dtype's max) and -inf by `neginf`."""
+    del copy
+    x = util.asarray_arg("nan_to_num", x)
+    _reject_complex("nan_to_num", x)
+    if not is_inexact_dtype(x.dtype):
+        return x
+    info = np.finfo(x.dtype)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    out = lax.select(lax.ne(x, x), _c(x, nan), x)
+    out = lax.select(lax.eq(out, _c(x, np.inf)), _c(x, posinf), out)
+    return lax.select(lax.eq(out, _c(x, -np.inf)), _c(x, neginf), out)
+
+
+def copysign(x1, x2, /):
+    """|x1| with the sign of x2 (floats; integer inputs are promoted)."""
+    x1, x2 = promote_args_inexact("copysign", x1, x2)
+    _reject_complex("copysign", x1)
+    magnitude = lax.abs(x1)
+    return lax.select(_signbit_float(x2), lax.neg(magnitude), magnitude)
+
+
+def heaviside(x1, x2, /):
+    """Step function: 0 where x1 < 0, x2 where x1 == 0, 1 where x1 > 0."""
+    x1, x2 = promote_args_inexact("heaviside", x1, x2)
+    _reject_complex("heaviside", x1)
+    zero = _c(x1, 0)
+    return lax.select(lax.lt(x1, zero), zero, lax.select(lax.gt(x1, zero), _c(x1, 1), x2))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Logical, bitwise, comparison
+
+logical_and = _binary_logical("logical_and", lax.and_)
+logical_or = _binary_logical("logical_or", lax.or_)
+logical_xor = _binary_logical("logical_xor", lax.xor)
+
+
+def logical_not(x, /):
+    """Element-wise not; nonzero counts as True."""
+    return lax.not_(_to_bool(util.asarray_arg("logical_not", x)))
+
+
+bitwise_and = _binary_integer("bitwise_and", lax.and_)
+bitwise_or = _binary_integer("bitwise_or", lax.or_)
+bitwise_xor = _binary_integer("bitwise_xor", lax.xor)
+
+
+def _shift_right(x1, x2):
+    return (lax.shift_right_arithmetic if x1.dtype.kind == "i" else lax.shift_right_logical)(x1, x2)
+
+
+def _shift(name, rule):
+    def shift_rule(x1, x2):
+        if is_bool_dtype(x1.dtype):
+            raise TypeError(f"{name}: bool inputs are not supported; convert to an integer dtype first")
+        return rule(x1, x2)
+    return _binary_integer(name, shift_rule)
+
+
+left_shift = bitwise_left_shift = _shift("left_shift", lax.shift_left)
+right_shift = bitwise_right_shift = _shift("right_shift", _shift_right)
+
+
+def invert(x, /):
+    """Bitwise not (logical not for bool)."""
+    x = util.asarray_arg("invert", x)
+    if not (is_int_dtype(x.dtype) or is_bool_dtype(x.dtype)):
+        raise TypeError(f"invert: only integer and bool inputs are supported, got {x.dtype}")
+    return lax.not_(x)
+
+
+bitwise_not = bitwise_invert = invert
+
+equal = _binary("equal", lax.eq)
+not_equal = _binary("not_equal", lax.ne)
+less = _binary("less", lax.lt)
+less_equal = _binary("less_equal", lax.le)
+greater = _binary("greater", lax.gt)
+greater_equal = _binary("greater_equal", lax.ge)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Complex parts of real arrays (kiln has no complex dtype yet)
+
+def conjugate(x, /):
+    """Complex conjugate; the identity on real inputs."""
+    x = util.asarray_arg("conjugate", x)
+    _reject_complex("conjugate", x)
+    return x
+
+
+conj = conjugate
+
+
+def real(val, /):
+    """Real part; the identity on real inputs."""
+    x = util.asarray_arg("real", val)
+    _reject_complex("real", x)
+    return x
+
+
+def imag(val, /):
+    """Imaginary part; zeros on real inputs."""
+    x = util.asarray_arg("imag", val)
+    _reject_complex("imag", x)
+    return lax.full(x.shape, 0, x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# gcd / lcm: Euclid's algorithm unrolled for the worst case of the dtype (consecutive Fibonacci numbers)
+
+def _euclid_steps(dtype):
+    limit, a, b, steps = np.iinfo(dtype).max, 1, 1, 0
+    while b <= limit:
+        a, b, steps = b, a + b, steps + 1
+    return steps + 1
+
+
+def _gcd(x1, x2):
+    a, b = absolute(x1), absolute(x2)
+    zero = _c(a, 0)
+    for _ in range(_euclid_steps(a.dtype)):
+        b_zero = lax.eq(b, zero)
+        safe_b = lax.select(b_zero, _c(b, 1), b)
+        a, b = lax.select(b_zero, a, b), lax.select(b_zero, zero, lax.rem(a, safe_b))
+    return a
+
+
+def _integer_only(name, rule):
+    def checked(x1, x2):
+        if not is_int_dtype(x1.dtype):
+            raise TypeError(f"{name}: only integer inputs are supported, got {x1.dtype}")
+        return rule(x1, x2)
+    return checked
+
+
+def _lcm(x1, x2):
+    g = _gcd(x1, x2)
+    zero = _c(g, 0)
+    safe_g = lax.select(lax.eq(g, zero), _c(g, 1), g)
+    return lax.select(lax.eq(g, zero), zero, absolute(lax.mul(lax.div(x1, safe_g), x2)))
+
+
+gcd = _binary("gcd", _integer_only("gcd", _gcd))
+lcm = _binary("lcm", _integer_only("lcm", _lcm))

@@ -1,0 +1,531 @@
+"""kiln.lax: the primitives, with jax.lax's names and semantics. Operands of n-ary ops must
+share a dtype; Python scalars are weakly typed and take the other operand's dtype."""
+
+import builtins
+import enum
+import operator
+
+import numpy as np
+
+from kiln._src import core, dtypes
+from kiln._src.core import Array, Tracer, bind, bind1
+
+_int = builtins.int
+_float = builtins.float
+_bool = builtins.bool
+
+
+class Precision(enum.Enum):
+    """Matmul precision as in JAX: DEFAULT may use reduced precision on accelerators;
+    HIGHEST is full float32. On the CPU all three compute in full precision."""
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+    def __str__(self):
+        return self.name
+
+
+class RoundingMethod(enum.IntEnum):
+    AWAY_FROM_ZERO = 0
+    TO_NEAREST_EVEN = 1
+
+
+def _is_scalar(x):
+    return isinstance(x, (_bool, _int, _float)) or (isinstance(x, np.generic) and x.shape == ())
+
+
+def _to_array(x, like=None, opname="lax"):
+    """x as an Array; Python scalars take `like`'s dtype (weakly typed)."""
+    if isinstance(x, Array):
+        return x
+    if isinstance(x, (_bool, _int, _float)):
+        if like is not None:
+            return core.literal(x, like.dtype, True, like)
+        dt = dtypes.dtype_of(x)
+        return core.literal(x, dt, not isinstance(x, _bool))
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+        return core.asarray(x)
+    if hasattr(x, "__jax_array__"):
+        return core.asarray(x)
+    raise TypeError(f"{opname}: expected an array or a Python scalar, got {type(x).__name__}")
+
+
+def _args(opname, *xs):
+    """Arrays for n-ary ops: scalars adopt the dtype of the first array operand."""
+    like = next((x for x in xs if isinstance(x, Array)), None)
+    if like is None:
+        like = next((x for x in xs if isinstance(x, (np.ndarray, np.generic))), None)
+        if like is not None:
+            like = core.asarray(like)
+    return [_to_array(x, like, opname) for x in xs]
+
+
+def _unary(name):
+    def op(x):
+        (x,) = _args(name, x)
+        return bind1(name, [x])
+    op.__name__ = name
+    op.__doc__ = f"Elementwise {name}."
+    return op
+
+
+def _binary(name, prim=None):
+    prim = prim or name
+    def op(x, y):
+        x, y = _args(name, x, y)
+        return bind1(prim, [x, y])
+    op.__name__ = name
+    op.__doc__ = f"Elementwise {name}."
+    return op
+
+
+for _n in ("neg sign floor ceil is_finite exp exp2 log log1p expm1 tanh logistic sin cos tan asin "
+           "acos atan sinh cosh asinh acosh atanh sqrt rsqrt cbrt abs erf erfc erf_inv lgamma "
+           "digamma square stop_gradient").split():
+    globals()[_n] = _unary(_n)
+
+not_ = _unary("not")
+bitwise_not = not_
+
+for _n in ("add sub mul div rem pow max min atan2 shift_left shift_right_logical "
+           "shift_right_arithmetic eq ne lt le gt ge").split():
+    globals()[_n] = _binary(_n)
+and_ = _binary("and_", "and")
+or_ = _binary("or_", "or")
+xor = _binary("xor")
+bitwise_and, bitwise_or, bitwise_xor = and_, or_, xor
+
+
+def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):
+    (x,) = _args("round", x)
+    return bind1("round", [x], {"rounding_method": _int(rounding_method)})
+
+
+def integer_pow(x, y):
+    (x,) = _args("integer_pow", x)
+    return bind1("integer_pow", [x], {"y": operator.index(y)})
+
+
+def exp2(x):
+    (x,) = _args("exp2", x)
+    return bind1("exp2", [x])
+
+
+def reciprocal(x):
+    return div(1, x) if not isinstance(x, Array) else div(_to_array(1, x), x)
+
+
+def convert_element_type(operand, new_dtype, weak_type=False):
+    new_dtype = dtypes.canonicalize_dtype(new_dtype)
+    if not isinstance(operand, Array):
+        if isinstance(operand, (_bool, _int, _float)):
+            return core.literal(operand, new_dtype, weak_type)
+        operand = core.asarray(operand)
+    if operand.dtype == new_dtype and operand.weak_type == _bool(weak_type):
+        return operand
+    return bind1("convert_element_type", [operand], {"new_dtype": new_dtype.name, "weak_type": _int(_bool(weak_type))})
+
+
+def _convert_weak(operand, new_dtype, weak_type):
+    return convert_element_type(operand, new_dtype, weak_type)
+
+
+def select_n(which, *cases):
+    if not cases:
+        raise ValueError("select_n: needs at least one case")
+    arrs = _args("select_n", *cases)
+    (which,) = _args("select_n", which)
+    if len(arrs) == 1:
+        return arrs[0]
+    if which.dtype != np.bool_ and which.dtype != np.int32:
+        raise TypeError(f"select_n: which must be bool or int32, got {which.dtype}")
+    if len(arrs) == 2:
+        return bind1("select_n", [which, arrs[0], arrs[1]])
+    out = arrs[-1]
+    for i in builtins.range(len(arrs) - 2, -1, -1):
+        out = bind1("select_n", [lt(which, _to_array(i + 1, which)), out, arrs[i]])
+    return out
+
+
+def select(pred, on_true, on_false):
+    return select_n(pred, on_false, on_true)
+
+
+def clamp(min, x, max):
+    x, lo, hi = _args("clamp", x, min, max)
+    if lo.shape != x.shape:
+        lo = broadcast_in_dim(lo, x.shape, ()) if lo.shape == () else lo
+    if hi.shape != x.shape:
+        hi = broadcast_in_dim(hi, x.shape, ()) if hi.shape == () else hi
+    return bind1("min", [bind1("max", [x, lo]), hi])
+
+
+# ---------------------------------------------------------------------------
+# Shapes
+
+def _shape(shape, what="shape"):
+    try:
+        return tuple(operator.index(d) for d in shape)
+    except TypeError:
+        for d in shape:
+            if isinstance(d, Tracer):
+                core.concrete_or_error(d, f"a dimension of {what}")
+        raise TypeError(f"{what} must be a sequence of integers, got {shape!r}") from None
+
+
+def broadcast_in_dim(operand, shape, broadcast_dimensions):
+    (operand,) = _args("broadcast_in_dim", operand)
+    shape = _shape(shape)
+    dims = tuple(operator.index(d) for d in broadcast_dimensions)
+    if operand.shape == shape and dims == tuple(builtins.range(len(shape))):
+        return operand
+    return bind1("broadcast_in_dim", [operand], {"shape": shape, "broadcast_dimensions": dims})
+
+
+def broadcast(operand, sizes):
+    (operand,) = _args("broadcast", operand)
+    sizes = _shape(sizes)
+    n = len(sizes)
+    return broadcast_in_dim(operand, sizes + operand.shape, tuple(builtins.range(n, n + operand.ndim)))
+
+
+def reshape(operand, new_sizes, dimensions=None):
+    (operand,) = _args("reshape", operand)
+    new_sizes = _shape(new_sizes, "new_sizes")
+    if dimensions is not None and tuple(dimensions) != tuple(builtins.range(operand.ndim)):
+        operand = transpose(operand, dimensions)
+    if new_sizes == operand.shape:
+        return operand
+    return bind1("reshape", [operand], {"new_sizes": new_sizes})
+
+
+def transpose(operand, permutation):
+    (operand,) = _args("transpose", operand)
+    perm = tuple(operator.index(p) for p in permutation)
+    if perm == tuple(builtins.range(operand.ndim)):
+        return operand
+    return bind1("transpose", [operand], {"permutation": perm})
+
+
+def squeeze(array, dimensions):
+    (array,) = _args("squeeze", array)
+    dims = sorted({operator.index(d) % array.ndim if array.ndim else operator.index(d) for d in dimensions})
+    for d in dims:
+        if d >= array.ndim or array.shape[d] != 1:
+            raise ValueError(f"squeeze: cannot squeeze dimension {d} of an array of shape {array.shape} "
+                             "(only size-1 dimensions can be squeezed)")
+    return reshape(array, tuple(s for i, s in enumerate(array.shape) if i not in dims))
+
+
+def expand_dims(array, dimensions):
+    (array,) = _args("expand_dims", array)
+    n = array.ndim + len(dimensions)
+    dims = sorted(operator.index(d) % n for d in dimensions)
+    shape = list(array.shape)
+    for d in dims:
+        shape.insert(d, 1)
+    return reshape(array, tuple(shape))
+
+
+def rev(operand, dimensions):
+    (operand,) = _args("rev", operand)
+    dims = tuple(operator.index(d) for d in dimensions)
+    if not dims:
+        return operand
+    return bind1("rev", [operand], {"dimensions": dims})
+
+
+def slice(operand, start_indices, limit_indices, strides=None):
+    (operand,) = _args("slice", operand)
+    start = _shape(start_indices, "start_indices")
+    limit = _shape(limit_indices, "limit_indices")
+    st = _shape(strides, "strides") if strides is not None else (1,) * operand.ndim
+    if start == (0,) * operand.ndim and limit == operand.shape and st == (1,) * operand.ndim:
+        return operand
+    return bind1("slice", [operand], {"start_indices": start, "limit_indices": limit, "strides": st})
+
+
+def slice_in_dim(operand, start_index, limit_index, stride=1, axis=0):
+    (operand,) = _args("slice_in_dim", operand)
+    axis = operator.index(axis) % operand.ndim
+    n = operand.shape[axis]
+    start = 0 if start_index is None else operator.index(start_index)
+    limit = n if limit_index is None else operator.index(limit_index)
+    start = start + n if start < 0 else start
+    limit = limit + n if limit < 0 else limit
+    starts = [0] * operand.ndim
+    limits = list(operand.shape)
+    strides = [1] * operand.ndim
+    starts[axis], limits[axis], strides[axis] = start, limit, stride
+    return slice(operand, starts, limits, strides)
+
+
+def index_in_dim(operand, index, axis=0, keepdims=True):
+    (operand,) = _args("index_in_dim", operand)
+    axis = operator.index(axis) % operand.ndim
+    index = operator.index(index)
+    if index < 0:
+        index += operand.shape[axis]
+    out = slice_in_dim(operand, index, index + 1, 1, axis)
+    return out if keepdims else squeeze(out, (axis,))
+
+
+def _index_scalars(opname, idx):
+    out = []
+    for i in idx:
+        a = _to_array(i, None, opname) if not isinstance(i, Array) else i
+        if a.shape != ():
+            raise TypeError(f"{opname}: start indices must be scalars, got shape {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{opname}: start indices must be integers, got {a.dtype}")
+        if a.dtype != np.int32 and a.dtype != np.int64:
+            a = convert_element_type(a, np.int32)
+        out.append(a)
+    return out
+
+
+def dynamic_slice(operand, start_indices, slice_sizes):
+    (operand,) = _args("dynamic_slice", operand)
+    if len(start_indices) != operand.ndim:
+        raise ValueError(f"dynamic_slice: got {len(start_indices)} start indices for an operand of rank {operand.ndim}")
+    idx = _index_scalars("dynamic_slice", start_indices)
+    return bind1("dynamic_slice", [operand] + idx, {"slice_sizes": _shape(slice_sizes, "slice_sizes")})
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0):
+    (operand,) = _args("dynamic_slice_in_dim", operand)
+    axis = operator.index(axis) % operand.ndim
+    starts = [0] * operand.ndim
+    starts[axis] = start_index
+    sizes = list(operand.shape)
+    sizes[axis] = slice_size
+    return dynamic_slice(operand, starts, sizes)
+
+
+def dynamic_update_slice(operand, update, start_indices):
+    operand, update = _args("dynamic_update_slice", operand, update)
+    if len(start_indices) != operand.ndim:
+        raise ValueError(f"dynamic_update_slice: got {len(start_indices)} start indices for an operand of rank {operand.ndim}")
+    idx = _index_scalars("dynamic_update_slice", start_indices)
+    return bind1("dynamic_update_slice", [operand, update] + idx)
+
+
+def dynamic_update_slice_in_dim(operand, update, start_index, axis):
+    (operand,) = _args("dynamic_update_slice_in_dim", operand)
+    axis = operator.index(axis) % operand.ndim
+    starts = [0] * operand.ndim
+    starts[axis] = start_index
+    return dynamic_update_slice(operand, update, starts)
+
+
+def concatenate(operands, dimension):
+    ops = _args("concatenate", *operands)
+    if not ops:
+        raise ValueError("concatenate: needs at least one operand")
+    if len(ops) == 1:
+        return ops[0]
+    return bind1("concatenate", ops, {"dimension": operator.index(dimension)})
+
+
+def pad(operand, padding_value, padding_config):
+    operand, pv = _args("pad", operand, padding_value)
+    cfg = [tuple(operator.index(v) for v in c) for c in padding_config]
+    if len(cfg) != operand.ndim or any(len(c) != 3 for c in cfg):
+        raise ValueError(f"pad: padding_config needs one (low, high, interior) triple per dimension of {operand.shape}")
+    return bind1("pad", [operand, pv], {"low": [c[0] for c in cfg], "high": [c[1] for c in cfg],
+                                        "interior": [c[2] for c in cfg]})
+
+
+def iota(dtype, size):
+    return broadcasted_iota(dtype, (size,), 0)
+
+
+def broadcasted_iota(dtype, shape, dimension):
+    dtype = dtypes.canonicalize_dtype(dtype)
+    return bind1("iota", [], {"dtype": dtype.name, "shape": _shape(shape), "dimension": operator.index(dimension)})
+
+
+def full(shape, fill_value, dtype=None):
+    shape = _shape(shape)
+    if dtype is None:
+        v = fill_value if isinstance(fill_value, Array) else core.asarray(fill_value)
+    else:
+        v = convert_element_type(fill_value if isinstance(fill_value, Array) else core.asarray(fill_value), dtype)
+    if v.shape != ():
+        raise TypeError(f"full: fill_value must be a scalar, got shape {v.shape}")
+    return broadcast_in_dim(v, shape, ())
+
+
+def full_like(x, fill_value, dtype=None, shape=None):
+    return full(x.shape if shape is None else shape, fill_value, dtype or x.dtype)
+
+
+def zeros_like_array(x):
+    return full_like(x, 0)
+
+
+# ---------------------------------------------------------------------------
+# Reductions
+
+def _axes(operand, axes, opname):
+    out = []
+    for a in axes:
+        a = operator.index(a)
+        if not -operand.ndim <= a < operand.ndim and operand.ndim:
+            raise ValueError(f"{opname}: axis {a} is out of bounds for an array of rank {operand.ndim}")
+        out.append(a % operand.ndim if operand.ndim else a)
+    return tuple(out)
+
+
+def _reducer(name):
+    def op(operand, axes):
+        (operand,) = _args(name, operand)
+        return bind1(name, [operand], {"axes": _axes(operand, axes, name)})
+    op.__name__ = name
+    return op
+
+
+reduce_sum = _reducer("reduce_sum")
+reduce_prod = _reducer("reduce_prod")
+reduce_max = _reducer("reduce_max")
+reduce_min = _reducer("reduce_min")
+reduce_and = _reducer("reduce_and")
+reduce_or = _reducer("reduce_or")
+
+
+def _arg_reducer(name):
+    def op(operand, axis, index_dtype):
+        (operand,) = _args(name, operand)
+        return bind1(name, [operand], {"axes": _axes(operand, (axis,), name),
+                                       "index_dtype": dtypes.canonicalize_dtype(index_dtype).name})
+    op.__name__ = name
+    return op
+
+
+argmax = _arg_reducer("argmax")
+argmin = _arg_reducer("argmin")
+
+
+def _cumulative(name):
+    def op(operand, axis=0, reverse=False):
+        (operand,) = _args(name, operand)
+        return bind1(name, [operand], {"axis": _axes(operand, (axis,), name)[0], "reverse": _int(_bool(reverse))})
+    op.__name__ = name
+    return op
+
+
+cumsum = _cumulative("cumsum")
+cumprod = _cumulative("cumprod")
+cummax = _cumulative("cummax")
+cummin = _cumulative("cummin")
+
+
+def sort(operand, dimension=-1, is_stable=True, num_keys=1):
+    single = not isinstance(operand, (tuple, list))
+    ops = _args("sort", *([operand] if single else operand))
+    dim = _axes(ops[0], (dimension,), "sort")[0]
+    outs = bind("sort", ops, {"dimension": dim, "num_keys": operator.index(num_keys)})
+    return outs[0] if single else tuple(outs)
+
+
+def sort_key_val(keys, values, dimension=-1, is_stable=True):
+    return sort((keys, values), dimension, is_stable, 1)
+
+
+# ---------------------------------------------------------------------------
+# Contractions
+
+def _precision_code(precision):
+    if precision is None:
+        return 0
+    if isinstance(precision, (tuple, list)):
+        precision = max((p for p in precision if p is not None), key=lambda p: Precision(p).value if not isinstance(p, str) else Precision[p.upper()].value, default=None)
+        if precision is None:
+            return 0
+    if isinstance(precision, str):
+        return Precision[precision.upper()].value
+    return Precision(precision).value
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    lhs, rhs = _args("dot_general", lhs, rhs)
+    (lc, rc), (lb, rb) = dimension_numbers
+    params = {"lhs_contracting": tuple(lc), "rhs_contracting": tuple(rc), "lhs_batch": tuple(lb),
+              "rhs_batch": tuple(rb), "precision": _precision_code(precision)}
+    if preferred_element_type is not None:
+        params["preferred_element_type"] = dtypes.canonicalize_dtype(preferred_element_type).name
+    return bind1("dot_general", [lhs, rhs], params)
+
+
+def dot(lhs, rhs, precision=None, preferred_element_type=None):
+    lhs, rhs = _args("dot", lhs, rhs)
+    if lhs.ndim not in (1, 2) or rhs.ndim not in (1, 2):
+        raise TypeError(f"dot: expects vectors or matrices, got shapes {lhs.shape} and {rhs.shape}")
+    return dot_general(lhs, rhs, (((lhs.ndim - 1,), (0,)), ((), ())), precision, preferred_element_type)
+
+
+def batch_matmul(lhs, rhs, precision=None):
+    lhs, rhs = _args("batch_matmul", lhs, rhs)
+    b = tuple(builtins.range(lhs.ndim - 2))
+    return dot_general(lhs, rhs, (((lhs.ndim - 1,), (rhs.ndim - 2,)), (b, b)), precision)
+
+
+# ---------------------------------------------------------------------------
+# kiln-specific gather/scatter along one axis (the building blocks of jnp indexing)
+
+def _take(operand, indices, axis):
+    operand, = _args("take", operand)
+    indices = core.asarray(indices) if not isinstance(indices, Array) else indices
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"take: indices must be integers, got {indices.dtype}")
+    return bind1("take", [operand, indices], {"axis": _axes(operand, (axis,), "take")[0]})
+
+
+_SCATTER_OPS = {"set": 0, "add": 1, "mul": 2, "min": 3, "max": 4}
+
+
+def _scatter(operand, indices, updates, axis, op):
+    operand, = _args("scatter", operand)
+    indices = core.asarray(indices) if not isinstance(indices, Array) else indices
+    updates = _to_array(updates, operand, "scatter")
+    if op not in _SCATTER_OPS:
+        raise ValueError(f"scatter: unknown op {op!r}; expected one of {sorted(_SCATTER_OPS)}")
+    return bind1("scatter", [operand, indices, updates],
+                 {"axis": _axes(operand, (axis,), "scatter")[0], "op": _SCATTER_OPS[op]})
+
+
+# ---------------------------------------------------------------------------
+# Control flow on concrete predicates (traced forms arrive with the transformations issue)
+
+def cond(pred, true_fun, false_fun, *operands):
+    if isinstance(pred, Tracer):
+        raise NotImplementedError(
+            "lax.cond on a traced predicate is not supported yet by kiln; use jnp.where to "
+            "select between the two results, or make the predicate static")
+    return true_fun(*operands) if _bool(pred) else false_fun(*operands)
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    if isinstance(lower, Tracer) or isinstance(upper, Tracer):
+        raise NotImplementedError("lax.fori_loop with traced bounds is not supported yet by kiln")
+    val = init_val
+    for i in builtins.range(_int(lower), _int(upper)):
+        val = body_fun(i, val)
+    return val
+
+
+def while_loop(cond_fun, body_fun, init_val):
+    val = init_val
+    while True:
+        c = cond_fun(val)
+        if isinstance(c, Tracer):
+            raise NotImplementedError(
+                "lax.while_loop with a traced condition is not supported yet by kiln (it arrives "
+                "with the control-flow primitives); run it outside jit")
+        if not _bool(c):
+            return val
+        val = body_fun(val)
+
+
+from kiln.lax import linalg  # noqa: E402

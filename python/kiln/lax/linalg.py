@@ -1,0 +1,60 @@
+"""kiln.lax.linalg: matrix factorizations as primitives (LAPACK on the CPU)."""
+
+from kiln._src import core
+from kiln._src.core import Array, bind, bind1
+from kiln import lax
+
+
+def _arr(x):
+    return x if isinstance(x, Array) else core.asarray(x)
+
+
+def _symmetrize(x):
+    return lax.div(lax.add(x, _mT(x)), lax._to_array(2, x))
+
+
+def _mT(x):
+    perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return lax.transpose(x, perm)
+
+
+def cholesky(x, symmetrize_input=True):
+    x = _arr(x)
+    if symmetrize_input and x.ndim >= 2:
+        x = _symmetrize(x)
+    return bind1("cholesky", [x])
+
+
+def qr(x, full_matrices=True, pivoting=False):
+    if pivoting:
+        raise NotImplementedError("lax.linalg.qr(pivoting=True) is not supported yet by kiln")
+    return bind("qr", [_arr(x)], {"full_matrices": int(bool(full_matrices))})
+
+
+def svd(x, full_matrices=True, compute_uv=True, subset_by_index=None):
+    if subset_by_index is not None:
+        raise NotImplementedError("lax.linalg.svd(subset_by_index=...) is not supported yet by kiln")
+    outs = bind("svd", [_arr(x)], {"full_matrices": int(bool(full_matrices)), "compute_uv": int(bool(compute_uv))})
+    return tuple(outs) if compute_uv else outs[0]
+
+
+def eigh(x, lower=True, symmetrize_input=True, sort_eigenvalues=True, subset_by_index=None):
+    if subset_by_index is not None:
+        raise NotImplementedError("lax.linalg.eigh(subset_by_index=...) is not supported yet by kiln")
+    x = _arr(x)
+    if symmetrize_input and x.ndim >= 2:
+        x = _symmetrize(x)
+    v, w = bind("eigh", [x], {"lower": int(bool(lower))})
+    return v, w
+
+
+def lu(x):
+    lu_, piv, perm = bind("lu", [_arr(x)])
+    return lu_, piv, perm
+
+
+def triangular_solve(a, b, left_side=False, lower=False, transpose_a=False, conjugate_a=False,
+                     unit_diagonal=False):
+    a, b = _arr(a), _arr(b)
+    flags = (1 if lower else 0) | (2 if transpose_a else 0) | (4 if unit_diagonal else 0)
+    return bind1("triangular_solve", [a, b], {"left_side": int(bool(left_side)), "flags": flags})

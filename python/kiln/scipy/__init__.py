@@ -1,0 +1,3 @@
+"""kiln.scipy: the subset of jax.scipy that kiln provides (special functions for now)."""
+
+from kiln.scipy import special  # noqa: F401

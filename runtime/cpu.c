@@ -1,0 +1,351 @@
+/* cpu.c: the CPU device: buffers, a launch queue served by one executor thread, and a
+ * small pool of workers that split a step's parallel range across the cores. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+/* ---- buffers ---- */
+
+static pthread_mutex_t ready_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ready_cv = PTHREAD_COND_INITIALIZER;
+
+kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
+  kl_buffer *b = calloc(1, sizeof *b);
+  if (!b) goto oom;
+  size_t n = (nbytes + 63) & ~(size_t)63;
+  if (n < nbytes || posix_memalign(&b->data, 64, n ? n : 64)) {
+    free(b);
+    goto oom;
+  }
+  b->nbytes = nbytes;
+  b->refcount = 1;
+  return b;
+oom:
+  snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
+  return NULL;
+}
+
+kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner) {
+  kl_buffer *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->data = data;
+  b->nbytes = nbytes;
+  b->release = release;
+  b->owner = owner;
+  b->refcount = 1;
+  b->state = KL_BUF_READY;
+  return b;
+}
+
+void kl_buf_retain(kl_buffer *b) { atomic_fetch_add((_Atomic int *)&b->refcount, 1); }
+
+void kl_buf_release(kl_buffer *b) {
+  if (!b || atomic_fetch_sub((_Atomic int *)&b->refcount, 1) != 1) return;
+  if (b->release) b->release(b->owner);
+  else free(b->data);
+  free(b->error);
+  free(b);
+}
+
+int kl_buf_is_ready(const kl_buffer *b) { return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING; }
+
+static void buf_set_state(kl_buffer *b, int state, const char *msg) {
+  if (msg && !b->error) b->error = strdup(msg);
+  pthread_mutex_lock(&ready_mu);
+  atomic_store((_Atomic int *)&b->state, state);
+  pthread_cond_broadcast(&ready_cv);
+  pthread_mutex_unlock(&ready_mu);
+}
+
+int kl_buf_wait(kl_buffer *b) {
+  for (int spin = 0; spin < 2000; spin++) {
+    int s = atomic_load((_Atomic int *)&b->state);
+    if (s != KL_BUF_PENDING) return s;
+  }
+  pthread_mutex_lock(&ready_mu);
+  while (atomic_load((_Atomic int *)&b->state) == KL_BUF_PENDING) pthread_cond_wait(&ready_cv, &ready_mu);
+  pthread_mutex_unlock(&ready_mu);
+  return b->state;
+}
+
+/* ---- executables ---- */
+
+void kl_exec_retain(kl_exec *x) { atomic_fetch_add((_Atomic int *)&x->refcount, 1); }
+
+void kl_exec_release(kl_exec *x) {
+  if (!x || atomic_fetch_sub((_Atomic int *)&x->refcount, 1) != 1) return;
+  if (x->destroy) x->destroy(x->owner);
+  for (int i = 0; i < x->nsteps; i++) free(x->steps[i].slots);
+  free(x->steps);
+  free(x->slot_bytes);
+  free(x->in_slots);
+  free(x->out_slots);
+  free(x);
+}
+
+/* ---- worker pool: splits one step's range across threads ---- */
+
+typedef struct {
+  const kl_step *step;
+  void **ptrs;   /* base argument pointers */
+  void **parts;  /* private partial outputs, one per chunk (full reductions) */
+  int64_t chunk; /* range per chunk */
+  int nchunks;
+  atomic_int next;    /* next chunk to take */
+  atomic_int pending; /* chunks not yet finished */
+} pool_job;
+
+static int nthreads;
+static pthread_t *pool_threads;
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_cv = PTHREAD_COND_INITIALIZER;
+static pool_job *pool_cur;
+static unsigned pool_gen;
+
+static void run_chunk(pool_job *j, int c) {
+  const kl_step *s = j->step;
+  int64_t lo = c * j->chunk, hi = lo + j->chunk;
+  if (hi > s->extent) hi = s->extent;
+  if (s->partial_arg >= 0) {
+    void *local[64];
+    memcpy(local, j->ptrs, sizeof(void *) * (size_t)s->nslots);
+    local[s->partial_arg] = j->parts[c];
+    s->run(s->ctx, local, lo, hi);
+  } else {
+    s->run(s->ctx, j->ptrs, lo, hi);
+  }
+}
+
+static void drain(pool_job *j) {
+  int c;
+  while ((c = atomic_fetch_add(&j->next, 1)) < j->nchunks) {
+    run_chunk(j, c);
+    atomic_fetch_sub(&j->pending, 1);
+  }
+}
+
+static void *pool_main(void *arg) {
+  (void)arg;
+  unsigned seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&pool_mu);
+    while (pool_gen == seen) pthread_cond_wait(&pool_cv, &pool_mu);
+    seen = pool_gen;
+    pool_job *j = pool_cur;
+    pthread_mutex_unlock(&pool_mu);
+    if (j) drain(j);
+  }
+  return NULL;
+}
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_init(void) {
+  const char *env = getenv("KILN_NUM_THREADS");
+  long n = env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  if (n > 64) n = 64;
+  nthreads = (int)n;
+  pool_threads = calloc((size_t)nthreads, sizeof *pool_threads);
+  for (int i = 1; i < nthreads; i++) pthread_create(&pool_threads[i], NULL, pool_main, NULL);
+}
+
+int kl_rt_num_threads(void) {
+  pthread_once(&pool_once, pool_init);
+  return nthreads;
+}
+
+/* Below this many elements a step runs on one thread: waking workers costs more. */
+#define PARALLEL_MIN_COST (1 << 16)
+
+static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes) {
+  int n = kl_rt_num_threads();
+  if (n > s->extent) n = (int)s->extent;
+  if (s->cost < PARALLEL_MIN_COST || n <= 1) {
+    s->run(s->ctx, ptrs, 0, s->extent);
+    return;
+  }
+  pool_job j;
+  memset(&j, 0, sizeof j);
+  j.step = s;
+  j.ptrs = ptrs;
+  j.nchunks = n;
+  j.chunk = (s->extent + n - 1) / n;
+  j.nchunks = (int)((s->extent + j.chunk - 1) / j.chunk);
+  void *parts[64];
+  if (s->partial_arg >= 0) {
+    for (int c = 0; c < j.nchunks; c++) {
+      parts[c] = aligned_alloc(64, (partial_bytes + 63) & ~(size_t)63);
+      if (!parts[c]) abort();
+    }
+    j.parts = parts;
+  }
+  atomic_store(&j.next, 0);
+  atomic_store(&j.pending, j.nchunks);
+  pthread_mutex_lock(&pool_mu);
+  pool_cur = &j;
+  pool_gen++;
+  pthread_cond_broadcast(&pool_cv);
+  pthread_mutex_unlock(&pool_mu);
+  drain(&j);
+  while (atomic_load(&j.pending) > 0) sched_yield();
+  pthread_mutex_lock(&pool_mu);
+  pool_cur = NULL;
+  pthread_mutex_unlock(&pool_mu);
+  if (s->partial_arg >= 0) {
+    s->combine(s->ctx, ptrs[s->partial_arg], parts, j.nchunks);
+    for (int c = 0; c < j.nchunks; c++) free(parts[c]);
+  }
+}
+
+/* ---- launches and the executor thread ---- */
+
+typedef struct launch {
+  kl_exec *x;
+  kl_buffer **bufs; /* per slot (inputs retained, outputs retained, temps owned) */
+  struct launch *next;
+} launch;
+
+static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t idle_cv = PTHREAD_COND_INITIALIZER;
+static launch *q_head, *q_tail;
+static int q_busy; /* executor is running a launch */
+static pthread_once_t exec_once = PTHREAD_ONCE_INIT;
+
+static void execute(launch *l) {
+  kl_exec *x = l->x;
+  char err[512] = "";
+  int failed = 0;
+  for (int s = 0; s < x->nsteps && !failed; s++) {
+    const kl_step *st = &x->steps[s];
+    void *ptrs[64];
+    for (int i = 0; i < st->nslots; i++) {
+      kl_buffer *b = l->bufs[st->slots[i]];
+      if (!b) {
+        b = kl_buf_new(x->slot_bytes[st->slots[i]], err, sizeof err);
+        if (!b) { failed = 1; break; }
+        l->bufs[st->slots[i]] = b;
+      }
+      if (b->state == KL_BUF_FAILED) {
+        snprintf(err, sizeof err, "%s", b->error ? b->error : "an input of this computation failed");
+        failed = 1;
+        break;
+      }
+      ptrs[i] = b->data;
+    }
+    if (failed) break;
+    if (st->run_checked) failed = st->run_checked(st->ctx, ptrs, err, sizeof err) != 0;
+    else {
+      size_t pb = st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0;
+      run_step(st, ptrs, pb);
+    }
+  }
+  char *is_out = calloc((size_t)x->nslots, 1);
+  for (int i = 0; i < x->noutputs; i++) is_out[x->out_slots[i]] = 1;
+  for (int i = 0; i < x->ninputs; i++) is_out[x->in_slots[i]] = 0;
+  for (int i = 0; i < x->nslots; i++) {
+    if (!l->bufs[i]) continue;
+    if (is_out[i]) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
+    kl_buf_release(l->bufs[i]);
+  }
+  free(is_out);
+  free(l->bufs);
+  kl_exec_release(x);
+  free(l);
+}
+
+static void *executor_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&q_mu);
+    while (!q_head || q_busy) pthread_cond_wait(&q_cv, &q_mu);
+    launch *l = q_head;
+    q_head = l->next;
+    if (!q_head) q_tail = NULL;
+    q_busy = 1;
+    pthread_mutex_unlock(&q_mu);
+    execute(l);
+    pthread_mutex_lock(&q_mu);
+    q_busy = 0;
+    if (!q_head) pthread_cond_broadcast(&idle_cv);
+    pthread_mutex_unlock(&q_mu);
+  }
+  return NULL;
+}
+
+static void exec_init(void) {
+  pthread_t t;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  pthread_create(&t, &a, executor_main, NULL);
+  pthread_attr_destroy(&a);
+}
+
+/* Work below this many elements runs in the caller when the device is idle. */
+#define INLINE_MAX_COST 4096
+
+int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+  launch *l = calloc(1, sizeof *l);
+  kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
+  if (!l || !bufs) abort();
+  for (int i = 0; i < x->ninputs; i++) {
+    if (bufs[x->in_slots[i]]) continue;
+    bufs[x->in_slots[i]] = inputs[i];
+    kl_buf_retain(inputs[i]);
+  }
+  for (int i = 0; i < x->noutputs; i++) {
+    int s = x->out_slots[i];
+    if (!bufs[s]) {
+      bufs[s] = kl_buf_new(x->slot_bytes[s], err, errlen);
+      if (!bufs[s]) {
+        for (int k = 0; k < i; k++) kl_buf_release(outs[k]);
+        for (int k = 0; k < x->nslots; k++) kl_buf_release(bufs[k]);
+        free(bufs);
+        free(l);
+        return -1;
+      }
+    }
+    outs[i] = bufs[s];
+    kl_buf_retain(bufs[s]);
+  }
+  kl_exec_retain(x);
+  l->x = x;
+  l->bufs = bufs;
+  /* Inputs that are still pending are fine: the queue is in order, so their producers run first. */
+  int inputs_ready = 1;
+  for (int i = 0; i < x->ninputs && inputs_ready; i++) inputs_ready = kl_buf_is_ready(inputs[i]);
+  pthread_mutex_lock(&q_mu);
+  int idle = !q_head && !q_busy;
+  if (idle && inputs_ready && x->cost <= INLINE_MAX_COST) {
+    q_busy = 1;
+    pthread_mutex_unlock(&q_mu);
+    execute(l);
+    pthread_mutex_lock(&q_mu);
+    q_busy = 0;
+    if (!q_head) pthread_cond_broadcast(&idle_cv);
+    else pthread_cond_signal(&q_cv);
+    pthread_mutex_unlock(&q_mu);
+    return 0;
+  }
+  pthread_once(&exec_once, exec_init);
+  if (q_tail) q_tail->next = l;
+  else q_head = l;
+  q_tail = l;
+  pthread_cond_signal(&q_cv);
+  pthread_mutex_unlock(&q_mu);
+  return 0;
+}
+
+void kl_rt_synchronize(void) {
+  pthread_mutex_lock(&q_mu);
+  while (q_head || q_busy) pthread_cond_wait(&idle_cv, &q_mu);
+  pthread_mutex_unlock(&q_mu);
+}

@@ -1,0 +1,121 @@
+/* hostla.h: dense linear algebra on host memory for the CPU runtime: batched
+ * matmul (through a BLAS when one can be found) and the LAPACK factorizations
+ * behind kiln.lax.linalg. The BLAS/LAPACK is opened at run time with dlopen,
+ * so kiln links against none. Depends on ir/dtype.h and the C library only.
+ *
+ * Conventions for every entry point:
+ *  - arrays are row-major, contiguous, host memory, with a leading batch
+ *    dimension: argument X of shape (batch, r, c) holds batch * r * c
+ *    elements, entry b starting at element b * r * c (unless a *_bstride says
+ *    otherwise);
+ *  - outputs are caller-allocated and fully written (no aliasing with inputs);
+ *  - the return value is 0 on success, nonzero on failure with a message that
+ *    names the routine written into err (err may be NULL; errlen its size).
+ *  - numerical failures that JAX reports as values (a matrix that is not
+ *    positive definite, an eigensolver that does not converge) fill that batch
+ *    entry with NaN instead of failing.
+ *
+ * Library search (first that provides sgemm and dgemm wins; once per process):
+ *  1. $KILN_BLAS_LIB (a path or soname; "none" disables the BLAS and selects
+ *     the built-in C kernels; LAPACK symbols missing from it are looked up in
+ *     $KILN_LAPACK_LIB, if set),
+ *  2. libopenblas.so.0, 3. libopenblas.so, 4. libblas.so.3 + liblapack.so.3,
+ *  5. libmkl_rt.so.2, libmkl_rt.so,
+ *  6. the paths given to kl_hostla_add_search_path, in call order (Python adds
+ *     NumPy's bundled scipy-openblas there).
+ * Symbol names tried per library: plain Fortran (sgemm_), OpenBLAS 64-bit
+ * suffix (sgemm_64_), scipy-openblas (scipy_sgemm_64_, scipy_sgemm_); the
+ * LAPACK integer width (32 or 64 bits) is probed by a call, not guessed. */
+#ifndef KL_HOSTLA_H
+#define KL_HOSTLA_H
+#include <stddef.h>
+#include <stdint.h>
+#include "../ir/dtype.h"
+
+/* Adds a candidate library path, tried after the standard names. Must be
+ * called before the first use of any other kl_hostla_ function; returns 0 if
+ * recorded, -1 if the library search already ran (or out of memory). The
+ * string is copied. Thread-safe. */
+int kl_hostla_add_search_path(const char *path);
+
+/* 1 if a BLAS was loaded (triggers the search), else 0. */
+int kl_hostla_available(void);
+
+/* Name of the loaded library as it was opened (borrowed, static lifetime), or
+ * "none" when the built-in kernels are in use. */
+const char *kl_hostla_library(void);
+
+/* Integer width of the loaded BLAS/LAPACK ABI: 32, 64, or 0 when none. */
+int kl_hostla_index_bits(void);
+
+/* 1 if the loaded library also provides the LAPACK routines used here. */
+int kl_hostla_lapack_available(void);
+
+/* C[b] = op(A[b]) @ op(B[b]) for b < batch; op(X) = X^T when trans* != 0.
+ * op(A) is m x k (A stored k x m when transa), op(B) is k x n (B stored
+ * n x k when transb), C is (batch, m, n). a_bstride / b_bstride: elements
+ * between consecutive batch entries of A / B; 0 broadcasts one matrix.
+ * Every dtype is supported: f32/f64 through the BLAS (or a blocked C kernel
+ * without one), f16/bf16 through f32 with round-to-nearest-even on output,
+ * integers wrap modulo 2^bits, bool computes OR of ANDs. */
+int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
+                   const void *a, int64_t a_bstride, int transa,
+                   const void *b, int64_t b_bstride, int transb, void *c,
+                   char *err, size_t errlen);
+
+/* The LAPACK routines below accept KL_F32 and KL_F64 only. */
+
+/* a: (batch, n, n) symmetric positive definite; only its lower triangle is
+ * read. l: (batch, n, n) lower Cholesky factor (l @ l^T = a), upper triangle
+ * zeroed; all NaN for an entry that is not positive definite. */
+int kl_hostla_cholesky(kl_dtype t, int64_t batch, int64_t n, const void *a,
+                       void *l, char *err, size_t errlen);
+
+/* LU with partial pivoting, as jax.lax.linalg.lu. a: (batch, m, n).
+ * lu: (batch, m, n), unit-lower L below the diagonal and U on and above it.
+ * pivots: (batch, min(m, n)), 0-based row swapped with row i at step i.
+ * perm: (batch, m), a[perm] == L @ U (perm may be NULL). A singular matrix
+ * is not an error (U then has a zero on its diagonal). */
+int kl_hostla_lu(kl_dtype t, int64_t batch, int64_t m, int64_t n,
+                 const void *a, void *lu, int32_t *pivots, int32_t *perm,
+                 char *err, size_t errlen);
+
+/* Triangular solve, as jax.lax.linalg.triangular_solve on real inputs.
+ * a: (batch, s, s) with s = left_side ? m : n, entry b at element
+ * b * a_bstride (0 broadcasts); only the triangle named by lower is read, and
+ * not its diagonal when unit_diagonal. b, out: (batch, m, n).
+ * left_side: op(a) @ out = b; else out @ op(a) = b; op = transpose if
+ * transpose_a. */
+int kl_hostla_triangular_solve(kl_dtype t, int64_t batch, int64_t m,
+                               int64_t n, const void *a, int64_t a_bstride,
+                               const void *b, void *out, int left_side,
+                               int lower, int transpose_a, int unit_diagonal,
+                               char *err, size_t errlen);
+
+/* Householder QR. a: (batch, m, n); with k = min(m, n):
+ * full_matrices: q (batch, m, m), r (batch, m, n);
+ * otherwise      q (batch, m, k), r (batch, k, n).
+ * q has orthonormal columns, r is upper triangular (zeros below), q @ r = a. */
+int kl_hostla_qr(kl_dtype t, int64_t batch, int64_t m, int64_t n,
+                 const void *a, void *q, void *r, int full_matrices,
+                 char *err, size_t errlen);
+
+/* Symmetric eigendecomposition (divide and conquer). a: (batch, n, n); only
+ * its lower (lower != 0) or upper triangle is read. w: (batch, n) eigenvalues
+ * ascending; v: (batch, n, n) with the eigenvectors as columns
+ * (a @ v = v @ diag(w)). */
+int kl_hostla_eigh(kl_dtype t, int64_t batch, int64_t n, const void *a,
+                   void *v, void *w, int lower, char *err, size_t errlen);
+
+/* Singular value decomposition, a = u @ diag(s) @ vt, s descending.
+ * a: (batch, m, n), k = min(m, n), s: (batch, k).
+ * compute_uv and full_matrices: u (batch, m, m), vt (batch, n, n);
+ * compute_uv only:              u (batch, m, k), vt (batch, k, n);
+ * no compute_uv: u and vt are not touched (may be NULL).
+ * Uses gesdd and falls back to gesvd for an entry where gesdd fails
+ * (KILN_SVD_DRIVER=gesvd, read once at load, forces gesvd everywhere). */
+int kl_hostla_svd(kl_dtype t, int64_t batch, int64_t m, int64_t n,
+                  const void *a, void *u, void *s, void *vt,
+                  int full_matrices, int compute_uv, char *err, size_t errlen);
+
+#endif

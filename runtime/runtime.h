@@ -1,0 +1,73 @@
+/* runtime.h: devices, refcounted buffers that know when they are ready, executables made
+ * of steps, and asynchronous execution. Knows nothing of the IR, MLIR or Python: a step
+ * is a function over buffer pointers that codegen/ prepared. */
+#ifndef KL_RUNTIME_H
+#define KL_RUNTIME_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { KL_BUF_PENDING = 0, KL_BUF_READY = 1, KL_BUF_FAILED = 2 } kl_buf_state;
+
+typedef struct kl_buffer {
+  int refcount;        /* atomic; starts at 1 for the creator */
+  int state;           /* atomic kl_buf_state */
+  void *data;          /* host memory, 64-byte aligned, owned (unless `owner` set) */
+  size_t nbytes;
+  void (*release)(void *owner); /* called instead of free(data) when the buffer wraps foreign memory */
+  void *owner;
+  char *error;         /* message when FAILED, owned */
+} kl_buffer;
+
+/* Allocates a pending buffer; NULL (with a message) if nbytes cannot be allocated. */
+kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen);
+/* Wraps foreign host memory (ready at once); release(owner) runs when the last ref goes. */
+kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner);
+void kl_buf_retain(kl_buffer *b);
+void kl_buf_release(kl_buffer *b);
+/* Blocks until b is ready or failed; returns its state. */
+int kl_buf_wait(kl_buffer *b);
+int kl_buf_is_ready(const kl_buffer *b);
+
+/* One step of an executable: run(ctx, ptrs, lo, hi) over the parallel range [lo, hi) of
+ * [0, extent). ptrs are the data pointers of `slots`, in the step's argument order. When
+ * `partial_arg` >= 0 the step is a full reduction: each parallel chunk writes its own
+ * private copy of argument `partial_arg`, merged afterwards with combine(). */
+typedef struct {
+  void (*run)(void *ctx, void **ptrs, int64_t lo, int64_t hi);
+  void *ctx;           /* borrowed from the executable's owner */
+  int *slots;          /* owned */
+  int nslots;
+  int64_t extent;      /* parallel range; 1 if the step is not parallel */
+  int64_t cost;        /* elements touched, for the threading decision */
+  int partial_arg;     /* -1, or the argument merged by combine */
+  void (*combine)(void *ctx, void *dst, void *const *parts, int nparts);
+  /* Library steps may fail: returns 0 or nonzero with a message. NULL: run() cannot fail. */
+  int (*run_checked)(void *ctx, void **ptrs, char *err, size_t errlen);
+} kl_step;
+
+typedef struct kl_exec {
+  int nslots;
+  size_t *slot_bytes; /* owned; bytes per slot */
+  int ninputs, noutputs;
+  int *in_slots;      /* owned; slot of each input */
+  int *out_slots;     /* owned; slot of each output (may repeat, may be an input slot) */
+  kl_step *steps;     /* owned */
+  int nsteps;
+  int64_t cost;       /* total elements touched */
+  void *owner;        /* compiled code and contexts, freed by destroy */
+  void (*destroy)(void *owner);
+  int refcount;       /* atomic */
+} kl_exec;
+
+void kl_exec_retain(kl_exec *x);
+void kl_exec_release(kl_exec *x);
+
+/* Launches x on inputs (borrowed; each retained until done). Writes new output buffers (owned
+ * by the caller) into outs. Returns before the work is done unless the work is tiny and the
+ * device is idle. Returns 0, or -1 with a message if outputs cannot be allocated. */
+int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
+
+/* Waits until every launched piece of work is finished. */
+void kl_rt_synchronize(void);
+int kl_rt_num_threads(void);
+#endif

@@ -1,0 +1,33 @@
+/* fuse.h: dead-code elimination and fusion of a Program into kernels and library calls.
+ * Fusion decides which values live in buffers ("materialized"); every other value is
+ * recomputed inside the kernels that read it. Depends only on ir/. */
+#ifndef KL_FUSE_H
+#define KL_FUSE_H
+#include "../ir/program.h"
+
+typedef enum {
+  KL_STEP_KERNEL, /* a generated loop nest computing value `root` */
+  KL_STEP_LIB     /* one equation run by a library routine (BLAS, LAPACK, sort, ...) */
+} kl_step_kind;
+
+typedef struct {
+  kl_step_kind kind;
+  int eqn;  /* producing equation */
+  int root; /* KERNEL: the value it writes */
+} kl_plan_step;
+
+typedef struct {
+  const kl_program *pg;   /* borrowed */
+  char *materialized;     /* owned; per value id: 1 if it lives in a buffer */
+  kl_plan_step *steps;    /* owned; in execution order */
+  int nsteps;
+} kl_plan;
+
+/* Removes equations whose results are unused (in place). */
+void kl_dce(kl_program *pg);
+/* Plans kernels for pg. KILN_DISABLE_FUSION=1 materializes every value. */
+void kl_plan_build(const kl_program *pg, kl_plan *plan);
+void kl_plan_free(kl_plan *plan);
+/* True for families that can be inlined into a kernel. */
+int kl_prim_fusible(kl_prim p);
+#endif
