@@ -47,9 +47,9 @@ static const double k_exp64[] = {
     0.00019841269874800493, 2.4801587325533363e-05, 2.7557255425746435e-06, 2.7557273661348637e-07,
     2.5105206373957011e-08, 2.0914679376583935e-09
 };
-static const double k_log64[] = {
-    0.66666666666666696, 0.39999999999899505, 0.28571428625975487, 0.22222211134795081,
-    0.18182889125261723, 0.15331721600556042, 0.14616449685043406
+static const double k_log64[] = { /* deg 7: at the coefficient-rounding floor, for pow's log */
+    0.66666666666666663, 0.40000000000000879, 0.28571428570803614, 0.22222222391713917,
+    0.18181795640132906, 0.15386239702814658, 0.13268773138656886, 0.13086626147840102
 };
 static const double k_sin64[] = {
     -0.16666666666666666, 0.0083333333333333315, -0.00019841269841265065, 2.7557319219339167e-06,
@@ -74,11 +74,11 @@ static const double k_erf32[] = {
     0.128379166, -0.376126379, 0.112837739, -0.0268631428, 0.00520041352, -0.000769453414
 };
 static const double k_erfc32[] = {
-    0.499033004, 0.211959928, 0.055498533, 0.00503063807, -0.00164931838, -0.000365720072,
-    9.21317114e-05, 2.12355008e-05, -6.66475216e-06, -8.46481498e-07
+    0.510791361, 0.343580335, 0.139735907, 0.0182215646, -0.0107524972, -0.0032445176,
+    0.00152476062, 0.000439259165, -0.00026885065, -5.06331344e-05
 };
-#define K_ERFC32_M 0.482644628
-#define K_ERFC32_H 0.317355372
+#define K_ERFC32_M 0.5
+#define K_ERFC32_H 0.5
 static const double k_erfinv32_0[] = {
     1.50140941, 0.616600692, -0.0261087064, -0.0195738506, 0.00852927286, -0.000485587865,
     -0.000845699513, 0.000285724702, 3.56078599e-05, -3.40725928e-05
@@ -97,16 +97,15 @@ static const double k_erf64[] = {
     1.6459034327218912e-06, -1.6273138761686977e-07, 1.3214378238338438e-08
 };
 static const double k_erfc64[] = {
-    0.27792335765850823, 0.19076365601068049, 0.11602297797456942, 0.062174731862315973,
-    0.029060588595720461, 0.011645110173196613, 0.0038807613966817655, 0.0010115582165911435,
-    0.00017450297224701008, 4.4616390527160168e-06, -8.0084848817859934e-06,
-    -2.2239979910735066e-06, 3.4578040873303871e-09, 1.4478542936984971e-07, 2.4050275220884241e-08,
-    -6.9214561862775313e-09, -2.6530063632170361e-09, 2.7154688807209031e-10,
-    2.3564856588119698e-10, -7.8639187476126804e-12, -1.9267299227271007e-11,
-    9.8024408753239692e-14, 1.1422628313482106e-12
+    0.27399891525012277, 0.24413718227022049, 0.1933021755663093, 0.1352134578283091,
+    0.082712896969501556, 0.043502734309969468, 0.019095378727384087, 0.0065925133353612339,
+    0.0015280139129401008, 7.0239713410968595e-05, -0.00011376316182163857, -4.4203186087022517e-05,
+    -9.0884437279573092e-07, 4.7151494156313726e-06, 1.1737889698230018e-06, -3.558694133811147e-07,
+    -2.1198483478338754e-07, 1.8605843307042893e-08, 3.168492204316837e-08, 2.7555238983291625e-11,
+    -4.4176297777047219e-09, -1.2852810461065093e-10, 4.5284639107826435e-10
 };
-#define K_ERFC64_M 0.50793650793650791
-#define K_ERFC64_H 0.38095238095238093
+#define K_ERFC64_M 0.5
+#define K_ERFC64_H 0.5
 static const double k_erfinv64_0[] = {
     1.6536545626831027, 0.75049432007996353, -0.058922567103787599, -0.022604447453444733,
     0.017808361818756901, -0.0041373143775478953, -0.0012716922769885114, 0.0012324855702994214,
@@ -476,7 +475,8 @@ static V f_acosh(C *c, V x) {
   V t = add(c, xm, sqrt_(c, mul(c, xm, addk(c, x, 1.0))));
   V huge = cmpk(c, "ogt", x, HYP_HUGE(c));
   V r = f_log1p(c, sel(c, huge, xm, t));
-  return add(c, r, sel(c, huge, K(c, 0.69314718055994531), K(c, 0.0)));
+  r = add(c, r, sel(c, huge, K(c, 0.69314718055994531), K(c, 0.0)));
+  return sel(c, cmpk(c, "olt", x, 1.0), K(c, NAN), r); /* -huge would pass the sqrt as inf */
 }
 
 /* atanh|x| = log1p(2a + 2a^2/(1-a)) / 2. */
@@ -484,7 +484,8 @@ static V f_atanh(C *c, V x) {
   V a = fabs_(c, x);
   V a2 = add(c, a, a);
   V t = add(c, a2, dvd(c, mul(c, a2, a), ksub(c, 1.0, a)));
-  return csign(c, mulk(c, f_log1p(c, t), 0.5), x);
+  V r = csign(c, mulk(c, f_log1p(c, t), 0.5), x);
+  return sel(c, cmpk(c, "ogt", a, 1.0), K(c, NAN), r); /* huge a cancels t to 0 */
 }
 
 /* ---- trigonometric ---- */
@@ -599,12 +600,14 @@ static V f_atan2(C *c, V y, V x) {
 
 static V erf_small(C *c, V a) { return fma3(c, a, POLY(c, mul(c, a, a), k_erf), a); }
 
-/* erfc(a) for a >= 1/2: e^(-a^2) t Q(t). a^2 = h + l exactly (fma), e^-(h+l) = e^-h (1 - l). */
-static V erfc_big(C *c, V a) {
-  double kk = c->f64 ? 4.0 : 2.0, xmax = c->f64 ? 27.5 : 10.1;
+/* erfc(a) for a >= 1/2: e^(-a^2) t Q(t). a^2 = h + l exactly (fma), e^-(h+l) = e^-h (1 - l).
+ * coef64 picks the coefficient set independently of the arithmetic type (f32 erfc evaluates the
+ * f32 set in f64: t = K/(K+a) amplifies its own rounding ~3x, too much for f32 arithmetic). */
+static V erfc_big(C *c, V a, int coef64) {
+  double kk = coef64 ? 4.0 : 2.0, xmax = coef64 ? 27.5 : 10.1;
   V ac = fmin_(c, a, K(c, xmax));
   V t = dvd(c, K(c, kk), addk(c, ac, kk));
-  V q = c->f64 ? POLY_U(c, t, k_erfc64, K_ERFC64) : POLY_U(c, t, k_erfc32, K_ERFC32);
+  V q = coef64 ? POLY_U(c, t, k_erfc64, K_ERFC64) : POLY_U(c, t, k_erfc32, K_ERFC32);
   q = mul(c, t, q);
   V h = mul(c, ac, ac);
   V l = fma3(c, ac, ac, neg(c, h));
@@ -615,16 +618,23 @@ static V erfc_big(C *c, V a) {
 
 static V f_erf(C *c, V x) {
   V a = fabs_(c, x);
-  V r = sel(c, cmpk(c, "olt", a, 0.5), erf_small(c, a), ksub(c, 1.0, erfc_big(c, a)));
+  V r = sel(c, cmpk(c, "olt", a, 0.5), erf_small(c, a), ksub(c, 1.0, erfc_big(c, a, c->f64)));
   return pass_nan(c, x, csign(c, r, x));
 }
 
-static V f_erfc(C *c, V x) {
+static V erfc_impl(C *c, V x, int coef64) {
   V a = fabs_(c, x);
-  V eb = erfc_big(c, a);
+  V eb = erfc_big(c, a, coef64);
   V mid = ksub(c, 1.0, csign(c, erf_small(c, a), x));
   V tail = sel(c, cmpk(c, "olt", x, 0.0), ksub(c, 2.0, eb), eb);
   return pass_nan(c, x, sel(c, cmpk(c, "olt", a, 0.5), mid, tail));
+}
+
+static V f_erfc(C *c, V x) {
+  if (c->f64) return erfc_impl(c, x, 1);
+  C d = ctx_of(c->e, 1, c->ind);
+  V r = erfc_impl(&d, emitv(c, "arith.extf %s : f32 to f64", x.s), 0);
+  return emitv(c, "arith.truncf %s : f64 to f32", r.s);
 }
 
 /* erf_inv(x) = x P(w), w = -log((1-x)(1+x)), in pieces of w (Giles' variable). */
@@ -721,9 +731,13 @@ static V lgamma64(C *c, V x) {
   V st = add(c, sub(c, mul(c, addk(c, ys, -0.5), f_log(c, ys)), ys), addk(c, ser, 0.91893853320467278));
   V sp, cp;
   sincospi(c, x, &sp, &cp);
-  V arg = sel(c, shift, prod, K(c, 1.0));
-  V l2 = f_log(c, sel(c, neg_, dvd(c, arg, fabs_(c, sp)), arg));
-  V r = sel(c, neg_, add(c, ksub(c, 1.1447298858494002, st), l2), sub(c, st, l2));
+  V l2 = f_log(c, sel(c, shift, prod, K(c, 1.0)));
+  /* log|sin(pi x)| separately (prod / sin(pi x) overflows for tiny x), and as log|x| + log(pi)
+     where pi x would lose digits in the subnormals */
+  V tiny = cmpk(c, "olt", fabs_(c, x), 1e-200);
+  V lsp = f_log(c, sel(c, tiny, fabs_(c, x), fabs_(c, sp)));
+  lsp = add(c, lsp, sel(c, tiny, K(c, 1.1447298858494002), K(c, 0.0)));
+  V r = sel(c, neg_, sub(c, add(c, ksub(c, 1.1447298858494002, st), l2), lsp), sub(c, st, l2));
   r = sel(c, lor(c, pole_of_gamma(c, x), cmpk(c, "oeq", fabs_(c, x), INFINITY)), K(c, INFINITY), r);
   return pass_nan(c, x, r);
 }

@@ -397,3 +397,46 @@ def test_ufuncs_under_jit_match_eager():
     y = rng.normal(size=(5,)).astype(np.float32)
     f = lambda a, b: jnp.logaddexp(jnp.sin(a), jnp.mod(a, b)) + jnp.hypot(a, b)  # noqa: E731
     np.testing.assert_allclose(np.asarray(kiln.jit(f)(x, y)), np.asarray(f(x, y)), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# isclose family and shape queries
+
+@pytest.mark.parametrize("rtol,atol,equal_nan", [(1e-5, 1e-8, False), (1e-2, 0.0, True), (0.0, 0.05, False)])
+def test_isclose_allclose(rtol, atol, equal_nan):
+    rng = np.random.default_rng(13)
+    a = rng.normal(size=40).astype(np.float32)
+    b = (a * (1 + rng.normal(size=40) * 10 ** rng.uniform(-7, -1, 40))).astype(np.float32)
+    a[:6] = [np.inf, -np.inf, np.nan, np.nan, np.inf, 0.0]
+    b[:6] = [np.inf, np.inf, np.nan, 1.0, 1e30, 1e-9]
+    got = jnp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    np.testing.assert_array_equal(np.asarray(got), np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
+    for x, y in [(a, b), (a[6:], a[6:] * (1 + 1e-7))]:
+        assert bool(jnp.allclose(x, y, rtol, atol, equal_nan)) == np.allclose(x, y, rtol, atol, equal_nan)
+
+
+def test_array_equal_and_equiv():
+    rng = np.random.default_rng(14)
+    x = rng.integers(0, 3, (2, 3)).astype(np.int32)
+    y = x.copy()
+    assert bool(jnp.array_equal(x, y))
+    y[1, 2] += 1
+    assert not bool(jnp.array_equal(x, y))
+    assert not bool(jnp.array_equal(x, x[:1]))
+    assert bool(jnp.array_equal(x, x.astype(np.float32)))
+    f = np.array([1.0, np.nan], np.float32)
+    assert not bool(jnp.array_equal(f, f)) and bool(jnp.array_equal(f, f, equal_nan=True))
+    assert bool(jnp.array_equiv(x[:1], np.broadcast_to(x[:1], (4, 3))))
+    assert not bool(jnp.array_equiv(x, np.ones(4, np.int32)))
+
+
+def test_shape_queries():
+    x = jnp.asarray(np.zeros((2, 3, 4), np.float32))
+    assert jnp.shape(x) == (2, 3, 4) and jnp.ndim(x) == 3 and jnp.size(x) == 24 and jnp.size(x, -1) == 4
+    assert jnp.shape([[1, 2]]) == (1, 2) and jnp.ndim(3.0) == 0 and jnp.size([1, 2, 3]) == 3
+    for scalar in (2, 2.5, True, np.float32(1), jnp.asarray(np.float32(1)), np.array(3)):
+        assert jnp.isscalar(scalar), scalar
+    for not_scalar in (x, [1], np.ones(2), "a", None):
+        assert not jnp.isscalar(not_scalar), not_scalar
+    with pytest.raises(ValueError, match="axis"):
+        jnp.size(x, 3)

@@ -359,7 +359,7 @@ def _check_host_array(a, original):
 
 def from_numpy(a, weak=False):
     """Copies a NumPy array (already of a kiln dtype) to the device."""
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
     if a.size == 0:
         buf = _kiln.from_buffer(b"")
     else:
@@ -405,6 +405,9 @@ def asarray(x, dtype=None):
             info = np.iinfo(dt)
             if not info.min <= x <= info.max:
                 raise OverflowError(f"Python int {x} is too large to convert to {dt.name}")
+        if _trace_stack:  # under a trace, scalars become literals of the program
+            t = _trace_stack[-1]
+            return Tracer(t, t.literal(x, dt, weak), (), dt, weak)
         return scalar_array(x, dt, weak)
     if isinstance(x, (list, tuple)) and _contains_tracer(x):
         from kiln import numpy as jnp

@@ -58,7 +58,12 @@ def _args(opname, *xs):
         like = next((x for x in xs if isinstance(x, (np.ndarray, np.generic))), None)
         if like is not None:
             like = core.asarray(like)
-    return [_to_array(x, like, opname) for x in xs]
+    arrs = [_to_array(x, like, opname) for x in xs]
+    if len(arrs) > 1:  # rank-0 operands broadcast, as in jax.lax
+        shape = next((a.shape for a in arrs if a.shape != ()), ())
+        if shape != ():
+            arrs = [broadcast_in_dim(a, shape, ()) if a.shape == () else a for a in arrs]
+    return arrs
 
 
 def _unary(name):
@@ -329,7 +334,8 @@ def concatenate(operands, dimension):
 
 
 def pad(operand, padding_value, padding_config):
-    operand, pv = _args("pad", operand, padding_value)
+    (operand,) = _args("pad", operand)
+    pv = _to_array(padding_value, operand, "pad")
     cfg = [tuple(operator.index(v) for v in c) for c in padding_config]
     if len(cfg) != operand.ndim or any(len(c) != 3 for c in cfg):
         raise ValueError(f"pad: padding_config needs one (low, high, interior) triple per dimension of {operand.shape}")

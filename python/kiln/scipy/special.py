@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from kiln import lax
-from kiln._src.numpy import util, ufuncs, reductions
+from kiln._src.numpy import util, reductions
 from kiln._src.numpy.util import promote_args_inexact, full_like_scalar as _c
 
 __all__ = ["logsumexp", "erf", "erfc", "erfinv", "gammaln", "gamma", "betaln", "digamma", "expit",

@@ -26,7 +26,9 @@ def _default_float():
 
 def _cast(x, dtype):
     dtype = np.dtype(dtype)
-    return x if x.dtype == dtype else lax.convert_element_type(x, dtype)
+    if x.dtype == dtype and not x.weak_type:
+        return x
+    return lax.convert_element_type(x, dtype)  # an explicit dtype makes the result strongly typed
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -101,10 +103,12 @@ def _fill(opname, shape, fill_value, dtype):
     if isinstance(fill_value, (list, tuple)):
         v = array(fill_value, dtype=dtype)
         return util.broadcast_to_shape(v, shape, opname)
-    if dtype is None:
-        dtype = np.dtype(dtypes.dtype_of(fill_value))
     if isinstance(fill_value, (str, bytes)) or fill_value is None:
         raise TypeError(f"{opname}: fill_value must be a number or array, got {fill_value!r}")
+    if dtype is None and util.is_python_scalar(fill_value):
+        return lax.full(shape, fill_value)  # weakly typed, as jnp.full((2,), 3) is in JAX
+    if dtype is None:
+        dtype = np.dtype(dtypes.dtype_of(fill_value))
     return lax.full(shape, fill_value, dtype)
 
 

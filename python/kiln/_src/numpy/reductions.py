@@ -9,7 +9,7 @@ import numpy as np
 from kiln import lax
 from kiln._src import dtypes
 from kiln._src.numpy import util
-from kiln._src.numpy.util import (full_like_scalar as _c, is_bool_dtype, is_int_dtype, is_inexact_dtype,
+from kiln._src.numpy.util import (full_like_scalar as _c, is_bool_dtype, is_inexact_dtype,
                                   is_complex_dtype)
 from kiln._src.numpy import ufuncs
 
@@ -28,10 +28,6 @@ __all__ = [
 
 def _default_int():
     return np.dtype(dtypes.default_int_dtype())
-
-
-def _default_float():
-    return np.dtype(dtypes.default_float_dtype())
 
 
 def _default_uint():

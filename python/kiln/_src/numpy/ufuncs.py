@@ -13,7 +13,7 @@ from kiln._src import core
 from kiln._src import dtypes
 from kiln._src.numpy import util
 from kiln._src.numpy.util import (promote_args, promote_args_inexact, full_like_scalar as _c,
-                                  is_int_dtype, is_bool_dtype, is_float_dtype, is_inexact_dtype,
+                                  is_int_dtype, is_bool_dtype, is_inexact_dtype,
                                   is_complex_dtype)
 
 __all__ = [

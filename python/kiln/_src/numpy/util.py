@@ -115,6 +115,8 @@ def _convert(opname, original, arr, dtype, weak):
                 if value.dtype == dtype:
                     return value
     # A Python int into a narrower int dtype wraps, as in JAX (int8 array + 300 adds 44).
+    if weak and arr.weak_type:  # weak int array + 2.5 stays weak, as in JAX
+        return lax.convert_element_type(arr, dtype, weak_type=True)
     return lax.convert_element_type(arr, dtype)
 
 

@@ -1,0 +1,199 @@
+"""x[idx] and x.at[idx].set/add/... against NumPy on fresh random inputs: basic, advanced
+(NumPy's placement of advanced dims), boolean and traced indices; JAX's out-of-bounds rules
+(gathers clamp, scatters drop, negative indices wrap); and the errors for bad indices."""
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln._src.numpy import indexing
+
+
+@pytest.fixture
+def x64():
+    old = kiln.config.jax_enable_x64
+    kiln.config.update("jax_enable_x64", True)
+    yield
+    kiln.config.update("jax_enable_x64", old)
+
+
+# Both the Array operators and the module's functions must implement the same rules.
+@pytest.fixture(params=["operator", "function"])
+def access(request):
+    if request.param == "operator":
+        return (lambda x, i: x[i]), (lambda x: x.at)
+    return indexing.getitem, indexing._AtIndexer
+
+
+def _x(shape=(3, 4, 5), dtype=np.float64):
+    return np.random.default_rng().normal(size=shape).astype(dtype)
+
+
+B = np.array([True, False, True])
+GET = [
+    0, -1, (1, 2), (2, -1, 0), slice(None), slice(None, None, -1), (slice(1, None, 2), None, Ellipsis, -2),
+    (Ellipsis, slice(4, 0, -3)), (slice(-100, 100, 2),), (slice(10, None),), (None, None),
+    Ellipsis, (), (Ellipsis, None, 1), [0, 2], [[0, 1], [2, 2]], (slice(None), [0, 1], [1, 2]),
+    (slice(None), 0, [1, 2]), (0, slice(None), [1, 2]), ([[0], [1]], None, [0, 2, 1]),
+    ([0], None, 0), ([0, 1], [0, 1], [0, 1]), (Ellipsis, [4, -1]), ([-3, -1],), [],
+    (slice(None, None, -2), [1, 3], slice(3, 0, -1)), np.array([2, 0]), (np.int32(1), np.int64(-2)),
+    B, (slice(None), np.array([True, False, False, True])), (B, slice(1, 3), [4, 0]),
+    (1, np.ones((4, 5), bool)), ([[0, 2]], slice(None), [[1], [3]]),
+]
+
+
+@pytest.mark.parametrize("idx", GET, ids=[repr(i)[:40] for i in GET])
+def test_getitem_matches_numpy(x64, access, idx):
+    get, _ = access
+    x = _x()
+    out = get(jnp.asarray(x), idx)
+    exp = x[idx]
+    assert np.asarray(out).shape == exp.shape
+    np.testing.assert_array_equal(np.asarray(out), exp)
+
+
+def test_getitem_preserves_dtype(access):
+    get, _ = access
+    for dt in (np.int32, np.float32, np.bool_):
+        x = (_x((3, 4)) * 5).astype(dt)
+        for idx in [1, (slice(None), [0, 3]), (Ellipsis, slice(None, None, -1))]:
+            out = get(jnp.asarray(x), idx)
+            assert out.dtype == dt
+            np.testing.assert_array_equal(np.asarray(out), x[idx])
+
+
+def test_array_indices_clamp_out_of_bounds(x64, access):
+    get, _ = access
+    x = _x((5, 3))
+    idx = np.array([0, 7, -1, -9, 4])
+    # JAX: negatives wrap first, then the gather clamps into range.
+    expect = x[np.clip(np.where(idx < 0, idx + 5, idx), 0, 4)]
+    np.testing.assert_array_equal(np.asarray(get(jnp.asarray(x), idx)), expect)
+
+
+def test_get_fill_mode(x64, access):
+    _, at = access
+    x = _x((5, 3))
+    idx = np.array([0, 7, -1, -9])
+    out = np.asarray(at(jnp.asarray(x))[idx, 1].get(mode="fill", fill_value=-2.0))
+    np.testing.assert_array_equal(out, [x[0, 1], -2.0, x[4, 1], -2.0])
+    out = np.asarray(at(jnp.asarray(x))[9].get(mode="fill"))
+    assert np.isnan(out).all() and out.shape == (3,)
+
+
+def test_traced_indices_under_jit(x64, access):
+    get, _ = access
+    x = _x()
+    xs = jnp.asarray(x)
+    f = kiln.jit(lambda a, i, j: get(a, (i, slice(None), j)))
+    for i in (0, 2, -1):
+        j = np.array([[4, 0], [1, -2]])
+        np.testing.assert_array_equal(np.asarray(f(xs, i, jnp.asarray(j))), x[i, :, j])
+    # A traced scalar out of range clamps like dynamic_slice (no error possible under jit).
+    np.testing.assert_array_equal(np.asarray(f(xs, 7, jnp.asarray([1]))), x[2, :, [1]])
+
+
+def test_traced_boolean_mask_raises(access):
+    get, _ = access
+    xs = jnp.asarray(_x((3,)))
+    with pytest.raises(kiln.errors.NonConcreteBooleanIndexError, match="boolean"):
+        kiln.jit(lambda a, m: get(a, m))(xs, jnp.asarray(B))
+
+
+BAD = [
+    (7, IndexError, "index 7 is out of bounds for axis 0 with size 3"),
+    ((0, -5), IndexError, "index -5 is out of bounds for axis 1 with size 4"),
+    ((0, 0, 0, 0), IndexError, "too many indices"),
+    ((Ellipsis, 0, Ellipsis), IndexError, "single ellipsis"),
+    (1.5, IndexError, "valid indices"),
+    ([1.0], IndexError, "integer or boolean"),
+    (np.array([True, False]), IndexError, "boolean index did not match"),
+    ("a", IndexError, "valid indices"),
+]
+
+
+@pytest.mark.parametrize("idx,exc,match", BAD, ids=[repr(b[0]) for b in BAD])
+def test_bad_indices(access, idx, exc, match):
+    get, _ = access
+    with pytest.raises(exc, match=match):
+        get(jnp.asarray(_x()), idx)
+
+
+# ---------------------------------------------------------------------------
+# Updates. NumPy's ufunc.at gives the duplicate-combining reference.
+
+UPD = [
+    0, -1, (1, 2), (slice(None, None, -1),), (slice(1, None, 2), None, Ellipsis, -2),
+    (slice(3, 0, -1), slice(None), slice(None, None, -1)), (slice(None, None, 2), 1), [0, 2],
+    (slice(None), [0, 1], [1, 2]), (slice(None), 0, [1, 2]), (0, slice(None), [1, 2]),
+    ([[0], [1]], None, [0, 2, 1]), (Ellipsis, [4, -1, 4]), ([0, 0, 2],),
+    (slice(None), np.array([True, False, True, True])), Ellipsis,
+]
+NP_AT = {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum,
+         "subtract": np.subtract, "divide": np.divide, "power": np.power}
+
+
+@pytest.mark.parametrize("op", ["set", *NP_AT])
+@pytest.mark.parametrize("idx", UPD, ids=[repr(i)[:40] for i in UPD])
+def test_update_matches_numpy(x64, access, idx, op):
+    _, at = access
+    rng = np.random.default_rng()
+    x = rng.uniform(0.5, 2.0, size=(3, 4, 5))
+    target_shape = x[idx].shape
+    v = rng.uniform(0.5, 2.0, size=target_shape)
+    exp = x.copy()
+    if op == "set":
+        flat = np.arange(x.size).reshape(x.shape)[idx].ravel()
+        if len(set(flat)) != len(flat):
+            pytest.skip("set with duplicate indices picks an unspecified winner")
+        exp[idx] = v
+    else:
+        NP_AT[op].at(exp, idx, v)
+    out = getattr(at(jnp.asarray(x))[idx], op)(jnp.asarray(v))
+    np.testing.assert_allclose(np.asarray(out), exp, rtol=1e-12)
+
+
+def test_update_broadcasts_and_casts_values(access):
+    _, at = access
+    x = np.zeros((3, 4), np.int32)
+    out = at(jnp.asarray(x))[:, 1:3].set(7.9)
+    assert out.dtype == np.int32
+    exp = x.copy()
+    exp[:, 1:3] = 7
+    np.testing.assert_array_equal(np.asarray(out), exp)
+    out = at(jnp.asarray(x))[[0, 2]].add(np.arange(4, dtype=np.int32))
+    exp = x.copy()
+    exp[[0, 2]] += np.arange(4)
+    np.testing.assert_array_equal(np.asarray(out), exp)
+    with pytest.raises(ValueError, match=r"\(3, 3\).*\(3, 4\)"):
+        at(jnp.asarray(x))[[0, 1, 2]].set(np.ones((3, 3), np.int32))
+
+
+def test_update_out_of_bounds_dropped(x64, access):
+    _, at = access
+    x = _x((5,))
+    xs = jnp.asarray(x)
+    np.testing.assert_array_equal(np.asarray(at(xs)[7].set(1.0)), x)
+    exp = x.copy()
+    exp[[0, 4]] = [10.0, 30.0]
+    out = at(xs)[np.array([0, 9, -1, -9])].set(jnp.asarray([10.0, 20.0, 30.0, 40.0]))
+    np.testing.assert_array_equal(np.asarray(out), exp)
+    clipped = at(xs)[np.array([9])].set(5.0, mode="clip")
+    exp = x.copy()
+    exp[4] = 5.0
+    np.testing.assert_array_equal(np.asarray(clipped), exp)
+
+
+def test_update_apply_and_traced(x64, access):
+    _, at = access
+    x = _x((4, 3))
+    exp = x.copy()
+    exp[1:3, [0, 2]] = np.sin(exp[1:3, [0, 2]])
+    np.testing.assert_allclose(np.asarray(at(jnp.asarray(x))[1:3, [0, 2]].apply(jnp.sin)), exp)
+    f = kiln.jit(lambda a, i, v: at(a)[i, [0, 2]].add(v))
+    for i in (1, -1, 4):
+        exp = x.copy()
+        if -4 <= i < 4:
+            exp[i, [0, 2]] += 2.0
+        np.testing.assert_allclose(np.asarray(f(jnp.asarray(x), i, 2.0)), exp)
