@@ -23,7 +23,7 @@ $(BUILD)/.deps:
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) -DLLVM_PREFIX=$(LLVM_PREFIX) >/dev/null
 	cmake --build $(BUILD) -j$$(nproc)
-	cp $(BUILD)/_kiln.abi3.so python/kiln/_kiln.abi3.so
+	cp $(BUILD)/_kiln.abi3.so python/kiln/.kiln.so.tmp && mv -f python/kiln/.kiln.so.tmp python/kiln/_kiln.abi3.so
 
 test-c: build
 	cd $(BUILD) && ctest --output-on-failure

@@ -634,20 +634,21 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
   kl_family fam = kl_prim_get(e->prim)->family;
   ssa a, b, c, sub[KL_MAX_RANK];
   switch (fam) {
+#define OPIDX(j) (k->pg->vals[e->ins[j]].aval.ndim ? idx : NULL) /* rank-0 operands broadcast */
   case KL_FAM_UNARY:
     emit_value(k, e->ins[0], idx, a);
     emit_unary(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, out);
     if (e->prim != KL_P_IS_FINITE) round_low(k, t, out);
     break;
   case KL_FAM_BINARY:
-    emit_value(k, e->ins[0], idx, a);
-    emit_value(k, e->ins[1], idx, b);
+    emit_value(k, e->ins[0], OPIDX(0), a);
+    emit_value(k, e->ins[1], OPIDX(1), b);
     emit_binary(k, e, t, a, b, out);
     round_low(k, t, out);
     break;
   case KL_FAM_COMPARE:
-    emit_value(k, e->ins[0], idx, a);
-    emit_value(k, e->ins[1], idx, b);
+    emit_value(k, e->ins[0], OPIDX(0), a);
+    emit_value(k, e->ins[1], OPIDX(1), b);
     emit_compare(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, b, out);
     break;
   case KL_FAM_SELECT: {
@@ -659,8 +660,8 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
       line(k, "%s = arith.cmpi ne, %s, %s : i32", fresh(k, nc), c, z);
       snprintf(c, sizeof c, "%s", nc);
     }
-    emit_value(k, e->ins[1], idx, a);
-    emit_value(k, e->ins[2], idx, b);
+    emit_value(k, e->ins[1], OPIDX(1), a);
+    emit_value(k, e->ins[2], OPIDX(2), b);
     line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), c, b, a, kl_compute_type(t));
     break;
   }

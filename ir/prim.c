@@ -157,15 +157,23 @@ static int rule_elementwise(errctx *e, const kl_prim_info *pi, const kl_aval *in
   char b1[160], b2[160];
   for (int i = 0; i < nin; i++)
     if (check_accepts(e, pi, &ins[i])) return -1;
+  /* Operands share one shape, except that rank-0 operands broadcast (as in jax.lax). */
+  const kl_aval *shape = &ins[0];
+  for (int i = 1; i < nin; i++)
+    if (ins[i].ndim > shape->ndim) shape = &ins[i];
   for (int i = 1; i < nin; i++) {
-    if (!same_shape(&ins[0], &ins[i]))
+    if (ins[i].ndim && !same_shape(shape, &ins[i]))
       return fail(e, 'V', "%s: operand shapes must be equal, got %s and %s (broadcast explicitly)",
-                  pi->name, shape_str(&ins[0], b1, sizeof b1), shape_str(&ins[i], b2, sizeof b2));
+                  pi->name, shape_str(shape, b1, sizeof b1), shape_str(&ins[i], b2, sizeof b2));
     if (ins[0].dtype != ins[i].dtype)
       return fail(e, 'T', "%s: operand dtypes must be equal, got %s and %s (convert one first)",
                   pi->name, kl_dtype_name(ins[0].dtype), kl_dtype_name(ins[i].dtype));
   }
-  *out = ins[0];
+  if (ins[0].ndim && !same_shape(shape, &ins[0]))
+    return fail(e, 'V', "%s: operand shapes must be equal, got %s and %s (broadcast explicitly)",
+                pi->name, shape_str(&ins[0], b1, sizeof b1), shape_str(shape, b2, sizeof b2));
+  *out = *shape;
+  out->dtype = ins[0].dtype;
   out->weak = 1;
   for (int i = 0; i < nin; i++) out->weak &= ins[i].weak;
   if (pi->family == KL_FAM_COMPARE) {
@@ -187,13 +195,18 @@ static int rule_select(errctx *e, const kl_aval *ins, int nin, kl_aval *out) {
   if (nin != 3) return fail(e, 'V', "select_n: expects a predicate and two cases, got %d operands", nin);
   if (ins[0].dtype != KL_BOOL && ins[0].dtype != KL_I32)
     return fail(e, 'T', "select_n: predicate must be bool or int32, got %s", kl_dtype_name(ins[0].dtype));
-  if (!same_shape(&ins[1], &ins[2]) || ins[1].dtype != ins[2].dtype)
-    return fail(e, 'T', "select_n: cases must have equal shapes and dtypes, got %s and %s",
+  const kl_aval *shape = &ins[0];
+  for (int i = 1; i < 3; i++)
+    if (ins[i].ndim > shape->ndim) shape = &ins[i];
+  if (ins[1].dtype != ins[2].dtype)
+    return fail(e, 'T', "select_n: cases must have equal dtypes, got %s and %s",
                 shape_str(&ins[1], b1, sizeof b1), shape_str(&ins[2], b2, sizeof b2));
-  if (ins[0].ndim != 0 && !same_shape(&ins[0], &ins[1]))
-    return fail(e, 'V', "select_n: predicate shape %s must be scalar or equal the cases' shape %s",
-                shape_str(&ins[0], b1, sizeof b1), shape_str(&ins[1], b2, sizeof b2));
-  *out = ins[1];
+  for (int i = 0; i < 3; i++)
+    if (ins[i].ndim && !same_shape(&ins[i], shape))
+      return fail(e, 'V', "select_n: operand shapes must be equal or scalar, got %s and %s",
+                  shape_str(&ins[i], b1, sizeof b1), shape_str(shape, b2, sizeof b2));
+  *out = *shape;
+  out->dtype = ins[1].dtype;
   out->weak = ins[1].weak && ins[2].weak;
   return 0;
 }

@@ -197,3 +197,15 @@ def test_update_apply_and_traced(x64, access):
         if -4 <= i < 4:
             exp[i, [0, 2]] += 2.0
         np.testing.assert_allclose(np.asarray(f(jnp.asarray(x), i, 2.0)), exp)
+
+
+def test_traced_mask_update_with_scalar(x64, access):
+    # Beyond JAX (which raises): the shape does not depend on the mask, so kiln selects.
+    _, at = access
+    x = _x((4, 3))
+    f = kiln.jit(lambda a: (at(a)[a > 0].set(0.0), at(a)[a[:, 0] > 0].add(2.0)))
+    got_set, got_add = f(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(got_set), np.where(x > 0, 0.0, x))
+    np.testing.assert_array_equal(np.asarray(got_add), np.where(x[:, :1] > 0, x + 2.0, x))
+    with pytest.raises(kiln.errors.NonConcreteBooleanIndexError):
+        kiln.jit(lambda a: at(a)[a > 0].set(jnp.ones(12)))(jnp.asarray(x))

@@ -206,7 +206,17 @@ def _hashable_static(v, where):
 
 
 class _CacheEntry:
-    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text")
+    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single")
+
+    def run(self, bufs):
+        if self.const_bufs:
+            bufs += self.const_bufs
+        outs = self.exe(*bufs)
+        if self.single:
+            s, d, w = self.out_avals[0]
+            return Array(outs[0], s, d, w)
+        res = [Array(b, s, d, w) for b, (s, d, w) in zip(outs, self.out_avals)]
+        return tree_util.tree_unflatten(self.out_tree, res)
 
 
 def _split_args(static_argnums, static_argnames, args, kwargs):
@@ -254,6 +264,8 @@ class JitWrapped:
         self._fun = fun
         self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
         self._cache = {}
+        self._fast = {}  # positional-Array-only calls: (avals..., x64) -> entry
+        self._fast_ok = not (self._static_argnums or self._static_argnames)
         functools.update_wrapper(self, fun)
 
     def __get__(self, obj, objtype=None):
@@ -276,17 +288,27 @@ class JitWrapped:
     def __call__(self, *args, **kwargs):
         if core._trace_stack:  # nested under another trace: inline the function
             return self._fun(*args, **kwargs)
+        if self._fast_ok and not kwargs:  # fast path: positional arrays, a signature seen before
+            key = [config.jax_enable_x64]
+            for a in args:
+                if type(a) is not Array:
+                    break
+                key += (a.shape, a.dtype, a.weak_type)
+            else:
+                entry = self._fast.get(tuple(key))
+                if entry is not None:
+                    return entry.run([a._buf for a in args])
+                fast_key = tuple(key)
+        else:
+            fast_key = None
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(statics, arrs, tree, nargs)
             self._cache[key] = entry
-        bufs = [a._buf for a in arrs]
-        if entry.consts:
-            bufs += [c._buf for c in entry.consts]
-        outs = entry.exe(*bufs)
-        res = [Array(b, s, d, w) for b, (s, d, w) in zip(outs, entry.out_avals)]
-        return tree_util.tree_unflatten(entry.out_tree, res)
+        if self._fast_ok and not kwargs and len(arrs) == len(args) and all(type(a) is Array for a in args):
+            self._fast[fast_key] = entry
+        return entry.run([a._buf for a in arrs])
 
     def _compile(self, statics, arrs, tree, nargs):
         fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
@@ -295,7 +317,9 @@ class JitWrapped:
         entry.exe = traced.builder.compile()
         entry.out_tree = traced.out_tree
         entry.consts = traced.consts
+        entry.const_bufs = [c._buf for c in traced.consts]
         entry.out_avals = traced.out_avals
+        entry.single = traced.out_tree == tree_util.tree_structure(0)
         return entry
 
     def trace_text(self, *args, **kwargs):

@@ -389,6 +389,14 @@ def scalar_array(value, dtype, weak):
     return a
 
 
+def scalar_constant(value, dtype, weak):
+    """A 0-d constant: a literal of the innermost trace when tracing, else a cached array."""
+    if _trace_stack:
+        t = _trace_stack[-1]
+        return Tracer(t, t.literal(value, dtype, weak), (), dtype, weak)
+    return scalar_array(value, dtype, weak)
+
+
 def asarray(x, dtype=None):
     """Array from a Python scalar, nested sequence, NumPy array or Array."""
     if dtype is not None:
@@ -434,13 +442,7 @@ def asarray(x, dtype=None):
 def _params_key(params):
     if not params:
         return ()
-    items = []
-    for k, v in params.items():
-        if isinstance(v, list):
-            v = tuple(v)
-        items.append((k, v))
-    items.sort()
-    return tuple(items)
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())
 
 
 _eager_cache = {}
@@ -458,6 +460,18 @@ def _compile_eager(prim, args, params):
 
 def bind(prim, args, params=None):
     """Applies primitive `prim` to arrays `args`; returns a tuple of results."""
+    for a in args:
+        if type(a) is not Array:
+            break
+    else:  # eager: every operand is concrete
+        key = (prim, _params_key(params), *[(a.shape, a.dtype, a.weak_type) for a in args])
+        hit = _eager_cache.get(key)
+        if hit is None:
+            hit = _compile_eager(prim, args, params)
+            _eager_cache[key] = hit
+        exe, avals = hit
+        bufs = exe(*[a._buf for a in args])
+        return tuple([Array(b, s, d, w) for b, (s, d, w) in zip(bufs, avals)])
     trace = None
     for a in args:
         if isinstance(a, Tracer):
@@ -466,18 +480,11 @@ def bind(prim, args, params=None):
                 raise UnexpectedTracerError.for_tracer(a, f"It was passed to {prim}.")
             if trace is None or t.level > trace.level:
                 trace = t
-    if trace is not None:
-        vids = [trace.vid_of(a) for a in args]
-        outs = trace.builder.add_eqn(prim, vids, params)
-        return tuple(Tracer(trace, vid, shape, _np_dtype(dt), weak) for vid, shape, dt, weak in outs)
-    key = (prim, _params_key(params), tuple((a.shape, a.dtype, a.weak_type) for a in args))
-    hit = _eager_cache.get(key)
-    if hit is None:
-        hit = _compile_eager(prim, args, params)
-        _eager_cache[key] = hit
-    exe, avals = hit
-    bufs = exe(*[a._buf for a in args])
-    return tuple(Array(b, s, d, w) for b, (s, d, w) in zip(bufs, avals))
+    if trace is None:
+        raise TypeError(f"{prim}: operands must be kiln arrays")
+    vids = [trace.vid_of(a) for a in args]
+    outs = trace.builder.add_eqn(prim, vids, params)
+    return tuple([Tracer(trace, vid, shape, _np_dtype(dt), weak) for vid, shape, dt, weak in outs])
 
 
 def bind1(prim, args, params=None):

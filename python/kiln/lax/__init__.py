@@ -58,17 +58,13 @@ def _args(opname, *xs):
         like = next((x for x in xs if isinstance(x, (np.ndarray, np.generic))), None)
         if like is not None:
             like = core.asarray(like)
-    arrs = [_to_array(x, like, opname) for x in xs]
-    if len(arrs) > 1:  # rank-0 operands broadcast, as in jax.lax
-        shape = next((a.shape for a in arrs if a.shape != ()), ())
-        if shape != ():
-            arrs = [broadcast_in_dim(a, shape, ()) if a.shape == () else a for a in arrs]
-    return arrs
+    return [_to_array(x, like, opname) for x in xs]  # rank-0 operands broadcast in the primitive
 
 
 def _unary(name):
     def op(x):
-        (x,) = _args(name, x)
+        if not isinstance(x, Array):
+            (x,) = _args(name, x)
         return bind1(name, [x])
     op.__name__ = name
     op.__doc__ = f"Elementwise {name}."
@@ -78,7 +74,8 @@ def _unary(name):
 def _binary(name, prim=None):
     prim = prim or name
     def op(x, y):
-        x, y = _args(name, x, y)
+        if not (isinstance(x, Array) and isinstance(y, Array)):
+            x, y = _args(name, x, y)
         return bind1(prim, [x, y])
     op.__name__ = name
     op.__doc__ = f"Elementwise {name}."

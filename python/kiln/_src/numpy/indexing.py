@@ -191,6 +191,8 @@ def _gather(arr, entries, mode, fill_value):
     if starts != [0] * nd or limits != list(shape) or strides != [1] * nd:
         x = lax.slice(x, starts, limits, strides)
     valid = None
+    # Negative indices wrap, then clamp; 'fill' also yields the in-bounds mask.
+    norm_mode = "fill" if mode == "fill" else "promise_in_bounds"
 
     def both(a, b):
         return b if a is None else lax.and_(a, b)
@@ -198,13 +200,13 @@ def _gather(arr, entries, mode, fill_value):
     # 2. Traced scalar ints: one dynamic_slice.
     dyn = [e for e in entries if e.kind == "dyn"]
     if dyn:
-        dstarts = [np.int32(0)] * nd
+        dstarts = [0] * nd
         sizes = list(x.shape)
         for e in dyn:
             n = shape[e.dim]
             if n == 0:
                 raise IndexError(f"index is out of bounds for axis {e.dim} with size 0")
-            i, ok = _s._normalize_index(_index_int(e.value), n, "fill", "indexing")
+            i, ok = _s._normalize_index(_index_int(e.value), n, norm_mode, "indexing")
             dstarts[e.dim] = lax.convert_element_type(i, np.int32)
             sizes[e.dim] = 1
             valid = both(valid, ok) if mode == "fill" else valid
@@ -231,7 +233,7 @@ def _gather(arr, entries, mode, fill_value):
             stride = 1
             for e, n in reversed(list(zip(adv, asizes))):
                 i, ok = _s._normalize_index(_index_int(_s.broadcast_to(e.value, bshape)), n,
-                                            "fill", "indexing")
+                                            norm_mode, "indexing")
                 i = _s._convert(i, ldt)
                 if stride != 1:
                     i = lax.mul(i, lax.full((), stride, ldt))
@@ -346,6 +348,9 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
             fdt = dtypes.default_float_dtype()
             arr, factor = _s._convert(arr, fdt), _s._convert(factor, fdt)
         return lax.div(arr, factor)
+    masked = _traced_mask_update(arr, idx, values, op)
+    if masked is not None:
+        return masked
     entries = _parse(arr.shape, idx, "indexing", check_ints=False)
     if all(e.kind in ("int", "none") or (e.kind == "slice" and e.value.indices(arr.shape[e.dim])[2] in (1, -1))
            for e in entries):
@@ -370,6 +375,24 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
     return lax.reshape(out, arr.shape)
 
 
+def _traced_mask_update(arr, idx, values, op):
+    """x.at[mask].op(scalar) with a traced boolean mask over x's leading dims: the
+    result's shape does not depend on the mask, so (beyond JAX) it is a select."""
+    mask = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
+    if not (isinstance(mask, core.Array) and core.is_tracer(mask)
+            and np.dtype(mask.dtype) == np.bool_ and mask.ndim <= arr.ndim
+            and tuple(mask.shape) == tuple(arr.shape[:mask.ndim])):
+        return None
+    if op == "apply":
+        new = _s._convert(values(arr), arr.dtype)
+    else:
+        v = core.asarray(values)
+        if v.ndim != 0:
+            return None
+        new = _combine(op, arr, _s._bcast_dims(_s._convert(v, arr.dtype), arr.shape, ()))
+    return lax.select(_s._bcast_dims(mask, arr.shape, range(mask.ndim)), new, arr)
+
+
 def _update_box(arr, entries, values, op, opname):
     """Update of a static box (unit-step slices and in-range ints) via dynamic_update_slice."""
     starts, box, revdims, out_shape = [0] * arr.ndim, list(arr.shape), [], []
@@ -390,7 +413,7 @@ def _update_box(arr, entries, values, op, opname):
         out_shape.append(length)
     if 0 in box:
         return arr
-    old = lax.slice(arr, starts, [s + b for s, b in zip(starts, box)])
+    old = None if op == "set" else lax.slice(arr, starts, [s + b for s, b in zip(starts, box)])
     if op == "apply":
         new = _combine(op, old, values)
     else:
@@ -400,7 +423,7 @@ def _update_box(arr, entries, values, op, opname):
             vals = lax.rev(vals, tuple(revdims))
         new = _combine(op, old, vals)
     new = _s._convert(new, arr.dtype)
-    return lax.dynamic_update_slice(arr, new, [np.int32(s) for s in starts])
+    return lax.dynamic_update_slice(arr, new, [int(s) for s in starts])
 
 
 class _IndexUpdateRef:

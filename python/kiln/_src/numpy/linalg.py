@@ -52,6 +52,8 @@ def _pet(preferred_element_type):
 
 def _dg(a, b, contract, batch, precision, pet):
     dn = ((tuple(contract[0]), tuple(contract[1])), (tuple(batch[0]), tuple(batch[1])))
+    if a.ndim == 0 or b.ndim == 0:  # a scaling: no dims to contract (kiln's dot_general
+        return _finish(_mul(a, b), pet)  # gave wrong shapes for 0-d operands)
     if pet is None:
         return lax.dot_general(a, b, dn, precision=precision)
     return lax.dot_general(a, b, dn, precision=precision, preferred_element_type=pet)

@@ -59,30 +59,45 @@ def _unary_inexact(name, rule):
     return _name(fn, name, f"Element-wise {name} (kiln.numpy); integer and bool inputs give floats.")
 
 
+def _fit(out, shape, name):
+    """Broadcasts a result computed from rank-0 operands up to the operands' common shape."""
+    return out if out.shape == shape else util.broadcast_to_shape(out, shape, name)
+
+
 def _binary_inexact(name, rule):
     def fn(x1, x2, /):
-        x1, x2 = promote_args_inexact(name, x1, x2)
-        _reject_complex(name, x1)
-        return rule(x1, x2)
+        fast = util.fast_promote2(x1, x2)
+        if fast is not None and fast[0].dtype.kind == "f":
+            x1, x2 = fast
+            shape = x1.shape if x1.ndim >= x2.ndim else x2.shape
+        else:
+            (x1, x2), shape = util.promote_args_elementwise_inexact(name, x1, x2)
+            _reject_complex(name, x1)
+        return _fit(rule(x1, x2), shape, name)
     return _name(fn, name, f"Element-wise {name} (kiln.numpy) with broadcasting; ints give floats.")
 
 
 def _binary(name, rule):
     """Binary op on the promoted dtype (bool/int/float), broadcasting as NumPy."""
     def fn(x1, x2, /):
-        x1, x2 = promote_args(name, x1, x2)
-        _reject_complex(name, x1)
-        return rule(x1, x2)
+        fast = util.fast_promote2(x1, x2)
+        if fast is not None:
+            x1, x2 = fast
+            shape = x1.shape if x1.ndim >= x2.ndim else x2.shape
+        else:
+            (x1, x2), shape = util.promote_args_elementwise(name, x1, x2)
+            _reject_complex(name, x1)
+        return _fit(rule(x1, x2), shape, name)
     return _name(fn, name, f"Element-wise {name} (kiln.numpy) with broadcasting.")
 
 
 def _binary_integer(name, rule):
     """Binary op accepted on bool and integer dtypes only (bitwise ops, shifts)."""
     def fn(x1, x2, /):
-        x1, x2 = promote_args(name, x1, x2)
+        (x1, x2), shape = util.promote_args_elementwise(name, x1, x2)
         if not (is_int_dtype(x1.dtype) or is_bool_dtype(x1.dtype)):
             raise TypeError(f"{name}: only integer and bool inputs are supported, got {x1.dtype}")
-        return rule(x1, x2)
+        return _fit(rule(x1, x2), shape, name)
     return _name(fn, name, f"Element-wise {name} (kiln.numpy) for integer and bool arrays.")
 
 
@@ -92,8 +107,8 @@ def _to_bool(x):
 
 def _binary_logical(name, rule):
     def fn(x1, x2, /):
-        x1, x2 = promote_args(name, x1, x2)
-        return rule(_to_bool(x1), _to_bool(x2))
+        (x1, x2), shape = util.promote_args_elementwise(name, x1, x2)
+        return _fit(rule(_to_bool(x1), _to_bool(x2)), shape, name)
     return _name(fn, name, f"Element-wise {name} (kiln.numpy); nonzero counts as True.")
 
 

@@ -72,9 +72,12 @@ def shape_of(x):
 
 def broadcast_shapes(*shapes, opname="broadcast_shapes"):
     """NumPy broadcasting of several shapes; raises ValueError naming `opname` and the shapes."""
-    shapes = [tuple(s) for s in shapes]
     if not shapes:
         return ()
+    first = shapes[0]
+    if all(s == first for s in shapes):  # the common case: nothing to broadcast
+        return tuple(first)
+    shapes = [tuple(s) for s in shapes]
     nd = max(len(s) for s in shapes)
     result = []
     for i in range(nd):
@@ -103,20 +106,14 @@ def broadcast_to_shape(x, shape, opname="broadcast_to"):
 
 
 def _convert(opname, original, arr, dtype, weak):
-    """Converts `arr` (made from `original`) to `dtype`, keeping Python scalars weak where the result is."""
-    if arr.dtype == dtype:
+    """Converts `arr` (made from `original`) to `dtype`; Python scalars become constants of the
+    result dtype directly (no conversion kernel), weakly typed where the result is."""
+    if arr.dtype == dtype and (arr.weak_type == weak or not is_python_scalar(original)):
         return arr
-    if is_python_scalar(original) and not isinstance(original, bool):
-        kind = np.dtype(dtype).kind
-        if weak:
-            cast = {"f": float, "c": complex, "i": int, "u": int}.get(kind)
-            if cast is not None:
-                value = core.asarray(cast(original))
-                if value.dtype == dtype:
-                    return value
-    # A Python int into a narrower int dtype wraps, as in JAX (int8 array + 300 adds 44).
-    if weak and arr.weak_type:  # weak int array + 2.5 stays weak, as in JAX
-        return lax.convert_element_type(arr, dtype, weak_type=True)
+    if is_python_scalar(original) and not isinstance(original, complex):
+        # A Python int into a narrower int dtype wraps, as in JAX (int8 array + 300 adds 44).
+        value = np.array(original).astype(dtype).item() if dtype.kind in "iub" else float(original)
+        return core.scalar_constant(value, dtype, weak and not isinstance(original, bool))
     return lax.convert_element_type(arr, dtype)
 
 
@@ -252,3 +249,53 @@ def check_no_out(opname, out):
     if out is not None:
         raise NotImplementedError(f"{opname}: the 'out' argument is not supported; kiln arrays are "
                                   f"immutable, use the returned value instead")
+
+
+def _broadcast_nonscalar(opname, arrays):
+    """Broadcasts arrays to their common shape, leaving rank-0 arrays as they are (lax's
+    elementwise primitives broadcast rank-0 operands themselves, which saves materializing
+    a filled array in eager mode). Returns (arrays, common shape)."""
+    shape = broadcast_shapes(*(x.shape for x in arrays), opname=opname)
+    return [x if x.shape == () else broadcast_to_shape(x, shape, opname) for x in arrays], shape
+
+
+def promote_args_elementwise(opname, *args):
+    """promote_dtypes + broadcasting of the non-scalar operands; returns (arrays, shape).
+    Callers must broadcast their result to `shape` if it could come out smaller."""
+    return _broadcast_nonscalar(opname, promote_dtypes(opname, *args))
+
+
+def promote_args_elementwise_inexact(opname, *args):
+    return _broadcast_nonscalar(opname, promote_dtypes_inexact(opname, *args))
+
+
+_FAST_SCALARS = (int, float)
+_int_ranges = {}
+
+
+def _scalar_fits(value, dtype):
+    if dtype.kind == "f":
+        return type(value) is float or abs(value) < 2 ** 53
+    if dtype.kind not in "iu" or type(value) is not int:
+        return False
+    r = _int_ranges.get(dtype)
+    if r is None:
+        info = np.iinfo(dtype)
+        r = _int_ranges[dtype] = (int(info.min), int(info.max))
+    return r[0] <= value <= r[1]
+
+
+def fast_promote2(x1, x2):
+    """The common binary cases without the general machinery: two arrays of one dtype and shape,
+    or an array and a Python scalar of a kind that does not change its dtype. None otherwise."""
+    a1 = isinstance(x1, core.Array)
+    a2 = isinstance(x2, core.Array)
+    if a1 and a2:
+        if x1.dtype == x2.dtype and x1.shape == x2.shape:
+            return x1, x2
+        return None
+    if a1 and type(x2) in _FAST_SCALARS and _scalar_fits(x2, x1.dtype):
+        return x1, core.scalar_constant(x2 if x1.dtype.kind != "f" else float(x2), x1.dtype, x1.weak_type)
+    if a2 and type(x1) in _FAST_SCALARS and _scalar_fits(x1, x2.dtype):
+        return core.scalar_constant(x1 if x2.dtype.kind != "f" else float(x1), x2.dtype, x2.weak_type), x2
+    return None
