@@ -15,11 +15,69 @@
 static pthread_mutex_t ready_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ready_cv = PTHREAD_COND_INITIALIZER;
 
+/* Large blocks are kept after use and handed out again for the same size: fresh memory
+ * from the kernel costs a page fault per 4 KiB, which dominates bandwidth-bound kernels. */
+#define CACHE_MIN_BYTES (64u << 10)
+#define CACHE_SLOTS 64
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *ptr;
+  size_t size;
+} cache[CACHE_SLOTS];
+static size_t cache_bytes, cache_limit;
+
+static size_t round_size(size_t n) {
+  return n >= CACHE_MIN_BYTES ? (n + 4095) & ~(size_t)4095 : (n + 63) & ~(size_t)63;
+}
+
+static void *host_alloc(size_t n) {
+  if (n >= CACHE_MIN_BYTES) {
+    pthread_mutex_lock(&cache_mu);
+    for (int i = 0; i < CACHE_SLOTS; i++)
+      if (cache[i].ptr && cache[i].size == n) {
+        void *p = cache[i].ptr;
+        cache[i].ptr = NULL;
+        cache_bytes -= n;
+        pthread_mutex_unlock(&cache_mu);
+        return p;
+      }
+    pthread_mutex_unlock(&cache_mu);
+  }
+  void *p = NULL;
+  if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+  return p;
+}
+
+static void host_free(void *p, size_t n) {
+  if (!p) return;
+  if (n >= CACHE_MIN_BYTES) {
+    pthread_mutex_lock(&cache_mu);
+    if (!cache_limit) {
+      const char *env = getenv("KILN_HOST_CACHE_MB");
+      long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+      cache_limit = env ? (size_t)atol(env) << 20 : (size_t)pages * (size_t)psz / 8;
+      if (!cache_limit) cache_limit = 1;
+    }
+    int slot = -1;
+    for (int i = 0; i < CACHE_SLOTS && slot < 0; i++)
+      if (!cache[i].ptr) slot = i;
+    if (slot >= 0 && cache_bytes + n <= cache_limit) {
+      cache[slot].ptr = p;
+      cache[slot].size = n;
+      cache_bytes += n;
+      pthread_mutex_unlock(&cache_mu);
+      return;
+    }
+    pthread_mutex_unlock(&cache_mu);
+  }
+  free(p);
+}
+
 kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
   kl_buffer *b = calloc(1, sizeof *b);
   if (!b) goto oom;
-  size_t n = (nbytes + 63) & ~(size_t)63;
-  if (n < nbytes || posix_memalign(&b->data, 64, n ? n : 64)) {
+  size_t n = round_size(nbytes);
+  if (n < nbytes || !(b->data = host_alloc(n))) {
     free(b);
     goto oom;
   }
@@ -48,7 +106,7 @@ void kl_buf_retain(kl_buffer *b) { atomic_fetch_add((_Atomic int *)&b->refcount,
 void kl_buf_release(kl_buffer *b) {
   if (!b || atomic_fetch_sub((_Atomic int *)&b->refcount, 1) != 1) return;
   if (b->release) b->release(b->owner);
-  else free(b->data);
+  else host_free(b->data, round_size(b->nbytes));
   free(b->error);
   free(b);
 }
@@ -181,7 +239,7 @@ static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes) {
   void *parts[64];
   if (s->partial_arg >= 0) {
     for (int c = 0; c < j.nchunks; c++) {
-      parts[c] = aligned_alloc(64, (partial_bytes + 63) & ~(size_t)63);
+      parts[c] = host_alloc(round_size(partial_bytes));
       if (!parts[c]) abort();
     }
     j.parts = parts;
@@ -200,7 +258,7 @@ static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes) {
   pthread_mutex_unlock(&pool_mu);
   if (s->partial_arg >= 0) {
     s->combine(s->ctx, ptrs[s->partial_arg], parts, j.nchunks);
-    for (int c = 0; c < j.nchunks; c++) free(parts[c]);
+    for (int c = 0; c < j.nchunks; c++) host_free(parts[c], round_size(partial_bytes));
   }
 }
 
