@@ -210,7 +210,9 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     kl_str diag;
     kl_str_init(&diag);
     MlirDiagnosticHandlerID hid = mlirContextAttachDiagnosticHandler(mlir_ctx, on_diag, &diag, NULL);
+    double tp0 = now();
     MlirModule m = mlirModuleCreateParse(mlir_ctx, mlirStringRefCreateFromCString(mod.data));
+    double tp1 = now(), tp2 = tp1, tp3 = tp1;
     if (mlirModuleIsNull(m)) {
       snprintf(err, errlen, "internal error: generated MLIR does not parse: %s", diag.data ? diag.data : "");
       rc = -1;
@@ -228,8 +230,10 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
       }
       kl_str_free(&perr);
       mlirPassManagerDestroy(pm);
+      tp2 = now();
       if (!rc) {
         o->ee = mlirExecutionEngineCreate(m, 3, 0, NULL, false);
+        tp3 = now();
         if (mlirExecutionEngineIsNull(o->ee)) {
           snprintf(err, errlen, "internal error: cannot create the execution engine: %s", diag.data ? diag.data : "");
           rc = -1;
@@ -246,6 +250,9 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
         o->kernels[i].fn = (void (*)(void **))fp;
       }
       mlirModuleDestroy(m);
+      if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
+        fprintf(stderr, "kiln: parse %.1f ms, lower %.1f ms, engine %.1f ms, lookup %.1f ms\n", (tp1 - tp0) * 1e3,
+                (tp2 - tp1) * 1e3, (tp3 - tp2) * 1e3, (now() - tp3) * 1e3);
     }
     mlirContextDetachDiagnosticHandler(mlir_ctx, hid);
     kl_str_free(&diag);
