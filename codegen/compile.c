@@ -3,7 +3,6 @@
 #include "compile.h"
 
 #include <mlir-c/Diagnostics.h>
-#include <mlir-c/ExecutionEngine.h>
 #include <mlir-c/IR.h>
 #include <mlir-c/Pass.h>
 #include <mlir-c/RegisterEverything.h>
@@ -14,6 +13,7 @@
 #include <time.h>
 
 #include "../transforms/fuse.h"
+#include "cpujit.h"
 #include "kernel.h"
 #include "libcall.h"
 
@@ -68,15 +68,13 @@ static MlirLogicalResult on_diag(MlirDiagnostic d, void *user) {
 /* ---- executable owner ---- */
 
 typedef struct {
-  void (*fn)(void **); /* packed entry: args are pointers to each argument */
+  kl_kernel_fn fn; /* fn(argument pointers, lo, hi) */
   int nargs;
   kl_prim reduce;
   kl_dtype out_dtype;
 } kernel_ctx;
 
 typedef struct {
-  MlirExecutionEngine ee;
-  int has_ee;
   kernel_ctx *kernels;
   int nkernels;
   kl_libcall **libs;
@@ -86,9 +84,6 @@ typedef struct {
 static void owner_destroy(void *p) {
   owner_t *o = p;
   if (!o) return;
-  pthread_mutex_lock(&mlir_mu);
-  if (o->has_ee) mlirExecutionEngineDestroy(o->ee);
-  pthread_mutex_unlock(&mlir_mu);
   for (int i = 0; i < o->nlibs; i++) kl_libcall_free(o->libs[i]);
   free(o->libs);
   free(o->kernels);
@@ -97,11 +92,7 @@ static void owner_destroy(void *p) {
 
 static void kernel_run(void *ctx, void **ptrs, int64_t lo, int64_t hi) {
   kernel_ctx *k = ctx;
-  void *args[72];
-  for (int i = 0; i < k->nargs; i++) args[i] = &ptrs[i];
-  args[k->nargs] = &lo;
-  args[k->nargs + 1] = &hi;
-  k->fn(args);
+  k->fn(ptrs, lo, hi);
 }
 
 static void kernel_combine(void *ctx, void *dst, void *const *parts, int n) {
@@ -119,6 +110,74 @@ static void dump(const char *what, const char *text) {
   if (!f) return;
   fputs(text, f);
   fclose(f);
+}
+
+/* Replaces every "KLPFX" in text with prefix (the kernels' unique symbol prefix). */
+static void set_prefix(kl_str *text, const char *prefix) {
+  kl_str out;
+  kl_str_init(&out);
+  const char *p = text->data, *q;
+  while ((q = strstr(p, "KLPFX"))) {
+    kl_str_printf(&out, "%.*s%s", (int)(q - p), p, prefix);
+    p = q + 5;
+  }
+  kl_str_append(&out, p);
+  kl_str_free(text);
+  *text = out;
+}
+
+/* Machine code for the module's kernels: from memory, from the disk cache, or compiled. */
+static int build_kernels(kl_str *mod, owner_t *o, char *err, size_t errlen) {
+  double tp0 = now();
+  uint64_t key = kl_cpujit_key(mod->data);
+  char prefix[40];
+  snprintf(prefix, sizeof prefix, "kl_%016llx_", (unsigned long long)key);
+  set_prefix(mod, prefix);
+  dump("kernels.mlir", mod->data);
+  kl_kernel_fn fns[512];
+  int n = o->nkernels, rc = 0;
+  if (n > 512) {
+    snprintf(err, errlen, "internal error: too many kernels (%d) in one program", n);
+    return -1;
+  }
+  if (!kl_cpujit_find(key, prefix, n, fns)) {
+    pthread_mutex_lock(&mlir_mu);
+    mlir_init();
+    kl_str diag;
+    kl_str_init(&diag);
+    MlirDiagnosticHandlerID hid = mlirContextAttachDiagnosticHandler(mlir_ctx, on_diag, &diag, NULL);
+    MlirModule m = mlirModuleCreateParse(mlir_ctx, mlirStringRefCreateFromCString(mod->data));
+    double tp1 = now(), tp2 = tp1;
+    if (mlirModuleIsNull(m)) {
+      snprintf(err, errlen, "internal error: generated MLIR does not parse: %s", diag.data ? diag.data : "");
+      rc = -1;
+    } else {
+      MlirPassManager pm = mlirPassManagerCreate(mlir_ctx);
+      kl_str perr;
+      kl_str_init(&perr);
+      if (mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
+                                                           mlirStringRefCreateFromCString(CPU_PIPELINE), collect_text, &perr))) {
+        snprintf(err, errlen, "internal error: bad pass pipeline: %s", perr.data ? perr.data : "");
+        rc = -1;
+      } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
+        snprintf(err, errlen, "internal error: lowering failed: %s", diag.data ? diag.data : "");
+        rc = -1;
+      }
+      kl_str_free(&perr);
+      mlirPassManagerDestroy(pm);
+      tp2 = now();
+      if (!rc) rc = kl_cpujit_compile(m, key, prefix, n, fns, err, errlen);
+      mlirModuleDestroy(m);
+    }
+    mlirContextDetachDiagnosticHandler(mlir_ctx, hid);
+    kl_str_free(&diag);
+    pthread_mutex_unlock(&mlir_mu);
+    if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
+      fprintf(stderr, "kiln: parse %.1f ms, lower %.1f ms, llvm %.1f ms\n", (tp1 - tp0) * 1e3, (tp2 - tp1) * 1e3,
+              (now() - tp2) * 1e3);
+  }
+  for (int i = 0; !rc && i < n; i++) o->kernels[i].fn = fns[i];
+  return rc;
 }
 
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
@@ -180,7 +239,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     }
     if (kl_aval_size(&pg->vals[ps->root].aval) == 0) continue; /* nothing to write */
     char name[32];
-    snprintf(name, sizeof name, "k%d", s);
+    snprintf(name, sizeof name, "KLPFX%d", o->nkernels);
     kl_kernel_info *ki = &infos[s];
     rc = kl_kernel_emit(&plan, s, name, &mod, ki, err, errlen);
     if (rc) break;
@@ -199,65 +258,9 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     st->combine = kernel_combine;
     x->cost += ki->cost;
     x->nsteps++;
-    /* remember the function name through the ctx index: kernels are looked up below */
-    kc->fn = (void (*)(void **))(intptr_t)(s + 1);
   }
   kl_str_append(&mod, "}\n");
-  if (!rc && o->nkernels) {
-    dump("kernels.mlir", mod.data);
-    pthread_mutex_lock(&mlir_mu);
-    mlir_init();
-    kl_str diag;
-    kl_str_init(&diag);
-    MlirDiagnosticHandlerID hid = mlirContextAttachDiagnosticHandler(mlir_ctx, on_diag, &diag, NULL);
-    double tp0 = now();
-    MlirModule m = mlirModuleCreateParse(mlir_ctx, mlirStringRefCreateFromCString(mod.data));
-    double tp1 = now(), tp2 = tp1, tp3 = tp1;
-    if (mlirModuleIsNull(m)) {
-      snprintf(err, errlen, "internal error: generated MLIR does not parse: %s", diag.data ? diag.data : "");
-      rc = -1;
-    } else {
-      MlirPassManager pm = mlirPassManagerCreate(mlir_ctx);
-      MlirStringRef pipe = mlirStringRefCreateFromCString(CPU_PIPELINE);
-      kl_str perr;
-      kl_str_init(&perr);
-      if (mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm), pipe, collect_text, &perr))) {
-        snprintf(err, errlen, "internal error: bad pass pipeline: %s", perr.data ? perr.data : "");
-        rc = -1;
-      } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
-        snprintf(err, errlen, "internal error: lowering failed: %s", diag.data ? diag.data : "");
-        rc = -1;
-      }
-      kl_str_free(&perr);
-      mlirPassManagerDestroy(pm);
-      tp2 = now();
-      if (!rc) {
-        o->ee = mlirExecutionEngineCreate(m, 3, 0, NULL, false);
-        tp3 = now();
-        if (mlirExecutionEngineIsNull(o->ee)) {
-          snprintf(err, errlen, "internal error: cannot create the execution engine: %s", diag.data ? diag.data : "");
-          rc = -1;
-        } else o->has_ee = 1;
-      }
-      for (int i = 0; !rc && i < o->nkernels; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "k%d", (int)(intptr_t)o->kernels[i].fn - 1);
-        void *fp = mlirExecutionEngineLookupPacked(o->ee, mlirStringRefCreateFromCString(name));
-        if (!fp) {
-          snprintf(err, errlen, "internal error: kernel %s missing after compilation", name);
-          rc = -1;
-        }
-        o->kernels[i].fn = (void (*)(void **))fp;
-      }
-      mlirModuleDestroy(m);
-      if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
-        fprintf(stderr, "kiln: parse %.1f ms, lower %.1f ms, engine %.1f ms, lookup %.1f ms\n", (tp1 - tp0) * 1e3,
-                (tp2 - tp1) * 1e3, (tp3 - tp2) * 1e3, (now() - tp3) * 1e3);
-    }
-    mlirContextDetachDiagnosticHandler(mlir_ctx, hid);
-    kl_str_free(&diag);
-    pthread_mutex_unlock(&mlir_mu);
-  }
+  if (!rc && o->nkernels) rc = build_kernels(&mod, o, err, errlen);
   for (int s = 0; s < plan.nsteps; s++) free(infos[s].args);
   free(infos);
   kl_str_free(&mod);

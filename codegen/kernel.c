@@ -825,13 +825,25 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   int out_arg = arg_index(&k, st->root);
   if (k.failed) goto fail;
 
-  /* signature and prologue */
-  kl_str_printf(out, "  func.func @%s(", name);
-  for (int i = 0; i < k.nargs; i++) {
-    kl_str_printf(out, "%%a%d: memref<1x%s> {llvm.noalias}, ", i, kl_storage_type(pg->vals[k.args[i]].aval.dtype));
-  }
-  kl_str_append(out, "%lo: index, %hi: index) {\n");
+  /* signature and prologue: void name(void **args, i64 lo, i64 hi). Each argument pointer is
+   * loaded from the array and wrapped as a memref<1xT> descriptor, then reinterpreted with its
+   * static shape, so generated code indexes with constants only. */
+  kl_str_printf(out, "  func.func @%s(%%args: !llvm.ptr, %%lo: index, %%hi: index) {\n", name);
   kl_str_append(out, "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n");
+  kl_str_append(out, "    %z64 = llvm.mlir.constant(0 : i64) : i64\n    %o64 = llvm.mlir.constant(1 : i64) : i64\n");
+  for (int i = 0; i < k.nargs; i++) {
+    const char *d = "!llvm.struct<(ptr, ptr, i64, array<1 x i64>, array<1 x i64>)>";
+    kl_str_printf(out, "    %%g%d = llvm.getelementptr %%args[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n", i, i);
+    kl_str_printf(out, "    %%p%d = llvm.load %%g%d : !llvm.ptr -> !llvm.ptr\n", i, i);
+    kl_str_printf(out, "    %%u%d = llvm.mlir.undef : %s\n", i, d);
+    kl_str_printf(out, "    %%v%d_0 = llvm.insertvalue %%p%d, %%u%d[0] : %s\n", i, i, i, d);
+    kl_str_printf(out, "    %%v%d_1 = llvm.insertvalue %%p%d, %%v%d_0[1] : %s\n", i, i, i, d);
+    kl_str_printf(out, "    %%v%d_2 = llvm.insertvalue %%z64, %%v%d_1[2] : %s\n", i, i, d);
+    kl_str_printf(out, "    %%v%d_3 = llvm.insertvalue %%o64, %%v%d_2[3, 0] : %s\n", i, i, d);
+    kl_str_printf(out, "    %%v%d_4 = llvm.insertvalue %%o64, %%v%d_3[4, 0] : %s\n", i, i, d);
+    kl_str_printf(out, "    %%a%d = builtin.unrealized_conversion_cast %%v%d_4 : %s to memref<1x%s>\n", i, i, d,
+                  kl_storage_type(pg->vals[k.args[i]].aval.dtype));
+  }
   for (int i = 0; i < k.nargs; i++) {
     const kl_aval *a = &pg->vals[k.args[i]].aval;
     kl_str_printf(out, "    %%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", i, i);

@@ -689,8 +689,11 @@ int kl_hostla_triangular_solve(kl_dtype t, int64_t batch, int64_t m,
                                int lower, int transpose_a, int unit_diagonal,
                                char *err, size_t errlen) {
   const char *who = "kl_hostla_triangular_solve";
-  int64_t dims[] = {batch, m, n, a_bstride};
-  if (lapack_begin(t, who, 1u << R_TRSM, dims, 4, err, errlen)) return 1;
+  int64_t dims[] = {batch, m, n};
+  if (lapack_begin(t, who, 1u << R_TRSM, dims, 3, err, errlen)) return 1;
+  if (a_bstride < 0)
+    return fail(err, errlen, "%s: negative a_bstride %lld", who,
+                (long long)a_bstride);
   int d = t == KL_F64;
   size_t esz = ESZ(d), mat = (size_t)(m * n) * esz;
   int64_t s = left_side ? m : n;

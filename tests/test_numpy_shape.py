@@ -178,6 +178,14 @@ def test_stable_argsort_and_descending(x64):
     _check(jnp.sort(jnp.asarray(x), axis=1, descending=True), -np.sort(-x, axis=1))
 
 
+def test_sort_treats_signed_zeros_as_equal(x64):
+    # As NumPy and jax.lax.sort: -0.0 == 0.0, so a stable sort keeps their input order.
+    x = np.array([0.0, -0.0, 1.0, 0.0, -0.0, -1.0])
+    np.testing.assert_array_equal(np.asarray(jnp.argsort(jnp.asarray(x))), np.argsort(x, kind="stable"))
+    keys = (np.array([1.0, 0.0, 1.0, 0.0]), np.array([0.0, -0.0, -0.0, 0.0]))
+    np.testing.assert_array_equal(np.asarray(jnp.lexsort([jnp.asarray(k) for k in keys])), np.lexsort(keys))
+
+
 def test_sort_and_searchsorted_nan(x64):
     a = np.array([3.0, np.nan, 1.0, 2.0, np.nan])
     _check(jnp.sort(jnp.asarray(a)), np.sort(a))

@@ -1,0 +1,284 @@
+/* cpujit.c: LLVM module -> object file -> ORC LLJIT, with memory and disk caches.
+ * Disk entries are "KILNOBJ2" | key | length | checksum | object bytes, written to a temporary
+ * file and renamed into place (atomic); an entry that fails any check, or fails to load, is
+ * deleted and recompiled. */
+#define _GNU_SOURCE
+#include "cpujit.h"
+
+#include <errno.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <mlir-c/Target/LLVMIR.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CACHE_VERSION "kiln-cpu-obj-2"
+static const char MAGIC[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '2'};
+
+static pthread_mutex_t jit_mu = PTHREAD_MUTEX_INITIALIZER;
+static LLVMOrcLLJITRef jit;
+static LLVMTargetMachineRef tm;
+static char *host_cpu, *host_features, *host_triple;
+static int jit_ready;
+static long n_compiled, n_disk, n_memory;
+
+/* Loaded objects by key (never unloaded). */
+typedef struct {
+  uint64_t key;
+} loaded_t;
+static loaded_t *loaded;
+static int nloaded, caploaded;
+
+static int take_error(LLVMErrorRef e, const char *what, char *err, size_t errlen) {
+  if (!e) return 0;
+  char *msg = LLVMGetErrorMessage(e);
+  snprintf(err, errlen, "%s: %s", what, msg);
+  LLVMDisposeErrorMessage(msg);
+  return -1;
+}
+
+static int jit_init(char *err, size_t errlen) {
+  if (jit_ready) return 0;
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+  LLVMOrcLLJITBuilderRef b = LLVMOrcCreateLLJITBuilder();
+  LLVMOrcJITTargetMachineBuilderRef jtmb;
+  if (take_error(LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb), "cannot detect the host CPU", err, errlen)) return -1;
+  LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(b, jtmb);
+  if (take_error(LLVMOrcCreateLLJIT(&jit, b), "cannot create the JIT", err, errlen)) return -1;
+  LLVMOrcDefinitionGeneratorRef gen;
+  if (take_error(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL),
+                 "cannot expose process symbols to the JIT", err, errlen))
+    return -1;
+  LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
+  host_triple = LLVMGetDefaultTargetTriple();
+  host_cpu = LLVMGetHostCPUName();
+  host_features = LLVMGetHostCPUFeatures();
+  LLVMTargetRef target;
+  char *msg = NULL;
+  if (LLVMGetTargetFromTriple(host_triple, &target, &msg)) {
+    snprintf(err, errlen, "no LLVM target for %s: %s", host_triple, msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    return -1;
+  }
+  tm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
+                               LLVMCodeModelDefault);
+  jit_ready = 1;
+  return 0;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+uint64_t kl_cpujit_key(const char *text) {
+  char e[256];
+  pthread_mutex_lock(&jit_mu);
+  int ok = jit_init(e, sizeof e) == 0;
+  pthread_mutex_unlock(&jit_mu);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  h = fnv(h, CACHE_VERSION, sizeof CACHE_VERSION);
+  if (ok) {
+    h = fnv(h, host_cpu, strlen(host_cpu));
+    h = fnv(h, host_features, strlen(host_features));
+    h = fnv(h, host_triple, strlen(host_triple));
+  }
+  return fnv(h, text, strlen(text));
+}
+
+void kl_cpujit_stats(long *compiled, long *disk_hits, long *memory_hits) {
+  *compiled = n_compiled;
+  *disk_hits = n_disk;
+  *memory_hits = n_memory;
+}
+
+/* ---- disk cache ---- */
+
+static int cache_path(uint64_t key, char *path, size_t n) {
+  const char *dir = getenv("KILN_CACHE_DIR");
+  char base[900];
+  if (dir && (!*dir || !strcmp(dir, "off") || !strcmp(dir, "0"))) return -1;
+  if (dir) snprintf(base, sizeof base, "%s", dir);
+  else {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(base, sizeof base, "%s/kiln", xdg);
+    else if (home && *home) snprintf(base, sizeof base, "%s/.cache/kiln", home);
+    else return -1;
+  }
+  /* mkdir -p */
+  for (char *p = base + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      mkdir(base, 0755);
+      *p = '/';
+    }
+  if (mkdir(base, 0755) && errno != EEXIST) return -1;
+  snprintf(path, n, "%s/%016llx.kobj", base, (unsigned long long)key);
+  return 0;
+}
+
+static void cache_write(uint64_t key, const char *data, size_t len) {
+  char path[1024], tmp[1100];
+  if (cache_path(key, path, sizeof path)) return;
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return;
+  uint64_t hdr[3] = {key, (uint64_t)len, fnv(0xcbf29ce484222325ULL, data, len)};
+  int ok = fwrite(MAGIC, 1, 8, f) == 8 && fwrite(hdr, 8, 3, f) == 3 && fwrite(data, 1, len, f) == len;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok || rename(tmp, path)) unlink(tmp);
+}
+
+/* Reads a validated entry (malloc'd bytes) or NULL; removes entries that fail the checks. */
+static char *cache_read(uint64_t key, size_t *len) {
+  char path[1024];
+  if (cache_path(key, path, sizeof path)) return NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char magic[8];
+  uint64_t hdr[3];
+  char *data = NULL;
+  int ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, MAGIC, 8) && fread(hdr, 8, 3, f) == 3 && hdr[0] == key &&
+           hdr[1] < ((uint64_t)1 << 31);
+  if (ok) {
+    data = malloc(hdr[1] + 1);
+    ok = data && fread(data, 1, hdr[1], f) == hdr[1] && fnv(0xcbf29ce484222325ULL, data, hdr[1]) == hdr[2];
+  }
+  fclose(f);
+  if (!ok) {
+    free(data);
+    unlink(path);
+    return NULL;
+  }
+  *len = hdr[1];
+  return data;
+}
+
+static void remove_entry(uint64_t key) {
+  char path[1024];
+  if (!cache_path(key, path, sizeof path)) unlink(path);
+}
+
+/* ---- loading ---- */
+
+static int lookup_all(const char *prefix, int n, kl_kernel_fn *fns, char *err, size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    LLVMOrcExecutorAddress addr = 0;
+    snprintf(name, sizeof name, "%s%d", prefix, i);
+    if (take_error(LLVMOrcLLJITLookup(jit, &addr, name), "kernel lookup", err, errlen)) return -1;
+    fns[i] = (kl_kernel_fn)(uintptr_t)addr;
+  }
+  return 0;
+}
+
+static int is_loaded(uint64_t key) {
+  for (int i = 0; i < nloaded; i++)
+    if (loaded[i].key == key) return 1;
+  return 0;
+}
+
+static void mark_loaded(uint64_t key) {
+  if (nloaded == caploaded) {
+    caploaded = caploaded ? 2 * caploaded : 64;
+    loaded = realloc(loaded, sizeof *loaded * (size_t)caploaded);
+    if (!loaded) abort();
+  }
+  loaded[nloaded++].key = key;
+}
+
+/* Adds an object (copied) to the JIT under a resource tracker; on failure the tracker is removed. */
+static int add_object(const char *data, size_t len, char *err, size_t errlen) {
+  LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
+  LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(jd);
+  LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len, "kiln-kernels");
+  int rc = take_error(LLVMOrcLLJITAddObjectFileWithRT(jit, rt, buf), "loading compiled kernels", err, errlen);
+  if (rc) LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
+  LLVMOrcReleaseResourceTracker(rt);
+  return rc;
+}
+
+int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns) {
+  char err[512];
+  pthread_mutex_lock(&jit_mu);
+  int hit = 0;
+  if (jit_init(err, sizeof err) == 0) {
+    if (is_loaded(key)) {
+      hit = lookup_all(prefix, n, fns, err, sizeof err) == 0;
+      if (hit) n_memory++;
+    } else {
+      size_t len;
+      char *data = cache_read(key, &len);
+      if (data) {
+        if (add_object(data, len, err, sizeof err) == 0) {
+          mark_loaded(key);
+          hit = lookup_all(prefix, n, fns, err, sizeof err) == 0;
+          if (hit) n_disk++;
+        } else remove_entry(key); /* a bad entry is recompiled, never trusted */
+        free(data);
+      }
+    }
+  }
+  pthread_mutex_unlock(&jit_mu);
+  return hit;
+}
+
+int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns, char *err,
+                      size_t errlen) {
+  pthread_mutex_lock(&jit_mu);
+  int rc = jit_init(err, errlen);
+  LLVMContextRef ctx = NULL;
+  LLVMModuleRef mod = NULL;
+  LLVMMemoryBufferRef obj = NULL;
+  if (rc) goto done;
+  ctx = LLVMContextCreate();
+  mod = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), ctx);
+  if (!mod) {
+    snprintf(err, errlen, "internal error: translation of the kernels to LLVM IR failed");
+    rc = -1;
+    goto done;
+  }
+  LLVMSetTarget(mod, host_triple);
+  LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
+  LLVMSetModuleDataLayout(mod, dl);
+  LLVMDisposeTargetData(dl);
+  LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+  LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
+  LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+  const char *pipeline = getenv("KILN_LLVM_PASSES");
+  rc = take_error(LLVMRunPasses(mod, pipeline && *pipeline ? pipeline : "default<O3>", tm, opts), "LLVM optimization", err, errlen);
+  LLVMDisposePassBuilderOptions(opts);
+  if (rc) goto done;
+  char *msg = NULL;
+  if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
+    snprintf(err, errlen, "internal error: machine code generation failed: %s", msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    rc = -1;
+    goto done;
+  }
+  const char *data = LLVMGetBufferStart(obj);
+  size_t len = LLVMGetBufferSize(obj);
+  rc = add_object(data, len, err, errlen);
+  if (rc) goto done;
+  mark_loaded(key);
+  n_compiled++;
+  cache_write(key, data, len);
+  rc = lookup_all(prefix, n, fns, err, errlen);
+done:
+  if (obj) LLVMDisposeMemoryBuffer(obj);
+  if (mod) LLVMDisposeModule(mod);
+  if (ctx) LLVMContextDispose(ctx);
+  pthread_mutex_unlock(&jit_mu);
+  return rc;
+}
