@@ -23,8 +23,14 @@ static int mlir_ready;
 static double compile_seconds;
 static long compile_count;
 
-static const char *CPU_PIPELINE =
+/* arith-expand (needed for bf16 conversions) also expands maxnumf & co. into compare+select,
+ * which stops LLVM from vectorizing max/min reductions: it runs only for modules with bf16. */
+static const char *CPU_PIPELINE_BF16 =
     "builtin.module(arith-expand{include-bf16=true},convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
+    "expand-strided-metadata,finalize-memref-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,"
+    "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},reconcile-unrealized-casts)";
+static const char *CPU_PIPELINE =
+    "builtin.module(convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
     "expand-strided-metadata,finalize-memref-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,"
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},reconcile-unrealized-casts)";
 
@@ -156,7 +162,7 @@ static int build_kernels(kl_str *mod, owner_t *o, char *err, size_t errlen) {
       kl_str perr;
       kl_str_init(&perr);
       if (mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
-                                                           mlirStringRefCreateFromCString(CPU_PIPELINE), collect_text, &perr))) {
+                                                           mlirStringRefCreateFromCString(strstr(mod->data, "bf16") ? CPU_PIPELINE_BF16 : CPU_PIPELINE), collect_text, &perr))) {
         snprintf(err, errlen, "internal error: bad pass pipeline: %s", perr.data ? perr.data : "");
         rc = -1;
       } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {

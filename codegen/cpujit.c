@@ -260,6 +260,18 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   rc = take_error(LLVMRunPasses(mod, pipeline && *pipeline ? pipeline : "default<O3>", tm, opts), "LLVM optimization", err, errlen);
   LLVMDisposePassBuilderOptions(opts);
   if (rc) goto done;
+  const char *dump_dir = getenv("KILN_DUMP");
+  if (dump_dir && *dump_dir) { /* the optimized LLVM IR, to check vectorization */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%016llx.ll", dump_dir, (unsigned long long)key);
+    char *text = LLVMPrintModuleToString(mod);
+    FILE *f = fopen(path, "w");
+    if (f) {
+      fputs(text, f);
+      fclose(f);
+    }
+    LLVMDisposeMessage(text);
+  }
   char *msg = NULL;
   if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
     snprintf(err, errlen, "internal error: machine code generation failed: %s", msg ? msg : "");

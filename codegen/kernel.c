@@ -809,17 +809,37 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       k.ind = ind2;
     }
     reduce_init(&k, e->prim, rt, init);
+    if (kl_dtype_is_float(rt) && (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN))
+      line(&k, "%%ffalse = arith.constant false");
     k.body = &body;
     k.ind = indent;
   }
   snprintf(acc_name, sizeof acc_name, "%%acc%d", nred ? nred - 1 : 0);
   emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
+  /* Float max/min reduce with maxnum/minnum (which LLVM vectorizes) plus a NaN flag carried
+   * beside the accumulator, since JAX's max/min propagate NaN. */
+  int nanflag = is_reduce && kl_dtype_is_float(rt) && (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN);
+  char flag_name[32];
+  snprintf(flag_name, sizeof flag_name, "%%flag%d", nred ? nred - 1 : 0);
   if (is_reduce) {
     ssa nv;
     const char *op = reduce_op(e->prim, rt);
-    const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : "";
+    if (nanflag) op = e->prim == KL_P_REDUCE_MAX ? "maxnumf" : "minnumf";
+    /* reassoc lets sums vectorize; nnan lets maxnum/minnum vectorize (NaNs are tracked by the flag) */
+    const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : nanflag ? " fastmath<nnan>" : "";
     line(&k, "%s = arith.%s %s, %s%s : %s", fresh(&k, nv), op, nred ? acc_name : init, val, fm, rcty);
-    if (nred) line(&k, "scf.yield %s : %s", nv, rcty);
+    if (nanflag) {
+      ssa un, nf;
+      line(&k, "%s = arith.cmpf uno, %s, %s : %s", fresh(&k, un), val, val, rcty);
+      line(&k, "%s = arith.ori %s, %s : i1", fresh(&k, nf), nred ? flag_name : "%ffalse", un);
+      if (nred) line(&k, "scf.yield %s, %s : %s, i1", nv, nf, rcty);
+      else {
+        ssa nan, fin;
+        const_scalar(&k, rt, NAN, 0, nan);
+        line(&k, "%s = arith.select %s, %s, %s : %s", fresh(&k, fin), nf, nan, nv, rcty);
+        snprintf(nv, sizeof nv, "%s", fin);
+      }
+    } else if (nred) line(&k, "scf.yield %s : %s", nv, rcty);
     snprintf(val, sizeof val, "%s", nv);
   }
   int out_arg = arg_index(&k, st->root);
@@ -911,7 +931,15 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       snprintf(iv, sizeof iv, "%%i%d", order[d]);
       snprintf(n, sizeof n, "%%n%d", d);
       if (r == 0) snprintf(prev, sizeof prev, "%s", init);
-      else snprintf(prev, sizeof prev, "%%acc%d", r - 1);
+      else snprintf(prev, sizeof prev, nanflag ? "%%acc%d#0" : "%%acc%d", r - 1);
+      if (nanflag) {
+        char pflag[32];
+        if (r == 0) snprintf(pflag, sizeof pflag, "%%ffalse");
+        else snprintf(pflag, sizeof pflag, "%%flag%d", r - 1);
+        if (r > 0) snprintf(prev, sizeof prev, "%%acc%d", r - 1);
+        kl_str_printf(out, "%*s%%r%d:2 = scf.for %s = %s to %s step %%c1 iter_args(%%acc%d = %s, %%flag%d = %s) -> (%s, i1) {\n",
+                      4 + 2 * d, "", r, iv, outer_split ? "%lo" : "%c0", outer_split ? "%hi" : n, r, prev, r, pflag, rcty);
+      } else
       kl_str_printf(out, "%*s%%r%d = scf.for %s = %s to %s step %%c1 iter_args(%%acc%d = %s) -> (%s) {\n", 4 + 2 * d, "",
                     r, iv, outer_split ? "%lo" : "%c0", outer_split ? "%hi" : n, r, prev, rcty);
     }
@@ -921,11 +949,21 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     for (int r = nred - 1; r >= 0; r--) {
       int d = nkept + r;
       kl_str_printf(out, "%*s}\n", 4 + 2 * d, "");
-      if (r > 0) kl_str_printf(out, "%*sscf.yield %%r%d : %s\n", 4 + 2 * d - 2, "", r, rcty);
+      if (r > 0 && nanflag) kl_str_printf(out, "%*sscf.yield %%r%d#0, %%r%d#1 : %s, i1\n", 4 + 2 * d - 2, "", r, r, rcty);
+      else if (r > 0) kl_str_printf(out, "%*sscf.yield %%r%d : %s\n", 4 + 2 * d - 2, "", r, rcty);
     }
     if (nred) snprintf(val, sizeof val, "%%r0");
     /* re-emit the store with the final accumulator */
     kl_str_clear(&store);
+    if (nanflag && nred) {
+      kctx k3 = k;
+      k3.body = &store;
+      k3.ind = "";
+      ssa nan;
+      const_scalar(&k3, rt, NAN, 0, nan);
+      kl_str_printf(&store, "%%fin = arith.select %%r0#1, %s, %%r0#0 : %s\n", nan, rcty);
+      snprintf(val, sizeof val, "%%fin");
+    }
     const char *v = val;
     if (rt == KL_BOOL) {
       kl_str_printf(&store, "%%st = arith.extui %s : i1 to i8\n", v);
