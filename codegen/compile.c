@@ -188,6 +188,7 @@ static int build_kernels(kl_str *mod, owner_t *o, char *err, size_t errlen) {
 
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   double t0 = now();
+  kl_cse(pg);
   kl_dce(pg);
   kl_plan plan;
   kl_plan_build(pg, &plan);

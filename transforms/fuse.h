@@ -23,6 +23,8 @@ typedef struct {
   int nsteps;
 } kl_plan;
 
+/* Redirects uses of equations that repeat an earlier one (same primitive, params, operands). */
+void kl_cse(kl_program *pg);
 /* Removes equations whose results are unused (in place). */
 void kl_dce(kl_program *pg);
 /* Plans kernels for pg. KILN_DISABLE_FUSION=1 materializes every value. */

@@ -470,7 +470,11 @@ def bind(prim, args, params=None):
             hit = _compile_eager(prim, args, params)
             _eager_cache[key] = hit
         exe, avals = hit
-        bufs = exe(*[a._buf for a in args])
+        try:
+            bufs = exe(*[a._buf for a in args])
+        except MemoryError as e:
+            shapes = ", ".join(f"{s}" for s, _, _ in avals)
+            raise MemoryError(f"{prim}: cannot allocate the result (shape {shapes}): {e}") from None
         return tuple([Array(b, s, d, w) for b, (s, d, w) in zip(bufs, avals)])
     trace = None
     for a in args:

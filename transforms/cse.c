@@ -1,0 +1,59 @@
+/* cse.c: common-subexpression elimination. Two equations with the same primitive, params and
+ * operands compute the same values (every primitive is pure), so later uses of the second one's
+ * results are redirected to the first's. Runs before DCE, which then drops the duplicates. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuse.h"
+
+static uint64_t mix(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+static uint64_t eqn_hash(const kl_eqn *e) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  h = mix(h, &e->prim, sizeof e->prim);
+  h = mix(h, e->ins, sizeof(int) * (size_t)e->nin);
+  for (int i = 0; i < 4; i++)
+    if (e->p.nv[i]) h = mix(h, e->p.v[i], sizeof(int64_t) * (size_t)e->p.nv[i]);
+  h = mix(h, &e->p.i0, sizeof e->p.i0);
+  h = mix(h, &e->p.i1, sizeof e->p.i1);
+  h = mix(h, &e->p.f, sizeof e->p.f);
+  return mix(h, &e->p.d, sizeof e->p.d);
+}
+
+static int eqn_same(const kl_eqn *a, const kl_eqn *b) {
+  if (a->prim != b->prim || a->nin != b->nin || a->nout != b->nout) return 0;
+  if (memcmp(a->ins, b->ins, sizeof(int) * (size_t)a->nin)) return 0;
+  for (int i = 0; i < 4; i++) {
+    if (a->p.nv[i] != b->p.nv[i]) return 0;
+    if (a->p.nv[i] && memcmp(a->p.v[i], b->p.v[i], sizeof(int64_t) * (size_t)a->p.nv[i])) return 0;
+  }
+  return a->p.i0 == b->p.i0 && a->p.i1 == b->p.i1 && !memcmp(&a->p.f, &b->p.f, sizeof a->p.f) && a->p.d == b->p.d;
+}
+
+void kl_cse(kl_program *pg) {
+  int *repl = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  size_t cap = 16;
+  while (cap < (size_t)pg->neqns * 2) cap *= 2;
+  int *table = malloc(sizeof(int) * cap); /* equation index, or -1 */
+  if (!repl || !table) abort();
+  for (int v = 0; v < pg->nvals; v++) repl[v] = v;
+  for (size_t i = 0; i < cap; i++) table[i] = -1;
+  for (int k = 0; k < pg->neqns; k++) {
+    kl_eqn *e = &pg->eqns[k];
+    for (int i = 0; i < e->nin; i++) e->ins[i] = repl[e->ins[i]];
+    size_t slot = (size_t)eqn_hash(e) & (cap - 1);
+    while (table[slot] >= 0 && !eqn_same(&pg->eqns[table[slot]], e)) slot = (slot + 1) & (cap - 1);
+    if (table[slot] < 0) table[slot] = k;
+    else {
+      const kl_eqn *first = &pg->eqns[table[slot]];
+      for (int i = 0; i < e->nout; i++) repl[e->outs[i]] = first->outs[i];
+    }
+  }
+  for (int i = 0; i < pg->noutputs; i++) pg->outputs[i] = repl[pg->outputs[i]];
+  free(repl);
+  free(table);
+}
