@@ -45,8 +45,14 @@ asan: deps
 	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  PYTHONPATH=$(CURDIR)/build-asan/pkg $(PYTHON) -m pytest -q -x tests -p no:cacheprovider
 
+# One abi3 wheel with MLIR/LLVM linked statically (needs only libc, libm, libstdc++-free).
+wheel: deps
+	$(PYTHON) -c "import scikit_build_core" 2>/dev/null || $(PYTHON) -m pip install -q scikit-build-core
+	$(PYTHON) -m pip wheel --no-deps --no-build-isolation -w dist . -C cmake.define.KILN_STATIC_MLIR=ON -C build-dir=build-wheel
+	@ls -la dist/*.whl
+
 bench: build
 	PYTHONPATH=$(CURDIR)/python $(PYTHON) bench/run.py
 
 clean:
-	rm -rf $(BUILD) build-asan python/kiln/_kiln.abi3.so
+	rm -rf $(BUILD) build-asan build-wheel dist python/kiln/_kiln.abi3.so

@@ -114,16 +114,14 @@ static void sti(kl_dtype t, void *p, int64_t i, int64_t v) {
 
 static int is_uns(kl_dtype t) { return kl_dtype_kind(t) == KL_KIND_UINT || t == KL_BOOL; }
 
-/* Total order used by sort, argmax and cummax: floats with NaN above +inf
- * (and -0 < +0 for sort), unsigned and signed integers by value. */
+/* Order used by sort, argmax and cummax: floats with NaN above +inf (-0 equal to +0),
+ * unsigned and signed integers by value. */
 static int cmp_elem(kl_dtype t, const void *p, int64_t i, int64_t j) {
   if (kl_dtype_is_float(t)) {
     double a = ldf(t, p, i), b = ldf(t, p, j);
     int an = isnan(a), bn = isnan(b);
     if (an || bn) return an - bn;
-    if (a < b) return -1;
-    if (a > b) return 1;
-    return signbit(b) - signbit(a);
+    return (a > b) - (a < b); /* -0 == +0, as JAX and NumPy sort them */
   }
   if (is_uns(t)) {
     uint64_t a = (uint64_t)ldi(t, p, i), b = (uint64_t)ldi(t, p, j);

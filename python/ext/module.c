@@ -443,6 +443,25 @@ static PyType_Slot exec_slots[] = {{Py_tp_dealloc, exec_dealloc},
 
 static PyType_Spec exec_spec = {"kiln._kiln.Executable", sizeof(ExecObject), 0, Py_TPFLAGS_DEFAULT, exec_slots};
 
+/* ---- ArrayBase: gives kiln.Array the buffer protocol on every Python >= 3.11 ----
+ * The Python subclass provides _value() (a read-only NumPy view that waits for the data);
+ * the exported buffer is that array's, which the view keeps alive. */
+
+static int arraybase_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+  PyObject *v = PyObject_CallMethod(self, "_value", NULL);
+  if (!v) return -1;
+  int rc = PyObject_GetBuffer(v, view, flags);
+  Py_DECREF(v);
+  return rc;
+}
+
+static PyType_Slot arraybase_slots[] = {{Py_bf_getbuffer, arraybase_getbuffer},
+                                        {Py_tp_doc, "Base of kiln.Array (buffer protocol)."},
+                                        {0, NULL}};
+
+static PyType_Spec arraybase_spec = {"kiln._kiln.ArrayBase", sizeof(PyObject), 0,
+                                     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, arraybase_slots};
+
 /* ---- module ---- */
 
 static PyObject *mod_synchronize(PyObject *self, PyObject *unused) {
@@ -496,6 +515,8 @@ static int mod_exec(PyObject *m) {
   Py_INCREF(BufferType);
   Py_INCREF(BuilderType);
   Py_INCREF(ExecType);
+  PyObject *arraybase = PyType_FromSpec(&arraybase_spec);
+  if (!arraybase || PyModule_AddObject(m, "ArrayBase", arraybase)) return -1;
   if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
       PyModule_AddObject(m, "Executable", ExecType))
     return -1;

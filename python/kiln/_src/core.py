@@ -100,7 +100,7 @@ def _np_dtype(name):
     return _dtype_by_name[name]
 
 
-class Array:
+class Array(_kiln.ArrayBase):
     """An immutable n-dimensional array living on a kiln device."""
     __slots__ = ("_buf", "shape", "dtype", "weak_type", "_np", "__weakref__")
     __array_priority__ = 100
@@ -157,9 +157,6 @@ class Array:
         if copy:
             return v.copy()
         return v
-
-    def __buffer__(self, flags):
-        return memoryview(self._value())
 
     def block_until_ready(self):
         self._buf.block_until_ready()

@@ -200,7 +200,7 @@ def _gather(arr, entries, mode, fill_value):
     # 2. Traced scalar ints: one dynamic_slice.
     dyn = [e for e in entries if e.kind == "dyn"]
     if dyn:
-        dstarts = [0] * nd
+        dstarts = [np.int32(0)] * nd  # jax.lax wants one index dtype
         sizes = list(x.shape)
         for e in dyn:
             n = shape[e.dim]
