@@ -78,6 +78,7 @@ typedef struct {
   int nargs;
   kl_prim reduce;
   kl_dtype out_dtype;
+  int64_t out_elems; /* elements of the output, for merging per-thread partial reductions */
 } kernel_ctx;
 
 typedef struct {
@@ -103,7 +104,7 @@ static void kernel_run(void *ctx, void **ptrs, int64_t lo, int64_t hi) {
 
 static void kernel_combine(void *ctx, void *dst, void *const *parts, int n) {
   kernel_ctx *k = ctx;
-  kl_reduce_combine(k->reduce, k->out_dtype, dst, parts, n);
+  kl_reduce_combine(k->reduce, k->out_dtype, dst, parts, n, k->out_elems);
 }
 
 static void dump(const char *what, const char *text) {
@@ -254,6 +255,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     kc->nargs = ki->nargs;
     kc->reduce = ki->reduce;
     kc->out_dtype = pg->vals[ps->root].aval.dtype;
+    kc->out_elems = kl_aval_size(&pg->vals[ps->root].aval);
     st->ctx = kc;
     st->run = kernel_run;
     st->nslots = ki->nargs;

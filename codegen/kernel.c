@@ -762,6 +762,47 @@ static void open_loop(kl_str *s, int depth, const char *iv, const char *lo, cons
   kl_str_printf(s, "scf.for %s = %s to %s step %%c1 {\n", iv, lo, hi);
 }
 
+/* Signature and prologue: void name(void **args, i64 lo, i64 hi). Each argument pointer is
+ * loaded from the array and wrapped as a memref<1xT> descriptor, then reinterpreted with its
+ * static shape (%m<i>), so generated code indexes with constants only. */
+static void emit_prologue(kl_str *out, const kl_program *pg, const char *name, const int *args, int nargs) {
+  kl_str_printf(out, "  func.func @%s(%%args: !llvm.ptr, %%lo: index, %%hi: index) {\n", name);
+  kl_str_append(out, "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n");
+  kl_str_append(out, "    %z64 = llvm.mlir.constant(0 : i64) : i64\n    %o64 = llvm.mlir.constant(1 : i64) : i64\n");
+  for (int i = 0; i < nargs; i++) {
+    const char *d = "!llvm.struct<(ptr, ptr, i64, array<1 x i64>, array<1 x i64>)>";
+    kl_str_printf(out, "    %%g%d = llvm.getelementptr %%args[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n", i, i);
+    kl_str_printf(out, "    %%p%d = llvm.load %%g%d : !llvm.ptr -> !llvm.ptr\n", i, i);
+    kl_str_printf(out, "    %%u%d = llvm.mlir.undef : %s\n", i, d);
+    kl_str_printf(out, "    %%v%d_0 = llvm.insertvalue %%p%d, %%u%d[0] : %s\n", i, i, i, d);
+    kl_str_printf(out, "    %%v%d_1 = llvm.insertvalue %%p%d, %%v%d_0[1] : %s\n", i, i, i, d);
+    kl_str_printf(out, "    %%v%d_2 = llvm.insertvalue %%z64, %%v%d_1[2] : %s\n", i, i, d);
+    kl_str_printf(out, "    %%v%d_3 = llvm.insertvalue %%o64, %%v%d_2[3, 0] : %s\n", i, i, d);
+    kl_str_printf(out, "    %%v%d_4 = llvm.insertvalue %%o64, %%v%d_3[4, 0] : %s\n", i, i, d);
+    kl_str_printf(out, "    %%a%d = builtin.unrealized_conversion_cast %%v%d_4 : %s to memref<1x%s>\n", i, i, d,
+                  kl_storage_type(pg->vals[args[i]].aval.dtype));
+  }
+  for (int i = 0; i < nargs; i++) {
+    const kl_aval *a = &pg->vals[args[i]].aval;
+    kl_str_printf(out, "    %%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", i, i);
+    if (a->ndim == 0) kl_str_append(out, "1");
+    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)a->dims[d]);
+    kl_str_append(out, "], strides: [");
+    if (a->ndim == 0) kl_str_append(out, "1");
+    for (int d = 0; d < a->ndim; d++) {
+      int64_t s = 1;
+      for (int j = d + 1; j < a->ndim; j++) s *= a->dims[j];
+      kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
+    }
+    kl_str_printf(out, "] : memref<1x%s> to ", kl_storage_type(a->dtype));
+    memref_type(out, a);
+    kl_str_append(out, "\n");
+  }
+}
+
+static int emit_column_reduce(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
+                              char *err, size_t errlen);
+
 int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
                    char *err, size_t errlen) {
   const kl_program *pg = plan->pg;
@@ -770,6 +811,11 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   const kl_aval *oa = &pg->vals[st->root].aval;
   int is_reduce = kl_prim_get(e->prim)->family == KL_FAM_REDUCE;
   const kl_aval *space = is_reduce ? &pg->vals[e->ins[0]].aval : oa; /* iteration space */
+  if (is_reduce && space->ndim >= 2 && e->p.nv[0] > 0 && kl_aval_size(space) > 0) {
+    int last_reduced = 0;
+    for (int i = 0; i < e->p.nv[0]; i++) last_reduced |= e->p.v[0][i] == space->ndim - 1;
+    if (!last_reduced) return emit_column_reduce(plan, step, name, out, info, err, errlen);
+  }
   kl_str body, loops;
   kl_str_init(&body);
   kl_str_init(&loops);
@@ -845,41 +891,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   int out_arg = arg_index(&k, st->root);
   if (k.failed) goto fail;
 
-  /* signature and prologue: void name(void **args, i64 lo, i64 hi). Each argument pointer is
-   * loaded from the array and wrapped as a memref<1xT> descriptor, then reinterpreted with its
-   * static shape, so generated code indexes with constants only. */
-  kl_str_printf(out, "  func.func @%s(%%args: !llvm.ptr, %%lo: index, %%hi: index) {\n", name);
-  kl_str_append(out, "    %c0 = arith.constant 0 : index\n    %c1 = arith.constant 1 : index\n");
-  kl_str_append(out, "    %z64 = llvm.mlir.constant(0 : i64) : i64\n    %o64 = llvm.mlir.constant(1 : i64) : i64\n");
-  for (int i = 0; i < k.nargs; i++) {
-    const char *d = "!llvm.struct<(ptr, ptr, i64, array<1 x i64>, array<1 x i64>)>";
-    kl_str_printf(out, "    %%g%d = llvm.getelementptr %%args[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n", i, i);
-    kl_str_printf(out, "    %%p%d = llvm.load %%g%d : !llvm.ptr -> !llvm.ptr\n", i, i);
-    kl_str_printf(out, "    %%u%d = llvm.mlir.undef : %s\n", i, d);
-    kl_str_printf(out, "    %%v%d_0 = llvm.insertvalue %%p%d, %%u%d[0] : %s\n", i, i, i, d);
-    kl_str_printf(out, "    %%v%d_1 = llvm.insertvalue %%p%d, %%v%d_0[1] : %s\n", i, i, i, d);
-    kl_str_printf(out, "    %%v%d_2 = llvm.insertvalue %%z64, %%v%d_1[2] : %s\n", i, i, d);
-    kl_str_printf(out, "    %%v%d_3 = llvm.insertvalue %%o64, %%v%d_2[3, 0] : %s\n", i, i, d);
-    kl_str_printf(out, "    %%v%d_4 = llvm.insertvalue %%o64, %%v%d_3[4, 0] : %s\n", i, i, d);
-    kl_str_printf(out, "    %%a%d = builtin.unrealized_conversion_cast %%v%d_4 : %s to memref<1x%s>\n", i, i, d,
-                  kl_storage_type(pg->vals[k.args[i]].aval.dtype));
-  }
-  for (int i = 0; i < k.nargs; i++) {
-    const kl_aval *a = &pg->vals[k.args[i]].aval;
-    kl_str_printf(out, "    %%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", i, i);
-    if (a->ndim == 0) kl_str_append(out, "1");
-    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)a->dims[d]);
-    kl_str_append(out, "], strides: [");
-    if (a->ndim == 0) kl_str_append(out, "1");
-    for (int d = 0; d < a->ndim; d++) {
-      int64_t s = 1;
-      for (int j = d + 1; j < a->ndim; j++) s *= a->dims[j];
-      kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
-    }
-    kl_str_printf(out, "] : memref<1x%s> to ", kl_storage_type(a->dtype));
-    memref_type(out, a);
-    kl_str_append(out, "\n");
-  }
+  emit_prologue(out, pg, name, k.args, k.nargs);
   for (int i = 0; i < depth; i++) kl_str_printf(out, "    %%n%d = arith.constant %lld : index\n", i, (long long)space->dims[order[i]]);
 
   /* store text of the result (in registers -> memory) */
@@ -1011,4 +1023,100 @@ fail:
   kl_str_free(&body);
   kl_str_free(&loops);
   return -1;
+}
+
+/* A reduction whose innermost dimension is kept (sum over rows, mean over a batch): loops run in
+ * memory order and each element is combined into its output element, so the innermost loop is
+ * contiguous in both input and output and vectorizes. The first visit of an output element
+ * starts from the reduction's initial value. When the outermost (split) dimension is reduced,
+ * each thread accumulates into its own copy of the output, merged afterwards. */
+static int emit_column_reduce(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
+                              char *err, size_t errlen) {
+  const kl_program *pg = plan->pg;
+  const kl_plan_step *st = &plan->steps[step];
+  const kl_eqn *e = &pg->eqns[st->eqn];
+  const kl_aval *oa = &pg->vals[st->root].aval, *space = &pg->vals[e->ins[0]].aval;
+  int depth = space->ndim, reduced[KL_MAX_RANK] = {0};
+  for (int i = 0; i < e->p.nv[0]; i++) reduced[e->p.v[0][i]] = 1;
+  kl_str body;
+  kl_str_init(&body);
+  char indent[64];
+  snprintf(indent, sizeof indent, "%*s", 4 + 2 * depth, "");
+  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .ind = indent, .err = err, .errlen = errlen, .root = -1};
+  memset(info, 0, sizeof *info);
+  ssa idx[KL_MAX_RANK], kept[KL_MAX_RANK];
+  int nkept = 0;
+  for (int i = 0; i < depth; i++) {
+    snprintf(idx[i], sizeof(ssa), "%%i%d", i);
+    if (!reduced[i]) snprintf(kept[nkept++], sizeof(ssa), "%%i%d", i);
+  }
+  info->cost = kl_aval_size(space);
+  info->extent = space->dims[0];
+  info->full_reduce = reduced[0]; /* private outputs per thread, merged by the combiner */
+  info->reduce = e->prim;
+  kl_dtype rt = oa->dtype;
+  const char *rcty = kl_compute_type(rt);
+  ssa val, init, old, first, base, nv;
+  emit_value(&k, e->ins[0], idx, val);
+  emit_load(&k, st->root, kept, old);
+  reduce_init(&k, e->prim, rt, init);
+  line(&k, "%s = arith.constant true", fresh(&k, first));
+  for (int i = 0; i < depth; i++)
+    if (reduced[i]) {
+      ssa c, f2;
+      line(&k, "%s = arith.cmpi eq, %s, %s : index", fresh(&k, c), idx[i], i == 0 ? "%lo" : "%c0");
+      line(&k, "%s = arith.andi %s, %s : i1", fresh(&k, f2), first, c);
+      snprintf(first, sizeof first, "%s", f2);
+    }
+  line(&k, "%s = arith.select %s, %s, %s : %s", fresh(&k, base), first, init, old, rcty);
+  const char *op = reduce_op(e->prim, rt); /* maximumf/minimumf propagate NaN elementwise */
+  const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : "";
+  line(&k, "%s = arith.%s %s, %s%s : %s", fresh(&k, nv), op, base, val, fm, rcty);
+  int out_arg = arg_index(&k, st->root);
+  if (k.failed) {
+    free(k.args);
+    for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
+    free(k.memo);
+    kl_str_free(&body);
+    return -1;
+  }
+  const char *v = nv;
+  if (rt == KL_BOOL) {
+    line(&k, "%%st = arith.extui %s : i1 to i8", nv);
+    v = "%st";
+  } else if (is_low_float(rt)) {
+    line(&k, "%%st = arith.truncf %s : f32 to %s", nv, kl_storage_type(rt));
+    v = "%st";
+  }
+  kl_str st_line;
+  kl_str_init(&st_line);
+  kl_str_printf(&st_line, "memref.store %s, %%m%d", v, out_arg);
+  index_list(&st_line, kept, nkept, "%c0");
+  kl_str_append(&st_line, " : ");
+  memref_type(&st_line, oa);
+  line(&k, "%s", st_line.data);
+  kl_str_free(&st_line);
+
+  emit_prologue(out, pg, name, k.args, k.nargs);
+  for (int i = 0; i < depth; i++) {
+    char iv[24], n[24];
+    snprintf(iv, sizeof iv, "%%i%d", i);
+    snprintf(n, sizeof n, "%%n%d", i);
+    kl_str_printf(out, "    %%n%d = arith.constant %lld : index\n", i, (long long)space->dims[i]);
+  }
+  for (int i = 0; i < depth; i++) {
+    char iv[24], n[24];
+    snprintf(iv, sizeof iv, "%%i%d", i);
+    snprintf(n, sizeof n, "%%n%d", i);
+    open_loop(out, 2 + i, iv, i == 0 ? "%lo" : "%c0", i == 0 ? "%hi" : n);
+  }
+  kl_str_append(out, body.data);
+  for (int i = depth - 1; i >= 0; i--) kl_str_printf(out, "%*s}\n", 4 + 2 * i, "");
+  kl_str_append(out, "    return\n  }\n");
+  info->args = k.args;
+  info->nargs = k.nargs;
+  for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
+  free(k.memo);
+  kl_str_free(&body);
+  return 0;
 }

@@ -548,35 +548,37 @@ int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen) {
 
 /* ---- full-reduction partials ---- */
 
-void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts, int n) {
-  if (kl_dtype_is_float(t)) {
-    double acc = ldf(t, parts[0], 0);
-    for (int i = 1; i < n; i++) {
-      double v = ldf(t, parts[i], 0);
-      switch (reduce) {
-      case KL_P_REDUCE_SUM: acc += v; break;
-      case KL_P_REDUCE_PROD: acc *= v; break;
-      case KL_P_REDUCE_MAX: acc = (isnan(acc) || isnan(v)) ? NAN : (v > acc ? v : acc); break;
-      default: acc = (isnan(acc) || isnan(v)) ? NAN : (v < acc ? v : acc); break;
+void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts, int n, int64_t nelem) {
+  for (int64_t e = 0; e < nelem; e++) {
+    if (kl_dtype_is_float(t)) {
+      double acc = ldf(t, parts[0], e);
+      for (int i = 1; i < n; i++) {
+        double v = ldf(t, parts[i], e);
+        switch (reduce) {
+        case KL_P_REDUCE_SUM: acc += v; break;
+        case KL_P_REDUCE_PROD: acc *= v; break;
+        case KL_P_REDUCE_MAX: acc = (isnan(acc) || isnan(v)) ? NAN : (v > acc ? v : acc); break;
+        default: acc = (isnan(acc) || isnan(v)) ? NAN : (v < acc ? v : acc); break;
+        }
+        if (t != KL_F64) { stf(t, dst, e, acc); acc = ldf(t, dst, e); }
       }
-      if (t != KL_F64) { stf(t, dst, 0, acc); acc = ldf(t, dst, 0); }
+      stf(t, dst, e, acc);
+      continue;
     }
-    stf(t, dst, 0, acc);
-    return;
-  }
-  int64_t acc = ldi(t, parts[0], 0);
-  int un = is_uns(t);
-  for (int i = 1; i < n; i++) {
-    int64_t v = ldi(t, parts[i], 0);
-    int lt = un ? (uint64_t)v < (uint64_t)acc : v < acc;
-    switch (reduce) {
-    case KL_P_REDUCE_SUM: acc = (int64_t)((uint64_t)acc + (uint64_t)v); break;
-    case KL_P_REDUCE_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)v); break;
-    case KL_P_REDUCE_MAX: acc = lt ? acc : v; break;
-    case KL_P_REDUCE_MIN: acc = lt ? v : acc; break;
-    case KL_P_REDUCE_AND: acc = acc & v; break;
-    default: acc = acc | v; break;
+    int64_t acc = ldi(t, parts[0], e);
+    int un = is_uns(t);
+    for (int i = 1; i < n; i++) {
+      int64_t v = ldi(t, parts[i], e);
+      int lt = un ? (uint64_t)v < (uint64_t)acc : v < acc;
+      switch (reduce) {
+      case KL_P_REDUCE_SUM: acc = (int64_t)((uint64_t)acc + (uint64_t)v); break;
+      case KL_P_REDUCE_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)v); break;
+      case KL_P_REDUCE_MAX: acc = lt ? acc : v; break;
+      case KL_P_REDUCE_MIN: acc = lt ? v : acc; break;
+      case KL_P_REDUCE_AND: acc = acc & v; break;
+      default: acc = acc | v; break;
+      }
     }
+    sti(t, dst, e, acc);
   }
-  sti(t, dst, 0, acc);
 }

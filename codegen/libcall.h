@@ -18,8 +18,9 @@ void kl_libcall_free(kl_libcall *c);
 /* Step entry: ptrs = input buffers then output buffers. 0 or nonzero with a message. */
 int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen);
 
-/* Combines partial scalars of a full reduction: dst = op(parts[0..n)). */
-void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts, int n);
+/* Combines the per-thread partial results of a reduction: dst[e] = op(parts[0..n)[e]) for
+ * every element e < nelem. */
+void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts, int n, int64_t nelem);
 
 /* Element conversions shared with the Python boundary. */
 float kl_half_to_float(uint16_t h);
