@@ -843,7 +843,9 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   info->reduce = e->prim;
 
   kl_dtype rt = oa->dtype;
-  const char *rcty = kl_compute_type(rt);
+  /* float32/16 sums accumulate in float64: as accurate as a pairwise sum, and still vectorized */
+  int wide = is_reduce && e->prim == KL_P_REDUCE_SUM && kl_dtype_is_float(rt) && rt != KL_F64;
+  const char *rcty = wide ? "f64" : kl_compute_type(rt);
   ssa val, acc_name, init;
   kl_str ini;
   kl_str_init(&ini);
@@ -854,7 +856,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       k.body = &ini;
       k.ind = ind2;
     }
-    reduce_init(&k, e->prim, rt, init);
+    reduce_init(&k, e->prim, wide ? KL_F64 : rt, init);
     if (kl_dtype_is_float(rt) && (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN))
       line(&k, "%%ffalse = arith.constant false");
     k.body = &body;
@@ -862,6 +864,11 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   }
   snprintf(acc_name, sizeof acc_name, "%%acc%d", nred ? nred - 1 : 0);
   emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
+  if (wide) {
+    ssa w;
+    line(&k, "%s = arith.extf %s : f32 to f64", fresh(&k, w), val);
+    snprintf(val, sizeof val, "%s", w);
+  }
   /* Float max/min reduce with maxnum/minnum (which LLVM vectorizes) plus a NaN flag carried
    * beside the accumulator, since JAX's max/min propagate NaN. */
   int nanflag = is_reduce && kl_dtype_is_float(rt) && (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN);
@@ -967,6 +974,10 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     if (nred) snprintf(val, sizeof val, "%%r0");
     /* re-emit the store with the final accumulator */
     kl_str_clear(&store);
+    if (wide) {
+      kl_str_printf(&store, "%%nar = arith.truncf %s : f64 to f32\n", val);
+      snprintf(val, sizeof val, "%%nar");
+    }
     if (nanflag && nred) {
       kctx k3 = k;
       k3.body = &store;

@@ -36,6 +36,24 @@ void kl_dce(kl_program *pg) {
   free(keep);
 }
 
+#define RECOMPUTE_BUDGET 24
+#define EXPR_LIMIT 256
+
+/* Rough cost of recomputing one element of a primitive's result. */
+static int op_weight(kl_prim p) {
+  switch (kl_prim_get(p)->family) {
+  case KL_FAM_CONST: case KL_FAM_IOTA: case KL_FAM_SHAPE: case KL_FAM_CONVERT: return 1;
+  case KL_FAM_UNARY:
+    switch (p) {
+    case KL_P_NEG: case KL_P_ABS: case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_NOT:
+    case KL_P_SQUARE: case KL_P_STOP_GRADIENT: case KL_P_IS_FINITE: case KL_P_SQRT: return 1;
+    default: return 10; /* transcendental: a polynomial of ~10-30 ops */
+    }
+  case KL_FAM_BINARY: return p == KL_P_POW || p == KL_P_ATAN2 ? 20 : p == KL_P_DIV || p == KL_P_REM ? 3 : 1;
+  default: return 1;
+  }
+}
+
 void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   const char *env = getenv("KILN_DISABLE_FUSION");
   int nofuse = env && env[0] == '1';
@@ -57,6 +75,39 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
     if (f == KL_FAM_REDUCE || nofuse)
       for (int i = 0; i < e->nout; i++) m[e->outs[i]] = 1;
   }
+  /* Recomputing a value in each consumer is cheap only while the value is cheap: a value read by
+   * several consumers (possibly at different indices, as in a stencil) is materialized once its
+   * recomputation would cost more than RECOMPUTE_BUDGET extra ops, and any expression grows into
+   * a buffer past EXPR_LIMIT ops, so kernels never grow exponentially with the program. */
+  int *uses = calloc((size_t)pg->nvals + 1, sizeof(int)), *last = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *cost = calloc((size_t)pg->nvals + 1, sizeof(int));
+  if (!uses || !last || !cost) abort();
+  for (int v = 0; v < pg->nvals; v++) last[v] = -1;
+  for (int k = 0; k < pg->neqns; k++)
+    for (int i = 0; i < pg->eqns[k].nin; i++) {
+      int v = pg->eqns[k].ins[i];
+      if (last[v] != k) uses[v]++;
+      last[v] = k;
+    }
+  for (int k = 0; k < pg->neqns && !nofuse; k++) {
+    const kl_eqn *e = &pg->eqns[k];
+    if (!kl_prim_fusible(e->prim) || kl_prim_get(e->prim)->family == KL_FAM_REDUCE) continue;
+    int c = op_weight(e->prim);
+    for (int i = 0; i < e->nin; i++)
+      if (!m[e->ins[i]]) c += cost[e->ins[i]];
+    for (int i = 0; i < e->nout; i++) {
+      int v = e->outs[i];
+      cost[v] = c > EXPR_LIMIT * 4 ? EXPR_LIMIT * 4 : c;
+      if (m[v]) continue;
+      if (c > EXPR_LIMIT || (uses[v] > 1 && (long)c * (uses[v] - 1) > RECOMPUTE_BUDGET)) {
+        m[v] = 1;
+        cost[v] = 0;
+      }
+    }
+  }
+  free(uses);
+  free(last);
+  free(cost);
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     if (!kl_prim_fusible(e->prim)) {
