@@ -100,7 +100,7 @@ static int binary_coefs(kl_ad *a, kl_prim p, int x, int y, int out, int *da, int
     int z = lit(a, 0, x);
     int pw = kl_ad_bin(a, KL_P_POW, x, sub(a, y, lit(a, 1, y)));
     int dxv = mul(a, y, pw);
-    *da = kl_ad_bin(a, KL_P_SELECT_N, kl_ad_bin(a, KL_P_EQ, y, z), 0) < -1 ? -1 : -1; /* placeholder, replaced below */
+    /* d/dx = y x^(y-1), taken as 0 where y == 0; d/dy = log(x) x^y, taken as 0 where x == 0 */
     int ins[3] = {kl_ad_bin(a, KL_P_EQ, y, lit(a, 0, y)), dxv, z};
     int o[KL_MAX_OUTS];
     *da = kl_ad_emit(a, KL_P_SELECT_N, ins, 3, NULL, o) < 0 ? -1 : o[0];

@@ -10,6 +10,7 @@
 #include "../../ir/program.h"
 #include "../../runtime/hostla.h"
 #include "../../runtime/runtime.h"
+#include "../../transforms/ad.h"
 
 typedef struct {
   PyObject_HEAD
@@ -376,7 +377,135 @@ static PyObject *builder_compile(PyObject *self, PyObject *unused) {
   return (PyObject *)o;
 }
 
+static PyObject *builder_wrap(kl_program *pg) {
+  BuilderObject *o = (BuilderObject *)PyType_GenericNew((PyTypeObject *)BuilderType, NULL, NULL);
+  if (!o) {
+    kl_program_free(pg);
+    return NULL;
+  }
+  o->pg = pg;
+  return (PyObject *)o;
+}
+
+static char *flags_from(PyObject *seq, int n, const char *what) {
+  PyObject *t = PySequence_Tuple(seq);
+  if (!t) return NULL;
+  if (PyTuple_Size(t) != n) {
+    Py_DECREF(t);
+    PyErr_Format(PyExc_ValueError, "%s: expected %d flags, got %zd", what, n, PyTuple_Size(t));
+    return NULL;
+  }
+  char *f = PyMem_Malloc((size_t)n + 1);
+  for (int i = 0; i < n; i++) f[i] = (char)PyObject_IsTrue(PyTuple_GetItem(t, i));
+  Py_DECREF(t);
+  return f;
+}
+
+/* jvp(has_tangent) -> Builder: inputs (primals, tangents of flagged float inputs),
+ * outputs (primal outputs, output tangents). */
+static PyObject *builder_jvp(PyObject *self, PyObject *arg) {
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  char *f = flags_from(arg, pg->ninputs, "jvp");
+  if (!f) return NULL;
+  char err[1024];
+  kl_program *j = kl_jvp(pg, f, NULL, err, sizeof err);
+  PyMem_Free(f);
+  if (!j) return PyErr_Format(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, "%s", err);
+  return builder_wrap(j);
+}
+
+/* vjp(wants) -> Builder: inputs (primals, output cotangents), outputs (primal outputs,
+ * cotangents of the wanted inputs). */
+static PyObject *builder_vjp(PyObject *self, PyObject *arg) {
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  char *f = flags_from(arg, pg->ninputs, "vjp");
+  if (!f) return NULL;
+  char err[1024];
+  kl_program *v = kl_vjp(pg, f, err, sizeof err);
+  PyMem_Free(f);
+  if (!v) return PyErr_Format(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, "%s", err);
+  return builder_wrap(v);
+}
+
+static PyObject *params_dict(const kl_eqn *e) {
+  PyObject *d = PyDict_New();
+  const char *spec = kl_prim_get(e->prim)->spec;
+  while (*spec) {
+    const char *colon = strchr(spec, ':');
+    if (!colon) break;
+    PyObject *key = PyUnicode_FromStringAndSize(spec, colon - spec);
+    const char *slot = colon + 1;
+    PyObject *val = NULL;
+    if (slot[0] == 'v') {
+      int k = slot[1] - '0';
+      val = PyTuple_New(e->p.nv[k]);
+      for (int i = 0; i < e->p.nv[k]; i++) PyTuple_SetItem(val, i, PyLong_FromLongLong(e->p.v[k][i]));
+    } else if (slot[0] == 'i') val = PyLong_FromLongLong(slot[1] == '0' ? e->p.i0 : e->p.i1);
+    else if (slot[0] == 'f') val = PyFloat_FromDouble(e->p.f);
+    else if (slot[0] == 'd') {
+      if (e->p.d >= 0) val = PyUnicode_FromString(kl_dtype_name((kl_dtype)e->p.d));
+      else {
+        val = Py_None;
+        Py_INCREF(val);
+      }
+    }
+    if (val) PyDict_SetItem(d, key, val);
+    Py_XDECREF(val);
+    Py_DECREF(key);
+    spec = slot;
+    while (*spec && *spec != ' ') spec++;
+    while (*spec == ' ') spec++;
+  }
+  return d;
+}
+
+/* equations() -> list of (prim, ins, outs, params); inputs() / outputs() -> tuples of ids. */
+static PyObject *builder_equations(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  PyObject *l = PyList_New(pg->neqns);
+  for (int k = 0; k < pg->neqns; k++) {
+    const kl_eqn *e = &pg->eqns[k];
+    PyObject *ins = PyTuple_New(e->nin), *outs = PyTuple_New(e->nout);
+    for (int i = 0; i < e->nin; i++) PyTuple_SetItem(ins, i, PyLong_FromLong(e->ins[i]));
+    for (int i = 0; i < e->nout; i++) PyTuple_SetItem(outs, i, PyLong_FromLong(e->outs[i]));
+    PyList_SetItem(l, k, Py_BuildValue("(sNNN)", kl_prim_get(e->prim)->name, ins, outs, params_dict(e)));
+  }
+  return l;
+}
+
+static PyObject *id_tuple(const int *ids, int n) {
+  PyObject *t = PyTuple_New(n);
+  for (int i = 0; i < n; i++) PyTuple_SetItem(t, i, PyLong_FromLong(ids[i]));
+  return t;
+}
+
+static PyObject *builder_inputs(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  return id_tuple(pg->inputs, pg->ninputs);
+}
+
+static PyObject *builder_outputs(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  return id_tuple(pg->outputs, pg->noutputs);
+}
+
+static PyObject *builder_aval(PyObject *self, PyObject *arg) {
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  long v = PyLong_AsLong(arg);
+  if (v < 0 || v >= pg->nvals) return PyErr_Format(PyExc_IndexError, "aval: unknown value %ld", v);
+  return aval_tuple(&pg->vals[v].aval, (int)v);
+}
+
 static PyMethodDef builder_methods[] = {
+    {"jvp", builder_jvp, METH_O, "jvp(has_tangent) -> Builder"},
+    {"vjp", builder_vjp, METH_O, "vjp(wants) -> Builder"},
+    {"equations", builder_equations, METH_NOARGS, "list of (prim, ins, outs, params)"},
+    {"inputs", builder_inputs, METH_NOARGS, "input value ids"},
+    {"outputs", builder_outputs, METH_NOARGS, "output value ids"},
+    {"aval", builder_aval, METH_O, "aval(id) -> (id, shape, dtype, weak)"},
     {"add_input", builder_add_input, METH_VARARGS, "add_input(shape, dtype, weak) -> value id"},
     {"add_eqn", builder_add_eqn, METH_VARARGS, "add_eqn(prim, ins, params) -> output avals"},
     {"set_outputs", builder_set_outputs, METH_O, "set_outputs(ids)"},

@@ -47,10 +47,8 @@ class Trace:
                 return x._vid
             if not x._trace.alive:
                 raise UnexpectedTracerError.for_tracer(x)
-            raise UnexpectedTracerError(
-                "a value traced by an outer transformation was used inside an inner one "
-                "(nested transformations with closures are not supported yet by kiln); "
-                "pass the value as an argument instead")
+            # A value of an enclosing trace (a closure in a nested transformation) enters
+            # this program as an extra input, like a constant.
         if isinstance(x, Array):
             vid = self.const_vids.get(id(x))
             if vid is None:

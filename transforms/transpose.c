@@ -1,0 +1,400 @@
+/* transpose.c: reverse mode. kl_vjp runs the JVP pass, keeps the primal equations, and walks
+ * the tangent (linear) equations backwards, each through its primitive's transpose rule,
+ * accumulating cotangents. Only linear primitives need transpose rules: every JVP rule writes
+ * its tangents with them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ad.h"
+
+typedef struct {
+  kl_ad *a;          /* the program being built (V) */
+  const kl_program *j; /* the JVP program */
+  const char *jtag;  /* tangent tags of j's values */
+  int *vmap;         /* j primal value -> V value */
+  int *ct;           /* j value -> V cotangent value, -1 = zero */
+} tctx;
+
+static int emit1(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *prm) {
+  int o[KL_MAX_OUTS];
+  return kl_ad_emit(a, p, ins, nin, prm, o) < 0 ? -1 : o[0];
+}
+
+static void accumulate(tctx *c, int jv, int contrib) {
+  if (contrib < 0) return;
+  kl_aval target = c->j->vals[jv].aval;
+  contrib = kl_ad_sum_to(c->a, contrib, &target);
+  if (contrib >= 0 && kl_ad_aval(c->a, contrib)->dtype != target.dtype) {
+    kl_params p;
+    kl_params_init(&p);
+    p.d = (int)target.dtype;
+    contrib = emit1(c->a, KL_P_CONVERT, &contrib, 1, &p);
+  }
+  c->ct[jv] = kl_ad_add(c->a, c->ct[jv], contrib);
+}
+
+static int is_t(tctx *c, int jv) { return c->jtag[jv]; }
+static int prim_of(tctx *c, int jv) { return c->vmap[jv]; }
+
+/* dot_general transposed with respect to one operand (side 0: lhs, 1: rhs). */
+static int transpose_dot(tctx *c, const kl_eqn *e, int side, int ct) {
+  const kl_aval *l = &c->j->vals[e->ins[0]].aval, *r = &c->j->vals[e->ins[1]].aval;
+  const kl_aval *me = side ? r : l, *other = side ? l : r;
+  const int64_t *mc = e->p.v[side], *oc = e->p.v[1 - side], *mb = e->p.v[2 + side], *ob = e->p.v[3 - side];
+  int nc = e->p.nv[0], nb = e->p.nv[2];
+  /* free dims of each side in increasing order */
+  int64_t mfree[KL_MAX_RANK], ofree[KL_MAX_RANK];
+  int nmf = 0, nof = 0;
+  for (int d = 0; d < me->ndim; d++) {
+    int used = 0;
+    for (int i = 0; i < nc; i++) used |= mc[i] == d;
+    for (int i = 0; i < nb; i++) used |= mb[i] == d;
+    if (!used) mfree[nmf++] = d;
+  }
+  for (int d = 0; d < other->ndim; d++) {
+    int used = 0;
+    for (int i = 0; i < nc; i++) used |= oc[i] == d;
+    for (int i = 0; i < nb; i++) used |= ob[i] == d;
+    if (!used) ofree[nof++] = d;
+  }
+  /* ct dims: [batch, lhs free, rhs free]; contract ct's "other free" dims with other's free dims */
+  int64_t ct_other[KL_MAX_RANK], ct_batch[KL_MAX_RANK], ob_v[KL_MAX_RANK], of_v[KL_MAX_RANK];
+  int64_t other_free_start = side ? nb : nb + (int64_t)nmf; /* where other's free dims sit in ct */
+  for (int i = 0; i < nof; i++) {
+    ct_other[i] = other_free_start + i;
+    of_v[i] = ofree[i];
+  }
+  for (int i = 0; i < nb; i++) {
+    ct_batch[i] = i;
+    ob_v[i] = ob[i];
+  }
+  kl_params p;
+  kl_params_init(&p);
+  p.v[0] = ct_other;
+  p.nv[0] = nof;
+  p.v[1] = of_v;
+  p.nv[1] = nof;
+  p.v[2] = ct_batch;
+  p.nv[2] = nb;
+  p.v[3] = ob_v;
+  p.nv[3] = nb;
+  p.i0 = e->p.i0;
+  int ins[2] = {ct, prim_of(c, e->ins[1 - side])};
+  int res = emit1(c->a, KL_P_DOT_GENERAL, ins, 2, &p);
+  if (res < 0) return -1;
+  /* result dims: [batch, my free (increasing), other's contracting dims (increasing)];
+   * other's contracting dim oc[i] pairs with my contracting dim mc[i]. */
+  int64_t perm[KL_MAX_RANK];
+  for (int i = 0; i < nb; i++) perm[mb[i]] = i;
+  for (int i = 0; i < nmf; i++) perm[mfree[i]] = nb + i;
+  for (int i = 0; i < nc; i++) {
+    int rank = 0;
+    for (int j = 0; j < nc; j++) rank += oc[j] < oc[i];
+    perm[mc[i]] = nb + nmf + rank;
+  }
+  int identity = 1;
+  for (int d = 0; d < me->ndim; d++) identity &= perm[d] == d;
+  if (identity) return res;
+  kl_params tp;
+  kl_params_init(&tp);
+  tp.v[0] = perm;
+  tp.nv[0] = me->ndim;
+  return emit1(c->a, KL_P_TRANSPOSE, &res, 1, &tp);
+}
+
+/* Cotangent for operand i of linear equation e given the output cotangent ct. */
+static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_prim_info *pi = kl_prim_get(e->prim);
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
+  kl_params p;
+  kl_params_init(&p);
+  switch (e->prim) {
+  case KL_P_ADD: return ct;
+  case KL_P_SUB: return i == 0 ? ct : kl_ad_un(a, KL_P_NEG, ct);
+  case KL_P_NEG: return kl_ad_un(a, KL_P_NEG, ct);
+  case KL_P_MUL: return kl_ad_bin(a, KL_P_MUL, ct, prim_of(c, e->ins[1 - i]));
+  case KL_P_DIV:
+    if (i == 1) break;
+    return kl_ad_bin(a, KL_P_DIV, ct, prim_of(c, e->ins[1]));
+  case KL_P_CONVERT: {
+    p.d = (int)xa->dtype;
+    return emit1(a, KL_P_CONVERT, &ct, 1, &p);
+  }
+  case KL_P_SELECT_N: {
+    if (i == 0) break;
+    int z = kl_ad_zeros(a, ya);
+    int ins[3] = {prim_of(c, e->ins[0]), i == 1 ? ct : z, i == 1 ? z : ct};
+    return emit1(a, KL_P_SELECT_N, ins, 3, NULL);
+  }
+  case KL_P_REDUCE_SUM: {
+    int64_t dims[KL_MAX_RANK];
+    int nd = 0;
+    for (int d = 0; d < xa->ndim; d++) {
+      int red = 0;
+      for (int k = 0; k < e->p.nv[0]; k++) red |= e->p.v[0][k] == d;
+      if (!red) dims[nd++] = d;
+    }
+    kl_aval x = *xa;
+    p.v[0] = x.dims;
+    p.nv[0] = x.ndim;
+    p.v[1] = dims;
+    p.nv[1] = nd;
+    return emit1(a, KL_P_BROADCAST_IN_DIM, &ct, 1, &p);
+  }
+  case KL_P_BROADCAST_IN_DIM: {
+    /* sum over the new dims and the stretched size-1 dims, then reshape to the operand */
+    int64_t axes[KL_MAX_RANK];
+    int na = 0;
+    for (int d = 0; d < ya->ndim; d++) {
+      int src = -1;
+      for (int k = 0; k < e->p.nv[1]; k++)
+        if (e->p.v[1][k] == d) src = k;
+      if (src < 0 || (xa->dims[src] == 1 && ya->dims[d] != 1)) axes[na++] = d;
+    }
+    int s = ct;
+    if (na) {
+      p.v[0] = axes;
+      p.nv[0] = na;
+      s = emit1(a, KL_P_REDUCE_SUM, &ct, 1, &p);
+    }
+    kl_aval x = *xa;
+    if (kl_ad_aval(a, s)->ndim == x.ndim) return s;
+    kl_params_init(&p);
+    p.v[0] = x.dims;
+    p.nv[0] = x.ndim;
+    return emit1(a, KL_P_RESHAPE, &s, 1, &p);
+  }
+  case KL_P_RESHAPE: {
+    kl_aval x = *xa;
+    p.v[0] = x.dims;
+    p.nv[0] = x.ndim;
+    return emit1(a, KL_P_RESHAPE, &ct, 1, &p);
+  }
+  case KL_P_TRANSPOSE: {
+    int64_t inv[KL_MAX_RANK];
+    for (int d = 0; d < e->p.nv[0]; d++) inv[e->p.v[0][d]] = d;
+    p.v[0] = inv;
+    p.nv[0] = e->p.nv[0];
+    return emit1(a, KL_P_TRANSPOSE, &ct, 1, &p);
+  }
+  case KL_P_REV: return emit1(a, KL_P_REV, &ct, 1, &e->p);
+  case KL_P_SLICE: { /* pad the cotangent back with zeros */
+    int64_t lo[KL_MAX_RANK], hi[KL_MAX_RANK], in[KL_MAX_RANK];
+    for (int d = 0; d < xa->ndim; d++) {
+      int64_t st = e->p.nv[2] ? e->p.v[2][d] : 1, n = ya->dims[d];
+      lo[d] = e->p.v[0][d];
+      in[d] = st - 1;
+      int64_t covered = n ? lo[d] + (n - 1) * st + 1 : lo[d];
+      hi[d] = xa->dims[d] - covered;
+    }
+    int z = kl_ad_lit(a, 0, ya->dtype);
+    int ins[2] = {ct, z};
+    p.v[0] = lo;
+    p.nv[0] = xa->ndim;
+    p.v[1] = hi;
+    p.nv[1] = xa->ndim;
+    p.v[2] = in;
+    p.nv[2] = xa->ndim;
+    return emit1(a, KL_P_PAD, ins, 2, &p);
+  }
+  case KL_P_PAD: {
+    if (i == 1) { /* padding value: everything not covered by the operand */
+      int z = kl_ad_zeros(a, xa);
+      int inner = -1;
+      { /* pad(zeros, 1) marks the padding positions */
+        int one = kl_ad_lit(a, 1, ya->dtype);
+        int zz = kl_ad_zeros(a, &c->j->vals[e->ins[0]].aval);
+        int ins[2] = {zz, one};
+        inner = emit1(a, KL_P_PAD, ins, 2, &e->p);
+      }
+      (void)z;
+      int m = kl_ad_bin(a, KL_P_MUL, ct, inner);
+      int64_t axes[KL_MAX_RANK];
+      for (int d = 0; d < ya->ndim; d++) axes[d] = d;
+      p.v[0] = axes;
+      p.nv[0] = ya->ndim;
+      return emit1(a, KL_P_REDUCE_SUM, &m, 1, &p);
+    }
+    /* operand: undo negative padding with zero padding, then take the strided slice */
+    int64_t lo2[KL_MAX_RANK], hi2[KL_MAX_RANK], zero[KL_MAX_RANK], st[KL_MAX_RANK], lim[KL_MAX_RANK];
+    int need = 0;
+    for (int d = 0; d < xa->ndim; d++) {
+      lo2[d] = e->p.v[0][d] < 0 ? -e->p.v[0][d] : 0;
+      hi2[d] = e->p.v[1][d] < 0 ? -e->p.v[1][d] : 0;
+      zero[d] = 0;
+      need |= lo2[d] || hi2[d];
+    }
+    int src = ct;
+    if (need) {
+      int z = kl_ad_lit(a, 0, ya->dtype);
+      int ins[2] = {ct, z};
+      p.v[0] = lo2;
+      p.nv[0] = xa->ndim;
+      p.v[1] = hi2;
+      p.nv[1] = xa->ndim;
+      p.v[2] = zero;
+      p.nv[2] = xa->ndim;
+      src = emit1(a, KL_P_PAD, ins, 2, &p);
+      kl_params_init(&p);
+    }
+    int64_t start[KL_MAX_RANK];
+    for (int d = 0; d < xa->ndim; d++) {
+      start[d] = e->p.v[0][d] > 0 ? e->p.v[0][d] : 0;
+      st[d] = e->p.v[2][d] + 1;
+      lim[d] = xa->dims[d] ? start[d] + (xa->dims[d] - 1) * st[d] + 1 : start[d];
+    }
+    p.v[0] = start;
+    p.nv[0] = xa->ndim;
+    p.v[1] = lim;
+    p.nv[1] = xa->ndim;
+    p.v[2] = st;
+    p.nv[2] = xa->ndim;
+    return emit1(a, KL_P_SLICE, &src, 1, &p);
+  }
+  case KL_P_CONCATENATE: {
+    int64_t off = 0, d = e->p.i0;
+    for (int k = 0; k < i; k++) off += c->j->vals[e->ins[k]].aval.dims[d];
+    int64_t start[KL_MAX_RANK] = {0}, lim[KL_MAX_RANK], st[KL_MAX_RANK];
+    for (int k = 0; k < ya->ndim; k++) {
+      lim[k] = ya->dims[k];
+      st[k] = 1;
+    }
+    start[d] = off;
+    lim[d] = off + xa->dims[d];
+    p.v[0] = start;
+    p.nv[0] = ya->ndim;
+    p.v[1] = lim;
+    p.nv[1] = ya->ndim;
+    p.v[2] = st;
+    p.nv[2] = ya->ndim;
+    return emit1(a, KL_P_SLICE, &ct, 1, &p);
+  }
+  case KL_P_DOT_GENERAL: return transpose_dot(c, e, i, ct);
+  case KL_P_CUMSUM: {
+    p.i0 = e->p.i0;
+    p.i1 = !e->p.i1;
+    return emit1(a, KL_P_CUMSUM, &ct, 1, &p);
+  }
+  case KL_P_DYNAMIC_SLICE: {
+    if (i != 0) break;
+    int ins[64];
+    if (e->nin + 1 > 64) break;
+    ins[0] = kl_ad_zeros(a, xa);
+    ins[1] = ct;
+    for (int k = 1; k < e->nin; k++) ins[k + 1] = prim_of(c, e->ins[k]);
+    return emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin + 1, NULL);
+  }
+  case KL_P_DYNAMIC_UPDATE_SLICE: {
+    int ins[64];
+    if (e->nin > 64) break;
+    if (i == 0) {
+      ins[0] = ct;
+      ins[1] = kl_ad_zeros(a, &c->j->vals[e->ins[1]].aval);
+      for (int k = 2; k < e->nin; k++) ins[k] = prim_of(c, e->ins[k]);
+      return emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin, NULL);
+    }
+    if (i == 1) {
+      ins[0] = ct;
+      for (int k = 2; k < e->nin; k++) ins[k - 1] = prim_of(c, e->ins[k]);
+      kl_aval u = c->j->vals[e->ins[1]].aval;
+      p.v[0] = u.dims;
+      p.nv[0] = u.ndim;
+      return emit1(a, KL_P_DYNAMIC_SLICE, ins, e->nin - 1, &p);
+    }
+    break;
+  }
+  case KL_P_TAKE: {
+    if (i != 0) break;
+    int ins[3] = {kl_ad_zeros(a, xa), prim_of(c, e->ins[1]), ct};
+    p.i0 = e->p.i0;
+    p.i1 = KL_SCATTER_ADD;
+    return emit1(a, KL_P_SCATTER, ins, 3, &p);
+  }
+  case KL_P_SCATTER: {
+    if (i == 1) break;
+    if (i == 0) {
+      if (e->p.i1 == KL_SCATTER_ADD) return ct;
+      /* set: positions overwritten by the updates receive nothing */
+      int ins[3] = {ct, prim_of(c, e->ins[1]), kl_ad_zeros(a, &c->j->vals[e->ins[2]].aval)};
+      return emit1(a, KL_P_SCATTER, ins, 3, &e->p);
+    }
+    int ins[2] = {ct, prim_of(c, e->ins[1])};
+    p.i0 = e->p.i0;
+    return emit1(a, KL_P_TAKE, ins, 2, &p);
+  }
+  default: break;
+  }
+  return kl_ad_fail(a, "reverse-mode differentiation of %s is not supported yet by kiln", pi->name);
+}
+
+kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t errlen) {
+  char *jtag = NULL;
+  kl_program *j = kl_jvp(pg, wants, &jtag, err, errlen);
+  if (!j) return NULL;
+  kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen};
+  tctx c = {.a = &a, .j = j, .jtag = jtag};
+  c.vmap = malloc(sizeof(int) * ((size_t)j->nvals + 1));
+  c.ct = malloc(sizeof(int) * ((size_t)j->nvals + 1));
+  if (!c.vmap || !c.ct) abort();
+  for (int v = 0; v < j->nvals; v++) c.vmap[v] = c.ct[v] = -1;
+  /* inputs: the primal inputs, then one cotangent per primal output */
+  for (int i = 0; i < pg->ninputs; i++) c.vmap[j->inputs[i]] = kl_program_add_input(a.pg, &j->vals[j->inputs[i]].aval);
+  int *ct_in = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  for (int i = 0; i < pg->noutputs; i++) ct_in[i] = kl_program_add_input(a.pg, &pg->vals[pg->outputs[i]].aval);
+  kl_ad_lit(&a, 0, KL_F32); /* allocate the tag array */
+  /* the primal part */
+  for (int k = 0; k < j->neqns && !a.failed; k++) {
+    const kl_eqn *e = &j->eqns[k];
+    if (jtag[e->outs[0]]) continue;
+    int ins[256], outs[KL_MAX_OUTS];
+    for (int i = 0; i < e->nin; i++) ins[i] = c.vmap[e->ins[i]];
+    if (kl_ad_emit(&a, e->prim, ins, e->nin, &e->p, outs) < 0) break;
+    for (int i = 0; i < e->nout; i++) c.vmap[e->outs[i]] = outs[i];
+  }
+  /* seed: the cotangents of the tangent outputs */
+  for (int i = 0; i < pg->noutputs && !a.failed; i++) {
+    int tv = j->outputs[pg->noutputs + i];
+    if (jtag[tv] && kl_dtype_is_float(j->vals[tv].aval.dtype)) accumulate(&c, tv, ct_in[i]);
+  }
+  /* the linear part, backwards */
+  for (int k = j->neqns - 1; k >= 0 && !a.failed; k--) {
+    const kl_eqn *e = &j->eqns[k];
+    if (!jtag[e->outs[0]]) continue;
+    int ct = c.ct[e->outs[0]];
+    if (ct < 0) continue;
+    for (int i = 0; i < e->nin && !a.failed; i++) {
+      if (!is_t(&c, e->ins[i])) continue;
+      int contrib = transpose_rule(&c, e, i, ct);
+      if (contrib < 0 && a.failed) break;
+      accumulate(&c, e->ins[i], contrib);
+    }
+  }
+  if (!a.failed) {
+    int *outs = malloc(sizeof(int) * ((size_t)pg->noutputs + (size_t)pg->ninputs + 1));
+    int n = 0;
+    for (int i = 0; i < pg->noutputs; i++) outs[n++] = c.vmap[j->outputs[i]];
+    int tin = pg->ninputs; /* tangent inputs of j follow its primal inputs */
+    for (int i = 0; i < pg->ninputs && !a.failed; i++) {
+      if (!wants[i]) continue;
+      const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
+      int g = -1;
+      if (kl_dtype_is_float(av->dtype)) g = c.ct[j->inputs[tin++]];
+      outs[n++] = g >= 0 ? g : kl_ad_zeros(&a, av);
+    }
+    kl_program_set_outputs(a.pg, outs, n);
+    free(outs);
+  }
+  free(ct_in);
+  free(c.vmap);
+  free(c.ct);
+  free(jtag);
+  kl_program_free(j);
+  free(a.tangent);
+  if (a.failed) {
+    kl_program_free(a.pg);
+    return NULL;
+  }
+  return a.pg;
+}
