@@ -13,6 +13,8 @@
 
 typedef char ssa[24];
 
+#define KL_SUM_BLOCK 1024 /* elements per float32 partial sum in blocked sums */
+
 typedef struct {
   char *key;
   ssa name;
@@ -32,6 +34,9 @@ typedef struct {
   size_t errlen;
   int failed;
   int root; /* the value this kernel writes: computed, never loaded */
+  int stage_val[KL_MAX_STAGES]; /* row kernels: absorbed reductions ... */
+  ssa stage_ssa[KL_MAX_STAGES]; /* ... and the SSA names of their per-row results */
+  int nstage;
 } kctx;
 
 const char *kl_storage_type(kl_dtype t) {
@@ -624,6 +629,12 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
     return out;
   }
   out[0] = 0;
+  for (int i = 0; i < k->nstage; i++)
+    if (k->stage_val[i] == v) { /* a row reduction computed earlier in this row */
+      free(key);
+      snprintf(out, sizeof(ssa), "%s", k->stage_ssa[i]);
+      return out;
+    }
   if (k->plan->materialized[v] && v != k->root) {
     emit_load(k, v, idx, out);
     memo_put(k, key, out);
@@ -800,6 +811,104 @@ static void emit_prologue(kl_str *out, const kl_program *pg, const char *name, c
   }
 }
 
+/* Emits, at the current position of k->body (inside the loops over the leading dims 0..rowk-1),
+ * the reduction `r` over dims rowk..n-1 of the current row, and names its result (compute type)
+ * in k->stage_ssa. Values computed inside the row loops are forgotten afterwards (memo scope). */
+static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
+  const kl_aval *x = &k->pg->vals[r->ins[0]].aval;
+  kl_dtype rt = k->pg->vals[r->outs[0]].aval.dtype;
+  int wide = r->prim == KL_P_REDUCE_SUM && kl_dtype_is_float(rt) && rt != KL_F64;
+  int nanflag = kl_dtype_is_float(rt) && (r->prim == KL_P_REDUCE_MAX || r->prim == KL_P_REDUCE_MIN);
+  const char *acty = wide ? "f64" : kl_compute_type(rt);
+  const char *outer_ind = k->ind;
+  char inds[KL_MAX_RANK][64];
+  ssa init, idx[KL_MAX_RANK];
+  reduce_init(k, r->prim, wide ? KL_F64 : rt, init);
+  line(k, "%%sf%d_init = arith.constant false", sid);
+  for (int d = 0; d < x->ndim; d++) {
+    if (d < rowk) snprintf(idx[d], sizeof(ssa), "%%i%d", d);
+    else snprintf(idx[d], sizeof(ssa), "%%s%d_%d", sid, d);
+  }
+  for (int d = rowk; d < x->ndim; d++) {
+    char prev[40], pflag[40];
+    if (d == rowk) {
+      snprintf(prev, sizeof prev, "%s", init);
+      snprintf(pflag, sizeof pflag, "%%sf%d_init", sid);
+    } else {
+      snprintf(prev, sizeof prev, "%%sa%d_%d", sid, d - 1);
+      snprintf(pflag, sizeof pflag, "%%sf%d_%d", sid, d - 1);
+    }
+    if (nanflag)
+      line(k, "%%sr%d_%d:2 = scf.for %s = %%c0 to %%n%d step %%c1 iter_args(%%sa%d_%d = %s, %%sf%d_%d = %s) -> (%s, i1) {",
+           sid, d, idx[d], d, sid, d, prev, sid, d, pflag, acty);
+    else if (wide && d == x->ndim - 1) { /* blocked sum, as in the main path */
+      line(k, "%%scb%d = arith.constant %d : index", sid, KL_SUM_BLOCK);
+      line(k, "%%sr%d_%d = scf.for %%sblk%d = %%c0 to %%n%d step %%scb%d iter_args(%%sa%d_%d = %s) -> (f64) {", sid, d, sid, d,
+           sid, sid, d, prev);
+      line(k, "  %%sbe%d_0 = arith.addi %%sblk%d, %%scb%d : index", sid, sid, sid);
+      line(k, "  %%sbe%d = arith.minui %%sbe%d_0, %%n%d : index", sid, sid, d);
+      line(k, "  %%swz%d = arith.constant 0.0 : f32", sid);
+      line(k, "  %%sws%d = scf.for %s = %%sblk%d to %%sbe%d step %%c1 iter_args(%%swa%d = %%swz%d) -> (f32) {", sid, idx[d],
+           sid, sid, sid, sid);
+    } else
+      line(k, "%%sr%d_%d = scf.for %s = %%c0 to %%n%d step %%c1 iter_args(%%sa%d_%d = %s) -> (%s) {", sid, d, idx[d], d,
+           sid, d, prev, acty);
+    snprintf(inds[d], sizeof inds[d], "%s  ", k->ind);
+    k->ind = inds[d];
+  }
+  int memo_mark = k->nmemo;
+  ssa val, nv;
+  emit_value(k, r->ins[0], idx, val);
+  char acc[40], flag[40];
+  snprintf(acc, sizeof acc, "%%sa%d_%d", sid, x->ndim - 1);
+  snprintf(flag, sizeof flag, "%%sf%d_%d", sid, x->ndim - 1);
+  const char *op = reduce_op(r->prim, rt);
+  if (nanflag) op = r->prim == KL_P_REDUCE_MAX ? "maxnumf" : "minnumf";
+  const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : nanflag ? " fastmath<nnan>" : "";
+  if (wide) {
+    line(k, "%s = arith.addf %%swa%d, %s fastmath<reassoc> : f32", fresh(k, nv), sid, val);
+    line(k, "scf.yield %s : f32", nv);
+  } else
+  line(k, "%s = arith.%s %s, %s%s : %s", fresh(k, nv), op, acc, val, fm, acty);
+  if (wide) {
+  } else if (nanflag) {
+    ssa un, nf;
+    line(k, "%s = arith.cmpf uno, %s, %s : %s", fresh(k, un), val, val, acty);
+    line(k, "%s = arith.ori %s, %s : i1", fresh(k, nf), flag, un);
+    line(k, "scf.yield %s, %s : %s, i1", nv, nf, acty);
+  } else line(k, "scf.yield %s : %s", nv, acty);
+  for (int i = memo_mark; i < k->nmemo; i++) free(k->memo[i].key);
+  k->nmemo = memo_mark;
+  for (int d = x->ndim - 1; d >= rowk; d--) {
+    k->ind = d == rowk ? outer_ind : inds[d - 1];
+    if (wide && d == x->ndim - 1) {
+      line(k, "  }");
+      line(k, "  %%swe%d = arith.extf %%sws%d : f32 to f64", sid, sid);
+      line(k, "  %%swn%d = arith.addf %%sa%d_%d, %%swe%d : f64", sid, sid, d, sid);
+      line(k, "  scf.yield %%swn%d : f64", sid);
+    }
+    line(k, "}");
+    if (d > rowk) {
+      if (nanflag) line(k, "scf.yield %%sr%d_%d#0, %%sr%d_%d#1 : %s, i1", sid, d, sid, d, acty);
+      else line(k, "scf.yield %%sr%d_%d : %s", sid, d, acty);
+    }
+  }
+  ssa res;
+  if (nanflag) {
+    ssa nan;
+    const_scalar(k, rt, NAN, 0, nan);
+    line(k, "%s = arith.select %%sr%d_%d#1, %s, %%sr%d_%d#0 : %s", fresh(k, val), sid, rowk, nan, sid, rowk, acty);
+    snprintf(res, sizeof res, "%s", val);
+  } else snprintf(res, sizeof res, "%%sr%d_%d", sid, rowk);
+  if (wide) {
+    line(k, "%s = arith.truncf %s : f64 to f32", fresh(k, val), res);
+    snprintf(res, sizeof res, "%s", val);
+  }
+  k->stage_val[k->nstage] = r->outs[0];
+  snprintf(k->stage_ssa[k->nstage], sizeof(ssa), "%s", res);
+  k->nstage++;
+}
+
 static int emit_column_reduce(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
                               char *err, size_t errlen);
 
@@ -863,8 +972,25 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     k.ind = indent;
   }
   snprintf(acc_name, sizeof acc_name, "%%acc%d", nred ? nred - 1 : 0);
+  kl_str pre; /* row kernels: the per-row reductions, between the leading and the row loops */
+  kl_str_init(&pre);
+  int rowk = st->nstages ? st->row_axis : -1;
+  if (!is_reduce && st->nstages) {
+    char ind3[64];
+    snprintf(ind3, sizeof ind3, "%*s", 4 + 2 * rowk, "");
+    k.body = &pre;
+    k.em.out = &pre;
+    k.ind = ind3;
+    for (int j = 0; j < st->nstages; j++) emit_stage(&k, &pg->eqns[st->stages[j]], rowk, j);
+    k.body = &body;
+    k.em.out = &body;
+    k.ind = indent;
+  }
   emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
-  if (wide) {
+  /* Blocked sums: float32 partial sums over blocks of KL_SUM_BLOCK elements (vectorized), added
+   * into a float64 total per block: pairwise-like accuracy at float32 speed. */
+  int blocked = wide && nred > 0;
+  if (wide && !blocked) {
     ssa w;
     line(&k, "%s = arith.extf %s : f32 to f64", fresh(&k, w), val);
     snprintf(val, sizeof val, "%s", w);
@@ -880,8 +1006,13 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     if (nanflag) op = e->prim == KL_P_REDUCE_MAX ? "maxnumf" : "minnumf";
     /* reassoc lets sums vectorize; nnan lets maxnum/minnum vectorize (NaNs are tracked by the flag) */
     const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : nanflag ? " fastmath<nnan>" : "";
+    if (blocked) {
+      line(&k, "%s = arith.addf %%wacc, %s fastmath<reassoc> : f32", fresh(&k, nv), val);
+      line(&k, "scf.yield %s : f32", nv);
+    } else
     line(&k, "%s = arith.%s %s, %s%s : %s", fresh(&k, nv), op, nred ? acc_name : init, val, fm, rcty);
-    if (nanflag) {
+    if (blocked) {
+    } else if (nanflag) {
       ssa un, nf;
       line(&k, "%s = arith.cmpf uno, %s, %s : %s", fresh(&k, un), val, val, rcty);
       line(&k, "%s = arith.ori %s, %s : i1", fresh(&k, nf), nred ? flag_name : "%ffalse", un);
@@ -937,6 +1068,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   int lvl = 0;
   for (; lvl < nkept; lvl++) {
     char iv[24], n[24];
+    if (lvl == rowk && pre.data) kl_str_append(out, pre.data);
     snprintf(iv, sizeof iv, "%%i%d", order[lvl]);
     snprintf(n, sizeof n, "%%n%d", lvl);
     open_loop(out, 2 + lvl, iv, lvl == 0 ? "%lo" : "%c0", lvl == 0 ? "%hi" : n);
@@ -958,6 +1090,16 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
         if (r > 0) snprintf(prev, sizeof prev, "%%acc%d", r - 1);
         kl_str_printf(out, "%*s%%r%d:2 = scf.for %s = %s to %s step %%c1 iter_args(%%acc%d = %s, %%flag%d = %s) -> (%s, i1) {\n",
                       4 + 2 * d, "", r, iv, outer_split ? "%lo" : "%c0", outer_split ? "%hi" : n, r, prev, r, pflag, rcty);
+      } else if (blocked && r == nred - 1) {
+        const char *lo = outer_split ? "%lo" : "%c0", *hi = outer_split ? "%hi" : n;
+        kl_str_printf(out, "%*s%%cblk = arith.constant %d : index\n", 4 + 2 * d, "", KL_SUM_BLOCK);
+        kl_str_printf(out, "%*s%%r%d = scf.for %%blk = %s to %s step %%cblk iter_args(%%acc%d = %s) -> (f64) {\n", 4 + 2 * d,
+                      "", r, lo, hi, r, prev);
+        kl_str_printf(out, "%*s%%bend0 = arith.addi %%blk, %%cblk : index\n", 6 + 2 * d, "");
+        kl_str_printf(out, "%*s%%bend = arith.minui %%bend0, %s : index\n", 6 + 2 * d, "", hi);
+        kl_str_printf(out, "%*s%%wzero = arith.constant 0.0 : f32\n", 6 + 2 * d, "");
+        kl_str_printf(out, "%*s%%wsum = scf.for %s = %%blk to %%bend step %%c1 iter_args(%%wacc = %%wzero) -> (f32) {\n",
+                      6 + 2 * d, "", iv);
       } else
       kl_str_printf(out, "%*s%%r%d = scf.for %s = %s to %s step %%c1 iter_args(%%acc%d = %s) -> (%s) {\n", 4 + 2 * d, "",
                     r, iv, outer_split ? "%lo" : "%c0", outer_split ? "%hi" : n, r, prev, rcty);
@@ -967,6 +1109,12 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   if (is_reduce) {
     for (int r = nred - 1; r >= 0; r--) {
       int d = nkept + r;
+      if (blocked && r == nred - 1) {
+        kl_str_printf(out, "%*s}\n", 6 + 2 * d, "");
+        kl_str_printf(out, "%*s%%wext = arith.extf %%wsum : f32 to f64\n", 6 + 2 * d, "");
+        kl_str_printf(out, "%*s%%wnew = arith.addf %%acc%d, %%wext : f64\n", 6 + 2 * d, "", r);
+        kl_str_printf(out, "%*sscf.yield %%wnew : f64\n", 6 + 2 * d, "");
+      }
       kl_str_printf(out, "%*s}\n", 4 + 2 * d, "");
       if (r > 0 && nanflag) kl_str_printf(out, "%*sscf.yield %%r%d#0, %%r%d#1 : %s, i1\n", 4 + 2 * d - 2, "", r, r, rcty);
       else if (r > 0) kl_str_printf(out, "%*sscf.yield %%r%d : %s\n", 4 + 2 * d - 2, "", r, rcty);
@@ -1019,6 +1167,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   kl_str_append(out, "    return\n  }\n");
   kl_str_free(&store);
   kl_str_free(&ini);
+  kl_str_free(&pre);
   info->args = k.args;
   info->nargs = k.nargs;
   for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
@@ -1028,6 +1177,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   return 0;
 fail:
   kl_str_free(&ini);
+  kl_str_free(&pre);
   for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
   free(k.memo);
   free(k.args);

@@ -36,6 +36,182 @@ void kl_dce(kl_program *pg) {
   free(keep);
 }
 
+/* ---- row kernels ----
+ * softmax, log_softmax, layernorm: an elementwise result over shape S reads reductions of
+ * S-shaped expressions over S's trailing dims, broadcast back along those dims. Such a kernel
+ * computes the reductions itself, row by row (the row stays in cache), instead of reading them
+ * from buffers written by separate passes. A reduction is absorbed when every expression that
+ * reads it belongs to the kernel (its root or another absorbed reduction) and every read has the
+ * row-broadcast form. */
+
+enum { READ_FULL, READ_LEAD };
+
+typedef struct {
+  const kl_program *pg;
+  const char *m;
+  const char *absorbed;
+  int64_t shape[KL_MAX_RANK]; /* S */
+  int rank;
+  int *hits;    /* per value: reads found from the current expression (1 bit per mode) */
+  int bad;      /* a read of a reduction in an unsupported form was found */
+} row_scan;
+
+static int same_dims(const kl_aval *a, const int64_t *d, int n) {
+  if (a->ndim != n) return 0;
+  for (int i = 0; i < n; i++)
+    if (a->dims[i] != d[i]) return 0;
+  return 1;
+}
+
+/* Records the materialized values read by the expression of v (mode: how v is indexed). */
+static void scan_reads(row_scan *rs, int v, int mode, int lead) {
+  const kl_value *val = &rs->pg->vals[v];
+  if (rs->m[v] || rs->absorbed[v] || val->producer < 0) {
+    rs->hits[v] |= mode == READ_LEAD ? (2 << lead) : 1;
+    return;
+  }
+  const kl_eqn *e = &rs->pg->eqns[val->producer];
+  kl_family f = kl_prim_get(e->prim)->family;
+  if (mode == READ_FULL && (f == KL_FAM_UNARY || f == KL_FAM_BINARY || f == KL_FAM_COMPARE || f == KL_FAM_SELECT ||
+                            f == KL_FAM_CONVERT)) {
+    for (int i = 0; i < e->nin; i++) {
+      const kl_aval *a = &rs->pg->vals[e->ins[i]].aval;
+      if (a->ndim == 0) continue; /* scalars are fine anywhere */
+      scan_reads(rs, e->ins[i], READ_FULL, 0);
+    }
+    return;
+  }
+  if (mode == READ_FULL && e->prim == KL_P_BROADCAST_IN_DIM) {
+    /* u of shape S[:k] (+ trailing 1s) spread along the trailing dims */
+    const kl_aval *u = &rs->pg->vals[e->ins[0]].aval;
+    int k = 0;
+    while (k < u->ndim && k < rs->rank && u->dims[k] == rs->shape[k] && e->p.v[1][k] == k) k++;
+    int ok = k > 0 && k < rs->rank;
+    for (int i = k; i < u->ndim && ok; i++) ok = u->dims[i] == 1;
+    if (ok) {
+      scan_reads(rs, e->ins[0], READ_LEAD, k);
+      return;
+    }
+  }
+  if (mode == READ_LEAD && (e->prim == KL_P_RESHAPE || e->prim == KL_P_STOP_GRADIENT || f == KL_FAM_CONVERT ||
+                            f == KL_FAM_UNARY || f == KL_FAM_BINARY)) {
+    /* still indexed by the leading dims only: reshapes adding/removing trailing 1s, elementwise */
+    for (int i = 0; i < e->nin; i++) {
+      const kl_aval *a = &rs->pg->vals[e->ins[i]].aval;
+      if (a->ndim == 0) continue;
+      int k = 0;
+      while (k < a->ndim && k < rs->rank && a->dims[k] == rs->shape[k]) k++;
+      int ok = k == lead;
+      for (int j = k; j < a->ndim && ok; j++) ok = a->dims[j] == 1;
+      if (!ok) {
+        rs->bad = 1;
+        return;
+      }
+      scan_reads(rs, e->ins[i], READ_LEAD, lead);
+    }
+    return;
+  }
+  /* anything else: every materialized value below is read in a form row kernels do not handle */
+  for (int i = 0; i < e->nin; i++) scan_reads(rs, e->ins[i], mode == READ_LEAD ? 3 : READ_FULL + 4, 0);
+}
+
+static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_of) {
+  /* readers[v]: number of kernel expressions (roots and reduction inputs) reading v */
+  int *readers = calloc((size_t)pg->nvals + 1, sizeof(int));
+  int *hits = calloc((size_t)pg->nvals + 1, sizeof(int));
+  int *touched = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!readers || !hits || !touched) abort();
+  row_scan rs = {pg, m, absorbed, {0}, 0, hits, 0};
+  for (int k = 0; k < pg->neqns; k++) {
+    const kl_eqn *e = &pg->eqns[k];
+    kl_family f = kl_prim_get(e->prim)->family;
+    if (!kl_prim_fusible(e->prim)) {
+      for (int i = 0; i < e->nin; i++) readers[e->ins[i]] += 1000; /* library calls: never absorbed */
+      continue;
+    }
+    if (!m[e->outs[0]] && f != KL_FAM_REDUCE) continue;
+    int src = f == KL_FAM_REDUCE ? e->ins[0] : e->outs[0];
+    memset(hits, 0, sizeof(int) * (size_t)pg->nvals);
+    const kl_aval *a = &pg->vals[src].aval;
+    rs.rank = a->ndim;
+    memcpy(rs.shape, a->dims, sizeof(int64_t) * (size_t)a->ndim);
+    if (f == KL_FAM_REDUCE) scan_reads(&rs, src, READ_FULL, 0);
+    else {
+      const kl_value *val = &pg->vals[src];
+      const kl_eqn *pe = &pg->eqns[val->producer];
+      for (int i = 0; i < pe->nin; i++) scan_reads(&rs, pe->ins[i], pg->vals[pe->ins[i]].aval.ndim ? READ_FULL : READ_FULL, 0);
+    }
+    for (int v = 0; v < pg->nvals; v++)
+      if (hits[v]) readers[v]++;
+  }
+  for (int i = 0; i < pg->noutputs; i++) readers[pg->outputs[i]] += 1000;
+  /* candidate roots, last first */
+  for (int k = pg->neqns - 1; k >= 0; k--) {
+    const kl_eqn *e = &pg->eqns[k];
+    kl_family f = kl_prim_get(e->prim)->family;
+    if (!kl_prim_fusible(e->prim) || f == KL_FAM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
+    const kl_aval *S = &pg->vals[e->outs[0]].aval;
+    if (S->ndim < 2) continue;
+    int members[1 + KL_MAX_STAGES], nm = 0, row_k = -1;
+    members[nm++] = k;
+    for (int changed = 1; changed && nm < 1 + KL_MAX_STAGES;) {
+      changed = 0;
+      /* reads of every member, counted per value */
+      int *count = calloc((size_t)pg->nvals + 1, sizeof(int));
+      int *lead_of = calloc((size_t)pg->nvals + 1, sizeof(int));
+      int badv = 0;
+      for (int j = 0; j < nm; j++) {
+        const kl_eqn *me = &pg->eqns[members[j]];
+        int isred = kl_prim_get(me->prim)->family == KL_FAM_REDUCE;
+        memset(hits, 0, sizeof(int) * (size_t)pg->nvals);
+        rs.rank = S->ndim;
+        memcpy(rs.shape, S->dims, sizeof(int64_t) * (size_t)S->ndim);
+        rs.bad = 0;
+        if (isred) scan_reads(&rs, me->ins[0], READ_FULL, 0);
+        else {
+          const kl_eqn *pe = me;
+          for (int i = 0; i < pe->nin; i++) scan_reads(&rs, pe->ins[i], READ_FULL, 0);
+        }
+        badv |= rs.bad;
+        for (int v = 0; v < pg->nvals; v++) {
+          if (!hits[v]) continue;
+          count[v]++;
+          if (hits[v] & ~((1 << 20) - 2)) lead_of[v] = -1; /* read in a full or unsupported form */
+          else if (lead_of[v] >= 0) lead_of[v] = hits[v];
+        }
+      }
+      for (int v = 0; v < pg->nvals && !badv && nm < 1 + KL_MAX_STAGES; v++) {
+        if (!count[v] || absorbed[v] || lead_of[v] <= 0 || count[v] != readers[v]) continue;
+        const kl_value *val = &pg->vals[v];
+        if (val->producer < 0) continue;
+        const kl_eqn *re = &pg->eqns[val->producer];
+        if (kl_prim_get(re->prim)->family != KL_FAM_REDUCE) continue;
+        const kl_aval *x = &pg->vals[re->ins[0]].aval;
+        if (!same_dims(x, S->dims, S->ndim)) continue;
+        /* axes must be exactly the trailing dims k..n-1, read with lead k */
+        int kk = S->ndim - re->p.nv[0], ok = kk > 0;
+        for (int i = 0; i < re->p.nv[0] && ok; i++) {
+          int found = 0;
+          for (int j = 0; j < re->p.nv[0]; j++) found |= re->p.v[0][j] == kk + i;
+          ok = found;
+        }
+        if (!ok || lead_of[v] != (2 << kk) || (row_k >= 0 && row_k != kk)) continue;
+        row_k = kk;
+        absorbed[v] = 1;
+        m[v] = 0;
+        stage_of[val->producer] = k;
+        members[nm++] = val->producer;
+        changed = 1;
+      }
+      free(count);
+      free(lead_of);
+    }
+  }
+  free(readers);
+  free(hits);
+  free(touched);
+}
+
 #define RECOMPUTE_BUDGET 24
 #define EXPR_LIMIT 256
 
@@ -59,6 +235,7 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   int nofuse = env && env[0] == '1';
   plan->pg = pg;
   plan->materialized = calloc((size_t)pg->nvals + 1, 1);
+  plan->absorbed = calloc((size_t)pg->nvals + 1, 1);
   plan->steps = calloc((size_t)pg->neqns + 1, sizeof *plan->steps);
   if (!plan->materialized || !plan->steps) abort();
   plan->nsteps = 0;
@@ -108,18 +285,32 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   free(uses);
   free(last);
   free(cost);
+  int *stage_of = malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
+  if (!stage_of) abort();
+  for (int k = 0; k < pg->neqns; k++) stage_of[k] = -1;
+  if (!nofuse) plan_rows(pg, m, plan->absorbed, stage_of);
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     if (!kl_prim_fusible(e->prim)) {
-      plan->steps[plan->nsteps++] = (kl_plan_step){KL_STEP_LIB, k, -1};
-    } else if (m[e->outs[0]]) {
-      plan->steps[plan->nsteps++] = (kl_plan_step){KL_STEP_KERNEL, k, e->outs[0]};
+      plan->steps[plan->nsteps++] = (kl_plan_step){KL_STEP_LIB, k, -1, 0, {0}, 0};
+    } else if (m[e->outs[0]] && !plan->absorbed[e->outs[0]]) {
+      kl_plan_step st = {KL_STEP_KERNEL, k, e->outs[0], 0, {0}, 0};
+      for (int r = 0; r < k; r++)
+        if (stage_of[r] == k && st.nstages < KL_MAX_STAGES) {
+          st.stages[st.nstages++] = r;
+          st.row_axis = (int)pg->eqns[r].p.v[0][0];
+          for (int i = 1; i < pg->eqns[r].p.nv[0]; i++)
+            if (pg->eqns[r].p.v[0][i] < st.row_axis) st.row_axis = (int)pg->eqns[r].p.v[0][i];
+        }
+      plan->steps[plan->nsteps++] = st;
     }
   }
+  free(stage_of);
 }
 
 void kl_plan_free(kl_plan *plan) {
   free(plan->materialized);
+  free(plan->absorbed);
   free(plan->steps);
   memset(plan, 0, sizeof *plan);
 }

@@ -10,15 +10,21 @@ typedef enum {
   KL_STEP_LIB     /* one equation run by a library routine (BLAS, LAPACK, sort, ...) */
 } kl_step_kind;
 
+#define KL_MAX_STAGES 4
+
 typedef struct {
   kl_step_kind kind;
   int eqn;  /* producing equation */
   int root; /* KERNEL: the value it writes */
+  int nstages;                /* row kernels: reductions computed inside the kernel, per row */
+  int stages[KL_MAX_STAGES];  /* their equations, in program order */
+  int row_axis;               /* first dimension of the rows those reductions run over */
 } kl_plan_step;
 
 typedef struct {
   const kl_program *pg;   /* borrowed */
   char *materialized;     /* owned; per value id: 1 if it lives in a buffer */
+  char *absorbed;         /* owned; per value id: 1 for a reduction computed inside a row kernel */
   kl_plan_step *steps;    /* owned; in execution order */
   int nsteps;
 } kl_plan;
