@@ -37,6 +37,8 @@ typedef struct {
   int stage_val[KL_MAX_STAGES]; /* row kernels: absorbed reductions ... */
   ssa stage_ssa[KL_MAX_STAGES]; /* ... and the SSA names of their per-row results */
   int nstage;
+  int stash;       /* row kernels: a value the last stage also stores into the output row... */
+  int stash_ready; /* ...which the main loop then reloads instead of recomputing */
 } kctx;
 
 const char *kl_storage_type(kl_dtype t) {
@@ -629,6 +631,19 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
     return out;
   }
   out[0] = 0;
+  if (v == k->stash && k->stash_ready && n == k->pg->vals[k->root].aval.ndim) {
+    int same = 1; /* only at the element the main loop is writing */
+    for (int i = 0; i < n && same; i++) {
+      char want[24];
+      snprintf(want, sizeof want, "%%i%d", i);
+      same = !strcmp(idx[i], want);
+    }
+    if (same) {
+      emit_load(k, k->root, idx, out);
+      memo_put(k, key, out);
+      return out;
+    }
+  }
   for (int i = 0; i < k->nstage; i++)
     if (k->stage_val[i] == v) { /* a row reduction computed earlier in this row */
       free(key);
@@ -859,6 +874,20 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
   int memo_mark = k->nmemo;
   ssa val, nv;
   emit_value(k, r->ins[0], idx, val);
+  if (k->stash == r->ins[0]) { /* keep the row's values: the main loop reads them back */
+    const kl_aval *oa = &k->pg->vals[k->root].aval;
+    ssa sv;
+    snprintf(sv, sizeof sv, "%s", val);
+    if (is_low_float(oa->dtype)) line(k, "%s = arith.truncf %s : f32 to %s", fresh(k, sv), val, kl_storage_type(oa->dtype));
+    kl_str st_line;
+    kl_str_init(&st_line);
+    kl_str_printf(&st_line, "memref.store %s, %%m%d", sv, arg_index(k, k->root));
+    index_list(&st_line, idx, x->ndim, "%c0");
+    kl_str_append(&st_line, " : ");
+    memref_type(&st_line, oa);
+    line(k, "%s", st_line.data);
+    kl_str_free(&st_line);
+  }
   char acc[40], flag[40];
   snprintf(acc, sizeof acc, "%%sa%d_%d", sid, x->ndim - 1);
   snprintf(flag, sizeof flag, "%%sf%d_%d", sid, x->ndim - 1);
@@ -909,6 +938,23 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
   k->nstage++;
 }
 
+/* True when the kernel expression of `v` reads `target` at its own index (through elementwise
+ * primitives only). */
+static int expr_uses(const kl_program *pg, const kl_plan *plan, int v, int target) {
+  if (v == target) return 1;
+  const kl_value *val = &pg->vals[v];
+  if (val->producer < 0 || (plan->materialized[v] && v != pg->eqns[val->producer].outs[0])) return 0;
+  const kl_eqn *e = &pg->eqns[val->producer];
+  kl_family f = kl_prim_get(e->prim)->family;
+  if (f != KL_FAM_UNARY && f != KL_FAM_BINARY && f != KL_FAM_COMPARE && f != KL_FAM_SELECT && f != KL_FAM_CONVERT) return 0;
+  for (int i = 0; i < e->nin; i++) {
+    int u = e->ins[i];
+    if (pg->vals[u].aval.ndim == 0 || (plan->materialized[u] && u != target)) continue;
+    if (expr_uses(pg, plan, u, target)) return 1;
+  }
+  return 0;
+}
+
 static int emit_column_reduce(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
                               char *err, size_t errlen);
 
@@ -928,7 +974,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   kl_str body, loops;
   kl_str_init(&body);
   kl_str_init(&loops);
-  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root};
+  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1};
   char indent[64];
   memset(info, 0, sizeof *info);
 
@@ -981,7 +1027,15 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     k.body = &pre;
     k.em.out = &pre;
     k.ind = ind3;
+    /* The last reduction's operand, when the output also uses it (softmax's exp(x - max)) and has
+     * its dtype, is written into the output row by that stage and read back by the main loop. */
+    const kl_eqn *last = &pg->eqns[st->stages[st->nstages - 1]];
+    int cand = last->ins[0];
+    if (pg->vals[cand].aval.dtype == oa->dtype && pg->vals[cand].aval.dtype != KL_BOOL && !plan->materialized[cand] &&
+        expr_uses(pg, plan, st->root, cand))
+      k.stash = cand;
     for (int j = 0; j < st->nstages; j++) emit_stage(&k, &pg->eqns[st->stages[j]], rowk, j);
+    k.stash_ready = k.stash >= 0;
     k.body = &body;
     k.em.out = &body;
     k.ind = indent;
