@@ -11,6 +11,7 @@
 #include "../../runtime/hostla.h"
 #include "../../runtime/runtime.h"
 #include "../../transforms/ad.h"
+#include "../../transforms/batching.h"
 
 typedef struct {
   PyObject_HEAD
@@ -427,6 +428,46 @@ static PyObject *builder_vjp(PyObject *self, PyObject *arg) {
   return builder_wrap(v);
 }
 
+/* vmap(in_axes, size) -> (Builder, out_batched): in_axes has one entry per input (its batch
+ * axis, or -1 when unbatched); outputs flagged in out_batched carry the batch at axis 0. */
+static PyObject *builder_vmap(PyObject *self, PyObject *args) {
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  PyObject *seq;
+  long long size;
+  if (!PyArg_ParseTuple(args, "OL", &seq, &size)) return NULL;
+  PyObject *t = PySequence_Tuple(seq);
+  if (!t) return NULL;
+  if (PyTuple_Size(t) != pg->ninputs) {
+    Py_DECREF(t);
+    return PyErr_Format(PyExc_ValueError, "vmap: expected %d in_axes entries, got %zd", pg->ninputs, PyTuple_Size(t));
+  }
+  int *axes = PyMem_Malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
+  char *batched = PyMem_Malloc((size_t)pg->noutputs + 1);
+  for (int i = 0; i < pg->ninputs; i++) axes[i] = (int)PyLong_AsLong(PyTuple_GetItem(t, i));
+  Py_DECREF(t);
+  if (PyErr_Occurred()) {
+    PyMem_Free(axes);
+    PyMem_Free(batched);
+    return NULL;
+  }
+  char err[1024];
+  kl_program *v = kl_vmap(pg, axes, (int64_t)size, batched, err, sizeof err);
+  PyMem_Free(axes);
+  if (!v) {
+    PyMem_Free(batched);
+    return PyErr_Format(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_ValueError, "%s", err);
+  }
+  PyObject *flags = PyTuple_New(pg->noutputs);
+  for (int i = 0; i < pg->noutputs; i++) PyTuple_SetItem(flags, i, PyBool_FromLong(batched[i]));
+  PyMem_Free(batched);
+  PyObject *w = builder_wrap(v);
+  if (!w) {
+    Py_DECREF(flags);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", w, flags);
+}
+
 static PyObject *params_dict(const kl_eqn *e) {
   PyObject *d = PyDict_New();
   const char *spec = kl_prim_get(e->prim)->spec;
@@ -502,6 +543,7 @@ static PyObject *builder_aval(PyObject *self, PyObject *arg) {
 static PyMethodDef builder_methods[] = {
     {"jvp", builder_jvp, METH_O, "jvp(has_tangent) -> Builder"},
     {"vjp", builder_vjp, METH_O, "vjp(wants) -> Builder"},
+    {"vmap", builder_vmap, METH_VARARGS, "vmap(in_axes, size) -> (Builder, out_batched)"},
     {"equations", builder_equations, METH_NOARGS, "list of (prim, ins, outs, params)"},
     {"inputs", builder_inputs, METH_NOARGS, "input value ids"},
     {"outputs", builder_outputs, METH_NOARGS, "output value ids"},
