@@ -430,21 +430,24 @@ static char *emit_convert(kctx *k, kl_dtype from, kl_dtype to, const char *x, ch
     line(k, "%s = arith.cmpf une, %s, %s : %s", fresh(k, out), x, a, fc);
     return out;
   }
-  if (ff) { /* float -> int: NaN gives 0, out-of-range values saturate */
-    ssa lo, hi, c1, c2, isn, z, r;
+  if (ff) { /* float -> int: NaN gives 0, out-of-range values saturate to the type's limits */
+    ssa lo, hi, hiv_c, c1, c2, isn, over, z, mx, r, r2;
     int un = is_unsigned(to);
+    kl_dtype ct = !strcmp(fc, "f64") ? KL_F64 : KL_F32; /* constants in the compute type, not rounded to f16 */
     double lov = un ? 0.0 : -ldexp(1.0, tb - 1), hiv = un ? ldexp(1.0, tb) : ldexp(1.0, tb - 1);
-    const_scalar(k, from, lov, 0, lo);
+    double hic = ct == KL_F32 ? (double)nextafterf((float)hiv, 0.0f) : nextafter(hiv, 0.0);
+    const_scalar(k, ct, lov, 0, lo);
+    const_scalar(k, ct, hic, 0, hi);
+    const_scalar(k, ct, hiv, 0, hiv_c);
     line(k, "%s = arith.maximumf %s, %s : %s", fresh(k, c1), x, lo, fc);
-    /* the largest float below 2^bits(-1) is representable; clamp just under hiv */
-    double hic = nextafter(hiv, 0.0);
-    if (!strcmp(fc, "f32")) hic = (double)nextafterf((float)hiv, 0.0f);
-    const_scalar(k, from, hic, 0, hi);
     line(k, "%s = arith.minimumf %s, %s : %s", fresh(k, c2), c1, hi, fc);
     line(k, "%s = arith.%s %s : %s to %s", fresh(k, r), un ? "fptoui" : "fptosi", c2, fc, tc);
+    line(k, "%s = arith.cmpf oge, %s, %s : %s", fresh(k, over), x, hiv_c, fc);
+    const_scalar(k, to, 0, un ? -1 : (tb >= 64 ? INT64_MAX : ((int64_t)1 << (tb - 1)) - 1), mx);
+    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, r2), over, mx, r, tc);
     line(k, "%s = arith.cmpf uno, %s, %s : %s", fresh(k, isn), x, x, fc);
     const_scalar(k, to, 0, 0, z);
-    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isn, z, r, tc);
+    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isn, z, r2, tc);
     return out;
   }
   if (to == KL_BOOL) {

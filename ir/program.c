@@ -183,31 +183,29 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
   for (int i = 0; i < pg->ninputs; i++) defined[pg->inputs[i]] = 1;
   for (int k = 0; k < pg->neqns && !rc; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    kl_aval ins[64], outs[KL_MAX_OUTS];
+    kl_aval small[64], outs[KL_MAX_OUTS];
+    kl_aval *ins = e->nin > 64 ? malloc(sizeof(kl_aval) * (size_t)e->nin) : small;
     int nout;
     char kind;
-    if (e->nin > 64) continue;
+    if (!ins) abort();
     for (int i = 0; i < e->nin && !rc; i++) {
       if (e->ins[i] < 0 || e->ins[i] >= pg->nvals || !defined[e->ins[i]]) {
         snprintf(err, errlen, "verify: equation %d (%s) uses value %d before it is defined", k, kl_prim_get(e->prim)->name, e->ins[i]);
         rc = -1;
       } else ins[i] = pg->vals[e->ins[i]].aval;
     }
-    if (rc) break;
-    if (kl_prim_infer(e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen, &kind)) { rc = -1; break; }
-    if (nout != e->nout) {
+    if (!rc && kl_prim_infer(e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen, &kind)) rc = -1;
+    if (!rc && nout != e->nout) {
       snprintf(err, errlen, "verify: equation %d (%s) has %d outputs, rule says %d", k, kl_prim_get(e->prim)->name, e->nout, nout);
       rc = -1;
-      break;
     }
-    for (int i = 0; i < nout; i++) {
+    for (int i = 0; i < nout && !rc; i++) {
       if (!kl_aval_equal(&outs[i], &pg->vals[e->outs[i]].aval)) {
         snprintf(err, errlen, "verify: equation %d (%s) output %d has the wrong type", k, kl_prim_get(e->prim)->name, i);
         rc = -1;
-        break;
-      }
-      defined[e->outs[i]] = 1;
+      } else defined[e->outs[i]] = 1;
     }
+    if (ins != small) free(ins);
   }
   for (int i = 0; i < pg->noutputs && !rc; i++)
     if (!defined[pg->outputs[i]]) {

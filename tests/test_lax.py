@@ -511,22 +511,11 @@ def test_convert_float_to_int_nan_inf_out_of_range(src, dst):
     np.testing.assert_array_equal(out[2:9].astype(np.float64), np.clip(np.trunc(hf[2:9]), info.min, info.max))
 
 
-def _max_saturation_bug(src, dst):
-    if src == "float32" and dst in ("int8", "uint8"):
-        return []
-    if src == "float32":
-        reason = (f"float32 -> {dst} of +inf / too large values gives the largest float32 below 2**{32 if dst[0] == 'u' else 31}"
-                  f" (e.g. 2147483520), JAX saturates to the {dst} maximum")
-    else:
-        reason = (f"{src} -> {dst} of +inf / values above the {dst} range wraps (e.g. float16 128.0 -> int8 -128, "
-                  f"+inf -> int32 -2147483648 or uint8 0); JAX saturates to the {dst} maximum")
-    return [pytest.mark.xfail(strict=True, reason=reason)]
-
-
-@pytest.mark.parametrize("src,dst", [pytest.param(s_, d_, marks=_max_saturation_bug(s_, d_))
-                                     for s_ in ["float32", "float16", "bfloat16"]
+@pytest.mark.parametrize("src,dst", [(s_, d_) for s_ in ["float32", "float16", "bfloat16"]
                                      for d_ in ["int8", "uint8", "int32", "uint32"]])
 def test_convert_float_to_int_saturates_to_max(src, dst):
+    """Regression: +inf and too-large values wrapped (float16 128 -> int8 -128) or stopped at the
+    largest float32 below 2**31 (2147483520); JAX saturates to the integer maximum."""
     sdt, ddt = np.dtype(BF16 if src == "bfloat16" else src), np.dtype(dst)
     info = np.iinfo(ddt)
     with np.errstate(over="ignore"):
@@ -962,9 +951,8 @@ def test_dot_and_precision():
         lax.dot_general(to_kiln(a), to_kiln(b), (((0,), (0,)), ((), ())))  # 3 vs 4
 
 
-@pytest.mark.xfail(strict=True, reason="lax.dot/dot_general with a (lhs, rhs) tuple precision raise TypeError: "
-                   "lax._precision_code calls max(..., key=...), but the module's own lax.max shadows the builtin")
 def test_dot_precision_pair():
+    """Regression: a (lhs, rhs) precision pair raised TypeError (lax.max shadowed the builtin)."""
     a = rng().normal(size=(3, 4)).astype(np.float32)
     out = lax.dot(to_kiln(a), to_kiln(a.T), precision=(lax.Precision.HIGHEST, lax.Precision.HIGHEST))
     check(out, a.astype(np.float64) @ a.T, np.float32, scale=10)
@@ -1151,8 +1139,7 @@ def test_triangular_solve(left_side, lower, transpose_a, unit_diagonal):
     a = rng().normal(size=(2, n, n)) + 4 * np.eye(n)
     b = rng().normal(size=(2, n, k) if left_side else (2, k, n))
     tri = np.tril(a) if lower else np.triu(a)
-    if unit_diagonal:
-        tri = tri - np.diag(np.diagonal(tri, axis1=-2, axis2=-1)[0]) * 0  # keep shape
+    if unit_diagonal:  # the solver must read ones, whatever the diagonal holds
         tri = tri * (1 - np.eye(n)) + np.eye(n)
     op = np.swapaxes(tri, -1, -2) if transpose_a else tri
     if left_side:

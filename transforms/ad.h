@@ -26,7 +26,31 @@ int kl_ad_zeros(kl_ad *a, const kl_aval *like);
 int kl_ad_add(kl_ad *a, int x, int y); /* -1 is zero */
 int kl_ad_sum_to(kl_ad *a, int x, const kl_aval *target); /* undo rank-0 broadcasting */
 int kl_ad_fail(kl_ad *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-const kl_aval *kl_ad_aval(kl_ad *a, int v);
+const kl_aval *kl_ad_aval(kl_ad *a, int v); /* borrowed: invalid after the next emit */
+
+/* Shorthands used by the rules; each returns the new value id, or -1 once the builder failed.
+ * Operands are value ids of a->pg; a rule passes -1 only where a helper says so. */
+int kl_ad_op(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *prm); /* first output */
+int kl_ad_convert(kl_ad *a, int x, kl_dtype t);
+int kl_ad_select(kl_ad *a, int pred, int on_false, int on_true);
+int kl_ad_broadcast(kl_ad *a, int x, const int64_t *shape, int ndim, const int64_t *dims);
+int kl_ad_broadcast_like(kl_ad *a, int x, int like); /* rank-0 x to like's shape */
+int kl_ad_reshape(kl_ad *a, int x, const int64_t *shape, int ndim);
+int kl_ad_transpose(kl_ad *a, int x, const int64_t *perm);
+int kl_ad_reduce_sum(kl_ad *a, int x, const int64_t *axes, int naxes);
+int kl_ad_iota(kl_ad *a, kl_dtype t, const int64_t *shape, int ndim, int dim);
+/* pad x along `axis` by lo/hi (negative crops) with the rank-0 value `fill` */
+int kl_ad_pad_axis(kl_ad *a, int x, int fill, int axis, int64_t lo, int64_t hi);
+int kl_ad_slice_axis(kl_ad *a, int x, int axis, int64_t start, int64_t limit);
+/* Matrices are the last two dims, leading dims are batch dims. */
+int kl_ad_mT(kl_ad *a, int x);            /* swap the last two dims */
+int kl_ad_matmul(kl_ad *a, int x, int y); /* batched x @ y */
+/* float mask shaped like `like` (a matrix stack): 1 where col - row <= k (lower) or >= k (upper) */
+int kl_ad_tri(kl_ad *a, int like, int lower, int k);
+int kl_ad_eye_bool(kl_ad *a, int like); /* row == col, bool, shaped like `like` */
+int kl_ad_diag(kl_ad *a, int x);        /* the diagonal of a square matrix stack */
+/* r[..., i, ...] = t[..., idx[..., i, ...], ...] along axis (take_along_axis); idx shaped as t */
+int kl_ad_take_along(kl_ad *a, int t, int idx, int axis);
 
 /* JVP of pg: inputs (primal inputs..., one tangent per input i with has_tangent[i] and a float
  * dtype), outputs (primal outputs..., one tangent per output). Returns an owned program, or NULL

@@ -1,7 +1,9 @@
 /* jvp.c: forward-mode differentiation of a Program. Every equation is copied, then its JVP rule
  * writes the tangent of its outputs as linear functions of the input tangents, with primal
- * values as coefficients. A missing tangent (-1) is a symbolic zero. Rules live in one switch,
- * grouped by family, beside the shape/dtype rules' order in prim.h. */
+ * values as coefficients. A missing tangent (-1) is a symbolic zero. Rules live in one switch
+ * (jvp_rule, at the bottom), grouped by family in prim.h's order; the longer ones (scans,
+ * sort, scatter, linear algebra) are the functions just above it. A primitive without a rule
+ * fails with "differentiation of <prim> is not supported yet", NotImplementedError in Python. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +13,7 @@
 static int is_float_val(kl_ad *a, int v) { return v >= 0 && kl_dtype_is_float(kl_ad_aval(a, v)->dtype); }
 
 /* t broadcast up to the shape of `like` when t is rank-0 and like is not. */
-static int fit(kl_ad *a, int t, int like) {
-  if (t < 0) return t;
-  const kl_aval *ta = kl_ad_aval(a, t), *la = kl_ad_aval(a, like);
-  if (ta->ndim == la->ndim) return t;
-  kl_params p;
-  kl_params_init(&p);
-  kl_aval l = *la;
-  p.v[0] = l.dims;
-  p.nv[0] = l.ndim;
-  int o[KL_MAX_OUTS];
-  return kl_ad_emit(a, KL_P_BROADCAST_IN_DIM, &t, 1, &p, o) < 0 ? -1 : o[0];
-}
+static int fit(kl_ad *a, int t, int like) { return kl_ad_broadcast_like(a, t, like); }
 
 static int lit(kl_ad *a, double v, int like) { return kl_ad_lit(a, v, kl_ad_aval(a, like)->dtype); }
 static int mul(kl_ad *a, int x, int y) { return kl_ad_bin(a, KL_P_MUL, x, y); }
@@ -79,16 +70,19 @@ static int unary_coef(kl_ad *a, kl_prim p, int x, int y) {
   }
 }
 
-static int integer_pow_coef(kl_ad *a, const kl_eqn *e, int x) {
+/* d(x^n) = n x^(n-1) dx, without emitting x^0 or x^1 (integer_pow[y=1] is a copy). */
+static int integer_pow_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
   int64_t n = e->p.i0;
   if (n == 0) return -1;
-  if (n == 1) return lit(a, 1, x);
-  kl_params p;
-  kl_params_init(&p);
-  p.i0 = n - 1;
-  int o[KL_MAX_OUTS];
-  if (kl_ad_emit(a, KL_P_INTEGER_POW, &x, 1, &p, o) < 0) return -1;
-  return mul(a, lit(a, (double)n, x), o[0]);
+  if (n == 1) return t;
+  int pw = x;
+  if (n != 2) {
+    kl_params p;
+    kl_params_init(&p);
+    p.i0 = n - 1;
+    pw = kl_ad_op(a, KL_P_INTEGER_POW, &x, 1, &p);
+  }
+  return mul(a, t, mul(a, lit(a, (double)n, x), pw));
 }
 
 /* Coefficients (da, db) of a binary elementwise primitive; returns 0, or -2 if there is no rule. */
@@ -175,13 +169,290 @@ static int reduce_extreme(kl_ad *a, const kl_eqn *e, int x, int y, int t) {
   return dv(a, o[0], count);
 }
 
+/* ---- reductions and scans --------------------------------------------------------------- */
+
+/* Tangent of an inclusive scan of x along `axis` with combiner comb (MUL, MAX, MIN): recursive
+ * doubling on (primal, tangent) pairs, log2(n) rounds of shifts. Exact with zeros in a
+ * product (no division), ties of max/min split as in the binary rule. */
+static int scan_jvp(kl_ad *a, kl_prim comb, int x, int t, int axis, int reverse) {
+  kl_aval xa = *kl_ad_aval(a, x);
+  int64_t n = xa.dims[axis];
+  double ident = comb == KL_P_MUL ? 1 : comb == KL_P_MAX ? -INFINITY : INFINITY;
+  int fill_p = kl_ad_lit(a, ident, xa.dtype), fill_t = kl_ad_lit(a, 0, xa.dtype);
+  int p = x;
+  for (int64_t s = 1; s < n && !a->failed; s *= 2) {
+    int64_t lo = reverse ? -s : s;
+    int ps = kl_ad_pad_axis(a, p, fill_p, axis, lo, -lo), ts = kl_ad_pad_axis(a, t, fill_t, axis, lo, -lo);
+    int ce = p, cl = ps; /* coefficients of the earlier (shifted) and later tangents */
+    if (comb != KL_P_MUL) binary_coefs(a, comb, ps, p, p, &ce, &cl);
+    t = add(a, mul(a, ts, ce), mul(a, t, cl));
+    p = kl_ad_bin(a, comb, ps, p);
+  }
+  return t;
+}
+
+/* reduce_prod: sum_i t_i * prod_{j != i} x_j, the products from exclusive cumprods both ways
+ * (exact with zeros). The reduced axes are moved last and flattened into one. */
+static int reduce_prod_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
+  kl_aval xa = *kl_ad_aval(a, x);
+  if (e->p.nv[0] == 0) return t;
+  int64_t perm[KL_MAX_RANK], shape[KL_MAX_RANK], nred = 1;
+  int nk = 0, np = 0;
+  for (int d = 0; d < xa.ndim; d++) {
+    int red = 0;
+    for (int k = 0; k < e->p.nv[0]; k++) red |= e->p.v[0][k] == d;
+    if (red) nred *= xa.dims[d];
+    else {
+      perm[np++] = d;
+      shape[nk++] = xa.dims[d];
+    }
+  }
+  for (int d = 0; d < xa.ndim; d++)
+    for (int k = 0; k < e->p.nv[0]; k++)
+      if (e->p.v[0][k] == d) perm[np++] = d;
+  if (nred == 0) return -1; /* the empty product is the constant 1 */
+  shape[nk] = nred;
+  int xr = kl_ad_reshape(a, kl_ad_transpose(a, x, perm), shape, nk + 1);
+  int tr = kl_ad_reshape(a, kl_ad_transpose(a, t, perm), shape, nk + 1);
+  kl_params cp;
+  kl_params_init(&cp);
+  cp.i0 = nk;
+  int fwd = kl_ad_op(a, KL_P_CUMPROD, &xr, 1, &cp);
+  cp.i1 = 1;
+  int bwd = kl_ad_op(a, KL_P_CUMPROD, &xr, 1, &cp);
+  int one = lit(a, 1, x);
+  int others = mul(a, kl_ad_pad_axis(a, fwd, one, nk, 1, -1), kl_ad_pad_axis(a, bwd, one, nk, -1, 1));
+  int64_t last = nk;
+  return kl_ad_reduce_sum(a, mul(a, tr, others), &last, 1);
+}
+
+/* sort: sort an iota along with the operands to get the permutation, then gather each
+ * tangent with it. */
+static int sort_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *touts) {
+  int n = e->nin, dim = (int)e->p.i0, any = 0;
+  for (int i = 0; i < n; i++) any |= ts[i] >= 0 && is_float_val(a, xs[i]);
+  if (!any) return 0;
+  if (n + 1 > KL_MAX_OUTS) return kl_ad_fail(a, "differentiation of sort with %d operands is not supported yet by kiln", n);
+  kl_aval xa = *kl_ad_aval(a, xs[0]);
+  int ins[KL_MAX_OUTS], outs[KL_MAX_OUTS];
+  memcpy(ins, xs, sizeof(int) * (size_t)n);
+  ins[n] = kl_ad_iota(a, KL_I32, xa.dims, xa.ndim, dim);
+  if (kl_ad_emit(a, KL_P_SORT, ins, n + 1, &e->p, outs) < 0) return -1;
+  for (int i = 0; i < n; i++)
+    if (ts[i] >= 0 && is_float_val(a, xs[i])) touts[i] = kl_ad_take_along(a, ts[i], outs[n], dim);
+  return 0;
+}
+
+/* ---- scatter ------------------------------------------------------------------------------ */
+
+/* All scatters differentiate to one linear scatter-add: out' = scatter_add(tx * cx, idx, tu * cu)
+ * with primal coefficients cx (operand) and cu (updates; zero for dropped out-of-bounds
+ * updates, and for `set`, for the updates that lost to a duplicate index). */
+static int scatter_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int y) {
+  int x = xs[0], idx = xs[1], u = xs[2], tx = ts[0], tu = ts[2], mode = (int)e->p.i1;
+  int axis = (int)e->p.i0;
+  kl_aval xa = *kl_ad_aval(a, x), ua = *kl_ad_aval(a, u), ia = *kl_ad_aval(a, idx);
+  kl_params sp = e->p, tp;
+  kl_params_init(&tp);
+  tp.i0 = axis;
+#define SCAT(m, opnd, upd) (sp.i1 = (m), kl_ad_op(a, KL_P_SCATTER, (int[]){(opnd), idx, (upd)}, 3, &sp))
+#define TAKE(v) kl_ad_op(a, KL_P_TAKE, (int[]){(v), idx}, 2, &tp)
+  int64_t bd[KL_MAX_RANK];
+  for (int k = 0; k < ia.ndim; k++) bd[k] = axis + k;
+  int inb_b = kl_ad_bin(a, KL_P_LT, idx, kl_ad_lit(a, (double)xa.dims[axis], ia.dtype));
+  int inb = kl_ad_convert(a, kl_ad_broadcast(a, inb_b, ua.dims, ua.ndim, bd), xa.dtype);
+  int zx = kl_ad_zeros(a, &xa), cx = -1, cu = -1;
+  switch (mode) {
+  case KL_SCATTER_ADD: cu = inb; break;
+  case KL_SCATTER_SET: {
+    int hit = SCAT(KL_SCATTER_SET, zx, kl_ad_broadcast(a, lit(a, 1, u), ua.dims, ua.ndim, NULL));
+    cx = sub(a, lit(a, 1, x), hit);
+    int64_t total = kl_aval_size(&ua);
+    int ids = kl_ad_reshape(a, kl_ad_iota(a, KL_I32, &total, 1, 0), ua.dims, ua.ndim);
+    int none = kl_ad_broadcast(a, kl_ad_lit(a, -1, KL_I32), xa.dims, xa.ndim, NULL);
+    cu = kl_ad_convert(a, kl_ad_bin(a, KL_P_EQ, TAKE(SCAT(KL_SCATTER_SET, none, ids)), ids), xa.dtype);
+    break;
+  }
+  case KL_SCATTER_MUL: {
+    cx = SCAT(KL_SCATTER_MUL, kl_ad_broadcast(a, lit(a, 1, x), xa.dims, xa.ndim, NULL), u);
+    /* d/du_i = x * prod of the other updates at its position: x itself for a unique index,
+     * y / u_i for a duplicated one (not exact when a duplicated update is 0) */
+    int dup = kl_ad_bin(a, KL_P_GT, TAKE(SCAT(KL_SCATTER_ADD, zx, inb)), lit(a, 1, x));
+    cu = mul(a, kl_ad_select(a, dup, TAKE(x), dv(a, TAKE(y), u)), inb);
+    break;
+  }
+  case KL_SCATTER_MIN: case KL_SCATTER_MAX: { /* ties share the tangent evenly */
+    int ex = kl_ad_convert(a, kl_ad_bin(a, KL_P_EQ, x, y), xa.dtype);
+    int eu = mul(a, kl_ad_convert(a, kl_ad_bin(a, KL_P_EQ, u, TAKE(y)), xa.dtype), inb);
+    int cnt = add(a, ex, SCAT(KL_SCATTER_ADD, zx, eu));
+    cx = dv(a, ex, cnt);
+    cu = dv(a, eu, TAKE(cnt));
+    break;
+  }
+  default: return kl_ad_fail(a, "differentiation of scatter mode %d is not supported yet by kiln", mode);
+  }
+  int tx2 = tx < 0 ? zx : cx < 0 ? tx : mul(a, tx, cx);
+  if (tu < 0) return tx2;
+  return SCAT(KL_SCATTER_ADD, tx2, mul(a, tu, cu));
+#undef SCAT
+#undef TAKE
+}
+
+/* ---- linear algebra (matrices are the last two dims) --------------------------------------- */
+
+static int trsolve(kl_ad *a, int m, int b, int left, int flags) {
+  if (b < 0) return -1;
+  kl_params p;
+  kl_params_init(&p);
+  p.i0 = left;
+  p.i1 = flags;
+  int ins[2] = {m, b};
+  return kl_ad_op(a, KL_P_TRIANGULAR_SOLVE, ins, 2, &p);
+}
+
+/* The symmetric matrix a factorization reading only one triangle of its input sees. */
+static int sym_from_tri(kl_ad *a, int t, int lower) {
+  int tri = mul(a, t, kl_ad_tri(a, t, lower, 0)), strict = mul(a, t, kl_ad_tri(a, t, lower, lower ? -1 : 1));
+  return add(a, tri, kl_ad_mT(a, strict));
+}
+
+/* m broadcast along rows (row = 1: m[..., j] at [..., i, j]) or columns into `like`'s shape. */
+static int spread(kl_ad *a, int v, int like, int row) {
+  kl_aval l = *kl_ad_aval(a, like);
+  int64_t dims[KL_MAX_RANK];
+  for (int d = 0; d < l.ndim - 2; d++) dims[d] = d;
+  dims[l.ndim - 2] = row ? l.ndim - 1 : l.ndim - 2;
+  return kl_ad_broadcast(a, v, l.dims, l.ndim, dims);
+}
+
+/* F[i, j] = 1 / d[i, j] off the diagonal, 0 on it. */
+static int off_diag_inverse(kl_ad *a, int d) {
+  int eye = kl_ad_eye_bool(a, d);
+  int one = kl_ad_broadcast_like(a, lit(a, 1, d), d), zero = zeros_like(a, d);
+  return kl_ad_select(a, eye, dv(a, one, kl_ad_select(a, eye, d, one)), zero);
+}
+
+/* L' = L phi(L^-1 A' L^-T), phi: the lower triangle with the diagonal halved. */
+static int cholesky_jvp(kl_ad *a, int t, int l) {
+  int da = sym_from_tri(a, t, 1);
+  int x = trsolve(a, l, trsolve(a, l, da, 0, KL_TRSV_LOWER | KL_TRSV_TRANSPOSE_A), 1, KL_TRSV_LOWER);
+  int eye = kl_ad_convert(a, kl_ad_eye_bool(a, l), kl_ad_aval(a, l)->dtype);
+  int phi = add(a, kl_ad_tri(a, l, 1, -1), mul(a, eye, lit(a, 0.5, l)));
+  return kl_ad_matmul(a, l, mul(a, x, phi));
+}
+
+/* op(A) X = B (left) or X op(A) = B: X' = op(A)^-1 (B' - op(A') X), or (B' - X op(A')) op(A)^-1;
+ * A' restricted to the triangle the solve reads. */
+static int triangular_solve_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int x) {
+  int left = (int)e->p.i0, flags = (int)e->p.i1, lower = flags & KL_TRSV_LOWER;
+  int res = trsolve(a, xs[0], ts[1], left, flags);
+  if (ts[0] >= 0) {
+    int k = flags & KL_TRSV_UNIT_DIAGONAL ? (lower ? -1 : 1) : 0;
+    int da = mul(a, ts[0], kl_ad_tri(a, xs[0], lower, k));
+    if (flags & KL_TRSV_TRANSPOSE_A) da = kl_ad_mT(a, da);
+    int prod = left ? kl_ad_matmul(a, da, x) : kl_ad_matmul(a, x, da);
+    res = kl_ad_add(a, res, un(a, KL_P_NEG, trsolve(a, xs[0], prod, left, flags)));
+  }
+  return res;
+}
+
+/* P A = L U: L^-1 P A' U^-1 = L^-1 L' + U' U^-1 splits into its strict lower and upper parts. */
+static int lu_jvp(kl_ad *a, int x, int t, int lu, int perm) {
+  kl_aval xa = *kl_ad_aval(a, x);
+  int nd = xa.ndim;
+  if (xa.dims[nd - 2] != xa.dims[nd - 1])
+    return kl_ad_fail(a, "differentiation of lu of a non-square matrix (%lld x %lld) is not supported yet by kiln",
+                      (long long)xa.dims[nd - 2], (long long)xa.dims[nd - 1]);
+  int64_t bd[KL_MAX_RANK];
+  for (int d = 0; d < nd - 1; d++) bd[d] = d;
+  int pt = kl_ad_take_along(a, t, kl_ad_broadcast(a, perm, xa.dims, nd, bd), nd - 2);
+  int m = trsolve(a, lu, trsolve(a, lu, pt, 1, KL_TRSV_LOWER | KL_TRSV_UNIT_DIAGONAL), 0, 0);
+  int strict = kl_ad_tri(a, lu, 1, -1), upper = kl_ad_tri(a, lu, 0, 0);
+  int l = add(a, mul(a, lu, strict), kl_ad_convert(a, kl_ad_eye_bool(a, lu), xa.dtype));
+  int u = mul(a, lu, upper);
+  return add(a, kl_ad_matmul(a, l, mul(a, m, strict)), kl_ad_matmul(a, mul(a, m, upper), u));
+}
+
+/* Reduced QR of a tall (m >= n) matrix. */
+static int qr_jvp(kl_ad *a, const kl_eqn *e, int x, int t, int q, int r, int *touts) {
+  kl_aval xa = *kl_ad_aval(a, x);
+  int64_t m = xa.dims[xa.ndim - 2], n = xa.dims[xa.ndim - 1];
+  if (m < n || (e->p.i0 && m != n))
+    return kl_ad_fail(a, "differentiation of qr is not supported yet by kiln for a %lld x %lld matrix%s "
+                         "(supported: m >= n with full_matrices=False, or square)",
+                      (long long)m, (long long)n, e->p.i0 ? " with full_matrices=True" : "");
+  int dx_rinv = trsolve(a, r, t, 0, 0);
+  int qt = kl_ad_matmul(a, kl_ad_mT(a, q), dx_rinv);
+  int low = mul(a, qt, kl_ad_tri(a, qt, 1, -1));
+  int om = sub(a, low, kl_ad_mT(a, low)); /* antisymmetric */
+  touts[0] = add(a, kl_ad_matmul(a, q, sub(a, om, qt)), dx_rinv);
+  touts[1] = kl_ad_matmul(a, sub(a, qt, om), r);
+  return 0;
+}
+
+/* A = V diag(w) V^T: w' = diag(V^T A' V), V' = V (F * V^T A' V), F_ij = 1 / (w_j - w_i). */
+static int eigh_jvp(kl_ad *a, const kl_eqn *e, int t, int v, int w, int *touts) {
+  int vav = kl_ad_matmul(a, kl_ad_mT(a, v), kl_ad_matmul(a, sym_from_tri(a, t, (int)e->p.i0), v));
+  int f = off_diag_inverse(a, sub(a, spread(a, w, vav, 1), spread(a, w, vav, 0)));
+  touts[0] = kl_ad_matmul(a, v, mul(a, f, vav));
+  touts[1] = kl_ad_diag(a, vav);
+  return 0;
+}
+
+/* SVD A = U diag(s) V^T (reduced, or square). */
+static int svd_jvp(kl_ad *a, const kl_eqn *e, int x, int t, const int *ys, int *touts) {
+  kl_aval xa = *kl_ad_aval(a, x);
+  int64_t m = xa.dims[xa.ndim - 2], n = xa.dims[xa.ndim - 1];
+  int full = (int)e->p.i0, uv = (int)e->p.i1;
+  if (uv && full && m != n)
+    return kl_ad_fail(a, "differentiation of svd with full_matrices=True of a non-square matrix (%lld x %lld) "
+                         "is not supported yet by kiln; use full_matrices=False", (long long)m, (long long)n);
+  int u = ys[0], s = ys[1], vt = ys[2];
+  if (!uv) {
+    kl_params p = e->p;
+    p.i0 = 0;
+    p.i1 = 1;
+    int o[KL_MAX_OUTS];
+    if (kl_ad_emit(a, KL_P_SVD, &x, 1, &p, o) < 0) return -1;
+    u = o[0], s = o[1], vt = o[2];
+  }
+  int v = kl_ad_mT(a, vt), ut = kl_ad_mT(a, u);
+  int ds = kl_ad_matmul(a, ut, kl_ad_matmul(a, t, v));
+  touts[uv ? 1 : 0] = kl_ad_diag(a, ds);
+  if (!uv) return 0;
+  int srow = spread(a, s, ds, 1), scol = spread(a, s, ds, 0);
+  int f = off_diag_inverse(a, sub(a, sq(a, srow), sq(a, scol)));
+  int dss = mul(a, ds, srow), sds = mul(a, scol, ds);
+  int du = kl_ad_matmul(a, u, mul(a, f, add(a, dss, kl_ad_mT(a, dss))));
+  int dvv = kl_ad_matmul(a, v, mul(a, f, add(a, sds, kl_ad_mT(a, sds))));
+  if (m != n) { /* the part of A' outside the span of the thin factors */
+    int sz = kl_ad_convert(a, kl_ad_bin(a, KL_P_EQ, s, lit(a, 0, s)), xa.dtype);
+    int sinv = sub(a, dv(a, lit(a, 1, s), add(a, s, sz)), sz);
+    if (m > n) {
+      int dav = kl_ad_matmul(a, t, v);
+      int rest = sub(a, dav, kl_ad_matmul(a, u, kl_ad_matmul(a, ut, dav)));
+      du = add(a, du, mul(a, rest, spread(a, sinv, rest, 1)));
+    } else {
+      int dau = kl_ad_matmul(a, kl_ad_mT(a, t), u);
+      int rest = sub(a, dau, kl_ad_matmul(a, v, kl_ad_matmul(a, vt, dau)));
+      dvv = add(a, dvv, mul(a, rest, spread(a, sinv, rest, 1)));
+    }
+  }
+  touts[0] = du;
+  touts[2] = kl_ad_mT(a, dvv);
+  return 0;
+}
+
+/* ---- the rule table ----------------------------------------------------------------------- */
+
 /* Writes the tangents of e's outputs into touts (-1 = zero). xs/ys: e's operands and results
  * in the new program; ts: operand tangents. Returns 0, or -1 with a message. */
 static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
   const kl_prim_info *pi = kl_prim_get(e->prim);
   for (int i = 0; i < e->nout; i++) touts[i] = -1;
   int y = ys[0];
-  if (!is_float_val(a, y) && e->prim != KL_P_SORT && pi->family != KL_FAM_LIB) return 0; /* int/bool: no tangent */
+  int multi = e->prim == KL_P_SORT || e->prim == KL_P_EIGH || e->prim == KL_P_SVD || e->prim == KL_P_LU;
+  if (!is_float_val(a, y) && !multi) return 0; /* int/bool results carry no tangent */
   switch (pi->family) {
   case KL_FAM_CONST: case KL_FAM_IOTA: case KL_FAM_COMPARE: return 0;
   case KL_FAM_UNARY: {
@@ -190,7 +461,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     switch (e->prim) {
     case KL_P_NEG: touts[0] = un(a, KL_P_NEG, t); return 0;
     case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_IS_FINITE: case KL_P_STOP_GRADIENT: case KL_P_NOT: return 0;
-    case KL_P_INTEGER_POW: touts[0] = scale(a, t, integer_pow_coef(a, e, x)); return 0;
+    case KL_P_INTEGER_POW: touts[0] = integer_pow_jvp(a, e, x, t); return 0;
     default: break;
     }
     int d = unary_coef(a, e->prim, x, y);
@@ -218,8 +489,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     if (ts[1] < 0 && ts[2] < 0) return 0;
     int c0 = ts[1] >= 0 ? fit(a, ts[1], y) : zeros_like(a, y);
     int c1 = ts[2] >= 0 ? fit(a, ts[2], y) : zeros_like(a, y);
-    int ins[3] = {xs[0], c0, c1};
-    touts[0] = same_prim(a, e, ins, 3);
+    touts[0] = kl_ad_select(a, xs[0], c0, c1);
     return 0;
   }
   case KL_FAM_CONVERT:
@@ -243,16 +513,24 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
   }
   case KL_FAM_REDUCE:
     if (ts[0] < 0) return 0;
-    if (e->prim == KL_P_REDUCE_SUM) touts[0] = same_prim(a, e, (int *)&ts[0], 1);
-    else if (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN) touts[0] = reduce_extreme(a, e, xs[0], y, ts[0]);
-    else return kl_ad_fail(a, "differentiation of %s is not supported yet by kiln", pi->name);
-    return 0;
+    switch (e->prim) {
+    case KL_P_REDUCE_SUM: touts[0] = same_prim(a, e, (int *)&ts[0], 1); return 0;
+    case KL_P_REDUCE_MAX: case KL_P_REDUCE_MIN: touts[0] = reduce_extreme(a, e, xs[0], y, ts[0]); return 0;
+    case KL_P_REDUCE_PROD: touts[0] = reduce_prod_jvp(a, e, xs[0], ts[0]); return 0;
+    default: return kl_ad_fail(a, "differentiation of %s is not supported yet by kiln", pi->name);
+    }
   case KL_FAM_LIB:
     switch (e->prim) {
     case KL_P_ARGMAX: case KL_P_ARGMIN: return 0;
     case KL_P_CUMSUM:
       if (ts[0] >= 0) touts[0] = same_prim(a, e, (int *)&ts[0], 1);
       return 0;
+    case KL_P_CUMPROD: case KL_P_CUMMAX: case KL_P_CUMMIN: {
+      kl_prim comb = e->prim == KL_P_CUMPROD ? KL_P_MUL : e->prim == KL_P_CUMMAX ? KL_P_MAX : KL_P_MIN;
+      if (ts[0] >= 0) touts[0] = scan_jvp(a, comb, xs[0], ts[0], (int)e->p.i0, (int)e->p.i1);
+      return 0;
+    }
+    case KL_P_SORT: return sort_jvp(a, e, xs, ts, touts);
     case KL_P_DOT_GENERAL: {
       int c1 = -1, c2 = -1;
       if (ts[0] >= 0) {
@@ -286,13 +564,14 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
       return 0;
     }
     case KL_P_SCATTER:
-      if (e->p.i1 != KL_SCATTER_SET && e->p.i1 != KL_SCATTER_ADD) break;
-      if (ts[0] < 0 && ts[2] < 0) return 0;
-      {
-        int ins[3] = {ts[0] >= 0 ? ts[0] : zeros_like(a, xs[0]), xs[1], ts[2] >= 0 ? ts[2] : zeros_like(a, xs[2])};
-        touts[0] = same_prim(a, e, ins, 3);
-      }
+      if (ts[0] >= 0 || ts[2] >= 0) touts[0] = scatter_jvp(a, e, xs, ts, y);
       return 0;
+    case KL_P_CHOLESKY: touts[0] = cholesky_jvp(a, ts[0], y); return 0;
+    case KL_P_TRIANGULAR_SOLVE: touts[0] = triangular_solve_jvp(a, e, xs, ts, y); return 0;
+    case KL_P_LU: touts[0] = lu_jvp(a, xs[0], ts[0], ys[0], ys[2]); return 0;
+    case KL_P_QR: return qr_jvp(a, e, xs[0], ts[0], ys[0], ys[1], touts);
+    case KL_P_EIGH: return eigh_jvp(a, e, ts[0], ys[0], ys[1], touts);
+    case KL_P_SVD: return svd_jvp(a, e, xs[0], ts[0], ys, touts);
     default: break;
     }
     for (int i = 0; i < e->nin; i++)

@@ -79,7 +79,9 @@ static int transpose_dot(tctx *c, const kl_eqn *e, int side, int ct) {
   p.v[3] = ob_v;
   p.nv[3] = nb;
   p.i0 = e->p.i0;
-  int ins[2] = {ct, prim_of(c, e->ins[1 - side])};
+  /* with preferred_element_type the cotangent is wider than the operands: compute in its dtype
+   * (accumulate() converts the result back) */
+  int ins[2] = {ct, kl_ad_convert(c->a, prim_of(c, e->ins[1 - side]), kl_ad_aval(c->a, ct)->dtype)};
   int res = emit1(c->a, KL_P_DOT_GENERAL, ins, 2, &p);
   if (res < 0) return -1;
   /* result dims: [batch, my free (increasing), other's contracting dims (increasing)];
@@ -200,17 +202,9 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
     return emit1(a, KL_P_PAD, ins, 2, &p);
   }
   case KL_P_PAD: {
-    if (i == 1) { /* padding value: everything not covered by the operand */
-      int z = kl_ad_zeros(a, xa);
-      int inner = -1;
-      { /* pad(zeros, 1) marks the padding positions */
-        int one = kl_ad_lit(a, 1, ya->dtype);
-        int zz = kl_ad_zeros(a, &c->j->vals[e->ins[0]].aval);
-        int ins[2] = {zz, one};
-        inner = emit1(a, KL_P_PAD, ins, 2, &e->p);
-      }
-      (void)z;
-      int m = kl_ad_bin(a, KL_P_MUL, ct, inner);
+    if (i == 1) { /* padding value: the sum over the padding positions, which pad(0, 1) marks */
+      int ins[2] = {kl_ad_zeros(a, &c->j->vals[e->ins[0]].aval), kl_ad_lit(a, 1, ya->dtype)};
+      int m = kl_ad_bin(a, KL_P_MUL, ct, emit1(a, KL_P_PAD, ins, 2, &e->p));
       int64_t axes[KL_MAX_RANK];
       for (int d = 0; d < ya->ndim; d++) axes[d] = d;
       p.v[0] = axes;
@@ -305,25 +299,28 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
     }
     break;
   }
-  case KL_P_TAKE: {
+  case KL_P_TAKE: { /* scatter-add back, at the clamped positions take read from */
     if (i != 0) break;
-    int ins[3] = {kl_ad_zeros(a, xa), prim_of(c, e->ins[1]), ct};
+    int idx = prim_of(c, e->ins[1]);
+    kl_dtype it = kl_ad_aval(a, idx)->dtype;
+    idx = kl_ad_bin(a, KL_P_MIN, idx, kl_ad_lit(a, (double)(xa->dims[e->p.i0] - 1), it));
+    int ins[3] = {kl_ad_zeros(a, xa), idx, ct};
     p.i0 = e->p.i0;
     p.i1 = KL_SCATTER_ADD;
     return emit1(a, KL_P_SCATTER, ins, 3, &p);
   }
-  case KL_P_SCATTER: {
-    if (i == 1) break;
-    if (i == 0) {
-      if (e->p.i1 == KL_SCATTER_ADD) return ct;
-      /* set: positions overwritten by the updates receive nothing */
-      int ins[3] = {ct, prim_of(c, e->ins[1]), kl_ad_zeros(a, &c->j->vals[e->ins[2]].aval)};
-      return emit1(a, KL_P_SCATTER, ins, 3, &e->p);
-    }
+  case KL_P_SCATTER: { /* the JVP writes only scatter-adds; it masks dropped updates itself */
+    if (i == 1 || e->p.i1 != KL_SCATTER_ADD) break;
+    if (i == 0) return ct;
     int ins[2] = {ct, prim_of(c, e->ins[1])};
     p.i0 = e->p.i0;
     return emit1(a, KL_P_TAKE, ins, 2, &p);
   }
+  case KL_P_TRIANGULAR_SOLVE: /* linear in b: solve with op(A)^T on the same side */
+    if (i != 1) break;
+    p.i0 = e->p.i0;
+    p.i1 = e->p.i1 ^ KL_TRSV_TRANSPOSE_A;
+    return emit1(a, KL_P_TRIANGULAR_SOLVE, (int[]){prim_of(c, e->ins[0]), ct}, 2, &p);
   default: break;
   }
   return kl_ad_fail(a, "reverse-mode differentiation of %s is not supported yet by kiln", pi->name);

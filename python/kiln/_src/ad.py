@@ -1,14 +1,13 @@
 """Automatic differentiation: grad, value_and_grad, jvp, vjp, linearize, jacfwd, jacrev,
 hessian. The function is traced into a Program, the C passes (transforms/jvp.c,
 transforms/transpose.c) build its JVP or VJP program, and that program is either compiled and
-run (concrete arguments, cached per signature) or, when called under another trace (jit, an
+run (concrete arguments; executables cached by the program's structural hash) or, when called under another trace (jit, an
 outer grad), replayed equation by equation into that trace, so transformations compose.
 """
 
 import numpy as np
 
 from kiln._src import core, dtypes, tree_util
-from kiln._src.config import config
 from kiln._src.core import Array, Tracer
 from kiln._src import api
 
@@ -33,23 +32,29 @@ def _inline(builder, inputs):
     return [env[o] for o in builder.outputs()]
 
 
-class _Compiled:
-    """A transformed program compiled once per signature (concrete calls)."""
-    __slots__ = ("exe", "out_avals")
+# Compiled transformed programs, shared by every grad/jvp/vjp call: keyed by the program's
+# structural hash (which covers its avals, literals and equations), so a retrace that gives
+# the same program reuses the executable and a changed program never hits a stale one.
+_compiled = {}
+_COMPILED_MAX = 256
 
 
-def _run(builder, inputs, cache, key):
+def _run(builder, inputs, cache=None, key=None):
+    """Runs the transformed program on `inputs`: inlined into the enclosing trace when any
+    input is a tracer, else compiled once per distinct program and launched. (cache and key
+    are accepted for older callers and unused: the structural hash is the key.)"""
     if any(isinstance(x, Tracer) for x in inputs):
         return _inline(builder, inputs)
-    entry = cache.get(key) if key is not None else None
+    key = (builder.hash(), builder.counts())
+    entry = _compiled.get(key)
     if entry is None:
-        entry = _Compiled()
-        entry.out_avals = [builder.aval(o) for o in builder.outputs()]
-        entry.exe = builder.compile()
-        if key is not None:
-            cache[key] = entry
-    bufs = entry.exe(*[x._buf for x in inputs])
-    return [Array(b, tuple(s), core._np_dtype(d), w) for b, (_, s, d, w) in zip(bufs, entry.out_avals)]
+        if len(_compiled) >= _COMPILED_MAX:
+            _compiled.pop(next(iter(_compiled)))
+        entry = (builder.compile(), [builder.aval(o) for o in builder.outputs()])
+        _compiled[key] = entry
+    exe, out_avals = entry
+    bufs = exe(*[x._buf for x in inputs])
+    return [Array(b, tuple(s), core._np_dtype(d), w) for b, (_, s, d, w) in zip(bufs, out_avals)]
 
 
 def _leaves_as_arrays(leaves, what):
@@ -94,7 +99,6 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
     """Returns f(x) and its gradient with respect to argument(s) `argnums`."""
     if holomorphic:
         raise NotImplementedError("value_and_grad(holomorphic=True): kiln has no complex dtypes yet")
-    cache = {}
     name = "grad"
 
     def wrapped(*args, **kwargs):
@@ -125,14 +129,10 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         _check_inputs(name, arrs, mask, allow_int)
         wants = mask + [False] * len(traced.consts)
         vb = traced.builder.vjp(wants)
-        cts = [core.literal(1.0, main_dtype, False)]
         cts = [core.scalar_constant(1.0, main_dtype, False)]
         for shape, dt, weak in out_avals[n_main:]:
             cts.append(_zeros(shape, dt))
-        inputs = arrs + list(traced.consts) + cts
-        key = (api.tree_util.tree_structure(0), tuple((a.shape, a.dtype, a.weak_type) for a in arrs), tree,
-               config.jax_enable_x64) if not traced.consts else None
-        outs = _run(vb, inputs, cache, key)
+        outs = _run(vb, arrs + list(traced.consts) + cts)
         nout = len(out_avals)
         primal = tree_util.tree_unflatten(traced.out_tree, outs[:nout])
         grads = outs[nout:]
@@ -179,40 +179,55 @@ def grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False, redu
     return wrapped
 
 
-def jvp(fun, primals, tangents, has_aux=False):
-    """(fun(*primals), the directional derivative along `tangents`)."""
-    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise TypeError("jvp: primals and tangents must be tuples or lists of arguments")
-    if len(primals) != len(tangents):
-        raise ValueError(f"jvp: got {len(primals)} primals and {len(tangents)} tangents; they must match")
+def _jvp_program(fun, primals, name="jvp"):
+    """Traces fun at primals once and builds its JVP program; returns run(tangents) ->
+    (primal outputs, output tangents) as pytrees, which may be called many times."""
+    if not isinstance(primals, (tuple, list)):
+        raise TypeError(f"{name}: primals must be a tuple or list of arguments, got {type(primals).__name__}")
     arrs, tree, traced = _trace_flat(fun, tuple(primals), {})
-    t_leaves, t_tree = tree_util.tree_flatten((tuple(tangents), {}))
-    if t_tree != tree:
-        raise ValueError(f"jvp: primal and tangent arguments have different structures: {tree} and {t_tree}")
-    t_arrs = _leaves_as_arrays(t_leaves, "tangent")
-    for p, t in zip(arrs, t_arrs):
-        if p.shape != t.shape:
-            raise ValueError(f"jvp: tangent shape {t.shape} does not match primal shape {p.shape}")
     has_t = [_is_float(a.dtype) for a in arrs] + [False] * len(traced.consts)
     jb = traced.builder.jvp(has_t)
-    from kiln import lax
-    t_in = [lax.convert_element_type(t, p.dtype) if t.dtype != p.dtype else t
-            for p, t in zip(arrs, t_arrs) if _is_float(p.dtype)]
-    outs = _run(jb, arrs + list(traced.consts) + t_in, {}, None)
     n = len(traced.out_avals)
-    primal_out = tree_util.tree_unflatten(traced.out_tree, outs[:n])
-    tangent_out = tree_util.tree_unflatten(traced.out_tree, outs[n:])
+
+    def run(tangents):
+        from kiln import lax
+        if not isinstance(tangents, (tuple, list)):
+            raise TypeError(f"{name}: tangents must be a tuple or list of arguments, got {type(tangents).__name__}")
+        if len(primals) != len(tangents):
+            raise ValueError(f"{name}: got {len(primals)} primals and {len(tangents)} tangents; they must match")
+        t_leaves, t_tree = tree_util.tree_flatten((tuple(tangents), {}))
+        if t_tree != tree:
+            raise ValueError(f"{name}: primal and tangent arguments have different structures: {tree} and {t_tree}")
+        t_arrs = _leaves_as_arrays(t_leaves, "tangent")
+        for p, t in zip(arrs, t_arrs):
+            if p.shape != t.shape:
+                raise ValueError(f"{name}: tangent shape {t.shape} does not match primal shape {p.shape}")
+        t_in = [lax.convert_element_type(t, p.dtype) if t.dtype != p.dtype else t
+                for p, t in zip(arrs, t_arrs) if _is_float(p.dtype)]
+        outs = _run(jb, arrs + list(traced.consts) + t_in)
+        return (tree_util.tree_unflatten(traced.out_tree, outs[:n]),
+                tree_util.tree_unflatten(traced.out_tree, outs[n:]))
+    return run
+
+
+def jvp(fun, primals, tangents, has_aux=False):
+    """(fun(*primals), the directional derivative along `tangents`)."""
+    if not isinstance(tangents, (tuple, list)):
+        raise TypeError(f"jvp: tangents must be a tuple or list of arguments, got {type(tangents).__name__}")
+    primal_out, tangent_out = _jvp_program(fun, primals)(tangents)
     if has_aux:
         return primal_out[0], tangent_out[0], primal_out[1]
     return primal_out, tangent_out
 
 
 def linearize(fun, *primals):
-    """(fun(*primals), f_jvp) where f_jvp(*tangents) evaluates the JVP at `primals`."""
-    out, _ = jvp(fun, primals, tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals))
+    """(fun(*primals), f_jvp) where f_jvp(*tangents) evaluates the JVP at `primals` (the
+    function is traced and transformed once)."""
+    run = _jvp_program(fun, primals, "linearize")
+    out, _ = run(tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals))
 
     def f_jvp(*tangents):
-        return jvp(fun, primals, tangents)[1]
+        return run(tangents)[1]
     return out, f_jvp
 
 
@@ -221,13 +236,9 @@ def vjp(fun, *primals, has_aux=False):
     arrs, tree, traced = _trace_flat(fun, primals, {})
     n = len(traced.out_avals)
     wants = [True] * len(arrs) + [False] * len(traced.consts)
-    for a in arrs:
-        if not _is_float(a.dtype):
-            pass
     vb = traced.builder.vjp(wants)
-    cache = {}
     zeros = [_zeros(s, d) for s, d, _ in traced.out_avals]
-    outs = _run(vb, arrs + list(traced.consts) + zeros, cache, None)
+    outs = _run(vb, arrs + list(traced.consts) + zeros)
     primal_out = tree_util.tree_unflatten(traced.out_tree, outs[:n])
     if has_aux:
         main_tree, _ = _split_pair(traced.out_tree)
@@ -247,7 +258,7 @@ def vjp(fun, *primals, has_aux=False):
                 raise ValueError(f"vjp: cotangent shape {c.shape} does not match the output shape {tuple(s)}")
             cts.append(c if c.dtype == d else core.asarray(c, d))
         cts += zeros[n_main:]
-        res = _run(vb, arrs + list(traced.consts) + cts, cache, ("vjp",) if not traced.consts else None)
+        res = _run(vb, arrs + list(traced.consts) + cts)
         grads = res[n:]
         return tree_util.tree_unflatten(tree, grads)[0]
 
@@ -257,40 +268,76 @@ def vjp(fun, *primals, has_aux=False):
 
 
 def _std_basis(x):
+    """The n one-hot arrays shaped like x (n = x.size), stacked: shape (n,) + x.shape."""
     from kiln import numpy as jnp
     n = int(np.prod(x.shape)) if x.shape else 1
     return jnp.eye(n, dtype=x.dtype).reshape((n,) + tuple(x.shape))
 
 
+def _select_args(fun, args, nums):
+    """fun as a function of the arguments at positions nums only."""
+    def f_sel(*dyn):
+        full = list(args)
+        for i, v in zip(nums, dyn):
+            full[i] = v
+        return fun(*full)
+    return f_sel
+
+
+def _check_jac_inputs(name, dyn, allow_int=False):
+    for x in tree_util.tree_leaves(dyn):
+        dt = core.asarray(x).dtype
+        if not _is_float(dt) and not allow_int:
+            raise TypeError(f"{name} requires real-valued inputs (input dtype that is a sub-dtype of "
+                            f"np.floating), but got {dt.name}. If you want to use integer-valued inputs, "
+                            "use vjp or set allow_int to True.")
+
+
+def _assemble(out_leaves, out_tree, dyn, single, block):
+    """The Jacobian pytree: the output structure, each output leaf holding the structure of
+    the differentiated arguments; block(j, k, l) gives d out_leaf[j] / d leaf l of argument k."""
+    per_out = []
+    for j in range(len(out_leaves)):
+        per_arg = []
+        for k, arg in enumerate(dyn):
+            leaves, treedef = tree_util.tree_flatten(arg)
+            per_arg.append(tree_util.tree_unflatten(treedef, [block(j, k, l) for l in range(len(leaves))]))
+        per_out.append(per_arg[0] if single else tuple(per_arg))
+    return tree_util.tree_unflatten(out_tree, per_out)
+
+
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
-    """Jacobian by reverse mode: one VJP per output element (rows stacked)."""
+    """Jacobian by reverse mode: one VJP per output element (rows stacked). Pytree arguments
+    and outputs give a pytree of Jacobian blocks, as in JAX."""
+    if holomorphic:
+        raise NotImplementedError("jacrev(holomorphic=True): kiln has no complex dtypes yet")
     from kiln import numpy as jnp
 
     def wrapped(*args):
         single, nums = _argnums_tuple(argnums, len(args), "jacrev")
-        def f_sel(*dyn):
-            full = list(args)
-            for i, v in zip(nums, dyn):
-                full[i] = v
-            return fun(*full)
-        dyn = tuple(args[i] for i in nums)
-        if has_aux:
-            y, f_vjp, aux = vjp(f_sel, *dyn, has_aux=True)
-        else:
-            y, f_vjp = vjp(f_sel, *dyn)
+        dyn = tuple(tree_util.tree_map(core.asarray, args[i]) for i in nums)
+        _check_jac_inputs("jacrev", dyn, allow_int)
+        res = vjp(_select_args(fun, args, nums), *dyn, has_aux=has_aux)
+        y, f_vjp = res[0], res[1]
         y_leaves, y_tree = tree_util.tree_flatten(y)
-        if len(y_leaves) != 1:
-            raise NotImplementedError("jacrev of a function with a pytree output is not supported yet by kiln")
-        yv = y_leaves[0]
-        rows = [f_vjp(e.reshape(yv.shape)) for e in _std_basis(yv)]
-        jac = []
-        for k in range(len(nums)):
-            parts = [r[k] for r in rows]
-            x = dyn[k]
+        y_leaves = [core.asarray(v) for v in y_leaves]
+        zeros = [jnp.zeros_like(v) for v in y_leaves]
+        rows = []  # rows[j][i]: flat cotangent leaves of the inputs for element i of output leaf j
+        for j, yv in enumerate(y_leaves):
+            rows.append([])
+            for e in _std_basis(yv):
+                ct = list(zeros)
+                ct[j] = e
+                rows[j].append(tree_util.tree_leaves(f_vjp(tree_util.tree_unflatten(y_tree, ct))))
+        offsets = np.cumsum([0] + [len(tree_util.tree_leaves(a)) for a in dyn])
+
+        def block(j, k, l):
+            x = tree_util.tree_leaves(dyn[k])[l]
+            parts = [r[offsets[k] + l] for r in rows[j]]
             stacked = jnp.stack(parts) if parts else jnp.zeros((0,) + tuple(x.shape), x.dtype)
-            jac.append(stacked.reshape(tuple(yv.shape) + tuple(jnp.shape(x))))
-        out = jac[0] if single else tuple(jac)
-        return (out, aux) if has_aux else out
+            return stacked.reshape(tuple(y_leaves[j].shape) + tuple(x.shape))
+        jac = _assemble(y_leaves, y_tree, dyn, single, block)
+        return (jac, res[2]) if has_aux else jac
     return wrapped
 
 
@@ -299,31 +346,44 @@ jacobian = jacrev
 
 def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     """Jacobian by forward mode: one JVP per input element (columns stacked)."""
+    if holomorphic:
+        raise NotImplementedError("jacfwd(holomorphic=True): kiln has no complex dtypes yet")
     from kiln import numpy as jnp
 
     def wrapped(*args):
         single, nums = _argnums_tuple(argnums, len(args), "jacfwd")
-        jac = []
-        aux = None
-        for k in nums:
-            x = core.asarray(args[k])
-            cols = []
+        dyn = tuple(tree_util.tree_map(core.asarray, args[i]) for i in nums)
+        _check_jac_inputs("jacfwd", dyn)
+        f_sel = _select_args(fun, args, nums)
+        flat, in_tree = tree_util.tree_flatten(dyn)
+        zeros = [jnp.zeros_like(x) for x in flat]
+        run = _jvp_program(f_sel, dyn, "jacfwd")
+        y, _ = run(tree_util.tree_unflatten(in_tree, zeros))
+        if has_aux:
+            y, aux = y
+        cols = []  # cols[m][i]: flat output tangents for element i of input leaf m
+        for m, x in enumerate(flat):
+            cols.append([])
             for e in _std_basis(x):
-                tangents = tuple(e.reshape(x.shape) if i == k else jnp.zeros_like(core.asarray(a))
-                                 for i, a in enumerate(args))
-                res = jvp(fun, tuple(core.asarray(a) for a in args), tangents, has_aux=has_aux)
-                if has_aux:
-                    y, t, aux = res
-                else:
-                    y, t = res
-                cols.append(t)
-            y = core.asarray(y)
-            stacked = jnp.stack(cols, axis=-1) if cols else jnp.zeros(tuple(y.shape) + (0,), y.dtype)
-            jac.append(stacked.reshape(tuple(y.shape) + tuple(x.shape)))
-        out = jac[0] if single else tuple(jac)
-        return (out, aux) if has_aux else out
+                tangents = list(zeros)
+                tangents[m] = e
+                t = run(tree_util.tree_unflatten(in_tree, tangents))[1]
+                cols[m].append(tree_util.tree_leaves(t[0] if has_aux else t))
+        y_leaves, y_tree = tree_util.tree_flatten(y)
+        y_leaves = [core.asarray(v) for v in y_leaves]
+        offsets = np.cumsum([0] + [len(tree_util.tree_leaves(a)) for a in dyn])
+
+        def block(j, k, l):
+            m = offsets[k] + l
+            x, yv = flat[m], y_leaves[j]
+            parts = [c[j] for c in cols[m]]
+            stacked = jnp.stack(parts, axis=-1) if parts else jnp.zeros(tuple(yv.shape) + (0,), yv.dtype)
+            return stacked.reshape(tuple(yv.shape) + tuple(x.shape))
+        jac = _assemble(y_leaves, y_tree, dyn, single, block)
+        return (jac, aux) if has_aux else jac
     return wrapped
 
 
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
+    """jacfwd(jacrev(fun)): the matrix of second derivatives."""
     return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)

@@ -16,6 +16,7 @@ from kiln import _kiln
 from kiln._src import core, dtypes, tree_util
 from kiln._src.config import config
 from kiln._src.core import Array, Tracer
+from kiln import errors
 
 
 class Device:
@@ -281,6 +282,8 @@ class JitWrapped:
         leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         arrs = []
         for i, leaf in enumerate(leaves):
+            if isinstance(leaf, Tracer) and not core._trace_stack:
+                raise errors.UnexpectedTracerError.for_tracer(leaf, "It was passed to a jit-compiled function.")
             arrs.append(leaf if isinstance(leaf, Array) else _leaf_to_array(leaf, f"jit argument leaf {i}"))
         key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), config.jax_enable_x64)
         return key, statics, arrs, tree, len(args)

@@ -14,9 +14,11 @@ def _install(jnp):
 
     def guard(f):
         """Binary operators return NotImplemented for operands kiln does not know."""
+        known = (core.Array, np.ndarray, np.generic, bool, int, float)
+
         def op(self, other):
-            if isinstance(other, (list, tuple, str, dict, set)) or other is None:
-                return NotImplemented
+            if not isinstance(other, known) and not hasattr(other, "__jax_array__"):
+                return NotImplemented  # lets the other operand decide (or Python raise TypeError)
             return f(self, other)
         return op
 

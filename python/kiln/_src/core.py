@@ -215,11 +215,10 @@ class Array(_kiln.ArrayBase):
 
     def __repr__(self):
         v = self._value()
-        if v.dtype == dtypes.bfloat16:
-            v = v.astype(np.float32)
         body = np.array2string(v, separator=", ", prefix="Array(")
         extra = ", weak_type=True" if self.weak_type else ""
-        return f"Array({body}, dtype={self.dtype.name}{extra})"
+        shape = f", shape={self.shape}" if self.size == 0 else ""
+        return f"Array({body}{shape}, dtype={self.dtype.name}{extra})"
 
     def __str__(self):
         return str(self._value())
@@ -343,7 +342,7 @@ def _check_host_array(a, original):
             "kiln cannot make an array from this input: it is ragged (sequences of different "
             "lengths) or holds non-numeric objects") if isinstance(original, (list, tuple)) else TypeError(
             f"kiln cannot make an array from an object of type {type(original).__name__}")
-    if a.dtype.kind in "USV":
+    if a.dtype.kind in "USV" and a.dtype not in _dtype_by_name.values():  # (bfloat16 reports kind 'V')
         raise TypeError(f"kiln arrays cannot hold strings or bytes (got dtype {a.dtype}); "
                         "convert the data to numbers first")
     if a.dtype.kind == "c":

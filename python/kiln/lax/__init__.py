@@ -443,7 +443,7 @@ def _precision_code(precision):
     if precision is None:
         return 0
     if isinstance(precision, (tuple, list)):
-        precision = max((p for p in precision if p is not None), key=lambda p: Precision(p).value if not isinstance(p, str) else Precision[p.upper()].value, default=None)
+        precision = builtins.max((p for p in precision if p is not None), key=lambda p: Precision(p).value if not isinstance(p, str) else Precision[p.upper()].value, default=None)
         if precision is None:
             return 0
     if isinstance(precision, str):
