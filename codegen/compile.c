@@ -134,8 +134,12 @@ static void set_prefix(kl_str *text, const char *prefix) {
 }
 
 /* Machine code for the module's kernels: from memory, from the disk cache, or compiled. */
-static int build_kernels(kl_str *mod, owner_t *o, char *err, size_t errlen) {
+static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_t errlen) {
   double tp0 = now();
+  /* Small kernels are not worth LLVM's vectorizer and unroller (which can take 200 ms on an
+   * 8-bit loop of 20 elements); they get the light pipeline. The choice is part of the key. */
+  const char *passes = cost < 32768 ? "default<O1>" : "default<O3>";
+  kl_str_printf(mod, "// llvm: %s\n", passes);
   uint64_t key = kl_cpujit_key(mod->data);
   char prefix[40];
   snprintf(prefix, sizeof prefix, "kl_%016llx_", (unsigned long long)key);
@@ -173,7 +177,7 @@ static int build_kernels(kl_str *mod, owner_t *o, char *err, size_t errlen) {
       kl_str_free(&perr);
       mlirPassManagerDestroy(pm);
       tp2 = now();
-      if (!rc) rc = kl_cpujit_compile(m, key, prefix, n, fns, err, errlen);
+      if (!rc) rc = kl_cpujit_compile(m, key, prefix, n, fns, passes, err, errlen);
       mlirModuleDestroy(m);
     }
     mlirContextDetachDiagnosticHandler(mlir_ctx, hid);
@@ -269,7 +273,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     x->nsteps++;
   }
   kl_str_append(&mod, "}\n");
-  if (!rc && o->nkernels) rc = build_kernels(&mod, o, err, errlen);
+  if (!rc && o->nkernels) rc = build_kernels(&mod, o, x->cost, err, errlen);
   for (int s = 0; s < plan.nsteps; s++) free(infos[s].args);
   free(infos);
   kl_str_free(&mod);

@@ -234,8 +234,8 @@ int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns) {
   return hit;
 }
 
-int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns, char *err,
-                      size_t errlen) {
+int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns,
+                      const char *passes, char *err, size_t errlen) {
   pthread_mutex_lock(&jit_mu);
   int rc = jit_init(err, errlen);
   LLVMContextRef ctx = NULL;
@@ -257,7 +257,7 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
   LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
   const char *pipeline = getenv("KILN_LLVM_PASSES");
-  rc = take_error(LLVMRunPasses(mod, pipeline && *pipeline ? pipeline : "default<O3>", tm, opts), "LLVM optimization", err, errlen);
+  rc = take_error(LLVMRunPasses(mod, pipeline && *pipeline ? pipeline : passes, tm, opts), "LLVM optimization", err, errlen);
   LLVMDisposePassBuilderOptions(opts);
   if (rc) goto done;
   const char *dump_dir = getenv("KILN_DUMP");

@@ -20,8 +20,8 @@ int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns);
 /* Compiles `module` (already lowered to the LLVM dialect) to an object, stores it under `key`
  * (memory and disk), loads it and fills fns. Returns 0, or -1 with a message. Caller holds the
  * MLIR lock. */
-int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns, char *err,
-                      size_t errlen);
+int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns,
+                      const char *passes /* LLVM pass pipeline, e.g. "default<O3>" */, char *err, size_t errlen);
 
 /* Counters for tests: objects compiled, loaded from disk, found in memory. */
 void kl_cpujit_stats(long *compiled, long *disk_hits, long *memory_hits);
