@@ -178,10 +178,13 @@ static void run_chunk(pool_job *j, int c) {
   int64_t lo = c * j->chunk, hi = lo + j->chunk;
   if (hi > s->extent) hi = s->extent;
   if (s->partial_arg >= 0) {
-    void *local[64];
+    void *small[64];
+    void **local = s->nslots <= 64 ? small : malloc(sizeof(void *) * (size_t)s->nslots);
+    if (!local) abort();
     memcpy(local, j->ptrs, sizeof(void *) * (size_t)s->nslots);
     local[s->partial_arg] = j->parts[c];
     s->run(s->ctx, local, lo, hi);
+    if (local != small) free(local);
   } else {
     s->run(s->ctx, j->ptrs, lo, hi);
   }
@@ -290,7 +293,9 @@ static void execute(launch *l) {
   int failed = 0;
   for (int s = 0; s < x->nsteps && !failed; s++) {
     const kl_step *st = &x->steps[s];
-    void *ptrs[64];
+    void *small[64];
+    void **ptrs = st->nslots <= 64 ? small : malloc(sizeof(void *) * (size_t)st->nslots);
+    if (!ptrs) abort();
     for (int i = 0; i < st->nslots; i++) {
       kl_buffer *b = l->bufs[st->slots[i]];
       if (!b) {
@@ -305,12 +310,14 @@ static void execute(launch *l) {
       }
       ptrs[i] = b->data;
     }
-    if (failed) break;
-    if (st->run_checked) failed = st->run_checked(st->ctx, ptrs, err, sizeof err) != 0;
-    else {
-      size_t pb = st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0;
-      run_step(st, ptrs, pb);
+    if (!failed) {
+      if (st->run_checked) failed = st->run_checked(st->ctx, ptrs, err, sizeof err) != 0;
+      else {
+        size_t pb = st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0;
+        run_step(st, ptrs, pb);
+      }
     }
+    if (ptrs != small) free(ptrs);
   }
   char *is_out = calloc((size_t)x->nslots, 1);
   for (int i = 0; i < x->noutputs; i++) is_out[x->out_slots[i]] = 1;

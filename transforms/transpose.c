@@ -345,9 +345,13 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   for (int k = 0; k < j->neqns && !a.failed; k++) {
     const kl_eqn *e = &j->eqns[k];
     if (jtag[e->outs[0]]) continue;
-    int ins[256], outs[KL_MAX_OUTS];
+    int small[256], outs[KL_MAX_OUTS];
+    int *ins = e->nin <= 256 ? small : malloc(sizeof(int) * (size_t)e->nin);
+    if (!ins) abort();
     for (int i = 0; i < e->nin; i++) ins[i] = c.vmap[e->ins[i]];
-    if (kl_ad_emit(&a, e->prim, ins, e->nin, &e->p, outs) < 0) break;
+    int rc = kl_ad_emit(&a, e->prim, ins, e->nin, &e->p, outs);
+    if (ins != small) free(ins);
+    if (rc < 0) break;
     for (int i = 0; i < e->nout; i++) c.vmap[e->outs[i]] = outs[i];
   }
   /* seed: the cotangents of the tangent outputs */
