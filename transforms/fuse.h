@@ -31,6 +31,11 @@ typedef struct {
 
 /* Redirects uses of equations that repeat an earlier one (same primitive, params, operands). */
 void kl_cse(kl_program *pg);
+/* Algebraic simplification (x*1, neg(neg x), identity reshapes...), exact to the bit; uses are
+ * redirected and kl_dce drops the rest (transforms/simplify.c). */
+void kl_simplify(kl_program *pg);
+/* Makes input `pos` a constant splat of `value` for the passes above (0, or -1 if it cannot). */
+int kl_simplify_bind_input(kl_program *pg, int pos, double value);
 /* Removes equations whose results are unused (in place). */
 void kl_dce(kl_program *pg);
 /* Plans kernels for pg. KILN_DISABLE_FUSION=1 materializes every value. */

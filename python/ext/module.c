@@ -12,6 +12,7 @@
 #include "../../runtime/runtime.h"
 #include "../../transforms/ad.h"
 #include "../../transforms/batching.h"
+#include "../../transforms/fuse.h"
 
 typedef struct {
   PyObject_HEAD
@@ -354,6 +355,32 @@ static PyObject *builder_counts(PyObject *self, PyObject *unused) {
   return Py_BuildValue("(iii)", pg->ninputs, pg->neqns, pg->noutputs);
 }
 
+/* simplify(bind=()): algebraic simplification, CSE and DCE of the program, in place. bind is a
+ * sequence of (input position, value): those inputs are treated as that constant (the caller
+ * still passes them). Input and output lists keep their length; outputs may name other values. */
+static PyObject *builder_simplify(PyObject *self, PyObject *args) {
+  kl_program *pg = ((BuilderObject *)self)->pg;
+  PyObject *bind = NULL;
+  if (!PyArg_ParseTuple(args, "|O:simplify", &bind)) return NULL;
+  PyObject *seq = bind ? PySequence_Tuple(bind) : PyTuple_New(0);
+  if (!seq) return NULL;
+  for (Py_ssize_t i = 0; i < PyTuple_Size(seq); i++) {
+    int pos;
+    double value;
+    if (!PyArg_ParseTuple(PyTuple_GetItem(seq, i), "id:simplify bind entry (position, value)", &pos, &value) ||
+        kl_simplify_bind_input(pg, pos, value)) {
+      Py_DECREF(seq);
+      if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "simplify: cannot bind input %d (out of range or bool)", pos);
+      return NULL;
+    }
+  }
+  Py_DECREF(seq);
+  kl_simplify(pg);
+  kl_cse(pg);
+  kl_dce(pg);
+  Py_RETURN_NONE;
+}
+
 /* compile() -> Executable. The builder cannot be extended afterwards (DCE ran). */
 static PyObject *builder_compile(PyObject *self, PyObject *unused) {
   (void)unused;
@@ -556,6 +583,7 @@ static PyMethodDef builder_methods[] = {
     {"hash", builder_hash, METH_NOARGS, "structural hash"},
     {"counts", builder_counts, METH_NOARGS, "(inputs, equations, outputs)"},
     {"compile", builder_compile, METH_NOARGS, "compile for the CPU"},
+    {"simplify", builder_simplify, METH_VARARGS, "simplify(bind=()): simplify, CSE and DCE in place"},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot builder_slots[] = {{Py_tp_new, builder_new},

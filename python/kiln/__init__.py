@@ -17,6 +17,7 @@ from kiln._src.tree_util import tree_map, tree_leaves, tree_flatten, tree_unflat
 from kiln._src.ad import (grad, value_and_grad, jvp, vjp, linearize, jacfwd, jacrev, jacobian,  # noqa: F401
                           hessian)
 from kiln._src.batching import vmap  # noqa: F401
+from kiln._src.custom import custom_jvp, custom_vjp, checkpoint, remat, checkpoint_policies  # noqa: F401
 from kiln import lax  # noqa: F401
 from kiln import numpy  # noqa: F401
 from kiln import nn  # noqa: F401

@@ -64,7 +64,11 @@ def _leaves_as_arrays(leaves, what):
 def _trace_flat(fun, args, kwargs):
     leaves, tree = tree_util.tree_flatten((args, kwargs))
     arrs = _leaves_as_arrays(leaves, "argument")
-    traced = api._trace(fun, None, None, arrs, tree)
+    core._ad_depth[0] += 1  # lets custom_jvp/custom_vjp refuse to be differentiated silently
+    try:
+        traced = api._trace(fun, None, None, arrs, tree)
+    finally:
+        core._ad_depth[0] -= 1
     return arrs, tree, traced
 
 
@@ -129,6 +133,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         _check_inputs(name, arrs, mask, allow_int)
         wants = mask + [False] * len(traced.consts)
         vb = traced.builder.vjp(wants)
+        vb.simplify([(len(arrs) + len(traced.consts), 1.0)])  # the output cotangent is 1
         cts = [core.scalar_constant(1.0, main_dtype, False)]
         for shape, dt, weak in out_avals[n_main:]:
             cts.append(_zeros(shape, dt))
@@ -187,6 +192,7 @@ def _jvp_program(fun, primals, name="jvp"):
     arrs, tree, traced = _trace_flat(fun, tuple(primals), {})
     has_t = [_is_float(a.dtype) for a in arrs] + [False] * len(traced.consts)
     jb = traced.builder.jvp(has_t)
+    jb.simplify()
     n = len(traced.out_avals)
 
     def run(tangents):
@@ -237,6 +243,7 @@ def vjp(fun, *primals, has_aux=False):
     n = len(traced.out_avals)
     wants = [True] * len(arrs) + [False] * len(traced.consts)
     vb = traced.builder.vjp(wants)
+    vb.simplify()
     zeros = [_zeros(s, d) for s, d, _ in traced.out_avals]
     outs = _run(vb, arrs + list(traced.consts) + zeros)
     primal_out = tree_util.tree_unflatten(traced.out_tree, outs[:n])

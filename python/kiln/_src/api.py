@@ -359,6 +359,7 @@ def make_jaxpr(fun, static_argnums=(), return_shape=False):
         arrs = [a if isinstance(a, Array) else _leaf_to_array(a, f"argument leaf {i}") for i, a in enumerate(leaves)]
         f = _rebuild_call(fun, statics, static_nums, len(args)) if statics else fun
         traced = _trace(f, None, None, arrs, tree)
+        traced.builder.simplify()  # show the program as it is compiled: simplified, no dead or repeated work
         jaxpr = ClosedJaxpr(traced)
         if return_shape:
             shapes = [ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in traced.out_avals]

@@ -73,6 +73,11 @@ class Trace:
 
 
 _trace_stack = []
+_ad_depth = [0]  # > 0 while a function is being traced for differentiation
+
+
+def ad_tracing():
+    return _ad_depth[0] > 0
 
 
 def current_trace():
