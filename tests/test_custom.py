@@ -1,5 +1,6 @@
-"""custom_jvp / custom_vjp / checkpoint: evaluation runs the primal function; differentiating
-through a custom rule is not supported yet and must raise, never return the plain derivative."""
+"""custom_jvp / custom_vjp / checkpoint: evaluation runs the primal function; first-order
+differentiation uses custom_jvp rules exactly; differentiating custom_vjp (or custom_jvp to second
+order) is not supported yet and must raise, never return the plain derivative."""
 import numpy as np
 import pytest
 
@@ -38,12 +39,52 @@ def test_custom_functions_evaluate_eagerly_under_jit_and_vmap(make):
     np.testing.assert_allclose(np.asarray(kiln.vmap(f)(jnp.asarray(x))), want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("make", [_log1pexp, _clip_gradient])
+def _scaled_rule():
+    # a rule that deliberately differs from the true derivative: the result shows which is used
+    @kiln.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), 3.0 * jnp.cos(x) * t
+    return f
+
+
+@pytest.mark.parametrize("transform", ["grad", "jit_grad", "jvp", "vjp", "vmap_grad", "jacrev"])
+def test_custom_jvp_rule_is_what_gets_differentiated(transform):
+    f = _scaled_rule()
+    x = np.random.default_rng(2).standard_normal(4).astype(np.float32)
+    want = 3.0 * np.cos(x.astype(np.float64))
+    kx = jnp.asarray(x)
+    if transform == "grad":
+        got = kiln.grad(lambda v: jnp.sum(f(v)))(kx)
+    elif transform == "jit_grad":
+        got = kiln.jit(kiln.grad(lambda v: jnp.sum(f(v))))(kx)
+    elif transform == "jvp":
+        got = kiln.jvp(f, (kx,), (jnp.ones(4),))[1]
+    elif transform == "vjp":
+        got = kiln.vjp(f, kx)[1](jnp.ones(4))[0]
+    elif transform == "vmap_grad":
+        got = kiln.vmap(kiln.grad(f))(kx)
+    else:
+        got = jnp.diagonal(kiln.jacrev(f)(kx))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(f(kx)), np.sin(x), rtol=1e-6)
+
+
+def test_custom_jvp_log1pexp_gradient_is_finite_where_the_plain_one_is_not():
+    f = _log1pexp()
+    g = kiln.grad(lambda v: jnp.sum(f(v)))(jnp.asarray([0.0, 50.0, -50.0]))
+    np.testing.assert_allclose(np.asarray(g), [0.5, 1.0, 0.0], atol=1e-6)
+
+
 @pytest.mark.parametrize("transform", ["grad", "jit_grad", "jvp", "vjp"])
-def test_differentiating_a_custom_rule_raises(make, transform):
-    f = make()
+def test_differentiating_custom_vjp_raises(transform):
+    f = _clip_gradient()
     x = jnp.asarray(0.5)
-    with pytest.raises(NotImplementedError, match="custom_(jvp|vjp)"):
+    with pytest.raises(NotImplementedError, match="custom_vjp"):
         if transform == "grad":
             kiln.grad(f)(x)
         elif transform == "jit_grad":
@@ -73,3 +114,9 @@ def test_checkpoint_gives_the_same_values_and_gradients(policy):
     np.testing.assert_allclose(float(g(w, x)), float(f(w, x)), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(kiln.grad(g)(w, x)), np.asarray(kiln.grad(f)(w, x)), rtol=1e-6)
     assert kiln.remat is kiln.checkpoint
+
+
+def test_second_order_through_custom_jvp_raises():
+    f = _scaled_rule()
+    with pytest.raises(NotImplementedError, match="higher-order"):
+        kiln.grad(kiln.grad(f))(0.3)

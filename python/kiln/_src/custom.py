@@ -1,10 +1,12 @@
 """custom_jvp, custom_vjp and checkpoint.
 
 Evaluating a custom_jvp/custom_vjp function (eagerly, under jit or vmap) runs the primal function,
-as JAX does. Differentiating through one is not supported yet: the custom rule would have to be
-carried into the program as an equation with sub-programs, which kiln's IR does not have yet, and
-differentiating the primal function instead could give different numbers than the rule (custom
-rules exist for numerical safety), so it raises NotImplementedError rather than risk a wrong answer.
+as JAX does. Under first-order differentiation a custom_jvp rule is expressed with ordinary
+primitives (stop_gradient and the rule's tangent output, which is linear in the tangents), so
+kiln's program transforms produce exactly the rule's derivative. Differentiating through a
+custom_vjp function, or through a custom_jvp function to second order, raises
+NotImplementedError: both need the rule as an equation with sub-programs, which kiln's IR does
+not have yet.
 
 checkpoint/remat returns the same values and gradients as the function itself; kiln's reverse mode
 does not yet trade memory for recomputation, so the policy is accepted and has no effect yet.
@@ -12,25 +14,46 @@ does not yet trade memory for recomputation, so the policy is accepted and has n
 
 import functools
 
-from kiln._src import core
+import numpy as np
+
+from kiln._src import core, dtypes, tree_util
 
 
-def _check_not_differentiated(kind, fun):
-    if core.ad_tracing():
+def _float_leaf(x):
+    return isinstance(x, core.Array) and (x.dtype.kind == "f" or x.dtype == dtypes.bfloat16)
+
+
+def _check_first_order(kind, fun):
+    if core._ad_depth[0] > 1:
         name = getattr(fun, "__name__", "function")
         raise NotImplementedError(
-            f"differentiating through {kind} function {name!r} is not supported yet by kiln "
-            "(its custom rule cannot be carried into the traced program yet); call the function "
-            "without grad/jvp/vjp, or differentiate a version without the custom rule")
+            f"higher-order differentiation through {kind} function {name!r} is not supported yet by "
+            "kiln (first-order grad/jvp/vjp/jacrev/jacfwd are)")
+
+
+def _split(args):
+    """(stop_gradient(args), args - stop_gradient(args)) for float leaves: the second is zero
+    in value and carries the derivative of args."""
+    from kiln import lax
+    arrs = tree_util.tree_map(lambda a: core.asarray(a) if isinstance(a, (int, float, np.ndarray, np.generic)) else a, args)
+    primal = tree_util.tree_map(lambda a: lax.stop_gradient(a) if _float_leaf(a) else a, arrs)
+    delta = tree_util.tree_map(lambda a, p: lax.sub(a, p) if _float_leaf(a) else None, arrs, primal)
+    return primal, delta
 
 
 class custom_jvp:
-    """A function with a custom JVP rule (see jax.custom_jvp)."""
+    """A function with a custom JVP rule (see jax.custom_jvp).
+
+    Under differentiation the result is built as stop_gradient(primal_out) + tangent_out, where
+    the rule is called with primals stop_gradient(x) and tangents x - stop_gradient(x): the value
+    is the primal output (the tangents are zero), and since the rule's tangent output is linear in
+    the tangents, its derivative is exactly the rule."""
 
     def __init__(self, fun, nondiff_argnums=()):
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp = None
+        self._in_rule = False
         functools.update_wrapper(self, fun)
 
     def defjvp(self, jvp, symbolic_zeros=False):
@@ -38,18 +61,46 @@ class custom_jvp:
         return jvp
 
     def defjvps(self, *jvps):
-        self.jvp = jvps
-        return None
+        def rule(primals, tangents):
+            out = self.fun(*primals)
+            tan = None
+            for f, t in zip(jvps, tangents):
+                if f is None or t is None:
+                    continue
+                c = f(t, out, *primals)
+                tan = c if tan is None else tree_util.tree_map(lambda u, v: u + v, tan, c)
+            return out, tan if tan is not None else tree_util.tree_map(lambda o: o * 0, out)
+        self.jvp = rule
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args):
         if self.jvp is None:
             raise AttributeError(f"No JVP defined for custom_jvp function {self.fun.__name__} using defjvp.")
-        _check_not_differentiated("custom_jvp", self.fun)
-        return self.fun(*args, **kwargs)
+        if not core.ad_tracing() or self._in_rule:  # (rules usually call the function itself)
+            return self.fun(*args)
+        _check_first_order("custom_jvp", self.fun)
+        from kiln import lax
+        nd = set(self.nondiff_argnums)
+        diff = [a for i, a in enumerate(args) if i not in nd]
+        primal, delta = _split(tuple(diff))
+        delta = tuple(tree_util.tree_map(lambda d, p: d if d is not None else p * 0, delta, primal,
+                                         is_leaf=lambda v: v is None))
+        static = [a for i, a in enumerate(args) if i in nd]
+        self._in_rule = True
+        try:
+            out, tan = self.jvp(*static, primal, delta) if nd else self.jvp(primal, delta)
+        finally:
+            self._in_rule = False
+        return tree_util.tree_map(lambda o, t: lax.add(lax.stop_gradient(o), t) if _float_leaf(core.asarray(o)) else o,
+                                  out, tan)
 
 
 class custom_vjp:
-    """A function with a custom VJP rule (see jax.custom_vjp)."""
+    """A function with a custom VJP rule (see jax.custom_vjp).
+
+    Evaluation runs the primal function. Differentiating through it raises NotImplementedError:
+    the bwd rule may be nonlinear in the cotangent (gradient clipping), so it must run in the
+    backward pass itself, which needs the rule as an equation of the program (not there yet).
+    Differentiating the primal function instead could silently give different gradients."""
 
     def __init__(self, fun, nondiff_argnums=()):
         self.fun = fun
@@ -60,11 +111,15 @@ class custom_vjp:
     def defvjp(self, fwd, bwd, symbolic_zeros=False, optimize_remat=False):
         self.fwd, self.bwd = fwd, bwd
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args):
         if self.fwd is None:
             raise AttributeError(f"No VJP defined for custom_vjp function {self.fun.__name__} using defvjp.")
-        _check_not_differentiated("custom_vjp", self.fun)
-        return self.fun(*args, **kwargs)
+        if core.ad_tracing():
+            name = getattr(self.fun, "__name__", "function")
+            raise NotImplementedError(
+                f"differentiating through custom_vjp function {name!r} is not supported yet by kiln (its "
+                "bwd rule cannot be carried into the traced program yet); custom_jvp rules are supported")
+        return self.fun(*args)
 
 
 class checkpoint_policies:
