@@ -11,6 +11,17 @@
 
 #include "runtime.h"
 
+/* Waiting threads spin briefly before sleeping: work usually arrives (or completes) within
+ * microseconds, and waking a sleeping thread costs tens of them. */
+#define SPIN_ITERS 4000
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("pause");
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
 /* ---- buffers ---- */
 
 static pthread_mutex_t ready_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -129,7 +140,7 @@ static void buf_set_state(kl_buffer *b, int state, const char *msg) {
 }
 
 int kl_buf_wait(kl_buffer *b) {
-  for (int spin = 0; spin < 2000; spin++) {
+  for (int spin = 0; spin < 2000; spin++) { /* short: the waiter must not steal a core from the workers */
     int s = atomic_load((_Atomic int *)&b->state);
     if (s != KL_BUF_PENDING) return s;
   }
@@ -202,6 +213,7 @@ static void *pool_main(void *arg) {
   (void)arg;
   unsigned seen = 0;
   for (;;) {
+    for (int spin = 0; spin < SPIN_ITERS && __atomic_load_n(&pool_gen, __ATOMIC_ACQUIRE) == seen; spin++) cpu_relax();
     pthread_mutex_lock(&pool_mu);
     while (pool_gen == seen) pthread_cond_wait(&pool_cv, &pool_mu);
     seen = pool_gen;
@@ -258,7 +270,7 @@ static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes) {
   atomic_store(&j.pending, j.nchunks);
   pthread_mutex_lock(&pool_mu);
   pool_cur = &j;
-  pool_gen++;
+  __atomic_add_fetch(&pool_gen, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&pool_cv);
   pthread_mutex_unlock(&pool_mu);
   drain(&j);
@@ -333,14 +345,18 @@ static void execute(launch *l) {
   free(l);
 }
 
+static int q_len; /* launches queued (atomic reads for spinning) */
+
 static void *executor_main(void *arg) {
   (void)arg;
   for (;;) {
+    for (int spin = 0; spin < SPIN_ITERS && !__atomic_load_n(&q_len, __ATOMIC_ACQUIRE); spin++) cpu_relax();
     pthread_mutex_lock(&q_mu);
     while (!q_head || q_busy) pthread_cond_wait(&q_cv, &q_mu);
     launch *l = q_head;
     q_head = l->next;
     if (!q_head) q_tail = NULL;
+    __atomic_sub_fetch(&q_len, 1, __ATOMIC_RELEASE);
     q_busy = 1;
     pthread_mutex_unlock(&q_mu);
     execute(l);
@@ -411,6 +427,7 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
   if (q_tail) q_tail->next = l;
   else q_head = l;
   q_tail = l;
+  __atomic_add_fetch(&q_len, 1, __ATOMIC_RELEASE);
   pthread_cond_signal(&q_cv);
   pthread_mutex_unlock(&q_mu);
   return 0;
