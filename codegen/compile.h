@@ -10,6 +10,9 @@
  * with a message in err. */
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen);
 
+/* Starts initializing MLIR and the JIT on a background thread (idempotent with compiles). */
+void kl_compile_warmup_async(void);
+
 /* Seconds spent compiling so far in this process, and number of compiles (for tests). */
 double kl_compile_seconds(void);
 long kl_compile_count(void);

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <llvm-c/Core.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CACHE_VERSION "kiln-cpu-obj-2"
@@ -50,6 +52,11 @@ static int jit_init(char *err, size_t errlen) {
   if (jit_ready) return 0;
   LLVMInitializeNativeTarget();
   LLVMInitializeNativeAsmPrinter();
+  const char *opts = getenv("KILN_LLVM_OPTIONS"); /* e.g. "-force-vector-interleave=1", for experiments */
+  if (opts && *opts) {
+    const char *argv[2] = {"kiln", opts};
+    LLVMParseCommandLineOptions(2, argv, NULL);
+  }
   LLVMOrcLLJITBuilderRef b = LLVMOrcCreateLLJITBuilder();
   LLVMOrcJITTargetMachineBuilderRef jtmb;
   if (take_error(LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb), "cannot detect the host CPU", err, errlen)) return -1;
@@ -70,7 +77,7 @@ static int jit_init(char *err, size_t errlen) {
     LLVMDisposeMessage(msg);
     return -1;
   }
-  tm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
+  tm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
                                LLVMCodeModelDefault);
   jit_ready = 1;
   return 0;
@@ -242,8 +249,11 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   LLVMModuleRef mod = NULL;
   LLVMMemoryBufferRef obj = NULL;
   if (rc) goto done;
+  struct timespec q0, q1, q2, q3, q4;
+  clock_gettime(CLOCK_MONOTONIC, &q0);
   ctx = LLVMContextCreate();
   mod = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), ctx);
+  clock_gettime(CLOCK_MONOTONIC, &q1);
   if (!mod) {
     snprintf(err, errlen, "internal error: translation of the kernels to LLVM IR failed");
     rc = -1;
@@ -259,6 +269,7 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   const char *pipeline = getenv("KILN_LLVM_PASSES");
   rc = take_error(LLVMRunPasses(mod, pipeline && *pipeline ? pipeline : passes, tm, opts), "LLVM optimization", err, errlen);
   LLVMDisposePassBuilderOptions(opts);
+  clock_gettime(CLOCK_MONOTONIC, &q2);
   if (rc) goto done;
   const char *dump_dir = getenv("KILN_DUMP");
   if (dump_dir && *dump_dir) { /* the optimized LLVM IR, to check vectorization */
@@ -281,12 +292,20 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   }
   const char *data = LLVMGetBufferStart(obj);
   size_t len = LLVMGetBufferSize(obj);
+  clock_gettime(CLOCK_MONOTONIC, &q3);
   rc = add_object(data, len, err, errlen);
   if (rc) goto done;
   mark_loaded(key);
   n_compiled++;
   cache_write(key, data, len);
   rc = lookup_all(prefix, n, fns, err, errlen);
+  clock_gettime(CLOCK_MONOTONIC, &q4);
+  if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2') {
+#define MS(a, b) ((double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) * 1e-6)
+    fprintf(stderr, "kiln: llvm: translate %.1f ms, optimize %.1f ms, codegen %.1f ms, link %.1f ms\n", MS(q0, q1),
+            MS(q1, q2), MS(q2, q3), MS(q3, q4));
+#undef MS
+  }
 done:
   if (obj) LLVMDisposeMemoryBuffer(obj);
   if (mod) LLVMDisposeModule(mod);

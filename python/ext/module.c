@@ -707,6 +707,7 @@ static PyMethodDef mod_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static int mod_exec(PyObject *m) {
+  kl_compile_warmup_async();
   BufferType = PyType_FromSpec(&buffer_spec);
   BuilderType = PyType_FromSpec(&builder_spec);
   ExecType = PyType_FromSpec(&exec_spec);
