@@ -102,7 +102,10 @@ def block(x):
 
 
 def time_calls(fn, warmup, repeats):
-    """Median wall time of one blocked call of fn(), after `warmup` untimed calls."""
+    """Median wall time of one blocked call of fn(), after `warmup` untimed calls. A short pause
+    first lets the previous library's worker threads (which spin for a while after work) go idle,
+    so libraries measured one after the other in this process do not slow each other down."""
+    time.sleep(0.3)
     for _ in range(warmup):
         block(fn())
     times = []
@@ -374,7 +377,7 @@ def bench_eager(libs, cfg):
 _COMPILE_SRC = textwrap.dedent("""
     import json, sys, time
     import numpy as np
-    lib = sys.argv[1]
+    lib, work = sys.argv[1], sys.argv[2]
     if lib == "kiln":
         import kiln as mod
         import kiln.numpy as jnp
@@ -382,26 +385,44 @@ _COMPILE_SRC = textwrap.dedent("""
         import jax as mod
         mod.config.update("jax_enable_compilation_cache", False)
         import jax.numpy as jnp
-    x = jnp.asarray(np.random.default_rng(5).standard_normal(1 << 22, dtype=np.float32))
-    x.block_until_ready()
-    def selu(x):
-        return 1.05 * jnp.where(x > 0, x, 1.67 * jnp.exp(x) - 1.67)
+    if work == "selu":
+        x = jnp.asarray(np.random.default_rng(5).standard_normal(1 << 22, dtype=np.float32))
+        x.block_until_ready()
+        def selu(x):
+            return 1.05 * jnp.where(x > 0, x, 1.67 * jnp.exp(x) - 1.67)
+        args = (x,)
+        fn = selu
+    else:  # the mlp step: 256x256 -> 512 (tanh) -> 10, log_softmax cross-entropy, SGD through grad
+        rng = np.random.default_rng(6)
+        x = jnp.asarray(rng.standard_normal((256, 256), dtype=np.float32))
+        y = jnp.asarray(np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)])
+        params = [(jnp.asarray(rng.standard_normal((256, 512), dtype=np.float32) / 16), jnp.zeros(512)),
+                  (jnp.asarray(rng.standard_normal((512, 10), dtype=np.float32) / 23), jnp.zeros(10))]
+        def loss(params, x, y):
+            (w1, b1), (w2, b2) = params
+            h = jnp.tanh(x @ w1 + b1)
+            return -jnp.mean(jnp.sum(y * mod.nn.log_softmax(h @ w2 + b2, axis=-1), axis=-1))
+        def fn(params, x, y):
+            g = mod.grad(loss)(params, x, y)
+            return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, g)]
+        args = (params, x, y)
+        mod.block_until_ready(args)
     t0 = time.perf_counter()
-    f = mod.jit(selu)
-    y = f(x)
-    y.block_until_ready()
+    f = mod.jit(fn)
+    out = f(*args)
+    mod.block_until_ready(out)
     first = time.perf_counter() - t0
     runs = []
     for _ in range(5):
         t0 = time.perf_counter()
-        f(x).block_until_ready()
+        mod.block_until_ready(f(*args))
         runs.append(time.perf_counter() - t0)
     runs.sort()
     print(json.dumps({"first": first, "steady": runs[2]}))
 """)
 
 
-def compile_once(lib, cache_dir=None):
+def compile_once(lib, cache_dir=None, work="selu"):
     env = dict(os.environ)
     env["PYTHONPATH"] = KILN_PYTHON + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["JAX_PLATFORMS"] = "cpu"
@@ -409,7 +430,7 @@ def compile_once(lib, cache_dir=None):
     env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     if cache_dir is not None:
         env["KILN_CACHE_DIR"] = cache_dir
-    p = subprocess.run([sys.executable, "-c", _COMPILE_SRC, lib], env=env, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", _COMPILE_SRC, lib, work], env=env, capture_output=True, text=True,
                        timeout=300)
     if p.returncode != 0:
         tail = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]
@@ -418,19 +439,26 @@ def compile_once(lib, cache_dir=None):
 
 
 def bench_compile(libs, cfg):
-    row = Row("compile jit(selu) cold", "<=0.5x jax", 0.5)
-    warm_row = Row("compile jit(selu) warm disk cache")
+    rows = []
+    for work, label, target in (("selu", "jit(selu)", "<=0.5x jax"), ("mlp", "jit(mlp step)", "<=0.5x jax")):
+        rows += compile_rows(cfg, work, label, target)
+    return rows
+
+
+def compile_rows(cfg, work, label, target):
+    row = Row(f"compile {label} cold", target, 0.5)
+    warm_row = Row(f"compile {label} warm disk cache")
     reps = cfg.compile_repeats
 
     def kiln_cold_and_warm():
         cold, warm, steady = [], [], []
         for _ in range(reps):
             with tempfile.TemporaryDirectory(prefix="kiln-bench-cache-") as d:
-                r = compile_once("kiln", d)
+                r = compile_once("kiln", d, work)
                 cold.append(r["first"])
                 steady.append(r["steady"])
                 files = sum(len(fs) for _, _, fs in os.walk(d))
-                w = compile_once("kiln", d)
+                w = compile_once("kiln", d, work)
                 warm.append(w["first"])
         row.extra["kiln_steady_call_s"] = statistics.median(steady)
         row.extra["kiln_cache_files_after_cold_run"] = files
@@ -439,14 +467,14 @@ def bench_compile(libs, cfg):
         return statistics.median(cold)
 
     def jax_cold():
-        runs = [compile_once("jax") for _ in range(reps)]
+        runs = [compile_once("jax", None, work) for _ in range(reps)]
         row.extra["jax_steady_call_s"] = statistics.median(r["steady"] for r in runs)
         return statistics.median(r["first"] for r in runs)
     attempt(row, "kiln", kiln_cold_and_warm)
     if "kiln" in row.errors:
         warm_row.errors["kiln"] = row.errors["kiln"]
     attempt(row, "jax", jax_cold)
-    warm_row.times["jax"] = row.times["jax"]
+    warm_row.times["jax"] = row.times.get("jax")
     warm_row.extra["note"] = "jax column: JAX cold (its persistent cache is off)"
     return [row, warm_row]
 

@@ -158,13 +158,14 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
   double tp0 = now();
   /* Small kernels are not worth LLVM's vectorizer and unroller (which can take 200 ms on an
    * 8-bit loop of 20 elements); they get the light pipeline. The choice is part of the key. */
-  /* Elementwise kernels need only the loop vectorizer and cleanups (half the time of O3, same
-   * code speed); reductions gain from O3's unrolling of their vectorized loops. */
+  /* Kernels are simple loop nests: the loop vectorizer and cleanups give O3's code in half its
+   * time; reductions also get their vectorized loops unrolled (more accumulators in flight). */
   const char *passes = cost < 32768 ? "default<O1>"
-                       : strstr(mod->data, "iter_args") ? "default<O3>"
-                                                        : "function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,"
-                                                          "loop-mssa(loop-rotate,licm),indvars,loop-vectorize,instcombine,"
-                                                          "simplifycfg)";
+                       : strstr(mod->data, "iter_args")
+                           ? "function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
+                             "licm),indvars,loop-vectorize,loop-unroll,instcombine,simplifycfg)"
+                           : "function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
+                             "licm),indvars,loop-vectorize,instcombine,simplifycfg)";
   kl_str_printf(mod, "// llvm: %s\n", passes);
   uint64_t key = kl_cpujit_key(mod->data);
   char prefix[40];

@@ -13,7 +13,7 @@
 
 /* Waiting threads spin briefly before sleeping: work usually arrives (or completes) within
  * microseconds, and waking a sleeping thread costs tens of them. */
-#define SPIN_ITERS 4000
+#define SPIN_ITERS 300
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __asm__ volatile("pause");
