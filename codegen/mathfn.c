@@ -218,7 +218,7 @@ static V sub(C *c, V a, V b) { return bin(c, "arith.subf", a, b); }
 static V mul(C *c, V a, V b) { return bin(c, "arith.mulf", a, b); }
 static V dvd(C *c, V a, V b) { return bin(c, "arith.divf", a, b); }
 static V fmin_(C *c, V a, V b) { return bin(c, "arith.minnumf", a, b); } /* NaN-dropping */
-static V fmax_(C *c, V a, V b) { return bin(c, "arith.maxnumf", a, b); }
+/* (maxnumf-based clamping was replaced by compare+select in clampk) */
 static V csign(C *c, V mag, V sgn) { return bin(c, "math.copysign", mag, sgn); }
 static V fma3(C *c, V a, V b, V d) {
   return emitv(c, "math.fma %s, %s, %s : %s", a.s, b.s, d.s, c->ty);
@@ -279,9 +279,14 @@ static V pow2i(C *c, V n) {
 /* p * 2^n in two steps, so n may span twice the exponent range: the result overflows to inf or is
  * rounded into the subnormals once, as a correctly scaled product would be. */
 static V scale2(C *c, V p, V n) {
-  V n1 = floor_(c, mulk(c, n, 0.5));
-  V n2 = sub(c, n, n1);
-  return mul(c, mul(c, p, pow2i(c, n1)), pow2i(c, n2));
+  /* n1 = floor(n / 2), n2 = n - n1, in the integer domain (n is integral and in range) */
+  V i = emitv(c, "arith.fptosi %s : %s to %s", n.s, c->ty, c->ity);
+  V i1 = iop(c, "arith.shrsi", i, KI(c, 1));
+  V i2 = iop(c, "arith.subi", i, i1);
+  V bias = KI(c, c->f64 ? 1023 : 127), sh = KI(c, c->f64 ? 52 : 23);
+  V s1 = bits2f(c, iop(c, "arith.shli", iop(c, "arith.addi", i1, bias), sh));
+  V s2 = bits2f(c, iop(c, "arith.shli", iop(c, "arith.addi", i2, bias), sh));
+  return mul(c, mul(c, p, s1), s2);
 }
 
 /* e^r - 1 for |r| <= ln2/2 (relative accuracy kept for tiny r). */
@@ -298,7 +303,11 @@ static V exp_reduce(C *c, V x, const V *lo, V *n) {
 }
 
 static V clampk(C *c, V x, double lo, double hi) {
-  return fmax_(c, fmin_(c, x, K(c, hi)), K(c, lo)); /* NaN becomes lo: no poison in fptosi */
+  /* ordered compares and selects (one min/max instruction each on x86); a NaN becomes lo, so no
+   * NaN reaches fptosi (callers restore NaN results with pass_nan) */
+  V h = K(c, hi), l = K(c, lo);
+  V a = sel(c, cmp(c, "olt", x, h), x, h);  /* NaN -> hi */
+  return sel(c, cmp(c, "ogt", a, l), a, l); /* hi stays; NaN already replaced */
 }
 
 static V exp_impl(C *c, V x, const V *lo) {
