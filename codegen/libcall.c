@@ -406,9 +406,15 @@ static void permute_copy(size_t es, const kl_aval *a, const int *perm, const cha
   }
 }
 
-static int is_identity(const int *perm, int n) {
-  for (int i = 0; i < n; i++)
-    if (perm[i] != i) return 0;
+/* True when permuting a's dims by perm leaves the bytes in place: the dims of size > 1 keep
+ * their relative order (size-1 dims can move freely). */
+static int is_identity_for(const int *perm, const kl_aval *a) {
+  int last = -1;
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->dims[perm[i]] == 1) continue;
+    if (perm[i] < last) return 0;
+    last = perm[i];
+  }
   return 1;
 }
 
@@ -446,29 +452,29 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
   /* lhs as (batch, m, k); rhs as (batch, k, n) or, transposed, (batch, n, k) */
   order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 1, lp, &m, &k);
   int transl = 0;
-  if (!is_identity(lp, l->ndim)) { /* maybe (batch, k, m) is the identity: use transa */
+  if (!is_identity_for(lp, l)) { /* maybe (batch, k, m) is the identity: use transa */
     int alt[KL_MAX_RANK];
     int64_t mm, kk;
     order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 0, alt, &mm, &kk);
-    if (is_identity(alt, l->ndim)) { memcpy(lp, alt, sizeof alt); transl = 1; }
+    if (is_identity_for(alt, l)) { memcpy(lp, alt, sizeof alt); transl = 1; }
   }
   order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 0, rp, &n, &k2);
   int transr = 0;
-  if (!is_identity(rp, r->ndim)) {
+  if (!is_identity_for(rp, r)) {
     int alt[KL_MAX_RANK];
     int64_t nn, kk;
     order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 1, alt, &nn, &kk);
-    if (is_identity(alt, r->ndim)) { memcpy(rp, alt, sizeof alt); transr = 1; }
+    if (is_identity_for(alt, r)) { memcpy(rp, alt, sizeof alt); transr = 1; }
   }
   kl_dtype t = o->dtype;
   size_t es = kl_dtype_size(t);
   const void *a = ptrs[0], *b = ptrs[1];
   void *ta = NULL, *tb = NULL;
-  if (l->dtype != t || !is_identity(lp, l->ndim)) {
+  if (l->dtype != t || !is_identity_for(lp, l)) {
     size_t bytes = es * (size_t)kl_aval_size(l) + 1;
     void *conv = l->dtype != t ? malloc(bytes) : NULL;
     if (conv) convert_array(l->dtype, a, t, conv, kl_aval_size(l));
-    if (!is_identity(lp, l->ndim)) {
+    if (!is_identity_for(lp, l)) {
       ta = malloc(bytes);
       kl_aval la = *l;
       la.dtype = t;
@@ -477,11 +483,11 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
     } else ta = conv;
     a = ta;
   }
-  if (r->dtype != t || !is_identity(rp, r->ndim)) {
+  if (r->dtype != t || !is_identity_for(rp, r)) {
     size_t bytes = es * (size_t)kl_aval_size(r) + 1;
     void *conv = r->dtype != t ? malloc(bytes) : NULL;
     if (conv) convert_array(r->dtype, b, t, conv, kl_aval_size(r));
-    if (!is_identity(rp, r->ndim)) {
+    if (!is_identity_for(rp, r)) {
       tb = malloc(bytes);
       kl_aval ra = *r;
       ra.dtype = t;
