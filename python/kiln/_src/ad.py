@@ -66,7 +66,10 @@ def _trace_flat(fun, args, kwargs):
     arrs = _leaves_as_arrays(leaves, "argument")
     core._ad_depth[0] += 1  # lets custom_jvp/custom_vjp refuse to be differentiated silently
     try:
-        traced = api._trace(fun, None, None, arrs, tree)
+        # Outside jit (every input has a value) the trace is concrete: Python control flow on
+        # values, float(x) and printing work inside the function, as in JAX.
+        concrete = all(not isinstance(a, Tracer) or a._cval is not None for a in arrs)
+        traced = api._trace(fun, None, None, arrs, tree, concrete=concrete)
     finally:
         core._ad_depth[0] -= 1
     return arrs, tree, traced

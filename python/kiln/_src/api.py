@@ -116,10 +116,14 @@ class _Traced:
         return self.builder.text()
 
 
-def _trace(fun, args, kwargs, in_leaves, in_tree):
-    trace = core.push_trace()
+def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False):
+    """Traces fun on abstract inputs; with concrete=True every value is also computed (the inputs'
+    values are in_leaves, arrays or concrete tracers)."""
+    trace = core.push_trace(concrete)
     try:
-        tracers = [trace.new_input(a.shape, a.dtype, a.weak_type) for a in in_leaves]
+        tracers = [trace.new_input(a.shape, a.dtype, a.weak_type,
+                                   (a._cval if isinstance(a, Tracer) else a) if concrete else None)
+                   for a in in_leaves]
         targs, tkwargs = tree_util.tree_unflatten(in_tree, tracers)
         out = fun(*targs, **tkwargs)
         out_leaves, out_tree = tree_util.tree_flatten(out)

@@ -24,21 +24,27 @@ _dtype_by_name = {d.name: d for d in dtypes.supported_dtypes}
 # Tracing state
 
 class Trace:
-    """One abstract trace: a Builder receiving equations. Concrete arrays met while
-    tracing become extra program inputs (`consts`)."""
-    __slots__ = ("builder", "alive", "const_vids", "consts", "literal_vids", "level")
+    """One trace: a Builder receiving equations. Concrete arrays met while tracing become extra
+    program inputs (`consts`). A concrete trace (grad/jvp/vjp outside jit) also computes every
+    value as its equation is recorded, so Python control flow on values works, as in JAX."""
+    __slots__ = ("builder", "alive", "const_vids", "consts", "literal_vids", "level", "concrete")
 
-    def __init__(self, level):
+    def __init__(self, level, concrete=False):
         self.builder = _kiln.Builder()
+        self.concrete = concrete
         self.alive = True
         self.const_vids = {}     # id(Array) -> vid
         self.consts = []         # Arrays passed as hidden inputs, in input order
         self.literal_vids = {}   # (value, dtype, weak) -> vid
         self.level = level
 
-    def new_input(self, shape, dtype, weak):
+    def new_input(self, shape, dtype, weak, value=None):
         vid = self.builder.add_input(shape, dtype.name, weak)
-        return Tracer(self, vid, shape, dtype, weak)
+        return Tracer(self, vid, shape, dtype, weak, value if self.concrete else None)
+
+    def literal_tracer(self, value, dtype, weak):
+        vid = self.literal(value, dtype, weak)
+        return Tracer(self, vid, (), dtype, weak, scalar_array(value, dtype, weak) if self.concrete else None)
 
     def vid_of(self, x):
         """The value id standing for x (Tracer of this trace, concrete Array, scalar)."""
@@ -84,8 +90,8 @@ def current_trace():
     return _trace_stack[-1] if _trace_stack else None
 
 
-def push_trace():
-    t = Trace(len(_trace_stack))
+def push_trace(concrete=False):
+    t = Trace(len(_trace_stack), concrete)
     _trace_stack.append(t)
     return t
 
@@ -271,9 +277,9 @@ def _rebuild(value, weak):
 
 class Tracer(Array):
     """A value inside a trace: its shape and dtype are known, its data is not."""
-    __slots__ = ("_trace", "_vid")
+    __slots__ = ("_trace", "_vid", "_cval")
 
-    def __init__(self, trace, vid, shape, dtype, weak_type):
+    def __init__(self, trace, vid, shape, dtype, weak_type, cval=None):
         self._buf = None
         self._np = None
         self._trace = trace
@@ -281,29 +287,46 @@ class Tracer(Array):
         self.shape = shape
         self.dtype = dtype
         self.weak_type = weak_type
+        self._cval = cval  # the concrete value (concrete traces only)
 
     def _value(self):
+        if self._cval is not None:
+            return self._cval._value()
         raise TracerArrayConversionError.for_tracer(self)
 
     def __array__(self, dtype=None, copy=None):
+        if self._cval is not None:
+            return self._cval.__array__(dtype, copy)
         raise TracerArrayConversionError.for_tracer(self)
 
     def __bool__(self):
+        if self._cval is not None:
+            return bool(self._cval)
         raise TracerBoolConversionError.for_tracer(self)
 
     def __float__(self):
+        if self._cval is not None:
+            return float(self._cval)
         raise ConcretizationTypeError.for_tracer(self, "float() was called on it.")
 
     def __int__(self):
+        if self._cval is not None:
+            return int(self._cval)
         raise TracerIntegerConversionError.for_tracer(self)
 
     def __index__(self):
+        if self._cval is not None:
+            return self._cval.__index__()
         raise TracerIntegerConversionError.for_tracer(self)
 
     def item(self, *args):
+        if self._cval is not None:
+            return self._cval.item(*args)
         raise ConcretizationTypeError.for_tracer(self, ".item() was called on it.")
 
     def tolist(self):
+        if self._cval is not None:
+            return self._cval.tolist()
         raise ConcretizationTypeError.for_tracer(self, ".tolist() was called on it.")
 
     def block_until_ready(self):
@@ -313,10 +336,16 @@ class Tracer(Array):
         return False
 
     def __repr__(self):
+        if self._cval is not None:
+            return f"Traced<ConcreteArray({self._cval._value()!r}, dtype={self.dtype.name})>"
         w = " weak_type=True" if self.weak_type else ""
         return f"Traced<{self.dtype.name}[{','.join(map(str, self.shape))}]{w}>"
 
-    __str__ = __repr__
+    def __str__(self):
+        return str(self._cval) if self._cval is not None else repr(self)
+
+    def __format__(self, spec):
+        return format(self._cval, spec) if self._cval is not None else repr(self)
 
     def __reduce__(self):
         raise ConcretizationTypeError.for_tracer(self, "It cannot be pickled.")
@@ -329,6 +358,8 @@ def is_tracer(x):
 def concrete_or_error(x, what="the value"):
     """NumPy value of a concrete array or scalar; ConcretizationTypeError for a tracer."""
     if isinstance(x, Tracer):
+        if x._cval is not None:
+            return x._cval._value()
         raise ConcretizationTypeError.for_tracer(x, f"It was used as {what}.")
     if isinstance(x, Array):
         return x._value()
@@ -391,8 +422,7 @@ def scalar_array(value, dtype, weak):
 def scalar_constant(value, dtype, weak):
     """A 0-d constant: a literal of the innermost trace when tracing, else a cached array."""
     if _trace_stack:
-        t = _trace_stack[-1]
-        return Tracer(t, t.literal(value, dtype, weak), (), dtype, weak)
+        return _trace_stack[-1].literal_tracer(value, dtype, weak)
     return scalar_array(value, dtype, weak)
 
 
@@ -413,8 +443,7 @@ def asarray(x, dtype=None):
             if not info.min <= x <= info.max:
                 raise OverflowError(f"Python int {x} is too large to convert to {dt.name}")
         if _trace_stack:  # under a trace, scalars become literals of the program
-            t = _trace_stack[-1]
-            return Tracer(t, t.literal(x, dt, weak), (), dt, weak)
+            return _trace_stack[-1].literal_tracer(x, dt, weak)
         return scalar_array(x, dt, weak)
     if isinstance(x, (list, tuple)) and _contains_tracer(x):
         from kiln import numpy as jnp
@@ -487,7 +516,25 @@ def bind(prim, args, params=None):
         raise TypeError(f"{prim}: operands must be kiln arrays")
     vids = [trace.vid_of(a) for a in args]
     outs = trace.builder.add_eqn(prim, vids, params)
-    return tuple([Tracer(trace, vid, shape, _np_dtype(dt), weak) for vid, shape, dt, weak in outs])
+    cvals = _concrete_results(trace, prim, args, params) if trace.concrete else None
+    if cvals is None:
+        return tuple([Tracer(trace, vid, shape, _np_dtype(dt), weak) for vid, shape, dt, weak in outs])
+    return tuple([Tracer(trace, vid, shape, _np_dtype(dt), weak, cv)
+                  for (vid, shape, dt, weak), cv in zip(outs, cvals)])
+
+
+def _concrete_results(trace, prim, args, params):
+    """The values of an equation recorded in a concrete trace (computed eagerly), or None when an
+    operand has no value (a tracer of an abstract enclosing trace)."""
+    vals = []
+    for a in args:
+        if isinstance(a, Tracer):
+            if a._cval is None:
+                return None
+            vals.append(a._cval)
+        else:
+            vals.append(a)
+    return bind(prim, vals, params)
 
 
 def bind1(prim, args, params=None):
@@ -499,8 +546,7 @@ def literal(value, dtype, weak, like=None):
     array otherwise."""
     t = like._trace if isinstance(like, Tracer) else None
     if t is not None:
-        vid = t.literal(value, dtype, weak)
-        return Tracer(t, vid, (), dtype, weak)
+        return t.literal_tracer(value, dtype, weak)
     return scalar_array(value, dtype, weak)
 
 
