@@ -260,6 +260,12 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     kl_step *st = &x->steps[x->nsteps];
     if (ps->kind == KL_STEP_LIB) {
       const kl_eqn *e = &pg->eqns[ps->eqn];
+      if (e->prim == KL_P_CUSTOM_VJP_LIN) {
+        snprintf(err, errlen, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                              "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
+        rc = -1;
+        break;
+      }
       kl_libcall *lc = kl_libcall_new(pg, e);
       o->libs[o->nlibs++] = lc;
       st->ctx = lc;

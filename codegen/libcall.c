@@ -538,7 +538,7 @@ static int run_linalg(const kl_libcall *c, void *const *ptrs, char *err, size_t 
 int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_libcall *c = ctx;
   for (int i = 0; i < c->nout; i++) /* nothing to do for empty outputs */
-    if (kl_aval_size(&c->avals[c->nin + i]) == 0 && c->nout == 1) return 0;
+    if (kl_aval_size(&c->avals[c->nin + i]) == 0 && c->nout == 1 && c->prim != KL_P_CUSTOM_VJP_LIN) return 0;
   switch (c->prim) {
   case KL_P_CUMSUM: case KL_P_CUMPROD: case KL_P_CUMMAX: case KL_P_CUMMIN: run_cumulative(c, ptrs); return 0;
   case KL_P_ARGMAX: case KL_P_ARGMIN: run_argminmax(c, ptrs); return 0;
@@ -548,6 +548,14 @@ int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   case KL_P_DYNAMIC_SLICE: run_dynamic_slice(c, ptrs, 0); return 0;
   case KL_P_DYNAMIC_UPDATE_SLICE: run_dynamic_slice(c, ptrs, 1); return 0;
   case KL_P_DOT_GENERAL: return run_dot(c, ptrs, err, errlen);
+  case KL_P_CUSTOM_VJP_CALL: /* the outputs are the forward rule's outputs, passed through */
+    for (int i = 0; i < c->nout; i++)
+      memcpy(ptrs[c->nin + i], ptrs[i], kl_dtype_size(c->avals[i].dtype) * (size_t)kl_aval_size(&c->avals[i]));
+    return 0;
+  case KL_P_CUSTOM_VJP_LIN:
+    snprintf(err, errlen, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                          "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
+    return -1;
   default: return run_linalg(c, ptrs, err, errlen);
   }
 }

@@ -485,6 +485,18 @@ static int rule_lib(errctx *e, kl_prim prim, const kl_aval *ins, int nin, const 
     outs[0] = *b;
     return 0;
   }
+  case KL_P_CUSTOM_VJP_CALL: case KL_P_CUSTOM_VJP_LIN: {
+    /* operands: outputs (or their templates) n_out, residuals n_res, consts n_c, inputs n_x;
+     * results: the first n_out operands' avals (custom_vjp_call passes them through) */
+    if (p->nv[0] != 4) return fail(e, 'V', "%s: counts must be (n_out, n_res, n_consts, n_x)", pi->name);
+    int64_t n_out = p->v[0][0], total = p->v[0][0] + p->v[0][1] + p->v[0][2] + p->v[0][3];
+    if (n_out < 1 || n_out > KL_MAX_OUTS || total != nin)
+      return fail(e, 'V', "%s: %lld outputs (at most %d) and %d operands do not match the counts", pi->name,
+                  (long long)n_out, KL_MAX_OUTS, nin);
+    for (int i = 0; i < n_out; i++) outs[i] = ins[i];
+    *nout = (int)n_out;
+    return 0;
+  }
   default: return fail(e, 'V', "%s: no shape rule", pi->name);
   }
 }

@@ -108,7 +108,9 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(EIGH, "eigh", LIB, FLOAT, "lower:i0")                                                   \
   X(LU, "lu", LIB, FLOAT, "")                                                               \
   X(TRIANGULAR_SOLVE, "triangular_solve", LIB, FLOAT,                                       \
-    "left_side:i0 flags:i1")
+    "left_side:i0 flags:i1")                                                                \
+  X(CUSTOM_VJP_CALL, "custom_vjp_call", LIB, ANY, "counts:v0 bwd:i0")                       \
+  X(CUSTOM_VJP_LIN, "custom_vjp_lin", LIB, ANY, "counts:v0 bwd:i0")
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, a, s) KL_P_##e,

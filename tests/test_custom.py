@@ -1,6 +1,7 @@
 """custom_jvp / custom_vjp / checkpoint: evaluation runs the primal function; first-order
-differentiation uses custom_jvp rules exactly; differentiating custom_vjp (or custom_jvp to second
-order) is not supported yet and must raise, never return the plain derivative."""
+differentiation applies the custom rules exactly (custom_vjp in reverse mode only, as in JAX);
+second order through a custom rule is not supported yet and must raise, never return the plain
+derivative."""
 import numpy as np
 import pytest
 
@@ -80,20 +81,52 @@ def test_custom_jvp_log1pexp_gradient_is_finite_where_the_plain_one_is_not():
     np.testing.assert_allclose(np.asarray(g), [0.5, 1.0, 0.0], atol=1e-6)
 
 
-@pytest.mark.parametrize("transform", ["grad", "jit_grad", "jvp", "vjp"])
-def test_differentiating_custom_vjp_raises(transform):
-    f = _clip_gradient()
-    x = jnp.asarray(0.5)
+@pytest.mark.parametrize("transform", ["grad", "jit_grad", "vjp", "jacrev", "value_and_grad"])
+def test_custom_vjp_rule_is_applied_in_reverse_mode(transform):
+    g = _clip_gradient()  # bwd clips the cotangent to [-1, 1]: nonlinear, so it must run backwards
+    x = jnp.asarray(np.array([0.5, -1.5, 2.0], np.float32))
+    loss = lambda v: jnp.sum(g(v) * jnp.asarray([0.5, 3.0, -4.0]))
+    want = np.array([0.5, 1.0, -1.0])
+    if transform == "grad":
+        got = kiln.grad(loss)(x)
+    elif transform == "jit_grad":
+        got = kiln.jit(kiln.grad(loss))(x)
+    elif transform == "vjp":
+        got = kiln.vjp(g, x)[1](jnp.asarray([0.5, 3.0, -4.0]))[0]
+    elif transform == "jacrev":
+        got = jnp.diagonal(kiln.jacrev(g)(x))  # unit cotangents are within the clip range
+        want = np.ones(3)
+    else:
+        v, got = kiln.value_and_grad(loss)(x)
+        assert float(v) == pytest.approx(float(np.sum(np.asarray(x) * 2 * [0.5, 3.0, -4.0])), rel=1e-6)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+def test_custom_vjp_with_residuals_two_arguments_and_closure():
+    scale = jnp.asarray(3.0)
+
+    @kiln.custom_vjp
+    def f(x, y):
+        return jnp.sin(x) * y
+
+    def f_fwd(x, y):
+        return f(x, y), (jnp.cos(x), jnp.sin(x), y)
+
+    def f_bwd(res, ct):
+        c, s, y = res
+        return (c * ct * y * scale, s * ct)  # the x cotangent is deliberately scaled by a closure
+    f.defvjp(f_fwd, f_bwd)
+    gx, gy = kiln.grad(f, argnums=(0, 1))(1.0, 2.0)
+    assert float(gx) == pytest.approx(3 * np.cos(1.0) * 2.0, rel=1e-5)
+    assert float(gy) == pytest.approx(np.sin(1.0), rel=1e-5)
+    assert float(f(1.0, 2.0)) == pytest.approx(np.sin(1.0) * 2.0, rel=1e-6)
+
+
+def test_forward_mode_through_custom_vjp_raises_as_in_jax():
+    g = _clip_gradient()
     with pytest.raises(NotImplementedError, match="custom_vjp"):
-        if transform == "grad":
-            kiln.grad(f)(x)
-        elif transform == "jit_grad":
-            kiln.jit(kiln.grad(f))(x)
-        elif transform == "jvp":
-            kiln.jvp(f, (x,), (jnp.asarray(1.0),))
-        else:
-            kiln.vjp(f, x)
-    assert float(kiln.grad(jnp.sin)(x)) == pytest.approx(np.cos(0.5), rel=1e-6)  # kiln keeps working
+        kiln.jvp(g, (jnp.ones(2),), (jnp.ones(2),))
+    assert float(kiln.grad(jnp.sin)(0.5)) == pytest.approx(np.cos(0.5), rel=1e-6)  # kiln keeps working
 
 
 def test_custom_jvp_without_rule_is_an_error():
@@ -120,3 +153,9 @@ def test_second_order_through_custom_jvp_raises():
     f = _scaled_rule()
     with pytest.raises(NotImplementedError, match="higher-order"):
         kiln.grad(kiln.grad(f))(0.3)
+
+
+def test_second_order_through_custom_vjp_raises():
+    g = _clip_gradient()
+    with pytest.raises(NotImplementedError):
+        kiln.grad(kiln.grad(lambda v: jnp.sum(g(v) ** 2)))(jnp.asarray(0.3))

@@ -445,6 +445,29 @@ static int svd_jvp(kl_ad *a, const kl_eqn *e, int x, int t, const int *ys, int *
 
 /* ---- the rule table ----------------------------------------------------------------------- */
 
+/* custom_vjp: the outputs' tangents are custom_vjp_lin(outputs, residuals, consts, input tangents),
+ * an opaque linear map whose transpose runs the user's bwd rule (transpose.c); the tangents of the
+ * forward computation that produced the outputs are ignored, as the rule replaces them. */
+static int custom_vjp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
+  int64_t n_out = e->p.v[0][0], n_keep = e->p.v[0][1] + e->p.v[0][2], n_x = e->p.v[0][3];
+  int any = 0;
+  for (int64_t j = 0; j < n_x; j++) any |= ts[n_out + n_keep + j] >= 0;
+  if (!any) return 0;
+  int *ins = malloc(sizeof(int) * (size_t)e->nin), outs[KL_MAX_OUTS];
+  if (!ins) abort();
+  for (int64_t i = 0; i < n_out; i++) ins[i] = ys[i];
+  for (int64_t i = 0; i < n_keep; i++) ins[n_out + i] = xs[n_out + i];
+  for (int64_t j = 0; j < n_x; j++) {
+    int64_t at = n_out + n_keep + j;
+    ins[at] = ts[at] >= 0 ? ts[at] : zeros_like(a, xs[at]);
+  }
+  int n = kl_ad_emit(a, KL_P_CUSTOM_VJP_LIN, ins, e->nin, &e->p, outs);
+  free(ins);
+  if (n < 0) return -1;
+  for (int i = 0; i < n; i++) touts[i] = is_float_val(a, outs[i]) ? outs[i] : -1;
+  return 0;
+}
+
 /* Writes the tangents of e's outputs into touts (-1 = zero). xs/ys: e's operands and results
  * in the new program; ts: operand tangents. Returns 0, or -1 with a message. */
 static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
@@ -572,6 +595,10 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     case KL_P_QR: return qr_jvp(a, e, xs[0], ts[0], ys[0], ys[1], touts);
     case KL_P_EIGH: return eigh_jvp(a, e, ts[0], ys[0], ys[1], touts);
     case KL_P_SVD: return svd_jvp(a, e, xs[0], ts[0], ys, touts);
+    case KL_P_CUSTOM_VJP_CALL: return custom_vjp_call_jvp(a, e, xs, ts, ys, touts);
+    case KL_P_CUSTOM_VJP_LIN:
+      return kl_ad_fail(a, "differentiation of a custom_vjp function's derivative (second order) is not supported "
+                           "yet by kiln");
     default: break;
     }
     for (int i = 0; i < e->nin; i++)

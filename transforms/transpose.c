@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ad.h"
+#include "subprog.h"
 
 typedef struct {
   kl_ad *a;          /* the program being built (V) */
@@ -326,6 +327,44 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
   return kl_ad_fail(a, "reverse-mode differentiation of %s is not supported yet by kiln", pi->name);
 }
 
+/* custom_vjp_lin: replays the registered bwd program on (residuals, output cotangents, consts)
+ * and adds its results to the input tangents' cotangents. */
+static void transpose_custom(tctx *c, const kl_eqn *e) {
+  kl_ad *a = c->a;
+  int64_t n_out = e->p.v[0][0], n_res = e->p.v[0][1], n_c = e->p.v[0][2], n_x = e->p.v[0][3];
+  const kl_program *sub = kl_subprog_get(e->p.i0);
+  if (!sub || sub->ninputs != n_res + n_out + n_c || sub->noutputs != n_x) {
+    kl_ad_fail(a, "internal error: custom_vjp backward program %lld does not match its call", (long long)e->p.i0);
+    return;
+  }
+  int *env = malloc(sizeof(int) * ((size_t)sub->nvals + 1));
+  if (!env) abort();
+  for (int v = 0; v < sub->nvals; v++) env[v] = -1;
+  for (int64_t i = 0; i < sub->ninputs; i++) {
+    int val;
+    if (i < n_res) val = c->vmap[e->ins[n_out + i]];
+    else if (i < n_res + n_out) {
+      int o = e->outs[i - n_res];
+      val = c->ct[o] >= 0 ? c->ct[o] : kl_ad_zeros(a, &c->j->vals[o].aval);
+    } else val = c->vmap[e->ins[n_out + n_res + (i - n_res - n_out)]];
+    env[sub->inputs[i]] = val;
+  }
+  for (int k = 0; k < sub->neqns && !a->failed; k++) {
+    const kl_eqn *se = &sub->eqns[k];
+    int *ins = malloc(sizeof(int) * ((size_t)se->nin + 1)), outs[KL_MAX_OUTS];
+    if (!ins) abort();
+    for (int i = 0; i < se->nin; i++) ins[i] = env[se->ins[i]];
+    int n = kl_ad_emit(a, se->prim, ins, se->nin, &se->p, outs);
+    free(ins);
+    for (int i = 0; i < n; i++) env[se->outs[i]] = outs[i];
+  }
+  for (int64_t j = 0; j < n_x && !a->failed; j++) {
+    int xin = e->ins[n_out + n_res + n_c + j];
+    if (is_t(c, xin)) accumulate(c, xin, env[sub->outputs[j]]);
+  }
+  free(env);
+}
+
 kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t errlen) {
   char *jtag = NULL;
   kl_program *j = kl_jvp(pg, wants, &jtag, err, errlen);
@@ -363,6 +402,10 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   for (int k = j->neqns - 1; k >= 0 && !a.failed; k--) {
     const kl_eqn *e = &j->eqns[k];
     if (!jtag[e->outs[0]]) continue;
+    if (e->prim == KL_P_CUSTOM_VJP_LIN) {
+      transpose_custom(&c, e);
+      continue;
+    }
     int ct = c.ct[e->outs[0]];
     if (ct < 0) continue;
     for (int i = 0; i < e->nin && !a.failed; i++) {

@@ -11,6 +11,7 @@
 #include "../../runtime/hostla.h"
 #include "../../runtime/runtime.h"
 #include "../../transforms/ad.h"
+#include "../../transforms/subprog.h"
 #include "../../transforms/batching.h"
 #include "../../transforms/fuse.h"
 
@@ -391,7 +392,7 @@ static PyObject *builder_compile(PyObject *self, PyObject *unused) {
   x = kl_compile_cpu(pg, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!x) {
-    PyErr_SetString(PyExc_RuntimeError, err);
+    PyErr_SetString(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, err);
     return NULL;
   }
   ExecObject *o = (ExecObject *)PyType_GenericNew((PyTypeObject *)ExecType, NULL, NULL);
@@ -567,7 +568,18 @@ static PyObject *builder_aval(PyObject *self, PyObject *arg) {
   return aval_tuple(&pg->vals[v].aval, (int)v);
 }
 
+/* register_subprogram() -> id: hands this builder's program to the sub-program registry (for
+ * custom_vjp backward rules); the builder is left empty. */
+static PyObject *builder_register(PyObject *self, PyObject *unused) {
+  (void)unused;
+  BuilderObject *b = (BuilderObject *)self;
+  int id = kl_subprog_add(b->pg);
+  b->pg = kl_program_new();
+  return PyLong_FromLong(id);
+}
+
 static PyMethodDef builder_methods[] = {
+    {"register_subprogram", builder_register, METH_NOARGS, "register_subprogram() -> id"},
     {"jvp", builder_jvp, METH_O, "jvp(has_tangent) -> Builder"},
     {"vjp", builder_vjp, METH_O, "vjp(wants) -> Builder"},
     {"vmap", builder_vmap, METH_VARARGS, "vmap(in_axes, size) -> (Builder, out_batched)"},

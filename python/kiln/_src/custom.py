@@ -2,11 +2,10 @@
 
 Evaluating a custom_jvp/custom_vjp function (eagerly, under jit or vmap) runs the primal function,
 as JAX does. Under first-order differentiation a custom_jvp rule is expressed with ordinary
-primitives (stop_gradient and the rule's tangent output, which is linear in the tangents), so
-kiln's program transforms produce exactly the rule's derivative. Differentiating through a
-custom_vjp function, or through a custom_jvp function to second order, raises
-NotImplementedError: both need the rule as an equation with sub-programs, which kiln's IR does
-not have yet.
+primitives (stop_gradient and the rule's tangent output, which is linear in the tangents), and a
+custom_vjp rule becomes an equation whose transpose replays the traced bwd rule (see each class),
+so kiln's program transforms produce exactly the rules' derivatives. Second-order
+differentiation through either raises NotImplementedError.
 
 checkpoint/remat returns the same values and gradients as the function itself; kiln's reverse mode
 does not yet trade memory for recomputation, so the policy is accepted and has no effect yet.
@@ -97,15 +96,17 @@ class custom_jvp:
 class custom_vjp:
     """A function with a custom VJP rule (see jax.custom_vjp).
 
-    Evaluation runs the primal function. Differentiating through it raises NotImplementedError:
-    the bwd rule may be nonlinear in the cotangent (gradient clipping), so it must run in the
-    backward pass itself, which needs the rule as an equation of the program (not there yet).
-    Differentiating the primal function instead could silently give different gradients."""
+    Evaluation runs the primal function. Under differentiation the forward rule runs in the
+    traced program and a `custom_vjp_call` equation passes its outputs through; its JVP is an
+    opaque linear equation whose transpose replays the bwd rule, traced once into a registered
+    sub-program of (residuals, output cotangents). So reverse mode (grad, vjp, jacrev) applies the
+    rule exactly, even when bwd is nonlinear (gradient clipping); forward mode raises, as in JAX."""
 
     def __init__(self, fun, nondiff_argnums=()):
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd = self.bwd = None
+        self._in_rule = False
         functools.update_wrapper(self, fun)
 
     def defvjp(self, fwd, bwd, symbolic_zeros=False, optimize_remat=False):
@@ -114,12 +115,58 @@ class custom_vjp:
     def __call__(self, *args):
         if self.fwd is None:
             raise AttributeError(f"No VJP defined for custom_vjp function {self.fun.__name__} using defvjp.")
-        if core.ad_tracing():
-            name = getattr(self.fun, "__name__", "function")
-            raise NotImplementedError(
-                f"differentiating through custom_vjp function {name!r} is not supported yet by kiln (its "
-                "bwd rule cannot be carried into the traced program yet); custom_jvp rules are supported")
-        return self.fun(*args)
+        if not core.ad_tracing() or self._in_rule:
+            return self.fun(*args)
+        _check_first_order("custom_vjp", self.fun)
+        from kiln._src import api
+        nd = set(self.nondiff_argnums)
+        static = [a for i, a in enumerate(args) if i in nd]
+        diff = tuple(core.asarray(a) if isinstance(a, (int, float, np.ndarray, np.generic)) else a
+                     for i, a in enumerate(args) if i not in nd)
+        self._in_rule = True
+        try:
+            out, res = self.fwd(*static, *diff) if nd else self.fwd(*diff)
+        finally:
+            self._in_rule = False
+        out_leaves, out_tree = tree_util.tree_flatten(out)
+        res_leaves, res_tree = tree_util.tree_flatten(res)
+        x_leaves, x_tree = tree_util.tree_flatten(diff)
+        out_leaves = [core.asarray(o) for o in out_leaves]
+        res_leaves = [core.asarray(r) for r in res_leaves]
+        x_leaves = [core.asarray(x) for x in x_leaves]
+        n_res, n_out = len(res_leaves), len(out_leaves)
+        bwd = self.bwd
+        name = getattr(self.fun, "__name__", "function")
+
+        def bwd_flat(*flat):
+            r = tree_util.tree_unflatten(res_tree, list(flat[:n_res]))
+            ct = tree_util.tree_unflatten(out_tree, list(flat[n_res:]))
+            cts = bwd(*static, r, ct) if nd else bwd(r, ct)
+            if not isinstance(cts, tuple) or len(cts) != len(diff):
+                raise TypeError(f"custom_vjp bwd of {name} must return a tuple with one cotangent per "
+                                f"differentiable argument ({len(diff)}), got {type(cts).__name__}")
+            leaves = []
+            for c_, p_ in zip(cts, diff):
+                p_leaves = tree_util.tree_leaves(p_)
+                if c_ is None:
+                    leaves += [lax.full_like(q, 0) for q in p_leaves]
+                    continue
+                c_leaves = tree_util.tree_leaves(c_)
+                if len(c_leaves) != len(p_leaves):
+                    raise TypeError(f"custom_vjp bwd of {name}: a cotangent's structure does not match its argument")
+                leaves += [lax.convert_element_type(core.asarray(cl), pl.dtype) if core.asarray(cl).dtype != pl.dtype
+                           else core.asarray(cl) for cl, pl in zip(c_leaves, p_leaves)]
+            return leaves
+
+        from kiln import lax
+        flat_in = res_leaves + out_leaves
+        _, flat_tree = tree_util.tree_flatten((tuple(flat_in), {}))
+        traced = api._trace(bwd_flat, None, None, flat_in, flat_tree)
+        consts = list(traced.consts)
+        bwd_id = traced.builder.register_subprogram()
+        ys = core.bind("custom_vjp_call", out_leaves + res_leaves + consts + x_leaves,
+                       {"counts": (n_out, n_res, len(consts), len(x_leaves)), "bwd": bwd_id})
+        return tree_util.tree_unflatten(out_tree, list(ys))
 
 
 class checkpoint_policies:
