@@ -159,3 +159,17 @@ def test_second_order_through_custom_vjp_raises():
     g = _clip_gradient()
     with pytest.raises(NotImplementedError):
         kiln.grad(kiln.grad(lambda v: jnp.sum(g(v) ** 2)))(jnp.asarray(0.3))
+
+
+def test_registering_an_equal_backward_program_reuses_its_id():
+    # regression guard: grad outside jit re-traces custom_vjp rules on every call; equal
+    # sub-programs must not pile up in the registry
+    from kiln import _kiln
+
+    def build():
+        b = _kiln.Builder()
+        x = b.add_input((3,), "float32", False)
+        (y,) = b.add_eqn("neg", (x,), None)
+        b.set_outputs((y[0],))
+        return b
+    assert build().register_subprogram() == build().register_subprogram()
