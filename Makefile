@@ -4,7 +4,7 @@ PYTHON ?= python3
 BUILD ?= build
 LLVM_PREFIX ?= /usr/lib/llvm-19
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := llvm-19-dev libmlir-19-dev mlir-19-tools cmake gcc g++ libopenblas0 zlib1g-dev libzstd-dev libtinfo-dev
+APT_PACKAGES := llvm-19-dev libmlir-19-dev mlir-19-tools cmake gcc g++ libopenblas0 zlib1g-dev libzstd-dev libtinfo-dev python3-dev
 PIP_PACKAGES := numpy pytest ml_dtypes
 
 .PHONY: all deps build test test-c test-py demo wheel asan bench clean
