@@ -499,21 +499,88 @@ def _scatter(operand, indices, updates, axis, op):
 
 
 # ---------------------------------------------------------------------------
-# Control flow on concrete predicates (traced forms arrive with the transformations issue)
+# Control flow. Until the IR has loop and branch equations with sub-programs, traced control
+# flow is expressed with what it has: cond/switch compute every branch and select the result
+# (the values and gradients are those of the taken branch: select's transpose routes the
+# cotangent, untaken branches never leak NaN into it), and loops with static trip counts are
+# unrolled up to _MAX_UNROLL steps. A traced while_loop condition is not supported yet.
+
+_MAX_UNROLL = 512
+
+
+def _has_value(x):
+    """True for a concrete value (also a tracer of a concrete trace, i.e. grad outside jit)."""
+    return not isinstance(x, Tracer) or x._cval is not None
+
+
+def _select_trees(name, pred, t_out, f_out):
+    from kiln._src import tree_util
+    t_leaves, t_tree = tree_util.tree_flatten(t_out)
+    f_leaves, f_tree = tree_util.tree_flatten(f_out)
+    if t_tree != f_tree:
+        raise TypeError(f"{name}: the branches must return the same structure, got {t_tree} and {f_tree}")
+    out = []
+    for t, f in zip(t_leaves, f_leaves):
+        t, f = core.asarray(t), core.asarray(f)
+        if t.shape != f.shape or t.dtype != f.dtype:
+            raise TypeError(f"{name}: the branches must return the same types, got "
+                            f"{t.dtype.name}{list(t.shape)} and {f.dtype.name}{list(f.shape)}")
+        out.append(select(pred, t, f))
+    return tree_util.tree_unflatten(t_tree, out)
+
+
+def _as_bool_scalar(name, pred):
+    pred = core.asarray(pred) if not isinstance(pred, Array) else pred
+    if pred.shape != ():
+        raise TypeError(f"{name}: the predicate must be a scalar, got shape {pred.shape}")
+    return pred if pred.dtype == np.bool_ else ne(pred, _to_array(0, pred))
+
 
 def cond(pred, true_fun, false_fun, *operands):
-    if isinstance(pred, Tracer):
-        raise NotImplementedError(
-            "lax.cond on a traced predicate is not supported yet by kiln; use jnp.where to "
-            "select between the two results, or make the predicate static")
-    return true_fun(*operands) if _bool(pred) else false_fun(*operands)
+    """true_fun(*operands) if pred else false_fun(*operands)."""
+    if _has_value(pred):
+        return true_fun(*operands) if _bool(pred) else false_fun(*operands)
+    p = _as_bool_scalar("cond", pred)
+    return _select_trees("cond", p, true_fun(*operands), false_fun(*operands))
 
 
-def fori_loop(lower, upper, body_fun, init_val):
-    if isinstance(lower, Tracer) or isinstance(upper, Tracer):
-        raise NotImplementedError("lax.fori_loop with traced bounds is not supported yet by kiln")
+def switch(index, branches, *operands):
+    """branches[clamp(index, 0, len(branches) - 1)](*operands)."""
+    branches = list(branches)
+    if not branches:
+        raise ValueError("switch: needs at least one branch")
+    if _has_value(index):
+        i = builtins.min(builtins.max(_int(index), 0), len(branches) - 1)
+        return branches[i](*operands)
+    idx = core.asarray(index) if not isinstance(index, Array) else index
+    if idx.shape != () or idx.dtype.kind not in "iu":
+        raise TypeError(f"switch: the index must be an integer scalar, got {idx.dtype.name}{list(idx.shape)}")
+    outs = [b(*operands) for b in branches]
+    result = outs[-1]
+    for k in builtins.range(len(branches) - 2, -1, -1):
+        result = _select_trees("switch", le(idx, _to_array(k, idx)), outs[k], result)
+    return result
+
+
+def _static_count(name, n):
+    if not _has_value(n):
+        raise NotImplementedError(f"{name} with traced bounds is not supported yet by kiln (the trip count "
+                                  "must be known when tracing); use static bounds or run it outside jit")
+    return _int(n)
+
+
+def _check_unroll(name, n):
+    if core._trace_stack and n > _MAX_UNROLL:
+        raise NotImplementedError(f"{name} of {n} steps under a transformation is not supported yet by kiln: "
+                                  f"traced loops are unrolled, up to {_MAX_UNROLL} steps, until loop "
+                                  "equations exist; run it outside jit or shorten it")
+
+
+def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
+    lo, hi = _static_count("fori_loop", lower), _static_count("fori_loop", upper)
+    _check_unroll("fori_loop", hi - lo)
     val = init_val
-    for i in builtins.range(_int(lower), _int(upper)):
+    for i in builtins.range(lo, hi):
         val = body_fun(i, val)
     return val
 
@@ -522,13 +589,49 @@ def while_loop(cond_fun, body_fun, init_val):
     val = init_val
     while True:
         c = cond_fun(val)
-        if isinstance(c, Tracer):
+        if not _has_value(c):
             raise NotImplementedError(
-                "lax.while_loop with a traced condition is not supported yet by kiln (it arrives "
-                "with the control-flow primitives); run it outside jit")
+                "lax.while_loop with a traced condition is not supported yet by kiln (it needs loop "
+                "equations in the IR); use fori_loop with a static trip count, or run it outside jit")
         if not _bool(c):
             return val
         val = body_fun(val)
+
+
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
+    """JAX's scan: carry, ys = f(carry, x) over the leading axis of xs; returns (carry, stacked ys)."""
+    from kiln._src import tree_util
+    from kiln import numpy as jnp
+    x_leaves, x_tree = tree_util.tree_flatten(xs)
+    x_leaves = [core.asarray(x) for x in x_leaves]
+    lengths = {x.shape[0] for x in x_leaves if x.ndim > 0}
+    if any(x.ndim == 0 for x in x_leaves):
+        raise ValueError("scan: every xs leaf needs a leading axis to scan over")
+    if length is not None:
+        lengths.add(_int(length))
+    if len(lengths) != 1:
+        raise ValueError(f"scan: inconsistent lengths {sorted(lengths)} (xs leading axes and length=)")
+    n = lengths.pop()
+    _check_unroll("scan", n)
+    carry, ys = init, []
+    order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
+    for i in order:
+        x = tree_util.tree_unflatten(x_tree, [leaf[i] for leaf in x_leaves]) if x_leaves else None
+        carry, y = f(carry, x)
+        ys.append(y)
+    if reverse:
+        ys.reverse()
+    if not ys:
+        raise NotImplementedError("scan of length 0 is not supported yet by kiln")
+    y_leaves0, y_tree = tree_util.tree_flatten(ys[0])
+    stacked = [jnp.stack([tree_util.tree_leaves(y)[k] for y in ys]) for k in builtins.range(len(y_leaves0))]
+    return carry, tree_util.tree_unflatten(y_tree, stacked)
+
+
+def map(f, xs):
+    """f applied to each slice of xs along its leading axis, results stacked (a scan without carry)."""
+    _, ys = scan(lambda c, x: (c, f(x)), None, xs)
+    return ys
 
 
 from kiln.lax import linalg  # noqa: E402
