@@ -696,7 +696,11 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
   }
   case KL_FAM_CONVERT:
     emit_value(k, e->ins[0], idx, a);
-    emit_convert(k, k->pg->vals[e->ins[0]].aval.dtype, t, a, out);
+    if (e->prim == KL_P_BITCAST) {
+      kl_dtype from = k->pg->vals[e->ins[0]].aval.dtype;
+      if (!strcmp(kl_compute_type(from), kl_compute_type(t))) snprintf(out, sizeof(ssa), "%s", a);
+      else line(k, "%s = arith.bitcast %s : %s to %s", fresh(k, out), a, kl_compute_type(from), kl_compute_type(t));
+    } else emit_convert(k, k->pg->vals[e->ins[0]].aval.dtype, t, a, out);
     break;
   case KL_FAM_CONST: const_scalar(k, t, e->p.f, e->p.i1, out); break;
   case KL_FAM_IOTA: emit_iota(k, e, t, idx, out); break;

@@ -520,7 +520,18 @@ int kl_prim_infer(kl_prim prim, const kl_aval *ins, int nin, const kl_params *p,
   case KL_FAM_UNARY: case KL_FAM_BINARY: case KL_FAM_COMPARE: return rule_elementwise(&e, pi, ins, nin, p, outs);
   case KL_FAM_SELECT: return rule_select(&e, ins, nin, outs);
   case KL_FAM_CONVERT:
-    if (p->d < 0 || p->d >= KL_NDTYPES) return fail(&e, 'T', "convert_element_type: invalid new_dtype");
+    if (p->d < 0 || p->d >= KL_NDTYPES) return fail(&e, 'T', "%s: invalid new_dtype", pi->name);
+    if (prim == KL_P_BITCAST) { /* same width; 32- and 64-bit types (and 8/16-bit integers) */
+      kl_dtype from = ins[0].dtype, to = (kl_dtype)p->d;
+      int low = from == KL_F16 || from == KL_BF16 || to == KL_F16 || to == KL_BF16 || from == KL_BOOL || to == KL_BOOL;
+      if (kl_dtype_size(from) != kl_dtype_size(to) || (low && from != to))
+        return fail(&e, 'T', "bitcast_convert_type: cannot reinterpret %s as %s (kiln supports same-width "
+                             "integer and 32/64-bit float types)", kl_dtype_name(from), kl_dtype_name(to));
+      outs[0] = ins[0];
+      outs[0].dtype = to;
+      outs[0].weak = 0;
+      return 0;
+    }
     outs[0] = ins[0];
     outs[0].dtype = (kl_dtype)p->d;
     outs[0].weak = (uint8_t)(p->i0 != 0);

@@ -73,6 +73,7 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(LE, "le", COMPARE, ANY, "") X(GT, "gt", COMPARE, ANY, "") X(GE, "ge", COMPARE, ANY, "") \
   X(SELECT_N, "select_n", SELECT, ANY, "")                                                  \
   X(CONVERT, "convert_element_type", CONVERT, ANY, "new_dtype:d weak_type:i0")              \
+  X(BITCAST, "bitcast_convert_type", CONVERT, ANY, "new_dtype:d")                          \
   X(CONST, "literal", CONST, ANY, "dtype:d weak_type:i0 int_value:i1 value:f")             \
   X(IOTA, "iota", IOTA, ANY, "dtype:d shape:v0 dimension:i0")                               \
   X(BROADCAST_IN_DIM, "broadcast_in_dim", SHAPE, ANY, "shape:v0 broadcast_dimensions:v1")   \

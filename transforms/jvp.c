@@ -516,6 +516,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     return 0;
   }
   case KL_FAM_CONVERT:
+    if (e->prim == KL_P_BITCAST) return 0; /* reinterpreting bits is not differentiable: zero, as JAX */
     if (ts[0] < 0 || !is_float_val(a, xs[0])) return 0;
     touts[0] = same_prim(a, e, (int *)&ts[0], 1);
     return 0;

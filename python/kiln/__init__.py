@@ -22,6 +22,7 @@ from kiln import lax  # noqa: F401
 from kiln import numpy  # noqa: F401
 from kiln import nn  # noqa: F401
 from kiln import scipy  # noqa: F401
+from kiln import random  # noqa: F401
 
 typing = None
 

@@ -129,6 +129,15 @@ def convert_element_type(operand, new_dtype, weak_type=False):
     return bind1("convert_element_type", [operand], {"new_dtype": new_dtype.name, "weak_type": _int(_bool(weak_type))})
 
 
+def bitcast_convert_type(operand, new_dtype):
+    """Reinterprets the bits of each element as new_dtype (same width)."""
+    (operand,) = _args("bitcast_convert_type", operand)
+    new_dtype = dtypes.canonicalize_dtype(new_dtype)
+    if operand.dtype == new_dtype:
+        return operand
+    return bind1("bitcast_convert_type", [operand], {"new_dtype": new_dtype.name})
+
+
 def _convert_weak(operand, new_dtype, weak_type):
     return convert_element_type(operand, new_dtype, weak_type)
 
