@@ -21,6 +21,19 @@ static int emit1(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *
   return kl_ad_emit(a, p, ins, nin, prm, o) < 0 ? -1 : o[0];
 }
 
+/* The three int-vector params of slice (start, limit, strides) and pad (low, high, interior). */
+static int emit_box(kl_ad *a, kl_prim prim, int x, const int64_t *v0, const int64_t *v1, const int64_t *v2, int n) {
+  kl_params p;
+  kl_params_init(&p);
+  p.v[0] = (int64_t *)v0;
+  p.v[1] = (int64_t *)v1;
+  p.v[2] = (int64_t *)v2;
+  p.nv[0] = p.nv[1] = p.nv[2] = n;
+  if (prim == KL_P_SLICE) return emit1(a, KL_P_SLICE, &x, 1, &p);
+  int ins[2] = {x, kl_ad_lit(a, 0, kl_ad_aval(a, x)->dtype)}; /* pad with zeros */
+  return emit1(a, KL_P_PAD, ins, 2, &p);
+}
+
 static void accumulate(tctx *c, int jv, int contrib) {
   if (contrib < 0) return;
   kl_aval target = c->j->vals[jv].aval;
@@ -192,15 +205,7 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
       int64_t covered = n ? lo[d] + (n - 1) * st + 1 : lo[d];
       hi[d] = xa->dims[d] - covered;
     }
-    int z = kl_ad_lit(a, 0, ya->dtype);
-    int ins[2] = {ct, z};
-    p.v[0] = lo;
-    p.nv[0] = xa->ndim;
-    p.v[1] = hi;
-    p.nv[1] = xa->ndim;
-    p.v[2] = in;
-    p.nv[2] = xa->ndim;
-    return emit1(a, KL_P_PAD, ins, 2, &p);
+    return emit_box(a, KL_P_PAD, ct, lo, hi, in, xa->ndim);
   }
   case KL_P_PAD: {
     if (i == 1) { /* padding value: the sum over the padding positions, which pad(0, 1) marks */
@@ -221,32 +226,14 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
       zero[d] = 0;
       need |= lo2[d] || hi2[d];
     }
-    int src = ct;
-    if (need) {
-      int z = kl_ad_lit(a, 0, ya->dtype);
-      int ins[2] = {ct, z};
-      p.v[0] = lo2;
-      p.nv[0] = xa->ndim;
-      p.v[1] = hi2;
-      p.nv[1] = xa->ndim;
-      p.v[2] = zero;
-      p.nv[2] = xa->ndim;
-      src = emit1(a, KL_P_PAD, ins, 2, &p);
-      kl_params_init(&p);
-    }
+    int src = need ? emit_box(a, KL_P_PAD, ct, lo2, hi2, zero, xa->ndim) : ct;
     int64_t start[KL_MAX_RANK];
     for (int d = 0; d < xa->ndim; d++) {
       start[d] = e->p.v[0][d] > 0 ? e->p.v[0][d] : 0;
       st[d] = e->p.v[2][d] + 1;
       lim[d] = xa->dims[d] ? start[d] + (xa->dims[d] - 1) * st[d] + 1 : start[d];
     }
-    p.v[0] = start;
-    p.nv[0] = xa->ndim;
-    p.v[1] = lim;
-    p.nv[1] = xa->ndim;
-    p.v[2] = st;
-    p.nv[2] = xa->ndim;
-    return emit1(a, KL_P_SLICE, &src, 1, &p);
+    return emit_box(a, KL_P_SLICE, src, start, lim, st, xa->ndim);
   }
   case KL_P_CONCATENATE: {
     int64_t off = 0, d = e->p.i0;
@@ -258,13 +245,7 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
     }
     start[d] = off;
     lim[d] = off + xa->dims[d];
-    p.v[0] = start;
-    p.nv[0] = ya->ndim;
-    p.v[1] = lim;
-    p.nv[1] = ya->ndim;
-    p.v[2] = st;
-    p.nv[2] = ya->ndim;
-    return emit1(a, KL_P_SLICE, &ct, 1, &p);
+    return emit_box(a, KL_P_SLICE, ct, start, lim, st, ya->ndim);
   }
   case KL_P_DOT_GENERAL: return transpose_dot(c, e, i, ct);
   case KL_P_CUMSUM: {
