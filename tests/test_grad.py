@@ -20,11 +20,9 @@ H = 1e-6
 
 
 @pytest.fixture(autouse=True)
-def x64():
-    old = kiln.config.jax_enable_x64
-    kiln.config.update("jax_enable_x64", True)
+def _float64_everywhere(x64):
+    """Every gradient check here runs in 64-bit mode (x64 fixture: conftest.py)."""
     yield
-    kiln.config.update("jax_enable_x64", old)
 
 
 def rng():

@@ -10,12 +10,7 @@ import kiln.numpy as jnp
 from kiln._src.numpy import indexing
 
 
-@pytest.fixture
-def x64():
-    old = kiln.config.jax_enable_x64
-    kiln.config.update("jax_enable_x64", True)
-    yield
-    kiln.config.update("jax_enable_x64", old)
+# (the x64 fixture is in conftest.py)
 
 
 # Both the Array operators and the module's functions must implement the same rules.

@@ -24,12 +24,7 @@ INTS = ["int8", "int32", "uint8", "uint32"]
 SHAPE = (4, 6)  # the elementwise shape used everywhere
 
 
-@pytest.fixture
-def x64():
-    old = kiln.config.jax_enable_x64
-    kiln.config.update("jax_enable_x64", True)
-    yield
-    kiln.config.update("jax_enable_x64", old)
+# (the x64 fixture is in conftest.py)
 
 
 @pytest.fixture

@@ -9,12 +9,7 @@ import kiln
 import kiln.numpy as jnp
 
 
-@pytest.fixture
-def x64():
-    old = kiln.config.jax_enable_x64
-    kiln.config.update("jax_enable_x64", True)
-    yield
-    kiln.config.update("jax_enable_x64", old)
+# (the x64 fixture is in conftest.py)
 
 
 def _rand(rng, shape, dtype=np.float64):

@@ -14,11 +14,9 @@ B = 3  # batch size used throughout (small: every new shape compiles)
 
 
 @pytest.fixture(autouse=True)
-def x64():
-    old = kiln.config.jax_enable_x64
-    kiln.config.update("jax_enable_x64", True)
+def _float64_everywhere(x64):
+    """Every vmap check here runs in 64-bit mode (x64 fixture: conftest.py)."""
     yield
-    kiln.config.update("jax_enable_x64", old)
 
 
 def rnd(*shape):

@@ -17,16 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                    \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-    }                                                                          \
-  } while (0)
+#include "check.h"
 
 /* splitmix64, fixed seed: failures reproduce. */
 static uint64_t rng = 0x2545f4914f6cdd1dull;

@@ -13,16 +13,7 @@
 #include "../../ir/program.h"
 #include "../../transforms/fuse.h"
 
-static int failures;
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      failures++;                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fputc('\n', stderr);                                   \
-    }                                                        \
-  } while (0)
+#include "check.h"
 /* A known bug: `cond` states the correct behaviour and is expected to be false today. */
 #define XFAIL(cond, bug)                                                                  \
   do {                                                                                    \
