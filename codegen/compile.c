@@ -14,6 +14,7 @@
 
 #include "../transforms/fuse.h"
 #include "cpujit.h"
+#include "mlirctx.h"
 #include "kernel.h"
 #include "libcall.h"
 
@@ -66,6 +67,19 @@ void kl_compile_warmup_async(void) {
   pthread_attr_destroy(&a);
 }
 
+MlirContext kl_mlir_lock(void) {
+  pthread_mutex_lock(&mlir_mu);
+  mlir_init();
+  return mlir_ctx;
+}
+
+void kl_mlir_unlock(void) { pthread_mutex_unlock(&mlir_mu); }
+
+void kl_compile_note(double seconds) {
+  compile_seconds += seconds;
+  compile_count++;
+}
+
 double kl_compile_seconds(void) { return compile_seconds; }
 long kl_compile_count(void) { return compile_count; }
 
@@ -76,7 +90,7 @@ static double now(void) {
 }
 
 /* Diagnostics go into a buffer so errors reach Python. */
-static void collect_text(MlirStringRef s, void *user) {
+void kl_mlir_collect_text(MlirStringRef s, void *user) {
   kl_str *b = user;
   char tmp[512];
   size_t n = s.length < sizeof tmp - 1 ? s.length : sizeof tmp - 1;
@@ -85,8 +99,8 @@ static void collect_text(MlirStringRef s, void *user) {
   if (b->len < 4000) kl_str_append(b, tmp);
 }
 
-static MlirLogicalResult on_diag(MlirDiagnostic d, void *user) {
-  mlirDiagnosticPrint(d, collect_text, user);
+MlirLogicalResult kl_mlir_on_diag(MlirDiagnostic d, void *user) {
+  mlirDiagnosticPrint(d, kl_mlir_collect_text, user);
   kl_str_append(user, "\n");
   return mlirLogicalResultSuccess();
 }
@@ -127,7 +141,7 @@ static void kernel_combine(void *ctx, void *dst, void *const *parts, int n) {
   kl_reduce_combine(k->reduce, k->out_dtype, dst, parts, n, k->out_elems);
 }
 
-static void dump(const char *what, const char *text) {
+void kl_codegen_dump(const char *what, const char *text) {
   const char *dir = getenv("KILN_DUMP");
   if (!dir || !*dir) return;
   static long seq;
@@ -140,7 +154,7 @@ static void dump(const char *what, const char *text) {
 }
 
 /* Replaces every "KLPFX" in text with prefix (the kernels' unique symbol prefix). */
-static void set_prefix(kl_str *text, const char *prefix) {
+void kl_codegen_set_prefix(kl_str *text, const char *prefix) {
   kl_str out;
   kl_str_init(&out);
   const char *p = text->data, *q;
@@ -170,8 +184,8 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
   uint64_t key = kl_cpujit_key(mod->data);
   char prefix[40];
   snprintf(prefix, sizeof prefix, "kl_%016llx_", (unsigned long long)key);
-  set_prefix(mod, prefix);
-  dump("kernels.mlir", mod->data);
+  kl_codegen_set_prefix(mod, prefix);
+  kl_codegen_dump("kernels.mlir", mod->data);
   kl_kernel_fn fns[512];
   int n = o->nkernels, rc = 0;
   if (n > 512) {
@@ -183,7 +197,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
     mlir_init();
     kl_str diag;
     kl_str_init(&diag);
-    MlirDiagnosticHandlerID hid = mlirContextAttachDiagnosticHandler(mlir_ctx, on_diag, &diag, NULL);
+    MlirDiagnosticHandlerID hid = mlirContextAttachDiagnosticHandler(mlir_ctx, kl_mlir_on_diag, &diag, NULL);
     MlirModule m = mlirModuleCreateParse(mlir_ctx, mlirStringRefCreateFromCString(mod->data));
     double tp1 = now(), tp2 = tp1;
     if (mlirModuleIsNull(m)) {
@@ -194,7 +208,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
       kl_str perr;
       kl_str_init(&perr);
       if (mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
-                                                           mlirStringRefCreateFromCString(strstr(mod->data, "bf16") ? CPU_PIPELINE_BF16 : CPU_PIPELINE), collect_text, &perr))) {
+                                                           mlirStringRefCreateFromCString(strstr(mod->data, "bf16") ? CPU_PIPELINE_BF16 : CPU_PIPELINE), kl_mlir_collect_text, &perr))) {
         snprintf(err, errlen, "internal error: bad pass pipeline: %s", perr.data ? perr.data : "");
         rc = -1;
       } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {

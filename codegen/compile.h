@@ -10,6 +10,14 @@
  * with a message in err. */
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen);
 
+/* The same for the CUDA device (codegen/compile_gpu.c); NULL with a message without a GPU. */
+kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen);
+/* The PTX kiln generates for pg on compute capability cc (90 = sm_90), without a GPU: malloc'd
+ * text ("" when pg needs no kernel), or NULL with a message. For tests and KILN_DUMP. */
+char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen);
+/* GPU code counters: modules compiled, loaded from the disk cache, found in memory. */
+void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits);
+
 /* Starts initializing MLIR and the JIT on a background thread (idempotent with compiles). */
 void kl_compile_warmup_async(void);
 

@@ -172,6 +172,9 @@ static char *cache_read(uint64_t key, size_t *len) {
   return data;
 }
 
+void kl_diskcache_write(uint64_t key, const void *data, size_t len) { cache_write(key, data, len); }
+void *kl_diskcache_read(uint64_t key, size_t *len) { return cache_read(key, len); }
+
 static void remove_entry(uint64_t key) {
   char path[1024];
   if (!cache_path(key, path, sizeof path)) unlink(path);

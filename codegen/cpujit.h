@@ -23,6 +23,11 @@ int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns);
 int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns,
                       const char *passes /* LLVM pass pipeline, e.g. "default<O3>" */, char *err, size_t errlen);
 
+/* The disk cache itself (atomic writes, checksummed reads), for other compiled artifacts:
+ * read returns malloc'd bytes or NULL. */
+void kl_diskcache_write(uint64_t key, const void *data, size_t len);
+void *kl_diskcache_read(uint64_t key, size_t *len);
+
 /* Counters for tests: objects compiled, loaded from disk, found in memory. */
 void kl_cpujit_stats(long *compiled, long *disk_hits, long *memory_hits);
 #endif

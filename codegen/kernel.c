@@ -9,37 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_internal.h"
 #include "mathfn.h"
 
-typedef char ssa[24];
 
 #define KL_SUM_BLOCK 1024 /* elements per float32 partial sum in blocked sums */
 
-typedef struct {
-  char *key;
-  ssa name;
-} memo_entry;
-
-typedef struct {
-  const kl_program *pg;
-  const kl_plan *plan;
-  kl_emitter em;
-  kl_str *body;   /* loop-body text */
-  const char *ind; /* indentation of body lines */
-  int *args;       /* materialized values read, in argument order */
-  int nargs, capargs;
-  memo_entry *memo;
-  int nmemo, capmemo;
-  char *err;
-  size_t errlen;
-  int failed;
-  int root; /* the value this kernel writes: computed, never loaded */
-  int stage_val[KL_MAX_STAGES]; /* row kernels: absorbed reductions ... */
-  ssa stage_ssa[KL_MAX_STAGES]; /* ... and the SSA names of their per-row results */
-  int nstage;
-  int stash;       /* row kernels: a value the last stage also stores into the output row... */
-  int stash_ready; /* ...which the main loop then reloads instead of recomputing */
-} kctx;
 
 const char *kl_storage_type(kl_dtype t) {
   static const char *names[KL_NDTYPES] = {"i8", "i8", "i16", "i32", "i64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
@@ -52,12 +27,11 @@ const char *kl_compute_type(kl_dtype t) {
   return kl_storage_type(t);
 }
 
-static int is_low_float(kl_dtype t) { return t == KL_F16 || t == KL_BF16; }
+int kk_is_low_float(kl_dtype t) { return t == KL_F16 || t == KL_BF16; }
 static int is_unsigned(kl_dtype t) { return kl_dtype_kind(t) == KL_KIND_UINT || t == KL_BOOL; }
 static int bits_of(const char *cty) { return !strcmp(cty, "i1") ? 1 : atoi(cty + 1); }
 
-static void line(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void line(kctx *k, const char *fmt, ...) {
+void kk_line(kctx *k, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   kl_str_append(k->body, k->ind);
@@ -66,10 +40,9 @@ static void line(kctx *k, const char *fmt, ...) {
   va_end(ap);
 }
 
-static char *fresh(kctx *k, char *buf) { return kl_emit_fresh(&k->em, buf); }
+char *kk_fresh(kctx *k, char *buf) { return kl_emit_fresh(&k->em, buf); }
 
-static int kfail(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int kfail(kctx *k, const char *fmt, ...) {
+int kk_kfail(kctx *k, const char *fmt, ...) {
   if (!k->failed) {
     va_list ap;
     va_start(ap, fmt);
@@ -82,53 +55,53 @@ static int kfail(kctx *k, const char *fmt, ...) {
 
 /* ---- constants ---- */
 
-static char *const_index(kctx *k, int64_t v, char *out) {
-  fresh(k, out);
-  line(k, "%s = arith.constant %lld : index", out, (long long)v);
+char *kk_const_index(kctx *k, int64_t v, char *out) {
+  kk_fresh(k, out);
+  kk_line(k, "%s = arith.constant %lld : index", out, (long long)v);
   return out;
 }
 
 /* A scalar constant of dtype t in compute type: ints from iv, floats from fv. */
-static char *const_scalar(kctx *k, kl_dtype t, double fv, int64_t iv, char *out) {
+char *kk_const_scalar(kctx *k, kl_dtype t, double fv, int64_t iv, char *out) {
   const char *cty = kl_compute_type(t);
-  fresh(k, out);
+  kk_fresh(k, out);
   if (t == KL_BOOL) {
-    line(k, "%s = arith.constant %s", out, iv ? "true" : "false");
+    kk_line(k, "%s = arith.constant %s", out, iv ? "true" : "false");
   } else if (kl_dtype_is_int(t)) {
-    line(k, "%s = arith.constant %lld : %s", out, (long long)iv, cty);
+    kk_line(k, "%s = arith.constant %lld : %s", out, (long long)iv, cty);
   } else {
-    if (is_low_float(t)) { /* round the literal to the storage type first */
+    if (kk_is_low_float(t)) { /* round the literal to the storage type first */
       ssa tmp;
-      fresh(k, tmp);
-      if (isnan(fv)) line(k, "%s = arith.constant 0x%s : %s", tmp, t == KL_F16 ? "7E00" : "7FC0", kl_storage_type(t));
-      else if (isinf(fv)) line(k, "%s = arith.constant 0x%s : %s", tmp, t == KL_F16 ? (fv > 0 ? "7C00" : "FC00") : (fv > 0 ? "7F80" : "FF80"), kl_storage_type(t));
-      else line(k, "%s = arith.constant %.17e : %s", tmp, fv, kl_storage_type(t));
-      line(k, "%s = arith.extf %s : %s to f32", out, tmp, kl_storage_type(t));
+      kk_fresh(k, tmp);
+      if (isnan(fv)) kk_line(k, "%s = arith.constant 0x%s : %s", tmp, t == KL_F16 ? "7E00" : "7FC0", kl_storage_type(t));
+      else if (isinf(fv)) kk_line(k, "%s = arith.constant 0x%s : %s", tmp, t == KL_F16 ? (fv > 0 ? "7C00" : "FC00") : (fv > 0 ? "7F80" : "FF80"), kl_storage_type(t));
+      else kk_line(k, "%s = arith.constant %.17e : %s", tmp, fv, kl_storage_type(t));
+      kk_line(k, "%s = arith.extf %s : %s to f32", out, tmp, kl_storage_type(t));
       return out;
     }
-    if (isnan(fv)) line(k, "%s = arith.constant 0x%s : %s", out, t == KL_F32 ? "7FC00000" : "7FF8000000000000", cty);
+    if (isnan(fv)) kk_line(k, "%s = arith.constant 0x%s : %s", out, t == KL_F32 ? "7FC00000" : "7FF8000000000000", cty);
     else if (isinf(fv))
-      line(k, "%s = arith.constant 0x%s : %s", out,
+      kk_line(k, "%s = arith.constant 0x%s : %s", out,
            t == KL_F32 ? (fv > 0 ? "7F800000" : "FF800000") : (fv > 0 ? "7FF0000000000000" : "FFF0000000000000"), cty);
-    else line(k, "%s = arith.constant %.17e : %s", out, fv, cty);
+    else kk_line(k, "%s = arith.constant %.17e : %s", out, fv, cty);
   }
   return out;
 }
 
 /* Rounds a low-precision float held in f32 back to its storage precision. */
 static char *round_low(kctx *k, kl_dtype t, char *v) {
-  if (!is_low_float(t)) return v;
+  if (!kk_is_low_float(t)) return v;
   ssa a;
-  fresh(k, a);
-  line(k, "%s = arith.truncf %s : f32 to %s", a, v, kl_storage_type(t));
-  fresh(k, v);
-  line(k, "%s = arith.extf %s : %s to f32", v, a, kl_storage_type(t));
+  kk_fresh(k, a);
+  kk_line(k, "%s = arith.truncf %s : f32 to %s", a, v, kl_storage_type(t));
+  kk_fresh(k, v);
+  kk_line(k, "%s = arith.extf %s : %s to f32", v, a, kl_storage_type(t));
   return v;
 }
 
 /* ---- arguments and memo ---- */
 
-static int arg_index(kctx *k, int v) {
+int kk_arg_index(kctx *k, int v) {
   for (int i = 0; i < k->nargs; i++)
     if (k->args[i] == v) return i;
   if (k->nargs == k->capargs) {
@@ -165,14 +138,14 @@ static void memo_put(kctx *k, char *key, const char *name) {
   k->nmemo++;
 }
 
-static void memref_type(kl_str *s, const kl_aval *a) {
+void kk_memref_type(kl_str *s, const kl_aval *a) {
   kl_str_append(s, "memref<");
   if (a->ndim == 0) kl_str_append(s, "1x");
   for (int i = 0; i < a->ndim; i++) kl_str_printf(s, "%lldx", (long long)a->dims[i]);
   kl_str_printf(s, "%s>", kl_storage_type(a->dtype));
 }
 
-static void index_list(kl_str *s, ssa *idx, int n, const char *zero) {
+void kk_index_list(kl_str *s, ssa *idx, int n, const char *zero) {
   kl_str_append(s, "[");
   if (n == 0) kl_str_append(s, zero);
   for (int i = 0; i < n; i++) kl_str_printf(s, i ? ", %s" : "%s", idx[i]);
@@ -180,36 +153,36 @@ static void index_list(kl_str *s, ssa *idx, int n, const char *zero) {
 }
 
 /* Loads materialized value v at idx, converted to its compute type. */
-static char *emit_load(kctx *k, int v, ssa *idx, char *out) {
+char *kk_emit_load(kctx *k, int v, ssa *idx, char *out) {
   const kl_aval *a = &k->pg->vals[v].aval;
-  int ai = arg_index(k, v);
+  int ai = kk_arg_index(k, v);
   kl_str s;
   kl_str_init(&s);
   ssa raw, zero;
-  if (a->ndim == 0) const_index(k, 0, zero);
-  fresh(k, raw);
+  if (a->ndim == 0) kk_const_index(k, 0, zero);
+  kk_fresh(k, raw);
   kl_str_printf(&s, "%s = memref.load %%m%d", raw, ai);
-  index_list(&s, idx, a->ndim, zero);
+  kk_index_list(&s, idx, a->ndim, zero);
   kl_str_append(&s, " : ");
-  memref_type(&s, a);
-  line(k, "%s", s.data);
+  kk_memref_type(&s, a);
+  kk_line(k, "%s", s.data);
   kl_str_free(&s);
   if (a->dtype == KL_BOOL) {
     ssa z;
-    fresh(k, z);
-    line(k, "%s = arith.constant 0 : i8", z);
-    fresh(k, out);
-    line(k, "%s = arith.cmpi ne, %s, %s : i8", out, raw, z);
-  } else if (is_low_float(a->dtype)) {
-    fresh(k, out);
-    line(k, "%s = arith.extf %s : %s to f32", out, raw, kl_storage_type(a->dtype));
+    kk_fresh(k, z);
+    kk_line(k, "%s = arith.constant 0 : i8", z);
+    kk_fresh(k, out);
+    kk_line(k, "%s = arith.cmpi ne, %s, %s : i8", out, raw, z);
+  } else if (kk_is_low_float(a->dtype)) {
+    kk_fresh(k, out);
+    kk_line(k, "%s = arith.extf %s : %s to f32", out, raw, kl_storage_type(a->dtype));
   } else {
     snprintf(out, sizeof(ssa), "%s", raw);
   }
   return out;
 }
 
-static char *emit_value(kctx *k, int v, ssa *idx, char *out);
+char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
 
 /* ---- elementwise ops ---- */
 
@@ -236,91 +209,91 @@ static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, cha
   ssa a, b, c;
   switch (e->prim) {
   case KL_P_NEG:
-    fresh(k, out);
-    if (fl) line(k, "%s = arith.negf %s : %s", out, x, cty);
+    kk_fresh(k, out);
+    if (fl) kk_line(k, "%s = arith.negf %s : %s", out, x, cty);
     else {
-      const_scalar(k, t, 0, 0, a);
-      line(k, "%s = arith.subi %s, %s : %s", out, a, x, cty);
+      kk_const_scalar(k, t, 0, 0, a);
+      kk_line(k, "%s = arith.subi %s, %s : %s", out, a, x, cty);
     }
     return out;
   case KL_P_ABS:
-    fresh(k, out);
-    if (fl) line(k, "%s = math.absf %s : %s", out, x, cty);
+    kk_fresh(k, out);
+    if (fl) kk_line(k, "%s = math.absf %s : %s", out, x, cty);
     else if (is_unsigned(t)) snprintf(out, sizeof(ssa), "%s", x);
-    else line(k, "%s = math.absi %s : %s", out, x, cty);
+    else kk_line(k, "%s = math.absi %s : %s", out, x, cty);
     return out;
   case KL_P_SIGN:
-    const_scalar(k, t, 0, 0, a);
-    const_scalar(k, t, 1, 1, b);
+    kk_const_scalar(k, t, 0, 0, a);
+    kk_const_scalar(k, t, 1, 1, b);
     if (fl) {
       ssa m1, gt, lt, s1;
-      const_scalar(k, t, -1, -1, m1);
-      line(k, "%s = arith.cmpf ogt, %s, %s : %s", fresh(k, gt), x, a, cty);
-      line(k, "%s = arith.cmpf olt, %s, %s : %s", fresh(k, lt), x, a, cty);
-      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, s1), lt, m1, x, cty);
-      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), gt, b, s1, cty);
+      kk_const_scalar(k, t, -1, -1, m1);
+      kk_line(k, "%s = arith.cmpf ogt, %s, %s : %s", kk_fresh(k, gt), x, a, cty);
+      kk_line(k, "%s = arith.cmpf olt, %s, %s : %s", kk_fresh(k, lt), x, a, cty);
+      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, s1), lt, m1, x, cty);
+      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), gt, b, s1, cty);
     } else if (is_unsigned(t)) {
-      line(k, "%s = arith.cmpi ne, %s, %s : %s", fresh(k, c), x, a, cty);
-      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), c, b, a, cty);
+      kk_line(k, "%s = arith.cmpi ne, %s, %s : %s", kk_fresh(k, c), x, a, cty);
+      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), c, b, a, cty);
     } else {
       ssa m1, gt, lt, s1;
-      const_scalar(k, t, -1, -1, m1);
-      line(k, "%s = arith.cmpi sgt, %s, %s : %s", fresh(k, gt), x, a, cty);
-      line(k, "%s = arith.cmpi slt, %s, %s : %s", fresh(k, lt), x, a, cty);
-      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, s1), lt, m1, a, cty);
-      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), gt, b, s1, cty);
+      kk_const_scalar(k, t, -1, -1, m1);
+      kk_line(k, "%s = arith.cmpi sgt, %s, %s : %s", kk_fresh(k, gt), x, a, cty);
+      kk_line(k, "%s = arith.cmpi slt, %s, %s : %s", kk_fresh(k, lt), x, a, cty);
+      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, s1), lt, m1, a, cty);
+      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), gt, b, s1, cty);
     }
     return out;
-  case KL_P_FLOOR: line(k, "%s = math.floor %s : %s", fresh(k, out), x, cty); return out;
-  case KL_P_CEIL: line(k, "%s = math.ceil %s : %s", fresh(k, out), x, cty); return out;
+  case KL_P_FLOOR: kk_line(k, "%s = math.floor %s : %s", kk_fresh(k, out), x, cty); return out;
+  case KL_P_CEIL: kk_line(k, "%s = math.ceil %s : %s", kk_fresh(k, out), x, cty); return out;
   case KL_P_ROUND:
-    line(k, "%s = math.%s %s : %s", fresh(k, out), e->p.i0 ? "roundeven" : "round", x, cty);
+    kk_line(k, "%s = math.%s %s : %s", kk_fresh(k, out), e->p.i0 ? "roundeven" : "round", x, cty);
     return out;
   case KL_P_IS_FINITE:
-    const_scalar(k, t, INFINITY, 0, a);
-    line(k, "%s = math.absf %s : %s", fresh(k, b), x, cty);
-    line(k, "%s = arith.cmpf olt, %s, %s : %s", fresh(k, out), b, a, cty);
+    kk_const_scalar(k, t, INFINITY, 0, a);
+    kk_line(k, "%s = math.absf %s : %s", kk_fresh(k, b), x, cty);
+    kk_line(k, "%s = arith.cmpf olt, %s, %s : %s", kk_fresh(k, out), b, a, cty);
     return out;
-  case KL_P_SQRT: line(k, "%s = math.sqrt %s : %s", fresh(k, out), x, cty); return out;
+  case KL_P_SQRT: kk_line(k, "%s = math.sqrt %s : %s", kk_fresh(k, out), x, cty); return out;
   case KL_P_RSQRT:
-    line(k, "%s = math.sqrt %s : %s", fresh(k, a), x, cty);
-    const_scalar(k, t, 1, 1, b);
-    line(k, "%s = arith.divf %s, %s : %s", fresh(k, out), b, a, cty);
+    kk_line(k, "%s = math.sqrt %s : %s", kk_fresh(k, a), x, cty);
+    kk_const_scalar(k, t, 1, 1, b);
+    kk_line(k, "%s = arith.divf %s, %s : %s", kk_fresh(k, out), b, a, cty);
     return out;
   case KL_P_NOT:
-    if (t == KL_BOOL) line(k, "%s = arith.constant true", fresh(k, a));
-    else line(k, "%s = arith.constant -1 : %s", fresh(k, a), cty);
-    line(k, "%s = arith.xori %s, %s : %s", fresh(k, out), x, a, cty);
+    if (t == KL_BOOL) kk_line(k, "%s = arith.constant true", kk_fresh(k, a));
+    else kk_line(k, "%s = arith.constant -1 : %s", kk_fresh(k, a), cty);
+    kk_line(k, "%s = arith.xori %s, %s : %s", kk_fresh(k, out), x, a, cty);
     return out;
   case KL_P_SQUARE:
-    line(k, "%s = arith.mul%s %s, %s : %s", fresh(k, out), fl ? "f" : "i", x, x, cty);
+    kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, out), fl ? "f" : "i", x, x, cty);
     return out;
   case KL_P_STOP_GRADIENT: snprintf(out, sizeof(ssa), "%s", x); return out;
   case KL_P_INTEGER_POW: {
     int64_t y = e->p.i0, n = y < 0 ? -y : y;
     ssa acc, base;
-    const_scalar(k, t, 1, 1, acc);
+    kk_const_scalar(k, t, 1, 1, acc);
     snprintf(base, sizeof base, "%s", x);
     while (n) {
       if (n & 1) {
         ssa nacc;
-        line(k, "%s = arith.mul%s %s, %s : %s", fresh(k, nacc), fl ? "f" : "i", acc, base, cty);
+        kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, nacc), fl ? "f" : "i", acc, base, cty);
         memcpy(acc, nacc, sizeof acc);
       }
       n >>= 1;
       if (n) {
         ssa nb;
-        line(k, "%s = arith.mul%s %s, %s : %s", fresh(k, nb), fl ? "f" : "i", base, base, cty);
+        kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, nb), fl ? "f" : "i", base, base, cty);
         memcpy(base, nb, sizeof base);
       }
     }
     if (y < 0) {
-      const_scalar(k, t, 1, 1, a);
-      line(k, "%s = arith.divf %s, %s : %s", fresh(k, out), a, acc, cty);
+      kk_const_scalar(k, t, 1, 1, a);
+      kk_line(k, "%s = arith.divf %s, %s : %s", kk_fresh(k, out), a, acc, cty);
     } else snprintf(out, sizeof(ssa), "%s", acc);
     return out;
   }
-  default: kfail(k, "codegen: no lowering for unary %s", kl_prim_get(e->prim)->name); return out;
+  default: kk_kfail(k, "codegen: no lowering for unary %s", kl_prim_get(e->prim)->name); return out;
   }
 }
 
@@ -329,29 +302,29 @@ static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, cha
 static char *emit_int_divrem(kctx *k, kl_dtype t, int rem, const char *x, const char *y, char *out) {
   const char *cty = kl_compute_type(t);
   ssa z, one, isz, safe, q;
-  const_scalar(k, t, 0, 0, z);
-  const_scalar(k, t, 1, 1, one);
-  line(k, "%s = arith.cmpi eq, %s, %s : %s", fresh(k, isz), y, z, cty);
-  line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, safe), isz, one, y, cty);
+  kk_const_scalar(k, t, 0, 0, z);
+  kk_const_scalar(k, t, 1, 1, one);
+  kk_line(k, "%s = arith.cmpi eq, %s, %s : %s", kk_fresh(k, isz), y, z, cty);
+  kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, safe), isz, one, y, cty);
   if (!is_unsigned(t)) { /* y == -1 -> use 1 and negate (wrapping) to avoid the INT_MIN trap */
     ssa m1, ism1, safe2, r0, neg;
-    const_scalar(k, t, -1, -1, m1);
-    line(k, "%s = arith.cmpi eq, %s, %s : %s", fresh(k, ism1), y, m1, cty);
-    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, safe2), ism1, one, safe, cty);
-    line(k, "%s = arith.%s %s, %s : %s", fresh(k, r0), rem ? "remsi" : "divsi", x, safe2, cty);
-    if (rem) line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, q), ism1, z, r0, cty);
+    kk_const_scalar(k, t, -1, -1, m1);
+    kk_line(k, "%s = arith.cmpi eq, %s, %s : %s", kk_fresh(k, ism1), y, m1, cty);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, safe2), ism1, one, safe, cty);
+    kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, r0), rem ? "remsi" : "divsi", x, safe2, cty);
+    if (rem) kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, q), ism1, z, r0, cty);
     else {
-      line(k, "%s = arith.subi %s, %s : %s", fresh(k, neg), z, r0, cty);
-      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, q), ism1, neg, r0, cty);
+      kk_line(k, "%s = arith.subi %s, %s : %s", kk_fresh(k, neg), z, r0, cty);
+      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, q), ism1, neg, r0, cty);
     }
   } else {
-    line(k, "%s = arith.%s %s, %s : %s", fresh(k, q), rem ? "remui" : "divui", x, safe, cty);
+    kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, q), rem ? "remui" : "divui", x, safe, cty);
   }
-  if (rem) line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isz, x, q, cty);
+  if (rem) kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), isz, x, q, cty);
   else {
     ssa m1;
-    const_scalar(k, t, -1, -1, m1);
-    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isz, m1, q, cty);
+    kk_const_scalar(k, t, -1, -1, m1);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), isz, m1, q, cty);
   }
   return out;
 }
@@ -360,19 +333,19 @@ static char *emit_shift(kctx *k, kl_prim p, kl_dtype t, const char *x, const cha
   const char *cty = kl_compute_type(t);
   int bits = bits_of(cty);
   ssa nb, over, r, fill;
-  const_scalar(k, t, 0, bits, nb);
-  line(k, "%s = arith.cmpi uge, %s, %s : %s", fresh(k, over), y, nb, cty); /* negative counts too */
+  kk_const_scalar(k, t, 0, bits, nb);
+  kk_line(k, "%s = arith.cmpi uge, %s, %s : %s", kk_fresh(k, over), y, nb, cty); /* negative counts too */
   const char *op = p == KL_P_SHL ? "shli" : p == KL_P_SHR_LOGICAL ? "shrui" : "shrsi";
   if (p == KL_P_SHR_ARITH) {
     ssa m, ys;
-    const_scalar(k, t, 0, bits - 1, m);
-    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, ys), over, m, y, cty);
-    line(k, "%s = arith.shrsi %s, %s : %s", fresh(k, out), x, ys, cty);
+    kk_const_scalar(k, t, 0, bits - 1, m);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, ys), over, m, y, cty);
+    kk_line(k, "%s = arith.shrsi %s, %s : %s", kk_fresh(k, out), x, ys, cty);
     return out;
   }
-  line(k, "%s = arith.%s %s, %s : %s", fresh(k, r), op, x, y, cty);
-  const_scalar(k, t, 0, 0, fill);
-  line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), over, fill, r, cty);
+  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, r), op, x, y, cty);
+  kk_const_scalar(k, t, 0, 0, fill);
+  kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), over, fill, r, cty);
   return out;
 }
 
@@ -394,9 +367,9 @@ static char *emit_binary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, co
   case KL_P_POW: return kl_math_emit2(&k->em, KL_MF2_POW, x, y, cty, k->ind, out);
   case KL_P_ATAN2: return kl_math_emit2(&k->em, KL_MF2_ATAN2, x, y, cty, k->ind, out);
   case KL_P_SHL: case KL_P_SHR_LOGICAL: case KL_P_SHR_ARITH: return emit_shift(k, e->prim, t, x, y, out);
-  default: kfail(k, "codegen: no lowering for binary %s", kl_prim_get(e->prim)->name); return out;
+  default: kk_kfail(k, "codegen: no lowering for binary %s", kl_prim_get(e->prim)->name); return out;
   }
-  line(k, "%s = arith.%s %s, %s : %s", fresh(k, out), op, x, y, cty);
+  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, out), op, x, y, cty);
   return out;
 }
 
@@ -406,8 +379,8 @@ static char *emit_compare(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, c
   static const char *upred[] = {"eq", "ne", "ult", "ule", "ugt", "uge"};
   int i = (int)(e->prim - KL_P_EQ);
   const char *cty = kl_compute_type(t);
-  if (kl_dtype_is_float(t)) line(k, "%s = arith.cmpf %s, %s, %s : %s", fresh(k, out), fpred[i], x, y, cty);
-  else line(k, "%s = arith.cmpi %s, %s, %s : %s", fresh(k, out), is_unsigned(t) ? upred[i] : spred[i], x, y, cty);
+  if (kl_dtype_is_float(t)) kk_line(k, "%s = arith.cmpf %s, %s, %s : %s", kk_fresh(k, out), fpred[i], x, y, cty);
+  else kk_line(k, "%s = arith.cmpi %s, %s, %s : %s", kk_fresh(k, out), is_unsigned(t) ? upred[i] : spred[i], x, y, cty);
   return out;
 }
 
@@ -418,16 +391,16 @@ static char *emit_convert(kctx *k, kl_dtype from, kl_dtype to, const char *x, ch
   ssa a, b;
   if (ff && tf) {
     if (fb == tb) snprintf(out, sizeof(ssa), "%s", x);
-    else line(k, "%s = arith.%s %s : %s to %s", fresh(k, out), fb < tb ? "extf" : "truncf", x, fc, tc);
+    else kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, out), fb < tb ? "extf" : "truncf", x, fc, tc);
     return round_low(k, to, out);
   }
   if (!ff && tf) {
-    line(k, "%s = arith.%s %s : %s to %s", fresh(k, out), is_unsigned(from) ? "uitofp" : "sitofp", x, fc, tc);
+    kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, out), is_unsigned(from) ? "uitofp" : "sitofp", x, fc, tc);
     return round_low(k, to, out);
   }
   if (ff && to == KL_BOOL) {
-    const_scalar(k, from, 0, 0, a);
-    line(k, "%s = arith.cmpf une, %s, %s : %s", fresh(k, out), x, a, fc);
+    kk_const_scalar(k, from, 0, 0, a);
+    kk_line(k, "%s = arith.cmpf une, %s, %s : %s", kk_fresh(k, out), x, a, fc);
     return out;
   }
   if (ff) { /* float -> int: NaN gives 0, out-of-range values saturate to the type's limits */
@@ -436,28 +409,28 @@ static char *emit_convert(kctx *k, kl_dtype from, kl_dtype to, const char *x, ch
     kl_dtype ct = !strcmp(fc, "f64") ? KL_F64 : KL_F32; /* constants in the compute type, not rounded to f16 */
     double lov = un ? 0.0 : -ldexp(1.0, tb - 1), hiv = un ? ldexp(1.0, tb) : ldexp(1.0, tb - 1);
     double hic = ct == KL_F32 ? (double)nextafterf((float)hiv, 0.0f) : nextafter(hiv, 0.0);
-    const_scalar(k, ct, lov, 0, lo);
-    const_scalar(k, ct, hic, 0, hi);
-    const_scalar(k, ct, hiv, 0, hiv_c);
-    line(k, "%s = arith.maximumf %s, %s : %s", fresh(k, c1), x, lo, fc);
-    line(k, "%s = arith.minimumf %s, %s : %s", fresh(k, c2), c1, hi, fc);
-    line(k, "%s = arith.%s %s : %s to %s", fresh(k, r), un ? "fptoui" : "fptosi", c2, fc, tc);
-    line(k, "%s = arith.cmpf oge, %s, %s : %s", fresh(k, over), x, hiv_c, fc);
-    const_scalar(k, to, 0, un ? -1 : (tb >= 64 ? INT64_MAX : ((int64_t)1 << (tb - 1)) - 1), mx);
-    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, r2), over, mx, r, tc);
-    line(k, "%s = arith.cmpf uno, %s, %s : %s", fresh(k, isn), x, x, fc);
-    const_scalar(k, to, 0, 0, z);
-    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), isn, z, r2, tc);
+    kk_const_scalar(k, ct, lov, 0, lo);
+    kk_const_scalar(k, ct, hic, 0, hi);
+    kk_const_scalar(k, ct, hiv, 0, hiv_c);
+    kk_line(k, "%s = arith.maximumf %s, %s : %s", kk_fresh(k, c1), x, lo, fc);
+    kk_line(k, "%s = arith.minimumf %s, %s : %s", kk_fresh(k, c2), c1, hi, fc);
+    kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, r), un ? "fptoui" : "fptosi", c2, fc, tc);
+    kk_line(k, "%s = arith.cmpf oge, %s, %s : %s", kk_fresh(k, over), x, hiv_c, fc);
+    kk_const_scalar(k, to, 0, un ? -1 : (tb >= 64 ? INT64_MAX : ((int64_t)1 << (tb - 1)) - 1), mx);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, r2), over, mx, r, tc);
+    kk_line(k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(k, isn), x, x, fc);
+    kk_const_scalar(k, to, 0, 0, z);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), isn, z, r2, tc);
     return out;
   }
   if (to == KL_BOOL) {
-    const_scalar(k, from, 0, 0, a);
-    line(k, "%s = arith.cmpi ne, %s, %s : %s", fresh(k, out), x, a, fc);
+    kk_const_scalar(k, from, 0, 0, a);
+    kk_line(k, "%s = arith.cmpi ne, %s, %s : %s", kk_fresh(k, out), x, a, fc);
     return out;
   }
   if (fb == tb) snprintf(out, sizeof(ssa), "%s", x);
-  else if (fb < tb) line(k, "%s = arith.%s %s : %s to %s", fresh(k, out), is_unsigned(from) ? "extui" : "extsi", x, fc, tc);
-  else line(k, "%s = arith.trunci %s : %s to %s", fresh(k, out), x, fc, tc);
+  else if (fb < tb) kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, out), is_unsigned(from) ? "extui" : "extsi", x, fc, tc);
+  else kk_line(k, "%s = arith.trunci %s : %s to %s", kk_fresh(k, out), x, fc, tc);
   (void)b;
   return out;
 }
@@ -468,35 +441,35 @@ static char *emit_iota(kctx *k, const kl_eqn *e, kl_dtype t, ssa *idx, char *out
   const char *i = idx[e->p.i0];
   ssa c;
   if (kl_dtype_is_float(t)) {
-    line(k, "%s = arith.index_cast %s : index to i64", fresh(k, c), i);
-    line(k, "%s = arith.sitofp %s : i64 to %s", fresh(k, out), c, kl_compute_type(t));
+    kk_line(k, "%s = arith.index_cast %s : index to i64", kk_fresh(k, c), i);
+    kk_line(k, "%s = arith.sitofp %s : i64 to %s", kk_fresh(k, out), c, kl_compute_type(t));
     return round_low(k, t, out);
   }
   if (t == KL_BOOL) {
     ssa z;
-    const_index(k, 0, z);
-    line(k, "%s = arith.cmpi ne, %s, %s : index", fresh(k, out), i, z);
+    kk_const_index(k, 0, z);
+    kk_line(k, "%s = arith.cmpi ne, %s, %s : index", kk_fresh(k, out), i, z);
     return out;
   }
-  line(k, "%s = arith.index_cast %s : index to %s", fresh(k, out), i, kl_compute_type(t));
+  kk_line(k, "%s = arith.index_cast %s : index to %s", kk_fresh(k, out), i, kl_compute_type(t));
   return out;
 }
 
 /* Linear index of idx in shape dims (row-major). */
 static char *linearize(kctx *k, ssa *idx, const int64_t *dims, int n, char *out) {
-  if (n == 0) return const_index(k, 0, out);
+  if (n == 0) return kk_const_index(k, 0, out);
   snprintf(out, sizeof(ssa), "%s", idx[0]);
   for (int i = 1; i < n; i++) {
     ssa d, m, s;
-    const_index(k, dims[i], d);
-    line(k, "%s = arith.muli %s, %s : index", fresh(k, m), out, d);
-    line(k, "%s = arith.addi %s, %s : index", fresh(k, s), m, idx[i]);
+    kk_const_index(k, dims[i], d);
+    kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, m), out, d);
+    kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, s), m, idx[i]);
     snprintf(out, sizeof(ssa), "%s", s);
   }
   return out;
 }
 
-static void delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ssa *idx) {
+void kk_delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ssa *idx) {
   ssa rest;
   snprintf(rest, sizeof rest, "%s", lin);
   for (int i = n - 1; i >= 0; i--) {
@@ -505,9 +478,9 @@ static void delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ss
       break;
     }
     ssa d, q;
-    const_index(k, dims[i], d);
-    line(k, "%s = arith.remui %s, %s : index", fresh(k, idx[i]), rest, d);
-    line(k, "%s = arith.divui %s, %s : index", fresh(k, q), rest, d);
+    kk_const_index(k, dims[i], d);
+    kk_line(k, "%s = arith.remui %s, %s : index", kk_fresh(k, idx[i]), rest, d);
+    kk_line(k, "%s = arith.divui %s, %s : index", kk_fresh(k, q), rest, d);
     snprintf(rest, sizeof rest, "%s", q);
   }
 }
@@ -528,7 +501,7 @@ static char *emit_reshape(kctx *k, int x, const kl_aval *in, const kl_aval *out_
   }
   if (simple) {
     ssa zero;
-    const_index(k, 0, zero);
+    kk_const_index(k, 0, zero);
     b = 0;
     for (a = 0; a < in->ndim; a++) {
       if (in->dims[a] == 1) {
@@ -541,49 +514,49 @@ static char *emit_reshape(kctx *k, int x, const kl_aval *in, const kl_aval *out_
   } else {
     ssa lin;
     linearize(k, idx, out_aval->dims, out_aval->ndim, lin);
-    delinearize(k, lin, in->dims, in->ndim, sub);
+    kk_delinearize(k, lin, in->dims, in->ndim, sub);
   }
-  return emit_value(k, x, sub, out);
+  return kk_emit_value(k, x, sub, out);
 }
 
 static char *emit_pad(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
   const kl_aval *in = &k->pg->vals[e->ins[0]].aval;
   kl_dtype t = in->dtype;
   ssa pv, sub[KL_MAX_RANK], ok;
-  emit_value(k, e->ins[1], NULL, pv);
+  kk_emit_value(k, e->ins[1], NULL, pv);
   if (kl_aval_size(in) == 0) {
     snprintf(out, sizeof(ssa), "%s", pv);
     return out;
   }
-  line(k, "%s = arith.constant true", fresh(k, ok));
+  kk_line(k, "%s = arith.constant true", kk_fresh(k, ok));
   for (int d = 0; d < in->ndim; d++) {
     int64_t lo = e->p.v[0][d], step = e->p.v[2][d] + 1, n = in->dims[d];
     ssa t0, lov, q, r, z, stp, nn, c1, c2, c3, a1, a2, a3, cl, cl2, nm1;
     /* t = i - lo; valid if t >= 0, t % step == 0, t / step < n; clamp for the load */
-    line(k, "%s = arith.index_cast %s : index to i64", fresh(k, t0), idx[d]);
-    line(k, "%s = arith.constant %lld : i64", fresh(k, lov), (long long)lo);
+    kk_line(k, "%s = arith.index_cast %s : index to i64", kk_fresh(k, t0), idx[d]);
+    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, lov), (long long)lo);
     ssa tt;
-    line(k, "%s = arith.subi %s, %s : i64", fresh(k, tt), t0, lov);
-    line(k, "%s = arith.constant %lld : i64", fresh(k, stp), (long long)step);
-    line(k, "%s = arith.constant 0 : i64", fresh(k, z));
-    line(k, "%s = arith.constant %lld : i64", fresh(k, nn), (long long)n);
-    line(k, "%s = arith.divsi %s, %s : i64", fresh(k, q), tt, stp);
-    line(k, "%s = arith.remsi %s, %s : i64", fresh(k, r), tt, stp);
-    line(k, "%s = arith.cmpi sge, %s, %s : i64", fresh(k, c1), tt, z);
-    line(k, "%s = arith.cmpi eq, %s, %s : i64", fresh(k, c2), r, z);
-    line(k, "%s = arith.cmpi slt, %s, %s : i64", fresh(k, c3), q, nn);
-    line(k, "%s = arith.andi %s, %s : i1", fresh(k, a1), c1, c2);
-    line(k, "%s = arith.andi %s, %s : i1", fresh(k, a2), a1, c3);
-    line(k, "%s = arith.andi %s, %s : i1", fresh(k, a3), ok, a2);
+    kk_line(k, "%s = arith.subi %s, %s : i64", kk_fresh(k, tt), t0, lov);
+    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, stp), (long long)step);
+    kk_line(k, "%s = arith.constant 0 : i64", kk_fresh(k, z));
+    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, nn), (long long)n);
+    kk_line(k, "%s = arith.divsi %s, %s : i64", kk_fresh(k, q), tt, stp);
+    kk_line(k, "%s = arith.remsi %s, %s : i64", kk_fresh(k, r), tt, stp);
+    kk_line(k, "%s = arith.cmpi sge, %s, %s : i64", kk_fresh(k, c1), tt, z);
+    kk_line(k, "%s = arith.cmpi eq, %s, %s : i64", kk_fresh(k, c2), r, z);
+    kk_line(k, "%s = arith.cmpi slt, %s, %s : i64", kk_fresh(k, c3), q, nn);
+    kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, a1), c1, c2);
+    kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, a2), a1, c3);
+    kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, a3), ok, a2);
     snprintf(ok, sizeof ok, "%s", a3);
-    line(k, "%s = arith.constant %lld : i64", fresh(k, nm1), (long long)(n - 1));
-    line(k, "%s = arith.maxsi %s, %s : i64", fresh(k, cl), q, z);
-    line(k, "%s = arith.minsi %s, %s : i64", fresh(k, cl2), cl, nm1);
-    line(k, "%s = arith.index_cast %s : i64 to index", fresh(k, sub[d]), cl2);
+    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, nm1), (long long)(n - 1));
+    kk_line(k, "%s = arith.maxsi %s, %s : i64", kk_fresh(k, cl), q, z);
+    kk_line(k, "%s = arith.minsi %s, %s : i64", kk_fresh(k, cl2), cl, nm1);
+    kk_line(k, "%s = arith.index_cast %s : i64 to index", kk_fresh(k, sub[d]), cl2);
   }
   ssa xv;
-  emit_value(k, e->ins[0], sub, xv);
-  line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), ok, xv, pv, kl_compute_type(t));
+  kk_emit_value(k, e->ins[0], sub, xv);
+  kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), ok, xv, pv, kl_compute_type(t));
   return out;
 }
 
@@ -598,21 +571,21 @@ static char *emit_concat(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
     if (n == 0) continue;
     ssa sub[KL_MAX_RANK], o, sh, cl, nm1, v;
     for (int i = 0; i < oa->ndim; i++) snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
-    const_index(k, off, o);
-    const_index(k, n - 1, nm1);
+    kk_const_index(k, off, o);
+    kk_const_index(k, n - 1, nm1);
     /* clamp idx - off into [0, n-1] (unsigned max trick is wrong for negatives: use select) */
     ssa ge, dif, z;
-    const_index(k, 0, z);
-    line(k, "%s = arith.cmpi uge, %s, %s : index", fresh(k, ge), idx[d], o);
-    line(k, "%s = arith.subi %s, %s : index", fresh(k, dif), idx[d], o);
-    line(k, "%s = arith.select %s, %s, %s : index", fresh(k, sh), ge, dif, z);
-    line(k, "%s = arith.minui %s, %s : index", fresh(k, cl), sh, nm1);
+    kk_const_index(k, 0, z);
+    kk_line(k, "%s = arith.cmpi uge, %s, %s : index", kk_fresh(k, ge), idx[d], o);
+    kk_line(k, "%s = arith.subi %s, %s : index", kk_fresh(k, dif), idx[d], o);
+    kk_line(k, "%s = arith.select %s, %s, %s : index", kk_fresh(k, sh), ge, dif, z);
+    kk_line(k, "%s = arith.minui %s, %s : index", kk_fresh(k, cl), sh, nm1);
     snprintf(sub[d], sizeof(ssa), "%s", cl);
-    emit_value(k, e->ins[j], sub, v);
+    kk_emit_value(k, e->ins[j], sub, v);
     if (!acc[0]) snprintf(acc, sizeof acc, "%s", v);
     else {
       ssa nacc;
-      line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, nacc), ge, v, acc, cty);
+      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, nacc), ge, v, acc, cty);
       snprintf(acc, sizeof acc, "%s", nacc);
     }
     off += n;
@@ -623,7 +596,7 @@ static char *emit_concat(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
 
 /* ---- the recursive emitter ---- */
 
-static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
+char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
   const kl_value *val = &k->pg->vals[v];
   int n = val->aval.ndim;
   char *key = memo_key(v, idx, n);
@@ -638,11 +611,12 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
     int same = 1; /* only at the element the main loop is writing */
     for (int i = 0; i < n && same; i++) {
       char want[24];
-      snprintf(want, sizeof want, "%%i%d", i);
+      if (k->main_idx) snprintf(want, sizeof want, "%s", k->main_idx[i]);
+      else snprintf(want, sizeof want, "%%i%d", i);
       same = !strcmp(idx[i], want);
     }
     if (same) {
-      emit_load(k, k->root, idx, out);
+      kk_emit_load(k, k->root, idx, out);
       memo_put(k, key, out);
       return out;
     }
@@ -654,7 +628,7 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
       return out;
     }
   if (k->plan->materialized[v] && v != k->root) {
-    emit_load(k, v, idx, out);
+    kk_emit_load(k, v, idx, out);
     memo_put(k, key, out);
     return out;
   }
@@ -665,70 +639,70 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
   switch (fam) {
 #define OPIDX(j) (k->pg->vals[e->ins[j]].aval.ndim ? idx : NULL) /* rank-0 operands broadcast */
   case KL_FAM_UNARY:
-    emit_value(k, e->ins[0], idx, a);
+    kk_emit_value(k, e->ins[0], idx, a);
     emit_unary(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, out);
     if (e->prim != KL_P_IS_FINITE) round_low(k, t, out);
     break;
   case KL_FAM_BINARY:
-    emit_value(k, e->ins[0], OPIDX(0), a);
-    emit_value(k, e->ins[1], OPIDX(1), b);
+    kk_emit_value(k, e->ins[0], OPIDX(0), a);
+    kk_emit_value(k, e->ins[1], OPIDX(1), b);
     emit_binary(k, e, t, a, b, out);
     round_low(k, t, out);
     break;
   case KL_FAM_COMPARE:
-    emit_value(k, e->ins[0], OPIDX(0), a);
-    emit_value(k, e->ins[1], OPIDX(1), b);
+    kk_emit_value(k, e->ins[0], OPIDX(0), a);
+    kk_emit_value(k, e->ins[1], OPIDX(1), b);
     emit_compare(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, b, out);
     break;
   case KL_FAM_SELECT: {
     const kl_aval *pa = &k->pg->vals[e->ins[0]].aval;
-    emit_value(k, e->ins[0], pa->ndim ? idx : NULL, c);
+    kk_emit_value(k, e->ins[0], pa->ndim ? idx : NULL, c);
     if (pa->dtype != KL_BOOL) {
       ssa z, nc;
-      line(k, "%s = arith.constant 0 : i32", fresh(k, z));
-      line(k, "%s = arith.cmpi ne, %s, %s : i32", fresh(k, nc), c, z);
+      kk_line(k, "%s = arith.constant 0 : i32", kk_fresh(k, z));
+      kk_line(k, "%s = arith.cmpi ne, %s, %s : i32", kk_fresh(k, nc), c, z);
       snprintf(c, sizeof c, "%s", nc);
     }
-    emit_value(k, e->ins[1], OPIDX(1), a);
-    emit_value(k, e->ins[2], OPIDX(2), b);
-    line(k, "%s = arith.select %s, %s, %s : %s", fresh(k, out), c, b, a, kl_compute_type(t));
+    kk_emit_value(k, e->ins[1], OPIDX(1), a);
+    kk_emit_value(k, e->ins[2], OPIDX(2), b);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), c, b, a, kl_compute_type(t));
     break;
   }
   case KL_FAM_CONVERT:
-    emit_value(k, e->ins[0], idx, a);
+    kk_emit_value(k, e->ins[0], idx, a);
     if (e->prim == KL_P_BITCAST) {
       kl_dtype from = k->pg->vals[e->ins[0]].aval.dtype;
       if (!strcmp(kl_compute_type(from), kl_compute_type(t))) snprintf(out, sizeof(ssa), "%s", a);
-      else line(k, "%s = arith.bitcast %s : %s to %s", fresh(k, out), a, kl_compute_type(from), kl_compute_type(t));
+      else kk_line(k, "%s = arith.bitcast %s : %s to %s", kk_fresh(k, out), a, kl_compute_type(from), kl_compute_type(t));
     } else emit_convert(k, k->pg->vals[e->ins[0]].aval.dtype, t, a, out);
     break;
-  case KL_FAM_CONST: const_scalar(k, t, e->p.f, e->p.i1, out); break;
+  case KL_FAM_CONST: kk_const_scalar(k, t, e->p.f, e->p.i1, out); break;
   case KL_FAM_IOTA: emit_iota(k, e, t, idx, out); break;
   case KL_FAM_SHAPE: {
     const kl_aval *in = &k->pg->vals[e->ins[0]].aval;
     switch (e->prim) {
     case KL_P_BROADCAST_IN_DIM: {
       ssa zero;
-      const_index(k, 0, zero);
+      kk_const_index(k, 0, zero);
       for (int i = 0; i < in->ndim; i++)
         snprintf(sub[i], sizeof(ssa), "%s", in->dims[i] == 1 ? zero : idx[e->p.v[1][i]]);
-      emit_value(k, e->ins[0], sub, out);
+      kk_emit_value(k, e->ins[0], sub, out);
       break;
     }
     case KL_P_RESHAPE: emit_reshape(k, e->ins[0], in, &val->aval, idx, out); break;
     case KL_P_TRANSPOSE:
       for (int i = 0; i < n; i++) snprintf(sub[e->p.v[0][i]], sizeof(ssa), "%s", idx[i]);
-      emit_value(k, e->ins[0], sub, out);
+      kk_emit_value(k, e->ins[0], sub, out);
       break;
     case KL_P_REV:
       for (int i = 0; i < n; i++) snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
       for (int j = 0; j < e->p.nv[0]; j++) {
         int d = (int)e->p.v[0][j];
         ssa m;
-        const_index(k, in->dims[d] - 1, m);
-        line(k, "%s = arith.subi %s, %s : index", fresh(k, sub[d]), m, idx[d]);
+        kk_const_index(k, in->dims[d] - 1, m);
+        kk_line(k, "%s = arith.subi %s, %s : index", kk_fresh(k, sub[d]), m, idx[d]);
       }
-      emit_value(k, e->ins[0], sub, out);
+      kk_emit_value(k, e->ins[0], sub, out);
       break;
     case KL_P_SLICE:
       for (int i = 0; i < n; i++) {
@@ -738,20 +712,20 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
           continue;
         }
         ssa sc, oc, m;
-        const_index(k, st, sc);
-        const_index(k, s0, oc);
-        line(k, "%s = arith.muli %s, %s : index", fresh(k, m), idx[i], sc);
-        line(k, "%s = arith.addi %s, %s : index", fresh(k, sub[i]), m, oc);
+        kk_const_index(k, st, sc);
+        kk_const_index(k, s0, oc);
+        kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, m), idx[i], sc);
+        kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, sub[i]), m, oc);
       }
-      emit_value(k, e->ins[0], sub, out);
+      kk_emit_value(k, e->ins[0], sub, out);
       break;
     case KL_P_PAD: emit_pad(k, e, idx, out); break;
     case KL_P_CONCATENATE: emit_concat(k, e, idx, out); break;
-    default: kfail(k, "codegen: no lowering for %s", kl_prim_get(e->prim)->name);
+    default: kk_kfail(k, "codegen: no lowering for %s", kl_prim_get(e->prim)->name);
     }
     break;
   }
-  default: kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
+  default: kk_kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
   }
   memo_put(k, key, out);
   return out;
@@ -759,23 +733,23 @@ static char *emit_value(kctx *k, int v, ssa *idx, char *out) {
 
 /* ---- reductions ---- */
 
-static void reduce_init(kctx *k, kl_prim p, kl_dtype t, char *out) {
+void kk_reduce_init(kctx *k, kl_prim p, kl_dtype t, char *out) {
   int fl = kl_dtype_is_float(t), un = is_unsigned(t);
   int bits = bits_of(kl_compute_type(t));
   int64_t imax = bits >= 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1, imin = -imax - 1;
   switch (p) {
-  case KL_P_REDUCE_SUM: const_scalar(k, t, 0, 0, out); break;
-  case KL_P_REDUCE_PROD: const_scalar(k, t, 1, 1, out); break;
-  case KL_P_REDUCE_MAX: const_scalar(k, t, -INFINITY, t == KL_BOOL ? 0 : un ? 0 : imin, out); break;
-  case KL_P_REDUCE_MIN: const_scalar(k, t, INFINITY, t == KL_BOOL ? 1 : un ? -1 : imax, out); break;
-  case KL_P_REDUCE_AND: const_scalar(k, t, 0, t == KL_BOOL ? 1 : -1, out); break;
-  case KL_P_REDUCE_OR: const_scalar(k, t, 0, 0, out); break;
+  case KL_P_REDUCE_SUM: kk_const_scalar(k, t, 0, 0, out); break;
+  case KL_P_REDUCE_PROD: kk_const_scalar(k, t, 1, 1, out); break;
+  case KL_P_REDUCE_MAX: kk_const_scalar(k, t, -INFINITY, t == KL_BOOL ? 0 : un ? 0 : imin, out); break;
+  case KL_P_REDUCE_MIN: kk_const_scalar(k, t, INFINITY, t == KL_BOOL ? 1 : un ? -1 : imax, out); break;
+  case KL_P_REDUCE_AND: kk_const_scalar(k, t, 0, t == KL_BOOL ? 1 : -1, out); break;
+  case KL_P_REDUCE_OR: kk_const_scalar(k, t, 0, 0, out); break;
   default: break;
   }
   (void)fl;
 }
 
-static const char *reduce_op(kl_prim p, kl_dtype t) {
+const char *kk_reduce_op(kl_prim p, kl_dtype t) {
   int fl = kl_dtype_is_float(t), un = is_unsigned(t);
   switch (p) {
   case KL_P_REDUCE_SUM: return fl ? "addf" : "addi";
@@ -828,7 +802,7 @@ static void emit_prologue(kl_str *out, const kl_program *pg, const char *name, c
       kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
     }
     kl_str_printf(out, "] : memref<1x%s> to ", kl_storage_type(a->dtype));
-    memref_type(out, a);
+    kk_memref_type(out, a);
     kl_str_append(out, "\n");
   }
 }
@@ -845,8 +819,8 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
   const char *outer_ind = k->ind;
   char inds[KL_MAX_RANK][64];
   ssa init, idx[KL_MAX_RANK];
-  reduce_init(k, r->prim, wide ? KL_F64 : rt, init);
-  line(k, "%%sf%d_init = arith.constant false", sid);
+  kk_reduce_init(k, r->prim, wide ? KL_F64 : rt, init);
+  kk_line(k, "%%sf%d_init = arith.constant false", sid);
   for (int d = 0; d < x->ndim; d++) {
     if (d < rowk) snprintf(idx[d], sizeof(ssa), "%%i%d", d);
     else snprintf(idx[d], sizeof(ssa), "%%s%d_%d", sid, d);
@@ -861,83 +835,83 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
       snprintf(pflag, sizeof pflag, "%%sf%d_%d", sid, d - 1);
     }
     if (nanflag)
-      line(k, "%%sr%d_%d:2 = scf.for %s = %%c0 to %%n%d step %%c1 iter_args(%%sa%d_%d = %s, %%sf%d_%d = %s) -> (%s, i1) {",
+      kk_line(k, "%%sr%d_%d:2 = scf.for %s = %%c0 to %%n%d step %%c1 iter_args(%%sa%d_%d = %s, %%sf%d_%d = %s) -> (%s, i1) {",
            sid, d, idx[d], d, sid, d, prev, sid, d, pflag, acty);
     else if (wide && d == x->ndim - 1) { /* blocked sum, as in the main path */
-      line(k, "%%scb%d = arith.constant %d : index", sid, KL_SUM_BLOCK);
-      line(k, "%%sr%d_%d = scf.for %%sblk%d = %%c0 to %%n%d step %%scb%d iter_args(%%sa%d_%d = %s) -> (f64) {", sid, d, sid, d,
+      kk_line(k, "%%scb%d = arith.constant %d : index", sid, KL_SUM_BLOCK);
+      kk_line(k, "%%sr%d_%d = scf.for %%sblk%d = %%c0 to %%n%d step %%scb%d iter_args(%%sa%d_%d = %s) -> (f64) {", sid, d, sid, d,
            sid, sid, d, prev);
-      line(k, "  %%sbe%d_0 = arith.addi %%sblk%d, %%scb%d : index", sid, sid, sid);
-      line(k, "  %%sbe%d = arith.minui %%sbe%d_0, %%n%d : index", sid, sid, d);
-      line(k, "  %%swz%d = arith.constant 0.0 : f32", sid);
-      line(k, "  %%sws%d = scf.for %s = %%sblk%d to %%sbe%d step %%c1 iter_args(%%swa%d = %%swz%d) -> (f32) {", sid, idx[d],
+      kk_line(k, "  %%sbe%d_0 = arith.addi %%sblk%d, %%scb%d : index", sid, sid, sid);
+      kk_line(k, "  %%sbe%d = arith.minui %%sbe%d_0, %%n%d : index", sid, sid, d);
+      kk_line(k, "  %%swz%d = arith.constant 0.0 : f32", sid);
+      kk_line(k, "  %%sws%d = scf.for %s = %%sblk%d to %%sbe%d step %%c1 iter_args(%%swa%d = %%swz%d) -> (f32) {", sid, idx[d],
            sid, sid, sid, sid);
     } else
-      line(k, "%%sr%d_%d = scf.for %s = %%c0 to %%n%d step %%c1 iter_args(%%sa%d_%d = %s) -> (%s) {", sid, d, idx[d], d,
+      kk_line(k, "%%sr%d_%d = scf.for %s = %%c0 to %%n%d step %%c1 iter_args(%%sa%d_%d = %s) -> (%s) {", sid, d, idx[d], d,
            sid, d, prev, acty);
     snprintf(inds[d], sizeof inds[d], "%s  ", k->ind);
     k->ind = inds[d];
   }
   int memo_mark = k->nmemo;
   ssa val, nv;
-  emit_value(k, r->ins[0], idx, val);
+  kk_emit_value(k, r->ins[0], idx, val);
   if (k->stash == r->ins[0]) { /* keep the row's values: the main loop reads them back */
     const kl_aval *oa = &k->pg->vals[k->root].aval;
     ssa sv;
     snprintf(sv, sizeof sv, "%s", val);
-    if (is_low_float(oa->dtype)) line(k, "%s = arith.truncf %s : f32 to %s", fresh(k, sv), val, kl_storage_type(oa->dtype));
+    if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
     kl_str st_line;
     kl_str_init(&st_line);
-    kl_str_printf(&st_line, "memref.store %s, %%m%d", sv, arg_index(k, k->root));
-    index_list(&st_line, idx, x->ndim, "%c0");
+    kl_str_printf(&st_line, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
+    kk_index_list(&st_line, idx, x->ndim, "%c0");
     kl_str_append(&st_line, " : ");
-    memref_type(&st_line, oa);
-    line(k, "%s", st_line.data);
+    kk_memref_type(&st_line, oa);
+    kk_line(k, "%s", st_line.data);
     kl_str_free(&st_line);
   }
   char acc[40], flag[40];
   snprintf(acc, sizeof acc, "%%sa%d_%d", sid, x->ndim - 1);
   snprintf(flag, sizeof flag, "%%sf%d_%d", sid, x->ndim - 1);
-  const char *op = reduce_op(r->prim, rt);
+  const char *op = kk_reduce_op(r->prim, rt);
   if (nanflag) op = r->prim == KL_P_REDUCE_MAX ? "maxnumf" : "minnumf";
   const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : nanflag ? " fastmath<nnan>" : "";
   if (wide) {
-    line(k, "%s = arith.addf %%swa%d, %s fastmath<reassoc> : f32", fresh(k, nv), sid, val);
-    line(k, "scf.yield %s : f32", nv);
+    kk_line(k, "%s = arith.addf %%swa%d, %s fastmath<reassoc> : f32", kk_fresh(k, nv), sid, val);
+    kk_line(k, "scf.yield %s : f32", nv);
   } else
-  line(k, "%s = arith.%s %s, %s%s : %s", fresh(k, nv), op, acc, val, fm, acty);
+  kk_line(k, "%s = arith.%s %s, %s%s : %s", kk_fresh(k, nv), op, acc, val, fm, acty);
   if (wide) {
   } else if (nanflag) {
     ssa un, nf;
-    line(k, "%s = arith.cmpf uno, %s, %s : %s", fresh(k, un), val, val, acty);
-    line(k, "%s = arith.ori %s, %s : i1", fresh(k, nf), flag, un);
-    line(k, "scf.yield %s, %s : %s, i1", nv, nf, acty);
-  } else line(k, "scf.yield %s : %s", nv, acty);
+    kk_line(k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(k, un), val, val, acty);
+    kk_line(k, "%s = arith.ori %s, %s : i1", kk_fresh(k, nf), flag, un);
+    kk_line(k, "scf.yield %s, %s : %s, i1", nv, nf, acty);
+  } else kk_line(k, "scf.yield %s : %s", nv, acty);
   for (int i = memo_mark; i < k->nmemo; i++) free(k->memo[i].key);
   k->nmemo = memo_mark;
   for (int d = x->ndim - 1; d >= rowk; d--) {
     k->ind = d == rowk ? outer_ind : inds[d - 1];
     if (wide && d == x->ndim - 1) {
-      line(k, "  }");
-      line(k, "  %%swe%d = arith.extf %%sws%d : f32 to f64", sid, sid);
-      line(k, "  %%swn%d = arith.addf %%sa%d_%d, %%swe%d : f64", sid, sid, d, sid);
-      line(k, "  scf.yield %%swn%d : f64", sid);
+      kk_line(k, "  }");
+      kk_line(k, "  %%swe%d = arith.extf %%sws%d : f32 to f64", sid, sid);
+      kk_line(k, "  %%swn%d = arith.addf %%sa%d_%d, %%swe%d : f64", sid, sid, d, sid);
+      kk_line(k, "  scf.yield %%swn%d : f64", sid);
     }
-    line(k, "}");
+    kk_line(k, "}");
     if (d > rowk) {
-      if (nanflag) line(k, "scf.yield %%sr%d_%d#0, %%sr%d_%d#1 : %s, i1", sid, d, sid, d, acty);
-      else line(k, "scf.yield %%sr%d_%d : %s", sid, d, acty);
+      if (nanflag) kk_line(k, "scf.yield %%sr%d_%d#0, %%sr%d_%d#1 : %s, i1", sid, d, sid, d, acty);
+      else kk_line(k, "scf.yield %%sr%d_%d : %s", sid, d, acty);
     }
   }
   ssa res;
   if (nanflag) {
     ssa nan;
-    const_scalar(k, rt, NAN, 0, nan);
-    line(k, "%s = arith.select %%sr%d_%d#1, %s, %%sr%d_%d#0 : %s", fresh(k, val), sid, rowk, nan, sid, rowk, acty);
+    kk_const_scalar(k, rt, NAN, 0, nan);
+    kk_line(k, "%s = arith.select %%sr%d_%d#1, %s, %%sr%d_%d#0 : %s", kk_fresh(k, val), sid, rowk, nan, sid, rowk, acty);
     snprintf(res, sizeof res, "%s", val);
   } else snprintf(res, sizeof res, "%%sr%d_%d", sid, rowk);
   if (wide) {
-    line(k, "%s = arith.truncf %s : f64 to f32", fresh(k, val), res);
+    kk_line(k, "%s = arith.truncf %s : f64 to f32", kk_fresh(k, val), res);
     snprintf(res, sizeof res, "%s", val);
   }
   k->stage_val[k->nstage] = r->outs[0];
@@ -947,7 +921,7 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
 
 /* True when the kernel expression of `v` reads `target` at its own index (through elementwise
  * primitives only). */
-static int expr_uses(const kl_program *pg, const kl_plan *plan, int v, int target) {
+int kk_expr_uses(const kl_program *pg, const kl_plan *plan, int v, int target) {
   if (v == target) return 1;
   const kl_value *val = &pg->vals[v];
   if (val->producer < 0 || (plan->materialized[v] && v != pg->eqns[val->producer].outs[0])) return 0;
@@ -957,7 +931,7 @@ static int expr_uses(const kl_program *pg, const kl_plan *plan, int v, int targe
   for (int i = 0; i < e->nin; i++) {
     int u = e->ins[i];
     if (pg->vals[u].aval.ndim == 0 || (plan->materialized[u] && u != target)) continue;
-    if (expr_uses(pg, plan, u, target)) return 1;
+    if (kk_expr_uses(pg, plan, u, target)) return 1;
   }
   return 0;
 }
@@ -1018,9 +992,9 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       k.body = &ini;
       k.ind = ind2;
     }
-    reduce_init(&k, e->prim, wide ? KL_F64 : rt, init);
+    kk_reduce_init(&k, e->prim, wide ? KL_F64 : rt, init);
     if (kl_dtype_is_float(rt) && (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN))
-      line(&k, "%%ffalse = arith.constant false");
+      kk_line(&k, "%%ffalse = arith.constant false");
     k.body = &body;
     k.ind = indent;
   }
@@ -1039,7 +1013,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     const kl_eqn *last = &pg->eqns[st->stages[st->nstages - 1]];
     int cand = last->ins[0];
     if (pg->vals[cand].aval.dtype == oa->dtype && pg->vals[cand].aval.dtype != KL_BOOL && !plan->materialized[cand] &&
-        expr_uses(pg, plan, st->root, cand))
+        kk_expr_uses(pg, plan, st->root, cand))
       k.stash = cand;
     for (int j = 0; j < st->nstages; j++) emit_stage(&k, &pg->eqns[st->stages[j]], rowk, j);
     k.stash_ready = k.stash >= 0;
@@ -1047,13 +1021,13 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     k.em.out = &body;
     k.ind = indent;
   }
-  emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
+  kk_emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
   /* Blocked sums: float32 partial sums over blocks of KL_SUM_BLOCK elements (vectorized), added
    * into a float64 total per block: pairwise-like accuracy at float32 speed. */
   int blocked = wide && nred > 0;
   if (wide && !blocked) {
     ssa w;
-    line(&k, "%s = arith.extf %s : f32 to f64", fresh(&k, w), val);
+    kk_line(&k, "%s = arith.extf %s : f32 to f64", kk_fresh(&k, w), val);
     snprintf(val, sizeof val, "%s", w);
   }
   /* Float max/min reduce with maxnum/minnum (which LLVM vectorizes) plus a NaN flag carried
@@ -1063,31 +1037,31 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   snprintf(flag_name, sizeof flag_name, "%%flag%d", nred ? nred - 1 : 0);
   if (is_reduce) {
     ssa nv;
-    const char *op = reduce_op(e->prim, rt);
+    const char *op = kk_reduce_op(e->prim, rt);
     if (nanflag) op = e->prim == KL_P_REDUCE_MAX ? "maxnumf" : "minnumf";
     /* reassoc lets sums vectorize; nnan lets maxnum/minnum vectorize (NaNs are tracked by the flag) */
     const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : nanflag ? " fastmath<nnan>" : "";
     if (blocked) {
-      line(&k, "%s = arith.addf %%wacc, %s fastmath<reassoc> : f32", fresh(&k, nv), val);
-      line(&k, "scf.yield %s : f32", nv);
+      kk_line(&k, "%s = arith.addf %%wacc, %s fastmath<reassoc> : f32", kk_fresh(&k, nv), val);
+      kk_line(&k, "scf.yield %s : f32", nv);
     } else
-    line(&k, "%s = arith.%s %s, %s%s : %s", fresh(&k, nv), op, nred ? acc_name : init, val, fm, rcty);
+    kk_line(&k, "%s = arith.%s %s, %s%s : %s", kk_fresh(&k, nv), op, nred ? acc_name : init, val, fm, rcty);
     if (blocked) {
     } else if (nanflag) {
       ssa un, nf;
-      line(&k, "%s = arith.cmpf uno, %s, %s : %s", fresh(&k, un), val, val, rcty);
-      line(&k, "%s = arith.ori %s, %s : i1", fresh(&k, nf), nred ? flag_name : "%ffalse", un);
-      if (nred) line(&k, "scf.yield %s, %s : %s, i1", nv, nf, rcty);
+      kk_line(&k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(&k, un), val, val, rcty);
+      kk_line(&k, "%s = arith.ori %s, %s : i1", kk_fresh(&k, nf), nred ? flag_name : "%ffalse", un);
+      if (nred) kk_line(&k, "scf.yield %s, %s : %s, i1", nv, nf, rcty);
       else {
         ssa nan, fin;
-        const_scalar(&k, rt, NAN, 0, nan);
-        line(&k, "%s = arith.select %s, %s, %s : %s", fresh(&k, fin), nf, nan, nv, rcty);
+        kk_const_scalar(&k, rt, NAN, 0, nan);
+        kk_line(&k, "%s = arith.select %s, %s, %s : %s", kk_fresh(&k, fin), nf, nan, nv, rcty);
         snprintf(nv, sizeof nv, "%s", fin);
       }
-    } else if (nred) line(&k, "scf.yield %s : %s", nv, rcty);
+    } else if (nred) kk_line(&k, "scf.yield %s : %s", nv, rcty);
     snprintf(val, sizeof val, "%s", nv);
   }
-  int out_arg = arg_index(&k, st->root);
+  int out_arg = kk_arg_index(&k, st->root);
   if (k.failed) goto fail;
 
   emit_prologue(out, pg, name, k.args, k.nargs);
@@ -1103,7 +1077,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       snprintf(sv, sizeof sv, "%%st");
       kl_str_printf(&store, "%%st = arith.extui %s : i1 to i8\n", v);
       v = sv;
-    } else if (is_low_float(rt)) {
+    } else if (kk_is_low_float(rt)) {
       snprintf(sv, sizeof sv, "%%st");
       kl_str_printf(&store, "%%st = arith.truncf %s : f32 to %s\n", v, kl_storage_type(rt));
       v = sv;
@@ -1121,7 +1095,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       kl_str_append(&store, "]");
     }
     kl_str_append(&store, " : ");
-    memref_type(&store, oa);
+    kk_memref_type(&store, oa);
     kl_str_append(&store, "\n");
   }
 
@@ -1192,7 +1166,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       k3.body = &store;
       k3.ind = "";
       ssa nan;
-      const_scalar(&k3, rt, NAN, 0, nan);
+      kk_const_scalar(&k3, rt, NAN, 0, nan);
       kl_str_printf(&store, "%%fin = arith.select %%r0#1, %s, %%r0#0 : %s\n", nan, rcty);
       snprintf(val, sizeof val, "%%fin");
     }
@@ -1200,7 +1174,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     if (rt == KL_BOOL) {
       kl_str_printf(&store, "%%st = arith.extui %s : i1 to i8\n", v);
       v = "%st";
-    } else if (is_low_float(rt)) {
+    } else if (kk_is_low_float(rt)) {
       kl_str_printf(&store, "%%st = arith.truncf %s : f32 to %s\n", v, kl_storage_type(rt));
       v = "%st";
     }
@@ -1212,7 +1186,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       kl_str_append(&store, "]");
     }
     kl_str_append(&store, " : ");
-    memref_type(&store, oa);
+    kk_memref_type(&store, oa);
     kl_str_append(&store, "\n");
   }
   /* indent the store lines */
@@ -1279,22 +1253,22 @@ static int emit_column_reduce(const kl_plan *plan, int step, const char *name, k
   kl_dtype rt = oa->dtype;
   const char *rcty = kl_compute_type(rt);
   ssa val, init, old, first, base, nv;
-  emit_value(&k, e->ins[0], idx, val);
-  emit_load(&k, st->root, kept, old);
-  reduce_init(&k, e->prim, rt, init);
-  line(&k, "%s = arith.constant true", fresh(&k, first));
+  kk_emit_value(&k, e->ins[0], idx, val);
+  kk_emit_load(&k, st->root, kept, old);
+  kk_reduce_init(&k, e->prim, rt, init);
+  kk_line(&k, "%s = arith.constant true", kk_fresh(&k, first));
   for (int i = 0; i < depth; i++)
     if (reduced[i]) {
       ssa c, f2;
-      line(&k, "%s = arith.cmpi eq, %s, %s : index", fresh(&k, c), idx[i], i == 0 ? "%lo" : "%c0");
-      line(&k, "%s = arith.andi %s, %s : i1", fresh(&k, f2), first, c);
+      kk_line(&k, "%s = arith.cmpi eq, %s, %s : index", kk_fresh(&k, c), idx[i], i == 0 ? "%lo" : "%c0");
+      kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, f2), first, c);
       snprintf(first, sizeof first, "%s", f2);
     }
-  line(&k, "%s = arith.select %s, %s, %s : %s", fresh(&k, base), first, init, old, rcty);
-  const char *op = reduce_op(e->prim, rt); /* maximumf/minimumf propagate NaN elementwise */
+  kk_line(&k, "%s = arith.select %s, %s, %s : %s", kk_fresh(&k, base), first, init, old, rcty);
+  const char *op = kk_reduce_op(e->prim, rt); /* maximumf/minimumf propagate NaN elementwise */
   const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : "";
-  line(&k, "%s = arith.%s %s, %s%s : %s", fresh(&k, nv), op, base, val, fm, rcty);
-  int out_arg = arg_index(&k, st->root);
+  kk_line(&k, "%s = arith.%s %s, %s%s : %s", kk_fresh(&k, nv), op, base, val, fm, rcty);
+  int out_arg = kk_arg_index(&k, st->root);
   if (k.failed) {
     free(k.args);
     for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
@@ -1304,19 +1278,19 @@ static int emit_column_reduce(const kl_plan *plan, int step, const char *name, k
   }
   const char *v = nv;
   if (rt == KL_BOOL) {
-    line(&k, "%%st = arith.extui %s : i1 to i8", nv);
+    kk_line(&k, "%%st = arith.extui %s : i1 to i8", nv);
     v = "%st";
-  } else if (is_low_float(rt)) {
-    line(&k, "%%st = arith.truncf %s : f32 to %s", nv, kl_storage_type(rt));
+  } else if (kk_is_low_float(rt)) {
+    kk_line(&k, "%%st = arith.truncf %s : f32 to %s", nv, kl_storage_type(rt));
     v = "%st";
   }
   kl_str st_line;
   kl_str_init(&st_line);
   kl_str_printf(&st_line, "memref.store %s, %%m%d", v, out_arg);
-  index_list(&st_line, kept, nkept, "%c0");
+  kk_index_list(&st_line, kept, nkept, "%c0");
   kl_str_append(&st_line, " : ");
-  memref_type(&st_line, oa);
-  line(&k, "%s", st_line.data);
+  kk_memref_type(&st_line, oa);
+  kk_line(&k, "%s", st_line.data);
   kl_str_free(&st_line);
 
   emit_prologue(out, pg, name, k.args, k.nargs);

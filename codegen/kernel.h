@@ -19,6 +19,24 @@ typedef struct {
  * a message when a construct cannot be generated. */
 int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
                    char *err, size_t errlen);
+/* The GPU form of a kernel step (codegen/kernel_gpu.c). */
+typedef struct {
+  int *args;          /* owned; value ids read, then the output last */
+  int nargs;
+  unsigned grid, block; /* 1-D launch shape */
+  int64_t partials;   /* > 0: a full reduction in two kernels: `name` takes the values read plus a
+                         scratch buffer of `partials` elements (type kl_gpu_partial_type), and
+                         `name`_f reduces that buffer into the output */
+  kl_dtype partial_dtype;
+} kl_gpu_kernel_info;
+
+/* Appends `gpu.func @<name>` (and `@<name>_f` for two-kernel reductions) computing plan step
+ * `step`. Returns 0, or -1 with a message. */
+int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info,
+                       char *err, size_t errlen);
+/* Element size in bytes of a two-kernel reduction's partial results. */
+int kl_gpu_partial_size(kl_dtype t);
+
 /* MLIR types of a dtype in memory and in registers. */
 const char *kl_storage_type(kl_dtype t);
 const char *kl_compute_type(kl_dtype t);

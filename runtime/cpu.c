@@ -107,6 +107,21 @@ oom:
   return NULL;
 }
 
+kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen) {
+  if (device == KL_DEV_CPU) return kl_buf_new(nbytes, err, errlen);
+  kl_buffer *b = calloc(1, sizeof *b);
+  if (!b) abort();
+  if (kl_cuda_alloc(nbytes, &b->data, err, errlen)) {
+    free(b);
+    return NULL;
+  }
+  b->device = device;
+  b->nbytes = nbytes;
+  b->refcount = 1;
+  b->state = KL_BUF_READY; /* in stream order; b->event says when the data is there */
+  return b;
+}
+
 kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner) {
   kl_buffer *b = calloc(1, sizeof *b);
   if (!b) return NULL;
@@ -123,13 +138,18 @@ void kl_buf_retain(kl_buffer *b) { atomic_fetch_add((_Atomic int *)&b->refcount,
 
 void kl_buf_release(kl_buffer *b) {
   if (!b || atomic_fetch_sub((_Atomic int *)&b->refcount, 1) != 1) return;
+  if (b->event) kl_cuda_event_release(b->event);
   if (b->release) b->release(b->owner);
+  else if (b->device == KL_DEV_CUDA) kl_cuda_free(b->data, b->nbytes);
   else host_free(b->data, round_size(b->nbytes));
   free(b->error);
   free(b);
 }
 
-int kl_buf_is_ready(const kl_buffer *b) { return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING; }
+int kl_buf_is_ready(const kl_buffer *b) {
+  if (b->device == KL_DEV_CUDA) return kl_cuda_event_query(b->event);
+  return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING;
+}
 
 static void buf_set_state(kl_buffer *b, int state, const char *msg) {
   if (msg && !b->error) b->error = strdup(msg);
@@ -140,6 +160,10 @@ static void buf_set_state(kl_buffer *b, int state, const char *msg) {
 }
 
 int kl_buf_wait(kl_buffer *b) {
+  if (b->device == KL_DEV_CUDA) {
+    kl_cuda_event_wait(b->event);
+    return b->state;
+  }
   for (int spin = 0; spin < 2000; spin++) { /* short: the waiter must not steal a core from the workers */
     int s = atomic_load((_Atomic int *)&b->state);
     if (s != KL_BUF_PENDING) return s;
@@ -381,6 +405,7 @@ static void exec_init(void) {
 #define INLINE_MAX_COST 4096
 
 int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+  if (x->device == KL_DEV_CUDA) return kl_cuda_exec_launch(x, inputs, outs, err, errlen);
   launch *l = calloc(1, sizeof *l);
   kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
   if (!l || !bufs) abort();
@@ -437,4 +462,5 @@ void kl_rt_synchronize(void) {
   pthread_mutex_lock(&q_mu);
   while (q_head || q_busy) pthread_cond_wait(&idle_cv, &q_mu);
   pthread_mutex_unlock(&q_mu);
+  if (kl_cuda_available(NULL, 0)) kl_cuda_synchronize();
 }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 typedef enum { KL_BUF_PENDING = 0, KL_BUF_READY = 1, KL_BUF_FAILED = 2 } kl_buf_state;
+typedef enum { KL_DEV_CPU = 0, KL_DEV_CUDA = 1 } kl_device_kind;
+struct kl_event; /* a point in a GPU stream (runtime/cuda.c) */
 
 typedef struct kl_buffer {
   int refcount;        /* atomic; starts at 1 for the creator */
@@ -16,10 +18,14 @@ typedef struct kl_buffer {
   void (*release)(void *owner); /* called instead of free(data) when the buffer wraps foreign memory */
   void *owner;
   char *error;         /* message when FAILED, owned */
+  int device;          /* kl_device_kind: where `data` lives */
+  struct kl_event *event; /* GPU buffers: the launch that writes them (NULL: ready), one ref */
 } kl_buffer;
 
 /* Allocates a pending buffer; NULL (with a message) if nbytes cannot be allocated. */
 kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen);
+/* The same on a device (KL_DEV_CUDA: device memory from the stream-ordered allocator). */
+kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen);
 /* Wraps foreign host memory (ready at once); release(owner) runs when the last ref goes. */
 kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner);
 void kl_buf_retain(kl_buffer *b);
@@ -43,9 +49,12 @@ typedef struct {
   void (*combine)(void *ctx, void *dst, void *const *parts, int nparts);
   /* Library steps may fail: returns 0 or nonzero with a message. NULL: run() cannot fail. */
   int (*run_checked)(void *ctx, void **ptrs, char *err, size_t errlen);
+  int on_host;         /* GPU executables: run_checked runs on host copies of the slots... */
+  int host_nin;        /* ...of which the first host_nin are inputs (copied down), the rest outputs */
 } kl_step;
 
 typedef struct kl_exec {
+  int device;         /* kl_device_kind the steps run on */
   int nslots;
   size_t *slot_bytes; /* owned; bytes per slot */
   int ninputs, noutputs;
@@ -70,4 +79,35 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
 /* Waits until every launched piece of work is finished. */
 void kl_rt_synchronize(void);
 int kl_rt_num_threads(void);
+
+/* ---- the CUDA device (runtime/cuda.c); device 0 of the machine ---- */
+typedef struct {
+  char name[128];
+  int cc_major, cc_minor, num_sms, driver_version;
+  size_t total_mem;
+} kl_cuda_info;
+
+/* 1 if a GPU is usable; else 0 with the reason in why (KILN_PLATFORM=cpu, no driver...). */
+int kl_cuda_available(char *why, size_t n);
+void kl_cuda_device_info(kl_cuda_info *info);
+/* Device memory (stream-ordered); freeing waits for the work queued before it. */
+int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen);
+void kl_cuda_free(void *ptr, size_t nbytes);
+long long kl_cuda_bytes_in_use(void);
+/* Copies n bytes in stream order (dev flags: 1 = GPU). Device-to-host returns when done. */
+int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n, char *err, size_t errlen);
+int kl_cuda_memset0(void *dst, size_t n);
+int kl_cuda_synchronize(void);
+int kl_cuda_is_device_pointer(const void *p);
+void *kl_cuda_stream(void);
+int kl_cuda_event_query(struct kl_event *e);
+void kl_cuda_event_wait(struct kl_event *e);
+void kl_cuda_event_release(struct kl_event *e);
+/* PTX -> device code (malloc'd *image) through the driver's JIT linker. */
+int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen);
+int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen);
+int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen);
+/* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
+int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
+int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
 #endif

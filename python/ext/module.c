@@ -4,6 +4,8 @@
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../codegen/compile.h"
@@ -18,7 +20,11 @@
 typedef struct {
   PyObject_HEAD
   kl_buffer *buf;
+  void *host; /* GPU buffers: host copy made for the buffer protocol (owned), or NULL */
 } BufferObject;
+
+/* Where new buffers and compiled programs go: KL_DEV_CUDA once python/ chose the GPU. */
+static int default_device = KL_DEV_CPU;
 
 typedef struct {
   PyObject_HEAD
@@ -48,6 +54,7 @@ static PyObject *buffer_new_from(kl_buffer *b) {
 static void buffer_dealloc(PyObject *self) {
   BufferObject *o = (BufferObject *)self;
   kl_buf_release(o->buf);
+  free(o->host);
   PyTypeObject *tp = Py_TYPE(self);
   freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
   f(self);
@@ -70,10 +77,32 @@ static int buffer_wait(kl_buffer *b) {
   return 0;
 }
 
+/* The bytes of a GPU buffer come to the host once (waiting only for the launch that writes
+ * them); the host copy lives as long as the Buffer. */
 static int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
   BufferObject *o = (BufferObject *)self;
   if (buffer_wait(o->buf)) return -1;
-  return PyBuffer_FillInfo(view, self, o->buf->data, (Py_ssize_t)o->buf->nbytes, 1, flags);
+  if (o->buf->device == KL_DEV_CPU)
+    return PyBuffer_FillInfo(view, self, o->buf->data, (Py_ssize_t)o->buf->nbytes, 1, flags);
+  if (!o->host) {
+    char err[512];
+    void *h = malloc(o->buf->nbytes ? o->buf->nbytes : 1);
+    if (!h) {
+      PyErr_Format(PyExc_MemoryError, "cannot allocate %zu host bytes to read a GPU array", o->buf->nbytes);
+      return -1;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = kl_cuda_copy(h, 0, o->buf->data, 1, o->buf->nbytes, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+      free(h);
+      PyErr_SetString(PyExc_RuntimeError, err);
+      return -1;
+    }
+    o->host = h;
+  }
+  return PyBuffer_FillInfo(view, self, o->host, (Py_ssize_t)o->buf->nbytes, 1, flags);
 }
 
 static void buffer_releasebuffer(PyObject *self, Py_buffer *view) {
@@ -97,6 +126,11 @@ static PyObject *buffer_nbytes(PyObject *self, void *unused) {
   return PyLong_FromSize_t(((BufferObject *)self)->buf->nbytes);
 }
 
+static PyObject *buffer_device(PyObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromLong(((BufferObject *)self)->buf->device);
+}
+
 static PyObject *buffer_ptr(PyObject *self, void *unused) {
   (void)unused;
   return PyLong_FromVoidPtr(((BufferObject *)self)->buf->data);
@@ -110,6 +144,7 @@ static PyMethodDef buffer_methods[] = {
 static PyGetSetDef buffer_getset[] = {
     {"nbytes", buffer_nbytes, NULL, "size in bytes", NULL},
     {"ptr", buffer_ptr, NULL, "address of the data (for tests)", NULL},
+    {"device", buffer_device, NULL, "0: host memory, 1: GPU memory", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyType_Slot buffer_slots[] = {
@@ -120,21 +155,74 @@ static PyType_Slot buffer_slots[] = {
 
 static PyType_Spec buffer_spec = {"kiln._kiln.Buffer", sizeof(BufferObject), 0, Py_TPFLAGS_DEFAULT, buffer_slots};
 
-/* from_buffer(obj) -> Buffer: copies the bytes of any C-contiguous buffer-protocol object. */
-static PyObject *mod_from_buffer(PyObject *self, PyObject *arg) {
+/* from_buffer(obj, device=default) -> Buffer: copies the bytes of any C-contiguous
+ * buffer-protocol object to a device. */
+static PyObject *mod_from_buffer(PyObject *self, PyObject *args) {
   (void)self;
+  PyObject *arg;
+  int device = default_device;
+  if (!PyArg_ParseTuple(args, "O|i", &arg, &device)) return NULL;
+  if (device < 0) device = default_device;
   Py_buffer view;
   if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-  char err[256];
-  kl_buffer *b = kl_buf_new((size_t)view.len, err, sizeof err);
+  char err[512];
+  kl_buffer *b = kl_buf_new_on(device, (size_t)view.len, err, sizeof err);
   if (!b) {
     PyBuffer_Release(&view);
     return PyErr_Format(PyExc_MemoryError, "device_put: %s", err);
   }
-  memcpy(b->data, view.buf, (size_t)view.len);
+  int rc = 0;
+  if (device == KL_DEV_CPU) memcpy(b->data, view.buf, (size_t)view.len);
+  else {
+    Py_BEGIN_ALLOW_THREADS
+    rc = kl_cuda_copy(b->data, 1, view.buf, 0, (size_t)view.len, err, sizeof err);
+    Py_END_ALLOW_THREADS
+  }
   b->state = KL_BUF_READY;
   PyBuffer_Release(&view);
+  if (rc) {
+    kl_buf_release(b);
+    return PyErr_Format(PyExc_RuntimeError, "device_put: %s", err);
+  }
   return buffer_new_from(b);
+}
+
+/* A copy of buffer b on `device` (in stream order; GPU-to-host waits for the data). */
+static kl_buffer *transfer(kl_buffer *b, int device, char *err, size_t errlen) {
+  kl_buffer *n = kl_buf_new_on(device, b->nbytes, err, errlen);
+  if (!n) return NULL;
+  int rc = 0;
+  if (b->device == KL_DEV_CPU && kl_buf_wait(b) == KL_BUF_FAILED) {
+    snprintf(err, errlen, "%s", b->error ? b->error : "the computation producing this array failed");
+    rc = -1;
+  } else if (b->device == KL_DEV_CPU && device == KL_DEV_CPU) memcpy(n->data, b->data, b->nbytes);
+  else rc = kl_cuda_copy(n->data, device == KL_DEV_CUDA, b->data, b->device == KL_DEV_CUDA, b->nbytes, err, errlen);
+  n->state = KL_BUF_READY;
+  if (rc) {
+    kl_buf_release(n);
+    return NULL;
+  }
+  return n;
+}
+
+static PyObject *mod_transfer(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *bo;
+  int device;
+  if (!PyArg_ParseTuple(args, "Oi", &bo, &device)) return NULL;
+  if (!PyObject_TypeCheck(bo, (PyTypeObject *)BufferType)) return PyErr_Format(PyExc_TypeError, "transfer: not a Buffer");
+  kl_buffer *b = ((BufferObject *)bo)->buf;
+  if (b->device == device) {
+    Py_INCREF(bo);
+    return bo;
+  }
+  char err[512];
+  kl_buffer *n;
+  Py_BEGIN_ALLOW_THREADS
+  n = transfer(b, device, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (!n) return PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "device_put: %s", err);
+  return buffer_new_from(n);
 }
 
 /* ---- Builder ---- */
@@ -383,13 +471,15 @@ static PyObject *builder_simplify(PyObject *self, PyObject *args) {
 }
 
 /* compile() -> Executable. The builder cannot be extended afterwards (DCE ran). */
-static PyObject *builder_compile(PyObject *self, PyObject *unused) {
-  (void)unused;
+static PyObject *builder_compile(PyObject *self, PyObject *args) {
+  int device = default_device;
+  if (!PyArg_ParseTuple(args, "|i", &device)) return NULL;
+  if (device < 0) device = default_device;
   kl_program *pg = ((BuilderObject *)self)->pg;
-  char err[2048];
+  char err[4096];
   kl_exec *x;
   Py_BEGIN_ALLOW_THREADS
-  x = kl_compile_cpu(pg, err, sizeof err);
+  x = device == KL_DEV_CUDA ? kl_compile_gpu(pg, err, sizeof err) : kl_compile_cpu(pg, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!x) {
     PyErr_SetString(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, err);
@@ -404,6 +494,23 @@ static PyObject *builder_compile(PyObject *self, PyObject *unused) {
   o->ninputs = x->ninputs;
   o->noutputs = x->noutputs;
   return (PyObject *)o;
+}
+
+static PyObject *builder_gpu_ptx(PyObject *self, PyObject *args) {
+  int cc = 90;
+  if (!PyArg_ParseTuple(args, "|i", &cc)) return NULL;
+  char err[4096];
+  char *ptx;
+  Py_BEGIN_ALLOW_THREADS
+  ptx = kl_compile_gpu_ptx(((BuilderObject *)self)->pg, cc, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (!ptx) {
+    PyErr_SetString(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, err);
+    return NULL;
+  }
+  PyObject *r = PyUnicode_FromString(ptx);
+  free(ptx);
+  return r;
 }
 
 static PyObject *builder_wrap(kl_program *pg) {
@@ -594,7 +701,8 @@ static PyMethodDef builder_methods[] = {
     {"verify", builder_verify, METH_NOARGS, "check the program"},
     {"hash", builder_hash, METH_NOARGS, "structural hash"},
     {"counts", builder_counts, METH_NOARGS, "(inputs, equations, outputs)"},
-    {"compile", builder_compile, METH_NOARGS, "compile for the CPU"},
+    {"compile", builder_compile, METH_VARARGS, "compile(device=default) -> Executable"},
+    {"gpu_ptx", builder_gpu_ptx, METH_VARARGS, "gpu_ptx(cc=90) -> the PTX of the program's kernels (no GPU needed)"},
     {"simplify", builder_simplify, METH_VARARGS, "simplify(bind=()): simplify, CSE and DCE in place"},
     {NULL, NULL, 0, NULL}};
 
@@ -633,10 +741,27 @@ static PyObject *exec_call(PyObject *self, PyObject *args, PyObject *kw) {
       goto done;
     }
     ins[i] = ((BufferObject *)b)->buf;
+    if (ins[i]->device != o->x->device) { /* an array committed elsewhere: bring it over */
+      char terr[512];
+      kl_buffer *t;
+      Py_BEGIN_ALLOW_THREADS
+      t = transfer(ins[i], o->x->device, terr, sizeof terr);
+      Py_END_ALLOW_THREADS
+      if (!t) {
+        PyErr_Format(PyExc_MemoryError, "%s", terr);
+        for (Py_ssize_t k = 0; k < i; k++)
+          if (ins[k] != ((BufferObject *)PyTuple_GetItem(args, k))->buf) kl_buf_release(ins[k]);
+        goto done;
+      }
+      ins[i] = t;
+    }
   }
   char err[512];
-  if (kl_exec_launch(o->x, ins, outs, err, sizeof err)) {
-    PyErr_Format(PyExc_MemoryError, "%s", err);
+  int lrc = kl_exec_launch(o->x, ins, outs, err, sizeof err);
+  for (Py_ssize_t i = 0; i < n; i++) /* drop the transferred copies (the launch holds what it needs) */
+    if (ins[i] != ((BufferObject *)PyTuple_GetItem(args, i))->buf) kl_buf_release(ins[i]);
+  if (lrc) {
+    PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "%s", err);
     goto done;
   }
   res = PyTuple_New(o->noutputs);
@@ -709,8 +834,57 @@ static PyObject *mod_blas_library(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(kl_hostla_library());
 }
 
+static PyObject *mod_gpu_available(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  char why[256] = "";
+  int ok;
+  Py_BEGIN_ALLOW_THREADS
+  ok = kl_cuda_available(why, sizeof why);
+  Py_END_ALLOW_THREADS
+  return Py_BuildValue("(Os)", ok ? Py_True : Py_False, why);
+}
+
+static PyObject *mod_gpu_info(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  kl_cuda_info d;
+  kl_cuda_device_info(&d);
+  return Py_BuildValue("{s:s,s:i,s:i,s:i,s:n,s:i}", "name", d.name, "cc_major", d.cc_major, "cc_minor", d.cc_minor,
+                       "num_sms", d.num_sms, "total_mem", (Py_ssize_t)d.total_mem, "driver_version", d.driver_version);
+}
+
+static PyObject *mod_set_default_device(PyObject *self, PyObject *arg) {
+  (void)self;
+  long d = PyLong_AsLong(arg);
+  if (d == -1 && PyErr_Occurred()) return NULL;
+  if (d == KL_DEV_CUDA && !kl_cuda_available(NULL, 0)) return PyErr_Format(PyExc_RuntimeError, "no GPU available");
+  default_device = (int)d;
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_gpu_memory(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromLongLong(kl_cuda_bytes_in_use());
+}
+
+static PyObject *mod_gpu_compile_stats(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  long c, d, m;
+  kl_gpu_compile_stats(&c, &d, &m);
+  return Py_BuildValue("(lll)", c, d, m);
+}
+
 static PyMethodDef mod_methods[] = {
-    {"from_buffer", mod_from_buffer, METH_O, "copy a contiguous buffer into a new kiln Buffer"},
+    {"from_buffer", mod_from_buffer, METH_VARARGS, "from_buffer(obj, device=-1): copy a contiguous buffer to a device"},
+    {"transfer", mod_transfer, METH_VARARGS, "transfer(buffer, device) -> the buffer on that device"},
+    {"gpu_available", mod_gpu_available, METH_NOARGS, "(usable, reason if not)"},
+    {"gpu_info", mod_gpu_info, METH_NOARGS, "facts about GPU 0"},
+    {"set_default_device", mod_set_default_device, METH_O, "0: CPU, 1: GPU"},
+    {"gpu_memory_in_use", mod_gpu_memory, METH_NOARGS, "bytes of GPU memory held by kiln buffers"},
+    {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},
     {"compile_stats", mod_compile_stats, METH_NOARGS, "(compiles, seconds)"},
     {"num_threads", mod_num_threads, METH_NOARGS, "worker threads of the CPU device"},

@@ -20,7 +20,7 @@ from kiln import errors
 
 
 class Device:
-    """A kiln device (only the CPU device exists on machines without a GPU)."""
+    """A kiln device: the GPU (CUDA device 0) when there is one, and the CPU."""
 
     def __init__(self, id, platform, kind):
         self.id = id
@@ -36,6 +36,34 @@ class Device:
 
 
 _cpu = Device(0, "cpu", "cpu")
+_cpu._kind = 0
+_gpu = None  # Device for CUDA device 0, when usable
+
+
+def _choose_platform():
+    """GPU when one is usable, unless KILN_PLATFORM=cpu; otherwise the CPU after a one-line warning."""
+    global _gpu
+    import logging
+    import os
+    want = os.environ.get("KILN_PLATFORM", "").strip().lower()
+    if want not in ("", "cpu", "gpu", "cuda"):
+        raise RuntimeError(f"KILN_PLATFORM={want!r} is not a platform kiln knows; use 'cpu' or 'gpu'")
+    if want == "cpu":
+        return
+    ok, why = _kiln.gpu_available()
+    if ok:
+        info = _kiln.gpu_info()
+        _gpu = Device(0, "gpu", info["name"])
+        _gpu._kind = 1
+        _gpu.compute_capability = f"{info['cc_major']}.{info['cc_minor']}"
+        _kiln.set_default_device(1)
+    elif want:
+        raise RuntimeError(f"KILN_PLATFORM={want} was requested but no GPU is usable: {why}")
+    else:
+        logging.getLogger("kiln").warning("No GPU found, falling back to CPU (%s)", why)
+
+
+_choose_platform()
 
 
 class SingleDeviceSharding:
@@ -48,9 +76,18 @@ class SingleDeviceSharding:
 
 
 def devices(backend=None):
+    """The devices of a backend: by default the GPU when there is one, else the CPU."""
+    if backend is not None and not isinstance(backend, str):
+        backend = getattr(backend, "platform", backend)
+    if backend in ("gpu", "cuda"):
+        if _gpu is None:
+            raise RuntimeError(f"Backend {backend!r} requested, but no GPU is usable on this machine "
+                               "(or KILN_PLATFORM=cpu is set); available backends: ['cpu']")
+        return [_gpu]
     if backend not in (None, "cpu"):
-        raise RuntimeError(f"Unknown backend {backend!r}: this kiln build has only the 'cpu' backend "
-                           "(the GPU backend is not available on this machine)")
+        raise RuntimeError(f"Unknown backend {backend!r}: kiln has the backends 'gpu' (CUDA) and 'cpu'")
+    if backend is None and _gpu is not None:
+        return [_gpu]
     return [_cpu]
 
 
@@ -67,7 +104,11 @@ def local_device_count(backend=None):
 
 
 def default_backend():
-    return "cpu"
+    return "gpu" if _gpu is not None else "cpu"
+
+
+def _device_of_kind(kind):
+    return _gpu if kind == 1 else _cpu
 
 
 def _leaf_to_array(x, what="argument"):
@@ -83,9 +124,20 @@ def _leaf_to_array(x, what="argument"):
 
 
 def device_put(x, device=None):
-    if device is not None and not isinstance(device, (Device, SingleDeviceSharding)):
-        raise TypeError(f"device_put: {device!r} is not a kiln device")
-    return tree_util.tree_map(lambda v: _leaf_to_array(v, "device_put value"), x)
+    """Copies the leaves of x to `device` (default: the default device); arrays already there are
+    returned as they are."""
+    if isinstance(device, SingleDeviceSharding):
+        device = device.device
+    if device is not None and not isinstance(device, Device):
+        raise TypeError(f"device_put: {device!r} is not a kiln device (use kiln.devices()[0] or "
+                        "kiln.devices('cpu')[0])")
+
+    def put(v):
+        a = _leaf_to_array(v, "device_put value")
+        if device is None or isinstance(a, Tracer) or a._buf.device == device._kind:
+            return a
+        return Array(_kiln.transfer(a._buf, device._kind), a.shape, a.dtype, a.weak_type)
+    return tree_util.tree_map(put, x)
 
 
 def device_get(x):

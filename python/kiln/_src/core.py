@@ -251,18 +251,17 @@ class Array(_kiln.ArrayBase):
 
     # -- devices --
     def devices(self):
-        from kiln._src import api
-        return {api.devices()[0]}
+        return {self.device}
 
     @property
     def device(self):
         from kiln._src import api
-        return api.devices()[0]
+        return api._device_of_kind(self._buf.device) if self._buf is not None else api.devices()[0]
 
     @property
     def sharding(self):
         from kiln._src import api
-        return api.SingleDeviceSharding(api.devices()[0])
+        return api.SingleDeviceSharding(self.device)
 
     def delete(self):
         self._buf = None

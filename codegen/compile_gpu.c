@@ -1,0 +1,368 @@
+/* compile_gpu.c: Program -> executable for the CUDA device. Kernels become one gpu.module,
+ * lowered to PTX for the device's compute capability, linked by the driver into device code
+ * that the disk cache keeps (a warm process compiles nothing). Library calls without a GPU
+ * routine run on the host over copies of their operands (see kl_step.on_host).
+ * Depends on ir/, transforms/, runtime/ and the MLIR C API. */
+#define _GNU_SOURCE
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/Dialect/GPU.h>
+#include <mlir-c/Pass.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../transforms/fuse.h"
+#include "compile.h"
+#include "cpujit.h"
+#include "kernel.h"
+#include "libcall.h"
+#include "mlirctx.h"
+
+typedef struct {
+  void *fn;             /* CUfunction */
+  unsigned grid, block;
+  int nargs;
+} gpu_kernel;
+
+typedef struct {
+  gpu_kernel *kernels;  /* owned; two per plan step at most */
+  int nkernels;
+  char (*names)[64];    /* owned; entry names, parallel to kernels */
+  kl_libcall **libs;    /* owned */
+  int nlibs;
+} gpu_owner;
+
+static void owner_destroy(void *p) {
+  gpu_owner *o = p;
+  if (!o) return;
+  for (int i = 0; i < o->nlibs; i++) kl_libcall_free(o->libs[i]);
+  free(o->libs);
+  free(o->kernels);
+  free(o->names);
+  free(o);
+}
+
+static int kernel_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  gpu_kernel *g = ctx;
+  return kl_cuda_launch(g->fn, g->grid, g->block, ptrs, g->nargs, err, errlen);
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Loaded modules stay for the life of the process, found again by key. */
+static pthread_mutex_t mod_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  uint64_t key;
+  void *module;
+} *mods;
+static int nmods, capmods;
+static long n_ptx_compiled, n_disk_hits, n_mem_hits;
+
+void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits) {
+  *compiled = n_ptx_compiled;
+  *disk_hits = n_disk_hits;
+  *memory_hits = n_mem_hits;
+}
+
+static void *find_module(uint64_t key) {
+  void *m = NULL;
+  pthread_mutex_lock(&mod_mu);
+  for (int i = 0; i < nmods && !m; i++)
+    if (mods[i].key == key) m = mods[i].module;
+  pthread_mutex_unlock(&mod_mu);
+  return m;
+}
+
+static void add_module(uint64_t key, void *m) {
+  pthread_mutex_lock(&mod_mu);
+  if (nmods == capmods) {
+    capmods = capmods ? 2 * capmods : 64;
+    mods = realloc(mods, sizeof *mods * (size_t)capmods);
+    if (!mods) abort();
+  }
+  mods[nmods].key = key;
+  mods[nmods++].module = m;
+  pthread_mutex_unlock(&mod_mu);
+}
+
+/* MLIR text -> PTX (malloc'd) through the NVVM pipeline. */
+static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, char *err, size_t errlen) {
+  char pipeline[1024];
+  snprintf(pipeline, sizeof pipeline,
+           "builtin.module(nvvm-attach-target{chip=sm_%d%d features=+ptx80 O=3},gpu.module(convert-scf-to-cf,"
+           "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=%d},convert-vector-to-llvm,"
+           "convert-math-to-llvm,reconcile-unrealized-casts,canonicalize),gpu-module-to-binary{format=isa})",
+           cc_major, cc_minor, index32 ? 32 : 64);
+  MlirContext ctx = kl_mlir_lock();
+  kl_str diag;
+  kl_str_init(&diag);
+  char *ptx = NULL;
+  MlirDiagnosticHandlerID hid = mlirContextAttachDiagnosticHandler(ctx, kl_mlir_on_diag, &diag, NULL);
+  MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+  if (mlirModuleIsNull(m)) {
+    snprintf(err, errlen, "internal error: generated GPU MLIR does not parse: %s", diag.data ? diag.data : "");
+    goto out;
+  }
+  MlirPassManager pm = mlirPassManagerCreate(ctx);
+  kl_str perr;
+  kl_str_init(&perr);
+  int bad = mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
+                                                             mlirStringRefCreateFromCString(pipeline),
+                                                             kl_mlir_collect_text, &perr));
+  if (bad) snprintf(err, errlen, "internal error: bad GPU pass pipeline: %s", perr.data ? perr.data : "");
+  else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
+    snprintf(err, errlen, "internal error: GPU lowering failed: %.2000s", diag.data ? diag.data : "");
+    bad = 1;
+  }
+  kl_str_free(&perr);
+  mlirPassManagerDestroy(pm);
+  if (!bad) { /* the PTX is the first object of the gpu.binary op */
+    MlirBlock body = mlirModuleGetBody(m);
+    for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+         op = mlirOperationGetNextInBlock(op)) {
+      MlirStringRef nm = mlirIdentifierStr(mlirOperationGetName(op));
+      if (nm.length != 10 || memcmp(nm.data, "gpu.binary", 10)) continue;
+      MlirAttribute objs = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("objects"));
+      if (mlirAttributeIsNull(objs) || mlirArrayAttrGetNumElements(objs) < 1) break;
+      MlirStringRef s = mlirGPUObjectAttrGetObject(mlirArrayAttrGetElement(objs, 0));
+      ptx = malloc(s.length + 1);
+      if (!ptx) abort();
+      memcpy(ptx, s.data, s.length);
+      ptx[s.length] = 0;
+    }
+    if (!ptx) snprintf(err, errlen, "internal error: GPU lowering produced no PTX");
+  }
+  mlirModuleDestroy(m);
+out:
+  mlirContextDetachDiagnosticHandler(ctx, hid);
+  kl_str_free(&diag);
+  kl_mlir_unlock();
+  return ptx;
+}
+
+/* The module for `text`: from memory, from the disk cache (device code), or compiled. */
+static void *build_module(kl_str *text, int index32, char *prefix, size_t prefix_len, char *err, size_t errlen) {
+  kl_cuda_info dev;
+  kl_cuda_device_info(&dev);
+  char tag[96];
+  snprintf(tag, sizeof tag, "// gpu sm_%d%d driver %d index%d\n", dev.cc_major, dev.cc_minor, dev.driver_version,
+           index32 ? 32 : 64);
+  kl_str_append(text, tag);
+  uint64_t key = kl_cpujit_key(text->data);
+  snprintf(prefix, prefix_len, "kg_%016llx_", (unsigned long long)key);
+  kl_codegen_set_prefix(text, prefix);
+  void *m = find_module(key);
+  if (m) {
+    n_mem_hits++;
+    return m;
+  }
+  kl_codegen_dump("kernels-gpu.mlir", text->data);
+  size_t len = 0;
+  void *image = kl_diskcache_read(key, &len);
+  if (image && !kl_cuda_module_load(image, &m, err, errlen)) {
+    free(image);
+    n_disk_hits++;
+    add_module(key, m);
+    return m;
+  }
+  free(image); /* missing or unloadable (a different driver): compile again */
+  double t0 = now();
+  char *ptx = to_ptx(text->data, dev.cc_major, dev.cc_minor, index32, err, errlen);
+  if (!ptx) return NULL;
+  kl_codegen_dump("kernels.ptx", ptx);
+  double t1 = now();
+  if (strstr(ptx, ".extern")) { /* an unresolved function (libdevice math) would fail to load */
+    const char *x = strstr(ptx, ".extern");
+    snprintf(err, errlen, "internal error: generated PTX calls an external function: %.120s", x);
+    free(ptx);
+    return NULL;
+  }
+  int rc = kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &len, err, errlen);
+  free(ptx);
+  if (rc) return NULL;
+  rc = kl_cuda_module_load(image, &m, err, errlen);
+  if (!rc) kl_diskcache_write(key, image, len);
+  free(image);
+  if (rc) return NULL;
+  n_ptx_compiled++;
+  if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
+    fprintf(stderr, "kiln: gpu: mlir->ptx %.1f ms, ptx->device code %.1f ms\n", (t1 - t0) * 1e3, (now() - t1) * 1e3);
+  add_module(key, m);
+  return m;
+}
+
+/* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
+ * driver needed) and returns NULL with *ptx_only set (or NULL and a message). */
+static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *err, size_t errlen) {
+  double t0 = now();
+  if (!ptx_only && !kl_cuda_available(err, errlen)) return NULL;
+  kl_simplify(pg);
+  kl_cse(pg);
+  kl_dce(pg);
+  kl_plan plan;
+  kl_plan_build(pg, &plan);
+  kl_exec *x = calloc(1, sizeof *x);
+  gpu_owner *o = calloc(1, sizeof *o);
+  int *slot_of = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!x || !o || !slot_of) abort();
+  x->refcount = 1;
+  x->device = KL_DEV_CUDA;
+  x->owner = o;
+  x->destroy = owner_destroy;
+  int64_t biggest = 0;
+  for (int v = 0; v < pg->nvals; v++) {
+    slot_of[v] = -1;
+    int64_t sz = kl_aval_size(&pg->vals[v].aval);
+    if (sz > biggest) biggest = sz;
+  }
+  /* slots: materialized values, plus one scratch buffer per two-kernel reduction */
+  x->slot_bytes = calloc((size_t)pg->nvals + (size_t)plan.nsteps + 1, sizeof(size_t));
+  for (int v = 0; v < pg->nvals; v++)
+    if (plan.materialized[v]) {
+      slot_of[v] = x->nslots;
+      const kl_aval *a = &pg->vals[v].aval;
+      x->slot_bytes[x->nslots++] = (size_t)kl_aval_size(a) * kl_dtype_size(a->dtype);
+    }
+  x->ninputs = pg->ninputs;
+  x->in_slots = malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
+  for (int i = 0; i < pg->ninputs; i++) x->in_slots[i] = slot_of[pg->inputs[i]];
+  x->noutputs = pg->noutputs;
+  x->out_slots = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = slot_of[pg->outputs[i]];
+  x->steps = calloc(2 * (size_t)plan.nsteps + 1, sizeof *x->steps);
+  o->kernels = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->kernels);
+  o->names = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->names);
+  o->libs = calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
+
+  kl_str mod;
+  kl_str_init(&mod);
+  kl_str_append(&mod, "module attributes {gpu.container_module} {\n  gpu.module @kiln {\n");
+  int rc = 0;
+  for (int s = 0; s < plan.nsteps && !rc; s++) {
+    const kl_plan_step *ps = &plan.steps[s];
+    if (ps->kind == KL_STEP_LIB) {
+      const kl_eqn *e = &pg->eqns[ps->eqn];
+      if (e->prim == KL_P_CUSTOM_VJP_LIN) {
+        snprintf(err, errlen, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                              "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
+        rc = -1;
+        break;
+      }
+      kl_step *st = &x->steps[x->nsteps++];
+      kl_libcall *lc = kl_libcall_new(pg, e);
+      o->libs[o->nlibs++] = lc;
+      st->ctx = lc;
+      st->run_checked = kl_libcall_run;
+      st->on_host = 1;
+      st->host_nin = e->nin;
+      st->nslots = e->nin + e->nout;
+      st->slots = malloc(sizeof(int) * (size_t)st->nslots);
+      for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
+      for (int i = 0; i < e->nout; i++) st->slots[e->nin + i] = slot_of[e->outs[i]];
+      st->extent = 1;
+      st->partial_arg = -1;
+      continue;
+    }
+    if (kl_aval_size(&pg->vals[ps->root].aval) == 0) continue;
+    kl_gpu_kernel_info ki;
+    char name[32];
+    snprintf(name, sizeof name, "KLPFX%d", o->nkernels);
+    rc = kl_kernel_emit_gpu(&plan, s, name, &mod, &ki, err, errlen);
+    if (rc) break;
+    int nin = ki.nargs - 1, out_slot = slot_of[ki.args[ki.nargs - 1]];
+    gpu_kernel *g = &o->kernels[o->nkernels];
+    snprintf(o->names[o->nkernels++], 64, "%s", name);
+    g->grid = ki.grid;
+    g->block = ki.block;
+    kl_step *st = &x->steps[x->nsteps++];
+    st->ctx = g;
+    st->run_checked = kernel_run;
+    st->extent = 1;
+    st->partial_arg = -1;
+    if (!ki.partials) {
+      g->nargs = ki.nargs;
+      st->nslots = ki.nargs;
+      st->slots = malloc(sizeof(int) * (size_t)ki.nargs);
+      for (int i = 0; i < ki.nargs; i++) st->slots[i] = slot_of[ki.args[i]];
+    } else { /* name(inputs..., scratch); name_f(scratch, output) */
+      int scratch = x->nslots++;
+      x->slot_bytes[scratch] = (size_t)ki.partials * (size_t)kl_gpu_partial_size(ki.partial_dtype);
+      g->nargs = nin + 1;
+      st->nslots = nin + 1;
+      st->slots = malloc(sizeof(int) * (size_t)(nin + 1));
+      for (int i = 0; i < nin; i++) st->slots[i] = slot_of[ki.args[i]];
+      st->slots[nin] = scratch;
+      gpu_kernel *g2 = &o->kernels[o->nkernels];
+      snprintf(o->names[o->nkernels++], 64, "%s_f", name);
+      g2->grid = 1;
+      g2->block = ki.block;
+      g2->nargs = 2;
+      kl_step *st2 = &x->steps[x->nsteps++];
+      st2->ctx = g2;
+      st2->run_checked = kernel_run;
+      st2->extent = 1;
+      st2->partial_arg = -1;
+      st2->nslots = 2;
+      st2->slots = malloc(sizeof(int) * 2);
+      st2->slots[0] = scratch;
+      st2->slots[1] = out_slot;
+    }
+    free(ki.args);
+  }
+  kl_str_append(&mod, "  }\n}\n");
+  if (!rc && o->nkernels) {
+    int index32 = biggest + ((int64_t)1 << 26) < ((int64_t)1 << 31); /* grid-stride steps must not overflow */
+    char prefix[40];
+    void *m = NULL;
+    if (ptx_only) {
+      kl_codegen_set_prefix(&mod, "kg_");
+      *ptx_only = to_ptx(mod.data, ptx_cc / 10, ptx_cc % 10, index32, err, errlen);
+      if (!*ptx_only) rc = -1;
+      goto finish;
+    }
+    m = build_module(&mod, index32, prefix, sizeof prefix, err, errlen); /* entry names carry its key */
+    if (!m) rc = -1;
+    for (int i = 0; !rc && i < o->nkernels; i++) {
+      char full[128];
+      snprintf(full, sizeof full, "%s%s", prefix, o->names[i] + 5); /* names start with KLPFX */
+      rc = kl_cuda_function(m, full, &o->kernels[i].fn, err, errlen);
+    }
+  }
+finish:
+  kl_str_free(&mod);
+  kl_plan_free(&plan);
+  free(slot_of);
+  if (ptx_only) {
+    kl_exec_release(x);
+    return NULL;
+  }
+  kl_compile_note(now() - t0);
+  if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
+    fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d host library calls in %.1f ms\n", pg->neqns,
+            o->nkernels, o->nlibs, (now() - t0) * 1e3);
+  if (rc) {
+    kl_exec_release(x);
+    return NULL;
+  }
+  return x;
+}
+
+kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen) { return compile_gpu(pg, NULL, 0, err, errlen); }
+
+char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen) {
+  char *ptx = NULL;
+  err[0] = 0;
+  compile_gpu(pg, &ptx, cc, err, errlen);
+  if (!ptx && !err[0]) { /* nothing to generate: no kernels */
+    ptx = malloc(1);
+    if (!ptx) abort();
+    ptx[0] = 0;
+  }
+  return ptx;
+}

@@ -1,0 +1,529 @@
+/* kernel_gpu.c: a fused kernel (a KERNEL step of a plan) as an MLIR gpu.func. The values are
+ * computed by kernel.c's element emitter; this file maps the iteration space onto threads:
+ *   elementwise:  one element per thread, grid-stride over the flattened output;
+ *   row:          one block per row (softmax, layernorm, sums over trailing axes): threads
+ *                 stride across the row, partial results meet in a shared-memory tree;
+ *   column:       one thread per output element looping over the reduced axes;
+ *   full:         every block reduces a slice into a partial, a second kernel reduces those.
+ * Depends on ir/, transforms/fuse.h and kernel_internal.h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_internal.h"
+
+#define GK_BLOCK 256 /* threads per block for elementwise, full and long-row kernels */
+
+typedef struct {
+  int ndim;
+  int64_t dims[KL_MAX_RANK];
+  const char *storage; /* MLIR element type in memory */
+  int readonly;
+} gk_arg;
+
+static int is_unsigned_t(kl_dtype t) { return kl_dtype_kind(t) == KL_KIND_UINT || t == KL_BOOL; }
+
+/* Type a reduction accumulates in (registers) and in shared memory / partial buffers. */
+static const char *acc_type(kl_dtype t) { return kl_compute_type(t); }
+static const char *shared_type(kl_dtype t) { return t == KL_BOOL ? "i32" : kl_compute_type(t); }
+
+/* Emits `out = acc (op) v` for reduction p in type ty (a compute or shared type). Float max/min
+ * propagate NaN (as JAX does) with compares and selects, which every GPU and type supports. */
+static char *combine(kctx *k, kl_prim p, kl_dtype t, const char *ty, const char *acc, const char *v, char *out) {
+  int fl = kl_dtype_is_float(t);
+  if (fl && (p == KL_P_REDUCE_MAX || p == KL_P_REDUCE_MIN)) {
+    ssa c, s, u;
+    kk_line(k, "%s = arith.cmpf %s, %s, %s : %s", kk_fresh(k, c), p == KL_P_REDUCE_MAX ? "ugt" : "ult", v, acc, ty);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, s), c, v, acc, ty);
+    kk_line(k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(k, u), acc, acc, ty);
+    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), u, acc, s, ty);
+    return out;
+  }
+  const char *op = kk_reduce_op(p, t);
+  if (!strcmp(ty, "i32") && t == KL_BOOL) /* booleans travel as i32 0/1 through shared memory */
+    op = p == KL_P_REDUCE_MAX || p == KL_P_REDUCE_OR ? "ori" : p == KL_P_REDUCE_SUM ? "ori" : "andi";
+  (void)is_unsigned_t;
+  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, out), op, acc, v, ty);
+  return out;
+}
+
+/* The reduction's start value in the shared type. */
+static char *shared_init(kctx *k, kl_prim p, kl_dtype t, char *out) {
+  if (t != KL_BOOL) {
+    kk_reduce_init(k, p, t, out);
+    return out;
+  }
+  int one = p == KL_P_REDUCE_MIN || p == KL_P_REDUCE_AND;
+  kk_line(k, "%s = arith.constant %d : i32", kk_fresh(k, out), one);
+  return out;
+}
+
+static void to_shared(kctx *k, kl_dtype t, char *v) {
+  if (t != KL_BOOL) return;
+  ssa w;
+  kk_line(k, "%s = arith.extui %s : i1 to i32", kk_fresh(k, w), v);
+  snprintf(v, sizeof(ssa), "%s", w);
+}
+
+static void from_shared(kctx *k, kl_dtype t, char *v) {
+  if (t != KL_BOOL) return;
+  ssa z, w;
+  kk_line(k, "%s = arith.constant 0 : i32", kk_fresh(k, z));
+  kk_line(k, "%s = arith.cmpi ne, %s, %s : i32", kk_fresh(k, w), v, z);
+  snprintf(v, sizeof(ssa), "%s", w);
+}
+
+/* Block-wide reduction of v (shared type) through workgroup buffer %sh<slot>: a tree with a
+ * barrier per level; every thread gets the result in out. Control flow stays uniform. */
+static void block_reduce(kctx *k, kl_prim p, kl_dtype t, int slot, int block, const char *v, char *out) {
+  const char *ty = shared_type(t);
+  kk_line(k, "memref.store %s, %%sh%d[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", v, slot, block, ty);
+  kk_line(k, "gpu.barrier");
+  for (int s = block / 2; s >= 1; s /= 2) {
+    ssa cs, pr, o, x, y, z;
+    kk_const_index(k, s, cs);
+    kk_line(k, "%s = arith.cmpi ult, %%tid, %s : index", kk_fresh(k, pr), cs);
+    kk_line(k, "scf.if %s {", pr);
+    const char *ind = k->ind;
+    char ind2[80];
+    snprintf(ind2, sizeof ind2, "%s  ", ind);
+    k->ind = ind2;
+    kk_line(k, "%s = arith.addi %%tid, %s : index", kk_fresh(k, o), cs);
+    kk_line(k, "%s = memref.load %%sh%d[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(k, x), slot, block, ty);
+    kk_line(k, "%s = memref.load %%sh%d[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(k, y), slot, o, block, ty);
+    combine(k, p, t, ty, x, y, z);
+    kk_line(k, "memref.store %s, %%sh%d[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", z, slot, block, ty);
+    k->ind = ind;
+    kk_line(k, "}");
+    kk_line(k, "gpu.barrier");
+  }
+  kk_line(k, "%s = memref.load %%sh%d[%%c0] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(k, out), slot, block, ty);
+  kk_line(k, "gpu.barrier"); /* the buffer is reused by the next row */
+}
+
+/* Accumulates value `v` of the space `dims` (rank n) over the linear range
+ * [start, total) step `step`, with idx[0..lead) fixed and idx[lead..n) from the linear index.
+ * Leaves this thread's partial (shared type) in out. */
+static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int64_t *dims, int n, int lead, ssa *idx,
+                               const char *start, int64_t total, const char *step, int sid, char *out) {
+  const char *ty = shared_type(t);
+  ssa init, tot;
+  shared_init(k, p, t, init);
+  kk_const_index(k, total, tot);
+  kk_line(k, "%%acc%d = scf.for %%j%d = %s to %s step %s iter_args(%%ra%d = %s) -> (%s) {", sid, sid, start, tot, step, sid,
+          init, ty);
+  const char *ind = k->ind;
+  char ind2[80];
+  snprintf(ind2, sizeof ind2, "%s  ", ind);
+  k->ind = ind2;
+  int mark = k->nmemo;
+  char jn[24];
+  snprintf(jn, sizeof jn, "%%j%d", sid);
+  kk_delinearize(k, jn, dims + lead, n - lead, idx + lead);
+  ssa val, an, c;
+  kk_emit_value(k, v, idx, val);
+  if (k->stash == v && k->stash >= 0) { /* keep the row's values: the output loop reads them back */
+    const kl_aval *oa = &k->pg->vals[k->root].aval;
+    ssa sv;
+    snprintf(sv, sizeof sv, "%s", val);
+    if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
+    kl_str st;
+    kl_str_init(&st);
+    kl_str_printf(&st, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
+    kk_index_list(&st, idx, n, "%c0");
+    kl_str_append(&st, " : ");
+    kk_memref_type(&st, oa);
+    kk_line(k, "%s", st.data);
+    kl_str_free(&st);
+  }
+  snprintf(an, sizeof an, "%%ra%d", sid);
+  to_shared(k, t, val);
+  combine(k, p, t, ty, an, val, c);
+  kk_line(k, "scf.yield %s : %s", c, ty);
+  for (int i = mark; i < k->nmemo; i++) free(k->memo[i].key);
+  k->nmemo = mark;
+  k->ind = ind;
+  kk_line(k, "}");
+  snprintf(out, sizeof(ssa), "%%acc%d", sid);
+}
+
+/* Converts a reduction result (shared type) to the output's storage type and stores it. */
+static void store_result(kctx *k, kl_dtype t, const char *v, int out_arg, const kl_aval *oa, ssa *idx, int n) {
+  ssa r;
+  snprintf(r, sizeof r, "%s", v);
+  from_shared(k, t, r);
+  if (t == KL_BOOL) {
+    ssa w;
+    kk_line(k, "%s = arith.extui %s : i1 to i8", kk_fresh(k, w), r);
+    snprintf(r, sizeof r, "%s", w);
+  } else if (kk_is_low_float(t)) {
+    ssa w;
+    kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, w), r, kl_storage_type(t));
+    snprintf(r, sizeof r, "%s", w);
+  }
+  kl_str st;
+  kl_str_init(&st);
+  kl_str_printf(&st, "memref.store %s, %%m%d", r, out_arg);
+  kk_index_list(&st, idx, n, "%c0");
+  kl_str_append(&st, " : ");
+  kk_memref_type(&st, oa);
+  kk_line(k, "%s", st.data);
+  kl_str_free(&st);
+}
+
+int kl_gpu_partial_size(kl_dtype t) { return t == KL_BOOL || kk_is_low_float(t) ? 4 : (int)kl_dtype_size(t); }
+
+static void arg_of(gk_arg *a, const kl_aval *v, int readonly) {
+  a->ndim = v->ndim;
+  memcpy(a->dims, v->dims, sizeof(int64_t) * (size_t)v->ndim);
+  a->storage = kl_storage_type(v->dtype);
+  a->readonly = readonly;
+}
+
+/* gpu.func header: memref<1xT> bare-pointer arguments reinterpreted with their static shapes as
+ * %m<i>, workgroup buffers %sh<i>, thread and block ids. */
+static void emit_header(kl_str *out, const char *name, const gk_arg *args, int nargs, const char **shared, int nshared,
+                        int block) {
+  kl_str_printf(out, "    gpu.func @%s(", name);
+  for (int i = 0; i < nargs; i++)
+    kl_str_printf(out, "%s%%a%d: memref<1x%s> {llvm.noalias%s}", i ? ", " : "", i, args[i].storage,
+                  args[i].readonly ? ", llvm.readonly" : "");
+  kl_str_append(out, ")");
+  if (nshared) {
+    kl_str_append(out, " workgroup(");
+    for (int i = 0; i < nshared; i++)
+      kl_str_printf(out, "%s%%sh%d: memref<%dx%s, #gpu.address_space<workgroup>>", i ? ", " : "", i, block, shared[i]);
+    kl_str_append(out, ")");
+  }
+  kl_str_printf(out, " kernel attributes {known_block_size = array<i32: %d, 1, 1>} {\n", block);
+  kl_str_append(out, "      %c0 = arith.constant 0 : index\n      %c1 = arith.constant 1 : index\n");
+  for (int i = 0; i < nargs; i++) {
+    const gk_arg *a = &args[i];
+    kl_str_printf(out, "      %%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", i, i);
+    if (a->ndim == 0) kl_str_append(out, "1");
+    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)a->dims[d]);
+    kl_str_append(out, "], strides: [");
+    if (a->ndim == 0) kl_str_append(out, "1");
+    for (int d = 0; d < a->ndim; d++) {
+      int64_t s = 1;
+      for (int j = d + 1; j < a->ndim; j++) s *= a->dims[j];
+      kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
+    }
+    kl_str_printf(out, "] : memref<1x%s> to memref<", a->storage);
+    if (a->ndim == 0) kl_str_append(out, "1x");
+    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, "%lldx", (long long)a->dims[d]);
+    kl_str_printf(out, "%s>\n", a->storage);
+  }
+  kl_str_printf(out, "      %%tid = gpu.thread_id x\n      %%bid = gpu.block_id x\n      %%nblk = gpu.grid_dim x\n"
+                     "      %%bdim = arith.constant %d : index\n",
+                block);
+}
+
+static int64_t prod(const int64_t *d, int a, int b) {
+  int64_t p = 1;
+  for (int i = a; i < b; i++) p *= d[i];
+  return p;
+}
+
+static int pow2_at_least(int64_t n, int lo, int hi) {
+  int b = lo;
+  while (b < hi && b < n) b *= 2;
+  return b;
+}
+
+static unsigned grid_for(int64_t work, int block) {
+  int64_t g = (work + block - 1) / block;
+  if (g < 1) g = 1;
+  if (g > (1 << 20)) g = 1 << 20; /* grid-stride loops cover the rest */
+  return (unsigned)g;
+}
+
+static void free_ctx(kctx *k) {
+  for (int i = 0; i < k->nmemo; i++) free(k->memo[i].key);
+  free(k->memo);
+}
+
+int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info, char *err,
+                       size_t errlen) {
+  const kl_program *pg = plan->pg;
+  const kl_plan_step *st = &plan->steps[step];
+  const kl_eqn *e = &pg->eqns[st->eqn];
+  const kl_aval *oa = &pg->vals[st->root].aval;
+  int is_reduce = kl_prim_get(e->prim)->family == KL_FAM_REDUCE;
+  const kl_aval *space = is_reduce ? &pg->vals[e->ins[0]].aval : oa;
+  int n = space->ndim, reduced[KL_MAX_RANK] = {0}, nred = 0;
+  if (is_reduce)
+    for (int i = 0; i < e->p.nv[0]; i++) reduced[e->p.v[0][i]] = 1, nred++;
+  /* the reduced axes form a suffix [rowk, n): row mode (or full mode when rowk == 0) */
+  int rowk = -1;
+  if (is_reduce && nred) {
+    rowk = n - nred;
+    for (int i = rowk; i < n; i++)
+      if (!reduced[i]) rowk = -1;
+  } else if (!is_reduce && st->nstages)
+    rowk = st->row_axis;
+  int64_t row_len = rowk >= 0 ? prod(space->dims, rowk, n) : 0;
+  int mode; /* 0 elementwise, 1 row, 2 column, 3 full */
+  if (!is_reduce) mode = st->nstages ? 1 : 0;
+  else if (nred == 0) mode = 0;
+  else if (rowk == 0) mode = 3;
+  else if (rowk > 0 && (row_len > 16 || st->nstages)) mode = 1;
+  else mode = 2;
+  if (mode == 1 && st->nstages) row_len = prod(oa->dims, rowk, oa->ndim);
+
+  kl_str body;
+  kl_str_init(&body);
+  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .ind = "      ", .err = err, .errlen = errlen,
+            .root = is_reduce ? -1 : st->root, .stash = -1};
+  memset(info, 0, sizeof *info);
+  kl_dtype rt = oa->dtype;
+  int block = GK_BLOCK;
+  ssa idx[KL_MAX_RANK];
+  const char *shared[KL_MAX_STAGES + 1];
+  int nshared = 0;
+
+  if (mode == 0) { /* elementwise (or a reduction over no axes) */
+    int64_t total = kl_aval_size(oa);
+    ssa g0, gid, gs, tot, val;
+    kk_line(&k, "%s = arith.muli %%bid, %%bdim : index", kk_fresh(&k, g0));
+    kk_line(&k, "%s = arith.addi %s, %%tid : index", kk_fresh(&k, gid), g0);
+    kk_line(&k, "%s = arith.muli %%nblk, %%bdim : index", kk_fresh(&k, gs));
+    kk_const_index(&k, total, tot);
+    kk_line(&k, "scf.for %%lin = %s to %s step %s {", gid, tot, gs);
+    k.ind = "        ";
+    kk_delinearize(&k, "%lin", oa->dims, oa->ndim, idx);
+    kk_emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
+    int oi = kk_arg_index(&k, st->root);
+    ssa r;
+    snprintf(r, sizeof r, "%s", val);
+    if (rt == KL_BOOL) kk_line(&k, "%s = arith.extui %s : i1 to i8", kk_fresh(&k, r), val);
+    else if (kk_is_low_float(rt)) kk_line(&k, "%s = arith.truncf %s : f32 to %s", kk_fresh(&k, r), val, kl_storage_type(rt));
+    kl_str s;
+    kl_str_init(&s);
+    kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
+    kk_index_list(&s, idx, oa->ndim, "%c0");
+    kl_str_append(&s, " : ");
+    kk_memref_type(&s, oa);
+    kk_line(&k, "%s", s.data);
+    kl_str_free(&s);
+    k.ind = "      ";
+    kk_line(&k, "}");
+    info->grid = grid_for(total, block);
+  } else if (mode == 2) { /* column: one thread per output element */
+    int64_t total = kl_aval_size(oa);
+    ssa g0, gid, gs, tot, kept[KL_MAX_RANK];
+    kk_line(&k, "%s = arith.muli %%bid, %%bdim : index", kk_fresh(&k, g0));
+    kk_line(&k, "%s = arith.addi %s, %%tid : index", kk_fresh(&k, gid), g0);
+    kk_line(&k, "%s = arith.muli %%nblk, %%bdim : index", kk_fresh(&k, gs));
+    kk_const_index(&k, total, tot);
+    kk_line(&k, "scf.for %%lin = %s to %s step %s {", gid, tot, gs);
+    k.ind = "        ";
+    int64_t kdims[KL_MAX_RANK], rdims[KL_MAX_RANK];
+    int nk = 0, nr = 0, kpos[KL_MAX_RANK], rpos[KL_MAX_RANK];
+    for (int i = 0; i < n; i++) {
+      if (reduced[i]) rdims[nr] = space->dims[i], rpos[nr++] = i;
+      else kdims[nk] = space->dims[i], kpos[nk++] = i;
+    }
+    kk_delinearize(&k, "%lin", kdims, nk, kept);
+    for (int i = 0; i < nk; i++) memcpy(idx[kpos[i]], kept[i], sizeof(ssa));
+    /* the reduced axes, flattened, walked by this thread alone */
+    ssa part, ridx[KL_MAX_RANK];
+    int mark = k.nmemo;
+    {
+      const char *ty = shared_type(rt);
+      ssa init, rtot;
+      shared_init(&k, e->prim, rt, init);
+      kk_const_index(&k, prod(rdims, 0, nr), rtot);
+      kk_line(&k, "%%acc0 = scf.for %%j0 = %%c0 to %s step %%c1 iter_args(%%ra0 = %s) -> (%s) {", rtot, init, ty);
+      k.ind = "          ";
+      kk_delinearize(&k, "%j0", rdims, nr, ridx);
+      for (int i = 0; i < nr; i++) memcpy(idx[rpos[i]], ridx[i], sizeof(ssa));
+      ssa val, c;
+      kk_emit_value(&k, e->ins[0], idx, val);
+      to_shared(&k, rt, val);
+      combine(&k, e->prim, rt, ty, "%ra0", val, c);
+      kk_line(&k, "scf.yield %s : %s", c, ty);
+      for (int i = mark; i < k.nmemo; i++) free(k.memo[i].key);
+      k.nmemo = mark;
+      k.ind = "        ";
+      kk_line(&k, "}");
+      snprintf(part, sizeof part, "%%acc0");
+    }
+    store_result(&k, rt, part, kk_arg_index(&k, st->root), oa, kept, nk);
+    k.ind = "      ";
+    kk_line(&k, "}");
+    info->grid = grid_for(total, block);
+  } else if (mode == 1) { /* row: one block per row */
+    int64_t rows = prod(space->dims, 0, rowk);
+    int64_t longest = row_len;
+    for (int j = 0; j < st->nstages; j++) {
+      const kl_aval *x = &pg->vals[pg->eqns[st->stages[j]].ins[0]].aval;
+      int64_t l = prod(x->dims, rowk, x->ndim);
+      if (l > longest) longest = l;
+    }
+    block = pow2_at_least(longest, 32, GK_BLOCK);
+    ssa rtot;
+    kk_const_index(&k, rows, rtot);
+    kk_line(&k, "scf.for %%row = %%bid to %s step %%nblk {", rtot);
+    k.ind = "        ";
+    kk_delinearize(&k, "%row", space->dims, rowk, idx);
+    if (!is_reduce) {
+      const kl_eqn *last = &pg->eqns[st->stages[st->nstages - 1]];
+      int cand = last->ins[0];
+      if (pg->vals[cand].aval.dtype == oa->dtype && oa->dtype != KL_BOOL && !plan->materialized[cand] &&
+          kk_expr_uses(pg, plan, st->root, cand) && pg->vals[cand].aval.ndim == oa->ndim &&
+          !memcmp(pg->vals[cand].aval.dims, oa->dims, sizeof(int64_t) * (size_t)oa->ndim))
+        k.stash = cand;
+      for (int j = 0; j < st->nstages; j++) {
+        const kl_eqn *r = &pg->eqns[st->stages[j]];
+        const kl_aval *x = &pg->vals[r->ins[0]].aval;
+        kl_dtype t = pg->vals[r->outs[0]].aval.dtype;
+        ssa part, res;
+        strided_accumulate(&k, r->prim, t, r->ins[0], x->dims, x->ndim, rowk, idx, "%tid", prod(x->dims, rowk, x->ndim),
+                           "%bdim", j, part);
+        shared[nshared] = shared_type(t);
+        block_reduce(&k, r->prim, t, nshared++, block, part, res);
+        from_shared(&k, t, res);
+        k.stage_val[k.nstage] = r->outs[0];
+        snprintf(k.stage_ssa[k.nstage], sizeof(ssa), "%s", res);
+        k.nstage++;
+      }
+      k.stash_ready = k.stash >= 0;
+      ssa otot, val;
+      kk_const_index(&k, row_len, otot);
+      kk_line(&k, "scf.for %%jo = %%tid to %s step %%bdim {", otot);
+      k.ind = "          ";
+      kk_delinearize(&k, "%jo", oa->dims + rowk, oa->ndim - rowk, idx + rowk);
+      k.main_idx = (const ssa *)idx;
+      kk_emit_value(&k, st->root, idx, val);
+      int oi = kk_arg_index(&k, st->root);
+      ssa r;
+      snprintf(r, sizeof r, "%s", val);
+      if (rt == KL_BOOL) kk_line(&k, "%s = arith.extui %s : i1 to i8", kk_fresh(&k, r), val);
+      else if (kk_is_low_float(rt)) kk_line(&k, "%s = arith.truncf %s : f32 to %s", kk_fresh(&k, r), val, kl_storage_type(rt));
+      kl_str s;
+      kl_str_init(&s);
+      kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
+      kk_index_list(&s, idx, oa->ndim, "%c0");
+      kl_str_append(&s, " : ");
+      kk_memref_type(&s, oa);
+      kk_line(&k, "%s", s.data);
+      kl_str_free(&s);
+      k.ind = "        ";
+      kk_line(&k, "}");
+    } else {
+      ssa part, res, is0;
+      strided_accumulate(&k, e->prim, rt, e->ins[0], space->dims, n, rowk, idx, "%tid", row_len, "%bdim", 0, part);
+      shared[nshared] = shared_type(rt);
+      block_reduce(&k, e->prim, rt, nshared++, block, part, res);
+      kk_line(&k, "%s = arith.cmpi eq, %%tid, %%c0 : index", kk_fresh(&k, is0));
+      kk_line(&k, "scf.if %s {", is0);
+      k.ind = "          ";
+      store_result(&k, rt, res, kk_arg_index(&k, st->root), oa, idx, rowk);
+      k.ind = "        ";
+      kk_line(&k, "}");
+    }
+    k.ind = "      ";
+    kk_line(&k, "}");
+    info->grid = grid_for(rows, 1);
+  } else { /* full reduction: per-block partials, then one block combines them */
+    int64_t total = kl_aval_size(space);
+    int64_t blocks = (total + (int64_t)block * 8 - 1) / ((int64_t)block * 8); /* >= 8 elements per thread */
+    if (blocks > 1024) blocks = 1024;
+    if (blocks < 1) blocks = 1;
+    ssa g0, gid, gs, part, res, is0;
+    kk_line(&k, "%s = arith.muli %%bid, %%bdim : index", kk_fresh(&k, g0));
+    kk_line(&k, "%s = arith.addi %s, %%tid : index", kk_fresh(&k, gid), g0);
+    kk_line(&k, "%s = arith.muli %%nblk, %%bdim : index", kk_fresh(&k, gs));
+    strided_accumulate(&k, e->prim, rt, e->ins[0], space->dims, n, 0, idx, gid, total, gs, 0, part);
+    shared[nshared] = shared_type(rt);
+    block_reduce(&k, e->prim, rt, nshared++, block, part, res);
+    kk_line(&k, "%s = arith.cmpi eq, %%tid, %%c0 : index", kk_fresh(&k, is0));
+    kk_line(&k, "scf.if %s {", is0);
+    k.ind = "        ";
+    int scratch_arg = -1;
+    if (blocks == 1) store_result(&k, rt, res, kk_arg_index(&k, st->root), oa, idx, 0);
+    else {
+      scratch_arg = k.nargs; /* after the inputs; the output is not an argument of this kernel */
+      kk_line(&k, "memref.store %s, %%m%d[%%bid] : memref<%lldx%s>", res, scratch_arg, (long long)blocks, shared_type(rt));
+    }
+    k.ind = "      ";
+    kk_line(&k, "}");
+    info->grid = (unsigned)blocks;
+    if (scratch_arg >= 0) info->partials = blocks;
+  }
+  if (k.failed) {
+    free_ctx(&k);
+    free(k.args);
+    kl_str_free(&body);
+    return -1;
+  }
+
+  /* arguments: materialized values read, the output (written) last */
+  int nargs = k.nargs + (info->partials ? 1 : 0);
+  gk_arg *args = calloc((size_t)nargs + 2, sizeof *args);
+  for (int i = 0; i < k.nargs; i++) arg_of(&args[i], &pg->vals[k.args[i]].aval, k.args[i] != st->root);
+  if (info->partials) {
+    args[k.nargs].ndim = 1;
+    args[k.nargs].dims[0] = info->partials;
+    args[k.nargs].storage = shared_type(rt);
+  }
+  emit_header(out, name, args, nargs, shared, nshared, block);
+  kl_str_append(out, body.data ? body.data : "");
+  kl_str_append(out, "      gpu.return\n    }\n");
+  info->block = (unsigned)block;
+  info->partial_dtype = rt;
+
+  if (info->partials) { /* the combining kernel: name_f(partials, output) */
+    kl_str b2;
+    kl_str_init(&b2);
+    kctx k2 = {.pg = pg, .plan = plan, .em = {&b2, 0}, .body = &b2, .ind = "      ", .err = err, .errlen = errlen, .root = -1,
+               .stash = -1};
+    const char *ty = shared_type(rt);
+    ssa init, tot, part2, res2, is0;
+    shared_init(&k2, e->prim, rt, init);
+    kk_const_index(&k2, info->partials, tot);
+    kk_line(&k2, "%%accf = scf.for %%jf = %%tid to %s step %%bdim iter_args(%%af = %s) -> (%s) {", tot, init, ty);
+    k2.ind = "        ";
+    ssa v, c;
+    kk_line(&k2, "%s = memref.load %%m0[%%jf] : memref<%lldx%s>", kk_fresh(&k2, v), (long long)info->partials, ty);
+    combine(&k2, e->prim, rt, ty, "%af", v, c);
+    kk_line(&k2, "scf.yield %s : %s", c, ty);
+    k2.ind = "      ";
+    kk_line(&k2, "}");
+    snprintf(part2, sizeof part2, "%%accf");
+    block_reduce(&k2, e->prim, rt, 0, block, part2, res2);
+    kk_line(&k2, "%s = arith.cmpi eq, %%tid, %%c0 : index", kk_fresh(&k2, is0));
+    kk_line(&k2, "scf.if %s {", is0);
+    k2.ind = "        ";
+    store_result(&k2, rt, res2, 1, oa, idx, 0);
+    k2.ind = "      ";
+    kk_line(&k2, "}");
+    gk_arg a2[2];
+    memset(a2, 0, sizeof a2);
+    a2[0] = args[k.nargs];
+    a2[0].readonly = 1;
+    arg_of(&a2[1], oa, 0);
+    char name2[64];
+    snprintf(name2, sizeof name2, "%s_f", name);
+    const char *sh2[1] = {ty};
+    emit_header(out, name2, a2, 2, sh2, 1, block);
+    kl_str_append(out, b2.data);
+    kl_str_append(out, "      gpu.return\n    }\n");
+    kl_str_free(&b2);
+    free_ctx(&k2);
+  }
+  free(args);
+  /* info->args: the values read, then the output last (even when a full reduction writes its
+   * output from the second kernel) */
+  int has_out = 0;
+  for (int i = 0; i < k.nargs; i++) has_out |= k.args[i] == st->root;
+  if (!has_out) kk_arg_index(&k, st->root);
+  info->args = k.args;
+  info->nargs = k.nargs;
+  free_ctx(&k);
+  kl_str_free(&body);
+  (void)acc_type;
+  return 0;
+}

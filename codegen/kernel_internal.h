@@ -1,0 +1,60 @@
+/* kernel_internal.h: the element emitter of kernel.c, shared by the CPU loop-nest driver
+ * (kernel.c) and the GPU driver (kernel_gpu.c). Private to codegen/. */
+#ifndef KL_KERNEL_INTERNAL_H
+#define KL_KERNEL_INTERNAL_H
+#include "kernel.h"
+
+typedef char ssa[24];
+
+typedef struct {
+  char *key;
+  ssa name;
+} memo_entry;
+
+typedef struct {
+  const kl_program *pg;
+  const kl_plan *plan;
+  kl_emitter em;
+  kl_str *body;   /* loop-body text */
+  const char *ind; /* indentation of body lines */
+  int *args;       /* materialized values read, in argument order */
+  int nargs, capargs;
+  memo_entry *memo;
+  int nmemo, capmemo;
+  char *err;
+  size_t errlen;
+  int failed;
+  int root; /* the value this kernel writes: computed, never loaded */
+  int stage_val[KL_MAX_STAGES]; /* row kernels: absorbed reductions ... */
+  ssa stage_ssa[KL_MAX_STAGES]; /* ... and the SSA names of their per-row results */
+  int nstage;
+  int stash;       /* row kernels: a value the last stage also stores into the output row... */
+  int stash_ready; /* ...which the main loop then reloads instead of recomputing */
+  const ssa *main_idx; /* the main loop's index names (NULL: %i0, %i1, ...) */
+} kctx;
+
+/* Appends one indented line of MLIR to k->body. */
+void kk_line(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A fresh SSA name in buf. */
+char *kk_fresh(kctx *k, char *buf);
+/* Records a failure message; returns -1. */
+int kk_kfail(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *kk_const_index(kctx *k, int64_t v, char *out);
+/* A scalar constant of dtype t in its compute type: ints from iv, floats from fv. */
+char *kk_const_scalar(kctx *k, kl_dtype t, double fv, int64_t iv, char *out);
+/* Argument position of materialized value v (added on first use). */
+int kk_arg_index(kctx *k, int v);
+/* Loads materialized value v at idx, in its compute type. */
+char *kk_emit_load(kctx *k, int v, ssa *idx, char *out);
+/* Computes value v at index idx (memoized per kernel scope). */
+char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
+void kk_memref_type(kl_str *s, const kl_aval *a);
+void kk_index_list(kl_str *s, ssa *idx, int n, const char *zero);
+void kk_reduce_init(kctx *k, kl_prim p, kl_dtype t, char *out);
+const char *kk_reduce_op(kl_prim p, kl_dtype t);
+int kk_is_low_float(kl_dtype t);
+/* Splits linear index lin over dims[0..n) into idx[0..n). */
+void kk_delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ssa *idx);
+/* True when the kernel expression of v reads target at its own index (elementwise only). */
+int kk_expr_uses(const kl_program *pg, const kl_plan *plan, int v, int target);
+#endif

@@ -1,0 +1,493 @@
+/* cuda.c: the CUDA device. The driver (libcuda.so.1) is opened at run time, so kiln builds
+ * without a CUDA toolkit and runs on machines without a GPU. One primary context and one
+ * non-blocking stream per process (device 0); memory from the stream-ordered allocator;
+ * every launch records a pooled event that the buffers it writes wait on.
+ * Knows nothing of the IR, MLIR or Python. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+/* ---- the few driver types and constants kiln uses (values from the driver ABI) ---- */
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext, *CUstream, *CUevent, *CUmodule, *CUfunction, *CUmemoryPool, *CUlinkState;
+typedef unsigned long long CUdeviceptr;
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_READY = 600,
+  ATTR_CC_MAJOR = 75,
+  ATTR_CC_MINOR = 76,
+  ATTR_SMS = 16,
+  ATTR_POOLS = 115,
+  POOL_RELEASE_THRESHOLD = 4,
+  STREAM_NON_BLOCKING = 1,
+  EVENT_DISABLE_TIMING = 2,
+  JIT_ERROR_LOG_BUFFER = 5,
+  JIT_ERROR_LOG_BUFFER_SIZE = 6,
+  JIT_INPUT_PTX = 1,
+  POINTER_ATTR_MEMORY_TYPE = 2,
+  MEMORYTYPE_DEVICE = 2,
+};
+
+#define CU_FUNCS(X)                                                                                         \
+  X(cuInit, (unsigned))                                                                                     \
+  X(cuDriverGetVersion, (int *))                                                                            \
+  X(cuDeviceGetCount, (int *))                                                                              \
+  X(cuDeviceGet, (CUdevice *, int))                                                                         \
+  X(cuDeviceGetName, (char *, int, CUdevice))                                                               \
+  X(cuDeviceGetAttribute, (int *, int, CUdevice))                                                           \
+  X(cuDeviceTotalMem, (size_t *, CUdevice))                                                                 \
+  X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                      \
+  X(cuCtxSetCurrent, (CUcontext))                                                                           \
+  X(cuStreamCreate, (CUstream *, unsigned))                                                                 \
+  X(cuStreamSynchronize, (CUstream))                                                                        \
+  X(cuStreamWaitEvent, (CUstream, CUevent, unsigned))                                                       \
+  X(cuEventCreate, (CUevent *, unsigned))                                                                   \
+  X(cuEventRecord, (CUevent, CUstream))                                                                     \
+  X(cuEventQuery, (CUevent))                                                                                \
+  X(cuEventSynchronize, (CUevent))                                                                          \
+  X(cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))                                                  \
+  X(cuMemPoolSetAttribute, (CUmemoryPool, int, void *))                                                     \
+  X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                                                     \
+  X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                                \
+  X(cuMemGetInfo, (size_t *, size_t *))                                                                     \
+  X(cuMemcpyHtoDAsync, (CUdeviceptr, const void *, size_t, CUstream))                                       \
+  X(cuMemcpyDtoHAsync, (void *, CUdeviceptr, size_t, CUstream))                                             \
+  X(cuMemcpyDtoDAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                        \
+  X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))                                        \
+  X(cuModuleLoadDataEx, (CUmodule *, const void *, unsigned, int *, void **))                               \
+  X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                                            \
+  X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,      \
+                     CUstream, void **, void **))                                                           \
+  X(cuLinkCreate, (unsigned, int *, void **, CUlinkState *))                                                \
+  X(cuLinkAddData, (CUlinkState, int, void *, size_t, const char *, unsigned, int *, void **))             \
+  X(cuLinkComplete, (CUlinkState, void **, size_t *))                                                       \
+  X(cuLinkDestroy, (CUlinkState))                                                                           \
+  X(cuPointerGetAttribute, (void *, int, CUdeviceptr))                                                      \
+  X(cuGetErrorString, (CUresult, const char **))
+
+#define DECLARE(name, args) static CUresult(*p_##name) args;
+CU_FUNCS(DECLARE)
+#undef DECLARE
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int cuda_ok;          /* 1 once a device, context and stream exist */
+static char init_error[256]; /* why not, otherwise */
+static CUdevice dev0;
+static CUcontext ctx0;
+static CUstream stream0;
+static int cc_major, cc_minor, num_sms, driver_version;
+static char dev_name[128];
+static size_t dev_total_mem;
+
+static const char *cu_msg(CUresult r) {
+  const char *s = NULL;
+  if (p_cuGetErrorString && p_cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
+  return "unknown CUDA error";
+}
+
+static void *sym(void *lib, const char *name) {
+  char v2[96];
+  snprintf(v2, sizeof v2, "%s_v2", name);
+  void *p = dlsym(lib, v2); /* the versioned entry point where one exists (cuMemGetInfo_v2, ...) */
+  return p ? p : dlsym(lib, name);
+}
+
+static void cuda_init(void) {
+  const char *plat = getenv("KILN_PLATFORM");
+  if (plat && !strcmp(plat, "cpu")) {
+    snprintf(init_error, sizeof init_error, "KILN_PLATFORM=cpu");
+    return;
+  }
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(init_error, sizeof init_error, "no CUDA driver (libcuda.so.1 not found)");
+    return;
+  }
+#define LOAD(name, args)                                                                \
+  if (!(*(void **)&p_##name = sym(lib, #name))) {                                      \
+    snprintf(init_error, sizeof init_error, "the CUDA driver lacks %s (too old)", #name); \
+    return;                                                                             \
+  }
+  CU_FUNCS(LOAD)
+#undef LOAD
+  CUresult r;
+  int n = 0;
+  if ((r = p_cuInit(0)) || (r = p_cuDeviceGetCount(&n)) || n == 0) {
+    snprintf(init_error, sizeof init_error, "no usable CUDA device (%s)", r ? cu_msg(r) : "device count is 0");
+    return;
+  }
+  int pools = 0;
+  if ((r = p_cuDeviceGet(&dev0, 0)) || (r = p_cuDevicePrimaryCtxRetain(&ctx0, dev0)) || (r = p_cuCtxSetCurrent(ctx0)) ||
+      (r = p_cuStreamCreate(&stream0, STREAM_NON_BLOCKING)) ||
+      (r = p_cuDeviceGetAttribute(&cc_major, ATTR_CC_MAJOR, dev0)) ||
+      (r = p_cuDeviceGetAttribute(&cc_minor, ATTR_CC_MINOR, dev0)) || (r = p_cuDeviceGetAttribute(&num_sms, ATTR_SMS, dev0)) ||
+      (r = p_cuDeviceGetAttribute(&pools, ATTR_POOLS, dev0)) || (r = p_cuDeviceGetName(dev_name, sizeof dev_name, dev0)) ||
+      (r = p_cuDeviceTotalMem(&dev_total_mem, dev0)) || (r = p_cuDriverGetVersion(&driver_version))) {
+    snprintf(init_error, sizeof init_error, "CUDA device 0 could not be set up (%s)", cu_msg(r));
+    return;
+  }
+  if (!pools) {
+    snprintf(init_error, sizeof init_error, "CUDA device 0 has no stream-ordered allocator (driver too old)");
+    return;
+  }
+  /* Keep freed memory in the pool: returning it to the driver at every synchronization makes
+   * the next allocation slow. */
+  CUmemoryPool pool;
+  if (!p_cuDeviceGetDefaultMemPool(&pool, dev0)) {
+    uint64_t keep = UINT64_MAX;
+    p_cuMemPoolSetAttribute(pool, POOL_RELEASE_THRESHOLD, &keep);
+  }
+  cuda_ok = 1;
+}
+
+/* The context must be current on every thread that calls the driver. */
+static _Thread_local int ctx_set;
+static inline int enter(void) {
+  pthread_once(&init_once, cuda_init);
+  if (!cuda_ok) return -1;
+  if (!ctx_set) {
+    p_cuCtxSetCurrent(ctx0);
+    ctx_set = 1;
+  }
+  return 0;
+}
+
+int kl_cuda_available(char *why, size_t n) {
+  if (enter()) {
+    if (why) snprintf(why, n, "%s", init_error);
+    return 0;
+  }
+  return 1;
+}
+
+void kl_cuda_device_info(kl_cuda_info *info) {
+  memset(info, 0, sizeof *info);
+  if (enter()) return;
+  snprintf(info->name, sizeof info->name, "%s", dev_name);
+  info->cc_major = cc_major;
+  info->cc_minor = cc_minor;
+  info->num_sms = num_sms;
+  info->total_mem = dev_total_mem;
+  info->driver_version = driver_version;
+}
+
+/* ---- events: one per launch, shared by the buffers it writes, recycled ---- */
+
+struct kl_event {
+  CUevent ev;
+  int refs;          /* atomic */
+  int done;          /* atomic: known complete */
+  struct kl_event *next_free;
+};
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct kl_event *ev_free;
+
+static struct kl_event *event_record(char *err, size_t errlen) {
+  pthread_mutex_lock(&ev_mu);
+  struct kl_event *e = ev_free;
+  if (e) ev_free = e->next_free;
+  pthread_mutex_unlock(&ev_mu);
+  if (!e) {
+    e = calloc(1, sizeof *e);
+    if (!e) abort();
+    CUresult r = p_cuEventCreate(&e->ev, EVENT_DISABLE_TIMING);
+    if (r) {
+      free(e);
+      snprintf(err, errlen, "cuEventCreate failed: %s", cu_msg(r));
+      return NULL;
+    }
+  }
+  e->refs = 1;
+  e->done = 0;
+  CUresult r = p_cuEventRecord(e->ev, stream0);
+  if (r) {
+    snprintf(err, errlen, "cuEventRecord failed: %s", cu_msg(r));
+    return NULL;
+  }
+  return e;
+}
+
+static void event_release(struct kl_event *e) {
+  if (!e || atomic_fetch_sub((_Atomic int *)&e->refs, 1) != 1) return;
+  pthread_mutex_lock(&ev_mu);
+  e->next_free = ev_free;
+  ev_free = e;
+  pthread_mutex_unlock(&ev_mu);
+}
+
+int kl_cuda_event_query(struct kl_event *e) {
+  if (!e || atomic_load((_Atomic int *)&e->done)) return 1;
+  enter();
+  if (p_cuEventQuery(e->ev) == CUDA_SUCCESS) {
+    atomic_store((_Atomic int *)&e->done, 1);
+    return 1;
+  }
+  return 0;
+}
+
+void kl_cuda_event_wait(struct kl_event *e) {
+  if (kl_cuda_event_query(e)) return;
+  p_cuEventSynchronize(e->ev);
+  atomic_store((_Atomic int *)&e->done, 1);
+}
+
+void kl_cuda_event_release(struct kl_event *e) { event_release(e); }
+
+/* ---- memory ---- */
+
+static atomic_llong bytes_in_use;
+
+long long kl_cuda_bytes_in_use(void) { return atomic_load(&bytes_in_use); }
+
+int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", init_error);
+    return -1;
+  }
+  CUdeviceptr p = 0;
+  size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
+  CUresult r = p_cuMemAllocAsync(&p, n, stream0);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) { /* freed blocks may still be queued: let them land, retry */
+    p_cuStreamSynchronize(stream0);
+    r = p_cuMemAllocAsync(&p, n, stream0);
+  }
+  if (r) {
+    size_t fr = 0, tot = 0;
+    p_cuMemGetInfo(&fr, &tot);
+    snprintf(err, errlen, "out of GPU memory: cannot allocate %zu bytes (%.1f MiB) on %s (%.1f of %.1f MiB free): %s",
+             nbytes, nbytes / 1048576.0, dev_name, fr / 1048576.0, tot / 1048576.0, cu_msg(r));
+    return -1;
+  }
+  atomic_fetch_add(&bytes_in_use, (long long)n);
+  *ptr = (void *)(uintptr_t)p;
+  return 0;
+}
+
+void kl_cuda_free(void *ptr, size_t nbytes) {
+  if (!ptr || enter()) return;
+  size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
+  p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, stream0); /* after the work queued before it */
+  atomic_fetch_sub(&bytes_in_use, (long long)n);
+}
+
+int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n, char *err, size_t errlen) {
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", init_error);
+    return -1;
+  }
+  if (!n) return 0;
+  CUresult r;
+  if (dst_dev && src_dev) r = p_cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n, stream0);
+  else if (dst_dev) r = p_cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, n, stream0);
+  else {
+    r = p_cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, stream0);
+    if (!r) r = p_cuStreamSynchronize(stream0);
+  }
+  if (r) {
+    snprintf(err, errlen, "GPU copy of %zu bytes failed: %s", n, cu_msg(r));
+    return -1;
+  }
+  /* host-to-device from pageable memory returns once the source is staged: the caller may reuse it */
+  return 0;
+}
+
+int kl_cuda_memset0(void *dst, size_t n) {
+  if (enter()) return -1;
+  return p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, n, stream0) ? -1 : 0;
+}
+
+int kl_cuda_synchronize(void) {
+  if (enter()) return 0;
+  return p_cuStreamSynchronize(stream0) ? -1 : 0;
+}
+
+int kl_cuda_is_device_pointer(const void *p) {
+  if (enter()) return 0;
+  unsigned int type = 0;
+  if (p_cuPointerGetAttribute(&type, POINTER_ATTR_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p)) return 0;
+  return type == MEMORYTYPE_DEVICE;
+}
+
+void *kl_cuda_stream(void) { return enter() ? NULL : stream0; }
+
+/* ---- modules and launches ---- */
+
+int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen) {
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", init_error);
+    return -1;
+  }
+  char log[4096] = "";
+  int opts[2] = {JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE};
+  void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+  CUlinkState ls;
+  CUresult r = p_cuLinkCreate(2, opts, vals, &ls);
+  if (r) {
+    snprintf(err, errlen, "cuLinkCreate failed: %s", cu_msg(r));
+    return -1;
+  }
+  void *cubin = NULL;
+  size_t n = 0;
+  r = p_cuLinkAddData(ls, JIT_INPUT_PTX, (void *)ptx, len, "kiln", 0, NULL, NULL);
+  if (!r) r = p_cuLinkComplete(ls, &cubin, &n);
+  if (r) {
+    snprintf(err, errlen, "the CUDA driver rejected kiln's PTX (%s): %.3000s", cu_msg(r), log);
+    p_cuLinkDestroy(ls);
+    return -1;
+  }
+  *image = malloc(n);
+  if (!*image) abort();
+  memcpy(*image, cubin, n); /* the linker owns cubin until destroyed */
+  *image_len = n;
+  p_cuLinkDestroy(ls);
+  return 0;
+}
+
+int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen) {
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", init_error);
+    return -1;
+  }
+  char log[4096] = "";
+  int opts[2] = {JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE};
+  void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+  CUresult r = p_cuModuleLoadDataEx((CUmodule *)module, image, 2, opts, vals);
+  if (r) {
+    snprintf(err, errlen, "cannot load a GPU module (%s): %.3000s", cu_msg(r), log);
+    return -1;
+  }
+  return 0;
+}
+
+int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen) {
+  CUresult r = p_cuModuleGetFunction((CUfunction *)fn, (CUmodule)module, name);
+  if (r) {
+    snprintf(err, errlen, "GPU kernel %s not found in its module: %s", name, cu_msg(r));
+    return -1;
+  }
+  return 0;
+}
+
+int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen) {
+  void *params_small[64];
+  void **params = nptrs <= 64 ? params_small : malloc(sizeof(void *) * (size_t)nptrs);
+  if (!params) abort();
+  for (int i = 0; i < nptrs; i++) params[i] = &ptrs[i]; /* each parameter is one device pointer */
+  CUresult r = p_cuLaunchKernel((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, stream0, params, NULL);
+  if (params != params_small) free(params);
+  if (r) {
+    snprintf(err, errlen, "GPU kernel launch (grid %u, block %u) failed: %s", grid, block, cu_msg(r));
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- launching an executable ---- */
+
+/* Runs a host step of a GPU executable: its inputs come down, its outputs go up. */
+static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, char *err, size_t errlen) {
+  void *small[64];
+  void **h = st->nslots <= 64 ? small : malloc(sizeof(void *) * (size_t)st->nslots);
+  if (!h) abort();
+  int rc = 0, n = 0;
+  for (; n < st->nslots; n++) {
+    h[n] = malloc(bytes[n] ? bytes[n] : 1);
+    if (!h[n]) {
+      snprintf(err, errlen, "out of host memory staging %zu bytes for a library call", bytes[n]);
+      rc = -1;
+      break;
+    }
+  }
+  for (int i = 0; !rc && i < st->host_nin; i++) rc = kl_cuda_copy(h[i], 0, dptrs[i], 1, bytes[i], err, errlen);
+  if (!rc && p_cuStreamSynchronize(stream0)) {
+    snprintf(err, errlen, "GPU synchronization failed before a library call");
+    rc = -1;
+  }
+  if (!rc) rc = st->run_checked(st->ctx, h, err, errlen);
+  for (int i = st->host_nin; !rc && i < st->nslots; i++) rc = kl_cuda_copy(dptrs[i], 1, h[i], 0, bytes[i], err, errlen);
+  for (int i = 0; i < n; i++) free(h[i]);
+  if (h != small) free(h);
+  return rc;
+}
+
+int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", init_error);
+    return -1;
+  }
+  kl_buffer *small[32];
+  kl_buffer **bufs = x->nslots <= 32 ? small : malloc(sizeof *bufs * (size_t)x->nslots);
+  if (!bufs) abort();
+  memset(bufs, 0, sizeof *bufs * (size_t)x->nslots);
+  int rc = 0;
+  for (int i = 0; i < x->ninputs; i++) {
+    kl_buffer *b = inputs[i];
+    if (b->device != KL_DEV_CUDA) {
+      snprintf(err, errlen, "internal error: input %d of a GPU program is not on the GPU", i);
+      rc = -1;
+      goto done;
+    }
+    if (b->state == KL_BUF_FAILED) {
+      snprintf(err, errlen, "%s", b->error ? b->error : "an input of this computation failed");
+      rc = -1;
+      goto done;
+    }
+    if (!bufs[x->in_slots[i]]) {
+      bufs[x->in_slots[i]] = b;
+      kl_buf_retain(b);
+    }
+  }
+  for (int s = 0; s < x->nsteps && !rc; s++) {
+    const kl_step *st = &x->steps[s];
+    void *psmall[64];
+    size_t bsmall[64];
+    void **ptrs = st->nslots <= 64 ? psmall : malloc(sizeof(void *) * (size_t)st->nslots);
+    size_t *bytes = st->nslots <= 64 ? bsmall : malloc(sizeof(size_t) * (size_t)st->nslots);
+    if (!ptrs || !bytes) abort();
+    for (int i = 0; i < st->nslots && !rc; i++) {
+      int sl = st->slots[i];
+      if (!bufs[sl] && !(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
+      else {
+        ptrs[i] = bufs[sl]->data;
+        bytes[i] = x->slot_bytes[sl];
+      }
+    }
+    if (!rc) rc = st->on_host ? run_host_step(st, ptrs, bytes, err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen);
+    if (ptrs != psmall) free(ptrs);
+    if (bytes != bsmall) free(bytes);
+  }
+  /* outputs that are inputs, or values nobody wrote (size 0), still need a buffer */
+  for (int i = 0; i < x->noutputs && !rc; i++) {
+    int sl = x->out_slots[i];
+    if (!bufs[sl] && !(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
+  }
+  struct kl_event *ev = rc ? NULL : event_record(err, errlen);
+  if (!rc && !ev) rc = -1;
+  for (int i = 0; i < x->noutputs && !rc; i++) {
+    kl_buffer *b = bufs[x->out_slots[i]];
+    int is_input = 0;
+    for (int j = 0; j < x->ninputs; j++) is_input |= x->in_slots[j] == x->out_slots[i];
+    if (!is_input && b->event != ev) {
+      if (b->event) event_release(b->event);
+      atomic_fetch_add((_Atomic int *)&ev->refs, 1);
+      b->event = ev;
+    }
+    kl_buf_retain(b);
+    outs[i] = b;
+  }
+  if (ev) event_release(ev);
+done:
+  for (int i = 0; i < x->nslots; i++) kl_buf_release(bufs[i]); /* temporaries are freed in stream order */
+  if (bufs != small) free(bufs);
+  return rc;
+}

@@ -1,0 +1,213 @@
+"""The GPU backend: device discovery, transfers, asynchronous launches, kernels against NumPy,
+memory that does not leak, and the CPU fallback. Tests marked `gpu` need an NVIDIA GPU and are
+skipped elsewhere; the PTX tests run everywhere (code generation needs no GPU)."""
+import gc
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln import _kiln
+from kiln._src import api
+
+HAS_GPU = kiln.default_backend() == "gpu"
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+
+
+def _ptx(f, *args, cc=90):
+    return kiln.make_jaxpr(f)(*args)._traced.builder.gpu_ptx(cc)
+
+
+# ---- code generation (no GPU needed) ----
+
+PTX_CASES = {
+    "elementwise": (lambda x: 1.05 * jnp.where(x > 0, x, 1.67 * jnp.exp(x) - 1.67), [(1 << 12,)], np.float32),
+    "full_sum": (lambda x: jnp.sum(x * x), [(1 << 14,)], np.float32),
+    "row_softmax": (lambda a: kiln.nn.softmax(a, axis=-1), [(8, 300)], np.float32),
+    "column_sum": (lambda a: a.sum(0), [(16, 40)], np.float32),
+    "row_max": (lambda a: a.max(1), [(16, 40)], np.float32),
+    "bool_any": (lambda a: (a > 0).any(), [(16, 40)], np.float32),
+    "half_sum": (lambda a: (a * 2).sum(-1), [(16, 40)], np.float16),
+    "math": (lambda a: jnp.tanh(a) + jnp.log1p(jnp.abs(a)) + jnp.sin(a) + jax_erf(a), [(4, 50)], np.float32),
+    "int_divmod": (lambda a: (a // 3 % 5).sum(), [(16, 10)], np.int32),
+    "float64": (lambda a: jnp.exp(a).sum(0), [(16, 10)], np.float64),
+}
+
+
+def jax_erf(a):
+    return kiln.scipy.special.erf(a)
+
+
+@pytest.mark.parametrize("name", sorted(PTX_CASES))
+def test_every_kernel_kind_lowers_to_self_contained_ptx(name, x64):
+    f, shapes, dt = PTX_CASES[name]
+    args = [np.ones(s, dt) for s in shapes]
+    ptx = _ptx(f, *args)
+    assert ".entry" in ptx and ".target sm_90" in ptx
+    assert ".extern" not in ptx  # math is inline polynomials: no libdevice calls to resolve
+
+
+def test_elementwise_kernel_reads_through_the_noncoherent_cache():
+    ptx = _ptx(lambda x: x * 2 + 1, np.ones(1024, np.float32))
+    assert "ld.global.nc.f32" in ptx
+
+
+def test_ptx_for_other_compute_capabilities():
+    assert ".target sm_80" in _ptx(lambda x: jnp.exp(x), np.ones(8, np.float32), cc=80)
+
+
+def test_library_calls_generate_no_kernel():
+    assert _ptx(lambda a, b: a @ b, np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)) == ""
+
+
+# ---- the fallback ----
+
+def test_devices_and_default_backend_agree():
+    devs = kiln.devices()
+    assert devs[0].platform == kiln.default_backend()
+    assert kiln.devices("cpu")[0].platform == "cpu"
+    if not HAS_GPU:
+        with pytest.raises(RuntimeError, match="no GPU"):
+            kiln.devices("gpu")
+
+
+def test_arrays_live_on_the_default_device():
+    x = jnp.arange(5.0)
+    assert x.device == kiln.devices()[0]
+
+
+# ---- on the GPU ----
+
+@gpu
+def test_gpu_is_listed_first_with_its_name():
+    d = kiln.devices()[0]
+    assert d.platform == "gpu" and repr(d) == "CudaDevice(id=0)"
+    assert "H100" in d.device_kind or "H200" in d.device_kind or d.device_kind
+
+
+@gpu
+def test_device_put_moves_between_cpu_and_gpu():
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    g = kiln.device_put(x)
+    assert g._buf.device == 1
+    c = kiln.device_put(g, kiln.devices("cpu")[0])
+    assert c._buf.device == 0 and c.device.platform == "cpu"
+    np.testing.assert_array_equal(np.asarray(c), x)
+    back = kiln.device_put(c, kiln.devices()[0])
+    np.testing.assert_array_equal(np.asarray(back), x)
+
+
+@gpu
+@pytest.mark.parametrize("n", [1, 7, 1000, 1 << 20])
+def test_elementwise_and_reductions_match_numpy(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    f = kiln.jit(lambda x: (1.05 * jnp.where(x > 0, x, 1.67 * jnp.exp(x) - 1.67), jnp.sum(x * x), jnp.max(x)))
+    y, s, m = f(x)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(y), 1.05 * np.where(x64 > 0, x64, 1.67 * np.exp(x64) - 1.67), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(float(s), np.sum(x64 * x64), rtol=1e-5)
+    assert float(m) == x.max()
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(3, 5), (64, 1000), (100, 4096), (7, 3)])
+def test_row_kernels_softmax_layernorm_match_numpy(shape):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(shape).astype(np.float32) * 4
+    sm = np.asarray(kiln.jit(lambda a: kiln.nn.softmax(a, axis=-1))(a))
+    e = np.exp(a - a.max(-1, keepdims=True))
+    np.testing.assert_allclose(sm, e / e.sum(-1, keepdims=True), rtol=2e-5, atol=1e-7)
+    ln = np.asarray(kiln.jit(lambda x: (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5))(a))
+    ref = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(ln, ref, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+def test_reductions_over_every_axis_pattern_and_dtype():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((6, 7, 300)).astype(np.float32)
+    for axes in [0, 1, 2, (0, 1), (1, 2), (0, 2), None]:
+        np.testing.assert_allclose(np.asarray(jnp.sum(a, axis=axes)), a.astype(np.float64).sum(axis=axes), rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(np.asarray(jnp.min(a, axis=axes)), a.min(axis=axes))
+    i = rng.integers(-50, 50, (9, 33)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(jnp.sum(i, axis=1)), i.sum(axis=1))
+    np.testing.assert_array_equal(np.asarray(jnp.max(i)), i.max())
+    b = i > 40
+    assert bool(jnp.any(b)) == b.any() and bool(jnp.all(b)) == b.all()
+    np.testing.assert_array_equal(np.asarray(jnp.any(b, axis=1)), b.any(axis=1))
+
+
+@gpu
+def test_nan_propagates_through_gpu_max():
+    x = np.arange(1000, dtype=np.float32)
+    x[517] = np.nan
+    assert np.isnan(float(jnp.max(x)))
+    assert np.isnan(np.asarray(jnp.max(x.reshape(10, 100), axis=1))[5])
+
+
+@gpu
+def test_matmul_and_linalg_fall_back_correctly():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 16)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda a, b: jnp.tanh(a @ b))(a, b)), np.tanh(a @ b), rtol=1e-4, atol=1e-5)
+    m = rng.standard_normal((8, 8)) + 8 * np.eye(8)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.inv(m.astype(np.float32))), np.linalg.inv(m), rtol=1e-4, atol=1e-5)
+
+
+@gpu
+def test_grad_and_vmap_run_on_the_gpu():
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    xs = rng.standard_normal((10, 5)).astype(np.float32)
+    g = kiln.jit(kiln.vmap(kiln.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2)), in_axes=(None, 0)))(w, xs)
+    for i in range(10):
+        t = np.tanh(xs[i] @ w)
+        np.testing.assert_allclose(np.asarray(g[i]), np.outer(xs[i], 2 * t * (1 - t * t)), rtol=1e-4, atol=1e-5)
+
+
+@gpu
+def test_launches_are_asynchronous_and_block_until_ready_waits():
+    x = jnp.ones((4096, 4096))
+    f = kiln.jit(lambda x: jnp.sin(x) * 2 + jnp.cos(x))
+    f(x).block_until_ready()
+    ys = [f(x) for _ in range(20)]
+    assert not ys[-1].is_ready()  # 20 x 64 MB of work cannot be done by the time the calls return
+    ys[-1].block_until_ready()
+    assert ys[-1].is_ready()
+    np.testing.assert_allclose(np.asarray(ys[-1])[0, :3], np.sin(1) * 2 + np.cos(1), rtol=1e-6)
+
+
+@gpu
+def test_out_of_memory_is_an_exception_and_the_process_stays_usable():
+    with pytest.raises(MemoryError, match="out of GPU memory"):
+        jnp.zeros((1 << 40,), jnp.float32) + 1
+    np.testing.assert_array_equal(np.asarray(jnp.arange(3) + 1), [1, 2, 3])
+
+
+@gpu
+def test_device_memory_does_not_grow_over_many_calls():
+    f = kiln.jit(lambda x: x * 2 + 1)
+    x = jnp.ones((1000,))
+    for _ in range(100):
+        x = f(x)
+    x.block_until_ready()
+    gc.collect()
+    before = _kiln.gpu_memory_in_use()
+    for _ in range(20000):
+        x = f(x)
+    x.block_until_ready()
+    gc.collect()
+    assert _kiln.gpu_memory_in_use() <= before
+
+
+@gpu
+def test_a_second_compile_of_the_same_program_loads_cached_code():
+    f = lambda x: jnp.cos(x) * 3.25 - 1  # noqa: E731
+    kiln.jit(f)(jnp.ones(17)).block_until_ready()
+    compiled, disk, mem = _kiln.gpu_compile_stats()
+    kiln.jit(f)(jnp.ones(17)).block_until_ready()  # a new jit object traces and compiles again
+    c2, d2, m2 = _kiln.gpu_compile_stats()
+    assert c2 == compiled and m2 == mem + 1
