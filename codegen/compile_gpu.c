@@ -17,6 +17,7 @@
 #include "compile.h"
 #include "cpujit.h"
 #include "kernel.h"
+#include "../runtime/hostla.h"
 #include "libcall.h"
 #include "mlirctx.h"
 
@@ -26,7 +27,15 @@ typedef struct {
   int nargs;
 } gpu_kernel;
 
+typedef struct { /* a dot_general through cuBLAS */
+  kl_dtype t;
+  int precision, transl, transr;
+  int64_t batch, m, n, k;
+} gpu_dot;
+
 typedef struct {
+  gpu_dot *dots;        /* owned; one per plan step at most */
+  int ndots;
   gpu_kernel *kernels;  /* owned; two per plan step at most */
   int nkernels;
   char (*names)[64];    /* owned; entry names, parallel to kernels */
@@ -39,6 +48,7 @@ static void owner_destroy(void *p) {
   if (!o) return;
   for (int i = 0; i < o->nlibs; i++) kl_libcall_free(o->libs[i]);
   free(o->libs);
+  free(o->dots);
   free(o->kernels);
   free(o->names);
   free(o);
@@ -47,6 +57,12 @@ static void owner_destroy(void *p) {
 static int kernel_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   gpu_kernel *g = ctx;
   return kl_cuda_launch(g->fn, g->grid, g->block, ptrs, g->nargs, err, errlen);
+}
+
+static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  gpu_dot *d = ctx;
+  return kl_cublas_gemm(d->t, d->precision, d->batch, d->m, d->n, d->k, ptrs[0], d->transl, ptrs[1], d->transr, ptrs[2],
+                        err, errlen);
 }
 
 static double now(void) {
@@ -239,6 +255,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
   o->kernels = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->kernels);
   o->names = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->names);
   o->libs = calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
+  o->dots = calloc((size_t)plan.nsteps + 1, sizeof *o->dots);
 
   kl_str mod;
   kl_str_init(&mod);
@@ -259,8 +276,20 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
       o->libs[o->nlibs++] = lc;
       st->ctx = lc;
       st->run_checked = kl_libcall_run;
-      st->on_host = 1;
+      st->on_host = 1; /* a host routine over copies, unless the GPU has one (below) */
       st->host_nin = e->nin;
+      gpu_dot d;
+      if (e->prim == KL_P_DOT_GENERAL &&
+          kl_libcall_dot_layout(lc, &d.batch, &d.m, &d.n, &d.k, &d.transl, &d.transr)) {
+        d.t = pg->vals[e->outs[0]].aval.dtype;
+        d.precision = (int)e->p.i0;
+        if ((d.t == KL_F32 || d.t == KL_F64 || d.t == KL_F16 || d.t == KL_BF16) && (ptx_only || kl_cublas_available(NULL, 0))) {
+          o->dots[o->ndots] = d;
+          st->ctx = &o->dots[o->ndots++];
+          st->run_checked = dot_run;
+          st->on_host = 0;
+        }
+      }
       st->nslots = e->nin + e->nout;
       st->slots = malloc(sizeof(int) * (size_t)st->nslots);
       for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
@@ -344,8 +373,8 @@ finish:
   }
   kl_compile_note(now() - t0);
   if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
-    fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d host library calls in %.1f ms\n", pg->neqns,
-            o->nkernels, o->nlibs, (now() - t0) * 1e3);
+    fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d host library calls in %.1f ms\n",
+            pg->neqns, o->nkernels, o->ndots, o->nlibs - o->ndots, (now() - t0) * 1e3);
   if (rc) {
     kl_exec_release(x);
     return NULL;

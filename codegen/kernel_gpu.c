@@ -214,6 +214,12 @@ static void emit_header(kl_str *out, const char *name, const gk_arg *args, int n
     if (a->ndim == 0) kl_str_append(out, "1x");
     for (int d = 0; d < a->ndim; d++) kl_str_printf(out, "%lldx", (long long)a->dims[d]);
     kl_str_printf(out, "%s>\n", a->storage);
+    /* kiln's device buffers are 256-byte aligned (cuMemAllocAsync); foreign ones are copied
+     * unless 16-byte aligned */
+    kl_str_printf(out, "      memref.assume_alignment %%m%d, 16 : memref<", i);
+    if (a->ndim == 0) kl_str_append(out, "1x");
+    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, "%lldx", (long long)a->dims[d]);
+    kl_str_printf(out, "%s>\n", a->storage);
   }
   kl_str_printf(out, "      %%tid = gpu.thread_id x\n      %%bid = gpu.block_id x\n      %%nblk = gpu.grid_dim x\n"
                      "      %%bdim = arith.constant %d : index\n",
@@ -246,6 +252,10 @@ static void free_ctx(kctx *k) {
 
 int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info, char *err,
                        size_t errlen) {
+  /* Row kernels recompute the last stage's operand in the output loop (the row is still in L2)
+   * unless KILN_GPU_ROW_STASH=1 stores it in the output row and reads it back. */
+  const char *stash_env = getenv("KILN_GPU_ROW_STASH");
+  int row_stash = stash_env && *stash_env == '1';
   const kl_program *pg = plan->pg;
   const kl_plan_step *st = &plan->steps[step];
   const kl_eqn *e = &pg->eqns[st->eqn];
@@ -285,31 +295,44 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
 
   if (mode == 0) { /* elementwise (or a reduction over no axes) */
     int64_t total = kl_aval_size(oa);
-    ssa g0, gid, gs, tot, val;
+    /* Each thread takes `vec` consecutive elements: more loads in flight, and adjacent
+     * accesses of 16-byte aligned arrays that LLVM merges into vector loads and stores. */
+    int vec = total % 4 == 0 && total >= 4096 ? 4 : 1;
+    ssa g0, gid, gs, tot;
     kk_line(&k, "%s = arith.muli %%bid, %%bdim : index", kk_fresh(&k, g0));
     kk_line(&k, "%s = arith.addi %s, %%tid : index", kk_fresh(&k, gid), g0);
     kk_line(&k, "%s = arith.muli %%nblk, %%bdim : index", kk_fresh(&k, gs));
-    kk_const_index(&k, total, tot);
+    kk_const_index(&k, total / vec, tot);
     kk_line(&k, "scf.for %%lin = %s to %s step %s {", gid, tot, gs);
     k.ind = "        ";
-    kk_delinearize(&k, "%lin", oa->dims, oa->ndim, idx);
-    kk_emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
-    int oi = kk_arg_index(&k, st->root);
-    ssa r;
-    snprintf(r, sizeof r, "%s", val);
-    if (rt == KL_BOOL) kk_line(&k, "%s = arith.extui %s : i1 to i8", kk_fresh(&k, r), val);
-    else if (kk_is_low_float(rt)) kk_line(&k, "%s = arith.truncf %s : f32 to %s", kk_fresh(&k, r), val, kl_storage_type(rt));
-    kl_str s;
-    kl_str_init(&s);
-    kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
-    kk_index_list(&s, idx, oa->ndim, "%c0");
-    kl_str_append(&s, " : ");
-    kk_memref_type(&s, oa);
-    kk_line(&k, "%s", s.data);
-    kl_str_free(&s);
+    for (int j = 0; j < vec; j++) {
+      ssa lin, val, r;
+      if (vec == 1) snprintf(lin, sizeof lin, "%%lin");
+      else {
+        ssa c4, b4, cj;
+        kk_const_index(&k, vec, c4);
+        kk_line(&k, "%s = arith.muli %%lin, %s : index", kk_fresh(&k, b4), c4);
+        kk_const_index(&k, j, cj);
+        kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, lin), b4, cj);
+      }
+      kk_delinearize(&k, lin, oa->dims, oa->ndim, idx);
+      kk_emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
+      int oi = kk_arg_index(&k, st->root);
+      snprintf(r, sizeof r, "%s", val);
+      if (rt == KL_BOOL) kk_line(&k, "%s = arith.extui %s : i1 to i8", kk_fresh(&k, r), val);
+      else if (kk_is_low_float(rt)) kk_line(&k, "%s = arith.truncf %s : f32 to %s", kk_fresh(&k, r), val, kl_storage_type(rt));
+      kl_str s;
+      kl_str_init(&s);
+      kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
+      kk_index_list(&s, idx, oa->ndim, "%c0");
+      kl_str_append(&s, " : ");
+      kk_memref_type(&s, oa);
+      kk_line(&k, "%s", s.data);
+      kl_str_free(&s);
+    }
     k.ind = "      ";
     kk_line(&k, "}");
-    info->grid = grid_for(total, block);
+    info->grid = grid_for(total / vec, block);
   } else if (mode == 2) { /* column: one thread per output element */
     int64_t total = kl_aval_size(oa);
     ssa g0, gid, gs, tot, kept[KL_MAX_RANK];
@@ -362,7 +385,9 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       int64_t l = prod(x->dims, rowk, x->ndim);
       if (l > longest) longest = l;
     }
-    block = pow2_at_least(longest, 32, GK_BLOCK);
+    /* long rows get more threads (each thread keeps ~16 elements per pass in flight) */
+    block = pow2_at_least((longest + 15) / 16, 32, 1024);
+    if (block < GK_BLOCK && longest > block) block = pow2_at_least(longest, 32, GK_BLOCK);
     ssa rtot;
     kk_const_index(&k, rows, rtot);
     kk_line(&k, "scf.for %%row = %%bid to %s step %%nblk {", rtot);
@@ -374,7 +399,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       if (pg->vals[cand].aval.dtype == oa->dtype && oa->dtype != KL_BOOL && !plan->materialized[cand] &&
           kk_expr_uses(pg, plan, st->root, cand) && pg->vals[cand].aval.ndim == oa->ndim &&
           !memcmp(pg->vals[cand].aval.dims, oa->dims, sizeof(int64_t) * (size_t)oa->ndim))
-        k.stash = cand;
+        k.stash = row_stash ? cand : -1;
       for (int j = 0; j < st->nstages; j++) {
         const kl_eqn *r = &pg->eqns[st->stages[j]];
         const kl_aval *x = &pg->vals[r->ins[0]].aval;

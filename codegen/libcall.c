@@ -443,6 +443,31 @@ static void convert_array(kl_dtype from, const void *src, kl_dtype to, void *dst
   }
 }
 
+int kl_libcall_dot_layout(const kl_libcall *c, int64_t *batch, int64_t *m, int64_t *n, int64_t *k, int *transl,
+                          int *transr) {
+  const kl_aval *l = &c->avals[0], *r = &c->avals[1], *o = &c->avals[2];
+  const kl_params *p = &c->p;
+  int lp[KL_MAX_RANK], rp[KL_MAX_RANK];
+  int64_t k2;
+  if (l->dtype != o->dtype || r->dtype != o->dtype) return 0;
+  *batch = 1;
+  for (int i = 0; i < p->nv[2]; i++) *batch *= l->dims[p->v[2][i]];
+  *transl = *transr = 0;
+  order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 1, lp, m, k);
+  if (!is_identity_for(lp, l)) {
+    order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 0, lp, m, k);
+    if (!is_identity_for(lp, l)) return 0;
+    *transl = 1;
+  }
+  order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 0, rp, n, &k2);
+  if (!is_identity_for(rp, r)) {
+    order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 1, rp, n, &k2);
+    if (!is_identity_for(rp, r)) return 0;
+    *transr = 1;
+  }
+  return 1;
+}
+
 static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
   const kl_aval *l = &c->avals[0], *r = &c->avals[1], *o = &c->avals[2];
   const kl_params *p = &c->p;

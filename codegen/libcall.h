@@ -18,6 +18,12 @@ void kl_libcall_free(kl_libcall *c);
 /* Step entry: ptrs = input buffers then output buffers. 0 or nonzero with a message. */
 int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen);
 
+/* For a dot_general call: its product as batch x (m x k) . (k x n) over the operands' bytes as
+ * they are (transl: lhs holds k x m; transr: rhs holds n x k). 1 when no copy or conversion is
+ * needed, else 0. */
+int kl_libcall_dot_layout(const kl_libcall *c, int64_t *batch, int64_t *m, int64_t *n, int64_t *k, int *transl,
+                          int *transr);
+
 /* Combines the per-thread partial results of a reduction: dst[e] = op(parts[0..n)[e]) for
  * every element e < nelem. */
 void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts, int n, int64_t nelem);

@@ -109,5 +109,9 @@ int kl_cuda_module_load(const void *image, void **module, char *err, size_t errl
 int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen);
 /* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
 int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
+/* cuBLAS (runtime/cublas.c), opened on first use. */
+int kl_cublas_add_search_path(const char *path);
+int kl_cublas_available(char *reason, size_t n);
+const char *kl_cublas_library(void);
 int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
 #endif

@@ -3,6 +3,10 @@ import pytest
 
 import kiln
 
+# Tests compare against float64 NumPy: on a GPU, matmuls at DEFAULT precision use TF32 (as in JAX),
+# which is not what they check. Tests of the precision levels themselves set `precision=` per call.
+kiln.config.update("jax_default_matmul_precision", "highest")
+
 
 @pytest.fixture
 def x64():

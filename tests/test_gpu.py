@@ -158,6 +158,40 @@ def test_matmul_and_linalg_fall_back_correctly():
 
 
 @gpu
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "batched", "einsum"])
+def test_matmul_through_cublas_matches_numpy_at_highest_precision(layout):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 70, 50)).astype(np.float32)
+    b = rng.standard_normal((3, 50, 40)).astype(np.float32)
+    hi = kiln.lax.Precision.HIGHEST
+    f = {"nn": lambda a, b: jnp.matmul(a[0], b[0], precision=hi),
+         "tn": lambda a, b: jnp.matmul(a[0].T.T, b[0], precision=hi) + jnp.dot(a[0].T.T, b[0], precision=hi),
+         "nt": lambda a, b: jnp.dot(a[0], b[0].T.T, precision=hi),
+         "batched": lambda a, b: jnp.matmul(a, b, precision=hi),
+         "einsum": lambda a, b: jnp.einsum("bmk,bnk->bmn", a, jnp.swapaxes(b, 1, 2), precision=hi)}[layout]
+    ref = {"nn": a[0] @ b[0], "tn": 2 * (a[0] @ b[0]), "nt": a[0] @ b[0], "batched": a @ b, "einsum": a @ b}[layout]
+    np.testing.assert_allclose(np.asarray(kiln.jit(f)(a, b)), ref.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+@gpu
+def test_default_precision_may_use_tf32_and_highest_does_not():
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 256)).astype(np.float32)
+    ref = a.astype(np.float64) @ b
+    hi = np.asarray(jnp.dot(a, b, precision="highest"))
+    lo = np.asarray(jnp.dot(a, b, precision="default"))
+    assert np.abs(hi - ref).max() < 1e-3
+    assert np.abs(lo - ref).max() < 0.5  # TF32 keeps 10 mantissa bits
+
+
+@gpu
+def test_integer_matmul_runs_on_the_host_and_is_exact():
+    i = np.arange(12, dtype=np.int32).reshape(3, 4)
+    np.testing.assert_array_equal(np.asarray(jnp.dot(i, i.T)), i @ i.T)
+
+
+@gpu
 def test_grad_and_vmap_run_on_the_gpu():
     rng = np.random.default_rng(4)
     w = rng.standard_normal((5, 3)).astype(np.float32)

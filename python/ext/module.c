@@ -863,6 +863,21 @@ static PyObject *mod_set_default_device(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+static PyObject *mod_cublas_search_path(PyObject *self, PyObject *arg) {
+  (void)self;
+  const char *s = PyUnicode_AsUTF8AndSize(arg, NULL);
+  if (!s) return NULL;
+  return PyLong_FromLong(kl_cublas_add_search_path(s));
+}
+
+static PyObject *mod_cublas_library(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  char why[512] = "";
+  int ok = kl_cublas_available(why, sizeof why);
+  return Py_BuildValue("(Os)", ok ? Py_True : Py_False, ok ? kl_cublas_library() : why);
+}
+
 static PyObject *mod_gpu_memory(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
@@ -883,6 +898,8 @@ static PyMethodDef mod_methods[] = {
     {"gpu_available", mod_gpu_available, METH_NOARGS, "(usable, reason if not)"},
     {"gpu_info", mod_gpu_info, METH_NOARGS, "facts about GPU 0"},
     {"set_default_device", mod_set_default_device, METH_O, "0: CPU, 1: GPU"},
+    {"cublas_search_path", mod_cublas_search_path, METH_O, "add a libcublas candidate path"},
+    {"cublas_library", mod_cublas_library, METH_NOARGS, "(found, path or reason)"},
     {"gpu_memory_in_use", mod_gpu_memory, METH_NOARGS, "bytes of GPU memory held by kiln buffers"},
     {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},

@@ -42,3 +42,20 @@ def _find_blas():
 
 _find_blas()
 del _find_blas
+
+
+def _find_cublas():
+    """Tells the runtime where a pip-installed cuBLAS (the nvidia-cublas wheel) is."""
+    import glob
+    import os
+    import sys
+    from kiln import _kiln
+    for base in sys.path:
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cu*", "lib", "libcublas.so.*")) +
+                           sorted(glob.glob(os.path.join(base or ".", "nvidia", "cublas", "lib", "libcublas.so.*")))):
+            if not path.endswith(("Lt.so", ".alt")) and "Lt" not in os.path.basename(path):
+                _kiln.cublas_search_path(path)
+
+
+_find_cublas()
+del _find_cublas

@@ -36,6 +36,16 @@ def _validate_bool(name, value):
         f"got {type(value).__name__}")
 
 
+_PRECISIONS = (None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32",
+               "bfloat16_3x", "fastest")
+
+
+def _validate_precision(name, value):
+    if value not in _PRECISIONS:
+        raise ValueError(f"{name} must be one of {list(_PRECISIONS)}, got {value!r}")
+    return value
+
+
 def _x64_default():
     for var_name in ("KILN_ENABLE_X64", "JAX_ENABLE_X64"):
         text = os.environ.get(var_name)
@@ -52,6 +62,7 @@ class Config:
         object.__setattr__(self, "_validators", {})
         object.__setattr__(self, "_callbacks", [])
         self._define("jax_enable_x64", _x64_default(), _validate_bool)
+        self._define("jax_default_matmul_precision", None, _validate_precision)
 
     def _define(self, name, default, validator):
         """Declare an option (for kiln's own modules, not users)."""

@@ -448,9 +448,14 @@ def sort_key_val(keys, values, dimension=-1, is_stable=True):
 # ---------------------------------------------------------------------------
 # Contractions
 
+_CONFIG_PRECISION = {None: 0, "default": 0, "fastest": 0, "bfloat16": 0, "tensorfloat32": 1, "high": 1,
+                     "bfloat16_3x": 1, "highest": 2, "float32": 2}
+
+
 def _precision_code(precision):
     if precision is None:
-        return 0
+        from kiln._src.config import config
+        return _CONFIG_PRECISION[config.jax_default_matmul_precision]
     if isinstance(precision, (tuple, list)):
         precision = builtins.max((p for p in precision if p is not None), key=lambda p: Precision(p).value if not isinstance(p, str) else Precision[p.upper()].value, default=None)
         if precision is None:

@@ -1,0 +1,309 @@
+"""kiln GPU benchmarks against JAX, PyTorch and CuPy, in one process and one run.
+
+    python3 bench/gpu.py [--only selu,sumsq,...] [--reps N]
+
+kiln is imported from PYTHONPATH (the installed wheel). Workloads and targets: the GPU column of
+the project's benchmark notes. Kernel times are medians over repeats of one synchronized call;
+dispatch and eager time a loop of calls and synchronize once. Every kiln result is checked
+against NumPy before it is timed. A library that is missing or fails prints its error in the row.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ALL = ["copy", "selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "mlp_step", "dispatch", "eager",
+       "vmap_matvec", "compile_selu", "compile_mlp"]
+
+
+def median_time(fn, sync, reps, warm=3):
+    for _ in range(warm):
+        fn()
+    sync()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def loop_time(fn, sync, n):
+    for _ in range(50):
+        fn()
+    sync()
+    t = time.perf_counter()
+    for _ in range(n):
+        r = fn()
+    sync(r)
+    return (time.perf_counter() - t) / n
+
+
+class Peers:
+    def __init__(self):
+        import kiln
+        import kiln.numpy as knp
+        self.kiln, self.knp = kiln, knp
+        try:
+            import jax
+            import jax.numpy as jjnp
+            jax.config.update("jax_enable_compilation_cache", False)
+            self.jax, self.jjnp = jax, jjnp
+        except Exception:  # noqa: BLE001
+            self.jax = None
+        try:
+            import torch
+            self.torch = torch if torch.cuda.is_available() else None
+        except Exception:  # noqa: BLE001
+            self.torch = None
+        try:
+            import cupy
+            self.cupy = cupy
+        except Exception:  # noqa: BLE001
+            self.cupy = None
+
+
+def ksync(r=None):
+    if r is not None:
+        r.block_until_ready()
+
+
+def run(P, name, reps):
+    kiln, knp = P.kiln, P.knp
+    rows = {}
+    rng = np.random.default_rng(0)
+    if name in ("copy", "selu", "sumsq"):
+        n = 1 << 26
+        x = rng.standard_normal(n).astype(np.float32)
+        kx = kiln.device_put(x)
+        if name == "copy":
+            if P.torch:
+                tx = P.torch.from_numpy(x).cuda()
+                t = median_time(lambda: tx.clone(), P.torch.cuda.synchronize, reps)
+                rows["torch clone"] = (t, 2 * x.nbytes / t / 1e9)
+            if P.cupy:
+                cx = P.cupy.asarray(x)
+                t = median_time(lambda: cx.copy(), P.cupy.cuda.Device().synchronize, reps)
+                rows["cupy copy"] = (t, 2 * x.nbytes / t / 1e9)
+            f = kiln.jit(lambda x: x + 0.5)
+            out = [None]
+            t = median_time(lambda: out.__setitem__(0, f(kx)), lambda: out[0].block_until_ready(), reps)
+            rows["kiln x+0.5"] = (t, 2 * x.nbytes / t / 1e9)
+            return rows
+        if name == "selu":
+            def sel(np_):
+                def selu(x):
+                    return 1.05 * np_.where(x > 0, x, 1.67 * np_.exp(x) - 1.67)
+                return selu
+            ref = sel(np)(x.astype(np.float64))
+            bytes_ = 2 * x.nbytes
+        else:
+            def sel(np_):
+                def sumsq(x):
+                    return np_.sum(x * x)
+                return sumsq
+            ref = np.sum(x.astype(np.float64) ** 2)
+            bytes_ = x.nbytes
+        f = kiln.jit(sel(knp))
+        got = np.asarray(f(kx))
+        assert np.allclose(got, ref, rtol=1e-4, atol=1e-5), "kiln result differs from NumPy"
+        out = [None]
+        t = median_time(lambda: out.__setitem__(0, f(kx)), lambda: out[0].block_until_ready(), reps)
+        rows["kiln"] = (t, bytes_ / t / 1e9)
+        if P.jax:
+            jf = P.jax.jit(sel(P.jjnp))
+            jx = P.jax.device_put(x)
+            t = median_time(lambda: out.__setitem__(0, jf(jx)), lambda: out[0].block_until_ready(), reps)
+            rows["jax"] = (t, bytes_ / t / 1e9)
+        if P.torch:
+            tx = P.torch.from_numpy(x).cuda()
+            tf = sel(P.torch)
+            t = median_time(lambda: tf(tx), P.torch.cuda.synchronize, reps)
+            rows["torch eager"] = (t, bytes_ / t / 1e9)
+        if P.cupy:
+            cx = P.cupy.asarray(x)
+            cf = P.cupy.fuse(sel(P.cupy))
+            t = median_time(lambda: cf(cx), P.cupy.cuda.Device().synchronize, reps)
+            rows["cupy fuse"] = (t, bytes_ / t / 1e9)
+        return rows
+    if name == "softmax":
+        a = rng.standard_normal((8192, 8192)).astype(np.float32)
+        ka = kiln.device_put(a)
+        f = kiln.jit(lambda a: kiln.nn.softmax(a, axis=-1))
+        got = np.asarray(f(ka))[:4]
+        e = np.exp(a[:4] - a[:4].max(-1, keepdims=True))
+        assert np.allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-7)
+        out = [None]
+        bytes_ = 2 * a.nbytes
+        t = median_time(lambda: out.__setitem__(0, f(ka)), lambda: out[0].block_until_ready(), reps)
+        rows["kiln"] = (t, bytes_ / t / 1e9)
+        if P.jax:
+            jf = P.jax.jit(lambda a: P.jax.nn.softmax(a, axis=-1))
+            ja = P.jax.device_put(a)
+            t = median_time(lambda: out.__setitem__(0, jf(ja)), lambda: out[0].block_until_ready(), reps)
+            rows["jax"] = (t, bytes_ / t / 1e9)
+        if P.torch:
+            ta = P.torch.from_numpy(a).cuda()
+            t = median_time(lambda: P.torch.softmax(ta, -1), P.torch.cuda.synchronize, reps)
+            rows["torch eager"] = (t, bytes_ / t / 1e9)
+        return rows
+    if name.startswith("matmul"):
+        n = 4096
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        prec = "highest" if name.endswith("highest") else "default"
+        f = kiln.jit(lambda a, b: knp.matmul(a, b, precision=prec))
+        ka, kb = kiln.device_put(a), kiln.device_put(b)
+        got = np.asarray(f(ka, kb))[:8]
+        assert np.allclose(got, a[:8].astype(np.float64) @ b, rtol=2e-2 if prec == "default" else 1e-4, atol=0.5 if prec == "default" else 1e-2)
+        out = [None]
+        t = median_time(lambda: out.__setitem__(0, f(ka, kb)), lambda: out[0].block_until_ready(), reps)
+        rows["kiln"] = (t, 2 * n ** 3 / t / 1e12)
+        if P.jax:
+            jf = P.jax.jit(lambda a, b: P.jjnp.matmul(a, b, precision=prec))
+            ja, jb = P.jax.device_put(a), P.jax.device_put(b)
+            t = median_time(lambda: out.__setitem__(0, jf(ja, jb)), lambda: out[0].block_until_ready(), reps)
+            rows["jax"] = (t, 2 * n ** 3 / t / 1e12)
+        if P.torch:
+            ta, tb = P.torch.from_numpy(a).cuda(), P.torch.from_numpy(b).cuda()
+            P.torch.backends.cuda.matmul.allow_tf32 = prec == "default"
+            t = median_time(lambda: ta @ tb, P.torch.cuda.synchronize, reps)
+            rows["torch (cuBLAS direct)"] = (t, 2 * n ** 3 / t / 1e12)
+        return rows
+    if name == "compile_mlp":  # a fresh process and an empty kiln cache: the cold first call
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, __file__, "--only", "mlp_first", "--rows-only"],
+                               env=dict(os.environ, KILN_CACHE_DIR=d), capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            lbl, t = line.split("=")
+            rows[lbl] = (float(t), None)
+        if r.returncode:
+            raise RuntimeError(r.stderr[-500:])
+        return rows
+    if name in ("mlp_step", "mlp_first"):
+        sizes = (1024, 4096, 4096, 10)
+        batch = 4096
+        def make(lib, np_):
+            def loss(params, x, y):
+                h = x
+                for i, (w, b) in enumerate(params):
+                    h = h @ w + b
+                    if i < len(params) - 1:
+                        h = np_.tanh(h) if i % 2 == 0 else np_.maximum(h, 0)
+                return np_.mean((h - y) ** 2)
+            def step(params, x, y):
+                g = lib.grad(loss)(params, x, y)
+                return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, g)]
+            return lib.jit(step)
+        params = [(rng.standard_normal((m, n)).astype(np.float32) / np.sqrt(m), np.zeros(n, np.float32))
+                  for m, n in zip(sizes[:-1], sizes[1:])]
+        x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+        y = rng.standard_normal((batch, sizes[-1])).astype(np.float32)
+        for label, lib, np_ in (("kiln", kiln, knp), ("jax", P.jax, P.jjnp if P.jax else None)):
+            if lib is None:
+                continue
+            kp = lib.device_put(params)
+            kx, ky = lib.device_put(x), lib.device_put(y)
+            f = make(lib, np_)
+            t0 = time.perf_counter()
+            out = f(kp, kx, ky)
+            lib.block_until_ready(out)
+            first = time.perf_counter() - t0
+            if name == "mlp_first":
+                rows[label] = (first, None)
+                continue
+            res = [None]
+            t = median_time(lambda: res.__setitem__(0, f(kp, kx, ky)), lambda: lib.block_until_ready(res[0]), reps)
+            rows[label] = (t, None)
+        return rows
+    if name == "vmap_matvec":
+        m = rng.standard_normal((150, 100)).astype(np.float32)
+        vs = rng.standard_normal((10, 100)).astype(np.float32)
+        for label, lib, np_ in (("kiln", kiln, knp), ("jax", P.jax, P.jjnp if P.jax else None)):
+            if lib is None:
+                continue
+            km = lib.device_put(m)
+            f = lib.jit(lib.vmap(lambda v: km @ v))
+            kv = lib.device_put(vs)
+            rows[label] = (loop_time(lambda: f(kv), ksync, 5000), None)
+        return rows
+    if name == "dispatch":
+        x = np.arange(8, dtype=np.float32)
+        f = kiln.jit(lambda x: x + 1)
+        kx = kiln.device_put(x)
+        rows["kiln"] = (loop_time(lambda: f(kx), ksync, 20000), None)
+        if P.jax:
+            jf = P.jax.jit(lambda x: x + 1)
+            jx = P.jax.device_put(x)
+            rows["jax"] = (loop_time(lambda: jf(jx), ksync, 20000), None)
+        return rows
+    if name == "eager":
+        x = np.arange(8, dtype=np.float32)
+        kx = kiln.device_put(x)
+        rows["kiln"] = (loop_time(lambda: kx * 2 + 1, ksync, 5000), None)
+        if P.jax:
+            jx = P.jax.device_put(x)
+            rows["jax"] = (loop_time(lambda: jx * 2 + 1, ksync, 2000), None)
+        if P.torch:
+            tx = P.torch.from_numpy(x).cuda()
+            rows["torch eager"] = (loop_time(lambda: tx * 2 + 1, lambda r=None: P.torch.cuda.synchronize(), 5000), None)
+        if P.cupy:
+            cx = P.cupy.asarray(x)
+            rows["cupy"] = (loop_time(lambda: cx * 2 + 1, lambda r=None: P.cupy.cuda.Device().synchronize(), 5000), None)
+        return rows
+    if name == "compile_selu":
+        code = ("import time,numpy as np;t=time.perf_counter();import {m} as j;import {m}.numpy as n;"
+                "x=j.device_put(np.ones(1<<26,np.float32));x.block_until_ready();t0=time.perf_counter();"
+                "f=j.jit(lambda x:1.05*n.where(x>0,x,1.67*n.exp(x)-1.67));f(x).block_until_ready();"
+                "print(time.perf_counter()-t0)")
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, KILN_CACHE_DIR=d)
+            for label, m in (("kiln cold", "kiln"), ("kiln warm disk cache", "kiln"), ("jax", "jax")):
+                if m == "jax" and not P.jax:
+                    continue
+                r = subprocess.run([sys.executable, "-c", code.format(m=m)], env=env, capture_output=True, text=True)
+                rows[label] = (float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else float("nan"), None)
+        return rows
+    raise KeyError(name)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default=",".join(ALL))
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--rows-only", action="store_true")
+    args = ap.parse_args()
+    P = Peers()
+    if args.rows_only:
+        for name in args.only.split(","):
+            for lbl, (t, _) in run(P, name, args.reps).items():
+                print(f"{lbl}={t}")
+        return
+    info = P.kiln._kiln.gpu_info() if P.kiln.default_backend() == "gpu" else {"name": "no GPU"}
+    print(f"# kiln GPU bench: {info['name']}, {time.strftime('%Y-%m-%d')}")
+    print(f"# jax {getattr(P.jax, '__version__', '-')}, torch {getattr(P.torch, '__version__', '-')}, "
+          f"cupy {getattr(P.cupy, '__version__', '-')}")
+    print("| workload | library | time | GB/s | kiln/peer |")
+    print("|---|---|---|---|---|")
+    for name in args.only.split(","):
+        try:
+            rows = run(P, name, args.reps)
+        except Exception as e:  # noqa: BLE001
+            print(f"| {name} | error | {type(e).__name__}: {e} | | |")
+            continue
+        k = [v[0] for lbl, v in rows.items() if lbl.startswith("kiln")]
+        for lbl, (t, gbs) in rows.items():
+            ratio = "" if lbl.startswith("kiln") or not k else f"{k[0] / t:.2f}x"
+            unit = f"{t * 1e3:.3f} ms" if t >= 1e-3 else f"{t * 1e6:.1f} us"
+            print(f"| {name} | {lbl} | {unit} | {'' if gbs is None else f'{gbs:.0f}'} | {ratio} |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

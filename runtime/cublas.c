@@ -1,0 +1,133 @@
+/* cublas.c: matrix products on the GPU through cuBLAS, opened at run time (libcublas.so.13 or
+ * .12 from the system, CUDA_HOME, /usr/local/cuda, or paths python/ registers such as the
+ * nvidia-cublas wheel). One handle on kiln's stream. Knows nothing of the IR beyond dtypes. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostla.h"
+#include "runtime.h"
+
+typedef void *cublasHandle_t;
+enum { OP_N = 0, OP_T = 1, R_32F = 0, R_64F = 1, R_16F = 2, R_16BF = 14, COMPUTE_32F = 68, COMPUTE_64F = 70,
+       COMPUTE_32F_FAST_TF32 = 77, GEMM_DEFAULT = -1 };
+
+static int (*p_create)(cublasHandle_t *);
+static int (*p_set_stream)(cublasHandle_t, void *);
+static int (*p_gemm)(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int, long long,
+                     const void *, int, int, long long, const void *, void *, int, int, long long, int, int, int);
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int tried, ready;
+static char why[512];
+static cublasHandle_t handle;
+static char extra[8][512];
+static int nextra;
+static char lib_path[512];
+
+int kl_cublas_add_search_path(const char *path) {
+  pthread_mutex_lock(&mu);
+  int ok = nextra < 8;
+  if (ok) snprintf(extra[nextra++], sizeof extra[0], "%s", path);
+  pthread_mutex_unlock(&mu);
+  return ok;
+}
+
+static void *try_open(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h) {
+    strncpy(lib_path, path, sizeof lib_path - 1);
+    lib_path[sizeof lib_path - 1] = 0;
+  }
+  return h;
+}
+
+static void open_cublas(void) {
+  tried = 1;
+  void *h = NULL;
+  const char *env = getenv("KILN_CUBLAS_LIB");
+  if (env && *env) h = try_open(env);
+  const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+  for (int i = 0; !h && i < 3; i++) h = try_open(names[i]);
+  const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+  for (int i = 0; !h && i < 3; i++) {
+    if (!homes[i] || !*homes[i]) continue;
+    for (int v = 13; !h && v >= 12; v--) {
+      char p[600];
+      snprintf(p, sizeof p, "%s/lib64/libcublas.so.%d", homes[i], v);
+      h = try_open(p);
+    }
+  }
+  for (int i = 0; !h && i < nextra; i++) h = try_open(extra[i]);
+  if (!h) {
+    snprintf(why, sizeof why, "cuBLAS not found (tried libcublas.so.13/.12, $CUDA_HOME, /usr/local/cuda and the "
+                              "nvidia-cublas wheel; set KILN_CUBLAS_LIB to its path)");
+    return;
+  }
+  *(void **)&p_create = dlsym(h, "cublasCreate_v2");
+  *(void **)&p_set_stream = dlsym(h, "cublasSetStream_v2");
+  *(void **)&p_gemm = dlsym(h, "cublasGemmStridedBatchedEx");
+  if (!p_create || !p_set_stream || !p_gemm) {
+    snprintf(why, sizeof why, "%.400s lacks the cuBLAS functions kiln needs", lib_path);
+    return;
+  }
+  int rc = p_create(&handle);
+  if (!rc) rc = p_set_stream(handle, kl_cuda_stream());
+  if (rc) {
+    snprintf(why, sizeof why, "cublasCreate failed (status %d)", rc);
+    return;
+  }
+  ready = 1;
+}
+
+int kl_cublas_available(char *reason, size_t n) {
+  pthread_mutex_lock(&mu);
+  if (!tried && kl_cuda_available(NULL, 0)) open_cublas();
+  int ok = ready;
+  pthread_mutex_unlock(&mu);
+  if (!ok && reason) snprintf(reason, n, "%s", why[0] ? why : "no GPU");
+  return ok;
+}
+
+const char *kl_cublas_library(void) { return ready ? lib_path : ""; }
+
+/* Row-major C[b] (m x n) = A[b] (m x k, or k x m when transl) . B[b] (k x n, or n x k when transr),
+ * as cuBLAS's column-major C^T = B^T . A^T. precision: 0/1 may use TF32, 2 is full float32. */
+int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
+                   const void *b, int transr, void *c, char *err, size_t errlen) {
+  if (!kl_cublas_available(err, errlen)) return -1;
+  if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || batch > 0x7fffffff) {
+    snprintf(err, errlen, "dot_general: matrix dimensions (%lld, %lld, %lld) exceed cuBLAS's int range", (long long)m,
+             (long long)n, (long long)k);
+    return -1;
+  }
+  int dt, ct;
+  if (t == KL_F32) dt = R_32F, ct = precision >= 2 ? COMPUTE_32F : COMPUTE_32F_FAST_TF32;
+  else if (t == KL_F64) dt = R_64F, ct = COMPUTE_64F;
+  else if (t == KL_F16) dt = R_16F, ct = COMPUTE_32F;
+  else if (t == KL_BF16) dt = R_16BF, ct = COMPUTE_32F;
+  else {
+    snprintf(err, errlen, "internal error: cuBLAS gemm on %s", kl_dtype_name(t));
+    return -1;
+  }
+  double one64 = 1.0, zero64 = 0.0;
+  float one32 = 1.0f, zero32 = 0.0f;
+  const void *alpha = t == KL_F64 ? (const void *)&one64 : (const void *)&one32;
+  const void *beta = t == KL_F64 ? (const void *)&zero64 : (const void *)&zero32;
+  if (m == 0 || n == 0) return 0;
+  if (k == 0) return kl_cuda_memset0(c, (size_t)(batch * m * n) * kl_dtype_size(t));
+  pthread_mutex_lock(&mu); /* one handle: calls are serialized (they only enqueue work) */
+  int rc = p_gemm(handle, transr ? OP_T : OP_N, transl ? OP_T : OP_N, (int)n, (int)m, (int)k, alpha, b, dt,
+                  (int)(transr ? k : n), (long long)(k * n), a, dt, (int)(transl ? m : k), (long long)(m * k), beta, c, dt,
+                  (int)n, (long long)(m * n), (int)batch, ct, GEMM_DEFAULT);
+  pthread_mutex_unlock(&mu);
+  if (rc) {
+    snprintf(err, errlen, "cuBLAS gemm (%lld x %lld x %lld, batch %lld) failed with status %d", (long long)m, (long long)n,
+             (long long)k, (long long)batch, rc);
+    return -1;
+  }
+  return 0;
+}
