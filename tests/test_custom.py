@@ -1,7 +1,6 @@
-"""custom_jvp / custom_vjp / checkpoint: evaluation runs the primal function; first-order
-differentiation applies the custom rules exactly (custom_vjp in reverse mode only, as in JAX);
-second order through a custom rule is not supported yet and must raise, never return the plain
-derivative."""
+"""custom_jvp / custom_vjp / checkpoint: evaluation runs the primal function; differentiation
+applies the custom rules exactly (custom_vjp in reverse mode only, as in JAX), and differentiating
+again differentiates the rules themselves, as JAX does."""
 import numpy as np
 import pytest
 
@@ -149,16 +148,55 @@ def test_checkpoint_gives_the_same_values_and_gradients(policy):
     assert kiln.remat is kiln.checkpoint
 
 
-def test_second_order_through_custom_jvp_raises():
+# Reference numbers from JAX 0.10.2 (float64), by hand.
+
+def test_grad_of_grad_differentiates_the_custom_jvp_rule():
+    f = _scaled_rule()  # rule: 3 cos(x) t, so d2/dx2 = -3 sin(x) (the plain one would be -sin(x))
+    assert float(kiln.grad(kiln.grad(f))(0.3)) == pytest.approx(-3 * np.sin(0.3), rel=1e-5)
+    assert float(kiln.grad(kiln.grad(kiln.grad(f)))(0.3)) == pytest.approx(-3 * np.cos(0.3), rel=1e-5)
+
+
+def test_hessian_through_custom_jvp_uses_the_rule_for_the_outputs_derivative_too(x64):
+    # d2/dv2 f(v)^2 = 2 f'(v)^2 + 2 f(v) f''(v) with f' = 3 cos: the enclosing level must see the rule
     f = _scaled_rule()
-    with pytest.raises(NotImplementedError, match="higher-order"):
-        kiln.grad(kiln.grad(f))(0.3)
+    v = jnp.asarray([0.3, -0.7])
+    want = np.diag(18 * np.cos(v) ** 2 - 6 * np.sin(v) ** 2)
+    np.testing.assert_allclose(np.asarray(kiln.hessian(lambda u: jnp.sum(f(u) ** 2))(v)), want, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(kiln.jacrev(kiln.jacfwd(lambda u: jnp.sum(f(u) ** 2)))(v)), want,
+                               rtol=1e-10)
+    jj = kiln.jacfwd(kiln.jacrev(lambda u: f(u) * u))(v)
+    np.testing.assert_allclose(np.asarray(jj)[[0, 1], [0, 1], [0, 1]], [5.46605075, 3.23619598], rtol=1e-8)
 
 
-def test_second_order_through_custom_vjp_raises():
+def test_second_derivative_of_log1pexp_stays_finite(x64):
+    f = _log1pexp()
+    got = kiln.vmap(kiln.grad(kiln.grad(f)))(jnp.asarray([0.0, 2.0, -50.0]))
+    np.testing.assert_allclose(np.asarray(got), [0.25, 1.04993585e-01, 1.92874985e-22], rtol=1e-8)
+    h = kiln.hessian(lambda v: jnp.sum(f(v) ** 2))(jnp.asarray([0.5, 100.0]))
+    np.testing.assert_allclose(np.asarray(h), [[1.23273465, 0.0], [0.0, 2.0]], rtol=1e-8)
+
+
+def test_grad_of_grad_differentiates_custom_vjp_fwd_and_bwd():
+    g = _clip_gradient()  # grad of sum(g(v)^2) is clip(4 v): slope 4 inside the clip range, 0 outside
+    gg = kiln.grad(kiln.grad(lambda v: jnp.sum(g(v) ** 2)))
+    assert float(gg(jnp.asarray(0.1))) == pytest.approx(4.0)
+    assert float(gg(jnp.asarray(0.3))) == 0.0
+
+
+def test_hessian_through_custom_vjp(x64):
+    @kiln.custom_vjp
+    def h(x):
+        return jnp.sin(x)
+    h.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, ct: (2.0 * c * ct,))  # a doubled derivative
+    assert float(kiln.grad(kiln.grad(lambda v: h(v) ** 2))(0.4)) == pytest.approx(2.786826837388662, rel=1e-12)
+    hess = kiln.hessian(lambda v: jnp.sum(h(v) ** 2))(jnp.asarray([0.4, 1.1]))
+    np.testing.assert_allclose(np.asarray(hess), [[2.78682684, 0.0], [0.0, -2.35400447]], rtol=1e-8)
+
+
+def test_differentiating_a_forward_mode_derivative_of_custom_vjp_raises():
     g = _clip_gradient()
-    with pytest.raises(NotImplementedError):
-        kiln.grad(kiln.grad(lambda v: jnp.sum(g(v) ** 2)))(jnp.asarray(0.3))
+    with pytest.raises(NotImplementedError, match="custom_vjp"):
+        kiln.jacrev(kiln.jacfwd(lambda v: jnp.sum(g(v) ** 2)))(jnp.ones(2))
 
 
 def test_registering_an_equal_backward_program_reuses_its_id():

@@ -222,7 +222,8 @@ static int op_weight(kl_prim p) {
   case KL_FAM_UNARY:
     switch (p) {
     case KL_P_NEG: case KL_P_ABS: case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_NOT:
-    case KL_P_SQUARE: case KL_P_STOP_GRADIENT: case KL_P_IS_FINITE: case KL_P_SQRT: return 1;
+    case KL_P_SQUARE: case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: case KL_P_IS_FINITE: case KL_P_SQRT:
+      return 1;
     default: return 10; /* transcendental: a polynomial of ~10-30 ops */
     }
   case KL_FAM_BINARY: return p == KL_P_POW || p == KL_P_ATAN2 ? 20 : p == KL_P_DIV || p == KL_P_REM ? 3 : 1;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ad.h"
+#include "subprog.h"
 
 static int is_float_val(kl_ad *a, int v) { return v >= 0 && kl_dtype_is_float(kl_ad_aval(a, v)->dtype); }
 
@@ -485,6 +486,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     case KL_P_NEG: touts[0] = un(a, KL_P_NEG, t); return 0;
     case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_IS_FINITE: case KL_P_STOP_GRADIENT: case KL_P_NOT: return 0;
     case KL_P_INTEGER_POW: touts[0] = integer_pow_jvp(a, e, x, t); return 0;
+    case KL_P_OPTIMIZATION_BARRIER: touts[0] = t; return 0; /* the identity on values */
     default: break;
     }
     int d = unary_coef(a, e->prim, x, y);
@@ -596,10 +598,10 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     case KL_P_QR: return qr_jvp(a, e, xs[0], ts[0], ys[0], ys[1], touts);
     case KL_P_EIGH: return eigh_jvp(a, e, ts[0], ys[0], ys[1], touts);
     case KL_P_SVD: return svd_jvp(a, e, xs[0], ts[0], ys, touts);
-    case KL_P_CUSTOM_VJP_CALL: return custom_vjp_call_jvp(a, e, xs, ts, ys, touts);
-    case KL_P_CUSTOM_VJP_LIN:
-      return kl_ad_fail(a, "differentiation of a custom_vjp function's derivative (second order) is not supported "
-                           "yet by kiln");
+    case KL_P_CUSTOM_VJP_LIN: /* what a forward-mode derivative of a custom_vjp function leaves */
+      return kl_ad_fail(a, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                           "supported (as in JAX), so neither is differentiating it again; use reverse mode (grad, "
+                           "vjp, jacrev), or custom_jvp");
     default: break;
     }
     for (int i = 0; i < e->nin; i++)
@@ -609,43 +611,166 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
   return kl_ad_fail(a, "differentiation of %s is not supported yet by kiln", pi->name);
 }
 
-kl_program *kl_jvp(const kl_program *pg, const char *has_tangent, char **tags, char *err, size_t errlen) {
-  kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen};
-  int *pmap = malloc(sizeof(int) * ((size_t)pg->nvals + 1)), *tmap = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!pmap || !tmap) abort();
-  for (int v = 0; v < pg->nvals; v++) pmap[v] = tmap[v] = -1;
-  for (int i = 0; i < pg->ninputs; i++) pmap[pg->inputs[i]] = kl_program_add_input(a.pg, &pg->vals[pg->inputs[i]].aval);
-  for (int i = 0; i < pg->ninputs; i++) {
-    const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
-    if (!has_tangent[i] || !kl_dtype_is_float(av->dtype)) continue;
-    int t = kl_program_add_input(a.pg, av);
-    tmap[pg->inputs[i]] = t;
-    /* tag the tangent input */
-    int lit_dummy = kl_ad_lit(&a, 0, av->dtype); /* grows the tag array */
-    (void)lit_dummy;
-    a.tangent[t] = 1;
+/* ---- call equations: checkpoint, custom_jvp_call, custom_vjp_call -------------------------- */
+
+static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy);
+
+static int is_call(kl_prim p) { return p == KL_P_CHECKPOINT || p == KL_P_CUSTOM_JVP_CALL || p == KL_P_CUSTOM_VJP_CALL; }
+
+/* Per value of pg: -1 (no value yet). Owned by the caller. */
+static int *new_map(const kl_program *pg) {
+  int *m = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!m) abort();
+  for (int v = 0; v < pg->nvals; v++) m[v] = -1;
+  return m;
+}
+
+/* checkpoint policies (the `policy` param): which results a recomputation reuses from the
+ * forward pass instead of recomputing them */
+enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2 };
+
+static int saveable(const kl_eqn *e, int policy) {
+  if (e->prim != KL_P_DOT_GENERAL) return 0;
+  return policy == KL_REMAT_DOTS || (policy == KL_REMAT_DOTS_NO_BATCH && e->p.nv[2] == 0);
+}
+
+static const kl_program *body_of(kl_ad *a, const kl_eqn *e, int64_t id) {
+  const kl_program *b = kl_subprog_get(id);
+  if (!b) kl_ad_fail(a, "internal error: %s refers to a missing program %lld", kl_prim_get(e->prim)->name, (long long)id);
+  return b;
+}
+
+/* checkpoint: in forward mode the body's JVP, inline. For reverse mode the body is emitted for its
+ * outputs, then its JVP again on its inputs passed through optimization_barrier (so CSE cannot
+ * merge the two), all tagged KL_TAG_REMAT: transpose.c emits those primal values in the backward
+ * pass where they are needed, and nothing of the body but its outputs outlives the forward pass
+ * (JAX's remat with policy nothing_saveable; dots_saveable reuses dot_general results). */
+static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *body = body_of(a, e, e->p.i0);
+  if (!body) return -1;
+  int *fp = new_map(body), *ft = new_map(body), *rp = NULL, *rt = NULL;
+  for (int i = 0; i < body->ninputs; i++) {
+    fp[body->inputs[i]] = xs[i];
+    if (!a->remat) ft[body->inputs[i]] = ts[i];
   }
-  for (int k = 0; k < pg->neqns && !a.failed; k++) {
+  int rc = jvp_eqns(a, body, fp, ft, NULL, 0);
+  if (!rc && a->remat) {
+    rp = new_map(body);
+    rt = new_map(body);
+    char saved = a->extra_tag;
+    a->extra_tag |= KL_TAG_REMAT;
+    for (int i = 0; i < body->ninputs; i++) {
+      rp[body->inputs[i]] = e->p.f != 0 ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
+      rt[body->inputs[i]] = ts[i];
+    }
+    rc = jvp_eqns(a, body, rp, rt, fp, (int)e->p.i1);
+    a->extra_tag = saved;
+  }
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = fp[body->outputs[i]];
+    touts[i] = (a->remat ? rt : ft)[body->outputs[i]];
+  }
+  free(fp);
+  free(ft);
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* custom_jvp_call: the rule's program, inline, on (inputs, their tangents (zeros where missing),
+ * the rule's consts): its primal outputs replace the call's, its tangent outputs are the tangents.
+ * The rule's equations are ordinary ones, so a later differentiation differentiates the rule
+ * itself, as JAX does. */
+static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *rule = body_of(a, e, e->p.i1);
+  if (!rule) return -1;
+  int64_t n_x = e->p.v[0][0], n_fc = e->p.v[0][1], n_rc = e->p.v[0][2];
+  int *rp = new_map(rule), *rt = new_map(rule);
+  for (int64_t i = 0; i < n_x; i++) {
+    rp[rule->inputs[i]] = xs[i];
+    rp[rule->inputs[n_x + i]] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
+  }
+  for (int64_t k = 0; k < n_rc; k++) rp[rule->inputs[2 * n_x + k]] = xs[n_x + n_fc + k];
+  int rc = jvp_eqns(a, rule, rp, rt, NULL, 0);
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = rp[rule->outputs[i]];
+    int t = rp[rule->outputs[e->nout + i]];
+    /* a tangent output that does not depend on the tangents is zero (the rule must be linear) */
+    touts[i] = t >= 0 && (a->tangent[t] & KL_TAG_TANGENT) && is_float_val(a, t) ? t : -1;
+  }
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* A call equation with some input tangent: it is consumed here (the outputs come from the rule's
+ * equations), so enclosing differentiations see what the rule computed, as in JAX. */
+static int call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  for (int i = 0; i < e->nout; i++) touts[i] = -1;
+  switch (e->prim) {
+  case KL_P_CHECKPOINT: return checkpoint_jvp(a, e, xs, ts, ys, touts);
+  case KL_P_CUSTOM_JVP_CALL: return custom_jvp_call_jvp(a, e, xs, ts, ys, touts);
+  default: /* custom_vjp_call: the forward rule's outputs, with the bwd rule as derivative */
+    for (int i = 0; i < e->nout; i++) ys[i] = xs[i];
+    return custom_vjp_call_jvp(a, e, xs, ts, ys, touts);
+  }
+}
+
+/* The JVP of pg's equations into a->pg. pmap/tmap: pg value -> primal / tangent value (-1: none,
+ * a zero tangent), the inputs' entries set by the caller. fwd (optional): a checkpoint body's
+ * forward values, reused for the equations `policy` saves. Returns 0, or -1 with a message. */
+static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy) {
+  for (int k = 0; k < pg->neqns && !a->failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
     int xs[256], ts[256], ys[KL_MAX_OUTS], touts[KL_MAX_OUTS];
-    if (e->nin > 256) {
-      kl_ad_fail(&a, "differentiation: equation with %d operands is not supported", e->nin);
-      break;
-    }
+    if (e->nin > 256) return kl_ad_fail(a, "differentiation: equation with %d operands is not supported", e->nin);
     int any = 0;
     for (int i = 0; i < e->nin; i++) {
       xs[i] = pmap[e->ins[i]];
       ts[i] = tmap[e->ins[i]];
       any |= ts[i] >= 0;
     }
-    if (kl_ad_emit(&a, e->prim, xs, e->nin, &e->p, ys) < 0) break;
-    for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
-    if (!any) continue;
-    if (jvp_rule(&a, e, xs, ts, ys, touts)) break;
-    for (int i = 0; i < e->nout; i++) tmap[e->outs[i]] = touts[i];
+    if (any && is_call(e->prim)) {
+      if (call_jvp(a, e, xs, ts, ys, touts)) return -1;
+    } else {
+      if (fwd && saveable(e, policy)) ys[0] = fwd[e->outs[0]]; /* dot_general: one result */
+      else if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
+      if (!any) {
+        for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
+        continue;
+      }
+      if (jvp_rule(a, e, xs, ts, ys, touts)) return -1;
+    }
+    for (int i = 0; i < e->nout; i++) {
+      pmap[e->outs[i]] = ys[i];
+      tmap[e->outs[i]] = touts[i];
+    }
   }
+  return a->failed ? -1 : 0;
+}
+
+kl_program *kl_jvp(const kl_program *pg, const char *has_tangent, char **tags, char *err, size_t errlen) {
+  return kl_jvp_ex(pg, has_tangent, tags, 0, err, errlen);
+}
+
+kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags, int remat, char *err,
+                      size_t errlen) {
+  kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen, .remat = remat};
+  int *pmap = new_map(pg), *tmap = new_map(pg);
+  for (int i = 0; i < pg->ninputs; i++) pmap[pg->inputs[i]] = kl_program_add_input(a.pg, &pg->vals[pg->inputs[i]].aval);
+  kl_ad_lit(&a, 0, KL_F32); /* grows the tag array */
+  for (int i = 0; i < pg->ninputs; i++) {
+    const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
+    if (!has_tangent[i] || !kl_dtype_is_float(av->dtype)) continue;
+    int t = kl_program_add_input(a.pg, av);
+    tmap[pg->inputs[i]] = t;
+    kl_ad_lit(&a, 0, av->dtype); /* grows the tag array past t */
+    a.tangent[t] = KL_TAG_TANGENT;
+  }
+  jvp_eqns(&a, pg, pmap, tmap, NULL, 0);
   if (!a.failed) {
     int *outs = malloc(sizeof(int) * (2 * (size_t)pg->noutputs + 1));
+    if (!outs) abort();
     for (int i = 0; i < pg->noutputs; i++) outs[i] = pmap[pg->outputs[i]];
     for (int i = 0; i < pg->noutputs && !a.failed; i++) {
       int t = tmap[pg->outputs[i]];
