@@ -613,7 +613,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
 
 /* ---- call equations: checkpoint, custom_jvp_call, custom_vjp_call -------------------------- */
 
-static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy);
+static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier);
 
 static int is_call(kl_prim p) { return p == KL_P_CHECKPOINT || p == KL_P_CUSTOM_JVP_CALL || p == KL_P_CUSTOM_VJP_CALL; }
 
@@ -653,7 +653,7 @@ static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *t
     fp[body->inputs[i]] = xs[i];
     if (!a->remat) ft[body->inputs[i]] = ts[i];
   }
-  int rc = jvp_eqns(a, body, fp, ft, NULL, 0);
+  int rc = jvp_eqns(a, body, fp, ft, NULL, 0, 0);
   if (!rc && a->remat) {
     rp = new_map(body);
     rt = new_map(body);
@@ -663,7 +663,7 @@ static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *t
       rp[body->inputs[i]] = e->p.f != 0 ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
       rt[body->inputs[i]] = ts[i];
     }
-    rc = jvp_eqns(a, body, rp, rt, fp, (int)e->p.i1);
+    rc = jvp_eqns(a, body, rp, rt, fp, (int)e->p.i1, e->p.f != 0);
     a->extra_tag = saved;
   }
   for (int i = 0; !rc && i < e->nout; i++) {
@@ -691,7 +691,7 @@ static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const i
     rp[rule->inputs[n_x + i]] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
   }
   for (int64_t k = 0; k < n_rc; k++) rp[rule->inputs[2 * n_x + k]] = xs[n_x + n_fc + k];
-  int rc = jvp_eqns(a, rule, rp, rt, NULL, 0);
+  int rc = jvp_eqns(a, rule, rp, rt, NULL, 0, 0);
   for (int i = 0; !rc && i < e->nout; i++) {
     ys[i] = rp[rule->outputs[i]];
     int t = rp[rule->outputs[e->nout + i]];
@@ -718,8 +718,9 @@ static int call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int
 
 /* The JVP of pg's equations into a->pg. pmap/tmap: pg value -> primal / tangent value (-1: none,
  * a zero tangent), the inputs' entries set by the caller. fwd (optional): a checkpoint body's
- * forward values, reused for the equations `policy` saves. Returns 0, or -1 with a message. */
-static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy) {
+ * forward values, reused for the equations `policy` saves (behind a barrier if `barrier`).
+ * Returns 0, or -1 with a message. */
+static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier) {
   for (int k = 0; k < pg->neqns && !a->failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
     int xs[256], ts[256], ys[KL_MAX_OUTS], touts[KL_MAX_OUTS];
@@ -733,7 +734,10 @@ static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const 
     if (any && is_call(e->prim)) {
       if (call_jvp(a, e, xs, ts, ys, touts)) return -1;
     } else {
-      if (fwd && saveable(e, policy)) ys[0] = fwd[e->outs[0]]; /* dot_general: one result */
+      if (fwd && saveable(e, policy)) { /* a dot_general result kept from the forward pass */
+        ys[0] = fwd[e->outs[0]];
+        if (barrier) ys[0] = kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, ys[0]);
+      }
       else if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
       if (!any) {
         for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
@@ -767,7 +771,7 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
     kl_ad_lit(&a, 0, av->dtype); /* grows the tag array past t */
     a.tangent[t] = KL_TAG_TANGENT;
   }
-  jvp_eqns(&a, pg, pmap, tmap, NULL, 0);
+  jvp_eqns(&a, pg, pmap, tmap, NULL, 0, 0);
   if (!a.failed) {
     int *outs = malloc(sizeof(int) * (2 * (size_t)pg->noutputs + 1));
     if (!outs) abort();
