@@ -997,6 +997,39 @@ def test_jacfwd_traces_once():
     assert len(calls) == 1
 
 
+def test_jacobians_are_one_vmapped_pass_not_a_loop_over_the_basis():
+    # as in JAX: jacrev = vmap(vjp) over the output basis, jacfwd = vmap(jvp) over the input
+    # basis, so the traced program does not grow with the number of rows/columns
+    def counts(jac, n):
+        return kiln.make_jaxpr(jac(lambda x: jnp.sin(x) * jnp.sum(x ** 2)))(jnp.ones(n)).num_eqns
+    for jac in (kiln.jacrev, kiln.jacfwd):
+        assert counts(jac, 3) == counts(jac, 40)
+    x = normal(4)
+    want = np.diag(np.cos(x) * np.sum(x ** 2)) + np.outer(np.sin(x), 2 * x)
+    f = lambda x: jnp.sin(x) * jnp.sum(x ** 2)
+    for jac in (kiln.jacrev(f), kiln.jacfwd(f), kiln.jit(kiln.jacrev(f)), kiln.jit(kiln.jacfwd(f))):
+        assert_close(jac(x), want, rtol=1e-12)
+
+
+def test_jacobians_of_mixed_shapes_argnums_aux_and_empty_arrays():
+    a, b = normal(2, 3), normal(3)
+
+    def f(a, b):
+        return (a @ b, jnp.sum(a) * b[0]), {"aux": a.shape[0]}
+    for jac in (kiln.jacrev, kiln.jacfwd):
+        (j_ab, j_s), aux = jac(f, argnums=(0, 1), has_aux=True)(a, b)
+        assert aux == {"aux": 2}
+        assert j_ab[0].shape == (2, 2, 3) and j_ab[1].shape == (2, 3)
+        assert j_s[0].shape == (2, 3) and j_s[1].shape == (3,)
+        want_a = np.einsum("ij,k->ijk", np.eye(2), b)
+        assert_close(j_ab[0], want_a, rtol=1e-12)
+        assert_close(j_ab[1], a, rtol=1e-12)
+        assert_close(j_s[0], np.full((2, 3), b[0]), rtol=1e-12)
+        assert_close(j_s[1], [np.sum(a), 0.0, 0.0], rtol=1e-12)
+        assert jac(lambda x: x * 2)(jnp.zeros((0,))).shape == (0, 0)
+        assert jac(lambda x: jnp.sum(x))(jnp.zeros((0, 2))).shape == (0, 2)
+
+
 def test_low_precision_gradients_keep_their_dtype():
     for dt in (jnp.bfloat16, np.float16):
         x = jnp.asarray(np.array([0.5, 1.5, -2.0]), dtype=dt)
