@@ -37,6 +37,34 @@ static int same_prim(kl_ad *a, const kl_eqn *e, int *ins, int nin) {
   return kl_ad_emit(a, e->prim, ins, nin, &e->p, o) < 0 ? -1 : o[0];
 }
 
+/* trigamma(x) = psi'(x): the recurrence psi'(x) = 1/x^2 + psi'(x + 1) up to z = x + 8, then the
+ * asymptotic series 1/z + 1/(2 z^2) + sum_k B_2k / z^(2k+1) (through B_14: error below 1e-15
+ * relative); below 1/2 the reflection psi'(x) = pi^2 / sin^2(pi x) - psi'(1 - x), and inf at the
+ * poles 0, -1, ... (as JAX gives). Built from ordinary primitives, so it is differentiable again. */
+static int trigamma(kl_ad *a, int x) {
+  static const double bern[] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6};
+  int one = lit(a, 1, x);
+  int reflect = kl_ad_bin(a, KL_P_LT, x, lit(a, 0.5, x));
+  int xr = kl_ad_select(a, reflect, x, sub(a, one, x));
+  int acc = -1;
+  for (int k = 0; k < 8; k++) {
+    int xk = k ? add(a, xr, lit(a, k, x)) : xr;
+    acc = kl_ad_add(a, acc, dv(a, one, sq(a, xk)));
+  }
+  int z = add(a, xr, lit(a, 8, x)), iz = dv(a, one, z), w = sq(a, iz);
+  int poly = lit(a, bern[6], x);
+  for (int k = 5; k >= 0; k--) poly = add(a, mul(a, poly, w), lit(a, bern[k], x));
+  int series = add(a, add(a, iz, mul(a, lit(a, 0.5, x), w)), mul(a, mul(a, w, iz), poly));
+  int base = add(a, acc, series);
+  int s = un(a, KL_P_SIN, mul(a, lit(a, M_PI, x), x));
+  int refl = sub(a, dv(a, lit(a, M_PI * M_PI, x), sq(a, s)), base);
+  /* sin(pi x) is not exactly 0 at the poles -1, -2, ...: they are set apart */
+  int pole = kl_ad_bin(a, KL_P_AND, kl_ad_bin(a, KL_P_LE, x, lit(a, 0, x)),
+                       kl_ad_bin(a, KL_P_EQ, un(a, KL_P_FLOOR, x), x));
+  refl = kl_ad_select(a, pole, refl, kl_ad_broadcast_like(a, lit(a, INFINITY, x), x));
+  return kl_ad_select(a, reflect, base, refl);
+}
+
 /* Derivative coefficient of a unary elementwise primitive at x (output y). */
 static int unary_coef(kl_ad *a, kl_prim p, int x, int y) {
   switch (p) {
@@ -66,6 +94,7 @@ static int unary_coef(kl_ad *a, kl_prim p, int x, int y) {
   case KL_P_ERFC: return mul(a, lit(a, -2.0 / sqrt(M_PI), x), un(a, KL_P_EXP, un(a, KL_P_NEG, sq(a, x))));
   case KL_P_ERF_INV: return mul(a, lit(a, sqrt(M_PI) / 2.0, x), un(a, KL_P_EXP, sq(a, y)));
   case KL_P_LGAMMA: return un(a, KL_P_DIGAMMA, x);
+  case KL_P_DIGAMMA: return trigamma(a, x);
   case KL_P_SQUARE: return mul(a, lit(a, 2, x), x);
   default: return -2; /* no rule */
   }
@@ -357,21 +386,35 @@ static int triangular_solve_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const 
   return res;
 }
 
-/* P A = L U: L^-1 P A' U^-1 = L^-1 L' + U' U^-1 splits into its strict lower and upper parts. */
+/* P A = L U (A m x n, k = min(m, n)): with L padded to m x m and U to n x n by identity blocks,
+ * L^-1 P A' U^-1 = L^-1 L' + U' U^-1 splits into its strict lower and upper parts (JAX's rule). */
 static int lu_jvp(kl_ad *a, int x, int t, int lu, int perm) {
   kl_aval xa = *kl_ad_aval(a, x);
   int nd = xa.ndim;
-  if (xa.dims[nd - 2] != xa.dims[nd - 1])
-    return kl_ad_fail(a, "differentiation of lu of a non-square matrix (%lld x %lld) is not supported yet by kiln",
-                      (long long)xa.dims[nd - 2], (long long)xa.dims[nd - 1]);
+  int64_t m = xa.dims[nd - 2], n = xa.dims[nd - 1], k = m < n ? m : n;
   int64_t bd[KL_MAX_RANK];
   for (int d = 0; d < nd - 1; d++) bd[d] = d;
   int pt = kl_ad_take_along(a, t, kl_ad_broadcast(a, perm, xa.dims, nd, bd), nd - 2);
-  int m = trsolve(a, lu, trsolve(a, lu, pt, 1, KL_TRSV_LOWER | KL_TRSV_UNIT_DIAGONAL), 0, 0);
-  int strict = kl_ad_tri(a, lu, 1, -1), upper = kl_ad_tri(a, lu, 0, 0);
-  int l = add(a, mul(a, lu, strict), kl_ad_convert(a, kl_ad_eye_bool(a, lu), xa.dtype));
-  int u = mul(a, lu, upper);
-  return add(a, kl_ad_matmul(a, l, mul(a, m, strict)), kl_ad_matmul(a, mul(a, m, upper), u));
+  int zero = lit(a, 0, x);
+  /* L: the strict lower part of lu's first k columns, padded with zero columns, plus I (m x m) */
+  int lk = kl_ad_slice_axis(a, lu, nd - 1, 0, k);
+  int l = kl_ad_pad_axis(a, mul(a, lk, kl_ad_tri(a, lk, 1, -1)), zero, nd - 1, 0, m - k);
+  l = add(a, l, kl_ad_convert(a, kl_ad_eye_bool(a, l), xa.dtype));
+  /* U: the upper part of lu's first k rows, padded with zero rows, plus I on rows k.. (n x n) */
+  int uk = kl_ad_slice_axis(a, lu, nd - 2, 0, k);
+  int u = kl_ad_pad_axis(a, mul(a, uk, kl_ad_tri(a, uk, 0, 0)), zero, nd - 2, 0, n - k);
+  if (n > k) {
+    int eye = kl_ad_convert(a, kl_ad_eye_bool(a, u), xa.dtype);
+    int64_t ud[KL_MAX_RANK];
+    memcpy(ud, kl_ad_aval(a, u)->dims, sizeof(int64_t) * (size_t)nd);
+    int low_rows = kl_ad_convert(a, kl_ad_bin(a, KL_P_GE, kl_ad_iota(a, KL_I32, ud, nd, nd - 2),
+                                             kl_ad_broadcast(a, kl_ad_lit(a, (double)k, KL_I32), ud, nd, NULL)),
+                                 xa.dtype);
+    u = add(a, u, mul(a, eye, low_rows));
+  }
+  int lau = trsolve(a, u, trsolve(a, l, pt, 1, KL_TRSV_LOWER | KL_TRSV_UNIT_DIAGONAL), 0, 0);
+  return add(a, kl_ad_matmul(a, l, mul(a, lau, kl_ad_tri(a, lau, 1, -1))),
+             kl_ad_matmul(a, mul(a, lau, kl_ad_tri(a, lau, 0, 0)), u));
 }
 
 /* Reduced QR of a tall (m >= n) matrix. */
