@@ -348,3 +348,19 @@ def test_registering_an_equal_backward_program_reuses_its_id():
         b.set_outputs((y[0],))
         return b
     assert build().register_subprogram() == build().register_subprogram()
+
+
+def test_derivative_programs_through_custom_rules_are_clean():
+    # what make_jaxpr shows after simplification: only the rules' own work remains (no leftover
+    # call equations, dead forward values, zeros or identity ops)
+    f, g = _scaled_rule(), _sin_doubled_vjp()
+    x = jnp.ones(3)
+    cases = [(kiln.grad(lambda v: f(v).sum()), x, 3),   # cos, literal 3, mul
+             (kiln.grad(lambda v: g(v).sum()), x, 3),   # cos, literal 2, mul
+             (kiln.grad(lambda v: kiln.checkpoint(jnp.sin)(v).sum()), x, 2),  # barrier, cos
+             (kiln.grad(kiln.grad(f)), 0.7, 4),          # sin, neg, literal 3, mul
+             (kiln.grad(kiln.grad(g)), 0.7, 4)]
+    for fn, arg, n in cases:
+        jaxpr = kiln.make_jaxpr(fn)(arg)
+        assert jaxpr.num_eqns == n, str(jaxpr)
+        assert "call" not in str(jaxpr) and "checkpoint" not in str(jaxpr), str(jaxpr)
