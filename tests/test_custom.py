@@ -364,3 +364,20 @@ def test_derivative_programs_through_custom_rules_are_clean():
         jaxpr = kiln.make_jaxpr(fn)(arg)
         assert jaxpr.num_eqns == n, str(jaxpr)
         assert "call" not in str(jaxpr) and "checkpoint" not in str(jaxpr), str(jaxpr)
+
+
+def test_custom_jvp_function_and_rule_see_values_under_grad_outside_jit():
+    # as in JAX's eager mode: Python control flow on values inside the function and its rule
+    @kiln.custom_jvp
+    def f(x):
+        return jnp.sin(x) if x > 0 else x
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), (2 * jnp.cos(x) if x > 0 else 1.0) * t
+    assert float(kiln.grad(f)(0.5)) == pytest.approx(2 * np.cos(0.5), rel=1e-6)
+    assert float(kiln.grad(f)(-0.5)) == 1.0
+    assert float(kiln.grad(kiln.grad(f))(0.5)) == pytest.approx(-2 * np.sin(0.5), rel=1e-6)
+    with pytest.raises(kiln.errors.TracerBoolConversionError):
+        kiln.jit(kiln.grad(f))(0.5)

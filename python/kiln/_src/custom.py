@@ -42,12 +42,18 @@ class _Aval:
         self.shape, self.dtype, self.weak_type = tuple(x.shape), x.dtype, x.weak_type
 
 
-def _trace_sub(fun, in_leaves):
-    """Traces fun(*flat inputs) -> flat outputs abstractly into a registered sub-program; returns
-    (id, consts, output avals)."""
+def _has_value(x):
+    return not isinstance(x, core.Tracer) or x._cval is not None
+
+
+def _trace_sub(fun, in_leaves, concrete=False):
+    """Traces fun(*flat inputs) -> flat outputs into a registered sub-program; returns (id, consts,
+    output avals). concrete: in_leaves have values (arrays or concrete tracers), which the trace
+    computes along, so Python control flow on values works in fun (grad outside jit, as in JAX)."""
     from kiln._src import api
     _, tree = tree_util.tree_flatten((tuple(in_leaves), {}))
-    traced = api._trace(fun, None, None, [_Aval(x) for x in in_leaves], tree)
+    ins = list(in_leaves) if concrete else [_Aval(x) for x in in_leaves]
+    traced = api._trace(fun, None, None, ins, tree, concrete=concrete)
     return traced.builder.register_subprogram(), list(traced.consts), traced.out_avals
 
 
@@ -88,6 +94,7 @@ class custom_jvp:
         levels = self._levels if self._levels is not None else core._ad_depth[0]
         if not core.ad_tracing() or levels <= 0:
             return self.fun(*args)
+        from kiln import lax
         name = getattr(self.fun, "__name__", "function")
         nd = set(self.nondiff_argnums)
         static = [a for i, a in enumerate(args) if i in nd]
@@ -138,11 +145,16 @@ class custom_jvp:
                 ts.append(t if t.dtype == o.dtype else t.astype(o.dtype))
             return o_leaves + ts
 
-        fun_id, fun_consts, out_avals = _trace_sub(fun_flat, x_leaves)
+        # Under a concrete trace (grad outside jit) the function and the rule see values, as in JAX;
+        # the rule's tangents are given zeros for values.
+        concrete = all(_has_value(x) for x in x_leaves) and any(
+            isinstance(x, core.Tracer) and x._trace.concrete for x in x_leaves)
+        fun_id, fun_consts, out_avals = _trace_sub(fun_flat, x_leaves, concrete)
+        zeros = [lax.full_like(x, 0) if concrete else x for x in x_leaves]
         saved = self._levels
         self._levels = levels - 1
         try:
-            rule_id, rule_consts, rule_avals = _trace_sub(rule_flat, x_leaves + x_leaves)
+            rule_id, rule_consts, rule_avals = _trace_sub(rule_flat, x_leaves + zeros, concrete)
         finally:
             self._levels = saved
         n_out = len(out_avals)
