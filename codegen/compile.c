@@ -234,6 +234,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
 
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   double t0 = now();
+  if (kl_inline_calls(pg, err, errlen)) return NULL;
   kl_simplify(pg);
   kl_cse(pg);
   kl_dce(pg);

@@ -268,7 +268,7 @@ static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, cha
   case KL_P_SQUARE:
     kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, out), fl ? "f" : "i", x, x, cty);
     return out;
-  case KL_P_STOP_GRADIENT: snprintf(out, sizeof(ssa), "%s", x); return out;
+  case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: snprintf(out, sizeof(ssa), "%s", x); return out;
   case KL_P_INTEGER_POW: {
     int64_t y = e->p.i0, n = y < 0 ? -y : y;
     ssa acc, base;

@@ -1,6 +1,7 @@
 /* prim.c: the primitive table and every primitive's shape/dtype rule.
  * Rules are grouped by family so one rule serves every row of a family. */
 #include "prim.h"
+#include "subprog.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -495,6 +496,35 @@ static int rule_lib(errctx *e, kl_prim prim, const kl_aval *ins, int nin, const 
                   (long long)n_out, KL_MAX_OUTS, nin);
     for (int i = 0; i < n_out; i++) outs[i] = ins[i];
     *nout = (int)n_out;
+    return 0;
+  }
+  case KL_P_CHECKPOINT: case KL_P_CUSTOM_JVP_CALL: {
+    /* calls: the operands are the body's inputs (checkpoint) or its leading inputs (a custom_jvp
+     * function, whose rule takes the same inputs, their tangents and its own consts);
+     * the results are the body's outputs */
+    const kl_program *body = kl_subprog_get(p->i0);
+    int64_t n_body = nin;
+    if (prim == KL_P_CUSTOM_JVP_CALL) {
+      if (p->nv[0] != 3 || p->v[0][0] + p->v[0][1] + p->v[0][2] != nin)
+        return fail(e, 'V', "%s: counts must be (n_x, n_fun_consts, n_rule_consts) summing to %d operands", pi->name, nin);
+      n_body = p->v[0][0] + p->v[0][1];
+      const kl_program *rule = kl_subprog_get(p->i1);
+      if (!rule || !body || rule->ninputs != 2 * p->v[0][0] + p->v[0][2] || rule->noutputs != 2 * body->noutputs)
+        return fail(e, 'V', "%s: the jvp rule program %lld does not match its function", pi->name, (long long)p->i1);
+    }
+    if (!body || body->ninputs != n_body)
+      return fail(e, 'V', "%s: body program %lld missing or taking %d inputs, not %lld", pi->name, (long long)p->i0,
+                  body ? body->ninputs : -1, (long long)n_body);
+    if (body->noutputs > KL_MAX_OUTS)
+      return fail(e, 'V', "%s: %d results (at most %d)", pi->name, body->noutputs, KL_MAX_OUTS);
+    for (int64_t i = 0; i < n_body; i++) {
+      const kl_aval *want = &body->vals[body->inputs[i]].aval;
+      if (want->dtype != ins[i].dtype || !same_shape(want, &ins[i]))
+        return fail(e, 'T', "%s: operand %lld is %s, the body expects %s", pi->name, (long long)i,
+                    shape_str(&ins[i], b1, sizeof b1), shape_str(want, b2, sizeof b2));
+    }
+    for (int i = 0; i < body->noutputs; i++) outs[i] = body->vals[body->outputs[i]].aval;
+    *nout = body->noutputs;
     return 0;
   }
   default: return fail(e, 'V', "%s: no shape rule", pi->name);

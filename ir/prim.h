@@ -60,6 +60,7 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(DIGAMMA, "digamma", UNARY, FLOAT, "") X(NOT, "not", UNARY, INTBOOL, "")                 \
   X(SQUARE, "square", UNARY, NUM, "") X(INTEGER_POW, "integer_pow", UNARY, NUM, "y:i0")     \
   X(STOP_GRADIENT, "stop_gradient", UNARY, ANY, "")                                         \
+  X(OPTIMIZATION_BARRIER, "optimization_barrier", UNARY, ANY, "")                           \
   X(ADD, "add", BINARY, NUM, "") X(SUB, "sub", BINARY, NUM, "")                             \
   X(MUL, "mul", BINARY, NUM, "") X(DIV, "div", BINARY, NUM, "")                             \
   X(REM, "rem", BINARY, NUM, "") X(POW, "pow", BINARY, FLOAT, "")                           \
@@ -111,7 +112,9 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(TRIANGULAR_SOLVE, "triangular_solve", LIB, FLOAT,                                       \
     "left_side:i0 flags:i1")                                                                \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", LIB, ANY, "counts:v0 bwd:i0")                       \
-  X(CUSTOM_VJP_LIN, "custom_vjp_lin", LIB, ANY, "counts:v0 bwd:i0")
+  X(CUSTOM_VJP_LIN, "custom_vjp_lin", LIB, ANY, "counts:v0 bwd:i0")                         \
+  X(CUSTOM_JVP_CALL, "custom_jvp_call", LIB, ANY, "counts:v0 fun:i0 jvp:i1")                  \
+  X(CHECKPOINT, "checkpoint", LIB, ANY, "body:i0 policy:i1 prevent_cse:f")
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, a, s) KL_P_##e,

@@ -150,9 +150,36 @@ def test_lgamma_gradient_is_digamma():
     assert_close(kiln.grad(lambda x: jnp.sum(lax.lgamma(x)))(x), special.digamma(x), rtol=1e-10)
 
 
-def test_digamma_has_no_derivative_yet():
-    with pytest.raises(NotImplementedError, match="digamma"):
-        kiln.grad(lambda x: jnp.sum(lax.digamma(x)))(uniform(1, 2, *S))
+def test_digamma_gradient_is_trigamma():
+    from kiln.scipy.special import polygamma
+    # reference values: JAX 0.10.2 polygamma(1, x) in float64, and the poles (inf, as JAX)
+    x = jnp.asarray([-0.5, -1.5, 0.1, 1.0, 3.7, 50.0, 1e-3, -2.0, 0.0])
+    want = [8.93480220e+00, 9.37924664e+00, 1.01433299e+02, 1.64493407e+00, 3.10037858e-01, 2.02013332e-02,
+            1.00000164e+06, np.inf, np.inf]
+    assert_close(kiln.vmap(kiln.grad(lax.digamma))(x), want, rtol=1e-8)
+    assert_close(polygamma(1, x), want, rtol=1e-8)
+    check(lambda x: lax.digamma(x), uniform(0.2, 6, *S))
+    check(lambda x: lax.digamma(x), uniform(-0.9, -0.1, *S))
+    assert float(kiln.grad(kiln.grad(lax.digamma))(0.7)) == pytest.approx(-6.434992874190915, rel=1e-10)
+
+
+def test_polygamma_orders():
+    from kiln.scipy.special import polygamma, digamma
+    x = jnp.asarray([0.3, 2.0, -0.5, -1.3])
+    assert_close(polygamma(0, x), digamma(x), rtol=1e-14)
+    assert_close(polygamma(2, x), [-75.27253659, -0.40411381, -0.82879664, 68.54941347], rtol=1e-7)  # JAX
+    assert_close(polygamma(3, x[:2]), [7.43141765e+02, 4.93939402e-01], rtol=1e-7)
+    assert_close(kiln.jit(lambda v: polygamma(1, v))(jnp.asarray([3.7])), [0.310037858], rtol=1e-8)
+    assert float(polygamma(np.int32(1), 3)) == pytest.approx(np.pi ** 2 / 6 - 1 - 0.25, rel=1e-12)
+    with pytest.raises(ValueError, match="integer"):
+        polygamma(1.0, x)
+    with pytest.raises(NotImplementedError, match="traced"):
+        kiln.jit(lambda n, v: polygamma(n, v))(1, x)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (4, 3), (3, 5), (2, 4, 3), (2, 3, 4)])
+def test_lu_gradient_square_and_rectangular(shape):
+    check(lambda a: lax.linalg.lu(a)[0], normal(*shape))  # the packed L\U factors, as JAX differentiates them
 
 
 # ---------------------------------------------------------------------------
@@ -874,9 +901,7 @@ def test_mlp_training_loss_decreases():
 # ---------------------------------------------------------------------------
 # Errors: a missing rule is NotImplementedError naming the primitive, never a wrong answer
 
-MISSING = [
-    ("digamma", lambda x: jnp.sum(lax.digamma(x))),
-    ("lu", lambda x: jnp.sum(lax.linalg.lu(x[:2])[0])),  # non-square
+MISSING = [  # the cases JAX does not differentiate either
     ("qr", lambda x: jnp.sum(lax.linalg.qr(x.T, full_matrices=True)[0])),  # tall, full
     ("qr", lambda x: jnp.sum(lax.linalg.qr(x, full_matrices=False)[1])),  # wide
     ("svd", lambda x: jnp.sum(lax.linalg.svd(x, full_matrices=True)[0])),  # non-square, full
@@ -995,6 +1020,39 @@ def test_jacfwd_traces_once():
         return jnp.sin(x)
     kiln.jacfwd(f)(normal(5))
     assert len(calls) == 1
+
+
+def test_jacobians_are_one_vmapped_pass_not_a_loop_over_the_basis():
+    # as in JAX: jacrev = vmap(vjp) over the output basis, jacfwd = vmap(jvp) over the input
+    # basis, so the traced program does not grow with the number of rows/columns
+    def counts(jac, n):
+        return kiln.make_jaxpr(jac(lambda x: jnp.sin(x) * jnp.sum(x ** 2)))(jnp.ones(n)).num_eqns
+    for jac in (kiln.jacrev, kiln.jacfwd):
+        assert counts(jac, 3) == counts(jac, 40)
+    x = normal(4)
+    want = np.diag(np.cos(x) * np.sum(x ** 2)) + np.outer(np.sin(x), 2 * x)
+    f = lambda x: jnp.sin(x) * jnp.sum(x ** 2)
+    for jac in (kiln.jacrev(f), kiln.jacfwd(f), kiln.jit(kiln.jacrev(f)), kiln.jit(kiln.jacfwd(f))):
+        assert_close(jac(x), want, rtol=1e-12)
+
+
+def test_jacobians_of_mixed_shapes_argnums_aux_and_empty_arrays():
+    a, b = normal(2, 3), normal(3)
+
+    def f(a, b):
+        return (a @ b, jnp.sum(a) * b[0]), {"aux": a.shape[0]}
+    for jac in (kiln.jacrev, kiln.jacfwd):
+        (j_ab, j_s), aux = jac(f, argnums=(0, 1), has_aux=True)(a, b)
+        assert aux == {"aux": 2}
+        assert j_ab[0].shape == (2, 2, 3) and j_ab[1].shape == (2, 3)
+        assert j_s[0].shape == (2, 3) and j_s[1].shape == (3,)
+        want_a = np.einsum("ij,k->ijk", np.eye(2), b)
+        assert_close(j_ab[0], want_a, rtol=1e-12)
+        assert_close(j_ab[1], a, rtol=1e-12)
+        assert_close(j_s[0], np.full((2, 3), b[0]), rtol=1e-12)
+        assert_close(j_s[1], [np.sum(a), 0.0, 0.0], rtol=1e-12)
+        assert jac(lambda x: x * 2)(jnp.zeros((0,))).shape == (0, 0)
+        assert jac(lambda x: jnp.sum(x))(jnp.zeros((0, 2))).shape == (0, 2)
 
 
 def test_low_precision_gradients_keep_their_dtype():

@@ -115,6 +115,18 @@ def test_softmax():
     close(jnp.sum(out, axis=-1), np.ones(4))
 
 
+def test_row_reduction_read_through_a_transpose_is_not_fused_as_a_row():
+    # regression: the row-kernel planner treated a transpose root's operand as indexed like its
+    # result, so out[i, j] read the row sum of row i instead of row j (found via jit(jacfwd))
+    a, e = randf(4, 5), randf(4)
+
+    def f(a, e):
+        return (jnp.sum(a, axis=1)[:, None] * jnp.cos(a)).T * e[None, :]
+    close(kiln.jit(f)(jnp.asarray(a), jnp.asarray(e)), (a.sum(1)[:, None] * np.cos(a)).T * e[None, :], 1e-5)
+    g = lambda a: (jnp.sum(a, axis=1)[:, None] * a).T
+    close(kiln.jit(g)(jnp.asarray(a)), (a.sum(1)[:, None] * a).T, 1e-5)
+
+
 def test_mlp_forward():
     params = [(randf(6, 16) / 3, randf(16)), (randf(16, 5) / 4, randf(5))]
     x = randf(8, 6)

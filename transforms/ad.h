@@ -5,15 +5,21 @@
 #define KL_AD_H
 #include "../ir/program.h"
 
-/* Builder state shared by the passes: the program being built, and a tag per value saying
- * whether it is linear in the tangents (1) or a primal value (0). */
+/* Value tags: KL_TAG_TANGENT marks values linear in the tangents; KL_TAG_REMAT marks values of a
+ * checkpointed region's recomputation, which reverse mode emits in the backward pass, where they
+ * are used, instead of keeping them from the forward pass. Primal values carry neither. */
+enum { KL_TAG_TANGENT = 1, KL_TAG_REMAT = 2 };
+
+/* Builder state shared by the passes: the program being built, and the tags of its values. */
 typedef struct {
   kl_program *pg; /* owned by the caller */
-  char *tangent;  /* owned; per value id */
+  char *tangent;  /* owned; per value id: its tags */
   int cap;
   char *err;
   size_t errlen;
   int failed;
+  char extra_tag; /* or-ed into the tags of every value emitted (KL_TAG_REMAT while recomputing) */
+  int remat;      /* building a JVP for reverse mode: checkpointed regions recompute their primals */
 } kl_ad;
 
 /* Emits one equation; returns the number of outputs written to outs, or -1 (message in err).
@@ -57,6 +63,11 @@ int kl_ad_take_along(kl_ad *a, int t, int idx, int axis);
  * with a message ("jvp of <prim> is not supported yet"). tags (optional, owned by the caller)
  * receives the tangent tag per value. */
 kl_program *kl_jvp(const kl_program *pg, const char *has_tangent, char **tags, char *err, size_t errlen);
+/* kl_jvp for reverse mode (remat = 1): each checkpoint equation's body is emitted twice, once
+ * for its outputs and once, from its inputs passed through optimization_barrier and tagged
+ * KL_TAG_REMAT, for the primal values its tangents need. */
+kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags, int remat, char *err,
+                      size_t errlen);
 
 /* VJP of pg: inputs (primal inputs..., one cotangent per output), outputs (primal outputs...,
  * one cotangent per input i with wants[i]). Owned program or NULL with a message. */

@@ -46,7 +46,7 @@ int kl_ad_emit(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *pr
     a->failed = 1;
     return -1;
   }
-  char t = 0;
+  char t = a->extra_tag;
   for (int i = 0; i < nin; i++) t |= ins[i] < a->cap ? a->tangent[ins[i]] : 0;
   for (int i = 0; i < nout; i++) set_tag(a, outs[i], t);
   return nout;

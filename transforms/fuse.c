@@ -150,6 +150,11 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
     const kl_eqn *e = &pg->eqns[k];
     kl_family f = kl_prim_get(e->prim)->family;
     if (!kl_prim_fusible(e->prim) || f == KL_FAM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
+    /* the root's operands must be indexed like its result: an elementwise root (a transpose or
+     * broadcast root would read a reduction along other dims than the row's; regression:
+     * jit(jacfwd(lambda x: sin(x) * sum(x ** 2))) computed the transposed row's sum) */
+    if (f != KL_FAM_UNARY && f != KL_FAM_BINARY && f != KL_FAM_COMPARE && f != KL_FAM_SELECT && f != KL_FAM_CONVERT)
+      continue;
     const kl_aval *S = &pg->vals[e->outs[0]].aval;
     if (S->ndim < 2) continue;
     int members[1 + KL_MAX_STAGES], nm = 0, row_k = -1;
@@ -222,7 +227,8 @@ static int op_weight(kl_prim p) {
   case KL_FAM_UNARY:
     switch (p) {
     case KL_P_NEG: case KL_P_ABS: case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_NOT:
-    case KL_P_SQUARE: case KL_P_STOP_GRADIENT: case KL_P_IS_FINITE: case KL_P_SQRT: return 1;
+    case KL_P_SQUARE: case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: case KL_P_IS_FINITE: case KL_P_SQRT:
+      return 1;
     default: return 10; /* transcendental: a polynomial of ~10-30 ops */
     }
   case KL_FAM_BINARY: return p == KL_P_POW || p == KL_P_ATAN2 ? 20 : p == KL_P_DIV || p == KL_P_REM ? 3 : 1;

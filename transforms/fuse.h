@@ -29,6 +29,9 @@ typedef struct {
   int nsteps;
 } kl_plan;
 
+/* Replaces call equations (checkpoint, custom_jvp_call, custom_vjp_call) by their bodies, in
+ * place; the compiler's first pass (transforms/inline.c). 0, or -1 with a message. */
+int kl_inline_calls(kl_program *pg, char *err, size_t errlen);
 /* Redirects uses of equations that repeat an earlier one (same primitive, params, operands). */
 void kl_cse(kl_program *pg);
 /* Algebraic simplification (x*1, neg(neg x), identity reshapes...), exact to the bit; uses are

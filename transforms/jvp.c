@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ad.h"
+#include "subprog.h"
 
 static int is_float_val(kl_ad *a, int v) { return v >= 0 && kl_dtype_is_float(kl_ad_aval(a, v)->dtype); }
 
@@ -34,6 +35,34 @@ static int zeros_like(kl_ad *a, int v) {
 static int same_prim(kl_ad *a, const kl_eqn *e, int *ins, int nin) {
   int o[KL_MAX_OUTS];
   return kl_ad_emit(a, e->prim, ins, nin, &e->p, o) < 0 ? -1 : o[0];
+}
+
+/* trigamma(x) = psi'(x): the recurrence psi'(x) = 1/x^2 + psi'(x + 1) up to z = x + 8, then the
+ * asymptotic series 1/z + 1/(2 z^2) + sum_k B_2k / z^(2k+1) (through B_14: error below 1e-15
+ * relative); below 1/2 the reflection psi'(x) = pi^2 / sin^2(pi x) - psi'(1 - x), and inf at the
+ * poles 0, -1, ... (as JAX gives). Built from ordinary primitives, so it is differentiable again. */
+static int trigamma(kl_ad *a, int x) {
+  static const double bern[] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6};
+  int one = lit(a, 1, x);
+  int reflect = kl_ad_bin(a, KL_P_LT, x, lit(a, 0.5, x));
+  int xr = kl_ad_select(a, reflect, x, sub(a, one, x));
+  int acc = -1;
+  for (int k = 0; k < 8; k++) {
+    int xk = k ? add(a, xr, lit(a, k, x)) : xr;
+    acc = kl_ad_add(a, acc, dv(a, one, sq(a, xk)));
+  }
+  int z = add(a, xr, lit(a, 8, x)), iz = dv(a, one, z), w = sq(a, iz);
+  int poly = lit(a, bern[6], x);
+  for (int k = 5; k >= 0; k--) poly = add(a, mul(a, poly, w), lit(a, bern[k], x));
+  int series = add(a, add(a, iz, mul(a, lit(a, 0.5, x), w)), mul(a, mul(a, w, iz), poly));
+  int base = add(a, acc, series);
+  int s = un(a, KL_P_SIN, mul(a, lit(a, M_PI, x), x));
+  int refl = sub(a, dv(a, lit(a, M_PI * M_PI, x), sq(a, s)), base);
+  /* sin(pi x) is not exactly 0 at the poles -1, -2, ...: they are set apart */
+  int pole = kl_ad_bin(a, KL_P_AND, kl_ad_bin(a, KL_P_LE, x, lit(a, 0, x)),
+                       kl_ad_bin(a, KL_P_EQ, un(a, KL_P_FLOOR, x), x));
+  refl = kl_ad_select(a, pole, refl, kl_ad_broadcast_like(a, lit(a, INFINITY, x), x));
+  return kl_ad_select(a, reflect, base, refl);
 }
 
 /* Derivative coefficient of a unary elementwise primitive at x (output y). */
@@ -65,6 +94,7 @@ static int unary_coef(kl_ad *a, kl_prim p, int x, int y) {
   case KL_P_ERFC: return mul(a, lit(a, -2.0 / sqrt(M_PI), x), un(a, KL_P_EXP, un(a, KL_P_NEG, sq(a, x))));
   case KL_P_ERF_INV: return mul(a, lit(a, sqrt(M_PI) / 2.0, x), un(a, KL_P_EXP, sq(a, y)));
   case KL_P_LGAMMA: return un(a, KL_P_DIGAMMA, x);
+  case KL_P_DIGAMMA: return trigamma(a, x);
   case KL_P_SQUARE: return mul(a, lit(a, 2, x), x);
   default: return -2; /* no rule */
   }
@@ -356,21 +386,35 @@ static int triangular_solve_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const 
   return res;
 }
 
-/* P A = L U: L^-1 P A' U^-1 = L^-1 L' + U' U^-1 splits into its strict lower and upper parts. */
+/* P A = L U (A m x n, k = min(m, n)): with L padded to m x m and U to n x n by identity blocks,
+ * L^-1 P A' U^-1 = L^-1 L' + U' U^-1 splits into its strict lower and upper parts (JAX's rule). */
 static int lu_jvp(kl_ad *a, int x, int t, int lu, int perm) {
   kl_aval xa = *kl_ad_aval(a, x);
   int nd = xa.ndim;
-  if (xa.dims[nd - 2] != xa.dims[nd - 1])
-    return kl_ad_fail(a, "differentiation of lu of a non-square matrix (%lld x %lld) is not supported yet by kiln",
-                      (long long)xa.dims[nd - 2], (long long)xa.dims[nd - 1]);
+  int64_t m = xa.dims[nd - 2], n = xa.dims[nd - 1], k = m < n ? m : n;
   int64_t bd[KL_MAX_RANK];
   for (int d = 0; d < nd - 1; d++) bd[d] = d;
   int pt = kl_ad_take_along(a, t, kl_ad_broadcast(a, perm, xa.dims, nd, bd), nd - 2);
-  int m = trsolve(a, lu, trsolve(a, lu, pt, 1, KL_TRSV_LOWER | KL_TRSV_UNIT_DIAGONAL), 0, 0);
-  int strict = kl_ad_tri(a, lu, 1, -1), upper = kl_ad_tri(a, lu, 0, 0);
-  int l = add(a, mul(a, lu, strict), kl_ad_convert(a, kl_ad_eye_bool(a, lu), xa.dtype));
-  int u = mul(a, lu, upper);
-  return add(a, kl_ad_matmul(a, l, mul(a, m, strict)), kl_ad_matmul(a, mul(a, m, upper), u));
+  int zero = lit(a, 0, x);
+  /* L: the strict lower part of lu's first k columns, padded with zero columns, plus I (m x m) */
+  int lk = kl_ad_slice_axis(a, lu, nd - 1, 0, k);
+  int l = kl_ad_pad_axis(a, mul(a, lk, kl_ad_tri(a, lk, 1, -1)), zero, nd - 1, 0, m - k);
+  l = add(a, l, kl_ad_convert(a, kl_ad_eye_bool(a, l), xa.dtype));
+  /* U: the upper part of lu's first k rows, padded with zero rows, plus I on rows k.. (n x n) */
+  int uk = kl_ad_slice_axis(a, lu, nd - 2, 0, k);
+  int u = kl_ad_pad_axis(a, mul(a, uk, kl_ad_tri(a, uk, 0, 0)), zero, nd - 2, 0, n - k);
+  if (n > k) {
+    int eye = kl_ad_convert(a, kl_ad_eye_bool(a, u), xa.dtype);
+    int64_t ud[KL_MAX_RANK];
+    memcpy(ud, kl_ad_aval(a, u)->dims, sizeof(int64_t) * (size_t)nd);
+    int low_rows = kl_ad_convert(a, kl_ad_bin(a, KL_P_GE, kl_ad_iota(a, KL_I32, ud, nd, nd - 2),
+                                             kl_ad_broadcast(a, kl_ad_lit(a, (double)k, KL_I32), ud, nd, NULL)),
+                                 xa.dtype);
+    u = add(a, u, mul(a, eye, low_rows));
+  }
+  int lau = trsolve(a, u, trsolve(a, l, pt, 1, KL_TRSV_LOWER | KL_TRSV_UNIT_DIAGONAL), 0, 0);
+  return add(a, kl_ad_matmul(a, l, mul(a, lau, kl_ad_tri(a, lau, 1, -1))),
+             kl_ad_matmul(a, mul(a, lau, kl_ad_tri(a, lau, 0, 0)), u));
 }
 
 /* Reduced QR of a tall (m >= n) matrix. */
@@ -485,6 +529,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     case KL_P_NEG: touts[0] = un(a, KL_P_NEG, t); return 0;
     case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_IS_FINITE: case KL_P_STOP_GRADIENT: case KL_P_NOT: return 0;
     case KL_P_INTEGER_POW: touts[0] = integer_pow_jvp(a, e, x, t); return 0;
+    case KL_P_OPTIMIZATION_BARRIER: touts[0] = t; return 0; /* the identity on values */
     default: break;
     }
     int d = unary_coef(a, e->prim, x, y);
@@ -596,10 +641,10 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     case KL_P_QR: return qr_jvp(a, e, xs[0], ts[0], ys[0], ys[1], touts);
     case KL_P_EIGH: return eigh_jvp(a, e, ts[0], ys[0], ys[1], touts);
     case KL_P_SVD: return svd_jvp(a, e, xs[0], ts[0], ys, touts);
-    case KL_P_CUSTOM_VJP_CALL: return custom_vjp_call_jvp(a, e, xs, ts, ys, touts);
-    case KL_P_CUSTOM_VJP_LIN:
-      return kl_ad_fail(a, "differentiation of a custom_vjp function's derivative (second order) is not supported "
-                           "yet by kiln");
+    case KL_P_CUSTOM_VJP_LIN: /* what a forward-mode derivative of a custom_vjp function leaves */
+      return kl_ad_fail(a, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                           "supported (as in JAX), so neither is differentiating it again; use reverse mode (grad, "
+                           "vjp, jacrev), or custom_jvp");
     default: break;
     }
     for (int i = 0; i < e->nin; i++)
@@ -609,43 +654,170 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
   return kl_ad_fail(a, "differentiation of %s is not supported yet by kiln", pi->name);
 }
 
-kl_program *kl_jvp(const kl_program *pg, const char *has_tangent, char **tags, char *err, size_t errlen) {
-  kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen};
-  int *pmap = malloc(sizeof(int) * ((size_t)pg->nvals + 1)), *tmap = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!pmap || !tmap) abort();
-  for (int v = 0; v < pg->nvals; v++) pmap[v] = tmap[v] = -1;
-  for (int i = 0; i < pg->ninputs; i++) pmap[pg->inputs[i]] = kl_program_add_input(a.pg, &pg->vals[pg->inputs[i]].aval);
-  for (int i = 0; i < pg->ninputs; i++) {
-    const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
-    if (!has_tangent[i] || !kl_dtype_is_float(av->dtype)) continue;
-    int t = kl_program_add_input(a.pg, av);
-    tmap[pg->inputs[i]] = t;
-    /* tag the tangent input */
-    int lit_dummy = kl_ad_lit(&a, 0, av->dtype); /* grows the tag array */
-    (void)lit_dummy;
-    a.tangent[t] = 1;
+/* ---- call equations: checkpoint, custom_jvp_call, custom_vjp_call -------------------------- */
+
+static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier);
+
+static int is_call(kl_prim p) { return p == KL_P_CHECKPOINT || p == KL_P_CUSTOM_JVP_CALL || p == KL_P_CUSTOM_VJP_CALL; }
+
+/* Per value of pg: -1 (no value yet). Owned by the caller. */
+static int *new_map(const kl_program *pg) {
+  int *m = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!m) abort();
+  for (int v = 0; v < pg->nvals; v++) m[v] = -1;
+  return m;
+}
+
+/* checkpoint policies (the `policy` param): which results a recomputation reuses from the
+ * forward pass instead of recomputing them */
+enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2 };
+
+static int saveable(const kl_eqn *e, int policy) {
+  if (e->prim != KL_P_DOT_GENERAL) return 0;
+  return policy == KL_REMAT_DOTS || (policy == KL_REMAT_DOTS_NO_BATCH && e->p.nv[2] == 0);
+}
+
+static const kl_program *body_of(kl_ad *a, const kl_eqn *e, int64_t id) {
+  const kl_program *b = kl_subprog_get(id);
+  if (!b) kl_ad_fail(a, "internal error: %s refers to a missing program %lld", kl_prim_get(e->prim)->name, (long long)id);
+  return b;
+}
+
+/* checkpoint: in forward mode the body's JVP, inline. For reverse mode the body is emitted for its
+ * outputs, then its JVP again on its inputs passed through optimization_barrier (so CSE cannot
+ * merge the two), all tagged KL_TAG_REMAT: transpose.c emits those primal values in the backward
+ * pass where they are needed, and nothing of the body but its outputs outlives the forward pass
+ * (JAX's remat with policy nothing_saveable; dots_saveable reuses dot_general results). */
+static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *body = body_of(a, e, e->p.i0);
+  if (!body) return -1;
+  int *fp = new_map(body), *ft = new_map(body), *rp = NULL, *rt = NULL;
+  for (int i = 0; i < body->ninputs; i++) {
+    fp[body->inputs[i]] = xs[i];
+    if (!a->remat) ft[body->inputs[i]] = ts[i];
   }
-  for (int k = 0; k < pg->neqns && !a.failed; k++) {
+  int rc = jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  if (!rc && a->remat) {
+    rp = new_map(body);
+    rt = new_map(body);
+    char saved = a->extra_tag;
+    a->extra_tag |= KL_TAG_REMAT;
+    for (int i = 0; i < body->ninputs; i++) {
+      rp[body->inputs[i]] = e->p.f != 0 ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
+      rt[body->inputs[i]] = ts[i];
+    }
+    rc = jvp_eqns(a, body, rp, rt, fp, (int)e->p.i1, e->p.f != 0);
+    a->extra_tag = saved;
+  }
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = fp[body->outputs[i]];
+    touts[i] = (a->remat ? rt : ft)[body->outputs[i]];
+  }
+  free(fp);
+  free(ft);
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* custom_jvp_call: the rule's program, inline, on (inputs, their tangents (zeros where missing),
+ * the rule's consts): its primal outputs replace the call's, its tangent outputs are the tangents.
+ * The rule's equations are ordinary ones, so a later differentiation differentiates the rule
+ * itself, as JAX does. */
+static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *rule = body_of(a, e, e->p.i1);
+  if (!rule) return -1;
+  int64_t n_x = e->p.v[0][0], n_fc = e->p.v[0][1], n_rc = e->p.v[0][2];
+  int *rp = new_map(rule), *rt = new_map(rule);
+  for (int64_t i = 0; i < n_x; i++) {
+    rp[rule->inputs[i]] = xs[i];
+    rp[rule->inputs[n_x + i]] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
+  }
+  for (int64_t k = 0; k < n_rc; k++) rp[rule->inputs[2 * n_x + k]] = xs[n_x + n_fc + k];
+  int rc = jvp_eqns(a, rule, rp, rt, NULL, 0, 0);
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = rp[rule->outputs[i]];
+    int t = rp[rule->outputs[e->nout + i]];
+    /* a tangent output that does not depend on the tangents is zero (the rule must be linear) */
+    touts[i] = t >= 0 && (a->tangent[t] & KL_TAG_TANGENT) && is_float_val(a, t) ? t : -1;
+  }
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* A call equation with some input tangent: it is consumed here (the outputs come from the rule's
+ * equations), so enclosing differentiations see what the rule computed, as in JAX. */
+static int call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  for (int i = 0; i < e->nout; i++) touts[i] = -1;
+  switch (e->prim) {
+  case KL_P_CHECKPOINT: return checkpoint_jvp(a, e, xs, ts, ys, touts);
+  case KL_P_CUSTOM_JVP_CALL: return custom_jvp_call_jvp(a, e, xs, ts, ys, touts);
+  default: /* custom_vjp_call: the forward rule's outputs, with the bwd rule as derivative */
+    for (int i = 0; i < e->nout; i++) ys[i] = xs[i];
+    return custom_vjp_call_jvp(a, e, xs, ts, ys, touts);
+  }
+}
+
+/* The JVP of pg's equations into a->pg. pmap/tmap: pg value -> primal / tangent value (-1: none,
+ * a zero tangent), the inputs' entries set by the caller. fwd (optional): a checkpoint body's
+ * forward values, reused for the equations `policy` saves (behind a barrier if `barrier`).
+ * Returns 0, or -1 with a message. */
+static int jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier) {
+  for (int k = 0; k < pg->neqns && !a->failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
     int xs[256], ts[256], ys[KL_MAX_OUTS], touts[KL_MAX_OUTS];
-    if (e->nin > 256) {
-      kl_ad_fail(&a, "differentiation: equation with %d operands is not supported", e->nin);
-      break;
-    }
+    if (e->nin > 256) return kl_ad_fail(a, "differentiation: equation with %d operands is not supported", e->nin);
     int any = 0;
     for (int i = 0; i < e->nin; i++) {
       xs[i] = pmap[e->ins[i]];
       ts[i] = tmap[e->ins[i]];
       any |= ts[i] >= 0;
     }
-    if (kl_ad_emit(&a, e->prim, xs, e->nin, &e->p, ys) < 0) break;
-    for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
-    if (!any) continue;
-    if (jvp_rule(&a, e, xs, ts, ys, touts)) break;
-    for (int i = 0; i < e->nout; i++) tmap[e->outs[i]] = touts[i];
+    if (any && is_call(e->prim)) {
+      if (call_jvp(a, e, xs, ts, ys, touts)) return -1;
+    } else {
+      if (fwd && saveable(e, policy)) { /* a dot_general result kept from the forward pass */
+        ys[0] = fwd[e->outs[0]];
+        if (barrier) ys[0] = kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, ys[0]);
+      }
+      else if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
+      if (!any) {
+        for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
+        continue;
+      }
+      if (jvp_rule(a, e, xs, ts, ys, touts)) return -1;
+    }
+    for (int i = 0; i < e->nout; i++) {
+      pmap[e->outs[i]] = ys[i];
+      tmap[e->outs[i]] = touts[i];
+    }
   }
+  return a->failed ? -1 : 0;
+}
+
+kl_program *kl_jvp(const kl_program *pg, const char *has_tangent, char **tags, char *err, size_t errlen) {
+  return kl_jvp_ex(pg, has_tangent, tags, 0, err, errlen);
+}
+
+kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags, int remat, char *err,
+                      size_t errlen) {
+  kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen, .remat = remat};
+  int *pmap = new_map(pg), *tmap = new_map(pg);
+  for (int i = 0; i < pg->ninputs; i++) pmap[pg->inputs[i]] = kl_program_add_input(a.pg, &pg->vals[pg->inputs[i]].aval);
+  kl_ad_lit(&a, 0, KL_F32); /* grows the tag array */
+  for (int i = 0; i < pg->ninputs; i++) {
+    const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
+    if (!has_tangent[i] || !kl_dtype_is_float(av->dtype)) continue;
+    int t = kl_program_add_input(a.pg, av);
+    tmap[pg->inputs[i]] = t;
+    kl_ad_lit(&a, 0, av->dtype); /* grows the tag array past t */
+    a.tangent[t] = KL_TAG_TANGENT;
+  }
+  jvp_eqns(&a, pg, pmap, tmap, NULL, 0, 0);
   if (!a.failed) {
     int *outs = malloc(sizeof(int) * (2 * (size_t)pg->noutputs + 1));
+    if (!outs) abort();
     for (int i = 0; i < pg->noutputs; i++) outs[i] = pmap[pg->outputs[i]];
     for (int i = 0; i < pg->noutputs && !a.failed; i++) {
       int t = tmap[pg->outputs[i]];

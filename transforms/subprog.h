@@ -1,9 +1,2 @@
-/* subprog.h: programs referenced by equations (custom_vjp's backward rule), by id. Registered
- * programs live for the rest of the process. Depends only on ir/. */
-#ifndef KL_SUBPROG_H
-#define KL_SUBPROG_H
-#include "../ir/program.h"
-
-int kl_subprog_add(kl_program *pg);            /* takes ownership; returns the id */
-const kl_program *kl_subprog_get(int64_t id);  /* borrowed; NULL for an unknown id */
-#endif
+/* subprog.h: the sub-program registry moved to ir/ (the shape rules of call equations need it). */
+#include "../ir/subprog.h"

@@ -11,9 +11,10 @@
 typedef struct {
   kl_ad *a;          /* the program being built (V) */
   const kl_program *j; /* the JVP program */
-  const char *jtag;  /* tangent tags of j's values */
+  const char *jtag;  /* tags of j's values (KL_TAG_*) */
   int *vmap;         /* j primal value -> V value */
   int *ct;           /* j value -> V cotangent value, -1 = zero */
+  int *stack, capstack; /* prim_of's work list */
 } tctx;
 
 static int emit1(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *prm) {
@@ -47,8 +48,45 @@ static void accumulate(tctx *c, int jv, int contrib) {
   c->ct[jv] = kl_ad_add(c->a, c->ct[jv], contrib);
 }
 
-static int is_t(tctx *c, int jv) { return c->jtag[jv]; }
-static int prim_of(tctx *c, int jv) { return c->vmap[jv]; }
+static int is_t(tctx *c, int jv) { return c->jtag[jv] & KL_TAG_TANGENT; }
+
+/* The V value of j's primal value jv. A checkpoint's recomputed values (KL_TAG_REMAT) are left
+ * out of the forward part; the first use emits one here, with what it depends on, so the
+ * recomputation sits in the backward pass next to its use. */
+static int prim_of(tctx *c, int jv) {
+  int top = 0;
+  if (c->vmap[jv] >= 0 || c->a->failed) return c->vmap[jv];
+  c->stack[top++] = jv;
+  while (top > 0 && !c->a->failed) {
+    int v = c->stack[top - 1], k = c->j->vals[v].producer;
+    if (c->vmap[v] >= 0) {
+      top--;
+      continue;
+    }
+    if (k < 0) return kl_ad_fail(c->a, "internal error: reverse mode found no value for %d", v);
+    const kl_eqn *e = &c->j->eqns[k];
+    int ready = 1;
+    for (int i = 0; i < e->nin; i++) {
+      if (c->vmap[e->ins[i]] >= 0) continue;
+      if (top == c->capstack) {
+        c->capstack *= 2;
+        c->stack = realloc(c->stack, sizeof(int) * (size_t)c->capstack);
+        if (!c->stack) abort();
+      }
+      c->stack[top++] = e->ins[i];
+      ready = 0;
+    }
+    if (!ready) continue;
+    int *ins = malloc(sizeof(int) * ((size_t)e->nin + 1)), outs[KL_MAX_OUTS];
+    if (!ins) abort();
+    for (int i = 0; i < e->nin; i++) ins[i] = c->vmap[e->ins[i]];
+    int n = kl_ad_emit(c->a, e->prim, ins, e->nin, &e->p, outs);
+    free(ins);
+    for (int i = 0; i < n; i++) c->vmap[e->outs[i]] = outs[i];
+    top--;
+  }
+  return c->vmap[jv];
+}
 
 /* dot_general transposed with respect to one operand (side 0: lhs, 1: rhs). */
 static int transpose_dot(tctx *c, const kl_eqn *e, int side, int ct) {
@@ -323,11 +361,11 @@ static void transpose_custom(tctx *c, const kl_eqn *e) {
   for (int v = 0; v < sub->nvals; v++) env[v] = -1;
   for (int64_t i = 0; i < sub->ninputs; i++) {
     int val;
-    if (i < n_res) val = c->vmap[e->ins[n_out + i]];
+    if (i < n_res) val = prim_of(c, e->ins[n_out + i]);
     else if (i < n_res + n_out) {
       int o = e->outs[i - n_res];
       val = c->ct[o] >= 0 ? c->ct[o] : kl_ad_zeros(a, &c->j->vals[o].aval);
-    } else val = c->vmap[e->ins[n_out + n_res + (i - n_res - n_out)]];
+    } else val = prim_of(c, e->ins[n_out + n_res + (i - n_res - n_out)]);
     env[sub->inputs[i]] = val;
   }
   for (int k = 0; k < sub->neqns && !a->failed; k++) {
@@ -348,20 +386,22 @@ static void transpose_custom(tctx *c, const kl_eqn *e) {
 
 kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t errlen) {
   char *jtag = NULL;
-  kl_program *j = kl_jvp(pg, wants, &jtag, err, errlen);
+  kl_program *j = kl_jvp_ex(pg, wants, &jtag, 1, err, errlen);
   if (!j) return NULL;
   kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen};
   tctx c = {.a = &a, .j = j, .jtag = jtag};
   c.vmap = malloc(sizeof(int) * ((size_t)j->nvals + 1));
   c.ct = malloc(sizeof(int) * ((size_t)j->nvals + 1));
-  if (!c.vmap || !c.ct) abort();
+  c.capstack = 64;
+  c.stack = malloc(sizeof(int) * (size_t)c.capstack);
+  if (!c.vmap || !c.ct || !c.stack) abort();
   for (int v = 0; v < j->nvals; v++) c.vmap[v] = c.ct[v] = -1;
   /* inputs: the primal inputs, then one cotangent per primal output */
   for (int i = 0; i < pg->ninputs; i++) c.vmap[j->inputs[i]] = kl_program_add_input(a.pg, &j->vals[j->inputs[i]].aval);
   int *ct_in = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
   for (int i = 0; i < pg->noutputs; i++) ct_in[i] = kl_program_add_input(a.pg, &pg->vals[pg->outputs[i]].aval);
   kl_ad_lit(&a, 0, KL_F32); /* allocate the tag array */
-  /* the primal part */
+  /* the primal part (recomputations wait for their first use, see prim_of) */
   for (int k = 0; k < j->neqns && !a.failed; k++) {
     const kl_eqn *e = &j->eqns[k];
     if (jtag[e->outs[0]]) continue;
@@ -377,12 +417,12 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   /* seed: the cotangents of the tangent outputs */
   for (int i = 0; i < pg->noutputs && !a.failed; i++) {
     int tv = j->outputs[pg->noutputs + i];
-    if (jtag[tv] && kl_dtype_is_float(j->vals[tv].aval.dtype)) accumulate(&c, tv, ct_in[i]);
+    if ((jtag[tv] & KL_TAG_TANGENT) && kl_dtype_is_float(j->vals[tv].aval.dtype)) accumulate(&c, tv, ct_in[i]);
   }
   /* the linear part, backwards */
   for (int k = j->neqns - 1; k >= 0 && !a.failed; k--) {
     const kl_eqn *e = &j->eqns[k];
-    if (!jtag[e->outs[0]]) continue;
+    if (!(jtag[e->outs[0]] & KL_TAG_TANGENT)) continue;
     if (e->prim == KL_P_CUSTOM_VJP_LIN) {
       transpose_custom(&c, e);
       continue;
@@ -399,7 +439,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   if (!a.failed) {
     int *outs = malloc(sizeof(int) * ((size_t)pg->noutputs + (size_t)pg->ninputs + 1));
     int n = 0;
-    for (int i = 0; i < pg->noutputs; i++) outs[n++] = c.vmap[j->outputs[i]];
+    for (int i = 0; i < pg->noutputs; i++) outs[n++] = prim_of(&c, j->outputs[i]);
     int tin = pg->ninputs; /* tangent inputs of j follow its primal inputs */
     for (int i = 0; i < pg->ninputs && !a.failed; i++) {
       if (!wants[i]) continue;
@@ -414,6 +454,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   free(ct_in);
   free(c.vmap);
   free(c.ct);
+  free(c.stack);
   free(jtag);
   kl_program_free(j);
   free(a.tangent);

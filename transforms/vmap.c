@@ -4,6 +4,7 @@
  * bring unbatched operands up to the batch where the primitive needs matching shapes.
  * Rules are grouped by family in the order of prim.h. Depends only on ir/. */
 #include "batching.h"
+#include "subprog.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -483,6 +484,88 @@ static int rule_linalg(batcher *b, rule_args *r) {
   return emit(b, r->e->prim, r->xs, r->e->nin, &r->e->p, r->ys) < 0 ? -1 : 0;
 }
 
+/* ---- call equations: batched bodies ---- */
+
+/* Batches the registered program `id` with input i batched (at axis 0) where in_b[i]; its output
+ * i comes back batched where want[i] is 1 and unbatched where it is 0 (summed over the batch if
+ * it depended on it: the cotangent of an input shared by all examples). Returns the batched
+ * program's id, or -1 with a message. */
+static int64_t batch_subprog(batcher *b, int64_t id, const char *in_b, const char *want) {
+  const kl_program *sub = kl_subprog_get(id);
+  if (!sub) return bfail(b, "vmap: internal error: missing sub-program %lld", (long long)id);
+  int *axes = malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
+  char *ob = calloc((size_t)sub->noutputs + 1, 1);
+  int *outs = malloc(sizeof(int) * ((size_t)sub->noutputs + 1));
+  if (!axes || !ob || !outs) abort();
+  for (int i = 0; i < sub->ninputs; i++) axes[i] = in_b[i] ? 0 : -1;
+  kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen);
+  int64_t nid = -1;
+  if (!nb) b->failed = 1;
+  else {
+    batcher inner = {.pg = nb, .size = b->size, .err = b->err, .errlen = b->errlen};
+    int64_t zero = 0;
+    kl_params rs;
+    kl_params_init(&rs);
+    rs.v[0] = &zero;
+    rs.nv[0] = 1;
+    for (int i = 0; i < nb->noutputs; i++) {
+      int o = nb->outputs[i];
+      if (want[i] && !ob[i]) o = add_batch(&inner, o);
+      else if (!want[i] && ob[i]) o = emit(&inner, KL_P_REDUCE_SUM, &o, 1, &rs, NULL);
+      outs[i] = o;
+    }
+    if (inner.failed) {
+      b->failed = 1;
+      kl_program_free(nb);
+    } else {
+      kl_program_set_outputs(nb, outs, nb->noutputs);
+      nid = kl_subprog_add(nb);
+    }
+  }
+  free(axes);
+  free(ob);
+  free(outs);
+  return nid;
+}
+
+/* checkpoint, custom_jvp_call, custom_vjp_call: the same call on batched programs. Every result
+ * is batched (as the pass expects of an equation with a batched operand); custom_vjp's bwd rule
+ * returns cotangents batched like the inputs they belong to. */
+static int rule_call(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_params p = e->p;
+  int n = e->nin, nw = 2 * e->nout + n;
+  char *want = malloc((size_t)nw + 1), *in_b = malloc((size_t)n * 2 + 1);
+  if (!want || !in_b) abort();
+  memset(want, 1, (size_t)nw + 1);
+  switch (e->prim) {
+  case KL_P_CHECKPOINT: p.i0 = batch_subprog(b, e->p.i0, r->bs, want); break;
+  case KL_P_CUSTOM_JVP_CALL: {
+    int64_t n_x = e->p.v[0][0], n_fc = e->p.v[0][1], n_rc = e->p.v[0][2];
+    p.i0 = batch_subprog(b, e->p.i0, r->bs, want); /* (x, fun consts) */
+    memcpy(in_b, r->bs, (size_t)n_x);              /* the rule: (x, tangents of x, rule consts) */
+    memcpy(in_b + n_x, r->bs, (size_t)n_x);
+    memcpy(in_b + 2 * n_x, r->bs + n_x + n_fc, (size_t)n_rc);
+    if (!b->failed) p.i1 = batch_subprog(b, e->p.i1, in_b, want);
+    break;
+  }
+  default: { /* custom_vjp_call: (outputs, residuals, consts, inputs); bwd: (residuals, cts, consts) */
+    int64_t n_out = e->p.v[0][0], n_res = e->p.v[0][1], n_c = e->p.v[0][2], n_x = e->p.v[0][3];
+    for (int64_t i = 0; i < n_out; i++) r->xs[i] = as_batched(b, r->xs[i], r->bs[i]);
+    memcpy(in_b, r->bs + n_out, (size_t)n_res);
+    memset(in_b + n_res, 1, (size_t)n_out);
+    memcpy(in_b + n_res + n_out, r->bs + n_out + n_res, (size_t)n_c);
+    memcpy(want, r->bs + n_out + n_res + n_c, (size_t)n_x);
+    p.i0 = batch_subprog(b, e->p.i0, in_b, want);
+    break;
+  }
+  }
+  free(want);
+  free(in_b);
+  if (b->failed) return -1;
+  return emit(b, e->prim, r->xs, n, &p, r->ys) < 0 ? -1 : 0;
+}
+
 static int batch_rule(batcher *b, rule_args *r) {
   kl_prim p = r->e->prim;
   switch (kl_prim_get(p)->family) {
@@ -503,6 +586,7 @@ static int batch_rule(batcher *b, rule_args *r) {
     case KL_P_CHOLESKY: case KL_P_QR: case KL_P_SVD: case KL_P_EIGH: case KL_P_LU:
     case KL_P_TRIANGULAR_SOLVE:
       return rule_linalg(b, r);
+    case KL_P_CHECKPOINT: case KL_P_CUSTOM_JVP_CALL: case KL_P_CUSTOM_VJP_CALL: return rule_call(b, r);
     default: break;
     }
     break;

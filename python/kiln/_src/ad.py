@@ -277,11 +277,19 @@ def vjp(fun, *primals, has_aux=False):
     return primal_out, f_vjp
 
 
-def _std_basis(x):
-    """The n one-hot arrays shaped like x (n = x.size), stacked: shape (n,) + x.shape."""
+def _std_basis(leaves):
+    """One-hot rows over the concatenated elements of `leaves`: per leaf an array of shape
+    (m,) + leaf.shape (m = total size), row i holding 1 at element i (of that leaf, if it is
+    there) and 0 elsewhere. Returns (m, per-leaf bases, per-leaf offsets)."""
     from kiln import numpy as jnp
-    n = int(np.prod(x.shape)) if x.shape else 1
-    return jnp.eye(n, dtype=x.dtype).reshape((n,) + tuple(x.shape))
+    sizes = [int(np.prod(x.shape)) if x.shape else 1 for x in leaves]
+    offsets = [int(o) for o in np.cumsum([0] + sizes)]
+    m = offsets[-1]
+    bases = []
+    for x, off, n in zip(leaves, offsets, sizes):
+        eye = jnp.eye(m, n, k=-off, dtype=x.dtype)  # eye[i, c] = 1 where i == off + c
+        bases.append(eye.reshape((m,) + tuple(x.shape)))
+    return m, bases, offsets
 
 
 def _select_args(fun, args, nums):
@@ -317,11 +325,13 @@ def _assemble(out_leaves, out_tree, dyn, single, block):
 
 
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
-    """Jacobian by reverse mode: one VJP per output element (rows stacked). Pytree arguments
-    and outputs give a pytree of Jacobian blocks, as in JAX."""
+    """Jacobian by reverse mode, as JAX computes it: one VJP, vmapped over the one-hot cotangents
+    of the outputs' elements (rows stacked). Pytree arguments and outputs give a pytree of
+    Jacobian blocks, as in JAX."""
     if holomorphic:
         raise NotImplementedError("jacrev(holomorphic=True): kiln has no complex dtypes yet")
     from kiln import numpy as jnp
+    from kiln._src.batching import vmap
 
     def wrapped(*args):
         single, nums = _argnums_tuple(argnums, len(args), "jacrev")
@@ -331,21 +341,18 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
         y, f_vjp = res[0], res[1]
         y_leaves, y_tree = tree_util.tree_flatten(y)
         y_leaves = [core.asarray(v) for v in y_leaves]
-        zeros = [jnp.zeros_like(v) for v in y_leaves]
-        rows = []  # rows[j][i]: flat cotangent leaves of the inputs for element i of output leaf j
-        for j, yv in enumerate(y_leaves):
-            rows.append([])
-            for e in _std_basis(yv):
-                ct = list(zeros)
-                ct[j] = e
-                rows[j].append(tree_util.tree_leaves(f_vjp(tree_util.tree_unflatten(y_tree, ct))))
-        offsets = np.cumsum([0] + [len(tree_util.tree_leaves(a)) for a in dyn])
+        x_leaves = tree_util.tree_leaves(dyn)
+        m, basis, y_off = _std_basis(y_leaves)
+        if m:  # rows[l]: (m,) + shape of input leaf l
+            rows = vmap(lambda *ct: tree_util.tree_leaves(f_vjp(tree_util.tree_unflatten(y_tree, list(ct)))))(*basis)
+        else:
+            rows = [jnp.zeros((0,) + tuple(x.shape), x.dtype) for x in x_leaves]
+        x_off = np.cumsum([0] + [len(tree_util.tree_leaves(a)) for a in dyn])
 
         def block(j, k, l):
-            x = tree_util.tree_leaves(dyn[k])[l]
-            parts = [r[offsets[k] + l] for r in rows[j]]
-            stacked = jnp.stack(parts) if parts else jnp.zeros((0,) + tuple(x.shape), x.dtype)
-            return stacked.reshape(tuple(y_leaves[j].shape) + tuple(x.shape))
+            x, yv = x_leaves[x_off[k] + l], y_leaves[j]
+            part = rows[x_off[k] + l][y_off[j]:y_off[j + 1]]
+            return part.reshape(tuple(yv.shape) + tuple(x.shape))
         jac = _assemble(y_leaves, y_tree, dyn, single, block)
         return (jac, res[2]) if has_aux else jac
     return wrapped
@@ -355,10 +362,12 @@ jacobian = jacrev
 
 
 def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
-    """Jacobian by forward mode: one JVP per input element (columns stacked)."""
+    """Jacobian by forward mode, as JAX computes it: one JVP program, vmapped over the one-hot
+    tangents of the inputs' elements (columns stacked)."""
     if holomorphic:
         raise NotImplementedError("jacfwd(holomorphic=True): kiln has no complex dtypes yet")
     from kiln import numpy as jnp
+    from kiln._src.batching import vmap
 
     def wrapped(*args):
         single, nums = _argnums_tuple(argnums, len(args), "jacfwd")
@@ -366,29 +375,25 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         _check_jac_inputs("jacfwd", dyn)
         f_sel = _select_args(fun, args, nums)
         flat, in_tree = tree_util.tree_flatten(dyn)
-        zeros = [jnp.zeros_like(x) for x in flat]
         run = _jvp_program(f_sel, dyn, "jacfwd")
-        y, _ = run(tree_util.tree_unflatten(in_tree, zeros))
+        y, _ = run(tree_util.tree_unflatten(in_tree, [jnp.zeros_like(x) for x in flat]))
         if has_aux:
             y, aux = y
-        cols = []  # cols[m][i]: flat output tangents for element i of input leaf m
-        for m, x in enumerate(flat):
-            cols.append([])
-            for e in _std_basis(x):
-                tangents = list(zeros)
-                tangents[m] = e
-                t = run(tree_util.tree_unflatten(in_tree, tangents))[1]
-                cols[m].append(tree_util.tree_leaves(t[0] if has_aux else t))
         y_leaves, y_tree = tree_util.tree_flatten(y)
         y_leaves = [core.asarray(v) for v in y_leaves]
-        offsets = np.cumsum([0] + [len(tree_util.tree_leaves(a)) for a in dyn])
+        n, basis, x_off_el = _std_basis(flat)
+
+        def push(*ts):
+            t = run(tree_util.tree_unflatten(in_tree, list(ts)))[1]
+            return tree_util.tree_leaves(t[0] if has_aux else t)
+        cols = vmap(push)(*basis) if n else [jnp.zeros((0,) + tuple(v.shape), v.dtype) for v in y_leaves]
+        x_off = np.cumsum([0] + [len(tree_util.tree_leaves(a)) for a in dyn])
 
         def block(j, k, l):
-            m = offsets[k] + l
+            m = x_off[k] + l
             x, yv = flat[m], y_leaves[j]
-            parts = [c[j] for c in cols[m]]
-            stacked = jnp.stack(parts, axis=-1) if parts else jnp.zeros(tuple(yv.shape) + (0,), yv.dtype)
-            return stacked.reshape(tuple(yv.shape) + tuple(x.shape))
+            part = jnp.moveaxis(cols[j][x_off_el[m]:x_off_el[m + 1]], 0, -1)
+            return part.reshape(tuple(yv.shape) + tuple(x.shape))
         jac = _assemble(y_leaves, y_tree, dyn, single, block)
         return (jac, aux) if has_aux else jac
     return wrapped

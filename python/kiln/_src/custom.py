@@ -1,14 +1,19 @@
 """custom_jvp, custom_vjp and checkpoint.
 
-Evaluating a custom_jvp/custom_vjp function (eagerly, under jit or vmap) runs the primal function,
-as JAX does. Under first-order differentiation a custom_jvp rule is expressed with ordinary
-primitives (stop_gradient and the rule's tangent output, which is linear in the tangents), and a
-custom_vjp rule becomes an equation whose transpose replays the traced bwd rule (see each class),
-so kiln's program transforms produce exactly the rules' derivatives. Second-order
-differentiation through either raises NotImplementedError.
+Evaluating a custom_jvp/custom_vjp function outside differentiation (eagerly, under jit or vmap)
+runs the primal function, as JAX does. Under differentiation each becomes one call equation whose
+sub-programs (transforms/jvp.c applies them) carry the rules:
 
-checkpoint/remat returns the same values and gradients as the function itself; kiln's reverse mode
-does not yet trade memory for recomputation, so the policy is accepted and has no effect yet.
+- custom_jvp_call(x) holds the function and its JVP rule traced on (primals, tangents). The JVP pass
+  replaces the call by the rule's equations, which are ordinary ones: an enclosing grad/jacfwd
+  differentiates the rule itself, so grad(grad(f)), jacfwd(jacrev(f)) and hessian work, as in JAX.
+- custom_vjp_call passes the forward rule's outputs through; its JVP is custom_vjp_lin, whose
+  transpose replays the traced bwd rule. Enclosing differentiations see the fwd and bwd rules as
+  ordinary equations (reverse-over-reverse differentiates through bwd, as JAX does).
+- checkpoint(x) holds the function; reverse mode recomputes what its derivative needs from its
+  inputs (behind optimization_barrier, so CSE cannot undo it) instead of keeping it.
+
+vmap batches each call's sub-programs (transforms/vmap.c).
 """
 
 import functools
@@ -22,37 +27,49 @@ def _float_leaf(x):
     return isinstance(x, core.Array) and (x.dtype.kind == "f" or x.dtype == dtypes.bfloat16)
 
 
-def _check_first_order(kind, fun):
-    if core._ad_depth[0] > 1:
-        name = getattr(fun, "__name__", "function")
-        raise NotImplementedError(
-            f"higher-order differentiation through {kind} function {name!r} is not supported yet by "
-            "kiln (first-order grad/jvp/vjp/jacrev/jacfwd are)")
+def _as_array(a):
+    return core.asarray(a) if isinstance(a, (bool, int, float, np.ndarray, np.generic)) else a
 
 
-def _split(args):
-    """(stop_gradient(args), args - stop_gradient(args)) for float leaves: the second is zero
-    in value and carries the derivative of args."""
-    from kiln import lax
-    arrs = tree_util.tree_map(lambda a: core.asarray(a) if isinstance(a, (int, float, np.ndarray, np.generic)) else a, args)
-    primal = tree_util.tree_map(lambda a: lax.stop_gradient(a) if _float_leaf(a) else a, arrs)
-    delta = tree_util.tree_map(lambda a, p: lax.sub(a, p) if _float_leaf(a) else None, arrs, primal)
-    return primal, delta
+def _avals(leaves):
+    return [(tuple(x.shape), x.dtype) for x in leaves]
+
+
+class _Aval:
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, x):
+        self.shape, self.dtype, self.weak_type = tuple(x.shape), x.dtype, x.weak_type
+
+
+def _has_value(x):
+    return not isinstance(x, core.Tracer) or x._cval is not None
+
+
+def _trace_sub(fun, in_leaves, concrete=False):
+    """Traces fun(*flat inputs) -> flat outputs into a registered sub-program; returns (id, consts,
+    output avals). concrete: in_leaves have values (arrays or concrete tracers), which the trace
+    computes along, so Python control flow on values works in fun (grad outside jit, as in JAX)."""
+    from kiln._src import api
+    _, tree = tree_util.tree_flatten((tuple(in_leaves), {}))
+    ins = list(in_leaves) if concrete else [_Aval(x) for x in in_leaves]
+    traced = api._trace(fun, None, None, ins, tree, concrete=concrete)
+    return traced.builder.register_subprogram(), list(traced.consts), traced.out_avals
 
 
 class custom_jvp:
     """A function with a custom JVP rule (see jax.custom_jvp).
 
-    Under differentiation the result is built as stop_gradient(primal_out) + tangent_out, where
-    the rule is called with primals stop_gradient(x) and tangents x - stop_gradient(x): the value
-    is the primal output (the tangents are zero), and since the rule's tangent output is linear in
-    the tangents, its derivative is exactly the rule."""
+    Under differentiation a call records the function and its rule as sub-programs (see the
+    module's docstring). The rule is traced once per differentiation level still to come: inside
+    it, calls of the function itself record the function with the rule again for the enclosing
+    levels, and call the plain function at the last one."""
 
     def __init__(self, fun, nondiff_argnums=()):
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp = None
-        self._in_rule = False
+        self._levels = None  # while tracing the rule: differentiation levels left above it
         functools.update_wrapper(self, fun)
 
     def defjvp(self, jvp, symbolic_zeros=False):
@@ -74,23 +91,80 @@ class custom_jvp:
     def __call__(self, *args):
         if self.jvp is None:
             raise AttributeError(f"No JVP defined for custom_jvp function {self.fun.__name__} using defjvp.")
-        if not core.ad_tracing() or self._in_rule:  # (rules usually call the function itself)
+        levels = self._levels if self._levels is not None else core._ad_depth[0]
+        if not core.ad_tracing() or levels <= 0:
             return self.fun(*args)
-        _check_first_order("custom_jvp", self.fun)
         from kiln import lax
+        name = getattr(self.fun, "__name__", "function")
         nd = set(self.nondiff_argnums)
-        diff = [a for i, a in enumerate(args) if i not in nd]
-        primal, delta = _split(tuple(diff))
-        delta = tuple(tree_util.tree_map(lambda d, p: d if d is not None else p * 0, delta, primal,
-                                         is_leaf=lambda v: v is None))
         static = [a for i, a in enumerate(args) if i in nd]
-        self._in_rule = True
+        diff = tuple(_as_array(a) for i, a in enumerate(args) if i not in nd)
+        x_leaves, x_tree = tree_util.tree_flatten(diff)
+        x_leaves = [core.asarray(x) for x in x_leaves]
+        if not x_leaves:
+            return self.fun(*args)
+        n_x = len(x_leaves)
+
+        def full_args(dyn):
+            it = iter(dyn)
+            return [args[i] if i in nd else next(it) for i in range(len(args))]
+
+        out_info = {}
+
+        def fun_flat(*xs):
+            out = self.fun(*full_args(tree_util.tree_unflatten(x_tree, list(xs))))
+            leaves, out_info["tree"] = tree_util.tree_flatten(out)
+            return [core.asarray(o) for o in leaves]
+
+        def rule_flat(*flat):
+            primals = tree_util.tree_unflatten(x_tree, list(flat[:n_x]))
+            tangents = tree_util.tree_unflatten(x_tree, list(flat[n_x:]))
+            res = self.jvp(*static, primals, tangents) if nd else self.jvp(primals, tangents)
+            if not isinstance(res, (tuple, list)) or len(res) != 2:
+                raise TypeError(f"custom_jvp rule of {name} must return a pair (primal_out, tangent_out), "
+                                f"got {type(res).__name__}")
+            out, tan = res
+            o_leaves, o_tree = tree_util.tree_flatten(out)
+            if o_tree != out_info["tree"]:
+                raise TypeError(f"custom_jvp rule of {name} must produce a primal output with the function's "
+                                f"structure {out_info['tree']}, got {o_tree}")
+            o_leaves = [core.asarray(o) for o in o_leaves]
+            if tan is None:
+                t_leaves = [o * 0 for o in o_leaves]
+            else:
+                t_leaves, t_tree = tree_util.tree_flatten(tan, is_leaf=lambda v: v is None)
+                if t_tree != o_tree:
+                    raise TypeError(f"custom_jvp rule of {name} must produce primal and tangent outputs with equal "
+                                    f"container (pytree) structures, got {o_tree} and {t_tree}")
+            ts = []
+            for o, t in zip(o_leaves, t_leaves):
+                t = o * 0 if t is None else core.asarray(t)
+                if tuple(t.shape) != tuple(o.shape):
+                    raise TypeError(f"custom_jvp rule of {name} must produce primal and tangent outputs with equal "
+                                    f"shapes, got {tuple(o.shape)} and {tuple(t.shape)}")
+                ts.append(t if t.dtype == o.dtype else t.astype(o.dtype))
+            return o_leaves + ts
+
+        # Under a concrete trace (grad outside jit) the function and the rule see values, as in JAX;
+        # the rule's tangents are given zeros for values.
+        concrete = all(_has_value(x) for x in x_leaves) and any(
+            isinstance(x, core.Tracer) and x._trace.concrete for x in x_leaves)
+        fun_id, fun_consts, out_avals = _trace_sub(fun_flat, x_leaves, concrete)
+        zeros = [lax.full_like(x, 0) if concrete else x for x in x_leaves]
+        saved = self._levels
+        self._levels = levels - 1
         try:
-            out, tan = self.jvp(*static, primal, delta) if nd else self.jvp(primal, delta)
+            rule_id, rule_consts, rule_avals = _trace_sub(rule_flat, x_leaves + zeros, concrete)
         finally:
-            self._in_rule = False
-        return tree_util.tree_map(lambda o, t: lax.add(lax.stop_gradient(o), t) if _float_leaf(core.asarray(o)) else o,
-                                  out, tan)
+            self._levels = saved
+        n_out = len(out_avals)
+        for (s1, d1, _), (s2, d2, _) in zip(out_avals, rule_avals[:n_out]):
+            if tuple(s1) != tuple(s2) or d1 != d2:
+                raise TypeError(f"custom_jvp rule of {name} must produce a primal output of the function's "
+                                f"shapes and dtypes: got {d2.name}{list(s2)} where the function gives {d1.name}{list(s1)}")
+        ys = core.bind("custom_jvp_call", x_leaves + fun_consts + rule_consts,
+                       {"counts": (n_x, len(fun_consts), len(rule_consts)), "fun": fun_id, "jvp": rule_id})
+        return tree_util.tree_unflatten(out_info["tree"], list(ys))
 
 
 class custom_vjp:
@@ -100,7 +174,10 @@ class custom_vjp:
     traced program and a `custom_vjp_call` equation passes its outputs through; its JVP is an
     opaque linear equation whose transpose replays the bwd rule, traced once into a registered
     sub-program of (residuals, output cotangents). So reverse mode (grad, vjp, jacrev) applies the
-    rule exactly, even when bwd is nonlinear (gradient clipping); forward mode raises, as in JAX."""
+    rule exactly, even when bwd is nonlinear (gradient clipping); forward mode raises, as in JAX.
+    Differentiating again (grad(grad(f)), jacfwd(jacrev(f))) differentiates the fwd and bwd rules'
+    equations, as JAX does; one difference: where fwd calls the function itself, kiln's enclosing
+    levels differentiate the plain function there, JAX's would apply the custom rule again."""
 
     def __init__(self, fun, nondiff_argnums=()):
         self.fun = fun
@@ -117,7 +194,6 @@ class custom_vjp:
             raise AttributeError(f"No VJP defined for custom_vjp function {self.fun.__name__} using defvjp.")
         if not core.ad_tracing() or self._in_rule:
             return self.fun(*args)
-        _check_first_order("custom_vjp", self.fun)
         from kiln._src import api
         nd = set(self.nondiff_argnums)
         static = [a for i, a in enumerate(args) if i in nd]
@@ -169,29 +245,79 @@ class custom_vjp:
         return tree_util.tree_unflatten(out_tree, list(ys))
 
 
+def _dots_saveable(prim, *_, **__):
+    return getattr(prim, "name", prim) == "dot_general"
+
+
+def _dots_no_batch_saveable(prim, *_, **params):
+    return _dots_saveable(prim) and not params.get("dimension_numbers", ((), ((), ())))[1][0]
+
+
+def _everything_saveable(*_, **__):
+    return True
+
+
+def _nothing_saveable(*_, **__):
+    return False
+
+
 class checkpoint_policies:
-    """Names of JAX's rematerialization policies (accepted; kiln does not rematerialize yet)."""
+    """JAX's rematerialization policies: which intermediate values of a checkpointed function the
+    backward pass keeps instead of recomputing."""
+    everything_saveable = staticmethod(_everything_saveable)
+    nothing_saveable = staticmethod(_nothing_saveable)
+    dots_saveable = staticmethod(_dots_saveable)
+    checkpoint_dots = dots_saveable
+    dots_with_no_batch_dims_saveable = staticmethod(_dots_no_batch_saveable)
+    checkpoint_dots_with_no_batch_dims = dots_with_no_batch_dims_saveable
 
-    @staticmethod
-    def nothing_saveable(*_, **__):
-        return False
 
-    @staticmethod
-    def everything_saveable(*_, **__):
-        return True
-
-    dots_saveable = everything_saveable
-    dots_with_no_batch_dims_saveable = everything_saveable
+# the `policy` param of the checkpoint equation (transforms/jvp.c)
+_POLICY_CODES = {None: 0, _nothing_saveable: 0, _dots_saveable: 1, _dots_no_batch_saveable: 2}
 
 
 def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
-    """Same values and gradients as `fun` (rematerialization itself is not implemented yet)."""
+    """jax.checkpoint / jax.remat: the same values and derivatives as `fun`, but reverse mode
+    recomputes the intermediate values of `fun` that the backward pass needs from its inputs
+    instead of keeping them from the forward pass (policy: which ones it may keep:
+    checkpoint_policies.nothing_saveable (the default), dots_saveable, everything_saveable).
+    prevent_cse=True puts the recomputation behind optimization_barrier, so that common-
+    subexpression elimination does not merge it back into the forward pass. static_argnums:
+    arguments passed to `fun` as Python values (not traced). A policy kiln does not know is taken as
+    nothing_saveable (it changes memory use, never values)."""
     if fun is None:
         return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    static_argnums = tuple(static_argnums)
+    code = -1 if policy is _everything_saveable else _POLICY_CODES.get(policy, 0)
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
-        return fun(*args, **kwargs)
+        if not core.ad_tracing() or code < 0:  # nothing to recompute outside differentiation
+            return fun(*args, **kwargs)
+        nargs = len(args)
+        statics = {i % nargs for i in static_argnums if -nargs <= i < nargs}
+        dyn = (tuple(_as_array(a) for i, a in enumerate(args) if i not in statics),
+               tree_util.tree_map(_as_array, kwargs))
+        leaves, tree = tree_util.tree_flatten(dyn)
+        leaves = [core.asarray(x) for x in leaves]
+        if not leaves:
+            return fun(*args, **kwargs)
+        out_tree = {}
+
+        def body(*xs):
+            d_args, d_kwargs = tree_util.tree_unflatten(tree, list(xs))
+            it = iter(d_args)
+            full = [args[i] if i in statics else next(it) for i in range(nargs)]
+            out = fun(*full, **d_kwargs)
+            out_leaves, out_tree["tree"] = tree_util.tree_flatten(out)
+            return [core.asarray(o) for o in out_leaves]
+
+        body_id, consts, _ = _trace_sub(body, leaves)
+        ys = core.bind("checkpoint", leaves + consts,
+                       {"body": body_id, "policy": code, "prevent_cse": 1.0 if prevent_cse else 0.0})
+        return tree_util.tree_unflatten(out_tree["tree"], list(ys))
     return wrapped
 
 

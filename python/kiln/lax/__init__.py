@@ -87,6 +87,16 @@ for _n in ("neg sign floor ceil is_finite exp exp2 log log1p expm1 tanh logistic
            "digamma square stop_gradient").split():
     globals()[_n] = _unary(_n)
 
+_barrier = _unary("optimization_barrier")
+
+
+def optimization_barrier(operand):
+    """The identity on a pytree of arrays that common-subexpression elimination and other
+    simplifications do not see through (what checkpoint puts before its recomputation)."""
+    from kiln._src import tree_util
+    return tree_util.tree_map(_barrier, operand)
+
+
 not_ = _unary("not")
 bitwise_not = not_
 

@@ -1,0 +1,69 @@
+/* inline.c: replaces call equations by what they compute, for code generation: a checkpoint's
+ * body, a custom_jvp function's body, and custom_vjp_call's passed-through operands. The
+ * differentiation passes must still see the calls (their rules are in jvp.c), so only the
+ * compiler runs this, first. Depends only on ir/. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fuse.h"
+#include "subprog.h"
+
+static int is_call(kl_prim p) { return p == KL_P_CHECKPOINT || p == KL_P_CUSTOM_JVP_CALL || p == KL_P_CUSTOM_VJP_CALL; }
+
+/* Copies src's equations into dst; map: src value id -> dst value id (inputs set by the caller).
+ * Returns 0, or -1 with a message (a body that no longer fits its call: an internal error). */
+static int copy_into(kl_program *dst, const kl_program *src, int *map, char *err, size_t errlen) {
+  for (int k = 0; k < src->neqns; k++) {
+    const kl_eqn *e = &src->eqns[k];
+    int *ins = malloc(sizeof(int) * ((size_t)e->nin + 1)), outs[KL_MAX_OUTS], nout;
+    if (!ins) abort();
+    for (int i = 0; i < e->nin; i++) ins[i] = map[e->ins[i]];
+    int rc = 0;
+    if (e->prim == KL_P_CUSTOM_VJP_CALL) {
+      for (int i = 0; i < e->nout; i++) map[e->outs[i]] = ins[i];
+    } else if (is_call(e->prim)) {
+      const kl_program *body = kl_subprog_get(e->p.i0);
+      int *sub = body ? malloc(sizeof(int) * ((size_t)body->nvals + 1)) : NULL;
+      if (!body || !sub) {
+        snprintf(err, errlen, "internal error: %s body %lld is missing", kl_prim_get(e->prim)->name, (long long)e->p.i0);
+        free(ins);
+        return -1;
+      }
+      for (int i = 0; i < body->ninputs; i++) sub[body->inputs[i]] = ins[i];
+      rc = copy_into(dst, body, sub, err, errlen);
+      for (int i = 0; !rc && i < e->nout; i++) map[e->outs[i]] = sub[body->outputs[i]];
+      free(sub);
+    } else {
+      char kind;
+      rc = kl_program_add_eqn(dst, e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen, &kind);
+      for (int i = 0; !rc && i < nout; i++) map[e->outs[i]] = outs[i];
+    }
+    free(ins);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
+int kl_inline_calls(kl_program *pg, char *err, size_t errlen) {
+  int any = 0;
+  for (int k = 0; k < pg->neqns && !any; k++) any = is_call(pg->eqns[k].prim);
+  if (!any) return 0;
+  kl_program *np = kl_program_new();
+  int *map = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!map) abort();
+  for (int i = 0; i < pg->ninputs; i++) map[pg->inputs[i]] = kl_program_add_input(np, &pg->vals[pg->inputs[i]].aval);
+  int rc = copy_into(np, pg, map, err, errlen);
+  if (!rc) {
+    int *outs = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+    if (!outs) abort();
+    for (int i = 0; i < pg->noutputs; i++) outs[i] = map[pg->outputs[i]];
+    kl_program_set_outputs(np, outs, pg->noutputs);
+    free(outs);
+    kl_program tmp = *pg; /* swap contents: pg keeps its address, np takes the old program away */
+    *pg = *np;
+    *np = tmp;
+  }
+  free(map);
+  kl_program_free(np);
+  return rc;
+}
