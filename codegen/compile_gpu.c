@@ -218,6 +218,7 @@ static void *build_module(kl_str *text, int index32, char *prefix, size_t prefix
 static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *err, size_t errlen) {
   double t0 = now();
   if (!ptx_only && !kl_cuda_available(err, errlen)) return NULL;
+  if (kl_inline_calls(pg, err, errlen)) return NULL;
   kl_simplify(pg);
   kl_cse(pg);
   kl_dce(pg);

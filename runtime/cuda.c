@@ -181,53 +181,80 @@ void kl_cuda_device_info(kl_cuda_info *info) {
   info->driver_version = driver_version;
 }
 
-/* ---- events: one per launch, shared by the buffers it writes, recycled ---- */
+/* ---- events: a point in the stream that buffers wait on ----
+ * Launches do not record an event each (cuEventRecord costs about a microsecond): the buffers
+ * written since the last recorded point share one unrecorded event, recorded when someone first
+ * asks about it. Recorded later, it also covers launches queued after theirs, so a waiter may
+ * wait for a little more than it needs, never less. */
 
 struct kl_event {
   CUevent ev;
-  int refs;          /* atomic */
+  int refs;          /* atomic; buffers holding it, plus 1 while it is the current one */
+  int recorded;      /* under ev_mu */
   int done;          /* atomic: known complete */
   struct kl_event *next_free;
 };
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct kl_event *ev_free;
+static struct kl_event *ev_free, *ev_current;
 
-static struct kl_event *event_record(char *err, size_t errlen) {
-  pthread_mutex_lock(&ev_mu);
-  struct kl_event *e = ev_free;
-  if (e) ev_free = e->next_free;
-  pthread_mutex_unlock(&ev_mu);
-  if (!e) {
-    e = calloc(1, sizeof *e);
-    if (!e) abort();
-    CUresult r = p_cuEventCreate(&e->ev, EVENT_DISABLE_TIMING);
-    if (r) {
-      free(e);
-      snprintf(err, errlen, "cuEventCreate failed: %s", cu_msg(r));
-      return NULL;
-    }
-  }
-  e->refs = 1;
-  e->done = 0;
-  CUresult r = p_cuEventRecord(e->ev, stream0);
-  if (r) {
-    snprintf(err, errlen, "cuEventRecord failed: %s", cu_msg(r));
-    return NULL;
-  }
-  return e;
+static void event_release_locked(struct kl_event *e) {
+  if (--e->refs) return;
+  e->next_free = ev_free;
+  ev_free = e;
 }
 
 static void event_release(struct kl_event *e) {
-  if (!e || atomic_fetch_sub((_Atomic int *)&e->refs, 1) != 1) return;
+  if (!e) return;
   pthread_mutex_lock(&ev_mu);
-  e->next_free = ev_free;
-  ev_free = e;
+  event_release_locked(e);
+  pthread_mutex_unlock(&ev_mu);
+}
+
+/* The event the outputs of the launch being queued wait on (one reference for the caller). */
+static struct kl_event *event_for_launch(char *err, size_t errlen) {
+  pthread_mutex_lock(&ev_mu);
+  struct kl_event *e = ev_current;
+  if (!e) {
+    e = ev_free;
+    if (e) ev_free = e->next_free;
+    else {
+      e = calloc(1, sizeof *e);
+      if (!e) abort();
+      CUresult r = p_cuEventCreate(&e->ev, EVENT_DISABLE_TIMING);
+      if (r) {
+        free(e);
+        pthread_mutex_unlock(&ev_mu);
+        snprintf(err, errlen, "cuEventCreate failed: %s", cu_msg(r));
+        return NULL;
+      }
+    }
+    e->refs = 1; /* the "current" reference */
+    e->recorded = 0;
+    e->done = 0;
+    ev_current = e;
+  }
+  e->refs++;
+  pthread_mutex_unlock(&ev_mu);
+  return e;
+}
+
+static void ensure_recorded(struct kl_event *e) {
+  pthread_mutex_lock(&ev_mu);
+  if (!e->recorded) {
+    p_cuEventRecord(e->ev, stream0);
+    e->recorded = 1;
+    if (ev_current == e) {
+      ev_current = NULL;
+      event_release_locked(e);
+    }
+  }
   pthread_mutex_unlock(&ev_mu);
 }
 
 int kl_cuda_event_query(struct kl_event *e) {
   if (!e || atomic_load((_Atomic int *)&e->done)) return 1;
   enter();
+  ensure_recorded(e);
   if (p_cuEventQuery(e->ev) == CUDA_SUCCESS) {
     atomic_store((_Atomic int *)&e->done, 1);
     return 1;
@@ -471,16 +498,18 @@ int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *
     int sl = x->out_slots[i];
     if (!bufs[sl] && !(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
   }
-  struct kl_event *ev = rc ? NULL : event_record(err, errlen);
+  struct kl_event *ev = rc ? NULL : event_for_launch(err, errlen);
   if (!rc && !ev) rc = -1;
   for (int i = 0; i < x->noutputs && !rc; i++) {
     kl_buffer *b = bufs[x->out_slots[i]];
     int is_input = 0;
     for (int j = 0; j < x->ninputs; j++) is_input |= x->in_slots[j] == x->out_slots[i];
     if (!is_input && b->event != ev) {
-      if (b->event) event_release(b->event);
-      atomic_fetch_add((_Atomic int *)&ev->refs, 1);
+      pthread_mutex_lock(&ev_mu);
+      if (b->event) event_release_locked(b->event);
+      ev->refs++;
       b->event = ev;
+      pthread_mutex_unlock(&ev_mu);
     }
     kl_buf_retain(b);
     outs[i] = b;

@@ -140,6 +140,16 @@ def test_reductions_over_every_axis_pattern_and_dtype():
 
 
 @gpu
+@pytest.mark.parametrize("shape,axes", [((4096, 333), 0), ((100, 30), 0), ((64, 50, 40), (0, 2)), ((2000, 3, 5), (0, 1))])
+def test_column_reductions_split_over_blocks_match_numpy(shape, axes):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda a: a.sum(axes))(a)), a.astype(np.float64).sum(axes), rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(np.asarray(kiln.jit(lambda a: a.max(axes))(a)), a.max(axes))
+    np.testing.assert_array_equal(np.asarray(kiln.jit(lambda a: (a > 2.5).any(axes))(a)), (a > 2.5).any(axes))
+
+
+@gpu
 def test_nan_propagates_through_gpu_max():
     x = np.arange(1000, dtype=np.float32)
     x[517] = np.nan

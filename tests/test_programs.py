@@ -32,7 +32,7 @@ def test_jax_program_gives_jax_numbers():
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     got, want = _numbers(p.stdout), _numbers(JAX_OUTPUT)
-    assert len(got) == len(want), p.stdout
+    assert len(got) == len(want), (p.stdout, p.stderr[-2000:])
     for g, w in zip(got, want):
         assert abs(g - w) <= 2e-5 * max(1.0, abs(w)), (g, w, p.stdout)
 
