@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime.h"
 
@@ -447,7 +448,18 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
   return rc;
 }
 
+/* KILN_GPU_PROFILE=1: every step runs synchronized and prints its time (slow; for finding
+ * which kernel or library call dominates a program). */
+static double sync_now(void) {
+  struct timespec ts;
+  p_cuStreamSynchronize(stream0);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+  static int profile = -1;
+  if (profile < 0) profile = getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '1';
   if (enter()) {
     snprintf(err, errlen, "no GPU: %s", init_error);
     return -1;
@@ -489,7 +501,11 @@ int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *
         bytes[i] = x->slot_bytes[sl];
       }
     }
+    double t0 = profile ? sync_now() : 0;
     if (!rc) rc = st->on_host ? run_host_step(st, ptrs, bytes, err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen);
+    if (profile)
+      fprintf(stderr, "kiln gpu profile: step %d/%d %s: %.1f us\n", s, x->nsteps, st->on_host ? "host library call" : "device",
+              (sync_now() - t0) * 1e6);
     if (ptrs != psmall) free(ptrs);
     if (bytes != bsmall) free(bytes);
   }

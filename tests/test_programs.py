@@ -27,7 +27,9 @@ def _numbers(text):
 
 def test_jax_program_gives_jax_numbers():
     import kiln  # the child imports the same kiln as this process (a source tree or an installed wheel)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+    # the pinned numbers are JAX's on the CPU: full float32 matmuls (a GPU's default is TF32)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)),
+               JAX_DEFAULT_MATMUL_PRECISION="highest")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "jax_program.py")], env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

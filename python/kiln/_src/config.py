@@ -62,7 +62,10 @@ class Config:
         object.__setattr__(self, "_validators", {})
         object.__setattr__(self, "_callbacks", [])
         self._define("jax_enable_x64", _x64_default(), _validate_bool)
-        self._define("jax_default_matmul_precision", None, _validate_precision)
+        self._define("jax_default_matmul_precision",
+                     _validate_precision("JAX_DEFAULT_MATMUL_PRECISION",
+                                         os.environ.get("JAX_DEFAULT_MATMUL_PRECISION", "").lower() or None),
+                     _validate_precision)
 
     def _define(self, name, default, validator):
         """Declare an option (for kiln's own modules, not users)."""
