@@ -134,20 +134,37 @@ static int transpose_dot(tctx *c, const kl_eqn *e, int side, int ct) {
   /* with preferred_element_type the cotangent is wider than the operands: compute in its dtype
    * (accumulate() converts the result back) */
   int ins[2] = {ct, kl_ad_convert(c->a, prim_of(c, e->ins[1 - side]), kl_ad_aval(c->a, ct)->dtype)};
-  int res = emit1(c->a, KL_P_DOT_GENERAL, ins, 2, &p);
-  if (res < 0) return -1;
-  /* result dims: [batch, my free (increasing), other's contracting dims (increasing)];
-   * other's contracting dim oc[i] pairs with my contracting dim mc[i]. */
-  int64_t perm[KL_MAX_RANK];
-  for (int i = 0; i < nb; i++) perm[mb[i]] = i;
-  for (int i = 0; i < nmf; i++) perm[mfree[i]] = nb + i;
+  /* result dims of dot(ct, other): [batch, my free (increasing), other's contracting dims (increasing)];
+   * of dot(other, ct): [batch, other's contracting dims, my free]. other's contracting dim oc[i]
+   * pairs with my contracting dim mc[i]. The order that lands in my layout needs no transpose
+   * (x^T g for a weight gradient is dot(x, g), not transpose(dot(g, x))). */
+  int64_t perm[KL_MAX_RANK], perm_b[KL_MAX_RANK];
+  for (int i = 0; i < nb; i++) perm[mb[i]] = perm_b[mb[i]] = i;
+  for (int i = 0; i < nmf; i++) {
+    perm[mfree[i]] = nb + i;
+    perm_b[mfree[i]] = nb + nc + i;
+  }
   for (int i = 0; i < nc; i++) {
     int rank = 0;
     for (int j = 0; j < nc; j++) rank += oc[j] < oc[i];
     perm[mc[i]] = nb + nmf + rank;
+    perm_b[mc[i]] = nb + rank;
   }
-  int identity = 1;
-  for (int d = 0; d < me->ndim; d++) identity &= perm[d] == d;
+  int identity = 1, identity_b = 1;
+  for (int d = 0; d < me->ndim; d++) {
+    identity &= perm[d] == d;
+    identity_b &= perm_b[d] == d;
+  }
+  if (!identity && identity_b) {
+    int swapped[2] = {ins[1], ins[0]};
+    p.v[0] = of_v;
+    p.v[1] = ct_other;
+    p.v[2] = ob_v;
+    p.v[3] = ct_batch;
+    return emit1(c->a, KL_P_DOT_GENERAL, swapped, 2, &p);
+  }
+  int res = emit1(c->a, KL_P_DOT_GENERAL, ins, 2, &p);
+  if (res < 0) return -1;
   if (identity) return res;
   kl_params tp;
   kl_params_init(&tp);
