@@ -100,6 +100,8 @@ int kl_cuda_memset0(void *dst, size_t n);
 int kl_cuda_synchronize(void);
 int kl_cuda_is_device_pointer(const void *p);
 void *kl_cuda_stream(void);
+/* Makes another stream (a consumer's, for DLPack) wait for the launch behind event e. */
+int kl_cuda_stream_wait(void *stream, struct kl_event *e);
 int kl_cuda_event_query(struct kl_event *e);
 void kl_cuda_event_wait(struct kl_event *e);
 void kl_cuda_event_release(struct kl_event *e);

@@ -79,6 +79,20 @@ static int buffer_wait(kl_buffer *b) {
 
 /* The bytes of a GPU buffer come to the host once (waiting only for the launch that writes
  * them); the host copy lives as long as the Buffer. */
+/* Makes buffer b usable by a consumer: stream None waits for it; an int stream handle (1 and 2
+ * name CUDA's legacy and per-thread default streams) is made to wait on the GPU; -1 skips. */
+static int buffer_wait_or_order(kl_buffer *b, PyObject *stream) {
+  if (stream == Py_None || b->device == KL_DEV_CPU) return buffer_wait(b);
+  long long h = PyLong_AsLongLong(stream);
+  if (h == -1 && PyErr_Occurred()) return -1;
+  if (h == -1) return 0;
+  if (kl_cuda_stream_wait((void *)(uintptr_t)h, b->event)) {
+    PyErr_SetString(PyExc_RuntimeError, "__dlpack__: cannot order the consumer's stream after kiln's");
+    return -1;
+  }
+  return 0;
+}
+
 static int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
   BufferObject *o = (BufferObject *)self;
   if (buffer_wait(o->buf)) return -1;
@@ -223,6 +237,145 @@ static PyObject *mod_transfer(PyObject *self, PyObject *args) {
   Py_END_ALLOW_THREADS
   if (!n) return PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "device_put: %s", err);
   return buffer_new_from(n);
+}
+
+/* ---- DLPack: zero-copy exchange with NumPy, PyTorch, CuPy (legacy DLManagedTensor ABI) ---- */
+
+typedef struct {
+  int32_t device_type; /* 1: CPU, 2: CUDA */
+  int32_t device_id;
+} DLDevice;
+typedef struct {
+  uint8_t code; /* 0 int, 1 uint, 2 float, 4 bfloat, 6 bool */
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+typedef struct {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides;
+  uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+typedef struct {
+  DLManagedTensor m;
+  kl_buffer *buf; /* one reference, dropped by the deleter */
+  int64_t shape[KL_MAX_RANK];
+} kl_dlpack_export;
+
+static void export_deleter(DLManagedTensor *self) {
+  kl_dlpack_export *x = (kl_dlpack_export *)self;
+  kl_buf_release(x->buf);
+  free(x);
+}
+
+static void capsule_destructor(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, "dltensor")) { /* never consumed */
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+
+/* to_dlpack(buffer, shape, (code, bits), stream) -> capsule. stream: None (wait for the data),
+ * -1 (no ordering), or a consumer CUDA stream handle that is made to wait for it. */
+static PyObject *mod_to_dlpack(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *bo, *shape, *stream;
+  int code, bits;
+  if (!PyArg_ParseTuple(args, "OO(ii)O", &bo, &shape, &code, &bits, &stream)) return NULL;
+  if (!PyObject_TypeCheck(bo, (PyTypeObject *)BufferType)) return PyErr_Format(PyExc_TypeError, "to_dlpack: not a Buffer");
+  kl_buffer *b = ((BufferObject *)bo)->buf;
+  if (buffer_wait_or_order(b, stream)) return NULL;
+  kl_dlpack_export *x = calloc(1, sizeof *x);
+  if (!x) return PyErr_NoMemory();
+  Py_ssize_t nd = PyTuple_Size(shape);
+  for (Py_ssize_t i = 0; i < nd && i < KL_MAX_RANK; i++) x->shape[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+  x->buf = b;
+  kl_buf_retain(b);
+  x->m.dl_tensor.data = b->data;
+  x->m.dl_tensor.device.device_type = b->device == KL_DEV_CUDA ? 2 : 1;
+  x->m.dl_tensor.ndim = (int32_t)nd;
+  x->m.dl_tensor.dtype.code = (uint8_t)code;
+  x->m.dl_tensor.dtype.bits = (uint8_t)bits;
+  x->m.dl_tensor.dtype.lanes = 1;
+  x->m.dl_tensor.shape = x->shape;
+  x->m.dl_tensor.strides = NULL; /* C-contiguous */
+  x->m.deleter = export_deleter;
+  PyObject *cap = PyCapsule_New(&x->m, "dltensor", capsule_destructor);
+  if (!cap) export_deleter(&x->m);
+  return cap;
+}
+
+typedef struct {
+  DLManagedTensor *m;
+  int device;
+} kl_dlpack_import;
+
+static void import_release(void *owner) {
+  kl_dlpack_import *im = owner;
+  if (im->device == KL_DEV_CUDA) kl_cuda_synchronize(); /* kiln's queued reads finish before the owner reuses it */
+  if (im->m->deleter) im->m->deleter(im->m);
+  free(im);
+}
+
+/* from_dlpack(capsule) -> (Buffer, shape, (code, bits)) without copying, or None when the
+ * tensor cannot be used in place (strided, misaligned for kiln's GPU kernels, another GPU):
+ * the caller copies then. */
+static PyObject *mod_from_dlpack(PyObject *self, PyObject *cap) {
+  (void)self;
+  DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+  if (!m) return NULL;
+  DLTensor *t = &m->dl_tensor;
+  int dev = t->device.device_type == 1 || t->device.device_type == 3 ? KL_DEV_CPU
+            : t->device.device_type == 2 && t->device.device_id == 0 && kl_cuda_available(NULL, 0) ? KL_DEV_CUDA
+                                                                                                     : -1;
+  int64_t n = 1, expect = 1;
+  int contiguous = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->strides && t->shape[i] != 1 && t->strides[i] != expect) contiguous = 0;
+    expect *= t->shape[i];
+    n *= t->shape[i];
+  }
+  char *data = (char *)t->data + t->byte_offset;
+  if (dev < 0 || !contiguous || t->dtype.lanes != 1 || (dev == KL_DEV_CUDA && ((uintptr_t)data & 15)))
+    Py_RETURN_NONE;
+  size_t nbytes = (size_t)n * (t->dtype.bits / 8 ? t->dtype.bits / 8 : 1);
+  kl_dlpack_import *im = malloc(sizeof *im);
+  if (!im) return PyErr_NoMemory();
+  im->m = m;
+  im->device = dev;
+  kl_buffer *b = kl_buf_wrap(data, nbytes, import_release, im);
+  if (!b) {
+    free(im);
+    return PyErr_NoMemory();
+  }
+  b->device = dev;
+  if (PyCapsule_SetName(cap, "used_dltensor")) {
+    kl_buf_release(b);
+    return NULL;
+  }
+  PyObject *shape = PyTuple_New(t->ndim);
+  for (int i = 0; i < t->ndim; i++) PyTuple_SetItem(shape, i, PyLong_FromLongLong(t->shape[i]));
+  PyObject *buf = buffer_new_from(b);
+  if (!buf) {
+    Py_DECREF(shape);
+    return NULL;
+  }
+  return Py_BuildValue("(NN(ii))", buf, shape, (int)t->dtype.code, (int)t->dtype.bits);
+}
+
+static PyObject *mod_stream_handle(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromVoidPtr(kl_cuda_stream());
 }
 
 /* ---- Builder ---- */
@@ -895,6 +1048,9 @@ static PyObject *mod_gpu_compile_stats(PyObject *self, PyObject *unused) {
 static PyMethodDef mod_methods[] = {
     {"from_buffer", mod_from_buffer, METH_VARARGS, "from_buffer(obj, device=-1): copy a contiguous buffer to a device"},
     {"transfer", mod_transfer, METH_VARARGS, "transfer(buffer, device) -> the buffer on that device"},
+    {"to_dlpack", mod_to_dlpack, METH_VARARGS, "to_dlpack(buffer, shape, (code, bits), stream) -> capsule"},
+    {"from_dlpack", mod_from_dlpack, METH_O, "from_dlpack(capsule) -> (Buffer, shape, (code, bits)) or None"},
+    {"stream_handle", mod_stream_handle, METH_NOARGS, "kiln's CUDA stream (for DLPack consumers)"},
     {"gpu_available", mod_gpu_available, METH_NOARGS, "(usable, reason if not)"},
     {"gpu_info", mod_gpu_info, METH_NOARGS, "facts about GPU 0"},
     {"set_default_device", mod_set_default_device, METH_O, "0: CPU, 1: GPU"},

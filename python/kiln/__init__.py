@@ -23,6 +23,7 @@ from kiln import numpy  # noqa: F401
 from kiln import nn  # noqa: F401
 from kiln import scipy  # noqa: F401
 from kiln import random  # noqa: F401
+from kiln import dlpack  # noqa: F401
 
 typing = None
 

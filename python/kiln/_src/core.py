@@ -266,6 +266,33 @@ class Array(_kiln.ArrayBase):
     def delete(self):
         self._buf = None
 
+    # -- interop --
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule sharing this array's memory (kiln.dlpack)."""
+        from kiln import dlpack
+        a = self
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            from kiln._src import api
+            want = api.devices("cpu")[0] if int(dl_device[0]) == 1 else api.devices("gpu")[0]
+            a = api.device_put(self, want)
+        elif copy:
+            a = Array(_kiln.transfer(self._buf, 1 - self._buf.device), self.shape, self.dtype, self.weak_type)
+            a = Array(_kiln.transfer(a._buf, self._buf.device), self.shape, self.dtype, self.weak_type)
+        return _kiln.to_dlpack(a._buf, tuple(self.shape), dlpack.dlpack_code(self.dtype), stream)
+
+    def __dlpack_device__(self):
+        return (2, 0) if self._buf.device == 1 else (1, 0)
+
+    @property
+    def __cuda_array_interface__(self):
+        """CUDA array interface (v3) of a GPU array; the data is ready when this returns."""
+        if self._buf is None or self._buf.device != 1:
+            raise AttributeError("__cuda_array_interface__: this array is in host memory, not on a GPU")
+        self._buf.block_until_ready()
+        typestr = np.dtype(self.dtype).str if self.dtype != dtypes.bfloat16 else "<V2"
+        return {"shape": tuple(self.shape), "typestr": typestr, "data": (self._buf.ptr, False),
+                "version": 3, "strides": None, "stream": None}
+
 
 def _rebuild(value, weak):
     a = asarray(value)
@@ -451,6 +478,14 @@ def asarray(x, dtype=None):
         x = [np.asarray(y) if isinstance(y, Array) else y for y in x]
     if hasattr(x, "__jax_array__"):
         return asarray(x.__jax_array__(), dtype)
+    if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        try:
+            on_gpu = int(x.__dlpack_device__()[0]) == 2
+        except Exception:  # noqa: BLE001 - not a usable producer; treat as an ordinary sequence
+            on_gpu = False
+        if on_gpu:  # a GPU tensor (PyTorch, CuPy): share its memory
+            from kiln import dlpack
+            return asarray(dlpack.from_dlpack(x), dtype)
     try:
         a = np.asarray(x)
     except ValueError as e:
