@@ -255,3 +255,24 @@ def test_a_second_compile_of_the_same_program_loads_cached_code():
     kiln.jit(f)(jnp.ones(17)).block_until_ready()  # a new jit object traces and compiles again
     c2, d2, m2 = _kiln.gpu_compile_stats()
     assert c2 == compiled and m2 == mem + 1
+
+
+# ---- fusion: how many launches a program makes (both backends) ----
+
+def _steps(f, *args):
+    jf = kiln.jit(f)
+    jf(*args).block_until_ready()
+    (entry,) = jf._cache.values()
+    return entry.exe.num_steps
+
+
+def test_fused_programs_launch_one_kernel_per_fusion_group():
+    x = np.random.default_rng(8).standard_normal(1 << 16).astype(np.float32)
+    a = x.reshape(64, 1024)
+    w, b = np.ones((1024, 32), np.float32), np.ones(32, np.float32)
+    assert _steps(lambda x: 1.05 * jnp.where(x > 0, x, 1.67 * jnp.exp(x) - 1.67), x) == 1
+    assert _steps(lambda a: kiln.nn.softmax(a, axis=-1), a) == 1
+    assert _steps(lambda a: (a - a.mean(-1, keepdims=True)) / jnp.sqrt(a.var(-1, keepdims=True) + 1e-5), a) == 1
+    # a full reduction is one kernel on the CPU, partials + combine (two kernels) on the GPU
+    assert _steps(lambda x: jnp.sum(x * x), x) == (2 if HAS_GPU else 1)
+    assert _steps(lambda a, w, b: jnp.tanh(a @ w + b), a, w, b) == 2  # the matmul, then one fused kernel

@@ -925,7 +925,23 @@ done:
   return res;
 }
 
+static PyObject *exec_steps(PyObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromLong(((ExecObject *)self)->x->nsteps);
+}
+
+static PyObject *exec_device(PyObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromLong(((ExecObject *)self)->x->device);
+}
+
+static PyGetSetDef exec_getset[] = {
+    {"num_steps", exec_steps, NULL, "launches per call: kernels and library calls (for fusion tests)", NULL},
+    {"device", exec_device, NULL, "0: CPU, 1: GPU", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
 static PyType_Slot exec_slots[] = {{Py_tp_dealloc, exec_dealloc},
+                                   {Py_tp_getset, exec_getset},
                                    {Py_tp_call, exec_call},
                                    {Py_tp_doc, "A compiled kiln program."},
                                    {0, NULL}};
