@@ -240,11 +240,29 @@ def test_device_memory_does_not_grow_over_many_calls():
     x.block_until_ready()
     gc.collect()
     before = _kiln.gpu_memory_in_use()
-    for _ in range(20000):
+    for _ in range(100000):
         x = f(x)
     x.block_until_ready()
     gc.collect()
     assert _kiln.gpu_memory_in_use() <= before
+
+
+@gpu
+def test_a_second_process_compiles_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    code = ("import kiln, kiln.numpy as jnp; from kiln import _kiln\n"
+            "f = kiln.jit(lambda x: kiln.nn.softmax(jnp.tanh(x) * 3.0, axis=-1).sum(0))\n"
+            "f(jnp.ones((64, 300))).block_until_ready(); print(*_kiln.gpu_compile_stats())")
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    c1, d1, _ = map(int, first.stdout.split())
+    c2, d2, _ = map(int, second.stdout.split())
+    assert c1 >= 1 and d1 == 0
+    assert c2 == 0 and d2 == c1  # device code came from the disk cache
 
 
 @gpu
