@@ -33,7 +33,7 @@ if KILN_PYTHON not in sys.path:
     sys.path.insert(0, KILN_PYTHON)
 
 ALL = ["selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "dispatch", "eager", "compile",
-       "mlp_step", "vmap_matvec"]
+       "mlp_step", "vmap_matvec", "vmap_dispatch"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,6 +354,31 @@ def bench_dispatch(libs, cfg):
     return row
 
 
+def bench_vmap_dispatch(libs, cfg):
+    """jit(vmap(matvec)) called asynchronously back to back (blocking on the last call): the cost
+    per call once calls overlap, beside the vmap_matvec row's blocked small-call latency (the
+    workload the benchmark notes define and issue 3's target is about)."""
+    row = Row("vmap matvec async throughput")
+    rng = np.random.default_rng(7)
+    mat = rng.standard_normal((150, 100), dtype=np.float32)
+    vs = rng.standard_normal((10, 100), dtype=np.float32)
+    n = cfg.loop_n
+
+    def run(mod, jnp, check):
+        ma = block(jnp.asarray(mat))
+        f = mod.jit(mod.vmap(lambda v: ma @ v))
+        va = block(jnp.asarray(vs))
+        if check:
+            checked(row, np.asarray(block(f(va))), vs.astype(np.float64) @ mat.astype(np.float64).T, 1e-5)
+        return time_loop(lambda: f(va), n, 1, cfg.loop_repeats)
+    if libs.kiln is not None:
+        attempt(row, "kiln", lambda: run(libs.kiln, libs.knp, True))
+    if libs.jax is not None:
+        attempt(row, "jax", lambda: run(libs.jax, libs.jjnp, False))
+    attempt(row, "numpy", lambda: time_loop(lambda: vs @ mat.T, n, 1, cfg.loop_repeats))
+    return row
+
+
 def bench_eager(libs, cfg):
     row = Row("eager x*2+1 8")
     x = np.arange(8, dtype=np.float32)
@@ -664,7 +689,7 @@ def main(argv=None):
         "matmul_highest": lambda l, c: bench_matmul(l, c, "HIGHEST"),
         "matmul_default": lambda l, c: bench_matmul(l, c, "DEFAULT"),
         "dispatch": bench_dispatch, "eager": bench_eager, "compile": bench_compile,
-        "mlp_step": bench_mlp, "vmap_matvec": bench_vmap,
+        "mlp_step": bench_mlp, "vmap_matvec": bench_vmap, "vmap_dispatch": bench_vmap_dispatch,
     }
     rows = []
     for n in names:
