@@ -352,6 +352,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
     void *m = NULL;
     if (ptx_only) {
       kl_codegen_set_prefix(&mod, "kg_");
+      kl_codegen_dump("kernels-gpu.mlir", mod.data);
       *ptx_only = to_ptx(mod.data, ptx_cc / 10, ptx_cc % 10, index32, err, errlen);
       if (!*ptx_only) rc = -1;
       goto finish;
