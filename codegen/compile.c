@@ -232,35 +232,66 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
   return rc;
 }
 
-kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
-  double t0 = now();
+kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, char *err, size_t errlen) {
   if (kl_inline_calls(pg, err, errlen)) return NULL;
   kl_simplify(pg);
   kl_cse(pg);
   kl_dce(pg);
-  kl_plan plan;
-  kl_plan_build(pg, &plan);
+  kl_plan_build(pg, plan);
   kl_exec *x = calloc(1, sizeof *x);
-  owner_t *o = calloc(1, sizeof *o);
-  int *slot_of = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!x || !o || !slot_of) abort();
+  int *so = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  x->slot_bytes = calloc((size_t)pg->nvals + (size_t)extra_slots + 1, sizeof(size_t));
+  x->in_slots = malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
+  x->out_slots = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  if (!x || !so || !x->slot_bytes || !x->in_slots || !x->out_slots) abort();
   x->refcount = 1;
-  x->owner = o;
-  x->destroy = owner_destroy;
-  for (int v = 0; v < pg->nvals; v++) slot_of[v] = -1;
-  x->slot_bytes = calloc((size_t)pg->nvals + 1, sizeof(size_t));
-  for (int v = 0; v < pg->nvals; v++)
-    if (plan.materialized[v]) {
-      slot_of[v] = x->nslots;
+  for (int v = 0; v < pg->nvals; v++) {
+    so[v] = -1;
+    if (plan->materialized[v]) {
+      so[v] = x->nslots;
       const kl_aval *a = &pg->vals[v].aval;
       x->slot_bytes[x->nslots++] = (size_t)kl_aval_size(a) * kl_dtype_size(a->dtype);
     }
+  }
   x->ninputs = pg->ninputs;
-  x->in_slots = malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
-  for (int i = 0; i < pg->ninputs; i++) x->in_slots[i] = slot_of[pg->inputs[i]];
+  for (int i = 0; i < pg->ninputs; i++) x->in_slots[i] = so[pg->inputs[i]];
   x->noutputs = pg->noutputs;
-  x->out_slots = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
-  for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = slot_of[pg->outputs[i]];
+  for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = so[pg->outputs[i]];
+  *slot_of = so;
+  return x;
+}
+
+int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, kl_step *st, kl_libcall **lc, char *err,
+                        size_t errlen) {
+  if (e->prim == KL_P_CUSTOM_VJP_LIN) {
+    snprintf(err, errlen, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                          "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
+    return -1;
+  }
+  *lc = kl_libcall_new(pg, e);
+  st->ctx = *lc;
+  st->run_checked = kl_libcall_run;
+  st->nslots = e->nin + e->nout;
+  st->slots = malloc(sizeof(int) * (size_t)st->nslots);
+  if (!st->slots) abort();
+  for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
+  for (int i = 0; i < e->nout; i++) st->slots[e->nin + i] = slot_of[e->outs[i]];
+  st->extent = 1;
+  st->partial_arg = -1;
+  st->host_nin = e->nin;
+  return 0;
+}
+
+kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
+  double t0 = now();
+  kl_plan plan;
+  int *slot_of;
+  kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, 0, err, errlen);
+  if (!x) return NULL;
+  owner_t *o = calloc(1, sizeof *o);
+  if (!o) abort();
+  x->owner = o;
+  x->destroy = owner_destroy;
   x->steps = calloc((size_t)plan.nsteps + 1, sizeof *x->steps);
   o->kernels = calloc((size_t)plan.nsteps + 1, sizeof *o->kernels);
   o->libs = calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
@@ -275,22 +306,9 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     kl_step *st = &x->steps[x->nsteps];
     if (ps->kind == KL_STEP_LIB) {
       const kl_eqn *e = &pg->eqns[ps->eqn];
-      if (e->prim == KL_P_CUSTOM_VJP_LIN) {
-        snprintf(err, errlen, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
-                              "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
-        rc = -1;
-        break;
-      }
-      kl_libcall *lc = kl_libcall_new(pg, e);
+      kl_libcall *lc;
+      if ((rc = kl_compile_lib_step(pg, e, slot_of, st, &lc, err, errlen))) break;
       o->libs[o->nlibs++] = lc;
-      st->ctx = lc;
-      st->run_checked = kl_libcall_run;
-      st->nslots = e->nin + e->nout;
-      st->slots = malloc(sizeof(int) * (size_t)st->nslots);
-      for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
-      for (int i = 0; i < e->nout; i++) st->slots[e->nin + i] = slot_of[e->outs[i]];
-      st->extent = 1;
-      st->partial_arg = -1;
       int64_t cost = 0;
       for (int i = 0; i < e->nin; i++) cost += kl_aval_size(&pg->vals[e->ins[i]].aval);
       st->cost = cost;

@@ -218,40 +218,18 @@ static void *build_module(kl_str *text, int index32, char *prefix, size_t prefix
 static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *err, size_t errlen) {
   double t0 = now();
   if (!ptx_only && !kl_cuda_available(err, errlen)) return NULL;
-  if (kl_inline_calls(pg, err, errlen)) return NULL;
-  kl_simplify(pg);
-  kl_cse(pg);
-  kl_dce(pg);
   kl_plan plan;
-  kl_plan_build(pg, &plan);
-  kl_exec *x = calloc(1, sizeof *x);
+  int *slot_of;
+  kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, pg->neqns, err, errlen); /* + scratch slots */
+  if (!x) return NULL;
   gpu_owner *o = calloc(1, sizeof *o);
-  int *slot_of = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!x || !o || !slot_of) abort();
-  x->refcount = 1;
+  if (!o) abort();
   x->device = KL_DEV_CUDA;
   x->owner = o;
   x->destroy = owner_destroy;
   int64_t biggest = 0;
-  for (int v = 0; v < pg->nvals; v++) {
-    slot_of[v] = -1;
-    int64_t sz = kl_aval_size(&pg->vals[v].aval);
-    if (sz > biggest) biggest = sz;
-  }
-  /* slots: materialized values, plus one scratch buffer per two-kernel reduction */
-  x->slot_bytes = calloc((size_t)pg->nvals + (size_t)plan.nsteps + 1, sizeof(size_t));
   for (int v = 0; v < pg->nvals; v++)
-    if (plan.materialized[v]) {
-      slot_of[v] = x->nslots;
-      const kl_aval *a = &pg->vals[v].aval;
-      x->slot_bytes[x->nslots++] = (size_t)kl_aval_size(a) * kl_dtype_size(a->dtype);
-    }
-  x->ninputs = pg->ninputs;
-  x->in_slots = malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
-  for (int i = 0; i < pg->ninputs; i++) x->in_slots[i] = slot_of[pg->inputs[i]];
-  x->noutputs = pg->noutputs;
-  x->out_slots = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
-  for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = slot_of[pg->outputs[i]];
+    if (kl_aval_size(&pg->vals[v].aval) > biggest) biggest = kl_aval_size(&pg->vals[v].aval);
   x->steps = calloc(2 * (size_t)plan.nsteps + 1, sizeof *x->steps);
   o->kernels = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->kernels);
   o->names = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->names);
@@ -266,19 +244,11 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
     const kl_plan_step *ps = &plan.steps[s];
     if (ps->kind == KL_STEP_LIB) {
       const kl_eqn *e = &pg->eqns[ps->eqn];
-      if (e->prim == KL_P_CUSTOM_VJP_LIN) {
-        snprintf(err, errlen, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
-                              "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
-        rc = -1;
-        break;
-      }
       kl_step *st = &x->steps[x->nsteps++];
-      kl_libcall *lc = kl_libcall_new(pg, e);
+      kl_libcall *lc;
+      if ((rc = kl_compile_lib_step(pg, e, slot_of, st, &lc, err, errlen))) break;
       o->libs[o->nlibs++] = lc;
-      st->ctx = lc;
-      st->run_checked = kl_libcall_run;
       st->on_host = 1; /* a host routine over copies, unless the GPU has one (below) */
-      st->host_nin = e->nin;
       gpu_dot d;
       if (e->prim == KL_P_DOT_GENERAL &&
           kl_libcall_dot_layout(lc, &d.batch, &d.m, &d.n, &d.k, &d.transl, &d.transr)) {
@@ -291,12 +261,6 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
           st->on_host = 0;
         }
       }
-      st->nslots = e->nin + e->nout;
-      st->slots = malloc(sizeof(int) * (size_t)st->nslots);
-      for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
-      for (int i = 0; i < e->nout; i++) st->slots[e->nin + i] = slot_of[e->outs[i]];
-      st->extent = 1;
-      st->partial_arg = -1;
       continue;
     }
     if (kl_aval_size(&pg->vals[ps->root].aval) == 0) continue;

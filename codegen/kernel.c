@@ -769,6 +769,23 @@ static void open_loop(kl_str *s, int depth, const char *iv, const char *lo, cons
   kl_str_printf(s, "scf.for %s = %s to %s step %%c1 {\n", iv, lo, hi);
 }
 
+void kk_emit_reinterpret(kl_str *out, const char *indent, int i, int ndim, const int64_t *dims, const char *storage) {
+  kl_str_printf(out, "%s%%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", indent, i, i);
+  if (ndim == 0) kl_str_append(out, "1");
+  for (int d = 0; d < ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)dims[d]);
+  kl_str_append(out, "], strides: [");
+  if (ndim == 0) kl_str_append(out, "1");
+  for (int d = 0; d < ndim; d++) {
+    int64_t s = 1;
+    for (int j = d + 1; j < ndim; j++) s *= dims[j];
+    kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
+  }
+  kl_str_printf(out, "] : memref<1x%s> to memref<", storage);
+  if (ndim == 0) kl_str_append(out, "1x");
+  for (int d = 0; d < ndim; d++) kl_str_printf(out, "%lldx", (long long)dims[d]);
+  kl_str_printf(out, "%s>\n", storage);
+}
+
 /* Signature and prologue: void name(void **args, i64 lo, i64 hi). Each argument pointer is
  * loaded from the array and wrapped as a memref<1xT> descriptor, then reinterpreted with its
  * static shape (%m<i>), so generated code indexes with constants only. */
@@ -791,19 +808,7 @@ static void emit_prologue(kl_str *out, const kl_program *pg, const char *name, c
   }
   for (int i = 0; i < nargs; i++) {
     const kl_aval *a = &pg->vals[args[i]].aval;
-    kl_str_printf(out, "    %%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", i, i);
-    if (a->ndim == 0) kl_str_append(out, "1");
-    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)a->dims[d]);
-    kl_str_append(out, "], strides: [");
-    if (a->ndim == 0) kl_str_append(out, "1");
-    for (int d = 0; d < a->ndim; d++) {
-      int64_t s = 1;
-      for (int j = d + 1; j < a->ndim; j++) s *= a->dims[j];
-      kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
-    }
-    kl_str_printf(out, "] : memref<1x%s> to ", kl_storage_type(a->dtype));
-    kk_memref_type(out, a);
-    kl_str_append(out, "\n");
+    kk_emit_reinterpret(out, "    ", i, a->ndim, a->dims, kl_storage_type(a->dtype));
   }
 }
 

@@ -22,10 +22,8 @@ typedef struct {
   int readonly;
 } gk_arg;
 
-static int is_unsigned_t(kl_dtype t) { return kl_dtype_kind(t) == KL_KIND_UINT || t == KL_BOOL; }
-
-/* Type a reduction accumulates in (registers) and in shared memory / partial buffers. */
-static const char *acc_type(kl_dtype t) { return kl_compute_type(t); }
+/* Type a reduction accumulates in, in registers, shared memory and partial buffers (booleans
+ * travel as i32). */
 static const char *shared_type(kl_dtype t) { return t == KL_BOOL ? "i32" : kl_compute_type(t); }
 
 /* Emits `out = acc (op) v` for reduction p in type ty (a compute or shared type). Float max/min
@@ -43,7 +41,6 @@ static char *combine(kctx *k, kl_prim p, kl_dtype t, const char *ty, const char 
   const char *op = kk_reduce_op(p, t);
   if (!strcmp(ty, "i32") && t == KL_BOOL) /* booleans travel as i32 0/1 through shared memory */
     op = p == KL_P_REDUCE_MAX || p == KL_P_REDUCE_OR ? "ori" : p == KL_P_REDUCE_SUM ? "ori" : "andi";
-  (void)is_unsigned_t;
   kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, out), op, acc, v, ty);
   return out;
 }
@@ -160,6 +157,22 @@ static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int6
   snprintf(out, sizeof(ssa), "%%acc%d", sid);
 }
 
+/* Stores value val (compute type) of the kernel's output at idx. */
+static void store_value(kctx *k, kl_dtype rt, const char *val, int oi, const kl_aval *oa, ssa *idx) {
+  ssa r;
+  snprintf(r, sizeof r, "%s", val);
+  if (rt == KL_BOOL) kk_line(k, "%s = arith.extui %s : i1 to i8", kk_fresh(k, r), val);
+  else if (kk_is_low_float(rt)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, r), val, kl_storage_type(rt));
+  kl_str s;
+  kl_str_init(&s);
+  kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
+  kk_index_list(&s, idx, oa->ndim, "%c0");
+  kl_str_append(&s, " : ");
+  kk_memref_type(&s, oa);
+  kk_line(k, "%s", s.data);
+  kl_str_free(&s);
+}
+
 /* Converts a reduction result (shared type) to the output's storage type and stores it. */
 static void store_result(kctx *k, kl_dtype t, const char *v, int out_arg, const kl_aval *oa, ssa *idx, int n) {
   ssa r;
@@ -212,20 +225,7 @@ static void emit_header(kl_str *out, const char *name, const gk_arg *args, int n
   kl_str_append(out, "      %c0 = arith.constant 0 : index\n      %c1 = arith.constant 1 : index\n");
   for (int i = 0; i < nargs; i++) {
     const gk_arg *a = &args[i];
-    kl_str_printf(out, "      %%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", i, i);
-    if (a->ndim == 0) kl_str_append(out, "1");
-    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)a->dims[d]);
-    kl_str_append(out, "], strides: [");
-    if (a->ndim == 0) kl_str_append(out, "1");
-    for (int d = 0; d < a->ndim; d++) {
-      int64_t s = 1;
-      for (int j = d + 1; j < a->ndim; j++) s *= a->dims[j];
-      kl_str_printf(out, d ? ", %lld" : "%lld", (long long)s);
-    }
-    kl_str_printf(out, "] : memref<1x%s> to memref<", a->storage);
-    if (a->ndim == 0) kl_str_append(out, "1x");
-    for (int d = 0; d < a->ndim; d++) kl_str_printf(out, "%lldx", (long long)a->dims[d]);
-    kl_str_printf(out, "%s>\n", a->storage);
+    kk_emit_reinterpret(out, "      ", i, a->ndim, a->dims, a->storage);
     /* kiln's device buffers are 256-byte aligned (cuMemAllocAsync); foreign ones are copied
      * unless 16-byte aligned */
     kl_str_printf(out, "      memref.assume_alignment %%m%d, 16 : memref<", i);
@@ -320,7 +320,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     kk_line(&k, "scf.for %%lin = %s to %s step %s {", gid, tot, gs);
     k.ind = "        ";
     for (int j = 0; j < vec; j++) {
-      ssa lin, val, r;
+      ssa lin, val;
       if (vec == 1) snprintf(lin, sizeof lin, "%%lin");
       else {
         ssa c4, b4, cj;
@@ -332,17 +332,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       kk_delinearize(&k, lin, oa->dims, oa->ndim, idx);
       kk_emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
       int oi = kk_arg_index(&k, st->root);
-      snprintf(r, sizeof r, "%s", val);
-      if (rt == KL_BOOL) kk_line(&k, "%s = arith.extui %s : i1 to i8", kk_fresh(&k, r), val);
-      else if (kk_is_low_float(rt)) kk_line(&k, "%s = arith.truncf %s : f32 to %s", kk_fresh(&k, r), val, kl_storage_type(rt));
-      kl_str s;
-      kl_str_init(&s);
-      kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
-      kk_index_list(&s, idx, oa->ndim, "%c0");
-      kl_str_append(&s, " : ");
-      kk_memref_type(&s, oa);
-      kk_line(&k, "%s", s.data);
-      kl_str_free(&s);
+      store_value(&k, rt, val, oi, oa, idx);
     }
     k.ind = "      ";
     kk_line(&k, "}");
@@ -502,18 +492,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       k.main_idx = (const ssa *)idx;
       kk_emit_value(&k, st->root, idx, val);
       int oi = kk_arg_index(&k, st->root);
-      ssa r;
-      snprintf(r, sizeof r, "%s", val);
-      if (rt == KL_BOOL) kk_line(&k, "%s = arith.extui %s : i1 to i8", kk_fresh(&k, r), val);
-      else if (kk_is_low_float(rt)) kk_line(&k, "%s = arith.truncf %s : f32 to %s", kk_fresh(&k, r), val, kl_storage_type(rt));
-      kl_str s;
-      kl_str_init(&s);
-      kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
-      kk_index_list(&s, idx, oa->ndim, "%c0");
-      kl_str_append(&s, " : ");
-      kk_memref_type(&s, oa);
-      kk_line(&k, "%s", s.data);
-      kl_str_free(&s);
+      store_value(&k, rt, val, oi, oa, idx);
       k.ind = "        ";
       kk_line(&k, "}");
     } else {
@@ -629,6 +608,5 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   info->nargs = k.nargs;
   free_ctx(&k);
   kl_str_free(&body);
-  (void)acc_type;
   return 0;
 }

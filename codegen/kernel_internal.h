@@ -49,6 +49,8 @@ char *kk_emit_load(kctx *k, int v, ssa *idx, char *out);
 /* Computes value v at index idx (memoized per kernel scope). */
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
 void kk_memref_type(kl_str *s, const kl_aval *a);
+/* `%m<i> = memref.reinterpret_cast %a<i>` from memref<1xT> to the static row-major shape dims. */
+void kk_emit_reinterpret(kl_str *out, const char *indent, int i, int ndim, const int64_t *dims, const char *storage);
 void kk_index_list(kl_str *s, ssa *idx, int n, const char *zero);
 void kk_reduce_init(kctx *k, kl_prim p, kl_dtype t, char *out);
 const char *kk_reduce_op(kl_prim p, kl_dtype t);
