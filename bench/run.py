@@ -589,7 +589,7 @@ class _FlatCall:
 
 
 def bench_vmap(libs, cfg):
-    row = Row("vmap matvec 150x100, 10")
+    row = Row("vmap matvec 150x100, 10", "<=0.5x jax", 0.5)
     missing = None
     if libs.kiln is not None and not hasattr(libs.kiln, "vmap"):
         missing = "n/a (not implemented yet)"
