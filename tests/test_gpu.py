@@ -12,7 +12,12 @@ from kiln import _kiln
 from kiln._src import api
 
 HAS_GPU = kiln.default_backend() == "gpu"
-gpu = pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+_needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+
+
+def gpu(test):
+    """Marks a test `gpu` (select them with `pytest -m gpu`) and skips it without a GPU."""
+    return pytest.mark.gpu(_needs_gpu(test))
 
 
 def _ptx(f, *args, cc=90):

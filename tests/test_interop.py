@@ -7,7 +7,12 @@ import kiln
 import kiln.numpy as jnp
 
 HAS_GPU = kiln.default_backend() == "gpu"
-gpu = pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+_needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+
+
+def gpu(test):
+    """Marks a test `gpu` (select them with `pytest -m gpu`) and skips it without a GPU."""
+    return pytest.mark.gpu(_needs_gpu(test))
 
 
 def _np_ptr(a):
