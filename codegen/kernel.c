@@ -596,6 +596,42 @@ static char *emit_concat(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
 
 /* ---- the recursive emitter ---- */
 
+/* A product with a small contraction at output index idx (dims: lhs free, then rhs free):
+ * sum over the contracted index c of lhs[.., c, ..] * rhs[.., c, ..], unrolled. */
+static char *emit_small_dot(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
+  const kl_aval *l = &k->pg->vals[e->ins[0]].aval, *r = &k->pg->vals[e->ins[1]].aval;
+  const char *ty = kl_compute_type(k->pg->vals[e->outs[0]].aval.dtype);
+  int lc[KL_MAX_RANK], rc[KL_MAX_RANK]; /* position in the contraction list, or -1 */
+  for (int d = 0; d < KL_MAX_RANK; d++) lc[d] = rc[d] = -1;
+  for (int i = 0; i < e->p.nv[0]; i++) lc[e->p.v[0][i]] = i, rc[e->p.v[1][i]] = i;
+  int64_t cdims[KL_MAX_RANK], kdim = 1;
+  for (int i = 0; i < e->p.nv[0]; i++) kdim *= cdims[i] = l->dims[e->p.v[0][i]];
+  ssa acc;
+  acc[0] = 0;
+  for (int64_t c = 0; c < kdim; c++) {
+    ssa ci[KL_MAX_RANK], li[KL_MAX_RANK], ri[KL_MAX_RANK], a, b, p;
+    int64_t rest = c;
+    for (int i = e->p.nv[0] - 1; i >= 0; i--) {
+      kk_const_index(k, rest % cdims[i], ci[i]);
+      rest /= cdims[i];
+    }
+    int o = 0;
+    for (int d = 0; d < l->ndim; d++) memcpy(li[d], lc[d] >= 0 ? ci[lc[d]] : idx[o++], sizeof(ssa));
+    for (int d = 0; d < r->ndim; d++) memcpy(ri[d], rc[d] >= 0 ? ci[rc[d]] : idx[o++], sizeof(ssa));
+    kk_emit_value(k, e->ins[0], li, a);
+    kk_emit_value(k, e->ins[1], ri, b);
+    kk_line(k, "%s = arith.mulf %s, %s : %s", kk_fresh(k, p), a, b, ty);
+    if (!acc[0]) memcpy(acc, p, sizeof(ssa));
+    else {
+      ssa s;
+      kk_line(k, "%s = arith.addf %s, %s : %s", kk_fresh(k, s), acc, p, ty);
+      memcpy(acc, s, sizeof(ssa));
+    }
+  }
+  snprintf(out, sizeof(ssa), "%s", acc);
+  return out;
+}
+
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
   const kl_value *val = &k->pg->vals[v];
   int n = val->aval.ndim;
@@ -725,6 +761,12 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
     }
     break;
   }
+  case KL_FAM_LIB:
+    if (kl_small_dot(k->pg, e)) {
+      emit_small_dot(k, e, idx, out);
+      break;
+    }
+    /* fall through */
   default: kk_kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
   }
   memo_put(k, key, out);

@@ -63,7 +63,24 @@ def test_ptx_for_other_compute_capabilities():
 
 
 def test_library_calls_generate_no_kernel():
-    assert _ptx(lambda a, b: a @ b, np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)) == ""
+    assert _ptx(lambda a, b: a @ b, np.ones((4, 64), np.float32), np.ones((64, 4), np.float32)) == ""
+
+
+def test_small_contraction_products_are_computed_inside_kernels():
+    # a classifier layer's k = 10 gradient product is fused into the kernel that consumes it
+    ptx = _ptx(lambda g, w, s: (g @ w.T) * (s > 0), np.ones((64, 10), np.float32), np.ones((32, 10), np.float32),
+               np.ones((64, 32), np.float32))
+    assert ptx.count(".entry") == 1 and ".extern" not in ptx
+
+
+@pytest.mark.parametrize("shapes,dims", [(((6, 3), (3, 5)), (((1,), (0,)))), (((6, 3), (5, 3)), (((1,), (1,)))),
+                                         (((3, 6), (3, 5)), (((0,), (0,)))), (((2, 7, 2), (2, 4, 2)), (((0, 2), (0, 2))))])
+def test_small_contraction_products_match_numpy(shapes, dims, x64):
+    rng = np.random.default_rng(9)
+    a, b = (rng.standard_normal(s) for s in shapes)
+    got = kiln.jit(lambda a, b: jnp.exp(kiln.lax.dot_general(a, b, (dims, ((), ())))))(a, b)
+    ref = np.exp(np.tensordot(a, b, axes=(list(dims[0]), list(dims[1]))))
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-12)
 
 
 # ---- the fallback ----

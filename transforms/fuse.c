@@ -12,6 +12,17 @@ int kl_prim_fusible(kl_prim p) {
   return f != KL_FAM_LIB;
 }
 
+int kl_small_dot(const kl_program *pg, const kl_eqn *e) {
+  if (e->prim != KL_P_DOT_GENERAL || e->p.nv[2] || e->p.nv[3]) return 0;
+  kl_dtype t = pg->vals[e->outs[0]].aval.dtype;
+  if ((t != KL_F32 && t != KL_F64) || pg->vals[e->ins[0]].aval.dtype != t || pg->vals[e->ins[1]].aval.dtype != t) return 0;
+  int64_t kdim = 1;
+  for (int i = 0; i < e->p.nv[0]; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.v[0][i]];
+  return kdim >= 1 && kdim <= KL_SMALL_DOT_K;
+}
+
+int kl_eqn_fusible(const kl_program *pg, const kl_eqn *e) { return kl_prim_fusible(e->prim) || kl_small_dot(pg, e); }
+
 void kl_dce(kl_program *pg) {
   char *live = calloc((size_t)pg->nvals + 1, 1);
   if (!live) abort();
@@ -125,7 +136,7 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     kl_family f = kl_prim_get(e->prim)->family;
-    if (!kl_prim_fusible(e->prim)) {
+    if (!kl_eqn_fusible(pg, e) || kl_small_dot(pg, e)) {
       for (int i = 0; i < e->nin; i++) readers[e->ins[i]] += 1000; /* library calls: never absorbed */
       continue;
     }
@@ -149,7 +160,7 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
   for (int k = pg->neqns - 1; k >= 0; k--) {
     const kl_eqn *e = &pg->eqns[k];
     kl_family f = kl_prim_get(e->prim)->family;
-    if (!kl_prim_fusible(e->prim) || f == KL_FAM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
+    if (!kl_eqn_fusible(pg, e) || f == KL_FAM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
     /* the root's operands must be indexed like its result: an elementwise root (a transpose or
      * broadcast root would read a reduction along other dims than the row's; regression:
      * jit(jacfwd(lambda x: sin(x) * sum(x ** 2))) computed the transposed row's sum) */
@@ -252,8 +263,12 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
     const kl_eqn *e = &pg->eqns[k];
     kl_family f = kl_prim_get(e->prim)->family;
     if (f == KL_FAM_LIB) {
-      for (int i = 0; i < e->nin; i++) m[e->ins[i]] = 1;
-      for (int i = 0; i < e->nout; i++) m[e->outs[i]] = 1;
+      /* a small-contraction product is computed inside its consumers (each output element is a
+       * few multiply-adds over its operands, which are recomputed there too unless costly) */
+      if (!kl_small_dot(pg, e)) {
+        for (int i = 0; i < e->nin; i++) m[e->ins[i]] = 1;
+        for (int i = 0; i < e->nout; i++) m[e->outs[i]] = 1;
+      }
     }
     if (f == KL_FAM_REDUCE || nofuse)
       for (int i = 0; i < e->nout; i++) m[e->outs[i]] = 1;
@@ -274,10 +289,11 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
     }
   for (int k = 0; k < pg->neqns && !nofuse; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    if (!kl_prim_fusible(e->prim) || kl_prim_get(e->prim)->family == KL_FAM_REDUCE) continue;
-    int c = op_weight(e->prim);
+    if (!kl_eqn_fusible(pg, e) || kl_prim_get(e->prim)->family == KL_FAM_REDUCE) continue;
+    int small_dot = kl_small_dot(pg, e), reads = small_dot ? KL_SMALL_DOT_K : 1; /* operand reads per element */
+    int c = small_dot ? 2 * KL_SMALL_DOT_K : op_weight(e->prim);
     for (int i = 0; i < e->nin; i++)
-      if (!m[e->ins[i]]) c += cost[e->ins[i]];
+      if (!m[e->ins[i]]) c += reads * cost[e->ins[i]];
     for (int i = 0; i < e->nout; i++) {
       int v = e->outs[i];
       cost[v] = c > EXPR_LIMIT * 4 ? EXPR_LIMIT * 4 : c;
@@ -297,7 +313,7 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   if (!nofuse) plan_rows(pg, m, plan->absorbed, stage_of);
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    if (!kl_prim_fusible(e->prim)) {
+    if (!kl_eqn_fusible(pg, e)) {
       plan->steps[plan->nsteps++] = (kl_plan_step){KL_STEP_LIB, k, -1, 0, {0}, 0};
     } else if (m[e->outs[0]] && !plan->absorbed[e->outs[0]]) {
       kl_plan_step st = {KL_STEP_KERNEL, k, e->outs[0], 0, {0}, 0};

@@ -46,4 +46,11 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan);
 void kl_plan_free(kl_plan *plan);
 /* True for families that can be inlined into a kernel. */
 int kl_prim_fusible(kl_prim p);
+/* Products contracting at most this many elements (float32/64, no batch dims) are computed
+ * inside kernels instead of calling BLAS/cuBLAS: the k = 10 products of a classifier layer's
+ * gradient write and re-read a whole activation-sized buffer otherwise. */
+#define KL_SMALL_DOT_K 16
+int kl_small_dot(const kl_program *pg, const kl_eqn *e);
+/* kl_prim_fusible, or a small product. */
+int kl_eqn_fusible(const kl_program *pg, const kl_eqn *e);
 #endif
