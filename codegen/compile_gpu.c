@@ -255,6 +255,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
         d.t = pg->vals[e->outs[0]].aval.dtype;
         d.precision = (int)e->p.i0;
         if ((d.t == KL_F32 || d.t == KL_F64 || d.t == KL_F16 || d.t == KL_BF16) && (ptx_only || kl_cublas_available(NULL, 0))) {
+          x->cost += d.batch * d.m * d.n;
           o->dots[o->ndots] = d;
           st->ctx = &o->dots[o->ndots++];
           st->run_checked = dot_run;
@@ -274,6 +275,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
     snprintf(o->names[o->nkernels++], 64, "%s", name);
     g->grid = ki.grid;
     g->block = ki.block;
+    x->cost += kl_aval_size(&pg->vals[ps->root].aval);
     kl_step *st = &x->steps[x->nsteps++];
     st->ctx = g;
     st->run_checked = kernel_run;

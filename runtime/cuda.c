@@ -85,6 +85,7 @@ static char init_error[256]; /* why not, otherwise */
 static CUdevice dev0;
 static CUcontext ctx0;
 static CUstream stream0;
+static CUstream copy_stream; /* host reads: waits on the one event a buffer needs, not the queue */
 static int cc_major, cc_minor, num_sms, driver_version;
 static char dev_name[128];
 static size_t dev_total_mem;
@@ -129,7 +130,7 @@ static void cuda_init(void) {
   }
   int pools = 0;
   if ((r = p_cuDeviceGet(&dev0, 0)) || (r = p_cuDevicePrimaryCtxRetain(&ctx0, dev0)) || (r = p_cuCtxSetCurrent(ctx0)) ||
-      (r = p_cuStreamCreate(&stream0, STREAM_NON_BLOCKING)) ||
+      (r = p_cuStreamCreate(&stream0, STREAM_NON_BLOCKING)) || (r = p_cuStreamCreate(&copy_stream, STREAM_NON_BLOCKING)) ||
       (r = p_cuDeviceGetAttribute(&cc_major, ATTR_CC_MAJOR, dev0)) ||
       (r = p_cuDeviceGetAttribute(&cc_minor, ATTR_CC_MINOR, dev0)) || (r = p_cuDeviceGetAttribute(&num_sms, ATTR_SMS, dev0)) ||
       (r = p_cuDeviceGetAttribute(&pools, ATTR_POOLS, dev0)) || (r = p_cuDeviceGetName(dev_name, sizeof dev_name, dev0)) ||
@@ -368,6 +369,22 @@ int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
   return 0;
 }
 
+int kl_cuda_read(void *dst, const void *src, size_t n, struct kl_event *e, char *err, size_t errlen) {
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", init_error);
+    return -1;
+  }
+  CUresult r = CUDA_SUCCESS;
+  if (e && !kl_cuda_event_query(e)) r = p_cuStreamWaitEvent(copy_stream, e->ev, 0);
+  if (!r && n) r = p_cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, copy_stream);
+  if (!r) r = p_cuStreamSynchronize(copy_stream);
+  if (r) {
+    snprintf(err, errlen, "GPU read of %zu bytes failed: %s", n, cu_msg(r));
+    return -1;
+  }
+  return 0;
+}
+
 int kl_cuda_memset0(void *dst, size_t n) {
   if (enter()) return -1;
   return p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, n, stream0) ? -1 : 0;
@@ -492,6 +509,8 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
   return rc;
 }
 
+#define BIG_LAUNCH_COST (1 << 20) /* elements: launches that get event boundaries of their own */
+
 /* KILN_GPU_PROFILE=1: every step runs synchronized and prints its time (slow; for finding
  * which kernel or library call dominates a program). */
 static double sync_now(void) {
@@ -529,6 +548,14 @@ int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *
       bufs[x->in_slots[i]] = b;
       kl_buf_retain(b);
     }
+  }
+  /* A large launch starts a new event: buffers written before it never wait for it (small
+   * launches share one event, recorded on demand, so a read waits at most for small work). */
+  if (x->cost >= BIG_LAUNCH_COST) {
+    pthread_mutex_lock(&ev_mu);
+    struct kl_event *cur = ev_current;
+    pthread_mutex_unlock(&ev_mu);
+    if (cur) ensure_recorded(cur);
   }
   for (int s = 0; s < x->nsteps && !rc; s++) {
     const kl_step *st = &x->steps[s];
@@ -574,7 +601,10 @@ int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *
     kl_buf_retain(b);
     outs[i] = b;
   }
-  if (ev) event_release(ev);
+  if (ev) {
+    if (x->cost >= BIG_LAUNCH_COST) ensure_recorded(ev); /* and later small launches do not extend it */
+    event_release(ev);
+  }
 done:
   for (int i = 0; i < x->nslots; i++) kl_buf_release(bufs[i]); /* temporaries are freed in stream order */
   if (bufs != small) free(bufs);

@@ -97,6 +97,9 @@ long long kl_cuda_bytes_in_use(void);
 /* Copies n bytes in stream order (dev flags: 1 = GPU). Device-to-host returns when done. */
 int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n, char *err, size_t errlen);
 int kl_cuda_memset0(void *dst, size_t n);
+/* Copies n bytes of a GPU buffer to the host once event e (its producer) is done, without
+ * waiting for work queued after it; returns when the bytes are there. */
+int kl_cuda_read(void *dst, const void *src, size_t n, struct kl_event *e, char *err, size_t errlen);
 int kl_cuda_synchronize(void);
 int kl_cuda_is_device_pointer(const void *p);
 void *kl_cuda_stream(void);

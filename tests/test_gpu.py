@@ -247,6 +247,20 @@ def test_launches_are_asynchronous_and_block_until_ready_waits():
 
 
 @gpu
+def test_reading_a_result_does_not_wait_for_later_launches():
+    small = kiln.jit(lambda x: x * 2.0)
+    big = kiln.jit(lambda x: jnp.sin(jnp.cos(jnp.sin(x))) * 2 + jnp.cos(x))
+    x, w = jnp.ones(8), jnp.ones((4096, 4096))
+    small(x).block_until_ready()
+    big(w).block_until_ready()
+    y = small(x)
+    zs = [big(w) for _ in range(30)]  # ~30 ms of queued work after y
+    np.testing.assert_array_equal(np.asarray(y), 2.0)
+    assert not zs[-1].is_ready()  # the read of y did not wait for the queue behind it
+    zs[-1].block_until_ready()
+
+
+@gpu
 def test_out_of_memory_is_an_exception_and_the_process_stays_usable():
     with pytest.raises(MemoryError, match="out of GPU memory"):
         jnp.zeros((1 << 40,), jnp.float32) + 1

@@ -18,7 +18,7 @@ int kl_small_dot(const kl_program *pg, const kl_eqn *e) {
   if ((t != KL_F32 && t != KL_F64) || pg->vals[e->ins[0]].aval.dtype != t || pg->vals[e->ins[1]].aval.dtype != t) return 0;
   int64_t kdim = 1;
   for (int i = 0; i < e->p.nv[0]; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.v[0][i]];
-  return kdim >= 1 && kdim <= KL_SMALL_DOT_K;
+  return kdim >= 1 && kdim <= KL_SMALL_DOT_K ? (int)kdim : 0;
 }
 
 int kl_eqn_fusible(const kl_program *pg, const kl_eqn *e) { return kl_prim_fusible(e->prim) || kl_small_dot(pg, e); }
@@ -290,8 +290,8 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   for (int k = 0; k < pg->neqns && !nofuse; k++) {
     const kl_eqn *e = &pg->eqns[k];
     if (!kl_eqn_fusible(pg, e) || kl_prim_get(e->prim)->family == KL_FAM_REDUCE) continue;
-    int small_dot = kl_small_dot(pg, e), reads = small_dot ? KL_SMALL_DOT_K : 1; /* operand reads per element */
-    int c = small_dot ? 2 * KL_SMALL_DOT_K : op_weight(e->prim);
+    int small_k = kl_small_dot(pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
+    int c = small_k ? 2 * small_k : op_weight(e->prim);
     for (int i = 0; i < e->nin; i++)
       if (!m[e->ins[i]]) c += reads * cost[e->ins[i]];
     for (int i = 0; i < e->nout; i++) {

@@ -50,6 +50,7 @@ int kl_prim_fusible(kl_prim p);
  * inside kernels instead of calling BLAS/cuBLAS: the k = 10 products of a classifier layer's
  * gradient write and re-read a whole activation-sized buffer otherwise. */
 #define KL_SMALL_DOT_K 16
+/* The contraction size of such a product (0 when e is not one). */
 int kl_small_dot(const kl_program *pg, const kl_eqn *e);
 /* kl_prim_fusible, or a small product. */
 int kl_eqn_fusible(const kl_program *pg, const kl_eqn *e);

@@ -107,7 +107,7 @@ static int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = kl_cuda_copy(h, 0, o->buf->data, 1, o->buf->nbytes, err, sizeof err);
+    rc = kl_cuda_read(h, o->buf->data, o->buf->nbytes, o->buf->event, err, sizeof err);
     Py_END_ALLOW_THREADS
     if (rc) {
       free(h);
@@ -210,6 +210,7 @@ static kl_buffer *transfer(kl_buffer *b, int device, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", b->error ? b->error : "the computation producing this array failed");
     rc = -1;
   } else if (b->device == KL_DEV_CPU && device == KL_DEV_CPU) memcpy(n->data, b->data, b->nbytes);
+  else if (device == KL_DEV_CPU) rc = kl_cuda_read(n->data, b->data, b->nbytes, b->event, err, errlen);
   else rc = kl_cuda_copy(n->data, device == KL_DEV_CUDA, b->data, b->device == KL_DEV_CUDA, b->nbytes, err, errlen);
   n->state = KL_BUF_READY;
   if (rc) {

@@ -551,9 +551,10 @@ static void test_fusion_plan(void) {
   unsetenv("KILN_DISABLE_FUSION");
   kl_program_free(pg);
 
-  /* Library equations are steps of their own, with materialized operands. */
+  /* Library equations are steps of their own, with materialized operands (a contraction of 32:
+   * products contracting <= KL_SMALL_DOT_K elements are computed inside kernels instead). */
   pg = kl_program_new();
-  kl_aval a = aval2(KL_F32, 3, 3);
+  kl_aval a = aval2(KL_F32, 32, 32);
   int x = kl_program_add_input(pg, &a);
   int s = eqn1(pg, "exp", x);
   int64_t lc = 1, rc = 0;
@@ -568,6 +569,21 @@ static void test_fusion_plan(void) {
   kl_plan_build(pg, &plan);
   CHECK(plan.nsteps == 3 && plan.steps[1].kind == KL_STEP_LIB && plan.materialized[s] && plan.materialized[d],
         "exp kernel, dot_general library call, tanh kernel: %d steps", plan.nsteps);
+  kl_plan_free(&plan);
+  kl_program_free(pg);
+
+  /* The same with a contraction of 3: one kernel computes exp, the product and tanh. */
+  pg = kl_program_new();
+  a = aval2(KL_F32, 3, 3);
+  x = kl_program_add_input(pg, &a);
+  s = eqn1(pg, "exp", x);
+  ins[0] = ins[1] = s;
+  d = eqn(pg, "dot_general", ins, 2, &p);
+  o = eqn1(pg, "tanh", d);
+  kl_program_set_outputs(pg, &o, 1);
+  kl_plan_build(pg, &plan);
+  CHECK(plan.nsteps == 1 && plan.steps[0].kind == KL_STEP_KERNEL && !plan.materialized[d],
+        "a small product fuses with its producer and consumer: %d steps", plan.nsteps);
   kl_plan_free(&plan);
   kl_program_free(pg);
 
