@@ -986,6 +986,25 @@ int kk_expr_uses(const kl_program *pg, const kl_plan *plan, int v, int target) {
 static int emit_column_reduce(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
                               char *err, size_t errlen);
 
+#define KL_TILE 32
+
+/* True when the kernel expression of v reads something through a transpose that moves the
+ * last dimension (so consecutive output elements read far-apart input elements). */
+static int reads_transposed(const kl_program *pg, const kl_plan *plan, int v, char *seen) {
+  if (seen[v]) return 0;
+  seen[v] = 1;
+  const kl_value *val = &pg->vals[v];
+  if (val->producer < 0) return 0;
+  const kl_eqn *e = &pg->eqns[val->producer];
+  if (e->prim == KL_P_TRANSPOSE && e->p.nv[0] >= 2 && e->p.v[0][e->p.nv[0] - 1] != e->p.nv[0] - 1) return 1;
+  for (int i = 0; i < e->nin; i++) {
+    int u = e->ins[i];
+    if (plan->materialized[u] || !kl_eqn_fusible(pg, &pg->eqns[val->producer])) continue;
+    if (reads_transposed(pg, plan, u, seen)) return 1;
+  }
+  return 0;
+}
+
 int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
                    char *err, size_t errlen) {
   const kl_program *pg = plan->pg;
@@ -1146,8 +1165,28 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     kl_str_append(&store, "\n");
   }
 
-  /* loops: kept loops, then (for reductions) the init and reduced loops with iter_args */
+  /* loops: kept loops, then (for reductions) the init and reduced loops with iter_args. A 2-D
+   * elementwise kernel reading an operand transposed walks 32x32 tiles, so both the rows it
+   * writes and the columns it reads stay in cache (a.T + 1: one cache line per element
+   * otherwise). */
   int lvl = 0;
+  int tiled = !is_reduce && !st->nstages && nkept == 2 && space->dims[order[0]] > 32 && space->dims[order[1]] > 32;
+  if (tiled) {
+    char *seen = calloc((size_t)pg->nvals + 1, 1);
+    if (!seen) abort();
+    tiled = reads_transposed(pg, plan, st->root, seen);
+    free(seen);
+  }
+  if (tiled) {
+    kl_str_printf(out, "    %%ctile = arith.constant %d : index\n", KL_TILE);
+    kl_str_printf(out, "    scf.for %%ti = %%lo to %%hi step %%ctile {\n");
+    kl_str_printf(out, "      %%tie0 = arith.addi %%ti, %%ctile : index\n      %%tie = arith.minui %%tie0, %%hi : index\n");
+    kl_str_printf(out, "      scf.for %%tj = %%c0 to %%n1 step %%ctile {\n");
+    kl_str_printf(out, "        %%tje0 = arith.addi %%tj, %%ctile : index\n        %%tje = arith.minui %%tje0, %%n1 : index\n");
+    kl_str_printf(out, "        scf.for %%i%d = %%ti to %%tie step %%c1 {\n", order[0]);
+    kl_str_printf(out, "          scf.for %%i%d = %%tj to %%tje step %%c1 {\n", order[1]);
+    lvl = nkept;
+  }
   for (; lvl < nkept; lvl++) {
     char iv[24], n[24];
     if (lvl == rowk && pre.data) kl_str_append(out, pre.data);
@@ -1246,6 +1285,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     }
   }
   for (lvl = nkept - 1; lvl >= 0; lvl--) kl_str_printf(out, "%*s}\n", 4 + 2 * lvl, "");
+  if (tiled) kl_str_append(out, "    }\n    }\n");
   kl_str_append(out, "    return\n  }\n");
   kl_str_free(&store);
   kl_str_free(&ini);

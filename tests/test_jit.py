@@ -630,3 +630,14 @@ def test_async_dispatch_and_block_until_ready():
     # chained calls on not-yet-ready inputs give the right values
     z = heavy(heavy(x)[0])[1]
     assert np.isfinite(float(z))
+
+
+@pytest.mark.parametrize("shape", [(33, 70), (100, 37), (64, 64), (257, 129)])
+def test_transposed_reads_walk_tiles_with_exact_edges(shape):
+    """2-D kernels reading an operand transposed run in 32x32 tiles; tiles at the edges are partial."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape[::-1]).astype(np.float32)
+    got = kiln.jit(lambda a, b: jnp.tanh(a.T) * b + a.T[:, :1])(a, b)
+    np.testing.assert_allclose(np.asarray(got), np.tanh(a.T.astype(np.float64)) * b + a.T[:, :1], rtol=2e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(kiln.jit(lambda a: a.T + 1)(a)), a.T + 1)
