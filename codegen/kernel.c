@@ -854,6 +854,21 @@ static void emit_prologue(kl_str *out, const kl_program *pg, const char *name, c
   }
 }
 
+void kk_store_stash(kctx *k, const char *val, ssa *idx, int n) {
+  const kl_aval *oa = &k->pg->vals[k->root].aval;
+  ssa sv;
+  snprintf(sv, sizeof sv, "%s", val);
+  if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
+  kl_str st;
+  kl_str_init(&st);
+  kl_str_printf(&st, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
+  kk_index_list(&st, idx, n, "%c0");
+  kl_str_append(&st, " : ");
+  kk_memref_type(&st, oa);
+  kk_line(k, "%s", st.data);
+  kl_str_free(&st);
+}
+
 /* Emits, at the current position of k->body (inside the loops over the leading dims 0..rowk-1),
  * the reduction `r` over dims rowk..n-1 of the current row, and names its result (compute type)
  * in k->stage_ssa. Values computed inside the row loops are forgotten afterwards (memo scope). */
@@ -902,20 +917,7 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
   int memo_mark = k->nmemo;
   ssa val, nv;
   kk_emit_value(k, r->ins[0], idx, val);
-  if (k->stash == r->ins[0]) { /* keep the row's values: the main loop reads them back */
-    const kl_aval *oa = &k->pg->vals[k->root].aval;
-    ssa sv;
-    snprintf(sv, sizeof sv, "%s", val);
-    if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
-    kl_str st_line;
-    kl_str_init(&st_line);
-    kl_str_printf(&st_line, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
-    kk_index_list(&st_line, idx, x->ndim, "%c0");
-    kl_str_append(&st_line, " : ");
-    kk_memref_type(&st_line, oa);
-    kk_line(k, "%s", st_line.data);
-    kl_str_free(&st_line);
-  }
+  if (k->stash == r->ins[0]) kk_store_stash(k, val, idx, x->ndim); /* the main loop reads them back */
   char acc[40], flag[40];
   snprintf(acc, sizeof acc, "%%sa%d_%d", sid, x->ndim - 1);
   snprintf(flag, sizeof flag, "%%sf%d_%d", sid, x->ndim - 1);

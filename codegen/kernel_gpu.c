@@ -131,20 +131,7 @@ static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int6
     kk_delinearize(k, jn, dims + lead, n - lead, idx + lead);
     ssa val, c;
     kk_emit_value(k, v, idx, val);
-    if (k->stash == v && k->stash >= 0) { /* keep the row's values: the output loop reads them back */
-      const kl_aval *oa = &k->pg->vals[k->root].aval;
-      ssa sv;
-      snprintf(sv, sizeof sv, "%s", val);
-      if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
-      kl_str st;
-      kl_str_init(&st);
-      kl_str_printf(&st, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
-      kk_index_list(&st, idx, n, "%c0");
-      kl_str_append(&st, " : ");
-      kk_memref_type(&st, oa);
-      kk_line(k, "%s", st.data);
-      kl_str_free(&st);
-    }
+    if (k->stash == v && k->stash >= 0) kk_store_stash(k, val, idx, n); /* the output loop reads them back */
     to_shared(k, t, val);
     combine(k, p, t, ty, acc, val, c);
     snprintf(acc, sizeof acc, "%s", c);
@@ -171,6 +158,39 @@ static void store_value(kctx *k, kl_dtype rt, const char *val, int oi, const kl_
   kk_memref_type(&s, oa);
   kk_line(k, "%s", s.data);
   kl_str_free(&s);
+}
+
+/* Column reductions: accumulates reduction e's operand over its reduced axes (sizes rdims, at
+ * positions rpos of idx; the kept entries of idx are set), walking their flattened index from
+ * `start` in steps of `step`. Leaves this thread's partial (shared type) in out. */
+static void reduced_accumulate(kctx *k, const kl_eqn *e, kl_dtype rt, const int64_t *rdims, int nr, const int *rpos,
+                               ssa *idx, const char *start, int64_t step, char *out) {
+  const char *ty = shared_type(rt);
+  ssa init, rtot, cs, ridx[KL_MAX_RANK];
+  shared_init(k, e->prim, rt, init);
+  int64_t total = 1;
+  for (int i = 0; i < nr; i++) total *= rdims[i];
+  kk_const_index(k, total, rtot);
+  if (step == 1) snprintf(cs, sizeof cs, "%%c1");
+  else kk_const_index(k, step, cs);
+  kk_line(k, "%%acc0 = scf.for %%j0 = %s to %s step %s iter_args(%%ra0 = %s) -> (%s) {", start, rtot, cs, init, ty);
+  const char *ind = k->ind;
+  char ind2[80];
+  snprintf(ind2, sizeof ind2, "%s  ", ind);
+  k->ind = ind2;
+  int mark = k->nmemo;
+  kk_delinearize(k, "%j0", rdims, nr, ridx);
+  for (int i = 0; i < nr; i++) memcpy(idx[rpos[i]], ridx[i], sizeof(ssa));
+  ssa val, c;
+  kk_emit_value(k, e->ins[0], idx, val);
+  to_shared(k, rt, val);
+  combine(k, e->prim, rt, ty, "%ra0", val, c);
+  kk_line(k, "scf.yield %s : %s", c, ty);
+  for (int i = mark; i < k->nmemo; i++) free(k->memo[i].key);
+  k->nmemo = mark;
+  k->ind = ind;
+  kk_line(k, "}");
+  snprintf(out, sizeof(ssa), "%%acc0");
 }
 
 /* Converts a reduction result (shared type) to the output's storage type and stores it. */
@@ -355,28 +375,8 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     kk_delinearize(&k, "%lin", kdims, nk, kept);
     for (int i = 0; i < nk; i++) memcpy(idx[kpos[i]], kept[i], sizeof(ssa));
     /* the reduced axes, flattened, walked by this thread alone */
-    ssa part, ridx[KL_MAX_RANK];
-    int mark = k.nmemo;
-    {
-      const char *ty = shared_type(rt);
-      ssa init, rtot;
-      shared_init(&k, e->prim, rt, init);
-      kk_const_index(&k, prod(rdims, 0, nr), rtot);
-      kk_line(&k, "%%acc0 = scf.for %%j0 = %%c0 to %s step %%c1 iter_args(%%ra0 = %s) -> (%s) {", rtot, init, ty);
-      k.ind = "          ";
-      kk_delinearize(&k, "%j0", rdims, nr, ridx);
-      for (int i = 0; i < nr; i++) memcpy(idx[rpos[i]], ridx[i], sizeof(ssa));
-      ssa val, c;
-      kk_emit_value(&k, e->ins[0], idx, val);
-      to_shared(&k, rt, val);
-      combine(&k, e->prim, rt, ty, "%ra0", val, c);
-      kk_line(&k, "scf.yield %s : %s", c, ty);
-      for (int i = mark; i < k.nmemo; i++) free(k.memo[i].key);
-      k.nmemo = mark;
-      k.ind = "        ";
-      kk_line(&k, "}");
-      snprintf(part, sizeof part, "%%acc0");
-    }
+    ssa part;
+    reduced_accumulate(&k, e, rt, rdims, nr, rpos, idx, "%c0", 1, part);
     store_result(&k, rt, part, kk_arg_index(&k, st->root), oa, kept, nk);
     k.ind = "      ";
     kk_line(&k, "}");
@@ -391,7 +391,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       if (reduced[i]) rdims[nr] = space->dims[i], rpos[nr++] = i;
       else kdims[nk] = space->dims[i], kpos[nk++] = i;
     }
-    ssa c32, lane, slice, b32, kc, kmax, kcl, kept[KL_MAX_RANK], ridx[KL_MAX_RANK], rtot, cs, part;
+    ssa c32, lane, slice, b32, kc, kmax, kcl, kept[KL_MAX_RANK], part;
     kk_const_index(&k, 32, c32);
     kk_line(&k, "%s = arith.remui %%tid, %s : index", kk_fresh(&k, lane), c32);
     kk_line(&k, "%s = arith.divui %%tid, %s : index", kk_fresh(&k, slice), c32);
@@ -402,25 +402,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     kk_delinearize(&k, kcl, kdims, nk, kept);
     for (int i = 0; i < nk; i++) memcpy(idx[kpos[i]], kept[i], sizeof(ssa));
     const char *ty = shared_type(rt);
-    ssa init;
-    shared_init(&k, e->prim, rt, init);
-    kk_const_index(&k, red_total, rtot);
-    kk_const_index(&k, slices, cs);
-    kk_line(&k, "%%acc0 = scf.for %%j0 = %s to %s step %s iter_args(%%ra0 = %s) -> (%s) {", slice, rtot, cs, init, ty);
-    k.ind = "        ";
-    int mark = k.nmemo;
-    kk_delinearize(&k, "%j0", rdims, nr, ridx);
-    for (int i = 0; i < nr; i++) memcpy(idx[rpos[i]], ridx[i], sizeof(ssa));
-    ssa val, c;
-    kk_emit_value(&k, e->ins[0], idx, val);
-    to_shared(&k, rt, val);
-    combine(&k, e->prim, rt, ty, "%ra0", val, c);
-    kk_line(&k, "scf.yield %s : %s", c, ty);
-    for (int i = mark; i < k.nmemo; i++) free(k.memo[i].key);
-    k.nmemo = mark;
-    k.ind = "      ";
-    kk_line(&k, "}");
-    snprintf(part, sizeof part, "%%acc0");
+    reduced_accumulate(&k, e, rt, rdims, nr, rpos, idx, slice, slices, part);
     shared[nshared++] = ty;
     kk_line(&k, "memref.store %s, %%sh0[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", part, block, ty);
     kk_line(&k, "gpu.barrier");

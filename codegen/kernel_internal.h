@@ -49,6 +49,8 @@ char *kk_emit_load(kctx *k, int v, ssa *idx, char *out);
 /* Computes value v at index idx (memoized per kernel scope). */
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
 void kk_memref_type(kl_str *s, const kl_aval *a);
+/* Row kernels: stores val, the stash value at idx (rank n), into the output row (k->root). */
+void kk_store_stash(kctx *k, const char *val, ssa *idx, int n);
 /* `%m<i> = memref.reinterpret_cast %a<i>` from memref<1xT> to the static row-major shape dims. */
 void kk_emit_reinterpret(kl_str *out, const char *indent, int i, int ndim, const int64_t *dims, const char *storage);
 void kk_index_list(kl_str *s, ssa *idx, int n, const char *zero);

@@ -411,16 +411,30 @@ int kl_cuda_stream_wait(void *stream, struct kl_event *e) {
 
 /* ---- modules and launches ---- */
 
+/* The driver's JIT options that capture its error log. */
+typedef struct {
+  char log[4096];
+  int opts[2];
+  void *vals[2];
+} jit_log;
+
+static void jit_log_init(jit_log *l) {
+  l->log[0] = 0;
+  l->opts[0] = JIT_ERROR_LOG_BUFFER;
+  l->opts[1] = JIT_ERROR_LOG_BUFFER_SIZE;
+  l->vals[0] = l->log;
+  l->vals[1] = (void *)(uintptr_t)sizeof l->log;
+}
+
 int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen) {
   if (enter()) {
     snprintf(err, errlen, "no GPU: %s", init_error);
     return -1;
   }
-  char log[4096] = "";
-  int opts[2] = {JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE};
-  void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+  jit_log jl;
+  jit_log_init(&jl);
   CUlinkState ls;
-  CUresult r = p_cuLinkCreate(2, opts, vals, &ls);
+  CUresult r = p_cuLinkCreate(2, jl.opts, jl.vals, &ls);
   if (r) {
     snprintf(err, errlen, "cuLinkCreate failed: %s", cu_msg(r));
     return -1;
@@ -430,7 +444,7 @@ int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_le
   r = p_cuLinkAddData(ls, JIT_INPUT_PTX, (void *)ptx, len, "kiln", 0, NULL, NULL);
   if (!r) r = p_cuLinkComplete(ls, &cubin, &n);
   if (r) {
-    snprintf(err, errlen, "the CUDA driver rejected kiln's PTX (%s): %.3000s", cu_msg(r), log);
+    snprintf(err, errlen, "the CUDA driver rejected kiln's PTX (%s): %.3000s", cu_msg(r), jl.log);
     p_cuLinkDestroy(ls);
     return -1;
   }
@@ -447,12 +461,11 @@ int kl_cuda_module_load(const void *image, void **module, char *err, size_t errl
     snprintf(err, errlen, "no GPU: %s", init_error);
     return -1;
   }
-  char log[4096] = "";
-  int opts[2] = {JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE};
-  void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
-  CUresult r = p_cuModuleLoadDataEx((CUmodule *)module, image, 2, opts, vals);
+  jit_log jl;
+  jit_log_init(&jl);
+  CUresult r = p_cuModuleLoadDataEx((CUmodule *)module, image, 2, jl.opts, jl.vals);
   if (r) {
-    snprintf(err, errlen, "cannot load a GPU module (%s): %.3000s", cu_msg(r), log);
+    snprintf(err, errlen, "cannot load a GPU module (%s): %.3000s", cu_msg(r), jl.log);
     return -1;
   }
   return 0;
@@ -587,20 +600,20 @@ int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *
   }
   struct kl_event *ev = rc ? NULL : event_for_launch(err, errlen);
   if (!rc && !ev) rc = -1;
+  if (!rc) pthread_mutex_lock(&ev_mu); /* one lock for every output's event */
   for (int i = 0; i < x->noutputs && !rc; i++) {
     kl_buffer *b = bufs[x->out_slots[i]];
     int is_input = 0;
     for (int j = 0; j < x->ninputs; j++) is_input |= x->in_slots[j] == x->out_slots[i];
     if (!is_input && b->event != ev) {
-      pthread_mutex_lock(&ev_mu);
       if (b->event) event_release_locked(b->event);
       ev->refs++;
       b->event = ev;
-      pthread_mutex_unlock(&ev_mu);
     }
     kl_buf_retain(b);
     outs[i] = b;
   }
+  if (!rc) pthread_mutex_unlock(&ev_mu);
   if (ev) {
     if (x->cost >= BIG_LAUNCH_COST) ensure_recorded(ev); /* and later small launches do not extend it */
     event_release(ev);
