@@ -1,9 +1,8 @@
 /* module.c: kiln._kiln, the CPython extension (stable ABI 3.11). It wraps the C core for the
  * Python package: Buffer (a device buffer), Builder (a Program under construction),
- * Executable (a compiled Program). Python refcounts stop here. */
-#define Py_LIMITED_API 0x030B0000
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+ * Executable (a compiled Program); array.c adds ArrayBase, the C half of kiln.Array. Python
+ * refcounts stop here. */
+#include "module.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +16,6 @@
 #include "../../transforms/batching.h"
 #include "../../transforms/fuse.h"
 
-typedef struct {
-  PyObject_HEAD
-  kl_buffer *buf;
-  void *host; /* GPU buffers: host copy made for the buffer protocol (owned), or NULL */
-} BufferObject;
-
 /* Where new buffers and compiled programs go: KL_DEV_CUDA once python/ chose the GPU. */
 static int default_device = KL_DEV_CPU;
 
@@ -31,17 +24,12 @@ typedef struct {
   kl_program *pg;
 } BuilderObject;
 
-typedef struct {
-  PyObject_HEAD
-  kl_exec *x;
-  int ninputs, noutputs;
-} ExecObject;
-
-static PyObject *BufferType, *BuilderType, *ExecType;
+PyObject *BufferType, *ExecType;
+static PyObject *BuilderType;
 
 /* ---- Buffer ---- */
 
-static PyObject *buffer_new_from(kl_buffer *b) {
+PyObject *buffer_new_from(kl_buffer *b) {
   BufferObject *o = (BufferObject *)PyType_GenericNew((PyTypeObject *)BufferType, NULL, NULL);
   if (!o) {
     kl_buf_release(b);
@@ -949,25 +937,6 @@ static PyType_Slot exec_slots[] = {{Py_tp_dealloc, exec_dealloc},
 
 static PyType_Spec exec_spec = {"kiln._kiln.Executable", sizeof(ExecObject), 0, Py_TPFLAGS_DEFAULT, exec_slots};
 
-/* ---- ArrayBase: gives kiln.Array the buffer protocol on every Python >= 3.11 ----
- * The Python subclass provides _value() (a read-only NumPy view that waits for the data);
- * the exported buffer is that array's, which the view keeps alive. */
-
-static int arraybase_getbuffer(PyObject *self, Py_buffer *view, int flags) {
-  PyObject *v = PyObject_CallMethod(self, "_value", NULL);
-  if (!v) return -1;
-  int rc = PyObject_GetBuffer(v, view, flags);
-  Py_DECREF(v);
-  return rc;
-}
-
-static PyType_Slot arraybase_slots[] = {{Py_bf_getbuffer, arraybase_getbuffer},
-                                        {Py_tp_doc, "Base of kiln.Array (buffer protocol)."},
-                                        {0, NULL}};
-
-static PyType_Spec arraybase_spec = {"kiln._kiln.ArrayBase", sizeof(PyObject), 0,
-                                     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, arraybase_slots};
-
 /* ---- module ---- */
 
 static PyObject *mod_synchronize(PyObject *self, PyObject *unused) {
@@ -1091,8 +1060,7 @@ static int mod_exec(PyObject *m) {
   Py_INCREF(BufferType);
   Py_INCREF(BuilderType);
   Py_INCREF(ExecType);
-  PyObject *arraybase = PyType_FromSpec(&arraybase_spec);
-  if (!arraybase || PyModule_AddObject(m, "ArrayBase", arraybase)) return -1;
+  if (kl_py_array_init(m)) return -1;
   if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
       PyModule_AddObject(m, "Executable", ExecType))
     return -1;

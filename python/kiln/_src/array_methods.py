@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from kiln import _kiln
 from kiln._src import core
 
 
@@ -28,9 +29,18 @@ def _install(jnp):
         "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,
         "lshift": jnp.left_shift, "rshift": jnp.right_shift,
     }
+    fast = ("add", "sub", "mul", "truediv")  # operators of the C base class (python/ext/array.c)
     for name, f in ops.items():
-        setattr(A, f"__{name}__", guard(f))
-        setattr(A, f"__r{name}__", guard(swap(f)))
+        if name not in fast:
+            setattr(A, f"__{name}__", guard(f))
+            setattr(A, f"__r{name}__", guard(swap(f)))
+
+    def in_order(f):
+        """The slow road of a C operator, called as f(left, right) whichever side is the array."""
+        g, rg = guard(f), guard(swap(f))
+        return lambda left, right: g(left, right) if isinstance(left, A) else rg(right, left)
+    _kiln.eager_setup(A, core._trace_stack, core._scalar_cache, core.scalar_array, core._eager_exe,
+                      tuple(in_order(ops[name]) for name in fast))
     A.__divmod__ = guard(lambda a, b: (jnp.floor_divide(a, b), jnp.remainder(a, b)))
     A.__rdivmod__ = guard(lambda a, b: (jnp.floor_divide(b, a), jnp.remainder(b, a)))
     for name, f in {"eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less, "le": jnp.less_equal,

@@ -110,8 +110,11 @@ def _np_dtype(name):
 
 
 class Array(_kiln.ArrayBase):
-    """An immutable n-dimensional array living on a kiln device."""
-    __slots__ = ("_buf", "shape", "dtype", "weak_type", "_np", "__weakref__")
+    """An immutable n-dimensional array living on a kiln device.
+
+    Its fields (_buf, shape, dtype, weak_type, _np) live in the C base class, whose operators
+    + - * / run the common eager cases without entering Python (python/ext/array.c)."""
+    __slots__ = ("__weakref__",)
     __array_priority__ = 100
 
     def __init__(self, buf, shape, dtype, weak_type=False):
@@ -518,6 +521,18 @@ def _compile_eager(prim, args, params):
     exe = b.compile()
     avals = tuple((o[1], _np_dtype(o[2]), o[3]) for o in outs)
     return exe, avals
+
+
+def _eager_exe(prim, x1, x2):
+    """The eager executable of binary `prim` on arrays x1, x2 and its result's aval, for the C
+    fast path of ArrayBase (which caches what this returns)."""
+    key = (prim, (), (x1.shape, x1.dtype, x1.weak_type), (x2.shape, x2.dtype, x2.weak_type))
+    hit = _eager_cache.get(key)
+    if hit is None:
+        hit = _compile_eager(prim, (x1, x2), None)
+        _eager_cache[key] = hit
+    exe, ((shape, dtype, weak),) = hit
+    return exe, shape, dtype, weak
 
 
 def bind(prim, args, params=None):

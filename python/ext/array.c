@@ -1,0 +1,353 @@
+/* array.c: ArrayBase, the C half of kiln.Array.
+ *
+ * It holds an array's fields (its Buffer, shape, dtype, weak type and cached host view), gives
+ * kiln.Array the buffer protocol, and runs the common eager arithmetic (+ - * / on two arrays of
+ * one dtype and shape, or an array and a Python scalar) without entering Python: the cached
+ * one-equation executable is found by a dictionary lookup and launched from here. Every other
+ * case goes to the Python implementation given to eager_setup, so the results and the errors are
+ * the same on both roads. */
+#include "module.h"
+
+#include <limits.h>
+#include <stddef.h>
+#include <string.h>
+#include <structmember.h>
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *buf, *shape, *dtype, *weak, *np;
+} ArrayObject;
+
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, NOPS };
+static const char *const op_prim[NOPS] = {"add", "sub", "mul", "div"};
+
+/* Set once by eager_setup (kiln._src.core): the Python pieces the fast path shares. */
+static PyTypeObject *array_type;   /* kiln.Array itself (not its subclasses, e.g. Tracer) */
+static PyObject *trace_stack;      /* core._trace_stack: the fast path runs only when it is empty */
+static PyObject *scalar_cache;     /* core._scalar_cache: (type, value, dtype, weak) -> 0-d Array */
+static PyObject *scalar_fn;        /* core.scalar_array(value, dtype, weak) */
+static PyObject *exe_fn;           /* core._eager_exe(prim, x1, x2) -> (exe, shape, dtype, weak) */
+static PyObject *fallback[NOPS];   /* the Python operators: f(left, right) */
+static PyObject *exe_cache;        /* (op, shape1, dtype, weak1, shape2, weak2) -> _eager_exe's tuple */
+
+#define SET_REF(field, value)   \
+  do {                          \
+    PyObject *old_ = (PyObject *)(field); \
+    (field) = (value);          \
+    Py_XDECREF(old_);           \
+  } while (0)
+
+/* ---- fields and lifetime ---- */
+
+static PyMemberDef array_members[] = {
+    {"_buf", T_OBJECT, offsetof(ArrayObject, buf), 0, "the Buffer holding the data"},
+    {"shape", T_OBJECT, offsetof(ArrayObject, shape), 0, "tuple of dimensions"},
+    {"dtype", T_OBJECT, offsetof(ArrayObject, dtype), 0, "NumPy dtype of the elements"},
+    {"weak_type", T_OBJECT, offsetof(ArrayObject, weak), 0, "whether the dtype is weak (from a Python scalar)"},
+    {"_np", T_OBJECT, offsetof(ArrayObject, np), 0, "cached host view, or None"},
+    {NULL, 0, 0, 0, NULL}};
+
+static int array_traverse(PyObject *self, visitproc visit, void *arg) {
+  ArrayObject *a = (ArrayObject *)self;
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(a->buf);
+  Py_VISIT(a->shape);
+  Py_VISIT(a->dtype);
+  Py_VISIT(a->weak);
+  Py_VISIT(a->np);
+  return 0;
+}
+
+static int array_clear(PyObject *self) {
+  ArrayObject *a = (ArrayObject *)self;
+  Py_CLEAR(a->buf);
+  Py_CLEAR(a->shape);
+  Py_CLEAR(a->dtype);
+  Py_CLEAR(a->weak);
+  Py_CLEAR(a->np);
+  return 0;
+}
+
+static void array_dealloc(PyObject *self) {
+  PyObject_GC_UnTrack(self);
+  array_clear(self);
+  PyTypeObject *tp = Py_TYPE(self);
+  freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  f(self);
+  Py_DECREF(tp);
+}
+
+/* The buffer protocol: the Python subclass provides _value() (a read-only NumPy view that waits
+ * for the data); the exported buffer is that array's, which the view keeps alive. */
+static int array_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+  PyObject *v = PyObject_CallMethod(self, "_value", NULL);
+  if (!v) return -1;
+  int rc = PyObject_GetBuffer(v, view, flags);
+  Py_DECREF(v);
+  return rc;
+}
+
+/* ---- the eager fast path ---- */
+
+/* The kind ('f', 'i', 'u', or 0 for anything else) and size of a dtype, cached by identity
+ * (NumPy's builtin dtypes are singletons; others just miss the cache). */
+static struct {
+  PyObject *dtype;
+  char kind;
+  int itemsize;
+} kinds[16];
+
+static char dtype_kind(PyObject *dtype, int *itemsize) {
+  for (int i = 0; i < 16 && kinds[i].dtype; i++)
+    if (kinds[i].dtype == dtype) {
+      *itemsize = kinds[i].itemsize;
+      return kinds[i].kind;
+    }
+  PyObject *k = PyObject_GetAttrString(dtype, "kind");
+  PyObject *s = k ? PyObject_GetAttrString(dtype, "itemsize") : NULL;
+  char kind = 0;
+  long size = s ? PyLong_AsLong(s) : -1;
+  const char *ks = k ? PyUnicode_AsUTF8AndSize(k, NULL) : NULL;
+  if (ks && (ks[0] == 'f' || ks[0] == 'i' || ks[0] == 'u') && size > 0) kind = ks[0];
+  Py_XDECREF(k);
+  Py_XDECREF(s);
+  PyErr_Clear();
+  for (int i = 0; i < 16; i++)
+    if (!kinds[i].dtype) {
+      Py_INCREF(dtype);
+      kinds[i].dtype = dtype;
+      kinds[i].kind = kind;
+      kinds[i].itemsize = (int)size;
+      break;
+    }
+  *itemsize = (int)size;
+  return kind;
+}
+
+/* A Python int or float as the 0-d array it becomes next to an array of `dtype` (kind `kind`),
+ * or NULL without an error when the scalar would change the result's dtype (the slow road
+ * decides then). The value is converted as kiln.numpy does: to float for float arrays. */
+static PyObject *scalar_operand(PyObject *v, ArrayObject *like, char kind, int itemsize) {
+  PyObject *value;
+  if (PyFloat_CheckExact(v)) {
+    if (kind != 'f') return NULL;
+    value = Py_NewRef(v);
+  } else if (PyLong_CheckExact(v)) {
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (n == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return NULL;
+    }
+    if (kind == 'f') {
+      if (n >= (1LL << 53) || n <= -(1LL << 53)) return NULL;
+      value = PyFloat_FromDouble((double)n);
+      if (!value) return NULL;
+    } else {
+      int bits = itemsize * 8;
+      long long lo = kind == 'u' ? 0 : (bits >= 64 ? LLONG_MIN : -(1LL << (bits - 1)));
+      long long hi = bits >= 64 ? LLONG_MAX : (kind == 'u' ? (1LL << bits) - 1 : (1LL << (bits - 1)) - 1);
+      if (n < lo || n > hi) return NULL;
+      value = Py_NewRef(v);
+    }
+  } else
+    return NULL;
+  PyObject *key = PyTuple_Pack(4, (PyObject *)Py_TYPE(value), value, like->dtype, like->weak);
+  PyObject *arr = key ? PyDict_GetItemWithError(scalar_cache, key) : NULL;
+  Py_XINCREF(arr);
+  Py_XDECREF(key);
+  if (!arr && !PyErr_Occurred()) arr = PyObject_CallFunctionObjArgs(scalar_fn, value, like->dtype, like->weak, NULL);
+  Py_DECREF(value);
+  return arr;
+}
+
+/* A new kiln.Array of the given aval around Buffer `buf` (reference stolen). */
+static PyObject *array_new(PyObject *buf, PyObject *shape, PyObject *dtype, PyObject *weak) {
+  allocfunc alloc = (allocfunc)PyType_GetSlot(array_type, Py_tp_alloc);
+  ArrayObject *a = (ArrayObject *)alloc(array_type, 0);
+  if (!a) {
+    Py_DECREF(buf);
+    return NULL;
+  }
+  a->buf = buf;
+  a->shape = Py_NewRef(shape);
+  a->dtype = Py_NewRef(dtype);
+  a->weak = Py_NewRef(weak);
+  a->np = NULL;
+  return (PyObject *)a;
+}
+
+/* Launches the cached executable `entry` = (exe, shape, dtype, weak) on x1, x2. */
+static PyObject *launch2(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x2) {
+  PyObject *exe = PyTuple_GetItem(entry, 0);
+  if (!exe || !PyObject_TypeCheck(exe, (PyTypeObject *)ExecType)) return NULL;
+  ExecObject *e = (ExecObject *)exe;
+  kl_buffer *ins[2] = {((BufferObject *)x1->buf)->buf, ((BufferObject *)x2->buf)->buf};
+  PyObject *buf;
+  if (e->ninputs != 2 || e->noutputs != 1 || ins[0]->device != e->x->device || ins[1]->device != e->x->device) {
+    PyObject *outs = PyObject_CallFunctionObjArgs(exe, x1->buf, x2->buf, NULL); /* moves inputs over */
+    if (!outs) goto failed;
+    buf = PyTuple_GetItem(outs, 0);
+    Py_XINCREF(buf);
+    Py_DECREF(outs);
+    if (!buf) return NULL;
+  } else {
+    kl_buffer *out;
+    char err[512];
+    if (kl_exec_launch(e->x, ins, &out, err, sizeof err)) {
+      PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "%s", err);
+      goto failed;
+    }
+    if (!(buf = buffer_new_from(out))) return NULL;
+  }
+  return array_new(buf, PyTuple_GetItem(entry, 1), PyTuple_GetItem(entry, 2), PyTuple_GetItem(entry, 3));
+failed:
+  if (PyErr_ExceptionMatches(PyExc_MemoryError)) { /* name the operation, as core.bind does */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *msg = v ? PyObject_Str(v) : NULL;
+    PyObject *shape = PyObject_Repr(PyTuple_GetItem(entry, 1));
+    if (msg && shape)
+      PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[op], shape, msg);
+    else {
+      PyErr_Restore(t, v, tb);
+      t = v = tb = NULL;
+    }
+    Py_XDECREF(msg);
+    Py_XDECREF(shape);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+  }
+  return NULL;
+}
+
+static int is_concrete_array(PyObject *o) {
+  return Py_TYPE(o) == array_type && ((ArrayObject *)o)->buf &&
+         PyObject_TypeCheck(((ArrayObject *)o)->buf, (PyTypeObject *)BufferType);
+}
+
+/* The result of `l op r` by the fast path, or NULL: with an error set when the operation failed,
+ * without one when this case belongs to the slow road. */
+static PyObject *eager2(int op, PyObject *l, PyObject *r) {
+  if (!array_type || PyList_Size(trace_stack) != 0) return NULL; /* under a trace: staged, not run */
+  int la = is_concrete_array(l), ra = is_concrete_array(r);
+  if (!la && !ra) return NULL;
+  ArrayObject *a = (ArrayObject *)(la ? l : r);
+  int itemsize;
+  char kind = dtype_kind(a->dtype, &itemsize);
+  if (!kind || (op == OP_DIV && kind != 'f')) return NULL;
+  PyObject *x1, *x2;
+  if (la && ra) {
+    ArrayObject *b = (ArrayObject *)r;
+    if (a->dtype != b->dtype) return NULL;
+    int same = PyObject_RichCompareBool(a->shape, b->shape, Py_EQ);
+    if (same != 1) {
+      if (same < 0) PyErr_Clear();
+      return NULL;
+    }
+    x1 = Py_NewRef(l);
+    x2 = Py_NewRef(r);
+  } else {
+    PyObject *s = scalar_operand(la ? r : l, a, kind, itemsize);
+    if (!s) return NULL; /* not a scalar we convert here; any error is the slow road's to raise */
+    if (!is_concrete_array(s)) {
+      Py_DECREF(s);
+      return NULL;
+    }
+    x1 = la ? Py_NewRef(l) : s;
+    x2 = la ? s : Py_NewRef(r);
+  }
+  ArrayObject *a1 = (ArrayObject *)x1, *a2 = (ArrayObject *)x2;
+  PyObject *res = NULL;
+  PyObject *opn = PyLong_FromLong(op);
+  PyObject *key = opn ? PyTuple_Pack(6, opn, a1->shape, a1->dtype, a1->weak, a2->shape, a2->weak) : NULL;
+  Py_XDECREF(opn);
+  if (!key) goto done;
+  PyObject *entry = PyDict_GetItemWithError(exe_cache, key);
+  if (entry)
+    Py_INCREF(entry);
+  else if (!PyErr_Occurred()) {
+    entry = PyObject_CallFunction(exe_fn, "sOO", op_prim[op], x1, x2);
+    if (entry && (!PyTuple_Check(entry) || PyTuple_Size(entry) != 4)) {
+      PyErr_SetString(PyExc_SystemError, "internal: _eager_exe must return (exe, shape, dtype, weak)");
+      Py_CLEAR(entry);
+    }
+    if (entry && PyDict_SetItem(exe_cache, key, entry)) Py_CLEAR(entry);
+  }
+  Py_DECREF(key);
+  if (entry) {
+    res = launch2(op, entry, a1, a2);
+    Py_DECREF(entry);
+  }
+  if (!res && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "internal: eager fast path failed");
+done:
+  Py_DECREF(x1);
+  Py_DECREF(x2);
+  return res;
+}
+
+static PyObject *binary(int op, PyObject *l, PyObject *r) {
+  PyObject *res = eager2(op, l, r);
+  if (res || PyErr_Occurred()) return res;
+  if (!fallback[op]) Py_RETURN_NOTIMPLEMENTED;
+  return PyObject_CallFunctionObjArgs(fallback[op], l, r, NULL);
+}
+
+static PyObject *nb_add(PyObject *l, PyObject *r) { return binary(OP_ADD, l, r); }
+static PyObject *nb_sub(PyObject *l, PyObject *r) { return binary(OP_SUB, l, r); }
+static PyObject *nb_mul(PyObject *l, PyObject *r) { return binary(OP_MUL, l, r); }
+static PyObject *nb_div(PyObject *l, PyObject *r) { return binary(OP_DIV, l, r); }
+
+/* eager_setup(Array, trace_stack, scalar_cache, scalar_array, eager_exe, (add, sub, mul, div)) */
+static PyObject *eager_setup(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *at, *ts, *sc, *sf, *ef, *fb;
+  if (!PyArg_ParseTuple(args, "OO!O!OOO!", &at, &PyList_Type, &ts, &PyDict_Type, &sc, &sf, &ef, &PyTuple_Type, &fb))
+    return NULL;
+  if (!PyType_Check(at) || PyTuple_Size(fb) != NOPS)
+    return PyErr_Format(PyExc_TypeError, "eager_setup: expects the Array class and %d fallbacks", NOPS);
+  if (!exe_cache && !(exe_cache = PyDict_New())) return NULL;
+  PyDict_Clear(exe_cache);
+  SET_REF(array_type, (PyTypeObject *)Py_NewRef(at));
+  SET_REF(trace_stack, Py_NewRef(ts));
+  SET_REF(scalar_cache, Py_NewRef(sc));
+  SET_REF(scalar_fn, Py_NewRef(sf));
+  SET_REF(exe_fn, Py_NewRef(ef));
+  for (int i = 0; i < NOPS; i++) SET_REF(fallback[i], Py_NewRef(PyTuple_GetItem(fb, i)));
+  Py_RETURN_NONE;
+}
+
+/* eager_clear(): forgets the cached executables (when a setting that changes them changes). */
+static PyObject *eager_clear(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  if (exe_cache) PyDict_Clear(exe_cache);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef array_functions[] = {
+    {"eager_setup", eager_setup, METH_VARARGS, "connects ArrayBase's eager fast path to kiln's Python core"},
+    {"eager_clear", eager_clear, METH_NOARGS, "forgets the executables cached by the eager fast path"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot array_slots[] = {{Py_bf_getbuffer, array_getbuffer},
+                                    {Py_tp_dealloc, array_dealloc},
+                                    {Py_tp_traverse, array_traverse},
+                                    {Py_tp_clear, array_clear},
+                                    {Py_tp_members, array_members},
+                                    {Py_nb_add, nb_add},
+                                    {Py_nb_subtract, nb_sub},
+                                    {Py_nb_multiply, nb_mul},
+                                    {Py_nb_true_divide, nb_div},
+                                    {Py_tp_doc, "Base of kiln.Array: its fields, the buffer protocol, eager + - * /."},
+                                    {0, NULL}};
+
+static PyType_Spec array_spec = {"kiln._kiln.ArrayBase", sizeof(ArrayObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, array_slots};
+
+int kl_py_array_init(PyObject *m) {
+  PyObject *t = PyType_FromSpec(&array_spec);
+  if (!t || PyModule_AddObject(m, "ArrayBase", t)) return -1;
+  return PyModule_AddFunctions(m, array_functions);
+}

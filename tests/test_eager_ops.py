@@ -1,0 +1,158 @@
+"""The C fast path of the eager operators + - * / (python/ext/array.c) against the Python road
+(kiln.numpy's functions) and NumPy: values, dtypes, weak types, errors, tracing, lifetime."""
+import gc
+import operator
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln._src import core
+
+OPS = [(operator.add, jnp.add), (operator.sub, jnp.subtract), (operator.mul, jnp.multiply),
+       (operator.truediv, jnp.true_divide)]
+
+
+def _rand(rng, dtype, shape):
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -20), min(info.max, 20), size=shape).astype(dtype)
+
+
+def _same(fast, slow):
+    assert type(fast) is core.Array
+    assert fast.shape == slow.shape and fast.dtype == slow.dtype
+    assert bool(fast.weak_type) == bool(slow.weak_type)
+    np.testing.assert_array_equal(np.asarray(fast), np.asarray(slow))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int8", "uint8", "float16"])
+@pytest.mark.parametrize("op,fn", OPS, ids=["add", "sub", "mul", "div"])
+def test_array_array_matches_python_road_and_numpy(dtype, op, fn):
+    rng = np.random.default_rng()
+    a, b = _rand(rng, dtype, (3, 5)), _rand(rng, dtype, (3, 5))
+    if op is operator.truediv:
+        b[b == 0] = 3
+    x, y = jnp.asarray(a), jnp.asarray(b)
+    fast = op(x, y)
+    _same(fast, fn(x, y))
+    want = op(a.astype(np.float64), b.astype(np.float64))
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(np.asarray(fast, np.float64), want, rtol=2e-3 if dtype == "float16" else 1e-6)
+    elif op is not operator.truediv:
+        np.testing.assert_array_equal(np.asarray(fast), op(a, b))  # wraps as NumPy does
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int8", "uint8"])
+@pytest.mark.parametrize("op,fn", OPS, ids=["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("scalar", [3, -2, 2.5, 7.0])
+def test_array_scalar_both_sides(dtype, op, fn, scalar):
+    rng = np.random.default_rng()
+    a = _rand(rng, dtype, (4,)) + (1 if np.dtype(dtype).kind != "f" else 0)
+    x = jnp.asarray(a)
+    for left, right in ((x, scalar), (scalar, x)):
+        try:
+            slow = fn(left, right)
+        except Exception as e:  # noqa: BLE001 - the fast road must raise the same
+            with pytest.raises(type(e)):
+                op(left, right)
+            continue
+        _same(op(left, right), slow)
+        with np.errstate(all="ignore"):
+            ref = op(*(np.asarray(v, np.float64) if isinstance(v, core.Array) else v for v in (left, right)))
+        if slow.dtype.kind == "f" and np.dtype(dtype).kind == "f":
+            np.testing.assert_allclose(np.asarray(op(left, right), np.float64), ref, rtol=1e-6)
+
+
+def test_weak_types_and_promotion_follow_jax():
+    x = jnp.asarray(np.arange(4, dtype=np.float32))
+    w = jnp.asarray(2.0)  # weak float
+    assert (x * w).dtype == np.float32 and not (x * w).weak_type
+    assert (w * w).weak_type
+    i = jnp.asarray(np.arange(4, dtype=np.int32))
+    assert (i * 2).dtype == np.int32 and (i / 2).dtype == np.float32  # true division of ints: slow road
+    assert (i * 2.5).dtype == np.float32
+    np.testing.assert_allclose(np.asarray(i * 2.5), np.arange(4) * 2.5)
+    b = jnp.asarray(np.array([True, False]))
+    np.testing.assert_array_equal(np.asarray(b + b), [True, False])  # bool add is logical or
+    small = jnp.asarray(np.arange(3, dtype=np.int8)) + 1000  # JAX wraps a weak int: [-24, -23, -22]
+    assert small.dtype == np.int8
+    np.testing.assert_array_equal(np.asarray(small), [-24, -23, -22])
+    big = jnp.asarray(np.arange(3, dtype=np.int64 if kiln.config.jax_enable_x64 else np.int32))
+    with pytest.raises(OverflowError):
+        big + 2 ** 70
+
+
+def test_errors_name_the_operation_and_library_keeps_working():
+    x = jnp.asarray(np.ones((3,), np.float32))
+    y = jnp.asarray(np.ones((4,), np.float32))
+    with pytest.raises((ValueError, TypeError), match=r"\(3,\).*\(4,\)|\(4,\).*\(3,\)"):
+        x + y
+    with pytest.raises(TypeError):
+        x + "a"
+    with pytest.raises(TypeError):
+        None * x
+    np.testing.assert_array_equal(np.asarray(x * 2), [2, 2, 2])
+
+
+def test_broadcasting_and_mixed_dtypes_take_the_python_road():
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((3, 1)).astype(np.float32), rng.standard_normal((4,)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jnp.asarray(a) - jnp.asarray(b)), a - b, rtol=1e-6)
+    c = rng.standard_normal(4)
+    r = jnp.asarray(b) * c  # a NumPy float64 operand
+    np.testing.assert_allclose(np.asarray(r), b * c.astype(r.dtype), rtol=1e-6)
+    r2 = c * jnp.asarray(b)
+    np.testing.assert_allclose(np.asarray(r2), c.astype(r2.dtype) * b, rtol=1e-6)
+
+
+def test_operators_on_tracers_and_constants_under_jit():
+    rng = np.random.default_rng()
+    c = jnp.asarray(rng.standard_normal(5).astype(np.float32))
+    v = rng.standard_normal(5).astype(np.float32)
+
+    def f(y):
+        return (c * 2 - 1) / y + y * c
+
+    np.testing.assert_allclose(np.asarray(kiln.jit(f)(v)), np.asarray(f(jnp.asarray(v))), rtol=1e-6)
+    g = kiln.grad(lambda y: jnp.sum(f(y)))(jnp.asarray(v))
+    cc = np.asarray(c, np.float64)
+    np.testing.assert_allclose(np.asarray(g), -(cc * 2 - 1) / v.astype(np.float64) ** 2 + cc, rtol=1e-4)
+    out = kiln.vmap(lambda y: y * 3 + c)(jnp.asarray(rng.standard_normal((2, 5)).astype(np.float32)))
+    assert out.shape == (2, 5)
+
+
+def test_cached_and_freed():
+    x = jnp.asarray(np.arange(6, dtype=np.float32))
+    x * 3 + 1
+    before = kiln._kiln.compile_stats()[0]
+    for _ in range(50):
+        x * 3 + 1
+    assert kiln._kiln.compile_stats()[0] == before  # no recompilation
+    r = x * 2
+    ref = weakref.ref(r)
+    del r
+    gc.collect()
+    assert ref() is None
+    m = memoryview(x * 2)  # the buffer protocol of the C base class
+    assert m.tolist() == [0, 2, 4, 6, 8, 10]
+
+
+def test_common_cases_do_not_enter_python():
+    x = jnp.asarray(np.arange(6, dtype=np.float32))
+    y = jnp.asarray(np.ones(6, dtype=np.float32))
+    exprs = [lambda: x * 2 + 1, lambda: 1.5 - x / y, lambda: x * y - x]
+    for e in exprs:
+        e()  # compile and cache
+    calls = []
+    sys.setprofile(lambda frame, event, arg: calls.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        for e in exprs:
+            e()
+    finally:
+        sys.setprofile(None)
+    assert calls == ["<lambda>"] * len(exprs), calls
