@@ -156,3 +156,47 @@ def test_common_cases_do_not_enter_python():
     finally:
         sys.setprofile(None)
     assert calls == ["<lambda>"] * len(exprs), calls
+
+
+def test_jit_calls_of_a_known_signature_run_in_c():
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal(5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    x, y = jnp.asarray(a), jnp.asarray(b)
+    c = jnp.asarray(rng.standard_normal(5).astype(np.float32))  # a constant of the program
+    f = kiln.jit(lambda x, y: (x + y * c, {"p": x * y}))
+    g = kiln.jit(lambda x: x - c)
+    f(x, y), g(x)
+    calls = []
+    sys.setprofile(lambda frame, event, arg: calls.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        s, d = f(x, y)
+        r = g(x)
+    finally:
+        sys.setprofile(None)
+    assert calls[0] == "tree_unflatten" and not {"_call", "_signature", "run", "bind"} & set(calls), calls
+    cc = np.asarray(c)
+    np.testing.assert_allclose(np.asarray(s), a + b * cc, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(d["p"]), a * b, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(r), a - cc, rtol=1e-6)
+    # other signatures, keywords, static arguments and non-array leaves take the Python road
+    np.testing.assert_allclose(np.asarray(f(x=x, y=y)[0]), a + b * cc, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(g(a)), a - cc, rtol=1e-6)
+    h = kiln.jit(lambda x, n: x * n, static_argnums=1)
+    np.testing.assert_allclose(np.asarray(h(x, 3)), a * 3, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(h(x, 4)), a * 4, rtol=1e-6)
+    with pytest.raises((TypeError, ValueError)):
+        g(jnp.asarray(np.ones(3, np.float32)))  # (3,) against c's (5,)
+
+
+def test_configuration_change_drops_cached_calls():
+    x = jnp.asarray(np.arange(1, 5, dtype=np.int32))
+    f = kiln.jit(lambda x: x + jnp.arange(4))  # arange's default integer follows the setting
+    assert f(x).dtype == np.int32
+    try:
+        kiln.config.update("jax_enable_x64", True)
+        assert f(x).dtype == np.int64
+        np.testing.assert_array_equal(np.asarray(f(x)), np.arange(1, 5) + np.arange(4))
+        np.testing.assert_allclose(np.asarray(x * 2.5), np.arange(1, 5) * 2.5)
+    finally:
+        kiln.config.update("jax_enable_x64", False)
+    assert f(x).dtype == np.int32

@@ -1,4 +1,4 @@
-/* array.c: ArrayBase, the C half of kiln.Array.
+/* array.c: ArrayBase, the C half of kiln.Array, and JitBase, the C half of kiln.jit's wrapper.
  *
  * It holds an array's fields (its Buffer, shape, dtype, weak type and cached host view), gives
  * kiln.Array the buffer protocol, and runs the common eager arithmetic (+ - * / on two arrays of
@@ -177,49 +177,75 @@ static PyObject *array_new(PyObject *buf, PyObject *shape, PyObject *dtype, PyOb
   return (PyObject *)a;
 }
 
+/* Runs executable `exe` on the Buffers bufs[0..n-1]; fills outs (one reference each). Inputs on
+ * another device go through the Executable's Python call, which moves them over. */
+static int run_exe(PyObject *exe, PyObject *const *bufs, int n, kl_buffer **outs) {
+  if (!PyObject_TypeCheck(exe, (PyTypeObject *)ExecType)) {
+    PyErr_SetString(PyExc_SystemError, "internal: not an Executable");
+    return -1;
+  }
+  ExecObject *e = (ExecObject *)exe;
+  if (e->ninputs != n) {
+    PyErr_Format(PyExc_SystemError, "internal: executable expects %d buffers, got %d", e->ninputs, n);
+    return -1;
+  }
+  kl_buffer *small[16];
+  kl_buffer **ins = n <= 16 ? small : PyMem_Malloc(sizeof(kl_buffer *) * (size_t)n);
+  if (!ins) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  int same_device = 1;
+  for (int i = 0; i < n; i++) {
+    ins[i] = ((BufferObject *)bufs[i])->buf;
+    same_device &= ins[i]->device == e->x->device;
+  }
+  int rc = 0;
+  if (same_device) {
+    char err[512];
+    if ((rc = kl_exec_launch(e->x, ins, outs, err, sizeof err)))
+      PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "%s", err);
+  } else {
+    PyObject *args = PyTuple_New(n);
+    for (int i = 0; args && i < n; i++) PyTuple_SetItem(args, i, Py_NewRef(bufs[i]));
+    PyObject *res = args ? PyObject_Call(exe, args, NULL) : NULL;
+    Py_XDECREF(args);
+    rc = res ? 0 : -1;
+    for (int i = 0; res && i < e->noutputs; i++) {
+      outs[i] = ((BufferObject *)PyTuple_GetItem(res, i))->buf;
+      kl_buf_retain(outs[i]);
+    }
+    Py_XDECREF(res);
+  }
+  if (ins != small) PyMem_Free(ins);
+  return rc;
+}
+
 /* Launches the cached executable `entry` = (exe, shape, dtype, weak) on x1, x2. */
 static PyObject *launch2(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x2) {
-  PyObject *exe = PyTuple_GetItem(entry, 0);
-  if (!exe || !PyObject_TypeCheck(exe, (PyTypeObject *)ExecType)) return NULL;
-  ExecObject *e = (ExecObject *)exe;
-  kl_buffer *ins[2] = {((BufferObject *)x1->buf)->buf, ((BufferObject *)x2->buf)->buf};
-  PyObject *buf;
-  if (e->ninputs != 2 || e->noutputs != 1 || ins[0]->device != e->x->device || ins[1]->device != e->x->device) {
-    PyObject *outs = PyObject_CallFunctionObjArgs(exe, x1->buf, x2->buf, NULL); /* moves inputs over */
-    if (!outs) goto failed;
-    buf = PyTuple_GetItem(outs, 0);
-    Py_XINCREF(buf);
-    Py_DECREF(outs);
-    if (!buf) return NULL;
-  } else {
-    kl_buffer *out;
-    char err[512];
-    if (kl_exec_launch(e->x, ins, &out, err, sizeof err)) {
-      PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "%s", err);
-      goto failed;
+  PyObject *bufs[2] = {x1->buf, x2->buf};
+  kl_buffer *out;
+  if (run_exe(PyTuple_GetItem(entry, 0), bufs, 2, &out)) {
+    if (PyErr_ExceptionMatches(PyExc_MemoryError)) { /* name the operation, as core.bind does */
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      PyObject *msg = v ? PyObject_Str(v) : NULL;
+      PyObject *shape = PyObject_Repr(PyTuple_GetItem(entry, 1));
+      if (msg && shape) {
+        PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[op], shape, msg);
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+      } else
+        PyErr_Restore(t, v, tb);
+      Py_XDECREF(msg);
+      Py_XDECREF(shape);
     }
-    if (!(buf = buffer_new_from(out))) return NULL;
+    return NULL;
   }
+  PyObject *buf = buffer_new_from(out);
+  if (!buf) return NULL;
   return array_new(buf, PyTuple_GetItem(entry, 1), PyTuple_GetItem(entry, 2), PyTuple_GetItem(entry, 3));
-failed:
-  if (PyErr_ExceptionMatches(PyExc_MemoryError)) { /* name the operation, as core.bind does */
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyObject *msg = v ? PyObject_Str(v) : NULL;
-    PyObject *shape = PyObject_Repr(PyTuple_GetItem(entry, 1));
-    if (msg && shape)
-      PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[op], shape, msg);
-    else {
-      PyErr_Restore(t, v, tb);
-      t = v = tb = NULL;
-    }
-    Py_XDECREF(msg);
-    Py_XDECREF(shape);
-    Py_XDECREF(t);
-    Py_XDECREF(v);
-    Py_XDECREF(tb);
-  }
-  return NULL;
 }
 
 static int is_concrete_array(PyObject *o) {
@@ -318,17 +344,146 @@ static PyObject *eager_setup(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* eager_clear(): forgets the cached executables (when a setting that changes them changes). */
-static PyObject *eager_clear(PyObject *self, PyObject *unused) {
+
+/* ---- JitBase: the C half of kiln.jit's wrapper ----
+ * A call with positional concrete arrays whose signature was seen before goes straight to the
+ * executable: the key is (shape, dtype, weak_type) of each argument, looked up in the wrapper's
+ * `_fast` dictionary, whose values the Python half stores as
+ * (exe, constant Buffers, output avals, single output?, output tree). Everything else calls the
+ * Python `_call`. A change of configuration drops every wrapper's `_fast` entries. */
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *fast; /* dict, or NULL when this wrapper has no fast path (static arguments) */
+  long gen;       /* config_gen when `fast` was last known valid */
+} JitObject;
+
+static long config_gen;     /* bumped by config_changed() */
+static PyObject *unflatten; /* tree_util.tree_unflatten(tree, leaves) */
+
+static PyMemberDef jit_members[] = {
+    {"_fast", T_OBJECT, offsetof(JitObject, fast), 0, "calls of positional arrays: avals -> entry"}, {NULL, 0, 0, 0, NULL}};
+
+static int jit_traverse(PyObject *self, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(((JitObject *)self)->fast);
+  return 0;
+}
+
+static int jit_clear(PyObject *self) {
+  Py_CLEAR(((JitObject *)self)->fast);
+  return 0;
+}
+
+static void jit_dealloc(PyObject *self) {
+  PyObject_GC_UnTrack(self);
+  jit_clear(self);
+  PyTypeObject *tp = Py_TYPE(self);
+  freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  f(self);
+  Py_DECREF(tp);
+}
+
+/* The result of a call found in `fast`, or NULL: with an error set when it failed, without one
+ * when the call belongs to the Python road. */
+static PyObject *jit_fast(JitObject *j, PyObject *args) {
+  if (!array_type || !j->fast || !PyDict_Check(j->fast) || PyList_Size(trace_stack) != 0) return NULL;
+  if (j->gen != config_gen) {
+    PyDict_Clear(j->fast);
+    j->gen = config_gen;
+    return NULL;
+  }
+  Py_ssize_t n = PyTuple_Size(args);
+  if (n > 64) return NULL;
+  PyObject *key = PyTuple_New(3 * n);
+  if (!key) return NULL;
+  PyObject *bufs[96];
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *a = PyTuple_GetItem(args, i);
+    if (!is_concrete_array(a)) {
+      Py_DECREF(key);
+      return NULL;
+    }
+    ArrayObject *x = (ArrayObject *)a;
+    PyTuple_SetItem(key, 3 * i, Py_NewRef(x->shape));
+    PyTuple_SetItem(key, 3 * i + 1, Py_NewRef(x->dtype));
+    PyTuple_SetItem(key, 3 * i + 2, Py_NewRef(x->weak));
+    bufs[i] = x->buf;
+  }
+  PyObject *entry = PyDict_GetItemWithError(j->fast, key);
+  Py_DECREF(key);
+  if (!entry) return NULL;
+  PyObject *consts = PyTuple_GetItem(entry, 1), *avals = PyTuple_GetItem(entry, 2);
+  Py_ssize_t nc = PyTuple_Size(consts), no = PyTuple_Size(avals);
+  if (n + nc > 96 || no > 64) return NULL;
+  for (Py_ssize_t i = 0; i < nc; i++) bufs[n + i] = PyTuple_GetItem(consts, i);
+  Py_INCREF(entry);
+  kl_buffer *outs[64];
+  PyObject *res = NULL, *list = NULL;
+  if (run_exe(PyTuple_GetItem(entry, 0), bufs, (int)(n + nc), outs)) goto done;
+  list = PyList_New(no);
+  for (Py_ssize_t i = 0; i < no; i++) {
+    PyObject *av = PyTuple_GetItem(avals, i);
+    PyObject *b = buffer_new_from(outs[i]);
+    PyObject *arr = b ? array_new(b, PyTuple_GetItem(av, 0), PyTuple_GetItem(av, 1), PyTuple_GetItem(av, 2)) : NULL;
+    if (!arr || !list) {
+      Py_XDECREF(arr);
+      for (Py_ssize_t k = i + 1; k < no; k++) kl_buf_release(outs[k]);
+      goto done;
+    }
+    PyList_SetItem(list, i, arr);
+  }
+  if (PyObject_IsTrue(PyTuple_GetItem(entry, 3))) res = Py_NewRef(PyList_GetItem(list, 0));
+  else res = PyObject_CallFunctionObjArgs(unflatten, PyTuple_GetItem(entry, 4), list, NULL);
+done:
+  Py_XDECREF(list);
+  Py_DECREF(entry);
+  return res;
+}
+
+static PyObject *jit_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+  if (!kwargs || PyDict_Size(kwargs) == 0) {
+    PyObject *res = jit_fast((JitObject *)self, args);
+    if (res || PyErr_Occurred()) return res;
+  }
+  PyObject *slow = PyObject_GetAttrString(self, "_call");
+  if (!slow) return NULL;
+  PyObject *res = PyObject_Call(slow, args, kwargs);
+  Py_DECREF(slow);
+  return res;
+}
+
+static PyType_Slot jit_slots[] = {{Py_tp_dealloc, jit_dealloc},
+                                  {Py_tp_traverse, jit_traverse},
+                                  {Py_tp_clear, jit_clear},
+                                  {Py_tp_members, jit_members},
+                                  {Py_tp_call, jit_call},
+                                  {Py_tp_doc, "Base of kiln.jit's wrapper: calls of a known signature, in C."},
+                                  {0, NULL}};
+
+static PyType_Spec jit_spec = {"kiln._kiln.JitBase", sizeof(JitObject), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, jit_slots};
+
+/* config_changed(): a setting changed; cached executables may be stale. */
+static PyObject *config_changed(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
+  config_gen++;
   if (exe_cache) PyDict_Clear(exe_cache);
+  Py_RETURN_NONE;
+}
+
+/* jit_setup(tree_unflatten) */
+static PyObject *jit_setup(PyObject *self, PyObject *fn) {
+  (void)self;
+  SET_REF(unflatten, Py_NewRef(fn));
   Py_RETURN_NONE;
 }
 
 static PyMethodDef array_functions[] = {
     {"eager_setup", eager_setup, METH_VARARGS, "connects ArrayBase's eager fast path to kiln's Python core"},
-    {"eager_clear", eager_clear, METH_NOARGS, "forgets the executables cached by the eager fast path"},
+    {"config_changed", config_changed, METH_NOARGS, "a setting changed: drop the executables cached in C"},
+    {"jit_setup", jit_setup, METH_O, "gives JitBase tree_unflatten"},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot array_slots[] = {{Py_bf_getbuffer, array_getbuffer},
@@ -349,5 +504,7 @@ static PyType_Spec array_spec = {"kiln._kiln.ArrayBase", sizeof(ArrayObject), 0,
 int kl_py_array_init(PyObject *m) {
   PyObject *t = PyType_FromSpec(&array_spec);
   if (!t || PyModule_AddObject(m, "ArrayBase", t)) return -1;
+  PyObject *j = PyType_FromSpec(&jit_spec);
+  if (!j || PyModule_AddObject(m, "JitBase", j)) return -1;
   return PyModule_AddFunctions(m, array_functions);
 }

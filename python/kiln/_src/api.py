@@ -263,7 +263,7 @@ def _hashable_static(v, where):
 
 
 class _CacheEntry:
-    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single")
+    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast")
 
     def run(self, bufs):
         if self.const_bufs:
@@ -312,7 +312,10 @@ def _aval_key(x):
     return None
 
 
-class JitWrapped:
+_kiln.jit_setup(tree_util.tree_unflatten)
+
+
+class JitWrapped(_kiln.JitBase):
     """The callable returned by kiln.jit."""
 
     def __init__(self, fun, static_argnums=None, static_argnames=None, donate_argnums=None, keep_unused=False):
@@ -321,8 +324,8 @@ class JitWrapped:
         self._fun = fun
         self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
         self._cache = {}
-        self._fast = {}  # positional-Array-only calls: (avals..., x64) -> entry
-        self._fast_ok = not (self._static_argnums or self._static_argnames)
+        # positional-Array-only calls, run by JitBase: (shape, dtype, weak_type, ...) -> entry.fast
+        self._fast = None if (self._static_argnums or self._static_argnames) else {}
         functools.update_wrapper(self, fun)
 
     def __get__(self, obj, objtype=None):
@@ -341,32 +344,21 @@ class JitWrapped:
             if isinstance(leaf, Tracer) and not core._trace_stack:
                 raise errors.UnexpectedTracerError.for_tracer(leaf, "It was passed to a jit-compiled function.")
             arrs.append(leaf if isinstance(leaf, Array) else _leaf_to_array(leaf, f"jit argument leaf {i}"))
-        key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), config.jax_enable_x64)
+        key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), core.config_generation[0])
         return key, statics, arrs, tree, len(args)
 
-    def __call__(self, *args, **kwargs):
+    # Calling: JitBase (C) runs calls of positional arrays whose signature is in self._fast and
+    # calls _call for everything else.
+    def _call(self, *args, **kwargs):
         if core._trace_stack:  # nested under another trace: inline the function
             return self._fun(*args, **kwargs)
-        if self._fast_ok and not kwargs:  # fast path: positional arrays, a signature seen before
-            key = [config.jax_enable_x64]
-            for a in args:
-                if type(a) is not Array:
-                    break
-                key += (a.shape, a.dtype, a.weak_type)
-            else:
-                entry = self._fast.get(tuple(key))
-                if entry is not None:
-                    return entry.run([a._buf for a in args])
-                fast_key = tuple(key)
-        else:
-            fast_key = None
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(statics, arrs, tree, nargs)
             self._cache[key] = entry
-        if self._fast_ok and not kwargs and len(arrs) == len(args) and all(type(a) is Array for a in args):
-            self._fast[fast_key] = entry
+        if self._fast is not None and not kwargs and all(type(a) is Array for a in args):
+            self._fast[tuple(x for a in args for x in (a.shape, a.dtype, a.weak_type))] = entry.fast
         return entry.run([a._buf for a in arrs])
 
     def _compile(self, statics, arrs, tree, nargs):
@@ -379,6 +371,7 @@ class JitWrapped:
         entry.const_bufs = [c._buf for c in traced.consts]
         entry.out_avals = traced.out_avals
         entry.single = traced.out_tree == tree_util.tree_structure(0)
+        entry.fast = (entry.exe, tuple(entry.const_bufs), tuple(entry.out_avals), entry.single, entry.out_tree)
         return entry
 
     def trace_text(self, *args, **kwargs):

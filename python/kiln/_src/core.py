@@ -599,8 +599,15 @@ def literal(value, dtype, weak, like=None):
     return scalar_array(value, dtype, weak)
 
 
-def _on_x64_change(name, value):
-    _scalar_cache.clear()
+config_generation = [0]  # bumped on every configuration change: part of every compile cache key
 
 
-config._on_change(_on_x64_change)
+def _on_config_change(name, value):
+    config_generation[0] += 1
+    _eager_cache.clear()
+    _kiln.config_changed()
+    if name == "jax_enable_x64":
+        _scalar_cache.clear()
+
+
+config._on_change(_on_config_change)
