@@ -206,6 +206,26 @@ def test_matmul_through_cublas_matches_numpy_at_highest_precision(layout):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (512, 2048, 1024), (1536, 768, 1024)])
+def test_large_tn_products_transposed_first_are_exact(m, k, n, dtype, request):
+    """Weight-gradient products (contracting axis 0 of both operands) large enough that cuBLAS
+    runs them on a transposed copy of the left operand."""
+    if dtype == "float64":
+        request.getfixturevalue("x64")
+    rng = np.random.default_rng()
+    a = rng.standard_normal((k, m)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    dn = (((0,), (0,)), ((), ()))
+    f = kiln.jit(lambda a, b: kiln.lax.dot_general(a, b, dn, precision=kiln.lax.Precision.HIGHEST))
+    ref = a.astype(np.float64).T @ b.astype(np.float64)
+    out = f(a, b)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-4 if dtype == "float32" else 1e-12,
+                               atol=1e-3 if dtype == "float32" else 1e-9)
+
+
+@gpu
 def test_default_precision_may_use_tf32_and_highest_does_not():
     rng = np.random.default_rng(6)
     a = rng.standard_normal((256, 256)).astype(np.float32)
