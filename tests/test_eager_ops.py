@@ -200,3 +200,106 @@ def test_configuration_change_drops_cached_calls():
     finally:
         kiln.config.update("jax_enable_x64", False)
     assert f(x).dtype == np.int32
+
+
+# ---- eager fusion: chains of the fast path's operations run as one launch ----
+
+def _launches():
+    return kiln._kiln.eager_stats()[0]
+
+
+@pytest.fixture
+def fusion():
+    old = kiln._kiln.eager_fusion(True)  # on unless KILN_EAGER_FUSION=0
+    yield
+    kiln._kiln.eager_fusion(old)
+
+
+def test_chains_fuse_into_one_launch_and_match_unfused_and_numpy(fusion):
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((4, 33)).astype(np.float32), rng.uniform(1, 2, (4, 33)).astype(np.float32)
+    x, y = jnp.asarray(a), jnp.asarray(b)
+
+    def chain(x, y):
+        t = x * 2 - y
+        return (t * t + 3) / y - (1.5 - t) * x
+
+    before = _launches()
+    fused = chain(x, y)
+    assert _launches() == before  # nothing ran yet
+    got = np.asarray(fused)
+    assert _launches() == before + 1
+    old = kiln._kiln.eager_fusion(False)
+    try:
+        unfused = np.asarray(chain(x, y))
+    finally:
+        kiln._kiln.eager_fusion(old)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(got, chain(a64, b64), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, unfused, rtol=1e-6, atol=1e-6)
+
+
+def test_pending_results_work_everywhere_an_array_does(fusion):
+    rng = np.random.default_rng()
+    a = rng.standard_normal(16).astype(np.float32)
+    x = jnp.asarray(a)
+    p = x * 3 + 1
+    q = p - 2
+    assert p.shape == (16,) and p.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(jnp.sin(q)), np.sin(a * 3 - 1), rtol=1e-5, atol=1e-6)  # a slow-road op
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda v: v * v)(x * 2)), (2 * a) ** 2, rtol=1e-6)
+    c = x + 1  # a pending constant captured by a traced function
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda v: v - c)(x)), -np.ones(16), rtol=1e-6)
+    g = kiln.grad(lambda v: jnp.sum(v * (x * 2)))(x)
+    np.testing.assert_allclose(np.asarray(g), 2 * a, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray((x * 2)[3:5]), 2 * a[3:5], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray((x + 0).at[0].set(5.0))[0], 5.0)
+    r = x / 4
+    assert r.block_until_ready() is r and r.is_ready()
+    assert float(jnp.sum(x * 0 + 1)) == 16.0
+    m = kiln.device_put(x * 2, kiln.devices("cpu")[0])
+    np.testing.assert_allclose(np.asarray(m), 2 * a, rtol=1e-6)
+
+
+def test_shared_and_held_intermediates_stay_correct(fusion):
+    rng = np.random.default_rng()
+    a = rng.standard_normal(8).astype(np.float32)
+    x = jnp.asarray(a)
+    y = x * 2
+    z = y + y * y  # y used twice inside one chain
+    w = y - 1
+    np.testing.assert_allclose(np.asarray(z), 2 * a + 4 * a * a, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(w), 2 * a - 1, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(y), 2 * a, rtol=1e-6)  # held by the user, read last
+
+
+def test_long_chains_are_cut_and_stay_exact(fusion):
+    a = np.linspace(-1, 1, 10).astype(np.float32)
+    x = jnp.asarray(a)
+    ref = a.astype(np.float64)
+    before = _launches()
+    for i in range(100):
+        x = x * 0.5 + 0.25
+        ref = ref * 0.5 + 0.25
+    np.testing.assert_allclose(np.asarray(x), ref, rtol=1e-5)
+    assert 100 / 16 <= _launches() - before <= 100 / 8 + 1  # chains of up to 16 operations
+
+
+def test_dropped_results_still_run_once(fusion):
+    x = jnp.asarray(np.ones(5, np.float32))
+    before = _launches()
+    for _ in range(10):
+        x * 2 + 1  # never read: each expression runs as one launch when it is dropped
+    gc.collect()
+    assert _launches() - before == 10
+
+
+def test_interpreter_exits_cleanly_with_pending_results(tmp_path):
+    import subprocess
+    code = ("import numpy as np, kiln.numpy as jnp\n"
+            "x = jnp.asarray(np.ones(4, np.float32))\n"
+            "keep = [x * i + 1 for i in range(50)]\n"
+            "print(float(keep[3][0]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "4.0"

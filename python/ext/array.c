@@ -10,12 +10,18 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <structmember.h>
 
-typedef struct {
+typedef struct ArrayObject {
   PyObject_HEAD
   PyObject *buf, *shape, *dtype, *weak, *np;
+  /* A pending result of the fast path (buf == NULL): op applied to pl, pr (kiln.Arrays, each
+   * computed or pending); `nodes` counts the pending operations it stands for, and `consumed`
+   * says another pending result uses it (so dropping it loses nothing). */
+  struct ArrayObject *pl, *pr;
+  int op, nodes, consumed;
 } ArrayObject;
 
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, NOPS };
@@ -29,6 +35,10 @@ static PyObject *scalar_fn;        /* core.scalar_array(value, dtype, weak) */
 static PyObject *exe_fn;           /* core._eager_exe(prim, x1, x2) -> (exe, shape, dtype, weak) */
 static PyObject *fallback[NOPS];   /* the Python operators: f(left, right) */
 static PyObject *exe_cache;        /* (op, shape1, dtype, weak1, shape2, weak2) -> _eager_exe's tuple */
+static PyObject *fused_fn;         /* core._fused_exe(key) -> exe of a chain of pending operations */
+static PyObject *fused_cache;      /* that key -> exe */
+static int fusion = 1;             /* KILN_EAGER_FUSION=0: every operation launches at once */
+static long n_chains, n_chain_ops; /* fused launches, and the operations they ran */
 
 #define SET_REF(field, value)   \
   do {                          \
@@ -40,7 +50,6 @@ static PyObject *exe_cache;        /* (op, shape1, dtype, weak1, shape2, weak2) 
 /* ---- fields and lifetime ---- */
 
 static PyMemberDef array_members[] = {
-    {"_buf", T_OBJECT, offsetof(ArrayObject, buf), 0, "the Buffer holding the data"},
     {"shape", T_OBJECT, offsetof(ArrayObject, shape), 0, "tuple of dimensions"},
     {"dtype", T_OBJECT, offsetof(ArrayObject, dtype), 0, "NumPy dtype of the elements"},
     {"weak_type", T_OBJECT, offsetof(ArrayObject, weak), 0, "whether the dtype is weak (from a Python scalar)"},
@@ -55,6 +64,8 @@ static int array_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(a->dtype);
   Py_VISIT(a->weak);
   Py_VISIT(a->np);
+  Py_VISIT((PyObject *)a->pl);
+  Py_VISIT((PyObject *)a->pr);
   return 0;
 }
 
@@ -65,11 +76,24 @@ static int array_clear(PyObject *self) {
   Py_CLEAR(a->dtype);
   Py_CLEAR(a->weak);
   Py_CLEAR(a->np);
+  Py_CLEAR(a->pl);
+  Py_CLEAR(a->pr);
   return 0;
 }
 
+static int materialize(ArrayObject *a);
+static int deferred_off; /* set at interpreter exit: pending results are dropped, not launched */
+
 static void array_dealloc(PyObject *self) {
   PyObject_GC_UnTrack(self);
+  ArrayObject *a = (ArrayObject *)self;
+  if (a->pl && !a->consumed && !deferred_off) {
+    /* A result nobody read: its work was asked for, so it runs now (one fused launch). */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (materialize(a)) PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+  }
   array_clear(self);
   PyTypeObject *tp = Py_TYPE(self);
   freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
@@ -248,16 +272,161 @@ static PyObject *launch2(int op, PyObject *entry, ArrayObject *x1, ArrayObject *
   return array_new(buf, PyTuple_GetItem(entry, 1), PyTuple_GetItem(entry, 2), PyTuple_GetItem(entry, 3));
 }
 
-static int is_concrete_array(PyObject *o) {
-  return Py_TYPE(o) == array_type && ((ArrayObject *)o)->buf &&
-         PyObject_TypeCheck(((ArrayObject *)o)->buf, (PyTypeObject *)BufferType);
+/* ---- pending results: eager fusion ----
+ * An operation of the fast path whose operands are pending does not launch: its result is
+ * pending too, and the chain runs as one fused kernel when its value is first needed (a read,
+ * another operation, a jit call) or when it is dropped unread. `x * 2 + 1` is one launch. */
+
+#define FUSE_MAX_NODES 16
+
+typedef struct {
+  ArrayObject *leaf[2 * FUSE_MAX_NODES], *node[FUSE_MAX_NODES];
+  int nleaves, nnodes;
+} chain;
+
+/* Post-order walk: computed operands become leaves (once each), pending ones nodes. Returns the
+ * reference of `a` in the key: a leaf index i >= 0, or -(node index + 1). */
+static int walk(chain *c, ArrayObject *a) {
+  if (!a->pl) {
+    for (int i = 0; i < c->nleaves; i++)
+      if (c->leaf[i]->buf == a->buf) return i;
+    c->leaf[c->nleaves] = a;
+    return c->nleaves++;
+  }
+  for (int j = 0; j < c->nnodes; j++)
+    if (c->node[j] == a) return -(j + 1);
+  walk(c, a->pl);
+  walk(c, a->pr);
+  c->node[c->nnodes] = a;
+  return -(c->nnodes++ + 1);
+}
+
+static PyObject *ref_of(chain *c, ArrayObject *a) {
+  for (int i = 0; i < c->nleaves; i++)
+    if (c->leaf[i] == a || (!a->pl && c->leaf[i]->buf == a->buf)) return PyLong_FromLong(i);
+  for (int j = 0; j < c->nnodes; j++)
+    if (c->node[j] == a) return PyLong_FromLong(-(j + 1));
+  return PyLong_FromLong(0); /* unreachable */
+}
+
+/* Computes a pending array: one launch of the cached executable of its chain. */
+static int materialize(ArrayObject *a) {
+  if (!a->pl) return 0;
+  chain c;
+  c.nleaves = c.nnodes = 0;
+  walk(&c, a);
+  /* key: (nleaves, (shape, dtype, weak) per leaf..., (op, ref1, ref2) per node...) */
+  PyObject *key = PyTuple_New(1 + 3 * c.nleaves + 3 * c.nnodes);
+  if (!key) return -1;
+  PyTuple_SetItem(key, 0, PyLong_FromLong(c.nleaves));
+  for (int i = 0; i < c.nleaves; i++) {
+    PyTuple_SetItem(key, 1 + 3 * i, Py_NewRef(c.leaf[i]->shape));
+    PyTuple_SetItem(key, 2 + 3 * i, Py_NewRef(c.leaf[i]->dtype));
+    PyTuple_SetItem(key, 3 + 3 * i, Py_NewRef(c.leaf[i]->weak));
+  }
+  for (int j = 0; j < c.nnodes; j++) {
+    int at = 1 + 3 * c.nleaves + 3 * j;
+    PyTuple_SetItem(key, at, PyLong_FromLong(c.node[j]->op));
+    PyTuple_SetItem(key, at + 1, ref_of(&c, c.node[j]->pl));
+    PyTuple_SetItem(key, at + 2, ref_of(&c, c.node[j]->pr));
+  }
+  PyObject *exe = PyDict_GetItemWithError(fused_cache, key);
+  if (exe)
+    Py_INCREF(exe);
+  else if (!PyErr_Occurred()) {
+    exe = PyObject_CallFunctionObjArgs(fused_fn, key, NULL);
+    if (exe && PyDict_SetItem(fused_cache, key, exe)) Py_CLEAR(exe);
+  }
+  Py_DECREF(key);
+  if (!exe) return -1;
+  PyObject *bufs[2 * FUSE_MAX_NODES];
+  for (int i = 0; i < c.nleaves; i++) bufs[i] = c.leaf[i]->buf;
+  kl_buffer *out;
+  int rc = run_exe(exe, bufs, c.nleaves, &out);
+  Py_DECREF(exe);
+  if (rc) {
+    if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      PyObject *msg = v ? PyObject_Str(v) : NULL;
+      PyObject *shape = PyObject_Repr(a->shape);
+      if (msg && shape) {
+        PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[a->op], shape, msg);
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+      } else
+        PyErr_Restore(t, v, tb);
+      Py_XDECREF(msg);
+      Py_XDECREF(shape);
+    }
+    return -1;
+  }
+  if (!(a->buf = buffer_new_from(out))) return -1;
+  n_chains++;
+  n_chain_ops += c.nnodes;
+  Py_CLEAR(a->pl); /* the chain's operands are no longer needed by this array */
+  Py_CLEAR(a->pr);
+  return 0;
+}
+
+/* kiln.Array._buf: the Buffer (computing a pending array first), or None for a Tracer. */
+static PyObject *array_get_buf(PyObject *self, void *unused) {
+  (void)unused;
+  ArrayObject *a = (ArrayObject *)self;
+  if (a->pl && materialize(a)) return NULL;
+  return Py_NewRef(a->buf ? a->buf : Py_None);
+}
+
+static int array_set_buf(PyObject *self, PyObject *value, void *unused) {
+  (void)unused;
+  ArrayObject *a = (ArrayObject *)self;
+  PyObject *old = a->buf;
+  a->buf = value == Py_None ? NULL : Py_XNewRef(value);
+  Py_XDECREF(old);
+  Py_CLEAR(a->pl);
+  Py_CLEAR(a->pr);
+  return 0;
+}
+
+static PyGetSetDef array_getset[] = {
+    {"_buf", array_get_buf, array_set_buf, "the Buffer holding the data (computed on first use)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+/* kiln.Array exactly (not a Tracer), computed or pending. */
+static int is_kiln_array(PyObject *o) {
+  if (Py_TYPE(o) != array_type) return 0;
+  ArrayObject *a = (ArrayObject *)o;
+  return a->pl || (a->buf && PyObject_TypeCheck(a->buf, (PyTypeObject *)BufferType));
+}
+
+/* A pending array for `op` on x1, x2 with the result aval of `entry`. */
+static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x2) {
+  int nodes = 1 + (x1->pl ? x1->nodes : 0) + (x2->pl ? x2->nodes : 0);
+  if (nodes > FUSE_MAX_NODES) { /* a long chain: compute the operands, start a new one */
+    if (materialize(x1) || materialize(x2)) return NULL;
+    nodes = 1;
+  }
+  allocfunc alloc = (allocfunc)PyType_GetSlot(array_type, Py_tp_alloc);
+  ArrayObject *a = (ArrayObject *)alloc(array_type, 0);
+  if (!a) return NULL;
+  a->shape = Py_NewRef(PyTuple_GetItem(entry, 1));
+  a->dtype = Py_NewRef(PyTuple_GetItem(entry, 2));
+  a->weak = Py_NewRef(PyTuple_GetItem(entry, 3));
+  a->pl = (ArrayObject *)Py_NewRef((PyObject *)x1);
+  a->pr = (ArrayObject *)Py_NewRef((PyObject *)x2);
+  a->op = op;
+  a->nodes = nodes;
+  x1->consumed |= x1->pl != NULL;
+  x2->consumed |= x2->pl != NULL;
+  return (PyObject *)a;
 }
 
 /* The result of `l op r` by the fast path, or NULL: with an error set when the operation failed,
  * without one when this case belongs to the slow road. */
 static PyObject *eager2(int op, PyObject *l, PyObject *r) {
   if (!array_type || PyList_Size(trace_stack) != 0) return NULL; /* under a trace: staged, not run */
-  int la = is_concrete_array(l), ra = is_concrete_array(r);
+  int la = is_kiln_array(l), ra = is_kiln_array(r);
   if (!la && !ra) return NULL;
   ArrayObject *a = (ArrayObject *)(la ? l : r);
   int itemsize;
@@ -277,7 +446,7 @@ static PyObject *eager2(int op, PyObject *l, PyObject *r) {
   } else {
     PyObject *s = scalar_operand(la ? r : l, a, kind, itemsize);
     if (!s) return NULL; /* not a scalar we convert here; any error is the slow road's to raise */
-    if (!is_concrete_array(s)) {
+    if (!is_kiln_array(s)) {
       Py_DECREF(s);
       return NULL;
     }
@@ -303,7 +472,8 @@ static PyObject *eager2(int op, PyObject *l, PyObject *r) {
   }
   Py_DECREF(key);
   if (entry) {
-    res = launch2(op, entry, a1, a2);
+    if (fusion) res = pending_new(op, entry, a1, a2);
+    else if (!materialize(a1) && !materialize(a2)) res = launch2(op, entry, a1, a2);
     Py_DECREF(entry);
   }
   if (!res && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "internal: eager fast path failed");
@@ -325,16 +495,22 @@ static PyObject *nb_sub(PyObject *l, PyObject *r) { return binary(OP_SUB, l, r);
 static PyObject *nb_mul(PyObject *l, PyObject *r) { return binary(OP_MUL, l, r); }
 static PyObject *nb_div(PyObject *l, PyObject *r) { return binary(OP_DIV, l, r); }
 
-/* eager_setup(Array, trace_stack, scalar_cache, scalar_array, eager_exe, (add, sub, mul, div)) */
+/* eager_setup(Array, trace_stack, scalar_cache, scalar_array, eager_exe, fused_exe,
+ *             (add, sub, mul, div)) */
 static PyObject *eager_setup(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *at, *ts, *sc, *sf, *ef, *fb;
-  if (!PyArg_ParseTuple(args, "OO!O!OOO!", &at, &PyList_Type, &ts, &PyDict_Type, &sc, &sf, &ef, &PyTuple_Type, &fb))
+  PyObject *at, *ts, *sc, *sf, *ef, *ff, *fb;
+  if (!PyArg_ParseTuple(args, "OO!O!OOOO!", &at, &PyList_Type, &ts, &PyDict_Type, &sc, &sf, &ef, &ff, &PyTuple_Type, &fb))
     return NULL;
   if (!PyType_Check(at) || PyTuple_Size(fb) != NOPS)
     return PyErr_Format(PyExc_TypeError, "eager_setup: expects the Array class and %d fallbacks", NOPS);
   if (!exe_cache && !(exe_cache = PyDict_New())) return NULL;
+  if (!fused_cache && !(fused_cache = PyDict_New())) return NULL;
   PyDict_Clear(exe_cache);
+  PyDict_Clear(fused_cache);
+  const char *env = getenv("KILN_EAGER_FUSION");
+  fusion = !(env && *env == '0');
+  SET_REF(fused_fn, Py_NewRef(ff));
   SET_REF(array_type, (PyTypeObject *)Py_NewRef(at));
   SET_REF(trace_stack, Py_NewRef(ts));
   SET_REF(scalar_cache, Py_NewRef(sc));
@@ -400,11 +576,15 @@ static PyObject *jit_fast(JitObject *j, PyObject *args) {
   PyObject *bufs[96];
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject *a = PyTuple_GetItem(args, i);
-    if (!is_concrete_array(a)) {
+    if (!is_kiln_array(a)) {
       Py_DECREF(key);
       return NULL;
     }
     ArrayObject *x = (ArrayObject *)a;
+    if (materialize(x)) {
+      Py_DECREF(key);
+      return NULL;
+    }
     PyTuple_SetItem(key, 3 * i, Py_NewRef(x->shape));
     PyTuple_SetItem(key, 3 * i + 1, Py_NewRef(x->dtype));
     PyTuple_SetItem(key, 3 * i + 2, Py_NewRef(x->weak));
@@ -470,6 +650,7 @@ static PyObject *config_changed(PyObject *self, PyObject *unused) {
   (void)unused;
   config_gen++;
   if (exe_cache) PyDict_Clear(exe_cache);
+  if (fused_cache) PyDict_Clear(fused_cache);
   Py_RETURN_NONE;
 }
 
@@ -480,7 +661,33 @@ static PyObject *jit_setup(PyObject *self, PyObject *fn) {
   Py_RETURN_NONE;
 }
 
+/* eager_shutdown(): at interpreter exit, pending results are dropped instead of launched. */
+static PyObject *eager_shutdown(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  deferred_off = 1;
+  Py_RETURN_NONE;
+}
+
+/* eager_fusion(on) -> the previous setting (tests compare both roads). */
+static PyObject *eager_fusion(PyObject *self, PyObject *on) {
+  (void)self;
+  int old = fusion;
+  fusion = PyObject_IsTrue(on);
+  return PyBool_FromLong(old);
+}
+
+/* eager_stats() -> (fused launches, operations they ran) */
+static PyObject *eager_stats(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return Py_BuildValue("(ll)", n_chains, n_chain_ops);
+}
+
 static PyMethodDef array_functions[] = {
+    {"eager_stats", eager_stats, METH_NOARGS, "(fused launches, operations they ran) of eager fusion"},
+    {"eager_shutdown", eager_shutdown, METH_NOARGS, "drop pending results from now on (interpreter exit)"},
+    {"eager_fusion", eager_fusion, METH_O, "turn eager fusion on or off; returns the previous setting"},
     {"eager_setup", eager_setup, METH_VARARGS, "connects ArrayBase's eager fast path to kiln's Python core"},
     {"config_changed", config_changed, METH_NOARGS, "a setting changed: drop the executables cached in C"},
     {"jit_setup", jit_setup, METH_O, "gives JitBase tree_unflatten"},
@@ -491,6 +698,7 @@ static PyType_Slot array_slots[] = {{Py_bf_getbuffer, array_getbuffer},
                                     {Py_tp_traverse, array_traverse},
                                     {Py_tp_clear, array_clear},
                                     {Py_tp_members, array_members},
+                                    {Py_tp_getset, array_getset},
                                     {Py_nb_add, nb_add},
                                     {Py_nb_subtract, nb_sub},
                                     {Py_nb_multiply, nb_mul},

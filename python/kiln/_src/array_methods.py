@@ -1,5 +1,7 @@
 """Operators and methods of kiln.Array, delegating to kiln.numpy (installed once, at import)."""
 
+import atexit
+
 import numpy as np
 
 from kiln import _kiln
@@ -40,7 +42,8 @@ def _install(jnp):
         g, rg = guard(f), guard(swap(f))
         return lambda left, right: g(left, right) if isinstance(left, A) else rg(right, left)
     _kiln.eager_setup(A, core._trace_stack, core._scalar_cache, core.scalar_array, core._eager_exe,
-                      tuple(in_order(ops[name]) for name in fast))
+                      core._fused_exe, tuple(in_order(ops[name]) for name in fast))
+    atexit.register(_kiln.eager_shutdown)
     A.__divmod__ = guard(lambda a, b: (jnp.floor_divide(a, b), jnp.remainder(a, b)))
     A.__rdivmod__ = guard(lambda a, b: (jnp.floor_divide(b, a), jnp.remainder(b, a)))
     for name, f in {"eq": jnp.equal, "ne": jnp.not_equal, "lt": jnp.less, "le": jnp.less_equal,

@@ -535,6 +535,26 @@ def _eager_exe(prim, x1, x2):
     return exe, shape, dtype, weak
 
 
+_FUSED_PRIMS = ("add", "sub", "mul", "div")  # the operation codes of python/ext/array.c
+
+
+def _fused_exe(key):
+    """The executable of a chain of pending eager operations (python/ext/array.c), described by
+    key = (n, (shape, dtype, weak) of each of the n inputs..., (op, ref1, ref2) per operation...)
+    where a ref is an input index i >= 0 or -(operation index + 1); the last operation is the
+    result."""
+    n = key[0]
+    b = _kiln.Builder()
+    vids = [b.add_input(key[1 + 3 * i], key[2 + 3 * i].name, bool(key[3 + 3 * i])) for i in range(n)]
+    nodes = []
+    for j in range(1 + 3 * n, len(key), 3):
+        op, r1, r2 = key[j:j + 3]
+        args = [vids[r] if r >= 0 else nodes[-r - 1] for r in (r1, r2)]
+        nodes.append(b.add_eqn(_FUSED_PRIMS[op], args, None)[0][0])
+    b.set_outputs([nodes[-1]])
+    return b.compile()
+
+
 def bind(prim, args, params=None):
     """Applies primitive `prim` to arrays `args`; returns a tuple of results."""
     for a in args:
