@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 ALL = ["copy", "selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "mlp_step", "dispatch", "eager",
+       "upload", "download",
        "vmap_matvec", "compile_selu", "compile_mlp"]
 
 
@@ -78,6 +79,27 @@ def run(P, name, reps):
     kiln, knp = P.kiln, P.knp
     rows = {}
     rng = np.random.default_rng(0)
+    if name in ("upload", "download"):  # 256 MiB between pageable NumPy memory and the GPU
+        x = rng.standard_normal(1 << 26).astype(np.float32)
+        up = name == "upload"
+        kx = kiln.device_put(x)
+        assert np.array_equal(np.asarray(kx), x), "kiln round trip differs"
+        cpu = kiln.devices("cpu")[0]
+        f = (lambda: kiln.device_put(x).block_until_ready()) if up else (lambda: kiln.device_put(kx, cpu).block_until_ready())
+        rows["kiln"] = (median_time(f, lambda: None, reps), x.nbytes)
+        if P.jax:
+            jx = P.jax.device_put(x)
+            f = (lambda: P.jax.device_put(x).block_until_ready()) if up else (lambda: np.asarray(P.jax.device_put(jx + 0)))
+            rows["jax"] = (median_time(f, lambda: None, reps), x.nbytes)
+        if P.torch:
+            tx = P.torch.from_numpy(x).cuda()
+            f = (lambda: P.torch.from_numpy(x).cuda()) if up else (lambda: tx.cpu())
+            rows["torch"] = (median_time(f, P.torch.cuda.synchronize, reps), x.nbytes)
+        if P.cupy:
+            cx = P.cupy.asarray(x)
+            f = (lambda: P.cupy.asarray(x)) if up else (lambda: P.cupy.asnumpy(cx))
+            rows["cupy"] = (median_time(f, P.cupy.cuda.Device().synchronize, reps), x.nbytes)
+        return {k: (t, b / t / 1e9) for k, (t, b) in rows.items()}
     if name in ("copy", "selu", "sumsq"):
         n = 1 << 26
         x = rng.standard_normal(n).astype(np.float32)

@@ -71,10 +71,59 @@ static void from_shared(kctx *k, kl_dtype t, char *v) {
   snprintf(v, sizeof(ssa), "%s", w);
 }
 
-/* Block-wide reduction of v (shared type) through workgroup buffer %sh<slot>: a tree with a
- * barrier per level; every thread gets the result in out. Control flow stays uniform. */
+/* Butterfly over the lanes of each warp (xor offsets `from`, from/2, ..., 1): every lane ends
+ * with the combination of its group of 2*from lanes. ty is 32 bits wide. */
+static void warp_reduce(kctx *k, kl_prim p, kl_dtype t, const char *ty, const char *v, int from, char *out) {
+  ssa cur, w;
+  snprintf(cur, sizeof cur, "%s", v);
+  kk_line(k, "%s = arith.constant 32 : i32", kk_fresh(k, w));
+  for (int off = from; off >= 1; off /= 2) {
+    ssa o, sh, ok, nx;
+    kk_line(k, "%s = arith.constant %d : i32", kk_fresh(k, o), off);
+    kk_fresh(k, sh);
+    kk_fresh(k, ok);
+    kk_line(k, "%s, %s = gpu.shuffle xor %s, %s, %s : %s", sh, ok, cur, o, w, ty);
+    combine(k, p, t, ty, cur, sh, nx);
+    snprintf(cur, sizeof cur, "%s", nx);
+  }
+  snprintf(out, sizeof(ssa), "%s", cur);
+}
+
+/* Block-wide reduction of v (shared type) through workgroup buffer %sh<slot>; every thread gets
+ * the result in out, and control flow stays uniform. 32-bit types reduce within each warp by
+ * shuffles, then across the warps' partials (one barrier); other types use a shared-memory tree
+ * with a barrier per level. */
 static void block_reduce(kctx *k, kl_prim p, kl_dtype t, int slot, int block, const char *v, char *out) {
   const char *ty = shared_type(t);
+  if (block >= 32 && (!strcmp(ty, "f32") || !strcmp(ty, "i32"))) {
+    int nw = block / 32;
+    ssa w;
+    warp_reduce(k, p, t, ty, v, 16, w);
+    if (nw == 1) {
+      snprintf(out, sizeof(ssa), "%s", w);
+      kk_line(k, "gpu.barrier"); /* as the tree path: the caller may reuse memory the block shares */
+      return;
+    }
+    ssa c32, lane, wid, first;
+    kk_const_index(k, 32, c32);
+    kk_line(k, "%s = arith.remui %%tid, %s : index", kk_fresh(k, lane), c32);
+    kk_line(k, "%s = arith.divui %%tid, %s : index", kk_fresh(k, wid), c32);
+    kk_line(k, "%s = arith.cmpi eq, %s, %%c0 : index", kk_fresh(k, first), lane);
+    kk_line(k, "scf.if %s {", first);
+    kk_line(k, "  memref.store %s, %%sh%d[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", w, slot, wid, block, ty);
+    kk_line(k, "}");
+    kk_line(k, "gpu.barrier");
+    /* lane l of every warp takes partial l mod nw: a butterfly over groups of nw lanes then gives
+     * every thread the total, without a broadcast */
+    ssa mask, li, x;
+    kk_const_index(k, nw - 1, mask);
+    kk_line(k, "%s = arith.andi %s, %s : index", kk_fresh(k, li), lane, mask);
+    kk_line(k, "%s = memref.load %%sh%d[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(k, x), slot, li, block,
+            ty);
+    warp_reduce(k, p, t, ty, x, nw / 2, out);
+    kk_line(k, "gpu.barrier"); /* the buffer is reused by the next row */
+    return;
+  }
   kk_line(k, "memref.store %s, %%sh%d[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", v, slot, block, ty);
   kk_line(k, "gpu.barrier");
   for (int s = block / 2; s >= 1; s /= 2) {
