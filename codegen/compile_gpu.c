@@ -249,6 +249,39 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
       if ((rc = kl_compile_lib_step(pg, e, slot_of, st, &lc, err, errlen))) break;
       o->libs[o->nlibs++] = lc;
       st->on_host = 1; /* a host routine over copies, unless the GPU has one (below) */
+      if (e->prim == KL_P_TAKE || e->prim == KL_P_SCATTER || e->prim == KL_P_DYNAMIC_SLICE ||
+          e->prim == KL_P_DYNAMIC_UPDATE_SLICE) { /* data movement: kernels of their own */
+        char name[32];
+        unsigned grid[2], block[2];
+        snprintf(name, sizeof name, "KLPFX%d", o->nkernels);
+        int nk = kl_kernel_emit_gpu_move(lc, name, &mod, grid, block, err, errlen);
+        if (nk < 0) {
+          rc = -1;
+          break;
+        }
+        for (int i = 0; i < nk; i++) {
+          gpu_kernel *g = &o->kernels[o->nkernels];
+          snprintf(o->names[o->nkernels++], 64, i ? "%s_s" : "%s", name);
+          g->grid = grid[i];
+          g->block = block[i];
+          g->nargs = st->nslots;
+          kl_step *ks = st;
+          if (i) { /* the second pass: the same arguments */
+            ks = &x->steps[x->nsteps++];
+            *ks = *st;
+            ks->slots = malloc(sizeof(int) * (size_t)st->nslots);
+            if (!ks->slots) abort();
+            memcpy(ks->slots, st->slots, sizeof(int) * (size_t)st->nslots);
+          }
+          ks->ctx = g;
+          ks->run_checked = kernel_run;
+          ks->on_host = 0;
+        }
+        if (nk) {
+          x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
+          continue;
+        }
+      }
       gpu_dot d;
       if (e->prim == KL_P_DOT_GENERAL &&
           kl_libcall_dot_layout(lc, &d.batch, &d.m, &d.n, &d.k, &d.transl, &d.transr)) {

@@ -5,6 +5,7 @@
 #define KL_KERNEL_H
 #include "../transforms/fuse.h"
 #include "emit.h"
+#include "libcall.h"
 
 typedef struct {
   int *args;        /* owned; value ids of the buffers the kernel reads, then its output last */
@@ -34,6 +35,12 @@ typedef struct {
  * `step`. Returns 0, or -1 with a message. */
 int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info,
                        char *err, size_t errlen);
+/* Library equations that only move data (take, dynamic_slice, dynamic_update_slice, scatter)
+ * as GPU kernels over the library call's arguments (inputs, then the output): appends
+ * gpu.func @<name>, and @<name>_s after it for a scatter's update pass. Returns the number of
+ * kernels (1 or 2) with their grid and block sizes, or 0 when the equation stays a host call. */
+int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, unsigned *grid, unsigned *block,
+                            char *err, size_t errlen);
 /* Element size in bytes of a two-kernel reduction's partial results. */
 int kl_gpu_partial_size(kl_dtype t);
 

@@ -641,3 +641,243 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   kl_str_free(&body);
   return 0;
 }
+
+/* ---- data movement: gathers, dynamic slices and scatters as kernels ----
+ * These are library calls on the CPU (codegen/libcall.c); on the GPU they move elements by
+ * their storage type, with the same index rules: gathers and dynamic slices clamp, scatters
+ * drop out-of-bounds indices and apply duplicates in order (each thread owns a column of the
+ * result and walks the updates sequentially, so the last SET wins as on the CPU). */
+
+#define MOVE_MAX_UPDATES 8192 /* scatters walking more updates per thread stay on the host */
+
+static void flat_arg(gk_arg *a, const kl_aval *v, int readonly) {
+  memset(a, 0, sizeof *a);
+  a->ndim = 1;
+  a->dims[0] = kl_aval_size(v) ? kl_aval_size(v) : 1;
+  a->storage = kl_storage_type(v->dtype);
+  a->readonly = readonly;
+}
+
+/* Element pos of flat argument i (size n, storage st) as an index, sign- or zero-extended. */
+static void load_index(kctx *k, int i, const char *pos, const gk_arg *a, kl_dtype t, char *out) {
+  ssa v;
+  kk_line(k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(k, v), i, pos, (long long)a->dims[0], a->storage);
+  kk_line(k, "%s = arith.%s %s : %s to index", kk_fresh(k, out), kl_dtype_kind(t) == KL_KIND_UINT ? "index_castui" : "index_cast",
+          v, a->storage);
+}
+
+static void clamp_index(kctx *k, const char *v, int64_t lo, int64_t hi, char *out) {
+  ssa l, h, a;
+  kk_const_index(k, lo, l);
+  kk_const_index(k, hi, h);
+  kk_line(k, "%s = arith.maxsi %s, %s : index", kk_fresh(k, a), v, l);
+  kk_line(k, "%s = arith.minsi %s, %s : index", kk_fresh(k, out), a, h);
+}
+
+/* `out = a op b` on index values with a constant b (out may be a). */
+static void index_op(kctx *k, const char *op, const char *a, int64_t b, char *out) {
+  ssa c, t;
+  kk_const_index(k, b, c);
+  kk_line(k, "%s = arith.%s %s, %s : index", kk_fresh(k, t), op, a, c);
+  snprintf(out, sizeof(ssa), "%s", t);
+}
+
+/* acc = acc op b, for values of type ty. */
+static void update(kctx *k, const char *op, char *acc, const char *b, const char *ty) {
+  ssa t;
+  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, t), op, acc, b, ty);
+  snprintf(acc, sizeof(ssa), "%s", t);
+}
+
+/* Opens `scf.for %e = gid to total step gridsize` (closed by close_loop). */
+static void grid_loop(kctx *k, int64_t total, const char *iv) {
+  ssa g0, gid, gs, tot;
+  kk_line(k, "%s = arith.muli %%bid, %%bdim : index", kk_fresh(k, g0));
+  kk_line(k, "%s = arith.addi %s, %%tid : index", kk_fresh(k, gid), g0);
+  kk_line(k, "%s = arith.muli %%nblk, %%bdim : index", kk_fresh(k, gs));
+  kk_const_index(k, total, tot);
+  kk_line(k, "scf.for %s = %s to %s step %s {", iv, gid, tot, gs);
+  k->ind = "        ";
+}
+
+static void close_loop(kctx *k) {
+  k->ind = "      ";
+  kk_line(k, "}");
+}
+
+static void finish_kernel(kl_str *out, const char *name, const gk_arg *args, int nargs, kl_str *body, int block) {
+  emit_header(out, name, args, nargs, NULL, 0, block);
+  kl_str_append(out, body->data ? body->data : "");
+  kl_str_append(out, "      gpu.return\n    }\n");
+}
+
+int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, unsigned *grid, unsigned *block,
+                            char *err, size_t errlen) {
+  const kl_aval *x = &c->avals[0], *o = &c->avals[c->nin];
+  int nargs = c->nin + c->nout;
+  if (c->nout != 1 || nargs > 16 || kl_aval_size(o) == 0) return 0;
+  gk_arg args[16];
+  for (int i = 0; i < nargs; i++) flat_arg(&args[i], &c->avals[i], i < c->nin);
+  const char *st = args[0].storage;
+  int oi = c->nin; /* the output's argument index */
+  kl_str body;
+  kl_str_init(&body);
+  kctx k = {.em = {&body, 0}, .body = &body, .ind = "      ", .err = err, .errlen = errlen, .root = -1, .stash = -1};
+  int nk = 1;
+  block[0] = block[1] = GK_BLOCK;
+  grid[0] = grid_for(kl_aval_size(o), GK_BLOCK);
+  int64_t outer = 1, n = 1, inner = 1;
+  if (c->prim == KL_P_TAKE || c->prim == KL_P_SCATTER) {
+    int axis = (int)c->p.i0;
+    for (int i = 0; i < axis; i++) outer *= x->dims[i];
+    n = x->dims[axis];
+    for (int i = axis + 1; i < x->ndim; i++) inner *= x->dims[i];
+  }
+  ssa v;
+  if (c->prim == KL_P_TAKE) { /* out[o, j, in] = x[o, clamp(idx[j]), in] */
+    int64_t m = kl_aval_size(&c->avals[1]);
+    ssa in, q, j, ob, kk, kc, r, src;
+    grid_loop(&k, kl_aval_size(o), "%e");
+    index_op(&k, "remui", "%e", inner, in);
+    index_op(&k, "divui", "%e", inner, q);
+    index_op(&k, "remui", q, m, j);
+    index_op(&k, "divui", q, m, ob);
+    load_index(&k, 1, j, &args[1], c->avals[1].dtype, kk);
+    clamp_index(&k, kk, 0, n - 1, kc);
+    index_op(&k, "muli", ob, n, r);
+    update(&k, "addi", r, kc, "index");
+    index_op(&k, "muli", r, inner, src);
+    update(&k, "addi", src, in, "index");
+    kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v), src, (long long)args[0].dims[0], st);
+    kk_line(&k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
+    close_loop(&k);
+  } else if (c->prim == KL_P_DYNAMIC_SLICE || c->prim == KL_P_DYNAMIC_UPDATE_SLICE) {
+    int upd = c->prim == KL_P_DYNAMIC_UPDATE_SLICE, first = upd ? 2 : 1, nd = x->ndim;
+    int64_t box[KL_MAX_RANK];
+    for (int i = 0; i < nd; i++) box[i] = upd ? c->avals[1].dims[i] : c->p.v[0][i];
+    ssa start[KL_MAX_RANK];
+    for (int i = 0; i < nd; i++) { /* starts clamp so that the box fits, as lax does */
+      ssa s;
+      load_index(&k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
+      clamp_index(&k, s, 0, x->dims[i] - box[i], start[i]);
+    }
+    const int64_t *space = upd ? x->dims : box; /* the output's dims */
+    grid_loop(&k, kl_aval_size(o), "%e");
+    ssa idx[KL_MAX_RANK], rest;
+    snprintf(rest, sizeof rest, "%%e");
+    for (int i = nd - 1; i >= 0; i--) { /* delinearize e over the output's dims */
+      if (i > 0) {
+        index_op(&k, "remui", rest, space[i], idx[i]);
+        index_op(&k, "divui", rest, space[i], rest);
+      } else
+        snprintf(idx[i], sizeof idx[i], "%s", rest);
+    }
+    if (!upd) { /* out[idx] = x[start + idx] */
+      ssa src;
+      kk_const_index(&k, 0, src);
+      for (int i = 0; i < nd; i++) {
+        ssa a;
+        index_op(&k, "muli", src, x->dims[i], src);
+        kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, a), idx[i], start[i]);
+        update(&k, "addi", src, a, "index");
+      }
+      kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v), src, (long long)args[0].dims[0], st);
+    } else { /* out[idx] = inside the box ? update[idx - start] : x[idx] */
+      ssa inside, us;
+      kk_line(&k, "%s = arith.constant true", kk_fresh(&k, inside));
+      kk_const_index(&k, 0, us);
+      for (int i = 0; i < nd; i++) {
+        ssa d, ge, lt, both, t;
+        kk_line(&k, "%s = arith.subi %s, %s : index", kk_fresh(&k, d), idx[i], start[i]);
+        kk_line(&k, "%s = arith.cmpi sge, %s, %%c0 : index", kk_fresh(&k, ge), d);
+        index_op(&k, "cmpi slt,", d, box[i], lt);
+        kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, both), ge, lt);
+        update(&k, "andi", inside, both, "i1");
+        index_op(&k, "muli", us, box[i], t);
+        kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, us), t, d);
+      }
+      kk_line(&k, "%s = scf.if %s -> (%s) {", kk_fresh(&k, v), inside, st);
+      ssa a, b;
+      kk_line(&k, "  %s = memref.load %%m1[%s] : memref<%lldx%s>", kk_fresh(&k, a), us, (long long)args[1].dims[0], st);
+      kk_line(&k, "  scf.yield %s : %s", a, st);
+      kk_line(&k, "} else {");
+      kk_line(&k, "  %s = memref.load %%m0[%%e] : memref<%lldx%s>", kk_fresh(&k, b), (long long)args[0].dims[0], st);
+      kk_line(&k, "  scf.yield %s : %s", b, st);
+      kk_line(&k, "}");
+    }
+    kk_line(&k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
+    close_loop(&k);
+  } else if (c->prim == KL_P_SCATTER) {
+    int64_t m = kl_aval_size(&c->avals[1]);
+    int op = (int)c->p.i1;
+    kl_dtype t = x->dtype;
+    static const kl_prim as_reduce[] = {KL_P_REDUCE_SUM, KL_P_REDUCE_SUM, KL_P_REDUCE_PROD, KL_P_REDUCE_MIN, KL_P_REDUCE_MAX};
+    if (m > MOVE_MAX_UPDATES || op < 0 || op > KL_SCATTER_MAX ||
+        (op != KL_SCATTER_SET && (t == KL_BOOL || strcmp(st, kl_compute_type(t))))) {
+      kl_str_free(&body);
+      free_ctx(&k);
+      return 0;
+    }
+    /* kernel 1 (name): out = x */
+    grid_loop(&k, kl_aval_size(x), "%e");
+    kk_line(&k, "%s = memref.load %%m0[%%e] : memref<%lldx%s>", kk_fresh(&k, v), (long long)args[0].dims[0], st);
+    kk_line(&k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
+    close_loop(&k);
+    finish_kernel(out, name, args, nargs, &body, GK_BLOCK);
+    kl_str_free(&body);
+    kl_str_init(&body);
+    /* kernel 2 (name_s): one thread per column (o, in) applies the updates j = 0..m in order */
+    grid_loop(&k, outer * inner, "%col");
+    ssa ob, in, base, ub;
+    index_op(&k, "divui", "%col", inner, ob);
+    index_op(&k, "remui", "%col", inner, in);
+    index_op(&k, "muli", ob, n * inner, base);
+    update(&k, "addi", base, in, "index");
+    index_op(&k, "muli", ob, m * inner, ub);
+    update(&k, "addi", ub, in, "index");
+    ssa cm;
+    kk_const_index(&k, m, cm);
+    kk_line(&k, "scf.for %%j = %%c0 to %s step %%c1 {", cm);
+    k.ind = "          ";
+    ssa kk, ge, lt, ok, pos, up, u;
+    load_index(&k, 1, "%j", &args[1], c->avals[1].dtype, kk);
+    kk_line(&k, "%s = arith.cmpi sge, %s, %%c0 : index", kk_fresh(&k, ge), kk);
+    index_op(&k, "cmpi slt,", kk, n, lt);
+    kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, ok), ge, lt);
+    kk_line(&k, "scf.if %s {", ok);
+    k.ind = "            ";
+    index_op(&k, "muli", kk, inner, pos);
+    update(&k, "addi", pos, base, "index");
+    index_op(&k, "muli", "%j", inner, up);
+    update(&k, "addi", up, ub, "index");
+    kk_line(&k, "%s = memref.load %%m2[%s] : memref<%lldx%s>", kk_fresh(&k, u), up, (long long)args[2].dims[0], st);
+    if (op != KL_SCATTER_SET) {
+      ssa a, r;
+      kk_line(&k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(&k, a), oi, pos, (long long)args[oi].dims[0], st);
+      combine(&k, as_reduce[op], t, st, a, u, r);
+      snprintf(u, sizeof u, "%s", r);
+    }
+    kk_line(&k, "memref.store %s, %%m%d[%s] : memref<%lldx%s>", u, oi, pos, (long long)args[oi].dims[0], st);
+    k.ind = "          ";
+    kk_line(&k, "}");
+    k.ind = "        ";
+    kk_line(&k, "}");
+    close_loop(&k);
+    char name2[64];
+    snprintf(name2, sizeof name2, "%s_s", name);
+    finish_kernel(out, name2, args, nargs, &body, GK_BLOCK);
+    grid[1] = grid_for(outer * inner, GK_BLOCK);
+    nk = 2;
+    kl_str_free(&body);
+    free_ctx(&k);
+    return nk;
+  } else {
+    kl_str_free(&body);
+    free_ctx(&k);
+    return 0;
+  }
+  finish_kernel(out, name, args, nargs, &body, GK_BLOCK);
+  kl_str_free(&body);
+  free_ctx(&k);
+  return nk;
+}

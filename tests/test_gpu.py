@@ -37,6 +37,11 @@ PTX_CASES = {
     "math": (lambda a: jnp.tanh(a) + jnp.log1p(jnp.abs(a)) + jnp.sin(a) + jax_erf(a), [(4, 50)], np.float32),
     "int_divmod": (lambda a: (a // 3 % 5).sum(), [(16, 10)], np.int32),
     "float64": (lambda a: jnp.exp(a).sum(0), [(16, 10)], np.float64),
+    "gather": (lambda a: a[:, np.array([3, 0, 3])] * 2, [(16, 10)], np.float32),
+    "dynamic_slice": (lambda a: kiln.lax.dynamic_slice(a, (a.shape[0] // 2, jnp.int32(2)), (4, 5)), [(16, 10)], np.float32),
+    "dynamic_update_slice": (lambda a: a.at[2:5, 1].set(7.0), [(16, 10)], np.float32),
+    "scatter_set": (lambda a: a.at[np.array([1, 1, 4])].set(a[0]), [(16, 10)], np.int32),
+    "scatter_add": (lambda a: a.at[:, np.array([0, 2, 0])].add(1.0), [(16, 10)], np.float64),
 }
 
 
@@ -50,6 +55,8 @@ def test_every_kernel_kind_lowers_to_self_contained_ptx(name, x64):
     args = [np.ones(s, dt) for s in shapes]
     ptx = _ptx(f, *args)
     assert ".entry" in ptx and ".target sm_90" in ptx
+    if name.startswith("scatter"):
+        assert ptx.count(".entry") >= 2  # copy, then the updates in order
     assert ".extern" not in ptx  # math is inline polynomials: no libdevice calls to resolve
 
 
@@ -365,3 +372,44 @@ def test_fused_programs_launch_one_kernel_per_fusion_group():
     # a full reduction is one kernel on the CPU, partials + combine (two kernels) on the GPU
     assert _steps(lambda x: jnp.sum(x * x), x) == (2 if HAS_GPU else 1)
     assert _steps(lambda a, w, b: jnp.tanh(a @ w + b), a, w, b) == 2  # the matmul, then one fused kernel
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool", "float16"])
+def test_gathers_slices_and_scatters_run_as_kernels_and_match_numpy(dtype):
+    rng = np.random.default_rng()
+    a = (rng.standard_normal((64, 33)) * 10).astype(dtype)
+    idx = rng.integers(-5, 70, size=200)  # out of range: gathers clamp, scatters drop
+    x = jnp.asarray(a)
+    got = np.asarray(kiln.jit(lambda x, i: x[jnp.clip(i, 0, 63)])(x, idx))
+    np.testing.assert_array_equal(got, a[np.clip(idx, 0, 63)])
+    s = kiln.jit(lambda x, i, j: kiln.lax.dynamic_slice(x, (i, j), (10, 7)))
+    for i, j in [(3, 4), (60, 30), (-4, 2)]:  # starts clamp so the box fits
+        ci, cj = min(max(i, 0), 54), min(max(j, 0), 26)
+        np.testing.assert_array_equal(np.asarray(s(x, i, j)), a[ci:ci + 10, cj:cj + 7])
+    upd = (rng.standard_normal((10, 7)) * 10).astype(dtype)
+    u = kiln.jit(lambda x, v, i: kiln.lax.dynamic_update_slice(x, v, (i, jnp.int32(5))))
+    want = a.copy()
+    want[20:30, 5:12] = upd
+    np.testing.assert_array_equal(np.asarray(u(x, upd, 20)), want)
+    vals = (rng.standard_normal((200, 33)) * 10).astype(dtype)
+    got = np.asarray(kiln.jit(lambda x, i, v: x.at[i].set(v))(x, idx, vals))
+    want = a.copy()
+    for k, row in zip(idx, vals):  # duplicates: the last one wins; negative: from the end; past: dropped
+        if -64 <= k < 64:
+            want[k] = row
+    np.testing.assert_array_equal(got, want)
+    if dtype in ("float32", "int32"):
+        got = np.asarray(kiln.jit(lambda x, i, v: x.at[i].add(v))(x, idx, vals))
+        want = a.astype(np.float64)
+        for k, row in zip(idx, vals):
+            if -64 <= k < 64:
+                want[k] += row
+        np.testing.assert_allclose(got, want.astype(dtype), rtol=1e-5, atol=1e-4)
+        cols = idx[:40] % 33  # along axis 1, with duplicates
+        v2 = (rng.standard_normal((64, 40)) * 10).astype(dtype)
+        got = np.asarray(kiln.jit(lambda x, c, v: x.at[:, c].max(v))(x, cols, v2))
+        want = a.copy()
+        for j, c in enumerate(cols):
+            want[:, c] = np.maximum(want[:, c], v2[:, j])
+        np.testing.assert_array_equal(got, want)
