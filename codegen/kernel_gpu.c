@@ -658,20 +658,38 @@ static void flat_arg(gk_arg *a, const kl_aval *v, int readonly) {
   a->readonly = readonly;
 }
 
-/* Element pos of flat argument i (size n, storage st) as an index, sign- or zero-extended. */
-static void load_index(kctx *k, int i, const char *pos, const gk_arg *a, kl_dtype t, char *out) {
-  ssa v;
-  kk_line(k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(k, v), i, pos, (long long)a->dims[0], a->storage);
-  kk_line(k, "%s = arith.%s %s : %s to index", kk_fresh(k, out), kl_dtype_kind(t) == KL_KIND_UINT ? "index_castui" : "index_cast",
-          v, a->storage);
+/* acc = acc op b, for values of type ty. */
+static void update(kctx *k, const char *op, char *acc, const char *b, const char *ty) {
+  ssa t;
+  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, t), op, acc, b, ty);
+  snprintf(acc, sizeof(ssa), "%s", t);
 }
 
-static void clamp_index(kctx *k, const char *v, int64_t lo, int64_t hi, char *out) {
-  ssa l, h, a;
-  kk_const_index(k, lo, l);
-  kk_const_index(k, hi, h);
-  kk_line(k, "%s = arith.maxsi %s, %s : index", kk_fresh(k, a), v, l);
-  kk_line(k, "%s = arith.minsi %s, %s : index", kk_fresh(k, out), a, h);
+/* Element pos of flat index argument i, sign- or zero-extended to i64: indices are clamped or
+ * checked at 64 bits before they become (possibly 32-bit) index values. */
+static void load_index64(kctx *k, int i, const char *pos, const gk_arg *a, kl_dtype t, char *out) {
+  ssa v;
+  kk_line(k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(k, v), i, pos, (long long)a->dims[0], a->storage);
+  if (!strcmp(a->storage, "i64")) {
+    snprintf(out, sizeof(ssa), "%s", v);
+    return;
+  }
+  kk_line(k, "%s = arith.%s %s : %s to i64", kk_fresh(k, out), kl_dtype_kind(t) == KL_KIND_UINT ? "extui" : "extsi", v,
+          a->storage);
+}
+
+/* clamp(v, 0, hi) of an i64 index value of dtype t, as an index. */
+static void clamp_index(kctx *k, const char *v, kl_dtype t, int64_t hi, char *out) {
+  ssa h, l, a;
+  kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, h), (long long)hi);
+  if (kl_dtype_kind(t) == KL_KIND_UINT) {
+    kk_line(k, "%s = arith.minui %s, %s : i64", kk_fresh(k, a), v, h);
+  } else {
+    kk_line(k, "%s = arith.constant 0 : i64", kk_fresh(k, l));
+    kk_line(k, "%s = arith.maxsi %s, %s : i64", kk_fresh(k, a), v, l);
+    update(k, "minsi", a, h, "i64");
+  }
+  kk_line(k, "%s = arith.index_cast %s : i64 to index", kk_fresh(k, out), a);
 }
 
 /* `out = a op b` on index values with a constant b (out may be a). */
@@ -682,12 +700,6 @@ static void index_op(kctx *k, const char *op, const char *a, int64_t b, char *ou
   snprintf(out, sizeof(ssa), "%s", t);
 }
 
-/* acc = acc op b, for values of type ty. */
-static void update(kctx *k, const char *op, char *acc, const char *b, const char *ty) {
-  ssa t;
-  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, t), op, acc, b, ty);
-  snprintf(acc, sizeof(ssa), "%s", t);
-}
 
 /* Opens `scf.for %e = gid to total step gridsize` (closed by close_loop). */
 static void grid_loop(kctx *k, int64_t total, const char *iv) {
@@ -742,8 +754,8 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
     index_op(&k, "divui", "%e", inner, q);
     index_op(&k, "remui", q, m, j);
     index_op(&k, "divui", q, m, ob);
-    load_index(&k, 1, j, &args[1], c->avals[1].dtype, kk);
-    clamp_index(&k, kk, 0, n - 1, kc);
+    load_index64(&k, 1, j, &args[1], c->avals[1].dtype, kk);
+    clamp_index(&k, kk, c->avals[1].dtype, n - 1, kc);
     index_op(&k, "muli", ob, n, r);
     update(&k, "addi", r, kc, "index");
     index_op(&k, "muli", r, inner, src);
@@ -758,8 +770,8 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
     ssa start[KL_MAX_RANK];
     for (int i = 0; i < nd; i++) { /* starts clamp so that the box fits, as lax does */
       ssa s;
-      load_index(&k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
-      clamp_index(&k, s, 0, x->dims[i] - box[i], start[i]);
+      load_index64(&k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
+      clamp_index(&k, s, c->avals[first + i].dtype, x->dims[i] - box[i], start[i]);
     }
     const int64_t *space = upd ? x->dims : box; /* the output's dims */
     grid_loop(&k, kl_aval_size(o), "%e");
@@ -839,13 +851,13 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
     kk_const_index(&k, m, cm);
     kk_line(&k, "scf.for %%j = %%c0 to %s step %%c1 {", cm);
     k.ind = "          ";
-    ssa kk, ge, lt, ok, pos, up, u;
-    load_index(&k, 1, "%j", &args[1], c->avals[1].dtype, kk);
-    kk_line(&k, "%s = arith.cmpi sge, %s, %%c0 : index", kk_fresh(&k, ge), kk);
-    index_op(&k, "cmpi slt,", kk, n, lt);
-    kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, ok), ge, lt);
+    ssa k64, n64, ok, kk, pos, up, u;
+    load_index64(&k, 1, "%j", &args[1], c->avals[1].dtype, k64);
+    kk_line(&k, "%s = arith.constant %lld : i64", kk_fresh(&k, n64), (long long)n);
+    kk_line(&k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(&k, ok), k64, n64); /* negative: huge unsigned */
     kk_line(&k, "scf.if %s {", ok);
     k.ind = "            ";
+    kk_line(&k, "%s = arith.index_cast %s : i64 to index", kk_fresh(&k, kk), k64);
     index_op(&k, "muli", kk, inner, pos);
     update(&k, "addi", pos, base, "index");
     index_op(&k, "muli", "%j", inner, up);
