@@ -250,7 +250,9 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
       o->libs[o->nlibs++] = lc;
       st->on_host = 1; /* a host routine over copies, unless the GPU has one (below) */
       if (e->prim == KL_P_TAKE || e->prim == KL_P_SCATTER || e->prim == KL_P_DYNAMIC_SLICE ||
-          e->prim == KL_P_DYNAMIC_UPDATE_SLICE) { /* data movement: kernels of their own */
+          e->prim == KL_P_DYNAMIC_UPDATE_SLICE || e->prim == KL_P_ARGMAX || e->prim == KL_P_ARGMIN ||
+          e->prim == KL_P_CUMSUM || e->prim == KL_P_CUMPROD || e->prim == KL_P_CUMMAX ||
+          e->prim == KL_P_CUMMIN) { /* kernels of their own (kernel_gpu.c) */
         char name[32];
         unsigned grid[2], block[2];
         snprintf(name, sizeof name, "KLPFX%d", o->nkernels);

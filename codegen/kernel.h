@@ -35,8 +35,8 @@ typedef struct {
  * `step`. Returns 0, or -1 with a message. */
 int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info,
                        char *err, size_t errlen);
-/* Library equations that only move data (take, dynamic_slice, dynamic_update_slice, scatter)
- * as GPU kernels over the library call's arguments (inputs, then the output): appends
+/* Library equations (take, dynamic_slice, dynamic_update_slice, scatter, argmax/argmin,
+ * cumulative ops) as GPU kernels over the library call's arguments (inputs, then the output): appends
  * gpu.func @<name>, and @<name>_s after it for a scatter's update pass. Returns the number of
  * kernels (1 or 2) with their grid and block sizes, or 0 when the equation stays a host call. */
 int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, unsigned *grid, unsigned *block,

@@ -642,11 +642,13 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   return 0;
 }
 
-/* ---- data movement: gathers, dynamic slices and scatters as kernels ----
+/* ---- library calls as kernels: gathers, dynamic slices, scatters, arg/cumulative ops ----
  * These are library calls on the CPU (codegen/libcall.c); on the GPU they move elements by
- * their storage type, with the same index rules: gathers and dynamic slices clamp, scatters
- * drop out-of-bounds indices and apply duplicates in order (each thread owns a column of the
- * result and walks the updates sequentially, so the last SET wins as on the CPU). */
+ * their storage type, with the same rules: gathers and dynamic slices clamp, scatters drop
+ * out-of-bounds indices and apply duplicates in order (each thread owns a column of the result
+ * and walks the updates sequentially, so the last SET wins as on the CPU); argmax/argmin and
+ * cumulative ops walk their axis per column in order (first NaN wins, NaN sticks). Walks longer
+ * than MOVE_MAX_UPDATES stay host calls. */
 
 #define MOVE_MAX_UPDATES 8192 /* scatters walking more updates per thread stay on the host */
 
@@ -883,6 +885,92 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
     kl_str_free(&body);
     free_ctx(&k);
     return nk;
+  } else if (c->prim == KL_P_ARGMAX || c->prim == KL_P_ARGMIN || c->prim == KL_P_CUMSUM || c->prim == KL_P_CUMPROD ||
+             c->prim == KL_P_CUMMAX || c->prim == KL_P_CUMMIN) {
+    /* one thread per column (o, in) walks the axis in order, as the host routine does */
+    int arg = c->prim == KL_P_ARGMAX || c->prim == KL_P_ARGMIN;
+    int axis = arg ? (int)c->p.v[0][0] : (int)c->p.i0;
+    kl_dtype t = x->dtype;
+    int fl = kl_dtype_is_float(t), un = kl_dtype_kind(t) != KL_KIND_INT && !fl;
+    for (int i = 0; i < axis; i++) outer *= x->dims[i];
+    n = x->dims[axis];
+    for (int i = axis + 1; i < x->ndim; i++) inner *= x->dims[i];
+    int ok = n <= MOVE_MAX_UPDATES && (fl ? t == KL_F32 || t == KL_F64 : 1) && (arg || t != KL_BOOL) && n > 0;
+    if (!ok) {
+      kl_str_free(&body);
+      free_ctx(&k);
+      return 0;
+    }
+    int rev = !arg && c->p.i1 != 0;
+    int maxlike = c->prim == KL_P_ARGMAX || c->prim == KL_P_CUMMAX;
+    grid_loop(&k, outer * inner, "%col");
+    ssa ob, in, base, cn, first, v0, nan0, cinner;
+    index_op(&k, "divui", "%col", inner, ob);
+    index_op(&k, "remui", "%col", inner, in);
+    index_op(&k, "muli", ob, n * inner, base);
+    update(&k, "addi", base, in, "index");
+    kk_const_index(&k, inner, cinner);
+    kk_const_index(&k, n, cn);
+    if (rev) index_op(&k, "addi", base, (n - 1) * inner, first);
+    else snprintf(first, sizeof first, "%s", base);
+    kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v0), first, (long long)args[0].dims[0], st);
+    if (fl) kk_line(&k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(&k, nan0), v0, v0, st);
+    else kk_line(&k, "%s = arith.constant false", kk_fresh(&k, nan0));
+    if (!arg) kk_line(&k, "memref.store %s, %%m1[%s] : memref<%lldx%s>", v0, first, (long long)args[1].dims[0], st);
+    /* loop state: best index (arg), accumulated value, done (arg: a NaN was taken) */
+    kk_line(&k, "%%bi, %%bv, %%dn = scf.for %%j = %%c1 to %s step %%c1 iter_args(%%pi = %%c0, %%pv = %s, %%pd = %s) -> (index, %s, i1) {",
+            cn, v0, nan0, st);
+    k.ind = "          ";
+    ssa at, v, res;
+    if (rev) {
+      ssa s1, s2;
+      kk_line(&k, "%s = arith.subi %s, %%j : index", kk_fresh(&k, s1), cn);
+      index_op(&k, "subi", s1, 1, s1);
+      kk_line(&k, "%s = arith.muli %s, %s : index", kk_fresh(&k, s2), s1, cinner);
+      kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, at), base, s2);
+    } else {
+      ssa s2;
+      kk_line(&k, "%s = arith.muli %%j, %s : index", kk_fresh(&k, s2), cinner);
+      kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, at), base, s2);
+    }
+    kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v), at, (long long)args[0].dims[0], st);
+    if (c->prim == KL_P_CUMSUM || c->prim == KL_P_CUMPROD) {
+      int add = c->prim == KL_P_CUMSUM;
+      kk_line(&k, "%s = arith.%s %%pv, %s : %s", kk_fresh(&k, res), fl ? (add ? "addf" : "mulf") : (add ? "addi" : "muli"), v, st);
+      kk_line(&k, "memref.store %s, %%m1[%s] : memref<%lldx%s>", res, at, (long long)args[1].dims[0], st);
+      kk_line(&k, "scf.yield %%j, %s, %%pd : index, %s, i1", res, st);
+    } else {
+      ssa vnan, better, nd, take_nan, cand, upd, bi, bv, dn, t1;
+      if (fl) {
+        kk_line(&k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(&k, vnan), v, v, st);
+        kk_line(&k, "%s = arith.cmpf %s, %s, %%pv : %s", kk_fresh(&k, better), maxlike ? "ogt" : "olt", v, st);
+      } else {
+        kk_line(&k, "%s = arith.constant false", kk_fresh(&k, vnan));
+        kk_line(&k, "%s = arith.cmpi %s, %s, %%pv : %s", kk_fresh(&k, better),
+                maxlike ? (un ? "ugt" : "sgt") : (un ? "ult" : "slt"), v, st);
+      }
+      /* a NaN already held sticks; a new NaN is taken; otherwise strictly better wins */
+      kk_line(&k, "%s = arith.constant true", kk_fresh(&k, t1));
+      kk_line(&k, "%s = arith.xori %%pd, %s : i1", kk_fresh(&k, nd), t1);
+      kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, take_nan), nd, vnan);
+      kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, cand), nd, better);
+      kk_line(&k, "%s = arith.ori %s, %s : i1", kk_fresh(&k, upd), take_nan, cand);
+      kk_line(&k, "%s = arith.select %s, %%j, %%pi : index", kk_fresh(&k, bi), upd);
+      kk_line(&k, "%s = arith.select %s, %s, %%pv : %s", kk_fresh(&k, bv), upd, v, st);
+      kk_line(&k, "%s = arith.ori %%pd, %s : i1", kk_fresh(&k, dn), take_nan);
+      if (!arg) kk_line(&k, "memref.store %s, %%m1[%s] : memref<%lldx%s>", bv, at, (long long)args[1].dims[0], st);
+      kk_line(&k, "scf.yield %s, %s, %s : index, %s, i1", bi, bv, dn, st);
+    }
+    k.ind = "        ";
+    kk_line(&k, "}");
+    if (arg) {
+      ssa r;
+      const char *it = args[1].storage;
+      kk_line(&k, "%s = arith.index_cast %%bi : index to %s", kk_fresh(&k, r), it);
+      kk_line(&k, "memref.store %s, %%m1[%%col] : memref<%lldx%s>", r, (long long)args[1].dims[0], it);
+    }
+    close_loop(&k);
+    grid[0] = grid_for(outer * inner, GK_BLOCK);
   } else {
     kl_str_free(&body);
     free_ctx(&k);

@@ -42,6 +42,9 @@ PTX_CASES = {
     "dynamic_update_slice": (lambda a: a.at[2:5, 1].set(7.0), [(16, 10)], np.float32),
     "scatter_set": (lambda a: a.at[np.array([1, 1, 4])].set(a[0]), [(16, 10)], np.int32),
     "scatter_add": (lambda a: a.at[:, np.array([0, 2, 0])].add(1.0), [(16, 10)], np.float64),
+    "argmax": (lambda a: jnp.argmax(a, axis=1) + jnp.argmin(a, axis=0), [(16, 16)], np.float32),
+    "cumsum_reverse": (lambda a: kiln.lax.cumsum(a, axis=0, reverse=True), [(16, 10)], np.int32),
+    "cummax": (lambda a: kiln.lax.cummax(a, axis=1), [(16, 10)], np.float64),
 }
 
 
@@ -417,3 +420,31 @@ def test_gathers_slices_and_scatters_run_as_kernels_and_match_numpy(dtype):
         for j, c in enumerate(cols):
             want[:, c] = np.maximum(want[:, c], v2[:, j])
         np.testing.assert_array_equal(got, want)
+
+
+@gpu
+def test_arg_and_cumulative_ops_run_as_kernels_and_match_numpy():
+    rng = np.random.default_rng()
+    a = rng.integers(-4, 5, size=(37, 50)).astype(np.float32)  # ties
+    a[3, 7] = a[10, 0] = np.nan
+    x = jnp.asarray(a)
+    for axis in (0, 1):
+        np.testing.assert_array_equal(np.asarray(jnp.argmax(x, axis=axis)), np.argmax(a, axis=axis))
+        np.testing.assert_array_equal(np.asarray(jnp.argmin(x, axis=axis)), np.argmin(a, axis=axis))
+        np.testing.assert_array_equal(np.asarray(kiln.lax.cummax(x, axis=axis)), np.maximum.accumulate(a, axis=axis))
+        np.testing.assert_array_equal(np.asarray(kiln.lax.cummin(x, axis=axis, reverse=True)),
+                                      np.flip(np.minimum.accumulate(np.flip(a, axis), axis=axis), axis))
+        f = rng.standard_normal((37, 50)).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(jnp.cumsum(jnp.asarray(f), axis=axis)),
+                                   np.cumsum(f.astype(np.float64), axis=axis), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(jnp.cumprod(jnp.asarray(f[:, :8] * 0.5 + 1), axis=axis)),
+                                   np.cumprod(f[:, :8].astype(np.float64) * 0.5 + 1, axis=axis), rtol=1e-4)
+    i = rng.integers(-1000, 1000, size=(20, 30)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(kiln.lax.cumsum(jnp.asarray(i), axis=1, reverse=True)),
+                                  np.flip(np.cumsum(np.flip(i, 1), axis=1), 1))
+    u = rng.integers(0, 255, size=(9, 40)).astype(np.uint8)
+    np.testing.assert_array_equal(np.asarray(jnp.argmax(jnp.asarray(u), axis=1)), np.argmax(u, axis=1))
+    b = rng.random((9, 40)) > 0.7
+    np.testing.assert_array_equal(np.asarray(jnp.argmax(jnp.asarray(b), axis=1)), np.argmax(b, axis=1))
+    long = rng.standard_normal(100000).astype(np.float32)  # too long for one thread: the host routine
+    assert int(jnp.argmax(jnp.asarray(long))) == int(np.argmax(long))
