@@ -245,26 +245,30 @@ static int run_exe(PyObject *exe, PyObject *const *bufs, int n, kl_buffer **outs
   return rc;
 }
 
+/* An out-of-memory error of operation `op` names it and its result's shape, as core.bind does. */
+static void name_memory_error(int op, PyObject *shape) {
+  if (!PyErr_ExceptionMatches(PyExc_MemoryError)) return;
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  PyObject *msg = v ? PyObject_Str(v) : NULL;
+  PyObject *shape_s = PyObject_Repr(shape);
+  if (msg && shape_s) {
+    PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[op], shape_s, msg);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+  } else
+    PyErr_Restore(t, v, tb);
+  Py_XDECREF(msg);
+  Py_XDECREF(shape_s);
+}
+
 /* Launches the cached executable `entry` = (exe, shape, dtype, weak) on x1, x2. */
 static PyObject *launch2(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x2) {
   PyObject *bufs[2] = {x1->buf, x2->buf};
   kl_buffer *out;
   if (run_exe(PyTuple_GetItem(entry, 0), bufs, 2, &out)) {
-    if (PyErr_ExceptionMatches(PyExc_MemoryError)) { /* name the operation, as core.bind does */
-      PyObject *t, *v, *tb;
-      PyErr_Fetch(&t, &v, &tb);
-      PyObject *msg = v ? PyObject_Str(v) : NULL;
-      PyObject *shape = PyObject_Repr(PyTuple_GetItem(entry, 1));
-      if (msg && shape) {
-        PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[op], shape, msg);
-        Py_XDECREF(t);
-        Py_XDECREF(v);
-        Py_XDECREF(tb);
-      } else
-        PyErr_Restore(t, v, tb);
-      Py_XDECREF(msg);
-      Py_XDECREF(shape);
-    }
+    name_memory_error(op, PyTuple_GetItem(entry, 1));
     return NULL;
   }
   PyObject *buf = buffer_new_from(out);
@@ -345,21 +349,7 @@ static int materialize(ArrayObject *a) {
   int rc = run_exe(exe, bufs, c.nleaves, &out);
   Py_DECREF(exe);
   if (rc) {
-    if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
-      PyObject *t, *v, *tb;
-      PyErr_Fetch(&t, &v, &tb);
-      PyObject *msg = v ? PyObject_Str(v) : NULL;
-      PyObject *shape = PyObject_Repr(a->shape);
-      if (msg && shape) {
-        PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[a->op], shape, msg);
-        Py_XDECREF(t);
-        Py_XDECREF(v);
-        Py_XDECREF(tb);
-      } else
-        PyErr_Restore(t, v, tb);
-      Py_XDECREF(msg);
-      Py_XDECREF(shape);
-    }
+    name_memory_error(a->op, a->shape);
     return -1;
   }
   if (!(a->buf = buffer_new_from(out))) return -1;
