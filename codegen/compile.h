@@ -17,6 +17,8 @@ kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen);
 char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen);
 /* GPU code counters: modules compiled, loaded from the disk cache, found in memory. */
 void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits);
+/* The libdevice file GPU math calls into, or NULL (none found, KILN_LIBDEVICE=0, or it failed). */
+const char *kl_gpu_libdevice(void);
 
 /* Starts initializing MLIR and the JIT on a background thread (idempotent with compiles). */
 void kl_compile_warmup_async(void);

@@ -10,7 +10,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "../transforms/fuse.h"
@@ -108,13 +110,14 @@ static void add_module(uint64_t key, void *m) {
 }
 
 /* MLIR text -> PTX (malloc'd) through the NVVM pipeline. */
-static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, char *err, size_t errlen) {
-  char pipeline[1024];
+static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, const char *libdevice, char *err,
+                    size_t errlen) {
+  char pipeline[2048];
   snprintf(pipeline, sizeof pipeline,
-           "builtin.module(nvvm-attach-target{chip=sm_%d%d features=+ptx80 O=3},gpu.module(convert-scf-to-cf,"
+           "builtin.module(nvvm-attach-target{chip=sm_%d%d features=+ptx80 O=3%s%s},gpu.module(convert-scf-to-cf,"
            "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=%d},convert-vector-to-llvm,"
            "convert-math-to-llvm,reconcile-unrealized-casts,canonicalize),gpu-module-to-binary{format=isa})",
-           cc_major, cc_minor, index32 ? 32 : 64);
+           cc_major, cc_minor, libdevice ? " l=" : "", libdevice ? libdevice : "", index32 ? 32 : 64);
   MlirContext ctx = kl_mlir_lock();
   kl_str diag;
   kl_str_init(&diag);
@@ -163,12 +166,13 @@ out:
 }
 
 /* The module for `text`: from memory, from the disk cache (device code), or compiled. */
-static void *build_module(kl_str *text, int index32, char *prefix, size_t prefix_len, char *err, size_t errlen) {
+static void *build_module(kl_str *text, int index32, const char *libdevice, char *prefix, size_t prefix_len, char *err,
+                          size_t errlen) {
   kl_cuda_info dev;
   kl_cuda_device_info(&dev);
-  char tag[96];
-  snprintf(tag, sizeof tag, "// gpu sm_%d%d driver %d index%d\n", dev.cc_major, dev.cc_minor, dev.driver_version,
-           index32 ? 32 : 64);
+  char tag[700];
+  snprintf(tag, sizeof tag, "// gpu sm_%d%d driver %d index%d libdevice %s\n", dev.cc_major, dev.cc_minor,
+           dev.driver_version, index32 ? 32 : 64, libdevice ? libdevice : "none");
   kl_str_append(text, tag);
   uint64_t key = kl_cpujit_key(text->data);
   snprintf(prefix, prefix_len, "kg_%016llx_", (unsigned long long)key);
@@ -189,7 +193,7 @@ static void *build_module(kl_str *text, int index32, char *prefix, size_t prefix
   }
   free(image); /* missing or unloadable (a different driver): compile again */
   double t0 = now();
-  char *ptx = to_ptx(text->data, dev.cc_major, dev.cc_minor, index32, err, errlen);
+  char *ptx = to_ptx(text->data, dev.cc_major, dev.cc_minor, index32, libdevice, err, errlen);
   if (!ptx) return NULL;
   kl_codegen_dump("kernels.ptx", ptx);
   double t1 = now();
@@ -213,9 +217,43 @@ static void *build_module(kl_str *text, int index32, char *prefix, size_t prefix
   return m;
 }
 
+/* libdevice, NVIDIA's bitcode math library, where the machine has one: KILN_LIBDEVICE=path (or
+ * 0 to use kiln's own math), else $CUDA_HOME, $CUDA_PATH, /usr/local/cuda. Math functions call it
+ * when it is found (the NVVM serializer links what is used); kiln's polynomials otherwise, and
+ * for good after a module that uses it fails to link. */
+static char libdevice_file[512];
+static pthread_once_t libdevice_once = PTHREAD_ONCE_INIT;
+static atomic_int libdevice_failed;
+
+static void find_libdevice(void) {
+  const char *env = getenv("KILN_LIBDEVICE");
+  if (env && *env) {
+    if (strcmp(env, "0") && strcmp(env, "off") && !strpbrk(env, ",} ") && !access(env, R_OK))
+      snprintf(libdevice_file, sizeof libdevice_file, "%s", env);
+    return;
+  }
+  const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+  for (int i = 0; i < 3 && !libdevice_file[0]; i++) {
+    if (!homes[i] || !*homes[i] || strpbrk(homes[i], ",} ")) continue; /* it goes into a pass option */
+    char p[512];
+    snprintf(p, sizeof p, "%s/nvvm/libdevice/libdevice.10.bc", homes[i]);
+    if (!access(p, R_OK)) snprintf(libdevice_file, sizeof libdevice_file, "%s", p);
+  }
+}
+
+const char *kl_gpu_libdevice(void) {
+  pthread_once(&libdevice_once, find_libdevice);
+  return libdevice_file[0] && !atomic_load(&libdevice_failed) ? libdevice_file : NULL;
+}
+
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
- * driver needed) and returns NULL with *ptx_only set (or NULL and a message). */
-static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *err, size_t errlen) {
+ * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,
+ * math calls libdevice where there is one; *used_ld says whether the module did. */
+static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use_ld, int *used_ld, char *err,
+                            size_t errlen) {
+  const char *ld = use_ld ? kl_gpu_libdevice() : NULL;
+  uint64_t ld_used = 0;
+  *used_ld = 0;
   double t0 = now();
   if (!ptx_only && !kl_cuda_available(err, errlen)) return NULL;
   kl_plan plan;
@@ -303,7 +341,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
     kl_gpu_kernel_info ki;
     char name[32];
     snprintf(name, sizeof name, "KLPFX%d", o->nkernels);
-    rc = kl_kernel_emit_gpu(&plan, s, name, &mod, &ki, err, errlen);
+    rc = kl_kernel_emit_gpu(&plan, s, name, &mod, &ki, ld ? &ld_used : NULL, err, errlen);
     if (rc) break;
     int nin = ki.nargs - 1, out_slot = slot_of[ki.args[ki.nargs - 1]];
     gpu_kernel *g = &o->kernels[o->nkernels];
@@ -347,6 +385,18 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
     free(ki.args);
   }
   kl_str_append(&mod, "  }\n}\n");
+  if (ld_used) { /* declare the libdevice functions the kernels call, inside the gpu.module */
+    static const char head[] = "module attributes {gpu.container_module} {\n  gpu.module @kiln {\n";
+    kl_str full;
+    kl_str_init(&full);
+    kl_str_append(&full, head);
+    kl_libdevice_declare(ld_used, &full);
+    kl_str_append(&full, mod.data + strlen(head));
+    kl_str_free(&mod);
+    mod = full;
+    *used_ld = 1;
+  }
+  const char *ld_link = ld_used ? ld : NULL;
   if (!rc && o->nkernels) {
     int index32 = biggest + ((int64_t)1 << 26) < ((int64_t)1 << 31); /* grid-stride steps must not overflow */
     char prefix[40];
@@ -354,11 +404,11 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, char *e
     if (ptx_only) {
       kl_codegen_set_prefix(&mod, "kg_");
       kl_codegen_dump("kernels-gpu.mlir", mod.data);
-      *ptx_only = to_ptx(mod.data, ptx_cc / 10, ptx_cc % 10, index32, err, errlen);
+      *ptx_only = to_ptx(mod.data, ptx_cc / 10, ptx_cc % 10, index32, ld_link, err, errlen);
       if (!*ptx_only) rc = -1;
       goto finish;
     }
-    m = build_module(&mod, index32, prefix, sizeof prefix, err, errlen); /* entry names carry its key */
+    m = build_module(&mod, index32, ld_link, prefix, sizeof prefix, err, errlen); /* entry names carry its key */
     if (!m) rc = -1;
     for (int i = 0; !rc && i < o->nkernels; i++) {
       char full[128];
@@ -385,12 +435,22 @@ finish:
   return x;
 }
 
-kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen) { return compile_gpu(pg, NULL, 0, err, errlen); }
+kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen) {
+  int used_ld;
+  kl_exec *x = compile_gpu(pg, NULL, 0, 1, &used_ld, err, errlen);
+  if (!x && used_ld) { /* libdevice did not link here: kiln's own math from now on */
+    fprintf(stderr, "kiln: linking libdevice (%s) failed, using kiln's own math functions: %s\n", kl_gpu_libdevice(), err);
+    atomic_store(&libdevice_failed, 1);
+    x = compile_gpu(pg, NULL, 0, 0, &used_ld, err, errlen);
+  }
+  return x;
+}
 
 char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen) {
   char *ptx = NULL;
+  int used_ld;
   err[0] = 0;
-  compile_gpu(pg, &ptx, cc, err, errlen);
+  compile_gpu(pg, &ptx, cc, 1, &used_ld, err, errlen);
   if (!ptx && !err[0]) { /* nothing to generate: no kernels */
     ptx = malloc(1);
     if (!ptx) abort();

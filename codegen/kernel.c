@@ -198,12 +198,47 @@ static const struct {
     {KL_P_ATANH, KL_MF_ATANH}, {KL_P_CBRT, KL_MF_CBRT}, {KL_P_LGAMMA, KL_MF_LGAMMA}, {KL_P_DIGAMMA, KL_MF_DIGAMMA},
 };
 
+/* libdevice's names of the math functions (kl_mathfn order, then pow and atan2); NULL: kiln's own. */
+static const char *const nv_names[KL_MF_COUNT_UNARY + KL_MF2_COUNT] = {
+    [KL_MF_EXP] = "exp", [KL_MF_EXP2] = "exp2", [KL_MF_EXPM1] = "expm1", [KL_MF_LOG] = "log", [KL_MF_LOG2] = "log2",
+    [KL_MF_LOG10] = "log10", [KL_MF_LOG1P] = "log1p", [KL_MF_TANH] = "tanh", [KL_MF_ERF] = "erf", [KL_MF_ERFC] = "erfc",
+    [KL_MF_ERF_INV] = "erfinv", [KL_MF_SIN] = "sin", [KL_MF_COS] = "cos", [KL_MF_TAN] = "tan", [KL_MF_SINH] = "sinh",
+    [KL_MF_COSH] = "cosh", [KL_MF_ASIN] = "asin", [KL_MF_ACOS] = "acos", [KL_MF_ATAN] = "atan", [KL_MF_ASINH] = "asinh",
+    [KL_MF_ACOSH] = "acosh", [KL_MF_ATANH] = "atanh", [KL_MF_CBRT] = "cbrt", [KL_MF_LGAMMA] = "lgamma",
+    [KL_MF_COUNT_UNARY + KL_MF2_POW] = "pow", [KL_MF_COUNT_UNARY + KL_MF2_ATAN2] = "atan2"};
+
+/* Emits a call of libdevice function f (index into nv_names) for f32/f64 operands; NULL when
+ * libdevice is not in use or lacks f. */
+static char *libdevice_call(kctx *k, int f, const char *cty, const char *x, const char *y, char *out) {
+  int is64 = !strcmp(cty, "f64");
+  if (!k->libdevice || !nv_names[f] || (!is64 && strcmp(cty, "f32"))) return NULL;
+  *k->libdevice |= (uint64_t)1 << (2 * f + is64);
+  if (y)
+    kk_line(k, "%s = llvm.call @__nv_%s%s(%s, %s) : (%s, %s) -> %s", kk_fresh(k, out), nv_names[f], is64 ? "" : "f", x, y,
+            cty, cty, cty);
+  else
+    kk_line(k, "%s = llvm.call @__nv_%s%s(%s) : (%s) -> %s", kk_fresh(k, out), nv_names[f], is64 ? "" : "f", x, cty, cty);
+  return out;
+}
+
+void kl_libdevice_declare(uint64_t used, kl_str *out) {
+  for (int f = 0; f < KL_MF_COUNT_UNARY + KL_MF2_COUNT; f++)
+    for (int is64 = 0; is64 < 2; is64++) {
+      if (!(used >> (2 * f + is64) & 1)) continue;
+      const char *ty = is64 ? "f64" : "f32";
+      if (f >= KL_MF_COUNT_UNARY)
+        kl_str_printf(out, "    llvm.func @__nv_%s%s(%s, %s) -> %s\n", nv_names[f], is64 ? "" : "f", ty, ty, ty);
+      else
+        kl_str_printf(out, "    llvm.func @__nv_%s%s(%s) -> %s\n", nv_names[f], is64 ? "" : "f", ty, ty);
+    }
+}
+
 static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, char *out) {
   const char *cty = kl_compute_type(t);
   int fl = kl_dtype_is_float(t);
   for (size_t i = 0; i < sizeof math_unary / sizeof *math_unary; i++)
     if (math_unary[i].prim == e->prim) {
-      kl_math_emit(&k->em, math_unary[i].fn, x, cty, k->ind, out);
+      if (!libdevice_call(k, math_unary[i].fn, cty, x, NULL, out)) kl_math_emit(&k->em, math_unary[i].fn, x, cty, k->ind, out);
       return out;
     }
   ssa a, b, c;
@@ -364,8 +399,12 @@ static char *emit_binary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, co
   case KL_P_AND: op = "andi"; break;
   case KL_P_OR: op = "ori"; break;
   case KL_P_XOR: op = "xori"; break;
-  case KL_P_POW: return kl_math_emit2(&k->em, KL_MF2_POW, x, y, cty, k->ind, out);
-  case KL_P_ATAN2: return kl_math_emit2(&k->em, KL_MF2_ATAN2, x, y, cty, k->ind, out);
+  case KL_P_POW:
+    if (libdevice_call(k, KL_MF_COUNT_UNARY + KL_MF2_POW, cty, x, y, out)) return out;
+    return kl_math_emit2(&k->em, KL_MF2_POW, x, y, cty, k->ind, out);
+  case KL_P_ATAN2:
+    if (libdevice_call(k, KL_MF_COUNT_UNARY + KL_MF2_ATAN2, cty, x, y, out)) return out;
+    return kl_math_emit2(&k->em, KL_MF2_ATAN2, x, y, cty, k->ind, out);
   case KL_P_SHL: case KL_P_SHR_LOGICAL: case KL_P_SHR_ARITH: return emit_shift(k, e->prim, t, x, y, out);
   default: kk_kfail(k, "codegen: no lowering for binary %s", kl_prim_get(e->prim)->name); return out;
   }

@@ -6,6 +6,7 @@
 #include "../transforms/fuse.h"
 #include "emit.h"
 #include "libcall.h"
+#include <stdint.h>
 
 typedef struct {
   int *args;        /* owned; value ids of the buffers the kernel reads, then its output last */
@@ -34,7 +35,11 @@ typedef struct {
 /* Appends `gpu.func @<name>` (and `@<name>_f` for two-kernel reductions) computing plan step
  * `step`. Returns 0, or -1 with a message. */
 int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info,
-                       char *err, size_t errlen);
+                       uint64_t *libdevice, char *err, size_t errlen);
+/* libdevice: with libdevice non-NULL, math functions that libdevice has are calls to its __nv_*
+ * functions, and *libdevice collects which; kl_libdevice_declare writes their declarations
+ * (llvm.func lines, for the gpu.module) for a module that is then linked with libdevice. */
+void kl_libdevice_declare(uint64_t used, kl_str *out);
 /* Library equations (take, dynamic_slice, dynamic_update_slice, scatter, argmax/argmin,
  * cumulative ops) as GPU kernels over the library call's arguments (inputs, then the output): appends
  * gpu.func @<name>, and @<name>_s after it for a scatter's update pass. Returns the number of

@@ -331,8 +331,8 @@ static void free_ctx(kctx *k) {
   free(k->memo);
 }
 
-int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info, char *err,
-                       size_t errlen) {
+int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *out, kl_gpu_kernel_info *info,
+                       uint64_t *libdevice, char *err, size_t errlen) {
   /* Row kernels store the last stage's operand (softmax's exp(x - max)) in the output row and
    * read it back (measured 13% faster on an H100 than recomputing it); KILN_GPU_ROW_STASH=0
    * recomputes instead. */
@@ -368,7 +368,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   kl_str body;
   kl_str_init(&body);
   kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .ind = "      ", .err = err, .errlen = errlen,
-            .root = is_reduce ? -1 : st->root, .stash = -1};
+            .root = is_reduce ? -1 : st->root, .stash = -1, .libdevice = libdevice};
   memset(info, 0, sizeof *info);
   kl_dtype rt = oa->dtype;
   int block = GK_BLOCK;

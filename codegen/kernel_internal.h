@@ -31,6 +31,7 @@ typedef struct {
   int stash;       /* row kernels: a value the last stage also stores into the output row... */
   int stash_ready; /* ...which the main loop then reloads instead of recomputing */
   const ssa *main_idx; /* the main loop's index names (NULL: %i0, %i1, ...) */
+  uint64_t *libdevice; /* GPU with libdevice: math calls __nv_* and sets kl_libdevice_bit()s */
 } kctx;
 
 /* Appends one indented line of MLIR to k->body. */

@@ -2,6 +2,9 @@
 memory that does not leak, and the CPU fallback. Tests marked `gpu` need an NVIDIA GPU and are
 skipped elsewhere; the PTX tests run everywhere (code generation needs no GPU)."""
 import gc
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -448,3 +451,33 @@ def test_arg_and_cumulative_ops_run_as_kernels_and_match_numpy():
     np.testing.assert_array_equal(np.asarray(jnp.argmax(jnp.asarray(b), axis=1)), np.argmax(b, axis=1))
     long = rng.standard_normal(100000).astype(np.float32)  # too long for one thread: the host routine
     assert int(jnp.argmax(jnp.asarray(long))) == int(np.argmax(long))
+
+
+_MATH = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sin", "cos", "tan", "sinh", "cosh",
+         "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "cbrt"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_every_math_function_lowers_without_externs_with_or_without_libdevice(dtype, x64):
+    def f(a):
+        out = [getattr(jnp, n)(a) for n in _MATH]
+        out += [kiln.scipy.special.erf(a), kiln.scipy.special.erfc(a), kiln.scipy.special.erfinv(a),
+                kiln.scipy.special.gammaln(a), kiln.scipy.special.digamma(a), jnp.power(a, a), jnp.arctan2(a, a)]
+        return sum(o.astype(dtype) for o in out)
+    ptx = _ptx(f, np.ones(64, dtype))
+    assert ".entry" in ptx and ".extern" not in ptx  # every libdevice function called was linked
+
+
+def test_libdevice_is_used_where_found_and_can_be_turned_off():
+    code = ("import hashlib, numpy as np, kiln, kiln.numpy as jnp\n"
+            "print(kiln._kiln.gpu_libdevice())\n"
+            "j = kiln.make_jaxpr(lambda x: jnp.exp(x))(np.ones(64, np.float32))\n"
+            "print(hashlib.sha256(j._traced.builder.gpu_ptx(90).encode()).hexdigest())\n")
+    runs = [subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KILN_LIBDEVICE=v, KILN_CACHE_DIR="off"),
+                           capture_output=True, text=True, timeout=120) for v in ("0", "")]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    (off_path, off_ptx), (on_path, on_ptx) = (r.stdout.split() for r in runs)
+    assert off_path == "None"
+    assert on_path == str(_kiln.gpu_libdevice())
+    if on_path != "None":
+        assert on_ptx != off_ptx  # libdevice's exp, not kiln's polynomial

@@ -1031,7 +1031,16 @@ static PyObject *mod_gpu_compile_stats(PyObject *self, PyObject *unused) {
   return Py_BuildValue("(lll)", c, d, m);
 }
 
+static PyObject *mod_gpu_libdevice(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  const char *p = kl_gpu_libdevice();
+  if (!p) Py_RETURN_NONE;
+  return PyUnicode_FromString(p);
+}
+
 static PyMethodDef mod_methods[] = {
+    {"gpu_libdevice", mod_gpu_libdevice, METH_NOARGS, "the libdevice file GPU math calls, or None"},
     {"from_buffer", mod_from_buffer, METH_VARARGS, "from_buffer(obj, device=-1): copy a contiguous buffer to a device"},
     {"transfer", mod_transfer, METH_VARARGS, "transfer(buffer, device) -> the buffer on that device"},
     {"to_dlpack", mod_to_dlpack, METH_VARARGS, "to_dlpack(buffer, shape, (code, bits), stream) -> capsule"},
