@@ -303,3 +303,47 @@ def test_interpreter_exits_cleanly_with_pending_results(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "4.0"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_unary_math_and_max_min_fuse_and_match_numpy(dtype, fusion, x64):
+    rng = np.random.default_rng()
+    if dtype == "int32":
+        a = rng.integers(-50, 50, size=(6, 7)).astype(dtype)
+    else:
+        a = rng.uniform(0.1, 2.0, size=(6, 7)).astype(dtype)
+    x = jnp.asarray(a)
+    lax = kiln.lax
+    before = _launches()
+    if dtype == "int32":
+        got = jnp.maximum(-x, 3) - jnp.abs(x) * 2 + jnp.minimum(x, x * 0)
+        want = np.maximum(-a, 3) - np.abs(a) * 2 + np.minimum(a, 0)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    else:
+        got = (jnp.tanh(x * 2 - 1) + jnp.exp(-x) * jnp.log(x) - jnp.sqrt(x) + lax.rsqrt(x) + jnp.sin(x) * jnp.cos(x)
+               + jnp.log1p(x) - jnp.expm1(-x) + kiln.nn.sigmoid(x) + jnp.maximum(x - 1, 0) + jnp.minimum(x, 1.5))
+        f = a.astype(np.float64)
+        want = (np.tanh(f * 2 - 1) + np.exp(-f) * np.log(f) - np.sqrt(f) + 1 / np.sqrt(f) + np.sin(f) * np.cos(f)
+                + np.log1p(f) - np.expm1(-f) + 1 / (1 + np.exp(-f)) + np.maximum(f - 1, 0) + np.minimum(f, 1.5))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-6)
+    assert got.dtype == dtype
+    assert _launches() - before <= 3  # chains of up to 16 operations: one launch per chain
+    old = kiln._kiln.eager_fusion(False)
+    try:
+        if dtype != "int32":
+            np.testing.assert_allclose(np.asarray(jnp.tanh(x * 2 - 1)), np.tanh(a.astype(np.float64) * 2 - 1),
+                                       rtol=1e-5 if dtype == "float32" else 1e-12)
+    finally:
+        kiln._kiln.eager_fusion(old)
+
+
+def test_zero_dim_operands_and_unsupported_cases_take_the_right_road(fusion):
+    x = jnp.asarray(np.arange(1, 5, dtype=np.float32))
+    s = jnp.asarray(np.float32(3))  # a 0-d array of the same dtype: fused
+    np.testing.assert_allclose(np.asarray(kiln.lax.max(x, s) + kiln.lax.mul(s, x)), [6, 9, 12, 16])
+    u = jnp.asarray(np.arange(4, dtype=np.uint8))
+    np.testing.assert_array_equal(np.asarray(-u), (-np.arange(4, dtype=np.uint8)))  # slow road, wraps
+    i = jnp.asarray(np.arange(4, dtype=np.int32))
+    np.testing.assert_allclose(np.asarray(jnp.exp(i)), np.exp(np.arange(4)), rtol=1e-6)  # promoted to float first
+    with pytest.raises((TypeError, ValueError)):
+        kiln.lax.max(x, jnp.asarray(np.ones(3, np.float32)))

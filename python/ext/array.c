@@ -24,8 +24,12 @@ typedef struct ArrayObject {
   int op, nodes, consumed;
 } ArrayObject;
 
-enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, NOPS };
-static const char *const op_prim[NOPS] = {"add", "sub", "mul", "div"};
+/* The operations of the fast path: the operators first (their Python fallbacks are indexed by
+ * code), then other binary ones, then unary ones (from OP_NEG). */
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, NOPERATORS, OP_MAX = NOPERATORS, OP_MIN, OP_NEG, OP_ABS, OP_EXP, OP_LOG,
+       OP_LOG1P, OP_EXPM1, OP_TANH, OP_LOGISTIC, OP_SIN, OP_COS, OP_SQRT, OP_RSQRT, NOPS };
+static const char *const op_prim[NOPS] = {"add", "sub", "mul",   "div",   "max",      "min", "neg", "abs",  "exp",
+                                          "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "sqrt", "rsqrt"};
 
 /* Set once by eager_setup (kiln._src.core): the Python pieces the fast path shares. */
 static PyTypeObject *array_type;   /* kiln.Array itself (not its subclasses, e.g. Tracer) */
@@ -33,7 +37,7 @@ static PyObject *trace_stack;      /* core._trace_stack: the fast path runs only
 static PyObject *scalar_cache;     /* core._scalar_cache: (type, value, dtype, weak) -> 0-d Array */
 static PyObject *scalar_fn;        /* core.scalar_array(value, dtype, weak) */
 static PyObject *exe_fn;           /* core._eager_exe(prim, x1, x2) -> (exe, shape, dtype, weak) */
-static PyObject *fallback[NOPS];   /* the Python operators: f(left, right) */
+static PyObject *fallback[NOPERATORS]; /* the Python operators: f(left, right) */
 static PyObject *exe_cache;        /* (op, shape1, dtype, weak1, shape2, weak2) -> _eager_exe's tuple */
 static PyObject *fused_fn;         /* core._fused_exe(key) -> exe of a chain of pending operations */
 static PyObject *fused_cache;      /* that key -> exe */
@@ -263,11 +267,11 @@ static void name_memory_error(int op, PyObject *shape) {
   Py_XDECREF(shape_s);
 }
 
-/* Launches the cached executable `entry` = (exe, shape, dtype, weak) on x1, x2. */
-static PyObject *launch2(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x2) {
-  PyObject *bufs[2] = {x1->buf, x2->buf};
+/* Launches the cached executable `entry` = (exe, shape, dtype, weak) on x1 (and x2 unless NULL). */
+static PyObject *launch(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x2) {
+  PyObject *bufs[2] = {x1->buf, x2 ? x2->buf : NULL};
   kl_buffer *out;
-  if (run_exe(PyTuple_GetItem(entry, 0), bufs, 2, &out)) {
+  if (run_exe(PyTuple_GetItem(entry, 0), bufs, x2 ? 2 : 1, &out)) {
     name_memory_error(op, PyTuple_GetItem(entry, 1));
     return NULL;
   }
@@ -300,12 +304,13 @@ static int walk(chain *c, ArrayObject *a) {
   for (int j = 0; j < c->nnodes; j++)
     if (c->node[j] == a) return -(j + 1);
   walk(c, a->pl);
-  walk(c, a->pr);
+  if (a->pr) walk(c, a->pr);
   c->node[c->nnodes] = a;
   return -(c->nnodes++ + 1);
 }
 
 static PyObject *ref_of(chain *c, ArrayObject *a) {
+  if (!a) Py_RETURN_NONE; /* the second operand of a unary operation */
   for (int i = 0; i < c->nleaves; i++)
     if (c->leaf[i] == a || (!a->pl && c->leaf[i]->buf == a->buf)) return PyLong_FromLong(i);
   for (int j = 0; j < c->nnodes; j++)
@@ -390,11 +395,11 @@ static int is_kiln_array(PyObject *o) {
   return a->pl || (a->buf && PyObject_TypeCheck(a->buf, (PyTypeObject *)BufferType));
 }
 
-/* A pending array for `op` on x1, x2 with the result aval of `entry`. */
+/* A pending array for `op` on x1 (and x2 unless NULL) with the result aval of `entry`. */
 static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x2) {
-  int nodes = 1 + (x1->pl ? x1->nodes : 0) + (x2->pl ? x2->nodes : 0);
+  int nodes = 1 + (x1->pl ? x1->nodes : 0) + (x2 && x2->pl ? x2->nodes : 0);
   if (nodes > FUSE_MAX_NODES) { /* a long chain: compute the operands, start a new one */
-    if (materialize(x1) || materialize(x2)) return NULL;
+    if (materialize(x1) || (x2 && materialize(x2))) return NULL;
     nodes = 1;
   }
   allocfunc alloc = (allocfunc)PyType_GetSlot(array_type, Py_tp_alloc);
@@ -404,16 +409,61 @@ static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObje
   a->dtype = Py_NewRef(PyTuple_GetItem(entry, 2));
   a->weak = Py_NewRef(PyTuple_GetItem(entry, 3));
   a->pl = (ArrayObject *)Py_NewRef((PyObject *)x1);
-  a->pr = (ArrayObject *)Py_NewRef((PyObject *)x2);
+  a->pr = x2 ? (ArrayObject *)Py_NewRef((PyObject *)x2) : NULL;
   a->op = op;
   a->nodes = nodes;
   x1->consumed |= x1->pl != NULL;
-  x2->consumed |= x2->pl != NULL;
+  if (x2) x2->consumed |= x2->pl != NULL;
   return (PyObject *)a;
 }
 
+/* The cached entry (exe, shape, dtype, weak) of `op` on x1 (and x2 unless NULL); new reference. */
+static PyObject *entry_for(int op, ArrayObject *x1, ArrayObject *x2) {
+  PyObject *opn = PyLong_FromLong(op);
+  PyObject *key = !opn ? NULL
+                  : x2 ? PyTuple_Pack(6, opn, x1->shape, x1->dtype, x1->weak, x2->shape, x2->weak)
+                       : PyTuple_Pack(4, opn, x1->shape, x1->dtype, x1->weak);
+  Py_XDECREF(opn);
+  if (!key) return NULL;
+  PyObject *entry = PyDict_GetItemWithError(exe_cache, key);
+  if (entry)
+    Py_INCREF(entry);
+  else if (!PyErr_Occurred()) {
+    entry = x2 ? PyObject_CallFunction(exe_fn, "sOO", op_prim[op], (PyObject *)x1, (PyObject *)x2)
+               : PyObject_CallFunction(exe_fn, "sO", op_prim[op], (PyObject *)x1);
+    if (entry && (!PyTuple_Check(entry) || PyTuple_Size(entry) != 4)) {
+      PyErr_SetString(PyExc_SystemError, "internal: _eager_exe must return (exe, shape, dtype, weak)");
+      Py_CLEAR(entry);
+    }
+    if (entry && PyDict_SetItem(exe_cache, key, entry)) Py_CLEAR(entry);
+  }
+  Py_DECREF(key);
+  return entry;
+}
+
+/* Runs (or, with fusion, defers) op on x1 (and x2 unless NULL). */
+static PyObject *apply(int op, ArrayObject *x1, ArrayObject *x2) {
+  PyObject *entry = entry_for(op, x1, x2);
+  if (!entry) return NULL;
+  PyObject *res = NULL;
+  if (fusion) res = pending_new(op, entry, x1, x2);
+  else if (!materialize(x1) && (!x2 || !materialize(x2))) res = launch(op, entry, x1, x2);
+  Py_DECREF(entry);
+  if (!res && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "internal: eager fast path failed");
+  return res;
+}
+
+/* Whether the fast path computes `op` on elements of this kind as the slow road would. */
+static int op_takes(int op, char kind) {
+  if (!kind) return 0;
+  if (op == OP_DIV || op >= OP_EXP) return kind == 'f';
+  if (op == OP_NEG || op == OP_ABS) return kind != 'u';
+  return 1;
+}
+
 /* The result of `l op r` by the fast path, or NULL: with an error set when the operation failed,
- * without one when this case belongs to the slow road. */
+ * without one when this case belongs to the slow road. Operands: two arrays of one dtype whose
+ * shapes are equal or one of them (), or an array and a Python scalar that keeps its dtype. */
 static PyObject *eager2(int op, PyObject *l, PyObject *r) {
   if (!array_type || PyList_Size(trace_stack) != 0) return NULL; /* under a trace: staged, not run */
   int la = is_kiln_array(l), ra = is_kiln_array(r);
@@ -421,12 +471,12 @@ static PyObject *eager2(int op, PyObject *l, PyObject *r) {
   ArrayObject *a = (ArrayObject *)(la ? l : r);
   int itemsize;
   char kind = dtype_kind(a->dtype, &itemsize);
-  if (!kind || (op == OP_DIV && kind != 'f')) return NULL;
+  if (!op_takes(op, kind)) return NULL;
   PyObject *x1, *x2;
   if (la && ra) {
     ArrayObject *b = (ArrayObject *)r;
     if (a->dtype != b->dtype) return NULL;
-    int same = PyObject_RichCompareBool(a->shape, b->shape, Py_EQ);
+    int same = PyTuple_Size(b->shape) == 0 || PyTuple_Size(a->shape) == 0 ? 1 : PyObject_RichCompareBool(a->shape, b->shape, Py_EQ);
     if (same != 1) {
       if (same < 0) PyErr_Clear();
       return NULL;
@@ -443,34 +493,40 @@ static PyObject *eager2(int op, PyObject *l, PyObject *r) {
     x1 = la ? Py_NewRef(l) : s;
     x2 = la ? s : Py_NewRef(r);
   }
-  ArrayObject *a1 = (ArrayObject *)x1, *a2 = (ArrayObject *)x2;
-  PyObject *res = NULL;
-  PyObject *opn = PyLong_FromLong(op);
-  PyObject *key = opn ? PyTuple_Pack(6, opn, a1->shape, a1->dtype, a1->weak, a2->shape, a2->weak) : NULL;
-  Py_XDECREF(opn);
-  if (!key) goto done;
-  PyObject *entry = PyDict_GetItemWithError(exe_cache, key);
-  if (entry)
-    Py_INCREF(entry);
-  else if (!PyErr_Occurred()) {
-    entry = PyObject_CallFunction(exe_fn, "sOO", op_prim[op], x1, x2);
-    if (entry && (!PyTuple_Check(entry) || PyTuple_Size(entry) != 4)) {
-      PyErr_SetString(PyExc_SystemError, "internal: _eager_exe must return (exe, shape, dtype, weak)");
-      Py_CLEAR(entry);
-    }
-    if (entry && PyDict_SetItem(exe_cache, key, entry)) Py_CLEAR(entry);
-  }
-  Py_DECREF(key);
-  if (entry) {
-    if (fusion) res = pending_new(op, entry, a1, a2);
-    else if (!materialize(a1) && !materialize(a2)) res = launch2(op, entry, a1, a2);
-    Py_DECREF(entry);
-  }
-  if (!res && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "internal: eager fast path failed");
-done:
+  PyObject *res = apply(op, (ArrayObject *)x1, (ArrayObject *)x2);
   Py_DECREF(x1);
   Py_DECREF(x2);
   return res;
+}
+
+/* eager_apply(code, x, y=None): op `code` (an index of eager_ops()) on kiln arrays by the fast
+ * path, or None where it does not apply (the caller takes the slow road). */
+static PyObject *eager_apply(PyObject *self, PyObject *args) {
+  (void)self;
+  int op;
+  PyObject *x, *y = Py_None;
+  if (!PyArg_ParseTuple(args, "iO|O", &op, &x, &y)) return NULL;
+  if (op < 0 || op >= NOPS) return PyErr_Format(PyExc_ValueError, "eager_apply: no operation %d", op);
+  PyObject *res;
+  if (op < OP_NEG) {
+    if (y == Py_None || !is_kiln_array(x) || !is_kiln_array(y)) Py_RETURN_NONE;
+    res = eager2(op, x, y);
+  } else {
+    if (!array_type || PyList_Size(trace_stack) != 0 || !is_kiln_array(x)) Py_RETURN_NONE;
+    int itemsize;
+    res = op_takes(op, dtype_kind(((ArrayObject *)x)->dtype, &itemsize)) ? apply(op, (ArrayObject *)x, NULL) : NULL;
+  }
+  if (res || PyErr_Occurred()) return res;
+  Py_RETURN_NONE;
+}
+
+/* eager_ops() -> the fast path's operation names, by code */
+static PyObject *eager_ops(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  PyObject *t = PyTuple_New(NOPS);
+  for (int i = 0; t && i < NOPS; i++) PyTuple_SetItem(t, i, PyUnicode_FromString(op_prim[i]));
+  return t;
 }
 
 static PyObject *binary(int op, PyObject *l, PyObject *r) {
@@ -492,8 +548,8 @@ static PyObject *eager_setup(PyObject *self, PyObject *args) {
   PyObject *at, *ts, *sc, *sf, *ef, *ff, *fb;
   if (!PyArg_ParseTuple(args, "OO!O!OOOO!", &at, &PyList_Type, &ts, &PyDict_Type, &sc, &sf, &ef, &ff, &PyTuple_Type, &fb))
     return NULL;
-  if (!PyType_Check(at) || PyTuple_Size(fb) != NOPS)
-    return PyErr_Format(PyExc_TypeError, "eager_setup: expects the Array class and %d fallbacks", NOPS);
+  if (!PyType_Check(at) || PyTuple_Size(fb) != NOPERATORS)
+    return PyErr_Format(PyExc_TypeError, "eager_setup: expects the Array class and %d fallbacks", NOPERATORS);
   if (!exe_cache && !(exe_cache = PyDict_New())) return NULL;
   if (!fused_cache && !(fused_cache = PyDict_New())) return NULL;
   PyDict_Clear(exe_cache);
@@ -506,7 +562,7 @@ static PyObject *eager_setup(PyObject *self, PyObject *args) {
   SET_REF(scalar_cache, Py_NewRef(sc));
   SET_REF(scalar_fn, Py_NewRef(sf));
   SET_REF(exe_fn, Py_NewRef(ef));
-  for (int i = 0; i < NOPS; i++) SET_REF(fallback[i], Py_NewRef(PyTuple_GetItem(fb, i)));
+  for (int i = 0; i < NOPERATORS; i++) SET_REF(fallback[i], Py_NewRef(PyTuple_GetItem(fb, i)));
   Py_RETURN_NONE;
 }
 
@@ -675,6 +731,8 @@ static PyObject *eager_stats(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef array_functions[] = {
+    {"eager_apply", eager_apply, METH_VARARGS, "eager_apply(code, x, y=None): the fast path, or None"},
+    {"eager_ops", eager_ops, METH_NOARGS, "the fast path's operation names, by code"},
     {"eager_stats", eager_stats, METH_NOARGS, "(fused launches, operations they ran) of eager fusion"},
     {"eager_shutdown", eager_shutdown, METH_NOARGS, "drop pending results from now on (interpreter exit)"},
     {"eager_fusion", eager_fusion, METH_O, "turn eager fusion on or off; returns the previous setting"},

@@ -523,33 +523,33 @@ def _compile_eager(prim, args, params):
     return exe, avals
 
 
-def _eager_exe(prim, x1, x2):
-    """The eager executable of binary `prim` on arrays x1, x2 and its result's aval, for the C
-    fast path of ArrayBase (which caches what this returns)."""
-    key = (prim, (), (x1.shape, x1.dtype, x1.weak_type), (x2.shape, x2.dtype, x2.weak_type))
+def _eager_exe(prim, *xs):
+    """The eager executable of `prim` on arrays xs and its result's aval, for the C fast path of
+    ArrayBase (which caches what this returns)."""
+    key = (prim, (), *[(x.shape, x.dtype, x.weak_type) for x in xs])
     hit = _eager_cache.get(key)
     if hit is None:
-        hit = _compile_eager(prim, (x1, x2), None)
+        hit = _compile_eager(prim, xs, None)
         _eager_cache[key] = hit
     exe, ((shape, dtype, weak),) = hit
     return exe, shape, dtype, weak
 
 
-_FUSED_PRIMS = ("add", "sub", "mul", "div")  # the operation codes of python/ext/array.c
+_FUSED_PRIMS = _kiln.eager_ops()  # the operation codes of python/ext/array.c
 
 
 def _fused_exe(key):
     """The executable of a chain of pending eager operations (python/ext/array.c), described by
     key = (n, (shape, dtype, weak) of each of the n inputs..., (op, ref1, ref2) per operation...)
-    where a ref is an input index i >= 0 or -(operation index + 1); the last operation is the
-    result."""
+    where a ref is an input index i >= 0 or -(operation index + 1) (ref2 is None for a unary
+    operation); the last operation is the result."""
     n = key[0]
     b = _kiln.Builder()
     vids = [b.add_input(key[1 + 3 * i], key[2 + 3 * i].name, bool(key[3 + 3 * i])) for i in range(n)]
     nodes = []
     for j in range(1 + 3 * n, len(key), 3):
         op, r1, r2 = key[j:j + 3]
-        args = [vids[r] if r >= 0 else nodes[-r - 1] for r in (r1, r2)]
+        args = [vids[r] if r >= 0 else nodes[-r - 1] for r in ((r1,) if r2 is None else (r1, r2))]
         nodes.append(b.add_eqn(_FUSED_PRIMS[op], args, None)[0][0])
     b.set_outputs([nodes[-1]])
     return b.compile()

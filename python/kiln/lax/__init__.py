@@ -7,6 +7,7 @@ import operator
 
 import numpy as np
 
+from kiln import _kiln
 from kiln._src import core, dtypes
 from kiln._src.core import Array, Tracer, bind, bind1
 
@@ -61,8 +62,18 @@ def _args(opname, *xs):
     return [_to_array(x, like, opname) for x in xs]  # rank-0 operands broadcast in the primitive
 
 
+_eager_apply = _kiln.eager_apply  # the C fast path (and eager fusion) of common elementwise ops
+_EAGER_CODES = {name: i for i, name in enumerate(_kiln.eager_ops())}
+
+
 def _unary(name):
+    code = _EAGER_CODES.get(name)
+
     def op(x):
+        if code is not None and type(x) is Array:
+            r = _eager_apply(code, x)
+            if r is not None:
+                return r
         if not isinstance(x, Array):
             (x,) = _args(name, x)
         return bind1(name, [x])
@@ -73,7 +84,13 @@ def _unary(name):
 
 def _binary(name, prim=None):
     prim = prim or name
+    code = _EAGER_CODES.get(prim)
+
     def op(x, y):
+        if code is not None and type(x) is Array and type(y) is Array:
+            r = _eager_apply(code, x, y)
+            if r is not None:
+                return r
         if not (isinstance(x, Array) and isinstance(y, Array)):
             x, y = _args(name, x, y)
         return bind1(prim, [x, y])
