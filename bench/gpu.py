@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 ALL = ["copy", "selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "mlp_step", "dispatch", "eager",
-       "upload", "download",
+       "eager_chain", "upload", "download",
        "vmap_matvec", "compile_selu", "compile_mlp"]
 
 
@@ -278,6 +278,24 @@ def run(P, name, reps):
         if P.cupy:
             cx = P.cupy.asarray(x)
             rows["cupy"] = (loop_time(lambda: cx * 2 + 1, lambda r=None: P.cupy.cuda.Device().synchronize(), 5000), None)
+        return rows
+    if name == "eager_chain":  # relu(tanh(x * 2 + 1) - 0.5) on 8 elements, unjitted
+        x = np.arange(8, dtype=np.float32) / 8
+        kx = kiln.device_put(x)
+        got = np.asarray(knp.maximum(knp.tanh(kx * 2 + 1) - 0.5, 0))
+        assert np.allclose(got, np.maximum(np.tanh(x * 2 + 1) - 0.5, 0), rtol=1e-5), "kiln result differs"
+        rows["kiln"] = (loop_time(lambda: knp.maximum(knp.tanh(kx * 2 + 1) - 0.5, 0), ksync, 5000), None)
+        if P.jax:
+            jx = P.jax.device_put(x)
+            rows["jax"] = (loop_time(lambda: P.jjnp.maximum(P.jjnp.tanh(jx * 2 + 1) - 0.5, 0), ksync, 1000), None)
+        if P.torch:
+            tx = P.torch.from_numpy(x).cuda()
+            rows["torch eager"] = (loop_time(lambda: P.torch.relu(P.torch.tanh(tx * 2 + 1) - 0.5),
+                                             lambda r=None: P.torch.cuda.synchronize(), 5000), None)
+        if P.cupy:
+            cx = P.cupy.asarray(x)
+            rows["cupy"] = (loop_time(lambda: P.cupy.maximum(P.cupy.tanh(cx * 2 + 1) - 0.5, 0),
+                                      lambda r=None: P.cupy.cuda.Device().synchronize(), 5000), None)
         return rows
     if name == "compile_selu":
         code = ("import time,numpy as np;t=time.perf_counter();import {m} as j;import {m}.numpy as n;"

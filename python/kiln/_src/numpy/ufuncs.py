@@ -53,8 +53,9 @@ def _reject_complex(opname, *xs):
 def _unary_inexact(name, rule):
     """Unary op on floats; bools and integers are promoted to the default float first (as JAX)."""
     def fn(x, /):
-        x, = promote_args_inexact(name, x)
-        _reject_complex(name, x)
+        if not (isinstance(x, core.Array) and x.dtype.kind == "f"):  # floats need no promotion
+            x, = promote_args_inexact(name, x)
+            _reject_complex(name, x)
         return rule(x)
     return _name(fn, name, f"Element-wise {name} (kiln.numpy); integer and bool inputs give floats.")
 
