@@ -252,6 +252,10 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   LLVMModuleRef mod = NULL;
   LLVMMemoryBufferRef obj = NULL;
   if (rc) goto done;
+  if (is_loaded(key)) { /* another thread compiled the same module since our lookup missed */
+    rc = lookup_all(prefix, n, fns, err, errlen);
+    goto done;
+  }
   struct timespec q0, q1, q2, q3, q4;
   clock_gettime(CLOCK_MONOTONIC, &q0);
   ctx = LLVMContextCreate();

@@ -347,3 +347,32 @@ def test_zero_dim_operands_and_unsupported_cases_take_the_right_road(fusion):
     np.testing.assert_allclose(np.asarray(jnp.exp(i)), np.exp(np.arange(4)), rtol=1e-6)  # promoted to float first
     with pytest.raises((TypeError, ValueError)):
         kiln.lax.max(x, jnp.asarray(np.ones(3, np.float32)))
+
+
+def test_threads_sharing_pending_results_get_correct_values(fusion):
+    import threading
+    rng = np.random.default_rng()
+    a = rng.standard_normal(64).astype(np.float32)
+    x = jnp.asarray(a)
+    shared = [jnp.tanh(x * 2 + 1) for _ in range(50)]  # pending, read by every thread
+    want = np.tanh(a.astype(np.float64) * 2 + 1)
+    errors = []
+
+    def work(seed):
+        try:
+            r = np.random.default_rng(seed)
+            for i in range(100):
+                p = shared[int(r.integers(50))]
+                y = (p - 1) * 3 + x * float(i % 5)  # chains on top of a shared pending value
+                np.testing.assert_allclose(np.asarray(y), (want - 1) * 3 + a * (i % 5), rtol=1e-4, atol=1e-5)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    for p in shared:
+        np.testing.assert_allclose(np.asarray(p), want, rtol=1e-5)

@@ -287,6 +287,14 @@ static PyObject *launch(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x
 
 #define FUSE_MAX_NODES 16
 
+/* a->buf = buf, dropping a buffer another thread may have set meanwhile */
+#define SET_BUF(a, b)     \
+  do {                           \
+    PyObject *old_ = (a)->buf;   \
+    (a)->buf = (b);              \
+    Py_XDECREF(old_);            \
+  } while (0)
+
 typedef struct {
   ArrayObject *leaf[2 * FUSE_MAX_NODES], *node[FUSE_MAX_NODES];
   int nleaves, nnodes;
@@ -319,14 +327,24 @@ static PyObject *ref_of(chain *c, ArrayObject *a) {
 }
 
 /* Computes a pending array: one launch of the cached executable of its chain. */
+static void chain_release(chain *c) {
+  for (int i = 0; i < c->nleaves; i++) Py_DECREF((PyObject *)c->leaf[i]);
+  for (int j = 0; j < c->nnodes - 1; j++) Py_DECREF((PyObject *)c->node[j]);
+}
+
 static int materialize(ArrayObject *a) {
   if (!a->pl) return 0;
   chain c;
   c.nleaves = c.nnodes = 0;
   walk(&c, a);
+  /* Hold the chain while Python may run (compiling; another thread may compute part of it and
+   * drop its operands). Not the root itself: it may be in its deallocation. */
+  for (int i = 0; i < c.nleaves; i++) Py_INCREF((PyObject *)c.leaf[i]);
+  for (int j = 0; j < c.nnodes - 1; j++) Py_INCREF((PyObject *)c.node[j]);
+  int rc = -1;
   /* key: (nleaves, (shape, dtype, weak) per leaf..., (op, ref1, ref2) per node...) */
   PyObject *key = PyTuple_New(1 + 3 * c.nleaves + 3 * c.nnodes);
-  if (!key) return -1;
+  if (!key) goto out;
   PyTuple_SetItem(key, 0, PyLong_FromLong(c.nleaves));
   for (int i = 0; i < c.nleaves; i++) {
     PyTuple_SetItem(key, 1 + 3 * i, Py_NewRef(c.leaf[i]->shape));
@@ -347,22 +365,32 @@ static int materialize(ArrayObject *a) {
     if (exe && PyDict_SetItem(fused_cache, key, exe)) Py_CLEAR(exe);
   }
   Py_DECREF(key);
-  if (!exe) return -1;
+  if (!exe) goto out;
+  if (!a->pl) { /* another thread computed it meanwhile */
+    Py_DECREF(exe);
+    rc = 0;
+    goto out;
+  }
   PyObject *bufs[2 * FUSE_MAX_NODES];
   for (int i = 0; i < c.nleaves; i++) bufs[i] = c.leaf[i]->buf;
   kl_buffer *out;
-  int rc = run_exe(exe, bufs, c.nleaves, &out);
+  int lrc = run_exe(exe, bufs, c.nleaves, &out);
   Py_DECREF(exe);
-  if (rc) {
+  if (lrc) {
     name_memory_error(a->op, a->shape);
-    return -1;
+    goto out;
   }
-  if (!(a->buf = buffer_new_from(out))) return -1;
+  PyObject *buf = buffer_new_from(out);
+  if (!buf) goto out;
+  SET_BUF(a, buf);
   n_chains++;
   n_chain_ops += c.nnodes;
   Py_CLEAR(a->pl); /* the chain's operands are no longer needed by this array */
   Py_CLEAR(a->pr);
-  return 0;
+  rc = 0;
+out:
+  chain_release(&c);
+  return rc;
 }
 
 /* kiln.Array._buf: the Buffer (computing a pending array first), or None for a Tracer. */
