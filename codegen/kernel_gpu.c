@@ -651,6 +651,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
  * than MOVE_MAX_UPDATES stay host calls. */
 
 #define MOVE_MAX_UPDATES 8192 /* scatters walking more updates per thread stay on the host */
+#define MOVE_ATOMIC_MIN 1024  /* scatter-adds of more updates use atomics instead of one walk per column */
 
 static void flat_arg(gk_arg *a, const kl_aval *v, int readonly) {
   memset(a, 0, sizeof *a);
@@ -826,7 +827,10 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
     int op = (int)c->p.i1;
     kl_dtype t = x->dtype;
     static const kl_prim as_reduce[] = {KL_P_REDUCE_SUM, KL_P_REDUCE_SUM, KL_P_REDUCE_PROD, KL_P_REDUCE_MIN, KL_P_REDUCE_MAX};
-    if (m > MOVE_MAX_UPDATES || op < 0 || op > KL_SCATTER_MAX ||
+    /* many additions of 32/64-bit numbers: one thread per update, atomic adds (any order) */
+    int atomic = op == KL_SCATTER_ADD && m > MOVE_ATOMIC_MIN &&
+                 (t == KL_F32 || t == KL_F64 || t == KL_I32 || t == KL_I64 || t == KL_U32 || t == KL_U64);
+    if ((m > MOVE_MAX_UPDATES && !atomic) || op < 0 || op > KL_SCATTER_MAX ||
         (op != KL_SCATTER_SET && (t == KL_BOOL || strcmp(st, kl_compute_type(t))))) {
       kl_str_free(&body);
       free_ctx(&k);
@@ -840,6 +844,37 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
     finish_kernel(out, name, args, nargs, &body, GK_BLOCK);
     kl_str_free(&body);
     kl_str_init(&body);
+    if (atomic) { /* kernel 2 (name_s): out[o, idx[j], in] += upd[o, j, in] for every update */
+      ssa in, q, j, ob, k64, n64, ok, kk, pos, u, old;
+      grid_loop(&k, outer * m * inner, "%e");
+      index_op(&k, "remui", "%e", inner, in);
+      index_op(&k, "divui", "%e", inner, q);
+      index_op(&k, "remui", q, m, j);
+      index_op(&k, "divui", q, m, ob);
+      load_index64(&k, 1, j, &args[1], c->avals[1].dtype, k64);
+      kk_line(&k, "%s = arith.constant %lld : i64", kk_fresh(&k, n64), (long long)n);
+      kk_line(&k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(&k, ok), k64, n64);
+      kk_line(&k, "scf.if %s {", ok);
+      k.ind = "          ";
+      kk_line(&k, "%s = arith.index_cast %s : i64 to index", kk_fresh(&k, kk), k64);
+      index_op(&k, "muli", ob, n, pos);
+      update(&k, "addi", pos, kk, "index");
+      index_op(&k, "muli", pos, inner, pos);
+      update(&k, "addi", pos, in, "index");
+      kk_line(&k, "%s = memref.load %%m2[%%e] : memref<%lldx%s>", kk_fresh(&k, u), (long long)args[2].dims[0], st);
+      kk_line(&k, "%s = memref.atomic_rmw %s %s, %%m%d[%s] : (%s, memref<%lldx%s>) -> %s", kk_fresh(&k, old),
+              kl_dtype_is_float(t) ? "addf" : "addi", u, oi, pos, st, (long long)args[oi].dims[0], st, st);
+      k.ind = "        ";
+      kk_line(&k, "}");
+      close_loop(&k);
+      char name2[64];
+      snprintf(name2, sizeof name2, "%s_s", name);
+      finish_kernel(out, name2, args, nargs, &body, GK_BLOCK);
+      grid[1] = grid_for(outer * m * inner, GK_BLOCK);
+      kl_str_free(&body);
+      free_ctx(&k);
+      return 2;
+    }
     /* kernel 2 (name_s): one thread per column (o, in) applies the updates j = 0..m in order */
     grid_loop(&k, outer * inner, "%col");
     ssa ob, in, base, ub;

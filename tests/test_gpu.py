@@ -45,6 +45,8 @@ PTX_CASES = {
     "dynamic_update_slice": (lambda a: a.at[2:5, 1].set(7.0), [(16, 10)], np.float32),
     "scatter_set": (lambda a: a.at[np.array([1, 1, 4])].set(a[0]), [(16, 10)], np.int32),
     "scatter_add": (lambda a: a.at[:, np.array([0, 2, 0])].add(1.0), [(16, 10)], np.float64),
+    "scatter_add_atomic": (lambda a: a.at[np.arange(5000) % 7].add(jnp.ones((5000, 10), a.dtype)), [(16, 10)],
+                           np.float32),
     "argmax": (lambda a: jnp.argmax(a, axis=1) + jnp.argmin(a, axis=0), [(16, 16)], np.float32),
     "cumsum_reverse": (lambda a: kiln.lax.cumsum(a, axis=0, reverse=True), [(16, 10)], np.int32),
     "cummax": (lambda a: kiln.lax.cummax(a, axis=1), [(16, 10)], np.float64),
@@ -62,7 +64,9 @@ def test_every_kernel_kind_lowers_to_self_contained_ptx(name, x64):
     ptx = _ptx(f, *args)
     assert ".entry" in ptx and ".target sm_90" in ptx
     if name.startswith("scatter"):
-        assert ptx.count(".entry") >= 2  # copy, then the updates in order
+        assert ptx.count(".entry") >= 2  # copy, then the updates
+    if name == "scatter_add_atomic":
+        assert "atom.global.add.f32" in ptx or "red.global.add.f32" in ptx
     assert ".extern" not in ptx  # math is inline polynomials: no libdevice calls to resolve
 
 
@@ -481,3 +485,31 @@ def test_libdevice_is_used_where_found_and_can_be_turned_off():
     assert on_path == str(_kiln.gpu_libdevice())
     if on_path != "None":
         assert on_ptx != off_ptx  # libdevice's exp, not kiln's polynomial
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float64"])
+def test_large_scatter_adds_use_atomics_and_match_numpy(dtype, request):
+    """Embedding-style gradients: many more updates than rows (atomic adds on the GPU)."""
+    if dtype == "float64":
+        request.getfixturevalue("x64")
+    rng = np.random.default_rng()
+    idx = rng.integers(-3, 103, size=20000)  # past the end: dropped; negative: from the end
+    if dtype == "int32":
+        w, g = rng.integers(-9, 9, size=(100, 16)).astype(dtype), rng.integers(-9, 9, size=(20000, 16)).astype(dtype)
+    else:
+        w, g = rng.standard_normal((100, 16)).astype(dtype), rng.standard_normal((20000, 16)).astype(dtype)
+    got = np.asarray(kiln.jit(lambda w, i, g: w.at[i].add(g))(w, idx, g))
+    want = w.astype(np.float64)
+    keep = idx < 100
+    np.add.at(want, idx[keep], g[keep].astype(np.float64))
+    if dtype == "int32":
+        np.testing.assert_array_equal(got, want.astype(dtype))
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-3)
+    grad = kiln.grad(lambda w: jnp.sum(jnp.tanh(w[jnp.clip(jnp.asarray(idx), 0, 99)])))(jnp.asarray(w)) \
+        if dtype != "int32" else None
+    if grad is not None:
+        t = 1 - np.tanh(w.astype(np.float64)) ** 2
+        cnt = np.bincount(np.clip(idx, 0, 99), minlength=100)[:, None]
+        np.testing.assert_allclose(np.asarray(grad), t * cnt, rtol=1e-4, atol=1e-3)
