@@ -1,11 +1,12 @@
 /* array.c: ArrayBase, the C half of kiln.Array, and JitBase, the C half of kiln.jit's wrapper.
  *
- * It holds an array's fields (its Buffer, shape, dtype, weak type and cached host view), gives
- * kiln.Array the buffer protocol, and runs the common eager arithmetic (+ - * / on two arrays of
- * one dtype and shape, or an array and a Python scalar) without entering Python: the cached
- * one-equation executable is found by a dictionary lookup and launched from here. Every other
- * case goes to the Python implementation given to eager_setup, so the results and the errors are
- * the same on both roads. */
+ * ArrayBase holds an array's fields (its Buffer, shape, dtype, weak type and cached host view),
+ * gives kiln.Array the buffer protocol, and runs the common eager operations without entering
+ * Python: + - * / on two arrays of one dtype and shape (or one of them 0-d), or an array and a
+ * Python scalar, plus the lax operations listed in op_prim (through eager_apply). Their results
+ * stay pending and chains of them run as one fused kernel (eager fusion, below). Every other case
+ * goes to the Python implementation given to eager_setup, so the results and the errors are the
+ * same on both roads. JitBase runs jit calls of a signature seen before. */
 #include "module.h"
 
 #include <limits.h>
