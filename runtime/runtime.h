@@ -20,6 +20,7 @@ typedef struct kl_buffer {
   char *error;         /* message when FAILED, owned */
   int device;          /* kl_device_kind: where `data` lives */
   struct kl_event *event; /* GPU buffers: the launch that writes them (NULL: ready), one ref */
+  int shared;          /* also reachable by another library (DLPack, CUDA array interface) */
 } kl_buffer;
 
 /* Allocates a pending buffer; NULL (with a message) if nbytes cannot be allocated. */

@@ -376,3 +376,27 @@ def test_threads_sharing_pending_results_get_correct_values(fusion):
     assert not errors, errors[0]
     for p in shared:
         np.testing.assert_allclose(np.asarray(p), want, rtol=1e-5)
+
+
+def test_memory_shared_with_other_libraries_is_never_read_late(fusion):
+    """Another library may write memory shared through DLPack: work pending on it runs before
+    the memory is exported, and work on imported memory is not deferred."""
+    from kiln import dlpack
+    rng = np.random.default_rng()
+    a = rng.standard_normal(16).astype(np.float32)
+    x = jnp.asarray(a)
+    y = x * 2 + 1  # pending, reads x
+    z = jnp.exp(x - 1)
+    before = _launches()
+    view = np.from_dlpack(x)  # x exported: y and z computed now
+    assert _launches() - before == 2
+    if view.flags.writeable:
+        view[:] = 0
+    np.testing.assert_allclose(np.asarray(y), a * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(z), np.exp(a.astype(np.float64) - 1), rtol=1e-5)
+    host = rng.standard_normal(16).astype(np.float32)
+    imported = dlpack.from_dlpack(host)  # shares host's memory
+    w = imported * 3  # runs at once: host may change after this line
+    keep = host.copy()
+    host[:] = -1
+    np.testing.assert_allclose(np.asarray(w), keep * 3, rtol=1e-6)

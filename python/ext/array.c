@@ -23,6 +23,7 @@ typedef struct ArrayObject {
    * says another pending result uses it (so dropping it loses nothing). */
   struct ArrayObject *pl, *pr;
   int op, nodes, consumed;
+  struct ArrayObject *prev, *next; /* the list of pending arrays (kl_py_eager_flush) */
 } ArrayObject;
 
 /* The operations of the fast path: the operators first (their Python fallbacks are indexed by
@@ -52,6 +53,25 @@ static long n_chains, n_chain_ops; /* fused launches, and the operations they ra
     Py_XDECREF(old_);           \
   } while (0)
 
+/* ---- the pending arrays, listed (not owned) so that all can be computed at once ---- */
+
+static ArrayObject *pending_head;
+
+static void list_add(ArrayObject *a) {
+  a->prev = NULL;
+  a->next = pending_head;
+  if (pending_head) pending_head->prev = a;
+  pending_head = a;
+}
+
+static void list_remove(ArrayObject *a) {
+  if (!a->prev && pending_head != a) return; /* not listed */
+  if (a->prev) a->prev->next = a->next;
+  else pending_head = a->next;
+  if (a->next) a->next->prev = a->prev;
+  a->prev = a->next = NULL;
+}
+
 /* ---- fields and lifetime ---- */
 
 static PyMemberDef array_members[] = {
@@ -76,6 +96,7 @@ static int array_traverse(PyObject *self, visitproc visit, void *arg) {
 
 static int array_clear(PyObject *self) {
   ArrayObject *a = (ArrayObject *)self;
+  list_remove(a);
   Py_CLEAR(a->buf);
   Py_CLEAR(a->shape);
   Py_CLEAR(a->dtype);
@@ -92,6 +113,7 @@ static int deferred_off; /* set at interpreter exit: pending results are dropped
 static void array_dealloc(PyObject *self) {
   PyObject_GC_UnTrack(self);
   ArrayObject *a = (ArrayObject *)self;
+  list_remove(a);
   if (a->pl && !a->consumed && !deferred_off) {
     /* A result nobody read: its work was asked for, so it runs now (one fused launch). */
     PyObject *t, *v, *tb;
@@ -386,6 +408,7 @@ static int materialize(ArrayObject *a) {
   SET_BUF(a, buf);
   n_chains++;
   n_chain_ops += c.nnodes;
+  list_remove(a);
   Py_CLEAR(a->pl); /* the chain's operands are no longer needed by this array */
   Py_CLEAR(a->pr);
   rc = 0;
@@ -408,6 +431,7 @@ static int array_set_buf(PyObject *self, PyObject *value, void *unused) {
   PyObject *old = a->buf;
   a->buf = value == Py_None ? NULL : Py_XNewRef(value);
   Py_XDECREF(old);
+  list_remove(a);
   Py_CLEAR(a->pl);
   Py_CLEAR(a->pr);
   return 0;
@@ -441,6 +465,7 @@ static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObje
   a->pr = x2 ? (ArrayObject *)Py_NewRef((PyObject *)x2) : NULL;
   a->op = op;
   a->nodes = nodes;
+  list_add(a);
   x1->consumed |= x1->pl != NULL;
   if (x2) x2->consumed |= x2->pl != NULL;
   return (PyObject *)a;
@@ -470,12 +495,41 @@ static PyObject *entry_for(int op, ArrayObject *x1, ArrayObject *x2) {
   return entry;
 }
 
+/* Whether computed array x lives in memory another library can write (imported or exported
+ * through DLPack or the CUDA array interface): work reading it runs at once, not deferred. */
+static int reads_shared(ArrayObject *x) {
+  if (x->pl || !x->buf) return 0;
+  kl_buffer *b = ((BufferObject *)x->buf)->buf;
+  return b->shared || b->release;
+}
+
+int kl_py_eager_flush(void) {
+  while (pending_head) {
+    ArrayObject *a = pending_head;
+    Py_INCREF((PyObject *)a);
+    int rc = materialize(a);
+    list_remove(a);
+    Py_DECREF((PyObject *)a);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
+/* eager_export(buffer): buffer is about to be shared with another library */
+static PyObject *eager_export(PyObject *self, PyObject *bo) {
+  (void)self;
+  if (!PyObject_TypeCheck(bo, (PyTypeObject *)BufferType)) return PyErr_Format(PyExc_TypeError, "eager_export: not a Buffer");
+  ((BufferObject *)bo)->buf->shared = 1;
+  if (kl_py_eager_flush()) return NULL;
+  Py_RETURN_NONE;
+}
+
 /* Runs (or, with fusion, defers) op on x1 (and x2 unless NULL). */
 static PyObject *apply(int op, ArrayObject *x1, ArrayObject *x2) {
   PyObject *entry = entry_for(op, x1, x2);
   if (!entry) return NULL;
   PyObject *res = NULL;
-  if (fusion) res = pending_new(op, entry, x1, x2);
+  if (fusion && !reads_shared(x1) && !(x2 && reads_shared(x2))) res = pending_new(op, entry, x1, x2);
   else if (!materialize(x1) && (!x2 || !materialize(x2))) res = launch(op, entry, x1, x2);
   Py_DECREF(entry);
   if (!res && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "internal: eager fast path failed");
@@ -760,6 +814,7 @@ static PyObject *eager_stats(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef array_functions[] = {
+    {"eager_export", eager_export, METH_O, "eager_export(buffer): compute pending work before sharing buffer"},
     {"eager_apply", eager_apply, METH_VARARGS, "eager_apply(code, x, y=None): the fast path, or None"},
     {"eager_ops", eager_ops, METH_NOARGS, "the fast path's operation names, by code"},
     {"eager_stats", eager_stats, METH_NOARGS, "(fused launches, operations they ran) of eager fusion"},

@@ -282,6 +282,8 @@ static PyObject *mod_to_dlpack(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO(ii)O", &bo, &shape, &code, &bits, &stream)) return NULL;
   if (!PyObject_TypeCheck(bo, (PyTypeObject *)BufferType)) return PyErr_Format(PyExc_TypeError, "to_dlpack: not a Buffer");
   kl_buffer *b = ((BufferObject *)bo)->buf;
+  b->shared = 1; /* the consumer may write it: no eager work may still be waiting to read it */
+  if (kl_py_eager_flush()) return NULL;
   if (buffer_wait_or_order(b, stream)) return NULL;
   kl_dlpack_export *x = calloc(1, sizeof *x);
   if (!x) return PyErr_NoMemory();
@@ -347,6 +349,7 @@ static PyObject *mod_from_dlpack(PyObject *self, PyObject *cap) {
     return PyErr_NoMemory();
   }
   b->device = dev;
+  b->shared = 1;
   if (PyCapsule_SetName(cap, "used_dltensor")) {
     kl_buf_release(b);
     return NULL;

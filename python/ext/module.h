@@ -27,5 +27,8 @@ PyObject *buffer_new_from(kl_buffer *b);
 /* array.c: ArrayBase, the C half of kiln.Array (its fields, the buffer protocol, and the eager
  * fast path of + - * /); adds ArrayBase and eager_setup to the module. */
 int kl_py_array_init(PyObject *module);
+/* Computes every pending eager result (before memory is shared with another library, which may
+ * write it). 0, or -1 with an exception. */
+int kl_py_eager_flush(void);
 
 #endif

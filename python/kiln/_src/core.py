@@ -291,6 +291,7 @@ class Array(_kiln.ArrayBase):
         """CUDA array interface (v3) of a GPU array; the data is ready when this returns."""
         if self._buf is None or self._buf.device != 1:
             raise AttributeError("__cuda_array_interface__: this array is in host memory, not on a GPU")
+        _kiln.eager_export(self._buf)  # the consumer may write it: no pending work may read it later
         self._buf.block_until_ready()
         typestr = np.dtype(self.dtype).str if self.dtype != dtypes.bfloat16 else "<V2"
         return {"shape": tuple(self.shape), "typestr": typestr, "data": (self._buf.ptr, False),
