@@ -866,60 +866,51 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
               kl_dtype_is_float(t) ? "addf" : "addi", u, oi, pos, st, (long long)args[oi].dims[0], st, st);
       k.ind = "        ";
       kk_line(&k, "}");
-      close_loop(&k);
-      char name2[64];
-      snprintf(name2, sizeof name2, "%s_s", name);
-      finish_kernel(out, name2, args, nargs, &body, GK_BLOCK);
-      grid[1] = grid_for(outer * m * inner, GK_BLOCK);
-      kl_str_free(&body);
-      free_ctx(&k);
-      return 2;
+    } else { /* kernel 2 (name_s): one thread per column (o, in) applies the updates j = 0..m in order */
+      grid_loop(&k, outer * inner, "%col");
+      ssa ob, in, base, ub;
+      index_op(&k, "divui", "%col", inner, ob);
+      index_op(&k, "remui", "%col", inner, in);
+      index_op(&k, "muli", ob, n * inner, base);
+      update(&k, "addi", base, in, "index");
+      index_op(&k, "muli", ob, m * inner, ub);
+      update(&k, "addi", ub, in, "index");
+      ssa cm;
+      kk_const_index(&k, m, cm);
+      kk_line(&k, "scf.for %%j = %%c0 to %s step %%c1 {", cm);
+      k.ind = "          ";
+      ssa k64, n64, ok, kk, pos, up, u;
+      load_index64(&k, 1, "%j", &args[1], c->avals[1].dtype, k64);
+      kk_line(&k, "%s = arith.constant %lld : i64", kk_fresh(&k, n64), (long long)n);
+      kk_line(&k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(&k, ok), k64, n64); /* negative: huge unsigned */
+      kk_line(&k, "scf.if %s {", ok);
+      k.ind = "            ";
+      kk_line(&k, "%s = arith.index_cast %s : i64 to index", kk_fresh(&k, kk), k64);
+      index_op(&k, "muli", kk, inner, pos);
+      update(&k, "addi", pos, base, "index");
+      index_op(&k, "muli", "%j", inner, up);
+      update(&k, "addi", up, ub, "index");
+      kk_line(&k, "%s = memref.load %%m2[%s] : memref<%lldx%s>", kk_fresh(&k, u), up, (long long)args[2].dims[0], st);
+      if (op != KL_SCATTER_SET) {
+        ssa a, r;
+        kk_line(&k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(&k, a), oi, pos, (long long)args[oi].dims[0], st);
+        combine(&k, as_reduce[op], t, st, a, u, r);
+        snprintf(u, sizeof u, "%s", r);
+      }
+      kk_line(&k, "memref.store %s, %%m%d[%s] : memref<%lldx%s>", u, oi, pos, (long long)args[oi].dims[0], st);
+      k.ind = "          ";
+      kk_line(&k, "}");
+      k.ind = "        ";
+      kk_line(&k, "}");
     }
-    /* kernel 2 (name_s): one thread per column (o, in) applies the updates j = 0..m in order */
-    grid_loop(&k, outer * inner, "%col");
-    ssa ob, in, base, ub;
-    index_op(&k, "divui", "%col", inner, ob);
-    index_op(&k, "remui", "%col", inner, in);
-    index_op(&k, "muli", ob, n * inner, base);
-    update(&k, "addi", base, in, "index");
-    index_op(&k, "muli", ob, m * inner, ub);
-    update(&k, "addi", ub, in, "index");
-    ssa cm;
-    kk_const_index(&k, m, cm);
-    kk_line(&k, "scf.for %%j = %%c0 to %s step %%c1 {", cm);
-    k.ind = "          ";
-    ssa k64, n64, ok, kk, pos, up, u;
-    load_index64(&k, 1, "%j", &args[1], c->avals[1].dtype, k64);
-    kk_line(&k, "%s = arith.constant %lld : i64", kk_fresh(&k, n64), (long long)n);
-    kk_line(&k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(&k, ok), k64, n64); /* negative: huge unsigned */
-    kk_line(&k, "scf.if %s {", ok);
-    k.ind = "            ";
-    kk_line(&k, "%s = arith.index_cast %s : i64 to index", kk_fresh(&k, kk), k64);
-    index_op(&k, "muli", kk, inner, pos);
-    update(&k, "addi", pos, base, "index");
-    index_op(&k, "muli", "%j", inner, up);
-    update(&k, "addi", up, ub, "index");
-    kk_line(&k, "%s = memref.load %%m2[%s] : memref<%lldx%s>", kk_fresh(&k, u), up, (long long)args[2].dims[0], st);
-    if (op != KL_SCATTER_SET) {
-      ssa a, r;
-      kk_line(&k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(&k, a), oi, pos, (long long)args[oi].dims[0], st);
-      combine(&k, as_reduce[op], t, st, a, u, r);
-      snprintf(u, sizeof u, "%s", r);
-    }
-    kk_line(&k, "memref.store %s, %%m%d[%s] : memref<%lldx%s>", u, oi, pos, (long long)args[oi].dims[0], st);
-    k.ind = "          ";
-    kk_line(&k, "}");
-    k.ind = "        ";
-    kk_line(&k, "}");
     close_loop(&k);
     char name2[64];
     snprintf(name2, sizeof name2, "%s_s", name);
     finish_kernel(out, name2, args, nargs, &body, GK_BLOCK);
-    grid[1] = grid_for(outer * inner, GK_BLOCK);
-    nk = 2;
+    grid[1] = grid_for(atomic ? outer * m * inner : outer * inner, GK_BLOCK);
     kl_str_free(&body);
     free_ctx(&k);
-    return nk;
+    return 2;
   } else if (c->prim == KL_P_ARGMAX || c->prim == KL_P_ARGMIN || c->prim == KL_P_CUMSUM || c->prim == KL_P_CUMPROD ||
              c->prim == KL_P_CUMMAX || c->prim == KL_P_CUMMIN) {
     /* one thread per column (o, in) walks the axis in order, as the host routine does */
