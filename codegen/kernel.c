@@ -893,19 +893,24 @@ static void emit_prologue(kl_str *out, const kl_program *pg, const char *name, c
   }
 }
 
-void kk_store_stash(kctx *k, const char *val, ssa *idx, int n) {
-  const kl_aval *oa = &k->pg->vals[k->root].aval;
+void kk_store_value(kctx *k, kl_dtype t, const char *val, int arg, const kl_aval *a, ssa *idx, int n) {
   ssa sv;
   snprintf(sv, sizeof sv, "%s", val);
-  if (kk_is_low_float(oa->dtype)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(oa->dtype));
+  if (t == KL_BOOL) kk_line(k, "%s = arith.extui %s : i1 to i8", kk_fresh(k, sv), val);
+  else if (kk_is_low_float(t)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, sv), val, kl_storage_type(t));
   kl_str st;
   kl_str_init(&st);
-  kl_str_printf(&st, "memref.store %s, %%m%d", sv, kk_arg_index(k, k->root));
+  kl_str_printf(&st, "memref.store %s, %%m%d", sv, arg);
   kk_index_list(&st, idx, n, "%c0");
   kl_str_append(&st, " : ");
-  kk_memref_type(&st, oa);
+  kk_memref_type(&st, a);
   kk_line(k, "%s", st.data);
   kl_str_free(&st);
+}
+
+void kk_store_stash(kctx *k, const char *val, ssa *idx, int n) {
+  const kl_aval *oa = &k->pg->vals[k->root].aval;
+  kk_store_value(k, oa->dtype, val, kk_arg_index(k, k->root), oa, idx, n);
 }
 
 /* Emits, at the current position of k->body (inside the loops over the leading dims 0..rowk-1),
@@ -1404,22 +1409,7 @@ static int emit_column_reduce(const kl_plan *plan, int step, const char *name, k
     kl_str_free(&body);
     return -1;
   }
-  const char *v = nv;
-  if (rt == KL_BOOL) {
-    kk_line(&k, "%%st = arith.extui %s : i1 to i8", nv);
-    v = "%st";
-  } else if (kk_is_low_float(rt)) {
-    kk_line(&k, "%%st = arith.truncf %s : f32 to %s", nv, kl_storage_type(rt));
-    v = "%st";
-  }
-  kl_str st_line;
-  kl_str_init(&st_line);
-  kl_str_printf(&st_line, "memref.store %s, %%m%d", v, out_arg);
-  kk_index_list(&st_line, kept, nkept, "%c0");
-  kl_str_append(&st_line, " : ");
-  kk_memref_type(&st_line, oa);
-  kk_line(&k, "%s", st_line.data);
-  kl_str_free(&st_line);
+  kk_store_value(&k, rt, nv, out_arg, oa, kept, nkept);
 
   emit_prologue(out, pg, name, k.args, k.nargs);
   for (int i = 0; i < depth; i++) {

@@ -193,22 +193,6 @@ static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int6
   snprintf(out, sizeof(ssa), "%%acc%d", sid);
 }
 
-/* Stores value val (compute type) of the kernel's output at idx. */
-static void store_value(kctx *k, kl_dtype rt, const char *val, int oi, const kl_aval *oa, ssa *idx) {
-  ssa r;
-  snprintf(r, sizeof r, "%s", val);
-  if (rt == KL_BOOL) kk_line(k, "%s = arith.extui %s : i1 to i8", kk_fresh(k, r), val);
-  else if (kk_is_low_float(rt)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, r), val, kl_storage_type(rt));
-  kl_str s;
-  kl_str_init(&s);
-  kl_str_printf(&s, "memref.store %s, %%m%d", r, oi);
-  kk_index_list(&s, idx, oa->ndim, "%c0");
-  kl_str_append(&s, " : ");
-  kk_memref_type(&s, oa);
-  kk_line(k, "%s", s.data);
-  kl_str_free(&s);
-}
-
 /* Column reductions: accumulates reduction e's operand over its reduced axes (sizes rdims, at
  * positions rpos of idx; the kept entries of idx are set), walking their flattened index from
  * `start` in steps of `step`. Leaves this thread's partial (shared type) in out. */
@@ -247,23 +231,7 @@ static void store_result(kctx *k, kl_dtype t, const char *v, int out_arg, const 
   ssa r;
   snprintf(r, sizeof r, "%s", v);
   from_shared(k, t, r);
-  if (t == KL_BOOL) {
-    ssa w;
-    kk_line(k, "%s = arith.extui %s : i1 to i8", kk_fresh(k, w), r);
-    snprintf(r, sizeof r, "%s", w);
-  } else if (kk_is_low_float(t)) {
-    ssa w;
-    kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, w), r, kl_storage_type(t));
-    snprintf(r, sizeof r, "%s", w);
-  }
-  kl_str st;
-  kl_str_init(&st);
-  kl_str_printf(&st, "memref.store %s, %%m%d", r, out_arg);
-  kk_index_list(&st, idx, n, "%c0");
-  kl_str_append(&st, " : ");
-  kk_memref_type(&st, oa);
-  kk_line(k, "%s", st.data);
-  kl_str_free(&st);
+  kk_store_value(k, t, r, out_arg, oa, idx, n);
 }
 
 int kl_gpu_partial_size(kl_dtype t) { return t == KL_BOOL || kk_is_low_float(t) ? 4 : (int)kl_dtype_size(t); }
@@ -401,7 +369,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       kk_delinearize(&k, lin, oa->dims, oa->ndim, idx);
       kk_emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
       int oi = kk_arg_index(&k, st->root);
-      store_value(&k, rt, val, oi, oa, idx);
+      kk_store_value(&k, rt, val, oi, oa, idx, oa->ndim);
     }
     k.ind = "      ";
     kk_line(&k, "}");
@@ -523,7 +491,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       k.main_idx = (const ssa *)idx;
       kk_emit_value(&k, st->root, idx, val);
       int oi = kk_arg_index(&k, st->root);
-      store_value(&k, rt, val, oi, oa, idx);
+      kk_store_value(&k, rt, val, oi, oa, idx, oa->ndim);
       k.ind = "        ";
       kk_line(&k, "}");
     } else {

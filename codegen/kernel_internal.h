@@ -34,6 +34,9 @@ typedef struct {
   uint64_t *libdevice; /* GPU with libdevice: math calls __nv_* and sets kl_libdevice_bit()s */
 } kctx;
 
+/* Stores val (compute type of t) into argument arg (aval a) at idx[0..n): bools as i8, f16/bf16
+ * narrowed from f32. */
+void kk_store_value(kctx *k, kl_dtype t, const char *val, int arg, const kl_aval *a, ssa *idx, int n);
 /* Appends one indented line of MLIR to k->body. */
 void kk_line(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A fresh SSA name in buf. */
