@@ -38,7 +38,7 @@ static PyTypeObject *array_type;   /* kiln.Array itself (not its subclasses, e.g
 static PyObject *trace_stack;      /* core._trace_stack: the fast path runs only when it is empty */
 static PyObject *scalar_cache;     /* core._scalar_cache: (type, value, dtype, weak) -> 0-d Array */
 static PyObject *scalar_fn;        /* core.scalar_array(value, dtype, weak) */
-static PyObject *exe_fn;           /* core._eager_exe(prim, x1, x2) -> (exe, shape, dtype, weak) */
+static PyObject *exe_fn;           /* core._eager_exe(prim, *xs, compiled) -> (exe or None, shape, dtype, weak) */
 static PyObject *fallback[NOPERATORS]; /* the Python operators: f(left, right) */
 static PyObject *exe_cache;        /* (op, shape1, dtype, weak1, shape2, weak2) -> _eager_exe's tuple */
 static PyObject *fused_fn;         /* core._fused_exe(key) -> exe of a chain of pending operations */
@@ -471,8 +471,9 @@ static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObje
   return (PyObject *)a;
 }
 
-/* The cached entry (exe, shape, dtype, weak) of `op` on x1 (and x2 unless NULL); new reference. */
-static PyObject *entry_for(int op, ArrayObject *x1, ArrayObject *x2) {
+/* The cached entry (exe, shape, dtype, weak) of `op` on x1 (and x2 unless NULL); new reference.
+ * exe is None until an entry is launched by itself (need_exe): fused operations need the aval. */
+static PyObject *entry_for(int op, ArrayObject *x1, ArrayObject *x2, int need_exe) {
   PyObject *opn = PyLong_FromLong(op);
   PyObject *key = !opn ? NULL
                   : x2 ? PyTuple_Pack(6, opn, x1->shape, x1->dtype, x1->weak, x2->shape, x2->weak)
@@ -480,11 +481,18 @@ static PyObject *entry_for(int op, ArrayObject *x1, ArrayObject *x2) {
   Py_XDECREF(opn);
   if (!key) return NULL;
   PyObject *entry = PyDict_GetItemWithError(exe_cache, key);
-  if (entry)
-    Py_INCREF(entry);
-  else if (!PyErr_Occurred()) {
-    entry = x2 ? PyObject_CallFunction(exe_fn, "sOO", op_prim[op], (PyObject *)x1, (PyObject *)x2)
-               : PyObject_CallFunction(exe_fn, "sO", op_prim[op], (PyObject *)x1);
+  if (entry && (!need_exe || PyTuple_GetItem(entry, 0) != Py_None)) {
+    Py_DECREF(key);
+    return Py_NewRef(entry);
+  }
+  entry = NULL;
+  if (!PyErr_Occurred()) {
+    PyObject *args = x2 ? Py_BuildValue("(sOO)", op_prim[op], (PyObject *)x1, (PyObject *)x2)
+                        : Py_BuildValue("(sO)", op_prim[op], (PyObject *)x1);
+    PyObject *kw = Py_BuildValue("{sO}", "compiled", need_exe ? Py_True : Py_False);
+    if (args && kw) entry = PyObject_Call(exe_fn, args, kw);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
     if (entry && (!PyTuple_Check(entry) || PyTuple_Size(entry) != 4)) {
       PyErr_SetString(PyExc_SystemError, "internal: _eager_exe must return (exe, shape, dtype, weak)");
       Py_CLEAR(entry);
@@ -526,10 +534,11 @@ static PyObject *eager_export(PyObject *self, PyObject *bo) {
 
 /* Runs (or, with fusion, defers) op on x1 (and x2 unless NULL). */
 static PyObject *apply(int op, ArrayObject *x1, ArrayObject *x2) {
-  PyObject *entry = entry_for(op, x1, x2);
+  int defer = fusion && !reads_shared(x1) && !(x2 && reads_shared(x2));
+  PyObject *entry = entry_for(op, x1, x2, !defer);
   if (!entry) return NULL;
   PyObject *res = NULL;
-  if (fusion && !reads_shared(x1) && !(x2 && reads_shared(x2))) res = pending_new(op, entry, x1, x2);
+  if (defer) res = pending_new(op, entry, x1, x2);
   else if (!materialize(x1) && (!x2 || !materialize(x2))) res = launch(op, entry, x1, x2);
   Py_DECREF(entry);
   if (!res && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "internal: eager fast path failed");

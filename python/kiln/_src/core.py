@@ -524,12 +524,17 @@ def _compile_eager(prim, args, params):
     return exe, avals
 
 
-def _eager_exe(prim, *xs):
+def _eager_exe(prim, *xs, compiled=True):
     """The eager executable of `prim` on arrays xs and its result's aval, for the C fast path of
-    ArrayBase (which caches what this returns)."""
+    ArrayBase (which caches what this returns). compiled=False gives the aval only (exe None):
+    fused operations run inside their chain's executable, never in one of their own."""
     key = (prim, (), *[(x.shape, x.dtype, x.weak_type) for x in xs])
     hit = _eager_cache.get(key)
     if hit is None:
+        if not compiled:
+            b = _kiln.Builder()
+            (_, shape, dt, weak), = b.add_eqn(prim, [b.add_input(x.shape, x.dtype.name, x.weak_type) for x in xs], None)
+            return None, shape, _np_dtype(dt), weak
         hit = _compile_eager(prim, xs, None)
         _eager_cache[key] = hit
     exe, ((shape, dtype, weak),) = hit
