@@ -593,11 +593,12 @@ static PyObject *eager2(int op, PyObject *l, PyObject *r) {
 
 /* eager_apply(code, x, y=None): op `code` (an index of eager_ops()) on kiln arrays by the fast
  * path, or None where it does not apply (the caller takes the slow road). */
-static PyObject *eager_apply(PyObject *self, PyObject *args) {
+static PyObject *eager_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  int op;
-  PyObject *x, *y = Py_None;
-  if (!PyArg_ParseTuple(args, "iO|O", &op, &x, &y)) return NULL;
+  if (nargs < 2 || nargs > 3) return PyErr_Format(PyExc_TypeError, "eager_apply: expects (code, x, y=None)");
+  int op = (int)PyLong_AsLong(args[0]);
+  if (op == -1 && PyErr_Occurred()) return NULL;
+  PyObject *x = args[1], *y = nargs == 3 ? args[2] : Py_None;
   if (op < 0 || op >= NOPS) return PyErr_Format(PyExc_ValueError, "eager_apply: no operation %d", op);
   PyObject *res;
   if (op < OP_NEG) {
@@ -824,7 +825,7 @@ static PyObject *eager_stats(PyObject *self, PyObject *unused) {
 
 static PyMethodDef array_functions[] = {
     {"eager_export", eager_export, METH_O, "eager_export(buffer): compute pending work before sharing buffer"},
-    {"eager_apply", eager_apply, METH_VARARGS, "eager_apply(code, x, y=None): the fast path, or None"},
+    {"eager_apply", (PyCFunction)(void (*)(void))eager_apply, METH_FASTCALL, "eager_apply(code, x, y=None): the fast path, or None"},
     {"eager_ops", eager_ops, METH_NOARGS, "the fast path's operation names, by code"},
     {"eager_stats", eager_stats, METH_NOARGS, "(fused launches, operations they ran) of eager fusion"},
     {"eager_shutdown", eager_shutdown, METH_NOARGS, "drop pending results from now on (interpreter exit)"},
