@@ -315,7 +315,8 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
       /* library calls are worth running asynchronously, except small products: handing them to
        * the executor thread and waking the caller costs more than the product itself */
       int64_t kdim = 1;
-      for (int i = 0; e->prim == KL_P_DOT_GENERAL && i < e->p.nv[0]; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.v[0][i]];
+      for (int i = 0; e->prim == KL_P_DOT_GENERAL && i < e->p.dot.lhs_contracting.n; i++)
+        kdim *= pg->vals[e->ins[0]].aval.dims[e->p.dot.lhs_contracting.v[i]];
       double flops = (double)kl_aval_size(&pg->vals[e->outs[0]].aval) * (double)kdim;
       if (e->prim == KL_P_DOT_GENERAL && flops < 262144) x->cost += 1;
       else x->cost += cost > 1 ? cost * 8 : 1;

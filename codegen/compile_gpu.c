@@ -326,7 +326,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
       if (e->prim == KL_P_DOT_GENERAL &&
           kl_libcall_dot_layout(lc, &d.batch, &d.m, &d.n, &d.k, &d.transl, &d.transr)) {
         d.t = pg->vals[e->outs[0]].aval.dtype;
-        d.precision = (int)e->p.i0;
+        d.precision = e->p.dot.precision;
         if ((d.t == KL_F32 || d.t == KL_F64 || d.t == KL_F16 || d.t == KL_BF16) && (ptx_only || kl_cublas_available(NULL, 0))) {
           x->cost += d.batch * d.m * d.n;
           o->dots[o->ndots] = d;

@@ -282,7 +282,7 @@ static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, cha
   case KL_P_FLOOR: kk_line(k, "%s = math.floor %s : %s", kk_fresh(k, out), x, cty); return out;
   case KL_P_CEIL: kk_line(k, "%s = math.ceil %s : %s", kk_fresh(k, out), x, cty); return out;
   case KL_P_ROUND:
-    kk_line(k, "%s = math.%s %s : %s", kk_fresh(k, out), e->p.i0 ? "roundeven" : "round", x, cty);
+    kk_line(k, "%s = math.%s %s : %s", kk_fresh(k, out), e->p.round.rounding_method ? "roundeven" : "round", x, cty);
     return out;
   case KL_P_IS_FINITE:
     kk_const_scalar(k, t, INFINITY, 0, a);
@@ -305,7 +305,7 @@ static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, cha
     return out;
   case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: snprintf(out, sizeof(ssa), "%s", x); return out;
   case KL_P_INTEGER_POW: {
-    int64_t y = e->p.i0, n = y < 0 ? -y : y;
+    int64_t y = e->p.integer_pow.y, n = y < 0 ? -y : y;
     ssa acc, base;
     kk_const_scalar(k, t, 1, 1, acc);
     snprintf(base, sizeof base, "%s", x);
@@ -477,7 +477,7 @@ static char *emit_convert(kctx *k, kl_dtype from, kl_dtype to, const char *x, ch
 /* ---- index-moving primitives ---- */
 
 static char *emit_iota(kctx *k, const kl_eqn *e, kl_dtype t, ssa *idx, char *out) {
-  const char *i = idx[e->p.i0];
+  const char *i = idx[e->p.iota.dimension];
   ssa c;
   if (kl_dtype_is_float(t)) {
     kk_line(k, "%s = arith.index_cast %s : index to i64", kk_fresh(k, c), i);
@@ -569,7 +569,7 @@ static char *emit_pad(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
   }
   kk_line(k, "%s = arith.constant true", kk_fresh(k, ok));
   for (int d = 0; d < in->ndim; d++) {
-    int64_t lo = e->p.v[0][d], step = e->p.v[2][d] + 1, n = in->dims[d];
+    int64_t lo = e->p.pad.low.v[d], step = e->p.pad.interior.v[d] + 1, n = in->dims[d];
     ssa t0, lov, q, r, z, stp, nn, c1, c2, c3, a1, a2, a3, cl, cl2, nm1;
     /* t = i - lo; valid if t >= 0, t % step == 0, t / step < n; clamp for the load */
     kk_line(k, "%s = arith.index_cast %s : index to i64", kk_fresh(k, t0), idx[d]);
@@ -600,7 +600,7 @@ static char *emit_pad(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
 }
 
 static char *emit_concat(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
-  int64_t d = e->p.i0, off = 0;
+  int64_t d = e->p.concatenate.dimension, off = 0;
   const kl_aval *oa = &k->pg->vals[e->outs[0]].aval;
   const char *cty = kl_compute_type(oa->dtype);
   ssa acc = "";
@@ -642,15 +642,15 @@ static char *emit_small_dot(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
   const char *ty = kl_compute_type(k->pg->vals[e->outs[0]].aval.dtype);
   int lc[KL_MAX_RANK], rc[KL_MAX_RANK]; /* position in the contraction list, or -1 */
   for (int d = 0; d < KL_MAX_RANK; d++) lc[d] = rc[d] = -1;
-  for (int i = 0; i < e->p.nv[0]; i++) lc[e->p.v[0][i]] = i, rc[e->p.v[1][i]] = i;
+  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) lc[e->p.dot.lhs_contracting.v[i]] = i, rc[e->p.dot.rhs_contracting.v[i]] = i;
   int64_t cdims[KL_MAX_RANK], kdim = 1;
-  for (int i = 0; i < e->p.nv[0]; i++) kdim *= cdims[i] = l->dims[e->p.v[0][i]];
+  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) kdim *= cdims[i] = l->dims[e->p.dot.lhs_contracting.v[i]];
   ssa acc;
   acc[0] = 0;
   for (int64_t c = 0; c < kdim; c++) {
     ssa ci[KL_MAX_RANK], li[KL_MAX_RANK], ri[KL_MAX_RANK], a, b, p;
     int64_t rest = c;
-    for (int i = e->p.nv[0] - 1; i >= 0; i--) {
+    for (int i = e->p.dot.lhs_contracting.n - 1; i >= 0; i--) {
       kk_const_index(k, rest % cdims[i], ci[i]);
       rest /= cdims[i];
     }
@@ -709,27 +709,31 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
   }
   const kl_eqn *e = &k->pg->eqns[val->producer];
   kl_dtype t = val->aval.dtype;
-  kl_family fam = kl_prim_get(e->prim)->family;
+  const kl_prim_info *pi = kl_prim_get(e->prim);
+  /* dispatch on the elementwise form, else on the shape family; anything else fuses only as a
+   * small dot (reductions are handled by the caller) */
+  enum { KIND_SHAPE = -1, KIND_OTHER = -2 };
+  int kind = pi->form != KL_FORM_NONE ? (int)pi->form : pi->family == KL_FAM_SHAPE ? KIND_SHAPE : KIND_OTHER;
   ssa a, b, c, sub[KL_MAX_RANK];
-  switch (fam) {
+  switch (kind) {
 #define OPIDX(j) (k->pg->vals[e->ins[j]].aval.ndim ? idx : NULL) /* rank-0 operands broadcast */
-  case KL_FAM_UNARY:
+  case KL_FORM_UNARY:
     kk_emit_value(k, e->ins[0], idx, a);
     emit_unary(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, out);
     if (e->prim != KL_P_IS_FINITE) round_low(k, t, out);
     break;
-  case KL_FAM_BINARY:
+  case KL_FORM_BINARY:
     kk_emit_value(k, e->ins[0], OPIDX(0), a);
     kk_emit_value(k, e->ins[1], OPIDX(1), b);
     emit_binary(k, e, t, a, b, out);
     round_low(k, t, out);
     break;
-  case KL_FAM_COMPARE:
+  case KL_FORM_COMPARE:
     kk_emit_value(k, e->ins[0], OPIDX(0), a);
     kk_emit_value(k, e->ins[1], OPIDX(1), b);
     emit_compare(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, b, out);
     break;
-  case KL_FAM_SELECT: {
+  case KL_FORM_SELECT: {
     const kl_aval *pa = &k->pg->vals[e->ins[0]].aval;
     kk_emit_value(k, e->ins[0], pa->ndim ? idx : NULL, c);
     if (pa->dtype != KL_BOOL) {
@@ -743,7 +747,7 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
     kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), c, b, a, kl_compute_type(t));
     break;
   }
-  case KL_FAM_CONVERT:
+  case KL_FORM_CONVERT:
     kk_emit_value(k, e->ins[0], idx, a);
     if (e->prim == KL_P_BITCAST) {
       kl_dtype from = k->pg->vals[e->ins[0]].aval.dtype;
@@ -751,28 +755,28 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
       else kk_line(k, "%s = arith.bitcast %s : %s to %s", kk_fresh(k, out), a, kl_compute_type(from), kl_compute_type(t));
     } else emit_convert(k, k->pg->vals[e->ins[0]].aval.dtype, t, a, out);
     break;
-  case KL_FAM_CONST: kk_const_scalar(k, t, e->p.f, e->p.i1, out); break;
-  case KL_FAM_IOTA: emit_iota(k, e, t, idx, out); break;
-  case KL_FAM_SHAPE: {
+  case KL_FORM_CONST: kk_const_scalar(k, t, e->p.literal.value, e->p.literal.int_value, out); break;
+  case KL_FORM_IOTA: emit_iota(k, e, t, idx, out); break;
+  case KIND_SHAPE: {
     const kl_aval *in = &k->pg->vals[e->ins[0]].aval;
     switch (e->prim) {
     case KL_P_BROADCAST_IN_DIM: {
       ssa zero;
       kk_const_index(k, 0, zero);
       for (int i = 0; i < in->ndim; i++)
-        snprintf(sub[i], sizeof(ssa), "%s", in->dims[i] == 1 ? zero : idx[e->p.v[1][i]]);
+        snprintf(sub[i], sizeof(ssa), "%s", in->dims[i] == 1 ? zero : idx[e->p.broadcast.broadcast_dimensions.v[i]]);
       kk_emit_value(k, e->ins[0], sub, out);
       break;
     }
     case KL_P_RESHAPE: emit_reshape(k, e->ins[0], in, &val->aval, idx, out); break;
     case KL_P_TRANSPOSE:
-      for (int i = 0; i < n; i++) snprintf(sub[e->p.v[0][i]], sizeof(ssa), "%s", idx[i]);
+      for (int i = 0; i < n; i++) snprintf(sub[e->p.transpose.permutation.v[i]], sizeof(ssa), "%s", idx[i]);
       kk_emit_value(k, e->ins[0], sub, out);
       break;
     case KL_P_REV:
       for (int i = 0; i < n; i++) snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
-      for (int j = 0; j < e->p.nv[0]; j++) {
-        int d = (int)e->p.v[0][j];
+      for (int j = 0; j < e->p.rev.dimensions.n; j++) {
+        int d = (int)e->p.rev.dimensions.v[j];
         ssa m;
         kk_const_index(k, in->dims[d] - 1, m);
         kk_line(k, "%s = arith.subi %s, %s : index", kk_fresh(k, sub[d]), m, idx[d]);
@@ -781,7 +785,7 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
       break;
     case KL_P_SLICE:
       for (int i = 0; i < n; i++) {
-        int64_t st = e->p.nv[2] ? e->p.v[2][i] : 1, s0 = e->p.v[0][i];
+        int64_t st = e->p.slice.strides.n ? e->p.slice.strides.v[i] : 1, s0 = e->p.slice.start_indices.v[i];
         if (st == 1 && s0 == 0) {
           snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
           continue;
@@ -800,7 +804,7 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
     }
     break;
   }
-  case KL_FAM_LIB:
+  case KIND_OTHER:
     if (kl_small_dot(k->pg, e)) {
       emit_small_dot(k, e, idx, out);
       break;
@@ -1019,8 +1023,8 @@ int kk_expr_uses(const kl_program *pg, const kl_plan *plan, int v, int target) {
   const kl_value *val = &pg->vals[v];
   if (val->producer < 0 || (plan->materialized[v] && v != pg->eqns[val->producer].outs[0])) return 0;
   const kl_eqn *e = &pg->eqns[val->producer];
-  kl_family f = kl_prim_get(e->prim)->family;
-  if (f != KL_FAM_UNARY && f != KL_FAM_BINARY && f != KL_FAM_COMPARE && f != KL_FAM_SELECT && f != KL_FAM_CONVERT) return 0;
+  kl_form f = kl_prim_get(e->prim)->form;
+  if (f != KL_FORM_UNARY && f != KL_FORM_BINARY && f != KL_FORM_COMPARE && f != KL_FORM_SELECT && f != KL_FORM_CONVERT) return 0;
   for (int i = 0; i < e->nin; i++) {
     int u = e->ins[i];
     if (pg->vals[u].aval.ndim == 0 || (plan->materialized[u] && u != target)) continue;
@@ -1042,7 +1046,10 @@ static int reads_transposed(const kl_program *pg, const kl_plan *plan, int v, ch
   const kl_value *val = &pg->vals[v];
   if (val->producer < 0) return 0;
   const kl_eqn *e = &pg->eqns[val->producer];
-  if (e->prim == KL_P_TRANSPOSE && e->p.nv[0] >= 2 && e->p.v[0][e->p.nv[0] - 1] != e->p.nv[0] - 1) return 1;
+  if (e->prim == KL_P_TRANSPOSE) {
+    const kl_ivec *perm = &e->p.transpose.permutation;
+    if (perm->n >= 2 && perm->v[perm->n - 1] != perm->n - 1) return 1;
+  }
   for (int i = 0; i < e->nin; i++) {
     int u = e->ins[i];
     if (plan->materialized[u] || !kl_eqn_fusible(pg, &pg->eqns[val->producer])) continue;
@@ -1057,11 +1064,11 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   const kl_plan_step *st = &plan->steps[step];
   const kl_eqn *e = &pg->eqns[st->eqn];
   const kl_aval *oa = &pg->vals[st->root].aval;
-  int is_reduce = kl_prim_get(e->prim)->family == KL_FAM_REDUCE;
+  int is_reduce = kl_prim_get(e->prim)->form == KL_FORM_REDUCE;
   const kl_aval *space = is_reduce ? &pg->vals[e->ins[0]].aval : oa; /* iteration space */
-  if (is_reduce && space->ndim >= 2 && e->p.nv[0] > 0 && kl_aval_size(space) > 0) {
+  if (is_reduce && space->ndim >= 2 && e->p.reduce.axes.n > 0 && kl_aval_size(space) > 0) {
     int last_reduced = 0;
-    for (int i = 0; i < e->p.nv[0]; i++) last_reduced |= e->p.v[0][i] == space->ndim - 1;
+    for (int i = 0; i < e->p.reduce.axes.n; i++) last_reduced |= e->p.reduce.axes.v[i] == space->ndim - 1;
     if (!last_reduced) return emit_column_reduce(plan, step, name, out, info, err, errlen);
   }
   kl_str body, loops;
@@ -1074,7 +1081,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   /* loop order: kept dims outermost, reduced dims inside (for a plain kernel all are kept) */
   int order[KL_MAX_RANK], nkept = 0, nred = 0, reduced[KL_MAX_RANK] = {0};
   if (is_reduce)
-    for (int i = 0; i < e->p.nv[0]; i++) reduced[e->p.v[0][i]] = 1;
+    for (int i = 0; i < e->p.reduce.axes.n; i++) reduced[e->p.reduce.axes.v[i]] = 1;
   for (int i = 0; i < space->ndim; i++)
     if (!reduced[i]) order[nkept++] = i;
   for (int i = 0; i < space->ndim; i++)
@@ -1366,7 +1373,7 @@ static int emit_column_reduce(const kl_plan *plan, int step, const char *name, k
   const kl_eqn *e = &pg->eqns[st->eqn];
   const kl_aval *oa = &pg->vals[st->root].aval, *space = &pg->vals[e->ins[0]].aval;
   int depth = space->ndim, reduced[KL_MAX_RANK] = {0};
-  for (int i = 0; i < e->p.nv[0]; i++) reduced[e->p.v[0][i]] = 1;
+  for (int i = 0; i < e->p.reduce.axes.n; i++) reduced[e->p.reduce.axes.v[i]] = 1;
   kl_str body;
   kl_str_init(&body);
   char indent[64];

@@ -310,11 +310,11 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   const kl_plan_step *st = &plan->steps[step];
   const kl_eqn *e = &pg->eqns[st->eqn];
   const kl_aval *oa = &pg->vals[st->root].aval;
-  int is_reduce = kl_prim_get(e->prim)->family == KL_FAM_REDUCE;
+  int is_reduce = kl_prim_get(e->prim)->form == KL_FORM_REDUCE;
   const kl_aval *space = is_reduce ? &pg->vals[e->ins[0]].aval : oa;
   int n = space->ndim, reduced[KL_MAX_RANK] = {0}, nred = 0;
   if (is_reduce)
-    for (int i = 0; i < e->p.nv[0]; i++) reduced[e->p.v[0][i]] = 1, nred++;
+    for (int i = 0; i < e->p.reduce.axes.n; i++) reduced[e->p.reduce.axes.v[i]] = 1, nred++;
   /* the reduced axes form a suffix [rowk, n): row mode (or full mode when rowk == 0) */
   int rowk = -1;
   if (is_reduce && nred) {
@@ -711,7 +711,7 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
   grid[0] = grid_for(kl_aval_size(o), GK_BLOCK);
   int64_t outer = 1, n = 1, inner = 1;
   if (c->prim == KL_P_TAKE || c->prim == KL_P_SCATTER) {
-    int axis = (int)c->p.i0;
+    int axis = (int)(c->prim == KL_P_TAKE ? c->p.take.axis : c->p.scatter.axis);
     for (int i = 0; i < axis; i++) outer *= x->dims[i];
     n = x->dims[axis];
     for (int i = axis + 1; i < x->ndim; i++) inner *= x->dims[i];
@@ -737,7 +737,7 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
   } else if (c->prim == KL_P_DYNAMIC_SLICE || c->prim == KL_P_DYNAMIC_UPDATE_SLICE) {
     int upd = c->prim == KL_P_DYNAMIC_UPDATE_SLICE, first = upd ? 2 : 1, nd = x->ndim;
     int64_t box[KL_MAX_RANK];
-    for (int i = 0; i < nd; i++) box[i] = upd ? c->avals[1].dims[i] : c->p.v[0][i];
+    for (int i = 0; i < nd; i++) box[i] = upd ? c->avals[1].dims[i] : c->p.dynamic_slice.slice_sizes.v[i];
     ssa start[KL_MAX_RANK];
     for (int i = 0; i < nd; i++) { /* starts clamp so that the box fits, as lax does */
       ssa s;
@@ -792,7 +792,7 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
     close_loop(&k);
   } else if (c->prim == KL_P_SCATTER) {
     int64_t m = kl_aval_size(&c->avals[1]);
-    int op = (int)c->p.i1;
+    int op = c->p.scatter.op;
     kl_dtype t = x->dtype;
     static const kl_prim as_reduce[] = {KL_P_REDUCE_SUM, KL_P_REDUCE_SUM, KL_P_REDUCE_PROD, KL_P_REDUCE_MIN, KL_P_REDUCE_MAX};
     /* many additions of 32/64-bit numbers: one thread per update, atomic adds (any order) */
@@ -883,7 +883,7 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
              c->prim == KL_P_CUMMAX || c->prim == KL_P_CUMMIN) {
     /* one thread per column (o, in) walks the axis in order, as the host routine does */
     int arg = c->prim == KL_P_ARGMAX || c->prim == KL_P_ARGMIN;
-    int axis = arg ? (int)c->p.v[0][0] : (int)c->p.i0;
+    int axis = arg ? (int)c->p.arg.axes.v[0] : (int)c->p.cumulative.axis;
     kl_dtype t = x->dtype;
     int fl = kl_dtype_is_float(t), un = kl_dtype_kind(t) != KL_KIND_INT && !fl;
     for (int i = 0; i < axis; i++) outer *= x->dims[i];
@@ -895,7 +895,7 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
       free_ctx(&k);
       return 0;
     }
-    int rev = !arg && c->p.i1 != 0;
+    int rev = !arg && c->p.cumulative.reverse != 0;
     int maxlike = c->prim == KL_P_ARGMAX || c->prim == KL_P_CUMMAX;
     grid_loop(&k, outer * inner, "%col");
     ssa ob, in, base, cn, first, v0, nan0, cinner;

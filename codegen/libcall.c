@@ -138,9 +138,12 @@ kl_libcall *kl_libcall_new(const kl_program *pg, const kl_eqn *e) {
   if (!c) abort();
   c->prim = e->prim;
   c->p = e->p;
-  for (int i = 0; i < 4; i++) {
-    c->p.v[i] = e->p.nv[i] ? malloc(sizeof(int64_t) * (size_t)e->p.nv[i]) : NULL;
-    if (e->p.nv[i]) memcpy(c->p.v[i], e->p.v[i], sizeof(int64_t) * (size_t)e->p.nv[i]);
+  for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f && f->name; f++) {
+    if (f->kind != KL_PF_IVEC) continue; /* sub-programs stay borrowed */
+    kl_ivec *dst = kl_param_ptr(&c->p, f);
+    const kl_ivec *src = kl_param_cptr(&e->p, f);
+    dst->v = src->n ? malloc(sizeof(int64_t) * (size_t)src->n) : NULL;
+    if (src->n) memcpy(dst->v, src->v, sizeof(int64_t) * (size_t)src->n);
   }
   c->nin = e->nin;
   c->nout = e->nout;
@@ -151,7 +154,8 @@ kl_libcall *kl_libcall_new(const kl_program *pg, const kl_eqn *e) {
 
 void kl_libcall_free(kl_libcall *c) {
   if (!c) return;
-  for (int i = 0; i < 4; i++) free(c->p.v[i]);
+  for (const kl_param_field *f = kl_prim_get(c->prim)->fields; f && f->name; f++)
+    if (f->kind == KL_PF_IVEC) free(((kl_ivec *)kl_param_ptr(&c->p, f))->v);
   free(c);
 }
 
@@ -169,8 +173,8 @@ static void run_cumulative(const kl_libcall *c, void *const *ptrs) {
   const kl_aval *a = &c->avals[0];
   kl_dtype t = a->dtype;
   int64_t outer, n, inner;
-  split_axis(a, (int)c->p.i0, &outer, &n, &inner);
-  int rev = c->p.i1 != 0, fl = kl_dtype_is_float(t);
+  split_axis(a, (int)c->p.cumulative.axis, &outer, &n, &inner);
+  int rev = c->p.cumulative.reverse != 0, fl = kl_dtype_is_float(t);
   const void *x = ptrs[0];
   void *y = ptrs[1];
   for (int64_t o = 0; o < outer; o++)
@@ -214,7 +218,7 @@ static void run_argminmax(const kl_libcall *c, void *const *ptrs) {
   const kl_aval *a = &c->avals[0];
   kl_dtype t = a->dtype;
   int64_t outer, n, inner;
-  split_axis(a, (int)c->p.v[0][0], &outer, &n, &inner);
+  split_axis(a, (int)c->p.arg.axes.v[0], &outer, &n, &inner);
   kl_dtype it = c->avals[1].dtype;
   int mx = c->prim == KL_P_ARGMAX, fl = kl_dtype_is_float(t);
   for (int64_t o = 0; o < outer; o++)
@@ -241,7 +245,7 @@ typedef struct {
 } sort_ctx;
 
 static int sort_less(const sort_ctx *s, int64_t i, int64_t j) {
-  for (int k = 0; k < s->c->p.i1; k++) {
+  for (int k = 0; k < s->c->p.sort.num_keys; k++) {
     int r = cmp_elem(s->c->avals[k].dtype, s->ptrs[k], s->base + i * s->inner, s->base + j * s->inner);
     if (r) return r < 0;
   }
@@ -263,7 +267,7 @@ static void merge_sort(const sort_ctx *s, int64_t *v, int64_t *tmp, int64_t n) {
 static void run_sort(const kl_libcall *c, void *const *ptrs) {
   const kl_aval *a = &c->avals[0];
   int64_t outer, n, inner;
-  split_axis(a, (int)c->p.i0, &outer, &n, &inner);
+  split_axis(a, (int)c->p.sort.dimension, &outer, &n, &inner);
   int64_t *perm = malloc(sizeof(int64_t) * (size_t)(n ? n : 1) * 2);
   if (!perm) abort();
   for (int64_t o = 0; o < outer; o++)
@@ -289,7 +293,7 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo :
 static void run_take(const kl_libcall *c, void *const *ptrs) {
   const kl_aval *x = &c->avals[0], *ix = &c->avals[1];
   int64_t outer, n, inner, m = kl_aval_size(ix);
-  split_axis(x, (int)c->p.i0, &outer, &n, &inner);
+  split_axis(x, (int)c->p.take.axis, &outer, &n, &inner);
   size_t es = kl_dtype_size(x->dtype), row = es * (size_t)inner;
   const char *src = ptrs[0];
   char *dst = ptrs[2];
@@ -334,7 +338,7 @@ static void combine_at(kl_dtype t, int op, void *dst, int64_t di, const void *sr
 static void run_scatter(const kl_libcall *c, void *const *ptrs) {
   const kl_aval *x = &c->avals[0], *ix = &c->avals[1];
   int64_t outer, n, inner, m = kl_aval_size(ix);
-  split_axis(x, (int)c->p.i0, &outer, &n, &inner);
+  split_axis(x, (int)c->p.scatter.axis, &outer, &n, &inner);
   size_t es = kl_dtype_size(x->dtype);
   memcpy(ptrs[3], ptrs[0], es * (size_t)kl_aval_size(x));
   for (int64_t o = 0; o < outer; o++)
@@ -342,7 +346,7 @@ static void run_scatter(const kl_libcall *c, void *const *ptrs) {
       int64_t k = ldi(ix->dtype, ptrs[1], j);
       if (k < 0 || k >= n || (is_uns(ix->dtype) && (uint64_t)k >= (uint64_t)n)) continue; /* dropped */
       for (int64_t in = 0; in < inner; in++)
-        combine_at(x->dtype, (int)c->p.i1, ptrs[3], (o * n + k) * inner + in, ptrs[2], (o * m + j) * inner + in);
+        combine_at(x->dtype, c->p.scatter.op, ptrs[3], (o * n + k) * inner + in, ptrs[2], (o * m + j) * inner + in);
     }
 }
 
@@ -374,7 +378,7 @@ static void run_dynamic_slice(const kl_libcall *c, void *const *ptrs, int update
   int64_t start[KL_MAX_RANK], box[KL_MAX_RANK];
   size_t es = kl_dtype_size(x->dtype);
   for (int i = 0; i < nd; i++) {
-    box[i] = update ? c->avals[1].dims[i] : c->p.v[0][i];
+    box[i] = update ? c->avals[1].dims[i] : c->p.dynamic_slice.slice_sizes.v[i];
     const kl_aval *ia = &c->avals[first + i];
     start[i] = clamp64(ldi(ia->dtype, ptrs[first + i], 0), 0, x->dims[i] - box[i]);
   }
@@ -451,17 +455,17 @@ int kl_libcall_dot_layout(const kl_libcall *c, int64_t *batch, int64_t *m, int64
   int64_t k2;
   if (l->dtype != o->dtype || r->dtype != o->dtype) return 0;
   *batch = 1;
-  for (int i = 0; i < p->nv[2]; i++) *batch *= l->dims[p->v[2][i]];
+  for (int i = 0; i < p->dot.lhs_batch.n; i++) *batch *= l->dims[p->dot.lhs_batch.v[i]];
   *transl = *transr = 0;
-  order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 1, lp, m, k);
+  order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 1, lp, m, k);
   if (!is_identity_for(lp, l)) {
-    order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 0, lp, m, k);
+    order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 0, lp, m, k);
     if (!is_identity_for(lp, l)) return 0;
     *transl = 1;
   }
-  order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 0, rp, n, &k2);
+  order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 0, rp, n, &k2);
   if (!is_identity_for(rp, r)) {
-    order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 1, rp, n, &k2);
+    order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 1, rp, n, &k2);
     if (!is_identity_for(rp, r)) return 0;
     *transr = 1;
   }
@@ -473,22 +477,22 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
   const kl_params *p = &c->p;
   int lp[KL_MAX_RANK], rp[KL_MAX_RANK];
   int64_t m, k, n, k2, batch = 1;
-  for (int i = 0; i < p->nv[2]; i++) batch *= l->dims[p->v[2][i]];
+  for (int i = 0; i < p->dot.lhs_batch.n; i++) batch *= l->dims[p->dot.lhs_batch.v[i]];
   /* lhs as (batch, m, k); rhs as (batch, k, n) or, transposed, (batch, n, k) */
-  order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 1, lp, &m, &k);
+  order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 1, lp, &m, &k);
   int transl = 0;
   if (!is_identity_for(lp, l)) { /* maybe (batch, k, m) is the identity: use transa */
     int alt[KL_MAX_RANK];
     int64_t mm, kk;
-    order_dims(l, p->v[2], p->nv[2], p->v[0], p->nv[0], 0, alt, &mm, &kk);
+    order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 0, alt, &mm, &kk);
     if (is_identity_for(alt, l)) { memcpy(lp, alt, sizeof alt); transl = 1; }
   }
-  order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 0, rp, &n, &k2);
+  order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 0, rp, &n, &k2);
   int transr = 0;
   if (!is_identity_for(rp, r)) {
     int alt[KL_MAX_RANK];
     int64_t nn, kk;
-    order_dims(r, p->v[3], p->nv[3], p->v[1], p->nv[1], 1, alt, &nn, &kk);
+    order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 1, alt, &nn, &kk);
     if (is_identity_for(alt, r)) { memcpy(rp, alt, sizeof alt); transr = 1; }
   }
   kl_dtype t = o->dtype;
@@ -544,17 +548,17 @@ static int run_linalg(const kl_libcall *c, void *const *ptrs, char *err, size_t 
   switch (c->prim) {
   case KL_P_CHOLESKY: return kl_hostla_cholesky(t, batch, n, ptrs[0], out[0], err, errlen);
   case KL_P_LU: return kl_hostla_lu(t, batch, m, n, ptrs[0], out[0], out[1], out[2], err, errlen);
-  case KL_P_QR: return kl_hostla_qr(t, batch, m, n, ptrs[0], out[0], out[1], (int)c->p.i0, err, errlen);
-  case KL_P_EIGH: return kl_hostla_eigh(t, batch, n, ptrs[0], out[0], out[1], (int)c->p.i0, err, errlen);
+  case KL_P_QR: return kl_hostla_qr(t, batch, m, n, ptrs[0], out[0], out[1], c->p.qr.full_matrices, err, errlen);
+  case KL_P_EIGH: return kl_hostla_eigh(t, batch, n, ptrs[0], out[0], out[1], c->p.eigh.lower, err, errlen);
   case KL_P_SVD:
-    if (!c->p.i1) return kl_hostla_svd(t, batch, m, n, ptrs[0], NULL, out[0], NULL, 0, 0, err, errlen);
-    return kl_hostla_svd(t, batch, m, n, ptrs[0], out[0], out[1], out[2], (int)c->p.i0, 1, err, errlen);
+    if (!c->p.svd.compute_uv) return kl_hostla_svd(t, batch, m, n, ptrs[0], NULL, out[0], NULL, 0, 0, err, errlen);
+    return kl_hostla_svd(t, batch, m, n, ptrs[0], out[0], out[1], out[2], c->p.svd.full_matrices, 1, err, errlen);
   case KL_P_TRIANGULAR_SOLVE: {
     const kl_aval *b = &c->avals[1];
-    int64_t bm = b->dims[b->ndim - 2], bn = b->dims[b->ndim - 1], s = c->p.i0 ? bm : bn;
-    return kl_hostla_triangular_solve(t, batch_of(b, 2), bm, bn, ptrs[0], s * s, ptrs[1], out[0], (int)c->p.i0,
-                                      (c->p.i1 & KL_TRSV_LOWER) != 0, (c->p.i1 & KL_TRSV_TRANSPOSE_A) != 0,
-                                      (c->p.i1 & KL_TRSV_UNIT_DIAGONAL) != 0, err, errlen);
+    int64_t bm = b->dims[b->ndim - 2], bn = b->dims[b->ndim - 1], s = c->p.triangular_solve.left_side ? bm : bn;
+    return kl_hostla_triangular_solve(t, batch_of(b, 2), bm, bn, ptrs[0], s * s, ptrs[1], out[0], c->p.triangular_solve.left_side,
+                                      (c->p.triangular_solve.flags & KL_TRSV_LOWER) != 0, (c->p.triangular_solve.flags & KL_TRSV_TRANSPOSE_A) != 0,
+                                      (c->p.triangular_solve.flags & KL_TRSV_UNIT_DIAGONAL) != 0, err, errlen);
   }
   default: snprintf(err, errlen, "%s: no library routine", kl_prim_get(c->prim)->name); return -1;
   }

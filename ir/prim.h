@@ -1,13 +1,16 @@
-/* prim.h: kiln's primitives: one table row each (name, family, params) plus the
- * shape/dtype rule. Rules for transformations live beside these in transforms/,
- * lowering in codegen/. Depends only on ir/. */
+/* prim.h: kiln's primitives. KL_PRIMS is the one list of them (name, family, operand form,
+ * accepted dtypes, param struct); each family's named param structs are below, and its shape/dtype
+ * rule lives in ir/prims/<family>.c. Transformation rules live in transforms/rules/<family>.c,
+ * lowering in codegen/lower/<family>.c. Depends only on ir/. */
 #ifndef KL_PRIM_H
 #define KL_PRIM_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtype.h"
 
 #define KL_MAX_RANK 12
+#define KL_MAX_OUTS 8
 
 /* Abstract value: what is known about an array while tracing. */
 typedef struct {
@@ -20,104 +23,143 @@ typedef struct {
 int64_t kl_aval_size(const kl_aval *a); /* number of elements */
 int kl_aval_equal(const kl_aval *a, const kl_aval *b);
 
-/* Primitive families: rows of the same family share rules. */
+/* Primitive families: each has one file per layer, named after it (ir/prims/, transforms/rules/,
+ * codegen/lower/). */
 typedef enum {
-  KL_FAM_UNARY,   /* elementwise, one operand */
-  KL_FAM_BINARY,  /* elementwise, two operands of one dtype */
-  KL_FAM_COMPARE, /* elementwise, two operands -> bool */
-  KL_FAM_SELECT,  /* select_n(pred, on_false, on_true) */
-  KL_FAM_CONVERT, /* convert_element_type */
-  KL_FAM_CONST,   /* scalar literal */
-  KL_FAM_IOTA,
-  KL_FAM_SHAPE,   /* broadcast_in_dim reshape transpose rev slice pad concatenate */
-  KL_FAM_REDUCE,  /* reduce_* over axes */
-  KL_FAM_LIB      /* executed by a runtime routine (BLAS, LAPACK, sort...) */
+  KL_FAM_ELEMENTWISE, /* math, comparisons, select, convert, literals, iota */
+  KL_FAM_SHAPE,       /* broadcast_in_dim reshape transpose rev slice pad concatenate */
+  KL_FAM_REDUCE,      /* reduce_* over axes, argmax/argmin */
+  KL_FAM_CUMULATIVE,  /* cumsum cumprod cummax cummin */
+  KL_FAM_SORT,
+  KL_FAM_INDEX,       /* dynamic_slice dynamic_update_slice take scatter */
+  KL_FAM_DOT,         /* dot_general */
+  KL_FAM_LINALG,      /* cholesky qr svd eigh lu triangular_solve */
+  KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
+  KL_NFAMILIES
 } kl_family;
+
+/* Operand form, an IR fact the passes share: how an elementwise primitive takes its operands,
+ * or that a primitive is a plain reduction over axes. */
+typedef enum {
+  KL_FORM_NONE,    /* none of the below */
+  KL_FORM_UNARY,   /* elementwise, one operand */
+  KL_FORM_BINARY,  /* elementwise, two operands of one dtype */
+  KL_FORM_COMPARE, /* elementwise, two operands -> bool */
+  KL_FORM_SELECT,  /* select_n(pred, on_false, on_true) */
+  KL_FORM_CONVERT, /* one operand, a new dtype */
+  KL_FORM_CONST,   /* scalar literal, no operand */
+  KL_FORM_IOTA,    /* index array, no operand */
+  KL_FORM_REDUCE   /* reduce_<op> over axes */
+} kl_form;
 
 /* Operand dtypes a primitive accepts. */
 typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT } kl_accepts;
 
-/* X(enum suffix, name, family, accepts, param spec). Param spec: "name:slot ..." with slots
- * v0..v3 (int vectors), i0 i1 (ints), f (double), d (dtype; -1 = unset). */
-#define KL_PRIMS(X)                                                                        \
-  X(NEG, "neg", UNARY, NUM, "") X(SIGN, "sign", UNARY, NUM, "")                             \
-  X(FLOOR, "floor", UNARY, FLOAT, "") X(CEIL, "ceil", UNARY, FLOAT, "")                     \
-  X(ROUND, "round", UNARY, FLOAT, "rounding_method:i0")                                     \
-  X(IS_FINITE, "is_finite", UNARY, FLOAT, "")                                               \
-  X(EXP, "exp", UNARY, FLOAT, "") X(EXP2, "exp2", UNARY, FLOAT, "")                         \
-  X(LOG, "log", UNARY, FLOAT, "") X(LOG1P, "log1p", UNARY, FLOAT, "")                       \
-  X(EXPM1, "expm1", UNARY, FLOAT, "") X(TANH, "tanh", UNARY, FLOAT, "")                     \
-  X(LOGISTIC, "logistic", UNARY, FLOAT, "") X(SIN, "sin", UNARY, FLOAT, "")                 \
-  X(COS, "cos", UNARY, FLOAT, "") X(TAN, "tan", UNARY, FLOAT, "")                           \
-  X(ASIN, "asin", UNARY, FLOAT, "") X(ACOS, "acos", UNARY, FLOAT, "")                       \
-  X(ATAN, "atan", UNARY, FLOAT, "") X(SINH, "sinh", UNARY, FLOAT, "")                       \
-  X(COSH, "cosh", UNARY, FLOAT, "") X(ASINH, "asinh", UNARY, FLOAT, "")                     \
-  X(ACOSH, "acosh", UNARY, FLOAT, "") X(ATANH, "atanh", UNARY, FLOAT, "")                   \
-  X(SQRT, "sqrt", UNARY, FLOAT, "") X(RSQRT, "rsqrt", UNARY, FLOAT, "")                     \
-  X(CBRT, "cbrt", UNARY, FLOAT, "") X(ABS, "abs", UNARY, NUM, "")                           \
-  X(ERF, "erf", UNARY, FLOAT, "") X(ERFC, "erfc", UNARY, FLOAT, "")                         \
-  X(ERF_INV, "erf_inv", UNARY, FLOAT, "") X(LGAMMA, "lgamma", UNARY, FLOAT, "")             \
-  X(DIGAMMA, "digamma", UNARY, FLOAT, "") X(NOT, "not", UNARY, INTBOOL, "")                 \
-  X(SQUARE, "square", UNARY, NUM, "") X(INTEGER_POW, "integer_pow", UNARY, NUM, "y:i0")     \
-  X(STOP_GRADIENT, "stop_gradient", UNARY, ANY, "")                                         \
-  X(OPTIMIZATION_BARRIER, "optimization_barrier", UNARY, ANY, "")                           \
-  X(ADD, "add", BINARY, NUM, "") X(SUB, "sub", BINARY, NUM, "")                             \
-  X(MUL, "mul", BINARY, NUM, "") X(DIV, "div", BINARY, NUM, "")                             \
-  X(REM, "rem", BINARY, NUM, "") X(POW, "pow", BINARY, FLOAT, "")                           \
-  X(MAX, "max", BINARY, ANY, "") X(MIN, "min", BINARY, ANY, "")                             \
-  X(ATAN2, "atan2", BINARY, FLOAT, "") X(AND, "and", BINARY, INTBOOL, "")                   \
-  X(OR, "or", BINARY, INTBOOL, "") X(XOR, "xor", BINARY, INTBOOL, "")                       \
-  X(SHL, "shift_left", BINARY, INT, "")                                                     \
-  X(SHR_LOGICAL, "shift_right_logical", BINARY, INT, "")                                    \
-  X(SHR_ARITH, "shift_right_arithmetic", BINARY, INT, "")                                   \
-  X(EQ, "eq", COMPARE, ANY, "") X(NE, "ne", COMPARE, ANY, "") X(LT, "lt", COMPARE, ANY, "") \
-  X(LE, "le", COMPARE, ANY, "") X(GT, "gt", COMPARE, ANY, "") X(GE, "ge", COMPARE, ANY, "") \
-  X(SELECT_N, "select_n", SELECT, ANY, "")                                                  \
-  X(CONVERT, "convert_element_type", CONVERT, ANY, "new_dtype:d weak_type:i0")              \
-  X(BITCAST, "bitcast_convert_type", CONVERT, ANY, "new_dtype:d")                          \
-  X(CONST, "literal", CONST, ANY, "dtype:d weak_type:i0 int_value:i1 value:f")             \
-  X(IOTA, "iota", IOTA, ANY, "dtype:d shape:v0 dimension:i0")                               \
-  X(BROADCAST_IN_DIM, "broadcast_in_dim", SHAPE, ANY, "shape:v0 broadcast_dimensions:v1")   \
-  X(RESHAPE, "reshape", SHAPE, ANY, "new_sizes:v0")                                         \
-  X(TRANSPOSE, "transpose", SHAPE, ANY, "permutation:v0")                                   \
-  X(REV, "rev", SHAPE, ANY, "dimensions:v0")                                                \
-  X(SLICE, "slice", SHAPE, ANY, "start_indices:v0 limit_indices:v1 strides:v2")             \
-  X(PAD, "pad", SHAPE, ANY, "low:v0 high:v1 interior:v2")                                   \
-  X(CONCATENATE, "concatenate", SHAPE, ANY, "dimension:i0")                                 \
-  X(REDUCE_SUM, "reduce_sum", REDUCE, NUM, "axes:v0")                                       \
-  X(REDUCE_PROD, "reduce_prod", REDUCE, NUM, "axes:v0")                                     \
-  X(REDUCE_MAX, "reduce_max", REDUCE, ANY, "axes:v0")                                       \
-  X(REDUCE_MIN, "reduce_min", REDUCE, ANY, "axes:v0")                                       \
-  X(REDUCE_AND, "reduce_and", REDUCE, INTBOOL, "axes:v0")                                   \
-  X(REDUCE_OR, "reduce_or", REDUCE, INTBOOL, "axes:v0")                                     \
-  X(ARGMAX, "argmax", LIB, ANY, "axes:v0 index_dtype:d")                                    \
-  X(ARGMIN, "argmin", LIB, ANY, "axes:v0 index_dtype:d")                                    \
-  X(CUMSUM, "cumsum", LIB, NUM, "axis:i0 reverse:i1")                                       \
-  X(CUMPROD, "cumprod", LIB, NUM, "axis:i0 reverse:i1")                                     \
-  X(CUMMAX, "cummax", LIB, ANY, "axis:i0 reverse:i1")                                       \
-  X(CUMMIN, "cummin", LIB, ANY, "axis:i0 reverse:i1")                                       \
-  X(SORT, "sort", LIB, ANY, "dimension:i0 num_keys:i1")                                     \
-  X(DOT_GENERAL, "dot_general", LIB, ANY,                                                   \
-    "lhs_contracting:v0 rhs_contracting:v1 lhs_batch:v2 rhs_batch:v3 precision:i0 "        \
-    "preferred_element_type:d")                                                             \
-  X(DYNAMIC_SLICE, "dynamic_slice", LIB, ANY, "slice_sizes:v0")                             \
-  X(DYNAMIC_UPDATE_SLICE, "dynamic_update_slice", LIB, ANY, "")                             \
-  X(TAKE, "take", LIB, ANY, "axis:i0")                                                      \
-  X(SCATTER, "scatter", LIB, ANY, "axis:i0 op:i1")                                          \
-  X(CHOLESKY, "cholesky", LIB, FLOAT, "")                                                   \
-  X(QR, "qr", LIB, FLOAT, "full_matrices:i0")                                               \
-  X(SVD, "svd", LIB, FLOAT, "full_matrices:i0 compute_uv:i1")                               \
-  X(EIGH, "eigh", LIB, FLOAT, "lower:i0")                                                   \
-  X(LU, "lu", LIB, FLOAT, "")                                                               \
-  X(TRIANGULAR_SOLVE, "triangular_solve", LIB, FLOAT,                                       \
-    "left_side:i0 flags:i1")                                                                \
-  X(CUSTOM_VJP_CALL, "custom_vjp_call", LIB, ANY, "counts:v0 bwd:i0")                       \
-  X(CUSTOM_VJP_LIN, "custom_vjp_lin", LIB, ANY, "counts:v0 bwd:i0")                         \
-  X(CUSTOM_JVP_CALL, "custom_jvp_call", LIB, ANY, "counts:v0 fun:i0 jvp:i1")                  \
-  X(CHECKPOINT, "checkpoint", LIB, ANY, "body:i0 policy:i1 prevent_cse:f")
+/* X(enum suffix, name, family, form, accepts, param struct): the param struct names the row's
+ * field list (kl_fields_<name>, in ir/prims/<family>.c) and its member of kl_params. */
+#define KL_PRIMS(X)                                                                \
+  X(NEG, "neg", ELEMENTWISE, UNARY, NUM, none)                                     \
+  X(SIGN, "sign", ELEMENTWISE, UNARY, NUM, none)                                   \
+  X(FLOOR, "floor", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(CEIL, "ceil", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(ROUND, "round", ELEMENTWISE, UNARY, FLOAT, round)                              \
+  X(IS_FINITE, "is_finite", ELEMENTWISE, UNARY, FLOAT, none)                       \
+  X(EXP, "exp", ELEMENTWISE, UNARY, FLOAT, none)                                   \
+  X(EXP2, "exp2", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(LOG, "log", ELEMENTWISE, UNARY, FLOAT, none)                                   \
+  X(LOG1P, "log1p", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(EXPM1, "expm1", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(TANH, "tanh", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(LOGISTIC, "logistic", ELEMENTWISE, UNARY, FLOAT, none)                         \
+  X(SIN, "sin", ELEMENTWISE, UNARY, FLOAT, none)                                   \
+  X(COS, "cos", ELEMENTWISE, UNARY, FLOAT, none)                                   \
+  X(TAN, "tan", ELEMENTWISE, UNARY, FLOAT, none)                                   \
+  X(ASIN, "asin", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(ACOS, "acos", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(ATAN, "atan", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(SINH, "sinh", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(COSH, "cosh", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(ASINH, "asinh", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(ACOSH, "acosh", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(ATANH, "atanh", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(SQRT, "sqrt", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(RSQRT, "rsqrt", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(CBRT, "cbrt", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(ABS, "abs", ELEMENTWISE, UNARY, NUM, none)                                     \
+  X(ERF, "erf", ELEMENTWISE, UNARY, FLOAT, none)                                   \
+  X(ERFC, "erfc", ELEMENTWISE, UNARY, FLOAT, none)                                 \
+  X(ERF_INV, "erf_inv", ELEMENTWISE, UNARY, FLOAT, none)                           \
+  X(LGAMMA, "lgamma", ELEMENTWISE, UNARY, FLOAT, none)                             \
+  X(DIGAMMA, "digamma", ELEMENTWISE, UNARY, FLOAT, none)                           \
+  X(NOT, "not", ELEMENTWISE, UNARY, INTBOOL, none)                                 \
+  X(SQUARE, "square", ELEMENTWISE, UNARY, NUM, none)                               \
+  X(INTEGER_POW, "integer_pow", ELEMENTWISE, UNARY, NUM, integer_pow)              \
+  X(STOP_GRADIENT, "stop_gradient", ELEMENTWISE, UNARY, ANY, none)                 \
+  X(OPTIMIZATION_BARRIER, "optimization_barrier", ELEMENTWISE, UNARY, ANY, none)   \
+  X(ADD, "add", ELEMENTWISE, BINARY, NUM, none)                                    \
+  X(SUB, "sub", ELEMENTWISE, BINARY, NUM, none)                                    \
+  X(MUL, "mul", ELEMENTWISE, BINARY, NUM, none)                                    \
+  X(DIV, "div", ELEMENTWISE, BINARY, NUM, none)                                    \
+  X(REM, "rem", ELEMENTWISE, BINARY, NUM, none)                                    \
+  X(POW, "pow", ELEMENTWISE, BINARY, FLOAT, none)                                  \
+  X(MAX, "max", ELEMENTWISE, BINARY, ANY, none)                                    \
+  X(MIN, "min", ELEMENTWISE, BINARY, ANY, none)                                    \
+  X(ATAN2, "atan2", ELEMENTWISE, BINARY, FLOAT, none)                              \
+  X(AND, "and", ELEMENTWISE, BINARY, INTBOOL, none)                                \
+  X(OR, "or", ELEMENTWISE, BINARY, INTBOOL, none)                                  \
+  X(XOR, "xor", ELEMENTWISE, BINARY, INTBOOL, none)                                \
+  X(SHL, "shift_left", ELEMENTWISE, BINARY, INT, none)                             \
+  X(SHR_LOGICAL, "shift_right_logical", ELEMENTWISE, BINARY, INT, none)            \
+  X(SHR_ARITH, "shift_right_arithmetic", ELEMENTWISE, BINARY, INT, none)           \
+  X(EQ, "eq", ELEMENTWISE, COMPARE, ANY, none)                                     \
+  X(NE, "ne", ELEMENTWISE, COMPARE, ANY, none)                                     \
+  X(LT, "lt", ELEMENTWISE, COMPARE, ANY, none)                                     \
+  X(LE, "le", ELEMENTWISE, COMPARE, ANY, none)                                     \
+  X(GT, "gt", ELEMENTWISE, COMPARE, ANY, none)                                     \
+  X(GE, "ge", ELEMENTWISE, COMPARE, ANY, none)                                     \
+  X(SELECT_N, "select_n", ELEMENTWISE, SELECT, ANY, none)                          \
+  X(CONVERT, "convert_element_type", ELEMENTWISE, CONVERT, ANY, convert)           \
+  X(BITCAST, "bitcast_convert_type", ELEMENTWISE, CONVERT, ANY, bitcast)           \
+  X(CONST, "literal", ELEMENTWISE, CONST, ANY, literal)                            \
+  X(IOTA, "iota", ELEMENTWISE, IOTA, ANY, iota)                                    \
+  X(BROADCAST_IN_DIM, "broadcast_in_dim", SHAPE, NONE, ANY, broadcast)             \
+  X(RESHAPE, "reshape", SHAPE, NONE, ANY, reshape)                                 \
+  X(TRANSPOSE, "transpose", SHAPE, NONE, ANY, transpose)                           \
+  X(REV, "rev", SHAPE, NONE, ANY, rev)                                             \
+  X(SLICE, "slice", SHAPE, NONE, ANY, slice)                                       \
+  X(PAD, "pad", SHAPE, NONE, ANY, pad)                                             \
+  X(CONCATENATE, "concatenate", SHAPE, NONE, ANY, concatenate)                     \
+  X(REDUCE_SUM, "reduce_sum", REDUCE, REDUCE, NUM, reduce)                         \
+  X(REDUCE_PROD, "reduce_prod", REDUCE, REDUCE, NUM, reduce)                       \
+  X(REDUCE_MAX, "reduce_max", REDUCE, REDUCE, ANY, reduce)                         \
+  X(REDUCE_MIN, "reduce_min", REDUCE, REDUCE, ANY, reduce)                         \
+  X(REDUCE_AND, "reduce_and", REDUCE, REDUCE, INTBOOL, reduce)                     \
+  X(REDUCE_OR, "reduce_or", REDUCE, REDUCE, INTBOOL, reduce)                       \
+  X(ARGMAX, "argmax", REDUCE, NONE, ANY, arg)                                      \
+  X(ARGMIN, "argmin", REDUCE, NONE, ANY, arg)                                      \
+  X(CUMSUM, "cumsum", CUMULATIVE, NONE, NUM, cumulative)                           \
+  X(CUMPROD, "cumprod", CUMULATIVE, NONE, NUM, cumulative)                         \
+  X(CUMMAX, "cummax", CUMULATIVE, NONE, ANY, cumulative)                           \
+  X(CUMMIN, "cummin", CUMULATIVE, NONE, ANY, cumulative)                           \
+  X(SORT, "sort", SORT, NONE, ANY, sort)                                           \
+  X(DOT_GENERAL, "dot_general", DOT, NONE, ANY, dot)                               \
+  X(DYNAMIC_SLICE, "dynamic_slice", INDEX, NONE, ANY, dynamic_slice)               \
+  X(DYNAMIC_UPDATE_SLICE, "dynamic_update_slice", INDEX, NONE, ANY, none)          \
+  X(TAKE, "take", INDEX, NONE, ANY, take)                                          \
+  X(SCATTER, "scatter", INDEX, NONE, ANY, scatter)                                 \
+  X(CHOLESKY, "cholesky", LINALG, NONE, FLOAT, none)                               \
+  X(QR, "qr", LINALG, NONE, FLOAT, qr)                                             \
+  X(SVD, "svd", LINALG, NONE, FLOAT, svd)                                          \
+  X(EIGH, "eigh", LINALG, NONE, FLOAT, eigh)                                       \
+  X(LU, "lu", LINALG, NONE, FLOAT, none)                                           \
+  X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, FLOAT, triangular_solve)   \
+  X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
+  X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
+  X(CUSTOM_JVP_CALL, "custom_jvp_call", CALL, NONE, ANY, custom_jvp)               \
+  X(CHECKPOINT, "checkpoint", CALL, NONE, ANY, checkpoint)                        
 
 typedef enum {
-#define KL_PRIM_ENUM(e, n, f, a, s) KL_P_##e,
+#define KL_PRIM_ENUM(e, n, f, o, a, s) KL_P_##e,
   KL_PRIMS(KL_PRIM_ENUM)
 #undef KL_PRIM_ENUM
   KL_NPRIMS
@@ -126,33 +168,184 @@ typedef enum {
 /* Scatter combiners and triangular_solve flag bits. */
 enum { KL_SCATTER_SET, KL_SCATTER_ADD, KL_SCATTER_MUL, KL_SCATTER_MIN, KL_SCATTER_MAX };
 enum { KL_TRSV_LOWER = 1, KL_TRSV_TRANSPOSE_A = 2, KL_TRSV_UNIT_DIAGONAL = 4 };
+/* checkpoint policies: which results a recomputation reuses from the forward pass. */
+enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2 };
 
-/* Parameters of one equation; which slots a primitive uses is its param spec. */
+/* An integer vector parameter (axes, shapes, paddings): arena-owned in a Program's equation,
+ * borrowed elsewhere. */
 typedef struct {
-  int64_t *v[4]; /* int vectors (arena-owned in a Program) */
-  int nv[4];     /* their lengths */
-  int64_t i0, i1;
-  double f;
-  int d; /* a kl_dtype, or -1 */
+  int64_t *v; /* n entries */
+  int n;
+} kl_ivec;
+
+struct kl_program; /* ir/program.h */
+
+/* Parameters of one equation: the member named by its KL_PRIMS row. Dtype fields hold a
+ * kl_dtype, or -1 for "none". Program fields hold a reference: a Program owns the bodies of
+ * its equations (kl_params_copy retains them, freeing the Program releases them). */
+typedef struct {
+  union {
+    /* ---- elementwise (ir/prims/elementwise.c) ---- */
+    struct {
+      int64_t rounding_method; /* 0: half away from zero, 1: half to even (lax.RoundingMethod) */
+    } round;
+    struct {
+      int64_t y; /* the integer exponent */
+    } integer_pow;
+    struct {
+      int new_dtype; /* the result dtype */
+      int weak_type; /* the result is weakly typed (convert_element_type only) */
+    } convert;       /* convert_element_type, bitcast_convert_type */
+    struct {
+      int dtype;         /* the literal's dtype */
+      int weak_type;     /* from a Python scalar */
+      int64_t int_value; /* the value of an integer or bool literal */
+      double value;      /* the value of a floating literal */
+    } literal;
+    struct {
+      int dtype;         /* result dtype */
+      kl_ivec shape;     /* result shape */
+      int64_t dimension; /* the axis that counts */
+    } iota;
+    /* ---- shape (ir/prims/shape.c) ---- */
+    struct {
+      kl_ivec shape;                /* the result shape */
+      kl_ivec broadcast_dimensions; /* result axis of each operand axis, increasing */
+    } broadcast;
+    struct {
+      kl_ivec new_sizes; /* the result shape, same element count */
+    } reshape;
+    struct {
+      kl_ivec permutation; /* result axis i is operand axis permutation[i] */
+    } transpose;
+    struct {
+      kl_ivec dimensions; /* the axes reversed */
+    } rev;
+    struct {
+      kl_ivec start_indices, limit_indices; /* per axis, [start, limit) */
+      kl_ivec strides;                      /* per axis, or empty for all ones */
+    } slice;
+    struct {
+      kl_ivec low, high; /* per axis, padding before/after (negative crops) */
+      kl_ivec interior;  /* per axis, padding between elements (>= 0) */
+    } pad;
+    struct {
+      int64_t dimension; /* the axis the operands are joined along */
+    } concatenate;
+    /* ---- reduce (ir/prims/reduce.c) ---- */
+    struct {
+      kl_ivec axes; /* the axes reduced away */
+    } reduce;
+    struct {
+      kl_ivec axes;    /* exactly one axis */
+      int index_dtype; /* int32 or int64 */
+    } arg;             /* argmax, argmin */
+    /* ---- cumulative (ir/prims/cumulative.c) ---- */
+    struct {
+      int64_t axis; /* the axis scanned */
+      int reverse;  /* scan from the end */
+    } cumulative;
+    /* ---- sort (ir/prims/sort.c) ---- */
+    struct {
+      int64_t dimension; /* the axis sorted */
+      int64_t num_keys;  /* leading operands compared lexicographically; the rest follow */
+    } sort;
+    /* ---- dot (ir/prims/dot.c) ---- */
+    struct {
+      kl_ivec lhs_contracting, rhs_contracting; /* axes summed over, paired */
+      kl_ivec lhs_batch, rhs_batch;             /* axes batched over, paired; lead the result */
+      int precision;                            /* lax.Precision: 0 DEFAULT, 1 HIGH, 2 HIGHEST */
+      int preferred_element_type;               /* result dtype, or -1: the operands' */
+    } dot;
+    /* ---- index (ir/prims/index.c) ---- */
+    struct {
+      kl_ivec slice_sizes; /* per axis; starts are operands, clamped into range */
+    } dynamic_slice;
+    struct {
+      int64_t axis; /* the axis indexed (indices are clamped) */
+    } take;
+    struct {
+      int64_t axis; /* the axis indexed (out-of-range updates are dropped) */
+      int op;       /* KL_SCATTER_*: how an update combines with the operand */
+    } scatter;
+    /* ---- linalg (ir/prims/linalg.c) ---- */
+    struct {
+      int full_matrices; /* q is m x m (else m x k) */
+    } qr;
+    struct {
+      int full_matrices; /* u, vt square (else thin) */
+      int compute_uv;    /* results (u, s, vt); else s alone */
+    } svd;
+    struct {
+      int lower; /* read the lower triangle */
+    } eigh;
+    struct {
+      int left_side; /* solve a x = b (else x a = b) */
+      int flags;     /* KL_TRSV_* bits */
+    } triangular_solve;
+    /* ---- call (ir/prims/call.c) ---- */
+    struct {
+      kl_ivec counts;          /* (n_out, n_res, n_consts, n_x): how the operands split */
+      struct kl_program *bwd;  /* the backward rule: (residuals, consts, cotangents) -> x cotangents */
+    } custom_vjp;              /* custom_vjp_call, custom_vjp_lin */
+    struct {
+      kl_ivec counts;          /* (n_x, n_fun_consts, n_rule_consts) */
+      struct kl_program *fun;  /* (x, fun consts) -> outputs */
+      struct kl_program *jvp;  /* (x, x tangents, rule consts) -> (outputs, output tangents) */
+    } custom_jvp;
+    struct {
+      struct kl_program *body; /* the function recomputed in the backward pass */
+      int policy;              /* KL_REMAT_*: what the forward pass may keep */
+      int prevent_cse;         /* keep CSE from merging the recomputation with the forward pass */
+    } checkpoint;
+  };
 } kl_params;
+
+/* How a param field is stored, printed, hashed and set from Python. */
+typedef enum {
+  KL_PF_INT,     /* int64_t */
+  KL_PF_INT32,   /* int (flags, small enums, booleans) */
+  KL_PF_DTYPE,   /* int: a kl_dtype or -1 */
+  KL_PF_FLOAT,   /* double */
+  KL_PF_IVEC,    /* kl_ivec */
+  KL_PF_PROGRAM  /* struct kl_program *, a reference */
+} kl_param_kind;
+
+/* One named field of a param struct; a row's list ends with a NULL name. */
+typedef struct {
+  const char *name;
+  kl_param_kind kind;
+  size_t offset; /* offsetof(kl_params, <struct>.<field>) */
+} kl_param_field;
 
 typedef struct {
   const char *name;
   kl_family family;
+  kl_form form;
   kl_accepts accepts;
-  const char *spec;
+  const kl_param_field *fields; /* the row's named params, NULL-name terminated */
 } kl_prim_info;
 
+/* Field lists, defined in the family files. */
+#define KL_FIELDS_DECL(e, n, f, o, a, s) extern const kl_param_field kl_fields_##s[];
+KL_PRIMS(KL_FIELDS_DECL)
+#undef KL_FIELDS_DECL
+
 const kl_prim_info *kl_prim_get(kl_prim p);
+const char *kl_family_name(kl_family f); /* "elementwise", "shape", ...: the family's file name */
 int kl_prim_from_name(const char *name, kl_prim *out); /* 0 on success */
-/* Slot of param `name` for p: 0..3 vectors, 4 i0, 5 i1, 6 f, 7 d; -1 if p has no such param. */
-int kl_prim_param_slot(kl_prim p, const char *name);
-void kl_params_init(kl_params *p);
+/* The field of p named `name`, or NULL if p has no such param. */
+const kl_param_field *kl_prim_param(kl_prim p, const char *name);
+/* Zeroes p and sets p's dtype fields to -1 (none). */
+void kl_params_init(kl_params *params, kl_prim p);
+/* Field access by descriptor (generic printing, hashing, copying, Python). */
+static inline void *kl_param_ptr(kl_params *p, const kl_param_field *f) { return (char *)p + f->offset; }
+static inline const void *kl_param_cptr(const kl_params *p, const kl_param_field *f) {
+  return (const char *)p + f->offset;
+}
 
 /* Shape/dtype rule: fills outs[0..*nout). Returns 0, or -1 with a message naming the
  * primitive and the shapes at fault in err. err_kind gets 'T' (TypeError) or 'V' (ValueError). */
 int kl_prim_infer(kl_prim p, const kl_aval *ins, int nin, const kl_params *params, kl_aval *outs,
                   int *nout, char *err, size_t errlen, char *err_kind);
-
-#define KL_MAX_OUTS 8
 #endif

@@ -1,4 +1,5 @@
-/* program.c: building, printing, verifying and hashing Programs. */
+/* program.c: building, printing, verifying and hashing Programs, and what params need from a
+ * Program (copying into its arena, owning bodies). Depends only on ir/. */
 #include "program.h"
 
 #include <stdio.h>
@@ -18,12 +19,17 @@ static void *grow(void *p, int *cap, int need, size_t elem) {
 kl_program *kl_program_new(void) {
   kl_program *pg = calloc(1, sizeof *pg);
   if (!pg) abort();
+  pg->refcount = 1;
   kl_arena_init(&pg->arena);
   return pg;
 }
 
+void kl_program_retain(kl_program *pg) { __atomic_add_fetch(&pg->refcount, 1, __ATOMIC_RELAXED); }
+
 void kl_program_free(kl_program *pg) {
-  if (!pg) return;
+  if (!pg || __atomic_sub_fetch(&pg->refcount, 1, __ATOMIC_ACQ_REL)) return;
+  for (int i = 0; i < pg->nbodies; i++) kl_program_free(pg->bodies[i]);
+  free(pg->bodies);
   kl_arena_free(&pg->arena);
   free(pg->vals);
   free(pg->eqns);
@@ -45,10 +51,20 @@ int kl_program_add_input(kl_program *pg, const kl_aval *aval) {
   return id;
 }
 
-void kl_params_copy(kl_program *pg, kl_params *dst, const kl_params *src) {
+void kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_params *src) {
   *dst = *src;
-  for (int i = 0; i < 4; i++)
-    dst->v[i] = src->nv[i] ? kl_arena_dup(&pg->arena, src->v[i], sizeof(int64_t) * (size_t)src->nv[i]) : NULL;
+  for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++) {
+    if (f->kind == KL_PF_IVEC) {
+      kl_ivec *v = kl_param_ptr(dst, f);
+      v->v = v->n ? kl_arena_dup(&pg->arena, v->v, sizeof(int64_t) * (size_t)v->n) : NULL;
+    } else if (f->kind == KL_PF_PROGRAM) {
+      kl_program *body = *(kl_program **)kl_param_ptr(dst, f);
+      if (!body) continue;
+      kl_program_retain(body);
+      pg->bodies = grow(pg->bodies, &pg->capbodies, pg->nbodies + 1, sizeof *pg->bodies);
+      pg->bodies[pg->nbodies++] = body;
+    }
+  }
 }
 
 int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, const kl_params *p,
@@ -76,7 +92,7 @@ int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, co
   e->nout = *nout;
   e->ins = kl_arena_dup(&pg->arena, ins, sizeof(int) * (size_t)nin);
   e->outs = kl_arena_alloc(&pg->arena, sizeof(int) * (size_t)*nout);
-  kl_params_copy(pg, &e->p, p);
+  kl_params_copy(pg, prim, &e->p, p);
   for (int i = 0; i < *nout; i++) outs[i] = e->outs[i] = new_value(pg, &out_avals[i], pg->neqns);
   pg->neqns++;
   return 0;
@@ -106,41 +122,41 @@ static void print_name(kl_str *s, int id) {
   while (n) kl_str_printf(s, "%c", buf[--n]);
 }
 
-static void print_params(kl_str *s, const kl_eqn *e) {
-  const char *spec = kl_prim_get(e->prim)->spec;
-  int first = 1;
-  while (*spec) {
-    char name[64];
-    const char *colon = strchr(spec, ':');
-    if (!colon) break;
-    size_t n = (size_t)(colon - spec);
-    if (n >= sizeof name) n = sizeof name - 1;
-    memcpy(name, spec, n);
-    name[n] = 0;
-    const char *slot = colon + 1;
-    kl_str_append(s, first ? "[" : " ");
-    first = 0;
-    kl_str_printf(s, "%s=", name);
-    if (slot[0] == 'v') {
-      int k = slot[1] - '0';
-      kl_str_append(s, "(");
-      for (int i = 0; i < e->p.nv[k]; i++) kl_str_printf(s, i ? ", %lld" : "%lld", (long long)e->p.v[k][i]);
-      kl_str_append(s, e->p.nv[k] == 1 ? ",)" : ")");
-    } else if (slot[0] == 'i') {
-      kl_str_printf(s, "%lld", (long long)(slot[1] == '0' ? e->p.i0 : e->p.i1));
-    } else if (slot[0] == 'f') {
-      kl_str_printf(s, "%.17g", e->p.f);
-    } else if (slot[0] == 'd') {
-      kl_str_append(s, e->p.d >= 0 ? kl_dtype_name((kl_dtype)e->p.d) : "None");
+static void print_program(kl_str *s, const kl_program *pg, int indent);
+
+void kl_params_print(kl_str *s, kl_prim prim, const kl_params *p, int indent) {
+  const kl_param_field *f = kl_prim_get(prim)->fields;
+  for (int first = 1; f->name; f++, first = 0) {
+    const void *at = kl_param_cptr(p, f);
+    kl_str_printf(s, "%s%s=", first ? "[" : " ", f->name);
+    switch (f->kind) {
+    case KL_PF_INT: kl_str_printf(s, "%lld", (long long)*(const int64_t *)at); break;
+    case KL_PF_INT32: kl_str_printf(s, "%d", *(const int *)at); break;
+    case KL_PF_FLOAT: kl_str_printf(s, "%.17g", *(const double *)at); break;
+    case KL_PF_DTYPE: {
+      int d = *(const int *)at;
+      kl_str_append(s, d >= 0 ? kl_dtype_name((kl_dtype)d) : "None");
+      break;
     }
-    spec = slot;
-    while (*spec && *spec != ' ') spec++;
-    while (*spec == ' ') spec++;
+    case KL_PF_IVEC: {
+      const kl_ivec *v = at;
+      kl_str_append(s, "(");
+      for (int i = 0; i < v->n; i++) kl_str_printf(s, i ? ", %lld" : "%lld", (long long)v->v[i]);
+      kl_str_append(s, v->n == 1 ? ",)" : ")");
+      break;
+    }
+    case KL_PF_PROGRAM: {
+      const kl_program *body = *(kl_program *const *)at;
+      if (body) print_program(s, body, indent + 4);
+      else kl_str_append(s, "None");
+      break;
+    }
+    }
+    if (!f[1].name) kl_str_append(s, "]");
   }
-  if (!first) kl_str_append(s, "]");
 }
 
-void kl_program_print(const kl_program *pg, kl_str *s) {
+static void print_program(kl_str *s, const kl_program *pg, int indent) {
   kl_str_append(s, "{ lambda ; ");
   for (int i = 0; i < pg->ninputs; i++) {
     print_name(s, pg->inputs[i]);
@@ -151,7 +167,7 @@ void kl_program_print(const kl_program *pg, kl_str *s) {
   kl_str_append(s, ". let\n");
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    kl_str_append(s, "    ");
+    kl_str_printf(s, "%*s", indent + 4, "");
     for (int i = 0; i < e->nout; i++) {
       print_name(s, e->outs[i]);
       kl_str_append(s, ":");
@@ -159,20 +175,22 @@ void kl_program_print(const kl_program *pg, kl_str *s) {
       kl_str_append(s, " ");
     }
     kl_str_printf(s, "= %s", kl_prim_get(e->prim)->name);
-    print_params(s, e);
+    kl_params_print(s, e->prim, &e->p, indent);
     for (int i = 0; i < e->nin; i++) {
       kl_str_append(s, " ");
       print_name(s, e->ins[i]);
     }
     kl_str_append(s, "\n");
   }
-  kl_str_append(s, "  in (");
+  kl_str_printf(s, "%*sin (", indent + 2, "");
   for (int i = 0; i < pg->noutputs; i++) {
     if (i) kl_str_append(s, ", ");
     print_name(s, pg->outputs[i]);
   }
   kl_str_append(s, pg->noutputs == 1 ? ",) }" : ") }");
 }
+
+void kl_program_print(const kl_program *pg, kl_str *s) { print_program(s, pg, 0); }
 
 /* ---- verification ---- */
 
@@ -185,7 +203,7 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
     const kl_eqn *e = &pg->eqns[k];
     kl_aval small[64], outs[KL_MAX_OUTS];
     kl_aval *ins = e->nin > 64 ? malloc(sizeof(kl_aval) * (size_t)e->nin) : small;
-    int nout;
+    int nout = 0;
     char kind;
     if (!ins) abort();
     for (int i = 0; i < e->nin && !rc; i++) {
@@ -195,6 +213,10 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
       } else ins[i] = pg->vals[e->ins[i]].aval;
     }
     if (!rc && kl_prim_infer(e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen, &kind)) rc = -1;
+    for (const kl_param_field *f = kl_prim_get(e->prim)->fields; !rc && f->name; f++) {
+      const kl_program *body = f->kind == KL_PF_PROGRAM ? *(kl_program *const *)kl_param_cptr(&e->p, f) : NULL;
+      if (body && kl_program_verify(body, err, errlen)) rc = -1;
+    }
     if (!rc && nout != e->nout) {
       snprintf(err, errlen, "verify: equation %d (%s) has %d outputs, rule says %d", k, kl_prim_get(e->prim)->name, e->nout, nout);
       rc = -1;
@@ -246,14 +268,7 @@ uint64_t kl_program_hash(const kl_program *pg) {
     int prim = (int)e->prim;
     h = mix(h, &prim, sizeof prim);
     for (int i = 0; i < e->nin; i++) h = mix(h, &canon[e->ins[i]], sizeof(int));
-    for (int i = 0; i < 4; i++) {
-      h = mix(h, &e->p.nv[i], sizeof(int));
-      if (e->p.nv[i]) h = mix(h, e->p.v[i], sizeof(int64_t) * (size_t)e->p.nv[i]);
-    }
-    h = mix(h, &e->p.i0, sizeof e->p.i0);
-    h = mix(h, &e->p.i1, sizeof e->p.i1);
-    h = mix(h, &e->p.f, sizeof e->p.f);
-    h = mix(h, &e->p.d, sizeof e->p.d);
+    h = kl_params_hash(h, e->prim, &e->p);
     for (int i = 0; i < e->nout; i++) {
       canon[e->outs[i]] = next++;
       h = mix_aval(h, &pg->vals[e->outs[i]].aval);
@@ -262,4 +277,50 @@ uint64_t kl_program_hash(const kl_program *pg) {
   for (int i = 0; i < pg->noutputs; i++) h = mix(h, &canon[pg->outputs[i]], sizeof(int));
   free(canon);
   return h;
+}
+
+uint64_t kl_params_hash(uint64_t h, kl_prim prim, const kl_params *p) {
+  for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++) {
+    const void *at = kl_param_cptr(p, f);
+    switch (f->kind) {
+    case KL_PF_INT: h = mix(h, at, sizeof(int64_t)); break;
+    case KL_PF_INT32: case KL_PF_DTYPE: h = mix(h, at, sizeof(int)); break;
+    case KL_PF_FLOAT: h = mix(h, at, sizeof(double)); break;
+    case KL_PF_IVEC: {
+      const kl_ivec *v = at;
+      h = mix(h, &v->n, sizeof v->n);
+      if (v->n) h = mix(h, v->v, sizeof(int64_t) * (size_t)v->n);
+      break;
+    }
+    case KL_PF_PROGRAM: {
+      const kl_program *body = *(kl_program *const *)at;
+      uint64_t bh = body ? kl_program_hash(body) : 0;
+      h = mix(h, &bh, sizeof bh);
+      break;
+    }
+    }
+  }
+  return h;
+}
+
+int kl_params_equal(kl_prim prim, const kl_params *a, const kl_params *b) {
+  for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++) {
+    const void *x = kl_param_cptr(a, f), *y = kl_param_cptr(b, f);
+    switch (f->kind) {
+    case KL_PF_INT: if (memcmp(x, y, sizeof(int64_t))) return 0; break;
+    case KL_PF_INT32: case KL_PF_DTYPE: if (memcmp(x, y, sizeof(int))) return 0; break;
+    case KL_PF_FLOAT: if (memcmp(x, y, sizeof(double))) return 0; break; /* bitwise: -0.0 is not 0.0 */
+    case KL_PF_IVEC: {
+      const kl_ivec *u = x, *v = y;
+      if (u->n != v->n || (u->n && memcmp(u->v, v->v, sizeof(int64_t) * (size_t)u->n))) return 0;
+      break;
+    }
+    case KL_PF_PROGRAM: {
+      const kl_program *u = *(kl_program *const *)x, *v = *(kl_program *const *)y;
+      if (u != v && (!u || !v || u->neqns != v->neqns || kl_program_hash(u) != kl_program_hash(v))) return 0;
+      break;
+    }
+    }
+  }
+  return 1;
 }

@@ -22,7 +22,8 @@ typedef struct {
   kl_params p; /* vectors arena-owned */
 } kl_eqn;
 
-typedef struct {
+typedef struct kl_program {
+  int refcount;   /* atomic; kl_program_new gives 1, equations holding it as a body add theirs */
   kl_arena arena;
   kl_value *vals; /* owned growable array */
   int nvals, capvals;
@@ -32,10 +33,15 @@ typedef struct {
   int ninputs, capinputs;
   int *outputs; /* value ids */
   int noutputs;
+  struct kl_program **bodies; /* owned references: the sub-programs the equations' params hold */
+  int nbodies, capbodies;
 } kl_program;
 
 kl_program *kl_program_new(void);   /* owned; free with kl_program_free */
+/* Drops one reference; the last frees the program and releases its equations' bodies. */
 void kl_program_free(kl_program *pg);
+/* Adds a reference (a program held as an equation's body is never changed again). */
+void kl_program_retain(kl_program *pg);
 int kl_program_add_input(kl_program *pg, const kl_aval *aval); /* returns the value id */
 
 /* Appends an equation after checking it with the primitive's rule. On success returns 0 and
@@ -51,6 +57,11 @@ void kl_program_print(const kl_program *pg, kl_str *out);
 int kl_program_verify(const kl_program *pg, char *err, size_t errlen);
 /* Structural hash: equal for programs that differ only in value numbering. */
 uint64_t kl_program_hash(const kl_program *pg);
-/* Deep copy of params into pg's arena. */
-void kl_params_copy(kl_program *pg, kl_params *dst, const kl_params *src);
+/* Copy of params of primitive prim owned by pg: vectors into its arena, bodies retained. */
+void kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_params *src);
+/* Params by their named fields: printed as make_jaxpr shows them ("[axes=(0,) ...]", bodies as
+ * nested programs), mixed into a structural hash, compared (bodies by structure). */
+void kl_params_print(kl_str *out, kl_prim prim, const kl_params *p, int indent);
+uint64_t kl_params_hash(uint64_t h, kl_prim prim, const kl_params *p);
+int kl_params_equal(kl_prim prim, const kl_params *a, const kl_params *b);
 #endif

@@ -336,18 +336,30 @@ def test_differentiating_a_forward_mode_derivative_of_custom_vjp_raises():
         kiln.jacrev(kiln.jacfwd(lambda v: jnp.sum(g(v) ** 2)))(jnp.ones(2))
 
 
-def test_registering_an_equal_backward_program_reuses_its_id():
-    # regression guard: grad outside jit re-traces custom_vjp rules on every call; equal
-    # sub-programs must not pile up in the registry
-    from kiln import _kiln
+def test_retraced_equal_rules_reuse_cached_executables():
+    # regression guard: grad outside jit re-traces custom_vjp and checkpoint bodies on every call;
+    # equations own their bodies now, and equal bodies must key the same eager executables, so
+    # repeated calls neither recompile nor grow the caches
+    from kiln._src import core
+    g = _sin_doubled_vjp()
+    h = kiln.checkpoint(lambda v: jnp.sin(v) * 2)
+    x = jnp.ones(3)
+    step = kiln.grad(lambda v: (g(v) + h(v)).sum())
+    step(x)
+    size = len(core._eager_cache)
+    for _ in range(5):
+        np.testing.assert_allclose(np.asarray(step(x)), 4 * np.cos(np.ones(3)), rtol=1e-6)
+    assert len(core._eager_cache) == size
 
-    def build():
-        b = _kiln.Builder()
-        x = b.add_input((3,), "float32", False)
-        (y,) = b.add_eqn("neg", (x,), None)
-        b.set_outputs((y[0],))
-        return b
-    assert build().register_subprogram() == build().register_subprogram()
+
+def test_take_body_moves_the_program_out():
+    from kiln import _kiln
+    b = _kiln.Builder()
+    x = b.add_input((3,), "float32", False)
+    (y,) = b.add_eqn("neg", (x,), None)
+    b.set_outputs((y[0],))
+    body = b.take_body()
+    assert body.counts() == (1, 1, 1) and b.counts() == (0, 0, 0)
 
 
 def test_derivative_programs_through_custom_rules_are_clean():

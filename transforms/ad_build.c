@@ -39,7 +39,7 @@ int kl_ad_emit(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *pr
   for (int i = 0; i < nin; i++)
     if (ins[i] < 0) return kl_ad_fail(a, "internal error: %s received a missing operand", kl_prim_get(p)->name);
   kl_params none;
-  kl_params_init(&none);
+  kl_params_init(&none, p);
   int nout;
   char kind;
   if (kl_program_add_eqn(a->pg, p, ins, nin, prm ? prm : &none, outs, &nout, a->err, a->errlen, &kind)) {
@@ -64,10 +64,10 @@ int kl_ad_bin(kl_ad *a, kl_prim p, int x, int y) {
 
 int kl_ad_lit(kl_ad *a, double v, kl_dtype t) {
   kl_params p;
-  kl_params_init(&p);
-  p.d = (int)t;
-  p.f = v;
-  p.i1 = v == v && v > -9e18 && v < 9e18 ? (int64_t)v : 0; /* inf/nan only make sense as floats */
+  kl_params_init(&p, KL_P_CONST);
+  p.literal.dtype = (int)t;
+  p.literal.value = v;
+  p.literal.int_value = v == v && v > -9e18 && v < 9e18 ? (int64_t)v : 0; /* inf/nan only make sense as floats */
   int o[KL_MAX_OUTS];
   return kl_ad_emit(a, KL_P_CONST, NULL, 0, &p, o) < 0 ? -1 : o[0];
 }
@@ -77,9 +77,8 @@ int kl_ad_zeros(kl_ad *a, const kl_aval *like) {
   int z = kl_ad_lit(a, 0, l.dtype);
   if (z < 0 || l.ndim == 0) return z;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = l.dims;
-  p.nv[0] = l.ndim;
+  kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
+  p.broadcast.shape = (kl_ivec){l.dims, l.ndim};
   int o[KL_MAX_OUTS];
   return kl_ad_emit(a, KL_P_BROADCAST_IN_DIM, &z, 1, &p, o) < 0 ? -1 : o[0];
 }
@@ -108,8 +107,8 @@ int kl_ad_op(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *prm)
 int kl_ad_convert(kl_ad *a, int x, kl_dtype t) {
   if (x < 0 || kl_ad_aval(a, x)->dtype == t) return x;
   kl_params p;
-  kl_params_init(&p);
-  p.d = (int)t;
+  kl_params_init(&p, KL_P_CONVERT);
+  p.convert.new_dtype = (int)t;
   return kl_ad_op(a, KL_P_CONVERT, &x, 1, &p);
 }
 
@@ -120,11 +119,9 @@ int kl_ad_select(kl_ad *a, int pred, int on_false, int on_true) {
 
 int kl_ad_broadcast(kl_ad *a, int x, const int64_t *shape, int ndim, const int64_t *dims) {
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)shape;
-  p.nv[0] = ndim;
-  p.v[1] = (int64_t *)dims;
-  p.nv[1] = x >= 0 ? kl_ad_aval(a, x)->ndim : 0;
+  kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
+  p.broadcast.shape = (kl_ivec){(int64_t *)shape, ndim};
+  p.broadcast.broadcast_dimensions = (kl_ivec){(int64_t *)dims, x >= 0 ? kl_ad_aval(a, x)->ndim : 0};
   return kl_ad_op(a, KL_P_BROADCAST_IN_DIM, &x, 1, &p);
 }
 
@@ -141,9 +138,8 @@ int kl_ad_reshape(kl_ad *a, int x, const int64_t *shape, int ndim) {
   for (int d = 0; same && d < ndim; d++) same = xa.dims[d] == shape[d];
   if (x < 0 || same) return x;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)shape;
-  p.nv[0] = ndim;
+  kl_params_init(&p, KL_P_RESHAPE);
+  p.reshape.new_sizes = (kl_ivec){(int64_t *)shape, ndim};
   return kl_ad_op(a, KL_P_RESHAPE, &x, 1, &p);
 }
 
@@ -153,27 +149,24 @@ int kl_ad_transpose(kl_ad *a, int x, const int64_t *perm) {
   for (int d = 0; d < nd; d++) identity &= perm[d] == d;
   if (identity) return x;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)perm;
-  p.nv[0] = nd;
+  kl_params_init(&p, KL_P_TRANSPOSE);
+  p.transpose.permutation = (kl_ivec){(int64_t *)perm, nd};
   return kl_ad_op(a, KL_P_TRANSPOSE, &x, 1, &p);
 }
 
 int kl_ad_reduce_sum(kl_ad *a, int x, const int64_t *axes, int naxes) {
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)axes;
-  p.nv[0] = naxes;
+  kl_params_init(&p, KL_P_REDUCE_SUM);
+  p.reduce.axes = (kl_ivec){(int64_t *)axes, naxes};
   return kl_ad_op(a, KL_P_REDUCE_SUM, &x, 1, &p);
 }
 
 int kl_ad_iota(kl_ad *a, kl_dtype t, const int64_t *shape, int ndim, int dim) {
   kl_params p;
-  kl_params_init(&p);
-  p.d = (int)t;
-  p.v[0] = (int64_t *)shape;
-  p.nv[0] = ndim;
-  p.i0 = dim;
+  kl_params_init(&p, KL_P_IOTA);
+  p.iota.dtype = (int)t;
+  p.iota.shape = (kl_ivec){(int64_t *)shape, ndim};
+  p.iota.dimension = dim;
   return kl_ad_op(a, KL_P_IOTA, NULL, 0, &p);
 }
 
@@ -184,11 +177,10 @@ int kl_ad_pad_axis(kl_ad *a, int x, int fill, int axis, int64_t lo, int64_t hi) 
   l[axis] = lo;
   h[axis] = hi;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = l;
-  p.v[1] = h;
-  p.v[2] = in;
-  p.nv[0] = p.nv[1] = p.nv[2] = nd;
+  kl_params_init(&p, KL_P_PAD);
+  p.pad.low = (kl_ivec){l, nd};
+  p.pad.high = (kl_ivec){h, nd};
+  p.pad.interior = (kl_ivec){in, nd};
   int ins[2] = {x, fill};
   return kl_ad_op(a, KL_P_PAD, ins, 2, &p);
 }
@@ -204,11 +196,10 @@ int kl_ad_slice_axis(kl_ad *a, int x, int axis, int64_t start, int64_t limit) {
   st[axis] = start;
   lim[axis] = limit;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = st;
-  p.v[1] = lim;
-  p.v[2] = one;
-  p.nv[0] = p.nv[1] = p.nv[2] = xa.ndim;
+  kl_params_init(&p, KL_P_SLICE);
+  p.slice.start_indices = (kl_ivec){st, xa.ndim};
+  p.slice.limit_indices = (kl_ivec){lim, xa.ndim};
+  p.slice.strides = (kl_ivec){one, xa.ndim};
   return kl_ad_op(a, KL_P_SLICE, &x, 1, &p);
 }
 
@@ -228,13 +219,11 @@ int kl_ad_matmul(kl_ad *a, int x, int y) {
   int64_t lc = nd - 1, rc = nd - 2, batch[KL_MAX_RANK];
   for (int d = 0; d < nd - 2; d++) batch[d] = d;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = &lc;
-  p.v[1] = &rc;
-  p.nv[0] = p.nv[1] = 1;
-  p.v[2] = p.v[3] = batch;
-  p.nv[2] = p.nv[3] = nd - 2;
-  p.i0 = 2; /* HIGHEST: derivatives keep full precision */
+  kl_params_init(&p, KL_P_DOT_GENERAL);
+  p.dot.lhs_contracting = (kl_ivec){&lc, 1};
+  p.dot.rhs_contracting = (kl_ivec){&rc, 1};
+  p.dot.lhs_batch = p.dot.rhs_batch = (kl_ivec){batch, nd - 2};
+  p.dot.precision = 2; /* HIGHEST: derivatives keep full precision */
   int ins[2] = {x, y};
   return kl_ad_op(a, KL_P_DOT_GENERAL, ins, 2, &p);
 }
@@ -283,8 +272,8 @@ int kl_ad_take_along(kl_ad *a, int t, int idx, int axis) {
     flat = flat < 0 ? term : kl_ad_bin(a, KL_P_ADD, flat, term);
   }
   kl_params p;
-  kl_params_init(&p);
-  p.i0 = 0;
+  kl_params_init(&p, KL_P_TAKE);
+  p.take.axis = 0;
   int ins[2] = {kl_ad_reshape(a, t, &n, 1), flat};
   return kl_ad_op(a, KL_P_TAKE, ins, 2, &p);
 }

@@ -16,22 +16,13 @@ static uint64_t eqn_hash(const kl_eqn *e) {
   uint64_t h = 0xcbf29ce484222325ULL;
   h = mix(h, &e->prim, sizeof e->prim);
   h = mix(h, e->ins, sizeof(int) * (size_t)e->nin);
-  for (int i = 0; i < 4; i++)
-    if (e->p.nv[i]) h = mix(h, e->p.v[i], sizeof(int64_t) * (size_t)e->p.nv[i]);
-  h = mix(h, &e->p.i0, sizeof e->p.i0);
-  h = mix(h, &e->p.i1, sizeof e->p.i1);
-  h = mix(h, &e->p.f, sizeof e->p.f);
-  return mix(h, &e->p.d, sizeof e->p.d);
+  return kl_params_hash(h, e->prim, &e->p);
 }
 
 static int eqn_same(const kl_eqn *a, const kl_eqn *b) {
   if (a->prim != b->prim || a->nin != b->nin || a->nout != b->nout) return 0;
   if (memcmp(a->ins, b->ins, sizeof(int) * (size_t)a->nin)) return 0;
-  for (int i = 0; i < 4; i++) {
-    if (a->p.nv[i] != b->p.nv[i]) return 0;
-    if (a->p.nv[i] && memcmp(a->p.v[i], b->p.v[i], sizeof(int64_t) * (size_t)a->p.nv[i])) return 0;
-  }
-  return a->p.i0 == b->p.i0 && a->p.i1 == b->p.i1 && !memcmp(&a->p.f, &b->p.f, sizeof a->p.f) && a->p.d == b->p.d;
+  return kl_params_equal(a->prim, &a->p, &b->p);
 }
 
 void kl_cse(kl_program *pg) {

@@ -8,16 +8,16 @@
 #include <string.h>
 
 int kl_prim_fusible(kl_prim p) {
-  kl_family f = kl_prim_get(p)->family;
-  return f != KL_FAM_LIB;
+  const kl_prim_info *pi = kl_prim_get(p);
+  return pi->form != KL_FORM_NONE || pi->family == KL_FAM_SHAPE;
 }
 
 int kl_small_dot(const kl_program *pg, const kl_eqn *e) {
-  if (e->prim != KL_P_DOT_GENERAL || e->p.nv[2] || e->p.nv[3]) return 0;
+  if (e->prim != KL_P_DOT_GENERAL || e->p.dot.lhs_batch.n || e->p.dot.rhs_batch.n) return 0;
   kl_dtype t = pg->vals[e->outs[0]].aval.dtype;
   if ((t != KL_F32 && t != KL_F64) || pg->vals[e->ins[0]].aval.dtype != t || pg->vals[e->ins[1]].aval.dtype != t) return 0;
   int64_t kdim = 1;
-  for (int i = 0; i < e->p.nv[0]; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.v[0][i]];
+  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.dot.lhs_contracting.v[i]];
   return kdim >= 1 && kdim <= KL_SMALL_DOT_K ? (int)kdim : 0;
 }
 
@@ -82,9 +82,9 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
     return;
   }
   const kl_eqn *e = &rs->pg->eqns[val->producer];
-  kl_family f = kl_prim_get(e->prim)->family;
-  if (mode == READ_FULL && (f == KL_FAM_UNARY || f == KL_FAM_BINARY || f == KL_FAM_COMPARE || f == KL_FAM_SELECT ||
-                            f == KL_FAM_CONVERT)) {
+  kl_form f = kl_prim_get(e->prim)->form;
+  if (mode == READ_FULL && (f == KL_FORM_UNARY || f == KL_FORM_BINARY || f == KL_FORM_COMPARE || f == KL_FORM_SELECT ||
+                            f == KL_FORM_CONVERT)) {
     for (int i = 0; i < e->nin; i++) {
       const kl_aval *a = &rs->pg->vals[e->ins[i]].aval;
       if (a->ndim == 0) continue; /* scalars are fine anywhere */
@@ -96,7 +96,7 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
     /* u of shape S[:k] (+ trailing 1s) spread along the trailing dims */
     const kl_aval *u = &rs->pg->vals[e->ins[0]].aval;
     int k = 0;
-    while (k < u->ndim && k < rs->rank && u->dims[k] == rs->shape[k] && e->p.v[1][k] == k) k++;
+    while (k < u->ndim && k < rs->rank && u->dims[k] == rs->shape[k] && e->p.broadcast.broadcast_dimensions.v[k] == k) k++;
     int ok = k > 0 && k < rs->rank;
     for (int i = k; i < u->ndim && ok; i++) ok = u->dims[i] == 1;
     if (ok) {
@@ -104,8 +104,8 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
       return;
     }
   }
-  if (mode == READ_LEAD && (e->prim == KL_P_RESHAPE || e->prim == KL_P_STOP_GRADIENT || f == KL_FAM_CONVERT ||
-                            f == KL_FAM_UNARY || f == KL_FAM_BINARY)) {
+  if (mode == READ_LEAD && (e->prim == KL_P_RESHAPE || e->prim == KL_P_STOP_GRADIENT || f == KL_FORM_CONVERT ||
+                            f == KL_FORM_UNARY || f == KL_FORM_BINARY)) {
     /* still indexed by the leading dims only: reshapes adding/removing trailing 1s, elementwise */
     for (int i = 0; i < e->nin; i++) {
       const kl_aval *a = &rs->pg->vals[e->ins[i]].aval;
@@ -135,18 +135,18 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
   row_scan rs = {pg, m, absorbed, {0}, 0, hits, 0};
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    kl_family f = kl_prim_get(e->prim)->family;
+    kl_form f = kl_prim_get(e->prim)->form;
     if (!kl_eqn_fusible(pg, e) || kl_small_dot(pg, e)) {
       for (int i = 0; i < e->nin; i++) readers[e->ins[i]] += 1000; /* library calls: never absorbed */
       continue;
     }
-    if (!m[e->outs[0]] && f != KL_FAM_REDUCE) continue;
-    int src = f == KL_FAM_REDUCE ? e->ins[0] : e->outs[0];
+    if (!m[e->outs[0]] && f != KL_FORM_REDUCE) continue;
+    int src = f == KL_FORM_REDUCE ? e->ins[0] : e->outs[0];
     memset(hits, 0, sizeof(int) * (size_t)pg->nvals);
     const kl_aval *a = &pg->vals[src].aval;
     rs.rank = a->ndim;
     memcpy(rs.shape, a->dims, sizeof(int64_t) * (size_t)a->ndim);
-    if (f == KL_FAM_REDUCE) scan_reads(&rs, src, READ_FULL, 0);
+    if (f == KL_FORM_REDUCE) scan_reads(&rs, src, READ_FULL, 0);
     else {
       const kl_value *val = &pg->vals[src];
       const kl_eqn *pe = &pg->eqns[val->producer];
@@ -159,12 +159,12 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
   /* candidate roots, last first */
   for (int k = pg->neqns - 1; k >= 0; k--) {
     const kl_eqn *e = &pg->eqns[k];
-    kl_family f = kl_prim_get(e->prim)->family;
-    if (!kl_eqn_fusible(pg, e) || f == KL_FAM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
+    kl_form f = kl_prim_get(e->prim)->form;
+    if (!kl_eqn_fusible(pg, e) || f == KL_FORM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
     /* the root's operands must be indexed like its result: an elementwise root (a transpose or
      * broadcast root would read a reduction along other dims than the row's; regression:
      * jit(jacfwd(lambda x: sin(x) * sum(x ** 2))) computed the transposed row's sum) */
-    if (f != KL_FAM_UNARY && f != KL_FAM_BINARY && f != KL_FAM_COMPARE && f != KL_FAM_SELECT && f != KL_FAM_CONVERT)
+    if (f != KL_FORM_UNARY && f != KL_FORM_BINARY && f != KL_FORM_COMPARE && f != KL_FORM_SELECT && f != KL_FORM_CONVERT)
       continue;
     const kl_aval *S = &pg->vals[e->outs[0]].aval;
     if (S->ndim < 2) continue;
@@ -178,7 +178,7 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
       int badv = 0;
       for (int j = 0; j < nm; j++) {
         const kl_eqn *me = &pg->eqns[members[j]];
-        int isred = kl_prim_get(me->prim)->family == KL_FAM_REDUCE;
+        int isred = kl_prim_get(me->prim)->form == KL_FORM_REDUCE;
         memset(hits, 0, sizeof(int) * (size_t)pg->nvals);
         rs.rank = S->ndim;
         memcpy(rs.shape, S->dims, sizeof(int64_t) * (size_t)S->ndim);
@@ -201,14 +201,15 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
         const kl_value *val = &pg->vals[v];
         if (val->producer < 0) continue;
         const kl_eqn *re = &pg->eqns[val->producer];
-        if (kl_prim_get(re->prim)->family != KL_FAM_REDUCE) continue;
+        if (kl_prim_get(re->prim)->form != KL_FORM_REDUCE) continue;
         const kl_aval *x = &pg->vals[re->ins[0]].aval;
         if (!same_dims(x, S->dims, S->ndim)) continue;
         /* axes must be exactly the trailing dims k..n-1, read with lead k */
-        int kk = S->ndim - re->p.nv[0], ok = kk > 0;
-        for (int i = 0; i < re->p.nv[0] && ok; i++) {
+        const kl_ivec *axes = &re->p.reduce.axes;
+        int kk = S->ndim - axes->n, ok = kk > 0;
+        for (int i = 0; i < axes->n && ok; i++) {
           int found = 0;
-          for (int j = 0; j < re->p.nv[0]; j++) found |= re->p.v[0][j] == kk + i;
+          for (int j = 0; j < axes->n; j++) found |= axes->v[j] == kk + i;
           ok = found;
         }
         if (!ok || lead_of[v] != (2 << kk) || (row_k >= 0 && row_k != kk)) continue;
@@ -233,16 +234,15 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
 
 /* Rough cost of recomputing one element of a primitive's result. */
 static int op_weight(kl_prim p) {
-  switch (kl_prim_get(p)->family) {
-  case KL_FAM_CONST: case KL_FAM_IOTA: case KL_FAM_SHAPE: case KL_FAM_CONVERT: return 1;
-  case KL_FAM_UNARY:
+  switch (kl_prim_get(p)->form) {
+  case KL_FORM_UNARY:
     switch (p) {
     case KL_P_NEG: case KL_P_ABS: case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_NOT:
     case KL_P_SQUARE: case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: case KL_P_IS_FINITE: case KL_P_SQRT:
       return 1;
     default: return 10; /* transcendental: a polynomial of ~10-30 ops */
     }
-  case KL_FAM_BINARY: return p == KL_P_POW || p == KL_P_ATAN2 ? 20 : p == KL_P_DIV || p == KL_P_REM ? 3 : 1;
+  case KL_FORM_BINARY: return p == KL_P_POW || p == KL_P_ATAN2 ? 20 : p == KL_P_DIV || p == KL_P_REM ? 3 : 1;
   default: return 1;
   }
 }
@@ -261,8 +261,8 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   for (int i = 0; i < pg->noutputs; i++) m[pg->outputs[i]] = 1;
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    kl_family f = kl_prim_get(e->prim)->family;
-    if (f == KL_FAM_LIB) {
+    kl_form f = kl_prim_get(e->prim)->form;
+    if (!kl_prim_fusible(e->prim)) {
       /* a small-contraction product is computed inside its consumers (each output element is a
        * few multiply-adds over its operands, which are recomputed there too unless costly) */
       if (!kl_small_dot(pg, e)) {
@@ -270,7 +270,7 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
         for (int i = 0; i < e->nout; i++) m[e->outs[i]] = 1;
       }
     }
-    if (f == KL_FAM_REDUCE || nofuse)
+    if (f == KL_FORM_REDUCE || nofuse)
       for (int i = 0; i < e->nout; i++) m[e->outs[i]] = 1;
   }
   /* Recomputing a value in each consumer is cheap only while the value is cheap: a value read by
@@ -289,7 +289,7 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
     }
   for (int k = 0; k < pg->neqns && !nofuse; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    if (!kl_eqn_fusible(pg, e) || kl_prim_get(e->prim)->family == KL_FAM_REDUCE) continue;
+    if (!kl_eqn_fusible(pg, e) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) continue;
     int small_k = kl_small_dot(pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
     int c = small_k ? 2 * small_k : op_weight(e->prim);
     for (int i = 0; i < e->nin; i++)
@@ -320,9 +320,10 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
       for (int r = 0; r < k; r++)
         if (stage_of[r] == k && st.nstages < KL_MAX_STAGES) {
           st.stages[st.nstages++] = r;
-          st.row_axis = (int)pg->eqns[r].p.v[0][0];
-          for (int i = 1; i < pg->eqns[r].p.nv[0]; i++)
-            if (pg->eqns[r].p.v[0][i] < st.row_axis) st.row_axis = (int)pg->eqns[r].p.v[0][i];
+          const kl_ivec *axes = &pg->eqns[r].p.reduce.axes;
+          st.row_axis = (int)axes->v[0];
+          for (int i = 1; i < axes->n; i++)
+            if (axes->v[i] < st.row_axis) st.row_axis = (int)axes->v[i];
         }
       plan->steps[plan->nsteps++] = st;
     }

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 
 #include "fuse.h"
-#include "subprog.h"
 
 static int is_call(kl_prim p) { return p == KL_P_CHECKPOINT || p == KL_P_CUSTOM_JVP_CALL || p == KL_P_CUSTOM_VJP_CALL; }
 
@@ -22,10 +21,10 @@ static int copy_into(kl_program *dst, const kl_program *src, int *map, char *err
     if (e->prim == KL_P_CUSTOM_VJP_CALL) {
       for (int i = 0; i < e->nout; i++) map[e->outs[i]] = ins[i];
     } else if (is_call(e->prim)) {
-      const kl_program *body = kl_subprog_get(e->p.i0);
+      const kl_program *body = e->prim == KL_P_CHECKPOINT ? e->p.checkpoint.body : e->p.custom_jvp.fun;
       int *sub = body ? malloc(sizeof(int) * ((size_t)body->nvals + 1)) : NULL;
       if (!body || !sub) {
-        snprintf(err, errlen, "internal error: %s body %lld is missing", kl_prim_get(e->prim)->name, (long long)e->p.i0);
+        snprintf(err, errlen, "internal error: %s body is missing", kl_prim_get(e->prim)->name);
         free(ins);
         return -1;
       }
@@ -59,9 +58,12 @@ int kl_inline_calls(kl_program *pg, char *err, size_t errlen) {
     for (int i = 0; i < pg->noutputs; i++) outs[i] = map[pg->outputs[i]];
     kl_program_set_outputs(np, outs, pg->noutputs);
     free(outs);
-    kl_program tmp = *pg; /* swap contents: pg keeps its address, np takes the old program away */
+    kl_program tmp = *pg; /* swap contents: pg keeps its address (and its references), np takes the old
+                             program away */
     *pg = *np;
     *np = tmp;
+    np->refcount = pg->refcount;
+    pg->refcount = tmp.refcount;
   }
   free(map);
   kl_program_free(np);

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "ad.h"
-#include "subprog.h"
 
 static int is_float_val(kl_ad *a, int v) { return v >= 0 && kl_dtype_is_float(kl_ad_aval(a, v)->dtype); }
 
@@ -102,14 +101,14 @@ static int unary_coef(kl_ad *a, kl_prim p, int x, int y) {
 
 /* d(x^n) = n x^(n-1) dx, without emitting x^0 or x^1 (integer_pow[y=1] is a copy). */
 static int integer_pow_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
-  int64_t n = e->p.i0;
+  int64_t n = e->p.integer_pow.y;
   if (n == 0) return -1;
   if (n == 1) return t;
   int pw = x;
   if (n != 2) {
     kl_params p;
-    kl_params_init(&p);
-    p.i0 = n - 1;
+    kl_params_init(&p, KL_P_INTEGER_POW);
+    p.integer_pow.y = n - 1;
     pw = kl_ad_op(a, KL_P_INTEGER_POW, &x, 1, &p);
   }
   return mul(a, t, mul(a, lit(a, (double)n, x), pw));
@@ -167,31 +166,29 @@ static int reduce_extreme(kl_ad *a, const kl_eqn *e, int x, int y, int t) {
   const kl_aval *xa = kl_ad_aval(a, x);
   kl_aval xl = *xa;
   /* broadcast y back to x's shape */
+  const kl_ivec *axes = &e->p.reduce.axes;
   kl_params b;
-  kl_params_init(&b);
+  kl_params_init(&b, KL_P_BROADCAST_IN_DIM);
   int64_t dims[KL_MAX_RANK];
   int nd = 0;
   for (int i = 0; i < xl.ndim; i++) {
     int red = 0;
-    for (int k = 0; k < e->p.nv[0]; k++) red |= e->p.v[0][k] == i;
+    for (int k = 0; k < axes->n; k++) red |= axes->v[k] == i;
     if (!red) dims[nd++] = i;
   }
-  b.v[0] = xl.dims;
-  b.nv[0] = xl.ndim;
-  b.v[1] = dims;
-  b.nv[1] = nd;
+  b.broadcast.shape = (kl_ivec){xl.dims, xl.ndim};
+  b.broadcast.broadcast_dimensions = (kl_ivec){dims, nd};
   int o[KL_MAX_OUTS];
   if (kl_ad_emit(a, KL_P_BROADCAST_IN_DIM, &y, 1, &b, o) < 0) return -1;
   int mask = kl_ad_bin(a, KL_P_EQ, x, o[0]);
   kl_params cv;
-  kl_params_init(&cv);
-  cv.d = (int)xl.dtype;
+  kl_params_init(&cv, KL_P_CONVERT);
+  cv.convert.new_dtype = (int)xl.dtype;
   if (kl_ad_emit(a, KL_P_CONVERT, &mask, 1, &cv, o) < 0) return -1;
   int maskf = o[0];
   kl_params rs;
-  kl_params_init(&rs);
-  rs.v[0] = e->p.v[0];
-  rs.nv[0] = e->p.nv[0];
+  kl_params_init(&rs, KL_P_REDUCE_SUM);
+  rs.reduce.axes = *axes;
   if (kl_ad_emit(a, KL_P_REDUCE_SUM, &maskf, 1, &rs, o) < 0) return -1;
   int count = o[0];
   int tm = mul(a, t, maskf);
@@ -225,12 +222,13 @@ static int scan_jvp(kl_ad *a, kl_prim comb, int x, int t, int axis, int reverse)
  * (exact with zeros). The reduced axes are moved last and flattened into one. */
 static int reduce_prod_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
   kl_aval xa = *kl_ad_aval(a, x);
-  if (e->p.nv[0] == 0) return t;
+  const kl_ivec *axes = &e->p.reduce.axes;
+  if (axes->n == 0) return t;
   int64_t perm[KL_MAX_RANK], shape[KL_MAX_RANK], nred = 1;
   int nk = 0, np = 0;
   for (int d = 0; d < xa.ndim; d++) {
     int red = 0;
-    for (int k = 0; k < e->p.nv[0]; k++) red |= e->p.v[0][k] == d;
+    for (int k = 0; k < axes->n; k++) red |= axes->v[k] == d;
     if (red) nred *= xa.dims[d];
     else {
       perm[np++] = d;
@@ -238,17 +236,17 @@ static int reduce_prod_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
     }
   }
   for (int d = 0; d < xa.ndim; d++)
-    for (int k = 0; k < e->p.nv[0]; k++)
-      if (e->p.v[0][k] == d) perm[np++] = d;
+    for (int k = 0; k < axes->n; k++)
+      if (axes->v[k] == d) perm[np++] = d;
   if (nred == 0) return -1; /* the empty product is the constant 1 */
   shape[nk] = nred;
   int xr = kl_ad_reshape(a, kl_ad_transpose(a, x, perm), shape, nk + 1);
   int tr = kl_ad_reshape(a, kl_ad_transpose(a, t, perm), shape, nk + 1);
   kl_params cp;
-  kl_params_init(&cp);
-  cp.i0 = nk;
+  kl_params_init(&cp, KL_P_CUMPROD);
+  cp.cumulative.axis = nk;
   int fwd = kl_ad_op(a, KL_P_CUMPROD, &xr, 1, &cp);
-  cp.i1 = 1;
+  cp.cumulative.reverse = 1;
   int bwd = kl_ad_op(a, KL_P_CUMPROD, &xr, 1, &cp);
   int one = lit(a, 1, x);
   int others = mul(a, kl_ad_pad_axis(a, fwd, one, nk, 1, -1), kl_ad_pad_axis(a, bwd, one, nk, -1, 1));
@@ -259,7 +257,7 @@ static int reduce_prod_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
 /* sort: sort an iota along with the operands to get the permutation, then gather each
  * tangent with it. */
 static int sort_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *touts) {
-  int n = e->nin, dim = (int)e->p.i0, any = 0;
+  int n = e->nin, dim = (int)e->p.sort.dimension, any = 0;
   for (int i = 0; i < n; i++) any |= ts[i] >= 0 && is_float_val(a, xs[i]);
   if (!any) return 0;
   if (n + 1 > KL_MAX_OUTS) return kl_ad_fail(a, "differentiation of sort with %d operands is not supported yet by kiln", n);
@@ -279,13 +277,13 @@ static int sort_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int
  * with primal coefficients cx (operand) and cu (updates; zero for dropped out-of-bounds
  * updates, and for `set`, for the updates that lost to a duplicate index). */
 static int scatter_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int y) {
-  int x = xs[0], idx = xs[1], u = xs[2], tx = ts[0], tu = ts[2], mode = (int)e->p.i1;
-  int axis = (int)e->p.i0;
+  int x = xs[0], idx = xs[1], u = xs[2], tx = ts[0], tu = ts[2], mode = e->p.scatter.op;
+  int axis = (int)e->p.scatter.axis;
   kl_aval xa = *kl_ad_aval(a, x), ua = *kl_ad_aval(a, u), ia = *kl_ad_aval(a, idx);
   kl_params sp = e->p, tp;
-  kl_params_init(&tp);
-  tp.i0 = axis;
-#define SCAT(m, opnd, upd) (sp.i1 = (m), kl_ad_op(a, KL_P_SCATTER, (int[]){(opnd), idx, (upd)}, 3, &sp))
+  kl_params_init(&tp, KL_P_TAKE);
+  tp.take.axis = axis;
+#define SCAT(m, opnd, upd) (sp.scatter.op = (m), kl_ad_op(a, KL_P_SCATTER, (int[]){(opnd), idx, (upd)}, 3, &sp))
 #define TAKE(v) kl_ad_op(a, KL_P_TAKE, (int[]){(v), idx}, 2, &tp)
   int64_t bd[KL_MAX_RANK];
   for (int k = 0; k < ia.ndim; k++) bd[k] = axis + k;
@@ -333,9 +331,9 @@ static int scatter_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, 
 static int trsolve(kl_ad *a, int m, int b, int left, int flags) {
   if (b < 0) return -1;
   kl_params p;
-  kl_params_init(&p);
-  p.i0 = left;
-  p.i1 = flags;
+  kl_params_init(&p, KL_P_TRIANGULAR_SOLVE);
+  p.triangular_solve.left_side = left;
+  p.triangular_solve.flags = flags;
   int ins[2] = {m, b};
   return kl_ad_op(a, KL_P_TRIANGULAR_SOLVE, ins, 2, &p);
 }
@@ -374,7 +372,7 @@ static int cholesky_jvp(kl_ad *a, int t, int l) {
 /* op(A) X = B (left) or X op(A) = B: X' = op(A)^-1 (B' - op(A') X), or (B' - X op(A')) op(A)^-1;
  * A' restricted to the triangle the solve reads. */
 static int triangular_solve_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int x) {
-  int left = (int)e->p.i0, flags = (int)e->p.i1, lower = flags & KL_TRSV_LOWER;
+  int left = e->p.triangular_solve.left_side, flags = e->p.triangular_solve.flags, lower = flags & KL_TRSV_LOWER;
   int res = trsolve(a, xs[0], ts[1], left, flags);
   if (ts[0] >= 0) {
     int k = flags & KL_TRSV_UNIT_DIAGONAL ? (lower ? -1 : 1) : 0;
@@ -421,10 +419,10 @@ static int lu_jvp(kl_ad *a, int x, int t, int lu, int perm) {
 static int qr_jvp(kl_ad *a, const kl_eqn *e, int x, int t, int q, int r, int *touts) {
   kl_aval xa = *kl_ad_aval(a, x);
   int64_t m = xa.dims[xa.ndim - 2], n = xa.dims[xa.ndim - 1];
-  if (m < n || (e->p.i0 && m != n))
+  if (m < n || (e->p.qr.full_matrices && m != n))
     return kl_ad_fail(a, "differentiation of qr is not supported yet by kiln for a %lld x %lld matrix%s "
                          "(supported: m >= n with full_matrices=False, or square)",
-                      (long long)m, (long long)n, e->p.i0 ? " with full_matrices=True" : "");
+                      (long long)m, (long long)n, e->p.qr.full_matrices ? " with full_matrices=True" : "");
   int dx_rinv = trsolve(a, r, t, 0, 0);
   int qt = kl_ad_matmul(a, kl_ad_mT(a, q), dx_rinv);
   int low = mul(a, qt, kl_ad_tri(a, qt, 1, -1));
@@ -436,7 +434,7 @@ static int qr_jvp(kl_ad *a, const kl_eqn *e, int x, int t, int q, int r, int *to
 
 /* A = V diag(w) V^T: w' = diag(V^T A' V), V' = V (F * V^T A' V), F_ij = 1 / (w_j - w_i). */
 static int eigh_jvp(kl_ad *a, const kl_eqn *e, int t, int v, int w, int *touts) {
-  int vav = kl_ad_matmul(a, kl_ad_mT(a, v), kl_ad_matmul(a, sym_from_tri(a, t, (int)e->p.i0), v));
+  int vav = kl_ad_matmul(a, kl_ad_mT(a, v), kl_ad_matmul(a, sym_from_tri(a, t, e->p.eigh.lower), v));
   int f = off_diag_inverse(a, sub(a, spread(a, w, vav, 1), spread(a, w, vav, 0)));
   touts[0] = kl_ad_matmul(a, v, mul(a, f, vav));
   touts[1] = kl_ad_diag(a, vav);
@@ -447,15 +445,15 @@ static int eigh_jvp(kl_ad *a, const kl_eqn *e, int t, int v, int w, int *touts) 
 static int svd_jvp(kl_ad *a, const kl_eqn *e, int x, int t, const int *ys, int *touts) {
   kl_aval xa = *kl_ad_aval(a, x);
   int64_t m = xa.dims[xa.ndim - 2], n = xa.dims[xa.ndim - 1];
-  int full = (int)e->p.i0, uv = (int)e->p.i1;
+  int full = e->p.svd.full_matrices, uv = e->p.svd.compute_uv;
   if (uv && full && m != n)
     return kl_ad_fail(a, "differentiation of svd with full_matrices=True of a non-square matrix (%lld x %lld) "
                          "is not supported yet by kiln; use full_matrices=False", (long long)m, (long long)n);
   int u = ys[0], s = ys[1], vt = ys[2];
   if (!uv) {
     kl_params p = e->p;
-    p.i0 = 0;
-    p.i1 = 1;
+    p.svd.full_matrices = 0;
+    p.svd.compute_uv = 1;
     int o[KL_MAX_OUTS];
     if (kl_ad_emit(a, KL_P_SVD, &x, 1, &p, o) < 0) return -1;
     u = o[0], s = o[1], vt = o[2];
@@ -493,7 +491,8 @@ static int svd_jvp(kl_ad *a, const kl_eqn *e, int x, int t, const int *ys, int *
  * an opaque linear map whose transpose runs the user's bwd rule (transpose.c); the tangents of the
  * forward computation that produced the outputs are ignored, as the rule replaces them. */
 static int custom_vjp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
-  int64_t n_out = e->p.v[0][0], n_keep = e->p.v[0][1] + e->p.v[0][2], n_x = e->p.v[0][3];
+  const int64_t *c = e->p.custom_vjp.counts.v;
+  int64_t n_out = c[0], n_keep = c[1] + c[2], n_x = c[3];
   int any = 0;
   for (int64_t j = 0; j < n_x; j++) any |= ts[n_out + n_keep + j] >= 0;
   if (!any) return 0;
@@ -520,9 +519,24 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
   int y = ys[0];
   int multi = e->prim == KL_P_SORT || e->prim == KL_P_EIGH || e->prim == KL_P_SVD || e->prim == KL_P_LU;
   if (!is_float_val(a, y) && !multi) return 0; /* int/bool results carry no tangent */
-  switch (pi->family) {
-  case KL_FAM_CONST: case KL_FAM_IOTA: case KL_FAM_COMPARE: return 0;
-  case KL_FAM_UNARY: {
+  if (pi->family == KL_FAM_SHAPE) {
+    if (e->prim == KL_P_PAD) {
+      if (ts[0] < 0 && ts[1] < 0) return 0;
+      int ins[2] = {ts[0] >= 0 ? ts[0] : zeros_like(a, xs[0]), ts[1] >= 0 ? ts[1] : lit(a, 0, xs[1])};
+      touts[0] = same_prim(a, e, ins, 2);
+      return 0;
+    }
+    int any = 0, ins[256];
+    if (e->nin > 256) return kl_ad_fail(a, "differentiation of %s with %d operands is not supported yet", pi->name, e->nin);
+    for (int i = 0; i < e->nin; i++) any |= ts[i] >= 0;
+    if (!any) return 0;
+    for (int i = 0; i < e->nin; i++) ins[i] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
+    touts[0] = same_prim(a, e, ins, e->nin);
+    return 0;
+  }
+  switch (pi->form) {
+  case KL_FORM_CONST: case KL_FORM_IOTA: case KL_FORM_COMPARE: return 0;
+  case KL_FORM_UNARY: {
     int t = ts[0], x = xs[0];
     if (t < 0) return 0;
     switch (e->prim) {
@@ -537,7 +551,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     touts[0] = scale(a, t, d);
     return 0;
   }
-  case KL_FAM_BINARY: {
+  case KL_FORM_BINARY: {
     int ta = ts[0], tb = ts[1], x = xs[0], w = xs[1];
     if (ta < 0 && tb < 0) return 0;
     if (e->prim == KL_P_ADD || e->prim == KL_P_SUB) {
@@ -553,34 +567,19 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     touts[0] = kl_ad_add(a, ca, cb);
     return 0;
   }
-  case KL_FAM_SELECT: {
+  case KL_FORM_SELECT: {
     if (ts[1] < 0 && ts[2] < 0) return 0;
     int c0 = ts[1] >= 0 ? fit(a, ts[1], y) : zeros_like(a, y);
     int c1 = ts[2] >= 0 ? fit(a, ts[2], y) : zeros_like(a, y);
     touts[0] = kl_ad_select(a, xs[0], c0, c1);
     return 0;
   }
-  case KL_FAM_CONVERT:
+  case KL_FORM_CONVERT:
     if (e->prim == KL_P_BITCAST) return 0; /* reinterpreting bits is not differentiable: zero, as JAX */
     if (ts[0] < 0 || !is_float_val(a, xs[0])) return 0;
     touts[0] = same_prim(a, e, (int *)&ts[0], 1);
     return 0;
-  case KL_FAM_SHAPE: {
-    if (e->prim == KL_P_PAD) {
-      if (ts[0] < 0 && ts[1] < 0) return 0;
-      int ins[2] = {ts[0] >= 0 ? ts[0] : zeros_like(a, xs[0]), ts[1] >= 0 ? ts[1] : lit(a, 0, xs[1])};
-      touts[0] = same_prim(a, e, ins, 2);
-      return 0;
-    }
-    int any = 0, ins[256];
-    if (e->nin > 256) return kl_ad_fail(a, "differentiation of %s with %d operands is not supported yet", pi->name, e->nin);
-    for (int i = 0; i < e->nin; i++) any |= ts[i] >= 0;
-    if (!any) return 0;
-    for (int i = 0; i < e->nin; i++) ins[i] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
-    touts[0] = same_prim(a, e, ins, e->nin);
-    return 0;
-  }
-  case KL_FAM_REDUCE:
+  case KL_FORM_REDUCE:
     if (ts[0] < 0) return 0;
     switch (e->prim) {
     case KL_P_REDUCE_SUM: touts[0] = same_prim(a, e, (int *)&ts[0], 1); return 0;
@@ -588,7 +587,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
     case KL_P_REDUCE_PROD: touts[0] = reduce_prod_jvp(a, e, xs[0], ts[0]); return 0;
     default: return kl_ad_fail(a, "differentiation of %s is not supported yet by kiln", pi->name);
     }
-  case KL_FAM_LIB:
+  case KL_FORM_NONE:
     switch (e->prim) {
     case KL_P_ARGMAX: case KL_P_ARGMIN: return 0;
     case KL_P_CUMSUM:
@@ -596,7 +595,7 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, con
       return 0;
     case KL_P_CUMPROD: case KL_P_CUMMAX: case KL_P_CUMMIN: {
       kl_prim comb = e->prim == KL_P_CUMPROD ? KL_P_MUL : e->prim == KL_P_CUMMAX ? KL_P_MAX : KL_P_MIN;
-      if (ts[0] >= 0) touts[0] = scan_jvp(a, comb, xs[0], ts[0], (int)e->p.i0, (int)e->p.i1);
+      if (ts[0] >= 0) touts[0] = scan_jvp(a, comb, xs[0], ts[0], (int)e->p.cumulative.axis, e->p.cumulative.reverse);
       return 0;
     }
     case KL_P_SORT: return sort_jvp(a, e, xs, ts, touts);
@@ -668,18 +667,13 @@ static int *new_map(const kl_program *pg) {
   return m;
 }
 
-/* checkpoint policies (the `policy` param): which results a recomputation reuses from the
- * forward pass instead of recomputing them */
-enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2 };
-
 static int saveable(const kl_eqn *e, int policy) {
   if (e->prim != KL_P_DOT_GENERAL) return 0;
-  return policy == KL_REMAT_DOTS || (policy == KL_REMAT_DOTS_NO_BATCH && e->p.nv[2] == 0);
+  return policy == KL_REMAT_DOTS || (policy == KL_REMAT_DOTS_NO_BATCH && e->p.dot.lhs_batch.n == 0);
 }
 
-static const kl_program *body_of(kl_ad *a, const kl_eqn *e, int64_t id) {
-  const kl_program *b = kl_subprog_get(id);
-  if (!b) kl_ad_fail(a, "internal error: %s refers to a missing program %lld", kl_prim_get(e->prim)->name, (long long)id);
+static const kl_program *body_of(kl_ad *a, const kl_eqn *e, const kl_program *b) {
+  if (!b) kl_ad_fail(a, "internal error: %s has no body", kl_prim_get(e->prim)->name);
   return b;
 }
 
@@ -689,7 +683,7 @@ static const kl_program *body_of(kl_ad *a, const kl_eqn *e, int64_t id) {
  * pass where they are needed, and nothing of the body but its outputs outlives the forward pass
  * (JAX's remat with policy nothing_saveable; dots_saveable reuses dot_general results). */
 static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
-  const kl_program *body = body_of(a, e, e->p.i0);
+  const kl_program *body = body_of(a, e, e->p.checkpoint.body);
   if (!body) return -1;
   int *fp = new_map(body), *ft = new_map(body), *rp = NULL, *rt = NULL;
   for (int i = 0; i < body->ninputs; i++) {
@@ -703,10 +697,10 @@ static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *t
     char saved = a->extra_tag;
     a->extra_tag |= KL_TAG_REMAT;
     for (int i = 0; i < body->ninputs; i++) {
-      rp[body->inputs[i]] = e->p.f != 0 ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
+      rp[body->inputs[i]] = e->p.checkpoint.prevent_cse ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
       rt[body->inputs[i]] = ts[i];
     }
-    rc = jvp_eqns(a, body, rp, rt, fp, (int)e->p.i1, e->p.f != 0);
+    rc = jvp_eqns(a, body, rp, rt, fp, e->p.checkpoint.policy, e->p.checkpoint.prevent_cse != 0);
     a->extra_tag = saved;
   }
   for (int i = 0; !rc && i < e->nout; i++) {
@@ -725,9 +719,10 @@ static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *t
  * The rule's equations are ordinary ones, so a later differentiation differentiates the rule
  * itself, as JAX does. */
 static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
-  const kl_program *rule = body_of(a, e, e->p.i1);
+  const kl_program *rule = body_of(a, e, e->p.custom_jvp.jvp);
   if (!rule) return -1;
-  int64_t n_x = e->p.v[0][0], n_fc = e->p.v[0][1], n_rc = e->p.v[0][2];
+  const int64_t *c = e->p.custom_jvp.counts.v;
+  int64_t n_x = c[0], n_fc = c[1], n_rc = c[2];
   int *rp = new_map(rule), *rt = new_map(rule);
   for (int64_t i = 0; i < n_x; i++) {
     rp[rule->inputs[i]] = xs[i];

@@ -49,13 +49,14 @@ static int splat_is(const kl_program *pg, int v, splat_kind kind) {
   int r = splat_root(pg, v);
   if (r < 0) return 0;
   const kl_params *p = &producer(pg, r)->p;
-  kl_dtype t = (kl_dtype)p->d;
+  kl_dtype t = (kl_dtype)p->literal.dtype;
   int fl = kl_dtype_is_float(t);
+  double f = p->literal.value;
   switch (kind) {
-  case SPLAT_ONE: return fl ? p->f == 1.0 : p->i1 == 1;
-  case SPLAT_ZERO_INT: return kl_dtype_is_int(t) && p->i1 == 0;
-  case SPLAT_POS_ZERO_FLOAT: return fl && p->f == 0.0 && !signbit(p->f);
-  case SPLAT_NEG_ZERO_FLOAT: return fl && p->f == 0.0 && signbit(p->f);
+  case SPLAT_ONE: return fl ? f == 1.0 : p->literal.int_value == 1;
+  case SPLAT_ZERO_INT: return kl_dtype_is_int(t) && p->literal.int_value == 0;
+  case SPLAT_POS_ZERO_FLOAT: return fl && f == 0.0 && !signbit(f);
+  case SPLAT_NEG_ZERO_FLOAT: return fl && f == 0.0 && signbit(f);
   }
   return 0;
 }
@@ -65,8 +66,8 @@ static int splat_int(const kl_program *pg, int v, int64_t *out) {
   int r = splat_root(pg, v);
   if (r < 0) return 0;
   const kl_params *p = &producer(pg, r)->p;
-  if (kl_dtype_is_float((kl_dtype)p->d)) return 0;
-  *out = p->i1;
+  if (kl_dtype_is_float((kl_dtype)p->literal.dtype)) return 0;
+  *out = p->literal.int_value;
   return 1;
 }
 
@@ -80,13 +81,11 @@ static int rewrite_broadcast(simp *s, kl_eqn *e, int x, const int64_t *dims) {
   const kl_aval *out = aval_of(s->pg, e->outs[0]);
   const kl_aval *xa = aval_of(s->pg, x);
   kl_params p;
-  kl_params_init(&p);
-  p.nv[0] = out->ndim;
-  p.v[0] = arena_vec(s->pg, out->ndim);
-  for (int i = 0; i < out->ndim; i++) p.v[0][i] = out->dims[i];
-  p.nv[1] = xa->ndim;
-  p.v[1] = arena_vec(s->pg, xa->ndim);
-  for (int i = 0; i < xa->ndim; i++) p.v[1][i] = dims[i];
+  kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
+  p.broadcast.shape = (kl_ivec){arena_vec(s->pg, out->ndim), out->ndim};
+  for (int i = 0; i < out->ndim; i++) p.broadcast.shape.v[i] = out->dims[i];
+  p.broadcast.broadcast_dimensions = (kl_ivec){arena_vec(s->pg, xa->ndim), xa->ndim};
+  for (int i = 0; i < xa->ndim; i++) p.broadcast.broadcast_dimensions.v[i] = dims[i];
   e->prim = KL_P_BROADCAST_IN_DIM;
   e->nin = 1;
   e->ins[0] = x;
@@ -111,9 +110,9 @@ static int forward(simp *s, kl_eqn *e, int x) {
   if (kl_aval_equal(out, &same_weak)) {
     if (e->prim == KL_P_CONVERT && e->ins[0] == x) return KEEP; /* already that op */
     kl_params p;
-    kl_params_init(&p);
-    p.d = out->dtype;
-    p.i0 = out->weak;
+    kl_params_init(&p, KL_P_CONVERT);
+    p.convert.new_dtype = out->dtype;
+    p.convert.weak_type = out->weak;
     e->prim = KL_P_CONVERT;
     e->nin = 1;
     e->ins[0] = x;
@@ -170,7 +169,7 @@ static int rule_unary(simp *s, kl_eqn *e) {
     const kl_eqn *pe = producer(s->pg, x);
     return pe && pe->prim == KL_P_NEG ? forward(s, e, pe->ins[0]) : KEEP;
   }
-  if (e->prim == KL_P_INTEGER_POW && e->p.i0 == 1) return forward(s, e, x);
+  if (e->prim == KL_P_INTEGER_POW && e->p.integer_pow.y == 1) return forward(s, e, x);
   /* stop_gradient is the identity on values; it only matters to a later differentiation of
    * the program (it may be inlined into an outer grad), so it goes only where its operand does
    * not depend on any input: no derivative can flow through it then. */
@@ -199,23 +198,25 @@ static int rule_shape(simp *s, kl_eqn *e) {
     if (same) return forward(s, e, x);
     break;
   case KL_P_TRANSPOSE:
-    if (is_identity_perm(p->v[0], p->nv[0])) return forward(s, e, x);
+    if (is_identity_perm(p->transpose.permutation.v, p->transpose.permutation.n)) return forward(s, e, x);
     break;
   case KL_P_REV: {
     int moves = 0;
-    for (int i = 0; i < p->nv[0]; i++) moves |= xa->dims[p->v[0][i]] > 1;
+    for (int i = 0; i < p->rev.dimensions.n; i++) moves |= xa->dims[p->rev.dimensions.v[i]] > 1;
     if (!moves) return forward(s, e, x);
     break;
   }
   case KL_P_SLICE: {
     int whole = 1;
     for (int i = 0; i < xa->ndim; i++)
-      whole &= p->v[0][i] == 0 && p->v[1][i] == xa->dims[i] && (!p->nv[2] || p->v[2][i] == 1 || xa->dims[i] <= 1);
+      whole &= p->slice.start_indices.v[i] == 0 && p->slice.limit_indices.v[i] == xa->dims[i] &&
+               (!p->slice.strides.n || p->slice.strides.v[i] == 1 || xa->dims[i] <= 1);
     return whole && same ? forward(s, e, x) : KEEP;
   }
   case KL_P_PAD: {
     int none = 1;
-    for (int i = 0; i < xa->ndim; i++) none &= !p->v[0][i] && !p->v[1][i] && (!p->v[2][i] || xa->dims[i] <= 1);
+    for (int i = 0; i < xa->ndim; i++)
+      none &= !p->pad.low.v[i] && !p->pad.high.v[i] && (!p->pad.interior.v[i] || xa->dims[i] <= 1);
     return none && same ? forward(s, e, x) : KEEP;
   }
   case KL_P_CONCATENATE: return e->nin == 1 ? forward(s, e, x) : KEEP;
@@ -232,9 +233,10 @@ static int rule_shape(simp *s, kl_eqn *e) {
     return REWRITTEN;
   }
   if (e->prim == KL_P_TRANSPOSE) { /* out[j] = mid[p2[j]] = y[p1[p2[j]]] */
-    int64_t *q = arena_vec(pg, p->nv[0]);
-    for (int j = 0; j < p->nv[0]; j++) q[j] = pe->p.v[0][p->v[0][j]];
-    e->p.v[0] = q;
+    const kl_ivec *p2 = &p->transpose.permutation;
+    int64_t *q = arena_vec(pg, p2->n);
+    for (int j = 0; j < p2->n; j++) q[j] = pe->p.transpose.permutation.v[p2->v[j]];
+    e->p.transpose.permutation.v = q;
     e->ins[0] = y;
     return REWRITTEN;
   }
@@ -242,7 +244,7 @@ static int rule_shape(simp *s, kl_eqn *e) {
    * out's d2[d1[i]]; extents stay 1 or equal, so the composed broadcast is valid and equal. */
   const kl_aval *ya = aval_of(pg, y);
   int64_t dims[KL_MAX_RANK];
-  for (int i = 0; i < ya->ndim; i++) dims[i] = p->v[1][pe->p.v[1][i]];
+  for (int i = 0; i < ya->ndim; i++) dims[i] = p->broadcast.broadcast_dimensions.v[pe->p.broadcast.broadcast_dimensions.v[i]];
   return rewrite_broadcast(s, e, y, dims);
 }
 
@@ -257,12 +259,12 @@ static int rule_select(simp *s, kl_eqn *e) {
 
 static int simplify_eqn(simp *s, kl_eqn *e) {
   if (e->nout != 1) return KEEP;
-  switch (kl_prim_get(e->prim)->family) {
-  case KL_FAM_BINARY: return rule_binary(s, e);
-  case KL_FAM_UNARY: return rule_unary(s, e);
-  case KL_FAM_SHAPE: return rule_shape(s, e);
-  case KL_FAM_SELECT: return rule_select(s, e);
-  case KL_FAM_CONVERT: /* to its own dtype and weak type: nothing to do */
+  if (kl_prim_get(e->prim)->family == KL_FAM_SHAPE) return rule_shape(s, e);
+  switch (kl_prim_get(e->prim)->form) {
+  case KL_FORM_BINARY: return rule_binary(s, e);
+  case KL_FORM_UNARY: return rule_unary(s, e);
+  case KL_FORM_SELECT: return rule_select(s, e);
+  case KL_FORM_CONVERT: /* to its own dtype and weak type: nothing to do */
     return kl_aval_equal(aval_of(s->pg, e->ins[0]), aval_of(s->pg, e->outs[0])) ? forward(s, e, e->ins[0]) : KEEP;
   default: return KEEP;
   }
@@ -307,19 +309,18 @@ int kl_simplify_bind_input(kl_program *pg, int pos, double value) {
   kl_aval a = pg->vals[in].aval;
   if (a.dtype == KL_BOOL) return -1;
   kl_params p;
-  kl_params_init(&p);
-  p.d = a.dtype;
-  p.i0 = a.weak;
-  if (kl_dtype_is_float(a.dtype)) p.f = value;
-  else p.i1 = (int64_t)value;
+  kl_params_init(&p, KL_P_CONST);
+  p.literal.dtype = a.dtype;
+  p.literal.weak_type = a.weak;
+  if (kl_dtype_is_float(a.dtype)) p.literal.value = value;
+  else p.literal.int_value = (int64_t)value;
   int outs[KL_MAX_OUTS], nout, n0 = pg->neqns;
   char err[256], kind;
   if (kl_program_add_eqn(pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, sizeof err, &kind)) return -1;
   int v = outs[0];
   if (a.ndim) {
-    kl_params_init(&p);
-    p.nv[0] = a.ndim;
-    p.v[0] = a.dims;
+    kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
+    p.broadcast.shape = (kl_ivec){a.dims, a.ndim};
     if (kl_program_add_eqn(pg, KL_P_BROADCAST_IN_DIM, &v, 1, &p, outs, &nout, err, sizeof err, &kind)) return -1;
     v = outs[0];
   }

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "ad.h"
-#include "subprog.h"
 
 typedef struct {
   kl_ad *a;          /* the program being built (V) */
@@ -25,12 +24,17 @@ static int emit1(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *
 /* The three int-vector params of slice (start, limit, strides) and pad (low, high, interior). */
 static int emit_box(kl_ad *a, kl_prim prim, int x, const int64_t *v0, const int64_t *v1, const int64_t *v2, int n) {
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)v0;
-  p.v[1] = (int64_t *)v1;
-  p.v[2] = (int64_t *)v2;
-  p.nv[0] = p.nv[1] = p.nv[2] = n;
-  if (prim == KL_P_SLICE) return emit1(a, KL_P_SLICE, &x, 1, &p);
+  kl_params_init(&p, prim);
+  kl_ivec a0 = {(int64_t *)v0, n}, a1 = {(int64_t *)v1, n}, a2 = {(int64_t *)v2, n};
+  if (prim == KL_P_SLICE) {
+    p.slice.start_indices = a0;
+    p.slice.limit_indices = a1;
+    p.slice.strides = a2;
+    return emit1(a, KL_P_SLICE, &x, 1, &p);
+  }
+  p.pad.low = a0;
+  p.pad.high = a1;
+  p.pad.interior = a2;
   int ins[2] = {x, kl_ad_lit(a, 0, kl_ad_aval(a, x)->dtype)}; /* pad with zeros */
   return emit1(a, KL_P_PAD, ins, 2, &p);
 }
@@ -41,8 +45,8 @@ static void accumulate(tctx *c, int jv, int contrib) {
   contrib = kl_ad_sum_to(c->a, contrib, &target);
   if (contrib >= 0 && kl_ad_aval(c->a, contrib)->dtype != target.dtype) {
     kl_params p;
-    kl_params_init(&p);
-    p.d = (int)target.dtype;
+    kl_params_init(&p, KL_P_CONVERT);
+    p.convert.new_dtype = (int)target.dtype;
     contrib = emit1(c->a, KL_P_CONVERT, &contrib, 1, &p);
   }
   c->ct[jv] = kl_ad_add(c->a, c->ct[jv], contrib);
@@ -92,8 +96,10 @@ static int prim_of(tctx *c, int jv) {
 static int transpose_dot(tctx *c, const kl_eqn *e, int side, int ct) {
   const kl_aval *l = &c->j->vals[e->ins[0]].aval, *r = &c->j->vals[e->ins[1]].aval;
   const kl_aval *me = side ? r : l, *other = side ? l : r;
-  const int64_t *mc = e->p.v[side], *oc = e->p.v[1 - side], *mb = e->p.v[2 + side], *ob = e->p.v[3 - side];
-  int nc = e->p.nv[0], nb = e->p.nv[2];
+  const kl_ivec *lr_c[2] = {&e->p.dot.lhs_contracting, &e->p.dot.rhs_contracting};
+  const kl_ivec *lr_b[2] = {&e->p.dot.lhs_batch, &e->p.dot.rhs_batch};
+  const int64_t *mc = lr_c[side]->v, *oc = lr_c[1 - side]->v, *mb = lr_b[side]->v, *ob = lr_b[1 - side]->v;
+  int nc = lr_c[0]->n, nb = lr_b[0]->n;
   /* free dims of each side in increasing order */
   int64_t mfree[KL_MAX_RANK], ofree[KL_MAX_RANK];
   int nmf = 0, nof = 0;
@@ -121,16 +127,12 @@ static int transpose_dot(tctx *c, const kl_eqn *e, int side, int ct) {
     ob_v[i] = ob[i];
   }
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = ct_other;
-  p.nv[0] = nof;
-  p.v[1] = of_v;
-  p.nv[1] = nof;
-  p.v[2] = ct_batch;
-  p.nv[2] = nb;
-  p.v[3] = ob_v;
-  p.nv[3] = nb;
-  p.i0 = e->p.i0;
+  kl_params_init(&p, KL_P_DOT_GENERAL);
+  p.dot.lhs_contracting = (kl_ivec){ct_other, nof};
+  p.dot.rhs_contracting = (kl_ivec){of_v, nof};
+  p.dot.lhs_batch = (kl_ivec){ct_batch, nb};
+  p.dot.rhs_batch = (kl_ivec){ob_v, nb};
+  p.dot.precision = e->p.dot.precision;
   /* with preferred_element_type the cotangent is wider than the operands: compute in its dtype
    * (accumulate() converts the result back) */
   int ins[2] = {ct, kl_ad_convert(c->a, prim_of(c, e->ins[1 - side]), kl_ad_aval(c->a, ct)->dtype)};
@@ -157,19 +159,18 @@ static int transpose_dot(tctx *c, const kl_eqn *e, int side, int ct) {
   }
   if (!identity && identity_b) {
     int swapped[2] = {ins[1], ins[0]};
-    p.v[0] = of_v;
-    p.v[1] = ct_other;
-    p.v[2] = ob_v;
-    p.v[3] = ct_batch;
+    p.dot.lhs_contracting.v = of_v;
+    p.dot.rhs_contracting.v = ct_other;
+    p.dot.lhs_batch.v = ob_v;
+    p.dot.rhs_batch.v = ct_batch;
     return emit1(c->a, KL_P_DOT_GENERAL, swapped, 2, &p);
   }
   int res = emit1(c->a, KL_P_DOT_GENERAL, ins, 2, &p);
   if (res < 0) return -1;
   if (identity) return res;
   kl_params tp;
-  kl_params_init(&tp);
-  tp.v[0] = perm;
-  tp.nv[0] = me->ndim;
+  kl_params_init(&tp, KL_P_TRANSPOSE);
+  tp.transpose.permutation = (kl_ivec){perm, me->ndim};
   return emit1(c->a, KL_P_TRANSPOSE, &res, 1, &tp);
 }
 
@@ -179,8 +180,8 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
   const kl_prim_info *pi = kl_prim_get(e->prim);
   const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
   const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
-  kl_params p;
-  kl_params_init(&p);
+  kl_params p; /* zeroed; each case fills the member of what it emits */
+  memset(&p, 0, sizeof p);
   switch (e->prim) {
   case KL_P_ADD: return ct;
   case KL_P_SUB: return i == 0 ? ct : kl_ad_un(a, KL_P_NEG, ct);
@@ -190,7 +191,7 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
     if (i == 1) break;
     return kl_ad_bin(a, KL_P_DIV, ct, prim_of(c, e->ins[1]));
   case KL_P_CONVERT: {
-    p.d = (int)xa->dtype;
+    p.convert.new_dtype = (int)xa->dtype;
     return emit1(a, KL_P_CONVERT, &ct, 1, &p);
   }
   case KL_P_SELECT_N: {
@@ -204,14 +205,12 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
     int nd = 0;
     for (int d = 0; d < xa->ndim; d++) {
       int red = 0;
-      for (int k = 0; k < e->p.nv[0]; k++) red |= e->p.v[0][k] == d;
+      for (int k = 0; k < e->p.reduce.axes.n; k++) red |= e->p.reduce.axes.v[k] == d;
       if (!red) dims[nd++] = d;
     }
     kl_aval x = *xa;
-    p.v[0] = x.dims;
-    p.nv[0] = x.ndim;
-    p.v[1] = dims;
-    p.nv[1] = nd;
+    p.broadcast.shape = (kl_ivec){x.dims, x.ndim};
+    p.broadcast.broadcast_dimensions = (kl_ivec){dims, nd};
     return emit1(a, KL_P_BROADCAST_IN_DIM, &ct, 1, &p);
   }
   case KL_P_BROADCAST_IN_DIM: {
@@ -220,42 +219,39 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
     int na = 0;
     for (int d = 0; d < ya->ndim; d++) {
       int src = -1;
-      for (int k = 0; k < e->p.nv[1]; k++)
-        if (e->p.v[1][k] == d) src = k;
+      for (int k = 0; k < e->p.broadcast.broadcast_dimensions.n; k++)
+        if (e->p.broadcast.broadcast_dimensions.v[k] == d) src = k;
       if (src < 0 || (xa->dims[src] == 1 && ya->dims[d] != 1)) axes[na++] = d;
     }
     int s = ct;
     if (na) {
-      p.v[0] = axes;
-      p.nv[0] = na;
+      p.reduce.axes = (kl_ivec){axes, na};
       s = emit1(a, KL_P_REDUCE_SUM, &ct, 1, &p);
     }
     kl_aval x = *xa;
     if (kl_ad_aval(a, s)->ndim == x.ndim) return s;
-    kl_params_init(&p);
-    p.v[0] = x.dims;
-    p.nv[0] = x.ndim;
+    kl_params_init(&p, KL_P_RESHAPE);
+    p.reshape.new_sizes = (kl_ivec){x.dims, x.ndim};
     return emit1(a, KL_P_RESHAPE, &s, 1, &p);
   }
   case KL_P_RESHAPE: {
     kl_aval x = *xa;
-    p.v[0] = x.dims;
-    p.nv[0] = x.ndim;
+    p.reshape.new_sizes = (kl_ivec){x.dims, x.ndim};
     return emit1(a, KL_P_RESHAPE, &ct, 1, &p);
   }
   case KL_P_TRANSPOSE: {
     int64_t inv[KL_MAX_RANK];
-    for (int d = 0; d < e->p.nv[0]; d++) inv[e->p.v[0][d]] = d;
-    p.v[0] = inv;
-    p.nv[0] = e->p.nv[0];
+    const kl_ivec *perm = &e->p.transpose.permutation;
+    for (int d = 0; d < perm->n; d++) inv[perm->v[d]] = d;
+    p.transpose.permutation = (kl_ivec){inv, perm->n};
     return emit1(a, KL_P_TRANSPOSE, &ct, 1, &p);
   }
   case KL_P_REV: return emit1(a, KL_P_REV, &ct, 1, &e->p);
   case KL_P_SLICE: { /* pad the cotangent back with zeros */
     int64_t lo[KL_MAX_RANK], hi[KL_MAX_RANK], in[KL_MAX_RANK];
     for (int d = 0; d < xa->ndim; d++) {
-      int64_t st = e->p.nv[2] ? e->p.v[2][d] : 1, n = ya->dims[d];
-      lo[d] = e->p.v[0][d];
+      int64_t st = e->p.slice.strides.n ? e->p.slice.strides.v[d] : 1, n = ya->dims[d];
+      lo[d] = e->p.slice.start_indices.v[d];
       in[d] = st - 1;
       int64_t covered = n ? lo[d] + (n - 1) * st + 1 : lo[d];
       hi[d] = xa->dims[d] - covered;
@@ -268,30 +264,30 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
       int m = kl_ad_bin(a, KL_P_MUL, ct, emit1(a, KL_P_PAD, ins, 2, &e->p));
       int64_t axes[KL_MAX_RANK];
       for (int d = 0; d < ya->ndim; d++) axes[d] = d;
-      p.v[0] = axes;
-      p.nv[0] = ya->ndim;
+      p.reduce.axes = (kl_ivec){axes, ya->ndim};
       return emit1(a, KL_P_REDUCE_SUM, &m, 1, &p);
     }
     /* operand: undo negative padding with zero padding, then take the strided slice */
     int64_t lo2[KL_MAX_RANK], hi2[KL_MAX_RANK], zero[KL_MAX_RANK], st[KL_MAX_RANK], lim[KL_MAX_RANK];
     int need = 0;
     for (int d = 0; d < xa->ndim; d++) {
-      lo2[d] = e->p.v[0][d] < 0 ? -e->p.v[0][d] : 0;
-      hi2[d] = e->p.v[1][d] < 0 ? -e->p.v[1][d] : 0;
+      int64_t lo = e->p.pad.low.v[d], hi = e->p.pad.high.v[d];
+      lo2[d] = lo < 0 ? -lo : 0;
+      hi2[d] = hi < 0 ? -hi : 0;
       zero[d] = 0;
       need |= lo2[d] || hi2[d];
     }
     int src = need ? emit_box(a, KL_P_PAD, ct, lo2, hi2, zero, xa->ndim) : ct;
     int64_t start[KL_MAX_RANK];
     for (int d = 0; d < xa->ndim; d++) {
-      start[d] = e->p.v[0][d] > 0 ? e->p.v[0][d] : 0;
-      st[d] = e->p.v[2][d] + 1;
+      start[d] = e->p.pad.low.v[d] > 0 ? e->p.pad.low.v[d] : 0;
+      st[d] = e->p.pad.interior.v[d] + 1;
       lim[d] = xa->dims[d] ? start[d] + (xa->dims[d] - 1) * st[d] + 1 : start[d];
     }
     return emit_box(a, KL_P_SLICE, src, start, lim, st, xa->ndim);
   }
   case KL_P_CONCATENATE: {
-    int64_t off = 0, d = e->p.i0;
+    int64_t off = 0, d = e->p.concatenate.dimension;
     for (int k = 0; k < i; k++) off += c->j->vals[e->ins[k]].aval.dims[d];
     int64_t start[KL_MAX_RANK] = {0}, lim[KL_MAX_RANK], st[KL_MAX_RANK];
     for (int k = 0; k < ya->ndim; k++) {
@@ -304,8 +300,8 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
   }
   case KL_P_DOT_GENERAL: return transpose_dot(c, e, i, ct);
   case KL_P_CUMSUM: {
-    p.i0 = e->p.i0;
-    p.i1 = !e->p.i1;
+    p.cumulative.axis = e->p.cumulative.axis;
+    p.cumulative.reverse = !e->p.cumulative.reverse;
     return emit1(a, KL_P_CUMSUM, &ct, 1, &p);
   }
   case KL_P_DYNAMIC_SLICE: {
@@ -330,8 +326,7 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
       ins[0] = ct;
       for (int k = 2; k < e->nin; k++) ins[k - 1] = prim_of(c, e->ins[k]);
       kl_aval u = c->j->vals[e->ins[1]].aval;
-      p.v[0] = u.dims;
-      p.nv[0] = u.ndim;
+      p.dynamic_slice.slice_sizes = (kl_ivec){u.dims, u.ndim};
       return emit1(a, KL_P_DYNAMIC_SLICE, ins, e->nin - 1, &p);
     }
     break;
@@ -340,23 +335,23 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
     if (i != 0) break;
     int idx = prim_of(c, e->ins[1]);
     kl_dtype it = kl_ad_aval(a, idx)->dtype;
-    idx = kl_ad_bin(a, KL_P_MIN, idx, kl_ad_lit(a, (double)(xa->dims[e->p.i0] - 1), it));
+    idx = kl_ad_bin(a, KL_P_MIN, idx, kl_ad_lit(a, (double)(xa->dims[e->p.take.axis] - 1), it));
     int ins[3] = {kl_ad_zeros(a, xa), idx, ct};
-    p.i0 = e->p.i0;
-    p.i1 = KL_SCATTER_ADD;
+    p.scatter.axis = e->p.take.axis;
+    p.scatter.op = KL_SCATTER_ADD;
     return emit1(a, KL_P_SCATTER, ins, 3, &p);
   }
   case KL_P_SCATTER: { /* the JVP writes only scatter-adds; it masks dropped updates itself */
-    if (i == 1 || e->p.i1 != KL_SCATTER_ADD) break;
+    if (i == 1 || e->p.scatter.op != KL_SCATTER_ADD) break;
     if (i == 0) return ct;
     int ins[2] = {ct, prim_of(c, e->ins[1])};
-    p.i0 = e->p.i0;
+    p.take.axis = e->p.scatter.axis;
     return emit1(a, KL_P_TAKE, ins, 2, &p);
   }
   case KL_P_TRIANGULAR_SOLVE: /* linear in b: solve with op(A)^T on the same side */
     if (i != 1) break;
-    p.i0 = e->p.i0;
-    p.i1 = e->p.i1 ^ KL_TRSV_TRANSPOSE_A;
+    p.triangular_solve.left_side = e->p.triangular_solve.left_side;
+    p.triangular_solve.flags = e->p.triangular_solve.flags ^ KL_TRSV_TRANSPOSE_A;
     return emit1(a, KL_P_TRIANGULAR_SOLVE, (int[]){prim_of(c, e->ins[0]), ct}, 2, &p);
   default: break;
   }
@@ -367,10 +362,11 @@ static int transpose_rule(tctx *c, const kl_eqn *e, int i, int ct) {
  * and adds its results to the input tangents' cotangents. */
 static void transpose_custom(tctx *c, const kl_eqn *e) {
   kl_ad *a = c->a;
-  int64_t n_out = e->p.v[0][0], n_res = e->p.v[0][1], n_c = e->p.v[0][2], n_x = e->p.v[0][3];
-  const kl_program *sub = kl_subprog_get(e->p.i0);
+  const int64_t *cnt = e->p.custom_vjp.counts.v;
+  int64_t n_out = cnt[0], n_res = cnt[1], n_c = cnt[2], n_x = cnt[3];
+  const kl_program *sub = e->p.custom_vjp.bwd;
   if (!sub || sub->ninputs != n_res + n_out + n_c || sub->noutputs != n_x) {
-    kl_ad_fail(a, "internal error: custom_vjp backward program %lld does not match its call", (long long)e->p.i0);
+    kl_ad_fail(a, "internal error: custom_vjp backward program does not match its call");
     return;
   }
   int *env = malloc(sizeof(int) * ((size_t)sub->nvals + 1));

@@ -4,7 +4,6 @@
  * bring unbatched operands up to the batch where the primitive needs matching shapes.
  * Rules are grouped by family in the order of prim.h. Depends only on ir/. */
 #include "batching.h"
-#include "subprog.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,7 +42,7 @@ static int emit(batcher *b, kl_prim p, const int *ins, int nin, const kl_params 
   for (int i = 0; i < nin; i++)
     if (ins[i] < 0) return bfail(b, "vmap: internal error: %s received a missing operand", kl_prim_get(p)->name);
   kl_params none;
-  kl_params_init(&none);
+  kl_params_init(&none, p);
   int o[KL_MAX_OUTS], nout;
   char kind;
   if (kl_program_add_eqn(b->pg, p, ins, nin, prm ? prm : &none, o, &nout, b->err, b->errlen, &kind)) {
@@ -61,36 +60,34 @@ static int bin(batcher *b, kl_prim p, int x, int y) {
 
 static int lit(batcher *b, int64_t v, kl_dtype t) {
   kl_params p;
-  kl_params_init(&p);
-  p.d = (int)t;
-  p.f = (double)v;
-  p.i1 = v;
+  kl_params_init(&p, KL_P_CONST);
+  p.literal.dtype = (int)t;
+  p.literal.value = (double)v;
+  p.literal.int_value = v;
   return emit(b, KL_P_CONST, NULL, 0, &p, NULL);
 }
 
 static int convert(batcher *b, int x, kl_dtype t) {
   if (x < 0 || aval_of(b, x).dtype == t) return x;
   kl_params p;
-  kl_params_init(&p);
-  p.d = (int)t;
+  kl_params_init(&p, KL_P_CONVERT);
+  p.convert.new_dtype = (int)t;
   return emit(b, KL_P_CONVERT, &x, 1, &p, NULL);
 }
 
 static int iota(batcher *b, kl_dtype t, const int64_t *shape, int n, int dim) {
   kl_params p;
-  kl_params_init(&p);
-  p.d = (int)t;
-  p.v[0] = (int64_t *)shape;
-  p.nv[0] = n;
-  p.i0 = dim;
+  kl_params_init(&p, KL_P_IOTA);
+  p.iota.dtype = (int)t;
+  p.iota.shape = (kl_ivec){(int64_t *)shape, n};
+  p.iota.dimension = dim;
   return emit(b, KL_P_IOTA, NULL, 0, &p, NULL);
 }
 
 static int reshape(batcher *b, int x, const int64_t *shape, int n) {
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)shape;
-  p.nv[0] = n;
+  kl_params_init(&p, KL_P_RESHAPE);
+  p.reshape.new_sizes = (kl_ivec){(int64_t *)shape, n};
   return emit(b, KL_P_RESHAPE, &x, 1, &p, NULL);
 }
 
@@ -99,20 +96,17 @@ static int transpose(batcher *b, int x, const int64_t *perm, int n) {
   for (int i = 0; i < n; i++) ident &= perm[i] == i;
   if (ident || x < 0) return x;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)perm;
-  p.nv[0] = n;
+  kl_params_init(&p, KL_P_TRANSPOSE);
+  p.transpose.permutation = (kl_ivec){(int64_t *)perm, n};
   return emit(b, KL_P_TRANSPOSE, &x, 1, &p, NULL);
 }
 
 /* x broadcast to `shape` (rank n); x's axis i lands on axis dims[i]. */
 static int broadcast(batcher *b, int x, const int64_t *shape, int n, const int64_t *dims, int nd) {
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = (int64_t *)shape;
-  p.nv[0] = n;
-  p.v[1] = (int64_t *)dims;
-  p.nv[1] = nd;
+  kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
+  p.broadcast.shape = (kl_ivec){(int64_t *)shape, n};
+  p.broadcast.broadcast_dimensions = (kl_ivec){(int64_t *)dims, nd};
   return emit(b, KL_P_BROADCAST_IN_DIM, &x, 1, &p, NULL);
 }
 
@@ -147,11 +141,11 @@ static int add_batch(batcher *b, int x) {
 static int as_batched(batcher *b, int x, char is_batched) { return is_batched ? x : add_batch(b, x); }
 
 /* out[0] = first (if first >= 0), then v[i] + add. Returns the length written. */
-static int shifted(int64_t *out, int64_t first, const int64_t *v, int n, int64_t add) {
+static kl_ivec shifted(int64_t *out, int64_t first, const kl_ivec *v, int64_t add) {
   int k = 0;
   if (first >= 0) out[k++] = first;
-  for (int i = 0; i < n; i++) out[k++] = v[i] + add;
-  return k;
+  for (int i = 0; i < v->n; i++) out[k++] = v->v[i] + add;
+  return (kl_ivec){out, k};
 }
 
 /* ---- rules ---- */
@@ -220,22 +214,21 @@ static int rule_shape(batcher *b, rule_args *r) {
   int x = r->xs[0];
   switch (e->prim) {
   case KL_P_BROADCAST_IN_DIM:
-    p.nv[0] = shifted(v0, b->size, e->p.v[0], e->p.nv[0], 0);
-    p.nv[1] = shifted(v1, 0, e->p.v[1], e->p.nv[1], 1);
+    p.broadcast.shape = shifted(v0, b->size, &e->p.broadcast.shape, 0);
+    p.broadcast.broadcast_dimensions = shifted(v1, 0, &e->p.broadcast.broadcast_dimensions, 1);
     break;
-  case KL_P_RESHAPE: p.nv[0] = shifted(v0, b->size, e->p.v[0], e->p.nv[0], 0); break;
-  case KL_P_TRANSPOSE: p.nv[0] = shifted(v0, 0, e->p.v[0], e->p.nv[0], 1); break;
-  case KL_P_REV: p.nv[0] = shifted(v0, -1, e->p.v[0], e->p.nv[0], 1); break;
+  case KL_P_RESHAPE: p.reshape.new_sizes = shifted(v0, b->size, &e->p.reshape.new_sizes, 0); break;
+  case KL_P_TRANSPOSE: p.transpose.permutation = shifted(v0, 0, &e->p.transpose.permutation, 1); break;
+  case KL_P_REV: p.rev.dimensions = shifted(v0, -1, &e->p.rev.dimensions, 1); break;
   case KL_P_SLICE:
-    p.nv[0] = shifted(v0, 0, e->p.v[0], e->p.nv[0], 0);
-    p.nv[1] = shifted(v1, b->size, e->p.v[1], e->p.nv[1], 0);
-    if (e->p.nv[2]) p.nv[2] = shifted(v2, 1, e->p.v[2], e->p.nv[2], 0);
+    p.slice.start_indices = shifted(v0, 0, &e->p.slice.start_indices, 0);
+    p.slice.limit_indices = shifted(v1, b->size, &e->p.slice.limit_indices, 0);
+    if (e->p.slice.strides.n) p.slice.strides = shifted(v2, 1, &e->p.slice.strides, 0);
     break;
   case KL_P_PAD: {
-    p.nv[0] = shifted(v0, 0, e->p.v[0], e->p.nv[0], 0);
-    p.nv[1] = shifted(v1, 0, e->p.v[1], e->p.nv[1], 0);
-    p.nv[2] = shifted(v2, 0, e->p.v[2], e->p.nv[2], 0);
-    p.v[0] = v0, p.v[1] = v1, p.v[2] = v2;
+    p.pad.low = shifted(v0, 0, &e->p.pad.low, 0);
+    p.pad.high = shifted(v1, 0, &e->p.pad.high, 0);
+    p.pad.interior = shifted(v2, 0, &e->p.pad.interior, 0);
     if (r->bs[1]) return pad_batched_value(b, r, &p);
     int ins[2] = {x, r->xs[1]};
     r->ys[0] = emit(b, KL_P_PAD, ins, 2, &p, NULL);
@@ -243,27 +236,27 @@ static int rule_shape(batcher *b, rule_args *r) {
   }
   case KL_P_CONCATENATE:
     for (int i = 0; i < e->nin; i++) r->xs[i] = as_batched(b, r->xs[i], r->bs[i]);
-    p.i0 = e->p.i0 + 1;
+    p.concatenate.dimension = e->p.concatenate.dimension + 1;
     r->ys[0] = emit(b, e->prim, r->xs, e->nin, &p, NULL);
     return r->ys[0] < 0 ? -1 : 0;
   default: return bfail(b, "vmap of %s is not supported yet", kl_prim_get(e->prim)->name);
   }
-  p.v[0] = v0, p.v[1] = v1, p.v[2] = v2;
   r->ys[0] = emit(b, e->prim, &x, 1, &p, NULL);
   return r->ys[0] < 0 ? -1 : 0;
 }
 
-/* Reductions and argmax/argmin (axes in v0), cumulative ops and sort (axis in i0; sort brings
- * every operand to the batch). */
+/* Reductions and argmax/argmin (axes), cumulative ops and sort (one axis; sort brings every
+ * operand to the batch). */
 static int rule_axes(batcher *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_params p = e->p;
   int64_t v0[KL_MAX_RANK + 2];
-  int axis_in_i0 = kl_prim_get(e->prim)->family == KL_FAM_LIB && e->prim != KL_P_ARGMAX && e->prim != KL_P_ARGMIN;
-  if (axis_in_i0) p.i0 = e->p.i0 + 1;
-  else {
-    p.nv[0] = shifted(v0, -1, e->p.v[0], e->p.nv[0], 1);
-    p.v[0] = v0;
+  switch (kl_prim_get(e->prim)->family) {
+  case KL_FAM_CUMULATIVE: p.cumulative.axis++; break;
+  case KL_FAM_SORT: p.sort.dimension++; break;
+  default:
+    if (e->prim == KL_P_ARGMAX || e->prim == KL_P_ARGMIN) p.arg.axes = shifted(v0, -1, &e->p.arg.axes, 1);
+    else p.reduce.axes = shifted(v0, -1, &e->p.reduce.axes, 1);
   }
   for (int i = 0; i < e->nin; i++) r->xs[i] = as_batched(b, r->xs[i], r->bs[i]);
   return emit(b, e->prim, r->xs, e->nin, &p, r->ys) < 0 ? -1 : 0;
@@ -275,13 +268,12 @@ static int rule_dot(batcher *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_params p = e->p;
   int64_t lc[KL_MAX_RANK + 2], rc[KL_MAX_RANK + 2], lb[KL_MAX_RANK + 2], rb[KL_MAX_RANK + 2];
-  int nc = e->p.nv[0], nb = e->p.nv[2];
+  int nc = e->p.dot.lhs_contracting.n, nb = e->p.dot.lhs_batch.n;
   int lhs = r->bs[0], rhs = r->bs[1];
-  p.nv[0] = shifted(lc, -1, e->p.v[0], nc, lhs);
-  p.nv[1] = shifted(rc, -1, e->p.v[1], nc, rhs);
-  p.nv[2] = shifted(lb, lhs && rhs ? 0 : -1, e->p.v[2], nb, lhs);
-  p.nv[3] = shifted(rb, lhs && rhs ? 0 : -1, e->p.v[3], nb, rhs);
-  p.v[0] = lc, p.v[1] = rc, p.v[2] = lb, p.v[3] = rb;
+  p.dot.lhs_contracting = shifted(lc, -1, &e->p.dot.lhs_contracting, lhs);
+  p.dot.rhs_contracting = shifted(rc, -1, &e->p.dot.rhs_contracting, rhs);
+  p.dot.lhs_batch = shifted(lb, lhs && rhs ? 0 : -1, &e->p.dot.lhs_batch, lhs);
+  p.dot.rhs_batch = shifted(rb, lhs && rhs ? 0 : -1, &e->p.dot.rhs_batch, rhs);
   int y = emit(b, KL_P_DOT_GENERAL, r->xs, 2, &p, NULL);
   int at = 0; /* where the batch axis lands */
   if (lhs && !rhs) at = nb;
@@ -338,7 +330,7 @@ static int rule_dynamic(batcher *b, rule_args *r) {
   int first = upd ? 2 : 1;
   kl_aval X = *src_in(r, 0);
   int64_t win[KL_MAX_RANK + 2];
-  memcpy(win, upd ? src_in(r, 1)->dims : e->p.v[0], sizeof(int64_t) * (size_t)X.ndim);
+  memcpy(win, upd ? src_in(r, 1)->dims : e->p.dynamic_slice.slice_sizes.v, sizeof(int64_t) * (size_t)X.ndim);
   int x = as_batched(b, r->xs[0], r->bs[0]);
   int u = upd ? as_batched(b, r->xs[1], r->bs[1]) : -1;
   if (!any_batched(r->bs, first, e->nin)) {
@@ -351,10 +343,7 @@ static int rule_dynamic(batcher *b, rule_args *r) {
     memcpy(ins + first + 1, r->xs + first, sizeof(int) * (size_t)(e->nin - first));
     kl_params p = e->p;
     int64_t v0[KL_MAX_RANK + 2];
-    if (!upd) {
-      p.nv[0] = shifted(v0, b->size, e->p.v[0], e->p.nv[0], 0);
-      p.v[0] = v0;
-    }
+    if (!upd) p.dynamic_slice.slice_sizes = shifted(v0, b->size, &e->p.dynamic_slice.slice_sizes, 0);
     r->ys[0] = emit(b, e->prim, ins, e->nin + 1, &p, NULL);
     free(ins);
     return r->ys[0] < 0 ? -1 : 0;
@@ -368,12 +357,12 @@ static int rule_dynamic(batcher *b, rule_args *r) {
   shape[0] = b->size;
   memcpy(shape + 1, X.dims, sizeof(int64_t) * (size_t)X.ndim);
   kl_params p;
-  kl_params_init(&p);
+  kl_params_init(&p, upd ? KL_P_SCATTER : KL_P_TAKE); /* axis 0 */
   if (!upd) {
     int ins[2] = {flat, pos};
     r->ys[0] = emit(b, KL_P_TAKE, ins, 2, &p, NULL);
   } else {
-    p.i1 = KL_SCATTER_SET;
+    p.scatter.op = KL_SCATTER_SET;
     int ins[3] = {flat, pos, u};
     r->ys[0] = reshape(b, emit(b, KL_P_SCATTER, ins, 3, &p, NULL), shape, X.ndim + 1);
   }
@@ -422,17 +411,17 @@ static int swap_groups(int64_t *perm, int na, int nc) {
 static int rule_take(batcher *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_aval X = *src_in(r, 0);
-  int m = src_in(r, 1)->ndim, a = (int)e->p.i0;
+  int m = src_in(r, 1)->ndim, a = (int)e->p.take.axis;
   kl_params p = e->p;
   if (!r->bs[1]) {
-    p.i0 = a + 1;
+    p.take.axis = a + 1;
     r->ys[0] = emit(b, KL_P_TAKE, r->xs, 2, &p, NULL);
   } else if (!r->bs[0]) {
     r->ys[0] = move_axis(b, emit(b, KL_P_TAKE, r->xs, 2, &p, NULL), a, 0);
   } else {
     int xm = merged_operand(b, r->xs[0], &X, a);
     int idx = merged_indices(b, r->xs[1], &X, a, 0);
-    p.i0 = 0;
+    p.take.axis = 0;
     int ins[2] = {xm, idx};
     int y = emit(b, KL_P_TAKE, ins, 2, &p, NULL); /* (B, I..., pre..., post...) */
     int64_t perm[KL_MAX_RANK + 2];
@@ -450,11 +439,11 @@ static int rule_take(batcher *b, rule_args *r) {
 static int rule_scatter(batcher *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_aval X = *src_in(r, 0);
-  int m = src_in(r, 1)->ndim, a = (int)e->p.i0;
+  int m = src_in(r, 1)->ndim, a = (int)e->p.scatter.axis;
   kl_params p = e->p;
   int x = as_batched(b, r->xs[0], r->bs[0]), u = as_batched(b, r->xs[2], r->bs[2]);
   if (!r->bs[1]) {
-    p.i0 = a + 1;
+    p.scatter.axis = a + 1;
     int ins[3] = {x, r->xs[1], u};
     r->ys[0] = emit(b, KL_P_SCATTER, ins, 3, &p, NULL);
     return r->ys[0] < 0 ? -1 : 0;
@@ -465,7 +454,7 @@ static int rule_scatter(batcher *b, rule_args *r) {
   int n = swap_groups(perm, a, m); /* (B, pre, I, post) -> (B, I, pre, post) */
   for (int i = 1 + a + m; i < X.ndim + m; i++) perm[n++] = i;
   int ut = transpose(b, u, perm, n);
-  p.i0 = 0;
+  p.scatter.axis = 0;
   int ins[3] = {xm, idx, ut};
   int y = emit(b, KL_P_SCATTER, ins, 3, &p, NULL); /* (B*X_a, pre, post) */
   int64_t shape[KL_MAX_RANK + 2];
@@ -486,28 +475,28 @@ static int rule_linalg(batcher *b, rule_args *r) {
 
 /* ---- call equations: batched bodies ---- */
 
-/* Batches the registered program `id` with input i batched (at axis 0) where in_b[i]; its output
- * i comes back batched where want[i] is 1 and unbatched where it is 0 (summed over the batch if
- * it depended on it: the cotangent of an input shared by all examples). Returns the batched
- * program's id, or -1 with a message. */
-static int64_t batch_subprog(batcher *b, int64_t id, const char *in_b, const char *want) {
-  const kl_program *sub = kl_subprog_get(id);
-  if (!sub) return bfail(b, "vmap: internal error: missing sub-program %lld", (long long)id);
+/* Batches the body `sub` with input i batched (at axis 0) where in_b[i]; its output i comes back
+ * batched where want[i] is 1 and unbatched where it is 0 (summed over the batch if it depended
+ * on it: the cotangent of an input shared by all examples). Returns the batched program (owned),
+ * or NULL with a message. */
+static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *in_b, const char *want) {
+  if (!sub) {
+    bfail(b, "vmap: internal error: a call without its body");
+    return NULL;
+  }
   int *axes = malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
   char *ob = calloc((size_t)sub->noutputs + 1, 1);
   int *outs = malloc(sizeof(int) * ((size_t)sub->noutputs + 1));
   if (!axes || !ob || !outs) abort();
   for (int i = 0; i < sub->ninputs; i++) axes[i] = in_b[i] ? 0 : -1;
-  kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen);
-  int64_t nid = -1;
+  kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen), *done = NULL;
   if (!nb) b->failed = 1;
   else {
     batcher inner = {.pg = nb, .size = b->size, .err = b->err, .errlen = b->errlen};
     int64_t zero = 0;
     kl_params rs;
-    kl_params_init(&rs);
-    rs.v[0] = &zero;
-    rs.nv[0] = 1;
+    kl_params_init(&rs, KL_P_REDUCE_SUM);
+    rs.reduce.axes = (kl_ivec){&zero, 1};
     for (int i = 0; i < nb->noutputs; i++) {
       int o = nb->outputs[i];
       if (want[i] && !ob[i]) o = add_batch(&inner, o);
@@ -519,13 +508,13 @@ static int64_t batch_subprog(batcher *b, int64_t id, const char *in_b, const cha
       kl_program_free(nb);
     } else {
       kl_program_set_outputs(nb, outs, nb->noutputs);
-      nid = kl_subprog_add(nb);
+      done = nb;
     }
   }
   free(axes);
   free(ob);
   free(outs);
-  return nid;
+  return done;
 }
 
 /* checkpoint, custom_jvp_call, custom_vjp_call: the same call on batched programs. Every result
@@ -538,43 +527,48 @@ static int rule_call(batcher *b, rule_args *r) {
   char *want = malloc((size_t)nw + 1), *in_b = malloc((size_t)n * 2 + 1);
   if (!want || !in_b) abort();
   memset(want, 1, (size_t)nw + 1);
+  kl_program *made[2] = {NULL, NULL}; /* the batched bodies, owned until the equation holds them */
   switch (e->prim) {
-  case KL_P_CHECKPOINT: p.i0 = batch_subprog(b, e->p.i0, r->bs, want); break;
+  case KL_P_CHECKPOINT: p.checkpoint.body = made[0] = batch_subprog(b, e->p.checkpoint.body, r->bs, want); break;
   case KL_P_CUSTOM_JVP_CALL: {
-    int64_t n_x = e->p.v[0][0], n_fc = e->p.v[0][1], n_rc = e->p.v[0][2];
-    p.i0 = batch_subprog(b, e->p.i0, r->bs, want); /* (x, fun consts) */
+    const int64_t *c = e->p.custom_jvp.counts.v;
+    int64_t n_x = c[0], n_fc = c[1], n_rc = c[2];
+    p.custom_jvp.fun = made[0] = batch_subprog(b, e->p.custom_jvp.fun, r->bs, want); /* (x, fun consts) */
     memcpy(in_b, r->bs, (size_t)n_x);              /* the rule: (x, tangents of x, rule consts) */
     memcpy(in_b + n_x, r->bs, (size_t)n_x);
     memcpy(in_b + 2 * n_x, r->bs + n_x + n_fc, (size_t)n_rc);
-    if (!b->failed) p.i1 = batch_subprog(b, e->p.i1, in_b, want);
+    if (!b->failed) p.custom_jvp.jvp = made[1] = batch_subprog(b, e->p.custom_jvp.jvp, in_b, want);
     break;
   }
   default: { /* custom_vjp_call: (outputs, residuals, consts, inputs); bwd: (residuals, cts, consts) */
-    int64_t n_out = e->p.v[0][0], n_res = e->p.v[0][1], n_c = e->p.v[0][2], n_x = e->p.v[0][3];
+    const int64_t *c = e->p.custom_vjp.counts.v;
+    int64_t n_out = c[0], n_res = c[1], n_c = c[2], n_x = c[3];
     for (int64_t i = 0; i < n_out; i++) r->xs[i] = as_batched(b, r->xs[i], r->bs[i]);
     memcpy(in_b, r->bs + n_out, (size_t)n_res);
     memset(in_b + n_res, 1, (size_t)n_out);
     memcpy(in_b + n_res + n_out, r->bs + n_out + n_res, (size_t)n_c);
     memcpy(want, r->bs + n_out + n_res + n_c, (size_t)n_x);
-    p.i0 = batch_subprog(b, e->p.i0, in_b, want);
+    p.custom_vjp.bwd = made[0] = batch_subprog(b, e->p.custom_vjp.bwd, in_b, want);
     break;
   }
   }
   free(want);
   free(in_b);
-  if (b->failed) return -1;
-  return emit(b, e->prim, r->xs, n, &p, r->ys) < 0 ? -1 : 0;
+  int rc = b->failed ? -1 : emit(b, e->prim, r->xs, n, &p, r->ys) < 0 ? -1 : 0;
+  kl_program_free(made[0]);
+  kl_program_free(made[1]);
+  return rc;
 }
 
 static int batch_rule(batcher *b, rule_args *r) {
   kl_prim p = r->e->prim;
-  switch (kl_prim_get(p)->family) {
-  case KL_FAM_UNARY: case KL_FAM_BINARY: case KL_FAM_COMPARE: case KL_FAM_SELECT: case KL_FAM_CONVERT:
+  if (kl_prim_get(p)->family == KL_FAM_SHAPE) return rule_shape(b, r);
+  switch (kl_prim_get(p)->form) {
+  case KL_FORM_UNARY: case KL_FORM_BINARY: case KL_FORM_COMPARE: case KL_FORM_SELECT: case KL_FORM_CONVERT:
     return rule_elementwise(b, r);
-  case KL_FAM_SHAPE: return rule_shape(b, r);
-  case KL_FAM_REDUCE: return rule_axes(b, r);
-  case KL_FAM_CONST: case KL_FAM_IOTA: break; /* have no operands: never batched */
-  case KL_FAM_LIB:
+  case KL_FORM_REDUCE: return rule_axes(b, r);
+  case KL_FORM_CONST: case KL_FORM_IOTA: break; /* have no operands: never batched */
+  case KL_FORM_NONE:
     switch (p) {
     case KL_P_ARGMAX: case KL_P_ARGMIN: case KL_P_CUMSUM: case KL_P_CUMPROD: case KL_P_CUMMAX:
     case KL_P_CUMMIN: case KL_P_SORT:

@@ -12,7 +12,6 @@
 #include "../../runtime/hostla.h"
 #include "../../runtime/runtime.h"
 #include "../../transforms/ad.h"
-#include "../../transforms/subprog.h"
 #include "../../transforms/batching.h"
 #include "../../transforms/fuse.h"
 
@@ -440,68 +439,77 @@ static PyObject *builder_add_input(PyObject *self, PyObject *args) {
   return PyLong_FromLong(kl_program_add_input(((BuilderObject *)self)->pg, &a));
 }
 
-/* Fills p from a dict of named params, checked against the primitive's spec. Vectors are
- * stored in `store` (KL_MAX_RANK*4 room per slot). */
-static int parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[4][64]) {
-  kl_params_init(p);
+/* Fills p from a dict of named params, checked against the primitive's named fields. Vectors
+ * are stored in `store` (64 entries per field, at most 8 vector fields); program fields take a
+ * Builder (borrowed: the equation that receives these params retains the program). */
+static int parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[8][64]) {
+  kl_params_init(p, prim);
   if (!dict || dict == Py_None) return 0;
   PyObject *key, *val;
   Py_ssize_t pos = 0;
-  PyObject *items = PyDict_Items(dict);
-  if (!items) return -1;
-  Py_ssize_t n = PyList_Size(items);
-  for (pos = 0; pos < n; pos++) {
-    PyObject *it = PyList_GetItem(items, pos);
-    key = PyTuple_GetItem(it, 0);
-    val = PyTuple_GetItem(it, 1);
+  int nvec = 0;
+  const char *pname = kl_prim_get(prim)->name;
+  while (PyDict_Next(dict, &pos, &key, &val)) {
     const char *name = PyUnicode_AsUTF8AndSize(key, NULL);
-    if (!name) goto fail;
-    int slot = kl_prim_param_slot(prim, name);
-    if (slot < 0) {
-      PyErr_Format(PyExc_TypeError, "%s: unknown parameter %s", kl_prim_get(prim)->name, name);
-      goto fail;
+    if (!name) return -1;
+    const kl_param_field *f = kl_prim_param(prim, name);
+    if (!f) {
+      PyErr_Format(PyExc_TypeError, "%s: unknown parameter %s", pname, name);
+      return -1;
     }
-    if (slot < 4) {
+    void *at = kl_param_ptr(p, f);
+    switch (f->kind) {
+    case KL_PF_IVEC: {
       PyObject *t = PySequence_Tuple(val);
-      if (!t) goto fail;
+      if (!t) return -1;
       Py_ssize_t m = PyTuple_Size(t);
-      if (m > 64) {
+      if (m > 64 || nvec == 8) {
         Py_DECREF(t);
-        PyErr_Format(PyExc_ValueError, "%s: parameter %s too long", kl_prim_get(prim)->name, name);
-        goto fail;
+        PyErr_Format(PyExc_ValueError, "%s: parameter %s too long", pname, name);
+        return -1;
       }
+      int64_t *dst = store[nvec++];
       for (Py_ssize_t i = 0; i < m; i++) {
-        store[slot][i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
-        if (store[slot][i] == -1 && PyErr_Occurred()) {
+        dst[i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
+        if (dst[i] == -1 && PyErr_Occurred()) {
           Py_DECREF(t);
-          goto fail;
+          return -1;
         }
       }
       Py_DECREF(t);
-      p->v[slot] = store[slot];
-      p->nv[slot] = (int)m;
-    } else if (slot == 4 || slot == 5) {
+      *(kl_ivec *)at = (kl_ivec){dst, (int)m};
+      break;
+    }
+    case KL_PF_INT: case KL_PF_INT32: {
       long long v = PyLong_AsLongLong(val);
-      if (v == -1 && PyErr_Occurred()) goto fail;
-      if (slot == 4) p->i0 = v;
-      else p->i1 = v;
-    } else if (slot == 6) {
-      p->f = PyFloat_AsDouble(val);
-      if (p->f == -1.0 && PyErr_Occurred()) goto fail;
-    } else {
-      if (val == Py_None) p->d = -1;
-      else {
-        kl_dtype d;
-        if (parse_dtype(val, &d)) goto fail;
-        p->d = (int)d;
+      if (v == -1 && PyErr_Occurred()) return -1;
+      if (f->kind == KL_PF_INT) *(int64_t *)at = v;
+      else *(int *)at = (int)v;
+      break;
+    }
+    case KL_PF_FLOAT: {
+      double v = PyFloat_AsDouble(val);
+      if (v == -1.0 && PyErr_Occurred()) return -1;
+      *(double *)at = v;
+      break;
+    }
+    case KL_PF_DTYPE: {
+      kl_dtype d;
+      if (val == Py_None) *(int *)at = -1;
+      else if (parse_dtype(val, &d)) return -1;
+      else *(int *)at = (int)d;
+      break;
+    }
+    case KL_PF_PROGRAM:
+      if (!PyObject_TypeCheck(val, (PyTypeObject *)BuilderType)) {
+        PyErr_Format(PyExc_TypeError, "%s: parameter %s must be a program (a Builder)", pname, name);
+        return -1;
       }
+      *(kl_program **)at = ((BuilderObject *)val)->pg;
+      break;
     }
   }
-  Py_DECREF(items);
   return 0;
-fail:
-  Py_DECREF(items);
-  return -1;
 }
 
 /* add_eqn(prim, ins, params) -> tuple of (vid, shape, dtype, weak) */
@@ -512,7 +520,7 @@ static PyObject *builder_add_eqn(PyObject *self, PyObject *args) {
   kl_prim prim;
   if (kl_prim_from_name(pname, &prim)) return PyErr_Format(PyExc_ValueError, "unknown primitive %s", pname);
   kl_params p;
-  static int64_t store[4][64];
+  static int64_t store[8][64];
   if (parse_params(prim, params, &p, store)) return NULL;
   PyObject *t = PySequence_Tuple(ins);
   if (!t) return NULL;
@@ -748,34 +756,44 @@ static PyObject *builder_vmap(PyObject *self, PyObject *args) {
   return Py_BuildValue("(NN)", w, flags);
 }
 
+/* The params of e by name; program fields as Builders holding a reference to the body. */
 static PyObject *params_dict(const kl_eqn *e) {
   PyObject *d = PyDict_New();
-  const char *spec = kl_prim_get(e->prim)->spec;
-  while (*spec) {
-    const char *colon = strchr(spec, ':');
-    if (!colon) break;
-    PyObject *key = PyUnicode_FromStringAndSize(spec, colon - spec);
-    const char *slot = colon + 1;
+  if (!d) return NULL;
+  for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++) {
+    const void *at = kl_param_cptr(&e->p, f);
     PyObject *val = NULL;
-    if (slot[0] == 'v') {
-      int k = slot[1] - '0';
-      val = PyTuple_New(e->p.nv[k]);
-      for (int i = 0; i < e->p.nv[k]; i++) PyTuple_SetItem(val, i, PyLong_FromLongLong(e->p.v[k][i]));
-    } else if (slot[0] == 'i') val = PyLong_FromLongLong(slot[1] == '0' ? e->p.i0 : e->p.i1);
-    else if (slot[0] == 'f') val = PyFloat_FromDouble(e->p.f);
-    else if (slot[0] == 'd') {
-      if (e->p.d >= 0) val = PyUnicode_FromString(kl_dtype_name((kl_dtype)e->p.d));
-      else {
-        val = Py_None;
-        Py_INCREF(val);
-      }
+    switch (f->kind) {
+    case KL_PF_IVEC: {
+      const kl_ivec *v = at;
+      val = PyTuple_New(v->n);
+      for (int i = 0; val && i < v->n; i++) PyTuple_SetItem(val, i, PyLong_FromLongLong(v->v[i]));
+      break;
     }
-    if (val) PyDict_SetItem(d, key, val);
-    Py_XDECREF(val);
-    Py_DECREF(key);
-    spec = slot;
-    while (*spec && *spec != ' ') spec++;
-    while (*spec == ' ') spec++;
+    case KL_PF_INT: val = PyLong_FromLongLong(*(const int64_t *)at); break;
+    case KL_PF_INT32: val = PyLong_FromLong(*(const int *)at); break;
+    case KL_PF_FLOAT: val = PyFloat_FromDouble(*(const double *)at); break;
+    case KL_PF_DTYPE: {
+      int dt = *(const int *)at;
+      val = dt >= 0 ? PyUnicode_FromString(kl_dtype_name((kl_dtype)dt)) : Py_NewRef(Py_None);
+      break;
+    }
+    case KL_PF_PROGRAM: {
+      kl_program *body = *(kl_program *const *)at;
+      if (!body) val = Py_NewRef(Py_None);
+      else {
+        kl_program_retain(body);
+        val = builder_wrap(body);
+      }
+      break;
+    }
+    }
+    if (!val || PyDict_SetItemString(d, f->name, val)) {
+      Py_XDECREF(val);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(val);
   }
   return d;
 }
@@ -820,18 +838,19 @@ static PyObject *builder_aval(PyObject *self, PyObject *arg) {
   return aval_tuple(&pg->vals[v].aval, (int)v);
 }
 
-/* register_subprogram() -> id: hands this builder's program to the sub-program registry (for
- * custom_vjp backward rules); the builder is left empty. */
-static PyObject *builder_register(PyObject *self, PyObject *unused) {
+/* take_body() -> Builder: moves this builder's program into a new Builder, to be passed as a
+ * body param (checkpoint, custom_jvp/vjp rules); bodies never change again, so this builder is
+ * left empty. */
+static PyObject *builder_take_body(PyObject *self, PyObject *unused) {
   (void)unused;
   BuilderObject *b = (BuilderObject *)self;
-  int id = kl_subprog_add(b->pg);
-  b->pg = kl_program_new();
-  return PyLong_FromLong(id);
+  kl_program *body = b->pg, *fresh = kl_program_new();
+  b->pg = fresh;
+  return builder_wrap(body);
 }
 
 static PyMethodDef builder_methods[] = {
-    {"register_subprogram", builder_register, METH_NOARGS, "register_subprogram() -> id"},
+    {"take_body", builder_take_body, METH_NOARGS, "take_body() -> Builder (this one is left empty)"},
     {"jvp", builder_jvp, METH_O, "jvp(has_tangent) -> Builder"},
     {"vjp", builder_vjp, METH_O, "vjp(wants) -> Builder"},
     {"vmap", builder_vmap, METH_VARARGS, "vmap(in_axes, size) -> (Builder, out_batched)"},

@@ -4,6 +4,7 @@
  * that gets fixed fails the test until the XFAIL is turned into a CHECK).
  * Usage: test_ir   (exit status 0 on success) */
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,7 @@ static char kind;
 /* Appends `name(ins)` and returns its first output id, or -1 (message in err). */
 static int eqn(kl_program *pg, const char *name, const int *ins, int nin, const kl_params *p) {
   kl_params none;
-  kl_params_init(&none);
+  kl_params_init(&none, prim(name));
   int outs[KL_MAX_OUTS], nout = 0;
   err[0] = 0;
   kind = 0;
@@ -72,9 +73,9 @@ static int eqn2(kl_program *pg, const char *name, int a, int b) {
 
 static int reduce_sum(kl_program *pg, int x, int64_t axis) {
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = &axis;
-  p.nv[0] = 1;
+  kl_params_init(&p, KL_P_REDUCE_SUM);
+  p.reduce.axes.v = &axis;
+  p.reduce.axes.n = 1;
   return eqn(pg, "reduce_sum", &x, 1, &p);
 }
 
@@ -119,12 +120,12 @@ static void test_build(void) {
   int c = eqn2(pg, "lt", x, x);
   CHECK(c >= 0 && pg->vals[c].aval.dtype == KL_BOOL && pg->vals[c].aval.dims[1] == 3, "lt -> bool");
   kl_params p;
-  kl_params_init(&p);
-  p.d = KL_I8;
+  kl_params_init(&p, KL_P_CONVERT);
+  p.convert.new_dtype = KL_I8;
   int cv = eqn(pg, "convert_element_type", &x, 1, &p);
   CHECK(cv >= 0 && pg->vals[cv].aval.dtype == KL_I8, "convert -> i8");
-  kl_params_init(&p);
-  p.i0 = 0; /* full_matrices=False */
+  kl_params_init(&p, KL_P_QR);
+  p.qr.full_matrices = 0; /* full_matrices=False */
   int outs[KL_MAX_OUTS], nout = 0;
   int rc = kl_program_add_eqn(pg, prim("qr"), &x, 1, &p, outs, &nout, err, sizeof err, &kind);
   CHECK(rc == 0 && nout == 2, "qr: rc %d nout %d %s", rc, nout, err);
@@ -137,11 +138,11 @@ static void test_build(void) {
   kl_aval l = aval(KL_F32, 3, d1), r = aval(KL_F32, 3, d2);
   int li = kl_program_add_input(pg, &l), ri = kl_program_add_input(pg, &r);
   int64_t lc = 2, rcn = 1, lb = 0, rb = 0;
-  kl_params_init(&p);
-  p.v[0] = &lc; p.nv[0] = 1;
-  p.v[1] = &rcn; p.nv[1] = 1;
-  p.v[2] = &lb; p.nv[2] = 1;
-  p.v[3] = &rb; p.nv[3] = 1;
+  kl_params_init(&p, KL_P_DOT_GENERAL);
+  p.dot.lhs_contracting.v = &lc; p.dot.lhs_contracting.n = 1;
+  p.dot.rhs_contracting.v = &rcn; p.dot.rhs_contracting.n = 1;
+  p.dot.lhs_batch.v = &lb; p.dot.lhs_batch.n = 1;
+  p.dot.rhs_batch.v = &rb; p.dot.rhs_batch.n = 1;
   int ins[2] = {li, ri};
   int dg = eqn(pg, "dot_general", ins, 2, &p);
   CHECK(dg >= 0, "dot_general: %s", err);
@@ -151,12 +152,13 @@ static void test_build(void) {
   }
   /* Params are copied into the program's arena: the caller's vectors may go away. */
   int64_t perm[2] = {1, 0};
-  kl_params_init(&p);
-  p.v[0] = perm;
-  p.nv[0] = 2;
+  kl_params_init(&p, KL_P_TRANSPOSE);
+  p.transpose.permutation.v = perm;
+  p.transpose.permutation.n = 2;
   int t = eqn(pg, "transpose", &x, 1, &p);
   perm[0] = 7;
-  CHECK(t >= 0 && pg->eqns[pg->neqns - 1].p.v[0] != perm && pg->eqns[pg->neqns - 1].p.v[0][0] == 1,
+  CHECK(t >= 0 && pg->eqns[pg->neqns - 1].p.transpose.permutation.v != perm &&
+            pg->eqns[pg->neqns - 1].p.transpose.permutation.v[0] == 1,
         "params copied");
   CHECK(pg->vals[t].aval.dims[0] == 3 && pg->vals[t].aval.dims[1] == 4, "transpose shape");
   kl_program_set_outputs(pg, &t, 1);
@@ -191,39 +193,39 @@ static void test_shape_rule_errors(void) {
     expect_error(eqn(pg, "add", ins, 3, NULL), 'V', "add");
   }
   kl_params p;
-  kl_params_init(&p);
+  kl_params_init(&p, KL_P_RESHAPE);
   int64_t ns[2] = {4, 2};
-  p.v[0] = ns;
-  p.nv[0] = 2;
+  p.reshape.new_sizes.v = ns;
+  p.reshape.new_sizes.n = 2;
   expect_error(eqn(pg, "reshape", &x, 1, &p), 'V', "reshape");
   int64_t perm[2] = {0, 0};
-  kl_params_init(&p);
-  p.v[0] = perm;
-  p.nv[0] = 2;
+  kl_params_init(&p, KL_P_TRANSPOSE);
+  p.transpose.permutation.v = perm;
+  p.transpose.permutation.n = 2;
   expect_error(eqn(pg, "transpose", &x, 1, &p), 'V', "transpose");
   expect_error(reduce_sum(pg, x, 2), 'V', "reduce_sum");
   int64_t bshape[2] = {5, 3}, bdims[2] = {0, 1};
-  kl_params_init(&p);
-  p.v[0] = bshape; p.nv[0] = 2;
-  p.v[1] = bdims; p.nv[1] = 2;
+  kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
+  p.broadcast.shape.v = bshape; p.broadcast.shape.n = 2;
+  p.broadcast.broadcast_dimensions.v = bdims; p.broadcast.broadcast_dimensions.n = 2;
   expect_error(eqn(pg, "broadcast_in_dim", &x, 1, &p), 'V', "broadcast_in_dim");
   int64_t st[2] = {0, 0}, lim[2] = {3, 3}, str[2] = {1, 1};
-  kl_params_init(&p);
-  p.v[0] = st; p.nv[0] = 2;
-  p.v[1] = lim; p.nv[1] = 2;
-  p.v[2] = str; p.nv[2] = 2;
+  kl_params_init(&p, KL_P_SLICE);
+  p.slice.start_indices.v = st; p.slice.start_indices.n = 2;
+  p.slice.limit_indices.v = lim; p.slice.limit_indices.n = 2;
+  p.slice.strides.v = str; p.slice.strides.n = 2;
   expect_error(eqn(pg, "slice", &x, 1, &p), 'V', "slice");
-  kl_params_init(&p);
-  p.i0 = 0;
+  kl_params_init(&p, KL_P_CONCATENATE);
+  p.concatenate.dimension = 0;
   {
     int ins[2] = {x, z};
     expect_error(eqn(pg, "concatenate", ins, 2, &p), 'V', "concatenate");
   }
   {
     int64_t lc = 1, rc = 1;
-    kl_params_init(&p);
-    p.v[0] = &lc; p.nv[0] = 1;
-    p.v[1] = &rc; p.nv[1] = 1;
+    kl_params_init(&p, KL_P_DOT_GENERAL);
+    p.dot.lhs_contracting.v = &lc; p.dot.lhs_contracting.n = 1;
+    p.dot.rhs_contracting.v = &rc; p.dot.rhs_contracting.n = 1;
     int ins[2] = {x, y}; /* contracting 3 with 2 */
     expect_error(eqn(pg, "dot_general", ins, 2, &p), 'T', "dot_general");
   }
@@ -240,7 +242,7 @@ static void test_shape_rule_errors(void) {
   kl_aval outs[KL_MAX_OUTS];
   int nout;
   kl_aval ins[2] = {a, b};
-  kl_params_init(&p);
+  kl_params_init(&p, KL_P_SUB);
   CHECK(kl_prim_infer(prim("sub"), ins, 2, &p, outs, &nout, err, sizeof err, &kind) == -1 && strstr(err, "sub"),
         "kl_prim_infer sub: %s", err);
   ins[1] = a;
@@ -250,9 +252,12 @@ static void test_shape_rule_errors(void) {
   kl_prim q;
   CHECK(kl_prim_from_name("no_such_prim", &q) != 0, "unknown names are rejected");
   CHECK(strcmp(kl_prim_get(prim("shift_right_logical"))->name, "shift_right_logical") == 0, "name round trip");
-  CHECK(kl_prim_param_slot(prim("slice"), "strides") == 2, "slot of slice.strides");
-  CHECK(kl_prim_param_slot(prim("dot_general"), "preferred_element_type") == 7, "slot of a dtype param");
-  CHECK(kl_prim_param_slot(prim("add"), "axes") == -1, "add has no axes");
+  const kl_param_field *pf = kl_prim_param(prim("slice"), "strides");
+  CHECK(pf && pf->kind == KL_PF_IVEC && pf->offset == offsetof(kl_params, slice.strides), "field of slice.strides");
+  pf = kl_prim_param(prim("dot_general"), "preferred_element_type");
+  CHECK(pf && pf->kind == KL_PF_DTYPE && pf->offset == offsetof(kl_params, dot.preferred_element_type),
+        "field of a dtype param");
+  CHECK(kl_prim_param(prim("add"), "axes") == NULL, "add has no axes");
 }
 
 static void test_printer(void) {
@@ -274,19 +279,19 @@ static void test_printer(void) {
   kl_aval v = aval(KL_I32, 1, &d);
   int x = kl_program_add_input(pg, &v);
   kl_params p;
-  kl_params_init(&p);
-  p.d = KL_I32;
-  p.i0 = 1;
-  p.i1 = 3;
+  kl_params_init(&p, KL_P_CONST);
+  p.literal.dtype = KL_I32;
+  p.literal.weak_type = 1;
+  p.literal.int_value = 3;
   int lit = eqn(pg, "literal", NULL, 0, &p);
   int64_t shape = 4;
-  kl_params_init(&p);
-  p.v[0] = &shape;
-  p.nv[0] = 1;
+  kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
+  p.broadcast.shape.v = &shape;
+  p.broadcast.shape.n = 1;
   int bc = eqn(pg, "broadcast_in_dim", &lit, 1, &p);
   int s = eqn2(pg, "add", x, bc);
-  kl_params_init(&p);
-  p.d = KL_BF16;
+  kl_params_init(&p, KL_P_CONVERT);
+  p.convert.new_dtype = KL_BF16;
   int cv = eqn(pg, "convert_element_type", &s, 1, &p);
   int outs[2] = {cv, x};
   kl_program_set_outputs(pg, outs, 2);
@@ -343,9 +348,9 @@ static void test_verifier(void) {
   pg->vals[pg->eqns[2].outs[0]].aval.dims[0] = 2;
 
   /* Corrupted params: the rule rejects them again. */
-  pg->eqns[2].p.v[0][0] = 5;
+  pg->eqns[2].p.reduce.axes.v[0] = 5;
   CHECK(kl_program_verify(pg, err, sizeof err) == -1 && strstr(err, "reduce_sum"), "bad axes accepted: %s", err);
-  pg->eqns[2].p.v[0][0] = 1;
+  pg->eqns[2].p.reduce.axes.v[0] = 1;
 
   /* An input whose type no longer fits its consumer. */
   pg->vals[1].aval.dtype = KL_I32;
@@ -379,8 +384,8 @@ static void test_verify_many_operands(void) {
   int ins[N];
   for (int i = 0; i < N; i++) ins[i] = kl_program_add_input(pg, &a);
   kl_params p;
-  kl_params_init(&p);
-  p.i0 = 0;
+  kl_params_init(&p, KL_P_CONCATENATE);
+  p.concatenate.dimension = 0;
   int c = eqn(pg, "concatenate", ins, N, &p);
   CHECK(c >= 0 && pg->vals[c].aval.dims[0] == 2 * N, "concatenate of %d: %s", N, err);
   int n = eqn1(pg, "neg", c);
@@ -459,11 +464,11 @@ static void test_hash(void) {
   /* A literal's value is a param too. */
   kl_program *l1 = kl_program_new(), *l2 = kl_program_new();
   kl_params p;
-  kl_params_init(&p);
-  p.d = KL_F32;
-  p.f = 1.5;
+  kl_params_init(&p, KL_P_CONST);
+  p.literal.dtype = KL_F32;
+  p.literal.value = 1.5;
   int v1 = eqn(l1, "literal", NULL, 0, &p);
-  p.f = 2.5;
+  p.literal.value = 2.5;
   int v2 = eqn(l2, "literal", NULL, 0, &p);
   kl_program_set_outputs(l1, &v1, 1);
   kl_program_set_outputs(l2, &v2, 1);
@@ -503,8 +508,8 @@ static void test_dce(void) {
   kl_aval sq = aval2(KL_F32, 3, 3);
   x = kl_program_add_input(pg, &sq);
   kl_params p;
-  kl_params_init(&p);
-  p.i0 = 1;
+  kl_params_init(&p, KL_P_QR);
+  p.qr.full_matrices = 1;
   int qo[KL_MAX_OUTS], nq = 0;
   CHECK(kl_program_add_eqn(pg, prim("qr"), &x, 1, &p, qo, &nq, err, sizeof err, &kind) == 0, "qr: %s", err);
   kl_program_set_outputs(pg, &qo[1], 1); /* only R */
@@ -559,9 +564,9 @@ static void test_fusion_plan(void) {
   int s = eqn1(pg, "exp", x);
   int64_t lc = 1, rc = 0;
   kl_params p;
-  kl_params_init(&p);
-  p.v[0] = &lc; p.nv[0] = 1;
-  p.v[1] = &rc; p.nv[1] = 1;
+  kl_params_init(&p, KL_P_DOT_GENERAL);
+  p.dot.lhs_contracting.v = &lc; p.dot.lhs_contracting.n = 1;
+  p.dot.rhs_contracting.v = &rc; p.dot.rhs_contracting.n = 1;
   int ins[2] = {s, s};
   int d = eqn(pg, "dot_general", ins, 2, &p);
   int o = eqn1(pg, "tanh", d);

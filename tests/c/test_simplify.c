@@ -34,7 +34,7 @@ static int input(kl_program *pg, kl_dtype t, int weak, int ndim, const int64_t *
 
 static int op(kl_program *pg, kl_prim p, const int *ins, int nin, const kl_params *prm) {
   kl_params none;
-  kl_params_init(&none);
+  kl_params_init(&none, p);
   int outs[KL_MAX_OUTS], nout;
   char kind;
   if (kl_program_add_eqn(pg, p, ins, nin, prm ? prm : &none, outs, &nout, err, sizeof err, &kind)) {
@@ -52,21 +52,26 @@ static int bin(kl_program *pg, kl_prim p, int x, int y) {
 
 static int lit(kl_program *pg, kl_dtype t, int weak, double v) {
   kl_params p;
-  kl_params_init(&p);
-  p.d = t;
-  p.i0 = weak;
-  if (t == KL_F16 || t == KL_BF16 || t == KL_F32 || t == KL_F64) p.f = v;
-  else p.i1 = (int64_t)v;
+  kl_params_init(&p, KL_P_CONST);
+  p.literal.dtype = t;
+  p.literal.weak_type = weak;
+  if (t == KL_F16 || t == KL_BF16 || t == KL_F32 || t == KL_F64) p.literal.value = v;
+  else p.literal.int_value = (int64_t)v;
   return op(pg, KL_P_CONST, NULL, 0, &p);
 }
 
 static int vec_op(kl_program *pg, kl_prim p, int x, const int64_t *v0, int n0, const int64_t *v1, int n1) {
   kl_params prm;
-  kl_params_init(&prm);
-  prm.v[0] = (int64_t *)v0;
-  prm.nv[0] = n0;
-  prm.v[1] = (int64_t *)v1;
-  prm.nv[1] = n1;
+  kl_params_init(&prm, p);
+  kl_ivec a = {(int64_t *)v0, n0}, b = {(int64_t *)v1, n1};
+  switch (p) { /* the primitive's first two vector params, in the order of their fields */
+    case KL_P_BROADCAST_IN_DIM: prm.broadcast.shape = a; prm.broadcast.broadcast_dimensions = b; break;
+    case KL_P_RESHAPE: prm.reshape.new_sizes = a; break;
+    case KL_P_TRANSPOSE: prm.transpose.permutation = a; break;
+    case KL_P_REV: prm.rev.dimensions = a; break;
+    case KL_P_SLICE: prm.slice.start_indices = a; prm.slice.limit_indices = b; break;
+    default: fprintf(stderr, "FAIL: vec_op of %s\n", kl_prim_get(p)->name); exit(1);
+  }
   return op(pg, p, &x, 1, &prm);
 }
 
@@ -82,9 +87,9 @@ static int transpose(kl_program *pg, int x, const int64_t *perm, int n) {
 
 static int convert(kl_program *pg, int x, kl_dtype t, int weak) {
   kl_params p;
-  kl_params_init(&p);
-  p.d = t;
-  p.i0 = weak;
+  kl_params_init(&p, KL_P_CONVERT);
+  p.convert.new_dtype = t;
+  p.convert.weak_type = weak;
   return op(pg, KL_P_CONVERT, &x, 1, &p);
 }
 
@@ -208,8 +213,8 @@ static void test_unary(void) {
     pg = kl_program_new();
     x = input(pg, KL_F32, 0, 1, S3);
     kl_params p;
-    kl_params_init(&p);
-    p.i0 = y;
+    kl_params_init(&p, KL_P_INTEGER_POW);
+    p.integer_pow.y = y;
     out = finish(pg, op(pg, KL_P_INTEGER_POW, &x, 1, &p));
     CHECK((out == x) == (y == 1), "integer_pow[y=%d]: fires only for y=1", y);
     kl_program_free(pg);
@@ -287,7 +292,8 @@ static void test_structural(void) {
   x = input(pg, KL_F32, 0, 3, S234);
   out = finish(pg, transpose(pg, transpose(pg, x, p102, 3), p021, 3));
   const kl_eqn *e = eqn_of(pg, out);
-  CHECK(e->prim == KL_P_TRANSPOSE && e->ins[0] == x && e->p.v[0][0] == 1 && e->p.v[0][1] == 2 && e->p.v[0][2] == 0,
+  CHECK(e->prim == KL_P_TRANSPOSE && e->ins[0] == x && e->p.transpose.permutation.v[0] == 1 &&
+            e->p.transpose.permutation.v[1] == 2 && e->p.transpose.permutation.v[2] == 0,
         "transpose(transpose(x,(1,0,2)),(0,2,1)) -> transpose(x,(1,2,0))");
   CHECK(pg->vals[out].aval.dims[0] == 3 && pg->vals[out].aval.dims[1] == 4 && pg->vals[out].aval.dims[2] == 2,
         "composed transpose keeps the shape");
@@ -299,7 +305,8 @@ static void test_structural(void) {
   static const int64_t d1[] = {1}, d12[] = {1, 2}, s423[] = {4, 2, 3};
   out = finish(pg, bcast(pg, bcast(pg, x, S23, 2, d1, 1), s423, 3, d12, 2));
   e = eqn_of(pg, out);
-  CHECK(e->prim == KL_P_BROADCAST_IN_DIM && e->ins[0] == x && e->p.nv[1] == 1 && e->p.v[1][0] == 2 && pg->neqns == 1,
+  CHECK(e->prim == KL_P_BROADCAST_IN_DIM && e->ins[0] == x && e->p.broadcast.broadcast_dimensions.n == 1 &&
+            e->p.broadcast.broadcast_dimensions.v[0] == 2 && pg->neqns == 1,
         "broadcast of broadcast -> one broadcast_in_dim(x, dims=(2,))");
   kl_program_free(pg);
 
@@ -339,11 +346,8 @@ static void test_structural(void) {
   x = input(pg, KL_F32, 0, 2, S23);
   {
     kl_params p;
-    kl_params_init(&p);
-    for (int i = 0; i < 3; i++) {
-      p.v[i] = (int64_t *)zero2;
-      p.nv[i] = 2;
-    }
+    kl_params_init(&p, KL_P_PAD);
+    p.pad.low = p.pad.high = p.pad.interior = (kl_ivec){(int64_t *)zero2, 2};
     int ins[2] = {x, lit(pg, KL_F32, 0, 0.0)};
     out = finish(pg, op(pg, KL_P_PAD, ins, 2, &p));
     CHECK(out == x, "pad by nothing -> x");
@@ -353,8 +357,8 @@ static void test_structural(void) {
   x = input(pg, KL_F32, 0, 2, S23);
   {
     kl_params p;
-    kl_params_init(&p);
-    p.i0 = 1;
+    kl_params_init(&p, KL_P_CONCATENATE);
+    p.concatenate.dimension = 1;
     out = finish(pg, op(pg, KL_P_CONCATENATE, &x, 1, &p));
     CHECK(out == x, "concatenate of one operand -> x");
   }

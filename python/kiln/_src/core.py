@@ -505,10 +505,18 @@ def asarray(x, dtype=None):
 # ---------------------------------------------------------------------------
 # Applying primitives
 
+def _param_key(v):
+    if isinstance(v, list):
+        return tuple(v)
+    if isinstance(v, _kiln.Builder):  # a body: equal structure, equal key (bodies never change)
+        return ("body", v.hash(), v.counts())
+    return v
+
+
 def _params_key(params):
     if not params:
         return ()
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())
+    return tuple((k, _param_key(v)) for k, v in params.items())
 
 
 _eager_cache = {}

@@ -47,14 +47,14 @@ def _has_value(x):
 
 
 def _trace_sub(fun, in_leaves, concrete=False):
-    """Traces fun(*flat inputs) -> flat outputs into a registered sub-program; returns (id, consts,
-    output avals). concrete: in_leaves have values (arrays or concrete tracers), which the trace
+    """Traces fun(*flat inputs) -> flat outputs into a sub-program (a Builder to pass as a body
+    param); returns (body, consts, output avals). concrete: in_leaves have values (arrays or concrete tracers), which the trace
     computes along, so Python control flow on values works in fun (grad outside jit, as in JAX)."""
     from kiln._src import api
     _, tree = tree_util.tree_flatten((tuple(in_leaves), {}))
     ins = list(in_leaves) if concrete else [_Aval(x) for x in in_leaves]
     traced = api._trace(fun, None, None, ins, tree, concrete=concrete)
-    return traced.builder.register_subprogram(), list(traced.consts), traced.out_avals
+    return traced.builder.take_body(), list(traced.consts), traced.out_avals
 
 
 class custom_jvp:
@@ -239,9 +239,9 @@ class custom_vjp:
         _, flat_tree = tree_util.tree_flatten((tuple(flat_in), {}))
         traced = api._trace(bwd_flat, None, None, flat_in, flat_tree)
         consts = list(traced.consts)
-        bwd_id = traced.builder.register_subprogram()
+        bwd_body = traced.builder.take_body()
         ys = core.bind("custom_vjp_call", out_leaves + res_leaves + consts + x_leaves,
-                       {"counts": (n_out, n_res, len(consts), len(x_leaves)), "bwd": bwd_id})
+                       {"counts": (n_out, n_res, len(consts), len(x_leaves)), "bwd": bwd_body})
         return tree_util.tree_unflatten(out_tree, list(ys))
 
 
@@ -316,7 +316,7 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
 
         body_id, consts, _ = _trace_sub(body, leaves)
         ys = core.bind("checkpoint", leaves + consts,
-                       {"body": body_id, "policy": code, "prevent_cse": 1.0 if prevent_cse else 0.0})
+                       {"body": body_id, "policy": code, "prevent_cse": int(bool(prevent_cse))})
         return tree_util.tree_unflatten(out_tree["tree"], list(ys))
     return wrapped
 

@@ -1,0 +1,58 @@
+/* dot.c: the dot family's params and shape rule: dot_general (contracting and batch dimensions
+ * paired between the operands; the result is batch, lhs free, rhs free). Depends only on ir/. */
+#include "prims.h"
+
+const kl_param_field kl_fields_dot[] = {
+    KL_FIELD(dot, lhs_contracting, IVEC), KL_FIELD(dot, rhs_contracting, IVEC), KL_FIELD(dot, lhs_batch, IVEC),
+    KL_FIELD(dot, rhs_batch, IVEC),       KL_FIELD(dot, precision, INT32),      KL_FIELD(dot, preferred_element_type, DTYPE),
+    {NULL, 0, 0}};
+
+int kl_infer_dot(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
+                 int *nout) {
+  (void)prim;
+  (void)nout;
+  const kl_aval *l = &ins[0], *r = &ins[1];
+  const kl_ivec *lc = &p->dot.lhs_contracting, *rc = &p->dot.rhs_contracting, *lb = &p->dot.lhs_batch,
+                *rb = &p->dot.rhs_batch;
+  char b1[160], b2[160];
+  if (nin != 2) return kl_rule_fail(e, 'V', "dot_general: expects 2 operands, got %d", nin);
+  if (lc->n != rc->n || lb->n != rb->n)
+    return kl_rule_fail(e, 'V', "dot_general: contracting/batch dimension lists differ in length");
+  if (kl_rule_check_axes(e, "dot_general", "lhs dimensions", lc, l->ndim, 0) ||
+      kl_rule_check_axes(e, "dot_general", "rhs dimensions", rc, r->ndim, 0) ||
+      kl_rule_check_axes(e, "dot_general", "lhs batch", lb, l->ndim, 0) ||
+      kl_rule_check_axes(e, "dot_general", "rhs batch", rb, r->ndim, 0))
+    return -1;
+  if (l->dtype != r->dtype)
+    return kl_rule_fail(e, 'T', "dot_general: operand dtypes differ: %s and %s", kl_dtype_name(l->dtype),
+                        kl_dtype_name(r->dtype));
+  for (int i = 0; i < lc->n; i++)
+    if (l->dims[lc->v[i]] != r->dims[rc->v[i]])
+      return kl_rule_fail(e, 'T', "dot_general: contracting dimensions differ in size: lhs %s dim %lld vs rhs %s dim %lld",
+                          kl_rule_shape_str(l, b1, sizeof b1), (long long)lc->v[i], kl_rule_shape_str(r, b2, sizeof b2),
+                          (long long)rc->v[i]);
+  for (int i = 0; i < lb->n; i++)
+    if (l->dims[lb->v[i]] != r->dims[rb->v[i]])
+      return kl_rule_fail(e, 'T', "dot_general: batch dimensions differ in size: lhs %s vs rhs %s",
+                          kl_rule_shape_str(l, b1, sizeof b1), kl_rule_shape_str(r, b2, sizeof b2));
+  kl_aval *out = &outs[0];
+  *out = *l;
+  out->weak = l->weak && r->weak;
+  if (p->dot.preferred_element_type >= 0) out->dtype = (kl_dtype)p->dot.preferred_element_type;
+  out->ndim = 0;
+  for (int i = 0; i < lb->n; i++) out->dims[out->ndim++] = l->dims[lb->v[i]];
+  for (int side = 0; side < 2; side++) {
+    const kl_aval *a = side ? r : l;
+    const kl_ivec *con = side ? rc : lc, *bat = side ? rb : lb;
+    for (int i = 0; i < a->ndim; i++) {
+      int used = 0;
+      for (int k = 0; k < con->n; k++) used |= con->v[k] == i;
+      for (int k = 0; k < bat->n; k++) used |= bat->v[k] == i;
+      if (!used) {
+        if (out->ndim >= KL_MAX_RANK) return kl_rule_check_rank(e, "dot_general", out->ndim + 1);
+        out->dims[out->ndim++] = a->dims[i];
+      }
+    }
+  }
+  return 0;
+}
