@@ -1,4 +1,4 @@
-/* cpu.c: the CPU device (kl_dev_cpu): host memory for buffers, a launch queue served by one
+/* cpu.c: the CPU device (kl_device_cpu): host memory for buffers, a launch queue served by one
  * executor thread, and a small pool of workers that split a step's parallel range across the
  * cores. Knows nothing of other devices (they are reached through runtime/device.h), the IR,
  * MLIR or Python. */
@@ -450,7 +450,7 @@ static int cpu_library(char *out, size_t n) {
   return 1;
 }
 
-const kl_device kl_dev_cpu = {
+const kl_device kl_device_cpu = {
     .name = "cpu",
     .kind = KL_DEV_CPU,
     .born_ready = 0,

@@ -2,7 +2,7 @@
  * without a CUDA toolkit and runs on machines without a GPU. One primary context and one
  * non-blocking stream per process (device 0); memory from the stream-ordered allocator;
  * every launch records a pooled event that the buffers it writes wait on. Implements the
- * device interface (kl_dev_cuda, runtime/device.h) and the CUDA-only calls of runtime/cuda.h.
+ * device interface (kl_device_cuda, runtime/device.h) and the CUDA-only calls of runtime/cuda.h.
  * Knows nothing of the IR, MLIR, Python or the other devices. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -781,7 +781,7 @@ static int cuda_library(char *out, size_t n) {
   return ok;
 }
 
-const kl_device kl_dev_cuda = {
+const kl_device kl_device_cuda = {
     .name = "cuda",
     .kind = KL_DEV_CUDA,
     .born_ready = 1,

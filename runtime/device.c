@@ -7,10 +7,12 @@
 
 #include "device.h"
 
-extern const kl_device kl_dev_cpu;  /* runtime/cpu.c */
-extern const kl_device kl_dev_cuda; /* runtime/cuda.c: always present; available() says whether usable */
-
-static const kl_device *const devices[KL_DEV_COUNT] = {[KL_DEV_CPU] = &kl_dev_cpu, [KL_DEV_CUDA] = &kl_dev_cuda};
+/* Every kind is linked in: CUDA's driver is opened at run time, so its table is always there and
+ * its available() says whether a GPU is usable. */
+static const kl_device *const devices[KL_DEV_COUNT] = {
+    [KL_DEV_CPU] = &kl_device_cpu,
+    [KL_DEV_CUDA] = &kl_device_cuda,
+};
 
 const kl_device *kl_device_get(int kind) { return kind >= 0 && kind < KL_DEV_COUNT ? devices[kind] : NULL; }
 
@@ -38,7 +40,9 @@ kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen) {
   return b;
 }
 
-kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) { return kl_buf_new_on(KL_DEV_CPU, nbytes, err, errlen); }
+kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
+  return kl_buf_new_on(KL_DEV_CPU, nbytes, err, errlen);
+}
 
 kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner) {
   kl_buffer *b = calloc(1, sizeof *b);

@@ -77,4 +77,8 @@ typedef struct kl_device {
 
 /* The table of device kind `kind` (borrowed, static), or NULL for a kind this build lacks. */
 const kl_device *kl_device_get(int kind);
+
+/* The implementations, registered in runtime/device.c; everyone else goes through kl_device_get. */
+extern const kl_device kl_device_cpu;  /* runtime/cpu.c */
+extern const kl_device kl_device_cuda; /* runtime/cuda.c */
 #endif
