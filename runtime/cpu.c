@@ -105,6 +105,20 @@ static int cpu_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
 
 static void cpu_free(void *ptr, size_t nbytes) { host_free(ptr, round_size(nbytes)); }
 
+/* What kl_buf_new_on(KL_DEV_CPU, ...) makes, without the table: every launch makes its outputs
+ * and temporaries here. */
+kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
+  kl_buffer *b = calloc(1, sizeof *b);
+  if (!b || cpu_alloc(nbytes, &b->data, err, errlen)) {
+    free(b);
+    if (!b) snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
+    return NULL;
+  }
+  b->nbytes = nbytes;
+  b->refcount = 1;
+  return b;
+}
+
 static int cpu_is_ready(const kl_buffer *b) { return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING; }
 
 static void buf_set_state(kl_buffer *b, int state, const char *msg) {
@@ -370,7 +384,7 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *er
   l->bufs = bufs;
   /* Inputs that are still pending are fine: the queue is in order, so their producers run first. */
   int inputs_ready = 1;
-  for (int i = 0; i < x->ninputs && inputs_ready; i++) inputs_ready = kl_buf_is_ready(inputs[i]);
+  for (int i = 0; i < x->ninputs && inputs_ready; i++) inputs_ready = cpu_is_ready(inputs[i]); /* all on the CPU */
   pthread_mutex_lock(&q_mu);
   int idle = !q_head && !q_busy;
   if (idle && inputs_ready && x->cost <= INLINE_MAX_COST) {

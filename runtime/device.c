@@ -40,10 +40,6 @@ kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen) {
   return b;
 }
 
-kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
-  return kl_buf_new_on(KL_DEV_CPU, nbytes, err, errlen);
-}
-
 kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner) {
   kl_buffer *b = calloc(1, sizeof *b);
   if (!b) return NULL;
