@@ -18,8 +18,8 @@ typedef struct {
 } kl_device_info;
 
 /* One device kind's functions. Every entry is set; all are thread-safe. Memory pointers are the
- * device's own (host pointers for the CPU, device addresses for CUDA); err/errlen receive a
- * message whenever a function returns nonzero. */
+ * device's own (host pointers for the CPU, device addresses for CUDA); a function that takes
+ * err/errlen leaves a message there when it fails. */
 typedef struct kl_device {
   const char *name; /* "cpu", "cuda" */
   int kind;         /* its kl_device_kind */
@@ -35,14 +35,14 @@ typedef struct kl_device {
 
   /* nbytes of device memory into *ptr: 0, or -1 (out of memory, no device). */
   int (*alloc)(size_t nbytes, void **ptr, char *err, size_t errlen);
-  /* Frees what alloc returned (nbytes as asked for then). Work queued before that still uses the
-   * memory finishes first. */
+  /* Frees what alloc returned (nbytes as asked for then) once no queued work uses it: CUDA frees
+   * in stream order; the CPU's launches hold references to their buffers, so it frees at once. */
   void (*free)(void *ptr, size_t nbytes);
   /* Bytes of device memory held by live allocations, or -1 where the device does not count. */
   long long (*bytes_in_use)(void);
 
-  /* Copies n bytes of host memory src to device memory dst, after the work queued before it;
-   * returns once src may be reused (not necessarily once the copy is done). 0 or -1. */
+  /* Copies n bytes of host memory src to device memory dst that no queued work touches (a new
+   * buffer's); returns once src may be reused, not necessarily once the copy is done. 0 or -1. */
   int (*upload)(void *dst, const void *src, size_t n, char *err, size_t errlen);
   /* Copies b's nbytes to host memory dst once the work writing b is done, without waiting for
    * work queued after it; returns when the bytes are there. 0 or -1 (b failed, copy failed). */
