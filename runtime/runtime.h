@@ -13,7 +13,7 @@ struct kl_event; /* a point in a device queue (runtime/cuda.c) */
 typedef struct kl_buffer {
   int refcount;        /* atomic; starts at 1 for the creator */
   int state;           /* atomic kl_buf_state */
-  void *data;          /* host memory, 64-byte aligned, owned (unless `owner` set) */
+  void *data;          /* memory on `device` (host memory 64-byte aligned), owned (unless `owner` set) */
   size_t nbytes;
   void (*release)(void *owner); /* called instead of free(data) when the buffer wraps foreign memory */
   void *owner;
