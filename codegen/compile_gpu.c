@@ -2,7 +2,7 @@
  * lowered to PTX for the device's compute capability, linked by the driver into device code
  * that the disk cache keeps (a warm process compiles nothing). Library calls without a GPU
  * routine run on the host over copies of their operands (see kl_step.on_host).
- * Depends on ir/, transforms/, runtime/ and the MLIR C API. */
+ * Depends on ir/, transforms/, runtime/ (device.h, and cuda.h for what only CUDA has) and the MLIR C API. */
 #define _GNU_SOURCE
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/Dialect/GPU.h>
@@ -19,7 +19,7 @@
 #include "compile.h"
 #include "cpujit.h"
 #include "kernel.h"
-#include "../runtime/hostla.h"
+#include "../runtime/cuda.h"
 #include "libcall.h"
 #include "mlirctx.h"
 
@@ -168,8 +168,8 @@ out:
 /* The module for `text`: from memory, from the disk cache (device code), or compiled. */
 static void *build_module(kl_str *text, int index32, const char *libdevice, char *prefix, size_t prefix_len, char *err,
                           size_t errlen) {
-  kl_cuda_info dev;
-  kl_cuda_device_info(&dev);
+  kl_device_info dev;
+  kl_device_get(KL_DEV_CUDA)->info(&dev);
   char tag[700];
   snprintf(tag, sizeof tag, "// gpu sm_%d%d driver %d index%d libdevice %s\n", dev.cc_major, dev.cc_minor,
            dev.driver_version, index32 ? 32 : 64, libdevice ? libdevice : "none");
@@ -255,7 +255,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
   uint64_t ld_used = 0;
   *used_ld = 0;
   double t0 = now();
-  if (!ptx_only && !kl_cuda_available(err, errlen)) return NULL;
+  if (!ptx_only && !kl_device_get(KL_DEV_CUDA)->available(err, errlen)) return NULL;
   kl_plan plan;
   int *slot_of;
   kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, pg->neqns, err, errlen); /* + scratch slots */

@@ -1,5 +1,7 @@
-/* cpu.c: the CPU device: buffers, a launch queue served by one executor thread, and a
- * small pool of workers that split a step's parallel range across the cores. */
+/* cpu.c: the CPU device (kl_device_cpu): host memory for buffers, a launch queue served by one
+ * executor thread, and a small pool of workers that split a step's parallel range across the
+ * cores. Knows nothing of other devices (they are reached through runtime/device.h), the IR,
+ * MLIR or Python. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,7 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "runtime.h"
+#include "device.h"
+#include "hostla.h"
 
 /* Waiting threads spin briefly before sleeping: work usually arrives (or completes) within
  * microseconds, and waking a sleeping thread costs tens of them. */
@@ -91,65 +94,32 @@ static void host_free(void *p, size_t n) {
   else free(p);
 }
 
+static int cpu_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
+  size_t n = round_size(nbytes);
+  if (n < nbytes || !(*ptr = host_alloc(n))) {
+    snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
+    return -1;
+  }
+  return 0;
+}
+
+static void cpu_free(void *ptr, size_t nbytes) { host_free(ptr, round_size(nbytes)); }
+
+/* What kl_buf_new_on(KL_DEV_CPU, ...) makes, without the table: every launch makes its outputs
+ * and temporaries here. */
 kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
   kl_buffer *b = calloc(1, sizeof *b);
-  if (!b) goto oom;
-  size_t n = round_size(nbytes);
-  if (n < nbytes || !(b->data = host_alloc(n))) {
+  if (!b || cpu_alloc(nbytes, &b->data, err, errlen)) {
     free(b);
-    goto oom;
-  }
-  b->nbytes = nbytes;
-  b->refcount = 1;
-  return b;
-oom:
-  snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
-  return NULL;
-}
-
-kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen) {
-  if (device == KL_DEV_CPU) return kl_buf_new(nbytes, err, errlen);
-  kl_buffer *b = calloc(1, sizeof *b);
-  if (!b) abort();
-  if (kl_cuda_alloc(nbytes, &b->data, err, errlen)) {
-    free(b);
+    if (!b) snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
     return NULL;
   }
-  b->device = device;
   b->nbytes = nbytes;
   b->refcount = 1;
-  b->state = KL_BUF_READY; /* in stream order; b->event says when the data is there */
   return b;
 }
 
-kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner) {
-  kl_buffer *b = calloc(1, sizeof *b);
-  if (!b) return NULL;
-  b->data = data;
-  b->nbytes = nbytes;
-  b->release = release;
-  b->owner = owner;
-  b->refcount = 1;
-  b->state = KL_BUF_READY;
-  return b;
-}
-
-void kl_buf_retain(kl_buffer *b) { atomic_fetch_add((_Atomic int *)&b->refcount, 1); }
-
-void kl_buf_release(kl_buffer *b) {
-  if (!b || atomic_fetch_sub((_Atomic int *)&b->refcount, 1) != 1) return;
-  if (b->event) kl_cuda_event_release(b->event);
-  if (b->release) b->release(b->owner);
-  else if (b->device == KL_DEV_CUDA) kl_cuda_free(b->data, b->nbytes);
-  else host_free(b->data, round_size(b->nbytes));
-  free(b->error);
-  free(b);
-}
-
-int kl_buf_is_ready(const kl_buffer *b) {
-  if (b->device == KL_DEV_CUDA) return kl_cuda_event_query(b->event);
-  return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING;
-}
+static int cpu_is_ready(const kl_buffer *b) { return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING; }
 
 static void buf_set_state(kl_buffer *b, int state, const char *msg) {
   if (msg && !b->error) b->error = strdup(msg);
@@ -159,11 +129,7 @@ static void buf_set_state(kl_buffer *b, int state, const char *msg) {
   pthread_mutex_unlock(&ready_mu);
 }
 
-int kl_buf_wait(kl_buffer *b) {
-  if (b->device == KL_DEV_CUDA) {
-    kl_cuda_event_wait(b->event);
-    return b->state;
-  }
+static int cpu_wait(kl_buffer *b) {
   for (int spin = 0; spin < 2000; spin++) { /* short: the waiter must not steal a core from the workers */
     int s = atomic_load((_Atomic int *)&b->state);
     if (s != KL_BUF_PENDING) return s;
@@ -172,21 +138,6 @@ int kl_buf_wait(kl_buffer *b) {
   while (atomic_load((_Atomic int *)&b->state) == KL_BUF_PENDING) pthread_cond_wait(&ready_cv, &ready_mu);
   pthread_mutex_unlock(&ready_mu);
   return b->state;
-}
-
-/* ---- executables ---- */
-
-void kl_exec_retain(kl_exec *x) { atomic_fetch_add((_Atomic int *)&x->refcount, 1); }
-
-void kl_exec_release(kl_exec *x) {
-  if (!x || atomic_fetch_sub((_Atomic int *)&x->refcount, 1) != 1) return;
-  if (x->destroy) x->destroy(x->owner);
-  for (int i = 0; i < x->nsteps; i++) free(x->steps[i].slots);
-  free(x->steps);
-  free(x->slot_bytes);
-  free(x->in_slots);
-  free(x->out_slots);
-  free(x);
 }
 
 /* ---- worker pool: splits one step's range across threads ---- */
@@ -404,8 +355,7 @@ static void exec_init(void) {
 /* Work below this many elements runs in the caller when the device is idle. */
 #define INLINE_MAX_COST 4096
 
-int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
-  if (x->device == KL_DEV_CUDA) return kl_cuda_exec_launch(x, inputs, outs, err, errlen);
+static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
   launch *l = calloc(1, sizeof *l);
   kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
   if (!l || !bufs) abort();
@@ -434,7 +384,7 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
   l->bufs = bufs;
   /* Inputs that are still pending are fine: the queue is in order, so their producers run first. */
   int inputs_ready = 1;
-  for (int i = 0; i < x->ninputs && inputs_ready; i++) inputs_ready = kl_buf_is_ready(inputs[i]);
+  for (int i = 0; i < x->ninputs && inputs_ready; i++) inputs_ready = cpu_is_ready(inputs[i]); /* all on the CPU */
   pthread_mutex_lock(&q_mu);
   int idle = !q_head && !q_busy;
   if (idle && inputs_ready && x->cost <= INLINE_MAX_COST) {
@@ -458,9 +408,80 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
   return 0;
 }
 
-void kl_rt_synchronize(void) {
+static int cpu_synchronize(void) {
   pthread_mutex_lock(&q_mu);
   while (q_head || q_busy) pthread_cond_wait(&idle_cv, &q_mu);
   pthread_mutex_unlock(&q_mu);
-  if (kl_cuda_available(NULL, 0)) kl_cuda_synchronize();
+  return 0;
 }
+
+/* ---- the rest of the device interface ---- */
+
+static int cpu_available(char *why, size_t n) {
+  (void)why;
+  (void)n;
+  return 1;
+}
+
+static void cpu_info(kl_device_info *info) {
+  memset(info, 0, sizeof *info);
+  snprintf(info->name, sizeof info->name, "cpu");
+  info->total_mem = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static long long cpu_bytes_in_use(void) { return -1; /* host memory is not counted */ }
+
+static int cpu_upload(void *dst, const void *src, size_t n, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  memcpy(dst, src, n);
+  return 0;
+}
+
+static int cpu_read(void *dst, kl_buffer *b, char *err, size_t errlen) {
+  if (cpu_wait(b) == KL_BUF_FAILED) {
+    snprintf(err, errlen, "%s", b->error ? b->error : "the computation producing this array failed");
+    return -1;
+  }
+  memcpy(dst, b->data, b->nbytes);
+  return 0;
+}
+
+/* Host memory has no events: buffers never hold one. */
+static void cpu_event_release(struct kl_event *e) { (void)e; }
+
+static void *cpu_stream(void) { return NULL; }
+
+static int cpu_stream_wait(void *stream, kl_buffer *b) {
+  (void)stream;
+  return cpu_wait(b) == KL_BUF_FAILED ? -1 : 0;
+}
+
+static int cpu_library_add_path(const char *path) { return kl_hostla_add_search_path(path); }
+
+static int cpu_library(char *out, size_t n) {
+  snprintf(out, n, "%s", kl_hostla_library());
+  return 1;
+}
+
+const kl_device kl_device_cpu = {
+    .name = "cpu",
+    .kind = KL_DEV_CPU,
+    .born_ready = 0,
+    .available = cpu_available,
+    .info = cpu_info,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .bytes_in_use = cpu_bytes_in_use,
+    .upload = cpu_upload,
+    .read = cpu_read,
+    .is_ready = cpu_is_ready,
+    .wait = cpu_wait,
+    .event_release = cpu_event_release,
+    .stream = cpu_stream,
+    .stream_wait = cpu_stream_wait,
+    .launch = cpu_launch,
+    .synchronize = cpu_synchronize,
+    .library_add_path = cpu_library_add_path,
+    .library = cpu_library,
+};

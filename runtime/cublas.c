@@ -1,6 +1,7 @@
 /* cublas.c: matrix products on the GPU through cuBLAS, opened at run time (libcublas.so.13 or
  * .12 from the system, CUDA_HOME, /usr/local/cuda, or paths python/ registers such as the
- * nvidia-cublas wheel). One handle on kiln's stream. Knows nothing of the IR beyond dtypes. */
+ * nvidia-cublas wheel). One handle on kiln's stream. Knows nothing of the IR beyond dtypes, and
+ * reaches the GPU only through runtime/cuda.h. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -8,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hostla.h"
-#include "runtime.h"
+#include "cuda.h"
 
 typedef void *cublasHandle_t;
 enum { OP_N = 0, OP_T = 1, R_32F = 0, R_64F = 1, R_16F = 2, R_16BF = 14, COMPUTE_32F = 68, COMPUTE_64F = 70,

@@ -1,8 +1,9 @@
 /* cuda.c: the CUDA device. The driver (libcuda.so.1) is opened at run time, so kiln builds
  * without a CUDA toolkit and runs on machines without a GPU. One primary context and one
  * non-blocking stream per process (device 0); memory from the stream-ordered allocator;
- * every launch records a pooled event that the buffers it writes wait on.
- * Knows nothing of the IR, MLIR or Python. */
+ * every launch records a pooled event that the buffers it writes wait on. Implements the
+ * device interface (kl_device_cuda, runtime/device.h) and the CUDA-only calls of runtime/cuda.h.
+ * Knows nothing of the IR, MLIR, Python or the other devices. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -14,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime.h"
+#include "cuda.h"
 
 /* ---- the few driver types and constants kiln uses (values from the driver ABI) ---- */
 typedef int CUresult;
@@ -174,7 +175,7 @@ int kl_cuda_available(char *why, size_t n) {
   return 1;
 }
 
-void kl_cuda_device_info(kl_cuda_info *info) {
+static void cuda_info(kl_device_info *info) {
   memset(info, 0, sizeof *info);
   if (enter()) return;
   snprintf(info->name, sizeof info->name, "%s", dev_name);
@@ -255,7 +256,7 @@ static void ensure_recorded(struct kl_event *e) {
   pthread_mutex_unlock(&ev_mu);
 }
 
-int kl_cuda_event_query(struct kl_event *e) {
+static int event_query(struct kl_event *e) {
   if (!e || atomic_load((_Atomic int *)&e->done)) return 1;
   enter();
   ensure_recorded(e);
@@ -266,19 +267,24 @@ int kl_cuda_event_query(struct kl_event *e) {
   return 0;
 }
 
-void kl_cuda_event_wait(struct kl_event *e) {
-  if (kl_cuda_event_query(e)) return;
+static void event_wait(struct kl_event *e) {
+  if (event_query(e)) return;
   p_cuEventSynchronize(e->ev);
   atomic_store((_Atomic int *)&e->done, 1);
 }
 
-void kl_cuda_event_release(struct kl_event *e) { event_release(e); }
+static int cuda_is_ready(const kl_buffer *b) { return event_query(b->event); }
+
+static int cuda_wait(kl_buffer *b) {
+  event_wait(b->event);
+  return b->state;
+}
 
 /* ---- memory ---- */
 
 static atomic_llong bytes_in_use;
 
-long long kl_cuda_bytes_in_use(void) { return atomic_load(&bytes_in_use); }
+static long long cuda_bytes_in_use(void) { return atomic_load(&bytes_in_use); }
 
 /* Small blocks are kept after use and handed out again for the same size: the allocator's
  * calls cost about a microsecond each, a tenth of a small launch. Reuse is safe because every
@@ -496,13 +502,15 @@ int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
   return 0;
 }
 
-int kl_cuda_read(void *dst, const void *src, size_t n, struct kl_event *e, char *err, size_t errlen) {
+/* Copies n bytes of a GPU buffer to the host once event e (its producer) is done, without
+ * waiting for work queued after it; returns when the bytes are there. */
+static int read_after(void *dst, const void *src, size_t n, struct kl_event *e, char *err, size_t errlen) {
   if (enter()) {
     snprintf(err, errlen, "no GPU: %s", init_error);
     return -1;
   }
   CUresult r = CUDA_SUCCESS;
-  if (e && !kl_cuda_event_query(e)) r = p_cuStreamWaitEvent(copy_stream, e->ev, 0);
+  if (e && !event_query(e)) r = p_cuStreamWaitEvent(copy_stream, e->ev, 0);
   if (!r && n && staging(n)) r = staged_dtoh(dst, (CUdeviceptr)(uintptr_t)src, n, copy_stream);
   else {
     if (!r && n) r = p_cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, copy_stream);
@@ -520,7 +528,15 @@ int kl_cuda_memset0(void *dst, size_t n) {
   return p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, n, stream0) ? -1 : 0;
 }
 
-int kl_cuda_synchronize(void) {
+static int cuda_read(void *dst, kl_buffer *b, char *err, size_t errlen) {
+  return read_after(dst, b->data, b->nbytes, b->event, err, errlen);
+}
+
+static int cuda_upload(void *dst, const void *src, size_t n, char *err, size_t errlen) {
+  return kl_cuda_copy(dst, 1, src, 0, n, err, errlen);
+}
+
+static int cuda_synchronize(void) {
   if (enter()) return 0;
   return p_cuStreamSynchronize(stream0) ? -1 : 0;
 }
@@ -534,8 +550,9 @@ int kl_cuda_is_device_pointer(const void *p) {
 
 void *kl_cuda_stream(void) { return enter() ? NULL : stream0; }
 
-int kl_cuda_stream_wait(void *stream, struct kl_event *e) {
-  if (enter() || !e || kl_cuda_event_query(e)) return 0;
+static int cuda_stream_wait(void *stream, kl_buffer *b) {
+  struct kl_event *e = b->event;
+  if (enter() || !e || event_query(e)) return 0;
   return p_cuStreamWaitEvent((CUstream)stream, e->ev, 0) ? -1 : 0;
 }
 
@@ -663,7 +680,7 @@ static double sync_now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
   static int profile = -1;
   if (profile < 0) profile = getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '1';
   if (enter()) {
@@ -753,3 +770,35 @@ done:
   if (bufs != small) free(bufs);
   return rc;
 }
+
+/* ---- the device interface ---- */
+
+static int cuda_library_add_path(const char *path) { return kl_cublas_add_search_path(path) ? 0 : -1; }
+
+static int cuda_library(char *out, size_t n) {
+  int ok = kl_cublas_available(out, n);
+  if (ok) snprintf(out, n, "%s", kl_cublas_library());
+  return ok;
+}
+
+const kl_device kl_device_cuda = {
+    .name = "cuda",
+    .kind = KL_DEV_CUDA,
+    .born_ready = 1,
+    .available = kl_cuda_available,
+    .info = cuda_info,
+    .alloc = kl_cuda_alloc,
+    .free = kl_cuda_free,
+    .bytes_in_use = cuda_bytes_in_use,
+    .upload = cuda_upload,
+    .read = cuda_read,
+    .is_ready = cuda_is_ready,
+    .wait = cuda_wait,
+    .event_release = event_release,
+    .stream = kl_cuda_stream,
+    .stream_wait = cuda_stream_wait,
+    .launch = cuda_launch_exec,
+    .synchronize = cuda_synchronize,
+    .library_add_path = cuda_library_add_path,
+    .library = cuda_library,
+};

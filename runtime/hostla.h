@@ -58,10 +58,6 @@ int kl_hostla_lapack_available(void);
  * Every dtype is supported: f32/f64 through the BLAS (or a blocked C kernel
  * without one), f16/bf16 through f32 with round-to-nearest-even on output,
  * integers wrap modulo 2^bits, bool computes OR of ANDs. */
-/* The same product on the GPU through cuBLAS (runtime/cublas.c), enqueued on kiln's stream;
- * precision 2 (HIGHEST) is full float32, lower ones may use TF32. */
-int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
-                   const void *b, int transr, void *c, char *err, size_t errlen);
 int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
                    const void *a, int64_t a_bstride, int transa,
                    const void *b, int64_t b_bstride, int transb, void *c,

@@ -7,13 +7,13 @@
 #include <stdint.h>
 
 typedef enum { KL_BUF_PENDING = 0, KL_BUF_READY = 1, KL_BUF_FAILED = 2 } kl_buf_state;
-typedef enum { KL_DEV_CPU = 0, KL_DEV_CUDA = 1 } kl_device_kind;
-struct kl_event; /* a point in a GPU stream (runtime/cuda.c) */
+typedef enum { KL_DEV_CPU = 0, KL_DEV_CUDA = 1, KL_DEV_COUNT } kl_device_kind; /* runtime/device.h: their functions */
+struct kl_event; /* a point in a device queue (runtime/cuda.c) */
 
 typedef struct kl_buffer {
   int refcount;        /* atomic; starts at 1 for the creator */
   int state;           /* atomic kl_buf_state */
-  void *data;          /* host memory, 64-byte aligned, owned (unless `owner` set) */
+  void *data;          /* memory on `device` (host memory 64-byte aligned), owned (unless `owner` set) */
   size_t nbytes;
   void (*release)(void *owner); /* called instead of free(data) when the buffer wraps foreign memory */
   void *owner;
@@ -23,9 +23,10 @@ typedef struct kl_buffer {
   int shared;          /* also reachable by another library (DLPack, CUDA array interface) */
 } kl_buffer;
 
-/* Allocates a pending buffer; NULL (with a message) if nbytes cannot be allocated. */
+/* Allocates a pending host buffer; NULL (with a message) if nbytes cannot be allocated. */
 kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen);
-/* The same on a device (KL_DEV_CUDA: device memory from the stream-ordered allocator). */
+/* The same on a device (KL_DEV_CUDA: device memory from the stream-ordered allocator, ready at
+ * once in stream order). */
 kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen);
 /* Wraps foreign host memory (ready at once); release(owner) runs when the last ref goes. */
 kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner);
@@ -77,47 +78,9 @@ void kl_exec_release(kl_exec *x);
  * device is idle. Returns 0, or -1 with a message if outputs cannot be allocated. */
 int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
 
-/* Waits until every launched piece of work is finished. */
+/* Waits until every launched piece of work is finished, on every available device. */
 void kl_rt_synchronize(void);
+/* Threads the CPU device splits a step across (KILN_NUM_THREADS, else the cores). */
 int kl_rt_num_threads(void);
 
-/* ---- the CUDA device (runtime/cuda.c); device 0 of the machine ---- */
-typedef struct {
-  char name[128];
-  int cc_major, cc_minor, num_sms, driver_version;
-  size_t total_mem;
-} kl_cuda_info;
-
-/* 1 if a GPU is usable; else 0 with the reason in why (KILN_PLATFORM=cpu, no driver...). */
-int kl_cuda_available(char *why, size_t n);
-void kl_cuda_device_info(kl_cuda_info *info);
-/* Device memory (stream-ordered); freeing waits for the work queued before it. */
-int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen);
-void kl_cuda_free(void *ptr, size_t nbytes);
-long long kl_cuda_bytes_in_use(void);
-/* Copies n bytes in stream order (dev flags: 1 = GPU). Device-to-host returns when done. */
-int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n, char *err, size_t errlen);
-int kl_cuda_memset0(void *dst, size_t n);
-/* Copies n bytes of a GPU buffer to the host once event e (its producer) is done, without
- * waiting for work queued after it; returns when the bytes are there. */
-int kl_cuda_read(void *dst, const void *src, size_t n, struct kl_event *e, char *err, size_t errlen);
-int kl_cuda_synchronize(void);
-int kl_cuda_is_device_pointer(const void *p);
-void *kl_cuda_stream(void);
-/* Makes another stream (a consumer's, for DLPack) wait for the launch behind event e. */
-int kl_cuda_stream_wait(void *stream, struct kl_event *e);
-int kl_cuda_event_query(struct kl_event *e);
-void kl_cuda_event_wait(struct kl_event *e);
-void kl_cuda_event_release(struct kl_event *e);
-/* PTX -> device code (malloc'd *image) through the driver's JIT linker. */
-int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen);
-int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen);
-int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen);
-/* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
-int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
-/* cuBLAS (runtime/cublas.c), opened on first use. */
-int kl_cublas_add_search_path(const char *path);
-int kl_cublas_available(char *reason, size_t n);
-const char *kl_cublas_library(void);
-int kl_cuda_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
 #endif

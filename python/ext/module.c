@@ -9,14 +9,16 @@
 
 #include "../../codegen/compile.h"
 #include "../../ir/program.h"
-#include "../../runtime/hostla.h"
-#include "../../runtime/runtime.h"
+#include "../../runtime/device.h"
 #include "../../transforms/ad.h"
 #include "../../transforms/batching.h"
 #include "../../transforms/fuse.h"
 
 /* Where new buffers and compiled programs go: KL_DEV_CUDA once python/ chose the GPU. */
 static int default_device = KL_DEV_CPU;
+
+/* The GPU's device table (always there; its available() says whether a GPU is usable). */
+static const kl_device *gpu(void) { return kl_device_get(KL_DEV_CUDA); }
 
 typedef struct {
   PyObject_HEAD
@@ -73,7 +75,7 @@ static int buffer_wait_or_order(kl_buffer *b, PyObject *stream) {
   long long h = PyLong_AsLongLong(stream);
   if (h == -1 && PyErr_Occurred()) return -1;
   if (h == -1) return 0;
-  if (kl_cuda_stream_wait((void *)(uintptr_t)h, b->event)) {
+  if (kl_device_get(b->device)->stream_wait((void *)(uintptr_t)h, b)) {
     PyErr_SetString(PyExc_RuntimeError, "__dlpack__: cannot order the consumer's stream after kiln's");
     return -1;
   }
@@ -94,7 +96,7 @@ static int buffer_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = kl_cuda_read(h, o->buf->data, o->buf->nbytes, o->buf->event, err, sizeof err);
+    rc = kl_device_get(o->buf->device)->read(h, o->buf, err, sizeof err);
     Py_END_ALLOW_THREADS
     if (rc) {
       free(h);
@@ -176,7 +178,7 @@ static PyObject *mod_from_buffer(PyObject *self, PyObject *args) {
   if (device == KL_DEV_CPU) memcpy(b->data, view.buf, (size_t)view.len);
   else {
     Py_BEGIN_ALLOW_THREADS
-    rc = kl_cuda_copy(b->data, 1, view.buf, 0, (size_t)view.len, err, sizeof err);
+    rc = kl_device_get(device)->upload(b->data, view.buf, (size_t)view.len, err, sizeof err);
     Py_END_ALLOW_THREADS
   }
   b->state = KL_BUF_READY;
@@ -193,12 +195,14 @@ static kl_buffer *transfer(kl_buffer *b, int device, char *err, size_t errlen) {
   kl_buffer *n = kl_buf_new_on(device, b->nbytes, err, errlen);
   if (!n) return NULL;
   int rc = 0;
-  if (b->device == KL_DEV_CPU && kl_buf_wait(b) == KL_BUF_FAILED) {
+  if (device == KL_DEV_CPU) rc = kl_device_get(b->device)->read(n->data, b, err, errlen); /* host is the hub */
+  else if (b->device != KL_DEV_CPU) {
+    snprintf(err, errlen, "internal error: no copy from device %d to device %d", b->device, device);
+    rc = -1;
+  } else if (kl_buf_wait(b) == KL_BUF_FAILED) {
     snprintf(err, errlen, "%s", b->error ? b->error : "the computation producing this array failed");
     rc = -1;
-  } else if (b->device == KL_DEV_CPU && device == KL_DEV_CPU) memcpy(n->data, b->data, b->nbytes);
-  else if (device == KL_DEV_CPU) rc = kl_cuda_read(n->data, b->data, b->nbytes, b->event, err, errlen);
-  else rc = kl_cuda_copy(n->data, device == KL_DEV_CUDA, b->data, b->device == KL_DEV_CUDA, b->nbytes, err, errlen);
+  } else rc = kl_device_get(device)->upload(n->data, b->data, b->nbytes, err, errlen);
   n->state = KL_BUF_READY;
   if (rc) {
     kl_buf_release(n);
@@ -311,7 +315,9 @@ typedef struct {
 
 static void import_release(void *owner) {
   kl_dlpack_import *im = owner;
-  if (im->device == KL_DEV_CUDA) kl_cuda_synchronize(); /* kiln's queued reads finish before the owner reuses it */
+  /* kiln's queued reads finish before the owner reuses it (the CPU's finish before its last
+   * reference goes, and its executor may be the one dropping it: no synchronize there) */
+  if (im->device != KL_DEV_CPU) kl_device_get(im->device)->synchronize();
   if (im->m->deleter) im->m->deleter(im->m);
   free(im);
 }
@@ -325,7 +331,7 @@ static PyObject *mod_from_dlpack(PyObject *self, PyObject *cap) {
   if (!m) return NULL;
   DLTensor *t = &m->dl_tensor;
   int dev = t->device.device_type == 1 || t->device.device_type == 3 ? KL_DEV_CPU
-            : t->device.device_type == 2 && t->device.device_id == 0 && kl_cuda_available(NULL, 0) ? KL_DEV_CUDA
+            : t->device.device_type == 2 && t->device.device_id == 0 && gpu()->available(NULL, 0) ? KL_DEV_CUDA
                                                                                                      : -1;
   int64_t n = 1, expect = 1;
   int contiguous = 1;
@@ -366,7 +372,7 @@ static PyObject *mod_from_dlpack(PyObject *self, PyObject *cap) {
 static PyObject *mod_stream_handle(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  return PyLong_FromVoidPtr(kl_cuda_stream());
+  return PyLong_FromVoidPtr(gpu()->stream());
 }
 
 /* ---- Builder ---- */
@@ -986,13 +992,15 @@ static PyObject *mod_blas_search_path(PyObject *self, PyObject *arg) {
   (void)self;
   const char *s = PyUnicode_AsUTF8AndSize(arg, NULL);
   if (!s) return NULL;
-  return PyLong_FromLong(kl_hostla_add_search_path(s));
+  return PyLong_FromLong(kl_device_get(KL_DEV_CPU)->library_add_path(s)); /* 0: recorded */
 }
 
 static PyObject *mod_blas_library(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  return PyUnicode_FromString(kl_hostla_library());
+  char lib[512];
+  kl_device_get(KL_DEV_CPU)->library(lib, sizeof lib);
+  return PyUnicode_FromString(lib);
 }
 
 static PyObject *mod_gpu_available(PyObject *self, PyObject *unused) {
@@ -1001,7 +1009,7 @@ static PyObject *mod_gpu_available(PyObject *self, PyObject *unused) {
   char why[256] = "";
   int ok;
   Py_BEGIN_ALLOW_THREADS
-  ok = kl_cuda_available(why, sizeof why);
+  ok = gpu()->available(why, sizeof why);
   Py_END_ALLOW_THREADS
   return Py_BuildValue("(Os)", ok ? Py_True : Py_False, why);
 }
@@ -1009,8 +1017,8 @@ static PyObject *mod_gpu_available(PyObject *self, PyObject *unused) {
 static PyObject *mod_gpu_info(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  kl_cuda_info d;
-  kl_cuda_device_info(&d);
+  kl_device_info d;
+  gpu()->info(&d);
   return Py_BuildValue("{s:s,s:i,s:i,s:i,s:n,s:i}", "name", d.name, "cc_major", d.cc_major, "cc_minor", d.cc_minor,
                        "num_sms", d.num_sms, "total_mem", (Py_ssize_t)d.total_mem, "driver_version", d.driver_version);
 }
@@ -1019,7 +1027,7 @@ static PyObject *mod_set_default_device(PyObject *self, PyObject *arg) {
   (void)self;
   long d = PyLong_AsLong(arg);
   if (d == -1 && PyErr_Occurred()) return NULL;
-  if (d == KL_DEV_CUDA && !kl_cuda_available(NULL, 0)) return PyErr_Format(PyExc_RuntimeError, "no GPU available");
+  if (d == KL_DEV_CUDA && !gpu()->available(NULL, 0)) return PyErr_Format(PyExc_RuntimeError, "no GPU available");
   default_device = (int)d;
   Py_RETURN_NONE;
 }
@@ -1028,21 +1036,21 @@ static PyObject *mod_cublas_search_path(PyObject *self, PyObject *arg) {
   (void)self;
   const char *s = PyUnicode_AsUTF8AndSize(arg, NULL);
   if (!s) return NULL;
-  return PyLong_FromLong(kl_cublas_add_search_path(s));
+  return PyLong_FromLong(gpu()->library_add_path(s) == 0); /* 1: recorded */
 }
 
 static PyObject *mod_cublas_library(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  char why[512] = "";
-  int ok = kl_cublas_available(why, sizeof why);
-  return Py_BuildValue("(Os)", ok ? Py_True : Py_False, ok ? kl_cublas_library() : why);
+  char lib[512] = "";
+  int ok = gpu()->library(lib, sizeof lib);
+  return Py_BuildValue("(Os)", ok ? Py_True : Py_False, lib);
 }
 
 static PyObject *mod_gpu_memory(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  return PyLong_FromLongLong(kl_cuda_bytes_in_use());
+  return PyLong_FromLongLong(gpu()->bytes_in_use());
 }
 
 static PyObject *mod_gpu_compile_stats(PyObject *self, PyObject *unused) {

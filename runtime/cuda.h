@@ -1,0 +1,39 @@
+/* cuda.h: what CUDA code needs beyond the device interface: raw device memory, kiln's stream,
+ * PTX linking, modules, kernel launches and cuBLAS. Included only by runtime/cuda.c,
+ * runtime/cublas.c and codegen/compile_gpu.c; everything else reaches the GPU through
+ * runtime/device.h (kl_device_get(KL_DEV_CUDA)). Knows nothing of MLIR or Python. */
+#ifndef KL_CUDA_H
+#define KL_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ir/dtype.h"
+#include "device.h"
+
+/* 1 if a GPU is usable; else 0 with the reason in why (KILN_PLATFORM=cpu, no driver...). */
+int kl_cuda_available(char *why, size_t n);
+/* Device memory (stream-ordered); freeing waits for the work queued before it. */
+int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen);
+void kl_cuda_free(void *ptr, size_t nbytes);
+/* Copies n bytes in stream order (dev flags: 1 = GPU). Device-to-host returns when done. */
+int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n, char *err, size_t errlen);
+int kl_cuda_memset0(void *dst, size_t n);
+int kl_cuda_is_device_pointer(const void *p);
+/* kiln's one stream (a CUstream), or NULL without a GPU. */
+void *kl_cuda_stream(void);
+/* PTX -> device code (malloc'd *image) through the driver's JIT linker. */
+int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen);
+int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen);
+int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen);
+/* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
+int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
+
+/* cuBLAS (runtime/cublas.c), opened on first use. */
+int kl_cublas_add_search_path(const char *path);
+int kl_cublas_available(char *reason, size_t n);
+const char *kl_cublas_library(void);
+/* Row-major batched product on kiln's stream (see runtime/hostla.h's kl_hostla_gemm for the
+ * layout); precision 2 (HIGHEST) is full float32, lower ones may use TF32. */
+int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
+                   const void *b, int transr, void *c, char *err, size_t errlen);
+#endif

@@ -1,0 +1,93 @@
+/* device.c: the table of devices, and the device-generic half of buffers and executables:
+ * refcounts, wrapping foreign memory, and dispatch of allocation, waiting, launching and
+ * synchronization to the owning device's kl_device. Knows no device's API (no CUDA, no threads). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "device.h"
+
+/* Every kind is linked in: CUDA's driver is opened at run time, so its table is always there and
+ * its available() says whether a GPU is usable. */
+static const kl_device *const devices[KL_DEV_COUNT] = {
+    [KL_DEV_CPU] = &kl_device_cpu,
+    [KL_DEV_CUDA] = &kl_device_cuda,
+};
+
+const kl_device *kl_device_get(int kind) { return kind >= 0 && kind < KL_DEV_COUNT ? devices[kind] : NULL; }
+
+/* ---- buffers ---- */
+
+kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen) {
+  const kl_device *d = kl_device_get(device);
+  if (!d) {
+    snprintf(err, errlen, "internal error: no device of kind %d", device);
+    return NULL;
+  }
+  kl_buffer *b = calloc(1, sizeof *b);
+  if (!b) {
+    snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
+    return NULL;
+  }
+  if (d->alloc(nbytes, &b->data, err, errlen)) {
+    free(b);
+    return NULL;
+  }
+  b->device = device;
+  b->nbytes = nbytes;
+  b->refcount = 1;
+  b->state = d->born_ready ? KL_BUF_READY : KL_BUF_PENDING;
+  return b;
+}
+
+kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void *owner) {
+  kl_buffer *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->data = data;
+  b->nbytes = nbytes;
+  b->release = release;
+  b->owner = owner;
+  b->refcount = 1;
+  b->state = KL_BUF_READY;
+  return b;
+}
+
+void kl_buf_retain(kl_buffer *b) { atomic_fetch_add((_Atomic int *)&b->refcount, 1); }
+
+void kl_buf_release(kl_buffer *b) {
+  if (!b || atomic_fetch_sub((_Atomic int *)&b->refcount, 1) != 1) return;
+  const kl_device *d = devices[b->device];
+  if (b->event) d->event_release(b->event);
+  if (b->release) b->release(b->owner);
+  else d->free(b->data, b->nbytes);
+  free(b->error);
+  free(b);
+}
+
+int kl_buf_is_ready(const kl_buffer *b) { return devices[b->device]->is_ready(b); }
+
+int kl_buf_wait(kl_buffer *b) { return devices[b->device]->wait(b); }
+
+/* ---- executables ---- */
+
+void kl_exec_retain(kl_exec *x) { atomic_fetch_add((_Atomic int *)&x->refcount, 1); }
+
+void kl_exec_release(kl_exec *x) {
+  if (!x || atomic_fetch_sub((_Atomic int *)&x->refcount, 1) != 1) return;
+  if (x->destroy) x->destroy(x->owner);
+  for (int i = 0; i < x->nsteps; i++) free(x->steps[i].slots);
+  free(x->steps);
+  free(x->slot_bytes);
+  free(x->in_slots);
+  free(x->out_slots);
+  free(x);
+}
+
+int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+  return devices[x->device]->launch(x, inputs, outs, err, errlen);
+}
+
+void kl_rt_synchronize(void) {
+  for (int k = 0; k < KL_DEV_COUNT; k++)
+    if (devices[k] && devices[k]->available(NULL, 0)) devices[k]->synchronize();
+}
