@@ -1,13 +1,14 @@
-/* compile.h: Program -> executable for the CPU: DCE, fusion plan, one MLIR module with a
- * function per kernel, the CPU pass pipeline, ExecutionEngine, and library-call steps.
+/* compile.h: Program -> executable for the CPU: fusion plan, one MLIR module with a function per
+ * kernel, the CPU pass pipeline, ExecutionEngine, and library-call steps. The program has been
+ * through the IR pass pipeline first (transforms/pipeline.h).
  * Depends on ir/, transforms/, runtime/ and the MLIR C API. */
 #ifndef KL_COMPILE_H
 #define KL_COMPILE_H
 #include "../ir/program.h"
 #include "../runtime/runtime.h"
 
-/* Compiles pg (modified in place by DCE). Returns an executable with refcount 1, or NULL
- * with a message in err. */
+/* Compiles pg (the output of kl_pipeline_run(..., KL_PIPE_COMPILE), borrowed, not modified).
+ * Returns an executable with refcount 1, or NULL with a message in err. */
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen);
 
 /* The same for the CUDA device (codegen/compile_gpu.c); NULL with a message without a GPU. */

@@ -98,9 +98,50 @@ int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, co
   return 0;
 }
 
+kl_program *kl_program_copy(const kl_program *src) {
+  kl_program *pg = kl_program_new();
+  pg->vals = grow(NULL, &pg->capvals, src->nvals, sizeof *pg->vals);
+  if (src->nvals) memcpy(pg->vals, src->vals, sizeof *pg->vals * (size_t)src->nvals);
+  pg->nvals = src->nvals;
+  pg->inputs = grow(NULL, &pg->capinputs, src->ninputs, sizeof *pg->inputs);
+  if (src->ninputs) memcpy(pg->inputs, src->inputs, sizeof *pg->inputs * (size_t)src->ninputs);
+  pg->ninputs = src->ninputs;
+  pg->eqns = grow(NULL, &pg->capeqns, src->neqns, sizeof *pg->eqns);
+  for (int k = 0; k < src->neqns; k++) {
+    const kl_eqn *e = &src->eqns[k];
+    kl_eqn *d = &pg->eqns[k];
+    *d = *e;
+    d->ins = kl_arena_dup(&pg->arena, e->ins, sizeof(int) * (size_t)e->nin);
+    d->outs = kl_arena_dup(&pg->arena, e->outs, sizeof(int) * (size_t)e->nout);
+    kl_params_copy(pg, e->prim, &d->p, &e->p);
+  }
+  pg->neqns = src->neqns;
+  kl_program_set_outputs(pg, src->outputs, src->noutputs);
+  return pg;
+}
+
 void kl_program_set_outputs(kl_program *pg, const int *outs, int n) {
   pg->outputs = kl_arena_dup(&pg->arena, outs, sizeof(int) * (size_t)n);
   pg->noutputs = n;
+}
+
+/* ---- dumping ---- */
+
+int kl_dump_enabled(void) {
+  const char *dir = getenv("KILN_DUMP");
+  return dir && *dir;
+}
+
+void kl_dump(const char *what, const char *text) {
+  const char *dir = getenv("KILN_DUMP");
+  if (!dir || !*dir) return;
+  static long seq;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%05ld-%s", dir, __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED), what);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
 }
 
 /* ---- printing ---- */

@@ -42,6 +42,8 @@ kl_program *kl_program_new(void);   /* owned; free with kl_program_free */
 void kl_program_free(kl_program *pg);
 /* Adds a reference (a program held as an equation's body is never changed again). */
 void kl_program_retain(kl_program *pg);
+/* A deep copy (owned): the passes work on one, never on the traced program. Bodies are shared. */
+kl_program *kl_program_copy(const kl_program *pg);
 int kl_program_add_input(kl_program *pg, const kl_aval *aval); /* returns the value id */
 
 /* Appends an equation after checking it with the primitive's rule. On success returns 0 and
@@ -64,4 +66,9 @@ void kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_param
 void kl_params_print(kl_str *out, kl_prim prim, const kl_params *p, int indent);
 uint64_t kl_params_hash(uint64_t h, kl_prim prim, const kl_params *p);
 int kl_params_equal(kl_prim prim, const kl_params *a, const kl_params *b);
+
+/* KILN_DUMP=dir: writes text to dir/<sequence>-<what> (IR after each pass, MLIR, PTX); nothing
+ * when unset. */
+int kl_dump_enabled(void);
+void kl_dump(const char *what, const char *text);
 #endif

@@ -13,6 +13,7 @@
 #include "../../transforms/ad.h"
 #include "../../transforms/batching.h"
 #include "../../transforms/fuse.h"
+#include "../../transforms/pipeline.h"
 
 /* Where new buffers and compiled programs go: KL_DEV_CUDA once python/ chose the GPU. */
 static int default_device = KL_DEV_CPU;
@@ -623,13 +624,29 @@ static PyObject *builder_simplify(PyObject *self, PyObject *args) {
     }
   }
   Py_DECREF(seq);
-  kl_simplify(pg);
-  kl_cse(pg);
-  kl_dce(pg);
+  char err[512];
+  kl_program *opt = kl_pipeline_run(pg, KL_PIPE_OPTIMIZE, err, sizeof err);
+  if (!opt) return PyErr_Format(PyExc_RuntimeError, "simplify: %s", err);
+  kl_program_free(pg);
+  ((BuilderObject *)self)->pg = opt;
   Py_RETURN_NONE;
 }
 
-/* compile() -> Executable. The builder cannot be extended afterwards (DCE ran). */
+/* The pass pipeline then code generation: an executable (owned) or NULL with a message. The
+ * traced program is left as it is. ptx_cc > 0: the PTX for that compute capability instead
+ * (*ptx, malloc'd). */
+static kl_exec *compile_program(const kl_program *traced, int device, int ptx_cc, char **ptx, char *err,
+                                size_t errlen) {
+  kl_program *pg = kl_pipeline_run(traced, KL_PIPE_COMPILE, err, errlen);
+  if (!pg) return NULL;
+  kl_exec *x = NULL;
+  if (ptx_cc > 0) *ptx = kl_compile_gpu_ptx(pg, ptx_cc, err, errlen);
+  else x = device == KL_DEV_CUDA ? kl_compile_gpu(pg, err, errlen) : kl_compile_cpu(pg, err, errlen);
+  kl_program_free(pg);
+  return x;
+}
+
+/* compile() -> Executable. */
 static PyObject *builder_compile(PyObject *self, PyObject *args) {
   int device = default_device;
   if (!PyArg_ParseTuple(args, "|i", &device)) return NULL;
@@ -638,7 +655,7 @@ static PyObject *builder_compile(PyObject *self, PyObject *args) {
   char err[4096];
   kl_exec *x;
   Py_BEGIN_ALLOW_THREADS
-  x = device == KL_DEV_CUDA ? kl_compile_gpu(pg, err, sizeof err) : kl_compile_cpu(pg, err, sizeof err);
+  x = compile_program(pg, device, 0, NULL, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!x) {
     PyErr_SetString(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, err);
@@ -659,9 +676,10 @@ static PyObject *builder_gpu_ptx(PyObject *self, PyObject *args) {
   int cc = 90;
   if (!PyArg_ParseTuple(args, "|i", &cc)) return NULL;
   char err[4096];
-  char *ptx;
+  char *ptx = NULL;
+  if (cc <= 0) return PyErr_Format(PyExc_ValueError, "gpu_ptx: compute capability %d must be positive", cc);
   Py_BEGIN_ALLOW_THREADS
-  ptx = kl_compile_gpu_ptx(((BuilderObject *)self)->pg, cc, err, sizeof err);
+  compile_program(((BuilderObject *)self)->pg, KL_DEV_CUDA, cc, &ptx, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!ptx) {
     PyErr_SetString(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, err);

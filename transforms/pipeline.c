@@ -1,0 +1,87 @@
+/* pipeline.c: the named pass pipeline (see pipeline.h). Each pass is a row: its name (what
+ * KILN_DUMP files and KILN_DISABLE_<NAME> switches are called), whether it may be turned off,
+ * which pipelines run it, and the function. Depends only on ir/ and transforms/. */
+#include "pipeline.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fuse.h"
+
+static int run_inline(kl_program *pg, char *err, size_t errlen) { return kl_inline_calls(pg, err, errlen); }
+
+static int run_simplify(kl_program *pg, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  kl_simplify(pg);
+  return 0;
+}
+
+static int run_cse(kl_program *pg, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  kl_cse(pg);
+  return 0;
+}
+
+static int run_dce(kl_program *pg, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  kl_dce(pg);
+  return 0;
+}
+
+enum { IN_COMPILE = 1 << KL_PIPE_COMPILE, IN_OPTIMIZE = 1 << KL_PIPE_OPTIMIZE };
+
+static const struct {
+  const char *name; /* lower case; KILN_DISABLE_<NAME> in upper case */
+  int optional;     /* may be turned off (the result is still correct, only slower) */
+  int pipelines;    /* IN_* bits */
+  int (*run)(kl_program *pg, char *err, size_t errlen);
+} passes[] = {
+    {"inline", 0, IN_COMPILE, run_inline},                  /* call equations -> their bodies */
+    {"simplify", 1, IN_COMPILE | IN_OPTIMIZE, run_simplify}, /* algebraic identities, forwarding */
+    {"cse", 1, IN_COMPILE | IN_OPTIMIZE, run_cse},           /* equal equations computed once */
+    {"dce", 1, IN_COMPILE | IN_OPTIMIZE, run_dce},           /* unused equations dropped */
+};
+#define NPASSES ((int)(sizeof passes / sizeof passes[0]))
+
+int kl_pipeline_passes(kl_pipeline_kind kind, const char **names) {
+  int n = 0;
+  for (int i = 0; i < NPASSES; i++)
+    if (passes[i].pipelines & (1 << kind)) names[n++] = passes[i].name;
+  return n;
+}
+
+static int disabled(const char *name) {
+  char var[64] = "KILN_DISABLE_";
+  size_t k = 13;
+  for (const char *c = name; *c && k + 1 < sizeof var; c++) var[k++] = (char)toupper((unsigned char)*c);
+  var[k] = 0;
+  const char *v = getenv(var);
+  return v && *v && *v != '0';
+}
+
+static void dump(const kl_program *pg, int step, const char *name) {
+  char what[64];
+  kl_str text;
+  kl_str_init(&text);
+  kl_program_print(pg, &text);
+  kl_str_append(&text, "\n");
+  snprintf(what, sizeof what, "ir-%d-%s.txt", step, name);
+  kl_dump(what, text.data);
+  kl_str_free(&text);
+}
+
+kl_program *kl_pipeline_run(const kl_program *traced, kl_pipeline_kind kind, char *err, size_t errlen) {
+  kl_program *pg = kl_program_copy(traced);
+  int dumping = kl_dump_enabled(), step = 0;
+  if (dumping) dump(pg, step++, "traced");
+  for (int i = 0; i < NPASSES; i++) {
+    if (!(passes[i].pipelines & (1 << kind)) || (passes[i].optional && disabled(passes[i].name))) continue;
+    if (passes[i].run(pg, err, errlen)) {
+      kl_program_free(pg);
+      return NULL;
+    }
+    if (dumping) dump(pg, step++, passes[i].name);
+  }
+  return pg;
+}
