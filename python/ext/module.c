@@ -7,13 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../codegen/compile.h"
-#include "../../ir/program.h"
-#include "../../runtime/device.h"
-#include "../../transforms/ad.h"
-#include "../../transforms/batching.h"
-#include "../../transforms/fuse.h"
-#include "../../transforms/pipeline.h"
+#include "../../include/kiln.h"
 
 /* Where new buffers and compiled programs go: KL_DEV_CUDA once python/ chose the GPU. */
 static int default_device = KL_DEV_CPU;

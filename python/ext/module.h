@@ -5,7 +5,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../../runtime/runtime.h"
+#include "../../include/kiln.h"
 
 typedef struct {
   PyObject_HEAD
