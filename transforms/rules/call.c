@@ -1,0 +1,129 @@
+/* call.c: the transformation rules of the call family (checkpoint, custom_jvp_call, custom_vjp_call,
+ * custom_vjp_lin): equations whose rules run the drivers again on the bodies they hold (JVP inline,
+ * the user's bwd program replayed in reverse mode, batched bodies under vmap). Depends only on ir/
+ * and transforms/. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rules.h"
+
+/* ---- JVP ------------------------------------------------------------------------------------- */
+
+/* custom_vjp: the outputs' tangents are custom_vjp_lin(outputs, residuals, consts, input tangents),
+ * an opaque linear map whose transpose runs the user's bwd rule (transpose.c); the tangents of the
+ * forward computation that produced the outputs are ignored, as the rule replaces them. */
+static int custom_vjp_tangents(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
+  const int64_t *c = e->p.custom_vjp.counts.v;
+  int64_t n_out = c[0], n_keep = c[1] + c[2], n_x = c[3];
+  int any = 0;
+  for (int64_t j = 0; j < n_x; j++) any |= ts[n_out + n_keep + j] >= 0;
+  if (!any) return 0;
+  int *ins = malloc(sizeof(int) * (size_t)e->nin), outs[KL_MAX_OUTS];
+  if (!ins) abort();
+  for (int64_t i = 0; i < n_out; i++) ins[i] = ys[i];
+  for (int64_t i = 0; i < n_keep; i++) ins[n_out + i] = xs[n_out + i];
+  for (int64_t j = 0; j < n_x; j++) {
+    int64_t at = n_out + n_keep + j;
+    ins[at] = ts[at] >= 0 ? ts[at] : zeros_like(a, xs[at]);
+  }
+  int n = kl_ad_emit(a, KL_P_CUSTOM_VJP_LIN, ins, e->nin, &e->p, outs);
+  free(ins);
+  if (n < 0) return -1;
+  for (int i = 0; i < n; i++) touts[i] = is_float_val(a, outs[i]) ? outs[i] : -1;
+  return 0;
+}
+
+
+/* custom_vjp_call: the forward rule's outputs, with the bwd rule as derivative. */
+static int custom_vjp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  for (int i = 0; i < e->nout; i++) ys[i] = xs[i];
+  return custom_vjp_tangents(a, e, xs, ts, ys, touts);
+}
+
+/* custom_vjp_lin: what a forward-mode derivative of a custom_vjp function leaves. */
+static int custom_vjp_lin_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  (void)ts, (void)touts;
+  if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
+  if (!is_float_val(a, ys[0])) return 0; /* int/bool results carry no tangent */
+  return kl_ad_fail(a, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                       "supported (as in JAX), so neither is differentiating it again; use reverse mode (grad, "
+                       "vjp, jacrev), or custom_jvp");
+}
+
+static const kl_program *body_of(kl_ad *a, const kl_eqn *e, const kl_program *b) {
+  if (!b) kl_ad_fail(a, "internal error: %s has no body", kl_prim_get(e->prim)->name);
+  return b;
+}
+
+/* checkpoint: in forward mode the body's JVP, inline. For reverse mode the body is emitted for its
+ * outputs, then its JVP again on its inputs passed through optimization_barrier (so CSE cannot
+ * merge the two), all tagged KL_TAG_REMAT: transpose.c emits those primal values in the backward
+ * pass where they are needed, and nothing of the body but its outputs outlives the forward pass
+ * (JAX's remat with policy nothing_saveable; dots_saveable reuses dot_general results). */
+static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *body = body_of(a, e, e->p.checkpoint.body);
+  if (!body) return -1;
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *rp = NULL, *rt = NULL;
+  for (int i = 0; i < body->ninputs; i++) {
+    fp[body->inputs[i]] = xs[i];
+    if (!a->remat) ft[body->inputs[i]] = ts[i];
+  }
+  int rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  if (!rc && a->remat) {
+    rp = kl_jvp_new_map(body);
+    rt = kl_jvp_new_map(body);
+    char saved = a->extra_tag;
+    a->extra_tag |= KL_TAG_REMAT;
+    for (int i = 0; i < body->ninputs; i++) {
+      rp[body->inputs[i]] = e->p.checkpoint.prevent_cse ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
+      rt[body->inputs[i]] = ts[i];
+    }
+    rc = kl_jvp_eqns(a, body, rp, rt, fp, e->p.checkpoint.policy, e->p.checkpoint.prevent_cse != 0);
+    a->extra_tag = saved;
+  }
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = fp[body->outputs[i]];
+    touts[i] = (a->remat ? rt : ft)[body->outputs[i]];
+  }
+  free(fp);
+  free(ft);
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* custom_jvp_call: the rule's program, inline, on (inputs, their tangents (zeros where missing),
+ * the rule's consts): its primal outputs replace the call's, its tangent outputs are the tangents.
+ * The rule's equations are ordinary ones, so a later differentiation differentiates the rule
+ * itself, as JAX does. */
+static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *rule = body_of(a, e, e->p.custom_jvp.jvp);
+  if (!rule) return -1;
+  const int64_t *c = e->p.custom_jvp.counts.v;
+  int64_t n_x = c[0], n_fc = c[1], n_rc = c[2];
+  int *rp = kl_jvp_new_map(rule), *rt = kl_jvp_new_map(rule);
+  for (int64_t i = 0; i < n_x; i++) {
+    rp[rule->inputs[i]] = xs[i];
+    rp[rule->inputs[n_x + i]] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
+  }
+  for (int64_t k = 0; k < n_rc; k++) rp[rule->inputs[2 * n_x + k]] = xs[n_x + n_fc + k];
+  int rc = kl_jvp_eqns(a, rule, rp, rt, NULL, 0, 0);
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = rp[rule->outputs[i]];
+    int t = rp[rule->outputs[e->nout + i]];
+    /* a tangent output that does not depend on the tangents is zero (the rule must be linear) */
+    touts[i] = t >= 0 && (a->tangent[t] & KL_TAG_TANGENT) && is_float_val(a, t) ? t : -1;
+  }
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* ---- the table ------------------------------------------------------------------------------- */
+
+const kl_rule_row kl_rules_call[] = {
+    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, NULL},
+    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, NULL, NULL},
+    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, NULL},
+    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, NULL},
+    KL_RULES_END};
