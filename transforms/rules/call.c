@@ -119,11 +119,54 @@ static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const i
   return rc;
 }
 
+/* ---- transpose ------------------------------------------------------------------------------- */
+
+/* custom_vjp_lin: replays the registered bwd program on (residuals, output cotangents, consts)
+ * and adds its results to the input tangents' cotangents. */
+static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
+  (void)operand, (void)ct; /* the whole equation at once */
+  kl_ad *a = c->a;
+  const int64_t *cnt = e->p.custom_vjp.counts.v;
+  int64_t n_out = cnt[0], n_res = cnt[1], n_c = cnt[2], n_x = cnt[3];
+  const kl_program *sub = e->p.custom_vjp.bwd;
+  if (!sub || sub->ninputs != n_res + n_out + n_c || sub->noutputs != n_x) {
+    kl_ad_fail(a, "internal error: custom_vjp backward program does not match its call");
+    return -1;
+  }
+  int *env = malloc(sizeof(int) * ((size_t)sub->nvals + 1));
+  if (!env) abort();
+  for (int v = 0; v < sub->nvals; v++) env[v] = -1;
+  for (int64_t i = 0; i < sub->ninputs; i++) {
+    int val;
+    if (i < n_res) val = kl_tr_prim_of(c, e->ins[n_out + i]);
+    else if (i < n_res + n_out) {
+      int o = e->outs[i - n_res];
+      val = c->ct[o] >= 0 ? c->ct[o] : kl_ad_zeros(a, &c->j->vals[o].aval);
+    } else val = kl_tr_prim_of(c, e->ins[n_out + n_res + (i - n_res - n_out)]);
+    env[sub->inputs[i]] = val;
+  }
+  for (int k = 0; k < sub->neqns && !a->failed; k++) {
+    const kl_eqn *se = &sub->eqns[k];
+    int *ins = malloc(sizeof(int) * ((size_t)se->nin + 1)), outs[KL_MAX_OUTS];
+    if (!ins) abort();
+    for (int i = 0; i < se->nin; i++) ins[i] = env[se->ins[i]];
+    int n = kl_ad_emit(a, se->prim, ins, se->nin, &se->p, outs);
+    free(ins);
+    for (int i = 0; i < n; i++) env[se->outs[i]] = outs[i];
+  }
+  for (int64_t j = 0; j < n_x && !a->failed; j++) {
+    int xin = e->ins[n_out + n_res + n_c + j];
+    if (kl_tr_is_tangent(c, xin)) kl_tr_accumulate(c, xin, env[sub->outputs[j]]);
+  }
+  free(env);
+  return a->failed ? -1 : 0;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_call[] = {
     {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, NULL},
-    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, NULL, NULL},
+    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL},
     {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, NULL},
     {KL_P_CHECKPOINT, checkpoint_jvp, NULL, NULL},
     KL_RULES_END};

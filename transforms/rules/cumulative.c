@@ -42,10 +42,22 @@ static int scan_rule_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts
   return 0;
 }
 
+/* ---- transpose ------------------------------------------------------------------------------- */
+
+/* cumsum: the cumsum of the cotangent in the other direction. */
+static int cumsum_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  (void)i;
+  kl_params p;
+  memset(&p, 0, sizeof p);
+  p.cumulative.axis = e->p.cumulative.axis;
+  p.cumulative.reverse = !e->p.cumulative.reverse;
+  return kl_tr_emit1(c->a, KL_P_CUMSUM, &ct, 1, &p);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_cumulative[] = {
-    {KL_P_CUMSUM, cumsum_jvp, NULL, NULL},
+    {KL_P_CUMSUM, cumsum_jvp, cumsum_transpose, NULL},
     {KL_P_CUMPROD, scan_rule_jvp, NULL, NULL},
     {KL_P_CUMMAX, scan_rule_jvp, NULL, NULL},
     {KL_P_CUMMIN, scan_rule_jvp, NULL, NULL},

@@ -192,10 +192,41 @@ static int convert_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, 
   return 0;
 }
 
+/* ---- transpose: add, sub, neg, mul, div (numerator), convert, select_n (the branches) -------- */
+
+static int elementwise_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
+  kl_params p; /* zeroed; each case fills the member of what it emits */
+  memset(&p, 0, sizeof p);
+  switch (e->prim) {
+  case KL_P_ADD: return ct;
+  case KL_P_SUB: return i == 0 ? ct : kl_ad_un(a, KL_P_NEG, ct);
+  case KL_P_NEG: return kl_ad_un(a, KL_P_NEG, ct);
+  case KL_P_MUL: return kl_ad_bin(a, KL_P_MUL, ct, kl_tr_prim_of(c, e->ins[1 - i]));
+  case KL_P_DIV:
+    if (i == 1) break;
+    return kl_ad_bin(a, KL_P_DIV, ct, kl_tr_prim_of(c, e->ins[1]));
+  case KL_P_CONVERT: {
+    p.convert.new_dtype = (int)xa->dtype;
+    return kl_tr_emit1(a, KL_P_CONVERT, &ct, 1, &p);
+  }
+  case KL_P_SELECT_N: {
+    if (i == 0) break;
+    int z = kl_ad_zeros(a, ya);
+    int ins[3] = {kl_tr_prim_of(c, e->ins[0]), i == 1 ? ct : z, i == 1 ? z : ct};
+    return kl_tr_emit1(a, KL_P_SELECT_N, ins, 3, NULL);
+  }
+  default: break;
+  }
+  return kl_transpose_unsupported(c, e);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_elementwise[] = {
-    {KL_P_NEG, unary_jvp, NULL, NULL},
+    {KL_P_NEG, unary_jvp, elementwise_transpose, NULL},
     {KL_P_SIGN, unary_jvp, NULL, NULL},
     {KL_P_FLOOR, unary_jvp, NULL, NULL},
     {KL_P_CEIL, unary_jvp, NULL, NULL},
@@ -233,10 +264,10 @@ const kl_rule_row kl_rules_elementwise[] = {
     {KL_P_INTEGER_POW, unary_jvp, NULL, NULL},
     {KL_P_STOP_GRADIENT, unary_jvp, NULL, NULL},
     {KL_P_OPTIMIZATION_BARRIER, unary_jvp, NULL, NULL},
-    {KL_P_ADD, binary_jvp, NULL, NULL},
-    {KL_P_SUB, binary_jvp, NULL, NULL},
-    {KL_P_MUL, binary_jvp, NULL, NULL},
-    {KL_P_DIV, binary_jvp, NULL, NULL},
+    {KL_P_ADD, binary_jvp, elementwise_transpose, NULL},
+    {KL_P_SUB, binary_jvp, elementwise_transpose, NULL},
+    {KL_P_MUL, binary_jvp, elementwise_transpose, NULL},
+    {KL_P_DIV, binary_jvp, elementwise_transpose, NULL},
     {KL_P_REM, binary_jvp, NULL, NULL},
     {KL_P_POW, binary_jvp, NULL, NULL},
     {KL_P_MAX, binary_jvp, NULL, NULL},
@@ -254,8 +285,8 @@ const kl_rule_row kl_rules_elementwise[] = {
     {KL_P_LE, kl_jvp_zero, NULL, NULL},
     {KL_P_GT, kl_jvp_zero, NULL, NULL},
     {KL_P_GE, kl_jvp_zero, NULL, NULL},
-    {KL_P_SELECT_N, select_jvp, NULL, NULL},
-    {KL_P_CONVERT, convert_jvp, NULL, NULL},
+    {KL_P_SELECT_N, select_jvp, elementwise_transpose, NULL},
+    {KL_P_CONVERT, convert_jvp, elementwise_transpose, NULL},
     {KL_P_BITCAST, convert_jvp, NULL, NULL},
     {KL_P_CONST, kl_jvp_zero, NULL, NULL},
     {KL_P_IOTA, kl_jvp_zero, NULL, NULL},

@@ -93,11 +93,68 @@ static int scatter_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, 
   return 0;
 }
 
+/* ---- transpose ------------------------------------------------------------------------------- */
+
+static int index_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  kl_params p; /* zeroed; each case fills the member of what it emits */
+  memset(&p, 0, sizeof p);
+  switch (e->prim) {
+  case KL_P_DYNAMIC_SLICE: {
+    if (i != 0) break;
+    int ins[64];
+    if (e->nin + 1 > 64) break;
+    ins[0] = kl_ad_zeros(a, xa);
+    ins[1] = ct;
+    for (int k = 1; k < e->nin; k++) ins[k + 1] = kl_tr_prim_of(c, e->ins[k]);
+    return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin + 1, NULL);
+  }
+  case KL_P_DYNAMIC_UPDATE_SLICE: {
+    int ins[64];
+    if (e->nin > 64) break;
+    if (i == 0) {
+      ins[0] = ct;
+      ins[1] = kl_ad_zeros(a, &c->j->vals[e->ins[1]].aval);
+      for (int k = 2; k < e->nin; k++) ins[k] = kl_tr_prim_of(c, e->ins[k]);
+      return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin, NULL);
+    }
+    if (i == 1) {
+      ins[0] = ct;
+      for (int k = 2; k < e->nin; k++) ins[k - 1] = kl_tr_prim_of(c, e->ins[k]);
+      kl_aval u = c->j->vals[e->ins[1]].aval;
+      p.dynamic_slice.slice_sizes = (kl_ivec){u.dims, u.ndim};
+      return kl_tr_emit1(a, KL_P_DYNAMIC_SLICE, ins, e->nin - 1, &p);
+    }
+    break;
+  }
+  case KL_P_TAKE: { /* scatter-add back, at the clamped positions take read from */
+    if (i != 0) break;
+    int idx = kl_tr_prim_of(c, e->ins[1]);
+    kl_dtype it = kl_ad_aval(a, idx)->dtype;
+    idx = kl_ad_bin(a, KL_P_MIN, idx, kl_ad_lit(a, (double)(xa->dims[e->p.take.axis] - 1), it));
+    int ins[3] = {kl_ad_zeros(a, xa), idx, ct};
+    p.scatter.axis = e->p.take.axis;
+    p.scatter.op = KL_SCATTER_ADD;
+    return kl_tr_emit1(a, KL_P_SCATTER, ins, 3, &p);
+  }
+  case KL_P_SCATTER: { /* the JVP writes only scatter-adds; it masks dropped updates itself */
+    if (i == 1 || e->p.scatter.op != KL_SCATTER_ADD) break;
+    if (i == 0) return ct;
+    int ins[2] = {ct, kl_tr_prim_of(c, e->ins[1])};
+    p.take.axis = e->p.scatter.axis;
+    return kl_tr_emit1(a, KL_P_TAKE, ins, 2, &p);
+  }
+  default: break;
+  }
+  return kl_transpose_unsupported(c, e);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_index[] = {
-    {KL_P_DYNAMIC_SLICE, gather_jvp, NULL, NULL},
-    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, NULL, NULL},
-    {KL_P_TAKE, gather_jvp, NULL, NULL},
-    {KL_P_SCATTER, scatter_jvp, NULL, NULL},
+    {KL_P_DYNAMIC_SLICE, gather_jvp, index_transpose, NULL},
+    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, index_transpose, NULL},
+    {KL_P_TAKE, gather_jvp, index_transpose, NULL},
+    {KL_P_SCATTER, scatter_jvp, index_transpose, NULL},
     KL_RULES_END};

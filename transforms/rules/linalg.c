@@ -194,6 +194,18 @@ static int svd_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int 
   return svd_tangents(a, e, xs[0], ts[0], ys, touts);
 }
 
+/* ---- transpose ------------------------------------------------------------------------------- */
+
+/* triangular_solve is linear in b: solve with op(A)^T on the same side. */
+static int triangular_solve_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  if (i != 1) return kl_transpose_unsupported(c, e);
+  kl_params p;
+  memset(&p, 0, sizeof p);
+  p.triangular_solve.left_side = e->p.triangular_solve.left_side;
+  p.triangular_solve.flags = e->p.triangular_solve.flags ^ KL_TRSV_TRANSPOSE_A;
+  return kl_tr_emit1(c->a, KL_P_TRIANGULAR_SOLVE, (int[]){kl_tr_prim_of(c, e->ins[0]), ct}, 2, &p);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_linalg[] = {
@@ -202,5 +214,5 @@ const kl_rule_row kl_rules_linalg[] = {
     {KL_P_SVD, svd_jvp, NULL, NULL},
     {KL_P_EIGH, eigh_jvp, NULL, NULL},
     {KL_P_LU, lu_jvp, NULL, NULL},
-    {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, NULL, NULL},
+    {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, triangular_solve_transpose, NULL},
     KL_RULES_END};

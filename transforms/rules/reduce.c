@@ -89,10 +89,31 @@ static int reduce_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, i
   }
 }
 
+/* ---- transpose ------------------------------------------------------------------------------- */
+
+/* reduce_sum: broadcast the cotangent back over the reduced axes. */
+static int reduce_sum_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  kl_params p;
+  memset(&p, 0, sizeof p);
+  int64_t dims[KL_MAX_RANK];
+  int nd = 0;
+  for (int d = 0; d < xa->ndim; d++) {
+    int red = 0;
+    for (int k = 0; k < e->p.reduce.axes.n; k++) red |= e->p.reduce.axes.v[k] == d;
+    if (!red) dims[nd++] = d;
+  }
+  kl_aval x = *xa;
+  p.broadcast.shape = (kl_ivec){x.dims, x.ndim};
+  p.broadcast.broadcast_dimensions = (kl_ivec){dims, nd};
+  return kl_tr_emit1(a, KL_P_BROADCAST_IN_DIM, &ct, 1, &p);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_reduce[] = {
-    {KL_P_REDUCE_SUM, reduce_jvp, NULL, NULL},
+    {KL_P_REDUCE_SUM, reduce_jvp, reduce_sum_transpose, NULL},
     {KL_P_REDUCE_PROD, reduce_jvp, NULL, NULL},
     {KL_P_REDUCE_MAX, reduce_jvp, NULL, NULL},
     {KL_P_REDUCE_MIN, reduce_jvp, NULL, NULL},
