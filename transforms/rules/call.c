@@ -162,11 +162,98 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
   return a->failed ? -1 : 0;
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+/* Batches the body `sub` with input i batched (at axis 0) where in_b[i]; its output i comes back
+ * batched where want[i] is 1 and unbatched where it is 0 (summed over the batch if it depended
+ * on it: the cotangent of an input shared by all examples). Returns the batched program (owned),
+ * or NULL with a message. */
+static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *in_b, const char *want) {
+  if (!sub) {
+    kl_batch_fail(b, "vmap: internal error: a call without its body");
+    return NULL;
+  }
+  int *axes = malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
+  char *ob = calloc((size_t)sub->noutputs + 1, 1);
+  int *outs = malloc(sizeof(int) * ((size_t)sub->noutputs + 1));
+  if (!axes || !ob || !outs) abort();
+  for (int i = 0; i < sub->ninputs; i++) axes[i] = in_b[i] ? 0 : -1;
+  kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen), *done = NULL;
+  if (!nb) b->failed = 1;
+  else {
+    batcher inner = {.pg = nb, .size = b->size, .err = b->err, .errlen = b->errlen};
+    int64_t zero = 0;
+    kl_params rs;
+    kl_params_init(&rs, KL_P_REDUCE_SUM);
+    rs.reduce.axes = (kl_ivec){&zero, 1};
+    for (int i = 0; i < nb->noutputs; i++) {
+      int o = nb->outputs[i];
+      if (want[i] && !ob[i]) o = kl_batch_add_batch(&inner, o);
+      else if (!want[i] && ob[i]) o = kl_batch_emit(&inner, KL_P_REDUCE_SUM, &o, 1, &rs, NULL);
+      outs[i] = o;
+    }
+    if (inner.failed) {
+      b->failed = 1;
+      kl_program_free(nb);
+    } else {
+      kl_program_set_outputs(nb, outs, nb->noutputs);
+      done = nb;
+    }
+  }
+  free(axes);
+  free(ob);
+  free(outs);
+  return done;
+}
+
+/* checkpoint, custom_jvp_call, custom_vjp_call: the same call on batched programs. Every result
+ * is batched (as the pass expects of an equation with a batched operand); custom_vjp's bwd rule
+ * returns cotangents batched like the inputs they belong to. */
+static int call_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_params p = e->p;
+  int n = e->nin, nw = 2 * e->nout + n;
+  char *want = malloc((size_t)nw + 1), *in_b = malloc((size_t)n * 2 + 1);
+  if (!want || !in_b) abort();
+  memset(want, 1, (size_t)nw + 1);
+  kl_program *made[2] = {NULL, NULL}; /* the batched bodies, owned until the equation holds them */
+  switch (e->prim) {
+  case KL_P_CHECKPOINT: p.checkpoint.body = made[0] = batch_subprog(b, e->p.checkpoint.body, r->bs, want); break;
+  case KL_P_CUSTOM_JVP_CALL: {
+    const int64_t *c = e->p.custom_jvp.counts.v;
+    int64_t n_x = c[0], n_fc = c[1], n_rc = c[2];
+    p.custom_jvp.fun = made[0] = batch_subprog(b, e->p.custom_jvp.fun, r->bs, want); /* (x, fun consts) */
+    memcpy(in_b, r->bs, (size_t)n_x);              /* the rule: (x, tangents of x, rule consts) */
+    memcpy(in_b + n_x, r->bs, (size_t)n_x);
+    memcpy(in_b + 2 * n_x, r->bs + n_x + n_fc, (size_t)n_rc);
+    if (!b->failed) p.custom_jvp.jvp = made[1] = batch_subprog(b, e->p.custom_jvp.jvp, in_b, want);
+    break;
+  }
+  default: { /* custom_vjp_call: (outputs, residuals, consts, inputs); bwd: (residuals, cts, consts) */
+    const int64_t *c = e->p.custom_vjp.counts.v;
+    int64_t n_out = c[0], n_res = c[1], n_c = c[2], n_x = c[3];
+    for (int64_t i = 0; i < n_out; i++) r->xs[i] = kl_batch_as_batched(b, r->xs[i], r->bs[i]);
+    memcpy(in_b, r->bs + n_out, (size_t)n_res);
+    memset(in_b + n_res, 1, (size_t)n_out);
+    memcpy(in_b + n_res + n_out, r->bs + n_out + n_res, (size_t)n_c);
+    memcpy(want, r->bs + n_out + n_res + n_c, (size_t)n_x);
+    p.custom_vjp.bwd = made[0] = batch_subprog(b, e->p.custom_vjp.bwd, in_b, want);
+    break;
+  }
+  }
+  free(want);
+  free(in_b);
+  int rc = b->failed ? -1 : kl_batch_emit(b, e->prim, r->xs, n, &p, r->ys) < 0 ? -1 : 0;
+  kl_program_free(made[0]);
+  kl_program_free(made[1]);
+  return rc;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_call[] = {
-    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, NULL},
+    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch},
     {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL},
-    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, NULL},
-    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, NULL},
+    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch},
+    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch},
     KL_RULES_END};

@@ -54,11 +54,19 @@ static int cumsum_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   return kl_tr_emit1(c->a, KL_P_CUMSUM, &ct, 1, &p);
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+static int cumulative_batch(batcher *b, rule_args *r) {
+  kl_params p = r->e->p;
+  p.cumulative.axis++;
+  return kl_batch_all(b, r, &p);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_cumulative[] = {
-    {KL_P_CUMSUM, cumsum_jvp, cumsum_transpose, NULL},
-    {KL_P_CUMPROD, scan_rule_jvp, NULL, NULL},
-    {KL_P_CUMMAX, scan_rule_jvp, NULL, NULL},
-    {KL_P_CUMMIN, scan_rule_jvp, NULL, NULL},
+    {KL_P_CUMSUM, cumsum_jvp, cumsum_transpose, cumulative_batch},
+    {KL_P_CUMPROD, scan_rule_jvp, NULL, cumulative_batch},
+    {KL_P_CUMMAX, scan_rule_jvp, NULL, cumulative_batch},
+    {KL_P_CUMMIN, scan_rule_jvp, NULL, cumulative_batch},
     KL_RULES_END};

@@ -103,8 +103,30 @@ static int dot_transpose(kl_tctx *c, const kl_eqn *e, int side, int ct) {
   return kl_tr_emit1(c->a, KL_P_TRANSPOSE, &res, 1, &tp);
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+/* dot_general: with both operands batched the batch axis becomes a leading batch dimension;
+ * with one, it is a free dimension of that side, moved to the front of the result after. */
+static int dot_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_params p = e->p;
+  int64_t lc[KL_MAX_RANK + 2], rc[KL_MAX_RANK + 2], lb[KL_MAX_RANK + 2], rb[KL_MAX_RANK + 2];
+  int nc = e->p.dot.lhs_contracting.n, nb = e->p.dot.lhs_batch.n;
+  int lhs = r->bs[0], rhs = r->bs[1];
+  p.dot.lhs_contracting = kl_batch_shifted(lc, -1, &e->p.dot.lhs_contracting, lhs);
+  p.dot.rhs_contracting = kl_batch_shifted(rc, -1, &e->p.dot.rhs_contracting, rhs);
+  p.dot.lhs_batch = kl_batch_shifted(lb, lhs && rhs ? 0 : -1, &e->p.dot.lhs_batch, lhs);
+  p.dot.rhs_batch = kl_batch_shifted(rb, lhs && rhs ? 0 : -1, &e->p.dot.rhs_batch, rhs);
+  int y = kl_batch_emit(b, KL_P_DOT_GENERAL, r->xs, 2, &p, NULL);
+  int at = 0; /* where the batch axis lands */
+  if (lhs && !rhs) at = nb;
+  else if (rhs && !lhs) at = nb + (src_in(r, 0)->ndim - nc - nb);
+  r->ys[0] = kl_batch_move_axis(b, y, at, 0);
+  return r->ys[0] < 0 ? -1 : 0;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_dot[] = {
-    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, NULL},
+    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, dot_batch},
     KL_RULES_END};

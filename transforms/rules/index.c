@@ -150,11 +150,198 @@ static int index_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   return kl_transpose_unsupported(c, e);
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+/* The dtype used for flattened indices over `total` elements, wide enough to hold every value
+ * of the user's index dtype `given` too (so no user index wraps around into range). */
+static kl_dtype index_dtype(int64_t total, kl_dtype given) {
+  int narrow = total <= INT32_MAX && (kl_dtype_kind(given) == KL_KIND_INT ? kl_dtype_size(given) <= 4 : kl_dtype_size(given) <= 2);
+  return narrow ? KL_I32 : KL_I64;
+}
+
+/* Flat positions, shape (B,)+win, of the window of extents `win` starting at the per-example
+ * `starts` (rank-0 each, batched as (B,) where bs says so) inside an array of shape (B,)+X laid
+ * out row-major; each start is clamped so the window fits, as dynamic_slice does. */
+static int window_positions(batcher *b, const kl_aval *X, const int64_t *win, const int *starts, const char *bs, kl_dtype t) {
+  int n = X->ndim;
+  int64_t shape[KL_MAX_RANK + 2], zero = 0, stride = kl_aval_size(X);
+  shape[0] = b->size;
+  memcpy(shape + 1, win, sizeof(int64_t) * (size_t)n);
+  int acc = kl_batch_bin(b, KL_P_MUL, kl_batch_iota(b, t, shape, n + 1, 0), kl_batch_lit(b, stride, t));
+  for (int d = 0; d < n; d++) {
+    stride /= X->dims[d] ? X->dims[d] : 1;
+    int s = kl_batch_convert(b, starts[d], t);
+    s = kl_batch_bin(b, KL_P_MAX, kl_batch_bin(b, KL_P_MIN, s, kl_batch_lit(b, X->dims[d] - win[d], t)), kl_batch_lit(b, 0, t));
+    int sb = kl_batch_broadcast(b, s, shape, n + 1, &zero, bs[d] ? 1 : 0);
+    int pos = kl_batch_bin(b, KL_P_ADD, sb, kl_batch_iota(b, t, shape, n + 1, d + 1));
+    if (stride != 1) pos = kl_batch_bin(b, KL_P_MUL, pos, kl_batch_lit(b, stride, t));
+    acc = kl_batch_bin(b, KL_P_ADD, acc, pos);
+  }
+  return acc;
+}
+
+static int flatten(batcher *b, int x) {
+  int64_t n = kl_aval_size(&b->pg->vals[x].aval);
+  return kl_batch_reshape(b, x, &n, 1);
+}
+
+static int any_batched(const char *bs, int from, int to) {
+  for (int i = from; i < to; i++)
+    if (bs[i]) return 1;
+  return 0;
+}
+
+/* dynamic_slice(x, *starts) and dynamic_update_slice(x, update, *starts). With unbatched starts
+ * the batch axis is sliced whole (start 0); with batched starts every example has its own window,
+ * computed as a gather (take) or scatter on the flattened batch. */
+static int dynamic_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  int upd = e->prim == KL_P_DYNAMIC_UPDATE_SLICE;
+  int first = upd ? 2 : 1;
+  kl_aval X = *src_in(r, 0);
+  int64_t win[KL_MAX_RANK + 2];
+  memcpy(win, upd ? src_in(r, 1)->dims : e->p.dynamic_slice.slice_sizes.v, sizeof(int64_t) * (size_t)X.ndim);
+  int x = kl_batch_as_batched(b, r->xs[0], r->bs[0]);
+  int u = upd ? kl_batch_as_batched(b, r->xs[1], r->bs[1]) : -1;
+  if (!any_batched(r->bs, first, e->nin)) {
+    int *ins = malloc(sizeof(int) * ((size_t)e->nin + 1));
+    if (!ins) abort();
+    kl_dtype t = X.ndim ? b->pg->vals[r->xs[first]].aval.dtype : KL_I32;
+    ins[0] = x;
+    if (upd) ins[1] = u;
+    ins[first] = kl_batch_lit(b, 0, t);
+    memcpy(ins + first + 1, r->xs + first, sizeof(int) * (size_t)(e->nin - first));
+    kl_params p = e->p;
+    int64_t v0[KL_MAX_RANK + 2];
+    if (!upd) p.dynamic_slice.slice_sizes = kl_batch_shifted(v0, b->size, &e->p.dynamic_slice.slice_sizes, 0);
+    r->ys[0] = kl_batch_emit(b, e->prim, ins, e->nin + 1, &p, NULL);
+    free(ins);
+    return r->ys[0] < 0 ? -1 : 0;
+  }
+  kl_dtype t = KL_I32;
+  for (int i = first; i < e->nin; i++)
+    if (index_dtype(b->size * kl_aval_size(&X), b->pg->vals[r->xs[i]].aval.dtype) == KL_I64) t = KL_I64;
+  int pos = window_positions(b, &X, win, r->xs + first, r->bs + first, t);
+  int flat = flatten(b, x);
+  int64_t shape[KL_MAX_RANK + 2];
+  shape[0] = b->size;
+  memcpy(shape + 1, X.dims, sizeof(int64_t) * (size_t)X.ndim);
+  kl_params p;
+  kl_params_init(&p, upd ? KL_P_SCATTER : KL_P_TAKE); /* axis 0 */
+  if (!upd) {
+    int ins[2] = {flat, pos};
+    r->ys[0] = kl_batch_emit(b, KL_P_TAKE, ins, 2, &p, NULL);
+  } else {
+    p.scatter.op = KL_SCATTER_SET;
+    int ins[3] = {flat, pos, u};
+    r->ys[0] = kl_batch_reshape(b, kl_batch_emit(b, KL_P_SCATTER, ins, 3, &p, NULL), shape, X.ndim + 1);
+  }
+  return r->ys[0] < 0 ? -1 : 0;
+}
+
+/* For take/scatter with batched indices on a batched operand (B,)+X along axis a: the operand
+ * with the batch and axis a merged into one leading axis (B*X_a, pre..., post...), and indices
+ * into it, shape (B,)+I: b*X_a + idx. Out-of-range indices are clamped first (take), or sent past
+ * the end so the scatter drops them (scatter). */
+static int merged_operand(batcher *b, int x, const kl_aval *X, int a) {
+  int xt = kl_batch_move_axis(b, x, a + 1, 1);
+  int64_t shape[KL_MAX_RANK + 2];
+  int k = 0;
+  shape[k++] = b->size * X->dims[a];
+  for (int i = 0; i < X->ndim; i++)
+    if (i != a) shape[k++] = X->dims[i];
+  return kl_batch_reshape(b, xt, shape, k);
+}
+
+static int merged_indices(batcher *b, int idx, const kl_aval *X, int a, int drop_oob) {
+  int64_t ext = X->dims[a];
+  kl_aval ia = kl_batch_aval(b, idx);
+  kl_dtype t = index_dtype(b->size * ext + 1, ia.dtype);
+  idx = kl_batch_convert(b, idx, t);
+  int base = kl_batch_bin(b, KL_P_MUL, kl_batch_iota(b, t, ia.dims, ia.ndim, 0), kl_batch_lit(b, ext, t));
+  if (!drop_oob) {
+    idx = kl_batch_bin(b, KL_P_MAX, kl_batch_bin(b, KL_P_MIN, idx, kl_batch_lit(b, ext > 0 ? ext - 1 : 0, t)), kl_batch_lit(b, 0, t));
+    return kl_batch_bin(b, KL_P_ADD, base, idx);
+  }
+  int ok = kl_batch_bin(b, KL_P_AND, kl_batch_bin(b, KL_P_GE, idx, kl_batch_lit(b, 0, t)), kl_batch_bin(b, KL_P_LT, idx, kl_batch_lit(b, ext, t)));
+  int sel[3] = {ok, kl_batch_lit(b, b->size * ext, t), kl_batch_bin(b, KL_P_ADD, base, idx)};
+  return kl_batch_emit(b, KL_P_SELECT_N, sel, 3, NULL, NULL);
+}
+
+/* Permutation taking (B, A..., C...) with na axes in A and nc in C to (B, C..., A...). */
+static int swap_groups(int64_t *perm, int na, int nc) {
+  int k = 0;
+  perm[k++] = 0;
+  for (int i = 0; i < nc; i++) perm[k++] = 1 + na + i;
+  for (int i = 0; i < na; i++) perm[k++] = 1 + i;
+  return k;
+}
+
+/* take(x, idx, axis a): result x[:a] + I + x[a+1:]. */
+static int take_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_aval X = *src_in(r, 0);
+  int m = src_in(r, 1)->ndim, a = (int)e->p.take.axis;
+  kl_params p = e->p;
+  if (!r->bs[1]) {
+    p.take.axis = a + 1;
+    r->ys[0] = kl_batch_emit(b, KL_P_TAKE, r->xs, 2, &p, NULL);
+  } else if (!r->bs[0]) {
+    r->ys[0] = kl_batch_move_axis(b, kl_batch_emit(b, KL_P_TAKE, r->xs, 2, &p, NULL), a, 0);
+  } else {
+    int xm = merged_operand(b, r->xs[0], &X, a);
+    int idx = merged_indices(b, r->xs[1], &X, a, 0);
+    p.take.axis = 0;
+    int ins[2] = {xm, idx};
+    int y = kl_batch_emit(b, KL_P_TAKE, ins, 2, &p, NULL); /* (B, I..., pre..., post...) */
+    int64_t perm[KL_MAX_RANK + 2];
+    int n = 0;
+    perm[n++] = 0;
+    for (int i = 0; i < a; i++) perm[n++] = 1 + m + i;
+    for (int i = 0; i < m; i++) perm[n++] = 1 + i;
+    for (int i = a + 1; i < X.ndim; i++) perm[n++] = m + i;
+    r->ys[0] = kl_batch_transpose(b, y, perm, n);
+  }
+  return r->ys[0] < 0 ? -1 : 0;
+}
+
+/* scatter(x, idx, updates, axis a, op). */
+static int scatter_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_aval X = *src_in(r, 0);
+  int m = src_in(r, 1)->ndim, a = (int)e->p.scatter.axis;
+  kl_params p = e->p;
+  int x = kl_batch_as_batched(b, r->xs[0], r->bs[0]), u = kl_batch_as_batched(b, r->xs[2], r->bs[2]);
+  if (!r->bs[1]) {
+    p.scatter.axis = a + 1;
+    int ins[3] = {x, r->xs[1], u};
+    r->ys[0] = kl_batch_emit(b, KL_P_SCATTER, ins, 3, &p, NULL);
+    return r->ys[0] < 0 ? -1 : 0;
+  }
+  int xm = merged_operand(b, x, &X, a);
+  int idx = merged_indices(b, r->xs[1], &X, a, 1);
+  int64_t perm[KL_MAX_RANK + 2];
+  int n = swap_groups(perm, a, m); /* (B, pre, I, post) -> (B, I, pre, post) */
+  for (int i = 1 + a + m; i < X.ndim + m; i++) perm[n++] = i;
+  int ut = kl_batch_transpose(b, u, perm, n);
+  p.scatter.axis = 0;
+  int ins[3] = {xm, idx, ut};
+  int y = kl_batch_emit(b, KL_P_SCATTER, ins, 3, &p, NULL); /* (B*X_a, pre, post) */
+  int64_t shape[KL_MAX_RANK + 2];
+  int k = 0;
+  shape[k++] = b->size;
+  shape[k++] = X.dims[a];
+  for (int i = 0; i < X.ndim; i++)
+    if (i != a) shape[k++] = X.dims[i];
+  r->ys[0] = kl_batch_move_axis(b, kl_batch_reshape(b, y, shape, k), 1, a + 1);
+  return r->ys[0] < 0 ? -1 : 0;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_index[] = {
-    {KL_P_DYNAMIC_SLICE, gather_jvp, index_transpose, NULL},
-    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, index_transpose, NULL},
-    {KL_P_TAKE, gather_jvp, index_transpose, NULL},
-    {KL_P_SCATTER, scatter_jvp, index_transpose, NULL},
+    {KL_P_DYNAMIC_SLICE, gather_jvp, index_transpose, dynamic_batch},
+    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, index_transpose, dynamic_batch},
+    {KL_P_TAKE, gather_jvp, index_transpose, take_batch},
+    {KL_P_SCATTER, scatter_jvp, index_transpose, scatter_batch},
     KL_RULES_END};

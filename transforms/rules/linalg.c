@@ -206,13 +206,18 @@ static int triangular_solve_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct
   return kl_tr_emit1(c->a, KL_P_TRIANGULAR_SOLVE, (int[]){kl_tr_prim_of(c, e->ins[0]), ct}, 2, &p);
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+/* Linear algebra already maps over leading batch dimensions. */
+static int linalg_batch(batcher *b, rule_args *r) { return kl_batch_all(b, r, &r->e->p); }
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_linalg[] = {
-    {KL_P_CHOLESKY, cholesky_jvp, NULL, NULL},
-    {KL_P_QR, qr_jvp, NULL, NULL},
-    {KL_P_SVD, svd_jvp, NULL, NULL},
-    {KL_P_EIGH, eigh_jvp, NULL, NULL},
-    {KL_P_LU, lu_jvp, NULL, NULL},
-    {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, triangular_solve_transpose, NULL},
+    {KL_P_CHOLESKY, cholesky_jvp, NULL, linalg_batch},
+    {KL_P_QR, qr_jvp, NULL, linalg_batch},
+    {KL_P_SVD, svd_jvp, NULL, linalg_batch},
+    {KL_P_EIGH, eigh_jvp, NULL, linalg_batch},
+    {KL_P_LU, lu_jvp, NULL, linalg_batch},
+    {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, triangular_solve_transpose, linalg_batch},
     KL_RULES_END};

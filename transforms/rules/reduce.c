@@ -110,15 +110,26 @@ static int reduce_sum_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   return kl_tr_emit1(a, KL_P_BROADCAST_IN_DIM, &ct, 1, &p);
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+static int reduce_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_params p = e->p;
+  int64_t v0[KL_MAX_RANK + 2];
+  if (e->prim == KL_P_ARGMAX || e->prim == KL_P_ARGMIN) p.arg.axes = kl_batch_shifted(v0, -1, &e->p.arg.axes, 1);
+  else p.reduce.axes = kl_batch_shifted(v0, -1, &e->p.reduce.axes, 1);
+  return kl_batch_all(b, r, &p);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_reduce[] = {
-    {KL_P_REDUCE_SUM, reduce_jvp, reduce_sum_transpose, NULL},
-    {KL_P_REDUCE_PROD, reduce_jvp, NULL, NULL},
-    {KL_P_REDUCE_MAX, reduce_jvp, NULL, NULL},
-    {KL_P_REDUCE_MIN, reduce_jvp, NULL, NULL},
-    {KL_P_REDUCE_AND, reduce_jvp, NULL, NULL}, /* bool: never reached by a tangent */
-    {KL_P_REDUCE_OR, reduce_jvp, NULL, NULL},
-    {KL_P_ARGMAX, kl_jvp_zero, NULL, NULL},
-    {KL_P_ARGMIN, kl_jvp_zero, NULL, NULL},
+    {KL_P_REDUCE_SUM, reduce_jvp, reduce_sum_transpose, reduce_batch},
+    {KL_P_REDUCE_PROD, reduce_jvp, NULL, reduce_batch},
+    {KL_P_REDUCE_MAX, reduce_jvp, NULL, reduce_batch},
+    {KL_P_REDUCE_MIN, reduce_jvp, NULL, reduce_batch},
+    {KL_P_REDUCE_AND, reduce_jvp, NULL, reduce_batch}, /* bool: never reached by a tangent */
+    {KL_P_REDUCE_OR, reduce_jvp, NULL, reduce_batch},
+    {KL_P_ARGMAX, kl_jvp_zero, NULL, reduce_batch},
+    {KL_P_ARGMIN, kl_jvp_zero, NULL, reduce_batch},
     KL_RULES_END};

@@ -146,14 +146,79 @@ static int shape_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   return kl_transpose_unsupported(c, e);
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+/* pad with a batched padding value: pad with any scalar, then overwrite the padding positions
+ * (found by padding a mask the same way) with the per-example value. */
+static int pad_batched_value(batcher *b, rule_args *r, const kl_params *shifted_cfg) {
+  const kl_aval *xa = src_in(r, 0), *oa = src_out(r, 0);
+  kl_aval x = *xa;
+  int filler = kl_batch_lit(b, 0, x.dtype);
+  int ins[2] = {kl_batch_as_batched(b, r->xs[0], r->bs[0]), filler};
+  int padded = kl_batch_emit(b, KL_P_PAD, ins, 2, shifted_cfg, NULL);
+  int inner = kl_batch_lit(b, 0, KL_BOOL);
+  int mask_in = x.ndim ? kl_batch_broadcast(b, inner, x.dims, x.ndim, NULL, 0) : inner;
+  int mins[2] = {mask_in, kl_batch_lit(b, 1, KL_BOOL)};
+  int mask = kl_batch_emit(b, KL_P_PAD, mins, 2, &r->e->p, NULL);
+  int64_t shape[KL_MAX_RANK + 2], dims[KL_MAX_RANK + 2], zero = 0;
+  shape[0] = b->size;
+  for (int i = 0; i < oa->ndim; i++) {
+    shape[i + 1] = oa->dims[i];
+    dims[i] = i + 1;
+  }
+  int bmask = kl_batch_broadcast(b, mask, shape, oa->ndim + 1, dims, oa->ndim);
+  int bval = kl_batch_broadcast(b, r->xs[1], shape, oa->ndim + 1, &zero, 1);
+  int sel[3] = {bmask, padded, bval};
+  r->ys[0] = kl_batch_emit(b, KL_P_SELECT_N, sel, 3, NULL, NULL);
+  return r->ys[0] < 0 ? -1 : 0;
+}
+
+static int shape_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_params p = e->p;
+  int64_t v0[KL_MAX_RANK + 2], v1[KL_MAX_RANK + 2], v2[KL_MAX_RANK + 2];
+  int x = r->xs[0];
+  switch (e->prim) {
+  case KL_P_BROADCAST_IN_DIM:
+    p.broadcast.shape = kl_batch_shifted(v0, b->size, &e->p.broadcast.shape, 0);
+    p.broadcast.broadcast_dimensions = kl_batch_shifted(v1, 0, &e->p.broadcast.broadcast_dimensions, 1);
+    break;
+  case KL_P_RESHAPE: p.reshape.new_sizes = kl_batch_shifted(v0, b->size, &e->p.reshape.new_sizes, 0); break;
+  case KL_P_TRANSPOSE: p.transpose.permutation = kl_batch_shifted(v0, 0, &e->p.transpose.permutation, 1); break;
+  case KL_P_REV: p.rev.dimensions = kl_batch_shifted(v0, -1, &e->p.rev.dimensions, 1); break;
+  case KL_P_SLICE:
+    p.slice.start_indices = kl_batch_shifted(v0, 0, &e->p.slice.start_indices, 0);
+    p.slice.limit_indices = kl_batch_shifted(v1, b->size, &e->p.slice.limit_indices, 0);
+    if (e->p.slice.strides.n) p.slice.strides = kl_batch_shifted(v2, 1, &e->p.slice.strides, 0);
+    break;
+  case KL_P_PAD: {
+    p.pad.low = kl_batch_shifted(v0, 0, &e->p.pad.low, 0);
+    p.pad.high = kl_batch_shifted(v1, 0, &e->p.pad.high, 0);
+    p.pad.interior = kl_batch_shifted(v2, 0, &e->p.pad.interior, 0);
+    if (r->bs[1]) return pad_batched_value(b, r, &p);
+    int ins[2] = {x, r->xs[1]};
+    r->ys[0] = kl_batch_emit(b, KL_P_PAD, ins, 2, &p, NULL);
+    return r->ys[0] < 0 ? -1 : 0;
+  }
+  case KL_P_CONCATENATE:
+    for (int i = 0; i < e->nin; i++) r->xs[i] = kl_batch_as_batched(b, r->xs[i], r->bs[i]);
+    p.concatenate.dimension = e->p.concatenate.dimension + 1;
+    r->ys[0] = kl_batch_emit(b, e->prim, r->xs, e->nin, &p, NULL);
+    return r->ys[0] < 0 ? -1 : 0;
+  default: return kl_batch_unsupported(b, e);
+  }
+  r->ys[0] = kl_batch_emit(b, e->prim, &x, 1, &p, NULL);
+  return r->ys[0] < 0 ? -1 : 0;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_shape[] = {
-    {KL_P_BROADCAST_IN_DIM, shape_jvp, shape_transpose, NULL},
-    {KL_P_RESHAPE, shape_jvp, shape_transpose, NULL},
-    {KL_P_TRANSPOSE, shape_jvp, shape_transpose, NULL},
-    {KL_P_REV, shape_jvp, shape_transpose, NULL},
-    {KL_P_SLICE, shape_jvp, shape_transpose, NULL},
-    {KL_P_PAD, pad_jvp, shape_transpose, NULL},
-    {KL_P_CONCATENATE, shape_jvp, shape_transpose, NULL},
+    {KL_P_BROADCAST_IN_DIM, shape_jvp, shape_transpose, shape_batch},
+    {KL_P_RESHAPE, shape_jvp, shape_transpose, shape_batch},
+    {KL_P_TRANSPOSE, shape_jvp, shape_transpose, shape_batch},
+    {KL_P_REV, shape_jvp, shape_transpose, shape_batch},
+    {KL_P_SLICE, shape_jvp, shape_transpose, shape_batch},
+    {KL_P_PAD, pad_jvp, shape_transpose, shape_batch},
+    {KL_P_CONCATENATE, shape_jvp, shape_transpose, shape_batch},
     KL_RULES_END};

@@ -24,8 +24,16 @@ static int sort_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int
   return 0;
 }
 
+/* ---- batching -------------------------------------------------------------------------------- */
+
+static int sort_batch(batcher *b, rule_args *r) {
+  kl_params p = r->e->p;
+  p.sort.dimension++;
+  return kl_batch_all(b, r, &p);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_sort[] = {
-    {KL_P_SORT, sort_jvp, NULL, NULL},
+    {KL_P_SORT, sort_jvp, NULL, sort_batch},
     KL_RULES_END};
