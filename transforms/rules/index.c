@@ -95,59 +95,66 @@ static int scatter_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, 
 
 /* ---- transpose ------------------------------------------------------------------------------- */
 
-static int index_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+static int dynamic_slice_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   kl_ad *a = c->a;
   const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
-  kl_params p; /* zeroed; each case fills the member of what it emits */
+  if (i != 0) return kl_transpose_unsupported(c, e);
+  int ins[64];
+  if (e->nin + 1 > 64) return kl_transpose_unsupported(c, e);
+  ins[0] = kl_ad_zeros(a, xa);
+  ins[1] = ct;
+  for (int k = 1; k < e->nin; k++) ins[k + 1] = kl_tr_prim_of(c, e->ins[k]);
+  return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin + 1, NULL);
+}
+
+static int dynamic_update_slice_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  kl_params p; /* zeroed; filled with the member of what is emitted */
   memset(&p, 0, sizeof p);
-  switch (e->prim) {
-  case KL_P_DYNAMIC_SLICE: {
-    if (i != 0) break;
-    int ins[64];
-    if (e->nin + 1 > 64) break;
-    ins[0] = kl_ad_zeros(a, xa);
-    ins[1] = ct;
-    for (int k = 1; k < e->nin; k++) ins[k + 1] = kl_tr_prim_of(c, e->ins[k]);
-    return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin + 1, NULL);
+  int ins[64];
+  if (e->nin > 64) return kl_transpose_unsupported(c, e);
+  if (i == 0) {
+    ins[0] = ct;
+    ins[1] = kl_ad_zeros(a, &c->j->vals[e->ins[1]].aval);
+    for (int k = 2; k < e->nin; k++) ins[k] = kl_tr_prim_of(c, e->ins[k]);
+    return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin, NULL);
   }
-  case KL_P_DYNAMIC_UPDATE_SLICE: {
-    int ins[64];
-    if (e->nin > 64) break;
-    if (i == 0) {
-      ins[0] = ct;
-      ins[1] = kl_ad_zeros(a, &c->j->vals[e->ins[1]].aval);
-      for (int k = 2; k < e->nin; k++) ins[k] = kl_tr_prim_of(c, e->ins[k]);
-      return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin, NULL);
-    }
-    if (i == 1) {
-      ins[0] = ct;
-      for (int k = 2; k < e->nin; k++) ins[k - 1] = kl_tr_prim_of(c, e->ins[k]);
-      kl_aval u = c->j->vals[e->ins[1]].aval;
-      p.dynamic_slice.slice_sizes = (kl_ivec){u.dims, u.ndim};
-      return kl_tr_emit1(a, KL_P_DYNAMIC_SLICE, ins, e->nin - 1, &p);
-    }
-    break;
-  }
-  case KL_P_TAKE: { /* scatter-add back, at the clamped positions take read from */
-    if (i != 0) break;
-    int idx = kl_tr_prim_of(c, e->ins[1]);
-    kl_dtype it = kl_ad_aval(a, idx)->dtype;
-    idx = kl_ad_bin(a, KL_P_MIN, idx, kl_ad_lit(a, (double)(xa->dims[e->p.take.axis] - 1), it));
-    int ins[3] = {kl_ad_zeros(a, xa), idx, ct};
-    p.scatter.axis = e->p.take.axis;
-    p.scatter.op = KL_SCATTER_ADD;
-    return kl_tr_emit1(a, KL_P_SCATTER, ins, 3, &p);
-  }
-  case KL_P_SCATTER: { /* the JVP writes only scatter-adds; it masks dropped updates itself */
-    if (i == 1 || e->p.scatter.op != KL_SCATTER_ADD) break;
-    if (i == 0) return ct;
-    int ins[2] = {ct, kl_tr_prim_of(c, e->ins[1])};
-    p.take.axis = e->p.scatter.axis;
-    return kl_tr_emit1(a, KL_P_TAKE, ins, 2, &p);
-  }
-  default: break;
+  if (i == 1) {
+    ins[0] = ct;
+    for (int k = 2; k < e->nin; k++) ins[k - 1] = kl_tr_prim_of(c, e->ins[k]);
+    kl_aval u = c->j->vals[e->ins[1]].aval;
+    p.dynamic_slice.slice_sizes = (kl_ivec){u.dims, u.ndim};
+    return kl_tr_emit1(a, KL_P_DYNAMIC_SLICE, ins, e->nin - 1, &p);
   }
   return kl_transpose_unsupported(c, e);
+}
+
+/* take: scatter-add back, at the clamped positions take read from. */
+static int take_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  kl_params p; /* zeroed; filled with the member of what is emitted */
+  memset(&p, 0, sizeof p);
+  if (i != 0) return kl_transpose_unsupported(c, e);
+  int idx = kl_tr_prim_of(c, e->ins[1]);
+  kl_dtype it = kl_ad_aval(a, idx)->dtype;
+  idx = kl_ad_bin(a, KL_P_MIN, idx, kl_ad_lit(a, (double)(xa->dims[e->p.take.axis] - 1), it));
+  int ins[3] = {kl_ad_zeros(a, xa), idx, ct};
+  p.scatter.axis = e->p.take.axis;
+  p.scatter.op = KL_SCATTER_ADD;
+  return kl_tr_emit1(a, KL_P_SCATTER, ins, 3, &p);
+}
+
+/* scatter: the JVP writes only scatter-adds; it masks dropped updates itself. */
+static int scatter_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  kl_params p; /* zeroed; filled with the member of what is emitted */
+  memset(&p, 0, sizeof p);
+  if (i == 1 || e->p.scatter.op != KL_SCATTER_ADD) return kl_transpose_unsupported(c, e);
+  if (i == 0) return ct;
+  int ins[2] = {ct, kl_tr_prim_of(c, e->ins[1])};
+  p.take.axis = e->p.scatter.axis;
+  return kl_tr_emit1(a, KL_P_TAKE, ins, 2, &p);
 }
 
 /* ---- batching -------------------------------------------------------------------------------- */
@@ -340,8 +347,8 @@ static int scatter_batch(batcher *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_index[] = {
-    {KL_P_DYNAMIC_SLICE, gather_jvp, index_transpose, dynamic_batch},
-    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, index_transpose, dynamic_batch},
-    {KL_P_TAKE, gather_jvp, index_transpose, take_batch},
-    {KL_P_SCATTER, scatter_jvp, index_transpose, scatter_batch},
+    {KL_P_DYNAMIC_SLICE, gather_jvp, dynamic_slice_transpose, dynamic_batch},
+    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, dynamic_update_slice_transpose, dynamic_batch},
+    {KL_P_TAKE, gather_jvp, take_transpose, take_batch},
+    {KL_P_SCATTER, scatter_jvp, scatter_transpose, scatter_batch},
     KL_RULES_END};

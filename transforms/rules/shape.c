@@ -49,101 +49,125 @@ static int emit_box(kl_ad *a, kl_prim prim, int x, const int64_t *v0, const int6
   return kl_tr_emit1(a, KL_P_PAD, ins, 2, &p);
 }
 
-static int shape_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+static int broadcast_in_dim_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   kl_ad *a = c->a;
   const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
   const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
-  kl_params p; /* zeroed; each case fills the member of what it emits */
+  kl_params p; /* zeroed; filled with the member of what is emitted */
   memset(&p, 0, sizeof p);
-  switch (e->prim) {
-  case KL_P_BROADCAST_IN_DIM: {
-    /* sum over the new dims and the stretched size-1 dims, then reshape to the operand */
+  /* sum over the new dims and the stretched size-1 dims, then reshape to the operand */
+  int64_t axes[KL_MAX_RANK];
+  int na = 0;
+  for (int d = 0; d < ya->ndim; d++) {
+    int src = -1;
+    for (int k = 0; k < e->p.broadcast.broadcast_dimensions.n; k++)
+      if (e->p.broadcast.broadcast_dimensions.v[k] == d) src = k;
+    if (src < 0 || (xa->dims[src] == 1 && ya->dims[d] != 1)) axes[na++] = d;
+  }
+  int s = ct;
+  if (na) {
+    p.reduce.axes = (kl_ivec){axes, na};
+    s = kl_tr_emit1(a, KL_P_REDUCE_SUM, &ct, 1, &p);
+  }
+  kl_aval x = *xa;
+  if (kl_ad_aval(a, s)->ndim == x.ndim) return s;
+  kl_params_init(&p, KL_P_RESHAPE);
+  p.reshape.new_sizes = (kl_ivec){x.dims, x.ndim};
+  return kl_tr_emit1(a, KL_P_RESHAPE, &s, 1, &p);
+}
+
+static int reshape_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  kl_params p; /* zeroed; filled with the member of what is emitted */
+  memset(&p, 0, sizeof p);
+  kl_aval x = *xa;
+  p.reshape.new_sizes = (kl_ivec){x.dims, x.ndim};
+  return kl_tr_emit1(a, KL_P_RESHAPE, &ct, 1, &p);
+}
+
+static int transpose_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  (void)i;
+  kl_ad *a = c->a;
+  kl_params p; /* zeroed; filled with the member of what is emitted */
+  memset(&p, 0, sizeof p);
+  int64_t inv[KL_MAX_RANK];
+  const kl_ivec *perm = &e->p.transpose.permutation;
+  for (int d = 0; d < perm->n; d++) inv[perm->v[d]] = d;
+  p.transpose.permutation = (kl_ivec){inv, perm->n};
+  return kl_tr_emit1(a, KL_P_TRANSPOSE, &ct, 1, &p);
+}
+
+static int rev_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  (void)i;
+  kl_ad *a = c->a;
+  return kl_tr_emit1(a, KL_P_REV, &ct, 1, &e->p);
+}
+
+/* slice: pad the cotangent back with zeros. */
+static int slice_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
+  int64_t lo[KL_MAX_RANK], hi[KL_MAX_RANK], in[KL_MAX_RANK];
+  for (int d = 0; d < xa->ndim; d++) {
+    int64_t st = e->p.slice.strides.n ? e->p.slice.strides.v[d] : 1, n = ya->dims[d];
+    lo[d] = e->p.slice.start_indices.v[d];
+    in[d] = st - 1;
+    int64_t covered = n ? lo[d] + (n - 1) * st + 1 : lo[d];
+    hi[d] = xa->dims[d] - covered;
+  }
+  return emit_box(a, KL_P_PAD, ct, lo, hi, in, xa->ndim);
+}
+
+static int pad_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
+  kl_params p; /* zeroed; filled with the member of what is emitted */
+  memset(&p, 0, sizeof p);
+  if (i == 1) { /* padding value: the sum over the padding positions, which pad(0, 1) marks */
+    int ins[2] = {kl_ad_zeros(a, &c->j->vals[e->ins[0]].aval), kl_ad_lit(a, 1, ya->dtype)};
+    int m = kl_ad_bin(a, KL_P_MUL, ct, kl_tr_emit1(a, KL_P_PAD, ins, 2, &e->p));
     int64_t axes[KL_MAX_RANK];
-    int na = 0;
-    for (int d = 0; d < ya->ndim; d++) {
-      int src = -1;
-      for (int k = 0; k < e->p.broadcast.broadcast_dimensions.n; k++)
-        if (e->p.broadcast.broadcast_dimensions.v[k] == d) src = k;
-      if (src < 0 || (xa->dims[src] == 1 && ya->dims[d] != 1)) axes[na++] = d;
-    }
-    int s = ct;
-    if (na) {
-      p.reduce.axes = (kl_ivec){axes, na};
-      s = kl_tr_emit1(a, KL_P_REDUCE_SUM, &ct, 1, &p);
-    }
-    kl_aval x = *xa;
-    if (kl_ad_aval(a, s)->ndim == x.ndim) return s;
-    kl_params_init(&p, KL_P_RESHAPE);
-    p.reshape.new_sizes = (kl_ivec){x.dims, x.ndim};
-    return kl_tr_emit1(a, KL_P_RESHAPE, &s, 1, &p);
+    for (int d = 0; d < ya->ndim; d++) axes[d] = d;
+    p.reduce.axes = (kl_ivec){axes, ya->ndim};
+    return kl_tr_emit1(a, KL_P_REDUCE_SUM, &m, 1, &p);
   }
-  case KL_P_RESHAPE: {
-    kl_aval x = *xa;
-    p.reshape.new_sizes = (kl_ivec){x.dims, x.ndim};
-    return kl_tr_emit1(a, KL_P_RESHAPE, &ct, 1, &p);
+  /* operand: undo negative padding with zero padding, then take the strided slice */
+  int64_t lo2[KL_MAX_RANK], hi2[KL_MAX_RANK], zero[KL_MAX_RANK], st[KL_MAX_RANK], lim[KL_MAX_RANK];
+  int need = 0;
+  for (int d = 0; d < xa->ndim; d++) {
+    int64_t lo = e->p.pad.low.v[d], hi = e->p.pad.high.v[d];
+    lo2[d] = lo < 0 ? -lo : 0;
+    hi2[d] = hi < 0 ? -hi : 0;
+    zero[d] = 0;
+    need |= lo2[d] || hi2[d];
   }
-  case KL_P_TRANSPOSE: {
-    int64_t inv[KL_MAX_RANK];
-    const kl_ivec *perm = &e->p.transpose.permutation;
-    for (int d = 0; d < perm->n; d++) inv[perm->v[d]] = d;
-    p.transpose.permutation = (kl_ivec){inv, perm->n};
-    return kl_tr_emit1(a, KL_P_TRANSPOSE, &ct, 1, &p);
+  int src = need ? emit_box(a, KL_P_PAD, ct, lo2, hi2, zero, xa->ndim) : ct;
+  int64_t start[KL_MAX_RANK];
+  for (int d = 0; d < xa->ndim; d++) {
+    start[d] = e->p.pad.low.v[d] > 0 ? e->p.pad.low.v[d] : 0;
+    st[d] = e->p.pad.interior.v[d] + 1;
+    lim[d] = xa->dims[d] ? start[d] + (xa->dims[d] - 1) * st[d] + 1 : start[d];
   }
-  case KL_P_REV: return kl_tr_emit1(a, KL_P_REV, &ct, 1, &e->p);
-  case KL_P_SLICE: { /* pad the cotangent back with zeros */
-    int64_t lo[KL_MAX_RANK], hi[KL_MAX_RANK], in[KL_MAX_RANK];
-    for (int d = 0; d < xa->ndim; d++) {
-      int64_t st = e->p.slice.strides.n ? e->p.slice.strides.v[d] : 1, n = ya->dims[d];
-      lo[d] = e->p.slice.start_indices.v[d];
-      in[d] = st - 1;
-      int64_t covered = n ? lo[d] + (n - 1) * st + 1 : lo[d];
-      hi[d] = xa->dims[d] - covered;
-    }
-    return emit_box(a, KL_P_PAD, ct, lo, hi, in, xa->ndim);
+  return emit_box(a, KL_P_SLICE, src, start, lim, st, xa->ndim);
+}
+
+static int concatenate_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  kl_ad *a = c->a;
+  const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
+  const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
+  int64_t off = 0, d = e->p.concatenate.dimension;
+  for (int k = 0; k < i; k++) off += c->j->vals[e->ins[k]].aval.dims[d];
+  int64_t start[KL_MAX_RANK] = {0}, lim[KL_MAX_RANK], st[KL_MAX_RANK];
+  for (int k = 0; k < ya->ndim; k++) {
+    lim[k] = ya->dims[k];
+    st[k] = 1;
   }
-  case KL_P_PAD: {
-    if (i == 1) { /* padding value: the sum over the padding positions, which pad(0, 1) marks */
-      int ins[2] = {kl_ad_zeros(a, &c->j->vals[e->ins[0]].aval), kl_ad_lit(a, 1, ya->dtype)};
-      int m = kl_ad_bin(a, KL_P_MUL, ct, kl_tr_emit1(a, KL_P_PAD, ins, 2, &e->p));
-      int64_t axes[KL_MAX_RANK];
-      for (int d = 0; d < ya->ndim; d++) axes[d] = d;
-      p.reduce.axes = (kl_ivec){axes, ya->ndim};
-      return kl_tr_emit1(a, KL_P_REDUCE_SUM, &m, 1, &p);
-    }
-    /* operand: undo negative padding with zero padding, then take the strided slice */
-    int64_t lo2[KL_MAX_RANK], hi2[KL_MAX_RANK], zero[KL_MAX_RANK], st[KL_MAX_RANK], lim[KL_MAX_RANK];
-    int need = 0;
-    for (int d = 0; d < xa->ndim; d++) {
-      int64_t lo = e->p.pad.low.v[d], hi = e->p.pad.high.v[d];
-      lo2[d] = lo < 0 ? -lo : 0;
-      hi2[d] = hi < 0 ? -hi : 0;
-      zero[d] = 0;
-      need |= lo2[d] || hi2[d];
-    }
-    int src = need ? emit_box(a, KL_P_PAD, ct, lo2, hi2, zero, xa->ndim) : ct;
-    int64_t start[KL_MAX_RANK];
-    for (int d = 0; d < xa->ndim; d++) {
-      start[d] = e->p.pad.low.v[d] > 0 ? e->p.pad.low.v[d] : 0;
-      st[d] = e->p.pad.interior.v[d] + 1;
-      lim[d] = xa->dims[d] ? start[d] + (xa->dims[d] - 1) * st[d] + 1 : start[d];
-    }
-    return emit_box(a, KL_P_SLICE, src, start, lim, st, xa->ndim);
-  }
-  case KL_P_CONCATENATE: {
-    int64_t off = 0, d = e->p.concatenate.dimension;
-    for (int k = 0; k < i; k++) off += c->j->vals[e->ins[k]].aval.dims[d];
-    int64_t start[KL_MAX_RANK] = {0}, lim[KL_MAX_RANK], st[KL_MAX_RANK];
-    for (int k = 0; k < ya->ndim; k++) {
-      lim[k] = ya->dims[k];
-      st[k] = 1;
-    }
-    start[d] = off;
-    lim[d] = off + xa->dims[d];
-    return emit_box(a, KL_P_SLICE, ct, start, lim, st, ya->ndim);
-  }
-  default: break;
-  }
-  return kl_transpose_unsupported(c, e);
+  start[d] = off;
+  lim[d] = off + xa->dims[d];
+  return emit_box(a, KL_P_SLICE, ct, start, lim, st, ya->ndim);
 }
 
 /* ---- batching -------------------------------------------------------------------------------- */
@@ -214,11 +238,11 @@ static int shape_batch(batcher *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_shape[] = {
-    {KL_P_BROADCAST_IN_DIM, shape_jvp, shape_transpose, shape_batch},
-    {KL_P_RESHAPE, shape_jvp, shape_transpose, shape_batch},
-    {KL_P_TRANSPOSE, shape_jvp, shape_transpose, shape_batch},
-    {KL_P_REV, shape_jvp, shape_transpose, shape_batch},
-    {KL_P_SLICE, shape_jvp, shape_transpose, shape_batch},
-    {KL_P_PAD, pad_jvp, shape_transpose, shape_batch},
-    {KL_P_CONCATENATE, shape_jvp, shape_transpose, shape_batch},
+    {KL_P_BROADCAST_IN_DIM, shape_jvp, broadcast_in_dim_transpose, shape_batch},
+    {KL_P_RESHAPE, shape_jvp, reshape_transpose, shape_batch},
+    {KL_P_TRANSPOSE, shape_jvp, transpose_transpose, shape_batch},
+    {KL_P_REV, shape_jvp, rev_transpose, shape_batch},
+    {KL_P_SLICE, shape_jvp, slice_transpose, shape_batch},
+    {KL_P_PAD, pad_jvp, pad_transpose, shape_batch},
+    {KL_P_CONCATENATE, shape_jvp, concatenate_transpose, shape_batch},
     KL_RULES_END};
