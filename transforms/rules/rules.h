@@ -15,7 +15,7 @@
 typedef int (*kl_jvp_rule)(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts);
 /* Transpose rule of a linear primitive: the cotangent of operand `operand` given the output
  * cotangent ct (-1 with a message on failure). A call-family rule is called once per equation with
- * operand -1 and accumulates the operands' cotangents itself (returns 0 or -1). */
+ * operand -1 and ct -1, and accumulates the operands' cotangents itself (returns 0 or -1). */
 typedef int (*kl_transpose_rule)(kl_tctx *c, const kl_eqn *e, int operand, int ct);
 /* Batching rule: writes e->nout batched results (batch axis 0) into r->ys; 0, or -1 with a
  * message in b. Called only when some operand is batched. */
