@@ -1,0 +1,259 @@
+/* call.c: the transformation rules of the call family (checkpoint, custom_jvp_call, custom_vjp_call,
+ * custom_vjp_lin): equations whose rules run the drivers again on the bodies they hold (JVP inline,
+ * the user's bwd program replayed in reverse mode, batched bodies under vmap). Depends only on ir/
+ * and transforms/. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rules.h"
+
+/* ---- JVP ------------------------------------------------------------------------------------- */
+
+/* custom_vjp: the outputs' tangents are custom_vjp_lin(outputs, residuals, consts, input tangents),
+ * an opaque linear map whose transpose runs the user's bwd rule (transpose.c); the tangents of the
+ * forward computation that produced the outputs are ignored, as the rule replaces them. */
+static int custom_vjp_tangents(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
+  const int64_t *c = e->p.custom_vjp.counts.v;
+  int64_t n_out = c[0], n_keep = c[1] + c[2], n_x = c[3];
+  int any = 0;
+  for (int64_t j = 0; j < n_x; j++) any |= ts[n_out + n_keep + j] >= 0;
+  if (!any) return 0;
+  int *ins = malloc(sizeof(int) * (size_t)e->nin), outs[KL_MAX_OUTS];
+  if (!ins) abort();
+  for (int64_t i = 0; i < n_out; i++) ins[i] = ys[i];
+  for (int64_t i = 0; i < n_keep; i++) ins[n_out + i] = xs[n_out + i];
+  for (int64_t j = 0; j < n_x; j++) {
+    int64_t at = n_out + n_keep + j;
+    ins[at] = ts[at] >= 0 ? ts[at] : zeros_like(a, xs[at]);
+  }
+  int n = kl_ad_emit(a, KL_P_CUSTOM_VJP_LIN, ins, e->nin, &e->p, outs);
+  free(ins);
+  if (n < 0) return -1;
+  for (int i = 0; i < n; i++) touts[i] = is_float_val(a, outs[i]) ? outs[i] : -1;
+  return 0;
+}
+
+
+/* custom_vjp_call: the forward rule's outputs, with the bwd rule as derivative. */
+static int custom_vjp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  for (int i = 0; i < e->nout; i++) ys[i] = xs[i];
+  return custom_vjp_tangents(a, e, xs, ts, ys, touts);
+}
+
+/* custom_vjp_lin: what a forward-mode derivative of a custom_vjp function leaves. */
+static int custom_vjp_lin_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  (void)ts, (void)touts;
+  if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
+  if (!is_float_val(a, ys[0])) return 0; /* int/bool results carry no tangent */
+  return kl_ad_fail(a, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+                       "supported (as in JAX), so neither is differentiating it again; use reverse mode (grad, "
+                       "vjp, jacrev), or custom_jvp");
+}
+
+static const kl_program *body_of(kl_ad *a, const kl_eqn *e, const kl_program *b) {
+  if (!b) kl_ad_fail(a, "internal error: %s has no body", kl_prim_get(e->prim)->name);
+  return b;
+}
+
+/* checkpoint: in forward mode the body's JVP, inline. For reverse mode the body is emitted for its
+ * outputs, then its JVP again on its inputs passed through optimization_barrier (so CSE cannot
+ * merge the two), all tagged KL_TAG_REMAT: transpose.c emits those primal values in the backward
+ * pass where they are needed, and nothing of the body but its outputs outlives the forward pass
+ * (JAX's remat with policy nothing_saveable; dots_saveable reuses dot_general results). */
+static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *body = body_of(a, e, e->p.checkpoint.body);
+  if (!body) return -1;
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *rp = NULL, *rt = NULL;
+  for (int i = 0; i < body->ninputs; i++) {
+    fp[body->inputs[i]] = xs[i];
+    if (!a->remat) ft[body->inputs[i]] = ts[i];
+  }
+  int rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  if (!rc && a->remat) {
+    rp = kl_jvp_new_map(body);
+    rt = kl_jvp_new_map(body);
+    char saved = a->extra_tag;
+    a->extra_tag |= KL_TAG_REMAT;
+    for (int i = 0; i < body->ninputs; i++) {
+      rp[body->inputs[i]] = e->p.checkpoint.prevent_cse ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
+      rt[body->inputs[i]] = ts[i];
+    }
+    rc = kl_jvp_eqns(a, body, rp, rt, fp, e->p.checkpoint.policy, e->p.checkpoint.prevent_cse != 0);
+    a->extra_tag = saved;
+  }
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = fp[body->outputs[i]];
+    touts[i] = (a->remat ? rt : ft)[body->outputs[i]];
+  }
+  free(fp);
+  free(ft);
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* custom_jvp_call: the rule's program, inline, on (inputs, their tangents (zeros where missing),
+ * the rule's consts): its primal outputs replace the call's, its tangent outputs are the tangents.
+ * The rule's equations are ordinary ones, so a later differentiation differentiates the rule
+ * itself, as JAX does. */
+static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *rule = body_of(a, e, e->p.custom_jvp.jvp);
+  if (!rule) return -1;
+  const int64_t *c = e->p.custom_jvp.counts.v;
+  int64_t n_x = c[0], n_fc = c[1], n_rc = c[2];
+  int *rp = kl_jvp_new_map(rule), *rt = kl_jvp_new_map(rule);
+  for (int64_t i = 0; i < n_x; i++) {
+    rp[rule->inputs[i]] = xs[i];
+    rp[rule->inputs[n_x + i]] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
+  }
+  for (int64_t k = 0; k < n_rc; k++) rp[rule->inputs[2 * n_x + k]] = xs[n_x + n_fc + k];
+  int rc = kl_jvp_eqns(a, rule, rp, rt, NULL, 0, 0);
+  for (int i = 0; !rc && i < e->nout; i++) {
+    ys[i] = rp[rule->outputs[i]];
+    int t = rp[rule->outputs[e->nout + i]];
+    /* a tangent output that does not depend on the tangents is zero (the rule must be linear) */
+    touts[i] = t >= 0 && (a->tangent[t] & KL_TAG_TANGENT) && is_float_val(a, t) ? t : -1;
+  }
+  free(rp);
+  free(rt);
+  return rc;
+}
+
+/* ---- transpose ------------------------------------------------------------------------------- */
+
+/* custom_vjp_lin: replays the registered bwd program on (residuals, output cotangents, consts)
+ * and adds its results to the input tangents' cotangents. */
+static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
+  (void)operand, (void)ct; /* the whole equation at once */
+  kl_ad *a = c->a;
+  const int64_t *cnt = e->p.custom_vjp.counts.v;
+  int64_t n_out = cnt[0], n_res = cnt[1], n_c = cnt[2], n_x = cnt[3];
+  const kl_program *sub = e->p.custom_vjp.bwd;
+  if (!sub || sub->ninputs != n_res + n_out + n_c || sub->noutputs != n_x) {
+    kl_ad_fail(a, "internal error: custom_vjp backward program does not match its call");
+    return -1;
+  }
+  int *env = malloc(sizeof(int) * ((size_t)sub->nvals + 1));
+  if (!env) abort();
+  for (int v = 0; v < sub->nvals; v++) env[v] = -1;
+  for (int64_t i = 0; i < sub->ninputs; i++) {
+    int val;
+    if (i < n_res) val = kl_tr_prim_of(c, e->ins[n_out + i]);
+    else if (i < n_res + n_out) {
+      int o = e->outs[i - n_res];
+      val = c->ct[o] >= 0 ? c->ct[o] : kl_ad_zeros(a, &c->j->vals[o].aval);
+    } else val = kl_tr_prim_of(c, e->ins[n_out + n_res + (i - n_res - n_out)]);
+    env[sub->inputs[i]] = val;
+  }
+  for (int k = 0; k < sub->neqns && !a->failed; k++) {
+    const kl_eqn *se = &sub->eqns[k];
+    int *ins = malloc(sizeof(int) * ((size_t)se->nin + 1)), outs[KL_MAX_OUTS];
+    if (!ins) abort();
+    for (int i = 0; i < se->nin; i++) ins[i] = env[se->ins[i]];
+    int n = kl_ad_emit(a, se->prim, ins, se->nin, &se->p, outs);
+    free(ins);
+    for (int i = 0; i < n; i++) env[se->outs[i]] = outs[i];
+  }
+  for (int64_t j = 0; j < n_x && !a->failed; j++) {
+    int xin = e->ins[n_out + n_res + n_c + j];
+    if (kl_tr_is_tangent(c, xin)) kl_tr_accumulate(c, xin, env[sub->outputs[j]]);
+  }
+  free(env);
+  return a->failed ? -1 : 0;
+}
+
+/* ---- batching -------------------------------------------------------------------------------- */
+
+/* Batches the body `sub` with input i batched (at axis 0) where in_b[i]; its output i comes back
+ * batched where want[i] is 1 and unbatched where it is 0 (summed over the batch if it depended
+ * on it: the cotangent of an input shared by all examples). Returns the batched program (owned),
+ * or NULL with a message. */
+static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *in_b, const char *want) {
+  if (!sub) {
+    kl_batch_fail(b, "vmap: internal error: a call without its body");
+    return NULL;
+  }
+  int *axes = malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
+  char *ob = calloc((size_t)sub->noutputs + 1, 1);
+  int *outs = malloc(sizeof(int) * ((size_t)sub->noutputs + 1));
+  if (!axes || !ob || !outs) abort();
+  for (int i = 0; i < sub->ninputs; i++) axes[i] = in_b[i] ? 0 : -1;
+  kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen), *done = NULL;
+  if (!nb) b->failed = 1;
+  else {
+    batcher inner = {.pg = nb, .size = b->size, .err = b->err, .errlen = b->errlen};
+    int64_t zero = 0;
+    kl_params rs;
+    kl_params_init(&rs, KL_P_REDUCE_SUM);
+    rs.reduce.axes = (kl_ivec){&zero, 1};
+    for (int i = 0; i < nb->noutputs; i++) {
+      int o = nb->outputs[i];
+      if (want[i] && !ob[i]) o = kl_batch_add_batch(&inner, o);
+      else if (!want[i] && ob[i]) o = kl_batch_emit(&inner, KL_P_REDUCE_SUM, &o, 1, &rs, NULL);
+      outs[i] = o;
+    }
+    if (inner.failed) {
+      b->failed = 1;
+      kl_program_free(nb);
+    } else {
+      kl_program_set_outputs(nb, outs, nb->noutputs);
+      done = nb;
+    }
+  }
+  free(axes);
+  free(ob);
+  free(outs);
+  return done;
+}
+
+/* checkpoint, custom_jvp_call, custom_vjp_call: the same call on batched programs. Every result
+ * is batched (as the pass expects of an equation with a batched operand); custom_vjp's bwd rule
+ * returns cotangents batched like the inputs they belong to. */
+static int call_batch(batcher *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_params p = e->p;
+  int n = e->nin, nw = 2 * e->nout + n;
+  char *want = malloc((size_t)nw + 1), *in_b = malloc((size_t)n * 2 + 1);
+  if (!want || !in_b) abort();
+  memset(want, 1, (size_t)nw + 1);
+  kl_program *made[2] = {NULL, NULL}; /* the batched bodies, owned until the equation holds them */
+  switch (e->prim) {
+  case KL_P_CHECKPOINT: p.checkpoint.body = made[0] = batch_subprog(b, e->p.checkpoint.body, r->bs, want); break;
+  case KL_P_CUSTOM_JVP_CALL: {
+    const int64_t *c = e->p.custom_jvp.counts.v;
+    int64_t n_x = c[0], n_fc = c[1], n_rc = c[2];
+    p.custom_jvp.fun = made[0] = batch_subprog(b, e->p.custom_jvp.fun, r->bs, want); /* (x, fun consts) */
+    memcpy(in_b, r->bs, (size_t)n_x);              /* the rule: (x, tangents of x, rule consts) */
+    memcpy(in_b + n_x, r->bs, (size_t)n_x);
+    memcpy(in_b + 2 * n_x, r->bs + n_x + n_fc, (size_t)n_rc);
+    if (!b->failed) p.custom_jvp.jvp = made[1] = batch_subprog(b, e->p.custom_jvp.jvp, in_b, want);
+    break;
+  }
+  default: { /* custom_vjp_call: (outputs, residuals, consts, inputs); bwd: (residuals, cts, consts) */
+    const int64_t *c = e->p.custom_vjp.counts.v;
+    int64_t n_out = c[0], n_res = c[1], n_c = c[2], n_x = c[3];
+    for (int64_t i = 0; i < n_out; i++) r->xs[i] = kl_batch_as_batched(b, r->xs[i], r->bs[i]);
+    memcpy(in_b, r->bs + n_out, (size_t)n_res);
+    memset(in_b + n_res, 1, (size_t)n_out);
+    memcpy(in_b + n_res + n_out, r->bs + n_out + n_res, (size_t)n_c);
+    memcpy(want, r->bs + n_out + n_res + n_c, (size_t)n_x);
+    p.custom_vjp.bwd = made[0] = batch_subprog(b, e->p.custom_vjp.bwd, in_b, want);
+    break;
+  }
+  }
+  free(want);
+  free(in_b);
+  int rc = b->failed ? -1 : kl_batch_emit(b, e->prim, r->xs, n, &p, r->ys) < 0 ? -1 : 0;
+  kl_program_free(made[0]);
+  kl_program_free(made[1]);
+  return rc;
+}
+
+/* ---- the table ------------------------------------------------------------------------------- */
+
+const kl_rule_row kl_rules_call[] = {
+    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch},
+    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL},
+    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch},
+    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch},
+    KL_RULES_END};
