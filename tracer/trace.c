@@ -69,6 +69,7 @@ struct kl_trace {
   int refs;                    /* the stack's (while alive) and the client's */
   kl_trace_value_fn value_fn;  /* the concrete-value hook, or NULL */
   void *value_ctx;             /* its context (borrowed) */
+  void *client;                /* the client's pointer (borrowed) */
   uintptr_t *lifted;           /* owned: client keys of the extra inputs, in input order */
   int nlifted, caplifted;
   vid_map lifted_vids;         /* key -> the extra input's value id */
@@ -155,6 +156,8 @@ int kl_trace_alive(const kl_trace *t) { return t->alive; }
 int kl_trace_level(const kl_trace *t) { return t->level; }
 int kl_trace_is_concrete(const kl_trace *t) { return t->concrete; }
 kl_program *kl_trace_program(const kl_trace *t) { return t->pg; }
+void kl_trace_set_client(kl_trace *t, void *client) { t->client = client; }
+void *kl_trace_client(const kl_trace *t) { return t->client; }
 
 kl_program *kl_trace_take_program(kl_trace *t) {
   kl_program *pg = t->pg;
@@ -239,6 +242,7 @@ int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int n
     if (!t || u->level > t->level) t = u;
   }
   if (!t) return KL_TRACE_NO_TRACE;
+  *into = t;
   int small[16];
   int *vids = nin <= 16 ? small : xrealloc(NULL, sizeof(int) * (size_t)nin);
   int rc = KL_TRACE_OK, have_values = 1;
@@ -251,7 +255,6 @@ int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int n
     rc = KL_TRACE_RULE_ERROR;
   if (vids != small) free(vids);
   if (rc) return rc;
-  *into = t;
   if (t->concrete && have_values && t->value_fn) {
     kl_trace_eqn e = {t, prim, p, ins, nin, outs, *nout};
     if (t->value_fn(t->value_ctx, &e)) return KL_TRACE_HOOK_ERROR;

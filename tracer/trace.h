@@ -76,6 +76,9 @@ void kl_trace_release(kl_trace *t); /* frees t (and its program, unless taken) a
 int kl_trace_alive(const kl_trace *t);
 int kl_trace_level(const kl_trace *t);       /* 0 for the outermost */
 int kl_trace_is_concrete(const kl_trace *t);
+/* An opaque pointer the client attaches to t (its handle object; borrowed, never freed here). */
+void kl_trace_set_client(kl_trace *t, void *client);
+void *kl_trace_client(const kl_trace *t); /* NULL until set */
 /* The program being built (borrowed; lives as long as t), or NULL once taken. */
 kl_program *kl_trace_program(const kl_trace *t);
 /* Hands the program to the caller (owned; free with kl_program_free); t keeps no program:
@@ -105,7 +108,7 @@ int kl_trace_num_lifted(const kl_trace *t);
 uintptr_t kl_trace_lifted_key(const kl_trace *t, int i);
 
 /* Records `outs = prim[p](ins)` into the innermost trace among the operands' traces (*into,
- * borrowed), lifting the other operands into it (kl_trace_vid_of). Checks first that no operand
+ * borrowed; set once that trace is known, also when a later step fails), lifting the other operands into it (kl_trace_vid_of). Checks first that no operand
  * belongs to a dead trace (*bad = its index). On success writes the new value ids to outs
  * (KL_MAX_OUTS room) and their count to *nout; if that trace is concrete and every operand has
  * a value, the value hook runs before bind returns and *computed is set to 1, else 0.

@@ -35,7 +35,6 @@ static const char *const op_prim[NOPS] = {"add", "sub", "mul",   "div",   "max",
 
 /* Set once by eager_setup (kiln._src.core): the Python pieces the fast path shares. */
 static PyTypeObject *array_type;   /* kiln.Array itself (not its subclasses, e.g. Tracer) */
-static PyObject *trace_stack;      /* core._trace_stack: the fast path runs only when it is empty */
 static PyObject *scalar_cache;     /* core._scalar_cache: (type, value, dtype, weak) -> 0-d Array */
 static PyObject *scalar_fn;        /* core.scalar_array(value, dtype, weak) */
 static PyObject *exe_fn;           /* core._eager_exe(prim, *xs, compiled) -> (exe or None, shape, dtype, weak) */
@@ -557,7 +556,7 @@ static int op_takes(int op, char kind) {
  * without one when this case belongs to the slow road. Operands: two arrays of one dtype whose
  * shapes are equal or one of them (), or an array and a Python scalar that keeps its dtype. */
 static PyObject *eager2(int op, PyObject *l, PyObject *r) {
-  if (!array_type || PyList_Size(trace_stack) != 0) return NULL; /* under a trace: staged, not run */
+  if (!array_type || kl_py_tracing()) return NULL; /* under a trace: staged, not run */
   int la = is_kiln_array(l), ra = is_kiln_array(r);
   if (!la && !ra) return NULL;
   ArrayObject *a = (ArrayObject *)(la ? l : r);
@@ -605,7 +604,7 @@ static PyObject *eager_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (y == Py_None || !is_kiln_array(x) || !is_kiln_array(y)) Py_RETURN_NONE;
     res = eager2(op, x, y);
   } else {
-    if (!array_type || PyList_Size(trace_stack) != 0 || !is_kiln_array(x)) Py_RETURN_NONE;
+    if (!array_type || kl_py_tracing() || !is_kiln_array(x)) Py_RETURN_NONE;
     int itemsize;
     res = op_takes(op, dtype_kind(((ArrayObject *)x)->dtype, &itemsize)) ? apply(op, (ArrayObject *)x, NULL) : NULL;
   }
@@ -634,12 +633,11 @@ static PyObject *nb_sub(PyObject *l, PyObject *r) { return binary(OP_SUB, l, r);
 static PyObject *nb_mul(PyObject *l, PyObject *r) { return binary(OP_MUL, l, r); }
 static PyObject *nb_div(PyObject *l, PyObject *r) { return binary(OP_DIV, l, r); }
 
-/* eager_setup(Array, trace_stack, scalar_cache, scalar_array, eager_exe, fused_exe,
- *             (add, sub, mul, div)) */
+/* eager_setup(Array, scalar_cache, scalar_array, eager_exe, fused_exe, (add, sub, mul, div)) */
 static PyObject *eager_setup(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *at, *ts, *sc, *sf, *ef, *ff, *fb;
-  if (!PyArg_ParseTuple(args, "OO!O!OOOO!", &at, &PyList_Type, &ts, &PyDict_Type, &sc, &sf, &ef, &ff, &PyTuple_Type, &fb))
+  PyObject *at, *sc, *sf, *ef, *ff, *fb;
+  if (!PyArg_ParseTuple(args, "OO!OOOO!", &at, &PyDict_Type, &sc, &sf, &ef, &ff, &PyTuple_Type, &fb))
     return NULL;
   if (!PyType_Check(at) || PyTuple_Size(fb) != NOPERATORS)
     return PyErr_Format(PyExc_TypeError, "eager_setup: expects the Array class and %d fallbacks", NOPERATORS);
@@ -651,7 +649,6 @@ static PyObject *eager_setup(PyObject *self, PyObject *args) {
   fusion = !(env && *env == '0');
   SET_REF(fused_fn, Py_NewRef(ff));
   SET_REF(array_type, (PyTypeObject *)Py_NewRef(at));
-  SET_REF(trace_stack, Py_NewRef(ts));
   SET_REF(scalar_cache, Py_NewRef(sc));
   SET_REF(scalar_fn, Py_NewRef(sf));
   SET_REF(exe_fn, Py_NewRef(ef));
@@ -702,7 +699,7 @@ static void jit_dealloc(PyObject *self) {
 /* The result of a call found in `fast`, or NULL: with an error set when it failed, without one
  * when the call belongs to the Python road. */
 static PyObject *jit_fast(JitObject *j, PyObject *args) {
-  if (!array_type || !j->fast || !PyDict_Check(j->fast) || PyList_Size(trace_stack) != 0) return NULL;
+  if (!array_type || !j->fast || !PyDict_Check(j->fast) || kl_py_tracing()) return NULL;
   if (j->gen != config_gen) {
     PyDict_Clear(j->fast);
     j->gen = config_gen;
@@ -850,6 +847,24 @@ static PyType_Slot array_slots[] = {{Py_bf_getbuffer, array_getbuffer},
 
 static PyType_Spec array_spec = {"kiln._kiln.ArrayBase", sizeof(ArrayObject), 0,
                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, array_slots};
+
+/* ---- for tracer.c: TracerBase extends ArrayBase ---- */
+
+Py_ssize_t kl_py_array_basicsize(void) { return (Py_ssize_t)sizeof(ArrayObject); }
+
+void kl_py_array_set_aval(PyObject *o, PyObject *shape, PyObject *dtype, PyObject *weak) {
+  ArrayObject *a = (ArrayObject *)o;
+  SET_REF(a->shape, Py_NewRef(shape));
+  SET_REF(a->dtype, Py_NewRef(dtype));
+  SET_REF(a->weak, Py_NewRef(weak));
+}
+
+void kl_py_array_get_aval(PyObject *o, PyObject **shape, PyObject **dtype, PyObject **weak) {
+  ArrayObject *a = (ArrayObject *)o;
+  *shape = a->shape;
+  *dtype = a->dtype;
+  *weak = a->weak;
+}
 
 int kl_py_array_init(PyObject *m) {
   PyObject *t = PyType_FromSpec(&array_spec);

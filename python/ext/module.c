@@ -1072,12 +1072,18 @@ static int mod_exec(PyObject *m) {
   Py_INCREF(BufferType);
   Py_INCREF(BuilderType);
   Py_INCREF(ExecType);
-  if (kl_py_array_init(m)) return -1;
+  if (kl_py_array_init(m) || kl_py_tracer_init(m)) return -1;
   if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
       PyModule_AddObject(m, "Executable", ExecType))
     return -1;
   return 0;
 }
+
+int kl_py_parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[4][64]) {
+  return parse_params(prim, dict, p, store);
+}
+
+PyObject *kl_py_builder_wrap(kl_program *pg) { return builder_wrap(pg); }
 
 static PyModuleDef_Slot mod_slots[] = {{Py_mod_exec, (void *)mod_exec}, {0, NULL}};
 

@@ -5,6 +5,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../../ir/program.h"
 #include "../../runtime/runtime.h"
 
 typedef struct {
@@ -30,5 +31,21 @@ int kl_py_array_init(PyObject *module);
 /* Computes every pending eager result (before memory is shared with another library, which may
  * write it). 0, or -1 with an exception. */
 int kl_py_eager_flush(void);
+
+/* The fields of ArrayBase that tracer.c's TracerBase (a subclass) needs: the size of the base
+ * object, and its aval fields (set: new references taken; get: borrowed). */
+Py_ssize_t kl_py_array_basicsize(void);
+void kl_py_array_set_aval(PyObject *a, PyObject *shape, PyObject *dtype, PyObject *weak);
+void kl_py_array_get_aval(PyObject *a, PyObject **shape, PyObject **dtype, PyObject **weak);
+
+/* module.c, for tracer.c: params of `prim` from a dict of named params (None: defaults), vectors
+ * stored in `store`; and a new Builder owning pg (freed on failure). */
+int kl_py_parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[4][64]);
+PyObject *kl_py_builder_wrap(kl_program *pg);
+
+/* tracer.c: the trace state's binding (Trace, TracerBase, trace_bind...); adds them to the
+ * module. kl_py_tracing: whether a trace is live (the eager fast paths run only when not). */
+int kl_py_tracer_init(PyObject *module);
+int kl_py_tracing(void);
 
 #endif
