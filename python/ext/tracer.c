@@ -228,7 +228,7 @@ static int operand_of(PyObject *x, kl_operand *o, kl_aval *aval) {
   o->aval = NULL;
   if (is_tracer(x)) {
     TracerFields *f = FIELDS(x);
-    o->trace = ((TraceObject *)f->trace)->t;
+    o->trace = f->trace ? ((TraceObject *)f->trace)->t : NULL; /* NULL: cleared by the GC, unusable */
     o->vid = f->vid;
     o->value = f->cval;
     return 0;
@@ -272,7 +272,10 @@ static void trace_dealloc(PyObject *self) {
   PyObject_GC_UnTrack(self);
   TraceObject *h = (TraceObject *)self;
   Py_CLEAR(h->lifted);
-  if (h->t) kl_trace_release(h->t);
+  if (h->t) {
+    kl_trace_set_client(h->t, NULL);
+    kl_trace_release(h->t);
+  }
   PyTypeObject *tp = Py_TYPE(self);
   freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
   f(self);
