@@ -38,6 +38,12 @@ Py_ssize_t kl_py_array_basicsize(void);
 void kl_py_array_set_aval(PyObject *a, PyObject *shape, PyObject *dtype, PyObject *weak);
 void kl_py_array_get_aval(PyObject *a, PyObject **shape, PyObject **dtype, PyObject **weak);
 
+/* array.c, for tracer.c's dispatcher: whether o is a kiln.Array exactly (no Tracer), and bind's
+ * eager road: prim[params] run on the kiln arrays xs[0..n-1] through the executable cache the
+ * fast path shares; a tuple of Arrays, or NULL with an error. */
+int kl_py_is_array(PyObject *o);
+PyObject *kl_py_eager_bind(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params);
+
 /* module.c, for tracer.c: params of `prim` from a dict of named params (None: defaults), vectors
  * stored in `store`; and a new Builder owning pg (freed on failure). */
 int kl_py_parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[4][64]);

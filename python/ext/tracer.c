@@ -38,7 +38,6 @@ static Py_ssize_t fields_off;
 
 static PyTypeObject *TraceType, *TracerBaseType, *ArrayBaseType;
 static PyTypeObject *tracer_type;      /* core.Tracer, the class new tracers get */
-static PyObject *eager_bind;           /* core.bind on concrete arrays: the concrete-value hook's road */
 static PyObject *scalar_fn;            /* core.scalar_array(value, dtype, weak) */
 static PyObject *unexpected_error;     /* kiln.errors.UnexpectedTracerError */
 static PyObject *dtype_obj[KL_NDTYPES]; /* the NumPy dtype of each kl_dtype */
@@ -464,14 +463,20 @@ typedef struct {
 
 static hook_frame *frame;
 
-/* The concrete-value hook: runs the equation eagerly on the operands' values (core.bind). */
+static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params);
+
+/* The concrete-value hook: runs the equation on the operands' values (eagerly: they are arrays). */
 static int value_hook(void *ctx, const kl_trace_eqn *e) {
   (void)ctx;
-  PyObject *vals = PyList_New(e->nin);
-  if (!vals) return -1;
-  for (int i = 0; i < e->nin; i++) PyList_SetItem(vals, i, Py_NewRef((PyObject *)e->ins[i].value));
-  PyObject *res = PyObject_CallFunctionObjArgs(eager_bind, frame->prim, vals, frame->params, NULL);
-  Py_DECREF(vals);
+  PyObject *small[16];
+  PyObject **vals = e->nin <= 16 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)e->nin);
+  if (!vals) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (int i = 0; i < e->nin; i++) vals[i] = (PyObject *)e->ins[i].value;
+  PyObject *res = dispatch(frame->prim, vals, e->nin, frame->params);
+  if (vals != small) PyMem_Free(vals);
   if (!res) return -1;
   if (!PyTuple_Check(res) || PyTuple_Size(res) != e->nout) {
     Py_DECREF(res);
@@ -482,32 +487,26 @@ static int value_hook(void *ctx, const kl_trace_eqn *e) {
   return 0;
 }
 
-/* trace_bind(prim, args, params=None) -> tuple of Tracers: records the equation into the
- * innermost trace among args (see kl_trace_bind). */
-static PyObject *trace_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  if (nargs < 2 || nargs > 3) return PyErr_Format(PyExc_TypeError, "trace_bind(prim, args, params=None)");
-  PyObject *params = nargs == 3 ? args[2] : Py_None;
+/* Records `prim[params](xs)` into the innermost trace among xs (see kl_trace_bind); a tuple of
+ * Tracers. */
+static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
   kl_prim prim;
-  if (prim_of(args[0], &prim)) return NULL;
+  if (prim_of(prim_name, &prim)) return NULL;
   kl_params p;
   int64_t store[4][64];
   if (kl_py_parse_params(prim, params, &p, store)) return NULL;
-  PyObject *items = PyTuple_Check(args[1]) ? Py_NewRef(args[1]) : PySequence_Tuple(args[1]);
-  if (!items) return NULL;
-  Py_ssize_t n = PyTuple_Size(items);
   kl_operand small_ops[8];
   kl_aval small_avals[8];
   kl_operand *ops = n <= 8 ? small_ops : PyMem_Malloc(sizeof(kl_operand) * (size_t)n);
   kl_aval *avals = n <= 8 ? small_avals : PyMem_Malloc(sizeof(kl_aval) * (size_t)n);
   PyObject *res = NULL;
-  hook_frame fr = {args[0], params, NULL}, *saved = frame;
+  hook_frame fr = {prim_name, params, NULL}, *saved = frame;
   if (!ops || !avals) {
     PyErr_NoMemory();
     goto done;
   }
   for (Py_ssize_t i = 0; i < n; i++)
-    if (operand_of(PyTuple_GetItem(items, i), &ops[i], &avals[i])) goto done;
+    if (operand_of(xs[i], &ops[i], &avals[i])) goto done;
   kl_trace *into = NULL;
   int outs[KL_MAX_OUTS], nout = 0, computed = 0, bad = 0, from = 0;
   char err[1024], kind = 'V';
@@ -527,14 +526,14 @@ static PyObject *trace_bind(PyObject *self, PyObject *const *args, Py_ssize_t na
   switch (rc) {
   case KL_TRACE_OK: break;
   case KL_TRACE_DEAD: {
-    PyObject *ctx = PyUnicode_FromFormat("It was passed to %U.", args[0]);
-    if (ctx) raise_leaked(PyTuple_GetItem(items, bad), ctx);
+    PyObject *ctx = PyUnicode_FromFormat("It was passed to %U.", prim_name);
+    if (ctx) raise_leaked(xs[bad], ctx);
     Py_XDECREF(ctx);
     goto done;
   }
-  case KL_TRACE_NO_TRACE: PyErr_Format(PyExc_TypeError, "%U: operands must be kiln arrays", args[0]); goto done;
+  case KL_TRACE_NO_TRACE: PyErr_Format(PyExc_TypeError, "%U: operands must be kiln arrays", prim_name); goto done;
   case KL_TRACE_BAD_OPERAND:
-    cannot_trace(PyTuple_GetItem(items, bad));
+    cannot_trace(xs[bad]);
     goto done;
   case KL_TRACE_RULE_ERROR: PyErr_SetString(kind == 'T' ? PyExc_TypeError : PyExc_ValueError, err); goto done;
   default: goto done; /* the hook's error is set */
@@ -549,9 +548,40 @@ static PyObject *trace_bind(PyObject *self, PyObject *const *args, Py_ssize_t na
   }
 done:
   Py_XDECREF(fr.values);
-  Py_DECREF(items);
   if (ops != small_ops) PyMem_Free(ops);
   if (avals != small_avals) PyMem_Free(avals);
+  return res;
+}
+
+/* The dispatcher: prim on concrete arrays runs eagerly (array.c: one executable cache with the
+ * fast path), anything else is recorded into a trace. */
+static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (!kl_py_is_array(xs[i])) return record(prim, xs, n, params);
+  return kl_py_eager_bind(prim, xs, n, params);
+}
+
+/* bind(prim, args, params=None) -> tuple of results (kiln's core.bind): arrays when every
+ * operand is a concrete array, else Tracers of the innermost trace among them. */
+static PyObject *mod_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs < 2 || nargs > 3) return PyErr_Format(PyExc_TypeError, "bind(prim, args, params=None)");
+  PyObject *params = nargs == 3 ? args[2] : Py_None;
+  PyObject *items = PyTuple_Check(args[1]) || PyList_Check(args[1]) ? Py_NewRef(args[1]) : PySequence_Tuple(args[1]);
+  if (!items) return NULL;
+  int list = PyList_Check(items);
+  Py_ssize_t n = list ? PyList_Size(items) : PyTuple_Size(items);
+  PyObject *small[16];
+  PyObject **xs = n <= 16 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)n);
+  if (!xs) {
+    Py_DECREF(items);
+    return PyErr_NoMemory();
+  }
+  for (Py_ssize_t i = 0; i < n; i++) xs[i] = Py_NewRef(list ? PyList_GetItem(items, i) : PyTuple_GetItem(items, i));
+  PyObject *res = dispatch(args[0], xs, n, params);
+  for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(xs[i]);
+  if (xs != small) PyMem_Free(xs);
+  Py_DECREF(items);
   return res;
 }
 
@@ -597,11 +627,11 @@ static PyObject *mod_tracing(PyObject *self, PyObject *unused) {
   return PyBool_FromLong(kl_py_tracing());
 }
 
-/* tracer_setup(Tracer, bind, scalar_array, UnexpectedTracerError, {dtype name: dtype}) */
+/* tracer_setup(Tracer, scalar_array, UnexpectedTracerError, {dtype name: dtype}) */
 static PyObject *mod_tracer_setup(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *tt, *b, *sf, *ue, *dts;
-  if (!PyArg_ParseTuple(args, "OOOOO!", &tt, &b, &sf, &ue, &PyDict_Type, &dts)) return NULL;
+  PyObject *tt, *sf, *ue, *dts;
+  if (!PyArg_ParseTuple(args, "OOOO!", &tt, &sf, &ue, &PyDict_Type, &dts)) return NULL;
   if (!PyType_Check(tt) || !PyType_IsSubtype((PyTypeObject *)tt, TracerBaseType))
     return PyErr_Format(PyExc_TypeError, "tracer_setup: expects a subclass of TracerBase");
   for (int d = 0; d < KL_NDTYPES; d++) {
@@ -610,15 +640,14 @@ static PyObject *mod_tracer_setup(PyObject *self, PyObject *args) {
     SET_REF(dtype_obj[d], Py_NewRef(o));
   }
   SET_REF(tracer_type, (PyTypeObject *)Py_NewRef(tt));
-  SET_REF(eager_bind, Py_NewRef(b));
   SET_REF(scalar_fn, Py_NewRef(sf));
   SET_REF(unexpected_error, Py_NewRef(ue));
   Py_RETURN_NONE;
 }
 
 static PyMethodDef tracer_functions[] = {
-    {"trace_bind", (PyCFunction)(void (*)(void))trace_bind, METH_FASTCALL,
-     "trace_bind(prim, args, params=None) -> tuple of Tracers"},
+    {"bind", (PyCFunction)(void (*)(void))mod_bind, METH_FASTCALL,
+     "bind(prim, args, params=None) -> tuple of results (run eagerly, or recorded into a trace)"},
     {"trace_push", (PyCFunction)(void (*)(void))mod_trace_push, METH_FASTCALL, "trace_push(concrete=False) -> Trace"},
     {"trace_pop", mod_trace_pop, METH_O, "trace_pop(trace): ends the innermost trace"},
     {"current_trace", mod_current_trace, METH_NOARGS, "the innermost live Trace, or None"},

@@ -13,5 +13,5 @@ from kiln._src.array import (Array, _check_host_array, _contains_tracer, _dtype_
                              _rebuild, _scalar_cache, asarray, from_numpy, scalar_array)
 from kiln._src.tracing import (Trace, Tracer, _ad_depth, ad_tracing, concrete_or_error, current_trace,  # noqa: F401
                                is_tracer, literal, pop_trace, push_trace, scalar_constant, tracing)
-from kiln._src.dispatch import (_compile_eager, _eager_cache, _eager_exe, _fused_exe, _on_config_change,  # noqa: F401
-                                _params_key, bind, bind1, config_generation)
+from kiln._src.dispatch import (_eager_entry, _fused_exe, _on_config_change, bind, bind1,  # noqa: F401
+                                config_generation)
