@@ -1,7 +1,8 @@
-/* tracer.c: the Python binding of the trace state (tracer/trace.h). Trace is a handle on one
- * C trace (kiln's core.Trace); TracerBase, a subclass of ArrayBase, is the C half of
- * core.Tracer (its trace, value id and concrete value); trace_bind records an equation in one
- * call. The trace stack itself lives in tracer/; this file only maps Python objects onto it: an
+/* tracer.c: the Python binding of the trace state (tracer/trace.h), and bind, kiln's one
+ * dispatcher. Trace is a handle on one C trace (kiln's core.Trace); TracerBase, a subclass of
+ * ArrayBase, is the C half of core.Tracer (its trace, value id and concrete value); bind runs a
+ * primitive on concrete arrays (array.c's eager road) or records it into a trace, in one call.
+ * The trace stack itself lives in tracer/; this file only maps Python objects onto it: an
  * object's address is its key for lifting, the handle's `lifted` list keeps those objects alive. */
 #include "module.h"
 
@@ -455,9 +456,9 @@ static PyType_Spec trace_spec = {"kiln._kiln.Trace", sizeof(TraceObject), 0, Py_
 
 /* ---- binding ---- */
 
-/* What the concrete-value hook needs of the trace_bind call in progress (one per nesting). */
+/* What the concrete-value hook needs of the `record` call in progress (one per nesting). */
 typedef struct {
-  PyObject *prim, *params; /* as trace_bind got them (borrowed) */
+  PyObject *prim, *params; /* as bind got them (borrowed) */
   PyObject *values;        /* the hook's result: a tuple of Arrays (owned), or NULL */
 } hook_frame;
 
@@ -475,7 +476,8 @@ static int value_hook(void *ctx, const kl_trace_eqn *e) {
     return -1;
   }
   for (int i = 0; i < e->nin; i++) vals[i] = (PyObject *)e->ins[i].value;
-  PyObject *res = dispatch(frame->prim, vals, e->nin, frame->params);
+  hook_frame *fr = frame; /* read once: compiling may let another thread bind meanwhile */
+  PyObject *res = dispatch(fr->prim, vals, e->nin, fr->params);
   if (vals != small) PyMem_Free(vals);
   if (!res) return -1;
   if (!PyTuple_Check(res) || PyTuple_Size(res) != e->nout) {
@@ -483,7 +485,7 @@ static int value_hook(void *ctx, const kl_trace_eqn *e) {
     PyErr_SetString(PyExc_SystemError, "internal: the eager bind gave another number of values");
     return -1;
   }
-  frame->values = res;
+  fr->values = res;
   return 0;
 }
 
@@ -522,7 +524,7 @@ static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, 
   frame = &fr;
   int rc = kl_trace_bind(prim, &p, ops, (int)n, &into, outs, &nout, &computed, &bad, err, sizeof err, &kind);
   frame = saved;
-  if (into && note_lifted(kl_trace_client(into), from)) goto done;
+  if (into && kl_trace_client(into) && note_lifted(kl_trace_client(into), from)) goto done;
   switch (rc) {
   case KL_TRACE_OK: break;
   case KL_TRACE_DEAD: {

@@ -8,10 +8,11 @@ Imports array.py and tracing.py; core.py re-exports it.
 """
 
 from kiln import _kiln
-from kiln._src.array import Array, _dtype_by_name, _np_dtype, _scalar_cache, scalar_array
+from kiln._src.array import _dtype_by_name, _np_dtype, _scalar_cache, scalar_array
 from kiln._src.config import config
 from kiln._src.tracing import Tracer
 from kiln.errors import UnexpectedTracerError
+
 
 def _eager_entry(prim, params, xs, compiled):
     """The eager executable cache's entry for `prim` on arrays xs: (exe, avals), avals holding
