@@ -142,6 +142,36 @@ def test_cached_and_freed():
     assert m.tolist() == [0, 2, 4, 6, 8, 10]
 
 
+@pytest.mark.parametrize("fast_first", [True, False])
+def test_bind_and_the_fast_path_share_one_executable_cache(fast_first):
+    # Issue 9 item 6: one eager dispatcher and one executable cache. The fast path's `x - y` and
+    # core.bind("sub", ...) on the same avals compile one executable between them, whichever
+    # comes first; bind on concrete arrays runs without entering Python.
+    n = 37 if fast_first else 41  # shapes no other test uses: the first call compiles
+    x = jnp.asarray(np.arange(n, dtype=np.float32))
+    y = jnp.asarray(np.ones(n, dtype=np.float32))
+    old = kiln._kiln.eager_fusion(False)  # launched by itself, the fast path needs an executable
+    try:
+        before = kiln._kiln.compile_stats()[0]
+        first, second = (lambda: x - y), (lambda: core.bind("sub", [x, y])[0])
+        if not fast_first:
+            first, second = second, first
+        a = first()
+        assert kiln._kiln.compile_stats()[0] == before + 1
+        calls = []
+        sys.setprofile(lambda frame, event, arg: calls.append(frame.f_code.co_name) if event == "call" else None)
+        try:
+            b = second()
+        finally:
+            sys.setprofile(None)
+        assert kiln._kiln.compile_stats()[0] == before + 1
+        assert calls == ["<lambda>"], calls
+        np.testing.assert_array_equal(np.asarray(a), np.arange(n, dtype=np.float32) - 1)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    finally:
+        kiln._kiln.eager_fusion(old)
+
+
 def test_common_cases_do_not_enter_python():
     x = jnp.asarray(np.arange(6, dtype=np.float32))
     y = jnp.asarray(np.ones(6, dtype=np.float32))

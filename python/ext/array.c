@@ -6,7 +6,9 @@
  * Python scalar, plus the lax operations listed in op_prim (through eager_apply). Their results
  * stay pending and chains of them run as one fused kernel (eager fusion, below). Every other case
  * goes to the Python implementation given to eager_setup, so the results and the errors are the
- * same on both roads. JitBase runs jit calls of a signature seen before. */
+ * same on both roads. bind's eager road (kl_py_eager_bind, called by tracer.c's dispatcher) runs
+ * any primitive on concrete arrays through the same executable cache (exe_cache). JitBase runs
+ * jit calls of a signature seen before. */
 #include "module.h"
 
 #include <limits.h>
@@ -33,18 +35,29 @@ enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, NOPERATORS, OP_MAX = NOPERATORS, OP_MIN, 
 static const char *const op_prim[NOPS] = {"add", "sub", "mul",   "div",   "max",      "min", "neg", "abs",  "exp",
                                           "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "sqrt", "rsqrt"};
 
-/* Set once by eager_setup (kiln._src.core): the Python pieces the fast path shares. */
+/* Set once by eager_setup (kiln._src.array_methods): the Python pieces the fast path shares. */
 static PyTypeObject *array_type;   /* kiln.Array itself (not its subclasses, e.g. Tracer) */
-static PyObject *trace_stack;      /* core._trace_stack: the fast path runs only when it is empty */
 static PyObject *scalar_cache;     /* core._scalar_cache: (type, value, dtype, weak) -> 0-d Array */
 static PyObject *scalar_fn;        /* core.scalar_array(value, dtype, weak) */
-static PyObject *exe_fn;           /* core._eager_exe(prim, *xs, compiled) -> (exe or None, shape, dtype, weak) */
+static PyObject *entry_fn;         /* dispatch._eager_entry(prim, params, xs, compiled) -> (exe or None, avals) */
 static PyObject *fallback[NOPERATORS]; /* the Python operators: f(left, right) */
-static PyObject *exe_cache;        /* (op, shape1, dtype, weak1, shape2, weak2) -> _eager_exe's tuple */
-static PyObject *fused_fn;         /* core._fused_exe(key) -> exe of a chain of pending operations */
-static PyObject *fused_cache;      /* that key -> exe */
+/* The one executable cache of eager mode, shared by bind's eager road and the fast path:
+ *   (prim, [params key,] shape, dtype key, weak of each operand...) -> (exe or None, avals), where
+ *   the params key ((name, value), ...) is left out when there are no params (its presence shows
+ *   in the length: 1 + 3 * operands without), and the dtype key is dtype_key's; and where
+ *   avals = ((shape, dtype, weak) of each result, ...) and exe is None for an entry known only by
+ *   its avals (a fused operation needs no executable of its own); entries are stored as
+ *   (exe or None, avals, shape, dtype, weak of the first result) for the fast path;
+ *   (n, ... a fused chain, see materialize) -> exe of the chain. */
+static PyObject *exe_cache;
+static PyObject *fused_fn;         /* dispatch._fused_exe(key) -> exe of a chain of pending operations */
+static PyObject *op_name[NOPS];    /* op_prim as str objects (the first item of a cache key) */
+static PyObject *no_params;        /* () : params_key of a call without params */
 static int fusion = 1;             /* KILN_EAGER_FUSION=0: every operation launches at once */
 static long n_chains, n_chain_ops; /* fused launches, and the operations they ran */
+
+/* The k-th item (0 shape, 1 dtype, 2 weak) of the first result's aval of a cache entry. */
+#define ENTRY_AVAL(entry, k) PyTuple_GetItem((entry), 2 + (k))
 
 #define SET_REF(field, value)   \
   do {                          \
@@ -146,6 +159,7 @@ static struct {
   PyObject *dtype;
   char kind;
   int itemsize;
+  PyObject *id; /* a small int standing for the dtype in cache keys (cheaper to hash) */
 } kinds[16];
 
 static char dtype_kind(PyObject *dtype, int *itemsize) {
@@ -169,10 +183,21 @@ static char dtype_kind(PyObject *dtype, int *itemsize) {
       kinds[i].dtype = dtype;
       kinds[i].kind = kind;
       kinds[i].itemsize = (int)size;
+      kinds[i].id = PyLong_FromLong(i);
       break;
     }
   *itemsize = (int)size;
   return kind;
+}
+
+/* What stands for `dtype` in an executable cache key (borrowed): its small-int id, or the dtype
+ * itself when the memo is full (or the id could not be made). */
+static PyObject *dtype_key(PyObject *dtype) {
+  int itemsize;
+  dtype_kind(dtype, &itemsize);
+  for (int i = 0; i < 16 && kinds[i].dtype; i++)
+    if (kinds[i].dtype == dtype) return kinds[i].id ? kinds[i].id : dtype;
+  return dtype;
 }
 
 /* A Python int or float as the 0-d array it becomes next to an array of `dtype` (kind `kind`),
@@ -272,22 +297,36 @@ static int run_exe(PyObject *exe, PyObject *const *bufs, int n, kl_buffer **outs
   return rc;
 }
 
-/* An out-of-memory error of operation `op` names it and its result's shape, as core.bind does. */
-static void name_memory_error(int op, PyObject *shape) {
+/* An out-of-memory error of primitive `prim` (a str) names it and its results' shapes, as bind
+ * always did: from `avals` (a cache entry's) when given, else from `shape`. */
+static void name_memory_error(PyObject *prim, PyObject *avals, PyObject *shape) {
   if (!PyErr_ExceptionMatches(PyExc_MemoryError)) return;
   PyObject *t, *v, *tb;
   PyErr_Fetch(&t, &v, &tb);
-  PyObject *msg = v ? PyObject_Str(v) : NULL;
-  PyObject *shape_s = PyObject_Repr(shape);
-  if (msg && shape_s) {
-    PyErr_Format(PyExc_MemoryError, "%s: cannot allocate the result (shape %U): %U", op_prim[op], shape_s, msg);
+  PyObject *msg = v ? PyObject_Str(v) : NULL, *shapes = NULL;
+  if (avals) {
+    PyObject *parts = PyList_New(0), *sep = PyUnicode_FromString(", ");
+    for (Py_ssize_t i = 0; parts && i < PyTuple_Size(avals); i++) {
+      PyObject *s = PyObject_Str(PyTuple_GetItem(PyTuple_GetItem(avals, i), 0));
+      if (!s || PyList_Append(parts, s)) Py_CLEAR(parts);
+      Py_XDECREF(s);
+    }
+    shapes = parts && sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(parts);
+    Py_XDECREF(sep);
+  } else
+    shapes = PyObject_Repr(shape);
+  if (msg && shapes) {
+    PyErr_Format(PyExc_MemoryError, "%U: cannot allocate the result (shape %U): %U", prim, shapes, msg);
     Py_XDECREF(t);
     Py_XDECREF(v);
     Py_XDECREF(tb);
-  } else
+  } else {
+    PyErr_Clear();
     PyErr_Restore(t, v, tb);
+  }
   Py_XDECREF(msg);
-  Py_XDECREF(shape_s);
+  Py_XDECREF(shapes);
 }
 
 /* Launches the cached executable `entry` = (exe, shape, dtype, weak) on x1 (and x2 unless NULL). */
@@ -295,12 +334,12 @@ static PyObject *launch(int op, PyObject *entry, ArrayObject *x1, ArrayObject *x
   PyObject *bufs[2] = {x1->buf, x2 ? x2->buf : NULL};
   kl_buffer *out;
   if (run_exe(PyTuple_GetItem(entry, 0), bufs, x2 ? 2 : 1, &out)) {
-    name_memory_error(op, PyTuple_GetItem(entry, 1));
+    name_memory_error(op_name[op], PyTuple_GetItem(entry, 1), NULL);
     return NULL;
   }
   PyObject *buf = buffer_new_from(out);
   if (!buf) return NULL;
-  return array_new(buf, PyTuple_GetItem(entry, 1), PyTuple_GetItem(entry, 2), PyTuple_GetItem(entry, 3));
+  return array_new(buf, ENTRY_AVAL(entry, 0), ENTRY_AVAL(entry, 1), ENTRY_AVAL(entry, 2));
 }
 
 /* ---- pending results: eager fusion ----
@@ -380,12 +419,12 @@ static int materialize(ArrayObject *a) {
     PyTuple_SetItem(key, at + 1, ref_of(&c, c.node[j]->pl));
     PyTuple_SetItem(key, at + 2, ref_of(&c, c.node[j]->pr));
   }
-  PyObject *exe = PyDict_GetItemWithError(fused_cache, key);
+  PyObject *exe = PyDict_GetItemWithError(exe_cache, key);
   if (exe)
     Py_INCREF(exe);
   else if (!PyErr_Occurred()) {
     exe = PyObject_CallFunctionObjArgs(fused_fn, key, NULL);
-    if (exe && PyDict_SetItem(fused_cache, key, exe)) Py_CLEAR(exe);
+    if (exe && PyDict_SetItem(exe_cache, key, exe)) Py_CLEAR(exe);
   }
   Py_DECREF(key);
   if (!exe) goto out;
@@ -400,7 +439,7 @@ static int materialize(ArrayObject *a) {
   int lrc = run_exe(exe, bufs, c.nleaves, &out);
   Py_DECREF(exe);
   if (lrc) {
-    name_memory_error(a->op, a->shape);
+    name_memory_error(op_name[a->op], NULL, a->shape);
     goto out;
   }
   PyObject *buf = buffer_new_from(out);
@@ -458,9 +497,9 @@ static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObje
   allocfunc alloc = (allocfunc)PyType_GetSlot(array_type, Py_tp_alloc);
   ArrayObject *a = (ArrayObject *)alloc(array_type, 0);
   if (!a) return NULL;
-  a->shape = Py_NewRef(PyTuple_GetItem(entry, 1));
-  a->dtype = Py_NewRef(PyTuple_GetItem(entry, 2));
-  a->weak = Py_NewRef(PyTuple_GetItem(entry, 3));
+  a->shape = Py_NewRef(ENTRY_AVAL(entry, 0));
+  a->dtype = Py_NewRef(ENTRY_AVAL(entry, 1));
+  a->weak = Py_NewRef(ENTRY_AVAL(entry, 2));
   a->pl = (ArrayObject *)Py_NewRef((PyObject *)x1);
   a->pr = x2 ? (ArrayObject *)Py_NewRef((PyObject *)x2) : NULL;
   a->op = op;
@@ -471,36 +510,140 @@ static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObje
   return (PyObject *)a;
 }
 
-/* The cached entry (exe, shape, dtype, weak) of `op` on x1 (and x2 unless NULL); new reference.
- * exe is None until an entry is launched by itself (need_exe): fused operations need the aval. */
-static PyObject *entry_for(int op, ArrayObject *x1, ArrayObject *x2, int need_exe) {
-  PyObject *opn = PyLong_FromLong(op);
-  PyObject *key = !opn ? NULL
-                  : x2 ? PyTuple_Pack(6, opn, x1->shape, x1->dtype, x1->weak, x2->shape, x2->weak)
-                       : PyTuple_Pack(4, opn, x1->shape, x1->dtype, x1->weak);
-  Py_XDECREF(opn);
-  if (!key) return NULL;
+/* The cache entry for primitive `prim` with params `params` (None or a dict) on the kiln arrays
+ * xs[0..n-1], looked up by `key` (exe_cache's form, see there); new reference. Misses, and
+ * entries without exe when need_exe, ask dispatch._eager_entry. */
+static PyObject *entry_lookup(PyObject *key, PyObject *prim, PyObject *params, PyObject *const *xs, Py_ssize_t n,
+                              int need_exe) {
   PyObject *entry = PyDict_GetItemWithError(exe_cache, key);
-  if (entry && (!need_exe || PyTuple_GetItem(entry, 0) != Py_None)) {
-    Py_DECREF(key);
-    return Py_NewRef(entry);
+  if (entry && (!need_exe || PyTuple_GetItem(entry, 0) != Py_None)) return Py_NewRef(entry);
+  if (PyErr_Occurred()) return NULL;
+  PyObject *list = PyList_New(n);
+  for (Py_ssize_t i = 0; list && i < n; i++) PyList_SetItem(list, i, Py_NewRef(xs[i]));
+  entry = list ? PyObject_CallFunctionObjArgs(entry_fn, prim, params, list, need_exe ? Py_True : Py_False, NULL) : NULL;
+  Py_XDECREF(list);
+  if (entry && (!PyTuple_Check(entry) || PyTuple_Size(entry) != 2 || !PyTuple_Check(PyTuple_GetItem(entry, 1)) ||
+                PyTuple_Size(PyTuple_GetItem(entry, 1)) < 1)) {
+    PyErr_SetString(PyExc_SystemError, "internal: _eager_entry must return (exe or None, avals)");
+    Py_CLEAR(entry);
   }
-  entry = NULL;
-  if (!PyErr_Occurred()) {
-    PyObject *args = x2 ? Py_BuildValue("(sOO)", op_prim[op], (PyObject *)x1, (PyObject *)x2)
-                        : Py_BuildValue("(sO)", op_prim[op], (PyObject *)x1);
-    PyObject *kw = Py_BuildValue("{sO}", "compiled", need_exe ? Py_True : Py_False);
-    if (args && kw) entry = PyObject_Call(exe_fn, args, kw);
-    Py_XDECREF(args);
-    Py_XDECREF(kw);
-    if (entry && (!PyTuple_Check(entry) || PyTuple_Size(entry) != 4)) {
-      PyErr_SetString(PyExc_SystemError, "internal: _eager_exe must return (exe, shape, dtype, weak)");
-      Py_CLEAR(entry);
-    }
-    if (entry && PyDict_SetItem(exe_cache, key, entry)) Py_CLEAR(entry);
+  if (entry) { /* the first result's aval, flattened for the fast path */
+    PyObject *av = PyTuple_GetItem(PyTuple_GetItem(entry, 1), 0), *full = NULL;
+    if (PyTuple_Check(av) && PyTuple_Size(av) == 3)
+      full = PyTuple_Pack(5, PyTuple_GetItem(entry, 0), PyTuple_GetItem(entry, 1), PyTuple_GetItem(av, 0),
+                          PyTuple_GetItem(av, 1), PyTuple_GetItem(av, 2));
+    else
+      PyErr_SetString(PyExc_SystemError, "internal: _eager_entry must return (exe or None, avals)");
+    Py_DECREF(entry);
+    entry = full;
   }
+  if (entry && PyDict_SetItem(exe_cache, key, entry)) Py_CLEAR(entry);
+  return entry;
+}
+
+/* The cache entry of fast-path operation `op` on x1 (and x2 unless NULL); new reference. exe is
+ * None until an entry is launched by itself (need_exe): fused operations need the aval only. */
+static PyObject *entry_for(int op, ArrayObject *x1, ArrayObject *x2, int need_exe) {
+  PyObject *d1 = dtype_key(x1->dtype);
+  PyObject *key = x2 ? PyTuple_Pack(7, op_name[op], x1->shape, d1, x1->weak, x2->shape,
+                                    x2->dtype == x1->dtype ? d1 : dtype_key(x2->dtype), x2->weak)
+                     : PyTuple_Pack(4, op_name[op], x1->shape, d1, x1->weak);
+  if (!key) return NULL;
+  PyObject *xs[2] = {(PyObject *)x1, (PyObject *)x2};
+  PyObject *entry = entry_lookup(key, op_name[op], Py_None, xs, x2 ? 2 : 1, need_exe);
   Py_DECREF(key);
   return entry;
+}
+
+/* The params part of a cache key: () for none, else ((name, value), ...) in the dict's order,
+ * lists made tuples, bodies by their structure (kl_py_body_key). New reference. */
+static PyObject *params_key(PyObject *params) {
+  if (params == Py_None || !PyDict_Check(params) || PyDict_Size(params) == 0) {
+    if (params != Py_None && !PyDict_Check(params)) {
+      PyErr_SetString(PyExc_TypeError, "bind: params must be a dict or None");
+      return NULL;
+    }
+    return Py_NewRef(no_params);
+  }
+  PyObject *key = PyTuple_New(PyDict_Size(params));
+  PyObject *k, *v;
+  Py_ssize_t pos = 0, i = 0;
+  while (key && PyDict_Next(params, &pos, &k, &v)) {
+    PyObject *val = PyList_Check(v) ? PyList_AsTuple(v) : kl_py_body_key(v);
+    if (!val && !PyErr_Occurred()) val = Py_NewRef(v);
+    PyObject *item = val ? PyTuple_Pack(2, k, val) : NULL;
+    Py_XDECREF(val);
+    if (!item) Py_CLEAR(key);
+    else PyTuple_SetItem(key, i++, item);
+  }
+  return key;
+}
+
+int kl_py_is_array(PyObject *o) { return array_type && Py_TYPE(o) == array_type; }
+
+PyObject *kl_py_eager_bind(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
+  if (!entry_fn) return PyErr_Format(PyExc_SystemError, "internal: eager bind before eager_setup");
+  PyObject *pk = params_key(params);
+  if (!pk) return NULL;
+  int np = pk != no_params; /* the params key is left out when empty (the fast path's keys) */
+  PyObject *key = PyTuple_New(1 + np + 3 * n);
+  if (!key) {
+    Py_DECREF(pk);
+    return NULL;
+  }
+  PyTuple_SetItem(key, 0, Py_NewRef(prim));
+  if (np) PyTuple_SetItem(key, 1, pk);
+  else Py_DECREF(pk);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    ArrayObject *x = (ArrayObject *)xs[i];
+    PyTuple_SetItem(key, 1 + np + 3 * i, Py_NewRef(x->shape ? x->shape : Py_None));
+    PyTuple_SetItem(key, 2 + np + 3 * i, Py_NewRef(x->dtype ? dtype_key(x->dtype) : Py_None));
+    PyTuple_SetItem(key, 3 + np + 3 * i, Py_NewRef(x->weak ? x->weak : Py_None));
+  }
+  PyObject *entry = entry_lookup(key, prim, params, xs, n, 1);
+  Py_DECREF(key);
+  if (!entry) return NULL;
+  PyObject *exe = PyTuple_GetItem(entry, 0), *avals = PyTuple_GetItem(entry, 1), *res = NULL;
+  Py_ssize_t no = PyTuple_Size(avals);
+  PyObject *small_bufs[16];
+  kl_buffer *small_outs[16];
+  PyObject **bufs = n <= 16 ? small_bufs : PyMem_Malloc(sizeof(PyObject *) * (size_t)n);
+  kl_buffer **outs = no <= 16 ? small_outs : PyMem_Malloc(sizeof(kl_buffer *) * (size_t)no);
+  if (!bufs || !outs) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    ArrayObject *x = (ArrayObject *)xs[i];
+    if (materialize(x)) goto done;
+    if (!x->buf || !PyObject_TypeCheck(x->buf, (PyTypeObject *)BufferType)) {
+      PyErr_Format(PyExc_TypeError, "executable argument %zd is not a Buffer", i);
+      goto done;
+    }
+    bufs[i] = x->buf;
+  }
+  if (run_exe(exe, bufs, (int)n, outs)) {
+    name_memory_error(prim, avals, NULL);
+    goto done;
+  }
+  res = PyTuple_New(no);
+  for (Py_ssize_t i = 0; i < no; i++) {
+    PyObject *av = PyTuple_GetItem(avals, i);
+    PyObject *b = buffer_new_from(outs[i]);
+    PyObject *arr = b ? array_new(b, PyTuple_GetItem(av, 0), PyTuple_GetItem(av, 1), PyTuple_GetItem(av, 2)) : NULL;
+    if (!arr || !res) {
+      Py_XDECREF(arr);
+      for (Py_ssize_t k = i + 1; k < no; k++) kl_buf_release(outs[k]);
+      Py_CLEAR(res);
+      break;
+    }
+    PyTuple_SetItem(res, i, arr);
+  }
+done:
+  if (bufs != small_bufs) PyMem_Free(bufs);
+  if (outs != small_outs) PyMem_Free(outs);
+  Py_DECREF(entry);
+  return res;
 }
 
 /* Whether computed array x lives in memory another library can write (imported or exported
@@ -557,7 +700,7 @@ static int op_takes(int op, char kind) {
  * without one when this case belongs to the slow road. Operands: two arrays of one dtype whose
  * shapes are equal or one of them (), or an array and a Python scalar that keeps its dtype. */
 static PyObject *eager2(int op, PyObject *l, PyObject *r) {
-  if (!array_type || PyList_Size(trace_stack) != 0) return NULL; /* under a trace: staged, not run */
+  if (!array_type || kl_py_tracing()) return NULL; /* under a trace: staged, not run */
   int la = is_kiln_array(l), ra = is_kiln_array(r);
   if (!la && !ra) return NULL;
   ArrayObject *a = (ArrayObject *)(la ? l : r);
@@ -605,7 +748,7 @@ static PyObject *eager_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (y == Py_None || !is_kiln_array(x) || !is_kiln_array(y)) Py_RETURN_NONE;
     res = eager2(op, x, y);
   } else {
-    if (!array_type || PyList_Size(trace_stack) != 0 || !is_kiln_array(x)) Py_RETURN_NONE;
+    if (!array_type || kl_py_tracing() || !is_kiln_array(x)) Py_RETURN_NONE;
     int itemsize;
     res = op_takes(op, dtype_kind(((ArrayObject *)x)->dtype, &itemsize)) ? apply(op, (ArrayObject *)x, NULL) : NULL;
   }
@@ -634,27 +777,26 @@ static PyObject *nb_sub(PyObject *l, PyObject *r) { return binary(OP_SUB, l, r);
 static PyObject *nb_mul(PyObject *l, PyObject *r) { return binary(OP_MUL, l, r); }
 static PyObject *nb_div(PyObject *l, PyObject *r) { return binary(OP_DIV, l, r); }
 
-/* eager_setup(Array, trace_stack, scalar_cache, scalar_array, eager_exe, fused_exe,
- *             (add, sub, mul, div)) */
+/* eager_setup(Array, scalar_cache, scalar_array, eager_entry, fused_exe, (add, sub, mul, div)) */
 static PyObject *eager_setup(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *at, *ts, *sc, *sf, *ef, *ff, *fb;
-  if (!PyArg_ParseTuple(args, "OO!O!OOOO!", &at, &PyList_Type, &ts, &PyDict_Type, &sc, &sf, &ef, &ff, &PyTuple_Type, &fb))
+  PyObject *at, *sc, *sf, *ef, *ff, *fb;
+  if (!PyArg_ParseTuple(args, "OO!OOOO!", &at, &PyDict_Type, &sc, &sf, &ef, &ff, &PyTuple_Type, &fb))
     return NULL;
   if (!PyType_Check(at) || PyTuple_Size(fb) != NOPERATORS)
     return PyErr_Format(PyExc_TypeError, "eager_setup: expects the Array class and %d fallbacks", NOPERATORS);
   if (!exe_cache && !(exe_cache = PyDict_New())) return NULL;
-  if (!fused_cache && !(fused_cache = PyDict_New())) return NULL;
+  if (!no_params && !(no_params = PyTuple_New(0))) return NULL;
+  for (int i = 0; i < NOPS; i++)
+    if (!op_name[i] && !(op_name[i] = PyUnicode_InternFromString(op_prim[i]))) return NULL;
   PyDict_Clear(exe_cache);
-  PyDict_Clear(fused_cache);
   const char *env = getenv("KILN_EAGER_FUSION");
   fusion = !(env && *env == '0');
   SET_REF(fused_fn, Py_NewRef(ff));
   SET_REF(array_type, (PyTypeObject *)Py_NewRef(at));
-  SET_REF(trace_stack, Py_NewRef(ts));
   SET_REF(scalar_cache, Py_NewRef(sc));
   SET_REF(scalar_fn, Py_NewRef(sf));
-  SET_REF(exe_fn, Py_NewRef(ef));
+  SET_REF(entry_fn, Py_NewRef(ef));
   for (int i = 0; i < NOPERATORS; i++) SET_REF(fallback[i], Py_NewRef(PyTuple_GetItem(fb, i)));
   Py_RETURN_NONE;
 }
@@ -702,7 +844,7 @@ static void jit_dealloc(PyObject *self) {
 /* The result of a call found in `fast`, or NULL: with an error set when it failed, without one
  * when the call belongs to the Python road. */
 static PyObject *jit_fast(JitObject *j, PyObject *args) {
-  if (!array_type || !j->fast || !PyDict_Check(j->fast) || PyList_Size(trace_stack) != 0) return NULL;
+  if (!array_type || !j->fast || !PyDict_Check(j->fast) || kl_py_tracing()) return NULL;
   if (j->gen != config_gen) {
     PyDict_Clear(j->fast);
     j->gen = config_gen;
@@ -789,7 +931,6 @@ static PyObject *config_changed(PyObject *self, PyObject *unused) {
   (void)unused;
   config_gen++;
   if (exe_cache) PyDict_Clear(exe_cache);
-  if (fused_cache) PyDict_Clear(fused_cache);
   Py_RETURN_NONE;
 }
 
@@ -850,6 +991,24 @@ static PyType_Slot array_slots[] = {{Py_bf_getbuffer, array_getbuffer},
 
 static PyType_Spec array_spec = {"kiln._kiln.ArrayBase", sizeof(ArrayObject), 0,
                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, array_slots};
+
+/* ---- for tracer.c: TracerBase extends ArrayBase ---- */
+
+Py_ssize_t kl_py_array_basicsize(void) { return (Py_ssize_t)sizeof(ArrayObject); }
+
+void kl_py_array_set_aval(PyObject *o, PyObject *shape, PyObject *dtype, PyObject *weak) {
+  ArrayObject *a = (ArrayObject *)o;
+  SET_REF(a->shape, Py_NewRef(shape));
+  SET_REF(a->dtype, Py_NewRef(dtype));
+  SET_REF(a->weak, Py_NewRef(weak));
+}
+
+void kl_py_array_get_aval(PyObject *o, PyObject **shape, PyObject **dtype, PyObject **weak) {
+  ArrayObject *a = (ArrayObject *)o;
+  *shape = a->shape;
+  *dtype = a->dtype;
+  *weak = a->weak;
+}
 
 int kl_py_array_init(PyObject *m) {
   PyObject *t = PyType_FromSpec(&array_spec);

@@ -1111,11 +1111,24 @@ static int mod_exec(PyObject *m) {
   Py_INCREF(BufferType);
   Py_INCREF(BuilderType);
   Py_INCREF(ExecType);
-  if (kl_py_array_init(m)) return -1;
+  if (kl_py_array_init(m) || kl_py_tracer_init(m)) return -1;
   if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
       PyModule_AddObject(m, "Executable", ExecType))
     return -1;
   return 0;
+}
+
+int kl_py_parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[8][64]) {
+  return parse_params(prim, dict, p, store);
+}
+
+PyObject *kl_py_builder_wrap(kl_program *pg) { return builder_wrap(pg); }
+
+PyObject *kl_py_body_key(PyObject *v) {
+  if (!PyObject_TypeCheck(v, (PyTypeObject *)BuilderType)) return NULL;
+  const kl_program *pg = ((BuilderObject *)v)->pg;
+  return Py_BuildValue("(sKiii)", "body", (unsigned long long)kl_program_hash(pg), pg->ninputs, pg->neqns,
+                       pg->noutputs);
 }
 
 static PyModuleDef_Slot mod_slots[] = {{Py_mod_exec, (void *)mod_exec}, {0, NULL}};

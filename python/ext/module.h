@@ -31,4 +31,29 @@ int kl_py_array_init(PyObject *module);
  * write it). 0, or -1 with an exception. */
 int kl_py_eager_flush(void);
 
+/* The fields of ArrayBase that tracer.c's TracerBase (a subclass) needs: the size of the base
+ * object, and its aval fields (set: new references taken; get: borrowed). */
+Py_ssize_t kl_py_array_basicsize(void);
+void kl_py_array_set_aval(PyObject *a, PyObject *shape, PyObject *dtype, PyObject *weak);
+void kl_py_array_get_aval(PyObject *a, PyObject **shape, PyObject **dtype, PyObject **weak);
+
+/* array.c, for tracer.c's dispatcher: whether o is a kiln.Array exactly (no Tracer), and bind's
+ * eager road: prim[params] run on the kiln arrays xs[0..n-1] through the executable cache the
+ * fast path shares; a tuple of Arrays, or NULL with an error. */
+int kl_py_is_array(PyObject *o);
+PyObject *kl_py_eager_bind(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params);
+
+/* module.c, for tracer.c: params of `prim` from a dict of named params (None: defaults), vectors
+ * stored in `store`; and a new Builder owning pg (freed on failure). */
+int kl_py_parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store[8][64]);
+/* The eager-cache key of a param value that is a body (a Builder): ("body", structural hash,
+ * counts), equal for equal bodies (bodies never change); NULL without error for other values. */
+PyObject *kl_py_body_key(PyObject *v);
+PyObject *kl_py_builder_wrap(kl_program *pg);
+
+/* tracer.c: the trace state's binding (Trace, TracerBase, trace_bind...); adds them to the
+ * module. kl_py_tracing: whether a trace is live (the eager fast paths run only when not). */
+int kl_py_tracer_init(PyObject *module);
+int kl_py_tracing(void);
+
 #endif

@@ -189,11 +189,11 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False):
                                     "outputs must be arrays, scalars or pytrees of them")
             vids.append(trace.vid_of(o))
             avals.append((o.shape, o.dtype, o.weak_type))
-        trace.builder.set_outputs(vids)
+        trace.set_outputs(vids)
     finally:
         core.pop_trace(trace)
     t = _Traced()
-    t.builder = trace.builder
+    t.builder = trace.take_builder()
     t.out_tree = out_tree
     t.consts = trace.consts
     t.out_avals = avals
@@ -341,7 +341,7 @@ class JitWrapped(_kiln.JitBase):
         leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         arrs = []
         for i, leaf in enumerate(leaves):
-            if isinstance(leaf, Tracer) and not core._trace_stack:
+            if isinstance(leaf, Tracer) and not core.tracing():
                 raise errors.UnexpectedTracerError.for_tracer(leaf, "It was passed to a jit-compiled function.")
             arrs.append(leaf if isinstance(leaf, Array) else _leaf_to_array(leaf, f"jit argument leaf {i}"))
         key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), core.config_generation[0])
@@ -350,7 +350,7 @@ class JitWrapped(_kiln.JitBase):
     # Calling: JitBase (C) runs calls of positional arrays whose signature is in self._fast and
     # calls _call for everything else.
     def _call(self, *args, **kwargs):
-        if core._trace_stack:  # nested under another trace: inline the function
+        if core.tracing():  # nested under another trace: inline the function
             return self._fun(*args, **kwargs)
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
         entry = self._cache.get(key)

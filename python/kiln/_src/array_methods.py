@@ -41,7 +41,7 @@ def _install(jnp):
         """The slow road of a C operator, called as f(left, right) whichever side is the array."""
         g, rg = guard(f), guard(swap(f))
         return lambda left, right: g(left, right) if isinstance(left, A) else rg(right, left)
-    _kiln.eager_setup(A, core._trace_stack, core._scalar_cache, core.scalar_array, core._eager_exe,
+    _kiln.eager_setup(A, core._scalar_cache, core.scalar_array, core._eager_entry,
                       core._fused_exe, tuple(in_order(ops[name]) for name in fast))
     atexit.register(_kiln.eager_shutdown)
     A.__divmod__ = guard(lambda a, b: (jnp.floor_divide(a, b), jnp.remainder(a, b)))

@@ -611,7 +611,7 @@ def _static_count(name, n):
 
 
 def _check_unroll(name, n):
-    if core._trace_stack and n > _MAX_UNROLL:
+    if core.tracing() and n > _MAX_UNROLL:
         raise NotImplementedError(f"{name} of {n} steps under a transformation is not supported yet by kiln: "
                                   f"traced loops are unrolled, up to {_MAX_UNROLL} steps, until loop "
                                   "equations exist; run it outside jit or shorten it")

@@ -1,0 +1,74 @@
+"""Applying primitives: `bind` (one C call, python/ext/tracer.c) records an equation into the
+innermost trace among its operands or, on concrete arrays, runs a cached one-equation executable
+(eager mode: the same code generator as jit, the same executable cache as the C fast path of
+python/ext/array.c). This module compiles what that cache misses: one-equation executables and
+those of the fast path's fused chains.
+
+Imports array.py and tracing.py; core.py re-exports it.
+"""
+
+from kiln import _kiln
+from kiln._src.array import _dtype_by_name, _np_dtype, _scalar_cache, scalar_array
+from kiln._src.config import config
+from kiln._src.tracing import Tracer
+from kiln.errors import UnexpectedTracerError
+
+
+def _eager_entry(prim, params, xs, compiled):
+    """The eager executable cache's entry for `prim` on arrays xs: (exe, avals), avals holding
+    (shape, dtype, weak) of each result. compiled=False gives (None, avals): fused operations of
+    the fast path run inside their chain's executable, never in one of their own. The cache
+    itself, shared by bind and the fast path, lives in python/ext/array.c."""
+    b = _kiln.Builder()
+    outs = b.add_eqn(prim, [b.add_input(x.shape, x.dtype.name, x.weak_type) for x in xs], params)
+    avals = tuple((o[1], _np_dtype(o[2]), o[3]) for o in outs)
+    if not compiled:
+        return None, avals
+    b.set_outputs([o[0] for o in outs])
+    return b.compile(), avals
+
+
+_FUSED_PRIMS = _kiln.eager_ops()  # the operation codes of python/ext/array.c
+
+
+def _fused_exe(key):
+    """The executable of a chain of pending eager operations (python/ext/array.c), described by
+    key = (n, (shape, dtype, weak) of each of the n inputs..., (op, ref1, ref2) per operation...)
+    where a ref is an input index i >= 0 or -(operation index + 1) (ref2 is None for a unary
+    operation); the last operation is the result."""
+    n = key[0]
+    b = _kiln.Builder()
+    vids = [b.add_input(key[1 + 3 * i], key[2 + 3 * i].name, bool(key[3 + 3 * i])) for i in range(n)]
+    nodes = []
+    for j in range(1 + 3 * n, len(key), 3):
+        op, r1, r2 = key[j:j + 3]
+        args = [vids[r] if r >= 0 else nodes[-r - 1] for r in ((r1,) if r2 is None else (r1, r2))]
+        nodes.append(b.add_eqn(_FUSED_PRIMS[op], args, None)[0][0])
+    b.set_outputs([nodes[-1]])
+    return b.compile()
+
+
+# bind(prim, args, params=None) -> tuple of results: on concrete arrays the primitive runs at once
+# (one executable per primitive, params and operand avals, cached in C with the fast path's),
+# otherwise one equation is recorded into the innermost trace among the operands (tracer/).
+bind = _kiln.bind
+
+
+def bind1(prim, args, params=None):
+    return bind(prim, args, params)[0]
+
+
+config_generation = [0]  # bumped on every configuration change: part of every compile cache key
+
+
+def _on_config_change(name, value):
+    config_generation[0] += 1
+    _kiln.config_changed()
+    if name == "jax_enable_x64":
+        _scalar_cache.clear()
+
+
+config._on_change(_on_config_change)
+
+
+_kiln.tracer_setup(Tracer, scalar_array, UnexpectedTracerError, _dtype_by_name)
