@@ -20,8 +20,7 @@ static void fail(const char *what) {
 /* Appends prim(ins) to pg; returns its (first) result. */
 static int emit(kl_program *pg, kl_prim prim, const int *ins, int nin, const kl_params *params) {
   int outs[KL_MAX_OUTS], nout;
-  char kind;
-  if (kl_program_add_eqn(pg, prim, ins, nin, params, outs, &nout, err, sizeof err, &kind)) fail("add_eqn");
+  if (kl_program_add_eqn(pg, prim, ins, nin, params, outs, &nout, err, sizeof err)) fail("add_eqn");
   return outs[0];
 }
 

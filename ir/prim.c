@@ -77,12 +77,11 @@ int kl_aval_equal(const kl_aval *a, const kl_aval *b) {
 
 /* ---- what the family rules share ---- */
 
-int kl_rule_fail(kl_rule_err *e, char kind, const char *fmt, ...) {
+int kl_rule_fail(kl_rule_err *e, kl_status status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->buf, e->len, fmt, ap);
+  kl_verror(e->buf, e->len, status, fmt, ap);
   va_end(ap);
-  *e->kind = kind;
   return -1;
 }
 
@@ -119,7 +118,7 @@ static const char *const accepts_text[] = {
 int kl_rule_check_accepts(kl_rule_err *e, kl_prim p, const kl_aval *a) {
   const kl_prim_info *pi = &prims[p];
   if (accepts(pi->accepts, a->dtype)) return 0;
-  return kl_rule_fail(e, 'T', "%s requires %s, got %s%s", pi->name, accepts_text[pi->accepts],
+  return kl_rule_fail(e, KL_ERR_TYPE, "%s requires %s, got %s%s", pi->name, accepts_text[pi->accepts],
                       kl_dtype_name(a->dtype),
                       pi->accepts == KL_ACC_FLOAT ? "; convert the operand to a float dtype first" : "");
 }
@@ -137,10 +136,10 @@ int kl_rule_check_axes(kl_rule_err *e, const char *op, const char *what, const k
   for (int i = 0; i < axes->n; i++) {
     int64_t a = axes->v[i];
     if (a < 0 || a >= ndim)
-      return kl_rule_fail(e, 'V', "%s: %s entry %lld is out of range for an operand of rank %d", op, what,
+      return kl_rule_fail(e, KL_ERR_VALUE, "%s: %s entry %lld is out of range for an operand of rank %d", op, what,
                           (long long)a, ndim);
     if (seen[a] && !allow_dup)
-      return kl_rule_fail(e, 'V', "%s: %s contains %lld more than once", op, what, (long long)a);
+      return kl_rule_fail(e, KL_ERR_VALUE, "%s: %s contains %lld more than once", op, what, (long long)a);
     seen[a] = 1;
   }
   return 0;
@@ -148,17 +147,17 @@ int kl_rule_check_axes(kl_rule_err *e, const char *op, const char *what, const k
 
 int kl_rule_check_rank(kl_rule_err *e, const char *op, int ndim) {
   if (ndim > KL_MAX_RANK || ndim < 0)
-    return kl_rule_fail(e, 'V', "%s: rank %d exceeds kiln's maximum rank %d", op, ndim, KL_MAX_RANK);
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: rank %d exceeds kiln's maximum rank %d", op, ndim, KL_MAX_RANK);
   return 0;
 }
 
 int kl_prim_infer(kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
-                  int *nout, char *err, size_t errlen, char *err_kind) {
-  kl_rule_err e = {err, errlen, err_kind};
+                  int *nout, char *err, size_t errlen) {
+  kl_rule_err e = {err, errlen};
   const kl_prim_info *pi = &prims[prim];
   int want = form_arity[pi->form];
-  if (want >= 0 && nin != want) return kl_rule_fail(&e, 'V', "%s: expects %d operand(s), got %d", pi->name, want, nin);
-  if (want < 0 && nin < 1) return kl_rule_fail(&e, 'V', "%s: expects at least one operand", pi->name);
+  if (want >= 0 && nin != want) return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects %d operand(s), got %d", pi->name, want, nin);
+  if (want < 0 && nin < 1) return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects at least one operand", pi->name);
   *nout = 1;
   return family_rules[pi->family](&e, prim, ins, nin, p, outs, nout);
 }

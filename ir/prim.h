@@ -345,7 +345,7 @@ static inline const void *kl_param_cptr(const kl_params *p, const kl_param_field
 }
 
 /* Shape/dtype rule: fills outs[0..*nout). Returns 0, or -1 with a message naming the
- * primitive and the shapes at fault in err. err_kind gets 'T' (TypeError) or 'V' (ValueError). */
+ * primitive and the shapes at fault in err, and status KL_ERR_TYPE or KL_ERR_VALUE (ir/status.h). */
 int kl_prim_infer(kl_prim p, const kl_aval *ins, int nin, const kl_params *params, kl_aval *outs,
-                  int *nout, char *err, size_t errlen, char *err_kind);
+                  int *nout, char *err, size_t errlen);
 #endif

@@ -68,21 +68,20 @@ void kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_param
 }
 
 int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, const kl_params *p,
-                       int *outs, int *nout, char *err, size_t errlen, char *err_kind) {
+                       int *outs, int *nout, char *err, size_t errlen) {
   kl_aval in_avals[64], out_avals[KL_MAX_OUTS];
   kl_aval *iv = nin <= 64 ? in_avals : malloc(sizeof(kl_aval) * (size_t)nin);
   if (!iv) abort();
   memset(iv, 0, sizeof(kl_aval)); /* rank-0 prims read nothing; keeps the compiler's analysis quiet */
   for (int i = 0; i < nin; i++) {
     if (ins[i] < 0 || ins[i] >= pg->nvals) {
-      snprintf(err, errlen, "%s: operand %d refers to an unknown value", kl_prim_get(prim)->name, i);
-      *err_kind = 'V';
+      kl_error(err, errlen, KL_ERR_VALUE, "%s: operand %d refers to an unknown value", kl_prim_get(prim)->name, i);
       if (iv != in_avals) free(iv);
       return -1;
     }
     iv[i] = pg->vals[ins[i]].aval;
   }
-  int rc = kl_prim_infer(prim, nin ? iv : NULL, nin, p, out_avals, nout, err, errlen, err_kind);
+  int rc = kl_prim_infer(prim, nin ? iv : NULL, nin, p, out_avals, nout, err, errlen);
   if (iv != in_avals) free(iv);
   if (rc) return rc;
   pg->eqns = grow(pg->eqns, &pg->capeqns, pg->neqns + 1, sizeof *pg->eqns);
@@ -245,7 +244,6 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
     kl_aval small[64], outs[KL_MAX_OUTS];
     kl_aval *ins = e->nin > 64 ? malloc(sizeof(kl_aval) * (size_t)e->nin) : small;
     int nout = 0;
-    char kind;
     if (!ins) abort();
     for (int i = 0; i < e->nin && !rc; i++) {
       if (e->ins[i] < 0 || e->ins[i] >= pg->nvals || !defined[e->ins[i]]) {
@@ -253,7 +251,7 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
         rc = -1;
       } else ins[i] = pg->vals[e->ins[i]].aval;
     }
-    if (!rc && kl_prim_infer(e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen, &kind)) rc = -1;
+    if (!rc && kl_prim_infer(e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen)) rc = -1;
     for (const kl_param_field *f = kl_prim_get(e->prim)->fields; !rc && f->name; f++) {
       const kl_program *body = f->kind == KL_PF_PROGRAM ? *(kl_program *const *)kl_param_cptr(&e->p, f) : NULL;
       if (body && kl_program_verify(body, err, errlen)) rc = -1;

@@ -7,6 +7,7 @@
 
 #include "arena.h"
 #include "prim.h"
+#include "status.h"
 #include "str.h"
 
 typedef struct {
@@ -48,9 +49,9 @@ int kl_program_add_input(kl_program *pg, const kl_aval *aval); /* returns the va
 
 /* Appends an equation after checking it with the primitive's rule. On success returns 0 and
  * writes the new value ids into outs (KL_MAX_OUTS room) and their count into *nout. On a user
- * error returns -1 with a message in err and 'T'/'V' in *err_kind; the program is unchanged. */
+ * error returns -1 with a message in err and its status (ir/status.h); the program is unchanged. */
 int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, const kl_params *p,
-                       int *outs, int *nout, char *err, size_t errlen, char *err_kind);
+                       int *outs, int *nout, char *err, size_t errlen);
 void kl_program_set_outputs(kl_program *pg, const int *outs, int n);
 
 /* Text form, as make_jaxpr shows it. */

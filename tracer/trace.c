@@ -195,8 +195,7 @@ int kl_trace_literal(kl_trace *t, kl_dtype dtype, int weak, int64_t ival, double
   kl_params p;
   literal_params(&p, dtype, weak, ival, fval);
   int outs[KL_MAX_OUTS], nout;
-  char kind;
-  if (kl_program_add_eqn(t->pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, errlen, &kind)) return KL_TRACE_RULE_ERROR;
+  if (kl_program_add_eqn(t->pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, errlen)) return KL_TRACE_RULE_ERROR;
   map_put(&t->literal_vids, bits, k2, outs[0]);
   *vid = outs[0];
   return KL_TRACE_OK;
@@ -229,7 +228,7 @@ int kl_trace_vid_of(kl_trace *t, const kl_operand *x, int *vid) {
 }
 
 int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int nin, kl_trace **into, int *outs,
-                  int *nout, int *computed, int *bad, char *err, size_t errlen, char *err_kind) {
+                  int *nout, int *computed, int *bad, char *err, size_t errlen) {
   kl_trace *t = NULL;
   *computed = 0;
   for (int i = 0; i < nin; i++) {
@@ -251,7 +250,7 @@ int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int n
     if (rc) *bad = i;
     have_values &= ins[i].value != NULL;
   }
-  if (rc == KL_TRACE_OK && kl_program_add_eqn(t->pg, prim, vids, nin, p, outs, nout, err, errlen, err_kind))
+  if (rc == KL_TRACE_OK && kl_program_add_eqn(t->pg, prim, vids, nin, p, outs, nout, err, errlen))
     rc = KL_TRACE_RULE_ERROR;
   if (vids != small) free(vids);
   if (rc) return rc;

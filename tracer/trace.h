@@ -113,8 +113,8 @@ uintptr_t kl_trace_lifted_key(const kl_trace *t, int i);
  * (KL_MAX_OUTS room) and their count to *nout; if that trace is concrete and every operand has
  * a value, the value hook runs before bind returns and *computed is set to 1, else 0.
  * Failures: KL_TRACE_DEAD (*bad), KL_TRACE_NO_TRACE, KL_TRACE_BAD_OPERAND (*bad),
- * KL_TRACE_RULE_ERROR (err, *err_kind 'T' for a type error, 'V' for a value error),
+ * KL_TRACE_RULE_ERROR (err, and its status: ir/status.h),
  * KL_TRACE_HOOK_ERROR (the equation stays recorded). */
 int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int nin, kl_trace **into, int *outs,
-                  int *nout, int *computed, int *bad, char *err, size_t errlen, char *err_kind);
+                  int *nout, int *computed, int *bad, char *err, size_t errlen);
 #endif

@@ -4,6 +4,7 @@
 #ifndef KL_AD_H
 #define KL_AD_H
 #include "../ir/program.h"
+#include "../ir/status.h"
 
 /* Value tags: KL_TAG_TANGENT marks values linear in the tangents; KL_TAG_REMAT marks values of a
  * checkpointed region's recomputation, which reverse mode emits in the backward pass, where they
@@ -31,7 +32,8 @@ int kl_ad_lit(kl_ad *a, double v, kl_dtype t); /* rank-0 literal */
 int kl_ad_zeros(kl_ad *a, const kl_aval *like);
 int kl_ad_add(kl_ad *a, int x, int y); /* -1 is zero */
 int kl_ad_sum_to(kl_ad *a, int x, const kl_aval *target); /* undo rank-0 broadcasting */
-int kl_ad_fail(kl_ad *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the message and its status (ir/status.h) on the first failure, and a->failed; returns -1. */
+int kl_ad_fail(kl_ad *a, kl_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 const kl_aval *kl_ad_aval(kl_ad *a, int v); /* borrowed: invalid after the next emit */
 
 /* Shorthands used by the rules; each returns the new value id, or -1 once the builder failed.

@@ -6,11 +6,11 @@
 
 #include "ad.h"
 
-int kl_ad_fail(kl_ad *a, const char *fmt, ...) {
+int kl_ad_fail(kl_ad *a, kl_status status, const char *fmt, ...) {
   if (!a->failed) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(a->err, a->errlen, fmt, ap);
+    kl_verror(a->err, a->errlen, status, fmt, ap);
     va_end(ap);
   }
   a->failed = 1;
@@ -37,12 +37,11 @@ static void set_tag(kl_ad *a, int v, char t) {
 int kl_ad_emit(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *prm, int *outs) {
   if (a->failed) return -1;
   for (int i = 0; i < nin; i++)
-    if (ins[i] < 0) return kl_ad_fail(a, "internal error: %s received a missing operand", kl_prim_get(p)->name);
+    if (ins[i] < 0) return kl_ad_fail(a, KL_ERR_INTERNAL, "internal error: %s received a missing operand", kl_prim_get(p)->name);
   kl_params none;
   kl_params_init(&none, p);
   int nout;
-  char kind;
-  if (kl_program_add_eqn(a->pg, p, ins, nin, prm ? prm : &none, outs, &nout, a->err, a->errlen, &kind)) {
+  if (kl_program_add_eqn(a->pg, p, ins, nin, prm ? prm : &none, outs, &nout, a->err, a->errlen)) {
     a->failed = 1;
     return -1;
   }
@@ -93,7 +92,7 @@ int kl_ad_sum_to(kl_ad *a, int x, const kl_aval *target) {
   if (x < 0) return x;
   int nd = kl_ad_aval(a, x)->ndim;
   if (nd == target->ndim) return x;
-  if (target->ndim != 0) return kl_ad_fail(a, "internal error: cannot sum %d-d cotangent to rank %d", nd, target->ndim);
+  if (target->ndim != 0) return kl_ad_fail(a, KL_ERR_INTERNAL, "internal error: cannot sum %d-d cotangent to rank %d", nd, target->ndim);
   int64_t axes[KL_MAX_RANK];
   for (int i = 0; i < nd; i++) axes[i] = i;
   return kl_ad_reduce_sum(a, x, axes, nd);

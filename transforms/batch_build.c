@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kl_batch_fail(batcher *b, const char *fmt, ...) {
+int kl_batch_fail(batcher *b, kl_status status, const char *fmt, ...) {
   if (!b->failed) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(b->err, b->errlen, fmt, ap);
+    kl_verror(b->err, b->errlen, status, fmt, ap);
     va_end(ap);
   }
   b->failed = 1;
@@ -27,12 +27,11 @@ kl_aval kl_batch_aval(batcher *b, int v) { return b->pg->vals[v].aval; }
 int kl_batch_emit(batcher *b, kl_prim p, const int *ins, int nin, const kl_params *prm, int *outs) {
   if (b->failed) return -1;
   for (int i = 0; i < nin; i++)
-    if (ins[i] < 0) return kl_batch_fail(b, "vmap: internal error: %s received a missing operand", kl_prim_get(p)->name);
+    if (ins[i] < 0) return kl_batch_fail(b, KL_ERR_INTERNAL, "vmap: internal error: %s received a missing operand", kl_prim_get(p)->name);
   kl_params none;
   kl_params_init(&none, p);
   int o[KL_MAX_OUTS], nout;
-  char kind;
-  if (kl_program_add_eqn(b->pg, p, ins, nin, prm ? prm : &none, o, &nout, b->err, b->errlen, &kind)) {
+  if (kl_program_add_eqn(b->pg, p, ins, nin, prm ? prm : &none, o, &nout, b->err, b->errlen)) {
     b->failed = 1;
     return -1;
   }
@@ -115,7 +114,7 @@ int kl_batch_add_batch(batcher *b, int x) {
   if (x < 0) return x;
   kl_aval a = kl_batch_aval(b, x);
   if (a.ndim + 1 > KL_MAX_RANK)
-    return kl_batch_fail(b, "vmap: batching a rank-%d value exceeds kiln's maximum rank %d", a.ndim, KL_MAX_RANK);
+    return kl_batch_fail(b, KL_ERR_VALUE, "vmap: batching a rank-%d value exceeds kiln's maximum rank %d", a.ndim, KL_MAX_RANK);
   int64_t shape[KL_MAX_RANK + 2], dims[KL_MAX_RANK + 2];
   shape[0] = b->size;
   for (int i = 0; i < a.ndim; i++) {

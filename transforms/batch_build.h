@@ -3,6 +3,7 @@
  * transforms/; depends only on ir/. */
 #ifndef KL_BATCH_BUILD_H
 #define KL_BATCH_BUILD_H
+#include "../ir/status.h"
 #include "batching.h"
 
 /* Pass state: the program being built and the batch extent. */
@@ -27,8 +28,8 @@ typedef struct {
 static inline const kl_aval *src_in(const rule_args *r, int i) { return &r->src->vals[r->e->ins[i]].aval; }
 static inline const kl_aval *src_out(const rule_args *r, int i) { return &r->src->vals[r->e->outs[i]].aval; }
 
-/* Sets the message (first failure only) and b->failed; returns -1. */
-int kl_batch_fail(batcher *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets the message and its status (first failure only) and b->failed; returns -1. */
+int kl_batch_fail(batcher *b, kl_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Copy of the aval of new-program value v (copied: emitting may move the value array). */
 kl_aval kl_batch_aval(batcher *b, int v);
 /* Appends one equation; returns its first output (all outputs in outs if given), or -1. */

@@ -33,8 +33,7 @@ static int copy_into(kl_program *dst, const kl_program *src, int *map, char *err
       for (int i = 0; !rc && i < e->nout; i++) map[e->outs[i]] = sub[body->outputs[i]];
       free(sub);
     } else {
-      char kind;
-      rc = kl_program_add_eqn(dst, e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen, &kind);
+      rc = kl_program_add_eqn(dst, e->prim, ins, e->nin, &e->p, outs, &nout, err, errlen);
       for (int i = 0; !rc && i < nout; i++) map[e->outs[i]] = outs[i];
     }
     free(ins);

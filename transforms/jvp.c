@@ -10,7 +10,7 @@
 #include "rules/rules.h"
 
 int kl_jvp_unsupported(kl_ad *a, const kl_eqn *e) {
-  return kl_ad_fail(a, "differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
+  return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
 }
 
 int kl_jvp_zero(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
@@ -44,7 +44,7 @@ int kl_jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int 
   for (int k = 0; k < pg->neqns && !a->failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
     int xs[256], ts[256], ys[KL_MAX_OUTS], touts[KL_MAX_OUTS];
-    if (e->nin > 256) return kl_ad_fail(a, "differentiation: equation with %d operands is not supported", e->nin);
+    if (e->nin > 256) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation: equation with %d operands is not supported", e->nin);
     int any = 0;
     for (int i = 0; i < e->nin; i++) {
       xs[i] = pmap[e->ins[i]];

@@ -315,13 +315,13 @@ int kl_simplify_bind_input(kl_program *pg, int pos, double value) {
   if (kl_dtype_is_float(a.dtype)) p.literal.value = value;
   else p.literal.int_value = (int64_t)value;
   int outs[KL_MAX_OUTS], nout, n0 = pg->neqns;
-  char err[256], kind;
-  if (kl_program_add_eqn(pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, sizeof err, &kind)) return -1;
+  char err[256];
+  if (kl_program_add_eqn(pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, sizeof err)) return -1;
   int v = outs[0];
   if (a.ndim) {
     kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
     p.broadcast.shape = (kl_ivec){a.dims, a.ndim};
-    if (kl_program_add_eqn(pg, KL_P_BROADCAST_IN_DIM, &v, 1, &p, outs, &nout, err, sizeof err, &kind)) return -1;
+    if (kl_program_add_eqn(pg, KL_P_BROADCAST_IN_DIM, &v, 1, &p, outs, &nout, err, sizeof err)) return -1;
     v = outs[0];
   }
   /* rotate the new equations (they read nothing from the program) to the front */

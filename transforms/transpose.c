@@ -9,7 +9,7 @@
 #include "transpose.h"
 
 int kl_transpose_unsupported(kl_tctx *c, const kl_eqn *e) {
-  return kl_ad_fail(c->a, "reverse-mode differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
+  return kl_ad_fail(c->a, KL_ERR_UNSUPPORTED, "reverse-mode differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
 }
 
 void kl_tr_accumulate(kl_tctx *c, int jv, int contrib) {
@@ -38,7 +38,7 @@ int kl_tr_prim_of(kl_tctx *c, int jv) {
       top--;
       continue;
     }
-    if (k < 0) return kl_ad_fail(c->a, "internal error: reverse mode found no value for %d", v);
+    if (k < 0) return kl_ad_fail(c->a, KL_ERR_INTERNAL, "internal error: reverse mode found no value for %d", v);
     const kl_eqn *e = &c->j->eqns[k];
     int ready = 1;
     for (int i = 0; i < e->nin; i++) {

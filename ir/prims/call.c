@@ -18,12 +18,12 @@ const kl_param_field kl_fields_checkpoint[] = {KL_FIELD(checkpoint, body, PROGRA
 static int rule_custom_vjp(kl_rule_err *e, const char *name, const kl_aval *ins, int nin, const kl_params *p,
                            kl_aval *outs, int *nout) {
   const kl_ivec *c = &p->custom_vjp.counts;
-  if (c->n != 4) return kl_rule_fail(e, 'V', "%s: counts must be (n_out, n_res, n_consts, n_x)", name);
+  if (c->n != 4) return kl_rule_fail(e, KL_ERR_VALUE, "%s: counts must be (n_out, n_res, n_consts, n_x)", name);
   int64_t n_out = c->v[0], total = c->v[0] + c->v[1] + c->v[2] + c->v[3];
   if (n_out < 1 || n_out > KL_MAX_OUTS || total != nin)
-    return kl_rule_fail(e, 'V', "%s: %lld outputs (at most %d) and %d operands do not match the counts", name,
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: %lld outputs (at most %d) and %d operands do not match the counts", name,
                         (long long)n_out, KL_MAX_OUTS, nin);
-  if (!p->custom_vjp.bwd) return kl_rule_fail(e, 'V', "%s: no backward program", name);
+  if (!p->custom_vjp.bwd) return kl_rule_fail(e, KL_ERR_VALUE, "%s: no backward program", name);
   for (int i = 0; i < n_out; i++) outs[i] = ins[i];
   *nout = (int)n_out;
   return 0;
@@ -41,21 +41,21 @@ static int rule_body_call(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int 
   if (prim == KL_P_CUSTOM_JVP_CALL) {
     const kl_ivec *c = &p->custom_jvp.counts;
     if (c->n != 3 || c->v[0] + c->v[1] + c->v[2] != nin)
-      return kl_rule_fail(e, 'V', "%s: counts must be (n_x, n_fun_consts, n_rule_consts) summing to %d operands", name, nin);
+      return kl_rule_fail(e, KL_ERR_VALUE, "%s: counts must be (n_x, n_fun_consts, n_rule_consts) summing to %d operands", name, nin);
     n_body = c->v[0] + c->v[1];
     const kl_program *rule = p->custom_jvp.jvp;
     if (!rule || !body || rule->ninputs != 2 * c->v[0] + c->v[2] || rule->noutputs != 2 * body->noutputs)
-      return kl_rule_fail(e, 'V', "%s: the jvp rule program does not match its function", name);
+      return kl_rule_fail(e, KL_ERR_VALUE, "%s: the jvp rule program does not match its function", name);
   }
   if (!body || body->ninputs != n_body)
-    return kl_rule_fail(e, 'V', "%s: body program missing or taking %d inputs, not %lld", name,
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: body program missing or taking %d inputs, not %lld", name,
                         body ? body->ninputs : -1, (long long)n_body);
   if (body->noutputs > KL_MAX_OUTS)
-    return kl_rule_fail(e, 'V', "%s: %d results (at most %d)", name, body->noutputs, KL_MAX_OUTS);
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: %d results (at most %d)", name, body->noutputs, KL_MAX_OUTS);
   for (int64_t i = 0; i < n_body; i++) {
     const kl_aval *want = &body->vals[body->inputs[i]].aval;
     if (want->dtype != ins[i].dtype || !kl_rule_same_shape(want, &ins[i]))
-      return kl_rule_fail(e, 'T', "%s: operand %lld is %s, the body expects %s", name, (long long)i,
+      return kl_rule_fail(e, KL_ERR_TYPE, "%s: operand %lld is %s, the body expects %s", name, (long long)i,
                           kl_rule_shape_str(&ins[i], b1, sizeof b1), kl_rule_shape_str(want, b2, sizeof b2));
   }
   for (int i = 0; i < body->noutputs; i++) outs[i] = body->vals[body->outputs[i]].aval;

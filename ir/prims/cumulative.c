@@ -14,7 +14,7 @@ int kl_infer_cumulative(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int ni
   outs[0] = *x;
   if (kl_rule_check_accepts(e, prim, x)) return -1;
   if (p->cumulative.axis < 0 || p->cumulative.axis >= x->ndim)
-    return kl_rule_fail(e, 'V', "%s: axis %lld out of range for %s", kl_prim_get(prim)->name,
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: axis %lld out of range for %s", kl_prim_get(prim)->name,
                         (long long)p->cumulative.axis, kl_rule_shape_str(x, b1, sizeof b1));
   return 0;
 }

@@ -15,25 +15,25 @@ int kl_infer_dot(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, cons
   const kl_ivec *lc = &p->dot.lhs_contracting, *rc = &p->dot.rhs_contracting, *lb = &p->dot.lhs_batch,
                 *rb = &p->dot.rhs_batch;
   char b1[160], b2[160];
-  if (nin != 2) return kl_rule_fail(e, 'V', "dot_general: expects 2 operands, got %d", nin);
+  if (nin != 2) return kl_rule_fail(e, KL_ERR_VALUE, "dot_general: expects 2 operands, got %d", nin);
   if (lc->n != rc->n || lb->n != rb->n)
-    return kl_rule_fail(e, 'V', "dot_general: contracting/batch dimension lists differ in length");
+    return kl_rule_fail(e, KL_ERR_VALUE, "dot_general: contracting/batch dimension lists differ in length");
   if (kl_rule_check_axes(e, "dot_general", "lhs dimensions", lc, l->ndim, 0) ||
       kl_rule_check_axes(e, "dot_general", "rhs dimensions", rc, r->ndim, 0) ||
       kl_rule_check_axes(e, "dot_general", "lhs batch", lb, l->ndim, 0) ||
       kl_rule_check_axes(e, "dot_general", "rhs batch", rb, r->ndim, 0))
     return -1;
   if (l->dtype != r->dtype)
-    return kl_rule_fail(e, 'T', "dot_general: operand dtypes differ: %s and %s", kl_dtype_name(l->dtype),
+    return kl_rule_fail(e, KL_ERR_TYPE, "dot_general: operand dtypes differ: %s and %s", kl_dtype_name(l->dtype),
                         kl_dtype_name(r->dtype));
   for (int i = 0; i < lc->n; i++)
     if (l->dims[lc->v[i]] != r->dims[rc->v[i]])
-      return kl_rule_fail(e, 'T', "dot_general: contracting dimensions differ in size: lhs %s dim %lld vs rhs %s dim %lld",
+      return kl_rule_fail(e, KL_ERR_TYPE, "dot_general: contracting dimensions differ in size: lhs %s dim %lld vs rhs %s dim %lld",
                           kl_rule_shape_str(l, b1, sizeof b1), (long long)lc->v[i], kl_rule_shape_str(r, b2, sizeof b2),
                           (long long)rc->v[i]);
   for (int i = 0; i < lb->n; i++)
     if (l->dims[lb->v[i]] != r->dims[rb->v[i]])
-      return kl_rule_fail(e, 'T', "dot_general: batch dimensions differ in size: lhs %s vs rhs %s",
+      return kl_rule_fail(e, KL_ERR_TYPE, "dot_general: batch dimensions differ in size: lhs %s vs rhs %s",
                           kl_rule_shape_str(l, b1, sizeof b1), kl_rule_shape_str(r, b2, sizeof b2));
   kl_aval *out = &outs[0];
   *out = *l;

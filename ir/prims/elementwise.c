@@ -28,14 +28,14 @@ static int rule_math(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, 
     if (ins[i].ndim > shape->ndim) shape = &ins[i];
   for (int i = 1; i < nin; i++) {
     if (ins[i].ndim && !kl_rule_same_shape(shape, &ins[i]))
-      return kl_rule_fail(e, 'V', "%s: operand shapes must be equal, got %s and %s (broadcast explicitly)",
+      return kl_rule_fail(e, KL_ERR_VALUE, "%s: operand shapes must be equal, got %s and %s (broadcast explicitly)",
                           pi->name, kl_rule_shape_str(shape, b1, sizeof b1), kl_rule_shape_str(&ins[i], b2, sizeof b2));
     if (ins[0].dtype != ins[i].dtype)
-      return kl_rule_fail(e, 'T', "%s: operand dtypes must be equal, got %s and %s (convert one first)",
+      return kl_rule_fail(e, KL_ERR_TYPE, "%s: operand dtypes must be equal, got %s and %s (convert one first)",
                           pi->name, kl_dtype_name(ins[0].dtype), kl_dtype_name(ins[i].dtype));
   }
   if (ins[0].ndim && !kl_rule_same_shape(shape, &ins[0]))
-    return kl_rule_fail(e, 'V', "%s: operand shapes must be equal, got %s and %s (broadcast explicitly)",
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: operand shapes must be equal, got %s and %s (broadcast explicitly)",
                         pi->name, kl_rule_shape_str(&ins[0], b1, sizeof b1), kl_rule_shape_str(shape, b2, sizeof b2));
   *out = *shape;
   out->dtype = ins[0].dtype;
@@ -46,7 +46,7 @@ static int rule_math(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, 
     out->weak = 0;
   }
   if (prim == KL_P_INTEGER_POW && kl_dtype_is_int(ins[0].dtype) && p->integer_pow.y < 0)
-    return kl_rule_fail(e, 'T', "integer_pow: negative exponent %lld on integer dtype %s",
+    return kl_rule_fail(e, KL_ERR_TYPE, "integer_pow: negative exponent %lld on integer dtype %s",
                         (long long)p->integer_pow.y, kl_dtype_name(ins[0].dtype));
   return 0;
 }
@@ -54,16 +54,16 @@ static int rule_math(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, 
 static int rule_select(kl_rule_err *e, const kl_aval *ins, kl_aval *out) {
   char b1[160], b2[160];
   if (ins[0].dtype != KL_BOOL && ins[0].dtype != KL_I32)
-    return kl_rule_fail(e, 'T', "select_n: predicate must be bool or int32, got %s", kl_dtype_name(ins[0].dtype));
+    return kl_rule_fail(e, KL_ERR_TYPE, "select_n: predicate must be bool or int32, got %s", kl_dtype_name(ins[0].dtype));
   const kl_aval *shape = &ins[0];
   for (int i = 1; i < 3; i++)
     if (ins[i].ndim > shape->ndim) shape = &ins[i];
   if (ins[1].dtype != ins[2].dtype)
-    return kl_rule_fail(e, 'T', "select_n: cases must have equal dtypes, got %s and %s",
+    return kl_rule_fail(e, KL_ERR_TYPE, "select_n: cases must have equal dtypes, got %s and %s",
                         kl_rule_shape_str(&ins[1], b1, sizeof b1), kl_rule_shape_str(&ins[2], b2, sizeof b2));
   for (int i = 0; i < 3; i++)
     if (ins[i].ndim && !kl_rule_same_shape(&ins[i], shape))
-      return kl_rule_fail(e, 'V', "select_n: operand shapes must be equal or scalar, got %s and %s",
+      return kl_rule_fail(e, KL_ERR_VALUE, "select_n: operand shapes must be equal or scalar, got %s and %s",
                           kl_rule_shape_str(&ins[i], b1, sizeof b1), kl_rule_shape_str(shape, b2, sizeof b2));
   *out = *shape;
   out->dtype = ins[1].dtype;
@@ -74,14 +74,14 @@ static int rule_select(kl_rule_err *e, const kl_aval *ins, kl_aval *out) {
 static int valid_dtype(int d) { return d >= 0 && d < KL_NDTYPES; }
 
 static int rule_convert(kl_rule_err *e, kl_prim prim, const kl_aval *x, const kl_params *p, kl_aval *out) {
-  if (!valid_dtype(p->convert.new_dtype)) return kl_rule_fail(e, 'T', "%s: invalid new_dtype", kl_prim_get(prim)->name);
+  if (!valid_dtype(p->convert.new_dtype)) return kl_rule_fail(e, KL_ERR_TYPE, "%s: invalid new_dtype", kl_prim_get(prim)->name);
   kl_dtype from = x->dtype, to = (kl_dtype)p->convert.new_dtype;
   *out = *x;
   out->dtype = to;
   if (prim == KL_P_BITCAST) { /* same width; 32- and 64-bit types (and 8/16-bit integers) */
     int low = from == KL_F16 || from == KL_BF16 || to == KL_F16 || to == KL_BF16 || from == KL_BOOL || to == KL_BOOL;
     if (kl_dtype_size(from) != kl_dtype_size(to) || (low && from != to))
-      return kl_rule_fail(e, 'T', "bitcast_convert_type: cannot reinterpret %s as %s (kiln supports same-width "
+      return kl_rule_fail(e, KL_ERR_TYPE, "bitcast_convert_type: cannot reinterpret %s as %s (kiln supports same-width "
                                   "integer and 32/64-bit float types)", kl_dtype_name(from), kl_dtype_name(to));
     out->weak = 0;
     return 0;
@@ -92,15 +92,15 @@ static int rule_convert(kl_rule_err *e, kl_prim prim, const kl_aval *x, const kl
 
 static int rule_iota(kl_rule_err *e, const kl_params *p, kl_aval *out) {
   const kl_ivec *shape = &p->iota.shape;
-  if (!valid_dtype(p->iota.dtype)) return kl_rule_fail(e, 'T', "iota: invalid dtype");
+  if (!valid_dtype(p->iota.dtype)) return kl_rule_fail(e, KL_ERR_TYPE, "iota: invalid dtype");
   if (kl_rule_check_rank(e, "iota", shape->n)) return -1;
   if (p->iota.dimension < 0 || p->iota.dimension >= shape->n)
-    return kl_rule_fail(e, 'V', "iota: dimension %lld out of range for rank %d", (long long)p->iota.dimension, shape->n);
+    return kl_rule_fail(e, KL_ERR_VALUE, "iota: dimension %lld out of range for rank %d", (long long)p->iota.dimension, shape->n);
   memset(out, 0, sizeof *out);
   out->dtype = (kl_dtype)p->iota.dtype;
   out->ndim = (int8_t)shape->n;
   for (int i = 0; i < shape->n; i++) {
-    if (shape->v[i] < 0) return kl_rule_fail(e, 'V', "iota: negative dimension %lld", (long long)shape->v[i]);
+    if (shape->v[i] < 0) return kl_rule_fail(e, KL_ERR_VALUE, "iota: negative dimension %lld", (long long)shape->v[i]);
     out->dims[i] = shape->v[i];
   }
   return 0;
@@ -113,7 +113,7 @@ int kl_infer_elementwise(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int n
   case KL_FORM_SELECT: return rule_select(e, ins, outs);
   case KL_FORM_CONVERT: return rule_convert(e, prim, &ins[0], p, outs);
   case KL_FORM_CONST:
-    if (!valid_dtype(p->literal.dtype)) return kl_rule_fail(e, 'T', "literal: invalid dtype");
+    if (!valid_dtype(p->literal.dtype)) return kl_rule_fail(e, KL_ERR_TYPE, "literal: invalid dtype");
     memset(outs, 0, sizeof *outs);
     outs[0].dtype = (kl_dtype)p->literal.dtype;
     outs[0].weak = (uint8_t)(p->literal.weak_type != 0);

@@ -12,27 +12,27 @@ const kl_param_field kl_fields_triangular_solve[] = {KL_FIELD(triangular_solve, 
 static int need_matrix(kl_rule_err *e, const char *op, const kl_aval *x, int square) {
   char b1[160];
   if (x->ndim < 2)
-    return kl_rule_fail(e, 'V', "%s: expects a matrix or a batch of matrices (rank >= 2), got %s", op,
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: expects a matrix or a batch of matrices (rank >= 2), got %s", op,
                         kl_rule_shape_str(x, b1, sizeof b1));
   if (square && x->dims[x->ndim - 1] != x->dims[x->ndim - 2])
-    return kl_rule_fail(e, 'V', "%s: expects square matrices, got %s", op, kl_rule_shape_str(x, b1, sizeof b1));
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: expects square matrices, got %s", op, kl_rule_shape_str(x, b1, sizeof b1));
   return 0;
 }
 
 static int rule_triangular_solve(kl_rule_err *e, const kl_aval *ins, int nin, const kl_params *p, kl_aval *out) {
   const kl_aval *a = &ins[0], *b = &ins[1];
   char b1[160], b2[160];
-  if (nin != 2) return kl_rule_fail(e, 'V', "triangular_solve: expects a and b");
+  if (nin != 2) return kl_rule_fail(e, KL_ERR_VALUE, "triangular_solve: expects a and b");
   if (need_matrix(e, "triangular_solve", a, 1) || need_matrix(e, "triangular_solve", b, 0)) return -1;
   if (a->dtype != b->dtype || (a->dtype != KL_F32 && a->dtype != KL_F64))
-    return kl_rule_fail(e, 'T', "triangular_solve: a and b must share dtype float32 or float64, got %s and %s",
+    return kl_rule_fail(e, KL_ERR_TYPE, "triangular_solve: a and b must share dtype float32 or float64, got %s and %s",
                         kl_dtype_name(a->dtype), kl_dtype_name(b->dtype));
   int left = p->triangular_solve.left_side;
   int64_t k = a->dims[a->ndim - 1], want = left ? b->dims[b->ndim - 2] : b->dims[b->ndim - 1];
   int ok = a->ndim == b->ndim && k == want;
   for (int i = 0; ok && i < a->ndim - 2; i++) ok = a->dims[i] == b->dims[i];
   if (!ok)
-    return kl_rule_fail(e, 'V', "triangular_solve: a %s does not fit b %s (left_side=%d)",
+    return kl_rule_fail(e, KL_ERR_VALUE, "triangular_solve: a %s does not fit b %s (left_side=%d)",
                         kl_rule_shape_str(a, b1, sizeof b1), kl_rule_shape_str(b, b2, sizeof b2), left);
   *out = *b;
   return 0;
@@ -45,7 +45,7 @@ int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, c
   if (prim == KL_P_TRIANGULAR_SOLVE) return rule_triangular_solve(e, ins, nin, p, outs);
   if (kl_rule_check_accepts(e, prim, x)) return -1;
   if (x->dtype != KL_F32 && x->dtype != KL_F64)
-    return kl_rule_fail(e, 'T', "%s: supports float32 and float64, got %s", name, kl_dtype_name(x->dtype));
+    return kl_rule_fail(e, KL_ERR_TYPE, "%s: supports float32 and float64, got %s", name, kl_dtype_name(x->dtype));
   if (need_matrix(e, name, x, prim == KL_P_CHOLESKY || prim == KL_P_EIGH)) return -1;
   int r = x->ndim;
   int64_t m = x->dims[r - 2], n = x->dims[r - 1], k = m < n ? m : n;

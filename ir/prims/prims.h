@@ -5,12 +5,12 @@
 #include <stddef.h>
 
 #include "../prim.h"
+#include "../status.h"
 
-/* Where a shape rule writes its message and the exception kind ('T' TypeError, 'V' ValueError). */
+/* Where a shape rule writes its message (the status goes through kl_error, ir/status.h). */
 typedef struct {
   char *buf;
   size_t len;
-  char *kind;
 } kl_rule_err;
 
 /* A family's shape/dtype rule: fills outs[0..*nout) (*nout is 1 on entry). */
@@ -36,8 +36,8 @@ int kl_infer_linalg(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, cons
 int kl_infer_call(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const kl_params *params,
                   kl_aval *outs, int *nout);
 
-/* Writes the message, sets the kind, returns -1. */
-int kl_rule_fail(kl_rule_err *e, char kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Writes the message with its status (KL_ERR_TYPE or KL_ERR_VALUE), returns -1. */
+int kl_rule_fail(kl_rule_err *e, kl_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "float32[2,3]" and "(1, 2)" into buf; return buf. */
 const char *kl_rule_shape_str(const kl_aval *a, char *buf, size_t n);
 const char *kl_rule_vec_str(const kl_ivec *v, char *buf, size_t n);

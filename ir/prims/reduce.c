@@ -28,13 +28,13 @@ int kl_infer_reduce(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, c
   char b1[160];
   if (kl_prim_get(prim)->form == KL_FORM_REDUCE) return reduced(e, prim, x, &p->reduce.axes, outs);
   /* argmax, argmin */
-  if (p->arg.axes.n != 1) return kl_rule_fail(e, 'V', "%s: expects exactly one axis", name);
+  if (p->arg.axes.n != 1) return kl_rule_fail(e, KL_ERR_VALUE, "%s: expects exactly one axis", name);
   if (reduced(e, prim, x, &p->arg.axes, outs)) return -1;
   int64_t axis = p->arg.axes.v[0];
   if (x->dims[axis] == 0)
-    return kl_rule_fail(e, 'V', "%s: axis %lld of %s has size 0", name, (long long)axis, kl_rule_shape_str(x, b1, sizeof b1));
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: axis %lld of %s has size 0", name, (long long)axis, kl_rule_shape_str(x, b1, sizeof b1));
   if (p->arg.index_dtype != KL_I32 && p->arg.index_dtype != KL_I64)
-    return kl_rule_fail(e, 'T', "%s: index_dtype must be int32 or int64", name);
+    return kl_rule_fail(e, KL_ERR_TYPE, "%s: index_dtype must be int32 or int64", name);
   outs[0].dtype = (kl_dtype)p->arg.index_dtype;
   outs[0].weak = 0;
   return 0;

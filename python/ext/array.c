@@ -280,7 +280,7 @@ static int run_exe(PyObject *exe, PyObject *const *bufs, int n, kl_buffer **outs
   if (same_device) {
     char err[512];
     if ((rc = kl_exec_launch(e->x, ins, outs, err, sizeof err)))
-      PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "%s", err);
+      kl_py_raise(NULL, err);
   } else {
     PyObject *args = PyTuple_New(n);
     for (int i = 0; args && i < n; i++) PyTuple_SetItem(args, i, Py_NewRef(bufs[i]));

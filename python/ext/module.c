@@ -222,7 +222,7 @@ static PyObject *mod_transfer(PyObject *self, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   n = transfer(b, device, err, sizeof err);
   Py_END_ALLOW_THREADS
-  if (!n) return PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "device_put: %s", err);
+  if (!n) return kl_py_raise("device_put: ", err);
   return buffer_new_from(n);
 }
 
@@ -534,14 +534,11 @@ static PyObject *builder_add_eqn(PyObject *self, PyObject *args) {
     return NULL;
   }
   int outs[KL_MAX_OUTS], nout;
-  char err[1024], kind = 'V';
+  char err[1024];
   kl_program *pg = ((BuilderObject *)self)->pg;
-  int rc = kl_program_add_eqn(pg, prim, iv, (int)n, &p, outs, &nout, err, sizeof err, &kind);
+  int rc = kl_program_add_eqn(pg, prim, iv, (int)n, &p, outs, &nout, err, sizeof err);
   PyMem_Free(iv);
-  if (rc) {
-    PyErr_SetString(kind == 'T' ? PyExc_TypeError : PyExc_ValueError, err);
-    return NULL;
-  }
+  if (rc) return kl_py_raise(NULL, err);
   PyObject *res = PyTuple_New(nout);
   for (int i = 0; i < nout; i++) PyTuple_SetItem(res, i, aval_tuple(&pg->vals[outs[i]].aval, outs[i]));
   return res;
@@ -652,8 +649,7 @@ static PyObject *builder_compile(PyObject *self, PyObject *args) {
   x = compile_program(pg, device, 0, NULL, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!x) {
-    PyErr_SetString(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, err);
-    return NULL;
+    return kl_py_raise(NULL, err);
   }
   ExecObject *o = (ExecObject *)PyType_GenericNew((PyTypeObject *)ExecType, NULL, NULL);
   if (!o) {
@@ -676,8 +672,7 @@ static PyObject *builder_gpu_ptx(PyObject *self, PyObject *args) {
   compile_program(((BuilderObject *)self)->pg, KL_DEV_CUDA, cc, &ptx, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!ptx) {
-    PyErr_SetString(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, err);
-    return NULL;
+    return kl_py_raise(NULL, err);
   }
   PyObject *r = PyUnicode_FromString(ptx);
   free(ptx);
@@ -717,7 +712,7 @@ static PyObject *builder_jvp(PyObject *self, PyObject *arg) {
   char err[1024];
   kl_program *j = kl_jvp(pg, f, NULL, err, sizeof err);
   PyMem_Free(f);
-  if (!j) return PyErr_Format(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, "%s", err);
+  if (!j) return kl_py_raise(NULL, err);
   return builder_wrap(j);
 }
 
@@ -730,7 +725,7 @@ static PyObject *builder_vjp(PyObject *self, PyObject *arg) {
   char err[1024];
   kl_program *v = kl_vjp(pg, f, err, sizeof err);
   PyMem_Free(f);
-  if (!v) return PyErr_Format(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_RuntimeError, "%s", err);
+  if (!v) return kl_py_raise(NULL, err);
   return builder_wrap(v);
 }
 
@@ -761,7 +756,7 @@ static PyObject *builder_vmap(PyObject *self, PyObject *args) {
   PyMem_Free(axes);
   if (!v) {
     PyMem_Free(batched);
-    return PyErr_Format(strstr(err, "not supported") ? PyExc_NotImplementedError : PyExc_ValueError, "%s", err);
+    return kl_py_raise(NULL, err);
   }
   PyObject *flags = PyTuple_New(pg->noutputs);
   for (int i = 0; i < pg->noutputs; i++) PyTuple_SetItem(flags, i, PyBool_FromLong(batched[i]));
@@ -943,7 +938,7 @@ static PyObject *exec_call(PyObject *self, PyObject *args, PyObject *kw) {
   for (Py_ssize_t i = 0; i < n; i++) /* drop the transferred copies (the launch holds what it needs) */
     if (ins[i] != ((BufferObject *)PyTuple_GetItem(args, i))->buf) kl_buf_release(ins[i]);
   if (lrc) {
-    PyErr_Format(strstr(err, "out of") ? PyExc_MemoryError : PyExc_RuntimeError, "%s", err);
+    kl_py_raise(NULL, err);
     goto done;
   }
   res = PyTuple_New(o->noutputs);
@@ -1123,6 +1118,20 @@ int kl_py_parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store
 }
 
 PyObject *kl_py_builder_wrap(kl_program *pg) { return builder_wrap(pg); }
+
+PyObject *kl_py_raise(const char *prefix, const char *msg) {
+  PyObject *cls;
+  switch (kl_status_last()) {
+  case KL_ERR_TYPE: cls = PyExc_TypeError; break;
+  case KL_ERR_VALUE: cls = PyExc_ValueError; break;
+  case KL_ERR_INDEX: cls = PyExc_IndexError; break;
+  case KL_ERR_UNSUPPORTED: cls = PyExc_NotImplementedError; break;
+  case KL_ERR_NOMEM: cls = PyExc_MemoryError; break;
+  default: cls = PyExc_RuntimeError; break;
+  }
+  kl_status_clear();
+  return PyErr_Format(cls, "%s%s", prefix ? prefix : "", msg);
+}
 
 PyObject *kl_py_body_key(PyObject *v) {
   if (!PyObject_TypeCheck(v, (PyTypeObject *)BuilderType)) return NULL;

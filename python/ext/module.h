@@ -49,6 +49,10 @@ int kl_py_parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t store
 /* The eager-cache key of a param value that is a body (a Builder): ("body", structural hash,
  * counts), equal for equal bodies (bodies never change); NULL without error for other values. */
 PyObject *kl_py_body_key(PyObject *v);
+/* Raises the exception of the core's last failure (ir/status.h: TypeError, ValueError,
+ * IndexError, NotImplementedError, MemoryError, else RuntimeError) with message "<prefix>msg";
+ * returns NULL. The class comes from the status, never from the text. */
+PyObject *kl_py_raise(const char *prefix, const char *msg);
 PyObject *kl_py_builder_wrap(kl_program *pg);
 
 /* tracer.c: the trace state's binding (Trace, TracerBase, trace_bind...); adds them to the

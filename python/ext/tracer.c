@@ -511,7 +511,7 @@ static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, 
     if (operand_of(xs[i], &ops[i], &avals[i])) goto done;
   kl_trace *into = NULL;
   int outs[KL_MAX_OUTS], nout = 0, computed = 0, bad = 0, from = 0;
-  char err[1024], kind = 'V';
+  char err[1024];
   TraceObject *h = NULL;
   for (Py_ssize_t i = 0; i < n && !h; i++) /* the lifted count before, of the trace it will go to */
     if (ops[i].trace) {
@@ -522,7 +522,7 @@ static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, 
     }
   if (h) from = lifted_count(h);
   frame = &fr;
-  int rc = kl_trace_bind(prim, &p, ops, (int)n, &into, outs, &nout, &computed, &bad, err, sizeof err, &kind);
+  int rc = kl_trace_bind(prim, &p, ops, (int)n, &into, outs, &nout, &computed, &bad, err, sizeof err);
   frame = saved;
   if (into && kl_trace_client(into) && note_lifted(kl_trace_client(into), from)) goto done;
   switch (rc) {
@@ -537,7 +537,7 @@ static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, 
   case KL_TRACE_BAD_OPERAND:
     cannot_trace(xs[bad]);
     goto done;
-  case KL_TRACE_RULE_ERROR: PyErr_SetString(kind == 'T' ? PyExc_TypeError : PyExc_ValueError, err); goto done;
+  case KL_TRACE_RULE_ERROR: kl_py_raise(NULL, err); goto done;
   default: goto done; /* the hook's error is set */
   }
   PyObject *handle = kl_trace_client(into);

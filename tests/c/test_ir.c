@@ -51,7 +51,6 @@ static kl_prim prim(const char *name) {
 }
 
 static char err[512];
-static char kind;
 
 /* Appends `name(ins)` and returns its first output id, or -1 (message in err). */
 static int eqn(kl_program *pg, const char *name, const int *ins, int nin, const kl_params *p) {
@@ -59,8 +58,8 @@ static int eqn(kl_program *pg, const char *name, const int *ins, int nin, const 
   kl_params_init(&none, prim(name));
   int outs[KL_MAX_OUTS], nout = 0;
   err[0] = 0;
-  kind = 0;
-  if (kl_program_add_eqn(pg, prim(name), ins, nin, p ? p : &none, outs, &nout, err, sizeof err, &kind))
+
+  if (kl_program_add_eqn(pg, prim(name), ins, nin, p ? p : &none, outs, &nout, err, sizeof err))
     return -1;
   return outs[0];
 }
@@ -127,7 +126,7 @@ static void test_build(void) {
   kl_params_init(&p, KL_P_QR);
   p.qr.full_matrices = 0; /* full_matrices=False */
   int outs[KL_MAX_OUTS], nout = 0;
-  int rc = kl_program_add_eqn(pg, prim("qr"), &x, 1, &p, outs, &nout, err, sizeof err, &kind);
+  int rc = kl_program_add_eqn(pg, prim("qr"), &x, 1, &p, outs, &nout, err, sizeof err);
   CHECK(rc == 0 && nout == 2, "qr: rc %d nout %d %s", rc, nout, err);
   if (rc == 0 && nout == 2) {
     const kl_aval *q = &pg->vals[outs[0]].aval, *r = &pg->vals[outs[1]].aval;
@@ -167,9 +166,12 @@ static void test_build(void) {
 }
 
 /* A failed add_eqn leaves the program unchanged and names the primitive. */
+/* Expects a failure with status want ('T': KL_ERR_TYPE, 'V': KL_ERR_VALUE) naming needle. */
 static void expect_error(int rc, char want_kind, const char *needle) {
+  kl_status want = want_kind == 'T' ? KL_ERR_TYPE : KL_ERR_VALUE, got = kl_status_last();
   CHECK(rc == -1, "expected an error mentioning '%s'", needle);
-  CHECK(kind == want_kind, "error kind %c, want %c (%s)", kind ? kind : '0', want_kind, err);
+  CHECK(got == want, "error status %d, want %d (%s)", (int)got, (int)want, err);
+  kl_status_clear();
   CHECK(strstr(err, needle) != NULL, "error '%s' should mention '%s'", err, needle);
 }
 
@@ -243,10 +245,10 @@ static void test_shape_rule_errors(void) {
   int nout;
   kl_aval ins[2] = {a, b};
   kl_params_init(&p, KL_P_SUB);
-  CHECK(kl_prim_infer(prim("sub"), ins, 2, &p, outs, &nout, err, sizeof err, &kind) == -1 && strstr(err, "sub"),
+  CHECK(kl_prim_infer(prim("sub"), ins, 2, &p, outs, &nout, err, sizeof err) == -1 && strstr(err, "sub"),
         "kl_prim_infer sub: %s", err);
   ins[1] = a;
-  CHECK(kl_prim_infer(prim("sub"), ins, 2, &p, outs, &nout, err, sizeof err, &kind) == 0 && nout == 1 &&
+  CHECK(kl_prim_infer(prim("sub"), ins, 2, &p, outs, &nout, err, sizeof err) == 0 && nout == 1 &&
             kl_aval_equal(&outs[0], &a),
         "kl_prim_infer sub ok");
   kl_prim q;
@@ -511,7 +513,7 @@ static void test_dce(void) {
   kl_params_init(&p, KL_P_QR);
   p.qr.full_matrices = 1;
   int qo[KL_MAX_OUTS], nq = 0;
-  CHECK(kl_program_add_eqn(pg, prim("qr"), &x, 1, &p, qo, &nq, err, sizeof err, &kind) == 0, "qr: %s", err);
+  CHECK(kl_program_add_eqn(pg, prim("qr"), &x, 1, &p, qo, &nq, err, sizeof err) == 0, "qr: %s", err);
   kl_program_set_outputs(pg, &qo[1], 1); /* only R */
   kl_dce(pg);
   CHECK(pg->neqns == 1, "qr kept");

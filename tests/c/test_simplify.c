@@ -36,8 +36,7 @@ static int op(kl_program *pg, kl_prim p, const int *ins, int nin, const kl_param
   kl_params none;
   kl_params_init(&none, p);
   int outs[KL_MAX_OUTS], nout;
-  char kind;
-  if (kl_program_add_eqn(pg, p, ins, nin, prm ? prm : &none, outs, &nout, err, sizeof err, &kind)) {
+  if (kl_program_add_eqn(pg, p, ins, nin, prm ? prm : &none, outs, &nout, err, sizeof err)) {
     fprintf(stderr, "FAIL: building the test program: %s\n", err);
     exit(1);
   }

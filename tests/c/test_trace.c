@@ -29,9 +29,9 @@ static int bind2(kl_prim prim, kl_operand a, kl_operand b, kl_trace **into, int 
   kl_params p;
   kl_params_init(&p, prim);
   int outs[KL_MAX_OUTS], nout = 0, computed;
-  char err[256], kind;
+  char err[256];
   *bad = -1;
-  int rc = kl_trace_bind(prim, &p, ins, 2, into, outs, &nout, &computed, bad, err, sizeof err, &kind);
+  int rc = kl_trace_bind(prim, &p, ins, 2, into, outs, &nout, &computed, bad, err, sizeof err);
   if (rc == KL_TRACE_OK) *out = outs[0];
   return rc;
 }
@@ -148,12 +148,12 @@ static void test_concrete(void) {
   kl_params_init(&p, KL_P_ADD);
   kl_trace *into;
   int outs[KL_MAX_OUTS], nout, computed, bad;
-  char err[256], kind;
-  CHECK(kl_trace_bind(KL_P_ADD, &p, ins, 2, &into, outs, &nout, &computed, &bad, err, sizeof err, &kind) == 0,
+  char err[256];
+  CHECK(kl_trace_bind(KL_P_ADD, &p, ins, 2, &into, outs, &nout, &computed, &bad, err, sizeof err) == 0,
         "bind");
   CHECK(computed && h.calls == 1 && h.last == 3, "the hook computed the value");
   ins[1] = (kl_operand){abstract, w, NULL, 3, NULL};
-  CHECK(kl_trace_bind(KL_P_ADD, &p, ins, 2, &into, outs, &nout, &computed, &bad, err, sizeof err, &kind) == 0,
+  CHECK(kl_trace_bind(KL_P_ADD, &p, ins, 2, &into, outs, &nout, &computed, &bad, err, sizeof err) == 0,
         "bind with an abstract outer value");
   CHECK(!computed && h.calls == 1, "no value without values of every operand");
   kl_trace_pop(s, t);

@@ -45,13 +45,13 @@ static int custom_vjp_lin_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const in
   (void)ts, (void)touts;
   if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
   if (!is_float_val(a, ys[0])) return 0; /* int/bool results carry no tangent */
-  return kl_ad_fail(a, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+  return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
                        "supported (as in JAX), so neither is differentiating it again; use reverse mode (grad, "
                        "vjp, jacrev), or custom_jvp");
 }
 
 static const kl_program *body_of(kl_ad *a, const kl_eqn *e, const kl_program *b) {
-  if (!b) kl_ad_fail(a, "internal error: %s has no body", kl_prim_get(e->prim)->name);
+  if (!b) kl_ad_fail(a, KL_ERR_INTERNAL, "internal error: %s has no body", kl_prim_get(e->prim)->name);
   return b;
 }
 
@@ -130,7 +130,7 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
   int64_t n_out = cnt[0], n_res = cnt[1], n_c = cnt[2], n_x = cnt[3];
   const kl_program *sub = e->p.custom_vjp.bwd;
   if (!sub || sub->ninputs != n_res + n_out + n_c || sub->noutputs != n_x) {
-    kl_ad_fail(a, "internal error: custom_vjp backward program does not match its call");
+    kl_ad_fail(a, KL_ERR_INTERNAL, "internal error: custom_vjp backward program does not match its call");
     return -1;
   }
   int *env = malloc(sizeof(int) * ((size_t)sub->nvals + 1));
@@ -170,7 +170,7 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
  * or NULL with a message. */
 static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *in_b, const char *want) {
   if (!sub) {
-    kl_batch_fail(b, "vmap: internal error: a call without its body");
+    kl_batch_fail(b, KL_ERR_INTERNAL, "vmap: internal error: a call without its body");
     return NULL;
   }
   int *axes = malloc(sizeof(int) * ((size_t)sub->ninputs + 1));

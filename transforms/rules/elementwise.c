@@ -232,7 +232,7 @@ static int elementwise_batch(batcher *b, rule_args *r) {
   const kl_aval *oa = src_out(r, 0);
   int64_t shape[KL_MAX_RANK + 2], zero = 0;
   if (oa->ndim + 1 > KL_MAX_RANK)
-    return kl_batch_fail(b, "vmap of %s: batching a rank-%d value exceeds kiln's maximum rank %d", kl_prim_get(r->e->prim)->name, oa->ndim, KL_MAX_RANK);
+    return kl_batch_fail(b, KL_ERR_VALUE, "vmap of %s: batching a rank-%d value exceeds kiln's maximum rank %d", kl_prim_get(r->e->prim)->name, oa->ndim, KL_MAX_RANK);
   shape[0] = b->size;
   memcpy(shape + 1, oa->dims, sizeof(int64_t) * (size_t)oa->ndim);
   for (int i = 0; i < r->e->nin; i++) {

@@ -15,7 +15,7 @@ static int gather_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, i
   (void)ys;
   if (ts[0] >= 0) {
     int ins[64];
-    if (e->nin > 64) return kl_ad_fail(a, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
+    if (e->nin > 64) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
     memcpy(ins, xs, sizeof(int) * (size_t)e->nin);
     ins[0] = ts[0];
     touts[0] = same_prim(a, e, ins, e->nin);
@@ -27,7 +27,7 @@ static int dynamic_update_slice_jvp(kl_ad *a, const kl_eqn *e, const int *xs, co
   (void)ys;
   if (ts[0] < 0 && ts[1] < 0) return 0;
   int ins[64];
-  if (e->nin > 64) return kl_ad_fail(a, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
+  if (e->nin > 64) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
   memcpy(ins, xs, sizeof(int) * (size_t)e->nin);
   ins[0] = ts[0] >= 0 ? ts[0] : zeros_like(a, xs[0]);
   ins[1] = ts[1] >= 0 ? ts[1] : zeros_like(a, xs[1]);
@@ -79,7 +79,7 @@ static int scatter_tangent(kl_ad *a, const kl_eqn *e, const int *xs, const int *
     cu = dv(a, eu, TAKE(cnt));
     break;
   }
-  default: return kl_ad_fail(a, "differentiation of scatter mode %d is not supported yet by kiln", mode);
+  default: return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of scatter mode %d is not supported yet by kiln", mode);
   }
   int tx2 = tx < 0 ? zx : cx < 0 ? tx : mul(a, tx, cx);
   if (tu < 0) return tx2;

@@ -99,7 +99,7 @@ static int qr_tangents(kl_ad *a, const kl_eqn *e, int x, int t, int q, int r, in
   kl_aval xa = *kl_ad_aval(a, x);
   int64_t m = xa.dims[xa.ndim - 2], n = xa.dims[xa.ndim - 1];
   if (m < n || (e->p.qr.full_matrices && m != n))
-    return kl_ad_fail(a, "differentiation of qr is not supported yet by kiln for a %lld x %lld matrix%s "
+    return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of qr is not supported yet by kiln for a %lld x %lld matrix%s "
                          "(supported: m >= n with full_matrices=False, or square)",
                       (long long)m, (long long)n, e->p.qr.full_matrices ? " with full_matrices=True" : "");
   int dx_rinv = trsolve(a, r, t, 0, 0);
@@ -126,7 +126,7 @@ static int svd_tangents(kl_ad *a, const kl_eqn *e, int x, int t, const int *ys, 
   int64_t m = xa.dims[xa.ndim - 2], n = xa.dims[xa.ndim - 1];
   int full = e->p.svd.full_matrices, uv = e->p.svd.compute_uv;
   if (uv && full && m != n)
-    return kl_ad_fail(a, "differentiation of svd with full_matrices=True of a non-square matrix (%lld x %lld) "
+    return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of svd with full_matrices=True of a non-square matrix (%lld x %lld) "
                          "is not supported yet by kiln; use full_matrices=False", (long long)m, (long long)n);
   int u = ys[0], s = ys[1], vt = ys[2];
   if (!uv) {

@@ -21,7 +21,7 @@ static int pad_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int 
 static int shape_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)ys;
   int any = 0, ins[256];
-  if (e->nin > 256) return kl_ad_fail(a, "differentiation of %s with %d operands is not supported yet", kl_prim_get(e->prim)->name, e->nin);
+  if (e->nin > 256) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s with %d operands is not supported yet", kl_prim_get(e->prim)->name, e->nin);
   for (int i = 0; i < e->nin; i++) any |= ts[i] >= 0;
   if (!any) return 0;
   for (int i = 0; i < e->nin; i++) ins[i] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);

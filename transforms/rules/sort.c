@@ -13,7 +13,7 @@ static int sort_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int
   int n = e->nin, dim = (int)e->p.sort.dimension, any = 0;
   for (int i = 0; i < n; i++) any |= ts[i] >= 0 && is_float_val(a, xs[i]);
   if (!any) return 0;
-  if (n + 1 > KL_MAX_OUTS) return kl_ad_fail(a, "differentiation of sort with %d operands is not supported yet by kiln", n);
+  if (n + 1 > KL_MAX_OUTS) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of sort with %d operands is not supported yet by kiln", n);
   kl_aval xa = *kl_ad_aval(a, xs[0]);
   int ins[KL_MAX_OUTS], outs[KL_MAX_OUTS];
   memcpy(ins, xs, sizeof(int) * (size_t)n);
