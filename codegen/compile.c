@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "lower/table.h"
+
 #include "../transforms/fuse.h"
 #include "cpujit.h"
 #include "mlirctx.h"
@@ -237,7 +239,7 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
   kl_simplify(pg);
   kl_cse(pg);
   kl_dce(pg);
-  kl_plan_build(pg, plan);
+  kl_plan_build(pg, plan, kl_lower_fuse_traits());
   kl_exec *x = calloc(1, sizeof *x);
   int *so = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   x->slot_bytes = calloc((size_t)pg->nvals + (size_t)extra_slots + 1, sizeof(size_t));
