@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "lower/table.h"
+
 #include "../transforms/fuse.h"
 #include "cpujit.h"
 #include "mlirctx.h"
@@ -224,7 +226,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
 
 kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, char *err, size_t errlen) {
   (void)err, (void)errlen;
-  kl_plan_build(pg, plan);
+  kl_plan_build(pg, plan, kl_lower_fuse_traits());
   kl_exec *x = calloc(1, sizeof *x);
   int *so = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   x->slot_bytes = calloc((size_t)pg->nvals + (size_t)extra_slots + 1, sizeof(size_t));
@@ -251,7 +253,7 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
 int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, kl_step *st, kl_libcall **lc, char *err,
                         size_t errlen) {
   if (e->prim == KL_P_CUSTOM_VJP_LIN) {
-    snprintf(err, errlen, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
                           "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
     return -1;
   }

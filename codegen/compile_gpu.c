@@ -21,6 +21,7 @@
 #include "kernel.h"
 #include "../runtime/cuda.h"
 #include "libcall.h"
+#include "lower/lower.h"
 #include "mlirctx.h"
 
 typedef struct {
@@ -287,10 +288,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
       if ((rc = kl_compile_lib_step(pg, e, slot_of, st, &lc, err, errlen))) break;
       o->libs[o->nlibs++] = lc;
       st->on_host = 1; /* a host routine over copies, unless the GPU has one (below) */
-      if (e->prim == KL_P_TAKE || e->prim == KL_P_SCATTER || e->prim == KL_P_DYNAMIC_SLICE ||
-          e->prim == KL_P_DYNAMIC_UPDATE_SLICE || e->prim == KL_P_ARGMAX || e->prim == KL_P_ARGMIN ||
-          e->prim == KL_P_CUMSUM || e->prim == KL_P_CUMPROD || e->prim == KL_P_CUMMAX ||
-          e->prim == KL_P_CUMMIN) { /* kernels of their own (kernel_gpu.c) */
+      if (kl_lower_get(e->prim)->gpu_kernel) { /* kernels of their own (kernel_gpu.c) */
         char name[32];
         unsigned grid[2], block[2];
         snprintf(name, sizeof name, "KLPFX%d", o->nkernels);

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "kernel_internal.h"
+#include "lower/lower.h"
+#include "lower/table.h"
 #include "mathfn.h"
 
 
@@ -28,8 +30,8 @@ const char *kl_compute_type(kl_dtype t) {
 }
 
 int kk_is_low_float(kl_dtype t) { return t == KL_F16 || t == KL_BF16; }
-static int is_unsigned(kl_dtype t) { return kl_dtype_kind(t) == KL_KIND_UINT || t == KL_BOOL; }
-static int bits_of(const char *cty) { return !strcmp(cty, "i1") ? 1 : atoi(cty + 1); }
+int kk_is_unsigned(kl_dtype t) { return kl_dtype_kind(t) == KL_KIND_UINT || t == KL_BOOL; }
+int kk_bits_of(const char *cty) { return !strcmp(cty, "i1") ? 1 : atoi(cty + 1); }
 
 void kk_line(kctx *k, const char *fmt, ...) {
   va_list ap;
@@ -46,7 +48,7 @@ int kk_kfail(kctx *k, const char *fmt, ...) {
   if (!k->failed) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(k->err, k->errlen, fmt, ap);
+    kl_verror(k->err, k->errlen, KL_ERR_INTERNAL, fmt, ap);
     va_end(ap);
   }
   k->failed = 1;
@@ -89,7 +91,7 @@ char *kk_const_scalar(kctx *k, kl_dtype t, double fv, int64_t iv, char *out) {
 }
 
 /* Rounds a low-precision float held in f32 back to its storage precision. */
-static char *round_low(kctx *k, kl_dtype t, char *v) {
+char *kk_round_low(kctx *k, kl_dtype t, char *v) {
   if (!kk_is_low_float(t)) return v;
   ssa a;
   kk_fresh(k, a);
@@ -184,329 +186,7 @@ char *kk_emit_load(kctx *k, int v, ssa *idx, char *out) {
 
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
 
-/* ---- elementwise ops ---- */
-
-static const struct {
-  kl_prim prim;
-  kl_mathfn fn;
-} math_unary[] = {
-    {KL_P_EXP, KL_MF_EXP}, {KL_P_EXP2, KL_MF_EXP2}, {KL_P_EXPM1, KL_MF_EXPM1}, {KL_P_LOG, KL_MF_LOG},
-    {KL_P_LOG1P, KL_MF_LOG1P}, {KL_P_TANH, KL_MF_TANH}, {KL_P_LOGISTIC, KL_MF_LOGISTIC}, {KL_P_ERF, KL_MF_ERF},
-    {KL_P_ERFC, KL_MF_ERFC}, {KL_P_ERF_INV, KL_MF_ERF_INV}, {KL_P_SIN, KL_MF_SIN}, {KL_P_COS, KL_MF_COS},
-    {KL_P_TAN, KL_MF_TAN}, {KL_P_SINH, KL_MF_SINH}, {KL_P_COSH, KL_MF_COSH}, {KL_P_ASIN, KL_MF_ASIN},
-    {KL_P_ACOS, KL_MF_ACOS}, {KL_P_ATAN, KL_MF_ATAN}, {KL_P_ASINH, KL_MF_ASINH}, {KL_P_ACOSH, KL_MF_ACOSH},
-    {KL_P_ATANH, KL_MF_ATANH}, {KL_P_CBRT, KL_MF_CBRT}, {KL_P_LGAMMA, KL_MF_LGAMMA}, {KL_P_DIGAMMA, KL_MF_DIGAMMA},
-};
-
-/* libdevice's names of the math functions (kl_mathfn order, then pow and atan2); NULL: kiln's own. */
-static const char *const nv_names[KL_MF_COUNT_UNARY + KL_MF2_COUNT] = {
-    [KL_MF_EXP] = "exp", [KL_MF_EXP2] = "exp2", [KL_MF_EXPM1] = "expm1", [KL_MF_LOG] = "log", [KL_MF_LOG2] = "log2",
-    [KL_MF_LOG10] = "log10", [KL_MF_LOG1P] = "log1p", [KL_MF_TANH] = "tanh", [KL_MF_ERF] = "erf", [KL_MF_ERFC] = "erfc",
-    [KL_MF_ERF_INV] = "erfinv", [KL_MF_SIN] = "sin", [KL_MF_COS] = "cos", [KL_MF_TAN] = "tan", [KL_MF_SINH] = "sinh",
-    [KL_MF_COSH] = "cosh", [KL_MF_ASIN] = "asin", [KL_MF_ACOS] = "acos", [KL_MF_ATAN] = "atan", [KL_MF_ASINH] = "asinh",
-    [KL_MF_ACOSH] = "acosh", [KL_MF_ATANH] = "atanh", [KL_MF_CBRT] = "cbrt", [KL_MF_LGAMMA] = "lgamma",
-    [KL_MF_COUNT_UNARY + KL_MF2_POW] = "pow", [KL_MF_COUNT_UNARY + KL_MF2_ATAN2] = "atan2"};
-
-/* Emits a call of libdevice function f (index into nv_names) for f32/f64 operands; NULL when
- * libdevice is not in use or lacks f. */
-static char *libdevice_call(kctx *k, int f, const char *cty, const char *x, const char *y, char *out) {
-  int is64 = !strcmp(cty, "f64");
-  if (!k->libdevice || !nv_names[f] || (!is64 && strcmp(cty, "f32"))) return NULL;
-  *k->libdevice |= (uint64_t)1 << (2 * f + is64);
-  if (y)
-    kk_line(k, "%s = llvm.call @__nv_%s%s(%s, %s) : (%s, %s) -> %s", kk_fresh(k, out), nv_names[f], is64 ? "" : "f", x, y,
-            cty, cty, cty);
-  else
-    kk_line(k, "%s = llvm.call @__nv_%s%s(%s) : (%s) -> %s", kk_fresh(k, out), nv_names[f], is64 ? "" : "f", x, cty, cty);
-  return out;
-}
-
-void kl_libdevice_declare(uint64_t used, kl_str *out) {
-  for (int f = 0; f < KL_MF_COUNT_UNARY + KL_MF2_COUNT; f++)
-    for (int is64 = 0; is64 < 2; is64++) {
-      if (!(used >> (2 * f + is64) & 1)) continue;
-      const char *ty = is64 ? "f64" : "f32";
-      if (f >= KL_MF_COUNT_UNARY)
-        kl_str_printf(out, "    llvm.func @__nv_%s%s(%s, %s) -> %s\n", nv_names[f], is64 ? "" : "f", ty, ty, ty);
-      else
-        kl_str_printf(out, "    llvm.func @__nv_%s%s(%s) -> %s\n", nv_names[f], is64 ? "" : "f", ty, ty);
-    }
-}
-
-static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, char *out) {
-  const char *cty = kl_compute_type(t);
-  int fl = kl_dtype_is_float(t);
-  for (size_t i = 0; i < sizeof math_unary / sizeof *math_unary; i++)
-    if (math_unary[i].prim == e->prim) {
-      if (!libdevice_call(k, math_unary[i].fn, cty, x, NULL, out)) kl_math_emit(&k->em, math_unary[i].fn, x, cty, k->ind, out);
-      return out;
-    }
-  ssa a, b, c;
-  switch (e->prim) {
-  case KL_P_NEG:
-    kk_fresh(k, out);
-    if (fl) kk_line(k, "%s = arith.negf %s : %s", out, x, cty);
-    else {
-      kk_const_scalar(k, t, 0, 0, a);
-      kk_line(k, "%s = arith.subi %s, %s : %s", out, a, x, cty);
-    }
-    return out;
-  case KL_P_ABS:
-    kk_fresh(k, out);
-    if (fl) kk_line(k, "%s = math.absf %s : %s", out, x, cty);
-    else if (is_unsigned(t)) snprintf(out, sizeof(ssa), "%s", x);
-    else kk_line(k, "%s = math.absi %s : %s", out, x, cty);
-    return out;
-  case KL_P_SIGN:
-    kk_const_scalar(k, t, 0, 0, a);
-    kk_const_scalar(k, t, 1, 1, b);
-    if (fl) {
-      ssa m1, gt, lt, s1;
-      kk_const_scalar(k, t, -1, -1, m1);
-      kk_line(k, "%s = arith.cmpf ogt, %s, %s : %s", kk_fresh(k, gt), x, a, cty);
-      kk_line(k, "%s = arith.cmpf olt, %s, %s : %s", kk_fresh(k, lt), x, a, cty);
-      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, s1), lt, m1, x, cty);
-      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), gt, b, s1, cty);
-    } else if (is_unsigned(t)) {
-      kk_line(k, "%s = arith.cmpi ne, %s, %s : %s", kk_fresh(k, c), x, a, cty);
-      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), c, b, a, cty);
-    } else {
-      ssa m1, gt, lt, s1;
-      kk_const_scalar(k, t, -1, -1, m1);
-      kk_line(k, "%s = arith.cmpi sgt, %s, %s : %s", kk_fresh(k, gt), x, a, cty);
-      kk_line(k, "%s = arith.cmpi slt, %s, %s : %s", kk_fresh(k, lt), x, a, cty);
-      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, s1), lt, m1, a, cty);
-      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), gt, b, s1, cty);
-    }
-    return out;
-  case KL_P_FLOOR: kk_line(k, "%s = math.floor %s : %s", kk_fresh(k, out), x, cty); return out;
-  case KL_P_CEIL: kk_line(k, "%s = math.ceil %s : %s", kk_fresh(k, out), x, cty); return out;
-  case KL_P_ROUND:
-    kk_line(k, "%s = math.%s %s : %s", kk_fresh(k, out), e->p.round.rounding_method ? "roundeven" : "round", x, cty);
-    return out;
-  case KL_P_IS_FINITE:
-    kk_const_scalar(k, t, INFINITY, 0, a);
-    kk_line(k, "%s = math.absf %s : %s", kk_fresh(k, b), x, cty);
-    kk_line(k, "%s = arith.cmpf olt, %s, %s : %s", kk_fresh(k, out), b, a, cty);
-    return out;
-  case KL_P_SQRT: kk_line(k, "%s = math.sqrt %s : %s", kk_fresh(k, out), x, cty); return out;
-  case KL_P_RSQRT:
-    kk_line(k, "%s = math.sqrt %s : %s", kk_fresh(k, a), x, cty);
-    kk_const_scalar(k, t, 1, 1, b);
-    kk_line(k, "%s = arith.divf %s, %s : %s", kk_fresh(k, out), b, a, cty);
-    return out;
-  case KL_P_NOT:
-    if (t == KL_BOOL) kk_line(k, "%s = arith.constant true", kk_fresh(k, a));
-    else kk_line(k, "%s = arith.constant -1 : %s", kk_fresh(k, a), cty);
-    kk_line(k, "%s = arith.xori %s, %s : %s", kk_fresh(k, out), x, a, cty);
-    return out;
-  case KL_P_SQUARE:
-    kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, out), fl ? "f" : "i", x, x, cty);
-    return out;
-  case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: snprintf(out, sizeof(ssa), "%s", x); return out;
-  case KL_P_INTEGER_POW: {
-    int64_t y = e->p.integer_pow.y, n = y < 0 ? -y : y;
-    ssa acc, base;
-    kk_const_scalar(k, t, 1, 1, acc);
-    snprintf(base, sizeof base, "%s", x);
-    while (n) {
-      if (n & 1) {
-        ssa nacc;
-        kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, nacc), fl ? "f" : "i", acc, base, cty);
-        memcpy(acc, nacc, sizeof acc);
-      }
-      n >>= 1;
-      if (n) {
-        ssa nb;
-        kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, nb), fl ? "f" : "i", base, base, cty);
-        memcpy(base, nb, sizeof base);
-      }
-    }
-    if (y < 0) {
-      kk_const_scalar(k, t, 1, 1, a);
-      kk_line(k, "%s = arith.divf %s, %s : %s", kk_fresh(k, out), a, acc, cty);
-    } else snprintf(out, sizeof(ssa), "%s", acc);
-    return out;
-  }
-  default: kk_kfail(k, "codegen: no lowering for unary %s", kl_prim_get(e->prim)->name); return out;
-  }
-}
-
-/* Integer division and remainder with XLA's answers where C's are undefined:
- * x / 0 = -1 (all ones), x % 0 = x, INT_MIN / -1 = INT_MIN, INT_MIN % -1 = 0. */
-static char *emit_int_divrem(kctx *k, kl_dtype t, int rem, const char *x, const char *y, char *out) {
-  const char *cty = kl_compute_type(t);
-  ssa z, one, isz, safe, q;
-  kk_const_scalar(k, t, 0, 0, z);
-  kk_const_scalar(k, t, 1, 1, one);
-  kk_line(k, "%s = arith.cmpi eq, %s, %s : %s", kk_fresh(k, isz), y, z, cty);
-  kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, safe), isz, one, y, cty);
-  if (!is_unsigned(t)) { /* y == -1 -> use 1 and negate (wrapping) to avoid the INT_MIN trap */
-    ssa m1, ism1, safe2, r0, neg;
-    kk_const_scalar(k, t, -1, -1, m1);
-    kk_line(k, "%s = arith.cmpi eq, %s, %s : %s", kk_fresh(k, ism1), y, m1, cty);
-    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, safe2), ism1, one, safe, cty);
-    kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, r0), rem ? "remsi" : "divsi", x, safe2, cty);
-    if (rem) kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, q), ism1, z, r0, cty);
-    else {
-      kk_line(k, "%s = arith.subi %s, %s : %s", kk_fresh(k, neg), z, r0, cty);
-      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, q), ism1, neg, r0, cty);
-    }
-  } else {
-    kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, q), rem ? "remui" : "divui", x, safe, cty);
-  }
-  if (rem) kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), isz, x, q, cty);
-  else {
-    ssa m1;
-    kk_const_scalar(k, t, -1, -1, m1);
-    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), isz, m1, q, cty);
-  }
-  return out;
-}
-
-static char *emit_shift(kctx *k, kl_prim p, kl_dtype t, const char *x, const char *y, char *out) {
-  const char *cty = kl_compute_type(t);
-  int bits = bits_of(cty);
-  ssa nb, over, r, fill;
-  kk_const_scalar(k, t, 0, bits, nb);
-  kk_line(k, "%s = arith.cmpi uge, %s, %s : %s", kk_fresh(k, over), y, nb, cty); /* negative counts too */
-  const char *op = p == KL_P_SHL ? "shli" : p == KL_P_SHR_LOGICAL ? "shrui" : "shrsi";
-  if (p == KL_P_SHR_ARITH) {
-    ssa m, ys;
-    kk_const_scalar(k, t, 0, bits - 1, m);
-    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, ys), over, m, y, cty);
-    kk_line(k, "%s = arith.shrsi %s, %s : %s", kk_fresh(k, out), x, ys, cty);
-    return out;
-  }
-  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, r), op, x, y, cty);
-  kk_const_scalar(k, t, 0, 0, fill);
-  kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), over, fill, r, cty);
-  return out;
-}
-
-static char *emit_binary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, const char *y, char *out) {
-  const char *cty = kl_compute_type(t);
-  int fl = kl_dtype_is_float(t), un = is_unsigned(t);
-  const char *op = NULL;
-  switch (e->prim) {
-  case KL_P_ADD: op = fl ? "addf" : "addi"; break;
-  case KL_P_SUB: op = fl ? "subf" : "subi"; break;
-  case KL_P_MUL: op = fl ? "mulf" : "muli"; break;
-  case KL_P_DIV: if (!fl) return emit_int_divrem(k, t, 0, x, y, out); op = "divf"; break;
-  case KL_P_REM: if (!fl) return emit_int_divrem(k, t, 1, x, y, out); op = "remf"; break;
-  case KL_P_MAX: op = fl ? "maximumf" : t == KL_BOOL ? "ori" : un ? "maxui" : "maxsi"; break;
-  case KL_P_MIN: op = fl ? "minimumf" : t == KL_BOOL ? "andi" : un ? "minui" : "minsi"; break;
-  case KL_P_AND: op = "andi"; break;
-  case KL_P_OR: op = "ori"; break;
-  case KL_P_XOR: op = "xori"; break;
-  case KL_P_POW:
-    if (libdevice_call(k, KL_MF_COUNT_UNARY + KL_MF2_POW, cty, x, y, out)) return out;
-    return kl_math_emit2(&k->em, KL_MF2_POW, x, y, cty, k->ind, out);
-  case KL_P_ATAN2:
-    if (libdevice_call(k, KL_MF_COUNT_UNARY + KL_MF2_ATAN2, cty, x, y, out)) return out;
-    return kl_math_emit2(&k->em, KL_MF2_ATAN2, x, y, cty, k->ind, out);
-  case KL_P_SHL: case KL_P_SHR_LOGICAL: case KL_P_SHR_ARITH: return emit_shift(k, e->prim, t, x, y, out);
-  default: kk_kfail(k, "codegen: no lowering for binary %s", kl_prim_get(e->prim)->name); return out;
-  }
-  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, out), op, x, y, cty);
-  return out;
-}
-
-static char *emit_compare(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, const char *y, char *out) {
-  static const char *fpred[] = {"oeq", "une", "olt", "ole", "ogt", "oge"};
-  static const char *spred[] = {"eq", "ne", "slt", "sle", "sgt", "sge"};
-  static const char *upred[] = {"eq", "ne", "ult", "ule", "ugt", "uge"};
-  int i = (int)(e->prim - KL_P_EQ);
-  const char *cty = kl_compute_type(t);
-  if (kl_dtype_is_float(t)) kk_line(k, "%s = arith.cmpf %s, %s, %s : %s", kk_fresh(k, out), fpred[i], x, y, cty);
-  else kk_line(k, "%s = arith.cmpi %s, %s, %s : %s", kk_fresh(k, out), is_unsigned(t) ? upred[i] : spred[i], x, y, cty);
-  return out;
-}
-
-static char *emit_convert(kctx *k, kl_dtype from, kl_dtype to, const char *x, char *out) {
-  const char *fc = kl_compute_type(from), *tc = kl_compute_type(to);
-  int ff = kl_dtype_is_float(from), tf = kl_dtype_is_float(to);
-  int fb = bits_of(fc), tb = bits_of(tc);
-  ssa a, b;
-  if (ff && tf) {
-    if (fb == tb) snprintf(out, sizeof(ssa), "%s", x);
-    else kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, out), fb < tb ? "extf" : "truncf", x, fc, tc);
-    return round_low(k, to, out);
-  }
-  if (!ff && tf) {
-    kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, out), is_unsigned(from) ? "uitofp" : "sitofp", x, fc, tc);
-    return round_low(k, to, out);
-  }
-  if (ff && to == KL_BOOL) {
-    kk_const_scalar(k, from, 0, 0, a);
-    kk_line(k, "%s = arith.cmpf une, %s, %s : %s", kk_fresh(k, out), x, a, fc);
-    return out;
-  }
-  if (ff) { /* float -> int: NaN gives 0, out-of-range values saturate to the type's limits */
-    ssa lo, hi, hiv_c, c1, c2, isn, over, z, mx, r, r2;
-    int un = is_unsigned(to);
-    kl_dtype ct = !strcmp(fc, "f64") ? KL_F64 : KL_F32; /* constants in the compute type, not rounded to f16 */
-    double lov = un ? 0.0 : -ldexp(1.0, tb - 1), hiv = un ? ldexp(1.0, tb) : ldexp(1.0, tb - 1);
-    double hic = ct == KL_F32 ? (double)nextafterf((float)hiv, 0.0f) : nextafter(hiv, 0.0);
-    kk_const_scalar(k, ct, lov, 0, lo);
-    kk_const_scalar(k, ct, hic, 0, hi);
-    kk_const_scalar(k, ct, hiv, 0, hiv_c);
-    kk_line(k, "%s = arith.maximumf %s, %s : %s", kk_fresh(k, c1), x, lo, fc);
-    kk_line(k, "%s = arith.minimumf %s, %s : %s", kk_fresh(k, c2), c1, hi, fc);
-    kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, r), un ? "fptoui" : "fptosi", c2, fc, tc);
-    kk_line(k, "%s = arith.cmpf oge, %s, %s : %s", kk_fresh(k, over), x, hiv_c, fc);
-    kk_const_scalar(k, to, 0, un ? -1 : (tb >= 64 ? INT64_MAX : ((int64_t)1 << (tb - 1)) - 1), mx);
-    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, r2), over, mx, r, tc);
-    kk_line(k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(k, isn), x, x, fc);
-    kk_const_scalar(k, to, 0, 0, z);
-    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), isn, z, r2, tc);
-    return out;
-  }
-  if (to == KL_BOOL) {
-    kk_const_scalar(k, from, 0, 0, a);
-    kk_line(k, "%s = arith.cmpi ne, %s, %s : %s", kk_fresh(k, out), x, a, fc);
-    return out;
-  }
-  if (fb == tb) snprintf(out, sizeof(ssa), "%s", x);
-  else if (fb < tb) kk_line(k, "%s = arith.%s %s : %s to %s", kk_fresh(k, out), is_unsigned(from) ? "extui" : "extsi", x, fc, tc);
-  else kk_line(k, "%s = arith.trunci %s : %s to %s", kk_fresh(k, out), x, fc, tc);
-  (void)b;
-  return out;
-}
-
 /* ---- index-moving primitives ---- */
-
-static char *emit_iota(kctx *k, const kl_eqn *e, kl_dtype t, ssa *idx, char *out) {
-  const char *i = idx[e->p.iota.dimension];
-  ssa c;
-  if (kl_dtype_is_float(t)) {
-    kk_line(k, "%s = arith.index_cast %s : index to i64", kk_fresh(k, c), i);
-    kk_line(k, "%s = arith.sitofp %s : i64 to %s", kk_fresh(k, out), c, kl_compute_type(t));
-    return round_low(k, t, out);
-  }
-  if (t == KL_BOOL) {
-    ssa z;
-    kk_const_index(k, 0, z);
-    kk_line(k, "%s = arith.cmpi ne, %s, %s : index", kk_fresh(k, out), i, z);
-    return out;
-  }
-  kk_line(k, "%s = arith.index_cast %s : index to %s", kk_fresh(k, out), i, kl_compute_type(t));
-  return out;
-}
-
-/* Linear index of idx in shape dims (row-major). */
-static char *linearize(kctx *k, ssa *idx, const int64_t *dims, int n, char *out) {
-  if (n == 0) return kk_const_index(k, 0, out);
-  snprintf(out, sizeof(ssa), "%s", idx[0]);
-  for (int i = 1; i < n; i++) {
-    ssa d, m, s;
-    kk_const_index(k, dims[i], d);
-    kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, m), out, d);
-    kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, s), m, idx[i]);
-    snprintf(out, sizeof(ssa), "%s", s);
-  }
-  return out;
-}
 
 void kk_delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ssa *idx) {
   ssa rest;
@@ -522,153 +202,6 @@ void kk_delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ssa *i
     kk_line(k, "%s = arith.divui %s, %s : index", kk_fresh(k, q), rest, d);
     snprintf(rest, sizeof rest, "%s", q);
   }
-}
-
-static char *emit_reshape(kctx *k, int x, const kl_aval *in, const kl_aval *out_aval, ssa *idx, char *out) {
-  ssa sub[KL_MAX_RANK];
-  /* Shapes equal after dropping unit dimensions: map the non-unit indices directly. */
-  int a = 0, b = 0, simple = 1;
-  while (simple) {
-    while (a < in->ndim && in->dims[a] == 1) a++;
-    while (b < out_aval->ndim && out_aval->dims[b] == 1) b++;
-    if (a == in->ndim || b == out_aval->ndim) {
-      simple = a == in->ndim && b == out_aval->ndim;
-      break;
-    }
-    if (in->dims[a] != out_aval->dims[b]) simple = 0;
-    a++, b++;
-  }
-  if (simple) {
-    ssa zero;
-    kk_const_index(k, 0, zero);
-    b = 0;
-    for (a = 0; a < in->ndim; a++) {
-      if (in->dims[a] == 1) {
-        snprintf(sub[a], sizeof(ssa), "%s", zero);
-        continue;
-      }
-      while (out_aval->dims[b] == 1) b++;
-      snprintf(sub[a], sizeof(ssa), "%s", idx[b++]);
-    }
-  } else {
-    ssa lin;
-    linearize(k, idx, out_aval->dims, out_aval->ndim, lin);
-    kk_delinearize(k, lin, in->dims, in->ndim, sub);
-  }
-  return kk_emit_value(k, x, sub, out);
-}
-
-static char *emit_pad(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
-  const kl_aval *in = &k->pg->vals[e->ins[0]].aval;
-  kl_dtype t = in->dtype;
-  ssa pv, sub[KL_MAX_RANK], ok;
-  kk_emit_value(k, e->ins[1], NULL, pv);
-  if (kl_aval_size(in) == 0) {
-    snprintf(out, sizeof(ssa), "%s", pv);
-    return out;
-  }
-  kk_line(k, "%s = arith.constant true", kk_fresh(k, ok));
-  for (int d = 0; d < in->ndim; d++) {
-    int64_t lo = e->p.pad.low.v[d], step = e->p.pad.interior.v[d] + 1, n = in->dims[d];
-    ssa t0, lov, q, r, z, stp, nn, c1, c2, c3, a1, a2, a3, cl, cl2, nm1;
-    /* t = i - lo; valid if t >= 0, t % step == 0, t / step < n; clamp for the load */
-    kk_line(k, "%s = arith.index_cast %s : index to i64", kk_fresh(k, t0), idx[d]);
-    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, lov), (long long)lo);
-    ssa tt;
-    kk_line(k, "%s = arith.subi %s, %s : i64", kk_fresh(k, tt), t0, lov);
-    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, stp), (long long)step);
-    kk_line(k, "%s = arith.constant 0 : i64", kk_fresh(k, z));
-    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, nn), (long long)n);
-    kk_line(k, "%s = arith.divsi %s, %s : i64", kk_fresh(k, q), tt, stp);
-    kk_line(k, "%s = arith.remsi %s, %s : i64", kk_fresh(k, r), tt, stp);
-    kk_line(k, "%s = arith.cmpi sge, %s, %s : i64", kk_fresh(k, c1), tt, z);
-    kk_line(k, "%s = arith.cmpi eq, %s, %s : i64", kk_fresh(k, c2), r, z);
-    kk_line(k, "%s = arith.cmpi slt, %s, %s : i64", kk_fresh(k, c3), q, nn);
-    kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, a1), c1, c2);
-    kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, a2), a1, c3);
-    kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, a3), ok, a2);
-    snprintf(ok, sizeof ok, "%s", a3);
-    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, nm1), (long long)(n - 1));
-    kk_line(k, "%s = arith.maxsi %s, %s : i64", kk_fresh(k, cl), q, z);
-    kk_line(k, "%s = arith.minsi %s, %s : i64", kk_fresh(k, cl2), cl, nm1);
-    kk_line(k, "%s = arith.index_cast %s : i64 to index", kk_fresh(k, sub[d]), cl2);
-  }
-  ssa xv;
-  kk_emit_value(k, e->ins[0], sub, xv);
-  kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), ok, xv, pv, kl_compute_type(t));
-  return out;
-}
-
-static char *emit_concat(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
-  int64_t d = e->p.concatenate.dimension, off = 0;
-  const kl_aval *oa = &k->pg->vals[e->outs[0]].aval;
-  const char *cty = kl_compute_type(oa->dtype);
-  ssa acc = "";
-  for (int j = 0; j < e->nin; j++) {
-    const kl_aval *a = &k->pg->vals[e->ins[j]].aval;
-    int64_t n = a->dims[d];
-    if (n == 0) continue;
-    ssa sub[KL_MAX_RANK], o, sh, cl, nm1, v;
-    for (int i = 0; i < oa->ndim; i++) snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
-    kk_const_index(k, off, o);
-    kk_const_index(k, n - 1, nm1);
-    /* clamp idx - off into [0, n-1] (unsigned max trick is wrong for negatives: use select) */
-    ssa ge, dif, z;
-    kk_const_index(k, 0, z);
-    kk_line(k, "%s = arith.cmpi uge, %s, %s : index", kk_fresh(k, ge), idx[d], o);
-    kk_line(k, "%s = arith.subi %s, %s : index", kk_fresh(k, dif), idx[d], o);
-    kk_line(k, "%s = arith.select %s, %s, %s : index", kk_fresh(k, sh), ge, dif, z);
-    kk_line(k, "%s = arith.minui %s, %s : index", kk_fresh(k, cl), sh, nm1);
-    snprintf(sub[d], sizeof(ssa), "%s", cl);
-    kk_emit_value(k, e->ins[j], sub, v);
-    if (!acc[0]) snprintf(acc, sizeof acc, "%s", v);
-    else {
-      ssa nacc;
-      kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, nacc), ge, v, acc, cty);
-      snprintf(acc, sizeof acc, "%s", nacc);
-    }
-    off += n;
-  }
-  snprintf(out, sizeof(ssa), "%s", acc);
-  return out;
-}
-
-/* ---- the recursive emitter ---- */
-
-/* A product with a small contraction at output index idx (dims: lhs free, then rhs free):
- * sum over the contracted index c of lhs[.., c, ..] * rhs[.., c, ..], unrolled. */
-static char *emit_small_dot(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
-  const kl_aval *l = &k->pg->vals[e->ins[0]].aval, *r = &k->pg->vals[e->ins[1]].aval;
-  const char *ty = kl_compute_type(k->pg->vals[e->outs[0]].aval.dtype);
-  int lc[KL_MAX_RANK], rc[KL_MAX_RANK]; /* position in the contraction list, or -1 */
-  for (int d = 0; d < KL_MAX_RANK; d++) lc[d] = rc[d] = -1;
-  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) lc[e->p.dot.lhs_contracting.v[i]] = i, rc[e->p.dot.rhs_contracting.v[i]] = i;
-  int64_t cdims[KL_MAX_RANK], kdim = 1;
-  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) kdim *= cdims[i] = l->dims[e->p.dot.lhs_contracting.v[i]];
-  ssa acc;
-  acc[0] = 0;
-  for (int64_t c = 0; c < kdim; c++) {
-    ssa ci[KL_MAX_RANK], li[KL_MAX_RANK], ri[KL_MAX_RANK], a, b, p;
-    int64_t rest = c;
-    for (int i = e->p.dot.lhs_contracting.n - 1; i >= 0; i--) {
-      kk_const_index(k, rest % cdims[i], ci[i]);
-      rest /= cdims[i];
-    }
-    int o = 0;
-    for (int d = 0; d < l->ndim; d++) memcpy(li[d], lc[d] >= 0 ? ci[lc[d]] : idx[o++], sizeof(ssa));
-    for (int d = 0; d < r->ndim; d++) memcpy(ri[d], rc[d] >= 0 ? ci[rc[d]] : idx[o++], sizeof(ssa));
-    kk_emit_value(k, e->ins[0], li, a);
-    kk_emit_value(k, e->ins[1], ri, b);
-    kk_line(k, "%s = arith.mulf %s, %s : %s", kk_fresh(k, p), a, b, ty);
-    if (!acc[0]) memcpy(acc, p, sizeof(ssa));
-    else {
-      ssa s;
-      kk_line(k, "%s = arith.addf %s, %s : %s", kk_fresh(k, s), acc, p, ty);
-      memcpy(acc, s, sizeof(ssa));
-    }
-  }
-  snprintf(out, sizeof(ssa), "%s", acc);
-  return out;
 }
 
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
@@ -708,110 +241,9 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
     return out;
   }
   const kl_eqn *e = &k->pg->eqns[val->producer];
-  kl_dtype t = val->aval.dtype;
-  const kl_prim_info *pi = kl_prim_get(e->prim);
-  /* dispatch on the elementwise form, else on the shape family; anything else fuses only as a
-   * small dot (reductions are handled by the caller) */
-  enum { KIND_SHAPE = -1, KIND_OTHER = -2 };
-  int kind = pi->form != KL_FORM_NONE ? (int)pi->form : pi->family == KL_FAM_SHAPE ? KIND_SHAPE : KIND_OTHER;
-  ssa a, b, c, sub[KL_MAX_RANK];
-  switch (kind) {
-#define OPIDX(j) (k->pg->vals[e->ins[j]].aval.ndim ? idx : NULL) /* rank-0 operands broadcast */
-  case KL_FORM_UNARY:
-    kk_emit_value(k, e->ins[0], idx, a);
-    emit_unary(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, out);
-    if (e->prim != KL_P_IS_FINITE) round_low(k, t, out);
-    break;
-  case KL_FORM_BINARY:
-    kk_emit_value(k, e->ins[0], OPIDX(0), a);
-    kk_emit_value(k, e->ins[1], OPIDX(1), b);
-    emit_binary(k, e, t, a, b, out);
-    round_low(k, t, out);
-    break;
-  case KL_FORM_COMPARE:
-    kk_emit_value(k, e->ins[0], OPIDX(0), a);
-    kk_emit_value(k, e->ins[1], OPIDX(1), b);
-    emit_compare(k, e, k->pg->vals[e->ins[0]].aval.dtype, a, b, out);
-    break;
-  case KL_FORM_SELECT: {
-    const kl_aval *pa = &k->pg->vals[e->ins[0]].aval;
-    kk_emit_value(k, e->ins[0], pa->ndim ? idx : NULL, c);
-    if (pa->dtype != KL_BOOL) {
-      ssa z, nc;
-      kk_line(k, "%s = arith.constant 0 : i32", kk_fresh(k, z));
-      kk_line(k, "%s = arith.cmpi ne, %s, %s : i32", kk_fresh(k, nc), c, z);
-      snprintf(c, sizeof c, "%s", nc);
-    }
-    kk_emit_value(k, e->ins[1], OPIDX(1), a);
-    kk_emit_value(k, e->ins[2], OPIDX(2), b);
-    kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), c, b, a, kl_compute_type(t));
-    break;
-  }
-  case KL_FORM_CONVERT:
-    kk_emit_value(k, e->ins[0], idx, a);
-    if (e->prim == KL_P_BITCAST) {
-      kl_dtype from = k->pg->vals[e->ins[0]].aval.dtype;
-      if (!strcmp(kl_compute_type(from), kl_compute_type(t))) snprintf(out, sizeof(ssa), "%s", a);
-      else kk_line(k, "%s = arith.bitcast %s : %s to %s", kk_fresh(k, out), a, kl_compute_type(from), kl_compute_type(t));
-    } else emit_convert(k, k->pg->vals[e->ins[0]].aval.dtype, t, a, out);
-    break;
-  case KL_FORM_CONST: kk_const_scalar(k, t, e->p.literal.value, e->p.literal.int_value, out); break;
-  case KL_FORM_IOTA: emit_iota(k, e, t, idx, out); break;
-  case KIND_SHAPE: {
-    const kl_aval *in = &k->pg->vals[e->ins[0]].aval;
-    switch (e->prim) {
-    case KL_P_BROADCAST_IN_DIM: {
-      ssa zero;
-      kk_const_index(k, 0, zero);
-      for (int i = 0; i < in->ndim; i++)
-        snprintf(sub[i], sizeof(ssa), "%s", in->dims[i] == 1 ? zero : idx[e->p.broadcast.broadcast_dimensions.v[i]]);
-      kk_emit_value(k, e->ins[0], sub, out);
-      break;
-    }
-    case KL_P_RESHAPE: emit_reshape(k, e->ins[0], in, &val->aval, idx, out); break;
-    case KL_P_TRANSPOSE:
-      for (int i = 0; i < n; i++) snprintf(sub[e->p.transpose.permutation.v[i]], sizeof(ssa), "%s", idx[i]);
-      kk_emit_value(k, e->ins[0], sub, out);
-      break;
-    case KL_P_REV:
-      for (int i = 0; i < n; i++) snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
-      for (int j = 0; j < e->p.rev.dimensions.n; j++) {
-        int d = (int)e->p.rev.dimensions.v[j];
-        ssa m;
-        kk_const_index(k, in->dims[d] - 1, m);
-        kk_line(k, "%s = arith.subi %s, %s : index", kk_fresh(k, sub[d]), m, idx[d]);
-      }
-      kk_emit_value(k, e->ins[0], sub, out);
-      break;
-    case KL_P_SLICE:
-      for (int i = 0; i < n; i++) {
-        int64_t st = e->p.slice.strides.n ? e->p.slice.strides.v[i] : 1, s0 = e->p.slice.start_indices.v[i];
-        if (st == 1 && s0 == 0) {
-          snprintf(sub[i], sizeof(ssa), "%s", idx[i]);
-          continue;
-        }
-        ssa sc, oc, m;
-        kk_const_index(k, st, sc);
-        kk_const_index(k, s0, oc);
-        kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, m), idx[i], sc);
-        kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, sub[i]), m, oc);
-      }
-      kk_emit_value(k, e->ins[0], sub, out);
-      break;
-    case KL_P_PAD: emit_pad(k, e, idx, out); break;
-    case KL_P_CONCATENATE: emit_concat(k, e, idx, out); break;
-    default: kk_kfail(k, "codegen: no lowering for %s", kl_prim_get(e->prim)->name);
-    }
-    break;
-  }
-  case KIND_OTHER:
-    if (kl_small_dot(k->pg, e)) {
-      emit_small_dot(k, e, idx, out);
-      break;
-    }
-    /* fall through */
-  default: kk_kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
-  }
+  const kl_lowering *lw = kl_lower_get(e->prim);
+  if (lw->scalar) lw->scalar(k, e, v, idx, out);
+  else kk_kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
   memo_put(k, key, out);
   return out;
 }
@@ -819,32 +251,19 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
 /* ---- reductions ---- */
 
 void kk_reduce_init(kctx *k, kl_prim p, kl_dtype t, char *out) {
-  int fl = kl_dtype_is_float(t), un = is_unsigned(t);
-  int bits = bits_of(kl_compute_type(t));
+  const kl_reduce_rule *r = kl_lower_get(p)->reduce;
+  if (!r) return;
+  int un = kk_is_unsigned(t), bits = kk_bits_of(kl_compute_type(t));
   int64_t imax = bits >= 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1, imin = -imax - 1;
-  switch (p) {
-  case KL_P_REDUCE_SUM: kk_const_scalar(k, t, 0, 0, out); break;
-  case KL_P_REDUCE_PROD: kk_const_scalar(k, t, 1, 1, out); break;
-  case KL_P_REDUCE_MAX: kk_const_scalar(k, t, -INFINITY, t == KL_BOOL ? 0 : un ? 0 : imin, out); break;
-  case KL_P_REDUCE_MIN: kk_const_scalar(k, t, INFINITY, t == KL_BOOL ? 1 : un ? -1 : imax, out); break;
-  case KL_P_REDUCE_AND: kk_const_scalar(k, t, 0, t == KL_BOOL ? 1 : -1, out); break;
-  case KL_P_REDUCE_OR: kk_const_scalar(k, t, 0, 0, out); break;
-  default: break;
-  }
-  (void)fl;
+  int init = t == KL_BOOL ? r->binit : un ? r->uinit : r->sinit;
+  int64_t iv = init == KL_RINIT_TYPE_MIN ? imin : init == KL_RINIT_TYPE_MAX ? imax : init;
+  kk_const_scalar(k, t, r->finit, iv, out);
 }
 
 const char *kk_reduce_op(kl_prim p, kl_dtype t) {
-  int fl = kl_dtype_is_float(t), un = is_unsigned(t);
-  switch (p) {
-  case KL_P_REDUCE_SUM: return fl ? "addf" : "addi";
-  case KL_P_REDUCE_PROD: return fl ? "mulf" : "muli";
-  case KL_P_REDUCE_MAX: return fl ? "maximumf" : t == KL_BOOL ? "ori" : un ? "maxui" : "maxsi";
-  case KL_P_REDUCE_MIN: return fl ? "minimumf" : t == KL_BOOL ? "andi" : un ? "minui" : "minsi";
-  case KL_P_REDUCE_AND: return "andi";
-  case KL_P_REDUCE_OR: return "ori";
-  default: return "?";
-  }
+  const kl_reduce_rule *r = kl_lower_get(p)->reduce;
+  if (!r) return "?";
+  return kl_dtype_is_float(t) ? r->fop : t == KL_BOOL ? r->bop : kk_is_unsigned(t) ? r->uop : r->sop;
 }
 
 /* ---- the function ---- */
@@ -1052,7 +471,7 @@ static int reads_transposed(const kl_program *pg, const kl_plan *plan, int v, ch
   }
   for (int i = 0; i < e->nin; i++) {
     int u = e->ins[i];
-    if (plan->materialized[u] || !kl_eqn_fusible(pg, &pg->eqns[val->producer])) continue;
+    if (plan->materialized[u] || !kl_eqn_fusible(kl_lower_fuse_traits(), pg, &pg->eqns[val->producer])) continue;
     if (reads_transposed(pg, plan, u, seen)) return 1;
   }
   return 0;

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../ir/status.h"
 #include "device.h"
 #include "hostla.h"
 
@@ -97,7 +98,7 @@ static void host_free(void *p, size_t n) {
 static int cpu_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
   size_t n = round_size(nbytes);
   if (n < nbytes || !(*ptr = host_alloc(n))) {
-    snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
     return -1;
   }
   return 0;
@@ -111,7 +112,7 @@ kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
   kl_buffer *b = calloc(1, sizeof *b);
   if (!b || cpu_alloc(nbytes, &b->data, err, errlen)) {
     free(b);
-    if (!b) snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
+    if (!b) kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
     return NULL;
   }
   b->nbytes = nbytes;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ir/status.h"
 #include "cuda.h"
 
 /* ---- the few driver types and constants kiln uses (values from the driver ABI) ---- */
@@ -330,7 +331,7 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
   if (r) {
     size_t fr = 0, tot = 0;
     p_cuMemGetInfo(&fr, &tot);
-    snprintf(err, errlen, "out of GPU memory: cannot allocate %zu bytes (%.1f MiB) on %s (%.1f of %.1f MiB free): %s",
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of GPU memory: cannot allocate %zu bytes (%.1f MiB) on %s (%.1f of %.1f MiB free): %s",
              nbytes, nbytes / 1048576.0, dev_name, fr / 1048576.0, tot / 1048576.0, cu_msg(r));
     return -1;
   }
@@ -652,7 +653,7 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
   for (; n < st->nslots; n++) {
     h[n] = malloc(bytes[n] ? bytes[n] : 1);
     if (!h[n]) {
-      snprintf(err, errlen, "out of host memory staging %zu bytes for a library call", bytes[n]);
+      kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory staging %zu bytes for a library call", bytes[n]);
       rc = -1;
       break;
     }

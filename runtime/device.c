@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../ir/status.h"
 #include "device.h"
 
 /* Every kind is linked in: CUDA's driver is opened at run time, so its table is always there and
@@ -26,7 +27,7 @@ kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen) {
   }
   kl_buffer *b = calloc(1, sizeof *b);
   if (!b) {
-    snprintf(err, errlen, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
     return NULL;
   }
   if (d->alloc(nbytes, &b->data, err, errlen)) {

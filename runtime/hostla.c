@@ -5,6 +5,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "hostla.h"
 
+#include "../ir/status.h"
+
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -15,13 +17,12 @@
 
 /* ---------------------------------------------------------------- errors */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
+/* The message and its status (ir/status.h); returns 1, the routines' failure code. */
+static int fail(char *err, size_t errlen, kl_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  kl_verror(err, errlen, status, fmt, ap);
+  va_end(ap);
   return 1;
 }
 
@@ -506,16 +507,16 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
                    char *err, size_t errlen) {
   const char *who = "kl_hostla_gemm";
   size_t esz = elem_size(t);
-  if (!esz) return fail(err, errlen, "%s: invalid dtype code %d", who, (int)t);
+  if (!esz) return fail(err, errlen, KL_ERR_INTERNAL, "%s: invalid dtype code %d", who, (int)t);
   if (batch < 0 || m < 0 || n < 0 || k < 0 || a_bstride < 0 || b_bstride < 0)
-    return fail(err, errlen,
+    return fail(err, errlen, KL_ERR_INTERNAL,
                 "%s: negative size (batch=%lld m=%lld n=%lld k=%lld "
                 "a_bstride=%lld b_bstride=%lld)", who, (long long)batch,
                 (long long)m, (long long)n, (long long)k,
                 (long long)a_bstride, (long long)b_bstride);
   if (batch == 0 || m == 0 || n == 0) return 0;
   if (!c || (k > 0 && (!a || !b)))
-    return fail(err, errlen, "%s: NULL array pointer", who);
+    return fail(err, errlen, KL_ERR_INTERNAL, "%s: NULL array pointer", who);
   if (k == 0) { /* empty sum: all zeros (false, 0, +0.0 share the bits) */
     memset(c, 0, (size_t)(batch * m * n) * esz);
     return 0;
@@ -524,7 +525,7 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
   int half = t == KL_F16 || t == KL_BF16;
   kl_dtype wt = half ? KL_F32 : t; /* the type the product runs in */
   if (blas_gemm_usable(wt) && !(fits(m) && fits(n) && fits(k)))
-    return fail(err, errlen, "%s: dimensions m=%lld n=%lld k=%lld exceed the "
+    return fail(err, errlen, KL_ERR_INTERNAL, "%s: dimensions m=%lld n=%lld k=%lld exceed the "
                 "32-bit BLAS integer range of %s", who, (long long)m,
                 (long long)n, (long long)k, lib.name);
   size_t wsz = elem_size(wt);
@@ -537,7 +538,7 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
   float *fc = half ? malloc((size_t)(m * n) * 4) : NULL;
   int rc = 0;
   if ((need_ta && !ta) || (need_tb && !tb) || (half && (!fa || !fb || !fc))) {
-    rc = fail(err, errlen, "%s: out of memory for %s scratch (m=%lld n=%lld "
+    rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory for %s scratch (m=%lld n=%lld "
               "k=%lld)", who, dtype_label(t), (long long)m, (long long)n,
               (long long)k);
     goto out;
@@ -578,16 +579,16 @@ static int lapack_begin(kl_dtype t, const char *who, unsigned mask,
                         const int64_t *dims, int ndims, char *err,
                         size_t errlen) {
   if (t != KL_F32 && t != KL_F64)
-    return fail(err, errlen, "%s: dtype %s is not supported; LAPACK routines "
+    return fail(err, errlen, KL_ERR_UNSUPPORTED, "%s: dtype %s is not supported; LAPACK routines "
                 "take float32 or float64 (convert the input first)", who,
                 dtype_label(t));
   for (int i = 0; i < ndims; i++)
     if (dims[i] < 0)
-      return fail(err, errlen, "%s: negative dimension %lld", who,
+      return fail(err, errlen, KL_ERR_INTERNAL, "%s: negative dimension %lld", who,
                   (long long)dims[i]);
   ensure_loaded();
   if (!lib.loaded)
-    return fail(err, errlen, "%s: no BLAS/LAPACK library was found (tried "
+    return fail(err, errlen, KL_ERR_INTERNAL, "%s: no BLAS/LAPACK library was found (tried "
                 "$KILN_BLAS_LIB, libopenblas.so.0, libopenblas.so, "
                 "libblas.so.3 + liblapack.so.3, libmkl_rt.so and NumPy's "
                 "bundled OpenBLAS); install one (apt-get install libopenblas0) "
@@ -595,12 +596,12 @@ static int lapack_begin(kl_dtype t, const char *who, unsigned mask,
   int d = t == KL_F64;
   for (int r = 0; r < R_COUNT; r++)
     if (((mask >> r) & 1) && !lib.fn[d][r])
-      return fail(err, errlen, "%s: the loaded library %s has no %c%s "
+      return fail(err, errlen, KL_ERR_INTERNAL, "%s: the loaded library %s has no %c%s "
                   "routine; set KILN_LAPACK_LIB to a LAPACK library", who,
                   lib.name, d ? 'd' : 's', routine_names[r]);
   for (int i = 1; i < ndims; i++) /* dims[0] is the batch, a C loop count */
     if (!fits(dims[i]))
-      return fail(err, errlen, "%s: dimension %lld exceeds the 32-bit LAPACK "
+      return fail(err, errlen, KL_ERR_INTERNAL, "%s: dimension %lld exceeds the 32-bit LAPACK "
                   "integer range of %s", who, (long long)dims[i], lib.name);
   return 0;
 }
@@ -635,7 +636,7 @@ int kl_hostla_cholesky(kl_dtype t, int64_t batch, int64_t n, const void *a,
                                    bi(&sinfo, 0), 1);
     int64_t info = bget(&sinfo);
     if (info < 0 && !has_nonfinite((const char *)a + bb * mat, n * n, d))
-      return fail(err, errlen, "%s: %cpotrf rejected argument %lld", who,
+      return fail(err, errlen, KL_ERR_INTERNAL, "%s: %cpotrf rejected argument %lld", who,
                   d ? 'd' : 's', (long long)-info);
     if (info != 0) { /* not positive definite: NaN, as JAX */
       fill_nan(lb, n * n, d);
@@ -662,7 +663,7 @@ int kl_hostla_lu(kl_dtype t, int64_t batch, int64_t m, int64_t n,
   void *ipiv = malloc((size_t)(k ? k : 1) * (size_t)(lib.bits / 8));
   int rc = 0;
   if (!w || !ipiv) {
-    rc = fail(err, errlen, "%s: out of memory (m=%lld n=%lld)", who,
+    rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory (m=%lld n=%lld)", who,
               (long long)m, (long long)n);
     goto out;
   }
@@ -676,7 +677,7 @@ int kl_hostla_lu(kl_dtype t, int64_t batch, int64_t m, int64_t n,
                                      ipiv, bi(&sinfo, 0));
       int64_t info = bget(&sinfo);
       if (info < 0) { /* info > 0 (exactly singular U) is a result */
-        rc = fail(err, errlen, "%s: %cgetrf rejected argument %lld", who,
+        rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: %cgetrf rejected argument %lld", who,
                   d ? 'd' : 's', (long long)-info);
         goto out;
       }
@@ -714,7 +715,7 @@ int kl_hostla_triangular_solve(kl_dtype t, int64_t batch, int64_t m,
   int64_t dims[] = {batch, m, n};
   if (lapack_begin(t, who, 1u << R_TRSM, dims, 3, err, errlen)) return 1;
   if (a_bstride < 0)
-    return fail(err, errlen, "%s: negative a_bstride %lld", who,
+    return fail(err, errlen, KL_ERR_INTERNAL, "%s: negative a_bstride %lld", who,
                 (long long)a_bstride);
   int d = t == KL_F64;
   size_t esz = ESZ(d), mat = (size_t)(m * n) * esz;
@@ -770,7 +771,7 @@ int kl_hostla_qr(kl_dtype t, int64_t batch, int64_t m, int64_t n,
     int64_t l1 = lwork_from(&q1, d, n), l2 = lwork_from(&q2, d, qc);
     lwork = l1 > l2 ? l1 : l2;
     if (!fits(lwork)) {
-      rc = fail(err, errlen, "%s: workspace of %lld elements exceeds the "
+      rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: workspace of %lld elements exceeds the "
                 "32-bit LAPACK range", who, (long long)lwork);
       goto out;
     }
@@ -800,7 +801,7 @@ int kl_hostla_qr(kl_dtype t, int64_t batch, int64_t m, int64_t n,
     }
     if (info != 0) {
       if (!has_nonfinite(ab, m * n, d)) {
-        rc = fail(err, errlen, "%s: %cgeqrf/%corgqr failed with info=%lld",
+        rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: %cgeqrf/%corgqr failed with info=%lld",
                   who, d ? 'd' : 's', d ? 'd' : 's', (long long)info);
         goto out;
       }
@@ -820,7 +821,7 @@ int kl_hostla_qr(kl_dtype t, int64_t batch, int64_t m, int64_t n,
   }
   goto out;
 oom:
-  rc = fail(err, errlen, "%s: out of memory (m=%lld n=%lld)", who,
+  rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory (m=%lld n=%lld)", who,
             (long long)m, (long long)n);
 out:
   free(w); free(qb); free(tau); free(work);
@@ -852,7 +853,7 @@ int kl_hostla_eigh(kl_dtype t, int64_t batch, int64_t n, const void *a,
   int64_t lwork = lwork_from(&wq, d, 1 + 6 * n + 2 * n * n);
   int64_t liwork = bget(&iwq) > 3 + 5 * n ? bget(&iwq) : 3 + 5 * n;
   if (!fits(lwork) || !fits(liwork)) {
-    rc = fail(err, errlen, "%s: workspace exceeds the 32-bit LAPACK range "
+    rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: workspace exceeds the 32-bit LAPACK range "
               "(n=%lld)", who, (long long)n);
     goto out;
   }
@@ -868,7 +869,7 @@ int kl_hostla_eigh(kl_dtype t, int64_t batch, int64_t n, const void *a,
                                    bi(&sliw, liwork), bi(&sinfo, 0), 1, 1);
     int64_t info = bget(&sinfo);
     if (info < 0 && !has_nonfinite(ab, n * n, d)) {
-      rc = fail(err, errlen, "%s: %csyevd rejected argument %lld", who,
+      rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: %csyevd rejected argument %lld", who,
                 d ? 'd' : 's', (long long)-info);
       goto out;
     }
@@ -881,7 +882,7 @@ int kl_hostla_eigh(kl_dtype t, int64_t batch, int64_t n, const void *a,
   }
   goto out;
 oom:
-  rc = fail(err, errlen, "%s: out of memory (n=%lld)", who, (long long)n);
+  rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory (n=%lld)", who, (long long)n);
 out:
   free(buf); free(work); free(iwork);
   return rc;
@@ -923,7 +924,7 @@ int kl_hostla_svd(kl_dtype t, int64_t batch, int64_t m, int64_t n,
                    errlen))
     return 1;
   if (compute_uv && (!u || !vt))
-    return fail(err, errlen, "%s: compute_uv needs u and vt buffers", who);
+    return fail(err, errlen, KL_ERR_INTERNAL, "%s: compute_uv needs u and vt buffers", who);
   int d = t == KL_F64;
   size_t esz = ESZ(d), mat = (size_t)(m * n) * esz;
   const char *job = !compute_uv ? "N" : full_matrices ? "A" : "S";
@@ -948,7 +949,7 @@ int kl_hostla_svd(kl_dtype t, int64_t batch, int64_t m, int64_t n,
            compute_uv ? (void *)vto : dummy, ucols, &wq, -1, iwork, &info);
   lwork = lwork_from(&wq, d, wmin);
   if (!fits(lwork)) {
-    rc = fail(err, errlen, "%s: workspace of %lld elements exceeds the "
+    rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: workspace of %lld elements exceeds the "
               "32-bit LAPACK range", who, (long long)lwork);
     goto out;
   }
@@ -975,7 +976,7 @@ int kl_hostla_svd(kl_dtype t, int64_t batch, int64_t m, int64_t n,
                  &info);
         glwork = lwork_from(&wq, d, 5 * k + mx);
         if (!fits(glwork) || !(gwork = malloc((size_t)glwork * esz))) {
-          rc = fail(err, errlen, "%s: cannot allocate the gesvd fallback "
+          rc = fail(err, errlen, KL_ERR_NOMEM, "%s: cannot allocate the gesvd fallback "
                     "workspace", who);
           goto out;
         }
@@ -986,7 +987,7 @@ int kl_hostla_svd(kl_dtype t, int64_t batch, int64_t m, int64_t n,
       st = bget(&info);
     }
     if (st < 0 && !has_nonfinite(ab, m * n, d)) {
-      rc = fail(err, errlen, "%s: %cgesdd rejected argument %lld", who,
+      rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: %cgesdd rejected argument %lld", who,
                 d ? 'd' : 's', (long long)-st);
       goto out;
     }
@@ -1000,7 +1001,7 @@ int kl_hostla_svd(kl_dtype t, int64_t batch, int64_t m, int64_t n,
   }
   goto out;
 oom:
-  rc = fail(err, errlen, "%s: out of memory (m=%lld n=%lld)", who,
+  rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory (m=%lld n=%lld)", who,
             (long long)m, (long long)n);
 out:
   free(abuf); free(work); free(gwork); free(iwork);

@@ -7,11 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kl_prim_fusible(kl_prim p) {
-  const kl_prim_info *pi = kl_prim_get(p);
-  return pi->form != KL_FORM_NONE || pi->family == KL_FAM_SHAPE;
-}
-
 int kl_small_dot(const kl_program *pg, const kl_eqn *e) {
   if (e->prim != KL_P_DOT_GENERAL || e->p.dot.lhs_batch.n || e->p.dot.rhs_batch.n) return 0;
   kl_dtype t = pg->vals[e->outs[0]].aval.dtype;
@@ -21,7 +16,9 @@ int kl_small_dot(const kl_program *pg, const kl_eqn *e) {
   return kdim >= 1 && kdim <= KL_SMALL_DOT_K ? (int)kdim : 0;
 }
 
-int kl_eqn_fusible(const kl_program *pg, const kl_eqn *e) { return kl_prim_fusible(e->prim) || kl_small_dot(pg, e); }
+int kl_eqn_fusible(const kl_fuse_traits *traits, const kl_program *pg, const kl_eqn *e) {
+  return traits[e->prim].fuses || kl_small_dot(pg, e);
+}
 
 void kl_dce(kl_program *pg) {
   char *live = calloc((size_t)pg->nvals + 1, 1);
@@ -126,7 +123,7 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
   for (int i = 0; i < e->nin; i++) scan_reads(rs, e->ins[i], mode == READ_LEAD ? 3 : READ_FULL + 4, 0);
 }
 
-static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_of) {
+static void plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m, char *absorbed, int *stage_of) {
   /* readers[v]: number of kernel expressions (roots and reduction inputs) reading v */
   int *readers = calloc((size_t)pg->nvals + 1, sizeof(int));
   int *hits = calloc((size_t)pg->nvals + 1, sizeof(int));
@@ -136,7 +133,7 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     kl_form f = kl_prim_get(e->prim)->form;
-    if (!kl_eqn_fusible(pg, e) || kl_small_dot(pg, e)) {
+    if (!kl_eqn_fusible(traits, pg, e) || kl_small_dot(pg, e)) {
       for (int i = 0; i < e->nin; i++) readers[e->ins[i]] += 1000; /* library calls: never absorbed */
       continue;
     }
@@ -160,7 +157,7 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
   for (int k = pg->neqns - 1; k >= 0; k--) {
     const kl_eqn *e = &pg->eqns[k];
     kl_form f = kl_prim_get(e->prim)->form;
-    if (!kl_eqn_fusible(pg, e) || f == KL_FORM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
+    if (!kl_eqn_fusible(traits, pg, e) || f == KL_FORM_REDUCE || !m[e->outs[0]] || absorbed[e->outs[0]]) continue;
     /* the root's operands must be indexed like its result: an elementwise root (a transpose or
      * broadcast root would read a reduction along other dims than the row's; regression:
      * jit(jacfwd(lambda x: sin(x) * sum(x ** 2))) computed the transposed row's sum) */
@@ -232,22 +229,7 @@ static void plan_rows(const kl_program *pg, char *m, char *absorbed, int *stage_
 #define RECOMPUTE_BUDGET 24
 #define EXPR_LIMIT 256
 
-/* Rough cost of recomputing one element of a primitive's result. */
-static int op_weight(kl_prim p) {
-  switch (kl_prim_get(p)->form) {
-  case KL_FORM_UNARY:
-    switch (p) {
-    case KL_P_NEG: case KL_P_ABS: case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_NOT:
-    case KL_P_SQUARE: case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: case KL_P_IS_FINITE: case KL_P_SQRT:
-      return 1;
-    default: return 10; /* transcendental: a polynomial of ~10-30 ops */
-    }
-  case KL_FORM_BINARY: return p == KL_P_POW || p == KL_P_ATAN2 ? 20 : p == KL_P_DIV || p == KL_P_REM ? 3 : 1;
-  default: return 1;
-  }
-}
-
-void kl_plan_build(const kl_program *pg, kl_plan *plan) {
+void kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits) {
   const char *env = getenv("KILN_DISABLE_FUSION");
   int nofuse = env && env[0] == '1';
   plan->pg = pg;
@@ -262,7 +244,7 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     kl_form f = kl_prim_get(e->prim)->form;
-    if (!kl_prim_fusible(e->prim)) {
+    if (!traits[e->prim].fuses) {
       /* a small-contraction product is computed inside its consumers (each output element is a
        * few multiply-adds over its operands, which are recomputed there too unless costly) */
       if (!kl_small_dot(pg, e)) {
@@ -289,9 +271,9 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
     }
   for (int k = 0; k < pg->neqns && !nofuse; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    if (!kl_eqn_fusible(pg, e) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) continue;
+    if (!kl_eqn_fusible(traits, pg, e) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) continue;
     int small_k = kl_small_dot(pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
-    int c = small_k ? 2 * small_k : op_weight(e->prim);
+    int c = small_k ? 2 * small_k : traits[e->prim].weight;
     for (int i = 0; i < e->nin; i++)
       if (!m[e->ins[i]]) c += reads * cost[e->ins[i]];
     for (int i = 0; i < e->nout; i++) {
@@ -310,10 +292,10 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan) {
   int *stage_of = malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
   if (!stage_of) abort();
   for (int k = 0; k < pg->neqns; k++) stage_of[k] = -1;
-  if (!nofuse) plan_rows(pg, m, plan->absorbed, stage_of);
+  if (!nofuse) plan_rows(traits, pg, m, plan->absorbed, stage_of);
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    if (!kl_eqn_fusible(pg, e)) {
+    if (!kl_eqn_fusible(traits, pg, e)) {
       plan->steps[plan->nsteps++] = (kl_plan_step){KL_STEP_LIB, k, -1, 0, {0}, 0};
     } else if (m[e->outs[0]] && !plan->absorbed[e->outs[0]]) {
       kl_plan_step st = {KL_STEP_KERNEL, k, e->outs[0], 0, {0}, 0};

@@ -41,17 +41,22 @@ void kl_simplify(kl_program *pg);
 int kl_simplify_bind_input(kl_program *pg, int pos, double value);
 /* Removes equations whose results are unused (in place). */
 void kl_dce(kl_program *pg);
-/* Plans kernels for pg. KILN_DISABLE_FUSION=1 materializes every value. */
-void kl_plan_build(const kl_program *pg, kl_plan *plan);
+/* What fusion needs to know of a primitive, from its lowering (codegen fills a table of
+ * KL_NPRIMS of these from its rows: transforms/ does not look into codegen). */
+typedef struct {
+  char fuses;           /* 1: computed inside its consumers' kernels (not a library call) */
+  unsigned char weight; /* rough cost of recomputing one element */
+} kl_fuse_traits;
+/* Plans kernels for pg; traits: KL_NPRIMS entries, borrowed. KILN_DISABLE_FUSION=1 materializes
+ * every value. */
+void kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits);
 void kl_plan_free(kl_plan *plan);
-/* True for families that can be inlined into a kernel. */
-int kl_prim_fusible(kl_prim p);
 /* Products contracting at most this many elements (float32/64, no batch dims) are computed
  * inside kernels instead of calling BLAS/cuBLAS: the k = 10 products of a classifier layer's
  * gradient write and re-read a whole activation-sized buffer otherwise. */
 #define KL_SMALL_DOT_K 16
 /* The contraction size of such a product (0 when e is not one). */
 int kl_small_dot(const kl_program *pg, const kl_eqn *e);
-/* kl_prim_fusible, or a small product. */
-int kl_eqn_fusible(const kl_program *pg, const kl_eqn *e);
+/* traits[e->prim].fuses, or a small product. */
+int kl_eqn_fusible(const kl_fuse_traits *traits, const kl_program *pg, const kl_eqn *e);
 #endif

@@ -13,6 +13,7 @@
 #include "../../ir/arena.h"
 #include "../../ir/program.h"
 #include "../../transforms/fuse.h"
+#include "../../codegen/lower/table.h"
 
 #include "check.h"
 /* A known bug: `cond` states the correct behaviour and is expected to be false today. */
@@ -545,14 +546,14 @@ static void test_fusion_plan(void) {
   unsetenv("KILN_DISABLE_FUSION");
   kl_program *pg = small_program(); /* sin, mul, reduce_sum */
   kl_plan plan;
-  kl_plan_build(pg, &plan);
+  kl_plan_build(pg, &plan, kl_lower_fuse_traits());
   CHECK(plan.nsteps == 1 && plan.steps[0].kind == KL_STEP_KERNEL && plan.steps[0].root == pg->outputs[0],
         "sin/mul fuse into the reduce_sum kernel: %d steps", plan.nsteps);
   CHECK(!plan.materialized[pg->eqns[0].outs[0]] && !plan.materialized[pg->eqns[1].outs[0]], "intermediates fused");
   CHECK(plan.materialized[pg->inputs[0]] && plan.materialized[pg->outputs[0]], "inputs and outputs live in buffers");
   kl_plan_free(&plan);
   setenv("KILN_DISABLE_FUSION", "1", 1);
-  kl_plan_build(pg, &plan);
+  kl_plan_build(pg, &plan, kl_lower_fuse_traits());
   CHECK(plan.nsteps == 3, "KILN_DISABLE_FUSION=1 gives one kernel per equation: %d", plan.nsteps);
   kl_plan_free(&plan);
   unsetenv("KILN_DISABLE_FUSION");
@@ -573,7 +574,7 @@ static void test_fusion_plan(void) {
   int d = eqn(pg, "dot_general", ins, 2, &p);
   int o = eqn1(pg, "tanh", d);
   kl_program_set_outputs(pg, &o, 1);
-  kl_plan_build(pg, &plan);
+  kl_plan_build(pg, &plan, kl_lower_fuse_traits());
   CHECK(plan.nsteps == 3 && plan.steps[1].kind == KL_STEP_LIB && plan.materialized[s] && plan.materialized[d],
         "exp kernel, dot_general library call, tanh kernel: %d steps", plan.nsteps);
   kl_plan_free(&plan);
@@ -588,7 +589,7 @@ static void test_fusion_plan(void) {
   d = eqn(pg, "dot_general", ins, 2, &p);
   o = eqn1(pg, "tanh", d);
   kl_program_set_outputs(pg, &o, 1);
-  kl_plan_build(pg, &plan);
+  kl_plan_build(pg, &plan, kl_lower_fuse_traits());
   CHECK(plan.nsteps == 1 && plan.steps[0].kind == KL_STEP_KERNEL && !plan.materialized[d],
         "a small product fuses with its producer and consumer: %d steps", plan.nsteps);
   kl_plan_free(&plan);
@@ -603,7 +604,7 @@ static void test_fusion_plan(void) {
   int v = kl_program_add_input(pg, &vec);
   for (int i = 0; i < 24; i++) v = eqn2(pg, "add", eqn2(pg, "mul", v, v), v);
   kl_program_set_outputs(pg, &v, 1);
-  kl_plan_build(pg, &plan);
+  kl_plan_build(pg, &plan, kl_lower_fuse_traits());
   double worst = 0, *memo = malloc(sizeof(double) * (size_t)pg->nvals);
   for (int i = 0; i < pg->nvals; i++) memo[i] = -1;
   for (int i = 0; i < plan.nsteps; i++)

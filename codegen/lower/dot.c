@@ -1,0 +1,202 @@
+/* dot.c: lowering of dot_general: BLAS/cuBLAS through a library step, or, for the small
+ * contractions fusion keeps inside kernels (kl_small_dot), an unrolled sum of products.
+ * Depends on the shared scalar emitter, libcall.h and runtime/hostla.h only. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/hostla.h"
+#include "lower.h"
+
+/* A product with a small contraction at output index idx (dims: lhs free, then rhs free):
+ * sum over the contracted index c of lhs[.., c, ..] * rhs[.., c, ..], unrolled. */
+static char *emit_small_dot(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
+  const kl_aval *l = &k->pg->vals[e->ins[0]].aval, *r = &k->pg->vals[e->ins[1]].aval;
+  const char *ty = kl_compute_type(k->pg->vals[e->outs[0]].aval.dtype);
+  int lc[KL_MAX_RANK], rc[KL_MAX_RANK]; /* position in the contraction list, or -1 */
+  for (int d = 0; d < KL_MAX_RANK; d++) lc[d] = rc[d] = -1;
+  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) lc[e->p.dot.lhs_contracting.v[i]] = i, rc[e->p.dot.rhs_contracting.v[i]] = i;
+  int64_t cdims[KL_MAX_RANK], kdim = 1;
+  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) kdim *= cdims[i] = l->dims[e->p.dot.lhs_contracting.v[i]];
+  ssa acc;
+  acc[0] = 0;
+  for (int64_t c = 0; c < kdim; c++) {
+    ssa ci[KL_MAX_RANK], li[KL_MAX_RANK], ri[KL_MAX_RANK], a, b, p;
+    int64_t rest = c;
+    for (int i = e->p.dot.lhs_contracting.n - 1; i >= 0; i--) {
+      kk_const_index(k, rest % cdims[i], ci[i]);
+      rest /= cdims[i];
+    }
+    int o = 0;
+    for (int d = 0; d < l->ndim; d++) memcpy(li[d], lc[d] >= 0 ? ci[lc[d]] : idx[o++], sizeof(ssa));
+    for (int d = 0; d < r->ndim; d++) memcpy(ri[d], rc[d] >= 0 ? ci[rc[d]] : idx[o++], sizeof(ssa));
+    kk_emit_value(k, e->ins[0], li, a);
+    kk_emit_value(k, e->ins[1], ri, b);
+    kk_line(k, "%s = arith.mulf %s, %s : %s", kk_fresh(k, p), a, b, ty);
+    if (!acc[0]) memcpy(acc, p, sizeof(ssa));
+    else {
+      ssa s;
+      kk_line(k, "%s = arith.addf %s, %s : %s", kk_fresh(k, s), acc, p, ty);
+      memcpy(acc, s, sizeof(ssa));
+    }
+  }
+  snprintf(out, sizeof(ssa), "%s", acc);
+  return out;
+}
+
+static char *scalar_dot(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out) {
+  (void)v;
+  if (!kl_small_dot(k->pg, e)) {
+    kk_kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
+    return out;
+  }
+  return emit_small_dot(k, e, idx, out);
+}
+
+/* ---- dot_general: transpose operands into (batch, m, k) x (batch, k, n) and call gemm ---- */
+
+static void permute_copy(size_t es, const kl_aval *a, const int *perm, const char *src, char *dst) {
+  int nd = a->ndim;
+  int64_t strides[KL_MAX_RANK], pd[KL_MAX_RANK], idx[KL_MAX_RANK] = {0}, total = kl_aval_size(a);
+  int64_t s = 1;
+  for (int i = nd - 1; i >= 0; i--) { strides[i] = s; s *= a->dims[i]; }
+  for (int i = 0; i < nd; i++) pd[i] = a->dims[perm[i]];
+  for (int64_t j = 0; j < total; j++) {
+    int64_t off = 0;
+    for (int i = 0; i < nd; i++) off += idx[i] * strides[perm[i]];
+    memcpy(dst + (size_t)j * es, src + (size_t)off * es, es);
+    for (int i = nd - 1; i >= 0; i--) {
+      if (++idx[i] < pd[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+/* True when permuting a's dims by perm leaves the bytes in place: the dims of size > 1 keep
+ * their relative order (size-1 dims can move freely). */
+static int is_identity_for(const int *perm, const kl_aval *a) {
+  int last = -1;
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->dims[perm[i]] == 1) continue;
+    if (perm[i] < last) return 0;
+    last = perm[i];
+  }
+  return 1;
+}
+
+/* Orders side's dims as batch, then `mid` group, then `last` group. */
+static void order_dims(const kl_aval *a, const int64_t *batch, int nb, const int64_t *contract, int nc, int contract_last,
+                       int *perm, int64_t *free_size, int64_t *contract_size) {
+  int k = 0;
+  char used[KL_MAX_RANK] = {0};
+  for (int i = 0; i < nb; i++) { perm[k++] = (int)batch[i]; used[batch[i]] = 1; }
+  for (int i = 0; i < nc; i++) used[contract[i]] = 1;
+  *free_size = 1;
+  *contract_size = 1;
+  for (int i = 0; i < nc; i++) *contract_size *= a->dims[contract[i]];
+  if (!contract_last)
+    for (int i = 0; i < nc; i++) perm[k++] = (int)contract[i];
+  for (int i = 0; i < a->ndim; i++)
+    if (!used[i]) { perm[k++] = i; *free_size *= a->dims[i]; }
+  if (contract_last)
+    for (int i = 0; i < nc; i++) perm[k++] = (int)contract[i];
+}
+
+static void convert_array(kl_dtype from, const void *src, kl_dtype to, void *dst, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    if (kl_dtype_is_float(to)) kl_lc_stf(to, dst, i, kl_dtype_is_float(from) ? kl_lc_ldf(from, src, i) : (kl_lc_is_uns(from) ? (double)(uint64_t)kl_lc_ldi(from, src, i) : (double)kl_lc_ldi(from, src, i)));
+    else kl_lc_sti(to, dst, i, kl_dtype_is_float(from) ? (int64_t)kl_lc_ldf(from, src, i) : kl_lc_ldi(from, src, i));
+  }
+}
+
+int kl_libcall_dot_layout(const kl_libcall *c, int64_t *batch, int64_t *m, int64_t *n, int64_t *k, int *transl,
+                          int *transr) {
+  const kl_aval *l = &c->avals[0], *r = &c->avals[1], *o = &c->avals[2];
+  const kl_params *p = &c->p;
+  int lp[KL_MAX_RANK], rp[KL_MAX_RANK];
+  int64_t k2;
+  if (l->dtype != o->dtype || r->dtype != o->dtype) return 0;
+  *batch = 1;
+  for (int i = 0; i < p->dot.lhs_batch.n; i++) *batch *= l->dims[p->dot.lhs_batch.v[i]];
+  *transl = *transr = 0;
+  order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 1, lp, m, k);
+  if (!is_identity_for(lp, l)) {
+    order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 0, lp, m, k);
+    if (!is_identity_for(lp, l)) return 0;
+    *transl = 1;
+  }
+  order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 0, rp, n, &k2);
+  if (!is_identity_for(rp, r)) {
+    order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 1, rp, n, &k2);
+    if (!is_identity_for(rp, r)) return 0;
+    *transr = 1;
+  }
+  return 1;
+}
+
+static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
+  const kl_aval *l = &c->avals[0], *r = &c->avals[1], *o = &c->avals[2];
+  const kl_params *p = &c->p;
+  int lp[KL_MAX_RANK], rp[KL_MAX_RANK];
+  int64_t m, k, n, k2, batch = 1;
+  for (int i = 0; i < p->dot.lhs_batch.n; i++) batch *= l->dims[p->dot.lhs_batch.v[i]];
+  /* lhs as (batch, m, k); rhs as (batch, k, n) or, transposed, (batch, n, k) */
+  order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 1, lp, &m, &k);
+  int transl = 0;
+  if (!is_identity_for(lp, l)) { /* maybe (batch, k, m) is the identity: use transa */
+    int alt[KL_MAX_RANK];
+    int64_t mm, kk;
+    order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 0, alt, &mm, &kk);
+    if (is_identity_for(alt, l)) { memcpy(lp, alt, sizeof alt); transl = 1; }
+  }
+  order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 0, rp, &n, &k2);
+  int transr = 0;
+  if (!is_identity_for(rp, r)) {
+    int alt[KL_MAX_RANK];
+    int64_t nn, kk;
+    order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 1, alt, &nn, &kk);
+    if (is_identity_for(alt, r)) { memcpy(rp, alt, sizeof alt); transr = 1; }
+  }
+  kl_dtype t = o->dtype;
+  size_t es = kl_dtype_size(t);
+  const void *a = ptrs[0], *b = ptrs[1];
+  void *ta = NULL, *tb = NULL;
+  if (l->dtype != t || !is_identity_for(lp, l)) {
+    size_t bytes = es * (size_t)kl_aval_size(l) + 1;
+    void *conv = l->dtype != t ? malloc(bytes) : NULL;
+    if (conv) convert_array(l->dtype, a, t, conv, kl_aval_size(l));
+    if (!is_identity_for(lp, l)) {
+      ta = malloc(bytes);
+      kl_aval la = *l;
+      la.dtype = t;
+      permute_copy(es, &la, lp, conv ? conv : a, ta);
+      free(conv);
+    } else ta = conv;
+    a = ta;
+  }
+  if (r->dtype != t || !is_identity_for(rp, r)) {
+    size_t bytes = es * (size_t)kl_aval_size(r) + 1;
+    void *conv = r->dtype != t ? malloc(bytes) : NULL;
+    if (conv) convert_array(r->dtype, b, t, conv, kl_aval_size(r));
+    if (!is_identity_for(rp, r)) {
+      tb = malloc(bytes);
+      kl_aval ra = *r;
+      ra.dtype = t;
+      permute_copy(es, &ra, rp, conv ? conv : b, tb);
+      free(conv);
+    } else tb = conv;
+    b = tb;
+  }
+  int rc = kl_hostla_gemm(t, batch, m, n, k, a, m * k, transl, b, k * n, transr, ptrs[2], err, errlen);
+  free(ta);
+  free(tb);
+  return rc;
+}
+
+
+/* fuses = 0: only small products fuse, which fusion asks kl_small_dot (a fact of the shapes) */
+const kl_lowering kl_lower_dot[] = {
+    {KL_P_DOT_GENERAL, .fuses = 0, .scalar = scalar_dot, .cpu_lib = run_dot},
+};
+const int kl_lower_dot_n = sizeof kl_lower_dot / sizeof *kl_lower_dot;

@@ -1,0 +1,47 @@
+/* linalg.c: lowering of the linalg family (cholesky, qr, svd, eigh, lu, triangular_solve):
+ * library steps through LAPACK (host) or cuSOLVER. Depends on lower.h only. */
+#include <stdio.h>
+
+#include "../../runtime/hostla.h"
+#include "lower.h"
+
+/* ---- linalg ---- */
+
+static int64_t batch_of(const kl_aval *a, int core) {
+  int64_t b = 1;
+  for (int i = 0; i < a->ndim - core; i++) b *= a->dims[i];
+  return b;
+}
+
+static int run_linalg(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
+  const kl_aval *a = &c->avals[0];
+  kl_dtype t = a->dtype;
+  int r = a->ndim;
+  int64_t batch = batch_of(a, 2), m = a->dims[r - 2], n = a->dims[r - 1];
+  void *const *out = ptrs + c->nin;
+  switch (c->prim) {
+  case KL_P_CHOLESKY: return kl_hostla_cholesky(t, batch, n, ptrs[0], out[0], err, errlen);
+  case KL_P_LU: return kl_hostla_lu(t, batch, m, n, ptrs[0], out[0], out[1], out[2], err, errlen);
+  case KL_P_QR: return kl_hostla_qr(t, batch, m, n, ptrs[0], out[0], out[1], c->p.qr.full_matrices, err, errlen);
+  case KL_P_EIGH: return kl_hostla_eigh(t, batch, n, ptrs[0], out[0], out[1], c->p.eigh.lower, err, errlen);
+  case KL_P_SVD:
+    if (!c->p.svd.compute_uv) return kl_hostla_svd(t, batch, m, n, ptrs[0], NULL, out[0], NULL, 0, 0, err, errlen);
+    return kl_hostla_svd(t, batch, m, n, ptrs[0], out[0], out[1], out[2], c->p.svd.full_matrices, 1, err, errlen);
+  case KL_P_TRIANGULAR_SOLVE: {
+    const kl_aval *b = &c->avals[1];
+    int64_t bm = b->dims[b->ndim - 2], bn = b->dims[b->ndim - 1], s = c->p.triangular_solve.left_side ? bm : bn;
+    return kl_hostla_triangular_solve(t, batch_of(b, 2), bm, bn, ptrs[0], s * s, ptrs[1], out[0], c->p.triangular_solve.left_side,
+                                      (c->p.triangular_solve.flags & KL_TRSV_LOWER) != 0, (c->p.triangular_solve.flags & KL_TRSV_TRANSPOSE_A) != 0,
+                                      (c->p.triangular_solve.flags & KL_TRSV_UNIT_DIAGONAL) != 0, err, errlen);
+  }
+  default: return kl_lower_missing(c->prim, "CPU library", err, errlen);
+  }
+}
+
+
+const kl_lowering kl_lower_linalg[] = {
+    {KL_P_CHOLESKY, .fuses = 0, .cpu_lib = run_linalg}, {KL_P_QR, .fuses = 0, .cpu_lib = run_linalg},
+    {KL_P_SVD, .fuses = 0, .cpu_lib = run_linalg},      {KL_P_EIGH, .fuses = 0, .cpu_lib = run_linalg},
+    {KL_P_LU, .fuses = 0, .cpu_lib = run_linalg},       {KL_P_TRIANGULAR_SOLVE, .fuses = 0, .cpu_lib = run_linalg},
+};
+const int kl_lower_linalg_n = sizeof kl_lower_linalg / sizeof *kl_lower_linalg;
