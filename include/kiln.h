@@ -5,13 +5,16 @@
  *   transforms/ jvp and vjp (ad.h), vmap (batching.h), the named pass pipeline (pipeline.h);
  *   codegen/   Program -> executable for the CPU or a GPU (compile.h);
  *   runtime/   buffers, executables, launches and the device interface (device.h).
+ *   the one error path (ir/status.h) and the allocation hook tests use (ir/alloc.h).
  * Ownership follows each declaration's comment: "owned" results are the caller's to free
  * (kl_program_free, kl_exec_release, kl_buf_release). Errors come back as a NULL or -1 result
  * with a message in the caller's buffer. */
 #ifndef KILN_H
 #define KILN_H
 #include "../codegen/compile.h"
+#include "../ir/alloc.h"
 #include "../ir/program.h"
+#include "../ir/status.h"
 #include "../runtime/device.h"
 #include "../runtime/runtime.h"
 #include "../transforms/ad.h"

@@ -1,5 +1,7 @@
 /* arena.c: bump allocator in 64 KiB (or larger) blocks. */
 #include "arena.h"
+
+#include "alloc.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +18,8 @@ void *kl_arena_alloc(kl_arena *a, size_t n) {
   kl_arena_block *b = a->head;
   if (!b || b->used + n > b->cap) {
     size_t cap = n > 65536 ? n : 65536;
-    b = malloc(sizeof *b + cap);
-    if (!b) abort();
+    b = kl_malloc(sizeof *b + cap);
+    if (!b) return NULL;
     b->used = 0;
     b->cap = cap;
     b->next = a->head;
@@ -31,7 +33,7 @@ void *kl_arena_alloc(kl_arena *a, size_t n) {
 
 void *kl_arena_dup(kl_arena *a, const void *p, size_t n) {
   void *q = kl_arena_alloc(a, n ? n : 1);
-  if (n) memcpy(q, p, n);
+  if (q && n) memcpy(q, p, n);
   return q;
 }
 

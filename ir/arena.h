@@ -9,7 +9,8 @@ typedef struct {
 } kl_arena;
 
 void kl_arena_init(kl_arena *a);
-void *kl_arena_alloc(kl_arena *a, size_t n); /* zeroed, 16-byte aligned; aborts on OOM */
-void *kl_arena_dup(kl_arena *a, const void *p, size_t n);
+/* zeroed, 16-byte aligned; NULL when out of memory (ir/alloc.h) */
+void *kl_arena_alloc(kl_arena *a, size_t n);
+void *kl_arena_dup(kl_arena *a, const void *p, size_t n); /* NULL when out of memory */
 void kl_arena_free(kl_arena *a);
 #endif

@@ -2,23 +2,37 @@
  * Program (copying into its arena, owning bodies). Depends only on ir/. */
 #include "program.h"
 
+#include "alloc.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void *grow(void *p, int *cap, int need, size_t elem) {
-  if (need <= *cap) return p;
+/* Makes room for `need` elements of *p; 0, or -1 (and pg->oom) with *p unchanged. */
+static int grow(kl_program *pg, void **p, int *cap, int need, size_t elem) {
+  if (need <= *cap) return 0;
   int c = *cap ? *cap : 16;
   while (c < need) c *= 2;
-  void *q = realloc(p, (size_t)c * elem);
-  if (!q) abort();
+  void *q = kl_realloc(*p, (size_t)c * elem);
+  if (!q) {
+    pg->oom = 1;
+    return -1;
+  }
+  *p = q;
   *cap = c;
+  return 0;
+}
+
+/* A copy of n bytes in pg's arena; NULL (and pg->oom) when out of memory. */
+static void *arena_dup(kl_program *pg, const void *p, size_t n) {
+  void *q = kl_arena_dup(&pg->arena, p, n);
+  if (!q) pg->oom = 1;
   return q;
 }
 
 kl_program *kl_program_new(void) {
-  kl_program *pg = calloc(1, sizeof *pg);
-  if (!pg) abort();
+  kl_program *pg = kl_calloc(1, sizeof *pg);
+  if (!pg) return NULL;
   pg->refcount = 1;
   kl_arena_init(&pg->arena);
   return pg;
@@ -38,40 +52,52 @@ void kl_program_free(kl_program *pg) {
 }
 
 static int new_value(kl_program *pg, const kl_aval *a, int producer) {
-  pg->vals = grow(pg->vals, &pg->capvals, pg->nvals + 1, sizeof *pg->vals);
+  if (grow(pg, (void **)&pg->vals, &pg->capvals, pg->nvals + 1, sizeof *pg->vals)) return -1;
   pg->vals[pg->nvals].aval = *a;
   pg->vals[pg->nvals].producer = producer;
   return pg->nvals++;
 }
 
 int kl_program_add_input(kl_program *pg, const kl_aval *aval) {
+  if (pg->oom || grow(pg, (void **)&pg->inputs, &pg->capinputs, pg->ninputs + 1, sizeof *pg->inputs)) return -1;
   int id = new_value(pg, aval, -1);
-  pg->inputs = grow(pg->inputs, &pg->capinputs, pg->ninputs + 1, sizeof *pg->inputs);
+  if (id < 0) return -1;
   pg->inputs[pg->ninputs++] = id;
   return id;
 }
 
-void kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_params *src) {
+int kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_params *src) {
   *dst = *src;
   for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++) {
     if (f->kind == KL_PF_IVEC) {
       kl_ivec *v = kl_param_ptr(dst, f);
-      v->v = v->n ? kl_arena_dup(&pg->arena, v->v, sizeof(int64_t) * (size_t)v->n) : NULL;
+      if (!v->n) v->v = NULL;
+      else if (!(v->v = arena_dup(pg, v->v, sizeof(int64_t) * (size_t)v->n))) return -1;
     } else if (f->kind == KL_PF_PROGRAM) {
       kl_program *body = *(kl_program **)kl_param_ptr(dst, f);
       if (!body) continue;
+      if (grow(pg, (void **)&pg->bodies, &pg->capbodies, pg->nbodies + 1, sizeof *pg->bodies)) return -1;
       kl_program_retain(body);
-      pg->bodies = grow(pg->bodies, &pg->capbodies, pg->nbodies + 1, sizeof *pg->bodies);
       pg->bodies[pg->nbodies++] = body;
     }
   }
+  return 0;
+}
+
+static int out_of_memory(const kl_program *pg, char *err, size_t errlen) {
+  (void)pg;
+  return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory while building a program");
 }
 
 int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, const kl_params *p,
                        int *outs, int *nout, char *err, size_t errlen) {
+  if (pg->oom) return out_of_memory(pg, err, errlen);
   kl_aval in_avals[64], out_avals[KL_MAX_OUTS];
-  kl_aval *iv = nin <= 64 ? in_avals : malloc(sizeof(kl_aval) * (size_t)nin);
-  if (!iv) abort();
+  kl_aval *iv = nin <= 64 ? in_avals : kl_malloc(sizeof(kl_aval) * (size_t)nin);
+  if (!iv) {
+    pg->oom = 1;
+    return out_of_memory(pg, err, errlen);
+  }
   memset(iv, 0, sizeof(kl_aval)); /* rank-0 prims read nothing; keeps the compiler's analysis quiet */
   for (int i = 0; i < nin; i++) {
     if (ins[i] < 0 || ins[i] >= pg->nvals) {
@@ -84,14 +110,17 @@ int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, co
   int rc = kl_prim_infer(prim, nin ? iv : NULL, nin, p, out_avals, nout, err, errlen);
   if (iv != in_avals) free(iv);
   if (rc) return rc;
-  pg->eqns = grow(pg->eqns, &pg->capeqns, pg->neqns + 1, sizeof *pg->eqns);
+  /* room first, so that a failure leaves the program as it was (only pg->oom set) */
+  if (grow(pg, (void **)&pg->eqns, &pg->capeqns, pg->neqns + 1, sizeof *pg->eqns) ||
+      grow(pg, (void **)&pg->vals, &pg->capvals, pg->nvals + *nout, sizeof *pg->vals))
+    return out_of_memory(pg, err, errlen);
   kl_eqn *e = &pg->eqns[pg->neqns];
   e->prim = prim;
   e->nin = nin;
   e->nout = *nout;
-  e->ins = kl_arena_dup(&pg->arena, ins, sizeof(int) * (size_t)nin);
+  e->ins = arena_dup(pg, ins, sizeof(int) * (size_t)nin);
   e->outs = kl_arena_alloc(&pg->arena, sizeof(int) * (size_t)*nout);
-  kl_params_copy(pg, prim, &e->p, p);
+  if (!e->ins || !e->outs || kl_params_copy(pg, prim, &e->p, p)) return out_of_memory(pg, err, errlen);
   for (int i = 0; i < *nout; i++) outs[i] = e->outs[i] = new_value(pg, &out_avals[i], pg->neqns);
   pg->neqns++;
   return 0;
@@ -99,28 +128,39 @@ int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, co
 
 kl_program *kl_program_copy(const kl_program *src) {
   kl_program *pg = kl_program_new();
-  pg->vals = grow(NULL, &pg->capvals, src->nvals, sizeof *pg->vals);
+  if (!pg) return NULL;
+  if (grow(pg, (void **)&pg->vals, &pg->capvals, src->nvals, sizeof *pg->vals) ||
+      grow(pg, (void **)&pg->inputs, &pg->capinputs, src->ninputs, sizeof *pg->inputs) ||
+      grow(pg, (void **)&pg->eqns, &pg->capeqns, src->neqns, sizeof *pg->eqns)) {
+    kl_program_free(pg);
+    return NULL;
+  }
   if (src->nvals) memcpy(pg->vals, src->vals, sizeof *pg->vals * (size_t)src->nvals);
   pg->nvals = src->nvals;
-  pg->inputs = grow(NULL, &pg->capinputs, src->ninputs, sizeof *pg->inputs);
   if (src->ninputs) memcpy(pg->inputs, src->inputs, sizeof *pg->inputs * (size_t)src->ninputs);
   pg->ninputs = src->ninputs;
-  pg->eqns = grow(NULL, &pg->capeqns, src->neqns, sizeof *pg->eqns);
   for (int k = 0; k < src->neqns; k++) {
     const kl_eqn *e = &src->eqns[k];
     kl_eqn *d = &pg->eqns[k];
     *d = *e;
-    d->ins = kl_arena_dup(&pg->arena, e->ins, sizeof(int) * (size_t)e->nin);
-    d->outs = kl_arena_dup(&pg->arena, e->outs, sizeof(int) * (size_t)e->nout);
-    kl_params_copy(pg, e->prim, &d->p, &e->p);
+    memset(&d->p, 0, sizeof d->p);
+    pg->neqns = k + 1; /* counted before its params hold references, so freeing releases them */
+    d->ins = arena_dup(pg, e->ins, sizeof(int) * (size_t)e->nin);
+    d->outs = arena_dup(pg, e->outs, sizeof(int) * (size_t)e->nout);
+    if (!d->ins || !d->outs || kl_params_copy(pg, e->prim, &d->p, &e->p)) break;
   }
-  pg->neqns = src->neqns;
   kl_program_set_outputs(pg, src->outputs, src->noutputs);
+  if (pg->oom) {
+    kl_program_free(pg);
+    return NULL;
+  }
   return pg;
 }
 
 void kl_program_set_outputs(kl_program *pg, const int *outs, int n) {
-  pg->outputs = kl_arena_dup(&pg->arena, outs, sizeof(int) * (size_t)n);
+  int *o = arena_dup(pg, outs, sizeof(int) * (size_t)n);
+  if (!o) return; /* pg->oom is set: every later use of pg reports it */
+  pg->outputs = o;
   pg->noutputs = n;
 }
 
@@ -235,16 +275,16 @@ void kl_program_print(const kl_program *pg, kl_str *s) { print_program(s, pg, 0)
 /* ---- verification ---- */
 
 int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
-  char *defined = calloc((size_t)pg->nvals + 1, 1);
-  if (!defined) abort();
+  char *defined = kl_calloc((size_t)pg->nvals + 1, 1);
+  if (!defined) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory verifying a program");
   int rc = 0;
   for (int i = 0; i < pg->ninputs; i++) defined[pg->inputs[i]] = 1;
   for (int k = 0; k < pg->neqns && !rc; k++) {
     const kl_eqn *e = &pg->eqns[k];
     kl_aval small[64], outs[KL_MAX_OUTS];
-    kl_aval *ins = e->nin > 64 ? malloc(sizeof(kl_aval) * (size_t)e->nin) : small;
+    kl_aval *ins = e->nin > 64 ? kl_malloc(sizeof(kl_aval) * (size_t)e->nin) : small;
     int nout = 0;
-    if (!ins) abort();
+    if (!ins) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory verifying a program");
     for (int i = 0; i < e->nin && !rc; i++) {
       if (e->ins[i] < 0 || e->ins[i] >= pg->nvals || !defined[e->ins[i]]) {
         snprintf(err, errlen, "verify: equation %d (%s) uses value %d before it is defined", k, kl_prim_get(e->prim)->name, e->ins[i]);
@@ -266,7 +306,7 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
         rc = -1;
       } else defined[e->outs[i]] = 1;
     }
-    if (ins != small) free(ins);
+    if (ins && ins != small) free(ins);
   }
   for (int i = 0; i < pg->noutputs && !rc; i++)
     if (!defined[pg->outputs[i]]) {
@@ -293,27 +333,37 @@ static uint64_t mix_aval(uint64_t h, const kl_aval *a) {
   return mix(h, a->dims, sizeof(int64_t) * (size_t)a->ndim);
 }
 
+/* The canonical number of value v: its rank in definition order, or v itself when there was no
+ * memory for the numbering (equal programs may then hash differently: a cache miss, never a
+ * false match). */
+#define CANON(v) (canon ? canon[v] : (v))
+
 uint64_t kl_program_hash(const kl_program *pg) {
   uint64_t h = 0xcbf29ce484222325ULL;
-  int *canon = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!canon) abort();
+  int *canon = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   int next = 0;
   for (int i = 0; i < pg->ninputs; i++) {
-    canon[pg->inputs[i]] = next++;
+    if (canon) canon[pg->inputs[i]] = next++;
     h = mix_aval(h, &pg->vals[pg->inputs[i]].aval);
   }
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     int prim = (int)e->prim;
     h = mix(h, &prim, sizeof prim);
-    for (int i = 0; i < e->nin; i++) h = mix(h, &canon[e->ins[i]], sizeof(int));
+    for (int i = 0; i < e->nin; i++) {
+      int c = CANON(e->ins[i]);
+      h = mix(h, &c, sizeof c);
+    }
     h = kl_params_hash(h, e->prim, &e->p);
     for (int i = 0; i < e->nout; i++) {
-      canon[e->outs[i]] = next++;
+      if (canon) canon[e->outs[i]] = next++;
       h = mix_aval(h, &pg->vals[e->outs[i]].aval);
     }
   }
-  for (int i = 0; i < pg->noutputs; i++) h = mix(h, &canon[pg->outputs[i]], sizeof(int));
+  for (int i = 0; i < pg->noutputs; i++) {
+    int c = CANON(pg->outputs[i]);
+    h = mix(h, &c, sizeof c);
+  }
   free(canon);
   return h;
 }

@@ -36,16 +36,19 @@ typedef struct kl_program {
   int noutputs;
   struct kl_program **bodies; /* owned references: the sub-programs the equations' params hold */
   int nbodies, capbodies;
+  int oom; /* an allocation failed while building: the program is incomplete, and every later
+              kl_program_add_* fails with KL_ERR_NOMEM (check it where a built program is used) */
 } kl_program;
 
-kl_program *kl_program_new(void);   /* owned; free with kl_program_free */
+kl_program *kl_program_new(void);   /* owned; free with kl_program_free; NULL when out of memory */
 /* Drops one reference; the last frees the program and releases its equations' bodies. */
 void kl_program_free(kl_program *pg);
 /* Adds a reference (a program held as an equation's body is never changed again). */
 void kl_program_retain(kl_program *pg);
-/* A deep copy (owned): the passes work on one, never on the traced program. Bodies are shared. */
+/* A deep copy (owned), or NULL when out of memory: the passes work on one, never on the traced
+ * program. Bodies are shared. */
 kl_program *kl_program_copy(const kl_program *pg);
-int kl_program_add_input(kl_program *pg, const kl_aval *aval); /* returns the value id */
+int kl_program_add_input(kl_program *pg, const kl_aval *aval); /* the value id, or -1 (pg->oom) */
 
 /* Appends an equation after checking it with the primitive's rule. On success returns 0 and
  * writes the new value ids into outs (KL_MAX_OUTS room) and their count into *nout. On a user
@@ -60,8 +63,9 @@ void kl_program_print(const kl_program *pg, kl_str *out);
 int kl_program_verify(const kl_program *pg, char *err, size_t errlen);
 /* Structural hash: equal for programs that differ only in value numbering. */
 uint64_t kl_program_hash(const kl_program *pg);
-/* Copy of params of primitive prim owned by pg: vectors into its arena, bodies retained. */
-void kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_params *src);
+/* Copy of params of primitive prim owned by pg: vectors into its arena, bodies retained.
+ * 0, or -1 when out of memory (pg->oom). */
+int kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_params *src);
 /* Params by their named fields: printed as make_jaxpr shows them ("[axes=(0,) ...]", bodies as
  * nested programs), mixed into a structural hash, compared (bodies by structure). */
 void kl_params_print(kl_str *out, kl_prim prim, const kl_params *p, int indent);

@@ -3,6 +3,8 @@
  * Depends only on ir/ (no Python, no MLIR). */
 #include "trace.h"
 
+#include "../ir/alloc.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,28 +37,33 @@ static int map_get(const vid_map *m, uint64_t k1, uint64_t k2) {
   }
 }
 
-static void map_put(vid_map *m, uint64_t k1, uint64_t k2, int vid);
+static int map_put(vid_map *m, uint64_t k1, uint64_t k2, int vid);
 
-static void map_grow(vid_map *m) {
+/* Doubles the table; 0, or -1 (unchanged) when out of memory. */
+static int map_grow(vid_map *m) {
   vid_map old = *m;
-  m->cap = old.cap ? old.cap * 2 : 16;
+  int cap = old.cap ? old.cap * 2 : 16;
+  map_slot *slots = kl_malloc(sizeof(map_slot) * (size_t)cap);
+  if (!slots) return -1;
+  m->cap = cap;
   m->n = 0;
-  m->slots = malloc(sizeof(map_slot) * (size_t)m->cap);
-  if (!m->slots) abort(); /* as the IR arena: out of host memory while tracing is fatal */
+  m->slots = slots;
   for (int i = 0; i < m->cap; i++) m->slots[i].vid = -1;
   for (int i = 0; i < old.cap; i++)
     if (old.slots[i].vid >= 0) map_put(m, old.slots[i].k1, old.slots[i].k2, old.slots[i].vid);
   free(old.slots);
+  return 0;
 }
 
-static void map_put(vid_map *m, uint64_t k1, uint64_t k2, int vid) {
-  if (2 * (m->n + 1) > m->cap) map_grow(m);
+static int map_put(vid_map *m, uint64_t k1, uint64_t k2, int vid) {
+  if (2 * (m->n + 1) > m->cap && map_grow(m)) return -1;
   uint64_t i = mix(k1, k2) & (uint64_t)(m->cap - 1);
   while (m->slots[i].vid >= 0) i = (i + 1) & (uint64_t)(m->cap - 1);
   m->slots[i].k1 = k1;
   m->slots[i].k2 = k2;
   m->slots[i].vid = vid;
   m->n++;
+  return 0;
 }
 
 /* ---- traces ---- */
@@ -83,17 +90,18 @@ struct kl_trace_stack {
   void *value_ctx;
 };
 
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n ? n : 1);
-  if (!q) abort();
-  return q;
+/* Makes room for `need` entries of `size` bytes in *items; 0, or -1 when out of memory. */
+static int reserve(void **items, int *cap, int need, size_t size) {
+  if (need <= *cap) return 0;
+  int c = *cap ? 2 * *cap : 8;
+  void *q = kl_realloc(*items, size * (size_t)c);
+  if (!q) return -1;
+  *items = q;
+  *cap = c;
+  return 0;
 }
 
-kl_trace_stack *kl_trace_stack_new(void) {
-  kl_trace_stack *s = calloc(1, sizeof *s);
-  if (!s) abort();
-  return s;
-}
+kl_trace_stack *kl_trace_stack_new(void) { return kl_calloc(1, sizeof(kl_trace_stack)); }
 
 void kl_trace_stack_free(kl_trace_stack *s) {
   if (!s) return;
@@ -116,19 +124,18 @@ int kl_trace_depth(const kl_trace_stack *s) { return s->n; }
 kl_trace *kl_trace_current(const kl_trace_stack *s) { return s->n ? s->items[s->n - 1] : NULL; }
 
 kl_trace *kl_trace_push(kl_trace_stack *s, int concrete) {
-  kl_trace *t = calloc(1, sizeof *t);
-  if (!t) abort();
-  t->pg = kl_program_new();
+  kl_trace *t = kl_calloc(1, sizeof *t);
+  if (!t || !(t->pg = kl_program_new()) || reserve((void **)&s->items, &s->cap, s->n + 1, sizeof(kl_trace *))) {
+    if (t) kl_program_free(t->pg);
+    free(t);
+    return NULL;
+  }
   t->level = s->n;
   t->alive = 1;
   t->concrete = concrete != 0;
   t->refs = 2;
   t->value_fn = s->value_fn;
   t->value_ctx = s->value_ctx;
-  if (s->n == s->cap) {
-    s->cap = s->cap ? 2 * s->cap : 8;
-    s->items = xrealloc(s->items, sizeof(kl_trace *) * (size_t)s->cap);
-  }
   s->items[s->n++] = t;
   return t;
 }
@@ -180,6 +187,12 @@ static void literal_params(kl_params *p, kl_dtype dtype, int weak, int64_t ival,
   else p->literal.int_value = ival;
 }
 
+static int out_of_memory(kl_trace *t, char *err, size_t errlen) {
+  if (t->pg) t->pg->oom = 1;
+  kl_error(err, errlen, KL_ERR_NOMEM, "out of memory while tracing");
+  return KL_TRACE_NOMEM;
+}
+
 int kl_trace_literal(kl_trace *t, kl_dtype dtype, int weak, int64_t ival, double fval, int *vid, char *err,
                      size_t errlen) {
   if (!t->pg) return KL_TRACE_DEAD;
@@ -196,7 +209,7 @@ int kl_trace_literal(kl_trace *t, kl_dtype dtype, int weak, int64_t ival, double
   literal_params(&p, dtype, weak, ival, fval);
   int outs[KL_MAX_OUTS], nout;
   if (kl_program_add_eqn(t->pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, errlen)) return KL_TRACE_RULE_ERROR;
-  map_put(&t->literal_vids, bits, k2, outs[0]);
+  if (map_put(&t->literal_vids, bits, k2, outs[0])) return out_of_memory(t, err, errlen);
   *vid = outs[0];
   return KL_TRACE_OK;
 }
@@ -216,11 +229,11 @@ int kl_trace_vid_of(kl_trace *t, const kl_operand *x, int *vid) {
   }
   const kl_aval *aval = x->trace ? (x->trace->pg ? &x->trace->pg->vals[x->vid].aval : NULL) : x->aval;
   if (!aval) return x->trace ? KL_TRACE_DEAD : KL_TRACE_BAD_OPERAND;
-  v = kl_program_add_input(t->pg, aval);
-  map_put(&t->lifted_vids, (uint64_t)x->key, 0, v);
-  if (t->nlifted == t->caplifted) {
-    t->caplifted = t->caplifted ? 2 * t->caplifted : 8;
-    t->lifted = xrealloc(t->lifted, sizeof(uintptr_t) * (size_t)t->caplifted);
+  /* room first: a failure leaves the maps and the program consistent (pg->oom at worst) */
+  if (reserve((void **)&t->lifted, &t->caplifted, t->nlifted + 1, sizeof(uintptr_t)) ||
+      (v = kl_program_add_input(t->pg, aval)) < 0 || map_put(&t->lifted_vids, (uint64_t)x->key, 0, v)) {
+    t->pg->oom = 1;
+    return KL_TRACE_NOMEM;
   }
   t->lifted[t->nlifted++] = x->key;
   *vid = v;
@@ -243,7 +256,8 @@ int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int n
   if (!t) return KL_TRACE_NO_TRACE;
   *into = t;
   int small[16];
-  int *vids = nin <= 16 ? small : xrealloc(NULL, sizeof(int) * (size_t)nin);
+  int *vids = nin <= 16 ? small : kl_malloc(sizeof(int) * (size_t)nin);
+  if (!vids) return out_of_memory(t, err, errlen);
   int rc = KL_TRACE_OK, have_values = 1;
   for (int i = 0; i < nin && rc == KL_TRACE_OK; i++) {
     rc = kl_trace_vid_of(t, &ins[i], &vids[i]);

@@ -22,7 +22,9 @@ typedef enum {
   KL_TRACE_NO_TRACE = -2,    /* no operand belongs to a trace: nothing to record into */
   KL_TRACE_BAD_OPERAND = -3, /* an operand is neither a traced value nor a liftable constant */
   KL_TRACE_RULE_ERROR = -4,  /* the primitive's shape/dtype rule refused: message in err */
-  KL_TRACE_HOOK_ERROR = -5   /* the client's value hook failed (the client has its error) */
+  KL_TRACE_HOOK_ERROR = -5,  /* the client's value hook failed (the client has its error) */
+  KL_TRACE_NOMEM = -6        /* out of memory (ir/alloc.h): status KL_ERR_NOMEM; the trace's program is
+                                marked broken (pg->oom), the stack stays usable */
 } kl_trace_status;
 
 /* One operand as the client describes it; every pointer is borrowed for the call. */
@@ -51,7 +53,7 @@ typedef int (*kl_trace_value_fn)(void *ctx, const kl_trace_eqn *e);
 
 /* ---- the stack ---- */
 
-kl_trace_stack *kl_trace_stack_new(void); /* owned; free with kl_trace_stack_free */
+kl_trace_stack *kl_trace_stack_new(void); /* owned; free with kl_trace_stack_free; NULL: out of memory */
 /* Frees the stack; traces still on it end (become dead) and lose the stack's reference. */
 void kl_trace_stack_free(kl_trace_stack *s);
 /* The hook and its context (borrowed) given to traces pushed from now on; fn NULL: none. */

@@ -67,17 +67,26 @@ static void dump(const kl_program *pg, int step, const char *name) {
   kl_program_print(pg, &text);
   kl_str_append(&text, "\n");
   snprintf(what, sizeof what, "ir-%d-%s.txt", step, name);
-  kl_dump(what, text.data);
+  if (!text.failed) kl_dump(what, text.data); /* out of memory: the dump is skipped, not the pass */
   kl_str_free(&text);
 }
 
 kl_program *kl_pipeline_run(const kl_program *traced, kl_pipeline_kind kind, char *err, size_t errlen) {
+  if (traced->oom) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory: the traced program is incomplete");
+    return NULL;
+  }
   kl_program *pg = kl_program_copy(traced);
+  if (!pg) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory copying a program for the pass pipeline");
+    return NULL;
+  }
   int dumping = kl_dump_enabled(), step = 0;
   if (dumping) dump(pg, step++, "traced");
   for (int i = 0; i < NPASSES; i++) {
     if (!(passes[i].pipelines & (1 << kind)) || (passes[i].optional && disabled(passes[i].name))) continue;
-    if (passes[i].run(pg, err, errlen)) {
+    if (passes[i].run(pg, err, errlen) || (pg->oom && kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass %s",
+                                                               passes[i].name))) {
       kl_program_free(pg);
       return NULL;
     }

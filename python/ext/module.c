@@ -376,7 +376,10 @@ static PyObject *builder_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
   (void)args;
   (void)kw;
   BuilderObject *o = (BuilderObject *)PyType_GenericNew(tp, NULL, NULL);
-  if (o) o->pg = kl_program_new();
+  if (o && !(o->pg = kl_program_new())) {
+    Py_DECREF(o);
+    return PyErr_NoMemory();
+  }
   return (PyObject *)o;
 }
 
@@ -437,7 +440,9 @@ static PyObject *builder_add_input(PyObject *self, PyObject *args) {
   if (parse_shape(shape, a.dims, &nd, "input") || parse_dtype(dt, &a.dtype)) return NULL;
   a.ndim = (int8_t)nd;
   a.weak = (uint8_t)weak;
-  return PyLong_FromLong(kl_program_add_input(((BuilderObject *)self)->pg, &a));
+  int vid = kl_program_add_input(((BuilderObject *)self)->pg, &a);
+  if (vid < 0) return PyErr_NoMemory();
+  return PyLong_FromLong(vid);
 }
 
 /* Fills p from a dict of named params, checked against the primitive's named fields. Vectors
@@ -569,7 +574,7 @@ static PyObject *builder_text(PyObject *self, PyObject *unused) {
   kl_str s;
   kl_str_init(&s);
   kl_program_print(((BuilderObject *)self)->pg, &s);
-  PyObject *r = PyUnicode_FromString(s.data ? s.data : "");
+  PyObject *r = s.failed ? PyErr_NoMemory() : PyUnicode_FromString(s.data ? s.data : "");
   kl_str_free(&s);
   return r;
 }
@@ -858,6 +863,7 @@ static PyObject *builder_take_body(PyObject *self, PyObject *unused) {
   (void)unused;
   BuilderObject *b = (BuilderObject *)self;
   kl_program *body = b->pg, *fresh = kl_program_new();
+  if (!fresh) return PyErr_NoMemory();
   b->pg = fresh;
   return builder_wrap(body);
 }
@@ -983,6 +989,20 @@ static PyObject *mod_synchronize(PyObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* The allocation hook (ir/alloc.h), for the failing-allocation tests. */
+static PyObject *mod_alloc_fail_at(PyObject *self, PyObject *arg) {
+  (void)self;
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  kl_alloc_fail_at(n);
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_alloc_count(PyObject *self, PyObject *unused) {
+  (void)self, (void)unused;
+  return PyLong_FromLong(kl_alloc_count());
+}
+
 static PyObject *mod_compile_stats(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
@@ -1092,6 +1112,8 @@ static PyMethodDef mod_methods[] = {
     {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},
     {"compile_stats", mod_compile_stats, METH_NOARGS, "(compiles, seconds)"},
+    {"alloc_fail_at", mod_alloc_fail_at, METH_O, "alloc_fail_at(n): the nth core allocation from now fails (0: off)"},
+    {"alloc_count", mod_alloc_count, METH_NOARGS, "core allocations so far"},
     {"num_threads", mod_num_threads, METH_NOARGS, "worker threads of the CPU device"},
     {"blas_search_path", mod_blas_search_path, METH_O, "add a BLAS/LAPACK library candidate"},
     {"blas_library", mod_blas_library, METH_NOARGS, "the BLAS in use"},

@@ -342,7 +342,7 @@ static PyObject *trace_literal_tracer(PyObject *self, PyObject *const *args, Py_
   int vid = -1;
   char err[512];
   int rc = kl_trace_literal(h->t, d, weak, ival, fval, &vid, err, sizeof err);
-  if (rc == KL_TRACE_RULE_ERROR) return PyErr_Format(PyExc_ValueError, "%s", err);
+  if (rc == KL_TRACE_RULE_ERROR || rc == KL_TRACE_NOMEM) return kl_py_raise(NULL, err);
   PyObject *cval = NULL;
   if (kl_trace_is_concrete(h->t) && !(cval = PyObject_CallFunctionObjArgs(scalar_fn, args[0], args[1], args[2], NULL)))
     return NULL;
@@ -367,6 +367,7 @@ static PyObject *trace_vid_of(PyObject *self, PyObject *x) {
     raise_leaked(x, NULL);
     return NULL;
   }
+  if (rc == KL_TRACE_NOMEM) return PyErr_NoMemory();
   if (rc) return cannot_trace(x);
   return PyLong_FromLong(vid);
 }
@@ -537,7 +538,7 @@ static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, 
   case KL_TRACE_BAD_OPERAND:
     cannot_trace(xs[bad]);
     goto done;
-  case KL_TRACE_RULE_ERROR: kl_py_raise(NULL, err); goto done;
+  case KL_TRACE_RULE_ERROR: case KL_TRACE_NOMEM: kl_py_raise(NULL, err); goto done;
   default: goto done; /* the hook's error is set */
   }
   PyObject *handle = kl_trace_client(into);
@@ -595,6 +596,7 @@ static PyObject *mod_trace_push(PyObject *self, PyObject *const *args, Py_ssize_
   int concrete = nargs > 0 ? PyObject_IsTrue(args[0]) : 0;
   if (concrete < 0) return NULL;
   kl_trace *t = kl_trace_push(stack, concrete);
+  if (!t) return PyErr_NoMemory();
   PyObject *h = trace_wrap(t);
   if (!h) {
     kl_trace_pop(stack, t);
@@ -659,7 +661,10 @@ static PyMethodDef tracer_functions[] = {
 
 int kl_py_tracer_init(PyObject *m) {
   if (!stack) {
-    stack = kl_trace_stack_new();
+    if (!(stack = kl_trace_stack_new())) {
+      PyErr_NoMemory();
+      return -1;
+    }
     kl_trace_stack_set_value_hook(stack, value_hook, NULL);
   }
   if (!prim_codes && !(prim_codes = PyDict_New())) return -1;
