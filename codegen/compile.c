@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lower/lower.h"
 #include "lower/table.h"
 
 #include "../transforms/fuse.h"
@@ -252,9 +253,9 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
 
 int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, kl_step *st, kl_libcall **lc, char *err,
                         size_t errlen) {
-  if (e->prim == KL_P_CUSTOM_VJP_LIN) {
-    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
-                          "supported (as in JAX); use reverse mode (grad, vjp, jacrev)");
+  const char *why = kl_lower_get(e->prim)->unsupported;
+  if (why) {
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s", why);
     return -1;
   }
   *lc = kl_libcall_new(pg, e);
@@ -303,11 +304,8 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
       st->cost = cost;
       /* library calls are worth running asynchronously, except small products: handing them to
        * the executor thread and waking the caller costs more than the product itself */
-      int64_t kdim = 1;
-      for (int i = 0; e->prim == KL_P_DOT_GENERAL && i < e->p.dot.lhs_contracting.n; i++)
-        kdim *= pg->vals[e->ins[0]].aval.dims[e->p.dot.lhs_contracting.v[i]];
-      double flops = (double)kl_aval_size(&pg->vals[e->outs[0]].aval) * (double)kdim;
-      if (e->prim == KL_P_DOT_GENERAL && flops < 262144) x->cost += 1;
+      const kl_lowering *lw = kl_lower_get(e->prim);
+      if (lw->flops && lw->flops(pg, e) < 262144) x->cost += 1;
       else x->cost += cost > 1 ? cost * 8 : 1;
       x->nsteps++;
       continue;

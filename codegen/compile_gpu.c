@@ -321,7 +321,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
         }
       }
       gpu_dot d;
-      if (e->prim == KL_P_DOT_GENERAL &&
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_GEMM &&
           kl_libcall_dot_layout(lc, &d.batch, &d.m, &d.n, &d.k, &d.transl, &d.transr)) {
         d.t = pg->vals[e->outs[0]].aval.dtype;
         d.precision = e->p.dot.precision;

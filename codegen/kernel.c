@@ -342,8 +342,9 @@ void kk_store_stash(kctx *k, const char *val, ssa *idx, int n) {
 static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
   const kl_aval *x = &k->pg->vals[r->ins[0]].aval;
   kl_dtype rt = k->pg->vals[r->outs[0]].aval.dtype;
-  int wide = r->prim == KL_P_REDUCE_SUM && kl_dtype_is_float(rt) && rt != KL_F64;
-  int nanflag = kl_dtype_is_float(rt) && (r->prim == KL_P_REDUCE_MAX || r->prim == KL_P_REDUCE_MIN);
+  const kl_reduce_rule *rr = kl_lower_get(r->prim)->reduce;
+  int wide = rr->wide && kl_dtype_is_float(rt) && rt != KL_F64;
+  int nanflag = kl_dtype_is_float(rt) && rr->nan_op;
   const char *acty = wide ? "f64" : kl_compute_type(rt);
   const char *outer_ind = k->ind;
   char inds[KL_MAX_RANK][64];
@@ -389,7 +390,7 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
   snprintf(acc, sizeof acc, "%%sa%d_%d", sid, x->ndim - 1);
   snprintf(flag, sizeof flag, "%%sf%d_%d", sid, x->ndim - 1);
   const char *op = kk_reduce_op(r->prim, rt);
-  if (nanflag) op = r->prim == KL_P_REDUCE_MAX ? "maxnumf" : "minnumf";
+  if (nanflag) op = rr->nan_op;
   const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : nanflag ? " fastmath<nnan>" : "";
   if (wide) {
     kk_line(k, "%s = arith.addf %%swa%d, %s fastmath<reassoc> : f32", kk_fresh(k, nv), sid, val);
@@ -465,10 +466,8 @@ static int reads_transposed(const kl_program *pg, const kl_plan *plan, int v, ch
   const kl_value *val = &pg->vals[v];
   if (val->producer < 0) return 0;
   const kl_eqn *e = &pg->eqns[val->producer];
-  if (e->prim == KL_P_TRANSPOSE) {
-    const kl_ivec *perm = &e->p.transpose.permutation;
-    if (perm->n >= 2 && perm->v[perm->n - 1] != perm->n - 1) return 1;
-  }
+  const kl_lowering *lw = kl_lower_get(e->prim);
+  if (lw->strided && lw->strided(e)) return 1;
   for (int i = 0; i < e->nin; i++) {
     int u = e->ins[i];
     if (plan->materialized[u] || !kl_eqn_fusible(kl_lower_fuse_traits(), pg, &pg->eqns[val->producer])) continue;
@@ -518,7 +517,8 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
 
   kl_dtype rt = oa->dtype;
   /* float32/16 sums accumulate in float64: as accurate as a pairwise sum, and still vectorized */
-  int wide = is_reduce && e->prim == KL_P_REDUCE_SUM && kl_dtype_is_float(rt) && rt != KL_F64;
+  const kl_reduce_rule *rr = is_reduce ? kl_lower_get(e->prim)->reduce : NULL;
+  int wide = rr && rr->wide && kl_dtype_is_float(rt) && rt != KL_F64;
   const char *rcty = wide ? "f64" : kl_compute_type(rt);
   ssa val, acc_name, init;
   kl_str ini;
@@ -531,7 +531,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       k.ind = ind2;
     }
     kk_reduce_init(&k, e->prim, wide ? KL_F64 : rt, init);
-    if (kl_dtype_is_float(rt) && (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN))
+    if (kl_dtype_is_float(rt) && rr->nan_op)
       kk_line(&k, "%%ffalse = arith.constant false");
     k.body = &body;
     k.ind = indent;
@@ -570,13 +570,13 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   }
   /* Float max/min reduce with maxnum/minnum (which LLVM vectorizes) plus a NaN flag carried
    * beside the accumulator, since JAX's max/min propagate NaN. */
-  int nanflag = is_reduce && kl_dtype_is_float(rt) && (e->prim == KL_P_REDUCE_MAX || e->prim == KL_P_REDUCE_MIN);
+  int nanflag = rr && kl_dtype_is_float(rt) && rr->nan_op;
   char flag_name[32];
   snprintf(flag_name, sizeof flag_name, "%%flag%d", nred ? nred - 1 : 0);
   if (is_reduce) {
     ssa nv;
     const char *op = kk_reduce_op(e->prim, rt);
-    if (nanflag) op = e->prim == KL_P_REDUCE_MAX ? "maxnumf" : "minnumf";
+    if (nanflag) op = rr->nan_op;
     /* reassoc lets sums vectorize; nnan lets maxnum/minnum vectorize (NaNs are tracked by the flag) */
     const char *fm = !strcmp(op, "addf") || !strcmp(op, "mulf") ? " fastmath<reassoc>" : nanflag ? " fastmath<nnan>" : "";
     if (blocked) {

@@ -5,43 +5,35 @@
  *                 stride across the row, partial results meet in a shared-memory tree;
  *   column:       one thread per output element looping over the reduced axes;
  *   full:         every block reduces a slice into a partial, a second kernel reduces those.
- * Depends on ir/, transforms/fuse.h and kernel_internal.h. */
+ * Library steps with kernels of their own are written by their families (the row's gpu_kernel).
+ * Depends on ir/, transforms/fuse.h, kernel_internal.h and the lowering rows (lower/lower.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel_internal.h"
+#include "lower/lower.h"
 
 #define GK_BLOCK 256 /* threads per block for elementwise, full and long-row kernels */
-
-typedef struct {
-  int ndim;
-  int64_t dims[KL_MAX_RANK];
-  const char *storage; /* MLIR element type in memory */
-  int readonly;
-} gk_arg;
 
 /* Type a reduction accumulates in, in registers, shared memory and partial buffers (booleans
  * travel as i32). */
 static const char *shared_type(kl_dtype t) { return t == KL_BOOL ? "i32" : kl_compute_type(t); }
 
-/* Emits `out = acc (op) v` for reduction p in type ty (a compute or shared type). Float max/min
- * propagate NaN (as JAX does) with compares and selects, which every GPU and type supports. */
-static char *combine(kctx *k, kl_prim p, kl_dtype t, const char *ty, const char *acc, const char *v, char *out) {
-  int fl = kl_dtype_is_float(t);
-  if (fl && (p == KL_P_REDUCE_MAX || p == KL_P_REDUCE_MIN)) {
+/* Emits `out = acc (op) v` for reduction p in type ty (a compute or shared type; booleans in
+ * i32 combine by their bool op). Float max/min propagate NaN (as JAX does) with compares and
+ * selects, which every GPU and type supports. */
+char *kg_combine(kctx *k, kl_prim p, kl_dtype t, const char *ty, const char *acc, const char *v, char *out) {
+  const kl_reduce_rule *r = kl_lower_get(p)->reduce;
+  if (kl_dtype_is_float(t) && r->nan_cmp) {
     ssa c, s, u;
-    kk_line(k, "%s = arith.cmpf %s, %s, %s : %s", kk_fresh(k, c), p == KL_P_REDUCE_MAX ? "ugt" : "ult", v, acc, ty);
+    kk_line(k, "%s = arith.cmpf %s, %s, %s : %s", kk_fresh(k, c), r->nan_cmp, v, acc, ty);
     kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, s), c, v, acc, ty);
     kk_line(k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(k, u), acc, acc, ty);
     kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), u, acc, s, ty);
     return out;
   }
-  const char *op = kk_reduce_op(p, t);
-  if (!strcmp(ty, "i32") && t == KL_BOOL) /* booleans travel as i32 0/1 through shared memory */
-    op = p == KL_P_REDUCE_MAX || p == KL_P_REDUCE_OR ? "ori" : p == KL_P_REDUCE_SUM ? "ori" : "andi";
-  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, out), op, acc, v, ty);
+  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, out), kk_reduce_op(p, t), acc, v, ty);
   return out;
 }
 
@@ -51,8 +43,7 @@ static char *shared_init(kctx *k, kl_prim p, kl_dtype t, char *out) {
     kk_reduce_init(k, p, t, out);
     return out;
   }
-  int one = p == KL_P_REDUCE_MIN || p == KL_P_REDUCE_AND;
-  kk_line(k, "%s = arith.constant %d : i32", kk_fresh(k, out), one);
+  kk_line(k, "%s = arith.constant %d : i32", kk_fresh(k, out), kl_lower_get(p)->reduce->binit);
   return out;
 }
 
@@ -83,7 +74,7 @@ static void warp_reduce(kctx *k, kl_prim p, kl_dtype t, const char *ty, const ch
     kk_fresh(k, sh);
     kk_fresh(k, ok);
     kk_line(k, "%s, %s = gpu.shuffle xor %s, %s, %s : %s", sh, ok, cur, o, w, ty);
-    combine(k, p, t, ty, cur, sh, nx);
+    kg_combine(k, p, t, ty, cur, sh, nx);
     snprintf(cur, sizeof cur, "%s", nx);
   }
   snprintf(out, sizeof(ssa), "%s", cur);
@@ -138,7 +129,7 @@ static void block_reduce(kctx *k, kl_prim p, kl_dtype t, int slot, int block, co
     kk_line(k, "%s = arith.addi %%tid, %s : index", kk_fresh(k, o), cs);
     kk_line(k, "%s = memref.load %%sh%d[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(k, x), slot, block, ty);
     kk_line(k, "%s = memref.load %%sh%d[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(k, y), slot, o, block, ty);
-    combine(k, p, t, ty, x, y, z);
+    kg_combine(k, p, t, ty, x, y, z);
     kk_line(k, "memref.store %s, %%sh%d[%%tid] : memref<%dx%s, #gpu.address_space<workgroup>>", z, slot, block, ty);
     k->ind = ind;
     kk_line(k, "}");
@@ -182,7 +173,7 @@ static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int6
     kk_emit_value(k, v, idx, val);
     if (k->stash == v && k->stash >= 0) kk_store_stash(k, val, idx, n); /* the output loop reads them back */
     to_shared(k, t, val);
-    combine(k, p, t, ty, acc, val, c);
+    kg_combine(k, p, t, ty, acc, val, c);
     snprintf(acc, sizeof acc, "%s", c);
   }
   kk_line(k, "scf.yield %s : %s", acc, ty);
@@ -217,7 +208,7 @@ static void reduced_accumulate(kctx *k, const kl_eqn *e, kl_dtype rt, const int6
   ssa val, c;
   kk_emit_value(k, e->ins[0], idx, val);
   to_shared(k, rt, val);
-  combine(k, e->prim, rt, ty, "%ra0", val, c);
+  kg_combine(k, e->prim, rt, ty, "%ra0", val, c);
   kk_line(k, "scf.yield %s : %s", c, ty);
   for (int i = mark; i < k->nmemo; i++) free(k->memo[i].key);
   k->nmemo = mark;
@@ -236,7 +227,7 @@ static void store_result(kctx *k, kl_dtype t, const char *v, int out_arg, const 
 
 int kl_gpu_partial_size(kl_dtype t) { return t == KL_BOOL || kk_is_low_float(t) ? 4 : (int)kl_dtype_size(t); }
 
-static void arg_of(gk_arg *a, const kl_aval *v, int readonly) {
+static void arg_of(kg_arg *a, const kl_aval *v, int readonly) {
   a->ndim = v->ndim;
   memcpy(a->dims, v->dims, sizeof(int64_t) * (size_t)v->ndim);
   a->storage = kl_storage_type(v->dtype);
@@ -245,7 +236,7 @@ static void arg_of(gk_arg *a, const kl_aval *v, int readonly) {
 
 /* gpu.func header: memref<1xT> bare-pointer arguments reinterpreted with their static shapes as
  * %m<i>, workgroup buffers %sh<i>, thread and block ids. */
-static void emit_header(kl_str *out, const char *name, const gk_arg *args, int nargs, const char **shared, int nshared,
+static void emit_header(kl_str *out, const char *name, const kg_arg *args, int nargs, const char **shared, int nshared,
                         int block) {
   kl_str_printf(out, "    gpu.func @%s(", name);
   for (int i = 0; i < nargs; i++)
@@ -261,7 +252,7 @@ static void emit_header(kl_str *out, const char *name, const gk_arg *args, int n
   kl_str_printf(out, " kernel attributes {known_block_size = array<i32: %d, 1, 1>} {\n", block);
   kl_str_append(out, "      %c0 = arith.constant 0 : index\n      %c1 = arith.constant 1 : index\n");
   for (int i = 0; i < nargs; i++) {
-    const gk_arg *a = &args[i];
+    const kg_arg *a = &args[i];
     kk_emit_reinterpret(out, "      ", i, a->ndim, a->dims, a->storage);
     /* kiln's device buffers are 256-byte aligned (cuMemAllocAsync); foreign ones are copied
      * unless 16-byte aligned */
@@ -438,7 +429,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       kk_const_index(&k, 32 * q, off);
       kk_line(&k, "%s = arith.addi %%tid, %s : index", kk_fresh(&k, o), off);
       kk_line(&k, "%s = memref.load %%sh0[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(&k, y), o, block, ty);
-      combine(&k, e->prim, rt, ty, r, y, z);
+      kg_combine(&k, e->prim, rt, ty, r, y, z);
       snprintf(r, sizeof r, "%s", z);
     }
     store_result(&k, rt, r, kk_arg_index(&k, st->root), oa, kept, nk);
@@ -545,7 +536,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
 
   /* arguments: materialized values read, the output (written) last */
   int nargs = k.nargs + (info->partials ? 1 : 0);
-  gk_arg *args = calloc((size_t)nargs + 2, sizeof *args);
+  kg_arg *args = calloc((size_t)nargs + 2, sizeof *args);
   for (int i = 0; i < k.nargs; i++) arg_of(&args[i], &pg->vals[k.args[i]].aval, k.args[i] != st->root);
   if (info->partials) {
     args[k.nargs].ndim = 1;
@@ -571,7 +562,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     k2.ind = "        ";
     ssa v, c;
     kk_line(&k2, "%s = memref.load %%m0[%%jf] : memref<%lldx%s>", kk_fresh(&k2, v), (long long)info->partials, ty);
-    combine(&k2, e->prim, rt, ty, "%af", v, c);
+    kg_combine(&k2, e->prim, rt, ty, "%af", v, c);
     kk_line(&k2, "scf.yield %s : %s", c, ty);
     k2.ind = "      ";
     kk_line(&k2, "}");
@@ -583,7 +574,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     store_result(&k2, rt, res2, 1, oa, idx, 0);
     k2.ind = "      ";
     kk_line(&k2, "}");
-    gk_arg a2[2];
+    kg_arg a2[2];
     memset(a2, 0, sizeof a2);
     a2[0] = args[k.nargs];
     a2[0].readonly = 1;
@@ -610,18 +601,13 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   return 0;
 }
 
-/* ---- library calls as kernels: gathers, dynamic slices, scatters, arg/cumulative ops ----
- * These are library calls on the CPU (codegen/libcall.c); on the GPU they move elements by
- * their storage type, with the same rules: gathers and dynamic slices clamp, scatters drop
- * out-of-bounds indices and apply duplicates in order (each thread owns a column of the result
- * and walks the updates sequentially, so the last SET wins as on the CPU); argmax/argmin and
- * cumulative ops walk their axis per column in order (first NaN wins, NaN sticks). Walks longer
- * than MOVE_MAX_UPDATES stay host calls. */
+/* ---- library steps as kernels of their own ----
+ * Library calls on the CPU that a family also writes as GPU kernels (the row's gpu_kernel:
+ * gathers, scatters, dynamic slices in codegen/lower/index.c, argmax/argmin and the scans in
+ * reduce.c and cumulative.c): they move elements by their storage type, with the host's rules.
+ * This part sets their arguments up and closes each kernel. */
 
-#define MOVE_MAX_UPDATES 8192 /* scatters walking more updates per thread stay on the host */
-#define MOVE_ATOMIC_MIN 1024  /* scatter-adds of more updates use atomics instead of one walk per column */
-
-static void flat_arg(gk_arg *a, const kl_aval *v, int readonly) {
+static void flat_arg(kg_arg *a, const kl_aval *v, int readonly) {
   memset(a, 0, sizeof *a);
   a->ndim = 1;
   a->dims[0] = kl_aval_size(v) ? kl_aval_size(v) : 1;
@@ -629,16 +615,14 @@ static void flat_arg(gk_arg *a, const kl_aval *v, int readonly) {
   a->readonly = readonly;
 }
 
-/* acc = acc op b, for values of type ty. */
-static void update(kctx *k, const char *op, char *acc, const char *b, const char *ty) {
+void kg_update(kctx *k, const char *op, char *acc, const char *b, const char *ty) {
   ssa t;
   kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, t), op, acc, b, ty);
   snprintf(acc, sizeof(ssa), "%s", t);
 }
 
-/* Element pos of flat index argument i, sign- or zero-extended to i64: indices are clamped or
- * checked at 64 bits before they become (possibly 32-bit) index values. */
-static void load_index64(kctx *k, int i, const char *pos, const gk_arg *a, kl_dtype t, char *out) {
+/* Indices are clamped or checked at 64 bits before they become (possibly 32-bit) index values. */
+void kg_load_index64(kctx *k, int i, const char *pos, const kg_arg *a, kl_dtype t, char *out) {
   ssa v;
   kk_line(k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(k, v), i, pos, (long long)a->dims[0], a->storage);
   if (!strcmp(a->storage, "i64")) {
@@ -649,8 +633,8 @@ static void load_index64(kctx *k, int i, const char *pos, const gk_arg *a, kl_dt
           a->storage);
 }
 
-/* clamp(v, 0, hi) of an i64 index value of dtype t, as an index. */
-static void clamp_index(kctx *k, const char *v, kl_dtype t, int64_t hi, char *out) {
+/* clamp(v, 0, hi) of an i64 index value of dtype t. */
+void kg_clamp_index(kctx *k, const char *v, kl_dtype t, int64_t hi, char *out) {
   ssa h, l, a;
   kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, h), (long long)hi);
   if (kl_dtype_kind(t) == KL_KIND_UINT) {
@@ -658,22 +642,21 @@ static void clamp_index(kctx *k, const char *v, kl_dtype t, int64_t hi, char *ou
   } else {
     kk_line(k, "%s = arith.constant 0 : i64", kk_fresh(k, l));
     kk_line(k, "%s = arith.maxsi %s, %s : i64", kk_fresh(k, a), v, l);
-    update(k, "minsi", a, h, "i64");
+    kg_update(k, "minsi", a, h, "i64");
   }
   kk_line(k, "%s = arith.index_cast %s : i64 to index", kk_fresh(k, out), a);
 }
 
-/* `out = a op b` on index values with a constant b (out may be a). */
-static void index_op(kctx *k, const char *op, const char *a, int64_t b, char *out) {
+/* out may be a. */
+void kg_index_op(kctx *k, const char *op, const char *a, int64_t b, char *out) {
   ssa c, t;
   kk_const_index(k, b, c);
   kk_line(k, "%s = arith.%s %s, %s : index", kk_fresh(k, t), op, a, c);
   snprintf(out, sizeof(ssa), "%s", t);
 }
 
-
-/* Opens `scf.for %e = gid to total step gridsize` (closed by close_loop). */
-static void grid_loop(kctx *k, int64_t total, const char *iv) {
+/* Closed by kg_close_loop. */
+void kg_grid_loop(kctx *k, int64_t total, const char *iv) {
   ssa g0, gid, gs, tot;
   kk_line(k, "%s = arith.muli %%bid, %%bdim : index", kk_fresh(k, g0));
   kk_line(k, "%s = arith.addi %s, %%tid : index", kk_fresh(k, gid), g0);
@@ -683,295 +666,36 @@ static void grid_loop(kctx *k, int64_t total, const char *iv) {
   k->ind = "        ";
 }
 
-static void close_loop(kctx *k) {
+void kg_close_loop(kctx *k) {
   k->ind = "      ";
   kk_line(k, "}");
 }
 
-static void finish_kernel(kl_str *out, const char *name, const gk_arg *args, int nargs, kl_str *body, int block) {
-  emit_header(out, name, args, nargs, NULL, 0, block);
-  kl_str_append(out, body->data ? body->data : "");
-  kl_str_append(out, "      gpu.return\n    }\n");
+void kg_finish(kg_move *m, int64_t work) {
+  char name[64];
+  snprintf(name, sizeof name, m->nk ? "%s_s" : "%s", m->name);
+  emit_header(m->out, name, m->args, m->nargs, NULL, 0, GK_BLOCK);
+  kl_str_append(m->out, m->body.data ? m->body.data : "");
+  kl_str_append(m->out, "      gpu.return\n    }\n");
+  m->grid[m->nk++] = grid_for(work, GK_BLOCK);
+  kl_str_free(&m->body);
+  kl_str_init(&m->body);
 }
 
 int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, unsigned *grid, unsigned *block,
                             char *err, size_t errlen) {
-  const kl_aval *x = &c->avals[0], *o = &c->avals[c->nin];
+  kl_gpu_kernel_fn emit = kl_lower_get(c->prim)->gpu_kernel;
+  const kl_aval *o = &c->avals[c->nin];
   int nargs = c->nin + c->nout;
-  if (c->nout != 1 || nargs > 16 || kl_aval_size(o) == 0) return 0;
-  gk_arg args[16];
-  for (int i = 0; i < nargs; i++) flat_arg(&args[i], &c->avals[i], i < c->nin);
-  const char *st = args[0].storage;
-  int oi = c->nin; /* the output's argument index */
-  kl_str body;
-  kl_str_init(&body);
-  kctx k = {.em = {&body, 0}, .body = &body, .ind = "      ", .err = err, .errlen = errlen, .root = -1, .stash = -1};
-  int nk = 1;
+  if (!emit || c->nout != 1 || nargs > 16 || kl_aval_size(o) == 0) return 0;
+  kg_move m = {.c = c, .nargs = nargs, .oi = c->nin, .name = name, .out = out, .grid = grid};
+  for (int i = 0; i < nargs; i++) flat_arg(&m.args[i], &c->avals[i], i < c->nin);
+  m.st = m.args[0].storage;
+  kl_str_init(&m.body);
+  m.k = (kctx){.em = {&m.body, 0}, .body = &m.body, .ind = "      ", .err = err, .errlen = errlen, .root = -1, .stash = -1};
   block[0] = block[1] = GK_BLOCK;
-  grid[0] = grid_for(kl_aval_size(o), GK_BLOCK);
-  int64_t outer = 1, n = 1, inner = 1;
-  if (c->prim == KL_P_TAKE || c->prim == KL_P_SCATTER) {
-    int axis = (int)(c->prim == KL_P_TAKE ? c->p.take.axis : c->p.scatter.axis);
-    for (int i = 0; i < axis; i++) outer *= x->dims[i];
-    n = x->dims[axis];
-    for (int i = axis + 1; i < x->ndim; i++) inner *= x->dims[i];
-  }
-  ssa v;
-  if (c->prim == KL_P_TAKE) { /* out[o, j, in] = x[o, clamp(idx[j]), in] */
-    int64_t m = kl_aval_size(&c->avals[1]);
-    ssa in, q, j, ob, kk, kc, r, src;
-    grid_loop(&k, kl_aval_size(o), "%e");
-    index_op(&k, "remui", "%e", inner, in);
-    index_op(&k, "divui", "%e", inner, q);
-    index_op(&k, "remui", q, m, j);
-    index_op(&k, "divui", q, m, ob);
-    load_index64(&k, 1, j, &args[1], c->avals[1].dtype, kk);
-    clamp_index(&k, kk, c->avals[1].dtype, n - 1, kc);
-    index_op(&k, "muli", ob, n, r);
-    update(&k, "addi", r, kc, "index");
-    index_op(&k, "muli", r, inner, src);
-    update(&k, "addi", src, in, "index");
-    kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v), src, (long long)args[0].dims[0], st);
-    kk_line(&k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
-    close_loop(&k);
-  } else if (c->prim == KL_P_DYNAMIC_SLICE || c->prim == KL_P_DYNAMIC_UPDATE_SLICE) {
-    int upd = c->prim == KL_P_DYNAMIC_UPDATE_SLICE, first = upd ? 2 : 1, nd = x->ndim;
-    int64_t box[KL_MAX_RANK];
-    for (int i = 0; i < nd; i++) box[i] = upd ? c->avals[1].dims[i] : c->p.dynamic_slice.slice_sizes.v[i];
-    ssa start[KL_MAX_RANK];
-    for (int i = 0; i < nd; i++) { /* starts clamp so that the box fits, as lax does */
-      ssa s;
-      load_index64(&k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
-      clamp_index(&k, s, c->avals[first + i].dtype, x->dims[i] - box[i], start[i]);
-    }
-    const int64_t *space = upd ? x->dims : box; /* the output's dims */
-    grid_loop(&k, kl_aval_size(o), "%e");
-    ssa idx[KL_MAX_RANK], rest;
-    snprintf(rest, sizeof rest, "%%e");
-    for (int i = nd - 1; i >= 0; i--) { /* delinearize e over the output's dims */
-      if (i > 0) {
-        index_op(&k, "remui", rest, space[i], idx[i]);
-        index_op(&k, "divui", rest, space[i], rest);
-      } else
-        snprintf(idx[i], sizeof idx[i], "%s", rest);
-    }
-    if (!upd) { /* out[idx] = x[start + idx] */
-      ssa src;
-      kk_const_index(&k, 0, src);
-      for (int i = 0; i < nd; i++) {
-        ssa a;
-        index_op(&k, "muli", src, x->dims[i], src);
-        kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, a), idx[i], start[i]);
-        update(&k, "addi", src, a, "index");
-      }
-      kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v), src, (long long)args[0].dims[0], st);
-    } else { /* out[idx] = inside the box ? update[idx - start] : x[idx] */
-      ssa inside, us;
-      kk_line(&k, "%s = arith.constant true", kk_fresh(&k, inside));
-      kk_const_index(&k, 0, us);
-      for (int i = 0; i < nd; i++) {
-        ssa d, ge, lt, both, t;
-        kk_line(&k, "%s = arith.subi %s, %s : index", kk_fresh(&k, d), idx[i], start[i]);
-        kk_line(&k, "%s = arith.cmpi sge, %s, %%c0 : index", kk_fresh(&k, ge), d);
-        index_op(&k, "cmpi slt,", d, box[i], lt);
-        kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, both), ge, lt);
-        update(&k, "andi", inside, both, "i1");
-        index_op(&k, "muli", us, box[i], t);
-        kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, us), t, d);
-      }
-      kk_line(&k, "%s = scf.if %s -> (%s) {", kk_fresh(&k, v), inside, st);
-      ssa a, b;
-      kk_line(&k, "  %s = memref.load %%m1[%s] : memref<%lldx%s>", kk_fresh(&k, a), us, (long long)args[1].dims[0], st);
-      kk_line(&k, "  scf.yield %s : %s", a, st);
-      kk_line(&k, "} else {");
-      kk_line(&k, "  %s = memref.load %%m0[%%e] : memref<%lldx%s>", kk_fresh(&k, b), (long long)args[0].dims[0], st);
-      kk_line(&k, "  scf.yield %s : %s", b, st);
-      kk_line(&k, "}");
-    }
-    kk_line(&k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
-    close_loop(&k);
-  } else if (c->prim == KL_P_SCATTER) {
-    int64_t m = kl_aval_size(&c->avals[1]);
-    int op = c->p.scatter.op;
-    kl_dtype t = x->dtype;
-    static const kl_prim as_reduce[] = {KL_P_REDUCE_SUM, KL_P_REDUCE_SUM, KL_P_REDUCE_PROD, KL_P_REDUCE_MIN, KL_P_REDUCE_MAX};
-    /* many additions of 32/64-bit numbers: one thread per update, atomic adds (any order) */
-    int atomic = op == KL_SCATTER_ADD && m > MOVE_ATOMIC_MIN &&
-                 (t == KL_F32 || t == KL_F64 || t == KL_I32 || t == KL_I64 || t == KL_U32 || t == KL_U64);
-    if ((m > MOVE_MAX_UPDATES && !atomic) || op < 0 || op > KL_SCATTER_MAX ||
-        (op != KL_SCATTER_SET && (t == KL_BOOL || strcmp(st, kl_compute_type(t))))) {
-      kl_str_free(&body);
-      free_ctx(&k);
-      return 0;
-    }
-    /* kernel 1 (name): out = x */
-    grid_loop(&k, kl_aval_size(x), "%e");
-    kk_line(&k, "%s = memref.load %%m0[%%e] : memref<%lldx%s>", kk_fresh(&k, v), (long long)args[0].dims[0], st);
-    kk_line(&k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
-    close_loop(&k);
-    finish_kernel(out, name, args, nargs, &body, GK_BLOCK);
-    kl_str_free(&body);
-    kl_str_init(&body);
-    if (atomic) { /* kernel 2 (name_s): out[o, idx[j], in] += upd[o, j, in] for every update */
-      ssa in, q, j, ob, k64, n64, ok, kk, pos, u, old;
-      grid_loop(&k, outer * m * inner, "%e");
-      index_op(&k, "remui", "%e", inner, in);
-      index_op(&k, "divui", "%e", inner, q);
-      index_op(&k, "remui", q, m, j);
-      index_op(&k, "divui", q, m, ob);
-      load_index64(&k, 1, j, &args[1], c->avals[1].dtype, k64);
-      kk_line(&k, "%s = arith.constant %lld : i64", kk_fresh(&k, n64), (long long)n);
-      kk_line(&k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(&k, ok), k64, n64);
-      kk_line(&k, "scf.if %s {", ok);
-      k.ind = "          ";
-      kk_line(&k, "%s = arith.index_cast %s : i64 to index", kk_fresh(&k, kk), k64);
-      index_op(&k, "muli", ob, n, pos);
-      update(&k, "addi", pos, kk, "index");
-      index_op(&k, "muli", pos, inner, pos);
-      update(&k, "addi", pos, in, "index");
-      kk_line(&k, "%s = memref.load %%m2[%%e] : memref<%lldx%s>", kk_fresh(&k, u), (long long)args[2].dims[0], st);
-      kk_line(&k, "%s = memref.atomic_rmw %s %s, %%m%d[%s] : (%s, memref<%lldx%s>) -> %s", kk_fresh(&k, old),
-              kl_dtype_is_float(t) ? "addf" : "addi", u, oi, pos, st, (long long)args[oi].dims[0], st, st);
-      k.ind = "        ";
-      kk_line(&k, "}");
-    } else { /* kernel 2 (name_s): one thread per column (o, in) applies the updates j = 0..m in order */
-      grid_loop(&k, outer * inner, "%col");
-      ssa ob, in, base, ub;
-      index_op(&k, "divui", "%col", inner, ob);
-      index_op(&k, "remui", "%col", inner, in);
-      index_op(&k, "muli", ob, n * inner, base);
-      update(&k, "addi", base, in, "index");
-      index_op(&k, "muli", ob, m * inner, ub);
-      update(&k, "addi", ub, in, "index");
-      ssa cm;
-      kk_const_index(&k, m, cm);
-      kk_line(&k, "scf.for %%j = %%c0 to %s step %%c1 {", cm);
-      k.ind = "          ";
-      ssa k64, n64, ok, kk, pos, up, u;
-      load_index64(&k, 1, "%j", &args[1], c->avals[1].dtype, k64);
-      kk_line(&k, "%s = arith.constant %lld : i64", kk_fresh(&k, n64), (long long)n);
-      kk_line(&k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(&k, ok), k64, n64); /* negative: huge unsigned */
-      kk_line(&k, "scf.if %s {", ok);
-      k.ind = "            ";
-      kk_line(&k, "%s = arith.index_cast %s : i64 to index", kk_fresh(&k, kk), k64);
-      index_op(&k, "muli", kk, inner, pos);
-      update(&k, "addi", pos, base, "index");
-      index_op(&k, "muli", "%j", inner, up);
-      update(&k, "addi", up, ub, "index");
-      kk_line(&k, "%s = memref.load %%m2[%s] : memref<%lldx%s>", kk_fresh(&k, u), up, (long long)args[2].dims[0], st);
-      if (op != KL_SCATTER_SET) {
-        ssa a, r;
-        kk_line(&k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(&k, a), oi, pos, (long long)args[oi].dims[0], st);
-        combine(&k, as_reduce[op], t, st, a, u, r);
-        snprintf(u, sizeof u, "%s", r);
-      }
-      kk_line(&k, "memref.store %s, %%m%d[%s] : memref<%lldx%s>", u, oi, pos, (long long)args[oi].dims[0], st);
-      k.ind = "          ";
-      kk_line(&k, "}");
-      k.ind = "        ";
-      kk_line(&k, "}");
-    }
-    close_loop(&k);
-    char name2[64];
-    snprintf(name2, sizeof name2, "%s_s", name);
-    finish_kernel(out, name2, args, nargs, &body, GK_BLOCK);
-    grid[1] = grid_for(atomic ? outer * m * inner : outer * inner, GK_BLOCK);
-    kl_str_free(&body);
-    free_ctx(&k);
-    return 2;
-  } else if (c->prim == KL_P_ARGMAX || c->prim == KL_P_ARGMIN || c->prim == KL_P_CUMSUM || c->prim == KL_P_CUMPROD ||
-             c->prim == KL_P_CUMMAX || c->prim == KL_P_CUMMIN) {
-    /* one thread per column (o, in) walks the axis in order, as the host routine does */
-    int arg = c->prim == KL_P_ARGMAX || c->prim == KL_P_ARGMIN;
-    int axis = arg ? (int)c->p.arg.axes.v[0] : (int)c->p.cumulative.axis;
-    kl_dtype t = x->dtype;
-    int fl = kl_dtype_is_float(t), un = kl_dtype_kind(t) != KL_KIND_INT && !fl;
-    for (int i = 0; i < axis; i++) outer *= x->dims[i];
-    n = x->dims[axis];
-    for (int i = axis + 1; i < x->ndim; i++) inner *= x->dims[i];
-    int ok = n <= MOVE_MAX_UPDATES && (fl ? t == KL_F32 || t == KL_F64 : 1) && (arg || t != KL_BOOL) && n > 0;
-    if (!ok) {
-      kl_str_free(&body);
-      free_ctx(&k);
-      return 0;
-    }
-    int rev = !arg && c->p.cumulative.reverse != 0;
-    int maxlike = c->prim == KL_P_ARGMAX || c->prim == KL_P_CUMMAX;
-    grid_loop(&k, outer * inner, "%col");
-    ssa ob, in, base, cn, first, v0, nan0, cinner;
-    index_op(&k, "divui", "%col", inner, ob);
-    index_op(&k, "remui", "%col", inner, in);
-    index_op(&k, "muli", ob, n * inner, base);
-    update(&k, "addi", base, in, "index");
-    kk_const_index(&k, inner, cinner);
-    kk_const_index(&k, n, cn);
-    if (rev) index_op(&k, "addi", base, (n - 1) * inner, first);
-    else snprintf(first, sizeof first, "%s", base);
-    kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v0), first, (long long)args[0].dims[0], st);
-    if (fl) kk_line(&k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(&k, nan0), v0, v0, st);
-    else kk_line(&k, "%s = arith.constant false", kk_fresh(&k, nan0));
-    if (!arg) kk_line(&k, "memref.store %s, %%m1[%s] : memref<%lldx%s>", v0, first, (long long)args[1].dims[0], st);
-    /* loop state: best index (arg), accumulated value, done (arg: a NaN was taken) */
-    kk_line(&k, "%%bi, %%bv, %%dn = scf.for %%j = %%c1 to %s step %%c1 iter_args(%%pi = %%c0, %%pv = %s, %%pd = %s) -> (index, %s, i1) {",
-            cn, v0, nan0, st);
-    k.ind = "          ";
-    ssa at, v, res;
-    if (rev) {
-      ssa s1, s2;
-      kk_line(&k, "%s = arith.subi %s, %%j : index", kk_fresh(&k, s1), cn);
-      index_op(&k, "subi", s1, 1, s1);
-      kk_line(&k, "%s = arith.muli %s, %s : index", kk_fresh(&k, s2), s1, cinner);
-      kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, at), base, s2);
-    } else {
-      ssa s2;
-      kk_line(&k, "%s = arith.muli %%j, %s : index", kk_fresh(&k, s2), cinner);
-      kk_line(&k, "%s = arith.addi %s, %s : index", kk_fresh(&k, at), base, s2);
-    }
-    kk_line(&k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(&k, v), at, (long long)args[0].dims[0], st);
-    if (c->prim == KL_P_CUMSUM || c->prim == KL_P_CUMPROD) {
-      int add = c->prim == KL_P_CUMSUM;
-      kk_line(&k, "%s = arith.%s %%pv, %s : %s", kk_fresh(&k, res), fl ? (add ? "addf" : "mulf") : (add ? "addi" : "muli"), v, st);
-      kk_line(&k, "memref.store %s, %%m1[%s] : memref<%lldx%s>", res, at, (long long)args[1].dims[0], st);
-      kk_line(&k, "scf.yield %%j, %s, %%pd : index, %s, i1", res, st);
-    } else {
-      ssa vnan, better, nd, take_nan, cand, upd, bi, bv, dn, t1;
-      if (fl) {
-        kk_line(&k, "%s = arith.cmpf uno, %s, %s : %s", kk_fresh(&k, vnan), v, v, st);
-        kk_line(&k, "%s = arith.cmpf %s, %s, %%pv : %s", kk_fresh(&k, better), maxlike ? "ogt" : "olt", v, st);
-      } else {
-        kk_line(&k, "%s = arith.constant false", kk_fresh(&k, vnan));
-        kk_line(&k, "%s = arith.cmpi %s, %s, %%pv : %s", kk_fresh(&k, better),
-                maxlike ? (un ? "ugt" : "sgt") : (un ? "ult" : "slt"), v, st);
-      }
-      /* a NaN already held sticks; a new NaN is taken; otherwise strictly better wins */
-      kk_line(&k, "%s = arith.constant true", kk_fresh(&k, t1));
-      kk_line(&k, "%s = arith.xori %%pd, %s : i1", kk_fresh(&k, nd), t1);
-      kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, take_nan), nd, vnan);
-      kk_line(&k, "%s = arith.andi %s, %s : i1", kk_fresh(&k, cand), nd, better);
-      kk_line(&k, "%s = arith.ori %s, %s : i1", kk_fresh(&k, upd), take_nan, cand);
-      kk_line(&k, "%s = arith.select %s, %%j, %%pi : index", kk_fresh(&k, bi), upd);
-      kk_line(&k, "%s = arith.select %s, %s, %%pv : %s", kk_fresh(&k, bv), upd, v, st);
-      kk_line(&k, "%s = arith.ori %%pd, %s : i1", kk_fresh(&k, dn), take_nan);
-      if (!arg) kk_line(&k, "memref.store %s, %%m1[%s] : memref<%lldx%s>", bv, at, (long long)args[1].dims[0], st);
-      kk_line(&k, "scf.yield %s, %s, %s : index, %s, i1", bi, bv, dn, st);
-    }
-    k.ind = "        ";
-    kk_line(&k, "}");
-    if (arg) {
-      ssa r;
-      const char *it = args[1].storage;
-      kk_line(&k, "%s = arith.index_cast %%bi : index to %s", kk_fresh(&k, r), it);
-      kk_line(&k, "memref.store %s, %%m1[%%col] : memref<%lldx%s>", r, (long long)args[1].dims[0], it);
-    }
-    close_loop(&k);
-    grid[0] = grid_for(outer * inner, GK_BLOCK);
-  } else {
-    kl_str_free(&body);
-    free_ctx(&k);
-    return 0;
-  }
-  finish_kernel(out, name, args, nargs, &body, GK_BLOCK);
-  kl_str_free(&body);
-  free_ctx(&k);
+  int nk = emit(&m);
+  kl_str_free(&m.body);
+  free_ctx(&m.k);
   return nk;
 }

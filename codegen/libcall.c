@@ -169,9 +169,9 @@ void kl_lc_split_axis(const kl_aval *a, int axis, int64_t *outer, int64_t *n, in
 
 int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_libcall *c = ctx;
-  for (int i = 0; i < c->nout; i++) /* nothing to do for empty outputs */
-    if (kl_aval_size(&c->avals[c->nin + i]) == 0 && c->nout == 1 && c->prim != KL_P_CUSTOM_VJP_LIN) return 0;
   const kl_lowering *lw = kl_lower_get(c->prim);
+  for (int i = 0; i < c->nout; i++) /* nothing to do for empty outputs */
+    if (kl_aval_size(&c->avals[c->nin + i]) == 0 && c->nout == 1 && !lw->unsupported) return 0;
   if (!lw->cpu_lib) return kl_lower_missing(c->prim, "CPU library", err, errlen);
   return lw->cpu_lib(c, ptrs, err, errlen);
 }
@@ -179,17 +179,14 @@ int kl_libcall_run(void *ctx, void **ptrs, char *err, size_t errlen) {
 /* ---- full-reduction partials ---- */
 
 void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts, int n, int64_t nelem) {
+  const kl_reduce_rule *r = kl_lower_get(reduce)->reduce;
+  int fl = kl_dtype_is_float(t);
+  if (!r || (fl ? !r->host_f : !r->host_i)) abort(); /* only reductions the dtype rules admit reach here */
   for (int64_t e = 0; e < nelem; e++) {
-    if (kl_dtype_is_float(t)) {
+    if (fl) {
       double acc = kl_lc_ldf(t, parts[0], e);
       for (int i = 1; i < n; i++) {
-        double v = kl_lc_ldf(t, parts[i], e);
-        switch (reduce) {
-        case KL_P_REDUCE_SUM: acc += v; break;
-        case KL_P_REDUCE_PROD: acc *= v; break;
-        case KL_P_REDUCE_MAX: acc = (isnan(acc) || isnan(v)) ? NAN : (v > acc ? v : acc); break;
-        default: acc = (isnan(acc) || isnan(v)) ? NAN : (v < acc ? v : acc); break;
-        }
+        acc = r->host_f(acc, kl_lc_ldf(t, parts[i], e));
         if (t != KL_F64) { kl_lc_stf(t, dst, e, acc); acc = kl_lc_ldf(t, dst, e); }
       }
       kl_lc_stf(t, dst, e, acc);
@@ -197,18 +194,7 @@ void kl_reduce_combine(kl_prim reduce, kl_dtype t, void *dst, void *const *parts
     }
     int64_t acc = kl_lc_ldi(t, parts[0], e);
     int un = kl_lc_is_uns(t);
-    for (int i = 1; i < n; i++) {
-      int64_t v = kl_lc_ldi(t, parts[i], e);
-      int lt = un ? (uint64_t)v < (uint64_t)acc : v < acc;
-      switch (reduce) {
-      case KL_P_REDUCE_SUM: acc = (int64_t)((uint64_t)acc + (uint64_t)v); break;
-      case KL_P_REDUCE_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)v); break;
-      case KL_P_REDUCE_MAX: acc = lt ? acc : v; break;
-      case KL_P_REDUCE_MIN: acc = lt ? v : acc; break;
-      case KL_P_REDUCE_AND: acc = acc & v; break;
-      default: acc = acc | v; break;
-      }
-    }
+    for (int i = 1; i < n; i++) acc = r->host_i(acc, kl_lc_ldi(t, parts[i], e), un);
     kl_lc_sti(t, dst, e, acc);
   }
 }

@@ -196,7 +196,15 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
 
 
 /* fuses = 0: only small products fuse, which fusion asks kl_small_dot (a fact of the shapes) */
+/* Multiply-adds of a product: small ones run inline rather than asynchronously. */
+static double dot_flops(const kl_program *pg, const kl_eqn *e) {
+  int64_t kdim = 1;
+  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.dot.lhs_contracting.v[i]];
+  return (double)kl_aval_size(&pg->vals[e->outs[0]].aval) * (double)kdim;
+}
+
 const kl_lowering kl_lower_dot[] = {
-    {KL_P_DOT_GENERAL, .fuses = 0, .scalar = scalar_dot, .cpu_lib = run_dot},
+    {KL_P_DOT_GENERAL, .fuses = 0, .scalar = scalar_dot, .cpu_lib = run_dot, .gpu_library = KL_GPU_LIB_GEMM,
+     .flops = dot_flops},
 };
 const int kl_lower_dot_n = sizeof kl_lower_dot / sizeof *kl_lower_dot;

@@ -131,10 +131,203 @@ static int cpu_dynamic_slice(const kl_libcall *c, void *const *ptrs, char *err, 
   return 0;
 }
 
+/* ---- GPU kernels: one thread per output element (gathers, dynamic slices), one per column of
+ * the result walking the updates in order (scatters: the last SET wins, as on the CPU) ---- */
+
+/* out[o, j, in] = x[o, clamp(idx[j]), in] */
+static int gpu_take(kg_move *mv) {
+  const kl_libcall *c = mv->c;
+  const kl_aval *x = &c->avals[0], *o = &c->avals[c->nin];
+  kctx *k = &mv->k;
+  const kg_arg *args = mv->args;
+  const char *st = mv->st;
+  int oi = mv->oi;
+  ssa v;
+  int64_t outer, n, inner;
+  kl_lc_split_axis(x, (int)c->p.take.axis, &outer, &n, &inner);
+  int64_t m = kl_aval_size(&c->avals[1]);
+  ssa in, q, j, ob, kk, kc, r, src;
+  kg_grid_loop(k, kl_aval_size(o), "%e");
+  kg_index_op(k, "remui", "%e", inner, in);
+  kg_index_op(k, "divui", "%e", inner, q);
+  kg_index_op(k, "remui", q, m, j);
+  kg_index_op(k, "divui", q, m, ob);
+  kg_load_index64(k, 1, j, &args[1], c->avals[1].dtype, kk);
+  kg_clamp_index(k, kk, c->avals[1].dtype, n - 1, kc);
+  kg_index_op(k, "muli", ob, n, r);
+  kg_update(k, "addi", r, kc, "index");
+  kg_index_op(k, "muli", r, inner, src);
+  kg_update(k, "addi", src, in, "index");
+  kk_line(k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(k, v), src, (long long)args[0].dims[0], st);
+  kk_line(k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
+  kg_close_loop(k);
+  kg_finish(mv, kl_aval_size(o));
+  return 1;
+}
+
+/* Starts clamp so that the box fits, as lax does. */
+static int gpu_dynamic_slice(kg_move *mv) {
+  const kl_libcall *c = mv->c;
+  const kl_aval *x = &c->avals[0], *o = &c->avals[c->nin];
+  kctx *k = &mv->k;
+  const kg_arg *args = mv->args;
+  const char *st = mv->st;
+  int oi = mv->oi;
+  ssa v;
+  int upd = c->prim == KL_P_DYNAMIC_UPDATE_SLICE, first = upd ? 2 : 1, nd = x->ndim;
+  int64_t box[KL_MAX_RANK];
+  for (int i = 0; i < nd; i++) box[i] = upd ? c->avals[1].dims[i] : c->p.dynamic_slice.slice_sizes.v[i];
+  ssa start[KL_MAX_RANK];
+  for (int i = 0; i < nd; i++) { /* starts clamp so that the box fits, as lax does */
+    ssa s;
+    kg_load_index64(k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
+    kg_clamp_index(k, s, c->avals[first + i].dtype, x->dims[i] - box[i], start[i]);
+  }
+  const int64_t *space = upd ? x->dims : box; /* the output's dims */
+  kg_grid_loop(k, kl_aval_size(o), "%e");
+  ssa idx[KL_MAX_RANK], rest;
+  snprintf(rest, sizeof rest, "%%e");
+  for (int i = nd - 1; i >= 0; i--) { /* delinearize e over the output's dims */
+    if (i > 0) {
+      kg_index_op(k, "remui", rest, space[i], idx[i]);
+      kg_index_op(k, "divui", rest, space[i], rest);
+    } else
+      snprintf(idx[i], sizeof idx[i], "%s", rest);
+  }
+  if (!upd) { /* out[idx] = x[start + idx] */
+    ssa src;
+    kk_const_index(k, 0, src);
+    for (int i = 0; i < nd; i++) {
+      ssa a;
+      kg_index_op(k, "muli", src, x->dims[i], src);
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, a), idx[i], start[i]);
+      kg_update(k, "addi", src, a, "index");
+    }
+    kk_line(k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(k, v), src, (long long)args[0].dims[0], st);
+  } else { /* out[idx] = inside the box ? update[idx - start] : x[idx] */
+    ssa inside, us;
+    kk_line(k, "%s = arith.constant true", kk_fresh(k, inside));
+    kk_const_index(k, 0, us);
+    for (int i = 0; i < nd; i++) {
+      ssa d, ge, lt, both, t;
+      kk_line(k, "%s = arith.subi %s, %s : index", kk_fresh(k, d), idx[i], start[i]);
+      kk_line(k, "%s = arith.cmpi sge, %s, %%c0 : index", kk_fresh(k, ge), d);
+      kg_index_op(k, "cmpi slt,", d, box[i], lt);
+      kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, both), ge, lt);
+      kg_update(k, "andi", inside, both, "i1");
+      kg_index_op(k, "muli", us, box[i], t);
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, us), t, d);
+    }
+    kk_line(k, "%s = scf.if %s -> (%s) {", kk_fresh(k, v), inside, st);
+    ssa a, b;
+    kk_line(k, "  %s = memref.load %%m1[%s] : memref<%lldx%s>", kk_fresh(k, a), us, (long long)args[1].dims[0], st);
+    kk_line(k, "  scf.yield %s : %s", a, st);
+    kk_line(k, "} else {");
+    kk_line(k, "  %s = memref.load %%m0[%%e] : memref<%lldx%s>", kk_fresh(k, b), (long long)args[0].dims[0], st);
+    kk_line(k, "  scf.yield %s : %s", b, st);
+    kk_line(k, "}");
+  }
+  kk_line(k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
+  kg_close_loop(k);
+  kg_finish(mv, kl_aval_size(o));
+  return 1;
+}
+
+/* Kernel 1 copies x; kernel 2 applies the updates. */
+static int gpu_scatter(kg_move *mv) {
+  const kl_libcall *c = mv->c;
+  const kl_aval *x = &c->avals[0], *o = &c->avals[c->nin];
+  kctx *k = &mv->k;
+  const kg_arg *args = mv->args;
+  const char *st = mv->st;
+  int oi = mv->oi;
+  ssa v;
+  int64_t outer, n, inner;
+  kl_lc_split_axis(x, (int)c->p.scatter.axis, &outer, &n, &inner);
+  int64_t m = kl_aval_size(&c->avals[1]);
+  int op = c->p.scatter.op;
+  kl_dtype t = x->dtype;
+  static const kl_prim as_reduce[] = {KL_P_REDUCE_SUM, KL_P_REDUCE_SUM, KL_P_REDUCE_PROD, KL_P_REDUCE_MIN, KL_P_REDUCE_MAX};
+  /* many additions of 32/64-bit numbers: one thread per update, atomic adds (any order) */
+  int atomic = op == KL_SCATTER_ADD && m > KL_GPU_MOVE_ATOMIC_MIN &&
+               (t == KL_F32 || t == KL_F64 || t == KL_I32 || t == KL_I64 || t == KL_U32 || t == KL_U64);
+  if ((m > KL_GPU_MOVE_MAX_UPDATES && !atomic) || op < 0 || op > KL_SCATTER_MAX ||
+      (op != KL_SCATTER_SET && (t == KL_BOOL || strcmp(st, kl_compute_type(t)))))
+    return 0;
+  /* kernel 1 (name): out = x */
+  kg_grid_loop(k, kl_aval_size(x), "%e");
+  kk_line(k, "%s = memref.load %%m0[%%e] : memref<%lldx%s>", kk_fresh(k, v), (long long)args[0].dims[0], st);
+  kk_line(k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
+  kg_close_loop(k);
+  kg_finish(mv, kl_aval_size(o));
+  if (atomic) { /* kernel 2 (name_s): out[o, idx[j], in] += upd[o, j, in] for every update */
+    ssa in, q, j, ob, k64, n64, ok, kk, pos, u, old;
+    kg_grid_loop(k, outer * m * inner, "%e");
+    kg_index_op(k, "remui", "%e", inner, in);
+    kg_index_op(k, "divui", "%e", inner, q);
+    kg_index_op(k, "remui", q, m, j);
+    kg_index_op(k, "divui", q, m, ob);
+    kg_load_index64(k, 1, j, &args[1], c->avals[1].dtype, k64);
+    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, n64), (long long)n);
+    kk_line(k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(k, ok), k64, n64);
+    kk_line(k, "scf.if %s {", ok);
+    k->ind = "          ";
+    kk_line(k, "%s = arith.index_cast %s : i64 to index", kk_fresh(k, kk), k64);
+    kg_index_op(k, "muli", ob, n, pos);
+    kg_update(k, "addi", pos, kk, "index");
+    kg_index_op(k, "muli", pos, inner, pos);
+    kg_update(k, "addi", pos, in, "index");
+    kk_line(k, "%s = memref.load %%m2[%%e] : memref<%lldx%s>", kk_fresh(k, u), (long long)args[2].dims[0], st);
+    kk_line(k, "%s = memref.atomic_rmw %s %s, %%m%d[%s] : (%s, memref<%lldx%s>) -> %s", kk_fresh(k, old),
+            kl_dtype_is_float(t) ? "addf" : "addi", u, oi, pos, st, (long long)args[oi].dims[0], st, st);
+    k->ind = "        ";
+    kk_line(k, "}");
+  } else { /* kernel 2 (name_s): one thread per column (o, in) applies the updates j = 0..m in order */
+    kg_grid_loop(k, outer * inner, "%col");
+    ssa ob, in, base, ub;
+    kg_index_op(k, "divui", "%col", inner, ob);
+    kg_index_op(k, "remui", "%col", inner, in);
+    kg_index_op(k, "muli", ob, n * inner, base);
+    kg_update(k, "addi", base, in, "index");
+    kg_index_op(k, "muli", ob, m * inner, ub);
+    kg_update(k, "addi", ub, in, "index");
+    ssa cm;
+    kk_const_index(k, m, cm);
+    kk_line(k, "scf.for %%j = %%c0 to %s step %%c1 {", cm);
+    k->ind = "          ";
+    ssa k64, n64, ok, kk, pos, up, u;
+    kg_load_index64(k, 1, "%j", &args[1], c->avals[1].dtype, k64);
+    kk_line(k, "%s = arith.constant %lld : i64", kk_fresh(k, n64), (long long)n);
+    kk_line(k, "%s = arith.cmpi ult, %s, %s : i64", kk_fresh(k, ok), k64, n64); /* negative: huge unsigned */
+    kk_line(k, "scf.if %s {", ok);
+    k->ind = "            ";
+    kk_line(k, "%s = arith.index_cast %s : i64 to index", kk_fresh(k, kk), k64);
+    kg_index_op(k, "muli", kk, inner, pos);
+    kg_update(k, "addi", pos, base, "index");
+    kg_index_op(k, "muli", "%j", inner, up);
+    kg_update(k, "addi", up, ub, "index");
+    kk_line(k, "%s = memref.load %%m2[%s] : memref<%lldx%s>", kk_fresh(k, u), up, (long long)args[2].dims[0], st);
+    if (op != KL_SCATTER_SET) {
+      ssa a, r;
+      kk_line(k, "%s = memref.load %%m%d[%s] : memref<%lldx%s>", kk_fresh(k, a), oi, pos, (long long)args[oi].dims[0], st);
+      kg_combine(k, as_reduce[op], t, st, a, u, r);
+      snprintf(u, sizeof u, "%s", r);
+    }
+    kk_line(k, "memref.store %s, %%m%d[%s] : memref<%lldx%s>", u, oi, pos, (long long)args[oi].dims[0], st);
+    k->ind = "          ";
+    kk_line(k, "}");
+    k->ind = "        ";
+    kk_line(k, "}");
+  }
+  kg_close_loop(k);
+  kg_finish(mv, atomic ? outer * m * inner : outer * inner);
+  return 2;
+}
+
 const kl_lowering kl_lower_index[] = {
-    {KL_P_DYNAMIC_SLICE, .fuses = 0, .cpu_lib = cpu_dynamic_slice, .gpu_kernel = 1},
-    {KL_P_DYNAMIC_UPDATE_SLICE, .fuses = 0, .cpu_lib = cpu_dynamic_slice, .gpu_kernel = 1},
-    {KL_P_TAKE, .fuses = 0, .cpu_lib = cpu_take, .gpu_kernel = 1},
-    {KL_P_SCATTER, .fuses = 0, .cpu_lib = cpu_scatter, .gpu_kernel = 1},
+    {KL_P_DYNAMIC_SLICE, .fuses = 0, .cpu_lib = cpu_dynamic_slice, .gpu_kernel = gpu_dynamic_slice},
+    {KL_P_DYNAMIC_UPDATE_SLICE, .fuses = 0, .cpu_lib = cpu_dynamic_slice, .gpu_kernel = gpu_dynamic_slice},
+    {KL_P_TAKE, .fuses = 0, .cpu_lib = cpu_take, .gpu_kernel = gpu_take},
+    {KL_P_SCATTER, .fuses = 0, .cpu_lib = cpu_scatter, .gpu_kernel = gpu_scatter},
 };
 const int kl_lower_index_n = sizeof kl_lower_index / sizeof *kl_lower_index;

@@ -18,10 +18,46 @@ typedef int (*kl_cpu_lib_fn)(const kl_libcall *c, void *const *ptrs, char *err, 
  * identity, per kind of element type. */
 enum { KL_RINIT_TYPE_MIN = 2, KL_RINIT_TYPE_MAX = 3 }; /* iinit/uinit markers beyond plain values */
 typedef struct {
-  const char *fop, *sop, *uop, *bop; /* arith op for float, signed, unsigned, bool elements */
+  const char *fop, *sop, *uop, *bop; /* arith op for float, signed, unsigned, bool elements (bools
+                                        travelling as i32 on the GPU use bop too) */
   double finit;                      /* identity for floats */
   int sinit, uinit, binit;           /* identity for signed/unsigned/bool: -1, 0, 1 or KL_RINIT_* */
+  char wide;                         /* float32/16 accumulate in float64 on the CPU (sums) */
+  const char *nan_op;  /* float max/min propagate NaN: the CPU's vectorizable op beside a NaN flag
+                          (maxnumf), NULL: fop as is */
+  const char *nan_cmp; /* ... and the GPU's arith.cmpf predicate that picks v over acc (ugt) */
+  double (*host_f)(double acc, double v);          /* the host's combine of partials, floats */
+  int64_t (*host_i)(int64_t acc, int64_t v, int un); /* ... ints and bools (un: unsigned) */
 } kl_reduce_rule;
+
+/* A library step whose GPU kernels a family writes (kernel_gpu.c sets it up and closes each
+ * kernel): arguments are flat memrefs %m<i>, inputs then the one output. */
+typedef struct {
+  int ndim;
+  int64_t dims[KL_MAX_RANK];
+  const char *storage; /* MLIR element type in memory */
+  int readonly;
+} kg_arg;
+typedef struct {
+  const kl_libcall *c;
+  kctx k;              /* k.body is the kernel being written */
+  kl_str body;
+  kg_arg args[16];     /* the flat arguments */
+  int nargs, oi;       /* number of arguments, the output's index */
+  const char *st;      /* storage type of argument 0 */
+  const char *name;    /* the first kernel's name; the second is <name>_s */
+  kl_str *out;         /* the module text the kernels are appended to */
+  unsigned *grid;      /* grid size of each kernel written */
+  int nk;              /* kernels written so far */
+} kg_move;
+/* Writes the kernels of library step m->c (kg_finish closes each); returns how many, or 0 (before
+ * writing any) when this instance stays a host routine. */
+typedef int (*kl_gpu_kernel_fn)(kg_move *m);
+#define KL_GPU_MOVE_MAX_UPDATES 8192 /* walks of more elements per thread stay on the host */
+#define KL_GPU_MOVE_ATOMIC_MIN 1024  /* scatter-adds of more updates use atomics */
+
+/* Library kinds a step can run as on the GPU instead of its host routine. */
+typedef enum { KL_GPU_LIB_NONE, KL_GPU_LIB_GEMM /* cuBLAS (batched) gemm */ } kl_gpu_library;
 
 typedef struct {
   kl_prim prim;
@@ -31,8 +67,16 @@ typedef struct {
   kl_scalar_fn scalar;         /* one element inside a fused kernel; NULL: never inside one */
   const kl_reduce_rule *reduce; /* reductions over axes (the drivers' loops compute them) */
   kl_cpu_lib_fn cpu_lib;       /* host routine of a library step; NULL: none */
-  char gpu_kernel;             /* 1: on the GPU, a library step runs as kernels of its own
-                                  (kl_kernel_emit_gpu_move); 0: a GPU library or the host routine */
+  kl_gpu_kernel_fn gpu_kernel; /* on the GPU, a library step runs as these kernels of its own
+                                  (kl_kernel_emit_gpu_move); NULL: a GPU library or the host */
+  kl_gpu_library gpu_library;  /* the GPU library that can run the step */
+  /* multiply-adds of a library step whose small instances are not worth running asynchronously;
+   * NULL: none such */
+  double (*flops)(const kl_program *pg, const kl_eqn *e);
+  /* 1 when an element reads its operand far from its own position along the last axis (the CPU
+   * driver then tiles the loops); NULL: never */
+  int (*strided)(const kl_eqn *e);
+  const char *unsupported;     /* the step cannot run: the error compiling it reports */
 } kl_lowering;
 
 /* Each family's rows (codegen/lower/<family>.c). */
@@ -66,6 +110,21 @@ int kl_lc_is_uns(kl_dtype t);
 int kl_lc_cmp_elem(kl_dtype t, const void *p, int64_t i, int64_t j);
 /* Splits a's shape around axis: outer * n * inner. */
 void kl_lc_split_axis(const kl_aval *a, int axis, int64_t *outer, int64_t *n, int64_t *inner);
+
+/* GPU helpers for the families' kernels (codegen/kernel_gpu.c). */
+void kg_finish(kg_move *m, int64_t work);  /* closes m's current kernel, grid-stride over work */
+void kg_grid_loop(kctx *k, int64_t total, const char *iv); /* scf.for iv = gid to total step grid */
+void kg_close_loop(kctx *k);
+void kg_update(kctx *k, const char *op, char *acc, const char *b, const char *ty); /* acc op= b */
+void kg_index_op(kctx *k, const char *op, const char *a, int64_t b, char *out);  /* a op const */
+/* Element pos of flat index argument i, sign- or zero-extended to i64. */
+void kg_load_index64(kctx *k, int i, const char *pos, const kg_arg *a, kl_dtype t, char *out);
+void kg_clamp_index(kctx *k, const char *v, kl_dtype t, int64_t hi, char *out); /* to index */
+/* out = acc (reduce) v in type ty; float max/min propagate NaN. */
+char *kg_combine(kctx *k, kl_prim reduce, kl_dtype t, const char *ty, const char *acc, const char *v, char *out);
+/* One thread per column walks axis in order (codegen/lower/cumulative.c): arith "add"/"mul"
+ * scans, else compares keep the max (maxlike) or min, NaN sticking; arg: only the index. */
+int kl_gpu_axis_walk(kg_move *m, int axis, int rev, int arg, const char *arith, int maxlike);
 
 /* Scalar helpers shared by the families (codegen/kernel.c). */
 char *kk_round_low(kctx *k, kl_dtype t, char *v); /* rounds an f16/bf16 value held in f32 */

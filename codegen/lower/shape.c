@@ -189,10 +189,16 @@ static char *scalar_concat(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out)
   return emit_concat(k, e, idx, out);
 }
 
+/* A transpose that moves the last dimension reads far-apart elements for consecutive outputs. */
+static int strided_transpose(const kl_eqn *e) {
+  const kl_ivec *perm = &e->p.transpose.permutation;
+  return perm->n >= 2 && perm->v[perm->n - 1] != perm->n - 1;
+}
+
 const kl_lowering kl_lower_shape[] = {
     {KL_P_BROADCAST_IN_DIM, .fuses = 1, .weight = 1, .scalar = scalar_broadcast},
     {KL_P_RESHAPE, .fuses = 1, .weight = 1, .scalar = scalar_reshape},
-    {KL_P_TRANSPOSE, .fuses = 1, .weight = 1, .scalar = scalar_transpose},
+    {KL_P_TRANSPOSE, .fuses = 1, .weight = 1, .scalar = scalar_transpose, .strided = strided_transpose},
     {KL_P_REV, .fuses = 1, .weight = 1, .scalar = scalar_rev},
     {KL_P_SLICE, .fuses = 1, .weight = 1, .scalar = scalar_slice},
     {KL_P_PAD, .fuses = 1, .weight = 1, .scalar = scalar_pad},
