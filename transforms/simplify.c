@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "build.h"
 #include "fuse.h"
 
 typedef struct {
@@ -314,16 +315,11 @@ int kl_simplify_bind_input(kl_program *pg, int pos, double value) {
   p.literal.weak_type = a.weak;
   if (kl_dtype_is_float(a.dtype)) p.literal.value = value;
   else p.literal.int_value = (int64_t)value;
-  int outs[KL_MAX_OUTS], nout, n0 = pg->neqns;
   char err[256];
-  if (kl_program_add_eqn(pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, sizeof err)) return -1;
-  int v = outs[0];
-  if (a.ndim) {
-    kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
-    p.broadcast.shape = (kl_ivec){a.dims, a.ndim};
-    if (kl_program_add_eqn(pg, KL_P_BROADCAST_IN_DIM, &v, 1, &p, outs, &nout, err, sizeof err)) return -1;
-    v = outs[0];
-  }
+  kl_build b = {.pg = pg, .err = err, .errlen = sizeof err};
+  int n0 = pg->neqns, v = kl_build_op(&b, KL_P_CONST, NULL, 0, &p);
+  if (a.ndim) v = kl_build_broadcast(&b, v, a.dims, a.ndim, NULL);
+  if (v < 0) return -1;
   /* rotate the new equations (they read nothing from the program) to the front */
   int k = pg->neqns - n0;
   kl_eqn added[2];
