@@ -251,9 +251,28 @@ static int call_batch(kl_build *b, rule_args *r) {
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
+/* ---- inline (for code generation; inline.c) ------------------------------------------------- */
+
+/* custom_vjp_call: its outputs are its first operands (the bwd rule matters only to AD). */
+static int custom_vjp_call_inline(const kl_eqn *e, const kl_program **body) {
+  (void)e;
+  *body = NULL;
+  return 0;
+}
+
+static int custom_jvp_call_inline(const kl_eqn *e, const kl_program **body) {
+  *body = e->p.custom_jvp.fun;
+  return *body ? 0 : -1;
+}
+
+static int checkpoint_inline(const kl_eqn *e, const kl_program **body) {
+  *body = e->p.checkpoint.body;
+  return *body ? 0 : -1;
+}
+
 const kl_rule_row kl_rules_call[] = {
-    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch},
-    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL},
-    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch},
-    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch},
+    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch, NULL, custom_vjp_call_inline},
+    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL, NULL, NULL},
+    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch, NULL, custom_jvp_call_inline},
+    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch, NULL, checkpoint_inline},
     KL_RULES_END};

@@ -128,5 +128,5 @@ static int dot_batch(kl_build *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_dot[] = {
-    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, dot_batch},
+    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, dot_batch, NULL, NULL},
     KL_RULES_END};

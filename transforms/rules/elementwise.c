@@ -1,5 +1,5 @@
 /* elementwise.c: the transformation rules of the elementwise family (math, comparisons, select,
- * convert, literals, iota): JVP, transpose of the linear ones, batching. Rules shared by a whole
+ * convert, literals, iota): JVP, transpose of the linear ones, batching, simplification. Rules shared by a whole
  * operand form take the primitive from the equation. Depends only on ir/ and transforms/. */
 #include <math.h>
 #include <string.h>
@@ -244,71 +244,145 @@ static int elementwise_batch(kl_build *b, rule_args *r) {
   return r->ys[0] < 0 ? -1 : 0;
 }
 
+/* ---- simplify (simplify.h): each rewrite keeps the result bit-identical, -0.0 and NaN included -- */
+
+/* Identity elements of the binary arithmetic ops. x*1, 1*x, x/1: exact for every dtype (IEEE
+ * multiplication and division by 1 return x, signed zeros, infinities and NaNs included).
+ * Integers: x+0, 0+x, x-0 exact (wrapping arithmetic). Floats: x+0.0 is NOT exact
+ * (-0.0 + +0.0 = +0.0), but x+(-0.0), (-0.0)+x and x-(+0.0) are, so only those fire.
+ * x*0 for integers is 0 (no NaN/inf); never for floats, where 0*inf and 0*NaN are NaN. */
+static int is_float_operand(kl_simp *s, kl_eqn *e) { return kl_dtype_is_float(s->pg->vals[e->ins[0]].aval.dtype); }
+
+static int mul_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_program *pg = s->pg;
+  int x = e->ins[0], y = e->ins[1];
+  int fl = is_float_operand(s, e);
+  if (kl_simp_splat_is(pg, y, KL_SPLAT_ONE)) return kl_simp_forward(s, e, x);
+  if (kl_simp_splat_is(pg, x, KL_SPLAT_ONE)) return kl_simp_forward(s, e, y);
+  if (fl) return KL_SIMP_KEEP;
+  int z = kl_simp_splat_is(pg, y, KL_SPLAT_ZERO_INT) ? y : kl_simp_splat_is(pg, x, KL_SPLAT_ZERO_INT) ? x : -1;
+  if (z < 0) return KL_SIMP_KEEP;
+  int r = kl_simp_forward(s, e, z);
+  if (r != KL_SIMP_KEEP) return r;
+  return kl_simp_forward(s, e, kl_simp_splat_root(pg, z));
+}
+
+static int div_simplify(kl_simp *s, kl_eqn *e) {
+  return kl_simp_splat_is(s->pg, e->ins[1], KL_SPLAT_ONE) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+static int add_simplify(kl_simp *s, kl_eqn *e) {
+  kl_splat_kind zero = is_float_operand(s, e) ? KL_SPLAT_NEG_ZERO_FLOAT : KL_SPLAT_ZERO_INT;
+  if (kl_simp_splat_is(s->pg, e->ins[1], zero)) return kl_simp_forward(s, e, e->ins[0]);
+  if (kl_simp_splat_is(s->pg, e->ins[0], zero)) return kl_simp_forward(s, e, e->ins[1]);
+  return KL_SIMP_KEEP;
+}
+
+/* 0 - x is not x; (-0.0) - x is not bitwise neg(x) for NaN, so left alone */
+static int sub_simplify(kl_simp *s, kl_eqn *e) {
+  kl_splat_kind zero = is_float_operand(s, e) ? KL_SPLAT_POS_ZERO_FLOAT : KL_SPLAT_ZERO_INT;
+  return kl_simp_splat_is(s->pg, e->ins[1], zero) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* neg(neg(x)) = x: negation flips the sign bit (floats) or negates modulo 2^n (integers), so
+ * twice is the identity, NaN payloads included. */
+static int neg_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_eqn *pe = kl_simp_producer(s->pg, e->ins[0]);
+  return pe && pe->prim == KL_P_NEG ? kl_simp_forward(s, e, pe->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* integer_pow[y=1](x) = x. */
+static int integer_pow_simplify(kl_simp *s, kl_eqn *e) {
+  return e->p.integer_pow.y == 1 ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* stop_gradient is the identity on values; it only matters to a later differentiation of the
+ * program (it may be inlined into an outer grad), so it goes only where its operand does not
+ * depend on any input: no derivative can flow through it then. */
+static int stop_gradient_simplify(kl_simp *s, kl_eqn *e) {
+  return !s->dep[e->ins[0]] ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* select_n(p, a, b): a literal predicate picks its case (0 -> a, 1 -> b; an int32 predicate
+ * with any other value is left alone); equal cases give that case. */
+static int select_simplify(kl_simp *s, kl_eqn *e) {
+  int64_t which;
+  if (e->ins[1] == e->ins[2]) return kl_simp_forward(s, e, e->ins[1]);
+  if (kl_simp_splat_int(s->pg, e->ins[0], &which) && (which == 0 || which == 1)) return kl_simp_forward(s, e, e->ins[1 + which]);
+  return KL_SIMP_KEEP;
+}
+
+/* convert_element_type / bitcast_convert_type to its own dtype and weak type: nothing to do */
+static int convert_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_program *pg = s->pg;
+  return kl_aval_equal(&pg->vals[e->ins[0]].aval, &pg->vals[e->outs[0]].aval) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_elementwise[] = {
-    {KL_P_NEG, unary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_SIGN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_FLOOR, unary_jvp, NULL, elementwise_batch},
-    {KL_P_CEIL, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ROUND, unary_jvp, NULL, elementwise_batch},
-    {KL_P_IS_FINITE, unary_jvp, NULL, elementwise_batch},
-    {KL_P_EXP, unary_jvp, NULL, elementwise_batch},
-    {KL_P_EXP2, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LOG, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LOG1P, unary_jvp, NULL, elementwise_batch},
-    {KL_P_EXPM1, unary_jvp, NULL, elementwise_batch},
-    {KL_P_TANH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LOGISTIC, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SIN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_COS, unary_jvp, NULL, elementwise_batch},
-    {KL_P_TAN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ASIN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ACOS, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ATAN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SINH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_COSH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ASINH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ACOSH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ATANH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SQRT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_RSQRT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_CBRT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ABS, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ERF, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ERFC, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ERF_INV, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LGAMMA, unary_jvp, NULL, elementwise_batch},
-    {KL_P_DIGAMMA, unary_jvp, NULL, elementwise_batch},
-    {KL_P_NOT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SQUARE, unary_jvp, NULL, elementwise_batch},
-    {KL_P_INTEGER_POW, unary_jvp, NULL, elementwise_batch},
-    {KL_P_STOP_GRADIENT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_OPTIMIZATION_BARRIER, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ADD, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_SUB, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_MUL, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_DIV, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_REM, binary_jvp, NULL, elementwise_batch},
-    {KL_P_POW, binary_jvp, NULL, elementwise_batch},
-    {KL_P_MAX, binary_jvp, NULL, elementwise_batch},
-    {KL_P_MIN, binary_jvp, NULL, elementwise_batch},
-    {KL_P_ATAN2, binary_jvp, NULL, elementwise_batch},
-    {KL_P_AND, binary_jvp, NULL, elementwise_batch},
-    {KL_P_OR, binary_jvp, NULL, elementwise_batch},
-    {KL_P_XOR, binary_jvp, NULL, elementwise_batch},
-    {KL_P_SHL, binary_jvp, NULL, elementwise_batch},
-    {KL_P_SHR_LOGICAL, binary_jvp, NULL, elementwise_batch},
-    {KL_P_SHR_ARITH, binary_jvp, NULL, elementwise_batch},
-    {KL_P_EQ, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_NE, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_LT, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_LE, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_GT, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_GE, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_SELECT_N, select_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_CONVERT, convert_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_BITCAST, convert_jvp, NULL, elementwise_batch},
-    {KL_P_CONST, kl_jvp_zero, NULL, NULL},
-    {KL_P_IOTA, kl_jvp_zero, NULL, NULL},
+    {KL_P_NEG, unary_jvp, elementwise_transpose, elementwise_batch, neg_simplify, NULL},
+    {KL_P_SIGN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_FLOOR, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_CEIL, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ROUND, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_IS_FINITE, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EXP, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EXP2, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LOG, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LOG1P, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EXPM1, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_TANH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LOGISTIC, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SIN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_COS, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_TAN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ASIN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ACOS, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ATAN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SINH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_COSH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ASINH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ACOSH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ATANH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SQRT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_RSQRT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_CBRT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ABS, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ERF, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ERFC, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ERF_INV, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LGAMMA, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_DIGAMMA, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_NOT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SQUARE, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_INTEGER_POW, unary_jvp, NULL, elementwise_batch, integer_pow_simplify, NULL},
+    {KL_P_STOP_GRADIENT, unary_jvp, NULL, elementwise_batch, stop_gradient_simplify, NULL},
+    {KL_P_OPTIMIZATION_BARRIER, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ADD, binary_jvp, elementwise_transpose, elementwise_batch, add_simplify, NULL},
+    {KL_P_SUB, binary_jvp, elementwise_transpose, elementwise_batch, sub_simplify, NULL},
+    {KL_P_MUL, binary_jvp, elementwise_transpose, elementwise_batch, mul_simplify, NULL},
+    {KL_P_DIV, binary_jvp, elementwise_transpose, elementwise_batch, div_simplify, NULL},
+    {KL_P_REM, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_POW, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_MAX, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_MIN, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ATAN2, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_AND, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_OR, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_XOR, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SHL, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SHR_LOGICAL, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SHR_ARITH, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EQ, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_NE, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LT, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LE, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_GT, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_GE, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SELECT_N, select_jvp, elementwise_transpose, elementwise_batch, select_simplify, NULL},
+    {KL_P_CONVERT, convert_jvp, elementwise_transpose, elementwise_batch, convert_simplify, NULL},
+    {KL_P_BITCAST, convert_jvp, NULL, elementwise_batch, convert_simplify, NULL},
+    {KL_P_CONST, kl_jvp_zero, NULL, NULL, NULL, NULL},
+    {KL_P_IOTA, kl_jvp_zero, NULL, NULL, NULL, NULL},
     KL_RULES_END};

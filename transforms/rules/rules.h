@@ -1,10 +1,11 @@
-/* rules.h: the transformation rules of one primitive (JVP, transpose, batching) as one table row,
- * and the shorthands the family files (transforms/rules/<family>.c) share. The drivers (jvp.c,
- * transpose.c, vmap.c) look a row up with kl_rule_get. Private to transforms/; depends only on ir/. */
+/* rules.h: the transformation rules of one primitive (JVP, transpose, batching, simplify, inline)
+ * as one table row, and the shorthands the family files (transforms/rules/<family>.c) share. The
+ * drivers (jvp.c, transpose.c, vmap.c, simplify.c, inline.c) look a row up with kl_rule_get. Private to transforms/; depends only on ir/. */
 #ifndef KL_RULES_H
 #define KL_RULES_H
 #include "../ad.h"
 #include "../batch_build.h"
+#include "../simplify.h"
 #include "../transpose.h"
 
 /* JVP rule: writes the tangents of e's outputs into touts (preset to -1, a zero tangent).
@@ -20,6 +21,13 @@ typedef int (*kl_transpose_rule)(kl_tctx *c, const kl_eqn *e, int operand, int c
 /* Batching rule: writes e->nout batched results (batch axis 0) into r->ys; 0, or -1 with a
  * message in b. Called only when some operand is batched. */
 typedef int (*kl_batch_rule)(kl_build *b, rule_args *r);
+/* Simplify rule: looks at e (one output, operands already redirected) and returns what it did
+ * (KL_SIMP_KEEP, _REDIRECTED, _REWRITTEN; simplify.h). Exact: the result stays bit-identical. */
+typedef int (*kl_simplify_rule)(kl_simp *s, kl_eqn *e);
+/* Inline rule of a call primitive: what code generation replaces the call by. Sets *body to the
+ * program to inline on the call's operands, or to NULL when the call's outputs are its first
+ * operands; returns 0, or -1 when the body is missing. */
+typedef int (*kl_inline_rule)(const kl_eqn *e, const kl_program **body);
 
 /* One primitive's rules; a NULL rule is "not supported yet". */
 typedef struct {
@@ -27,10 +35,12 @@ typedef struct {
   kl_jvp_rule jvp;
   kl_transpose_rule transpose;
   kl_batch_rule batch;
+  kl_simplify_rule simplify;
+  kl_inline_rule inline_call;
 } kl_rule_row;
 
 /* The family tables, each ending with KL_RULES_END. */
-#define KL_RULES_END {KL_NPRIMS, NULL, NULL, NULL}
+#define KL_RULES_END {KL_NPRIMS, NULL, NULL, NULL, NULL, NULL}
 extern const kl_rule_row kl_rules_elementwise[], kl_rules_shape[], kl_rules_reduce[], kl_rules_cumulative[],
     kl_rules_sort[], kl_rules_index[], kl_rules_dot[], kl_rules_linalg[], kl_rules_call[];
 

@@ -1,6 +1,7 @@
 /* shape.c: the transformation rules of the shape family (broadcast_in_dim reshape transpose rev
  * slice pad concatenate): all linear, so their JVP applies the primitive to the tangents and their
- * transpose undoes the data movement; batching shifts the axis params by one. Depends only on ir/
+ * transpose undoes the data movement; batching shifts the axis params by one; simplification
+ * drops the no-op ones and composes chains. Depends only on ir/
  * and transforms/. */
 #include <string.h>
 
@@ -235,14 +236,109 @@ static int shape_batch(kl_build *b, rule_args *r) {
   return r->ys[0] < 0 ? -1 : 0;
 }
 
+/* ---- simplify (simplify.h): structural ops that leave their operand unchanged, and chains of
+ * them that compose into one; all exact, they only move elements ------------------------------ */
+
+static const kl_aval *simp_aval(kl_simp *s, int v) { return &s->pg->vals[v].aval; }
+
+/* The operand's producer when e can fold into it, or NULL; a replicated scalar stays a
+ * replicated scalar, so e over broadcast_in_dim of a rank-0 value becomes one broadcast to the
+ * final shape (*done then holds the outcome). */
+static const kl_eqn *fold_source(kl_simp *s, kl_eqn *e, int *done) {
+  const kl_eqn *pe = kl_simp_producer(s->pg, e->ins[0]);
+  *done = -1;
+  if (!pe) return NULL;
+  if (pe->prim == KL_P_BROADCAST_IN_DIM && simp_aval(s, pe->ins[0])->ndim == 0) {
+    *done = kl_simp_rewrite_broadcast(s, e, pe->ins[0], NULL);
+    return NULL;
+  }
+  return pe->prim == e->prim ? pe : NULL;
+}
+
+/* broadcast_in_dim of broadcast_in_dim: y's dim i lands on mid's d1[i], which lands on out's
+ * d2[d1[i]]; extents stay 1 or equal, so the composed broadcast is valid and equal. (rev of rev
+ * reaches here too, reading rev's params as a broadcast's: kept as it was.) */
+static int compose_broadcasts(kl_simp *s, kl_eqn *e, const kl_eqn *pe) {
+  int y = pe->ins[0];
+  const kl_aval *ya = simp_aval(s, y);
+  int64_t dims[KL_MAX_RANK];
+  for (int i = 0; i < ya->ndim; i++) dims[i] = e->p.broadcast.broadcast_dimensions.v[pe->p.broadcast.broadcast_dimensions.v[i]];
+  return kl_simp_rewrite_broadcast(s, e, y, dims);
+}
+
+/* equal avals: the broadcast dims are then 0..n-1 with equal extents */
+static int broadcast_in_dim_simplify(kl_simp *s, kl_eqn *e) {
+  if (kl_aval_equal(simp_aval(s, e->ins[0]), simp_aval(s, e->outs[0]))) return kl_simp_forward(s, e, e->ins[0]);
+  int done;
+  const kl_eqn *pe = fold_source(s, e, &done);
+  return pe ? compose_broadcasts(s, e, pe) : done >= 0 ? done : KL_SIMP_KEEP;
+}
+
+/* reshape is row-major: equal avals change nothing, and a reshape of a reshape is one */
+static int reshape_simplify(kl_simp *s, kl_eqn *e) {
+  if (kl_aval_equal(simp_aval(s, e->ins[0]), simp_aval(s, e->outs[0]))) return kl_simp_forward(s, e, e->ins[0]);
+  int done;
+  const kl_eqn *pe = fold_source(s, e, &done);
+  if (!pe) return done >= 0 ? done : KL_SIMP_KEEP;
+  e->ins[0] = pe->ins[0];
+  return KL_SIMP_REWRITTEN;
+}
+
+static int transpose_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_ivec *p2 = &e->p.transpose.permutation;
+  int identity = 1;
+  for (int i = 0; i < p2->n; i++) identity &= p2->v[i] == i;
+  if (identity) return kl_simp_forward(s, e, e->ins[0]);
+  int done;
+  const kl_eqn *pe = fold_source(s, e, &done);
+  if (!pe) return done >= 0 ? done : KL_SIMP_KEEP;
+  int64_t *q = kl_simp_arena_vec(s->pg, p2->n); /* out[j] = mid[p2[j]] = y[p1[p2[j]]] */
+  for (int j = 0; j < p2->n; j++) q[j] = pe->p.transpose.permutation.v[p2->v[j]];
+  e->p.transpose.permutation.v = q;
+  e->ins[0] = pe->ins[0];
+  return KL_SIMP_REWRITTEN;
+}
+
+/* reversing only extent-1 axes moves nothing */
+static int rev_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_aval *xa = simp_aval(s, e->ins[0]);
+  int moves = 0;
+  for (int i = 0; i < e->p.rev.dimensions.n; i++) moves |= xa->dims[e->p.rev.dimensions.v[i]] > 1;
+  if (!moves) return kl_simp_forward(s, e, e->ins[0]);
+  int done;
+  const kl_eqn *pe = fold_source(s, e, &done);
+  return pe ? compose_broadcasts(s, e, pe) : done >= 0 ? done : KL_SIMP_KEEP;
+}
+
+static int slice_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_aval *xa = simp_aval(s, e->ins[0]);
+  const kl_params *p = &e->p;
+  int whole = 1;
+  for (int i = 0; i < xa->ndim; i++)
+    whole &= p->slice.start_indices.v[i] == 0 && p->slice.limit_indices.v[i] == xa->dims[i] &&
+             (!p->slice.strides.n || p->slice.strides.v[i] == 1 || xa->dims[i] <= 1);
+  return whole && kl_aval_equal(xa, simp_aval(s, e->outs[0])) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+static int pad_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_aval *xa = simp_aval(s, e->ins[0]);
+  const kl_params *p = &e->p;
+  int none = 1;
+  for (int i = 0; i < xa->ndim; i++)
+    none &= !p->pad.low.v[i] && !p->pad.high.v[i] && (!p->pad.interior.v[i] || xa->dims[i] <= 1);
+  return none && kl_aval_equal(xa, simp_aval(s, e->outs[0])) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+static int concatenate_simplify(kl_simp *s, kl_eqn *e) { return e->nin == 1 ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP; }
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_shape[] = {
-    {KL_P_BROADCAST_IN_DIM, shape_jvp, broadcast_in_dim_transpose, shape_batch},
-    {KL_P_RESHAPE, shape_jvp, reshape_transpose, shape_batch},
-    {KL_P_TRANSPOSE, shape_jvp, transpose_transpose, shape_batch},
-    {KL_P_REV, shape_jvp, rev_transpose, shape_batch},
-    {KL_P_SLICE, shape_jvp, slice_transpose, shape_batch},
-    {KL_P_PAD, pad_jvp, pad_transpose, shape_batch},
-    {KL_P_CONCATENATE, shape_jvp, concatenate_transpose, shape_batch},
+    {KL_P_BROADCAST_IN_DIM, shape_jvp, broadcast_in_dim_transpose, shape_batch, broadcast_in_dim_simplify, NULL},
+    {KL_P_RESHAPE, shape_jvp, reshape_transpose, shape_batch, reshape_simplify, NULL},
+    {KL_P_TRANSPOSE, shape_jvp, transpose_transpose, shape_batch, transpose_simplify, NULL},
+    {KL_P_REV, shape_jvp, rev_transpose, shape_batch, rev_simplify, NULL},
+    {KL_P_SLICE, shape_jvp, slice_transpose, shape_batch, slice_simplify, NULL},
+    {KL_P_PAD, pad_jvp, pad_transpose, shape_batch, pad_simplify, NULL},
+    {KL_P_CONCATENATE, shape_jvp, concatenate_transpose, shape_batch, concatenate_simplify, NULL},
     KL_RULES_END};
