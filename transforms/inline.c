@@ -1,13 +1,16 @@
 /* inline.c: replaces call equations by what they compute, for code generation: a checkpoint's
  * body, a custom_jvp function's body, and custom_vjp_call's passed-through operands. The
  * differentiation passes must still see the calls (their rules are in jvp.c), so only the
- * compiler runs this, first. Depends only on ir/. */
+ * compiler runs this, first. What each call becomes is its rule row's inline_call
+ * (transforms/rules/call.c). Depends only on ir/ and transforms/. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "fuse.h"
+#include "rules/rules.h"
 
-static int is_call(kl_prim p) { return p == KL_P_CHECKPOINT || p == KL_P_CUSTOM_JVP_CALL || p == KL_P_CUSTOM_VJP_CALL; }
+/* The call primitives are those with an inline rule (transforms/rules/call.c). */
+static kl_inline_rule inline_rule(kl_prim p) { return kl_rule_get(p)->inline_call; }
 
 /* Copies src's equations into dst; map: src value id -> dst value id (inputs set by the caller).
  * Returns 0, or -1 with a message (a body that no longer fits its call: an internal error). */
@@ -18,16 +21,18 @@ static int copy_into(kl_program *dst, const kl_program *src, int *map, char *err
     if (!ins) abort();
     for (int i = 0; i < e->nin; i++) ins[i] = map[e->ins[i]];
     int rc = 0;
-    if (e->prim == KL_P_CUSTOM_VJP_CALL) {
+    kl_inline_rule inl = inline_rule(e->prim);
+    const kl_program *body = NULL;
+    if (inl && inl(e, &body)) {
+      snprintf(err, errlen, "internal error: %s body is missing", kl_prim_get(e->prim)->name);
+      free(ins);
+      return -1;
+    }
+    if (inl && !body) {
       for (int i = 0; i < e->nout; i++) map[e->outs[i]] = ins[i];
-    } else if (is_call(e->prim)) {
-      const kl_program *body = e->prim == KL_P_CHECKPOINT ? e->p.checkpoint.body : e->p.custom_jvp.fun;
-      int *sub = body ? malloc(sizeof(int) * ((size_t)body->nvals + 1)) : NULL;
-      if (!body || !sub) {
-        snprintf(err, errlen, "internal error: %s body is missing", kl_prim_get(e->prim)->name);
-        free(ins);
-        return -1;
-      }
+    } else if (inl) {
+      int *sub = malloc(sizeof(int) * ((size_t)body->nvals + 1));
+      if (!sub) abort();
       for (int i = 0; i < body->ninputs; i++) sub[body->inputs[i]] = ins[i];
       rc = copy_into(dst, body, sub, err, errlen);
       for (int i = 0; !rc && i < e->nout; i++) map[e->outs[i]] = sub[body->outputs[i]];
@@ -44,7 +49,7 @@ static int copy_into(kl_program *dst, const kl_program *src, int *map, char *err
 
 int kl_inline_calls(kl_program *pg, char *err, size_t errlen) {
   int any = 0;
-  for (int k = 0; k < pg->neqns && !any; k++) any = is_call(pg->eqns[k].prim);
+  for (int k = 0; k < pg->neqns && !any; k++) any = inline_rule(pg->eqns[k].prim) != NULL;
   if (!any) return 0;
   kl_program *np = kl_program_new();
   int *map = malloc(sizeof(int) * ((size_t)pg->nvals + 1));

@@ -9,11 +9,11 @@
 #include "ad.h"
 #include "rules/rules.h"
 
-int kl_jvp_unsupported(kl_ad *a, const kl_eqn *e) {
-  return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
+int kl_jvp_unsupported(kl_build *a, const kl_eqn *e) {
+  return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
 }
 
-int kl_jvp_zero(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+int kl_jvp_zero(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)a, (void)e, (void)xs, (void)ts, (void)ys, (void)touts;
   return 0;
 }
@@ -31,7 +31,7 @@ static int saveable(const kl_eqn *e, int policy) {
 }
 
 /* The tangents of e's outputs into touts (-1 = zero), ys already emitted. */
-static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int jvp_rule(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   if (e->nout == 1 && !is_float_val(a, ys[0])) return 0; /* int/bool results carry no tangent */
   kl_jvp_rule rule = kl_rule_get(e->prim)->jvp;
   return rule ? rule(a, e, xs, ts, ys, touts) : kl_jvp_unsupported(a, e);
@@ -40,11 +40,11 @@ static int jvp_rule(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int
 /* kl_jvp_eqns (rules.h). A call equation with some input tangent is consumed by its rule (the
  * outputs come from the rule's equations), so enclosing differentiations see what the rule
  * computed, as in JAX. */
-int kl_jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier) {
+int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier) {
   for (int k = 0; k < pg->neqns && !a->failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
     int xs[256], ts[256], ys[KL_MAX_OUTS], touts[KL_MAX_OUTS];
-    if (e->nin > 256) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation: equation with %d operands is not supported", e->nin);
+    if (e->nin > 256) return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation: equation with %d operands is not supported", e->nin);
     int any = 0;
     for (int i = 0; i < e->nin; i++) {
       xs[i] = pmap[e->ins[i]];
@@ -58,9 +58,9 @@ int kl_jvp_eqns(kl_ad *a, const kl_program *pg, int *pmap, int *tmap, const int 
     } else {
       if (fwd && saveable(e, policy)) { /* a dot_general result kept from the forward pass */
         ys[0] = fwd[e->outs[0]];
-        if (barrier) ys[0] = kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, ys[0]);
+        if (barrier) ys[0] = kl_build_un(a, KL_P_OPTIMIZATION_BARRIER, ys[0]);
       }
-      else if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
+      else if (kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
       if (!any) {
         for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
         continue;
@@ -81,17 +81,17 @@ kl_program *kl_jvp(const kl_program *pg, const char *has_tangent, char **tags, c
 
 kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags, int remat, char *err,
                       size_t errlen) {
-  kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen, .remat = remat};
+  kl_build a = {.pg = kl_program_new(), .err = err, .errlen = errlen, .tagged = 1, .remat = remat};
   int *pmap = kl_jvp_new_map(pg), *tmap = kl_jvp_new_map(pg);
   for (int i = 0; i < pg->ninputs; i++) pmap[pg->inputs[i]] = kl_program_add_input(a.pg, &pg->vals[pg->inputs[i]].aval);
-  kl_ad_lit(&a, 0, KL_F32); /* grows the tag array */
+  kl_build_lit(&a, 0, KL_F32); /* grows the tag array */
   for (int i = 0; i < pg->ninputs; i++) {
     const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
     if (!has_tangent[i] || !kl_dtype_is_float(av->dtype)) continue;
     int t = kl_program_add_input(a.pg, av);
     tmap[pg->inputs[i]] = t;
-    kl_ad_lit(&a, 0, av->dtype); /* grows the tag array past t */
-    a.tangent[t] = KL_TAG_TANGENT;
+    kl_build_lit(&a, 0, av->dtype); /* grows the tag array past t */
+    a.tags[t] = KL_TAG_TANGENT;
   }
   kl_jvp_eqns(&a, pg, pmap, tmap, NULL, 0, 0);
   if (!a.failed) {
@@ -100,7 +100,7 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
     for (int i = 0; i < pg->noutputs; i++) outs[i] = pmap[pg->outputs[i]];
     for (int i = 0; i < pg->noutputs && !a.failed; i++) {
       int t = tmap[pg->outputs[i]];
-      outs[pg->noutputs + i] = t >= 0 ? t : kl_ad_zeros(&a, &pg->vals[pg->outputs[i]].aval);
+      outs[pg->noutputs + i] = t >= 0 ? t : kl_build_zeros(&a, &pg->vals[pg->outputs[i]].aval);
     }
     kl_program_set_outputs(a.pg, outs, 2 * pg->noutputs);
     free(outs);
@@ -109,10 +109,10 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
   free(tmap);
   if (a.failed) {
     kl_program_free(a.pg);
-    free(a.tangent);
+    free(a.tags);
     return NULL;
   }
-  if (tags) *tags = a.tangent;
-  else free(a.tangent);
+  if (tags) *tags = a.tags;
+  else free(a.tags);
   return a.pg;
 }

@@ -9,20 +9,20 @@
 #include "transpose.h"
 
 int kl_transpose_unsupported(kl_tctx *c, const kl_eqn *e) {
-  return kl_ad_fail(c->a, KL_ERR_UNSUPPORTED, "reverse-mode differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
+  return kl_build_fail(c->a, KL_ERR_UNSUPPORTED, "reverse-mode differentiation of %s is not supported yet by kiln", kl_prim_get(e->prim)->name);
 }
 
 void kl_tr_accumulate(kl_tctx *c, int jv, int contrib) {
   if (contrib < 0) return;
   kl_aval target = c->j->vals[jv].aval;
   contrib = kl_ad_sum_to(c->a, contrib, &target);
-  if (contrib >= 0 && kl_ad_aval(c->a, contrib)->dtype != target.dtype) {
+  if (contrib >= 0 && kl_build_aval(c->a, contrib)->dtype != target.dtype) {
     kl_params p;
     kl_params_init(&p, KL_P_CONVERT);
     p.convert.new_dtype = (int)target.dtype;
-    contrib = kl_tr_emit1(c->a, KL_P_CONVERT, &contrib, 1, &p);
+    contrib = kl_build_op(c->a, KL_P_CONVERT, &contrib, 1, &p);
   }
-  c->ct[jv] = kl_ad_add(c->a, c->ct[jv], contrib);
+  c->ct[jv] = kl_build_add(c->a, c->ct[jv], contrib);
 }
 
 /* The V value of j's primal value jv. A checkpoint's recomputed values (KL_TAG_REMAT) are left
@@ -38,7 +38,7 @@ int kl_tr_prim_of(kl_tctx *c, int jv) {
       top--;
       continue;
     }
-    if (k < 0) return kl_ad_fail(c->a, KL_ERR_INTERNAL, "internal error: reverse mode found no value for %d", v);
+    if (k < 0) return kl_build_fail(c->a, KL_ERR_INTERNAL, "internal error: reverse mode found no value for %d", v);
     const kl_eqn *e = &c->j->eqns[k];
     int ready = 1;
     for (int i = 0; i < e->nin; i++) {
@@ -55,7 +55,7 @@ int kl_tr_prim_of(kl_tctx *c, int jv) {
     int *ins = malloc(sizeof(int) * ((size_t)e->nin + 1)), outs[KL_MAX_OUTS];
     if (!ins) abort();
     for (int i = 0; i < e->nin; i++) ins[i] = c->vmap[e->ins[i]];
-    int n = kl_ad_emit(c->a, e->prim, ins, e->nin, &e->p, outs);
+    int n = kl_build_emit(c->a, e->prim, ins, e->nin, &e->p, outs);
     free(ins);
     for (int i = 0; i < n; i++) c->vmap[e->outs[i]] = outs[i];
     top--;
@@ -67,7 +67,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   char *jtag = NULL;
   kl_program *j = kl_jvp_ex(pg, wants, &jtag, 1, err, errlen);
   if (!j) return NULL;
-  kl_ad a = {.pg = kl_program_new(), .err = err, .errlen = errlen};
+  kl_build a = {.pg = kl_program_new(), .err = err, .errlen = errlen, .tagged = 1};
   kl_tctx c = {.a = &a, .j = j, .jtag = jtag};
   c.vmap = malloc(sizeof(int) * ((size_t)j->nvals + 1));
   c.ct = malloc(sizeof(int) * ((size_t)j->nvals + 1));
@@ -79,7 +79,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   for (int i = 0; i < pg->ninputs; i++) c.vmap[j->inputs[i]] = kl_program_add_input(a.pg, &j->vals[j->inputs[i]].aval);
   int *ct_in = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
   for (int i = 0; i < pg->noutputs; i++) ct_in[i] = kl_program_add_input(a.pg, &pg->vals[pg->outputs[i]].aval);
-  kl_ad_lit(&a, 0, KL_F32); /* allocate the tag array */
+  kl_build_lit(&a, 0, KL_F32); /* allocate the tag array */
   /* the primal part (recomputations wait for their first use, see prim_of) */
   for (int k = 0; k < j->neqns && !a.failed; k++) {
     const kl_eqn *e = &j->eqns[k];
@@ -88,7 +88,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
     int *ins = e->nin <= 256 ? small : malloc(sizeof(int) * (size_t)e->nin);
     if (!ins) abort();
     for (int i = 0; i < e->nin; i++) ins[i] = c.vmap[e->ins[i]];
-    int rc = kl_ad_emit(&a, e->prim, ins, e->nin, &e->p, outs);
+    int rc = kl_build_emit(&a, e->prim, ins, e->nin, &e->p, outs);
     if (ins != small) free(ins);
     if (rc < 0) break;
     for (int i = 0; i < e->nout; i++) c.vmap[e->outs[i]] = outs[i];
@@ -127,7 +127,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
       const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
       int g = -1;
       if (kl_dtype_is_float(av->dtype)) g = c.ct[j->inputs[tin++]];
-      outs[n++] = g >= 0 ? g : kl_ad_zeros(&a, av);
+      outs[n++] = g >= 0 ? g : kl_build_zeros(&a, av);
     }
     kl_program_set_outputs(a.pg, outs, n);
     free(outs);
@@ -138,7 +138,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   free(c.stack);
   free(jtag);
   kl_program_free(j);
-  free(a.tangent);
+  free(a.tags);
   if (a.failed) {
     kl_program_free(a.pg);
     return NULL;

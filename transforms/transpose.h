@@ -6,7 +6,7 @@
 
 /* The backward walk over a JVP program j, building the VJP program V. */
 typedef struct {
-  kl_ad *a;          /* the program being built (V) */
+  kl_build *a;          /* the program being built (V) */
   const kl_program *j; /* the JVP program */
   const char *jtag;  /* tags of j's values (KL_TAG_*) */
   int *vmap;         /* j primal value -> V value */
@@ -19,9 +19,4 @@ int kl_tr_prim_of(kl_tctx *c, int jv);
 /* Adds contrib (-1: zero) to the cotangent of j's value jv, summed and converted to jv's aval. */
 void kl_tr_accumulate(kl_tctx *c, int jv, int contrib);
 static inline int kl_tr_is_tangent(kl_tctx *c, int jv) { return c->jtag[jv] & KL_TAG_TANGENT; }
-/* Emits one equation; its first output, or -1. */
-static inline int kl_tr_emit1(kl_ad *a, kl_prim p, const int *ins, int nin, const kl_params *prm) {
-  int o[KL_MAX_OUTS];
-  return kl_ad_emit(a, p, ins, nin, prm, o) < 0 ? -1 : o[0];
-}
 #endif

@@ -9,29 +9,29 @@
 #include "batch_build.h"
 #include "rules/rules.h"
 
-int kl_batch_unsupported(batcher *b, const kl_eqn *e) {
-  return kl_batch_fail(b, KL_ERR_UNSUPPORTED, "vmap of %s is not supported yet", kl_prim_get(e->prim)->name);
+int kl_batch_unsupported(kl_build *b, const kl_eqn *e) {
+  return kl_build_fail(b, KL_ERR_UNSUPPORTED, "vmap of %s is not supported yet", kl_prim_get(e->prim)->name);
 }
 
 /* ---- the pass ---- */
 
 kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char *out_batched, char *err,
                     size_t errlen) {
-  batcher b = {.pg = kl_program_new(), .size = size, .err = err, .errlen = errlen};
+  kl_build b = {.pg = kl_program_new(), .err = err, .errlen = errlen, .who = "vmap: ", .size = size};
   int *vmap_of = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   char *batched = calloc((size_t)pg->nvals + 1, 1);
   if (!vmap_of || !batched) abort();
-  if (size < 0) kl_batch_fail(&b, KL_ERR_VALUE, "vmap: negative batch size %lld", (long long)size);
+  if (size < 0) kl_build_fail(&b, KL_ERR_VALUE, "vmap: negative batch size %lld", (long long)size);
   for (int i = 0; i < pg->ninputs && !b.failed; i++) {
     kl_aval a = pg->vals[pg->inputs[i]].aval;
     int ax = in_axes[i];
     if (ax >= 0) {
       if (ax > a.ndim) {
-        kl_batch_fail(&b, KL_ERR_VALUE, "vmap: in_axes entry %d is out of range for input %d of rank %d", ax, i, a.ndim);
+        kl_build_fail(&b, KL_ERR_VALUE, "vmap: in_axes entry %d is out of range for input %d of rank %d", ax, i, a.ndim);
         break;
       }
       if (a.ndim + 1 > KL_MAX_RANK) {
-        kl_batch_fail(&b, KL_ERR_VALUE, "vmap: batching a rank-%d input exceeds kiln's maximum rank %d", a.ndim, KL_MAX_RANK);
+        kl_build_fail(&b, KL_ERR_VALUE, "vmap: batching a rank-%d input exceeds kiln's maximum rank %d", a.ndim, KL_MAX_RANK);
         break;
       }
       memmove(a.dims + ax + 1, a.dims + ax, sizeof(int64_t) * (size_t)(a.ndim - ax));
@@ -63,7 +63,7 @@ kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char
       any |= bs[i];
     }
     if (!any) { /* the same for every example: copied as it is */
-      if (kl_batch_emit(&b, e->prim, xs, e->nin, &e->p, ys) < 0) break;
+      if (kl_build_emit(&b, e->prim, xs, e->nin, &e->p, ys) < 0) break;
     } else {
       rule_args r = {.e = e, .src = pg, .xs = xs, .bs = bs, .ys = ys};
       kl_batch_rule rule = kl_rule_get(e->prim)->batch;

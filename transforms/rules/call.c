@@ -12,7 +12,7 @@
 /* custom_vjp: the outputs' tangents are custom_vjp_lin(outputs, residuals, consts, input tangents),
  * an opaque linear map whose transpose runs the user's bwd rule (transpose.c); the tangents of the
  * forward computation that produced the outputs are ignored, as the rule replaces them. */
-static int custom_vjp_tangents(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
+static int custom_vjp_tangents(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, const int *ys, int *touts) {
   const int64_t *c = e->p.custom_vjp.counts.v;
   int64_t n_out = c[0], n_keep = c[1] + c[2], n_x = c[3];
   int any = 0;
@@ -26,7 +26,7 @@ static int custom_vjp_tangents(kl_ad *a, const kl_eqn *e, const int *xs, const i
     int64_t at = n_out + n_keep + j;
     ins[at] = ts[at] >= 0 ? ts[at] : zeros_like(a, xs[at]);
   }
-  int n = kl_ad_emit(a, KL_P_CUSTOM_VJP_LIN, ins, e->nin, &e->p, outs);
+  int n = kl_build_emit(a, KL_P_CUSTOM_VJP_LIN, ins, e->nin, &e->p, outs);
   free(ins);
   if (n < 0) return -1;
   for (int i = 0; i < n; i++) touts[i] = is_float_val(a, outs[i]) ? outs[i] : -1;
@@ -35,23 +35,23 @@ static int custom_vjp_tangents(kl_ad *a, const kl_eqn *e, const int *xs, const i
 
 
 /* custom_vjp_call: the forward rule's outputs, with the bwd rule as derivative. */
-static int custom_vjp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int custom_vjp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   for (int i = 0; i < e->nout; i++) ys[i] = xs[i];
   return custom_vjp_tangents(a, e, xs, ts, ys, touts);
 }
 
 /* custom_vjp_lin: what a forward-mode derivative of a custom_vjp function leaves. */
-static int custom_vjp_lin_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int custom_vjp_lin_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)ts, (void)touts;
-  if (kl_ad_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
+  if (kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
   if (!is_float_val(a, ys[0])) return 0; /* int/bool results carry no tangent */
-  return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
+  return kl_build_fail(a, KL_ERR_UNSUPPORTED, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
                        "supported (as in JAX), so neither is differentiating it again; use reverse mode (grad, "
                        "vjp, jacrev), or custom_jvp");
 }
 
-static const kl_program *body_of(kl_ad *a, const kl_eqn *e, const kl_program *b) {
-  if (!b) kl_ad_fail(a, KL_ERR_INTERNAL, "internal error: %s has no body", kl_prim_get(e->prim)->name);
+static const kl_program *body_of(kl_build *a, const kl_eqn *e, const kl_program *b) {
+  if (!b) kl_build_fail(a, KL_ERR_INTERNAL, "internal error: %s has no body", kl_prim_get(e->prim)->name);
   return b;
 }
 
@@ -60,7 +60,7 @@ static const kl_program *body_of(kl_ad *a, const kl_eqn *e, const kl_program *b)
  * merge the two), all tagged KL_TAG_REMAT: transpose.c emits those primal values in the backward
  * pass where they are needed, and nothing of the body but its outputs outlives the forward pass
  * (JAX's remat with policy nothing_saveable; dots_saveable reuses dot_general results). */
-static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int checkpoint_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   const kl_program *body = body_of(a, e, e->p.checkpoint.body);
   if (!body) return -1;
   int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *rp = NULL, *rt = NULL;
@@ -75,7 +75,7 @@ static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *t
     char saved = a->extra_tag;
     a->extra_tag |= KL_TAG_REMAT;
     for (int i = 0; i < body->ninputs; i++) {
-      rp[body->inputs[i]] = e->p.checkpoint.prevent_cse ? kl_ad_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
+      rp[body->inputs[i]] = e->p.checkpoint.prevent_cse ? kl_build_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
       rt[body->inputs[i]] = ts[i];
     }
     rc = kl_jvp_eqns(a, body, rp, rt, fp, e->p.checkpoint.policy, e->p.checkpoint.prevent_cse != 0);
@@ -96,7 +96,7 @@ static int checkpoint_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *t
  * the rule's consts): its primal outputs replace the call's, its tangent outputs are the tangents.
  * The rule's equations are ordinary ones, so a later differentiation differentiates the rule
  * itself, as JAX does. */
-static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int custom_jvp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   const kl_program *rule = body_of(a, e, e->p.custom_jvp.jvp);
   if (!rule) return -1;
   const int64_t *c = e->p.custom_jvp.counts.v;
@@ -112,7 +112,7 @@ static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const i
     ys[i] = rp[rule->outputs[i]];
     int t = rp[rule->outputs[e->nout + i]];
     /* a tangent output that does not depend on the tangents is zero (the rule must be linear) */
-    touts[i] = t >= 0 && (a->tangent[t] & KL_TAG_TANGENT) && is_float_val(a, t) ? t : -1;
+    touts[i] = t >= 0 && (a->tags[t] & KL_TAG_TANGENT) && is_float_val(a, t) ? t : -1;
   }
   free(rp);
   free(rt);
@@ -125,12 +125,12 @@ static int custom_jvp_call_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const i
  * and adds its results to the input tangents' cotangents. */
 static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   (void)operand, (void)ct; /* the whole equation at once */
-  kl_ad *a = c->a;
+  kl_build *a = c->a;
   const int64_t *cnt = e->p.custom_vjp.counts.v;
   int64_t n_out = cnt[0], n_res = cnt[1], n_c = cnt[2], n_x = cnt[3];
   const kl_program *sub = e->p.custom_vjp.bwd;
   if (!sub || sub->ninputs != n_res + n_out + n_c || sub->noutputs != n_x) {
-    kl_ad_fail(a, KL_ERR_INTERNAL, "internal error: custom_vjp backward program does not match its call");
+    kl_build_fail(a, KL_ERR_INTERNAL, "internal error: custom_vjp backward program does not match its call");
     return -1;
   }
   int *env = malloc(sizeof(int) * ((size_t)sub->nvals + 1));
@@ -141,7 +141,7 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
     if (i < n_res) val = kl_tr_prim_of(c, e->ins[n_out + i]);
     else if (i < n_res + n_out) {
       int o = e->outs[i - n_res];
-      val = c->ct[o] >= 0 ? c->ct[o] : kl_ad_zeros(a, &c->j->vals[o].aval);
+      val = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
     } else val = kl_tr_prim_of(c, e->ins[n_out + n_res + (i - n_res - n_out)]);
     env[sub->inputs[i]] = val;
   }
@@ -150,7 +150,7 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
     int *ins = malloc(sizeof(int) * ((size_t)se->nin + 1)), outs[KL_MAX_OUTS];
     if (!ins) abort();
     for (int i = 0; i < se->nin; i++) ins[i] = env[se->ins[i]];
-    int n = kl_ad_emit(a, se->prim, ins, se->nin, &se->p, outs);
+    int n = kl_build_emit(a, se->prim, ins, se->nin, &se->p, outs);
     free(ins);
     for (int i = 0; i < n; i++) env[se->outs[i]] = outs[i];
   }
@@ -168,9 +168,9 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
  * batched where want[i] is 1 and unbatched where it is 0 (summed over the batch if it depended
  * on it: the cotangent of an input shared by all examples). Returns the batched program (owned),
  * or NULL with a message. */
-static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *in_b, const char *want) {
+static kl_program *batch_subprog(kl_build *b, const kl_program *sub, const char *in_b, const char *want) {
   if (!sub) {
-    kl_batch_fail(b, KL_ERR_INTERNAL, "vmap: internal error: a call without its body");
+    kl_build_fail(b, KL_ERR_INTERNAL, "vmap: internal error: a call without its body");
     return NULL;
   }
   int *axes = malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
@@ -181,7 +181,7 @@ static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *
   kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen), *done = NULL;
   if (!nb) b->failed = 1;
   else {
-    batcher inner = {.pg = nb, .size = b->size, .err = b->err, .errlen = b->errlen};
+    kl_build inner = {.pg = nb, .err = b->err, .errlen = b->errlen, .who = b->who, .size = b->size};
     int64_t zero = 0;
     kl_params rs;
     kl_params_init(&rs, KL_P_REDUCE_SUM);
@@ -189,7 +189,7 @@ static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *
     for (int i = 0; i < nb->noutputs; i++) {
       int o = nb->outputs[i];
       if (want[i] && !ob[i]) o = kl_batch_add_batch(&inner, o);
-      else if (!want[i] && ob[i]) o = kl_batch_emit(&inner, KL_P_REDUCE_SUM, &o, 1, &rs, NULL);
+      else if (!want[i] && ob[i]) o = kl_build_op(&inner, KL_P_REDUCE_SUM, &o, 1, &rs);
       outs[i] = o;
     }
     if (inner.failed) {
@@ -209,7 +209,7 @@ static kl_program *batch_subprog(batcher *b, const kl_program *sub, const char *
 /* checkpoint, custom_jvp_call, custom_vjp_call: the same call on batched programs. Every result
  * is batched (as the pass expects of an equation with a batched operand); custom_vjp's bwd rule
  * returns cotangents batched like the inputs they belong to. */
-static int call_batch(batcher *b, rule_args *r) {
+static int call_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_params p = e->p;
   int n = e->nin, nw = 2 * e->nout + n;
@@ -243,7 +243,7 @@ static int call_batch(batcher *b, rule_args *r) {
   }
   free(want);
   free(in_b);
-  int rc = b->failed ? -1 : kl_batch_emit(b, e->prim, r->xs, n, &p, r->ys) < 0 ? -1 : 0;
+  int rc = b->failed ? -1 : kl_build_emit(b, e->prim, r->xs, n, &p, r->ys) < 0 ? -1 : 0;
   kl_program_free(made[0]);
   kl_program_free(made[1]);
   return rc;
@@ -251,9 +251,28 @@ static int call_batch(batcher *b, rule_args *r) {
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
+/* ---- inline (for code generation; inline.c) ------------------------------------------------- */
+
+/* custom_vjp_call: its outputs are its first operands (the bwd rule matters only to AD). */
+static int custom_vjp_call_inline(const kl_eqn *e, const kl_program **body) {
+  (void)e;
+  *body = NULL;
+  return 0;
+}
+
+static int custom_jvp_call_inline(const kl_eqn *e, const kl_program **body) {
+  *body = e->p.custom_jvp.fun;
+  return *body ? 0 : -1;
+}
+
+static int checkpoint_inline(const kl_eqn *e, const kl_program **body) {
+  *body = e->p.checkpoint.body;
+  return *body ? 0 : -1;
+}
+
 const kl_rule_row kl_rules_call[] = {
-    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch},
-    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL},
-    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch},
-    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch},
+    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch, NULL, custom_vjp_call_inline},
+    {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL, NULL, NULL},
+    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch, NULL, custom_jvp_call_inline},
+    {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch, NULL, checkpoint_inline},
     KL_RULES_END};

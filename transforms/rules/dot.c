@@ -4,7 +4,7 @@
 
 /* ---- JVP ------------------------------------------------------------------------------------- */
 
-static int dot_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int dot_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)ys;
   int c1 = -1, c2 = -1;
   if (ts[0] >= 0) {
@@ -15,7 +15,7 @@ static int dot_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int 
     int ins[2] = {xs[0], ts[1]};
     c2 = same_prim(a, e, ins, 2);
   }
-  touts[0] = kl_ad_add(a, c1, c2);
+  touts[0] = kl_build_add(a, c1, c2);
   return 0;
 }
 
@@ -64,7 +64,7 @@ static int dot_transpose(kl_tctx *c, const kl_eqn *e, int side, int ct) {
   p.dot.precision = e->p.dot.precision;
   /* with preferred_element_type the cotangent is wider than the operands: compute in its dtype
    * (kl_tr_accumulate() converts the result back) */
-  int ins[2] = {ct, kl_ad_convert(c->a, kl_tr_prim_of(c, e->ins[1 - side]), kl_ad_aval(c->a, ct)->dtype)};
+  int ins[2] = {ct, kl_build_convert(c->a, kl_tr_prim_of(c, e->ins[1 - side]), kl_build_aval(c->a, ct)->dtype)};
   /* result dims of dot(ct, other): [batch, my free (increasing), other's contracting dims (increasing)];
    * of dot(other, ct): [batch, other's contracting dims, my free]. other's contracting dim oc[i]
    * pairs with my contracting dim mc[i]. The order that lands in my layout needs no transpose
@@ -92,22 +92,22 @@ static int dot_transpose(kl_tctx *c, const kl_eqn *e, int side, int ct) {
     p.dot.rhs_contracting.v = ct_other;
     p.dot.lhs_batch.v = ob_v;
     p.dot.rhs_batch.v = ct_batch;
-    return kl_tr_emit1(c->a, KL_P_DOT_GENERAL, swapped, 2, &p);
+    return kl_build_op(c->a, KL_P_DOT_GENERAL, swapped, 2, &p);
   }
-  int res = kl_tr_emit1(c->a, KL_P_DOT_GENERAL, ins, 2, &p);
+  int res = kl_build_op(c->a, KL_P_DOT_GENERAL, ins, 2, &p);
   if (res < 0) return -1;
   if (identity) return res;
   kl_params tp;
   kl_params_init(&tp, KL_P_TRANSPOSE);
   tp.transpose.permutation = (kl_ivec){perm, me->ndim};
-  return kl_tr_emit1(c->a, KL_P_TRANSPOSE, &res, 1, &tp);
+  return kl_build_op(c->a, KL_P_TRANSPOSE, &res, 1, &tp);
 }
 
 /* ---- batching -------------------------------------------------------------------------------- */
 
 /* dot_general: with both operands batched the batch axis becomes a leading batch dimension;
  * with one, it is a free dimension of that side, moved to the front of the result after. */
-static int dot_batch(batcher *b, rule_args *r) {
+static int dot_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_params p = e->p;
   int64_t lc[KL_MAX_RANK + 2], rc[KL_MAX_RANK + 2], lb[KL_MAX_RANK + 2], rb[KL_MAX_RANK + 2];
@@ -117,7 +117,7 @@ static int dot_batch(batcher *b, rule_args *r) {
   p.dot.rhs_contracting = kl_batch_shifted(rc, -1, &e->p.dot.rhs_contracting, rhs);
   p.dot.lhs_batch = kl_batch_shifted(lb, lhs && rhs ? 0 : -1, &e->p.dot.lhs_batch, lhs);
   p.dot.rhs_batch = kl_batch_shifted(rb, lhs && rhs ? 0 : -1, &e->p.dot.rhs_batch, rhs);
-  int y = kl_batch_emit(b, KL_P_DOT_GENERAL, r->xs, 2, &p, NULL);
+  int y = kl_build_op(b, KL_P_DOT_GENERAL, r->xs, 2, &p);
   int at = 0; /* where the batch axis lands */
   if (lhs && !rhs) at = nb;
   else if (rhs && !lhs) at = nb + (src_in(r, 0)->ndim - nc - nb);
@@ -128,5 +128,5 @@ static int dot_batch(batcher *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_dot[] = {
-    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, dot_batch},
+    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, dot_batch, NULL, NULL},
     KL_RULES_END};

@@ -1,5 +1,5 @@
 /* elementwise.c: the transformation rules of the elementwise family (math, comparisons, select,
- * convert, literals, iota): JVP, transpose of the linear ones, batching. Rules shared by a whole
+ * convert, literals, iota): JVP, transpose of the linear ones, batching, simplification. Rules shared by a whole
  * operand form take the primitive from the equation. Depends only on ir/ and transforms/. */
 #include <math.h>
 #include <string.h>
@@ -12,15 +12,15 @@
  * asymptotic series 1/z + 1/(2 z^2) + sum_k B_2k / z^(2k+1) (through B_14: error below 1e-15
  * relative); below 1/2 the reflection psi'(x) = pi^2 / sin^2(pi x) - psi'(1 - x), and inf at the
  * poles 0, -1, ... (as JAX gives). Built from ordinary primitives, so it is differentiable again. */
-static int trigamma(kl_ad *a, int x) {
+static int trigamma(kl_build *a, int x) {
   static const double bern[] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6};
   int one = lit(a, 1, x);
-  int reflect = kl_ad_bin(a, KL_P_LT, x, lit(a, 0.5, x));
-  int xr = kl_ad_select(a, reflect, x, sub(a, one, x));
+  int reflect = kl_build_bin(a, KL_P_LT, x, lit(a, 0.5, x));
+  int xr = kl_build_select(a, reflect, x, sub(a, one, x));
   int acc = -1;
   for (int k = 0; k < 8; k++) {
     int xk = k ? add(a, xr, lit(a, k, x)) : xr;
-    acc = kl_ad_add(a, acc, dv(a, one, sq(a, xk)));
+    acc = kl_build_add(a, acc, dv(a, one, sq(a, xk)));
   }
   int z = add(a, xr, lit(a, 8, x)), iz = dv(a, one, z), w = sq(a, iz);
   int poly = lit(a, bern[6], x);
@@ -30,14 +30,14 @@ static int trigamma(kl_ad *a, int x) {
   int s = un(a, KL_P_SIN, mul(a, lit(a, M_PI, x), x));
   int refl = sub(a, dv(a, lit(a, M_PI * M_PI, x), sq(a, s)), base);
   /* sin(pi x) is not exactly 0 at the poles -1, -2, ...: they are set apart */
-  int pole = kl_ad_bin(a, KL_P_AND, kl_ad_bin(a, KL_P_LE, x, lit(a, 0, x)),
-                       kl_ad_bin(a, KL_P_EQ, un(a, KL_P_FLOOR, x), x));
-  refl = kl_ad_select(a, pole, refl, kl_ad_broadcast_like(a, lit(a, INFINITY, x), x));
-  return kl_ad_select(a, reflect, base, refl);
+  int pole = kl_build_bin(a, KL_P_AND, kl_build_bin(a, KL_P_LE, x, lit(a, 0, x)),
+                       kl_build_bin(a, KL_P_EQ, un(a, KL_P_FLOOR, x), x));
+  refl = kl_build_select(a, pole, refl, kl_ad_broadcast_like(a, lit(a, INFINITY, x), x));
+  return kl_build_select(a, reflect, base, refl);
 }
 
 /* Derivative coefficient of a unary elementwise primitive at x (output y). */
-static int unary_coef(kl_ad *a, kl_prim p, int x, int y) {
+static int unary_coef(kl_build *a, kl_prim p, int x, int y) {
   switch (p) {
   case KL_P_EXP: return y;
   case KL_P_EXP2: return mul(a, y, lit(a, M_LN2, x));
@@ -72,7 +72,7 @@ static int unary_coef(kl_ad *a, kl_prim p, int x, int y) {
 }
 
 /* d(x^n) = n x^(n-1) dx, without emitting x^0 or x^1 (integer_pow[y=1] is a copy). */
-static int integer_pow_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
+static int integer_pow_jvp(kl_build *a, const kl_eqn *e, int x, int t) {
   int64_t n = e->p.integer_pow.y;
   if (n == 0) return -1;
   if (n == 1) return t;
@@ -81,26 +81,26 @@ static int integer_pow_jvp(kl_ad *a, const kl_eqn *e, int x, int t) {
     kl_params p;
     kl_params_init(&p, KL_P_INTEGER_POW);
     p.integer_pow.y = n - 1;
-    pw = kl_ad_op(a, KL_P_INTEGER_POW, &x, 1, &p);
+    pw = kl_build_op(a, KL_P_INTEGER_POW, &x, 1, &p);
   }
   return mul(a, t, mul(a, lit(a, (double)n, x), pw));
 }
 
 /* kl_jvp_binary_coefs (rules.h): returns 0, or -2 if there is no rule. */
-int kl_jvp_binary_coefs(kl_ad *a, kl_prim p, int x, int y, int out, int *da, int *db) {
+int kl_jvp_binary_coefs(kl_build *a, kl_prim p, int x, int y, int out, int *da, int *db) {
   switch (p) {
   case KL_P_MUL: *da = y; *db = x; return 0;
   case KL_P_DIV: *da = dv(a, lit(a, 1, x), y); *db = un(a, KL_P_NEG, dv(a, out, y)); return 0;
   case KL_P_POW: {
     int z = lit(a, 0, x);
-    int pw = kl_ad_bin(a, KL_P_POW, x, sub(a, y, lit(a, 1, y)));
+    int pw = kl_build_bin(a, KL_P_POW, x, sub(a, y, lit(a, 1, y)));
     int dxv = mul(a, y, pw);
     /* d/dx = y x^(y-1), taken as 0 where y == 0; d/dy = log(x) x^y, taken as 0 where x == 0 */
-    int ins[3] = {kl_ad_bin(a, KL_P_EQ, y, lit(a, 0, y)), dxv, z};
+    int ins[3] = {kl_build_bin(a, KL_P_EQ, y, lit(a, 0, y)), dxv, z};
     int o[KL_MAX_OUTS];
-    *da = kl_ad_emit(a, KL_P_SELECT_N, ins, 3, NULL, o) < 0 ? -1 : o[0];
-    int ins2[3] = {kl_ad_bin(a, KL_P_EQ, x, z), mul(a, un(a, KL_P_LOG, x), out), lit(a, 0, x)};
-    *db = kl_ad_emit(a, KL_P_SELECT_N, ins2, 3, NULL, o) < 0 ? -1 : o[0];
+    *da = kl_build_emit(a, KL_P_SELECT_N, ins, 3, NULL, o) < 0 ? -1 : o[0];
+    int ins2[3] = {kl_build_bin(a, KL_P_EQ, x, z), mul(a, un(a, KL_P_LOG, x), out), lit(a, 0, x)};
+    *db = kl_build_emit(a, KL_P_SELECT_N, ins2, 3, NULL, o) < 0 ? -1 : o[0];
     return 0;
   }
   case KL_P_ATAN2: {
@@ -116,15 +116,15 @@ int kl_jvp_binary_coefs(kl_ad *a, kl_prim p, int x, int y, int out, int *da, int
     return 0;
   }
   case KL_P_MAX: case KL_P_MIN: { /* ties split the tangent evenly, as JAX does */
-    int win = kl_ad_bin(a, p == KL_P_MAX ? KL_P_GT : KL_P_LT, x, y);
-    int tie = kl_ad_bin(a, KL_P_EQ, x, y);
+    int win = kl_build_bin(a, p == KL_P_MAX ? KL_P_GT : KL_P_LT, x, y);
+    int tie = kl_build_bin(a, KL_P_EQ, x, y);
     int o[KL_MAX_OUTS];
     int half = lit(a, 0.5, out), one = lit(a, 1, out), zero = lit(a, 0, out);
     int s1[3] = {tie, zero, half};
-    if (kl_ad_emit(a, KL_P_SELECT_N, s1, 3, NULL, o) < 0) return -1;
+    if (kl_build_emit(a, KL_P_SELECT_N, s1, 3, NULL, o) < 0) return -1;
     int lose_or_tie = o[0];
     int s2[3] = {win, lose_or_tie, one};
-    if (kl_ad_emit(a, KL_P_SELECT_N, s2, 3, NULL, o) < 0) return -1;
+    if (kl_build_emit(a, KL_P_SELECT_N, s2, 3, NULL, o) < 0) return -1;
     *da = o[0];
     *db = sub(a, one, *da);
     return 0;
@@ -135,7 +135,7 @@ int kl_jvp_binary_coefs(kl_ad *a, kl_prim p, int x, int y, int out, int *da, int
 
 /* ---- unary math ------------------------------------------------------------------------------ */
 
-static int unary_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int unary_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   int y = ys[0];
   int t = ts[0], x = xs[0];
   if (t < 0) return 0;
@@ -154,13 +154,13 @@ static int unary_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, in
 
 /* ---- binary math ----------------------------------------------------------------------------- */
 
-static int binary_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int binary_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   int y = ys[0];
   int ta = ts[0], tb = ts[1], x = xs[0], w = xs[1];
   if (ta < 0 && tb < 0) return 0;
   if (e->prim == KL_P_ADD || e->prim == KL_P_SUB) {
     int nb = tb >= 0 && e->prim == KL_P_SUB ? un(a, KL_P_NEG, tb) : tb;
-    touts[0] = fit(a, kl_ad_add(a, fit(a, ta, y), fit(a, nb, y)), y);
+    touts[0] = fit(a, kl_build_add(a, fit(a, ta, y), fit(a, nb, y)), y);
     return 0;
   }
   int da = -1, db = -1;
@@ -168,23 +168,23 @@ static int binary_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, i
   if (rc == -2) return kl_jvp_unsupported(a, e);
   int ca = ta >= 0 ? fit(a, scale(a, ta, da), y) : -1;
   int cb = tb >= 0 ? fit(a, scale(a, tb, db), y) : -1;
-  touts[0] = kl_ad_add(a, ca, cb);
+  touts[0] = kl_build_add(a, ca, cb);
   return 0;
 }
 
 /* ---- select, convert ------------------------------------------------------------------------- */
 
-static int select_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int select_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)e;
   int y = ys[0];
   if (ts[1] < 0 && ts[2] < 0) return 0;
   int c0 = ts[1] >= 0 ? fit(a, ts[1], y) : zeros_like(a, y);
   int c1 = ts[2] >= 0 ? fit(a, ts[2], y) : zeros_like(a, y);
-  touts[0] = kl_ad_select(a, xs[0], c0, c1);
+  touts[0] = kl_build_select(a, xs[0], c0, c1);
   return 0;
 }
 
-static int convert_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int convert_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)ys;
   if (e->prim == KL_P_BITCAST) return 0; /* reinterpreting bits is not differentiable: zero, as JAX */
   if (ts[0] < 0 || !is_float_val(a, xs[0])) return 0;
@@ -195,28 +195,28 @@ static int convert_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, 
 /* ---- transpose: add, sub, neg, mul, div (numerator), convert, select_n (the branches) -------- */
 
 static int elementwise_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
-  kl_ad *a = c->a;
+  kl_build *a = c->a;
   const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
   const kl_aval *ya = &c->j->vals[e->outs[0]].aval;
   kl_params p; /* zeroed; each case fills the member of what it emits */
   memset(&p, 0, sizeof p);
   switch (e->prim) {
   case KL_P_ADD: return ct;
-  case KL_P_SUB: return i == 0 ? ct : kl_ad_un(a, KL_P_NEG, ct);
-  case KL_P_NEG: return kl_ad_un(a, KL_P_NEG, ct);
-  case KL_P_MUL: return kl_ad_bin(a, KL_P_MUL, ct, kl_tr_prim_of(c, e->ins[1 - i]));
+  case KL_P_SUB: return i == 0 ? ct : kl_build_un(a, KL_P_NEG, ct);
+  case KL_P_NEG: return kl_build_un(a, KL_P_NEG, ct);
+  case KL_P_MUL: return kl_build_bin(a, KL_P_MUL, ct, kl_tr_prim_of(c, e->ins[1 - i]));
   case KL_P_DIV:
     if (i == 1) break;
-    return kl_ad_bin(a, KL_P_DIV, ct, kl_tr_prim_of(c, e->ins[1]));
+    return kl_build_bin(a, KL_P_DIV, ct, kl_tr_prim_of(c, e->ins[1]));
   case KL_P_CONVERT: {
     p.convert.new_dtype = (int)xa->dtype;
-    return kl_tr_emit1(a, KL_P_CONVERT, &ct, 1, &p);
+    return kl_build_op(a, KL_P_CONVERT, &ct, 1, &p);
   }
   case KL_P_SELECT_N: {
     if (i == 0) break;
-    int z = kl_ad_zeros(a, ya);
+    int z = kl_build_zeros(a, ya);
     int ins[3] = {kl_tr_prim_of(c, e->ins[0]), i == 1 ? ct : z, i == 1 ? z : ct};
-    return kl_tr_emit1(a, KL_P_SELECT_N, ins, 3, NULL);
+    return kl_build_op(a, KL_P_SELECT_N, ins, 3, NULL);
   }
   default: break;
   }
@@ -228,87 +228,161 @@ static int elementwise_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
 /* Elementwise (unary, binary, compare, select, convert): operands share the output's shape except
  * rank-0 ones, which broadcast by themselves. An unbatched rank-0 operand can stay as it is; any
  * other operand must become (B,)+S. */
-static int elementwise_batch(batcher *b, rule_args *r) {
+static int elementwise_batch(kl_build *b, rule_args *r) {
   const kl_aval *oa = src_out(r, 0);
   int64_t shape[KL_MAX_RANK + 2], zero = 0;
   if (oa->ndim + 1 > KL_MAX_RANK)
-    return kl_batch_fail(b, KL_ERR_VALUE, "vmap of %s: batching a rank-%d value exceeds kiln's maximum rank %d", kl_prim_get(r->e->prim)->name, oa->ndim, KL_MAX_RANK);
+    return kl_build_fail(b, KL_ERR_VALUE, "vmap of %s: batching a rank-%d value exceeds kiln's maximum rank %d", kl_prim_get(r->e->prim)->name, oa->ndim, KL_MAX_RANK);
   shape[0] = b->size;
   memcpy(shape + 1, oa->dims, sizeof(int64_t) * (size_t)oa->ndim);
   for (int i = 0; i < r->e->nin; i++) {
     int rank = src_in(r, i)->ndim;
-    if (r->bs[i] && rank == 0 && oa->ndim > 0) r->xs[i] = kl_batch_broadcast(b, r->xs[i], shape, oa->ndim + 1, &zero, 1);
+    if (r->bs[i] && rank == 0 && oa->ndim > 0) r->xs[i] = kl_build_broadcast(b, r->xs[i], shape, oa->ndim + 1, &zero);
     else if (!r->bs[i] && rank > 0) r->xs[i] = kl_batch_add_batch(b, r->xs[i]);
   }
-  r->ys[0] = kl_batch_emit(b, r->e->prim, r->xs, r->e->nin, &r->e->p, NULL);
+  r->ys[0] = kl_build_op(b, r->e->prim, r->xs, r->e->nin, &r->e->p);
   return r->ys[0] < 0 ? -1 : 0;
+}
+
+/* ---- simplify (simplify.h): each rewrite keeps the result bit-identical, -0.0 and NaN included -- */
+
+/* Identity elements of the binary arithmetic ops. x*1, 1*x, x/1: exact for every dtype (IEEE
+ * multiplication and division by 1 return x, signed zeros, infinities and NaNs included).
+ * Integers: x+0, 0+x, x-0 exact (wrapping arithmetic). Floats: x+0.0 is NOT exact
+ * (-0.0 + +0.0 = +0.0), but x+(-0.0), (-0.0)+x and x-(+0.0) are, so only those fire.
+ * x*0 for integers is 0 (no NaN/inf); never for floats, where 0*inf and 0*NaN are NaN. */
+static int is_float_operand(kl_simp *s, kl_eqn *e) { return kl_dtype_is_float(s->pg->vals[e->ins[0]].aval.dtype); }
+
+static int mul_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_program *pg = s->pg;
+  int x = e->ins[0], y = e->ins[1];
+  int fl = is_float_operand(s, e);
+  if (kl_simp_splat_is(pg, y, KL_SPLAT_ONE)) return kl_simp_forward(s, e, x);
+  if (kl_simp_splat_is(pg, x, KL_SPLAT_ONE)) return kl_simp_forward(s, e, y);
+  if (fl) return KL_SIMP_KEEP;
+  int z = kl_simp_splat_is(pg, y, KL_SPLAT_ZERO_INT) ? y : kl_simp_splat_is(pg, x, KL_SPLAT_ZERO_INT) ? x : -1;
+  if (z < 0) return KL_SIMP_KEEP;
+  int r = kl_simp_forward(s, e, z);
+  if (r != KL_SIMP_KEEP) return r;
+  return kl_simp_forward(s, e, kl_simp_splat_root(pg, z));
+}
+
+static int div_simplify(kl_simp *s, kl_eqn *e) {
+  return kl_simp_splat_is(s->pg, e->ins[1], KL_SPLAT_ONE) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+static int add_simplify(kl_simp *s, kl_eqn *e) {
+  kl_splat_kind zero = is_float_operand(s, e) ? KL_SPLAT_NEG_ZERO_FLOAT : KL_SPLAT_ZERO_INT;
+  if (kl_simp_splat_is(s->pg, e->ins[1], zero)) return kl_simp_forward(s, e, e->ins[0]);
+  if (kl_simp_splat_is(s->pg, e->ins[0], zero)) return kl_simp_forward(s, e, e->ins[1]);
+  return KL_SIMP_KEEP;
+}
+
+/* 0 - x is not x; (-0.0) - x is not bitwise neg(x) for NaN, so left alone */
+static int sub_simplify(kl_simp *s, kl_eqn *e) {
+  kl_splat_kind zero = is_float_operand(s, e) ? KL_SPLAT_POS_ZERO_FLOAT : KL_SPLAT_ZERO_INT;
+  return kl_simp_splat_is(s->pg, e->ins[1], zero) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* neg(neg(x)) = x: negation flips the sign bit (floats) or negates modulo 2^n (integers), so
+ * twice is the identity, NaN payloads included. */
+static int neg_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_eqn *pe = kl_simp_producer(s->pg, e->ins[0]);
+  return pe && pe->prim == KL_P_NEG ? kl_simp_forward(s, e, pe->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* integer_pow[y=1](x) = x. */
+static int integer_pow_simplify(kl_simp *s, kl_eqn *e) {
+  return e->p.integer_pow.y == 1 ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* stop_gradient is the identity on values; it only matters to a later differentiation of the
+ * program (it may be inlined into an outer grad), so it goes only where its operand does not
+ * depend on any input: no derivative can flow through it then. */
+static int stop_gradient_simplify(kl_simp *s, kl_eqn *e) {
+  return !s->dep[e->ins[0]] ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
+}
+
+/* select_n(p, a, b): a literal predicate picks its case (0 -> a, 1 -> b; an int32 predicate
+ * with any other value is left alone); equal cases give that case. */
+static int select_simplify(kl_simp *s, kl_eqn *e) {
+  int64_t which;
+  if (e->ins[1] == e->ins[2]) return kl_simp_forward(s, e, e->ins[1]);
+  if (kl_simp_splat_int(s->pg, e->ins[0], &which) && (which == 0 || which == 1)) return kl_simp_forward(s, e, e->ins[1 + which]);
+  return KL_SIMP_KEEP;
+}
+
+/* convert_element_type / bitcast_convert_type to its own dtype and weak type: nothing to do */
+static int convert_simplify(kl_simp *s, kl_eqn *e) {
+  const kl_program *pg = s->pg;
+  return kl_aval_equal(&pg->vals[e->ins[0]].aval, &pg->vals[e->outs[0]].aval) ? kl_simp_forward(s, e, e->ins[0]) : KL_SIMP_KEEP;
 }
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_elementwise[] = {
-    {KL_P_NEG, unary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_SIGN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_FLOOR, unary_jvp, NULL, elementwise_batch},
-    {KL_P_CEIL, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ROUND, unary_jvp, NULL, elementwise_batch},
-    {KL_P_IS_FINITE, unary_jvp, NULL, elementwise_batch},
-    {KL_P_EXP, unary_jvp, NULL, elementwise_batch},
-    {KL_P_EXP2, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LOG, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LOG1P, unary_jvp, NULL, elementwise_batch},
-    {KL_P_EXPM1, unary_jvp, NULL, elementwise_batch},
-    {KL_P_TANH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LOGISTIC, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SIN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_COS, unary_jvp, NULL, elementwise_batch},
-    {KL_P_TAN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ASIN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ACOS, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ATAN, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SINH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_COSH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ASINH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ACOSH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ATANH, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SQRT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_RSQRT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_CBRT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ABS, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ERF, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ERFC, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ERF_INV, unary_jvp, NULL, elementwise_batch},
-    {KL_P_LGAMMA, unary_jvp, NULL, elementwise_batch},
-    {KL_P_DIGAMMA, unary_jvp, NULL, elementwise_batch},
-    {KL_P_NOT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_SQUARE, unary_jvp, NULL, elementwise_batch},
-    {KL_P_INTEGER_POW, unary_jvp, NULL, elementwise_batch},
-    {KL_P_STOP_GRADIENT, unary_jvp, NULL, elementwise_batch},
-    {KL_P_OPTIMIZATION_BARRIER, unary_jvp, NULL, elementwise_batch},
-    {KL_P_ADD, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_SUB, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_MUL, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_DIV, binary_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_REM, binary_jvp, NULL, elementwise_batch},
-    {KL_P_POW, binary_jvp, NULL, elementwise_batch},
-    {KL_P_MAX, binary_jvp, NULL, elementwise_batch},
-    {KL_P_MIN, binary_jvp, NULL, elementwise_batch},
-    {KL_P_ATAN2, binary_jvp, NULL, elementwise_batch},
-    {KL_P_AND, binary_jvp, NULL, elementwise_batch},
-    {KL_P_OR, binary_jvp, NULL, elementwise_batch},
-    {KL_P_XOR, binary_jvp, NULL, elementwise_batch},
-    {KL_P_SHL, binary_jvp, NULL, elementwise_batch},
-    {KL_P_SHR_LOGICAL, binary_jvp, NULL, elementwise_batch},
-    {KL_P_SHR_ARITH, binary_jvp, NULL, elementwise_batch},
-    {KL_P_EQ, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_NE, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_LT, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_LE, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_GT, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_GE, kl_jvp_zero, NULL, elementwise_batch},
-    {KL_P_SELECT_N, select_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_CONVERT, convert_jvp, elementwise_transpose, elementwise_batch},
-    {KL_P_BITCAST, convert_jvp, NULL, elementwise_batch},
-    {KL_P_CONST, kl_jvp_zero, NULL, NULL},
-    {KL_P_IOTA, kl_jvp_zero, NULL, NULL},
+    {KL_P_NEG, unary_jvp, elementwise_transpose, elementwise_batch, neg_simplify, NULL},
+    {KL_P_SIGN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_FLOOR, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_CEIL, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ROUND, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_IS_FINITE, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EXP, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EXP2, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LOG, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LOG1P, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EXPM1, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_TANH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LOGISTIC, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SIN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_COS, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_TAN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ASIN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ACOS, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ATAN, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SINH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_COSH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ASINH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ACOSH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ATANH, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SQRT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_RSQRT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_CBRT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ABS, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ERF, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ERFC, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ERF_INV, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LGAMMA, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_DIGAMMA, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_NOT, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SQUARE, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_INTEGER_POW, unary_jvp, NULL, elementwise_batch, integer_pow_simplify, NULL},
+    {KL_P_STOP_GRADIENT, unary_jvp, NULL, elementwise_batch, stop_gradient_simplify, NULL},
+    {KL_P_OPTIMIZATION_BARRIER, unary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ADD, binary_jvp, elementwise_transpose, elementwise_batch, add_simplify, NULL},
+    {KL_P_SUB, binary_jvp, elementwise_transpose, elementwise_batch, sub_simplify, NULL},
+    {KL_P_MUL, binary_jvp, elementwise_transpose, elementwise_batch, mul_simplify, NULL},
+    {KL_P_DIV, binary_jvp, elementwise_transpose, elementwise_batch, div_simplify, NULL},
+    {KL_P_REM, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_POW, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_MAX, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_MIN, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_ATAN2, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_AND, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_OR, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_XOR, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SHL, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SHR_LOGICAL, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SHR_ARITH, binary_jvp, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_EQ, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_NE, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LT, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_LE, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_GT, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_GE, kl_jvp_zero, NULL, elementwise_batch, NULL, NULL},
+    {KL_P_SELECT_N, select_jvp, elementwise_transpose, elementwise_batch, select_simplify, NULL},
+    {KL_P_CONVERT, convert_jvp, elementwise_transpose, elementwise_batch, convert_simplify, NULL},
+    {KL_P_BITCAST, convert_jvp, NULL, elementwise_batch, convert_simplify, NULL},
+    {KL_P_CONST, kl_jvp_zero, NULL, NULL, NULL, NULL},
+    {KL_P_IOTA, kl_jvp_zero, NULL, NULL, NULL, NULL},
     KL_RULES_END};

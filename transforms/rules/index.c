@@ -11,11 +11,11 @@
 /* ---- JVP ------------------------------------------------------------------------------------- */
 
 /* dynamic_slice, take: linear in the operand, the indices as they are. */
-static int gather_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int gather_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)ys;
   if (ts[0] >= 0) {
     int ins[64];
-    if (e->nin > 64) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
+    if (e->nin > 64) return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
     memcpy(ins, xs, sizeof(int) * (size_t)e->nin);
     ins[0] = ts[0];
     touts[0] = same_prim(a, e, ins, e->nin);
@@ -23,11 +23,11 @@ static int gather_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, i
   return 0;
 }
 
-static int dynamic_update_slice_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int dynamic_update_slice_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)ys;
   if (ts[0] < 0 && ts[1] < 0) return 0;
   int ins[64];
-  if (e->nin > 64) return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
+  if (e->nin > 64) return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s: too many operands", kl_prim_get(e->prim)->name);
   memcpy(ins, xs, sizeof(int) * (size_t)e->nin);
   ins[0] = ts[0] >= 0 ? ts[0] : zeros_like(a, xs[0]);
   ins[1] = ts[1] >= 0 ? ts[1] : zeros_like(a, xs[1]);
@@ -38,48 +38,48 @@ static int dynamic_update_slice_jvp(kl_ad *a, const kl_eqn *e, const int *xs, co
 /* All scatters differentiate to one linear scatter-add: out' = scatter_add(tx * cx, idx, tu * cu)
  * with primal coefficients cx (operand) and cu (updates; zero for dropped out-of-bounds
  * updates, and for `set`, for the updates that lost to a duplicate index). */
-static int scatter_tangent(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int y) {
+static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int y) {
   int x = xs[0], idx = xs[1], u = xs[2], tx = ts[0], tu = ts[2], mode = e->p.scatter.op;
   int axis = (int)e->p.scatter.axis;
-  kl_aval xa = *kl_ad_aval(a, x), ua = *kl_ad_aval(a, u), ia = *kl_ad_aval(a, idx);
+  kl_aval xa = *kl_build_aval(a, x), ua = *kl_build_aval(a, u), ia = *kl_build_aval(a, idx);
   kl_params sp = e->p, tp;
   kl_params_init(&tp, KL_P_TAKE);
   tp.take.axis = axis;
-#define SCAT(m, opnd, upd) (sp.scatter.op = (m), kl_ad_op(a, KL_P_SCATTER, (int[]){(opnd), idx, (upd)}, 3, &sp))
-#define TAKE(v) kl_ad_op(a, KL_P_TAKE, (int[]){(v), idx}, 2, &tp)
+#define SCAT(m, opnd, upd) (sp.scatter.op = (m), kl_build_op(a, KL_P_SCATTER, (int[]){(opnd), idx, (upd)}, 3, &sp))
+#define TAKE(v) kl_build_op(a, KL_P_TAKE, (int[]){(v), idx}, 2, &tp)
   int64_t bd[KL_MAX_RANK];
   for (int k = 0; k < ia.ndim; k++) bd[k] = axis + k;
-  int inb_b = kl_ad_bin(a, KL_P_LT, idx, kl_ad_lit(a, (double)xa.dims[axis], ia.dtype));
-  int inb = kl_ad_convert(a, kl_ad_broadcast(a, inb_b, ua.dims, ua.ndim, bd), xa.dtype);
-  int zx = kl_ad_zeros(a, &xa), cx = -1, cu = -1;
+  int inb_b = kl_build_bin(a, KL_P_LT, idx, kl_build_lit(a, (double)xa.dims[axis], ia.dtype));
+  int inb = kl_build_convert(a, kl_build_broadcast(a, inb_b, ua.dims, ua.ndim, bd), xa.dtype);
+  int zx = kl_build_zeros(a, &xa), cx = -1, cu = -1;
   switch (mode) {
   case KL_SCATTER_ADD: cu = inb; break;
   case KL_SCATTER_SET: {
-    int hit = SCAT(KL_SCATTER_SET, zx, kl_ad_broadcast(a, lit(a, 1, u), ua.dims, ua.ndim, NULL));
+    int hit = SCAT(KL_SCATTER_SET, zx, kl_build_broadcast(a, lit(a, 1, u), ua.dims, ua.ndim, NULL));
     cx = sub(a, lit(a, 1, x), hit);
     int64_t total = kl_aval_size(&ua);
-    int ids = kl_ad_reshape(a, kl_ad_iota(a, KL_I32, &total, 1, 0), ua.dims, ua.ndim);
-    int none = kl_ad_broadcast(a, kl_ad_lit(a, -1, KL_I32), xa.dims, xa.ndim, NULL);
-    cu = kl_ad_convert(a, kl_ad_bin(a, KL_P_EQ, TAKE(SCAT(KL_SCATTER_SET, none, ids)), ids), xa.dtype);
+    int ids = kl_build_reshape(a, kl_build_iota(a, KL_I32, &total, 1, 0), ua.dims, ua.ndim);
+    int none = kl_build_broadcast(a, kl_build_lit(a, -1, KL_I32), xa.dims, xa.ndim, NULL);
+    cu = kl_build_convert(a, kl_build_bin(a, KL_P_EQ, TAKE(SCAT(KL_SCATTER_SET, none, ids)), ids), xa.dtype);
     break;
   }
   case KL_SCATTER_MUL: {
-    cx = SCAT(KL_SCATTER_MUL, kl_ad_broadcast(a, lit(a, 1, x), xa.dims, xa.ndim, NULL), u);
+    cx = SCAT(KL_SCATTER_MUL, kl_build_broadcast(a, lit(a, 1, x), xa.dims, xa.ndim, NULL), u);
     /* d/du_i = x * prod of the other updates at its position: x itself for a unique index,
      * y / u_i for a duplicated one (not exact when a duplicated update is 0) */
-    int dup = kl_ad_bin(a, KL_P_GT, TAKE(SCAT(KL_SCATTER_ADD, zx, inb)), lit(a, 1, x));
-    cu = mul(a, kl_ad_select(a, dup, TAKE(x), dv(a, TAKE(y), u)), inb);
+    int dup = kl_build_bin(a, KL_P_GT, TAKE(SCAT(KL_SCATTER_ADD, zx, inb)), lit(a, 1, x));
+    cu = mul(a, kl_build_select(a, dup, TAKE(x), dv(a, TAKE(y), u)), inb);
     break;
   }
   case KL_SCATTER_MIN: case KL_SCATTER_MAX: { /* ties share the tangent evenly */
-    int ex = kl_ad_convert(a, kl_ad_bin(a, KL_P_EQ, x, y), xa.dtype);
-    int eu = mul(a, kl_ad_convert(a, kl_ad_bin(a, KL_P_EQ, u, TAKE(y)), xa.dtype), inb);
+    int ex = kl_build_convert(a, kl_build_bin(a, KL_P_EQ, x, y), xa.dtype);
+    int eu = mul(a, kl_build_convert(a, kl_build_bin(a, KL_P_EQ, u, TAKE(y)), xa.dtype), inb);
     int cnt = add(a, ex, SCAT(KL_SCATTER_ADD, zx, eu));
     cx = dv(a, ex, cnt);
     cu = dv(a, eu, TAKE(cnt));
     break;
   }
-  default: return kl_ad_fail(a, KL_ERR_UNSUPPORTED, "differentiation of scatter mode %d is not supported yet by kiln", mode);
+  default: return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of scatter mode %d is not supported yet by kiln", mode);
   }
   int tx2 = tx < 0 ? zx : cx < 0 ? tx : mul(a, tx, cx);
   if (tu < 0) return tx2;
@@ -88,7 +88,7 @@ static int scatter_tangent(kl_ad *a, const kl_eqn *e, const int *xs, const int *
 #undef TAKE
 }
 
-static int scatter_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int scatter_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   if (ts[0] >= 0 || ts[2] >= 0) touts[0] = scatter_tangent(a, e, xs, ts, ys[0]);
   return 0;
 }
@@ -96,65 +96,65 @@ static int scatter_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, 
 /* ---- transpose ------------------------------------------------------------------------------- */
 
 static int dynamic_slice_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
-  kl_ad *a = c->a;
+  kl_build *a = c->a;
   const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
   if (i != 0) return kl_transpose_unsupported(c, e);
   int ins[64];
   if (e->nin + 1 > 64) return kl_transpose_unsupported(c, e);
-  ins[0] = kl_ad_zeros(a, xa);
+  ins[0] = kl_build_zeros(a, xa);
   ins[1] = ct;
   for (int k = 1; k < e->nin; k++) ins[k + 1] = kl_tr_prim_of(c, e->ins[k]);
-  return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin + 1, NULL);
+  return kl_build_op(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin + 1, NULL);
 }
 
 static int dynamic_update_slice_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
-  kl_ad *a = c->a;
+  kl_build *a = c->a;
   kl_params p; /* zeroed; filled with the member of what is emitted */
   memset(&p, 0, sizeof p);
   int ins[64];
   if (e->nin > 64) return kl_transpose_unsupported(c, e);
   if (i == 0) {
     ins[0] = ct;
-    ins[1] = kl_ad_zeros(a, &c->j->vals[e->ins[1]].aval);
+    ins[1] = kl_build_zeros(a, &c->j->vals[e->ins[1]].aval);
     for (int k = 2; k < e->nin; k++) ins[k] = kl_tr_prim_of(c, e->ins[k]);
-    return kl_tr_emit1(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin, NULL);
+    return kl_build_op(a, KL_P_DYNAMIC_UPDATE_SLICE, ins, e->nin, NULL);
   }
   if (i == 1) {
     ins[0] = ct;
     for (int k = 2; k < e->nin; k++) ins[k - 1] = kl_tr_prim_of(c, e->ins[k]);
     kl_aval u = c->j->vals[e->ins[1]].aval;
     p.dynamic_slice.slice_sizes = (kl_ivec){u.dims, u.ndim};
-    return kl_tr_emit1(a, KL_P_DYNAMIC_SLICE, ins, e->nin - 1, &p);
+    return kl_build_op(a, KL_P_DYNAMIC_SLICE, ins, e->nin - 1, &p);
   }
   return kl_transpose_unsupported(c, e);
 }
 
 /* take: scatter-add back, at the clamped positions take read from. */
 static int take_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
-  kl_ad *a = c->a;
+  kl_build *a = c->a;
   const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
   kl_params p; /* zeroed; filled with the member of what is emitted */
   memset(&p, 0, sizeof p);
   if (i != 0) return kl_transpose_unsupported(c, e);
   int idx = kl_tr_prim_of(c, e->ins[1]);
-  kl_dtype it = kl_ad_aval(a, idx)->dtype;
-  idx = kl_ad_bin(a, KL_P_MIN, idx, kl_ad_lit(a, (double)(xa->dims[e->p.take.axis] - 1), it));
-  int ins[3] = {kl_ad_zeros(a, xa), idx, ct};
+  kl_dtype it = kl_build_aval(a, idx)->dtype;
+  idx = kl_build_bin(a, KL_P_MIN, idx, kl_build_lit(a, (double)(xa->dims[e->p.take.axis] - 1), it));
+  int ins[3] = {kl_build_zeros(a, xa), idx, ct};
   p.scatter.axis = e->p.take.axis;
   p.scatter.op = KL_SCATTER_ADD;
-  return kl_tr_emit1(a, KL_P_SCATTER, ins, 3, &p);
+  return kl_build_op(a, KL_P_SCATTER, ins, 3, &p);
 }
 
 /* scatter: the JVP writes only scatter-adds; it masks dropped updates itself. */
 static int scatter_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
-  kl_ad *a = c->a;
+  kl_build *a = c->a;
   kl_params p; /* zeroed; filled with the member of what is emitted */
   memset(&p, 0, sizeof p);
   if (i == 1 || e->p.scatter.op != KL_SCATTER_ADD) return kl_transpose_unsupported(c, e);
   if (i == 0) return ct;
   int ins[2] = {ct, kl_tr_prim_of(c, e->ins[1])};
   p.take.axis = e->p.scatter.axis;
-  return kl_tr_emit1(a, KL_P_TAKE, ins, 2, &p);
+  return kl_build_op(a, KL_P_TAKE, ins, 2, &p);
 }
 
 /* ---- batching -------------------------------------------------------------------------------- */
@@ -167,29 +167,29 @@ static kl_dtype index_dtype(int64_t total, kl_dtype given) {
 }
 
 /* Flat positions, shape (B,)+win, of the window of extents `win` starting at the per-example
- * `starts` (rank-0 each, batched as (B,) where bs says so) inside an array of shape (B,)+X laid
+ * `starts` (rank-0 each, or (B,) where batched) inside an array of shape (B,)+X laid
  * out row-major; each start is clamped so the window fits, as dynamic_slice does. */
-static int window_positions(batcher *b, const kl_aval *X, const int64_t *win, const int *starts, const char *bs, kl_dtype t) {
+static int window_positions(kl_build *b, const kl_aval *X, const int64_t *win, const int *starts, kl_dtype t) {
   int n = X->ndim;
   int64_t shape[KL_MAX_RANK + 2], zero = 0, stride = kl_aval_size(X);
   shape[0] = b->size;
   memcpy(shape + 1, win, sizeof(int64_t) * (size_t)n);
-  int acc = kl_batch_bin(b, KL_P_MUL, kl_batch_iota(b, t, shape, n + 1, 0), kl_batch_lit(b, stride, t));
+  int acc = kl_build_bin(b, KL_P_MUL, kl_build_iota(b, t, shape, n + 1, 0), kl_build_ilit(b, stride, t));
   for (int d = 0; d < n; d++) {
     stride /= X->dims[d] ? X->dims[d] : 1;
-    int s = kl_batch_convert(b, starts[d], t);
-    s = kl_batch_bin(b, KL_P_MAX, kl_batch_bin(b, KL_P_MIN, s, kl_batch_lit(b, X->dims[d] - win[d], t)), kl_batch_lit(b, 0, t));
-    int sb = kl_batch_broadcast(b, s, shape, n + 1, &zero, bs[d] ? 1 : 0);
-    int pos = kl_batch_bin(b, KL_P_ADD, sb, kl_batch_iota(b, t, shape, n + 1, d + 1));
-    if (stride != 1) pos = kl_batch_bin(b, KL_P_MUL, pos, kl_batch_lit(b, stride, t));
-    acc = kl_batch_bin(b, KL_P_ADD, acc, pos);
+    int s = kl_build_convert(b, starts[d], t);
+    s = kl_build_bin(b, KL_P_MAX, kl_build_bin(b, KL_P_MIN, s, kl_build_ilit(b, X->dims[d] - win[d], t)), kl_build_ilit(b, 0, t));
+    int sb = kl_build_broadcast(b, s, shape, n + 1, &zero);
+    int pos = kl_build_bin(b, KL_P_ADD, sb, kl_build_iota(b, t, shape, n + 1, d + 1));
+    if (stride != 1) pos = kl_build_bin(b, KL_P_MUL, pos, kl_build_ilit(b, stride, t));
+    acc = kl_build_bin(b, KL_P_ADD, acc, pos);
   }
   return acc;
 }
 
-static int flatten(batcher *b, int x) {
+static int flatten(kl_build *b, int x) {
   int64_t n = kl_aval_size(&b->pg->vals[x].aval);
-  return kl_batch_reshape(b, x, &n, 1);
+  return kl_build_reshape_new(b, x, &n, 1);
 }
 
 static int any_batched(const char *bs, int from, int to) {
@@ -201,7 +201,7 @@ static int any_batched(const char *bs, int from, int to) {
 /* dynamic_slice(x, *starts) and dynamic_update_slice(x, update, *starts). With unbatched starts
  * the batch axis is sliced whole (start 0); with batched starts every example has its own window,
  * computed as a gather (take) or scatter on the flattened batch. */
-static int dynamic_batch(batcher *b, rule_args *r) {
+static int dynamic_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   int upd = e->prim == KL_P_DYNAMIC_UPDATE_SLICE;
   int first = upd ? 2 : 1;
@@ -216,19 +216,19 @@ static int dynamic_batch(batcher *b, rule_args *r) {
     kl_dtype t = X.ndim ? b->pg->vals[r->xs[first]].aval.dtype : KL_I32;
     ins[0] = x;
     if (upd) ins[1] = u;
-    ins[first] = kl_batch_lit(b, 0, t);
+    ins[first] = kl_build_ilit(b, 0, t);
     memcpy(ins + first + 1, r->xs + first, sizeof(int) * (size_t)(e->nin - first));
     kl_params p = e->p;
     int64_t v0[KL_MAX_RANK + 2];
     if (!upd) p.dynamic_slice.slice_sizes = kl_batch_shifted(v0, b->size, &e->p.dynamic_slice.slice_sizes, 0);
-    r->ys[0] = kl_batch_emit(b, e->prim, ins, e->nin + 1, &p, NULL);
+    r->ys[0] = kl_build_op(b, e->prim, ins, e->nin + 1, &p);
     free(ins);
     return r->ys[0] < 0 ? -1 : 0;
   }
   kl_dtype t = KL_I32;
   for (int i = first; i < e->nin; i++)
     if (index_dtype(b->size * kl_aval_size(&X), b->pg->vals[r->xs[i]].aval.dtype) == KL_I64) t = KL_I64;
-  int pos = window_positions(b, &X, win, r->xs + first, r->bs + first, t);
+  int pos = window_positions(b, &X, win, r->xs + first, t);
   int flat = flatten(b, x);
   int64_t shape[KL_MAX_RANK + 2];
   shape[0] = b->size;
@@ -237,11 +237,11 @@ static int dynamic_batch(batcher *b, rule_args *r) {
   kl_params_init(&p, upd ? KL_P_SCATTER : KL_P_TAKE); /* axis 0 */
   if (!upd) {
     int ins[2] = {flat, pos};
-    r->ys[0] = kl_batch_emit(b, KL_P_TAKE, ins, 2, &p, NULL);
+    r->ys[0] = kl_build_op(b, KL_P_TAKE, ins, 2, &p);
   } else {
     p.scatter.op = KL_SCATTER_SET;
     int ins[3] = {flat, pos, u};
-    r->ys[0] = kl_batch_reshape(b, kl_batch_emit(b, KL_P_SCATTER, ins, 3, &p, NULL), shape, X.ndim + 1);
+    r->ys[0] = kl_build_reshape_new(b, kl_build_op(b, KL_P_SCATTER, ins, 3, &p), shape, X.ndim + 1);
   }
   return r->ys[0] < 0 ? -1 : 0;
 }
@@ -250,29 +250,29 @@ static int dynamic_batch(batcher *b, rule_args *r) {
  * with the batch and axis a merged into one leading axis (B*X_a, pre..., post...), and indices
  * into it, shape (B,)+I: b*X_a + idx. Out-of-range indices are clamped first (take), or sent past
  * the end so the scatter drops them (scatter). */
-static int merged_operand(batcher *b, int x, const kl_aval *X, int a) {
+static int merged_operand(kl_build *b, int x, const kl_aval *X, int a) {
   int xt = kl_batch_move_axis(b, x, a + 1, 1);
   int64_t shape[KL_MAX_RANK + 2];
   int k = 0;
   shape[k++] = b->size * X->dims[a];
   for (int i = 0; i < X->ndim; i++)
     if (i != a) shape[k++] = X->dims[i];
-  return kl_batch_reshape(b, xt, shape, k);
+  return kl_build_reshape_new(b, xt, shape, k);
 }
 
-static int merged_indices(batcher *b, int idx, const kl_aval *X, int a, int drop_oob) {
+static int merged_indices(kl_build *b, int idx, const kl_aval *X, int a, int drop_oob) {
   int64_t ext = X->dims[a];
   kl_aval ia = kl_batch_aval(b, idx);
   kl_dtype t = index_dtype(b->size * ext + 1, ia.dtype);
-  idx = kl_batch_convert(b, idx, t);
-  int base = kl_batch_bin(b, KL_P_MUL, kl_batch_iota(b, t, ia.dims, ia.ndim, 0), kl_batch_lit(b, ext, t));
+  idx = kl_build_convert(b, idx, t);
+  int base = kl_build_bin(b, KL_P_MUL, kl_build_iota(b, t, ia.dims, ia.ndim, 0), kl_build_ilit(b, ext, t));
   if (!drop_oob) {
-    idx = kl_batch_bin(b, KL_P_MAX, kl_batch_bin(b, KL_P_MIN, idx, kl_batch_lit(b, ext > 0 ? ext - 1 : 0, t)), kl_batch_lit(b, 0, t));
-    return kl_batch_bin(b, KL_P_ADD, base, idx);
+    idx = kl_build_bin(b, KL_P_MAX, kl_build_bin(b, KL_P_MIN, idx, kl_build_ilit(b, ext > 0 ? ext - 1 : 0, t)), kl_build_ilit(b, 0, t));
+    return kl_build_bin(b, KL_P_ADD, base, idx);
   }
-  int ok = kl_batch_bin(b, KL_P_AND, kl_batch_bin(b, KL_P_GE, idx, kl_batch_lit(b, 0, t)), kl_batch_bin(b, KL_P_LT, idx, kl_batch_lit(b, ext, t)));
-  int sel[3] = {ok, kl_batch_lit(b, b->size * ext, t), kl_batch_bin(b, KL_P_ADD, base, idx)};
-  return kl_batch_emit(b, KL_P_SELECT_N, sel, 3, NULL, NULL);
+  int ok = kl_build_bin(b, KL_P_AND, kl_build_bin(b, KL_P_GE, idx, kl_build_ilit(b, 0, t)), kl_build_bin(b, KL_P_LT, idx, kl_build_ilit(b, ext, t)));
+  int sel[3] = {ok, kl_build_ilit(b, b->size * ext, t), kl_build_bin(b, KL_P_ADD, base, idx)};
+  return kl_build_op(b, KL_P_SELECT_N, sel, 3, NULL);
 }
 
 /* Permutation taking (B, A..., C...) with na axes in A and nc in C to (B, C..., A...). */
@@ -285,35 +285,35 @@ static int swap_groups(int64_t *perm, int na, int nc) {
 }
 
 /* take(x, idx, axis a): result x[:a] + I + x[a+1:]. */
-static int take_batch(batcher *b, rule_args *r) {
+static int take_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_aval X = *src_in(r, 0);
   int m = src_in(r, 1)->ndim, a = (int)e->p.take.axis;
   kl_params p = e->p;
   if (!r->bs[1]) {
     p.take.axis = a + 1;
-    r->ys[0] = kl_batch_emit(b, KL_P_TAKE, r->xs, 2, &p, NULL);
+    r->ys[0] = kl_build_op(b, KL_P_TAKE, r->xs, 2, &p);
   } else if (!r->bs[0]) {
-    r->ys[0] = kl_batch_move_axis(b, kl_batch_emit(b, KL_P_TAKE, r->xs, 2, &p, NULL), a, 0);
+    r->ys[0] = kl_batch_move_axis(b, kl_build_op(b, KL_P_TAKE, r->xs, 2, &p), a, 0);
   } else {
     int xm = merged_operand(b, r->xs[0], &X, a);
     int idx = merged_indices(b, r->xs[1], &X, a, 0);
     p.take.axis = 0;
     int ins[2] = {xm, idx};
-    int y = kl_batch_emit(b, KL_P_TAKE, ins, 2, &p, NULL); /* (B, I..., pre..., post...) */
+    int y = kl_build_op(b, KL_P_TAKE, ins, 2, &p); /* (B, I..., pre..., post...) */
     int64_t perm[KL_MAX_RANK + 2];
     int n = 0;
     perm[n++] = 0;
     for (int i = 0; i < a; i++) perm[n++] = 1 + m + i;
     for (int i = 0; i < m; i++) perm[n++] = 1 + i;
     for (int i = a + 1; i < X.ndim; i++) perm[n++] = m + i;
-    r->ys[0] = kl_batch_transpose(b, y, perm, n);
+    r->ys[0] = kl_build_transpose(b, y, perm, n);
   }
   return r->ys[0] < 0 ? -1 : 0;
 }
 
 /* scatter(x, idx, updates, axis a, op). */
-static int scatter_batch(batcher *b, rule_args *r) {
+static int scatter_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_aval X = *src_in(r, 0);
   int m = src_in(r, 1)->ndim, a = (int)e->p.scatter.axis;
@@ -322,7 +322,7 @@ static int scatter_batch(batcher *b, rule_args *r) {
   if (!r->bs[1]) {
     p.scatter.axis = a + 1;
     int ins[3] = {x, r->xs[1], u};
-    r->ys[0] = kl_batch_emit(b, KL_P_SCATTER, ins, 3, &p, NULL);
+    r->ys[0] = kl_build_op(b, KL_P_SCATTER, ins, 3, &p);
     return r->ys[0] < 0 ? -1 : 0;
   }
   int xm = merged_operand(b, x, &X, a);
@@ -330,25 +330,25 @@ static int scatter_batch(batcher *b, rule_args *r) {
   int64_t perm[KL_MAX_RANK + 2];
   int n = swap_groups(perm, a, m); /* (B, pre, I, post) -> (B, I, pre, post) */
   for (int i = 1 + a + m; i < X.ndim + m; i++) perm[n++] = i;
-  int ut = kl_batch_transpose(b, u, perm, n);
+  int ut = kl_build_transpose(b, u, perm, n);
   p.scatter.axis = 0;
   int ins[3] = {xm, idx, ut};
-  int y = kl_batch_emit(b, KL_P_SCATTER, ins, 3, &p, NULL); /* (B*X_a, pre, post) */
+  int y = kl_build_op(b, KL_P_SCATTER, ins, 3, &p); /* (B*X_a, pre, post) */
   int64_t shape[KL_MAX_RANK + 2];
   int k = 0;
   shape[k++] = b->size;
   shape[k++] = X.dims[a];
   for (int i = 0; i < X.ndim; i++)
     if (i != a) shape[k++] = X.dims[i];
-  r->ys[0] = kl_batch_move_axis(b, kl_batch_reshape(b, y, shape, k), 1, a + 1);
+  r->ys[0] = kl_batch_move_axis(b, kl_build_reshape_new(b, y, shape, k), 1, a + 1);
   return r->ys[0] < 0 ? -1 : 0;
 }
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_index[] = {
-    {KL_P_DYNAMIC_SLICE, gather_jvp, dynamic_slice_transpose, dynamic_batch},
-    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, dynamic_update_slice_transpose, dynamic_batch},
-    {KL_P_TAKE, gather_jvp, take_transpose, take_batch},
-    {KL_P_SCATTER, scatter_jvp, scatter_transpose, scatter_batch},
+    {KL_P_DYNAMIC_SLICE, gather_jvp, dynamic_slice_transpose, dynamic_batch, NULL, NULL},
+    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, dynamic_update_slice_transpose, dynamic_batch, NULL, NULL},
+    {KL_P_TAKE, gather_jvp, take_transpose, take_batch, NULL, NULL},
+    {KL_P_SCATTER, scatter_jvp, scatter_transpose, scatter_batch, NULL, NULL},
     KL_RULES_END};

@@ -8,8 +8,8 @@
 /* ---- JVP ------------------------------------------------------------------------------------- */
 
 /* Reduce max/min: the tangent at the arg-extreme positions, averaged over ties. */
-static int reduce_extreme(kl_ad *a, const kl_eqn *e, int x, int y, int t) {
-  const kl_aval *xa = kl_ad_aval(a, x);
+static int reduce_extreme(kl_build *a, const kl_eqn *e, int x, int y, int t) {
+  const kl_aval *xa = kl_build_aval(a, x);
   kl_aval xl = *xa;
   /* broadcast y back to x's shape */
   const kl_ivec *axes = &e->p.reduce.axes;
@@ -25,27 +25,27 @@ static int reduce_extreme(kl_ad *a, const kl_eqn *e, int x, int y, int t) {
   b.broadcast.shape = (kl_ivec){xl.dims, xl.ndim};
   b.broadcast.broadcast_dimensions = (kl_ivec){dims, nd};
   int o[KL_MAX_OUTS];
-  if (kl_ad_emit(a, KL_P_BROADCAST_IN_DIM, &y, 1, &b, o) < 0) return -1;
-  int mask = kl_ad_bin(a, KL_P_EQ, x, o[0]);
+  if (kl_build_emit(a, KL_P_BROADCAST_IN_DIM, &y, 1, &b, o) < 0) return -1;
+  int mask = kl_build_bin(a, KL_P_EQ, x, o[0]);
   kl_params cv;
   kl_params_init(&cv, KL_P_CONVERT);
   cv.convert.new_dtype = (int)xl.dtype;
-  if (kl_ad_emit(a, KL_P_CONVERT, &mask, 1, &cv, o) < 0) return -1;
+  if (kl_build_emit(a, KL_P_CONVERT, &mask, 1, &cv, o) < 0) return -1;
   int maskf = o[0];
   kl_params rs;
   kl_params_init(&rs, KL_P_REDUCE_SUM);
   rs.reduce.axes = *axes;
-  if (kl_ad_emit(a, KL_P_REDUCE_SUM, &maskf, 1, &rs, o) < 0) return -1;
+  if (kl_build_emit(a, KL_P_REDUCE_SUM, &maskf, 1, &rs, o) < 0) return -1;
   int count = o[0];
   int tm = mul(a, t, maskf);
-  if (kl_ad_emit(a, KL_P_REDUCE_SUM, &tm, 1, &rs, o) < 0) return -1;
+  if (kl_build_emit(a, KL_P_REDUCE_SUM, &tm, 1, &rs, o) < 0) return -1;
   return dv(a, o[0], count);
 }
 
 /* reduce_prod: sum_i t_i * prod_{j != i} x_j, the products from exclusive cumprods both ways
  * (exact with zeros). The reduced axes are moved last and flattened into one. */
-static int reduce_prod_tangent(kl_ad *a, const kl_eqn *e, int x, int t) {
-  kl_aval xa = *kl_ad_aval(a, x);
+static int reduce_prod_tangent(kl_build *a, const kl_eqn *e, int x, int t) {
+  kl_aval xa = *kl_build_aval(a, x);
   const kl_ivec *axes = &e->p.reduce.axes;
   if (axes->n == 0) return t;
   int64_t perm[KL_MAX_RANK], shape[KL_MAX_RANK], nred = 1;
@@ -64,21 +64,21 @@ static int reduce_prod_tangent(kl_ad *a, const kl_eqn *e, int x, int t) {
       if (axes->v[k] == d) perm[np++] = d;
   if (nred == 0) return -1; /* the empty product is the constant 1 */
   shape[nk] = nred;
-  int xr = kl_ad_reshape(a, kl_ad_transpose(a, x, perm), shape, nk + 1);
-  int tr = kl_ad_reshape(a, kl_ad_transpose(a, t, perm), shape, nk + 1);
+  int xr = kl_build_reshape(a, kl_build_transpose(a, x, perm, xa.ndim), shape, nk + 1);
+  int tr = kl_build_reshape(a, kl_build_transpose(a, t, perm, xa.ndim), shape, nk + 1);
   kl_params cp;
   kl_params_init(&cp, KL_P_CUMPROD);
   cp.cumulative.axis = nk;
-  int fwd = kl_ad_op(a, KL_P_CUMPROD, &xr, 1, &cp);
+  int fwd = kl_build_op(a, KL_P_CUMPROD, &xr, 1, &cp);
   cp.cumulative.reverse = 1;
-  int bwd = kl_ad_op(a, KL_P_CUMPROD, &xr, 1, &cp);
+  int bwd = kl_build_op(a, KL_P_CUMPROD, &xr, 1, &cp);
   int one = lit(a, 1, x);
   int others = mul(a, kl_ad_pad_axis(a, fwd, one, nk, 1, -1), kl_ad_pad_axis(a, bwd, one, nk, -1, 1));
   int64_t last = nk;
-  return kl_ad_reduce_sum(a, mul(a, tr, others), &last, 1);
+  return kl_build_reduce_sum(a, mul(a, tr, others), &last, 1);
 }
 
-static int reduce_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+static int reduce_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   int y = ys[0];
   if (ts[0] < 0) return 0;
   switch (e->prim) {
@@ -93,7 +93,7 @@ static int reduce_jvp(kl_ad *a, const kl_eqn *e, const int *xs, const int *ts, i
 
 /* reduce_sum: broadcast the cotangent back over the reduced axes. */
 static int reduce_sum_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
-  kl_ad *a = c->a;
+  kl_build *a = c->a;
   const kl_aval *xa = &c->j->vals[e->ins[i]].aval;
   kl_params p;
   memset(&p, 0, sizeof p);
@@ -107,12 +107,12 @@ static int reduce_sum_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   kl_aval x = *xa;
   p.broadcast.shape = (kl_ivec){x.dims, x.ndim};
   p.broadcast.broadcast_dimensions = (kl_ivec){dims, nd};
-  return kl_tr_emit1(a, KL_P_BROADCAST_IN_DIM, &ct, 1, &p);
+  return kl_build_op(a, KL_P_BROADCAST_IN_DIM, &ct, 1, &p);
 }
 
 /* ---- batching -------------------------------------------------------------------------------- */
 
-static int reduce_batch(batcher *b, rule_args *r) {
+static int reduce_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_params p = e->p;
   int64_t v0[KL_MAX_RANK + 2];
@@ -124,12 +124,12 @@ static int reduce_batch(batcher *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_reduce[] = {
-    {KL_P_REDUCE_SUM, reduce_jvp, reduce_sum_transpose, reduce_batch},
-    {KL_P_REDUCE_PROD, reduce_jvp, NULL, reduce_batch},
-    {KL_P_REDUCE_MAX, reduce_jvp, NULL, reduce_batch},
-    {KL_P_REDUCE_MIN, reduce_jvp, NULL, reduce_batch},
-    {KL_P_REDUCE_AND, reduce_jvp, NULL, reduce_batch}, /* bool: never reached by a tangent */
-    {KL_P_REDUCE_OR, reduce_jvp, NULL, reduce_batch},
-    {KL_P_ARGMAX, kl_jvp_zero, NULL, reduce_batch},
-    {KL_P_ARGMIN, kl_jvp_zero, NULL, reduce_batch},
+    {KL_P_REDUCE_SUM, reduce_jvp, reduce_sum_transpose, reduce_batch, NULL, NULL},
+    {KL_P_REDUCE_PROD, reduce_jvp, NULL, reduce_batch, NULL, NULL},
+    {KL_P_REDUCE_MAX, reduce_jvp, NULL, reduce_batch, NULL, NULL},
+    {KL_P_REDUCE_MIN, reduce_jvp, NULL, reduce_batch, NULL, NULL},
+    {KL_P_REDUCE_AND, reduce_jvp, NULL, reduce_batch, NULL, NULL}, /* bool: never reached by a tangent */
+    {KL_P_REDUCE_OR, reduce_jvp, NULL, reduce_batch, NULL, NULL},
+    {KL_P_ARGMAX, kl_jvp_zero, NULL, reduce_batch, NULL, NULL},
+    {KL_P_ARGMIN, kl_jvp_zero, NULL, reduce_batch, NULL, NULL},
     KL_RULES_END};
