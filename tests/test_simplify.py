@@ -290,3 +290,16 @@ def test_higher_order_still_respects_stop_gradient():
     np.testing.assert_allclose(np.asarray(kiln.grad(f)(x)), 2 * np.asarray(x) ** 2, rtol=1e-6)
     hess_diag = kiln.grad(lambda x: jnp.sum(kiln.grad(f)(x)))(x)
     np.testing.assert_allclose(np.asarray(hess_diag), 2 * np.asarray(x), rtol=1e-6)
+
+
+def test_rev_of_rev_composes():
+    # regression: simplify composed rev of rev as if it were broadcast_in_dim (reading rev's
+    # params as a broadcast's) and crashed the process
+    x = np.arange(24.0).reshape(2, 3, 4).astype(np.float32)
+    cases = [(lambda v: jnp.flip(jnp.flip(v, 0), 0) * 2, x * 2),
+             (lambda v: jnp.flip(jnp.flip(v, 1), 0), x[::-1, ::-1]),
+             (lambda v: jnp.flip(jnp.flip(v, (0, 2)), (2, 1)), x[::-1, ::-1])]
+    for f, want in cases:
+        np.testing.assert_array_equal(np.asarray(kiln.jit(f)(x)), want)
+    assert "rev" not in str(kiln.make_jaxpr(lambda v: jnp.flip(jnp.flip(v, 0), 0))(x))  # the two cancel
+    assert str(kiln.make_jaxpr(lambda v: jnp.flip(jnp.flip(v, 0), 2))(x)).count("rev[") == 1  # one rev

@@ -63,7 +63,9 @@ int kl_simp_splat_int(const kl_program *pg, int v, int64_t *out) {
 }
 
 int64_t *kl_simp_arena_vec(kl_program *pg, int n) {
-  return n ? kl_arena_alloc(&pg->arena, sizeof(int64_t) * (size_t)n) : NULL;
+  int64_t *v = n ? kl_arena_alloc(&pg->arena, sizeof(int64_t) * (size_t)n) : NULL;
+  if (n && !v) pg->oom = 1;
+  return v;
 }
 
 int kl_simp_rewrite_broadcast(kl_simp *s, kl_eqn *e, int x, const int64_t *dims) {
@@ -72,8 +74,10 @@ int kl_simp_rewrite_broadcast(kl_simp *s, kl_eqn *e, int x, const int64_t *dims)
   kl_params p;
   kl_params_init(&p, KL_P_BROADCAST_IN_DIM);
   p.broadcast.shape = (kl_ivec){kl_simp_arena_vec(s->pg, out->ndim), out->ndim};
-  for (int i = 0; i < out->ndim; i++) p.broadcast.shape.v[i] = out->dims[i];
   p.broadcast.broadcast_dimensions = (kl_ivec){kl_simp_arena_vec(s->pg, xa->ndim), xa->ndim};
+  if ((out->ndim && !p.broadcast.shape.v) || (xa->ndim && !p.broadcast.broadcast_dimensions.v))
+    return KL_SIMP_KEEP; /* out of memory: pg->oom is set, e stays as it is */
+  for (int i = 0; i < out->ndim; i++) p.broadcast.shape.v[i] = out->dims[i];
   for (int i = 0; i < xa->ndim; i++) p.broadcast.broadcast_dimensions.v[i] = dims[i];
   e->prim = KL_P_BROADCAST_IN_DIM;
   e->nin = 1;

@@ -256,8 +256,7 @@ static const kl_eqn *fold_source(kl_simp *s, kl_eqn *e, int *done) {
 }
 
 /* broadcast_in_dim of broadcast_in_dim: y's dim i lands on mid's d1[i], which lands on out's
- * d2[d1[i]]; extents stay 1 or equal, so the composed broadcast is valid and equal. (rev of rev
- * reaches here too, reading rev's params as a broadcast's: kept as it was.) */
+ * d2[d1[i]]; extents stay 1 or equal, so the composed broadcast is valid and equal. */
 static int compose_broadcasts(kl_simp *s, kl_eqn *e, const kl_eqn *pe) {
   int y = pe->ins[0];
   const kl_aval *ya = simp_aval(s, y);
@@ -293,13 +292,17 @@ static int transpose_simplify(kl_simp *s, kl_eqn *e) {
   const kl_eqn *pe = fold_source(s, e, &done);
   if (!pe) return done >= 0 ? done : KL_SIMP_KEEP;
   int64_t *q = kl_simp_arena_vec(s->pg, p2->n); /* out[j] = mid[p2[j]] = y[p1[p2[j]]] */
+  if (!q) return KL_SIMP_KEEP;                   /* out of memory: pg->oom is set */
   for (int j = 0; j < p2->n; j++) q[j] = pe->p.transpose.permutation.v[p2->v[j]];
   e->p.transpose.permutation.v = q;
   e->ins[0] = pe->ins[0];
   return KL_SIMP_REWRITTEN;
 }
 
-/* reversing only extent-1 axes moves nothing */
+/* Reversing only extent-1 axes moves nothing; rev of rev reverses the axes reversed an odd
+ * number of times (none: the operand itself). Regression: rev of rev was composed as if it were
+ * a broadcast, reading rev's params as broadcast_in_dim's, and crashed
+ * (jit(lambda x: jnp.flip(jnp.flip(x, 0), 0))). */
 static int rev_simplify(kl_simp *s, kl_eqn *e) {
   const kl_aval *xa = simp_aval(s, e->ins[0]);
   int moves = 0;
@@ -307,7 +310,21 @@ static int rev_simplify(kl_simp *s, kl_eqn *e) {
   if (!moves) return kl_simp_forward(s, e, e->ins[0]);
   int done;
   const kl_eqn *pe = fold_source(s, e, &done);
-  return pe ? compose_broadcasts(s, e, pe) : done >= 0 ? done : KL_SIMP_KEEP;
+  if (!pe) return done >= 0 ? done : KL_SIMP_KEEP;
+  char flipped[KL_MAX_RANK] = {0};
+  for (int i = 0; i < e->p.rev.dimensions.n; i++) flipped[e->p.rev.dimensions.v[i]] ^= 1;
+  for (int i = 0; i < pe->p.rev.dimensions.n; i++) flipped[pe->p.rev.dimensions.v[i]] ^= 1;
+  int n = 0;
+  for (int d = 0; d < xa->ndim; d++) n += flipped[d];
+  if (!n) return kl_simp_forward(s, e, pe->ins[0]);
+  int64_t *dims = kl_simp_arena_vec(s->pg, n);
+  if (!dims) return KL_SIMP_KEEP; /* out of memory: the program is marked, and e stays as it is */
+  n = 0;
+  for (int d = 0; d < xa->ndim; d++)
+    if (flipped[d]) dims[n++] = d;
+  e->p.rev.dimensions = (kl_ivec){dims, n};
+  e->ins[0] = pe->ins[0];
+  return KL_SIMP_REWRITTEN;
 }
 
 static int slice_simplify(kl_simp *s, kl_eqn *e) {
