@@ -226,8 +226,10 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
 }
 
 kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, char *err, size_t errlen) {
-  (void)err, (void)errlen;
-  kl_plan_build(pg, plan, kl_lower_fuse_traits());
+  if (kl_plan_build(pg, plan, kl_lower_fuse_traits())) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory planning kernels");
+    return NULL;
+  }
   kl_exec *x = calloc(1, sizeof *x);
   int *so = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   x->slot_bytes = calloc((size_t)pg->nvals + (size_t)extra_slots + 1, sizeof(size_t));

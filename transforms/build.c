@@ -1,6 +1,7 @@
 /* build.c: the one program builder (build.h) of jvp, transpose, vmap and simplify: emitting with
  * the first failure kept and optional value tags, and the shorthands every pass uses. Depends
  * only on ir/. */
+#include "../ir/alloc.h"
 #include "build.h"
 
 #include <stdarg.h>
@@ -19,6 +20,11 @@ int kl_build_fail(kl_build *b, kl_status status, const char *fmt, ...) {
   return -1;
 }
 
+int kl_build_oom(kl_build *b) {
+  if (b->pg) b->pg->oom = 1;
+  return kl_build_fail(b, KL_ERR_NOMEM, "%sout of memory", b->who ? b->who : "");
+}
+
 const kl_aval *kl_build_aval(kl_build *b, int v) {
   static const kl_aval none; /* after a failure, -1 flows through the helpers harmlessly */
   return v >= 0 && v < b->pg->nvals ? &b->pg->vals[v].aval : &none;
@@ -28,8 +34,12 @@ void kl_build_set_tag(kl_build *b, int v, char t) {
   if (v >= b->cap) {
     int c = b->cap ? b->cap : 64;
     while (c <= v) c *= 2;
-    b->tags = realloc(b->tags, (size_t)c);
-    if (!b->tags) abort();
+    char *tags = kl_realloc(b->tags, (size_t)c);
+    if (!tags) {
+      kl_build_oom(b);
+      return;
+    }
+    b->tags = tags;
     memset(b->tags + b->cap, 0, (size_t)(c - b->cap));
     b->cap = c;
   }
@@ -38,6 +48,7 @@ void kl_build_set_tag(kl_build *b, int v, char t) {
 
 int kl_build_emit(kl_build *b, kl_prim p, const int *ins, int nin, const kl_params *prm, int *outs) {
   if (b->failed) return -1;
+  if (b->pg->oom) return kl_build_oom(b);
   for (int i = 0; i < nin; i++)
     if (ins[i] < 0)
       return kl_build_fail(b, KL_ERR_INTERNAL, "%sinternal error: %s received a missing operand", b->who ? b->who : "",

@@ -25,6 +25,8 @@ typedef struct {
 
 /* Sets the message and its status (ir/status.h) on the first failure, and b->failed; returns -1. */
 int kl_build_fail(kl_build *b, kl_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The builder's out-of-memory failure (KL_ERR_NOMEM; marks the program); returns -1. */
+int kl_build_oom(kl_build *b);
 /* The aval of value v; borrowed: invalid after the next emit. A harmless empty aval for v < 0. */
 const kl_aval *kl_build_aval(kl_build *b, int v);
 /* Sets value v's tags (growing the array); for values not made by an emit (program inputs). */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/alloc.h"
 #include "fuse.h"
 
 static uint64_t mix(uint64_t h, const void *p, size_t n) {
@@ -26,11 +27,16 @@ static int eqn_same(const kl_eqn *a, const kl_eqn *b) {
 }
 
 void kl_cse(kl_program *pg) {
-  int *repl = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *repl = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   size_t cap = 16;
   while (cap < (size_t)pg->neqns * 2) cap *= 2;
-  int *table = malloc(sizeof(int) * cap); /* equation index, or -1 */
-  if (!repl || !table) abort();
+  int *table = kl_malloc(sizeof(int) * cap); /* equation index, or -1 */
+  if (!repl || !table) { /* out of memory: nothing changed; the pipeline reports pg->oom */
+    pg->oom = 1;
+    free(repl);
+    free(table);
+    return;
+  }
   for (int v = 0; v < pg->nvals; v++) repl[v] = v;
   for (size_t i = 0; i < cap; i++) table[i] = -1;
   for (int k = 0; k < pg->neqns; k++) {

@@ -2,6 +2,7 @@
  * output, a reduction result, produced or consumed by a library call; everything else is
  * recomputed inside its consumers' loop nests (cheap elementwise work is worth redoing to
  * avoid a round trip through memory). */
+#include "../ir/alloc.h"
 #include "fuse.h"
 
 #include <stdlib.h>
@@ -21,11 +22,14 @@ int kl_eqn_fusible(const kl_fuse_traits *traits, const kl_program *pg, const kl_
 }
 
 void kl_dce(kl_program *pg) {
-  char *live = calloc((size_t)pg->nvals + 1, 1);
-  if (!live) abort();
+  char *live = kl_calloc((size_t)pg->nvals + 1, 1), *keep = kl_calloc((size_t)pg->neqns + 1, 1);
+  if (!live || !keep) { /* out of memory: nothing changed; the pipeline reports pg->oom */
+    pg->oom = 1;
+    free(live);
+    free(keep);
+    return;
+  }
   for (int i = 0; i < pg->noutputs; i++) live[pg->outputs[i]] = 1;
-  char *keep = calloc((size_t)pg->neqns + 1, 1);
-  if (!keep) abort();
   for (int k = pg->neqns - 1; k >= 0; k--) {
     const kl_eqn *e = &pg->eqns[k];
     for (int i = 0; i < e->nout && !keep[k]; i++) keep[k] = live[e->outs[i]];
@@ -123,12 +127,23 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
   for (int i = 0; i < e->nin; i++) scan_reads(rs, e->ins[i], mode == READ_LEAD ? 3 : READ_FULL + 4, 0);
 }
 
-static void plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m, char *absorbed, int *stage_of) {
+/* Row kernels are an optimization: without memory for their bookkeeping (0 returned, -1 on
+ * failure) the plan keeps every value they would have absorbed materialized instead. */
+static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m, char *absorbed, int *stage_of) {
   /* readers[v]: number of kernel expressions (roots and reduction inputs) reading v */
-  int *readers = calloc((size_t)pg->nvals + 1, sizeof(int));
-  int *hits = calloc((size_t)pg->nvals + 1, sizeof(int));
-  int *touched = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!readers || !hits || !touched) abort();
+  int *readers = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
+  int *hits = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
+  int *touched = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *count = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
+  int *lead_of = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
+  if (!readers || !hits || !touched || !count || !lead_of) {
+    free(readers);
+    free(hits);
+    free(touched);
+    free(count);
+    free(lead_of);
+    return -1;
+  }
   row_scan rs = {pg, m, absorbed, {0}, 0, hits, 0};
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
@@ -170,8 +185,8 @@ static void plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *
     for (int changed = 1; changed && nm < 1 + KL_MAX_STAGES;) {
       changed = 0;
       /* reads of every member, counted per value */
-      int *count = calloc((size_t)pg->nvals + 1, sizeof(int));
-      int *lead_of = calloc((size_t)pg->nvals + 1, sizeof(int));
+      memset(count, 0, sizeof(int) * ((size_t)pg->nvals + 1));
+      memset(lead_of, 0, sizeof(int) * ((size_t)pg->nvals + 1));
       int badv = 0;
       for (int j = 0; j < nm; j++) {
         const kl_eqn *me = &pg->eqns[members[j]];
@@ -217,26 +232,37 @@ static void plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *
         members[nm++] = val->producer;
         changed = 1;
       }
-      free(count);
-      free(lead_of);
     }
   }
   free(readers);
   free(hits);
   free(touched);
+  free(count);
+  free(lead_of);
+  return 0;
 }
 
 #define RECOMPUTE_BUDGET 24
 #define EXPR_LIMIT 256
 
-void kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits) {
+int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits) {
   const char *env = getenv("KILN_DISABLE_FUSION");
   int nofuse = env && env[0] == '1';
   plan->pg = pg;
-  plan->materialized = calloc((size_t)pg->nvals + 1, 1);
-  plan->absorbed = calloc((size_t)pg->nvals + 1, 1);
-  plan->steps = calloc((size_t)pg->neqns + 1, sizeof *plan->steps);
-  if (!plan->materialized || !plan->steps) abort();
+  plan->materialized = kl_calloc((size_t)pg->nvals + 1, 1);
+  plan->absorbed = kl_calloc((size_t)pg->nvals + 1, 1);
+  plan->steps = kl_calloc((size_t)pg->neqns + 1, sizeof *plan->steps);
+  int *uses = kl_calloc((size_t)pg->nvals + 1, sizeof(int)), *last = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *cost = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
+  int *stage_of = kl_malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
+  if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stage_of) {
+    free(uses);
+    free(last);
+    free(cost);
+    free(stage_of);
+    kl_plan_free(plan);
+    return -1;
+  }
   plan->nsteps = 0;
   char *m = plan->materialized;
   for (int i = 0; i < pg->ninputs; i++) m[pg->inputs[i]] = 1;
@@ -259,9 +285,6 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tr
    * several consumers (possibly at different indices, as in a stencil) is materialized once its
    * recomputation would cost more than RECOMPUTE_BUDGET extra ops, and any expression grows into
    * a buffer past EXPR_LIMIT ops, so kernels never grow exponentially with the program. */
-  int *uses = calloc((size_t)pg->nvals + 1, sizeof(int)), *last = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  int *cost = calloc((size_t)pg->nvals + 1, sizeof(int));
-  if (!uses || !last || !cost) abort();
   for (int v = 0; v < pg->nvals; v++) last[v] = -1;
   for (int k = 0; k < pg->neqns; k++)
     for (int i = 0; i < pg->eqns[k].nin; i++) {
@@ -289,10 +312,11 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tr
   free(uses);
   free(last);
   free(cost);
-  int *stage_of = malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
-  if (!stage_of) abort();
   for (int k = 0; k < pg->neqns; k++) stage_of[k] = -1;
-  if (!nofuse) plan_rows(traits, pg, m, plan->absorbed, stage_of);
+  if (!nofuse && plan_rows(traits, pg, m, plan->absorbed, stage_of)) {
+    memset(plan->absorbed, 0, (size_t)pg->nvals + 1); /* no row kernels: nothing absorbed */
+    for (int k = 0; k < pg->neqns; k++) stage_of[k] = -1;
+  }
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     if (!kl_eqn_fusible(traits, pg, e)) {
@@ -311,6 +335,7 @@ void kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tr
     }
   }
   free(stage_of);
+  return 0;
 }
 
 void kl_plan_free(kl_plan *plan) {

@@ -49,7 +49,8 @@ typedef struct {
 } kl_fuse_traits;
 /* Plans kernels for pg; traits: KL_NPRIMS entries, borrowed. KILN_DISABLE_FUSION=1 materializes
  * every value. */
-void kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits);
+/* 0, or -1 when out of memory (the plan is then empty; nothing to free). */
+int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits);
 void kl_plan_free(kl_plan *plan);
 /* Products contracting at most this many elements (float32/64, no batch dims) are computed
  * inside kernels instead of calling BLAS/cuBLAS: the k = 10 products of a classifier layer's

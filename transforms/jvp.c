@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/alloc.h"
 #include "ad.h"
 #include "rules/rules.h"
 
@@ -19,9 +20,9 @@ int kl_jvp_zero(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int 
 }
 
 int *kl_jvp_new_map(const kl_program *pg) {
-  int *m = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!m) abort();
-  for (int v = 0; v < pg->nvals; v++) m[v] = -1;
+  int *m = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (m)
+    for (int v = 0; v < pg->nvals; v++) m[v] = -1;
   return m;
 }
 
@@ -83,6 +84,13 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
                       size_t errlen) {
   kl_build a = {.pg = kl_program_new(), .err = err, .errlen = errlen, .tagged = 1, .remat = remat};
   int *pmap = kl_jvp_new_map(pg), *tmap = kl_jvp_new_map(pg);
+  if (!a.pg || !pmap || !tmap) {
+    kl_program_free(a.pg);
+    free(pmap);
+    free(tmap);
+    kl_error(err, errlen, KL_ERR_NOMEM, "jvp: out of memory");
+    return NULL;
+  }
   for (int i = 0; i < pg->ninputs; i++) pmap[pg->inputs[i]] = kl_program_add_input(a.pg, &pg->vals[pg->inputs[i]].aval);
   kl_build_lit(&a, 0, KL_F32); /* grows the tag array */
   for (int i = 0; i < pg->ninputs; i++) {
@@ -91,19 +99,20 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
     int t = kl_program_add_input(a.pg, av);
     tmap[pg->inputs[i]] = t;
     kl_build_lit(&a, 0, av->dtype); /* grows the tag array past t */
-    a.tags[t] = KL_TAG_TANGENT;
+    if (t >= 0 && t < a.cap) a.tags[t] = KL_TAG_TANGENT; /* else the builder has failed */
   }
   kl_jvp_eqns(&a, pg, pmap, tmap, NULL, 0, 0);
   if (!a.failed) {
-    int *outs = malloc(sizeof(int) * (2 * (size_t)pg->noutputs + 1));
-    if (!outs) abort();
-    for (int i = 0; i < pg->noutputs; i++) outs[i] = pmap[pg->outputs[i]];
-    for (int i = 0; i < pg->noutputs && !a.failed; i++) {
+    int *outs = kl_malloc(sizeof(int) * (2 * (size_t)pg->noutputs + 1));
+    if (!outs) kl_build_oom(&a);
+    for (int i = 0; outs && i < pg->noutputs; i++) outs[i] = pmap[pg->outputs[i]];
+    for (int i = 0; outs && i < pg->noutputs && !a.failed; i++) {
       int t = tmap[pg->outputs[i]];
       outs[pg->noutputs + i] = t >= 0 ? t : kl_build_zeros(&a, &pg->vals[pg->outputs[i]].aval);
     }
-    kl_program_set_outputs(a.pg, outs, 2 * pg->noutputs);
+    if (outs && !a.failed) kl_program_set_outputs(a.pg, outs, 2 * pg->noutputs);
     free(outs);
+    if (a.pg->oom && !a.failed) kl_build_oom(&a);
   }
   free(pmap);
   free(tmap);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/alloc.h"
 #include "build.h"
 #include "fuse.h"
 #include "rules/rules.h"
@@ -134,8 +135,13 @@ static int disabled(void) {
 
 void kl_simplify(kl_program *pg) {
   if (disabled()) return;
-  kl_simp s = {pg, malloc(sizeof(int) * ((size_t)pg->nvals + 1)), calloc((size_t)pg->nvals + 1, 1)};
-  if (!s.repl || !s.dep) abort();
+  kl_simp s = {pg, kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1)), kl_calloc((size_t)pg->nvals + 1, 1)};
+  if (!s.repl || !s.dep) { /* out of memory: nothing changed; the pipeline reports pg->oom */
+    pg->oom = 1;
+    free(s.repl);
+    free(s.dep);
+    return;
+  }
   for (int v = 0; v < pg->nvals; v++) s.repl[v] = v;
   for (int i = 0; i < pg->ninputs; i++) s.dep[pg->inputs[i]] = 1;
   for (int k = 0; k < pg->neqns; k++) {

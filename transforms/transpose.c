@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/alloc.h"
 #include "rules/rules.h"
 #include "transpose.h"
 
@@ -44,16 +45,17 @@ int kl_tr_prim_of(kl_tctx *c, int jv) {
     for (int i = 0; i < e->nin; i++) {
       if (c->vmap[e->ins[i]] >= 0) continue;
       if (top == c->capstack) {
+        int *stack = kl_realloc(c->stack, sizeof(int) * 2 * (size_t)c->capstack);
+        if (!stack) return kl_build_oom(c->a);
+        c->stack = stack;
         c->capstack *= 2;
-        c->stack = realloc(c->stack, sizeof(int) * (size_t)c->capstack);
-        if (!c->stack) abort();
       }
       c->stack[top++] = e->ins[i];
       ready = 0;
     }
     if (!ready) continue;
-    int *ins = malloc(sizeof(int) * ((size_t)e->nin + 1)), outs[KL_MAX_OUTS];
-    if (!ins) abort();
+    int *ins = kl_malloc(sizeof(int) * ((size_t)e->nin + 1)), outs[KL_MAX_OUTS];
+    if (!ins) return kl_build_oom(c->a);
     for (int i = 0; i < e->nin; i++) ins[i] = c->vmap[e->ins[i]];
     int n = kl_build_emit(c->a, e->prim, ins, e->nin, &e->p, outs);
     free(ins);
@@ -69,15 +71,25 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   if (!j) return NULL;
   kl_build a = {.pg = kl_program_new(), .err = err, .errlen = errlen, .tagged = 1};
   kl_tctx c = {.a = &a, .j = j, .jtag = jtag};
-  c.vmap = malloc(sizeof(int) * ((size_t)j->nvals + 1));
-  c.ct = malloc(sizeof(int) * ((size_t)j->nvals + 1));
+  c.vmap = kl_malloc(sizeof(int) * ((size_t)j->nvals + 1));
+  c.ct = kl_malloc(sizeof(int) * ((size_t)j->nvals + 1));
   c.capstack = 64;
-  c.stack = malloc(sizeof(int) * (size_t)c.capstack);
-  if (!c.vmap || !c.ct || !c.stack) abort();
+  c.stack = kl_malloc(sizeof(int) * (size_t)c.capstack);
+  int *ct_in = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  if (!a.pg || !c.vmap || !c.ct || !c.stack || !ct_in) {
+    free(c.vmap);
+    free(c.ct);
+    free(c.stack);
+    free(ct_in);
+    free(jtag);
+    kl_program_free(j);
+    kl_program_free(a.pg);
+    kl_error(err, errlen, KL_ERR_NOMEM, "vjp: out of memory");
+    return NULL;
+  }
   for (int v = 0; v < j->nvals; v++) c.vmap[v] = c.ct[v] = -1;
   /* inputs: the primal inputs, then one cotangent per primal output */
   for (int i = 0; i < pg->ninputs; i++) c.vmap[j->inputs[i]] = kl_program_add_input(a.pg, &j->vals[j->inputs[i]].aval);
-  int *ct_in = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
   for (int i = 0; i < pg->noutputs; i++) ct_in[i] = kl_program_add_input(a.pg, &pg->vals[pg->outputs[i]].aval);
   kl_build_lit(&a, 0, KL_F32); /* allocate the tag array */
   /* the primal part (recomputations wait for their first use, see prim_of) */
@@ -85,8 +97,11 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
     const kl_eqn *e = &j->eqns[k];
     if (jtag[e->outs[0]]) continue;
     int small[256], outs[KL_MAX_OUTS];
-    int *ins = e->nin <= 256 ? small : malloc(sizeof(int) * (size_t)e->nin);
-    if (!ins) abort();
+    int *ins = e->nin <= 256 ? small : kl_malloc(sizeof(int) * (size_t)e->nin);
+    if (!ins) {
+      kl_build_oom(&a);
+      break;
+    }
     for (int i = 0; i < e->nin; i++) ins[i] = c.vmap[e->ins[i]];
     int rc = kl_build_emit(&a, e->prim, ins, e->nin, &e->p, outs);
     if (ins != small) free(ins);
@@ -118,19 +133,21 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
     }
   }
   if (!a.failed) {
-    int *outs = malloc(sizeof(int) * ((size_t)pg->noutputs + (size_t)pg->ninputs + 1));
+    int *outs = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + (size_t)pg->ninputs + 1));
     int n = 0;
-    for (int i = 0; i < pg->noutputs; i++) outs[n++] = kl_tr_prim_of(&c, j->outputs[i]);
+    if (!outs) kl_build_oom(&a);
+    for (int i = 0; outs && i < pg->noutputs; i++) outs[n++] = kl_tr_prim_of(&c, j->outputs[i]);
     int tin = pg->ninputs; /* tangent inputs of j follow its primal inputs */
-    for (int i = 0; i < pg->ninputs && !a.failed; i++) {
+    for (int i = 0; outs && i < pg->ninputs && !a.failed; i++) {
       if (!wants[i]) continue;
       const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
       int g = -1;
       if (kl_dtype_is_float(av->dtype)) g = c.ct[j->inputs[tin++]];
       outs[n++] = g >= 0 ? g : kl_build_zeros(&a, av);
     }
-    kl_program_set_outputs(a.pg, outs, n);
+    if (outs && !a.failed) kl_program_set_outputs(a.pg, outs, n);
     free(outs);
+    if (a.pg->oom && !a.failed) kl_build_oom(&a);
   }
   free(ct_in);
   free(c.vmap);

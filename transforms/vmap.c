@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/alloc.h"
 #include "batch_build.h"
 #include "rules/rules.h"
 
@@ -18,9 +19,20 @@ int kl_batch_unsupported(kl_build *b, const kl_eqn *e) {
 kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char *out_batched, char *err,
                     size_t errlen) {
   kl_build b = {.pg = kl_program_new(), .err = err, .errlen = errlen, .who = "vmap: ", .size = size};
-  int *vmap_of = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  char *batched = calloc((size_t)pg->nvals + 1, 1);
-  if (!vmap_of || !batched) abort();
+  int *vmap_of = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  char *batched = kl_calloc((size_t)pg->nvals + 1, 1);
+  int cap = 16, *xs = kl_malloc(sizeof(int) * (size_t)cap), *outs = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  char *bs = kl_malloc((size_t)cap);
+  if (!b.pg || !vmap_of || !batched || !xs || !bs || !outs) {
+    kl_program_free(b.pg);
+    free(vmap_of);
+    free(batched);
+    free(xs);
+    free(bs);
+    free(outs);
+    kl_error(err, errlen, KL_ERR_NOMEM, "vmap: out of memory");
+    return NULL;
+  }
   if (size < 0) kl_build_fail(&b, KL_ERR_VALUE, "vmap: negative batch size %lld", (long long)size);
   for (int i = 0; i < pg->ninputs && !b.failed; i++) {
     kl_aval a = pg->vals[pg->inputs[i]].aval;
@@ -44,17 +56,18 @@ kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char
   /* the batch axis of every batched input goes to the front, once all inputs exist */
   for (int i = 0; i < pg->ninputs && !b.failed; i++)
     if (in_axes[i] > 0) vmap_of[pg->inputs[i]] = kl_batch_move_axis(&b, vmap_of[pg->inputs[i]], in_axes[i], 0);
-  int cap = 16;
-  int *xs = malloc(sizeof(int) * (size_t)cap);
-  char *bs = malloc((size_t)cap);
-  if (!xs || !bs) abort();
   for (int k = 0; k < pg->neqns && !b.failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
     if (e->nin > cap) {
+      int *xs2 = kl_realloc(xs, sizeof(int) * (size_t)e->nin);
+      if (xs2) xs = xs2;
+      char *bs2 = xs2 ? kl_realloc(bs, (size_t)e->nin) : NULL;
+      if (bs2) bs = bs2;
+      if (!xs2 || !bs2) {
+        kl_build_oom(&b);
+        break;
+      }
       cap = e->nin;
-      xs = realloc(xs, sizeof(int) * (size_t)cap);
-      bs = realloc(bs, (size_t)cap);
-      if (!xs || !bs) abort();
     }
     int any = 0, ys[KL_MAX_OUTS];
     for (int i = 0; i < e->nin; i++) {
@@ -77,15 +90,14 @@ kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char
   free(xs);
   free(bs);
   if (!b.failed) {
-    int *outs = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
-    if (!outs) abort();
     for (int i = 0; i < pg->noutputs; i++) {
       outs[i] = vmap_of[pg->outputs[i]];
       out_batched[i] = batched[pg->outputs[i]];
     }
     kl_program_set_outputs(b.pg, outs, pg->noutputs);
-    free(outs);
+    if (b.pg->oom) kl_build_oom(&b);
   }
+  free(outs);
   free(vmap_of);
   free(batched);
   if (b.failed) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../ir/alloc.h"
 #include "rules.h"
 
 /* ---- JVP ------------------------------------------------------------------------------------- */
@@ -18,8 +19,8 @@ static int custom_vjp_tangents(kl_build *a, const kl_eqn *e, const int *xs, cons
   int any = 0;
   for (int64_t j = 0; j < n_x; j++) any |= ts[n_out + n_keep + j] >= 0;
   if (!any) return 0;
-  int *ins = malloc(sizeof(int) * (size_t)e->nin), outs[KL_MAX_OUTS];
-  if (!ins) abort();
+  int *ins = kl_malloc(sizeof(int) * (size_t)e->nin), outs[KL_MAX_OUTS];
+  if (!ins) return kl_build_oom(a);
   for (int64_t i = 0; i < n_out; i++) ins[i] = ys[i];
   for (int64_t i = 0; i < n_keep; i++) ins[n_out + i] = xs[n_out + i];
   for (int64_t j = 0; j < n_x; j++) {
@@ -64,6 +65,11 @@ static int checkpoint_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int
   const kl_program *body = body_of(a, e, e->p.checkpoint.body);
   if (!body) return -1;
   int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *rp = NULL, *rt = NULL;
+  if (!fp || !ft) {
+    free(fp);
+    free(ft);
+    return kl_build_oom(a);
+  }
   for (int i = 0; i < body->ninputs; i++) {
     fp[body->inputs[i]] = xs[i];
     if (!a->remat) ft[body->inputs[i]] = ts[i];
@@ -72,6 +78,13 @@ static int checkpoint_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int
   if (!rc && a->remat) {
     rp = kl_jvp_new_map(body);
     rt = kl_jvp_new_map(body);
+    if (!rp || !rt) {
+      free(fp);
+      free(ft);
+      free(rp);
+      free(rt);
+      return kl_build_oom(a);
+    }
     char saved = a->extra_tag;
     a->extra_tag |= KL_TAG_REMAT;
     for (int i = 0; i < body->ninputs; i++) {
@@ -102,6 +115,11 @@ static int custom_jvp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, cons
   const int64_t *c = e->p.custom_jvp.counts.v;
   int64_t n_x = c[0], n_fc = c[1], n_rc = c[2];
   int *rp = kl_jvp_new_map(rule), *rt = kl_jvp_new_map(rule);
+  if (!rp || !rt) {
+    free(rp);
+    free(rt);
+    return kl_build_oom(a);
+  }
   for (int64_t i = 0; i < n_x; i++) {
     rp[rule->inputs[i]] = xs[i];
     rp[rule->inputs[n_x + i]] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
@@ -133,8 +151,8 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
     kl_build_fail(a, KL_ERR_INTERNAL, "internal error: custom_vjp backward program does not match its call");
     return -1;
   }
-  int *env = malloc(sizeof(int) * ((size_t)sub->nvals + 1));
-  if (!env) abort();
+  int *env = kl_malloc(sizeof(int) * ((size_t)sub->nvals + 1));
+  if (!env) return kl_build_oom(a);
   for (int v = 0; v < sub->nvals; v++) env[v] = -1;
   for (int64_t i = 0; i < sub->ninputs; i++) {
     int val;
@@ -147,8 +165,11 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
   }
   for (int k = 0; k < sub->neqns && !a->failed; k++) {
     const kl_eqn *se = &sub->eqns[k];
-    int *ins = malloc(sizeof(int) * ((size_t)se->nin + 1)), outs[KL_MAX_OUTS];
-    if (!ins) abort();
+    int *ins = kl_malloc(sizeof(int) * ((size_t)se->nin + 1)), outs[KL_MAX_OUTS];
+    if (!ins) {
+      kl_build_oom(a);
+      break;
+    }
     for (int i = 0; i < se->nin; i++) ins[i] = env[se->ins[i]];
     int n = kl_build_emit(a, se->prim, ins, se->nin, &se->p, outs);
     free(ins);
@@ -173,10 +194,16 @@ static kl_program *batch_subprog(kl_build *b, const kl_program *sub, const char 
     kl_build_fail(b, KL_ERR_INTERNAL, "vmap: internal error: a call without its body");
     return NULL;
   }
-  int *axes = malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
-  char *ob = calloc((size_t)sub->noutputs + 1, 1);
-  int *outs = malloc(sizeof(int) * ((size_t)sub->noutputs + 1));
-  if (!axes || !ob || !outs) abort();
+  int *axes = kl_malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
+  char *ob = kl_calloc((size_t)sub->noutputs + 1, 1);
+  int *outs = kl_malloc(sizeof(int) * ((size_t)sub->noutputs + 1));
+  if (!axes || !ob || !outs) {
+    free(axes);
+    free(ob);
+    free(outs);
+    kl_build_oom(b);
+    return NULL;
+  }
   for (int i = 0; i < sub->ninputs; i++) axes[i] = in_b[i] ? 0 : -1;
   kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen), *done = NULL;
   if (!nb) b->failed = 1;
@@ -213,8 +240,12 @@ static int call_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_params p = e->p;
   int n = e->nin, nw = 2 * e->nout + n;
-  char *want = malloc((size_t)nw + 1), *in_b = malloc((size_t)n * 2 + 1);
-  if (!want || !in_b) abort();
+  char *want = kl_malloc((size_t)nw + 1), *in_b = kl_malloc((size_t)n * 2 + 1);
+  if (!want || !in_b) {
+    free(want);
+    free(in_b);
+    return kl_build_oom(b);
+  }
   memset(want, 1, (size_t)nw + 1);
   kl_program *made[2] = {NULL, NULL}; /* the batched bodies, owned until the equation holds them */
   switch (e->prim) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../ir/alloc.h"
 #include "rules.h"
 
 /* ---- JVP ------------------------------------------------------------------------------------- */
@@ -211,8 +212,8 @@ static int dynamic_batch(kl_build *b, rule_args *r) {
   int x = kl_batch_as_batched(b, r->xs[0], r->bs[0]);
   int u = upd ? kl_batch_as_batched(b, r->xs[1], r->bs[1]) : -1;
   if (!any_batched(r->bs, first, e->nin)) {
-    int *ins = malloc(sizeof(int) * ((size_t)e->nin + 1));
-    if (!ins) abort();
+    int *ins = kl_malloc(sizeof(int) * ((size_t)e->nin + 1));
+    if (!ins) return kl_build_oom(b);
     kl_dtype t = X.ndim ? b->pg->vals[r->xs[first]].aval.dtype : KL_I32;
     ins[0] = x;
     if (upd) ins[1] = u;
