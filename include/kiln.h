@@ -2,6 +2,7 @@
  * one client; examples/c_api.c is another). It gathers:
  *   ir/        dtypes, avals, the KL_PRIMS table and named params, Programs (build, print,
  *              verify, hash, copy; equations own their bodies);
+ *   tracer/    the trace stack: binding equations to traces, lifting, leak detection (trace.h);
  *   transforms/ jvp and vjp (ad.h), vmap (batching.h), the named pass pipeline (pipeline.h);
  *   codegen/   Program -> executable for the CPU or a GPU (compile.h);
  *   runtime/   buffers, executables, launches and the device interface (device.h).
@@ -17,6 +18,7 @@
 #include "../ir/status.h"
 #include "../runtime/device.h"
 #include "../runtime/runtime.h"
+#include "../tracer/trace.h"
 #include "../transforms/ad.h"
 #include "../transforms/batching.h"
 #include "../transforms/fuse.h"

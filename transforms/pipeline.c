@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fuse.h"
 
@@ -60,6 +61,19 @@ static int disabled(const char *name) {
   return v && *v && *v != '0';
 }
 
+/* Debug builds check the program after every pass (a broken pass fails here, named). */
+static int verify(const kl_program *pg, const char *name, char *err, size_t errlen) {
+#ifdef NDEBUG
+  (void)pg, (void)name, (void)err, (void)errlen;
+  return 0;
+#else
+  char why[512];
+  if (!kl_program_verify(pg, why, sizeof why)) return 0;
+  return kl_error(err, errlen, kl_status_last() == KL_ERR_NOMEM ? KL_ERR_NOMEM : KL_ERR_INTERNAL,
+                  "internal error: the program after pass %s is malformed: %s", name, why);
+#endif
+}
+
 static void dump(const kl_program *pg, int step, const char *name) {
   char what[64];
   kl_str text;
@@ -69,6 +83,38 @@ static void dump(const kl_program *pg, int step, const char *name) {
   snprintf(what, sizeof what, "ir-%d-%s.txt", step, name);
   if (!text.failed) kl_dump(what, text.data); /* out of memory: the dump is skipped, not the pass */
   kl_str_free(&text);
+}
+
+/* Runs pass i inside the bodies of pg's equations too (checkpoint and custom rule bodies stay
+ * programs in the OPTIMIZE pipeline): each body is copied, the pass runs on the copy (and its
+ * bodies), and the copy replaces it (bodies are shared and never change in place). */
+static int run_in_bodies(kl_program *pg, int i, char *err, size_t errlen) {
+  for (int k = 0; k < pg->neqns; k++) {
+    kl_eqn *e = &pg->eqns[k];
+    for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++) {
+      if (f->kind != KL_PF_PROGRAM) continue;
+      kl_program **at = kl_param_ptr(&e->p, f);
+      if (!*at) continue;
+      kl_program *body = kl_program_copy(*at);
+      if (!body) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory copying a body for pass %s", passes[i].name);
+      if (passes[i].run(body, err, errlen) || run_in_bodies(body, i, err, errlen) || body->oom) {
+        int oom = body->oom;
+        kl_program_free(body);
+        return oom ? kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass %s", passes[i].name) : -1;
+      }
+      kl_params held; /* pg holds the new body through its body list; the old one it held stays there */
+      memset(&held, 0, sizeof held);
+      *(kl_program **)kl_param_ptr(&held, f) = body;
+      kl_params copy;
+      if (kl_params_copy(pg, e->prim, &copy, &held)) {
+        kl_program_free(body);
+        return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass %s", passes[i].name);
+      }
+      *at = body;
+      kl_program_free(body); /* pg's reference remains */
+    }
+  }
+  return 0;
 }
 
 kl_program *kl_pipeline_run(const kl_program *traced, kl_pipeline_kind kind, char *err, size_t errlen) {
@@ -85,8 +131,9 @@ kl_program *kl_pipeline_run(const kl_program *traced, kl_pipeline_kind kind, cha
   if (dumping) dump(pg, step++, "traced");
   for (int i = 0; i < NPASSES; i++) {
     if (!(passes[i].pipelines & (1 << kind)) || (passes[i].optional && disabled(passes[i].name))) continue;
-    if (passes[i].run(pg, err, errlen) || (pg->oom && kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass %s",
-                                                               passes[i].name))) {
+    if (passes[i].run(pg, err, errlen) || run_in_bodies(pg, i, err, errlen) ||
+        (pg->oom && kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass %s", passes[i].name)) ||
+        verify(pg, passes[i].name, err, errlen)) {
       kl_program_free(pg);
       return NULL;
     }

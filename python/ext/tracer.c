@@ -10,7 +10,6 @@
 #include <string.h>
 #include <structmember.h>
 
-#include "../../tracer/trace.h"
 
 #define SET_REF(field, value)           \
   do {                                  \

@@ -10,6 +10,7 @@
 
 #include "../../ir/program.h"
 #include "../../transforms/fuse.h"
+#include "../../transforms/pipeline.h"
 
 #include "check.h"
 
@@ -434,7 +435,38 @@ static void test_bind_input(void) {
   kl_program_free(pg);
 }
 
+/* The OPTIMIZE pipeline simplifies, CSEs and DCEs inside bodies too, on copies: the traced
+ * program and its body are left as they were. */
+static void test_passes_recurse_into_bodies(void) {
+  int64_t d4[1] = {4};
+  kl_program *body = kl_program_new(), *pg = kl_program_new();
+  int bx = input(body, KL_F32, 0, 1, d4);
+  int s1 = un(body, KL_P_SIN, bx), s2 = un(body, KL_P_SIN, bx); /* CSE: one sin */
+  int m = bin(body, KL_P_MUL, s1, bcast(body, lit(body, KL_F32, 0, 1.0), d4, 1, NULL, 0)); /* simplify: no mul */
+  int out = bin(body, KL_P_ADD, m, s2);
+  kl_program_set_outputs(body, &out, 1);
+  int body_eqns = body->neqns;
+  int x = input(pg, KL_F32, 0, 1, d4);
+  kl_params cp;
+  kl_params_init(&cp, KL_P_CHECKPOINT);
+  cp.checkpoint.body = body;
+  int y = op(pg, KL_P_CHECKPOINT, &x, 1, &cp);
+  kl_program_set_outputs(pg, &y, 1);
+  kl_program *opt = kl_pipeline_run(pg, KL_PIPE_OPTIMIZE, err, sizeof err);
+  CHECK(opt != NULL, "pipeline: %s", err);
+  if (opt) {
+    const kl_program *nb = opt->eqns[0].p.checkpoint.body;
+    CHECK(nb != body && nb->neqns == 2, "the body keeps %d equations, want 2 (sin, add)", nb->neqns);
+    CHECK(kl_program_verify(opt, err, sizeof err) == 0, "verify: %s", err);
+    kl_program_free(opt);
+  }
+  CHECK(body->neqns == body_eqns && pg->eqns[0].p.checkpoint.body == body, "the traced program changed");
+  kl_program_free(pg);
+  kl_program_free(body);
+}
+
 int main(void) {
+  test_passes_recurse_into_bodies();
   test_identity_elements();
   test_integer_zero();
   test_unary();
