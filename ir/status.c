@@ -20,16 +20,12 @@ int kl_error(char *buf, size_t len, kl_status status, const char *fmt, ...) {
   return -1;
 }
 
-int kl_error_once(int *failed, char *buf, size_t len, kl_status status, const char *fmt, ...) {
-  if (!*failed) {
-    va_list ap;
-    va_start(ap, fmt);
-    kl_verror(buf, len, status, fmt, ap);
-    va_end(ap);
-  }
+int kl_verror_once(int *failed, char *buf, size_t len, kl_status status, const char *fmt, va_list ap) {
+  if (!*failed) kl_verror(buf, len, status, fmt, ap);
   *failed = 1;
   return -1;
 }
+
 
 kl_status kl_status_last(void) { return last; }
 

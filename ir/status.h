@@ -21,10 +21,10 @@ typedef enum {
  * -1, so a failing function can `return kl_error(...)`. */
 int kl_error(char *buf, size_t len, kl_status status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int kl_verror(char *buf, size_t len, kl_status status, const char *fmt, va_list ap);
-/* The sticky form for builders that keep going after a failure: only the first failure (while
- * *failed is 0) writes its message and status; sets *failed; returns -1. */
-int kl_error_once(int *failed, char *buf, size_t len, kl_status status, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* The sticky form for builders that keep going after a failure (their varargs fail helpers call
+ * it): only the first failure (while *failed is 0) writes its message and status; sets *failed;
+ * returns -1. */
+int kl_verror_once(int *failed, char *buf, size_t len, kl_status status, const char *fmt, va_list ap);
 /* This thread's last status since kl_status_clear (KL_OK if none). */
 kl_status kl_status_last(void);
 void kl_status_clear(void);

@@ -10,13 +10,10 @@
 #include <string.h>
 
 int kl_build_fail(kl_build *b, kl_status status, const char *fmt, ...) {
-  if (!b->failed) {
-    va_list ap;
-    va_start(ap, fmt);
-    kl_verror(b->err, b->errlen, status, fmt, ap);
-    va_end(ap);
-  }
-  b->failed = 1;
+  va_list ap;
+  va_start(ap, fmt);
+  kl_verror_once(&b->failed, b->err, b->errlen, status, fmt, ap);
+  va_end(ap);
   return -1;
 }
 
