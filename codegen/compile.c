@@ -15,6 +15,8 @@
 #include "lower/lower.h"
 #include "lower/table.h"
 
+#include "../ir/alloc.h"
+#include "../ir/status.h"
 #include "../transforms/fuse.h"
 #include "cpujit.h"
 #include "mlirctx.h"
@@ -148,6 +150,7 @@ void kl_codegen_dump(const char *what, const char *text) { kl_dump(what, text); 
 
 /* Replaces every "KLPFX" in text with prefix (the kernels' unique symbol prefix). */
 void kl_codegen_set_prefix(kl_str *text, const char *prefix) {
+  if (text->failed || !text->data) return; /* the caller sees text->failed */
   kl_str out;
   kl_str_init(&out);
   const char *p = text->data, *q;
@@ -174,10 +177,12 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
                            : "function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
                              "licm),indvars,loop-vectorize,instcombine,simplifycfg)";
   kl_str_printf(mod, "// llvm: %s\n", passes);
+  if (mod->failed) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
   uint64_t key = kl_cpujit_key(mod->data);
   char prefix[40];
   snprintf(prefix, sizeof prefix, "kl_%016llx_", (unsigned long long)key);
   kl_codegen_set_prefix(mod, prefix);
+  if (mod->failed) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
   kl_codegen_dump("kernels.mlir", mod->data);
   kl_kernel_fn fns[512];
   int n = o->nkernels, rc = 0;
@@ -226,16 +231,34 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, char *err, size_
 }
 
 kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, char *err, size_t errlen) {
-  if (kl_plan_build(pg, plan, kl_lower_fuse_traits())) {
-    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory planning kernels");
+  memset(plan, 0, sizeof *plan);
+  if (pg->oom) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory building the program to compile");
     return NULL;
   }
-  kl_exec *x = calloc(1, sizeof *x);
-  int *so = malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  x->slot_bytes = calloc((size_t)pg->nvals + (size_t)extra_slots + 1, sizeof(size_t));
-  x->in_slots = malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
-  x->out_slots = malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
-  if (!x || !so || !x->slot_bytes || !x->in_slots || !x->out_slots) abort();
+  if (kl_plan_build(pg, plan, kl_lower_fuse_traits())) { /* the plan ran out of memory */
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory planning the kernels");
+    return NULL;
+  }
+  kl_exec *x = kl_calloc(1, sizeof *x);
+  int *so = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (x) {
+    x->slot_bytes = kl_calloc((size_t)pg->nvals + (size_t)extra_slots + 1, sizeof(size_t));
+    x->in_slots = kl_malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
+    x->out_slots = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  }
+  if (!x || !so || !x->slot_bytes || !x->in_slots || !x->out_slots) {
+    if (x) {
+      free(x->slot_bytes);
+      free(x->in_slots);
+      free(x->out_slots);
+      free(x);
+    }
+    free(so);
+    kl_plan_free(plan);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory preparing the executable");
+    return NULL;
+  }
   x->refcount = 1;
   for (int v = 0; v < pg->nvals; v++) {
     so[v] = -1;
@@ -261,11 +284,17 @@ int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_o
     return -1;
   }
   *lc = kl_libcall_new(pg, e);
+  int *slots = kl_malloc(sizeof(int) * (size_t)(e->nin + e->nout));
+  if (!*lc || !slots) {
+    kl_libcall_free(*lc);
+    *lc = NULL;
+    free(slots);
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a %s library call", kl_prim_get(e->prim)->name);
+  }
   st->ctx = *lc;
   st->run_checked = kl_libcall_run;
   st->nslots = e->nin + e->nout;
-  st->slots = malloc(sizeof(int) * (size_t)st->nslots);
-  if (!st->slots) abort();
+  st->slots = slots;
   for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
   for (int i = 0; i < e->nout; i++) st->slots[e->nin + i] = slot_of[e->outs[i]];
   st->extent = 1;
@@ -280,19 +309,23 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   int *slot_of;
   kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, 0, err, errlen);
   if (!x) return NULL;
-  owner_t *o = calloc(1, sizeof *o);
-  if (!o) abort();
-  x->owner = o;
-  x->destroy = owner_destroy;
-  x->steps = calloc((size_t)plan.nsteps + 1, sizeof *x->steps);
-  o->kernels = calloc((size_t)plan.nsteps + 1, sizeof *o->kernels);
-  o->libs = calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
-
   kl_str mod;
   kl_str_init(&mod);
-  kl_str_append(&mod, "module {\n");
-  kl_kernel_info *infos = calloc((size_t)plan.nsteps + 1, sizeof *infos);
+  kl_kernel_info *infos = kl_calloc((size_t)plan.nsteps + 1, sizeof *infos);
+  owner_t *o = kl_calloc(1, sizeof *o);
+  x->owner = o;
+  x->destroy = owner_destroy;
+  x->steps = kl_calloc((size_t)plan.nsteps + 1, sizeof *x->steps);
+  if (o) {
+    o->kernels = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->kernels);
+    o->libs = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
+  }
   int rc = 0;
+  if (!infos || !o || !x->steps || !o->kernels || !o->libs) {
+    rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps", plan.nsteps);
+    goto done;
+  }
+  kl_str_append(&mod, "module {\n");
   for (int s = 0; s < plan.nsteps && !rc; s++) {
     const kl_plan_step *ps = &plan.steps[s];
     kl_step *st = &x->steps[x->nsteps];
@@ -326,7 +359,11 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     st->ctx = kc;
     st->run = kernel_run;
     st->nslots = ki->nargs;
-    st->slots = malloc(sizeof(int) * (size_t)ki->nargs);
+    st->slots = kl_malloc(sizeof(int) * (size_t)ki->nargs);
+    if (!st->slots) {
+      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling kernel %s", name);
+      break;
+    }
     for (int i = 0; i < ki->nargs; i++) st->slots[i] = slot_of[ki->args[i]];
     st->extent = ki->extent;
     st->cost = ki->cost;
@@ -336,15 +373,17 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     x->nsteps++;
   }
   kl_str_append(&mod, "}\n");
+  if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
   if (!rc && o->nkernels) rc = build_kernels(&mod, o, x->cost, err, errlen);
-  for (int s = 0; s < plan.nsteps; s++) free(infos[s].args);
+done:
+  for (int s = 0; infos && s < plan.nsteps; s++) free(infos[s].args);
   free(infos);
   kl_str_free(&mod);
   kl_plan_free(&plan);
   free(slot_of);
   compile_seconds += now() - t0;
   compile_count++;
-  if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
     fprintf(stderr, "kiln: compiled %d equations into %d kernels + %d library calls in %.1f ms\n", pg->neqns, o->nkernels, o->nlibs, (now() - t0) * 1e3);
   if (rc) {
     kl_exec_release(x);

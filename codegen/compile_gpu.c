@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "../ir/alloc.h"
+#include "../ir/status.h"
 #include "../transforms/fuse.h"
 #include "compile.h"
 #include "cpujit.h"
@@ -98,12 +100,36 @@ static void *find_module(uint64_t key) {
   return m;
 }
 
+/* Room for one more module, made before loading one (so that recording it cannot fail): 0, or
+ * -1 with a message. */
+static int reserve_module(char *err, size_t errlen) {
+  int rc = 0;
+  pthread_mutex_lock(&mod_mu);
+  if (nmods == capmods) {
+    int cap = capmods ? 2 * capmods : 64;
+    void *p = kl_realloc(mods, sizeof *mods * (size_t)cap);
+    if (p) {
+      mods = p;
+      capmods = cap;
+    } else rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory recording a loaded GPU module");
+  }
+  pthread_mutex_unlock(&mod_mu);
+  return rc;
+}
+
+/* After reserve_module (another thread may have used the room: then it grows here, and a module
+ * that cannot be recorded stays loaded, only not found again by key). */
 static void add_module(uint64_t key, void *m) {
   pthread_mutex_lock(&mod_mu);
   if (nmods == capmods) {
-    capmods = capmods ? 2 * capmods : 64;
-    mods = realloc(mods, sizeof *mods * (size_t)capmods);
-    if (!mods) abort();
+    int cap = capmods ? 2 * capmods : 64;
+    void *p = kl_realloc(mods, sizeof *mods * (size_t)cap);
+    if (!p) {
+      pthread_mutex_unlock(&mod_mu);
+      return;
+    }
+    mods = p;
+    capmods = cap;
   }
   mods[nmods].key = key;
   mods[nmods++].module = m;
@@ -151,12 +177,16 @@ static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, c
       MlirAttribute objs = mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("objects"));
       if (mlirAttributeIsNull(objs) || mlirArrayAttrGetNumElements(objs) < 1) break;
       MlirStringRef s = mlirGPUObjectAttrGetObject(mlirArrayAttrGetElement(objs, 0));
-      ptx = malloc(s.length + 1);
-      if (!ptx) abort();
+      ptx = kl_malloc(s.length + 1);
+      if (!ptx) {
+        kl_error(err, errlen, KL_ERR_NOMEM, "out of memory copying %zu bytes of PTX", s.length + 1);
+        bad = 1;
+        break;
+      }
       memcpy(ptx, s.data, s.length);
       ptx[s.length] = 0;
     }
-    if (!ptx) snprintf(err, errlen, "internal error: GPU lowering produced no PTX");
+    if (!ptx && !bad) snprintf(err, errlen, "internal error: GPU lowering produced no PTX");
   }
   mlirModuleDestroy(m);
 out:
@@ -175,14 +205,17 @@ static void *build_module(kl_str *text, int index32, const char *libdevice, char
   snprintf(tag, sizeof tag, "// gpu sm_%d%d driver %d index%d libdevice %s\n", dev.cc_major, dev.cc_minor,
            dev.driver_version, index32 ? 32 : 64, libdevice ? libdevice : "none");
   kl_str_append(text, tag);
+  if (text->failed) goto nomem;
   uint64_t key = kl_cpujit_key(text->data);
   snprintf(prefix, prefix_len, "kg_%016llx_", (unsigned long long)key);
   kl_codegen_set_prefix(text, prefix);
+  if (text->failed) goto nomem;
   void *m = find_module(key);
   if (m) {
     n_mem_hits++;
     return m;
   }
+  if (reserve_module(err, errlen)) return NULL;
   kl_codegen_dump("kernels-gpu.mlir", text->data);
   size_t len = 0;
   void *image = kl_diskcache_read(key, &len);
@@ -216,6 +249,9 @@ static void *build_module(kl_str *text, int index32, const char *libdevice, char
     fprintf(stderr, "kiln: gpu: mlir->ptx %.1f ms, ptx->device code %.1f ms\n", (t1 - t0) * 1e3, (now() - t1) * 1e3);
   add_module(key, m);
   return m;
+nomem:
+  kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the GPU kernels' MLIR text");
+  return NULL;
 }
 
 /* libdevice, NVIDIA's bitcode math library, where the machine has one: KILN_LIBDEVICE=path (or
@@ -261,24 +297,29 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
   int *slot_of;
   kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, pg->neqns, err, errlen); /* + scratch slots */
   if (!x) return NULL;
-  gpu_owner *o = calloc(1, sizeof *o);
-  if (!o) abort();
+  gpu_owner *o = kl_calloc(1, sizeof *o);
   x->device = KL_DEV_CUDA;
   x->owner = o;
   x->destroy = owner_destroy;
   int64_t biggest = 0;
   for (int v = 0; v < pg->nvals; v++)
     if (kl_aval_size(&pg->vals[v].aval) > biggest) biggest = kl_aval_size(&pg->vals[v].aval);
-  x->steps = calloc(2 * (size_t)plan.nsteps + 1, sizeof *x->steps);
-  o->kernels = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->kernels);
-  o->names = calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->names);
-  o->libs = calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
-  o->dots = calloc((size_t)plan.nsteps + 1, sizeof *o->dots);
+  x->steps = kl_calloc(2 * (size_t)plan.nsteps + 1, sizeof *x->steps);
+  if (o) {
+    o->kernels = kl_calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->kernels);
+    o->names = kl_calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->names);
+    o->libs = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
+    o->dots = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->dots);
+  }
 
   kl_str mod;
   kl_str_init(&mod);
-  kl_str_append(&mod, "module attributes {gpu.container_module} {\n  gpu.module @kiln {\n");
   int rc = 0;
+  if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots) {
+    rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps for the GPU", plan.nsteps);
+    goto finish;
+  }
+  kl_str_append(&mod, "module attributes {gpu.container_module} {\n  gpu.module @kiln {\n");
   for (int s = 0; s < plan.nsteps && !rc; s++) {
     const kl_plan_step *ps = &plan.steps[s];
     if (ps->kind == KL_STEP_LIB) {
@@ -305,16 +346,21 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
           g->nargs = st->nslots;
           kl_step *ks = st;
           if (i) { /* the second pass: the same arguments */
+            int *slots = kl_malloc(sizeof(int) * (size_t)st->nslots);
+            if (!slots) {
+              rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling GPU kernel %s", name);
+              break;
+            }
             ks = &x->steps[x->nsteps++];
             *ks = *st;
-            ks->slots = malloc(sizeof(int) * (size_t)st->nslots);
-            if (!ks->slots) abort();
+            ks->slots = slots;
             memcpy(ks->slots, st->slots, sizeof(int) * (size_t)st->nslots);
           }
           ks->ctx = g;
           ks->run_checked = kernel_run;
           ks->on_host = 0;
         }
+        if (rc) break;
         if (nk) {
           x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
           continue;
@@ -355,14 +401,24 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
     if (!ki.partials) {
       g->nargs = ki.nargs;
       st->nslots = ki.nargs;
-      st->slots = malloc(sizeof(int) * (size_t)ki.nargs);
+      st->slots = kl_malloc(sizeof(int) * (size_t)ki.nargs);
+      if (!st->slots) {
+        free(ki.args);
+        rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling GPU kernel %s", name);
+        break;
+      }
       for (int i = 0; i < ki.nargs; i++) st->slots[i] = slot_of[ki.args[i]];
     } else { /* name(inputs..., scratch); name_f(scratch, output) */
       int scratch = x->nslots++;
       x->slot_bytes[scratch] = (size_t)ki.partials * (size_t)kl_gpu_partial_size(ki.partial_dtype);
       g->nargs = nin + 1;
       st->nslots = nin + 1;
-      st->slots = malloc(sizeof(int) * (size_t)(nin + 1));
+      st->slots = kl_malloc(sizeof(int) * (size_t)(nin + 1));
+      if (!st->slots) {
+        free(ki.args);
+        rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling GPU kernel %s", name);
+        break;
+      }
       for (int i = 0; i < nin; i++) st->slots[i] = slot_of[ki.args[i]];
       st->slots[nin] = scratch;
       gpu_kernel *g2 = &o->kernels[o->nkernels];
@@ -376,31 +432,42 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
       st2->extent = 1;
       st2->partial_arg = -1;
       st2->nslots = 2;
-      st2->slots = malloc(sizeof(int) * 2);
+      st2->slots = kl_malloc(sizeof(int) * 2);
+      if (!st2->slots) {
+        free(ki.args);
+        rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling GPU kernel %s_f", name);
+        break;
+      }
       st2->slots[0] = scratch;
       st2->slots[1] = out_slot;
     }
     free(ki.args);
   }
   kl_str_append(&mod, "  }\n}\n");
-  if (ld_used) { /* declare the libdevice functions the kernels call, inside the gpu.module */
+  if (!rc && ld_used) { /* declare the libdevice functions the kernels call, inside the gpu.module */
     static const char head[] = "module attributes {gpu.container_module} {\n  gpu.module @kiln {\n";
     kl_str full;
     kl_str_init(&full);
     kl_str_append(&full, head);
     kl_libdevice_declare(ld_used, &full);
-    kl_str_append(&full, mod.data + strlen(head));
+    if (mod.failed || !mod.data) full.failed = 1; /* seen below */
+    else kl_str_append(&full, mod.data + strlen(head));
     kl_str_free(&mod);
     mod = full;
     *used_ld = 1;
   }
   const char *ld_link = ld_used ? ld : NULL;
+  if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the GPU kernels' MLIR text");
   if (!rc && o->nkernels) {
     int index32 = biggest + ((int64_t)1 << 26) < ((int64_t)1 << 31); /* grid-stride steps must not overflow */
     char prefix[40];
     void *m = NULL;
     if (ptx_only) {
       kl_codegen_set_prefix(&mod, "kg_");
+      if (mod.failed) {
+        rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the GPU kernels' MLIR text");
+        goto finish;
+      }
       kl_codegen_dump("kernels-gpu.mlir", mod.data);
       *ptx_only = to_ptx(mod.data, ptx_cc / 10, ptx_cc % 10, index32, ld_link, err, errlen);
       if (!*ptx_only) rc = -1;
@@ -423,7 +490,7 @@ finish:
     return NULL;
   }
   kl_compile_note(now() - t0);
-  if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
     fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d host library calls in %.1f ms\n",
             pg->neqns, o->nkernels, o->ndots, o->nlibs - o->ndots, (now() - t0) * 1e3);
   if (rc) {
@@ -435,8 +502,9 @@ finish:
 
 kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen) {
   int used_ld;
+  kl_status_clear();
   kl_exec *x = compile_gpu(pg, NULL, 0, 1, &used_ld, err, errlen);
-  if (!x && used_ld) { /* libdevice did not link here: kiln's own math from now on */
+  if (!x && used_ld && kl_status_last() != KL_ERR_NOMEM) { /* libdevice did not link here: kiln's own math from now on */
     fprintf(stderr, "kiln: linking libdevice (%s) failed, using kiln's own math functions: %s\n", kl_gpu_libdevice(), err);
     atomic_store(&libdevice_failed, 1);
     x = compile_gpu(pg, NULL, 0, 0, &used_ld, err, errlen);
@@ -450,9 +518,9 @@ char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen) {
   err[0] = 0;
   compile_gpu(pg, &ptx, cc, 1, &used_ld, err, errlen);
   if (!ptx && !err[0]) { /* nothing to generate: no kernels */
-    ptx = malloc(1);
-    if (!ptx) abort();
-    ptx[0] = 0;
+    ptx = kl_malloc(1);
+    if (!ptx) kl_error(err, errlen, KL_ERR_NOMEM, "out of memory returning the PTX");
+    else ptx[0] = 0;
   }
   return ptx;
 }

@@ -23,6 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ir/alloc.h"
+#include "../ir/status.h"
+
 #define CACHE_VERSION "kiln-cpu-obj-2"
 static const char MAGIC[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '2'};
 
@@ -159,8 +162,12 @@ static char *cache_read(uint64_t key, size_t *len) {
   int ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, MAGIC, 8) && fread(hdr, 8, 3, f) == 3 && hdr[0] == key &&
            hdr[1] < ((uint64_t)1 << 31);
   if (ok) {
-    data = malloc(hdr[1] + 1);
-    ok = data && fread(data, 1, hdr[1], f) == hdr[1] && fnv(0xcbf29ce484222325ULL, data, hdr[1]) == hdr[2];
+    data = kl_malloc(hdr[1] + 1);
+    if (!data) { /* out of memory: a miss, and the entry stays */
+      fclose(f);
+      return NULL;
+    }
+    ok = fread(data, 1, hdr[1], f) == hdr[1] && fnv(0xcbf29ce484222325ULL, data, hdr[1]) == hdr[2];
   }
   fclose(f);
   if (!ok) {
@@ -199,14 +206,19 @@ static int is_loaded(uint64_t key) {
   return 0;
 }
 
-static void mark_loaded(uint64_t key) {
-  if (nloaded == caploaded) {
-    caploaded = caploaded ? 2 * caploaded : 64;
-    loaded = realloc(loaded, sizeof *loaded * (size_t)caploaded);
-    if (!loaded) abort();
-  }
-  loaded[nloaded++].key = key;
+/* Room for one more loaded key, made (under jit_mu) before an object is added, so that
+ * recording it cannot fail: 0, or -1 (with a message when err is not NULL). */
+static int reserve_loaded(char *err, size_t errlen) {
+  if (nloaded < caploaded) return 0;
+  int cap = caploaded ? 2 * caploaded : 64;
+  loaded_t *p = kl_realloc(loaded, sizeof *loaded * (size_t)cap);
+  if (!p) return err ? kl_error(err, errlen, KL_ERR_NOMEM, "out of memory recording compiled kernels") : -1;
+  loaded = p;
+  caploaded = cap;
+  return 0;
 }
+
+static void mark_loaded(uint64_t key) { loaded[nloaded++].key = key; } /* after reserve_loaded */
 
 /* Adds an object (copied) to the JIT under a resource tracker; on failure the tracker is removed. */
 static int add_object(const char *data, size_t len, char *err, size_t errlen) {
@@ -227,7 +239,7 @@ int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns) {
     if (is_loaded(key)) {
       hit = lookup_all(prefix, n, fns, err, sizeof err) == 0;
       if (hit) n_memory++;
-    } else {
+    } else if (reserve_loaded(NULL, 0) == 0) { /* else a miss: compiling reports it */
       size_t len;
       char *data = cache_read(key, &len);
       if (data) {
@@ -256,6 +268,7 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
     rc = lookup_all(prefix, n, fns, err, errlen);
     goto done;
   }
+  if ((rc = reserve_loaded(err, errlen))) goto done;
   struct timespec q0, q1, q2, q3, q4;
   clock_gettime(CLOCK_MONOTONIC, &q0);
   ctx = LLVMContextCreate();

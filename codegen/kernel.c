@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/alloc.h"
+#include "../ir/status.h"
 #include "kernel_internal.h"
 #include "lower/lower.h"
 #include "lower/table.h"
@@ -45,14 +47,27 @@ void kk_line(kctx *k, const char *fmt, ...) {
 char *kk_fresh(kctx *k, char *buf) { return kl_emit_fresh(&k->em, buf); }
 
 int kk_kfail(kctx *k, const char *fmt, ...) {
-  if (!k->failed) {
-    va_list ap;
-    va_start(ap, fmt);
-    kl_verror(k->err, k->errlen, KL_ERR_INTERNAL, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  kl_verror_once(&k->failed, k->err, k->errlen, KL_ERR_INTERNAL, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int kk_nomem(kctx *k) {
+  if (!k->failed) kl_error(k->err, k->errlen, KL_ERR_NOMEM, "out of memory generating a kernel");
   k->failed = 1;
   return -1;
+}
+
+void kk_line_str(kctx *k, const kl_str *s) {
+  if (s->failed || !s->data) kk_nomem(k);
+  else kk_line(k, "%s", s->data);
+}
+
+void kk_append_text(kl_str *out, const kl_str *src) {
+  if (src->failed) out->failed = 1; /* sticky: whoever consumes out reports it */
+  else if (src->data) kl_str_append(out, src->data);
 }
 
 /* ---- constants ---- */
@@ -107,9 +122,14 @@ int kk_arg_index(kctx *k, int v) {
   for (int i = 0; i < k->nargs; i++)
     if (k->args[i] == v) return i;
   if (k->nargs == k->capargs) {
-    k->capargs = k->capargs ? 2 * k->capargs : 8;
-    k->args = realloc(k->args, sizeof(int) * (size_t)k->capargs);
-    if (!k->args) abort();
+    int cap = k->capargs ? 2 * k->capargs : 8;
+    int *p = kl_realloc(k->args, sizeof(int) * (size_t)cap);
+    if (!p) {
+      kk_nomem(k);
+      return 0; /* only names an argument in text that is thrown away */
+    }
+    k->args = p;
+    k->capargs = cap;
   }
   k->args[k->nargs] = v;
   return k->nargs++;
@@ -120,6 +140,10 @@ static char *memo_key(int v, ssa *idx, int n) {
   kl_str_init(&s);
   kl_str_printf(&s, "%d:", v);
   for (int i = 0; i < n; i++) kl_str_printf(&s, "%s,", idx[i]);
+  if (s.failed) {
+    kl_str_free(&s);
+    return NULL;
+  }
   return s.data;
 }
 
@@ -129,11 +153,18 @@ static const char *memo_get(kctx *k, const char *key) {
   return NULL;
 }
 
+/* Takes key (owned). */
 static void memo_put(kctx *k, char *key, const char *name) {
   if (k->nmemo == k->capmemo) {
-    k->capmemo = k->capmemo ? 2 * k->capmemo : 32;
-    k->memo = realloc(k->memo, sizeof *k->memo * (size_t)k->capmemo);
-    if (!k->memo) abort();
+    int cap = k->capmemo ? 2 * k->capmemo : 32;
+    memo_entry *p = kl_realloc(k->memo, sizeof *k->memo * (size_t)cap);
+    if (!p) {
+      free(key);
+      kk_nomem(k);
+      return;
+    }
+    k->memo = p;
+    k->capmemo = cap;
   }
   k->memo[k->nmemo].key = key;
   snprintf(k->memo[k->nmemo].name, sizeof(ssa), "%s", name);
@@ -167,7 +198,7 @@ char *kk_emit_load(kctx *k, int v, ssa *idx, char *out) {
   kk_index_list(&s, idx, a->ndim, zero);
   kl_str_append(&s, " : ");
   kk_memref_type(&s, a);
-  kk_line(k, "%s", s.data);
+  kk_line_str(k, &s);
   kl_str_free(&s);
   if (a->dtype == KL_BOOL) {
     ssa z;
@@ -208,6 +239,11 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
   const kl_value *val = &k->pg->vals[v];
   int n = val->aval.ndim;
   char *key = memo_key(v, idx, n);
+  if (!key) {
+    kk_nomem(k);
+    snprintf(out, sizeof(ssa), "%%oom");
+    return out;
+  }
   const char *hit = memo_get(k, key);
   if (hit) {
     free(key);
@@ -327,7 +363,7 @@ void kk_store_value(kctx *k, kl_dtype t, const char *val, int arg, const kl_aval
   kk_index_list(&st, idx, n, "%c0");
   kl_str_append(&st, " : ");
   kk_memref_type(&st, a);
-  kk_line(k, "%s", st.data);
+  kk_line_str(k, &st);
   kl_str_free(&st);
 }
 
@@ -489,9 +525,10 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     for (int i = 0; i < e->p.reduce.axes.n; i++) last_reduced |= e->p.reduce.axes.v[i] == space->ndim - 1;
     if (!last_reduced) return emit_column_reduce(plan, step, name, out, info, err, errlen);
   }
-  kl_str body, loops;
+  kl_str body, loops, store; /* store: the text of the result's store */
   kl_str_init(&body);
   kl_str_init(&loops);
+  kl_str_init(&store);
   kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1};
   char indent[64];
   memset(info, 0, sizeof *info);
@@ -606,8 +643,6 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   for (int i = 0; i < depth; i++) kl_str_printf(out, "    %%n%d = arith.constant %lld : index\n", i, (long long)space->dims[order[i]]);
 
   /* store text of the result (in registers -> memory) */
-  kl_str store;
-  kl_str_init(&store);
   {
     ssa sv;
     const char *v = val;
@@ -644,8 +679,11 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   int lvl = 0;
   int tiled = !is_reduce && !st->nstages && nkept == 2 && space->dims[order[0]] > 32 && space->dims[order[1]] > 32;
   if (tiled) {
-    char *seen = calloc((size_t)pg->nvals + 1, 1);
-    if (!seen) abort();
+    char *seen = kl_calloc((size_t)pg->nvals + 1, 1);
+    if (!seen) {
+      kk_nomem(&k);
+      goto fail;
+    }
     tiled = reads_transposed(pg, plan, st->root, seen);
     free(seen);
   }
@@ -661,13 +699,13 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   }
   for (; lvl < nkept; lvl++) {
     char iv[24], n[24];
-    if (lvl == rowk && pre.data) kl_str_append(out, pre.data);
+    if (lvl == rowk) kk_append_text(out, &pre);
     snprintf(iv, sizeof iv, "%%i%d", order[lvl]);
     snprintf(n, sizeof n, "%%n%d", lvl);
     open_loop(out, 2 + lvl, iv, lvl == 0 ? "%lo" : "%c0", lvl == 0 ? "%hi" : n);
   }
   if (is_reduce) {
-    kl_str_append(out, ini.data ? ini.data : "");
+    kk_append_text(out, &ini);
     for (int r = 0; r < nred; r++) {
       int d = nkept + r;
       char iv[24], n[24], prev[32];
@@ -698,7 +736,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
                     r, iv, outer_split ? "%lo" : "%c0", outer_split ? "%hi" : n, r, prev, rcty);
     }
   }
-  kl_str_append(out, body.data ? body.data : "");
+  kk_append_text(out, &body);
   if (is_reduce) {
     for (int r = nred - 1; r >= 0; r--) {
       int d = nkept + r;
@@ -759,6 +797,10 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   for (lvl = nkept - 1; lvl >= 0; lvl--) kl_str_printf(out, "%*s}\n", 4 + 2 * lvl, "");
   if (tiled) kl_str_append(out, "    }\n    }\n");
   kl_str_append(out, "    return\n  }\n");
+  if (store.failed || out->failed || k.failed) {
+    kk_nomem(&k);
+    goto fail;
+  }
   kl_str_free(&store);
   kl_str_free(&ini);
   kl_str_free(&pre);
@@ -770,6 +812,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   kl_str_free(&loops);
   return 0;
 fail:
+  kl_str_free(&store);
   kl_str_free(&ini);
   kl_str_free(&pre);
   for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
@@ -850,9 +893,17 @@ static int emit_column_reduce(const kl_plan *plan, int step, const char *name, k
     snprintf(n, sizeof n, "%%n%d", i);
     open_loop(out, 2 + i, iv, i == 0 ? "%lo" : "%c0", i == 0 ? "%hi" : n);
   }
-  kl_str_append(out, body.data);
+  kk_append_text(out, &body);
   for (int i = depth - 1; i >= 0; i--) kl_str_printf(out, "%*s}\n", 4 + 2 * i, "");
   kl_str_append(out, "    return\n  }\n");
+  if (out->failed || k.failed) {
+    kk_nomem(&k);
+    free(k.args);
+    for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
+    free(k.memo);
+    kl_str_free(&body);
+    return -1;
+  }
   info->args = k.args;
   info->nargs = k.nargs;
   for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/alloc.h"
 #include "lower/lower.h"
 
 #define GK_BLOCK 256 /* threads per block for elementwise, full and long-row kernels */
@@ -536,7 +537,14 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
 
   /* arguments: materialized values read, the output (written) last */
   int nargs = k.nargs + (info->partials ? 1 : 0);
-  kg_arg *args = calloc((size_t)nargs + 2, sizeof *args);
+  kg_arg *args = kl_calloc((size_t)nargs + 2, sizeof *args);
+  if (!args) {
+    kk_nomem(&k);
+    free_ctx(&k);
+    free(k.args);
+    kl_str_free(&body);
+    return -1;
+  }
   for (int i = 0; i < k.nargs; i++) arg_of(&args[i], &pg->vals[k.args[i]].aval, k.args[i] != st->root);
   if (info->partials) {
     args[k.nargs].ndim = 1;
@@ -544,7 +552,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     args[k.nargs].storage = shared_type(rt);
   }
   emit_header(out, name, args, nargs, shared, nshared, block);
-  kl_str_append(out, body.data ? body.data : "");
+  kk_append_text(out, &body);
   kl_str_append(out, "      gpu.return\n    }\n");
   info->block = (unsigned)block;
   info->partial_dtype = rt;
@@ -583,7 +591,12 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     snprintf(name2, sizeof name2, "%s_f", name);
     const char *sh2[1] = {ty};
     emit_header(out, name2, a2, 2, sh2, 1, block);
-    kl_str_append(out, b2.data);
+    kk_append_text(out, &b2);
+    if (k2.failed) { /* its message is written; the check below fails the kernel */
+      k.failed = 1;
+      out->failed = 1;
+    }
+    free(k2.args);
     kl_str_append(out, "      gpu.return\n    }\n");
     kl_str_free(&b2);
     free_ctx(&k2);
@@ -594,6 +607,13 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   int has_out = 0;
   for (int i = 0; i < k.nargs; i++) has_out |= k.args[i] == st->root;
   if (!has_out) kk_arg_index(&k, st->root);
+  if (k.failed || out->failed) {
+    kk_nomem(&k); /* keeps a message already written */
+    free_ctx(&k);
+    free(k.args);
+    kl_str_free(&body);
+    return -1;
+  }
   info->args = k.args;
   info->nargs = k.nargs;
   free_ctx(&k);
@@ -675,7 +695,7 @@ void kg_finish(kg_move *m, int64_t work) {
   char name[64];
   snprintf(name, sizeof name, m->nk ? "%s_s" : "%s", m->name);
   emit_header(m->out, name, m->args, m->nargs, NULL, 0, GK_BLOCK);
-  kl_str_append(m->out, m->body.data ? m->body.data : "");
+  kk_append_text(m->out, &m->body);
   kl_str_append(m->out, "      gpu.return\n    }\n");
   m->grid[m->nk++] = grid_for(work, GK_BLOCK);
   kl_str_free(&m->body);
@@ -695,7 +715,12 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
   m.k = (kctx){.em = {&m.body, 0}, .body = &m.body, .ind = "      ", .err = err, .errlen = errlen, .root = -1, .stash = -1};
   block[0] = block[1] = GK_BLOCK;
   int nk = emit(&m);
+  if (nk >= 0 && (m.k.failed || m.body.failed || out->failed)) {
+    kk_nomem(&m.k); /* keeps a message already written */
+    nk = -1;
+  }
   kl_str_free(&m.body);
   free_ctx(&m.k);
+  free(m.k.args);
   return nk;
 }

@@ -41,6 +41,12 @@ void kk_store_value(kctx *k, kl_dtype t, const char *val, int arg, const kl_aval
 void kk_line(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A fresh SSA name in buf. */
 char *kk_fresh(kctx *k, char *buf);
+/* Records an out-of-memory failure (KL_ERR_NOMEM) unless one is recorded already; returns -1. */
+int kk_nomem(kctx *k);
+/* kk_line(k, "%s", s->data), or kk_nomem when s ran out of memory. */
+void kk_line_str(kctx *k, const kl_str *s);
+/* Appends src's text to out; a src that ran out of memory marks out failed (ir/str.h). */
+void kk_append_text(kl_str *out, const kl_str *src);
 /* Records a failure message; returns -1. */
 int kk_kfail(kctx *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 char *kk_const_index(kctx *k, int64_t v, char *out);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lower/lower.h"
+#include "../ir/alloc.h"
 
 /* ---- scalar conversions ---- */
 
@@ -134,16 +135,23 @@ int kl_lc_cmp_elem(kl_dtype t, const void *p, int64_t i, int64_t j) {
 /* ---- contexts ---- */
 
 kl_libcall *kl_libcall_new(const kl_program *pg, const kl_eqn *e) {
-  kl_libcall *c = calloc(1, sizeof *c);
-  if (!c) abort();
+  kl_libcall *c = kl_calloc(1, sizeof *c);
+  if (!c) return NULL;
   c->prim = e->prim;
   c->p = e->p;
+  for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f && f->name; f++)
+    if (f->kind == KL_PF_IVEC) ((kl_ivec *)kl_param_ptr(&c->p, f))->v = NULL; /* none owned yet */
   for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f && f->name; f++) {
     if (f->kind != KL_PF_IVEC) continue; /* sub-programs stay borrowed */
     kl_ivec *dst = kl_param_ptr(&c->p, f);
     const kl_ivec *src = kl_param_cptr(&e->p, f);
-    dst->v = src->n ? malloc(sizeof(int64_t) * (size_t)src->n) : NULL;
-    if (src->n) memcpy(dst->v, src->v, sizeof(int64_t) * (size_t)src->n);
+    if (!src->n) continue;
+    dst->v = kl_malloc(sizeof(int64_t) * (size_t)src->n);
+    if (!dst->v) {
+      kl_libcall_free(c);
+      return NULL;
+    }
+    memcpy(dst->v, src->v, sizeof(int64_t) * (size_t)src->n);
   }
   c->nin = e->nin;
   c->nout = e->nout;

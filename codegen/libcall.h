@@ -12,7 +12,8 @@ typedef struct {
   kl_aval avals[72];        /* inputs then outputs */
 } kl_libcall;
 
-/* Builds the context of equation e of pg (owned; free with kl_libcall_free). */
+/* Builds the context of equation e of pg (owned; free with kl_libcall_free), or NULL when out
+ * of memory. */
 kl_libcall *kl_libcall_new(const kl_program *pg, const kl_eqn *e);
 void kl_libcall_free(kl_libcall *c);
 /* Step entry: ptrs = input buffers then output buffers. 0 or nonzero with a message. */

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "../../runtime/hostla.h"
+#include "../../ir/alloc.h"
+#include "../../ir/status.h"
 #include "lower.h"
 
 /* A product with a small contraction at output index idx (dims: lhs free, then rhs free):
@@ -164,10 +166,15 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
   void *ta = NULL, *tb = NULL;
   if (l->dtype != t || !is_identity_for(lp, l)) {
     size_t bytes = es * (size_t)kl_aval_size(l) + 1;
-    void *conv = l->dtype != t ? malloc(bytes) : NULL;
+    void *conv = l->dtype != t ? kl_malloc(bytes) : NULL;
+    if (l->dtype != t && !conv) goto nomem;
     if (conv) convert_array(l->dtype, a, t, conv, kl_aval_size(l));
     if (!is_identity_for(lp, l)) {
-      ta = malloc(bytes);
+      ta = kl_malloc(bytes);
+      if (!ta) {
+        free(conv);
+        goto nomem;
+      }
       kl_aval la = *l;
       la.dtype = t;
       permute_copy(es, &la, lp, conv ? conv : a, ta);
@@ -177,10 +184,15 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
   }
   if (r->dtype != t || !is_identity_for(rp, r)) {
     size_t bytes = es * (size_t)kl_aval_size(r) + 1;
-    void *conv = r->dtype != t ? malloc(bytes) : NULL;
+    void *conv = r->dtype != t ? kl_malloc(bytes) : NULL;
+    if (r->dtype != t && !conv) goto nomem;
     if (conv) convert_array(r->dtype, b, t, conv, kl_aval_size(r));
     if (!is_identity_for(rp, r)) {
-      tb = malloc(bytes);
+      tb = kl_malloc(bytes);
+      if (!tb) {
+        free(conv);
+        goto nomem;
+      }
       kl_aval ra = *r;
       ra.dtype = t;
       permute_copy(es, &ra, rp, conv ? conv : b, tb);
@@ -192,6 +204,10 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
   free(ta);
   free(tb);
   return rc;
+nomem:
+  free(ta);
+  free(tb);
+  return kl_error(err, errlen, KL_ERR_NOMEM, "dot_general: out of memory for a converted or transposed operand");
 }
 
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../ir/alloc.h"
+#include "../../ir/status.h"
 #include "lower.h"
 
 /* ---- sort: stable merge sort of index rows by the key operands ---- */
@@ -35,12 +37,12 @@ static void merge_sort(const sort_ctx *s, int64_t *v, int64_t *tmp, int64_t n) {
   memcpy(v, tmp, sizeof(int64_t) * (size_t)n);
 }
 
-static void run_sort(const kl_libcall *c, void *const *ptrs) {
+static int run_sort(const kl_libcall *c, void *const *ptrs) {
   const kl_aval *a = &c->avals[0];
   int64_t outer, n, inner;
   kl_lc_split_axis(a, (int)c->p.sort.dimension, &outer, &n, &inner);
-  int64_t *perm = malloc(sizeof(int64_t) * (size_t)(n ? n : 1) * 2);
-  if (!perm) abort();
+  int64_t *perm = kl_malloc(sizeof(int64_t) * (size_t)(n ? n : 1) * 2);
+  if (!perm) return -1;
   for (int64_t o = 0; o < outer; o++)
     for (int64_t in = 0; in < inner; in++) {
       sort_ctx s = {c, ptrs, o * n * inner + in, inner};
@@ -55,11 +57,11 @@ static void run_sort(const kl_libcall *c, void *const *ptrs) {
       }
     }
   free(perm);
+  return 0;
 }
 
 static int cpu_sort(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
-  (void)err, (void)errlen;
-  run_sort(c, ptrs);
+  if (run_sort(c, ptrs)) return kl_error(err, errlen, KL_ERR_NOMEM, "sort: out of memory for the permutation");
   return 0;
 }
 
