@@ -164,14 +164,11 @@ static void run_chunk(pool_job *j, int c) {
   const kl_step *s = j->step;
   int64_t lo = c * j->chunk, hi = lo + j->chunk;
   if (hi > s->extent) hi = s->extent;
-  if (s->partial_arg >= 0) {
-    void *small[64];
-    void **local = s->nslots <= 64 ? small : malloc(sizeof(void *) * (size_t)s->nslots);
-    if (!local) abort();
+  if (s->partial_arg >= 0) { /* run_step keeps steps of more than 64 slots with partials serial */
+    void *local[64];
     memcpy(local, j->ptrs, sizeof(void *) * (size_t)s->nslots);
     local[s->partial_arg] = j->parts[c];
     s->run(s->ctx, local, lo, hi);
-    if (local != small) free(local);
   } else {
     s->run(s->ctx, j->ptrs, lo, hi);
   }
@@ -236,9 +233,12 @@ static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes) {
   j.nchunks = (int)((s->extent + j.chunk - 1) / j.chunk);
   void *parts[64];
   if (s->partial_arg >= 0) {
-    for (int c = 0; c < j.nchunks; c++) {
-      parts[c] = host_alloc(round_size(partial_bytes));
-      if (!parts[c]) abort();
+    int got = s->nslots <= 64 ? 0 : -1; /* -1: too many slots for run_chunk's copy */
+    while (got >= 0 && got < j.nchunks && (parts[got] = host_alloc(round_size(partial_bytes)))) got++;
+    if (got < j.nchunks) { /* no memory for the partial results: one thread, straight into the output */
+      for (int c = 0; c < got; c++) host_free(parts[c], round_size(partial_bytes));
+      s->run(s->ctx, ptrs, 0, s->extent);
+      return;
     }
     j.parts = parts;
   }
@@ -283,7 +283,11 @@ static void execute(launch *l) {
     const kl_step *st = &x->steps[s];
     void *small[64];
     void **ptrs = st->nslots <= 64 ? small : malloc(sizeof(void *) * (size_t)st->nslots);
-    if (!ptrs) abort();
+    if (!ptrs) {
+      kl_error(err, sizeof err, KL_ERR_NOMEM, "out of host memory running a program");
+      failed = 1;
+      break;
+    }
     for (int i = 0; i < st->nslots; i++) {
       kl_buffer *b = l->bufs[st->slots[i]];
       if (!b) {
@@ -307,15 +311,24 @@ static void execute(launch *l) {
     }
     if (ptrs != small) free(ptrs);
   }
-  char *is_out = calloc((size_t)x->nslots, 1);
-  for (int i = 0; i < x->noutputs; i++) is_out[x->out_slots[i]] = 1;
-  for (int i = 0; i < x->ninputs; i++) is_out[x->in_slots[i]] = 0;
+  char small_out[256], *is_out = x->nslots <= 256 ? small_out : calloc((size_t)x->nslots, 1);
+  if (is_out) {
+    memset(is_out, 0, (size_t)x->nslots);
+    for (int i = 0; i < x->noutputs; i++) is_out[x->out_slots[i]] = 1;
+    for (int i = 0; i < x->ninputs; i++) is_out[x->in_slots[i]] = 0;
+  }
   for (int i = 0; i < x->nslots; i++) {
     if (!l->bufs[i]) continue;
-    if (is_out[i]) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
+    int out = 0; /* without memory for the table: scanned per slot */
+    if (is_out) out = is_out[i];
+    else {
+      for (int k = 0; k < x->noutputs; k++) out |= x->out_slots[k] == i;
+      for (int k = 0; k < x->ninputs; k++) out &= x->in_slots[k] != i;
+    }
+    if (out) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
     kl_buf_release(l->bufs[i]);
   }
-  free(is_out);
+  if (is_out != small_out) free(is_out);
   free(l->bufs);
   kl_exec_release(x);
   free(l);
@@ -359,7 +372,11 @@ static void exec_init(void) {
 static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
   launch *l = calloc(1, sizeof *l);
   kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
-  if (!l || !bufs) abort();
+  if (!l || !bufs) {
+    free(l);
+    free(bufs);
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a program");
+  }
   for (int i = 0; i < x->ninputs; i++) {
     if (bufs[x->in_slots[i]]) continue;
     bufs[x->in_slots[i]] = inputs[i];

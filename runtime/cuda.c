@@ -225,7 +225,11 @@ static struct kl_event *event_for_launch(char *err, size_t errlen) {
     if (e) ev_free = e->next_free;
     else {
       e = calloc(1, sizeof *e);
-      if (!e) abort();
+      if (!e) {
+        pthread_mutex_unlock(&ev_mu);
+        kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory for a GPU event");
+        return NULL;
+      }
       CUresult r = p_cuEventCreate(&e->ev, EVENT_DISABLE_TIMING);
       if (r) {
         free(e);
@@ -597,7 +601,10 @@ int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_le
     return -1;
   }
   *image = malloc(n);
-  if (!*image) abort();
+  if (!*image) {
+    p_cuLinkDestroy(ls);
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory for a GPU module image of %zu bytes", n);
+  }
   memcpy(*image, cubin, n); /* the linker owns cubin until destroyed */
   *image_len = n;
   p_cuLinkDestroy(ls);
@@ -631,7 +638,7 @@ int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_
 int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen) {
   void *params_small[64];
   void **params = nptrs <= 64 ? params_small : malloc(sizeof(void *) * (size_t)nptrs);
-  if (!params) abort();
+  if (!params) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a GPU kernel");
   for (int i = 0; i < nptrs; i++) params[i] = &ptrs[i]; /* each parameter is one device pointer */
   CUresult r = p_cuLaunchKernel((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, stream0, params, NULL);
   if (params != params_small) free(params);
@@ -648,7 +655,7 @@ int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int npt
 static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, char *err, size_t errlen) {
   void *small[64];
   void **h = st->nslots <= 64 ? small : malloc(sizeof(void *) * (size_t)st->nslots);
-  if (!h) abort();
+  if (!h) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a host step");
   int rc = 0, n = 0;
   for (; n < st->nslots; n++) {
     h[n] = malloc(bytes[n] ? bytes[n] : 1);
@@ -690,7 +697,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
   }
   kl_buffer *small[32];
   kl_buffer **bufs = x->nslots <= 32 ? small : malloc(sizeof *bufs * (size_t)x->nslots);
-  if (!bufs) abort();
+  if (!bufs) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a GPU program");
   memset(bufs, 0, sizeof *bufs * (size_t)x->nslots);
   int rc = 0;
   for (int i = 0; i < x->ninputs; i++) {
@@ -724,8 +731,8 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
     size_t bsmall[64];
     void **ptrs = st->nslots <= 64 ? psmall : malloc(sizeof(void *) * (size_t)st->nslots);
     size_t *bytes = st->nslots <= 64 ? bsmall : malloc(sizeof(size_t) * (size_t)st->nslots);
-    if (!ptrs || !bytes) abort();
-    for (int i = 0; i < st->nslots && !rc; i++) {
+    if (!ptrs || !bytes) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a GPU program");
+    for (int i = 0; !rc && i < st->nslots; i++) {
       int sl = st->slots[i];
       if (!bufs[sl] && !(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
       else {
@@ -738,8 +745,8 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
     if (profile)
       fprintf(stderr, "kiln gpu profile: step %d/%d %s: %.1f us\n", s, x->nsteps, st->on_host ? "host library call" : "device",
               (sync_now() - t0) * 1e6);
-    if (ptrs != psmall) free(ptrs);
-    if (bytes != bsmall) free(bytes);
+    if (ptrs && ptrs != psmall) free(ptrs);
+    if (bytes && bytes != bsmall) free(bytes);
   }
   /* outputs that are inputs, or values nobody wrote (size 0), still need a buffer */
   for (int i = 0; i < x->noutputs && !rc; i++) {
