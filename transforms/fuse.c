@@ -8,17 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kl_small_dot(const kl_program *pg, const kl_eqn *e) {
-  if (e->prim != KL_P_DOT_GENERAL || e->p.dot.lhs_batch.n || e->p.dot.rhs_batch.n) return 0;
-  kl_dtype t = pg->vals[e->outs[0]].aval.dtype;
-  if ((t != KL_F32 && t != KL_F64) || pg->vals[e->ins[0]].aval.dtype != t || pg->vals[e->ins[1]].aval.dtype != t) return 0;
-  int64_t kdim = 1;
-  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.dot.lhs_contracting.v[i]];
-  return kdim >= 1 && kdim <= KL_SMALL_DOT_K ? (int)kdim : 0;
+int kl_inline_reads(const kl_fuse_traits *traits, const kl_program *pg, const kl_eqn *e) {
+  return !traits[e->prim].fuses && traits[e->prim].inline_reads ? traits[e->prim].inline_reads(pg, e) : 0;
 }
 
 int kl_eqn_fusible(const kl_fuse_traits *traits, const kl_program *pg, const kl_eqn *e) {
-  return traits[e->prim].fuses || kl_small_dot(pg, e);
+  return traits[e->prim].fuses || kl_inline_reads(traits, pg, e);
 }
 
 void kl_dce(kl_program *pg) {
@@ -148,7 +143,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     kl_form f = kl_prim_get(e->prim)->form;
-    if (!kl_eqn_fusible(traits, pg, e) || kl_small_dot(pg, e)) {
+    if (!kl_eqn_fusible(traits, pg, e) || kl_inline_reads(traits, pg, e)) {
       for (int i = 0; i < e->nin; i++) readers[e->ins[i]] += 1000; /* library calls: never absorbed */
       continue;
     }
@@ -273,7 +268,7 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
     if (!traits[e->prim].fuses) {
       /* a small-contraction product is computed inside its consumers (each output element is a
        * few multiply-adds over its operands, which are recomputed there too unless costly) */
-      if (!kl_small_dot(pg, e)) {
+      if (!kl_inline_reads(traits, pg, e)) {
         for (int i = 0; i < e->nin; i++) m[e->ins[i]] = 1;
         for (int i = 0; i < e->nout; i++) m[e->outs[i]] = 1;
       }
@@ -295,7 +290,7 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   for (int k = 0; k < pg->neqns && !nofuse; k++) {
     const kl_eqn *e = &pg->eqns[k];
     if (!kl_eqn_fusible(traits, pg, e) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) continue;
-    int small_k = kl_small_dot(pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
+    int small_k = kl_inline_reads(traits, pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
     int c = small_k ? 2 * small_k : traits[e->prim].weight;
     for (int i = 0; i < e->nin; i++)
       if (!m[e->ins[i]]) c += reads * cost[e->ins[i]];

@@ -46,18 +46,19 @@ void kl_dce(kl_program *pg);
 typedef struct {
   char fuses;           /* 1: computed inside its consumers' kernels (not a library call) */
   unsigned char weight; /* rough cost of recomputing one element */
+  /* For a library primitive (fuses = 0) whose small instances are computed inside kernels anyway
+   * (a product with a short contraction): the operand reads per result element of instance e,
+   * or 0 when e stays a library call. NULL: never. */
+  int (*inline_reads)(const kl_program *pg, const kl_eqn *e);
 } kl_fuse_traits;
 /* Plans kernels for pg; traits: KL_NPRIMS entries, borrowed. KILN_DISABLE_FUSION=1 materializes
  * every value. */
 /* 0, or -1 when out of memory (the plan is then empty; nothing to free). */
 int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits);
 void kl_plan_free(kl_plan *plan);
-/* Products contracting at most this many elements (float32/64, no batch dims) are computed
- * inside kernels instead of calling BLAS/cuBLAS: the k = 10 products of a classifier layer's
- * gradient write and re-read a whole activation-sized buffer otherwise. */
-#define KL_SMALL_DOT_K 16
-/* The contraction size of such a product (0 when e is not one). */
-int kl_small_dot(const kl_program *pg, const kl_eqn *e);
+/* The operand reads per element of a library equation computed inside kernels (its traits'
+ * inline_reads), 0 for any other equation. */
+int kl_inline_reads(const kl_fuse_traits *traits, const kl_program *pg, const kl_eqn *e);
 /* traits[e->prim].fuses, or a small product. */
 int kl_eqn_fusible(const kl_fuse_traits *traits, const kl_program *pg, const kl_eqn *e);
 #endif

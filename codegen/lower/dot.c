@@ -1,5 +1,5 @@
 /* dot.c: lowering of dot_general: BLAS/cuBLAS through a library step, or, for the small
- * contractions fusion keeps inside kernels (kl_small_dot), an unrolled sum of products.
+ * contractions fusion keeps inside kernels (small_dot), an unrolled sum of products.
  * Depends on the shared scalar emitter, libcall.h and runtime/hostla.h only. */
 #include <math.h>
 #include <stdio.h>
@@ -47,9 +47,24 @@ static char *emit_small_dot(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
   return out;
 }
 
+/* Products contracting at most this many elements (float32/64, no batch dims) are computed inside
+ * kernels instead of calling BLAS/cuBLAS: the k = 10 products of a classifier layer's gradient
+ * write and re-read a whole activation-sized buffer otherwise. */
+#define SMALL_DOT_K 16
+
+/* The contraction size of such a product (the operand reads per element), 0 when e is not one. */
+static int small_dot(const kl_program *pg, const kl_eqn *e) {
+  if (e->p.dot.lhs_batch.n || e->p.dot.rhs_batch.n) return 0;
+  kl_dtype t = pg->vals[e->outs[0]].aval.dtype;
+  if ((t != KL_F32 && t != KL_F64) || pg->vals[e->ins[0]].aval.dtype != t || pg->vals[e->ins[1]].aval.dtype != t) return 0;
+  int64_t kdim = 1;
+  for (int i = 0; i < e->p.dot.lhs_contracting.n; i++) kdim *= pg->vals[e->ins[0]].aval.dims[e->p.dot.lhs_contracting.v[i]];
+  return kdim >= 1 && kdim <= SMALL_DOT_K ? (int)kdim : 0;
+}
+
 static char *scalar_dot(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out) {
   (void)v;
-  if (!kl_small_dot(k->pg, e)) {
+  if (!small_dot(k->pg, e)) {
     kk_kfail(k, "codegen: %s cannot be fused into a kernel", kl_prim_get(e->prim)->name);
     return out;
   }
@@ -211,7 +226,6 @@ nomem:
 }
 
 
-/* fuses = 0: only small products fuse, which fusion asks kl_small_dot (a fact of the shapes) */
 /* Multiply-adds of a product: small ones run inline rather than asynchronously. */
 static double dot_flops(const kl_program *pg, const kl_eqn *e) {
   int64_t kdim = 1;
@@ -220,7 +234,8 @@ static double dot_flops(const kl_program *pg, const kl_eqn *e) {
 }
 
 const kl_lowering kl_lower_dot[] = {
-    {KL_P_DOT_GENERAL, .fuses = 0, .scalar = scalar_dot, .cpu_lib = run_dot, .gpu_library = KL_GPU_LIB_GEMM,
+    /* fuses = 0: only small products are computed inside kernels (inline_reads) */
+    {KL_P_DOT_GENERAL, .fuses = 0, .inline_reads = small_dot, .scalar = scalar_dot, .cpu_lib = run_dot, .gpu_library = KL_GPU_LIB_GEMM,
      .flops = dot_flops},
 };
 const int kl_lower_dot_n = sizeof kl_lower_dot / sizeof *kl_lower_dot;

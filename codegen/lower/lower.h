@@ -61,8 +61,10 @@ typedef enum { KL_GPU_LIB_NONE, KL_GPU_LIB_GEMM /* cuBLAS (batched) gemm */ } kl
 
 typedef struct {
   kl_prim prim;
-  char fuses;                  /* 1: fusion may compute it inside its consumers' kernels (a dot
-                                  fuses only when kl_small_dot says so, whatever this says) */
+  char fuses;                  /* 1: fusion may compute it inside its consumers' kernels */
+  /* a library primitive's instances computed inside kernels all the same: operand reads per
+   * element of e, or 0 (fusion's kl_fuse_traits.inline_reads); NULL: none */
+  int (*inline_reads)(const kl_program *pg, const kl_eqn *e);
   unsigned char weight;        /* rough cost of recomputing one element (fusion's budget) */
   kl_scalar_fn scalar;         /* one element inside a fused kernel; NULL: never inside one */
   const kl_reduce_rule *reduce; /* reductions over axes (the drivers' loops compute them) */

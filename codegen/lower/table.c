@@ -26,7 +26,8 @@ static void build(void) {
   add_family(kl_lower_dot, kl_lower_dot_n);
   add_family(kl_lower_linalg, kl_lower_linalg_n);
   add_family(kl_lower_call, kl_lower_call_n);
-  for (int p = 0; p < KL_NPRIMS; p++) traits[p] = (kl_fuse_traits){rows[p].fuses, rows[p].weight ? rows[p].weight : 1};
+  for (int p = 0; p < KL_NPRIMS; p++)
+    traits[p] = (kl_fuse_traits){rows[p].fuses, rows[p].weight ? rows[p].weight : 1, rows[p].inline_reads};
 }
 
 const kl_lowering *kl_lower_get(kl_prim p) {

@@ -560,7 +560,7 @@ static void test_fusion_plan(void) {
   kl_program_free(pg);
 
   /* Library equations are steps of their own, with materialized operands (a contraction of 32:
-   * products contracting <= KL_SMALL_DOT_K elements are computed inside kernels instead). */
+   * products contracting <= 16 elements are computed inside kernels instead: codegen/lower/dot.c). */
   pg = kl_program_new();
   kl_aval a = aval2(KL_F32, 32, 32);
   int x = kl_program_add_input(pg, &a);
