@@ -84,19 +84,18 @@ int kl_params_copy(kl_program *pg, kl_prim prim, kl_params *dst, const kl_params
   return 0;
 }
 
-static int out_of_memory(const kl_program *pg, char *err, size_t errlen) {
-  (void)pg;
+static int out_of_memory(char *err, size_t errlen) {
   return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory while building a program");
 }
 
 int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, const kl_params *p,
                        int *outs, int *nout, char *err, size_t errlen) {
-  if (pg->oom) return out_of_memory(pg, err, errlen);
+  if (pg->oom) return out_of_memory(err, errlen);
   kl_aval in_avals[64], out_avals[KL_MAX_OUTS];
   kl_aval *iv = nin <= 64 ? in_avals : kl_malloc(sizeof(kl_aval) * (size_t)nin);
   if (!iv) {
     pg->oom = 1;
-    return out_of_memory(pg, err, errlen);
+    return out_of_memory(err, errlen);
   }
   memset(iv, 0, sizeof(kl_aval)); /* rank-0 prims read nothing; keeps the compiler's analysis quiet */
   for (int i = 0; i < nin; i++) {
@@ -113,14 +112,14 @@ int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, co
   /* room first, so that a failure leaves the program as it was (only pg->oom set) */
   if (grow(pg, (void **)&pg->eqns, &pg->capeqns, pg->neqns + 1, sizeof *pg->eqns) ||
       grow(pg, (void **)&pg->vals, &pg->capvals, pg->nvals + *nout, sizeof *pg->vals))
-    return out_of_memory(pg, err, errlen);
+    return out_of_memory(err, errlen);
   kl_eqn *e = &pg->eqns[pg->neqns];
   e->prim = prim;
   e->nin = nin;
   e->nout = *nout;
   e->ins = arena_dup(pg, ins, sizeof(int) * (size_t)nin);
   e->outs = kl_arena_alloc(&pg->arena, sizeof(int) * (size_t)*nout);
-  if (!e->ins || !e->outs || kl_params_copy(pg, prim, &e->p, p)) return out_of_memory(pg, err, errlen);
+  if (!e->ins || !e->outs || kl_params_copy(pg, prim, &e->p, p)) return out_of_memory(err, errlen);
   for (int i = 0; i < *nout; i++) outs[i] = e->outs[i] = new_value(pg, &out_avals[i], pg->neqns);
   pg->neqns++;
   return 0;

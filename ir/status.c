@@ -31,4 +31,3 @@ kl_status kl_status_last(void) { return last; }
 
 void kl_status_clear(void) { last = KL_OK; }
 
-void kl_status_set(kl_status status) { last = status; }

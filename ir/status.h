@@ -28,6 +28,4 @@ int kl_verror_once(int *failed, char *buf, size_t len, kl_status status, const c
 /* This thread's last status since kl_status_clear (KL_OK if none). */
 kl_status kl_status_last(void);
 void kl_status_clear(void);
-/* Records status without a message (a failure whose message a callee already wrote). */
-void kl_status_set(kl_status status);
 #endif

@@ -45,13 +45,6 @@ static const struct {
 };
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))
 
-int kl_pipeline_passes(kl_pipeline_kind kind, const char **names) {
-  int n = 0;
-  for (int i = 0; i < NPASSES; i++)
-    if (passes[i].pipelines & (1 << kind)) names[n++] = passes[i].name;
-  return n;
-}
-
 static int disabled(const char *name) {
   char var[64] = "KILN_DISABLE_";
   size_t k = 13;

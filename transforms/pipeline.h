@@ -10,9 +10,6 @@
  * program that stays a program (the derivative programs make_jaxpr shows). */
 typedef enum { KL_PIPE_COMPILE, KL_PIPE_OPTIMIZE } kl_pipeline_kind;
 
-/* The passes, in order, for `kind` into names[] (at most 8); returns how many. */
-int kl_pipeline_passes(kl_pipeline_kind kind, const char **names);
-
 /* Runs the pipeline on a copy of pg: returns the optimized copy (owned), or NULL with a message. */
 kl_program *kl_pipeline_run(const kl_program *pg, kl_pipeline_kind kind, char *err, size_t errlen);
 #endif
