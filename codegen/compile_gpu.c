@@ -70,6 +70,25 @@ static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
                         err, errlen);
 }
 
+/* One line naming a step that runs on the host: "  sort f32[1024] -> f32[1024]". */
+static void note_host_step(kl_str *s, const kl_program *pg, const kl_eqn *e) {
+  kl_str_append(s, "  ");
+  kl_str_append(s, kl_prim_get(e->prim)->name);
+  for (int i = 0; i < e->nin + e->nout; i++) {
+    const kl_aval *a = &pg->vals[i < e->nin ? e->ins[i] : e->outs[i - e->nin]].aval;
+    char buf[32];
+    kl_str_append(s, i == e->nin ? " -> " : i ? ", " : " ");
+    kl_str_append(s, kl_dtype_name(a->dtype));
+    kl_str_append(s, "[");
+    for (int d = 0; d < a->ndim; d++) {
+      snprintf(buf, sizeof buf, d ? ",%lld" : "%lld", (long long)a->dims[d]);
+      kl_str_append(s, buf);
+    }
+    kl_str_append(s, "]");
+  }
+  kl_str_append(s, "\n");
+}
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -312,8 +331,9 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
     o->dots = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->dots);
   }
 
-  kl_str mod;
+  kl_str mod, host;
   kl_str_init(&mod);
+  kl_str_init(&host);
   int rc = 0;
   if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps for the GPU", plan.nsteps);
@@ -379,6 +399,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
           st->on_host = 0;
         }
       }
+      if (st->on_host) note_host_step(&host, pg, e);
       continue;
     }
     if (kl_aval_size(&pg->vals[ps->root].aval) == 0) continue;
@@ -486,13 +507,22 @@ finish:
   kl_plan_free(&plan);
   free(slot_of);
   if (ptx_only) {
+    kl_str_free(&host);
     kl_exec_release(x);
     return NULL;
   }
   kl_compile_note(now() - t0);
-  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
+  if (!rc && host.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory naming the host steps");
+  if (!rc && host.data) x->host_steps = strdup(host.data);
+  if (!rc && host.data && !x->host_steps) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory naming the host steps");
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1') {
+    int nhost = 0;
+    for (int i = 0; i < x->nsteps; i++) nhost += x->steps[i].on_host;
     fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d host library calls in %.1f ms\n",
-            pg->neqns, o->nkernels, o->ndots, o->nlibs - o->ndots, (now() - t0) * 1e3);
+            pg->neqns, o->nkernels, o->ndots, nhost, (now() - t0) * 1e3);
+    if (host.data) fprintf(stderr, "kiln: host round trips (operands copied to the host and back):\n%s", host.data);
+  }
+  kl_str_free(&host);
   if (rc) {
     kl_exec_release(x);
     return NULL;

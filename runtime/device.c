@@ -81,6 +81,7 @@ void kl_exec_release(kl_exec *x) {
   free(x->slot_bytes);
   free(x->in_slots);
   free(x->out_slots);
+  free(x->host_steps);
   free(x);
 }
 

@@ -65,6 +65,8 @@ typedef struct kl_exec {
   kl_step *steps;     /* owned */
   int nsteps;
   int64_t cost;       /* total elements touched */
+  char *host_steps;   /* owned, or NULL: "prim dtype[dims]" per line of each step of a GPU
+                         executable that runs on the host over copies (a round trip) */
   void *owner;        /* compiled code and contexts, freed by destroy */
   void (*destroy)(void *owner);
   int refcount;       /* atomic */

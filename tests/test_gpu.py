@@ -513,3 +513,61 @@ def test_large_scatter_adds_use_atomics_and_match_numpy(dtype, request):
         t = 1 - np.tanh(w.astype(np.float64)) ** 2
         cnt = np.bincount(np.clip(idx, 0, 99), minlength=100)[:, None]
         np.testing.assert_allclose(np.asarray(grad), t * cnt, rtol=1e-4, atol=1e-3)
+
+
+# ---- whole programs stay on the device ----
+
+def _transformer():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    try:
+        import transformer
+    finally:
+        sys.path.pop(0)
+    return transformer
+
+
+def _only_entry(jf):
+    (entry,) = jf._cache.values()
+    return entry.exe
+
+
+def test_attention_products_are_batched_gemms_with_no_host_step_in_the_ptx_compile():
+    # the dot_layout pass puts non-leading batch dims first: the GPU compile has no host step
+    q = np.ones((2, 8, 4, 16), np.float32)
+    jf = kiln.jit(lambda q, k: jnp.einsum("bqhd,bkhd->bhqk", q, k))
+    jf(q, q)
+    exe = _only_entry(jf)
+    assert exe.host_steps == []
+
+
+@gpu
+@pytest.mark.parametrize("layers", [1, 2])
+def test_transformer_step_runs_on_the_device_with_no_host_step(layers):
+    tr = _transformer()
+    step = tr.make_step(kiln, jnp)
+    params, toks = tr.init_params(layers, seed=layers), tr.tokens(seed=layers)
+    new, loss = step(params, toks)
+    assert _only_entry(step).device == 1 and _only_entry(step).host_steps == []
+    cpu = kiln.devices("cpu")[0]
+    ref_step = tr.make_step(kiln, jnp)
+    ref_new, ref_loss = ref_step(kiln.device_put(params, cpu), kiln.device_put(toks, cpu))
+    assert _only_entry(ref_step).device == 0
+    np.testing.assert_allclose(float(loss), float(ref_loss), rtol=2e-3)
+    for a, b in zip(kiln.tree_util.tree_leaves(new), kiln.tree_util.tree_leaves(ref_new)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-2, atol=2e-3)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint16, np.bool_])
+def test_integer_products_run_on_the_device(dtype):
+    rng = np.random.default_rng(3)
+    a = (rng.integers(0, 2, (3, 5, 7)) if dtype == np.bool_ else rng.integers(-9, 9, (3, 5, 7)) % 50).astype(dtype)
+    b = (rng.integers(0, 2, (7, 3, 4)) if dtype == np.bool_ else rng.integers(-9, 9, (7, 3, 4)) % 50).astype(dtype)
+    jf = kiln.jit(lambda a, b: kiln.lax.dot_general(a, b, (((2,), (0,)), ((0,), (1,)))))
+    got = np.asarray(jf(a, b))
+    if dtype == np.bool_:
+        want = np.einsum("bik,kbj->bij", a.astype(np.int64), b.astype(np.int64)) > 0
+    else:
+        want = np.einsum("bik,kbj->bij", a.astype(np.int64), b.astype(np.int64)).astype(dtype)
+    np.testing.assert_array_equal(got, want)
+    assert _only_entry(jf).host_steps == []

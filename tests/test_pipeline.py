@@ -18,7 +18,7 @@ def test_dump_writes_the_ir_after_every_pass(tmp_path, monkeypatch):
     x = np.linspace(-1, 1, 7).astype(np.float32)
     np.testing.assert_allclose(np.asarray(f(x)), 2 * np.sin(x), rtol=1e-6)
     passes, names = _passes(tmp_path)
-    assert passes == ["traced", "inline", "simplify", "cse", "dce"]
+    assert passes == ["traced", "inline", "dot_layout", "simplify", "cse", "dce"]
     text = {p: (tmp_path / n).read_text() for p, n in zip(passes, names)}
     assert text["traced"].count("sin") == 2 and "mul" in text["traced"]
     assert "add b e" in text["simplify"]  # sin(x) * 1.0 is sin(x): its uses are redirected
@@ -35,7 +35,7 @@ def test_an_optional_pass_can_be_turned_off(tmp_path, monkeypatch):
     x = np.linspace(-1, 1, 5).astype(np.float32)
     np.testing.assert_allclose(np.asarray(f(x)), 2 * np.cos(x), rtol=1e-6)
     passes, names = _passes(tmp_path)
-    assert passes == ["traced", "inline", "simplify", "dce"]
+    assert passes == ["traced", "inline", "dot_layout", "simplify", "dce"]
     assert (tmp_path / names[-1]).read_text().count("cos") == 2
 
 
@@ -47,3 +47,59 @@ def test_compiling_leaves_the_traced_program_unchanged():
     assert builder.counts() == before
     (buf,) = exe(kiln.numpy.asarray(x)._buf)
     assert buf is not None
+
+
+def _dot_lines(text):
+    return [l for l in text.splitlines() if "dot_general" in l]
+
+
+def test_dot_layout_puts_batch_dims_first(tmp_path, monkeypatch):
+    # attention scores: batch dims (b, h) are not leading in either operand; the pass gives
+    # each operand a transpose so that the product is a batched GEMM (no host copy on a GPU)
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    k = rng.standard_normal((2, 6, 3, 4)).astype(np.float32)
+    f = kiln.jit(lambda q, k: jnp.einsum("bqhd,bkhd->bhqk", q, k))
+    np.testing.assert_allclose(np.asarray(f(q, k)), np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64), k),
+                               rtol=1e-5, atol=1e-5)
+    passes, names = _passes(tmp_path)
+    text = {p: (tmp_path / n).read_text() for p, n in zip(passes, names)}
+    assert text["inline"].count("transpose") < text["dot_layout"].count("transpose")
+    (dot,) = _dot_lines(text["dot_layout"])
+    assert "lhs_batch=(0, 1)" in dot and "rhs_batch=(0, 1)" in dot, dot
+    # each transpose keeps the last axis (d) last: it moves whole rows
+    assert "permutation=(0, 2, 1, 3)" in text["dot_layout"] and "(0, 2, 3, 1)" not in text["dot_layout"]
+
+
+def test_dot_layout_results_match_numpy_for_every_dimension_order():
+    rng = np.random.default_rng(1)
+    cases = [
+        ("bqhd,bkhd->bhqk", (2, 5, 3, 4), (2, 6, 3, 4)),
+        ("bhqk,bkhd->bqhd", (2, 3, 5, 6), (2, 6, 3, 4)),
+        ("ijk,kjl->jil", (3, 4, 5), (5, 4, 2)),
+        ("abc,cab->b", (2, 3, 4), (4, 2, 3)),
+        ("iaj,jbi->ab", (3, 2, 4), (4, 5, 3)),
+    ]
+    for spec, sa, sb in cases:
+        a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+        want = np.einsum(spec, a, b)
+        for dt in (np.float32, np.float64):  # float64 only where x64 is on
+            got = kiln.jit(lambda x, y, spec=spec: jnp.einsum(spec, x, y))(a.astype(dt), b.astype(dt))
+            tol = 1e-12 if got.dtype == np.float64 else 1e-5
+            np.testing.assert_allclose(np.asarray(got), want, rtol=tol, atol=tol, err_msg=spec)
+        ia, ib = rng.integers(-5, 5, sa).astype(np.int32), rng.integers(-5, 5, sb).astype(np.int32)
+        got = kiln.jit(lambda x, y, spec=spec: jnp.einsum(spec, x, y))(ia, ib)
+        np.testing.assert_array_equal(np.asarray(got), np.einsum(spec, ia, ib), err_msg=spec)
+
+
+def test_dot_layout_converts_operands_to_the_preferred_type():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4, 3, 5)).astype(np.float16)
+    b = rng.standard_normal((5, 4, 2)).astype(np.float16)
+    f = kiln.jit(lambda a, b: kiln.lax.dot_general(a, b, (((2,), (0,)), ((0,), (1,))),
+                                                   preferred_element_type=jnp.float32))
+    got = f(a, b)
+    assert got.dtype == np.float32
+    want = np.einsum("bik,kbj->bij", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-3, atol=1e-3)

@@ -226,6 +226,62 @@ nomem:
 }
 
 
+/* On the GPU, products cuBLAS has no routine for (integer and bool elements): one thread per
+ * output element sums over k in the element type (ints wrap; bools: or of ands). Floats return 0:
+ * cuBLAS runs them. The dot_layout pass has put the operands in GEMM form. */
+static int gpu_dot(kg_move *m) {
+  const kl_libcall *c = m->c;
+  kl_dtype t = c->avals[2].dtype;
+  int64_t batch, mm, n, kd;
+  int tl, tr;
+  if (kl_dtype_is_float(t) || !kl_libcall_dot_layout(c, &batch, &mm, &n, &kd, &tl, &tr)) return 0;
+  kctx *k = &m->k;
+  const char *st = m->args[2].storage;
+  int bl = t == KL_BOOL;
+  long long d0 = (long long)m->args[0].dims[0], d1 = (long long)m->args[1].dims[0], d2 = (long long)m->args[2].dims[0];
+  ssa bi, rem, i, j, lbase, rbase, lstep, rstep, lpos, rpos, ck, zero, acc, a, b, p, s;
+  kg_grid_loop(k, batch * mm * n, "%o");
+  kg_index_op(k, "divui", "%o", mm * n, bi);
+  kg_index_op(k, "remui", "%o", mm * n, rem);
+  kg_index_op(k, "divui", rem, n, i);
+  kg_index_op(k, "remui", rem, n, j);
+  /* lhs element (i, kk) at lbase + kk * lstep, rhs element (kk, j) at rbase + kk * rstep */
+  kg_index_op(k, "muli", bi, mm * kd, lbase);
+  if (tl) kg_update(k, "addi", lbase, i, "index");
+  else {
+    ssa t1;
+    kg_index_op(k, "muli", i, kd, t1);
+    kg_update(k, "addi", lbase, t1, "index");
+  }
+  kg_index_op(k, "muli", bi, kd * n, rbase);
+  if (tr) {
+    ssa t1;
+    kg_index_op(k, "muli", j, kd, t1);
+    kg_update(k, "addi", rbase, t1, "index");
+  } else kg_update(k, "addi", rbase, j, "index");
+  kk_const_index(k, tl ? mm : 1, lstep);
+  kk_const_index(k, tr ? 1 : n, rstep);
+  kk_const_index(k, kd, ck);
+  kk_line(k, "%s = arith.constant 0 : %s", kk_fresh(k, zero), st);
+  kk_line(k, "%s = scf.for %%kk = %%c0 to %s step %%c1 iter_args(%%acc = %s) -> (%s) {", kk_fresh(k, acc), ck, zero, st);
+  k->ind = "          ";
+  kk_line(k, "%s = arith.muli %%kk, %s : index", kk_fresh(k, lpos), lstep);
+  kg_update(k, "addi", lpos, lbase, "index");
+  kk_line(k, "%s = arith.muli %%kk, %s : index", kk_fresh(k, rpos), rstep);
+  kg_update(k, "addi", rpos, rbase, "index");
+  kk_line(k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(k, a), lpos, d0, st);
+  kk_line(k, "%s = memref.load %%m1[%s] : memref<%lldx%s>", kk_fresh(k, b), rpos, d1, st);
+  kk_line(k, "%s = arith.%s %s, %s : %s", kk_fresh(k, p), bl ? "andi" : "muli", a, b, st);
+  kk_line(k, "%s = arith.%s %%acc, %s : %s", kk_fresh(k, s), bl ? "ori" : "addi", p, st);
+  kk_line(k, "scf.yield %s : %s", s, st);
+  k->ind = "        ";
+  kk_line(k, "}");
+  kk_line(k, "memref.store %s, %%m2[%%o] : memref<%lldx%s>", acc, d2, st);
+  kg_close_loop(k);
+  kg_finish(m, batch * mm * n);
+  return 1;
+}
+
 /* Multiply-adds of a product: small ones run inline rather than asynchronously. */
 static double dot_flops(const kl_program *pg, const kl_eqn *e) {
   int64_t kdim = 1;
@@ -235,7 +291,8 @@ static double dot_flops(const kl_program *pg, const kl_eqn *e) {
 
 const kl_lowering kl_lower_dot[] = {
     /* fuses = 0: only small products are computed inside kernels (inline_reads) */
-    {KL_P_DOT_GENERAL, .fuses = 0, .inline_reads = small_dot, .scalar = scalar_dot, .cpu_lib = run_dot, .gpu_library = KL_GPU_LIB_GEMM,
+    {KL_P_DOT_GENERAL, .fuses = 0, .inline_reads = small_dot, .scalar = scalar_dot, .cpu_lib = run_dot, .gpu_kernel = gpu_dot,
+     .gpu_library = KL_GPU_LIB_GEMM,
      .flops = dot_flops},
 };
 const int kl_lower_dot_n = sizeof kl_lower_dot / sizeof *kl_lower_dot;

@@ -965,7 +965,28 @@ static PyObject *exec_device(PyObject *self, void *unused) {
   return PyLong_FromLong(((ExecObject *)self)->x->device);
 }
 
+static PyObject *exec_host_steps(PyObject *self, void *unused) {
+  (void)unused;
+  const char *h = ((ExecObject *)self)->x->host_steps;
+  PyObject *res = PyList_New(0);
+  while (res && h && *h) {
+    const char *nl = strchr(h, '\n');
+    size_t n = nl ? (size_t)(nl - h) : strlen(h);
+    while (n && *h == ' ') h++, n--;
+    PyObject *line = PyUnicode_FromStringAndSize(h, (Py_ssize_t)n);
+    if (!line || PyList_Append(res, line)) {
+      Py_XDECREF(line);
+      Py_DECREF(res);
+      return NULL;
+    }
+    Py_DECREF(line);
+    h += n + (nl != NULL);
+  }
+  return res;
+}
+
 static PyGetSetDef exec_getset[] = {
+    {"host_steps", exec_host_steps, NULL, "steps of a GPU executable that run on the host over copies", NULL},
     {"num_steps", exec_steps, NULL, "launches per call: kernels and library calls (for fusion tests)", NULL},
     {"device", exec_device, NULL, "0: CPU, 1: GPU", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
