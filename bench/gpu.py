@@ -17,9 +17,14 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import transformer  # noqa: E402  (examples/transformer.py: the model both libraries run)
+
 ALL = ["copy", "selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "mlp_step", "dispatch", "eager",
        "eager_chain", "upload", "download",
-       "vmap_matvec", "compile_selu", "compile_mlp"]
+       "vmap_matvec", "compile_selu", "compile_mlp", "transformer2", "transformer8", "compile_transformer2",
+       "compile_transformer8", "attention_fwd", "attention_fwd_bwd", "transpose_add", "layernorm", "chain200",
+       "chain1000"]
 
 
 def median_time(fn, sync, reps, warm=3):
@@ -73,6 +78,132 @@ class Peers:
 def ksync(r=None):
     if r is not None:
         r.block_until_ready()
+
+def libs(P):
+    """(label, lib, numpy module) for kiln and, when installed, JAX."""
+    out = [("kiln", P.kiln, P.knp)]
+    if P.jax:
+        out.append(("jax", P.jax, P.jjnp))
+    return out
+
+
+def steps_of(jf):
+    """Launches per call of a kiln jit (kernels + library calls) and its host steps."""
+    (entry,) = jf._cache.values()
+    return entry.exe.num_steps, entry.exe.host_steps
+
+
+def run_extra(P, name, reps):
+    """The workloads of the fusion-at-scale issue: transformer step, attention, a.T + a,
+    layernorm, long elementwise chains (compile time and kernel count)."""
+    rows = {}
+    rng = np.random.default_rng(0)
+    if name in ("transformer2", "transformer8"):
+        layers = int(name[len("transformer"):])
+        params, toks = transformer.init_params(layers), transformer.tokens()
+        ref = None
+        for label, lib, np_ in libs(P):
+            step = transformer.make_step(lib, np_)
+            kp, kt = lib.device_put(params), lib.device_put(toks)
+            out = step(kp, kt)
+            loss = float(out[1])
+            if ref is None:
+                ref = loss
+            assert abs(loss - ref) < 2e-3 * abs(ref), f"{label} loss {loss} differs from {ref}"
+            res = [None]
+            t = median_time(lambda: res.__setitem__(0, step(kp, kt)), lambda: lib.block_until_ready(res[0]), reps)
+            if label == "kiln":
+                n, host = steps_of(step)
+                label = f"kiln ({n} launches, {len(host)} host steps)"
+            rows[label] = (t, None)
+        return rows
+    if name in ("compile_transformer2", "compile_transformer8"):  # fresh processes, empty kiln cache
+        layers = name[len("compile_transformer"):]
+        with tempfile.TemporaryDirectory() as d:
+            for label in ["kiln"] + (["jax"] if P.jax else []):
+                r = subprocess.run([sys.executable, __file__, "--only", f"first_transformer{layers}_{label}",
+                                    "--rows-only"], env=dict(os.environ, KILN_CACHE_DIR=d), capture_output=True, text=True)
+                if r.returncode:
+                    raise RuntimeError(r.stderr[-500:])
+                for line in r.stdout.splitlines():
+                    lbl, t = line.split("=")
+                    rows[lbl] = (float(t), None)
+        return rows
+    if name.startswith("first_transformer"):
+        layers, which = name[len("first_transformer"):].split("_")
+        lib, np_ = (P.kiln, P.knp) if which == "kiln" else (P.jax, P.jjnp)
+        params, toks = transformer.init_params(int(layers)), transformer.tokens()
+        kp, kt = lib.device_put(params), lib.device_put(toks)
+        lib.block_until_ready(kp)
+        t0 = time.perf_counter()
+        lib.block_until_ready(transformer.make_step(lib, np_)(kp, kt))
+        rows[which] = (time.perf_counter() - t0, None)
+        return rows
+    if name in ("attention_fwd", "attention_fwd_bwd"):
+        b, h, t, d = 8, 16, 1024, 64
+        q, k, v = (rng.standard_normal((b, h, t, d)).astype(np.float32) for _ in range(3))
+        def make(lib, np_):
+            def attn(q, k, v):
+                s = np_.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+                s = np_.where(np_.tril(np_.ones((t, t), dtype=bool)), s, -1e9)
+                return np_.einsum("bhqk,bhkd->bhqd", lib.nn.softmax(s, axis=-1), v)
+            if name == "attention_fwd":
+                return lib.jit(attn)
+            return lib.jit(lib.grad(lambda q, k, v: np_.sum(attn(q, k, v) ** 2), argnums=(0, 1, 2)))
+        for label, lib, np_ in libs(P):
+            f = make(lib, np_)
+            args = [lib.device_put(a) for a in (q, k, v)]
+            res = [f(*args)]
+            lib.block_until_ready(res[0])
+            t_ = median_time(lambda: res.__setitem__(0, f(*args)), lambda: lib.block_until_ready(res[0]), reps)
+            if label == "kiln":
+                label = f"kiln ({steps_of(f)[0]} launches)"
+            rows[label] = (t_, None)
+        return rows
+    if name in ("transpose_add", "layernorm"):
+        if name == "transpose_add":
+            a = rng.standard_normal((8192, 8192)).astype(np.float32)
+            fn = lambda np_: (lambda a: a.T + a)  # noqa: E731
+            nbytes = 2 * a.nbytes
+        else:
+            a = rng.standard_normal((16384, 1024)).astype(np.float32)
+            fn = lambda np_: (lambda a: (a - a.mean(-1, keepdims=True)) /  # noqa: E731
+                              np_.sqrt(a.var(-1, keepdims=True) + 1e-5) * 1.5)
+            nbytes = 2 * a.nbytes
+        for label, lib, np_ in libs(P):
+            f = lib.jit(fn(np_))
+            ka = lib.device_put(a)
+            res = [f(ka)]
+            lib.block_until_ready(res[0])
+            t_ = median_time(lambda: res.__setitem__(0, f(ka)), lambda: lib.block_until_ready(res[0]), reps)
+            if label == "kiln":
+                label = f"kiln ({steps_of(f)[0]} launches)"
+            rows[label] = (t_, nbytes / t_ / 1e9)
+        if P.torch:
+            ta = P.torch.from_numpy(a).cuda()
+            t_ = median_time(lambda: ta.clone(), P.torch.cuda.synchronize, reps)
+            rows["torch copy (bandwidth)"] = (t_, 2 * a.nbytes / t_ / 1e9)
+        return rows
+    if name in ("chain200", "chain1000"):  # compile + first call of an unrolled chain on 16 elements
+        n = int(name[len("chain"):])
+        x = np.linspace(-1, 1, 16).astype(np.float32)
+        with tempfile.TemporaryDirectory() as d:
+            for label in ["kiln"] + (["jax"] if P.jax else []):
+                code = ("import time,numpy as np,{m} as j,{m}.numpy as n\n"
+                        "def f(x):\n for _ in range({n}): x=n.tanh(x*1.01+0.5)-x*0.1\n return x\n"
+                        "x=j.device_put(np.linspace(-1,1,16).astype(np.float32));g=j.jit(f)\n"
+                        "t=time.perf_counter();g(x).block_until_ready();dt=time.perf_counter()-t\n"
+                        "k=list(g._cache.values())[0].exe.num_steps if '{m}'=='kiln' else 0\n"
+                        "print(dt,k)").format(m=label, n=n)
+                r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KILN_CACHE_DIR=d),
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    raise RuntimeError(r.stderr[-500:])
+                dt, k = r.stdout.split()[-2:]
+                rows[f"kiln ({k} kernels)" if label == "kiln" else label] = (float(dt), None)
+        return rows
+    raise KeyError(name)
+
 
 
 def run(P, name, reps):
@@ -310,7 +441,7 @@ def run(P, name, reps):
                 r = subprocess.run([sys.executable, "-c", code.format(m=m)], env=env, capture_output=True, text=True)
                 rows[label] = (float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else float("nan"), None)
         return rows
-    raise KeyError(name)
+    return run_extra(P, name, reps)
 
 
 def main():
