@@ -31,7 +31,7 @@ static const char MAGIC[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '2'};
 
 static pthread_mutex_t jit_mu = PTHREAD_MUTEX_INITIALIZER;
 static LLVMOrcLLJITRef jit;
-static LLVMTargetMachineRef tm;
+static LLVMTargetMachineRef tm, tm_fast; /* tm_fast: for very large kernels (kl_cpujit_compile) */
 static char *host_cpu, *host_features, *host_triple;
 static int jit_ready;
 static long n_compiled, n_disk, n_memory;
@@ -82,6 +82,8 @@ static int jit_init(char *err, size_t errlen) {
   }
   tm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
                                LLVMCodeModelDefault);
+  tm_fast = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features, LLVMCodeGenLevelNone, LLVMRelocPIC,
+                                    LLVMCodeModelDefault);
   jit_ready = 1;
   return 0;
 }
@@ -304,7 +306,20 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
     LLVMDisposeMessage(text);
   }
   char *msg = NULL;
-  if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) {
+  /* Machine code generation (instruction selection, scheduling, register allocation over one
+   * long block) grows faster than linearly with a function's size: a module with a kernel of
+   * many thousands of instructions (a long fused elementwise chain) gets the fast code
+   * generator, linear in size (KILN_FAST_CODEGEN_INSTRS sets the size). */
+  long largest = 0;
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+    long ninstr = 0;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+      for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) ninstr++;
+    if (ninstr > largest) largest = ninstr;
+  }
+  const char *thr = getenv("KILN_FAST_CODEGEN_INSTRS");
+  LLVMTargetMachineRef use = largest > (thr && *thr ? atol(thr) : 4000) ? tm_fast : tm;
+  if (LLVMTargetMachineEmitToMemoryBuffer(use, mod, LLVMObjectFile, &msg, &obj)) {
     snprintf(err, errlen, "internal error: machine code generation failed: %s", msg ? msg : "");
     LLVMDisposeMessage(msg);
     rc = -1;

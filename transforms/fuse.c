@@ -61,7 +61,15 @@ typedef struct {
   int rank;
   int *hits;    /* per value: reads found from the current expression (1 bit per mode) */
   int bad;      /* a read of a reduction in an unsupported form was found */
+  unsigned *seen_gen, *seen_bits; /* per value: the modes it was visited in during scan seen_gen */
+  unsigned gen;                   /* the current scan */
 } row_scan;
+
+/* Starts a scan: no reads found, nothing visited (an expression DAG is walked once per mode). */
+static void scan_begin(row_scan *rs) {
+  memset(rs->hits, 0, sizeof(int) * (size_t)rs->pg->nvals);
+  rs->gen++;
+}
 
 static int same_dims(const kl_aval *a, const int64_t *d, int n) {
   if (a->ndim != n) return 0;
@@ -73,6 +81,10 @@ static int same_dims(const kl_aval *a, const int64_t *d, int n) {
 /* Records the materialized values read by the expression of v (mode: how v is indexed). */
 static void scan_reads(row_scan *rs, int v, int mode, int lead) {
   const kl_value *val = &rs->pg->vals[v];
+  unsigned bit = mode == READ_FULL ? 1u : mode == READ_LEAD ? 2u << lead : 1u << 30;
+  if (rs->seen_gen[v] != rs->gen) rs->seen_gen[v] = rs->gen, rs->seen_bits[v] = 0;
+  else if (rs->seen_bits[v] & bit) return; /* visited in this mode already: same reads */
+  rs->seen_bits[v] |= bit;
   if (rs->m[v] || rs->absorbed[v] || val->producer < 0) {
     rs->hits[v] |= mode == READ_LEAD ? (2 << lead) : 1;
     return;
@@ -80,7 +92,7 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
   const kl_eqn *e = &rs->pg->eqns[val->producer];
   kl_form f = kl_prim_get(e->prim)->form;
   if (mode == READ_FULL && (f == KL_FORM_UNARY || f == KL_FORM_BINARY || f == KL_FORM_COMPARE || f == KL_FORM_SELECT ||
-                            f == KL_FORM_CONVERT)) {
+                            f == KL_FORM_CONVERT || e->prim == KL_P_STOP_GRADIENT)) {
     for (int i = 0; i < e->nin; i++) {
       const kl_aval *a = &rs->pg->vals[e->ins[i]].aval;
       if (a->ndim == 0) continue; /* scalars are fine anywhere */
@@ -128,18 +140,18 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
   /* readers[v]: number of kernel expressions (roots and reduction inputs) reading v */
   int *readers = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   int *hits = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
-  int *touched = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   int *count = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   int *lead_of = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
-  if (!readers || !hits || !touched || !count || !lead_of) {
+  unsigned *seen = kl_calloc(2 * ((size_t)pg->nvals + 1), sizeof(unsigned));
+  if (!readers || !hits || !count || !lead_of || !seen) {
+    free(seen);
     free(readers);
     free(hits);
-    free(touched);
     free(count);
     free(lead_of);
     return -1;
   }
-  row_scan rs = {pg, m, absorbed, {0}, 0, hits, 0};
+  row_scan rs = {pg, m, absorbed, {0}, 0, hits, 0, seen, seen + pg->nvals + 1, 0};
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     kl_form f = kl_prim_get(e->prim)->form;
@@ -149,7 +161,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
     }
     if (!m[e->outs[0]] && f != KL_FORM_REDUCE) continue;
     int src = f == KL_FORM_REDUCE ? e->ins[0] : e->outs[0];
-    memset(hits, 0, sizeof(int) * (size_t)pg->nvals);
+    scan_begin(&rs);
     const kl_aval *a = &pg->vals[src].aval;
     rs.rank = a->ndim;
     memcpy(rs.shape, a->dims, sizeof(int64_t) * (size_t)a->ndim);
@@ -186,7 +198,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
       for (int j = 0; j < nm; j++) {
         const kl_eqn *me = &pg->eqns[members[j]];
         int isred = kl_prim_get(me->prim)->form == KL_FORM_REDUCE;
-        memset(hits, 0, sizeof(int) * (size_t)pg->nvals);
+        scan_begin(&rs);
         rs.rank = S->ndim;
         memcpy(rs.shape, S->dims, sizeof(int64_t) * (size_t)S->ndim);
         rs.bad = 0;
@@ -231,14 +243,49 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
   }
   free(readers);
   free(hits);
-  free(touched);
   free(count);
   free(lead_of);
+  free(seen);
   return 0;
 }
 
 #define RECOMPUTE_BUDGET 24
 #define EXPR_LIMIT 256
+
+/* Whether consumer e reads its operand v at the element it computes itself: elementwise forms
+ * over v's shape (rank-0 operands are read the same everywhere), and reductions (their loop runs
+ * over v's shape). */
+static int reads_in_place(const kl_program *pg, const kl_eqn *e, int v) {
+  kl_form f = kl_prim_get(e->prim)->form;
+  const kl_aval *a = &pg->vals[v].aval;
+  if (f == KL_FORM_REDUCE) return 1;
+  if (f != KL_FORM_UNARY && f != KL_FORM_BINARY && f != KL_FORM_COMPARE && f != KL_FORM_SELECT && f != KL_FORM_CONVERT)
+    return 0;
+  return a->ndim == 0 || same_dims(a, pg->vals[e->outs[0]].aval.dims, pg->vals[e->outs[0]].aval.ndim);
+}
+
+/* home[v]: the kernel (its root value) that computes v exactly once per element, when there is
+ * one: v is materialized (its own home), or every consumer reads v in place and all of them are
+ * computed in the same kernel. The kernel's emitter then computes v once and keeps it in a
+ * register for all its uses (kk_emit_value memoizes per element), so a value with many consumers
+ * costs nothing to leave unmaterialized. -1: v would be computed in several kernels or at several
+ * elements (recomputation; the cost rule decides). */
+static void plan_homes(const kl_program *pg, const char *m, int *home) {
+  for (int v = 0; v < pg->nvals; v++) home[v] = m[v] ? v : -2; /* -2: no consumer seen yet */
+  for (int i = 0; i < pg->noutputs; i++) home[pg->outputs[i]] = pg->outputs[i];
+  for (int k = pg->neqns - 1; k >= 0; k--) {
+    const kl_eqn *e = &pg->eqns[k];
+    int h = e->nout == 1 ? home[e->outs[0]] : -1;
+    if (e->nout == 1 && kl_prim_get(e->prim)->form == KL_FORM_REDUCE) h = e->outs[0];
+    if (h == -2) h = -1; /* a dead value */
+    for (int i = 0; i < e->nin; i++) {
+      int v = e->ins[i];
+      if (m[v]) continue;
+      int hv = reads_in_place(pg, e, v) ? h : -1;
+      home[v] = home[v] == -2 || home[v] == hv ? hv : -1;
+    }
+  }
+}
 
 int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *traits) {
   const char *env = getenv("KILN_DISABLE_FUSION");
@@ -250,7 +297,9 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   int *uses = kl_calloc((size_t)pg->nvals + 1, sizeof(int)), *last = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   int *cost = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   int *stage_of = kl_malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
-  if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stage_of) {
+  int *home = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stage_of || !home) {
+    free(home);
     free(uses);
     free(last);
     free(cost);
@@ -287,23 +336,35 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
       if (last[v] != k) uses[v]++;
       last[v] = k;
     }
-  for (int k = 0; k < pg->neqns && !nofuse; k++) {
-    const kl_eqn *e = &pg->eqns[k];
-    if (!kl_eqn_fusible(traits, pg, e) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) continue;
-    int small_k = kl_inline_reads(traits, pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
-    int c = small_k ? 2 * small_k : traits[e->prim].weight;
-    for (int i = 0; i < e->nin; i++)
-      if (!m[e->ins[i]]) c += reads * cost[e->ins[i]];
-    for (int i = 0; i < e->nout; i++) {
-      int v = e->outs[i];
-      cost[v] = c > EXPR_LIMIT * 4 ? EXPR_LIMIT * 4 : c;
-      if (m[v]) continue;
-      if (c > EXPR_LIMIT || (uses[v] > 1 && (long)c * (uses[v] - 1) > RECOMPUTE_BUDGET)) {
-        m[v] = 1;
-        cost[v] = 0;
+  /* Values computed once in a single kernel (home >= 0) are never recomputed, whatever their
+   * number of uses, and never cut: a DAG of elementwise operations over one shape is one kernel.
+   * Materializing a value can give values above it a home, so the decisions repeat (a few
+   * rounds; the set of materialized values only grows). */
+  for (int round = 0; round < 4 && !nofuse; round++) {
+    plan_homes(pg, m, home);
+    int changed = 0;
+    memset(cost, 0, sizeof(int) * ((size_t)pg->nvals + 1));
+    for (int k = 0; k < pg->neqns; k++) {
+      const kl_eqn *e = &pg->eqns[k];
+      if (!kl_eqn_fusible(traits, pg, e) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) continue;
+      int small_k = kl_inline_reads(traits, pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
+      int c = small_k ? 2 * small_k : traits[e->prim].weight;
+      for (int i = 0; i < e->nin; i++)
+        if (!m[e->ins[i]] && home[e->ins[i]] < 0) c += reads * cost[e->ins[i]];
+      for (int i = 0; i < e->nout; i++) {
+        int v = e->outs[i];
+        cost[v] = c > EXPR_LIMIT * 4 ? EXPR_LIMIT * 4 : c;
+        if (m[v] || home[v] >= 0) continue;
+        if (c > EXPR_LIMIT || (uses[v] > 1 && (long)c * (uses[v] - 1) > RECOMPUTE_BUDGET)) {
+          m[v] = 1;
+          cost[v] = 0;
+          changed = 1;
+        }
       }
     }
+    if (!changed) break;
   }
+  free(home);
   free(uses);
   free(last);
   free(cost);
