@@ -118,11 +118,13 @@ typedef struct {
   kl_prim reduce;
   kl_dtype out_dtype;
   int64_t out_elems; /* elements of the output, for merging per-thread partial reductions */
+  int fn_index;      /* which of the module's distinct kernel functions it runs */
 } kernel_ctx;
 
 typedef struct {
   kernel_ctx *kernels;
   int nkernels;
+  int nfns; /* distinct kernel functions in the module */
   kl_libcall **libs;
   int nlibs;
 } owner_t;
@@ -147,6 +149,72 @@ static void kernel_combine(void *ctx, void *dst, void *const *parts, int n) {
 }
 
 void kl_codegen_dump(const char *what, const char *text) { kl_dump(what, text); }
+
+/* FNV-1a over text, each occurrence of name hashed as one marker byte. */
+static uint64_t text_hash(const char *t, size_t n, const char *name) {
+  size_t nl = strlen(name);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < n;) {
+    unsigned char c = (unsigned char)t[i];
+    if (c == name[0] && i + nl <= n && !memcmp(t + i, name, nl)) c = 0xff, i += nl;
+    else i++;
+    h = (h ^ c) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
+/* Whether texts a (kernel named an) and b (named bn) are the same, names aside. */
+static int same_text(const char *a, size_t alen, const char *an, const char *b, size_t blen, const char *bn) {
+  size_t al = strlen(an), bl = strlen(bn), i = 0, j = 0;
+  while (i < alen && j < blen) {
+    int na = i + al <= alen && !memcmp(a + i, an, al), nb = j + bl <= blen && !memcmp(b + j, bn, bl);
+    if (na != nb) return 0;
+    if (na) i += al, j += bl;
+    else if (a[i++] != b[j++]) return 0;
+  }
+  return i == alen && j == blen;
+}
+
+const char *kl_kernel_dedup_add(kl_kernel_dedup *d, kl_str *mod, size_t before, const char *name) {
+  if (mod->failed || !mod->data || strlen(name) >= sizeof d->names[0]) return NULL;
+  const char *t = mod->data + before;
+  size_t n = mod->len - before;
+  uint64_t h = text_hash(t, n, name);
+  for (int i = 0; i < d->n; i++) {
+    if (d->hash[i] != h || !same_text(t, n, name, mod->data + d->start[i], d->end[i] - d->start[i], d->names[i])) continue;
+    mod->len = before; /* a repeat: its text goes */
+    mod->data[before] = 0;
+    return d->names[i];
+  }
+  if (d->n == d->cap) {
+    int cap = d->cap ? 2 * d->cap : 32;
+    size_t *st = kl_realloc(d->start, sizeof(size_t) * (size_t)cap);
+    if (st) d->start = st;
+    size_t *en = st ? kl_realloc(d->end, sizeof(size_t) * (size_t)cap) : NULL;
+    if (en) d->end = en;
+    uint64_t *hs = en ? kl_realloc(d->hash, sizeof(uint64_t) * (size_t)cap) : NULL;
+    if (hs) d->hash = hs;
+    char(*nm)[32] = hs ? kl_realloc(d->names, sizeof d->names[0] * (size_t)cap) : NULL;
+    if (!nm) return NULL;
+    d->names = nm;
+    d->cap = cap;
+  }
+  d->start[d->n] = before;
+  d->end[d->n] = mod->len;
+  d->hash[d->n] = h;
+  snprintf(d->names[d->n++], sizeof d->names[0], "%s", name);
+  return NULL;
+}
+
+void kl_kernel_dedup_free(kl_kernel_dedup *d) {
+  free(d->start);
+  free(d->end);
+  free(d->hash);
+  free(d->names);
+  memset(d, 0, sizeof *d);
+}
+
+
 
 /* Replaces every "KLPFX" in text with prefix (the kernels' unique symbol prefix). */
 void kl_codegen_set_prefix(kl_str *text, const char *prefix) {
@@ -188,7 +256,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, 
   if (mod->failed) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
   kl_codegen_dump("kernels.mlir", mod->data);
   kl_kernel_fn fns[512];
-  int n = o->nkernels, rc = 0;
+  int n = o->nfns, rc = 0;
   if (n > 512) {
     snprintf(err, errlen, "internal error: too many kernels (%d) in one program", n);
     return -1;
@@ -229,7 +297,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, 
       fprintf(stderr, "kiln: parse %.1f ms, lower %.1f ms, llvm %.1f ms\n", (tp1 - tp0) * 1e3, (tp2 - tp1) * 1e3,
               (now() - tp2) * 1e3);
   }
-  for (int i = 0; !rc && i < n; i++) o->kernels[i].fn = fns[i];
+  for (int i = 0; !rc && i < o->nkernels; i++) o->kernels[i].fn = fns[o->kernels[i].fn_index];
   return rc;
 }
 
@@ -325,6 +393,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   }
   int rc = 0;
   size_t largest = 0; /* MLIR text of the largest kernel */
+  kl_kernel_dedup dedup = {0};
   if (!infos || !o || !x->steps || !o->kernels || !o->libs) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps", plan.nsteps);
     goto done;
@@ -351,13 +420,15 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     }
     if (kl_aval_size(&pg->vals[ps->root].aval) == 0) continue; /* nothing to write */
     char name[32];
-    snprintf(name, sizeof name, "KLPFX%d", o->nkernels);
+    snprintf(name, sizeof name, "KLPFX%d", o->nfns);
     kl_kernel_info *ki = &infos[s];
     size_t before = mod.len;
     rc = kl_kernel_emit(&plan, s, name, &mod, ki, err, errlen);
     if (rc) break;
     if (mod.len - before > largest) largest = mod.len - before;
+    const char *same = kl_kernel_dedup_add(&dedup, &mod, before, name);
     kernel_ctx *kc = &o->kernels[o->nkernels++];
+    kc->fn_index = same ? atoi(same + 5) : o->nfns++; /* KLPFX<function index> */
     kc->nargs = ki->nargs;
     kc->reduce = ki->reduce;
     kc->out_dtype = pg->vals[ps->root].aval.dtype;
@@ -380,10 +451,11 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   }
   kl_str_append(&mod, "}\n");
   if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
-  if (!rc && o->nkernels) rc = build_kernels(&mod, o, x->cost, largest, err, errlen);
+  if (!rc && o->nfns) rc = build_kernels(&mod, o, x->cost, largest, err, errlen);
 done:
   for (int s = 0; infos && s < plan.nsteps; s++) free(infos[s].args);
   free(infos);
+  kl_kernel_dedup_free(&dedup);
   kl_str_free(&mod);
   kl_plan_free(&plan);
   free(slot_of);

@@ -21,6 +21,21 @@ void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits);
 /* The libdevice file GPU math calls into, or NULL (none found, KILN_LIBDEVICE=0, or it failed). */
 const char *kl_gpu_libdevice(void);
 
+/* Kernels that repeat (identical layers of a model): each kernel's MLIR text is compared, its
+ * own name aside, with the distinct kernels written before it; a repeat is dropped from the
+ * module and runs the earlier kernel's code. */
+typedef struct {
+  size_t *start, *end; /* text span of each distinct kernel in the module */
+  uint64_t *hash;      /* its text's hash, names aside */
+  char (*names)[32];   /* its name */
+  int n, cap;
+} kl_kernel_dedup;
+/* Called after a kernel named `name` was appended to mod at offset `before`: returns the name of
+ * an identical earlier kernel (borrowed; the new text is removed from mod), or NULL after
+ * recording this one as distinct (or when out of memory for the record: then it is kept). */
+const char *kl_kernel_dedup_add(kl_kernel_dedup *d, kl_str *mod, size_t before, const char *name);
+void kl_kernel_dedup_free(kl_kernel_dedup *d);
+
 /* Starts initializing MLIR and the JIT on a background thread (idempotent with compiles). */
 void kl_compile_warmup_async(void);
 

@@ -332,6 +332,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
   }
 
   kl_str mod, host;
+  kl_kernel_dedup dedup = {0};
   kl_str_init(&mod);
   kl_str_init(&host);
   int rc = 0;
@@ -406,8 +407,11 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
     kl_gpu_kernel_info ki;
     char name[32];
     snprintf(name, sizeof name, "KLPFX%d", o->nkernels);
+    size_t before = mod.len;
     rc = kl_kernel_emit_gpu(&plan, s, name, &mod, &ki, ld ? &ld_used : NULL, err, errlen);
     if (rc) break;
+    const char *same = kl_kernel_dedup_add(&dedup, &mod, before, name); /* a repeat runs the earlier code */
+    if (same) snprintf(name, sizeof name, "%s", same);
     int nin = ki.nargs - 1, out_slot = slot_of[ki.args[ki.nargs - 1]];
     gpu_kernel *g = &o->kernels[o->nkernels];
     snprintf(o->names[o->nkernels++], 64, "%s", name);
@@ -503,6 +507,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
     }
   }
 finish:
+  kl_kernel_dedup_free(&dedup);
   kl_str_free(&mod);
   kl_plan_free(&plan);
   free(slot_of);

@@ -74,3 +74,40 @@ def test_row_kernels_stay_one_kernel(name, fn, want):
     a = np.random.default_rng(4).standard_normal((64, 300)).astype(np.float32)
     _, steps = _run(fn, a)
     assert steps == want, name
+
+
+def test_repeated_layers_compile_their_kernels_once(tmp_path, monkeypatch):
+    # identical layers give identical kernels: the module holds each once, every launch of a
+    # repeat runs the same code
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(5)
+    ws = [rng.standard_normal((32, 32)).astype(np.float32) / 6 for _ in range(6)]
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+
+    def net(np_, ws, x):
+        for w in ws:
+            h = x @ w
+            x = x + np_.tanh(h - h.mean(-1, keepdims=True)) * 0.5
+        return x
+
+    out, steps = _run(lambda ws, x: net(jnp, ws, x), ws, x)
+    np.testing.assert_allclose(np.asarray(out), net(np, [w.astype(np.float64) for w in ws], x), rtol=1e-4, atol=1e-5)
+    (mlir,) = [p for p in tmp_path.iterdir() if p.name.endswith("kernels.mlir")]
+    functions = mlir.read_text().count("func.func @")
+    assert steps >= 12 and functions <= 3, (steps, functions)
+
+
+def test_repeated_layers_share_gpu_kernels_in_the_ptx():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+
+    def net(x, n):
+        for _ in range(n):
+            x = x + jnp.tanh(x - x.mean(-1, keepdims=True)) * 0.5
+        return x
+
+    def entries(n):
+        return kiln.make_jaxpr(lambda x: net(x, n))(x)._traced.builder.gpu_ptx(90).count(".entry")
+
+    assert entries(8) == entries(2) > 0
