@@ -397,6 +397,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
           o->dots[o->ndots] = d;
           st->ctx = &o->dots[o->ndots++];
           st->run_checked = dot_run;
+          st->is_library = 1;
           st->on_host = 0;
         }
       }

@@ -688,9 +688,25 @@ static double sync_now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* KILN_GPU_PROFILE=2: host time per launch split into buffer allocation, kernel launches,
+ * library calls and the rest, printed every 100 launches of programs of 20 or more steps. */
+static struct {
+  double alloc, kern, lib, total;
+  long steps, kerns, libs, launches;
+} hp;
+
 static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
   static int profile = -1;
-  if (profile < 0) profile = getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '1';
+  if (profile < 0) profile = getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '1' ? 1
+                             : getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '2' ? 2 : 0;
+  int hprof = profile == 2 && x->nsteps >= 20;
+  double h0 = hprof ? wall_now() : 0;
   if (enter()) {
     snprintf(err, errlen, "no GPU: %s", init_error);
     return -1;
@@ -732,6 +748,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
     void **ptrs = st->nslots <= 64 ? psmall : malloc(sizeof(void *) * (size_t)st->nslots);
     size_t *bytes = st->nslots <= 64 ? bsmall : malloc(sizeof(size_t) * (size_t)st->nslots);
     if (!ptrs || !bytes) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a GPU program");
+    double a0 = hprof ? wall_now() : 0;
     for (int i = 0; !rc && i < st->nslots; i++) {
       int sl = st->slots[i];
       if (!bufs[sl] && !(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
@@ -740,9 +757,17 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
         bytes[i] = x->slot_bytes[sl];
       }
     }
-    double t0 = profile ? sync_now() : 0;
+    double t0 = profile == 1 ? sync_now() : hprof ? wall_now() : 0;
+    if (hprof) hp.alloc += t0 - a0;
     if (!rc) rc = st->on_host ? run_host_step(st, ptrs, bytes, err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen);
-    if (profile)
+    if (hprof) {
+      int k = !st->is_library;
+      double t1 = wall_now();
+      if (k) hp.kern += t1 - t0, hp.kerns++;
+      else hp.lib += t1 - t0, hp.libs++;
+      hp.steps++;
+    }
+    if (profile == 1)
       fprintf(stderr, "kiln gpu profile: step %d/%d %s: %.1f us\n", s, x->nsteps, st->on_host ? "host library call" : "device",
               (sync_now() - t0) * 1e6);
     if (ptrs && ptrs != psmall) free(ptrs);
@@ -776,6 +801,16 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
 done:
   for (int i = 0; i < x->nslots; i++) kl_buf_release(bufs[i]); /* temporaries are freed in stream order */
   if (bufs != small) free(bufs);
+  if (hprof) {
+    hp.total += wall_now() - h0;
+    if (++hp.launches % 100 == 0) {
+      fprintf(stderr, "kiln gpu host profile: %ld launches, per launch %.1f us: allocation %.1f, %ld kernels %.1f, %ld library calls %.1f, other %.1f\n",
+              hp.launches, hp.total / hp.launches * 1e6, hp.alloc / hp.launches * 1e6, hp.kerns / hp.launches,
+              hp.kern / hp.launches * 1e6, hp.libs / hp.launches, hp.lib / hp.launches * 1e6,
+              (hp.total - hp.alloc - hp.kern - hp.lib) / hp.launches * 1e6);
+      memset(&hp, 0, sizeof hp);
+    }
+  }
   return rc;
 }
 

@@ -53,6 +53,7 @@ typedef struct {
   int (*run_checked)(void *ctx, void **ptrs, char *err, size_t errlen);
   int on_host;         /* GPU executables: run_checked runs on host copies of the slots... */
   int host_nin;        /* ...of which the first host_nin are inputs (copied down), the rest outputs */
+  int is_library;      /* GPU executables: a library call (cuBLAS) rather than a kernel launch */
 } kl_step;
 
 typedef struct kl_exec {
