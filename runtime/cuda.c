@@ -695,7 +695,7 @@ static double wall_now(void) {
 }
 
 /* KILN_GPU_PROFILE=2: host time per launch split into buffer allocation, kernel launches,
- * library calls and the rest, printed every 100 launches of programs of 20 or more steps. */
+ * library calls and the rest, printed every 20 launches of programs of 20 or more steps. */
 static struct {
   double alloc, kern, lib, total;
   long steps, kerns, libs, launches;
@@ -803,7 +803,7 @@ done:
   if (bufs != small) free(bufs);
   if (hprof) {
     hp.total += wall_now() - h0;
-    if (++hp.launches % 100 == 0) {
+    if (++hp.launches % 20 == 0) {
       fprintf(stderr, "kiln gpu host profile: %ld launches, per launch %.1f us: allocation %.1f, %ld kernels %.1f, %ld library calls %.1f, other %.1f\n",
               hp.launches, hp.total / hp.launches * 1e6, hp.alloc / hp.launches * 1e6, hp.kerns / hp.launches,
               hp.kern / hp.launches * 1e6, hp.libs / hp.launches, hp.lib / hp.launches * 1e6,
