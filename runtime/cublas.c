@@ -140,7 +140,7 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
   pthread_mutex_lock(&mu); /* one handle: calls are serialized (they only enqueue work) */
   void *at = NULL;
   size_t at_bytes = 0;
-  if (transl && !transr && batch == 1 && tn_transposes(t, m, n, k)) {
+  if (transl && !transr && batch == 1 && !kl_cuda_capturing() && tn_transposes(t, m, n, k)) {
     /* Large products contracting the leading axis of both operands (weight gradients) run much
      * slower in cuBLAS than the same product with the left operand transposed first (H100, TF32:
      * 551 us against 376 + a 50 us transpose for 4096^3), so transpose A into a temporary. */

@@ -21,6 +21,9 @@ int kl_cuda_memset0(void *dst, size_t n);
 int kl_cuda_is_device_pointer(const void *p);
 /* kiln's one stream (a CUstream), or NULL without a GPU. */
 void *kl_cuda_stream(void);
+/* 1 while an executable is being captured into a CUDA graph (library calls must then not
+ * allocate or synchronize). */
+int kl_cuda_capturing(void);
 /* PTX -> device code (malloc'd *image) through the driver's JIT linker. */
 int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen);
 int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen);

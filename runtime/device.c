@@ -75,6 +75,7 @@ void kl_exec_retain(kl_exec *x) { atomic_fetch_add((_Atomic int *)&x->refcount, 
 
 void kl_exec_release(kl_exec *x) {
   if (!x || atomic_fetch_sub((_Atomic int *)&x->refcount, 1) != 1) return;
+  if (x->dev_state && devices[x->device]->exec_state_free) devices[x->device]->exec_state_free(x->dev_state);
   if (x->destroy) x->destroy(x->owner);
   for (int i = 0; i < x->nsteps; i++) free(x->steps[i].slots);
   free(x->steps);

@@ -54,6 +54,8 @@ typedef struct kl_device {
   int (*wait)(kl_buffer *b);
   /* Drops one reference to an event (a buffer's b->event), when the buffer goes. */
   void (*event_release)(struct kl_event *e);
+  /* Frees an executable's dev_state (NULL: the device keeps none). */
+  void (*exec_state_free)(void *state);
   /* The device's queue as a handle other libraries understand (CUDA: the CUstream), or NULL. */
   void *(*stream)(void);
   /* Makes another library's queue `stream` on this device wait for the work writing b, without

@@ -68,6 +68,8 @@ typedef struct kl_exec {
   int64_t cost;       /* total elements touched */
   char *host_steps;   /* owned, or NULL: "prim dtype[dims]" per line of each step of a GPU
                          executable that runs on the host over copies (a round trip) */
+  void *dev_state;    /* the device's own state for this executable (CUDA: its graph), freed by
+                         the device's exec_state_free */
   void *owner;        /* compiled code and contexts, freed by destroy */
   void (*destroy)(void *owner);
   int refcount;       /* atomic */
