@@ -248,8 +248,10 @@ static int gpu_scatter(kg_move *mv) {
   int op = c->p.scatter.op;
   kl_dtype t = x->dtype;
   static const kl_prim as_reduce[] = {KL_P_REDUCE_SUM, KL_P_REDUCE_SUM, KL_P_REDUCE_PROD, KL_P_REDUCE_MIN, KL_P_REDUCE_MAX};
-  /* many additions of 32/64-bit numbers: one thread per update, atomic adds (any order) */
-  int atomic = op == KL_SCATTER_ADD && m > KL_GPU_MOVE_ATOMIC_MIN &&
+  /* additions of 32/64-bit numbers: one thread per update, atomic adds (any order, as on JAX's
+   * GPUs), when there are many updates, or when few columns would leave a thread per column
+   * walking them all (an embedding's gradient: 128 columns of 512 updates each) */
+  int atomic = op == KL_SCATTER_ADD && (m > KL_GPU_MOVE_ATOMIC_MIN || (m >= 8 && outer * inner < 16384)) &&
                (t == KL_F32 || t == KL_F64 || t == KL_I32 || t == KL_I64 || t == KL_U32 || t == KL_U64);
   if ((m > KL_GPU_MOVE_MAX_UPDATES && !atomic) || op < 0 || op > KL_SCATTER_MAX ||
       (op != KL_SCATTER_SET && (t == KL_BOOL || strcmp(st, kl_compute_type(t)))))
