@@ -20,5 +20,5 @@ for name, t, g, b in data:
 for k, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:25]:
     print(f"{t/1e3:9.1f} us {c:4d}x {k}")
 print("slowest single:")
-for name, t, g, b in sorted(data, key=lambda x: -x[1])[:25]:
+for name, t, g, b in sorted(data, key=lambda x: -x[1])[:12]:
     print(f"{t/1e3:8.1f} us grid {g} block {b} {name[:70]}")

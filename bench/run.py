@@ -33,7 +33,7 @@ if KILN_PYTHON not in sys.path:
     sys.path.insert(0, KILN_PYTHON)
 
 ALL = ["selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "dispatch", "eager", "compile",
-       "mlp_step", "vmap_matvec", "vmap_dispatch"]
+       "mlp_step", "vmap_matvec", "vmap_dispatch", "chain", "transformer"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -417,6 +417,20 @@ _COMPILE_SRC = textwrap.dedent("""
             return 1.05 * jnp.where(x > 0, x, 1.67 * jnp.exp(x) - 1.67)
         args = (x,)
         fn = selu
+    elif work.startswith("transformer"):  # examples/transformer.py, L layers
+        sys.path.insert(0, sys.argv[3])
+        import transformer
+        fn = transformer.make_step(mod, jnp, jit=False)
+        args = (mod.device_put(transformer.init_params(int(work[len("transformer"):]))),
+                mod.device_put(transformer.tokens()))
+        mod.block_until_ready(args)
+    elif work.startswith("chain"):  # x = tanh(x * 1.01 + 0.5) - x * 0.1, unrolled, on 16 elements
+        n = int(work[len("chain"):])
+        def fn(x):
+            for _ in range(n):
+                x = jnp.tanh(x * 1.01 + 0.5) - x * 0.1
+            return x
+        args = (jnp.asarray(np.linspace(-1, 1, 16).astype(np.float32)),)
     else:  # the mlp step: 256x256 -> 512 (tanh) -> 10, log_softmax cross-entropy, SGD through grad
         rng = np.random.default_rng(6)
         x = jnp.asarray(rng.standard_normal((256, 256), dtype=np.float32))
@@ -455,8 +469,9 @@ def compile_once(lib, cache_dir=None, work="selu"):
     env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     if cache_dir is not None:
         env["KILN_CACHE_DIR"] = cache_dir
-    p = subprocess.run([sys.executable, "-c", _COMPILE_SRC, lib, work], env=env, capture_output=True, text=True,
-                       timeout=300)
+    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+    p = subprocess.run([sys.executable, "-c", _COMPILE_SRC, lib, work, examples], env=env, capture_output=True,
+                       text=True, timeout=600)
     if p.returncode != 0:
         tail = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]
         raise RuntimeError(f"subprocess exit {p.returncode}: {tail}")
@@ -470,9 +485,32 @@ def bench_compile(libs, cfg):
     return rows
 
 
-def compile_rows(cfg, work, label, target):
-    row = Row(f"compile {label} cold", target, 0.5)
-    warm_row = Row(f"compile {label} warm disk cache")
+def bench_chain(libs, cfg):
+    """Compile + first call of the unrolled elementwise chain (one kernel), 200 and 1,000 steps."""
+    rows = []
+    for n in (200, 1000):
+        rows += compile_rows(cfg, f"chain{n}", f"chain of {n}", "<=0.5x jax", warm=False)
+    return rows
+
+
+def bench_transformer(libs, cfg):
+    """examples/transformer.py at L = 2 and 8: compile + first call (fresh processes, empty
+    caches) and the steady step time in the same processes."""
+    rows = []
+    for layers in (2, 8):
+        cold, = compile_rows(cfg, f"transformer{layers}", f"transformer step L={layers}", "<=0.4x jax", warm=False,
+                             ratio=0.4)
+        step = Row(f"transformer step L={layers}", "<=0.8x jax", 0.8)
+        step.times["kiln"] = cold.extra.get("kiln_steady_call_s")
+        step.times["jax"] = cold.extra.get("jax_steady_call_s")
+        step.errors.update(cold.errors)
+        rows += [cold, step]
+    return rows
+
+
+def compile_rows(cfg, work, label, target, warm=True, ratio=0.5):
+    row = Row(f"compile {label} cold", target, ratio)
+    warm_row = Row(f"compile {label} warm disk cache") if warm else None
     reps = cfg.compile_repeats
 
     def kiln_cold_and_warm():
@@ -483,12 +521,13 @@ def compile_rows(cfg, work, label, target):
                 cold.append(r["first"])
                 steady.append(r["steady"])
                 files = sum(len(fs) for _, _, fs in os.walk(d))
-                w = compile_once("kiln", d, work)
-                warm.append(w["first"])
+                if warm_row is not None:
+                    warm.append(compile_once("kiln", d, work)["first"])
         row.extra["kiln_steady_call_s"] = statistics.median(steady)
         row.extra["kiln_cache_files_after_cold_run"] = files
-        warm_row.times["kiln"] = statistics.median(warm)
-        warm_row.extra["kiln_cache_files"] = files
+        if warm_row is not None:
+            warm_row.times["kiln"] = statistics.median(warm)
+            warm_row.extra["kiln_cache_files"] = files
         return statistics.median(cold)
 
     def jax_cold():
@@ -496,9 +535,11 @@ def compile_rows(cfg, work, label, target):
         row.extra["jax_steady_call_s"] = statistics.median(r["steady"] for r in runs)
         return statistics.median(r["first"] for r in runs)
     attempt(row, "kiln", kiln_cold_and_warm)
+    attempt(row, "jax", jax_cold)
+    if warm_row is None:
+        return [row]
     if "kiln" in row.errors:
         warm_row.errors["kiln"] = row.errors["kiln"]
-    attempt(row, "jax", jax_cold)
     warm_row.times["jax"] = row.times.get("jax")
     warm_row.extra["note"] = "jax column: JAX cold (its persistent cache is off)"
     return [row, warm_row]
@@ -690,6 +731,7 @@ def main(argv=None):
         "matmul_default": lambda l, c: bench_matmul(l, c, "DEFAULT"),
         "dispatch": bench_dispatch, "eager": bench_eager, "compile": bench_compile,
         "mlp_step": bench_mlp, "vmap_matvec": bench_vmap, "vmap_dispatch": bench_vmap_dispatch,
+        "chain": bench_chain, "transformer": bench_transformer,
     }
     rows = []
     for n in names:

@@ -39,8 +39,9 @@ def tokens(seed=1, batch=BATCH, seq=SEQ, vocab=VOCAB):
     return np.random.default_rng(seed).integers(0, vocab, (batch, seq + 1)).astype(np.int32)
 
 
-def make_step(jax, jnp, lr=0.05, heads=HEADS):
-    """The jitted SGD step (params, tokens) -> (new params, loss) over the given JAX-like modules."""
+def make_step(jax, jnp, lr=0.05, heads=HEADS, jit=True):
+    """The SGD step (params, tokens) -> (new params, loss) over the given JAX-like modules,
+    jitted unless jit=False."""
 
     def layernorm(x, g, b):
         mu = jnp.mean(x, axis=-1, keepdims=True)
@@ -74,12 +75,11 @@ def make_step(jax, jnp, lr=0.05, heads=HEADS):
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, target[..., None], axis=-1))
 
-    @jax.jit
     def step(params, toks):
         value, grads = jax.value_and_grad(loss)(params, toks)
         return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads), value
 
-    return step
+    return jax.jit(step) if jit else step
 
 
 def main():

@@ -111,3 +111,22 @@ def test_repeated_layers_share_gpu_kernels_in_the_ptx():
         return kiln.make_jaxpr(lambda x: net(x, n))(x)._traced.builder.gpu_ptx(90).count(".entry")
 
     assert entries(8) == entries(2) > 0
+
+
+def test_masked_attention_forward_is_two_products_and_one_row_kernel():
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((3, 2, 4, 16, 8)).astype(np.float32)
+
+    def attn(np_, softmax, q, k, v):
+        s = np_.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+        s = np_.where(np_.tril(np_.ones((16, 16), dtype=bool)), s, -1e9)
+        return np_.einsum("bhqk,bhkd->bhqd", softmax(s), v)
+
+    def np_softmax(s):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    out, steps = _run(lambda q, k, v: attn(jnp, lambda s: kiln.nn.softmax(s, axis=-1), q, k, v), q, k, v)
+    assert steps == 3  # scores product, one row kernel (mask, scale, max, exp, sum, divide), output product
+    want = attn(np, np_softmax, *(a.astype(np.float64) for a in (q, k, v)))
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-6)

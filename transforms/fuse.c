@@ -264,6 +264,24 @@ static int reads_in_place(const kl_program *pg, const kl_eqn *e, int v) {
   return a->ndim == 0 || same_dims(a, pg->vals[e->outs[0]].aval.dims, pg->vals[e->outs[0]].aval.ndim);
 }
 
+/* Whether v is the input of a row reduction (over trailing axes) and of one elementwise
+ * consumer besides, as exp(x - max) is in softmax: the row kernel that absorbs the reduction
+ * keeps v where the elementwise root reads it back (its stash), so it costs no recomputation. */
+static int row_stashed(const kl_program *pg, int v, const int *uses, const int *first, const int *last) {
+  if (uses[v] != 2 || first[v] < 0 || first[v] == last[v]) return 0;
+  const kl_eqn *a = &pg->eqns[first[v]], *b = &pg->eqns[last[v]];
+  const kl_eqn *red = kl_prim_get(a->prim)->form == KL_FORM_REDUCE ? a : b, *ew = red == a ? b : a;
+  if (kl_prim_get(red->prim)->form != KL_FORM_REDUCE || red->ins[0] != v || !reads_in_place(pg, ew, v) ||
+      kl_prim_get(ew->prim)->form == KL_FORM_REDUCE)
+    return 0;
+  const kl_aval *x = &pg->vals[v].aval;
+  const kl_ivec *axes = &red->p.reduce.axes;
+  if (x->ndim < 2 || axes->n == 0 || axes->n >= x->ndim) return 0;
+  for (int i = 0; i < axes->n; i++)
+    if (axes->v[i] < x->ndim - axes->n) return 0; /* not a trailing suffix */
+  return 1;
+}
+
 /* home[v]: the kernel (its root value) that computes v exactly once per element, when there is
  * one: v is materialized (its own home), or every consumer reads v in place and all of them are
  * computed in the same kernel. The kernel's emitter then computes v once and keeps it in a
@@ -298,7 +316,10 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   int *cost = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   int *stage_of = kl_malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
   int *home = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stage_of || !home) {
+  int *first = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stage_of || !home ||
+      !first) {
+    free(first);
     free(home);
     free(uses);
     free(last);
@@ -329,11 +350,12 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
    * several consumers (possibly at different indices, as in a stencil) is materialized once its
    * recomputation would cost more than RECOMPUTE_BUDGET extra ops, and any expression grows into
    * a buffer past EXPR_LIMIT ops, so kernels never grow exponentially with the program. */
-  for (int v = 0; v < pg->nvals; v++) last[v] = -1;
+  for (int v = 0; v < pg->nvals; v++) last[v] = first[v] = -1;
   for (int k = 0; k < pg->neqns; k++)
     for (int i = 0; i < pg->eqns[k].nin; i++) {
       int v = pg->eqns[k].ins[i];
       if (last[v] != k) uses[v]++;
+      if (first[v] < 0) first[v] = k;
       last[v] = k;
     }
   /* Values computed once in a single kernel (home >= 0) are never recomputed, whatever their
@@ -355,7 +377,8 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
         int v = e->outs[i];
         cost[v] = c > EXPR_LIMIT * 4 ? EXPR_LIMIT * 4 : c;
         if (m[v] || home[v] >= 0) continue;
-        if (c > EXPR_LIMIT || (uses[v] > 1 && (long)c * (uses[v] - 1) > RECOMPUTE_BUDGET)) {
+        if (c > EXPR_LIMIT ||
+            (uses[v] > 1 && (long)c * (uses[v] - 1) > RECOMPUTE_BUDGET && !row_stashed(pg, v, uses, first, last))) {
           m[v] = 1;
           cost[v] = 0;
           changed = 1;
@@ -365,6 +388,7 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
     if (!changed) break;
   }
   free(home);
+  free(first);
   free(uses);
   free(last);
   free(cost);
