@@ -235,6 +235,15 @@ void kk_delinearize(kctx *k, const char *lin, const int64_t *dims, int n, ssa *i
   }
 }
 
+void kk_memo_set(kctx *k, int v, ssa *idx, const char *name) {
+  char *key = memo_key(v, idx, k->pg->vals[v].aval.ndim);
+  if (!key) {
+    kk_nomem(k);
+    return;
+  }
+  memo_put(k, key, name);
+}
+
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
   const kl_value *val = &k->pg->vals[v];
   int n = val->aval.ndim;

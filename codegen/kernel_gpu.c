@@ -237,6 +237,8 @@ static void arg_of(kg_arg *a, const kl_aval *v, int readonly) {
 
 /* gpu.func header: memref<1xT> bare-pointer arguments reinterpreted with their static shapes as
  * %m<i>, workgroup buffers %sh<i>, thread and block ids. */
+static int shared_elems; /* elements of each workgroup array of the kernel being written; 0: block */
+
 static void emit_header(kl_str *out, const char *name, const kg_arg *args, int nargs, const char **shared, int nshared,
                         int block) {
   kl_str_printf(out, "    gpu.func @%s(", name);
@@ -247,7 +249,8 @@ static void emit_header(kl_str *out, const char *name, const kg_arg *args, int n
   if (nshared) {
     kl_str_append(out, " workgroup(");
     for (int i = 0; i < nshared; i++)
-      kl_str_printf(out, "%s%%sh%d: memref<%dx%s, #gpu.address_space<workgroup>>", i ? ", " : "", i, block, shared[i]);
+      kl_str_printf(out, "%s%%sh%d: memref<%dx%s, #gpu.address_space<workgroup>>", i ? ", " : "", i,
+                    shared_elems ? shared_elems : block, shared[i]);
     kl_str_append(out, ")");
   }
   kl_str_printf(out, " kernel attributes {known_block_size = array<i32: %d, 1, 1>} {\n", block);
@@ -265,6 +268,138 @@ static void emit_header(kl_str *out, const char *name, const kg_arg *args, int n
   kl_str_printf(out, "      %%tid = gpu.thread_id x\n      %%bid = gpu.block_id x\n      %%nblk = gpu.grid_dim x\n"
                      "      %%bdim = arith.constant %d : index\n",
                 block);
+}
+
+
+/* ---- transposed reads through shared memory ----
+ * An elementwise kernel whose expression reads a buffer X through a transpose that moves X's
+ * last axis (a.T + a) reads X with a stride: every thread of a warp touches another row. Such a
+ * kernel runs over 32x32 tiles of the output's two axes involved: the block first reads the tile
+ * of X along X's rows (coalesced) into shared memory, then computes the tile's outputs along the
+ * output's rows, taking X's elements from shared memory. */
+
+static int ew_form(kl_form f) {
+  return f == KL_FORM_UNARY || f == KL_FORM_BINARY || f == KL_FORM_COMPARE || f == KL_FORM_SELECT || f == KL_FORM_CONVERT;
+}
+
+/* The transpose value read in place by root's elementwise expression (the first found) whose
+ * operand is a buffer of a 4-byte or 8-byte type and whose permutation moves the last axis; -1
+ * when there is none or the output is small. */
+static int find_transpose(const kl_plan *plan, int v, const kl_aval *oa, int depth) {
+  const kl_program *pg = plan->pg;
+  const kl_value *val = &pg->vals[v];
+  if (val->producer < 0 || depth > 64 || val->aval.ndim != oa->ndim) return -1;
+  for (int i = 0; i < oa->ndim; i++)
+    if (val->aval.dims[i] != oa->dims[i]) return -1;
+  const kl_eqn *e = &pg->eqns[val->producer];
+  if (e->prim == KL_P_TRANSPOSE) {
+    int x = e->ins[0], n = oa->ndim;
+    size_t es = kl_dtype_size(pg->vals[x].aval.dtype);
+    if (plan->materialized[x] && e->p.transpose.permutation.v[n - 1] != n - 1 && (es == 4 || es == 8) &&
+        pg->vals[x].aval.dtype != KL_BOOL)
+      return v;
+    return -1;
+  }
+  if (!ew_form(kl_prim_get(e->prim)->form)) return -1;
+  for (int i = 0; i < e->nin; i++) {
+    int in = e->ins[i];
+    if (pg->vals[in].aval.ndim == 0 || (plan->materialized[in] && in != v)) continue;
+    int t = find_transpose(plan, in, oa, depth + 1);
+    if (t >= 0) return t;
+  }
+  return -1;
+}
+
+static int transposed_read(const kl_plan *plan, int root) {
+  const kl_aval *oa = &plan->pg->vals[root].aval;
+  const char *env = getenv("KILN_GPU_TILED_TRANSPOSE"); /* 0: off */
+  if (oa->ndim < 2 || kl_aval_size(oa) < (1 << 16) || (env && *env == '0')) return -1;
+  const kl_eqn *e = &plan->pg->eqns[plan->pg->vals[root].producer];
+  if (e->prim == KL_P_TRANSPOSE) return find_transpose(plan, root, oa, 0);
+  if (!ew_form(kl_prim_get(e->prim)->form)) return -1;
+  return find_transpose(plan, root, oa, 0);
+}
+
+static void emit_tiled(kctx *k, const kl_plan *plan, int root, int tv, kl_gpu_kernel_info *info) {
+  const kl_program *pg = plan->pg;
+  const kl_aval *oa = &pg->vals[root].aval;
+  const kl_eqn *te = &pg->eqns[pg->vals[tv].producer];
+  int x = te->ins[0], n = oa->ndim, r = -1;
+  const int64_t *perm = te->p.transpose.permutation.v;
+  for (int i = 0; i < n; i++)
+    if (perm[i] == n - 1) r = i; /* the output axis along X's rows */
+  const char *sty = kl_storage_type(pg->vals[x].aval.dtype);
+  int64_t tr_n = (oa->dims[r] + 31) / 32, tc_n = (oa->dims[n - 1] + 31) / 32;
+  int64_t tdims[KL_MAX_RANK + 2];
+  int no = 0, opos[KL_MAX_RANK];
+  for (int i = 0; i < n; i++)
+    if (i != r && i != n - 1) tdims[no] = oa->dims[i], opos[no++] = i;
+  int64_t ntiles = tr_n * tc_n;
+  for (int i = 0; i < no; i++) ntiles *= tdims[i];
+  tdims[no] = tr_n;
+  tdims[no + 1] = tc_n;
+  ssa c32, c33, tx, ty, nt, tcoord[KL_MAX_RANK + 2], r0, c0;
+  kk_const_index(k, 32, c32);
+  kk_const_index(k, 33, c33);
+  kk_line(k, "%s = arith.remui %%tid, %s : index", kk_fresh(k, tx), c32);
+  kk_line(k, "%s = arith.divui %%tid, %s : index", kk_fresh(k, ty), c32);
+  kk_const_index(k, ntiles, nt);
+  kk_line(k, "scf.for %%tile = %%bid to %s step %%nblk {", nt);
+  k->ind = "        ";
+  kk_delinearize(k, "%tile", tdims, no + 2, tcoord);
+  kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, r0), tcoord[no], c32);
+  kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, c0), tcoord[no + 1], c32);
+  ssa rmax, cmax;
+  kk_const_index(k, oa->dims[r] - 1, rmax);
+  kk_const_index(k, oa->dims[n - 1] - 1, cmax);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int j = 0; j < 4; j++) {
+      /* pass 0: thread (tx, ty) reads X at output coordinates (r: r0 + tx, last: c0 + ty + 8j);
+       * pass 1: it computes the output at (r: r0 + ty + 8j, last: c0 + tx) */
+      ssa a, b, cj, ar, bc, arc, bcc, idx[KL_MAX_RANK], sh, v;
+      kk_const_index(k, 8 * j, cj);
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, a), pass ? ty : tx, pass ? cj : "%c0");
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, b), pass ? tx : ty, pass ? "%c0" : cj);
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, ar), r0, a);
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, bc), c0, b);
+      kk_line(k, "%s = arith.minui %s, %s : index", kk_fresh(k, arc), ar, rmax); /* clamped: every read is valid */
+      kk_line(k, "%s = arith.minui %s, %s : index", kk_fresh(k, bcc), bc, cmax);
+      for (int i = 0; i < no; i++) memcpy(idx[opos[i]], tcoord[i], sizeof(ssa));
+      memcpy(idx[r], arc, sizeof(ssa));
+      memcpy(idx[n - 1], bcc, sizeof(ssa));
+      if (pass == 0) { /* sh[(ty + 8j) * 33 + tx] = X at the transpose's source of idx */
+        ssa xidx[KL_MAX_RANK], row, pos;
+        for (int i = 0; i < n; i++) memcpy(xidx[perm[i]], idx[i], sizeof(ssa));
+        kk_emit_load(k, x, xidx, v);
+        kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, row), b, c33);
+        kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, pos), row, a);
+        kk_line(k, "memref.store %s, %%sh0[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", v, pos, 32 * 33, sty);
+        continue;
+      }
+      /* the transpose's value at idx is X at (q: c0 + tx, last: r0 + ty + 8j): sh[tx * 33 + ty + 8j] */
+      ssa row, pos, val, ok1, ok2, ok, rl, cl;
+      kk_line(k, "%s = arith.muli %s, %s : index", kk_fresh(k, row), tx, c33);
+      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, pos), row, a);
+      kk_line(k, "%s = memref.load %%sh0[%s] : memref<%dx%s, #gpu.address_space<workgroup>>", kk_fresh(k, sh), pos,
+              32 * 33, sty);
+      kk_memo_set(k, tv, idx, sh); /* 4- and 8-byte types compute as they are stored */
+      kk_emit_value(k, root, idx, val);
+      kk_const_index(k, oa->dims[r], rl);
+      kk_const_index(k, oa->dims[n - 1], cl);
+      kk_line(k, "%s = arith.cmpi ult, %s, %s : index", kk_fresh(k, ok1), ar, rl);
+      kk_line(k, "%s = arith.cmpi ult, %s, %s : index", kk_fresh(k, ok2), bc, cl);
+      kk_line(k, "%s = arith.andi %s, %s : i1", kk_fresh(k, ok), ok1, ok2);
+      kk_line(k, "scf.if %s {", ok);
+      k->ind = "          ";
+      kk_store_value(k, oa->dtype, val, kk_arg_index(k, root), oa, idx, n);
+      k->ind = "        ";
+      kk_line(k, "}");
+    }
+    kk_line(k, "gpu.barrier");
+  }
+  k->ind = "      ";
+  kk_line(k, "}");
+  info->grid = (unsigned)(ntiles < 65536 ? ntiles : 65536);
 }
 
 static int64_t prod(const int64_t *d, int a, int b) {
@@ -336,7 +471,13 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   const char *shared[KL_MAX_STAGES + 1];
   int nshared = 0;
 
-  if (mode == 0) { /* elementwise (or a reduction over no axes) */
+  int tile_t = mode == 0 && !is_reduce ? transposed_read(plan, st->root) : -1;
+  if (tile_t >= 0) { /* elementwise, reading an operand transposed: 32x32 tiles through shared memory */
+    emit_tiled(&k, plan, st->root, tile_t, info);
+    block = 256;
+    shared[nshared++] = kl_storage_type(pg->vals[pg->eqns[pg->vals[tile_t].producer].ins[0]].aval.dtype);
+    shared_elems = 32 * 33;
+  } else if (mode == 0) { /* elementwise (or a reduction over no axes) */
     int64_t total = kl_aval_size(oa);
     /* Each thread takes `vec` consecutive elements: more loads in flight, and adjacent
      * accesses of 16-byte aligned arrays that LLVM merges into vector loads and stores. */
@@ -557,6 +698,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     args[k.nargs].storage = shared_type(rt);
   }
   emit_header(out, name, args, nargs, shared, nshared, block);
+  shared_elems = 0;
   kk_append_text(out, &body);
   kl_str_append(out, "      gpu.return\n    }\n");
   info->block = (unsigned)block;

@@ -56,6 +56,8 @@ char *kk_const_scalar(kctx *k, kl_dtype t, double fv, int64_t iv, char *out);
 int kk_arg_index(kctx *k, int v);
 /* Loads materialized value v at idx, in its compute type. */
 char *kk_emit_load(kctx *k, int v, ssa *idx, char *out);
+/* Records that value v at index idx is already the SSA value `name` (kk_emit_value returns it). */
+void kk_memo_set(kctx *k, int v, ssa *idx, const char *name);
 /* Computes value v at index idx (memoized per kernel scope). */
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
 void kk_memref_type(kl_str *s, const kl_aval *a);

@@ -606,3 +606,34 @@ def test_a_program_of_many_steps_runs_as_a_graph_with_fresh_inputs_every_call():
     assert _only_entry(jf).num_steps >= 32
     # outputs of earlier calls are still intact (they were copied out of the graph's arena)
     assert not np.allclose(np.asarray(outs[0][0]), np.asarray(outs[1][0]))
+
+
+@gpu
+@pytest.mark.parametrize("case", ["square", "ragged", "batched", "moved_batch", "float64", "int32"])
+def test_transposed_reads_through_shared_memory_tiles_match_numpy(case):
+    # elementwise kernels reading an operand transposed (its last axis moved) go through 32x32
+    # tiles in shared memory; sizes that are not multiples of 32 exercise the edges
+    rng = np.random.default_rng(12)
+    if case == "square":
+        a = rng.standard_normal((512, 512)).astype(np.float32)
+        f = lambda np_, a: a.T + a  # noqa: E731
+    elif case == "ragged":
+        a = rng.standard_normal((333, 517)).astype(np.float32)
+        f = lambda np_, a: np_.exp(a.T * 0.5) - 1.0  # noqa: E731
+    elif case == "batched":
+        a = rng.standard_normal((3, 130, 250)).astype(np.float32)
+        f = lambda np_, a: np_.transpose(a, (0, 2, 1)) * 2 - np_.sin(np_.transpose(a, (0, 2, 1)))  # noqa: E731
+    elif case == "moved_batch":
+        a = rng.standard_normal((70, 3, 400)).astype(np.float32)
+        f = lambda np_, a: np_.transpose(a, (2, 1, 0)) + 1.0  # noqa: E731
+    elif case == "float64":
+        a = rng.standard_normal((300, 260)).astype(np.float64)
+        f = lambda np_, a: a.T * a.T + 3.0  # noqa: E731
+    else:
+        a = rng.integers(-100, 100, (260, 300)).astype(np.int32)
+        f = lambda np_, a: a.T * 3 - 7  # noqa: E731
+    got = np.asarray(kiln.jit(lambda a: f(jnp, a))(a))
+    want = f(np, a)
+    if a.dtype == np.float64 and got.dtype == np.float32:  # x64 off
+        want = want.astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6 if got.dtype == np.float64 else 2e-6, atol=1e-6)
