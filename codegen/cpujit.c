@@ -6,6 +6,8 @@
 #include "cpujit.h"
 
 #include <errno.h>
+#include <llvm-c/BitReader.h>
+#include <llvm-c/BitWriter.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Support.h>
 #include <llvm-c/Error.h>
@@ -233,6 +235,35 @@ static int add_object(const char *data, size_t len, char *err, size_t errlen) {
   return rc;
 }
 
+/* A module compiled in parts (kl_cpujit_compile) is cached as one entry: "KLPARTS1", the
+ * number of objects, then each object's length and bytes. */
+static const char PARTS[8] = {'K', 'L', 'P', 'A', 'R', 'T', 'S', '1'};
+
+/* Adds the object, or each object of a container, under one resource tracker (removed whole on
+ * failure). */
+static int add_objects(const char *data, size_t len, char *err, size_t errlen) {
+  if (len < 16 || memcmp(data, PARTS, 8)) return add_object(data, len, err, errlen);
+  LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
+  LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(jd);
+  uint64_t count;
+  memcpy(&count, data + 8, 8);
+  size_t at = 16;
+  int rc = 0;
+  for (uint64_t i = 0; i < count && !rc; i++) {
+    uint64_t n;
+    if (at + 8 > len) { rc = kl_error(err, errlen, KL_ERR_INTERNAL, "a cached kernel container is truncated"); break; }
+    memcpy(&n, data + at, 8);
+    at += 8;
+    if (n > len - at) { rc = kl_error(err, errlen, KL_ERR_INTERNAL, "a cached kernel container is truncated"); break; }
+    LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(data + at, n, "kiln-kernels");
+    rc = take_error(LLVMOrcLLJITAddObjectFileWithRT(jit, rt, buf), "loading compiled kernels", err, errlen);
+    at += n;
+  }
+  if (rc) LLVMConsumeError(LLVMOrcResourceTrackerRemove(rt));
+  LLVMOrcReleaseResourceTracker(rt);
+  return rc;
+}
+
 int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns) {
   char err[512];
   pthread_mutex_lock(&jit_mu);
@@ -245,7 +276,7 @@ int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns) {
       size_t len;
       char *data = cache_read(key, &len);
       if (data) {
-        if (add_object(data, len, err, sizeof err) == 0) {
+        if (add_objects(data, len, err, sizeof err) == 0) {
           mark_loaded(key);
           hit = lookup_all(prefix, n, fns, err, sizeof err) == 0;
           if (hit) n_disk++;
@@ -256,6 +287,172 @@ int kl_cpujit_find(uint64_t key, const char *prefix, int n, kl_kernel_fn *fns) {
   }
   pthread_mutex_unlock(&jit_mu);
   return hit;
+}
+
+/* ---- compiling in parallel ----
+ * A module of many kernels is split by function into parts, one per core: each part is the
+ * whole module's bitcode read into a context of its own, with the other parts' kernels reduced
+ * to declarations, optimized and turned into an object on its own thread. */
+
+typedef struct {
+  const char *bitcode;
+  size_t bitlen;
+  const char *prefix;  /* kernel function names start with it */
+  const int *part_of;  /* per kernel function, in module order: its part */
+  int part;
+  const char *passes;
+  long fast_above;     /* functions of more instructions: the fast code generator */
+  LLVMMemoryBufferRef obj;
+  char err[256];
+} part_job;
+
+static long count_instrs(LLVMValueRef f) {
+  long n = 0;
+  for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+    for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) n++;
+  return n;
+}
+
+static int is_kernel(LLVMValueRef f, const char *prefix) {
+  size_t len;
+  const char *name = LLVMGetValueName2(f, &len);
+  size_t pl = strlen(prefix);
+  return !LLVMIsDeclaration(f) && len >= pl && !memcmp(name, prefix, pl);
+}
+
+static void *compile_part(void *arg) {
+  part_job *j = arg;
+  LLVMContextRef ctx = LLVMContextCreate();
+  LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(j->bitcode, j->bitlen, "kiln-part");
+  LLVMModuleRef m = NULL;
+  LLVMTargetMachineRef ptm = NULL;
+  if (LLVMParseBitcodeInContext2(ctx, buf, &m)) {
+    snprintf(j->err, sizeof j->err, "internal error: reading a kernel module part failed");
+    goto out;
+  }
+  long largest = 0;
+  int fi = 0;
+  for (LLVMValueRef f = LLVMGetFirstFunction(m); f; f = LLVMGetNextFunction(f)) {
+    if (!is_kernel(f, j->prefix)) continue;
+    if (j->part_of[fi++] != j->part) { /* another part's kernel: a declaration here */
+      LLVMBasicBlockRef bb;
+      while ((bb = LLVMGetFirstBasicBlock(f))) LLVMDeleteBasicBlock(bb);
+      LLVMSetLinkage(f, LLVMExternalLinkage);
+    } else {
+      long c = count_instrs(f);
+      if (c > largest) largest = c;
+    }
+  }
+  for (LLVMValueRef f = LLVMGetFirstFunction(m); f; f = LLVMGetNextFunction(f)) /* helpers: private copies */
+    if (!LLVMIsDeclaration(f) && !is_kernel(f, j->prefix)) LLVMSetLinkage(f, LLVMInternalLinkage);
+  LLVMTargetRef target;
+  char *msg = NULL;
+  if (LLVMGetTargetFromTriple(host_triple, &target, &msg)) {
+    snprintf(j->err, sizeof j->err, "no LLVM target: %s", msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    goto out;
+  }
+  ptm = LLVMCreateTargetMachine(target, host_triple, host_cpu, host_features,
+                                largest > j->fast_above ? LLVMCodeGenLevelNone : LLVMCodeGenLevelDefault, LLVMRelocPIC,
+                                LLVMCodeModelDefault);
+  LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+  LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
+  LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+  int rc = take_error(LLVMRunPasses(m, j->passes, ptm, opts), "LLVM optimization", j->err, sizeof j->err);
+  LLVMDisposePassBuilderOptions(opts);
+  if (!rc && LLVMTargetMachineEmitToMemoryBuffer(ptm, m, LLVMObjectFile, &msg, &j->obj)) {
+    snprintf(j->err, sizeof j->err, "internal error: machine code generation failed: %s", msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    j->obj = NULL;
+  }
+out:
+  if (ptm) LLVMDisposeTargetMachine(ptm);
+  if (m) LLVMDisposeModule(m);
+  LLVMDisposeMemoryBuffer(buf);
+  LLVMContextDispose(ctx);
+  return NULL;
+}
+
+/* Threads for compiling a module: KILN_COMPILE_THREADS, else the cores (at most 8). */
+static int compile_threads(void) {
+  const char *e = getenv("KILN_COMPILE_THREADS");
+  long n = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+/* Optimizes and compiles mod in nparts parts on as many threads into one container (malloc'd,
+ * *len bytes), or NULL with a message. */
+static char *compile_parts(LLVMModuleRef mod, const char *prefix, const char *passes, long fast_above, int nparts,
+                           size_t *len, char *err, size_t errlen) {
+  int nk = 0;
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) nk += is_kernel(f, prefix);
+  int *part_of = kl_calloc((size_t)nk + 1, sizeof(int));
+  long *load = kl_calloc((size_t)nparts, sizeof(long));
+  part_job *jobs = kl_calloc((size_t)nparts, sizeof *jobs);
+  pthread_t *th = kl_calloc((size_t)nparts, sizeof *th);
+  LLVMMemoryBufferRef bc = NULL;
+  char *out = NULL;
+  if (!part_of || !load || !jobs || !th) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling kernels in parallel");
+    goto done;
+  }
+  int fi = 0; /* kernels in order, each to the least loaded part (by instructions) */
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+    if (!is_kernel(f, prefix)) continue;
+    int best = 0;
+    for (int p = 1; p < nparts; p++)
+      if (load[p] < load[best]) best = p;
+    load[best] += count_instrs(f) + 1;
+    part_of[fi++] = best;
+  }
+  bc = LLVMWriteBitcodeToMemoryBuffer(mod);
+  if (!bc) {
+    kl_error(err, errlen, KL_ERR_INTERNAL, "internal error: writing the kernels' bitcode failed");
+    goto done;
+  }
+  int started[8] = {0};
+  for (int p = 0; p < nparts; p++) {
+    jobs[p] = (part_job){LLVMGetBufferStart(bc), LLVMGetBufferSize(bc), prefix, part_of, p, passes, fast_above, NULL, {0}};
+    if (p) started[p] = !pthread_create(&th[p], NULL, compile_part, &jobs[p]);
+  }
+  compile_part(&jobs[0]);
+  for (int p = 1; p < nparts; p++) {
+    if (started[p]) pthread_join(th[p], NULL);
+    else compile_part(&jobs[p]); /* no thread to be had: here */
+  }
+  size_t total = 16;
+  for (int p = 0; p < nparts; p++) {
+    if (!jobs[p].obj) {
+      kl_error(err, errlen, KL_ERR_INTERNAL, "%s", jobs[p].err[0] ? jobs[p].err : "internal error: a kernel part failed");
+      goto done;
+    }
+    total += 8 + LLVMGetBufferSize(jobs[p].obj);
+  }
+  out = kl_malloc(total);
+  if (!out) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory collecting compiled kernels");
+    goto done;
+  }
+  memcpy(out, PARTS, 8);
+  uint64_t cnt = (uint64_t)nparts;
+  memcpy(out + 8, &cnt, 8);
+  size_t at = 16;
+  for (int p = 0; p < nparts; p++) {
+    uint64_t n = LLVMGetBufferSize(jobs[p].obj);
+    memcpy(out + at, &n, 8);
+    memcpy(out + at + 8, LLVMGetBufferStart(jobs[p].obj), n);
+    at += 8 + n;
+  }
+  *len = total;
+done:
+  for (int p = 0; jobs && p < nparts; p++)
+    if (jobs[p].obj) LLVMDisposeMemoryBuffer(jobs[p].obj);
+  if (bc) LLVMDisposeMemoryBuffer(bc);
+  free(part_of);
+  free(load);
+  free(jobs);
+  free(th);
+  return out;
 }
 
 int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns,
@@ -285,11 +482,47 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
   LLVMSetModuleDataLayout(mod, dl);
   LLVMDisposeTargetData(dl);
+  const char *thr = getenv("KILN_FAST_CODEGEN_INSTRS");
+  long fast_above = thr && *thr ? atol(thr) : 4000;
+  const char *pipeline = getenv("KILN_LLVM_PASSES");
+  if (pipeline && *pipeline) passes = pipeline;
+  {
+    /* many kernels, enough work: in parallel (each part gets the whole pipeline) */
+    int nk = 0, nthreads = compile_threads();
+    long instrs = 0;
+    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+      if (is_kernel(f, prefix)) nk++, instrs += count_instrs(f);
+    int nparts = nk < nthreads ? nk : nthreads;
+    if (nparts > 1 && instrs >= 2000) {
+      size_t len = 0;
+      char *data = compile_parts(mod, prefix, passes, fast_above, nparts, &len, err, errlen);
+      clock_gettime(CLOCK_MONOTONIC, &q2);
+      if (!data) {
+        rc = -1;
+        goto done;
+      }
+      rc = add_objects(data, len, err, errlen);
+      if (!rc) {
+        mark_loaded(key);
+        n_compiled++;
+        cache_write(key, data, len);
+        rc = lookup_all(prefix, n, fns, err, errlen);
+      }
+      free(data);
+      clock_gettime(CLOCK_MONOTONIC, &q4);
+      if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2') {
+        double a = (double)(q1.tv_sec - q0.tv_sec) * 1e3 + (double)(q1.tv_nsec - q0.tv_nsec) * 1e-6;
+        double b = (double)(q2.tv_sec - q1.tv_sec) * 1e3 + (double)(q2.tv_nsec - q1.tv_nsec) * 1e-6;
+        fprintf(stderr, "kiln: llvm: translate %.1f ms, optimize + codegen on %d threads %.1f ms (%d kernels, %ld instructions)\n",
+                a, nparts, b, nk, instrs);
+      }
+      goto done;
+    }
+  }
   LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
   LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
   LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
-  const char *pipeline = getenv("KILN_LLVM_PASSES");
-  rc = take_error(LLVMRunPasses(mod, pipeline && *pipeline ? pipeline : passes, tm, opts), "LLVM optimization", err, errlen);
+  rc = take_error(LLVMRunPasses(mod, passes, tm, opts), "LLVM optimization", err, errlen);
   LLVMDisposePassBuilderOptions(opts);
   clock_gettime(CLOCK_MONOTONIC, &q2);
   if (rc) goto done;
@@ -317,8 +550,7 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
       for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) ninstr++;
     if (ninstr > largest) largest = ninstr;
   }
-  const char *thr = getenv("KILN_FAST_CODEGEN_INSTRS");
-  LLVMTargetMachineRef use = largest > (thr && *thr ? atol(thr) : 4000) ? tm_fast : tm;
+  LLVMTargetMachineRef use = largest > fast_above ? tm_fast : tm;
   if (LLVMTargetMachineEmitToMemoryBuffer(use, mod, LLVMObjectFile, &msg, &obj)) {
     snprintf(err, errlen, "internal error: machine code generation failed: %s", msg ? msg : "");
     LLVMDisposeMessage(msg);
