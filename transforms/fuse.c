@@ -5,6 +5,7 @@
 #include "../ir/alloc.h"
 #include "fuse.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,7 +250,16 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
   return 0;
 }
 
-#define RECOMPUTE_BUDGET 24
+#define RECOMPUTE_BUDGET 24 /* KILN_RECOMPUTE_BUDGET overrides (experiments) */
+
+static long recompute_budget(void) {
+  static long b = -1;
+  if (b < 0) {
+    const char *e = getenv("KILN_RECOMPUTE_BUDGET");
+    b = e && *e ? atol(e) : RECOMPUTE_BUDGET;
+  }
+  return b;
+}
 #define EXPR_LIMIT 256
 
 /* Whether consumer e reads its operand v at the element it computes itself: elementwise forms
@@ -264,22 +274,23 @@ static int reads_in_place(const kl_program *pg, const kl_eqn *e, int v) {
   return a->ndim == 0 || same_dims(a, pg->vals[e->outs[0]].aval.dims, pg->vals[e->outs[0]].aval.ndim);
 }
 
-/* Whether v is the input of a row reduction (over trailing axes) and of one elementwise
- * consumer besides, as exp(x - max) is in softmax: the row kernel that absorbs the reduction
- * keeps v where the elementwise root reads it back (its stash), so it costs no recomputation. */
-static int row_stashed(const kl_program *pg, int v, const int *uses, const int *first, const int *last) {
-  if (uses[v] != 2 || first[v] < 0 || first[v] == last[v]) return 0;
-  const kl_eqn *a = &pg->eqns[first[v]], *b = &pg->eqns[last[v]];
-  const kl_eqn *red = kl_prim_get(a->prim)->form == KL_FORM_REDUCE ? a : b, *ew = red == a ? b : a;
-  if (kl_prim_get(red->prim)->form != KL_FORM_REDUCE || red->ins[0] != v || !reads_in_place(pg, ew, v) ||
-      kl_prim_get(ew->prim)->form == KL_FORM_REDUCE)
-    return 0;
+/* Whether consumer e of v is a row reduction of v (over trailing axes, keeping some). */
+static int row_reduction_of(const kl_program *pg, const kl_eqn *e, int v) {
+  if (kl_prim_get(e->prim)->form != KL_FORM_REDUCE || e->ins[0] != v) return 0;
   const kl_aval *x = &pg->vals[v].aval;
-  const kl_ivec *axes = &red->p.reduce.axes;
+  const kl_ivec *axes = &e->p.reduce.axes;
   if (x->ndim < 2 || axes->n == 0 || axes->n >= x->ndim) return 0;
   for (int i = 0; i < axes->n; i++)
     if (axes->v[i] < x->ndim - axes->n) return 0; /* not a trailing suffix */
   return 1;
+}
+
+/* Whether v is the input of one row reduction and otherwise read in place by a few elementwise
+ * consumers, as exp(x - max) is in softmax and in its gradient: row kernels compute it where it
+ * is needed (the one absorbing the reduction keeps it for its root: its stash), which costs
+ * less than writing and reading a buffer of the rows' size. */
+static int row_stashed(const int *uses, const int *row_reads, const int *other_reads, int v) {
+  return uses[v] >= 2 && uses[v] <= 4 && row_reads[v] == 1 && other_reads[v] == 0;
 }
 
 /* home[v]: the kernel (its root value) that computes v exactly once per element, when there is
@@ -316,10 +327,12 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   int *cost = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   int *stage_of = kl_malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
   int *home = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
-  int *first = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *row_reads = kl_calloc((size_t)pg->nvals + 1, sizeof(int)); /* per value: row reductions reading it */
+  int *other_reads = kl_calloc((size_t)pg->nvals + 1, sizeof(int)); /* ... and consumers not in place */
   if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stage_of || !home ||
-      !first) {
-    free(first);
+      !row_reads || !other_reads) {
+    free(row_reads);
+    free(other_reads);
     free(home);
     free(uses);
     free(last);
@@ -350,13 +363,16 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
    * several consumers (possibly at different indices, as in a stencil) is materialized once its
    * recomputation would cost more than RECOMPUTE_BUDGET extra ops, and any expression grows into
    * a buffer past EXPR_LIMIT ops, so kernels never grow exponentially with the program. */
-  for (int v = 0; v < pg->nvals; v++) last[v] = first[v] = -1;
+  for (int v = 0; v < pg->nvals; v++) last[v] = -1;
   for (int k = 0; k < pg->neqns; k++)
     for (int i = 0; i < pg->eqns[k].nin; i++) {
-      int v = pg->eqns[k].ins[i];
-      if (last[v] != k) uses[v]++;
-      if (first[v] < 0) first[v] = k;
+      const kl_eqn *e = &pg->eqns[k];
+      int v = e->ins[i];
+      if (last[v] == k) continue;
+      uses[v]++;
       last[v] = k;
+      if (row_reduction_of(pg, e, v)) row_reads[v]++;
+      else if (!reads_in_place(pg, e, v) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) other_reads[v]++;
     }
   /* Values computed once in a single kernel (home >= 0) are never recomputed, whatever their
    * number of uses, and never cut: a DAG of elementwise operations over one shape is one kernel.
@@ -378,7 +394,7 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
         cost[v] = c > EXPR_LIMIT * 4 ? EXPR_LIMIT * 4 : c;
         if (m[v] || home[v] >= 0) continue;
         if (c > EXPR_LIMIT ||
-            (uses[v] > 1 && (long)c * (uses[v] - 1) > RECOMPUTE_BUDGET && !row_stashed(pg, v, uses, first, last))) {
+            (uses[v] > 1 && (long)c * (uses[v] - 1) > recompute_budget() && !row_stashed(uses, row_reads, other_reads, v))) {
           m[v] = 1;
           cost[v] = 0;
           changed = 1;
@@ -387,8 +403,14 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
     }
     if (!changed) break;
   }
+  if (getenv("KILN_DEBUG_PLAN"))
+    for (int v = 0; v < pg->nvals; v++)
+      if (m[v] && pg->vals[v].producer >= 0)
+        fprintf(stderr, "plan: v%d %s uses %d cost %d home %d\n", v, kl_prim_get(pg->eqns[pg->vals[v].producer].prim)->name,
+                uses[v], cost[v], home[v]);
   free(home);
-  free(first);
+  free(row_reads);
+  free(other_reads);
   free(uses);
   free(last);
   free(cost);
