@@ -232,15 +232,16 @@ void kl_codegen_set_prefix(kl_str *text, const char *prefix) {
 }
 
 /* Machine code for the module's kernels: from memory, from the disk cache, or compiled. */
-static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, char *err, size_t errlen) {
+static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, int outlined, char *err, size_t errlen) {
   double tp0 = now();
   /* Small kernels are not worth LLVM's vectorizer and unroller (which can take 200 ms on an
    * 8-bit loop of 20 elements); they get the light pipeline. The choice is part of the key. */
   /* Kernels are simple loop nests: the loop vectorizer and cleanups give O3's code in half its
    * time; reductions also get their vectorized loops unrolled (more accumulators in flight). */
-  /* A very large kernel over few elements (a long fused chain: hundreds of KB of MLIR) gets
-   * only the cleanups: optimizing it would cost more than it could save. */
-  const char *passes = cost < 32768 && largest > ((size_t)256 << 10) ? "function(early-cse,simplifycfg)"
+  /* A very large kernel over few elements (a long fused chain: hundreds of KB of MLIR, or one
+   * calling its math out of line) gets only the cleanups: optimizing it would cost more than it
+   * could save. */
+  const char *passes = cost < 32768 && (largest > ((size_t)256 << 10) || outlined) ? "function(early-cse,simplifycfg)"
                        : cost < 32768 ? "default<O1>"
                        : strstr(mod->data, "iter_args")
                            ? "function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
@@ -394,6 +395,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   int rc = 0;
   size_t largest = 0; /* MLIR text of the largest kernel */
   kl_kernel_dedup dedup = {0};
+  uint64_t outlined = 0; /* out-of-line math functions the kernels call */
   if (!infos || !o || !x->steps || !o->kernels || !o->libs) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps", plan.nsteps);
     goto done;
@@ -423,7 +425,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     snprintf(name, sizeof name, "KLPFX%d", o->nfns);
     kl_kernel_info *ki = &infos[s];
     size_t before = mod.len;
-    rc = kl_kernel_emit(&plan, s, name, &mod, ki, err, errlen);
+    rc = kl_kernel_emit(&plan, s, name, &mod, ki, &outlined, err, errlen);
     if (rc) break;
     if (mod.len - before > largest) largest = mod.len - before;
     const char *same = kl_kernel_dedup_add(&dedup, &mod, before, name);
@@ -449,9 +451,10 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     x->cost += ki->cost;
     x->nsteps++;
   }
+  if (outlined) kl_math_define_outlined(outlined, &mod);
   kl_str_append(&mod, "}\n");
   if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
-  if (!rc && o->nfns) rc = build_kernels(&mod, o, x->cost, largest, err, errlen);
+  if (!rc && o->nfns) rc = build_kernels(&mod, o, x->cost, largest, outlined != 0, err, errlen);
 done:
   for (int s = 0; infos && s < plan.nsteps; s++) free(infos[s].args);
   free(infos);

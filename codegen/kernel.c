@@ -522,7 +522,7 @@ static int reads_transposed(const kl_program *pg, const kl_plan *plan, int v, ch
 }
 
 int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
-                   char *err, size_t errlen) {
+                   uint64_t *outlined, char *err, size_t errlen) {
   const kl_program *pg = plan->pg;
   const kl_plan_step *st = &plan->steps[step];
   const kl_eqn *e = &pg->eqns[st->eqn];
@@ -538,7 +538,8 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   kl_str_init(&body);
   kl_str_init(&loops);
   kl_str_init(&store);
-  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1};
+  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1,
+            .outlined = kl_aval_size(space) < 32768 ? outlined : NULL}; /* big arrays: inline (vectorized) math */
   char indent[64];
   memset(info, 0, sizeof *info);
 

@@ -19,8 +19,13 @@ typedef struct {
 
 /* Appends `func.func @<name>(...)` computing plan step `step` to out. Returns 0, or -1 with
  * a message when a construct cannot be generated. */
+/* outlined: NULL, or the module's set of out-of-line math functions (kernels over few elements
+ * call long chains of transcendental functions out of line; the caller defines the functions
+ * whose bits are set with kl_math_define_outlined). */
 int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
-                   char *err, size_t errlen);
+                   uint64_t *outlined, char *err, size_t errlen);
+/* Appends to a CPU module the definitions of the out-of-line math functions in `used`. */
+void kl_math_define_outlined(uint64_t used, kl_str *out);
 /* The GPU form of a kernel step (codegen/kernel_gpu.c). */
 typedef struct {
   int *args;          /* owned; value ids read, then the output last */

@@ -32,6 +32,10 @@ typedef struct {
   int stash_ready; /* ...which the main loop then reloads instead of recomputing */
   const ssa *main_idx; /* the main loop's index names (NULL: %i0, %i1, ...) */
   uint64_t *libdevice; /* GPU with libdevice: math calls __nv_* and sets kl_libdevice_bit()s */
+  uint64_t *outlined;  /* CPU kernels over few elements: math past the first few uses of a function
+                          calls it out of line (codegen/lower/elementwise.c sets bits, the module
+                          defines each function once: kl_math_define_outlined) */
+  unsigned short mathuses[64]; /* uses so far of each math function in this kernel */
 } kctx;
 
 /* Stores val (compute type of t) into argument arg (aval a) at idx[0..n): bools as i8, f16/bf16

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../mathfn.h"
+#include "../kernel.h"
 #include "lower.h"
 
 
@@ -57,12 +58,41 @@ void kl_libdevice_declare(uint64_t used, kl_str *out) {
     }
 }
 
+/* A kernel over few elements that uses a math function many times (a long unrolled chain of
+ * tanh: thousands of inlined polynomial ops, most of its compile time) calls it out of line
+ * past its first OUTLINE_AFTER uses; the module defines each such function once. */
+#define OUTLINE_AFTER 8
+
+static char *outlined_call(kctx *k, int f, const char *cty, const char *x, char *out) {
+  int is64 = !strcmp(cty, "f64");
+  if (!k->outlined || f >= KL_MF_COUNT_UNARY || (!is64 && strcmp(cty, "f32")) || ++k->mathuses[f] <= OUTLINE_AFTER)
+    return NULL;
+  *k->outlined |= (uint64_t)1 << (2 * f + is64);
+  kk_line(k, "%s = func.call @kl_mf_%s_%s(%s) : (%s) -> %s", kk_fresh(k, out), kl_math_name((kl_mathfn)f), cty, x, cty, cty);
+  return out;
+}
+
+void kl_math_define_outlined(uint64_t used, kl_str *out) {
+  for (int f = 0; f < KL_MF_COUNT_UNARY; f++)
+    for (int is64 = 0; is64 < 2; is64++) {
+      if (!(used >> (2 * f + is64) & 1)) continue;
+      const char *ty = is64 ? "f64" : "f32";
+      kl_str_printf(out, "  func.func private @kl_mf_%s_%s(%%x: %s) -> %s attributes {passthrough = [\"noinline\"]} {\n",
+                    kl_math_name((kl_mathfn)f), ty, ty, ty);
+      kl_emitter em = {out, 0};
+      char r[32];
+      kl_math_emit(&em, (kl_mathfn)f, "%x", ty, "    ", r);
+      kl_str_printf(out, "    return %s : %s\n  }\n", r, ty);
+    }
+}
+
 static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, char *out) {
   const char *cty = kl_compute_type(t);
   int fl = kl_dtype_is_float(t);
   for (size_t i = 0; i < sizeof math_unary / sizeof *math_unary; i++)
     if (math_unary[i].prim == e->prim) {
-      if (!libdevice_call(k, math_unary[i].fn, cty, x, NULL, out)) kl_math_emit(&k->em, math_unary[i].fn, x, cty, k->ind, out);
+      if (!libdevice_call(k, math_unary[i].fn, cty, x, NULL, out) && !outlined_call(k, math_unary[i].fn, cty, x, out))
+        kl_math_emit(&k->em, math_unary[i].fn, x, cty, k->ind, out);
       return out;
     }
   ssa a, b, c;
