@@ -130,3 +130,17 @@ def test_masked_attention_forward_is_two_products_and_one_row_kernel():
     assert steps == 3  # scores product, one row kernel (mask, scale, max, exp, sum, divide), output product
     want = attn(np, np_softmax, *(a.astype(np.float64) for a in (q, k, v)))
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-6)
+
+
+def test_long_chains_in_several_programs_call_their_own_out_of_line_math():
+    # kernels over few elements call tanh out of line past its 8th use; each module defines its
+    # own copy (two programs loaded side by side must not clash)
+    x = np.random.default_rng(8).standard_normal(16).astype(np.float32)
+    for n in (20, 21, 40):
+        out, steps = _run(lambda x, n=n: _chain(jnp, x, n), x)
+        assert steps == 1
+        np.testing.assert_allclose(np.asarray(out), _chain(np, x.astype(np.float64), n), rtol=1e-5, atol=1e-6)
+    y = np.random.default_rng(9).standard_normal((3, 5)).astype(np.float64)
+    out, _ = _run(lambda y: _chain(jnp, y, 25), y)  # float64 where x64 is on, else float32
+    tol = 1e-12 if out.dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(np.asarray(out), _chain(np, y, 25), rtol=tol, atol=tol)

@@ -68,7 +68,7 @@ static char *outlined_call(kctx *k, int f, const char *cty, const char *x, char 
   if (!k->outlined || f >= KL_MF_COUNT_UNARY || (!is64 && strcmp(cty, "f32")) || ++k->mathuses[f] <= OUTLINE_AFTER)
     return NULL;
   *k->outlined |= (uint64_t)1 << (2 * f + is64);
-  kk_line(k, "%s = func.call @kl_mf_%s_%s(%s) : (%s) -> %s", kk_fresh(k, out), kl_math_name((kl_mathfn)f), cty, x, cty, cty);
+  kk_line(k, "%s = func.call @KLPFXmf_%s_%s(%s) : (%s) -> %s", kk_fresh(k, out), kl_math_name((kl_mathfn)f), cty, x, cty, cty);
   return out;
 }
 
@@ -77,7 +77,7 @@ void kl_math_define_outlined(uint64_t used, kl_str *out) {
     for (int is64 = 0; is64 < 2; is64++) {
       if (!(used >> (2 * f + is64) & 1)) continue;
       const char *ty = is64 ? "f64" : "f32";
-      kl_str_printf(out, "  func.func private @kl_mf_%s_%s(%%x: %s) -> %s attributes {passthrough = [\"noinline\"]} {\n",
+      kl_str_printf(out, "  func.func @KLPFXmf_%s_%s(%%x: %s) -> %s attributes {passthrough = [\"noinline\"]} {\n",
                     kl_math_name((kl_mathfn)f), ty, ty, ty);
       kl_emitter em = {out, 0};
       char r[32];
