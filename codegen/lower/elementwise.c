@@ -60,7 +60,8 @@ void kl_libdevice_declare(uint64_t used, kl_str *out) {
 
 /* A kernel over few elements that uses a math function many times (a long unrolled chain of
  * tanh: thousands of inlined polynomial ops, most of its compile time) calls it out of line
- * past its first OUTLINE_AFTER uses; the module defines each such function once. */
+ * past its first OUTLINE_AFTER uses; the module defines each such function once, named with the
+ * module's symbol prefix (KLPFX, as its kernels are) so that modules never share a symbol. */
 #define OUTLINE_AFTER 8
 
 static char *outlined_call(kctx *k, int f, const char *cty, const char *x, char *out) {
