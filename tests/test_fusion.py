@@ -144,3 +144,36 @@ def test_long_chains_in_several_programs_call_their_own_out_of_line_math():
     out, _ = _run(lambda y: _chain(jnp, y, 25), y)  # float64 where x64 is on, else float32
     tol = 1e-12 if out.dtype == np.float64 else 1e-5
     np.testing.assert_allclose(np.asarray(out), _chain(np, y, 25), rtol=tol, atol=tol)
+
+
+def test_masked_attention_gradient_computes_softmax_statistics_inside_its_row_kernels():
+    # the gradient program needs softmax's max and sum in two places (the probabilities, and the
+    # softmax backward); each row kernel computes them itself instead of reading buffers: six
+    # products, the probabilities' row kernel, the backward's row kernel, and 2 * (p @ v)
+    rng = np.random.default_rng(10)
+    q, k, v = rng.standard_normal((3, 2, 2, 64, 8)).astype(np.float32)
+
+    def attn(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+        s = jnp.where(jnp.tril(jnp.ones((64, 64), dtype=bool)), s, -1e9)
+        return jnp.einsum("bhqk,bhkd->bhqd", kiln.nn.softmax(s, axis=-1), v)
+
+    loss = lambda q, k, v: jnp.sum(attn(q, k, v) ** 2)  # noqa: E731
+    out, steps = _run(kiln.grad(loss, argnums=(0, 1, 2)), q, k, v)
+    assert steps == 9
+
+    def ref_loss(q, k, v):
+        s = np.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+        s = np.where(np.tril(np.ones((64, 64), dtype=bool)), s, -1e9)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return np.sum(np.einsum("bhqk,bhkd->bhqd", e / e.sum(-1, keepdims=True), v) ** 2)
+
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    eps = 1e-6
+    for which, arr in enumerate((q64, k64, v64)):  # a few finite differences per argument
+        for idx in [(0, 0, 5, 1), (1, 1, 63, 7), (0, 1, 30, 4)]:
+            plus, minus = [a.copy() for a in (q64, k64, v64)], [a.copy() for a in (q64, k64, v64)]
+            plus[which][idx] += eps
+            minus[which][idx] -= eps
+            fd = (ref_loss(*plus) - ref_loss(*minus)) / (2 * eps)
+            np.testing.assert_allclose(np.asarray(out[which])[idx], fd, rtol=2e-3, atol=2e-3)

@@ -137,7 +137,36 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
 
 /* Row kernels are an optimization: without memory for their bookkeeping (0 returned, -1 on
  * failure) the plan keeps every value they would have absorbed materialized instead. */
-static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m, char *absorbed, int *stage_of) {
+/* Whether k's stage list (KL_MAX_STAGES entries, -1 = none) holds eqn r. */
+static int has_stage(const int *stages, int r) {
+  for (int j = 0; j < KL_MAX_STAGES; j++)
+    if (stages[j] == r) return 1;
+  return 0;
+}
+
+/* Scans the expressions kernel k computes (its root's, or its reduction's input, and its
+ * stages' inputs) into rs->hits. */
+static void scan_kernel(row_scan *rs, const kl_program *pg, int k, const int *stages) {
+  const kl_eqn *e = &pg->eqns[k];
+  int isred = kl_prim_get(e->prim)->form == KL_FORM_REDUCE;
+  const kl_aval *a = &pg->vals[isred ? e->ins[0] : e->outs[0]].aval;
+  scan_begin(rs);
+  rs->rank = a->ndim;
+  memcpy(rs->shape, a->dims, sizeof(int64_t) * (size_t)a->ndim);
+  if (isred) scan_reads(rs, e->ins[0], READ_FULL, 0);
+  else
+    for (int i = 0; i < e->nin; i++) scan_reads(rs, e->ins[i], READ_FULL, 0);
+  for (int j = 0; j < KL_MAX_STAGES; j++)
+    if (stages[j] >= 0) scan_reads(rs, pg->eqns[stages[j]].ins[0], READ_FULL, 0);
+}
+
+/* stages: KL_MAX_STAGES entries per equation, the row reductions a root equation's kernel
+ * computes (-1: none). A reduction may be computed in several row kernels (each reads the row
+ * anyway: softmax's max and sum feed both the probabilities and, in the gradient, the softmax
+ * backward), as long as every kernel that reads it computes it; KILN_ROW_DUP=0 allows one. */
+static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m, char *absorbed, int *stages) {
+  const char *dup_env = getenv("KILN_ROW_DUP");
+  int dup = !(dup_env && *dup_env == '0');
   /* readers[v]: number of kernel expressions (roots and reduction inputs) reading v */
   int *readers = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   int *hits = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
@@ -217,9 +246,10 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
         }
       }
       for (int v = 0; v < pg->nvals && !badv && nm < 1 + KL_MAX_STAGES; v++) {
-        if (!count[v] || absorbed[v] || lead_of[v] <= 0 || count[v] != readers[v]) continue;
+        if (!count[v] || lead_of[v] <= 0 || readers[v] >= 1000) continue;
+        if (!dup && (absorbed[v] || count[v] != readers[v])) continue;
         const kl_value *val = &pg->vals[v];
-        if (val->producer < 0) continue;
+        if (val->producer < 0 || has_stage(&stages[k * KL_MAX_STAGES], val->producer)) continue;
         const kl_eqn *re = &pg->eqns[val->producer];
         if (kl_prim_get(re->prim)->form != KL_FORM_REDUCE) continue;
         const kl_aval *x = &pg->vals[re->ins[0]].aval;
@@ -236,8 +266,27 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
         row_k = kk;
         absorbed[v] = 1;
         m[v] = 0;
-        stage_of[val->producer] = k;
+        stages[k * KL_MAX_STAGES + nm - 1] = val->producer;
         members[nm++] = val->producer;
+        changed = 1;
+      }
+    }
+  }
+  /* Every kernel reading an absorbed reduction must compute it: one that does not (a kernel of
+   * its own, a root that could not take it) gets it back from a buffer, until none is left. */
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int k = 0; k < pg->neqns; k++) {
+      const kl_eqn *e = &pg->eqns[k];
+      if (!kl_eqn_fusible(traits, pg, e) || kl_inline_reads(traits, pg, e) || !m[e->outs[0]] || absorbed[e->outs[0]])
+        continue;
+      scan_kernel(&rs, pg, k, &stages[k * KL_MAX_STAGES]);
+      for (int v = 0; v < pg->nvals; v++) {
+        if (!hits[v] || !absorbed[v] || has_stage(&stages[k * KL_MAX_STAGES], pg->vals[v].producer)) continue;
+        absorbed[v] = 0;
+        m[v] = 1;
+        for (int q = 0; q < pg->neqns * KL_MAX_STAGES; q++)
+          if (stages[q] == pg->vals[v].producer) stages[q] = -1;
         changed = 1;
       }
     }
@@ -325,11 +374,11 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   plan->steps = kl_calloc((size_t)pg->neqns + 1, sizeof *plan->steps);
   int *uses = kl_calloc((size_t)pg->nvals + 1, sizeof(int)), *last = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   int *cost = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
-  int *stage_of = kl_malloc(sizeof(int) * ((size_t)pg->neqns + 1)); /* eqn -> root eqn absorbing it */
+  int *stages = kl_malloc(sizeof(int) * KL_MAX_STAGES * ((size_t)pg->neqns + 1)); /* per root eqn: its row reductions */
   int *home = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   int *row_reads = kl_calloc((size_t)pg->nvals + 1, sizeof(int)); /* per value: row reductions reading it */
   int *other_reads = kl_calloc((size_t)pg->nvals + 1, sizeof(int)); /* ... and consumers not in place */
-  if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stage_of || !home ||
+  if (!plan->materialized || !plan->absorbed || !plan->steps || !uses || !last || !cost || !stages || !home ||
       !row_reads || !other_reads) {
     free(row_reads);
     free(other_reads);
@@ -337,7 +386,7 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
     free(uses);
     free(last);
     free(cost);
-    free(stage_of);
+    free(stages);
     kl_plan_free(plan);
     return -1;
   }
@@ -414,10 +463,10 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   free(uses);
   free(last);
   free(cost);
-  for (int k = 0; k < pg->neqns; k++) stage_of[k] = -1;
-  if (!nofuse && plan_rows(traits, pg, m, plan->absorbed, stage_of)) {
+  for (int k = 0; k < pg->neqns * KL_MAX_STAGES; k++) stages[k] = -1;
+  if (!nofuse && plan_rows(traits, pg, m, plan->absorbed, stages)) {
     memset(plan->absorbed, 0, (size_t)pg->nvals + 1); /* no row kernels: nothing absorbed */
-    for (int k = 0; k < pg->neqns; k++) stage_of[k] = -1;
+    for (int k = 0; k < pg->neqns * KL_MAX_STAGES; k++) stages[k] = -1;
   }
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
@@ -426,7 +475,7 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
     } else if (m[e->outs[0]] && !plan->absorbed[e->outs[0]]) {
       kl_plan_step st = {KL_STEP_KERNEL, k, e->outs[0], 0, {0}, 0};
       for (int r = 0; r < k; r++)
-        if (stage_of[r] == k && st.nstages < KL_MAX_STAGES) {
+        if (has_stage(&stages[k * KL_MAX_STAGES], r) && st.nstages < KL_MAX_STAGES) {
           st.stages[st.nstages++] = r;
           const kl_ivec *axes = &pg->eqns[r].p.reduce.axes;
           st.row_axis = (int)axes->v[0];
@@ -436,7 +485,7 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
       plan->steps[plan->nsteps++] = st;
     }
   }
-  free(stage_of);
+  free(stages);
   return 0;
 }
 
