@@ -591,8 +591,15 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
       int64_t l = prod(x->dims, rowk, x->ndim);
       if (l > longest) longest = l;
     }
-    /* long rows get more threads (each thread keeps ~16 elements per pass in flight) */
-    block = pow2_at_least((longest + 15) / 16, 32, 1024);
+    /* long rows get more threads (each thread keeps ~16 elements per pass in flight; rows of up
+     * to 2048 elements KILN_GPU_ROW_ELEMS, the experiment's knob) */
+    static int row_elems = -1;
+    if (row_elems < 0) {
+      const char *ev = getenv("KILN_GPU_ROW_ELEMS");
+      row_elems = ev && atoi(ev) > 0 ? atoi(ev) : 16;
+    }
+    int per = longest <= 2048 ? row_elems : 16;
+    block = pow2_at_least((longest + per - 1) / per, 32, 1024);
     if (block < GK_BLOCK && longest > block) block = pow2_at_least(longest, 32, GK_BLOCK);
     ssa rtot;
     kk_const_index(&k, rows, rtot);
