@@ -36,15 +36,15 @@ static const char *CPU_PIPELINE_BF16 =
     "expand-strided-metadata,finalize-memref-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,"
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},reconcile-unrealized-casts)";
 static const char *CPU_PIPELINE =
-    "builtin.module(convert-math-to-llvm,convert-math-to-libm,convert-scf-to-cf,"
-    "expand-strided-metadata,finalize-memref-to-llvm,convert-arith-to-llvm,convert-cf-to-llvm,"
+    "builtin.module(func.func(convert-math-to-llvm),convert-math-to-libm,func.func(convert-scf-to-cf,"
+    "expand-strided-metadata),finalize-memref-to-llvm,func.func(convert-arith-to-llvm),convert-cf-to-llvm,"
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},reconcile-unrealized-casts)";
 
 static void mlir_init(void) {
   if (mlir_ready) return;
   MlirDialectRegistry reg = mlirDialectRegistryCreate();
   mlirRegisterAllDialects(reg);
-  mlir_ctx = mlirContextCreateWithRegistry(reg, false);
+  mlir_ctx = mlirContextCreateWithRegistry(reg, true);
   mlirDialectRegistryDestroy(reg);
   mlirContextLoadAllAvailableDialects(mlir_ctx);
   mlirRegisterAllLLVMTranslations(mlir_ctx);
@@ -256,12 +256,9 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, 
   kl_codegen_set_prefix(mod, prefix);
   if (mod->failed) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
   kl_codegen_dump("kernels.mlir", mod->data);
-  kl_kernel_fn fns[512];
   int n = o->nfns, rc = 0;
-  if (n > 512) {
-    snprintf(err, errlen, "internal error: too many kernels (%d) in one program", n);
-    return -1;
-  }
+  kl_kernel_fn *fns = kl_calloc((size_t)n + 1, sizeof *fns);
+  if (!fns) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory looking up %d kernels", n);
   if (!kl_cpujit_find(key, prefix, n, fns)) {
     pthread_mutex_lock(&mlir_mu);
     mlir_init();
@@ -299,6 +296,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, 
               (now() - tp2) * 1e3);
   }
   for (int i = 0; !rc && i < o->nkernels; i++) o->kernels[i].fn = fns[o->kernels[i].fn_index];
+  free(fns);
   return rc;
 }
 

@@ -177,3 +177,18 @@ def test_masked_attention_gradient_computes_softmax_statistics_inside_its_row_ke
             minus[which][idx] -= eps
             fd = (ref_loss(*plus) - ref_loss(*minus)) / (2 * eps)
             np.testing.assert_allclose(np.asarray(out[which])[idx], fd, rtol=2e-3, atol=2e-3)
+
+
+def test_a_program_of_hundreds_of_distinct_kernels_compiles():
+    # each step's kernel differs (its own constant), so none is shared; there is no limit on the
+    # number of kernels in one program (there was one of 512: "too many kernels")
+    x = np.random.default_rng(11).standard_normal((4, 8)).astype(np.float32)
+
+    def f(np_, x):
+        for i in range(600):
+            x = np_.tanh(x - x.mean(-1, keepdims=True) * (1 + i * 1e-3))
+        return x
+
+    out, steps = _run(lambda x: f(jnp, x), x)
+    assert steps > 512
+    np.testing.assert_allclose(np.asarray(out), f(np, x.astype(np.float64)), rtol=1e-4, atol=1e-5)
