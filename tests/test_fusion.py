@@ -192,3 +192,39 @@ def test_a_program_of_hundreds_of_distinct_kernels_compiles():
     out, steps = _run(lambda x: f(jnp, x), x)
     assert steps > 512
     np.testing.assert_allclose(np.asarray(out), f(np, x.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+def test_a_causal_mask_is_computed_in_the_kernel_never_stored():
+    # under jit, iota is staged into the program (as in JAX): tril's mask is an expression of
+    # two iotas that the row kernel computes, not a constant array captured from Python
+    t = 16
+    s = np.random.default_rng(12).standard_normal((2, t, t)).astype(np.float32)
+
+    def f(s):
+        return kiln.nn.softmax(jnp.where(jnp.tril(jnp.ones((t, t), dtype=bool)), s, -1e9), axis=-1)
+
+    text = str(kiln.make_jaxpr(f)(s))
+    assert "iota" in text and "bool[16,16]" not in text.split(".")[0]  # no mask among the inputs
+    out, steps = _run(f, s)
+    assert steps == 1
+    m = np.where(np.tril(np.ones((t, t), bool)), s.astype(np.float64), -1e9)
+    e = np.exp(m - m.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(out), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_iota_is_staged_under_jit_and_computed_at_once_outside():
+    seen = []
+
+    def f(x):
+        i = kiln.lax.iota(np.int32, 3)
+        seen.append(type(i).__name__)
+        return x + i
+
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(kiln.jit(f)(x)), x + np.arange(3))
+    assert seen[-1] == "Tracer"
+    np.testing.assert_array_equal(np.asarray(f(x)), x + np.arange(3))
+    assert seen[-1] == "Array"
+    g = kiln.grad(lambda x: jnp.sum(f(x) ** 2))(x)  # grad outside jit: concrete, computed at once
+    np.testing.assert_allclose(np.asarray(g), 2 * (x + np.arange(3)))
+    assert seen[-1] == "Array"

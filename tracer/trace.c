@@ -242,7 +242,12 @@ int kl_trace_vid_of(kl_trace *t, const kl_operand *x, int *vid) {
 
 int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int nin, kl_trace **into, int *outs,
                   int *nout, int *computed, int *bad, char *err, size_t errlen) {
-  kl_trace *t = NULL;
+  return kl_trace_bind_in(NULL, prim, p, ins, nin, into, outs, nout, computed, bad, err, errlen);
+}
+
+int kl_trace_bind_in(kl_trace *t, kl_prim prim, const kl_params *p, const kl_operand *ins, int nin, kl_trace **into,
+                     int *outs, int *nout, int *computed, int *bad, char *err, size_t errlen) {
+  if (t && !t->alive) t = NULL;
   *computed = 0;
   for (int i = 0; i < nin; i++) {
     kl_trace *u = ins[i].trace;
@@ -255,7 +260,7 @@ int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int n
   }
   if (!t) return KL_TRACE_NO_TRACE;
   *into = t;
-  int small[16];
+  int small[16] = {0};
   int *vids = nin <= 16 ? small : kl_malloc(sizeof(int) * (size_t)nin);
   if (!vids) return out_of_memory(t, err, errlen);
   int rc = KL_TRACE_OK, have_values = 1;

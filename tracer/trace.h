@@ -119,4 +119,8 @@ uintptr_t kl_trace_lifted_key(const kl_trace *t, int i);
  * KL_TRACE_HOOK_ERROR (the equation stays recorded). */
 int kl_trace_bind(kl_prim prim, const kl_params *p, const kl_operand *ins, int nin, kl_trace **into, int *outs,
                   int *nout, int *computed, int *bad, char *err, size_t errlen);
+/* The same, for an equation that goes into trace `t` when no operand names one (iota under
+ * jit: staged out as JAX does, not computed and captured as a constant). */
+int kl_trace_bind_in(kl_trace *t, kl_prim prim, const kl_params *p, const kl_operand *ins, int nin, kl_trace **into,
+                     int *outs, int *nout, int *computed, int *bad, char *err, size_t errlen);
 #endif

@@ -469,7 +469,7 @@ static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyO
 /* The concrete-value hook: runs the equation on the operands' values (eagerly: they are arrays). */
 static int value_hook(void *ctx, const kl_trace_eqn *e) {
   (void)ctx;
-  PyObject *small[16];
+  PyObject *small[16] = {0};
   PyObject **vals = e->nin <= 16 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)e->nin);
   if (!vals) {
     PyErr_NoMemory();
@@ -491,7 +491,7 @@ static int value_hook(void *ctx, const kl_trace_eqn *e) {
 
 /* Records `prim[params](xs)` into the innermost trace among xs (see kl_trace_bind); a tuple of
  * Tracers. */
-static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
+static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, PyObject *params, kl_trace *stage) {
   kl_prim prim;
   if (prim_of(prim_name, &prim)) return NULL;
   kl_params p;
@@ -520,9 +520,10 @@ static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, 
         if (ops[j].trace && kl_trace_level(ops[j].trace) > kl_trace_level(t)) t = ops[j].trace;
       h = kl_trace_client(t);
     }
+  if (!h && stage) h = kl_trace_client(stage); /* no operand names a trace: it goes to `stage` */
   if (h) from = lifted_count(h);
   frame = &fr;
-  int rc = kl_trace_bind(prim, &p, ops, (int)n, &into, outs, &nout, &computed, &bad, err, sizeof err);
+  int rc = kl_trace_bind_in(stage, prim, &p, ops, (int)n, &into, outs, &nout, &computed, &bad, err, sizeof err);
   frame = saved;
   if (into && kl_trace_client(into) && note_lifted(kl_trace_client(into), from)) goto done;
   switch (rc) {
@@ -559,7 +560,12 @@ done:
  * fast path), anything else is recorded into a trace. */
 static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
   for (Py_ssize_t i = 0; i < n; i++)
-    if (!kl_py_is_array(xs[i])) return record(prim, xs, n, params);
+    if (!kl_py_is_array(xs[i])) return record(prim, xs, n, params, NULL);
+  /* A primitive without operands (iota) inside an abstract trace (jit, make_jaxpr) is staged
+   * into it, as JAX does: a causal mask built from iota stays an expression the kernels compute,
+   * never a constant array in memory. Concrete traces (grad outside jit) compute it at once. */
+  kl_trace *cur = n == 0 && stack ? kl_trace_current(stack) : NULL;
+  if (cur && !kl_trace_is_concrete(cur) && kl_trace_client(cur)) return record(prim, xs, n, params, cur);
   return kl_py_eager_bind(prim, xs, n, params);
 }
 
