@@ -82,14 +82,7 @@ enum {
 #define DECLARE(name, args) static CUresult(*p_##name) args;
 CU_FUNCS(DECLARE)
 #undef DECLARE
-typedef void *CUgraph, *CUgraphExec;
-static CUresult (*p_cuStreamBeginCapture)(CUstream, int);
-static CUresult (*p_cuStreamEndCapture)(CUstream, CUgraph *);
-static CUresult (*p_cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
-static CUresult (*p_cuGraphLaunch)(CUgraphExec, CUstream);
-static CUresult (*p_cuGraphDestroy)(CUgraph);
-static CUresult (*p_cuGraphExecDestroy)(CUgraphExec);
-enum { CAPTURE_THREAD_LOCAL = 1 };
+
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int cuda_ok;          /* 1 once a device, context and stream exist */
@@ -107,6 +100,8 @@ static const char *cu_msg(CUresult r) {
   if (p_cuGetErrorString && p_cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
   return "unknown CUDA error";
 }
+
+static void *driver_lib; /* the opened driver, for symbols other files look up */
 
 static void *sym(void *lib, const char *name) {
   char v2[96];
@@ -134,13 +129,7 @@ static void cuda_init(void) {
   }
   CU_FUNCS(LOAD)
 #undef LOAD
-  /* optional: CUDA graphs (launches then go step by step) */
-  *(void **)&p_cuStreamBeginCapture = sym(lib, "cuStreamBeginCapture");
-  *(void **)&p_cuStreamEndCapture = sym(lib, "cuStreamEndCapture");
-  *(void **)&p_cuGraphInstantiateWithFlags = dlsym(lib, "cuGraphInstantiateWithFlags");
-  *(void **)&p_cuGraphLaunch = dlsym(lib, "cuGraphLaunch");
-  *(void **)&p_cuGraphDestroy = dlsym(lib, "cuGraphDestroy");
-  *(void **)&p_cuGraphExecDestroy = dlsym(lib, "cuGraphExecDestroy");
+  driver_lib = lib;
   CUresult r;
   int n = 0;
   if ((r = p_cuInit(0)) || (r = p_cuDeviceGetCount(&n)) || n == 0) {
@@ -570,6 +559,8 @@ int kl_cuda_is_device_pointer(const void *p) {
 
 void *kl_cuda_stream(void) { return enter() ? NULL : stream0; }
 
+void *kl_cuda_driver_symbol(const char *name) { return enter() || !driver_lib ? NULL : sym(driver_lib, name); }
+
 static int cuda_stream_wait(void *stream, kl_buffer *b) {
   struct kl_event *e = b->event;
   if (enter() || !e || event_query(e)) return 0;
@@ -716,142 +707,6 @@ static struct {
   long steps, kerns, libs, launches;
 } hp;
 
-/* ---- executables as CUDA graphs ----
- * A program of many small steps (a transformer's training step: hundreds of kernels and cuBLAS
- * calls) spends its time in the host's launch calls, several microseconds each, not on the GPU.
- * Such an executable is captured once into a CUDA graph over an arena of its own, one fixed
- * address per slot, and each call copies its inputs into the arena, launches the graph and
- * copies its outputs out into new buffers: three kinds of calls instead of one per step. The
- * copies cost device bandwidth, so a program qualifies when they are cheap against the launches
- * they save (KILN_GPU_GRAPH_MIN_STEPS: the fewest steps, 0 turns graphs off). Programs with host
- * steps run step by step. */
-typedef struct {
-  CUgraphExec exec;
-  void *arena;
-  size_t arena_bytes;
-  size_t *off; /* per slot: its offset in the arena */
-  int state;   /* 0: not tried yet, 1: ready, -1: this program runs step by step */
-} gpu_graph;
-
-static atomic_int capturing;
-int kl_cuda_capturing(void) { return atomic_load(&capturing); }
-
-static void graph_free(void *p) {
-  gpu_graph *g = p;
-  if (!g) return;
-  if (g->exec && !enter()) p_cuGraphExecDestroy(g->exec);
-  if (g->arena) kl_cuda_free(g->arena, g->arena_bytes);
-  free(g->off);
-  free(g);
-}
-
-static int graph_min_steps(void) {
-  static int n = -1;
-  if (n < 0) {
-    const char *e = getenv("KILN_GPU_GRAPH_MIN_STEPS");
-    n = e && *e ? atoi(e) : 32;
-    if (n < 0) n = 0;
-  }
-  return n;
-}
-
-/* Whether x should run as a graph: enough steps, none on the host, and input/output copies
- * cheaper than the launches saved (about 5 us of host time per step against 2.5 TB/s). */
-static int graph_wanted(const kl_exec *x) {
-  int min = graph_min_steps();
-  if (!min || x->nsteps < min || !p_cuStreamBeginCapture || !p_cuStreamEndCapture || !p_cuGraphInstantiateWithFlags ||
-      !p_cuGraphLaunch || !p_cuGraphDestroy || !p_cuGraphExecDestroy)
-    return 0;
-  double io = 0;
-  for (int i = 0; i < x->nsteps; i++)
-    if (x->steps[i].on_host) return 0;
-  for (int i = 0; i < x->ninputs; i++) io += (double)x->slot_bytes[x->in_slots[i]];
-  for (int i = 0; i < x->noutputs; i++) io += (double)x->slot_bytes[x->out_slots[i]];
-  return io / 2.5e12 < x->nsteps * 5e-6;
-}
-
-/* Captures x's steps over a new arena: 0, or -1 (the program then runs step by step). */
-static int graph_build(kl_exec *x, gpu_graph *g) {
-  char err[256];
-  g->off = malloc(sizeof(size_t) * ((size_t)x->nslots + 1));
-  if (!g->off) return -1;
-  size_t total = 0;
-  for (int i = 0; i < x->nslots; i++) {
-    g->off[i] = total;
-    total += x->slot_bytes[i] ? (x->slot_bytes[i] + 255) & ~(size_t)255 : 256;
-  }
-  if (kl_cuda_alloc(total, &g->arena, err, sizeof err)) return -1;
-  g->arena_bytes = total;
-  void *small[64];
-  int rc = 0;
-  atomic_store(&capturing, 1);
-  if (p_cuStreamBeginCapture(stream0, CAPTURE_THREAD_LOCAL)) {
-    atomic_store(&capturing, 0);
-    return -1;
-  }
-  for (int s = 0; s < x->nsteps && !rc; s++) {
-    const kl_step *st = &x->steps[s];
-    void **ptrs = st->nslots <= 64 ? small : malloc(sizeof(void *) * (size_t)st->nslots);
-    if (!ptrs) {
-      rc = -1;
-      break;
-    }
-    for (int i = 0; i < st->nslots; i++) ptrs[i] = (char *)g->arena + g->off[st->slots[i]];
-    rc = st->run_checked(st->ctx, ptrs, err, sizeof err);
-    if (ptrs != small) free(ptrs);
-  }
-  CUgraph graph = NULL;
-  CUresult r = p_cuStreamEndCapture(stream0, &graph); /* always ends the capture */
-  atomic_store(&capturing, 0);
-  if (!rc && !r && graph && !p_cuGraphInstantiateWithFlags(&g->exec, graph, 0)) rc = 0;
-  else rc = -1;
-  if (graph) p_cuGraphDestroy(graph);
-  return rc;
-}
-
-/* Launches x as its graph when it qualifies: 1 (bufs holds every slot of an input or output,
- * outputs written in stream order), 0 (run it step by step), -1 with a message. */
-static int graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen) {
-  gpu_graph *g = x->dev_state;
-  if (!g) {
-    if (!graph_wanted(x)) return 0;
-    g = calloc(1, sizeof *g);
-    if (!g) return 0;
-    /* two threads launching the same new executable: one keeps its state, the other's goes */
-    void *expected = NULL;
-    if (!atomic_compare_exchange_strong((_Atomic(void *) *)&x->dev_state, &expected, g)) {
-      free(g);
-      g = expected;
-    }
-  }
-  static pthread_mutex_t build_mu = PTHREAD_MUTEX_INITIALIZER;
-  if (g->state == 0) {
-    pthread_mutex_lock(&build_mu);
-    if (g->state == 0) g->state = graph_build(x, g) ? -1 : 1;
-    pthread_mutex_unlock(&build_mu);
-  }
-  if (g->state < 0) return 0;
-  CUresult r = 0;
-  for (int i = 0; i < x->ninputs && !r; i++) {
-    int sl = x->in_slots[i];
-    if (x->slot_bytes[sl]) r = p_cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)((char *)g->arena + g->off[sl]),
-                                                    (CUdeviceptr)(uintptr_t)bufs[sl]->data, x->slot_bytes[sl], stream0);
-  }
-  if (!r) r = p_cuGraphLaunch(g->exec, stream0);
-  for (int i = 0; i < x->noutputs && !r; i++) {
-    int sl = x->out_slots[i];
-    if (bufs[sl]) continue; /* an input passed through, or an output listed twice */
-    if (!(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) return -1;
-    if (x->slot_bytes[sl]) r = p_cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)bufs[sl]->data,
-                                                   (CUdeviceptr)(uintptr_t)((char *)g->arena + g->off[sl]), x->slot_bytes[sl], stream0);
-  }
-  if (r) {
-    snprintf(err, errlen, "launching a GPU program's graph failed: %s", cu_msg(r));
-    return -1;
-  }
-  return 1;
-}
-
 static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
   static int profile = -1;
   if (profile < 0) profile = getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '1' ? 1
@@ -892,7 +747,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
     pthread_mutex_unlock(&ev_mu);
     if (cur) ensure_recorded(cur);
   }
-  int graphed = rc ? 0 : graph_launch(x, bufs, err, errlen);
+  int graphed = rc ? 0 : kl_cuda_graph_launch(x, bufs, err, errlen);
   if (graphed < 0) rc = -1;
   for (int s = 0; s < x->nsteps && !rc && !graphed; s++) {
     const kl_step *st = &x->steps[s];
@@ -991,7 +846,7 @@ const kl_device kl_device_cuda = {
     .is_ready = cuda_is_ready,
     .wait = cuda_wait,
     .event_release = event_release,
-    .exec_state_free = graph_free,
+    .exec_state_free = kl_cuda_graph_free,
     .stream = kl_cuda_stream,
     .stream_wait = cuda_stream_wait,
     .launch = cuda_launch_exec,

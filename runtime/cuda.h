@@ -1,7 +1,7 @@
 /* cuda.h: what CUDA code needs beyond the device interface: raw device memory, kiln's stream,
- * PTX linking, modules, kernel launches and cuBLAS. Included only by runtime/cuda.c,
- * runtime/cublas.c and codegen/compile_gpu.c; everything else reaches the GPU through
- * runtime/device.h (kl_device_get(KL_DEV_CUDA)). Knows nothing of MLIR or Python. */
+ * PTX linking, modules, kernel launches, graphs and cuBLAS. Included only by runtime/cuda.c,
+ * runtime/cuda_graph.c, runtime/cublas.c and codegen/compile_gpu.c; everything else reaches the
+ * GPU through runtime/device.h (kl_device_get(KL_DEV_CUDA)). Knows nothing of MLIR or Python. */
 #ifndef KL_CUDA_H
 #define KL_CUDA_H
 #include <stddef.h>
@@ -21,9 +21,17 @@ int kl_cuda_memset0(void *dst, size_t n);
 int kl_cuda_is_device_pointer(const void *p);
 /* kiln's one stream (a CUstream), or NULL without a GPU. */
 void *kl_cuda_stream(void);
-/* 1 while an executable is being captured into a CUDA graph (library calls must then not
- * allocate or synchronize). */
+/* A driver entry point by name (the _v2 version where one exists), or NULL. */
+void *kl_cuda_driver_symbol(const char *name);
+
+/* CUDA graphs (runtime/cuda_graph.c). 1 while an executable is being captured (library calls
+ * must then not allocate or synchronize). */
 int kl_cuda_capturing(void);
+/* Launches x as its graph when it qualifies: 1 (bufs holds every slot of an input or output,
+ * outputs written in stream order), 0 (run it step by step), -1 with a message. */
+int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen);
+/* Frees an executable's graph state (its dev_state). */
+void kl_cuda_graph_free(void *state);
 /* PTX -> device code (malloc'd *image) through the driver's JIT linker. */
 int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen);
 int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen);
