@@ -167,7 +167,8 @@ static uint64_t text_hash(const char *t, size_t n, const char *name) {
 static int same_text(const char *a, size_t alen, const char *an, const char *b, size_t blen, const char *bn) {
   size_t al = strlen(an), bl = strlen(bn), i = 0, j = 0;
   while (i < alen && j < blen) {
-    int na = i + al <= alen && !memcmp(a + i, an, al), nb = j + bl <= blen && !memcmp(b + j, bn, bl);
+    int na = a[i] == an[0] && i + al <= alen && !memcmp(a + i, an, al);
+    int nb = b[j] == bn[0] && j + bl <= blen && !memcmp(b + j, bn, bl);
     if (na != nb) return 0;
     if (na) i += al, j += bl;
     else if (a[i++] != b[j++]) return 0;
@@ -452,6 +453,9 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   if (outlined) kl_math_define_outlined(outlined, &mod);
   kl_str_append(&mod, "}\n");
   if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
+    fprintf(stderr, "kiln: plan + MLIR text %.1f ms (%d kernels, %d distinct, %.0f KB)\n", (now() - t0) * 1e3, o->nkernels,
+            o->nfns, mod.len / 1024.0);
   if (!rc && o->nfns) rc = build_kernels(&mod, o, x->cost, largest, outlined != 0, err, errlen);
 done:
   for (int s = 0; infos && s < plan.nsteps; s++) free(infos[s].args);

@@ -484,6 +484,9 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
   }
   const char *ld_link = ld_used ? ld : NULL;
   if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the GPU kernels' MLIR text");
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
+    fprintf(stderr, "kiln: gpu: plan + MLIR text %.1f ms (%d kernels, %d distinct, %.0f KB)\n", (now() - t0) * 1e3,
+            o->nkernels, dedup.n, mod.len / 1024.0);
   if (!rc && o->nkernels) {
     int index32 = biggest + ((int64_t)1 << 26) < ((int64_t)1 << 31); /* grid-stride steps must not overflow */
     char prefix[40];

@@ -64,13 +64,18 @@ typedef struct {
   int bad;      /* a read of a reduction in an unsupported form was found */
   unsigned *seen_gen, *seen_bits; /* per value: the modes it was visited in during scan seen_gen */
   unsigned gen;                   /* the current scan */
+  int *touched;                   /* the values with hits in the current scan (so that nothing */
+  int ntouched;                   /* walks all the program's values per kernel) */
 } row_scan;
 
 /* Starts a scan: no reads found, nothing visited (an expression DAG is walked once per mode). */
 static void scan_begin(row_scan *rs) {
-  memset(rs->hits, 0, sizeof(int) * (size_t)rs->pg->nvals);
+  for (int i = 0; i < rs->ntouched; i++) rs->hits[rs->touched[i]] = 0;
+  rs->ntouched = 0;
   rs->gen++;
 }
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
 static int same_dims(const kl_aval *a, const int64_t *d, int n) {
   if (a->ndim != n) return 0;
@@ -87,6 +92,7 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
   else if (rs->seen_bits[v] & bit) return; /* visited in this mode already: same reads */
   rs->seen_bits[v] |= bit;
   if (rs->m[v] || rs->absorbed[v] || val->producer < 0) {
+    if (!rs->hits[v]) rs->touched[rs->ntouched++] = v;
     rs->hits[v] |= mode == READ_LEAD ? (2 << lead) : 1;
     return;
   }
@@ -173,7 +179,11 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
   int *count = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   int *lead_of = kl_calloc((size_t)pg->nvals + 1, sizeof(int));
   unsigned *seen = kl_calloc(2 * ((size_t)pg->nvals + 1), sizeof(unsigned));
-  if (!readers || !hits || !count || !lead_of || !seen) {
+  int *touched = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *counted = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1)); /* the values with count > 0 */
+  if (!readers || !hits || !count || !lead_of || !seen || !touched || !counted) {
+    free(touched);
+    free(counted);
     free(seen);
     free(readers);
     free(hits);
@@ -181,7 +191,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
     free(lead_of);
     return -1;
   }
-  row_scan rs = {pg, m, absorbed, {0}, 0, hits, 0, seen, seen + pg->nvals + 1, 0};
+  row_scan rs = {pg, m, absorbed, {0}, 0, hits, 0, seen, seen + pg->nvals + 1, 0, touched, 0};
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     kl_form f = kl_prim_get(e->prim)->form;
@@ -201,8 +211,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
       const kl_eqn *pe = &pg->eqns[val->producer];
       for (int i = 0; i < pe->nin; i++) scan_reads(&rs, pe->ins[i], pg->vals[pe->ins[i]].aval.ndim ? READ_FULL : READ_FULL, 0);
     }
-    for (int v = 0; v < pg->nvals; v++)
-      if (hits[v]) readers[v]++;
+    for (int i = 0; i < rs.ntouched; i++) readers[touched[i]]++;
   }
   for (int i = 0; i < pg->noutputs; i++) readers[pg->outputs[i]] += 1000;
   /* candidate roots, last first */
@@ -222,9 +231,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
     for (int changed = 1; changed && nm < 1 + KL_MAX_STAGES;) {
       changed = 0;
       /* reads of every member, counted per value */
-      memset(count, 0, sizeof(int) * ((size_t)pg->nvals + 1));
-      memset(lead_of, 0, sizeof(int) * ((size_t)pg->nvals + 1));
-      int badv = 0;
+      int ncounted = 0, badv = 0;
       for (int j = 0; j < nm; j++) {
         const kl_eqn *me = &pg->eqns[members[j]];
         int isred = kl_prim_get(me->prim)->form == KL_FORM_REDUCE;
@@ -238,14 +245,16 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
           for (int i = 0; i < pe->nin; i++) scan_reads(&rs, pe->ins[i], READ_FULL, 0);
         }
         badv |= rs.bad;
-        for (int v = 0; v < pg->nvals; v++) {
-          if (!hits[v]) continue;
-          count[v]++;
+        for (int i = 0; i < rs.ntouched; i++) {
+          int v = touched[i];
+          if (!count[v]++) counted[ncounted++] = v;
           if (hits[v] & ~((1 << 20) - 2)) lead_of[v] = -1; /* read in a full or unsupported form */
           else if (lead_of[v] >= 0) lead_of[v] = hits[v];
         }
       }
-      for (int v = 0; v < pg->nvals && !badv && nm < 1 + KL_MAX_STAGES; v++) {
+      qsort(counted, (size_t)ncounted, sizeof(int), cmp_int); /* in program order, as before */
+      for (int c = 0; c < ncounted && !badv && nm < 1 + KL_MAX_STAGES; c++) {
+        int v = counted[c];
         if (!count[v] || lead_of[v] <= 0 || readers[v] >= 1000) continue;
         if (!dup && (absorbed[v] || count[v] != readers[v])) continue;
         const kl_value *val = &pg->vals[v];
@@ -270,6 +279,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
         members[nm++] = val->producer;
         changed = 1;
       }
+      for (int c = 0; c < ncounted; c++) count[counted[c]] = lead_of[counted[c]] = 0;
     }
   }
   /* Every kernel reading an absorbed reduction must compute it: one that does not (a kernel of
@@ -281,8 +291,9 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
       if (!kl_eqn_fusible(traits, pg, e) || kl_inline_reads(traits, pg, e) || !m[e->outs[0]] || absorbed[e->outs[0]])
         continue;
       scan_kernel(&rs, pg, k, &stages[k * KL_MAX_STAGES]);
-      for (int v = 0; v < pg->nvals; v++) {
-        if (!hits[v] || !absorbed[v] || has_stage(&stages[k * KL_MAX_STAGES], pg->vals[v].producer)) continue;
+      for (int i = 0; i < rs.ntouched; i++) {
+        int v = touched[i];
+        if (!absorbed[v] || has_stage(&stages[k * KL_MAX_STAGES], pg->vals[v].producer)) continue;
         absorbed[v] = 0;
         m[v] = 1;
         for (int q = 0; q < pg->neqns * KL_MAX_STAGES; q++)
@@ -296,6 +307,8 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
   free(count);
   free(lead_of);
   free(seen);
+  free(touched);
+  free(counted);
   return 0;
 }
 
@@ -474,14 +487,15 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
       plan->steps[plan->nsteps++] = (kl_plan_step){KL_STEP_LIB, k, -1, 0, {0}, 0};
     } else if (m[e->outs[0]] && !plan->absorbed[e->outs[0]]) {
       kl_plan_step st = {KL_STEP_KERNEL, k, e->outs[0], 0, {0}, 0};
-      for (int r = 0; r < k; r++)
-        if (has_stage(&stages[k * KL_MAX_STAGES], r) && st.nstages < KL_MAX_STAGES) {
-          st.stages[st.nstages++] = r;
-          const kl_ivec *axes = &pg->eqns[r].p.reduce.axes;
-          st.row_axis = (int)axes->v[0];
-          for (int i = 1; i < axes->n; i++)
-            if (axes->v[i] < st.row_axis) st.row_axis = (int)axes->v[i];
-        }
+      for (int j = 0; j < KL_MAX_STAGES; j++) /* the root's reductions, in program order */
+        if (stages[k * KL_MAX_STAGES + j] >= 0) st.stages[st.nstages++] = stages[k * KL_MAX_STAGES + j];
+      qsort(st.stages, (size_t)st.nstages, sizeof(int), cmp_int);
+      for (int j = 0; j < st.nstages; j++) {
+        const kl_ivec *axes = &pg->eqns[st.stages[j]].p.reduce.axes;
+        st.row_axis = (int)axes->v[0];
+        for (int i = 1; i < axes->n; i++)
+          if (axes->v[i] < st.row_axis) st.row_axis = (int)axes->v[i];
+      }
       plan->steps[plan->nsteps++] = st;
     }
   }

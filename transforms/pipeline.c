@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fuse.h"
 
@@ -124,16 +125,28 @@ kl_program *kl_pipeline_run(const kl_program *traced, kl_pipeline_kind kind, cha
     return NULL;
   }
   int dumping = kl_dump_enabled(), step = 0;
+  const char *log = getenv("KILN_LOG_COMPILES");
+  int timing = log && *log == '2'; /* one line with each pass's time */
+  char times[512];
+  size_t tl = (size_t)snprintf(times, sizeof times, "kiln: passes (%d equations):", traced->neqns);
   if (dumping) dump(pg, step++, "traced");
   for (int i = 0; i < NPASSES; i++) {
     if (!(passes[i].pipelines & (1 << kind)) || (passes[i].optional && disabled(passes[i].name))) continue;
+    struct timespec t0, t1;
+    if (timing) clock_gettime(CLOCK_MONOTONIC, &t0);
     if (passes[i].run(pg, err, errlen) || run_in_bodies(pg, i, err, errlen) ||
         (pg->oom && kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass %s", passes[i].name)) ||
         verify(pg, passes[i].name, err, errlen)) {
       kl_program_free(pg);
       return NULL;
     }
+    if (timing && tl < sizeof times) {
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+      tl += (size_t)snprintf(times + tl, sizeof times - tl, " %s %.2f ms", passes[i].name, ms);
+    }
     if (dumping) dump(pg, step++, passes[i].name);
   }
+  if (timing && kind == KL_PIPE_COMPILE) fprintf(stderr, "%s\n", times);
   return pg;
 }
