@@ -50,6 +50,7 @@ typedef struct {
   size_t arena_bytes;
   size_t *off; /* per slot: its offset in the arena */
   int state;   /* 0: not tried yet, 1: ready, -1: this program runs step by step */
+  pthread_mutex_t mu; /* one call at a time enqueues its copies and launch (the arena is shared) */
 } gpu_graph;
 
 static atomic_int capturing;
@@ -60,6 +61,7 @@ void kl_cuda_graph_free(void *p) {
   if (!g) return;
   if (g->exec && load()) p_cuGraphExecDestroy(g->exec);
   if (g->arena) kl_cuda_free(g->arena, g->arena_bytes);
+  pthread_mutex_destroy(&g->mu);
   free(g->off);
   free(g);
 }
@@ -135,9 +137,11 @@ int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen)
     if (!graph_wanted(x)) return 0;
     g = calloc(1, sizeof *g);
     if (!g) return 0;
+    pthread_mutex_init(&g->mu, NULL);
     /* two threads launching the same new executable: one keeps its state, the other's goes */
     void *expected = NULL;
     if (!atomic_compare_exchange_strong((_Atomic(void *) *)&x->dev_state, &expected, g)) {
+      pthread_mutex_destroy(&g->mu);
       free(g);
       g = expected;
     }
@@ -149,22 +153,25 @@ int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen)
     pthread_mutex_unlock(&build_mu);
   }
   if (g->state < 0) return 0;
-  for (int i = 0; i < x->ninputs; i++) {
+  /* copies in, the graph, copies out: enqueued by one call at a time, so that another thread's
+   * inputs never land in the arena between them */
+  int rc = 1;
+  pthread_mutex_lock(&g->mu);
+  for (int i = 0; i < x->ninputs && rc > 0; i++) {
     int sl = x->in_slots[i];
     if (x->slot_bytes[sl] && kl_cuda_copy((char *)g->arena + g->off[sl], 1, bufs[sl]->data, 1, x->slot_bytes[sl], err, errlen))
-      return -1;
+      rc = -1;
   }
-  int r = p_cuGraphLaunch(g->exec, kl_cuda_stream());
-  if (r) {
-    snprintf(err, errlen, "launching a GPU program's graph failed (CUDA error %d)", r);
-    return -1;
-  }
-  for (int i = 0; i < x->noutputs; i++) {
+  int r = rc > 0 ? p_cuGraphLaunch(g->exec, kl_cuda_stream()) : 0;
+  if (r) rc = -1, snprintf(err, errlen, "launching a GPU program's graph failed (CUDA error %d)", r);
+  for (int i = 0; i < x->noutputs && rc > 0; i++) {
     int sl = x->out_slots[i];
     if (bufs[sl]) continue; /* an input passed through, or an output listed twice */
-    if (!(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) return -1;
-    if (x->slot_bytes[sl] && kl_cuda_copy(bufs[sl]->data, 1, (char *)g->arena + g->off[sl], 1, x->slot_bytes[sl], err, errlen))
-      return -1;
+    if (!(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
+    else if (x->slot_bytes[sl] &&
+             kl_cuda_copy(bufs[sl]->data, 1, (char *)g->arena + g->off[sl], 1, x->slot_bytes[sl], err, errlen))
+      rc = -1;
   }
-  return 1;
+  pthread_mutex_unlock(&g->mu);
+  return rc;
 }

@@ -637,3 +637,37 @@ def test_transposed_reads_through_shared_memory_tiles_match_numpy(case):
     if a.dtype == np.float64 and got.dtype == np.float32:  # x64 off
         want = want.astype(np.float32)
     np.testing.assert_allclose(got, want, rtol=1e-6 if got.dtype == np.float64 else 2e-6, atol=1e-6)
+
+
+@gpu
+def test_a_graph_program_called_from_several_threads_gives_each_call_its_own_result():
+    # the graph's arena is shared by the calls of one executable: each call's copies and launch
+    # are enqueued together, so another thread's inputs never overwrite them
+    import threading
+
+    def f(x):
+        for i in range(40):
+            x = jnp.cumsum(x * 0.5, axis=0) / (i + 2)
+        return x
+
+    def ref(x):
+        for i in range(40):
+            x = np.cumsum(x * 0.5, axis=0) / (i + 2)
+        return x
+
+    jf = kiln.jit(f)
+    xs = [np.random.default_rng(20 + i).standard_normal((64, 3)).astype(np.float32) for i in range(8)]
+    jf(xs[0]).block_until_ready()
+    got = [None] * len(xs)
+
+    def work(i):
+        for _ in range(5):
+            got[i] = np.asarray(jf(xs[i]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(xs):
+        np.testing.assert_allclose(got[i], ref(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
