@@ -489,7 +489,7 @@ int kk_expr_uses(const kl_program *pg, const kl_plan *plan, int v, int target) {
   if (val->producer < 0 || (plan->materialized[v] && v != pg->eqns[val->producer].outs[0])) return 0;
   const kl_eqn *e = &pg->eqns[val->producer];
   kl_form f = kl_prim_get(e->prim)->form;
-  if (f != KL_FORM_UNARY && f != KL_FORM_BINARY && f != KL_FORM_COMPARE && f != KL_FORM_SELECT && f != KL_FORM_CONVERT) return 0;
+  if (!kl_form_elementwise(f)) return 0;
   for (int i = 0; i < e->nin; i++) {
     int u = e->ins[i];
     if (pg->vals[u].aval.ndim == 0 || (plan->materialized[u] && u != target)) continue;

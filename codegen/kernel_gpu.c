@@ -278,10 +278,6 @@ static void emit_header(kl_str *out, const char *name, const kg_arg *args, int n
  * of X along X's rows (coalesced) into shared memory, then computes the tile's outputs along the
  * output's rows, taking X's elements from shared memory. */
 
-static int ew_form(kl_form f) {
-  return f == KL_FORM_UNARY || f == KL_FORM_BINARY || f == KL_FORM_COMPARE || f == KL_FORM_SELECT || f == KL_FORM_CONVERT;
-}
-
 /* The transpose value read in place by root's elementwise expression (the first found) whose
  * operand is a buffer of a 4-byte or 8-byte type and whose permutation moves the last axis; -1
  * when there is none or the output is small. */
@@ -300,10 +296,10 @@ static int find_transpose(const kl_plan *plan, int v, const kl_aval *oa, int dep
       return v;
     return -1;
   }
-  if (!ew_form(kl_prim_get(e->prim)->form)) return -1;
+  if (!kl_form_elementwise(kl_prim_get(e->prim)->form)) return -1;
   for (int i = 0; i < e->nin; i++) {
     int in = e->ins[i];
-    if (pg->vals[in].aval.ndim == 0 || (plan->materialized[in] && in != v)) continue;
+    if (pg->vals[in].aval.ndim == 0 || plan->materialized[in]) continue; /* a plain buffer read */
     int t = find_transpose(plan, in, oa, depth + 1);
     if (t >= 0) return t;
   }
@@ -314,9 +310,6 @@ static int transposed_read(const kl_plan *plan, int root) {
   const kl_aval *oa = &plan->pg->vals[root].aval;
   const char *env = getenv("KILN_GPU_TILED_TRANSPOSE"); /* 0: off */
   if (oa->ndim < 2 || kl_aval_size(oa) < (1 << 16) || (env && *env == '0')) return -1;
-  const kl_eqn *e = &plan->pg->eqns[plan->pg->vals[root].producer];
-  if (e->prim == KL_P_TRANSPOSE) return find_transpose(plan, root, oa, 0);
-  if (!ew_form(kl_prim_get(e->prim)->form)) return -1;
   return find_transpose(plan, root, oa, 0);
 }
 

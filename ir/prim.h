@@ -52,6 +52,11 @@ typedef enum {
   KL_FORM_REDUCE   /* reduce_<op> over axes */
 } kl_form;
 
+/* Whether f computes each element from its operands' elements at the same index. */
+static inline int kl_form_elementwise(kl_form f) {
+  return f == KL_FORM_UNARY || f == KL_FORM_BINARY || f == KL_FORM_COMPARE || f == KL_FORM_SELECT || f == KL_FORM_CONVERT;
+}
+
 /* Operand dtypes a primitive accepts. */
 typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT } kl_accepts;
 
@@ -348,4 +353,13 @@ static inline const void *kl_param_cptr(const kl_params *p, const kl_param_field
  * primitive and the shapes at fault in err, and status KL_ERR_TYPE or KL_ERR_VALUE (ir/status.h). */
 int kl_prim_infer(kl_prim p, const kl_aval *ins, int nin, const kl_params *params, kl_aval *outs,
                   int *nout, char *err, size_t errlen);
+
+/* How a dot_general operand a (its batch and contracting dims as given) is stored, as GEMM
+ * libraries see it: 0 in the canonical order (batch, then lhs: free, contracting; rhs:
+ * contracting, free), 1 in the transposed one (free and contracting swapped), -1 in neither. In
+ * that case perm (KL_MAX_RANK entries, may be NULL) gets the order to transpose a into: the one
+ * of the two that keeps a's last axis last when there is one (the copy then moves whole rows),
+ * and *transposed says which (ir/prims/dot.c). */
+int kl_dot_gemm_layout(const kl_aval *a, const kl_ivec *batch, const kl_ivec *contract, int rhs, int64_t *perm,
+                       int *transposed);
 #endif

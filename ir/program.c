@@ -412,3 +412,12 @@ int kl_params_equal(kl_prim prim, const kl_params *a, const kl_params *b) {
   }
   return 1;
 }
+
+void kl_program_swap(kl_program *a, kl_program *b) {
+  kl_program tmp = *a;
+  *a = *b;
+  *b = tmp;
+  int rc = a->refcount;
+  a->refcount = b->refcount;
+  b->refcount = rc;
+}

@@ -48,6 +48,9 @@ void kl_program_retain(kl_program *pg);
 /* A deep copy (owned), or NULL when out of memory: the passes work on one, never on the traced
  * program. Bodies are shared. */
 kl_program *kl_program_copy(const kl_program *pg);
+/* Exchanges a's and b's contents, each keeping its own address and reference count (a pass
+ * that rebuilds a program in b puts the result in place this way). */
+void kl_program_swap(kl_program *a, kl_program *b);
 int kl_program_add_input(kl_program *pg, const kl_aval *aval); /* the value id, or -1 (pg->oom) */
 
 /* Appends an equation after checking it with the primitive's rule. On success returns 0 and

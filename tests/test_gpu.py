@@ -532,7 +532,7 @@ def _only_entry(jf):
 
 
 def test_attention_products_are_batched_gemms_with_no_host_step_in_the_ptx_compile():
-    # the dot_layout pass puts non-leading batch dims first: the GPU compile has no host step
+    # the legalize pass puts non-leading batch dims first: the GPU compile has no host step
     q = np.ones((2, 8, 4, 16), np.float32)
     jf = kiln.jit(lambda q, k: jnp.einsum("bqhd,bkhd->bhqk", q, k))
     jf(q, q)

@@ -18,7 +18,7 @@ def test_dump_writes_the_ir_after_every_pass(tmp_path, monkeypatch):
     x = np.linspace(-1, 1, 7).astype(np.float32)
     np.testing.assert_allclose(np.asarray(f(x)), 2 * np.sin(x), rtol=1e-6)
     passes, names = _passes(tmp_path)
-    assert passes == ["traced", "inline", "dot_layout", "simplify", "cse", "dce"]
+    assert passes == ["traced", "inline", "legalize", "simplify", "cse", "dce"]
     text = {p: (tmp_path / n).read_text() for p, n in zip(passes, names)}
     assert text["traced"].count("sin") == 2 and "mul" in text["traced"]
     assert "add b e" in text["simplify"]  # sin(x) * 1.0 is sin(x): its uses are redirected
@@ -35,7 +35,7 @@ def test_an_optional_pass_can_be_turned_off(tmp_path, monkeypatch):
     x = np.linspace(-1, 1, 5).astype(np.float32)
     np.testing.assert_allclose(np.asarray(f(x)), 2 * np.cos(x), rtol=1e-6)
     passes, names = _passes(tmp_path)
-    assert passes == ["traced", "inline", "dot_layout", "simplify", "dce"]
+    assert passes == ["traced", "inline", "legalize", "simplify", "dce"]
     assert (tmp_path / names[-1]).read_text().count("cos") == 2
 
 
@@ -53,7 +53,7 @@ def _dot_lines(text):
     return [l for l in text.splitlines() if "dot_general" in l]
 
 
-def test_dot_layout_puts_batch_dims_first(tmp_path, monkeypatch):
+def test_legalize_puts_batch_dims_first(tmp_path, monkeypatch):
     # attention scores: batch dims (b, h) are not leading in either operand; the pass gives
     # each operand a transpose so that the product is a batched GEMM (no host copy on a GPU)
     monkeypatch.setenv("KILN_DUMP", str(tmp_path))
@@ -65,14 +65,14 @@ def test_dot_layout_puts_batch_dims_first(tmp_path, monkeypatch):
                                rtol=1e-5, atol=1e-5)
     passes, names = _passes(tmp_path)
     text = {p: (tmp_path / n).read_text() for p, n in zip(passes, names)}
-    assert text["inline"].count("transpose") < text["dot_layout"].count("transpose")
-    (dot,) = _dot_lines(text["dot_layout"])
+    assert text["inline"].count("transpose") < text["legalize"].count("transpose")
+    (dot,) = _dot_lines(text["legalize"])
     assert "lhs_batch=(0, 1)" in dot and "rhs_batch=(0, 1)" in dot, dot
     # each transpose keeps the last axis (d) last: it moves whole rows
-    assert "permutation=(0, 2, 1, 3)" in text["dot_layout"] and "(0, 2, 3, 1)" not in text["dot_layout"]
+    assert "permutation=(0, 2, 1, 3)" in text["legalize"] and "(0, 2, 3, 1)" not in text["legalize"]
 
 
-def test_dot_layout_results_match_numpy_for_every_dimension_order():
+def test_legalize_results_match_numpy_for_every_dimension_order():
     rng = np.random.default_rng(1)
     cases = [
         ("bqhd,bkhd->bhqk", (2, 5, 3, 4), (2, 6, 3, 4)),
@@ -93,7 +93,7 @@ def test_dot_layout_results_match_numpy_for_every_dimension_order():
         np.testing.assert_array_equal(np.asarray(got), np.einsum(spec, ia, ib), err_msg=spec)
 
 
-def test_dot_layout_converts_operands_to_the_preferred_type():
+def test_legalize_converts_operands_to_the_preferred_type():
     rng = np.random.default_rng(2)
     a = rng.standard_normal((4, 3, 5)).astype(np.float16)
     b = rng.standard_normal((5, 4, 2)).astype(np.float16)

@@ -98,8 +98,7 @@ static void scan_reads(row_scan *rs, int v, int mode, int lead) {
   }
   const kl_eqn *e = &rs->pg->eqns[val->producer];
   kl_form f = kl_prim_get(e->prim)->form;
-  if (mode == READ_FULL && (f == KL_FORM_UNARY || f == KL_FORM_BINARY || f == KL_FORM_COMPARE || f == KL_FORM_SELECT ||
-                            f == KL_FORM_CONVERT || e->prim == KL_P_STOP_GRADIENT)) {
+  if (mode == READ_FULL && (kl_form_elementwise(f) || e->prim == KL_P_STOP_GRADIENT)) {
     for (int i = 0; i < e->nin; i++) {
       const kl_aval *a = &rs->pg->vals[e->ins[i]].aval;
       if (a->ndim == 0) continue; /* scalars are fine anywhere */
@@ -222,7 +221,7 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
     /* the root's operands must be indexed like its result: an elementwise root (a transpose or
      * broadcast root would read a reduction along other dims than the row's; regression:
      * jit(jacfwd(lambda x: sin(x) * sum(x ** 2))) computed the transposed row's sum) */
-    if (f != KL_FORM_UNARY && f != KL_FORM_BINARY && f != KL_FORM_COMPARE && f != KL_FORM_SELECT && f != KL_FORM_CONVERT)
+    if (!kl_form_elementwise(f))
       continue;
     const kl_aval *S = &pg->vals[e->outs[0]].aval;
     if (S->ndim < 2) continue;
@@ -331,8 +330,7 @@ static int reads_in_place(const kl_program *pg, const kl_eqn *e, int v) {
   kl_form f = kl_prim_get(e->prim)->form;
   const kl_aval *a = &pg->vals[v].aval;
   if (f == KL_FORM_REDUCE) return 1;
-  if (f != KL_FORM_UNARY && f != KL_FORM_BINARY && f != KL_FORM_COMPARE && f != KL_FORM_SELECT && f != KL_FORM_CONVERT)
-    return 0;
+  if (!kl_form_elementwise(f)) return 0;
   return a->ndim == 0 || same_dims(a, pg->vals[e->outs[0]].aval.dims, pg->vals[e->outs[0]].aval.ndim);
 }
 

@@ -32,9 +32,9 @@ typedef struct {
 /* Replaces call equations (checkpoint, custom_jvp_call, custom_vjp_call) by their bodies, in
  * place; the compiler's first pass (transforms/inline.c). 0, or -1 with a message. */
 int kl_inline_calls(kl_program *pg, char *err, size_t errlen);
-/* Gives each dot_general operand that a GEMM library cannot take as stored a transpose (and a
- * convert to the result dtype) of its own (transforms/dot_layout.c). 0, or -1 with a message. */
-int kl_dot_layout(kl_program *pg, char *err, size_t errlen);
+/* Puts each equation whose primitive has a legalize rule in the form its lowering takes
+ * (transforms/legalize.c: dot_general operands in GEMM form). 0, or -1 with a message. */
+int kl_legalize(kl_program *pg, char *err, size_t errlen);
 /* Redirects uses of equations that repeat an earlier one (same primitive, params, operands). */
 void kl_cse(kl_program *pg);
 /* Algebraic simplification (x*1, neg(neg x), identity reshapes...), exact to the bit; uses are

@@ -72,14 +72,7 @@ int kl_inline_calls(kl_program *pg, char *err, size_t errlen) {
     if (np->oom) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory inlining calls");
   }
   free(outs);
-  if (!rc) {
-    kl_program tmp = *pg; /* swap contents: pg keeps its address (and its references), np takes the old
-                             program away */
-    *pg = *np;
-    *np = tmp;
-    np->refcount = pg->refcount;
-    pg->refcount = tmp.refcount;
-  }
+  if (!rc) kl_program_swap(pg, np); /* pg keeps its address (and its references), np takes the old program away */
   free(map);
   kl_program_free(np);
   return rc;

@@ -13,7 +13,7 @@
 
 static int run_inline(kl_program *pg, char *err, size_t errlen) { return kl_inline_calls(pg, err, errlen); }
 
-static int run_dot_layout(kl_program *pg, char *err, size_t errlen) { return kl_dot_layout(pg, err, errlen); }
+static int run_legalize(kl_program *pg, char *err, size_t errlen) { return kl_legalize(pg, err, errlen); }
 
 static int run_simplify(kl_program *pg, char *err, size_t errlen) {
   (void)err, (void)errlen;
@@ -42,7 +42,7 @@ static const struct {
   int (*run)(kl_program *pg, char *err, size_t errlen);
 } passes[] = {
     {"inline", 0, IN_COMPILE, run_inline},                  /* call equations -> their bodies */
-    {"dot_layout", 1, IN_COMPILE, run_dot_layout},          /* products in the form GEMM libraries take */
+    {"legalize", 0, IN_COMPILE, run_legalize},              /* equations as their lowerings take them */
     {"simplify", 1, IN_COMPILE | IN_OPTIMIZE, run_simplify}, /* algebraic identities, forwarding */
     {"cse", 1, IN_COMPILE | IN_OPTIMIZE, run_cse},           /* equal equations computed once */
     {"dce", 1, IN_COMPILE | IN_OPTIMIZE, run_dce},           /* unused equations dropped */

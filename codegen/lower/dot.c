@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "../../runtime/hostla.h"
-#include "../../ir/alloc.h"
 #include "../../ir/status.h"
 #include "lower.h"
 
@@ -71,164 +70,56 @@ static char *scalar_dot(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out) {
   return emit_small_dot(k, e, idx, out);
 }
 
-/* ---- dot_general: transpose operands into (batch, m, k) x (batch, k, n) and call gemm ---- */
+/* ---- dot_general: (batch, m, k) x (batch, k, n) through gemm ----
+ * The legalize pass (transforms/rules/dot.c) has put every product in that form: operands of
+ * the result's dtype, stored in one of the two orders a GEMM takes (kl_dot_gemm_layout). */
 
-static void permute_copy(size_t es, const kl_aval *a, const int *perm, const char *src, char *dst) {
-  int nd = a->ndim;
-  int64_t strides[KL_MAX_RANK], pd[KL_MAX_RANK], idx[KL_MAX_RANK] = {0}, total = kl_aval_size(a);
-  int64_t s = 1;
-  for (int i = nd - 1; i >= 0; i--) { strides[i] = s; s *= a->dims[i]; }
-  for (int i = 0; i < nd; i++) pd[i] = a->dims[perm[i]];
-  for (int64_t j = 0; j < total; j++) {
-    int64_t off = 0;
-    for (int i = 0; i < nd; i++) off += idx[i] * strides[perm[i]];
-    memcpy(dst + (size_t)j * es, src + (size_t)off * es, es);
-    for (int i = nd - 1; i >= 0; i--) {
-      if (++idx[i] < pd[i]) break;
-      idx[i] = 0;
-    }
-  }
+/* The product of a's dims listed in axes (free: of those in neither list). */
+static int64_t dims_product(const kl_aval *a, const kl_ivec *axes) {
+  int64_t n = 1;
+  for (int i = 0; i < axes->n; i++) n *= a->dims[axes->v[i]];
+  return n;
 }
 
-/* True when permuting a's dims by perm leaves the bytes in place: the dims of size > 1 keep
- * their relative order (size-1 dims can move freely). */
-static int is_identity_for(const int *perm, const kl_aval *a) {
-  int last = -1;
-  for (int i = 0; i < a->ndim; i++) {
-    if (a->dims[perm[i]] == 1) continue;
-    if (perm[i] < last) return 0;
-    last = perm[i];
-  }
-  return 1;
-}
-
-/* Orders side's dims as batch, then `mid` group, then `last` group. */
-static void order_dims(const kl_aval *a, const int64_t *batch, int nb, const int64_t *contract, int nc, int contract_last,
-                       int *perm, int64_t *free_size, int64_t *contract_size) {
-  int k = 0;
+static int64_t free_product(const kl_aval *a, const kl_ivec *batch, const kl_ivec *contract) {
   char used[KL_MAX_RANK] = {0};
-  for (int i = 0; i < nb; i++) { perm[k++] = (int)batch[i]; used[batch[i]] = 1; }
-  for (int i = 0; i < nc; i++) used[contract[i]] = 1;
-  *free_size = 1;
-  *contract_size = 1;
-  for (int i = 0; i < nc; i++) *contract_size *= a->dims[contract[i]];
-  if (!contract_last)
-    for (int i = 0; i < nc; i++) perm[k++] = (int)contract[i];
-  for (int i = 0; i < a->ndim; i++)
-    if (!used[i]) { perm[k++] = i; *free_size *= a->dims[i]; }
-  if (contract_last)
-    for (int i = 0; i < nc; i++) perm[k++] = (int)contract[i];
-}
-
-static void convert_array(kl_dtype from, const void *src, kl_dtype to, void *dst, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    if (kl_dtype_is_float(to)) kl_lc_stf(to, dst, i, kl_dtype_is_float(from) ? kl_lc_ldf(from, src, i) : (kl_lc_is_uns(from) ? (double)(uint64_t)kl_lc_ldi(from, src, i) : (double)kl_lc_ldi(from, src, i)));
-    else kl_lc_sti(to, dst, i, kl_dtype_is_float(from) ? (int64_t)kl_lc_ldf(from, src, i) : kl_lc_ldi(from, src, i));
-  }
+  for (int i = 0; i < batch->n; i++) used[batch->v[i]] = 1;
+  for (int i = 0; i < contract->n; i++) used[contract->v[i]] = 1;
+  int64_t n = 1;
+  for (int d = 0; d < a->ndim; d++)
+    if (!used[d]) n *= a->dims[d];
+  return n;
 }
 
 int kl_libcall_dot_layout(const kl_libcall *c, int64_t *batch, int64_t *m, int64_t *n, int64_t *k, int *transl,
                           int *transr) {
   const kl_aval *l = &c->avals[0], *r = &c->avals[1], *o = &c->avals[2];
   const kl_params *p = &c->p;
-  int lp[KL_MAX_RANK], rp[KL_MAX_RANK];
-  int64_t k2;
   if (l->dtype != o->dtype || r->dtype != o->dtype) return 0;
-  *batch = 1;
-  for (int i = 0; i < p->dot.lhs_batch.n; i++) *batch *= l->dims[p->dot.lhs_batch.v[i]];
-  *transl = *transr = 0;
-  order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 1, lp, m, k);
-  if (!is_identity_for(lp, l)) {
-    order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 0, lp, m, k);
-    if (!is_identity_for(lp, l)) return 0;
-    *transl = 1;
-  }
-  order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 0, rp, n, &k2);
-  if (!is_identity_for(rp, r)) {
-    order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 1, rp, n, &k2);
-    if (!is_identity_for(rp, r)) return 0;
-    *transr = 1;
-  }
+  *transl = kl_dot_gemm_layout(l, &p->dot.lhs_batch, &p->dot.lhs_contracting, 0, NULL, NULL);
+  *transr = kl_dot_gemm_layout(r, &p->dot.rhs_batch, &p->dot.rhs_contracting, 1, NULL, NULL);
+  if (*transl < 0 || *transr < 0) return 0;
+  *batch = dims_product(l, &p->dot.lhs_batch);
+  *k = dims_product(l, &p->dot.lhs_contracting);
+  *m = free_product(l, &p->dot.lhs_batch, &p->dot.lhs_contracting);
+  *n = free_product(r, &p->dot.rhs_batch, &p->dot.rhs_contracting);
   return 1;
 }
 
 static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
-  const kl_aval *l = &c->avals[0], *r = &c->avals[1], *o = &c->avals[2];
-  const kl_params *p = &c->p;
-  int lp[KL_MAX_RANK], rp[KL_MAX_RANK];
-  int64_t m, k, n, k2, batch = 1;
-  for (int i = 0; i < p->dot.lhs_batch.n; i++) batch *= l->dims[p->dot.lhs_batch.v[i]];
-  /* lhs as (batch, m, k); rhs as (batch, k, n) or, transposed, (batch, n, k) */
-  order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 1, lp, &m, &k);
-  int transl = 0;
-  if (!is_identity_for(lp, l)) { /* maybe (batch, k, m) is the identity: use transa */
-    int alt[KL_MAX_RANK];
-    int64_t mm, kk;
-    order_dims(l, p->dot.lhs_batch.v, p->dot.lhs_batch.n, p->dot.lhs_contracting.v, p->dot.lhs_contracting.n, 0, alt, &mm, &kk);
-    if (is_identity_for(alt, l)) { memcpy(lp, alt, sizeof alt); transl = 1; }
-  }
-  order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 0, rp, &n, &k2);
-  int transr = 0;
-  if (!is_identity_for(rp, r)) {
-    int alt[KL_MAX_RANK];
-    int64_t nn, kk;
-    order_dims(r, p->dot.rhs_batch.v, p->dot.rhs_batch.n, p->dot.rhs_contracting.v, p->dot.rhs_contracting.n, 1, alt, &nn, &kk);
-    if (is_identity_for(alt, r)) { memcpy(rp, alt, sizeof alt); transr = 1; }
-  }
-  kl_dtype t = o->dtype;
-  size_t es = kl_dtype_size(t);
-  const void *a = ptrs[0], *b = ptrs[1];
-  void *ta = NULL, *tb = NULL;
-  if (l->dtype != t || !is_identity_for(lp, l)) {
-    size_t bytes = es * (size_t)kl_aval_size(l) + 1;
-    void *conv = l->dtype != t ? kl_malloc(bytes) : NULL;
-    if (l->dtype != t && !conv) goto nomem;
-    if (conv) convert_array(l->dtype, a, t, conv, kl_aval_size(l));
-    if (!is_identity_for(lp, l)) {
-      ta = kl_malloc(bytes);
-      if (!ta) {
-        free(conv);
-        goto nomem;
-      }
-      kl_aval la = *l;
-      la.dtype = t;
-      permute_copy(es, &la, lp, conv ? conv : a, ta);
-      free(conv);
-    } else ta = conv;
-    a = ta;
-  }
-  if (r->dtype != t || !is_identity_for(rp, r)) {
-    size_t bytes = es * (size_t)kl_aval_size(r) + 1;
-    void *conv = r->dtype != t ? kl_malloc(bytes) : NULL;
-    if (r->dtype != t && !conv) goto nomem;
-    if (conv) convert_array(r->dtype, b, t, conv, kl_aval_size(r));
-    if (!is_identity_for(rp, r)) {
-      tb = kl_malloc(bytes);
-      if (!tb) {
-        free(conv);
-        goto nomem;
-      }
-      kl_aval ra = *r;
-      ra.dtype = t;
-      permute_copy(es, &ra, rp, conv ? conv : b, tb);
-      free(conv);
-    } else tb = conv;
-    b = tb;
-  }
-  int rc = kl_hostla_gemm(t, batch, m, n, k, a, m * k, transl, b, k * n, transr, ptrs[2], err, errlen);
-  free(ta);
-  free(tb);
-  return rc;
-nomem:
-  free(ta);
-  free(tb);
-  return kl_error(err, errlen, KL_ERR_NOMEM, "dot_general: out of memory for a converted or transposed operand");
+  int64_t batch, m, n, k;
+  int transl, transr;
+  if (!kl_libcall_dot_layout(c, &batch, &m, &n, &k, &transl, &transr))
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "internal error: dot_general reached code generation without "
+                    "being put in GEMM form (the legalize pass)");
+  return kl_hostla_gemm(c->avals[2].dtype, batch, m, n, k, ptrs[0], m * k, transl, ptrs[1], k * n, transr, ptrs[2], err,
+                        errlen);
 }
 
 
 /* On the GPU, products cuBLAS has no routine for (integer and bool elements): one thread per
  * output element sums over k in the element type (ints wrap; bools: or of ands). Floats return 0:
- * cuBLAS runs them. The dot_layout pass has put the operands in GEMM form. */
+ * cuBLAS runs them. The legalize pass has put the operands in GEMM form. */
 static int gpu_dot(kg_move *m) {
   const kl_libcall *c = m->c;
   kl_dtype t = c->avals[2].dtype;

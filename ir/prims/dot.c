@@ -1,5 +1,7 @@
 /* dot.c: the dot family's params and shape rule: dot_general (contracting and batch dimensions
  * paired between the operands; the result is batch, lhs free, rhs free). Depends only on ir/. */
+#include <string.h>
+
 #include "prims.h"
 
 const kl_param_field kl_fields_dot[] = {
@@ -55,4 +57,45 @@ int kl_infer_dot(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, cons
     }
   }
   return 0;
+}
+
+/* True when permuting a's dims by perm leaves the bytes in place (the dims of size > 1 keep
+ * their relative order; size-1 dims may move). */
+static int in_place(const int64_t *perm, const kl_aval *a) {
+  int64_t last = -1;
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->dims[perm[i]] == 1) continue;
+    if (perm[i] < last) return 0;
+    last = perm[i];
+  }
+  return 1;
+}
+
+/* The order batch, then the free dims (ascending), then the contracting dims, each list in its
+ * own order; contract_first puts the contracting dims before the free ones. */
+static void gemm_order(const kl_aval *a, const kl_ivec *batch, const kl_ivec *contract, int contract_first,
+                       int64_t *perm) {
+  char used[KL_MAX_RANK] = {0};
+  int k = 0;
+  for (int i = 0; i < batch->n; i++) perm[k++] = batch->v[i], used[batch->v[i]] = 1;
+  for (int i = 0; i < contract->n; i++) used[contract->v[i]] = 1;
+  if (contract_first)
+    for (int i = 0; i < contract->n; i++) perm[k++] = contract->v[i];
+  for (int d = 0; d < a->ndim; d++)
+    if (!used[d]) perm[k++] = d;
+  if (!contract_first)
+    for (int i = 0; i < contract->n; i++) perm[k++] = contract->v[i];
+}
+
+int kl_dot_gemm_layout(const kl_aval *a, const kl_ivec *batch, const kl_ivec *contract, int rhs, int64_t *perm,
+                       int *transposed) {
+  int64_t canon[KL_MAX_RANK], swapped[KL_MAX_RANK];
+  gemm_order(a, batch, contract, rhs, canon);
+  if (in_place(canon, a)) return 0;
+  gemm_order(a, batch, contract, !rhs, swapped);
+  if (in_place(swapped, a)) return 1;
+  int swap = a->ndim && canon[a->ndim - 1] != a->ndim - 1 && swapped[a->ndim - 1] == a->ndim - 1;
+  if (perm) memcpy(perm, swap ? swapped : canon, sizeof canon);
+  if (transposed) *transposed = swap;
+  return -1;
 }

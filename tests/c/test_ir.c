@@ -546,11 +546,6 @@ static double inline_cost(const kl_program *pg, const kl_plan *plan, int v, int 
  * operations read at the element being computed is computed once however many reads there are
  * (kk_emit_value memoizes it per element); below an index-moving operation (rev, slice, ...)
  * every read recomputes (inline_cost). */
-static int elementwise_prim(kl_prim p) {
-  kl_form f = kl_prim_get(p)->form;
-  return f == KL_FORM_UNARY || f == KL_FORM_BINARY || f == KL_FORM_COMPARE || f == KL_FORM_SELECT || f == KL_FORM_CONVERT;
-}
-
 static double kernel_evals(const kl_program *pg, const kl_plan *plan, int v, int is_root, char *seen, double *memo) {
   if (!is_root && plan->materialized[v]) return 0;
   if (seen[v]) return 0;
@@ -560,7 +555,7 @@ static double kernel_evals(const kl_program *pg, const kl_plan *plan, int v, int
   const kl_eqn *e = &pg->eqns[k];
   double c = 1;
   for (int i = 0; i < e->nin; i++)
-    c += elementwise_prim(e->prim) ? kernel_evals(pg, plan, e->ins[i], 0, seen, memo) : inline_cost(pg, plan, e->ins[i], 0, memo);
+    c += kl_form_elementwise(kl_prim_get(e->prim)->form) ? kernel_evals(pg, plan, e->ins[i], 0, seen, memo) : inline_cost(pg, plan, e->ins[i], 0, memo);
   return c;
 }
 

@@ -65,8 +65,8 @@ static int cumulative_batch(kl_build *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_cumulative[] = {
-    {KL_P_CUMSUM, cumsum_jvp, cumsum_transpose, cumulative_batch, NULL, NULL},
-    {KL_P_CUMPROD, scan_rule_jvp, NULL, cumulative_batch, NULL, NULL},
-    {KL_P_CUMMAX, scan_rule_jvp, NULL, cumulative_batch, NULL, NULL},
-    {KL_P_CUMMIN, scan_rule_jvp, NULL, cumulative_batch, NULL, NULL},
+    {KL_P_CUMSUM, cumsum_jvp, cumsum_transpose, cumulative_batch, NULL, NULL, NULL},
+    {KL_P_CUMPROD, scan_rule_jvp, NULL, cumulative_batch, NULL, NULL, NULL},
+    {KL_P_CUMMAX, scan_rule_jvp, NULL, cumulative_batch, NULL, NULL, NULL},
+    {KL_P_CUMMIN, scan_rule_jvp, NULL, cumulative_batch, NULL, NULL, NULL},
     KL_RULES_END};

@@ -125,8 +125,50 @@ static int dot_batch(kl_build *b, rule_args *r) {
   return r->ys[0] < 0 ? -1 : 0;
 }
 
+/* ---- legalize ------------------------------------------------------------------------------- */
+
+/* One operand in GEMM form: converted to t, and transposed when it is stored in neither GEMM
+ * order (kl_dot_gemm_layout); *batch and *contract are renumbered into nb and nc to match. */
+static int gemm_operand(kl_build *b, int x, kl_dtype t, kl_ivec *batch, kl_ivec *contract, int rhs, int64_t *nb,
+                        int64_t *nc) {
+  x = kl_build_convert(b, x, t);
+  if (x < 0) return -1;
+  kl_aval a = *kl_build_aval(b, x);
+  int64_t perm[KL_MAX_RANK];
+  int swapped = 0;
+  if (kl_dot_gemm_layout(&a, batch, contract, rhs, perm, &swapped) >= 0) return x;
+  int contract_first = rhs != swapped, nfree = a.ndim - batch->n - contract->n;
+  for (int i = 0; i < batch->n; i++) nb[i] = i;
+  for (int i = 0; i < contract->n; i++) nc[i] = batch->n + (contract_first ? 0 : nfree) + i;
+  batch->v = nb;
+  contract->v = nc;
+  return kl_build_transpose(b, x, perm, a.ndim);
+}
+
+/* dot_general as BLAS and cuBLAS take it: (batch, m, k) by (batch, k, n) row-major, either
+ * operand possibly transposed, operands of the result's dtype. An operand stored otherwise
+ * (attention's bqhd,bkhd->bhqk: batch dims not leading; contracting dims between free ones;
+ * another dtype than preferred_element_type) gets a transpose and a convert of its own, which
+ * fusion computes together with the operand's producer; the result's layout never changes. */
+static int dot_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) {
+  const kl_params *p = &e->p;
+  kl_aval l = *kl_build_aval(b, xs[0]), r = *kl_build_aval(b, xs[1]);
+  kl_dtype t = p->dot.preferred_element_type >= 0 ? (kl_dtype)p->dot.preferred_element_type : l.dtype;
+  if (l.dtype == t && r.dtype == t &&
+      kl_dot_gemm_layout(&l, &p->dot.lhs_batch, &p->dot.lhs_contracting, 0, NULL, NULL) >= 0 &&
+      kl_dot_gemm_layout(&r, &p->dot.rhs_batch, &p->dot.rhs_contracting, 1, NULL, NULL) >= 0)
+    return 0;
+  kl_params q = *p;
+  int64_t lb[KL_MAX_RANK], lc[KL_MAX_RANK], rb[KL_MAX_RANK], rc[KL_MAX_RANK];
+  int ins[2] = {gemm_operand(b, xs[0], t, &q.dot.lhs_batch, &q.dot.lhs_contracting, 0, lb, lc),
+                gemm_operand(b, xs[1], t, &q.dot.rhs_batch, &q.dot.rhs_contracting, 1, rb, rc)};
+  if (ins[0] < 0 || ins[1] < 0) return -1;
+  ys[0] = kl_build_op(b, KL_P_DOT_GENERAL, ins, 2, &q); /* the builder copies q's dims */
+  return ys[0] < 0 ? -1 : 1;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_dot[] = {
-    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, dot_batch, NULL, NULL},
+    {KL_P_DOT_GENERAL, dot_jvp, dot_transpose, dot_batch, NULL, NULL, dot_legalize},
     KL_RULES_END};

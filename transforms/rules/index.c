@@ -348,8 +348,8 @@ static int scatter_batch(kl_build *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_index[] = {
-    {KL_P_DYNAMIC_SLICE, gather_jvp, dynamic_slice_transpose, dynamic_batch, NULL, NULL},
-    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, dynamic_update_slice_transpose, dynamic_batch, NULL, NULL},
-    {KL_P_TAKE, gather_jvp, take_transpose, take_batch, NULL, NULL},
-    {KL_P_SCATTER, scatter_jvp, scatter_transpose, scatter_batch, NULL, NULL},
+    {KL_P_DYNAMIC_SLICE, gather_jvp, dynamic_slice_transpose, dynamic_batch, NULL, NULL, NULL},
+    {KL_P_DYNAMIC_UPDATE_SLICE, dynamic_update_slice_jvp, dynamic_update_slice_transpose, dynamic_batch, NULL, NULL, NULL},
+    {KL_P_TAKE, gather_jvp, take_transpose, take_batch, NULL, NULL, NULL},
+    {KL_P_SCATTER, scatter_jvp, scatter_transpose, scatter_batch, NULL, NULL, NULL},
     KL_RULES_END};

@@ -214,10 +214,10 @@ static int linalg_batch(kl_build *b, rule_args *r) { return kl_batch_all(b, r, &
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_linalg[] = {
-    {KL_P_CHOLESKY, cholesky_jvp, NULL, linalg_batch, NULL, NULL},
-    {KL_P_QR, qr_jvp, NULL, linalg_batch, NULL, NULL},
-    {KL_P_SVD, svd_jvp, NULL, linalg_batch, NULL, NULL},
-    {KL_P_EIGH, eigh_jvp, NULL, linalg_batch, NULL, NULL},
-    {KL_P_LU, lu_jvp, NULL, linalg_batch, NULL, NULL},
-    {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, triangular_solve_transpose, linalg_batch, NULL, NULL},
+    {KL_P_CHOLESKY, cholesky_jvp, NULL, linalg_batch, NULL, NULL, NULL},
+    {KL_P_QR, qr_jvp, NULL, linalg_batch, NULL, NULL, NULL},
+    {KL_P_SVD, svd_jvp, NULL, linalg_batch, NULL, NULL, NULL},
+    {KL_P_EIGH, eigh_jvp, NULL, linalg_batch, NULL, NULL, NULL},
+    {KL_P_LU, lu_jvp, NULL, linalg_batch, NULL, NULL, NULL},
+    {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, triangular_solve_transpose, linalg_batch, NULL, NULL, NULL},
     KL_RULES_END};

@@ -124,12 +124,12 @@ static int reduce_batch(kl_build *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_reduce[] = {
-    {KL_P_REDUCE_SUM, reduce_jvp, reduce_sum_transpose, reduce_batch, NULL, NULL},
-    {KL_P_REDUCE_PROD, reduce_jvp, NULL, reduce_batch, NULL, NULL},
-    {KL_P_REDUCE_MAX, reduce_jvp, NULL, reduce_batch, NULL, NULL},
-    {KL_P_REDUCE_MIN, reduce_jvp, NULL, reduce_batch, NULL, NULL},
-    {KL_P_REDUCE_AND, reduce_jvp, NULL, reduce_batch, NULL, NULL}, /* bool: never reached by a tangent */
-    {KL_P_REDUCE_OR, reduce_jvp, NULL, reduce_batch, NULL, NULL},
-    {KL_P_ARGMAX, kl_jvp_zero, NULL, reduce_batch, NULL, NULL},
-    {KL_P_ARGMIN, kl_jvp_zero, NULL, reduce_batch, NULL, NULL},
+    {KL_P_REDUCE_SUM, reduce_jvp, reduce_sum_transpose, reduce_batch, NULL, NULL, NULL},
+    {KL_P_REDUCE_PROD, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL},
+    {KL_P_REDUCE_MAX, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL},
+    {KL_P_REDUCE_MIN, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL},
+    {KL_P_REDUCE_AND, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL}, /* bool: never reached by a tangent */
+    {KL_P_REDUCE_OR, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL},
+    {KL_P_ARGMAX, kl_jvp_zero, NULL, reduce_batch, NULL, NULL, NULL},
+    {KL_P_ARGMIN, kl_jvp_zero, NULL, reduce_batch, NULL, NULL, NULL},
     KL_RULES_END};

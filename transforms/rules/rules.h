@@ -1,6 +1,6 @@
 /* rules.h: the transformation rules of one primitive (JVP, transpose, batching, simplify, inline)
  * as one table row, and the shorthands the family files (transforms/rules/<family>.c) share. The
- * drivers (jvp.c, transpose.c, vmap.c, simplify.c, inline.c) look a row up with kl_rule_get. Private to transforms/; depends only on ir/. */
+ * drivers (jvp.c, transpose.c, vmap.c, simplify.c, inline.c, legalize.c) look a row up with kl_rule_get. Private to transforms/; depends only on ir/. */
 #ifndef KL_RULES_H
 #define KL_RULES_H
 #include "../ad.h"
@@ -28,6 +28,11 @@ typedef int (*kl_simplify_rule)(kl_simp *s, kl_eqn *e);
  * program to inline on the call's operands, or to NULL when the call's outputs are its first
  * operands; returns 0, or -1 when the body is missing. */
 typedef int (*kl_inline_rule)(const kl_eqn *e, const kl_program **body);
+/* Legalize rule (the compiler's legalize pass, transforms/legalize.c): puts e in the form its
+ * lowering takes. xs: e's operands in the new program. Returns 0 when e is fine as it is (the
+ * driver copies it), 1 after emitting its replacement with b and writing its results to ys, or
+ * -1 with a message in b. */
+typedef int (*kl_legalize_rule)(kl_build *b, const kl_eqn *e, const int *xs, int *ys);
 
 /* One primitive's rules; a NULL rule is "not supported yet". */
 typedef struct {
@@ -37,10 +42,11 @@ typedef struct {
   kl_batch_rule batch;
   kl_simplify_rule simplify;
   kl_inline_rule inline_call;
+  kl_legalize_rule legalize;
 } kl_rule_row;
 
 /* The family tables, each ending with KL_RULES_END. */
-#define KL_RULES_END {KL_NPRIMS, NULL, NULL, NULL, NULL, NULL}
+#define KL_RULES_END {KL_NPRIMS, NULL, NULL, NULL, NULL, NULL, NULL}
 extern const kl_rule_row kl_rules_elementwise[], kl_rules_shape[], kl_rules_reduce[], kl_rules_cumulative[],
     kl_rules_sort[], kl_rules_index[], kl_rules_dot[], kl_rules_linalg[], kl_rules_call[];
 

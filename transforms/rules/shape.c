@@ -351,11 +351,11 @@ static int concatenate_simplify(kl_simp *s, kl_eqn *e) { return e->nin == 1 ? kl
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_shape[] = {
-    {KL_P_BROADCAST_IN_DIM, shape_jvp, broadcast_in_dim_transpose, shape_batch, broadcast_in_dim_simplify, NULL},
-    {KL_P_RESHAPE, shape_jvp, reshape_transpose, shape_batch, reshape_simplify, NULL},
-    {KL_P_TRANSPOSE, shape_jvp, transpose_transpose, shape_batch, transpose_simplify, NULL},
-    {KL_P_REV, shape_jvp, rev_transpose, shape_batch, rev_simplify, NULL},
-    {KL_P_SLICE, shape_jvp, slice_transpose, shape_batch, slice_simplify, NULL},
-    {KL_P_PAD, pad_jvp, pad_transpose, shape_batch, pad_simplify, NULL},
-    {KL_P_CONCATENATE, shape_jvp, concatenate_transpose, shape_batch, concatenate_simplify, NULL},
+    {KL_P_BROADCAST_IN_DIM, shape_jvp, broadcast_in_dim_transpose, shape_batch, broadcast_in_dim_simplify, NULL, NULL},
+    {KL_P_RESHAPE, shape_jvp, reshape_transpose, shape_batch, reshape_simplify, NULL, NULL},
+    {KL_P_TRANSPOSE, shape_jvp, transpose_transpose, shape_batch, transpose_simplify, NULL, NULL},
+    {KL_P_REV, shape_jvp, rev_transpose, shape_batch, rev_simplify, NULL, NULL},
+    {KL_P_SLICE, shape_jvp, slice_transpose, shape_batch, slice_simplify, NULL, NULL},
+    {KL_P_PAD, pad_jvp, pad_transpose, shape_batch, pad_simplify, NULL, NULL},
+    {KL_P_CONCATENATE, shape_jvp, concatenate_transpose, shape_batch, concatenate_simplify, NULL, NULL},
     KL_RULES_END};

@@ -35,5 +35,5 @@ static int sort_batch(kl_build *b, rule_args *r) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_sort[] = {
-    {KL_P_SORT, sort_jvp, NULL, sort_batch, NULL, NULL},
+    {KL_P_SORT, sort_jvp, NULL, sort_batch, NULL, NULL, NULL},
     KL_RULES_END};

@@ -19,7 +19,7 @@ static pthread_once_t rows_once = PTHREAD_ONCE_INIT;
 
 /* A row in the wrong family's table is a bug in the tables: caught at the first lookup. */
 static void build_rows(void) {
-  for (int p = 0; p < KL_NPRIMS; p++) rows[p] = (kl_rule_row){(kl_prim)p, NULL, NULL, NULL, NULL, NULL};
+  for (int p = 0; p < KL_NPRIMS; p++) rows[p] = (kl_rule_row){(kl_prim)p, NULL, NULL, NULL, NULL, NULL, NULL};
   for (int f = 0; f < KL_NFAMILIES; f++)
     for (const kl_rule_row *r = family_tables[f]; r->prim != KL_NPRIMS; r++) {
       if (kl_prim_get(r->prim)->family != (kl_family)f) {
