@@ -134,10 +134,11 @@ static int graph_build(kl_exec *x, gpu_graph *g) {
 int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen) {
   gpu_graph *g = x->dev_state;
   if (!g) {
-    if (!graph_wanted(x)) return 0;
+    if (!graph_min_steps() || x->nsteps < graph_min_steps()) return 0; /* graphs off, or a small program */
     g = calloc(1, sizeof *g);
     if (!g) return 0;
     pthread_mutex_init(&g->mu, NULL);
+    if (!graph_wanted(x)) g->state = -1; /* decided once, not on every call */
     /* two threads launching the same new executable: one keeps its state, the other's goes */
     void *expected = NULL;
     if (!atomic_compare_exchange_strong((_Atomic(void *) *)&x->dev_state, &expected, g)) {
