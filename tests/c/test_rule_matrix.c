@@ -1,5 +1,6 @@
 /* test_rule_matrix.c: prints the primitive x rule matrix (shape rule, JVP, transpose where the
- * primitive is linear, batching, CPU lowering, GPU lowering) from the rule tables of
+ * primitive is linear, batching, CPU lowering, GPU lowering, and the legalize rules code
+ * generation applies first where a primitive has one) from the rule tables of
  * transforms/rules/ and codegen/lower/, and fails on a hole that is not listed below as
  * deliberately unsupported. A new primitive shows up here with its holes the day it is added.
  * Legend: y = a rule; - = not applicable; X = a hole (a failure unless listed);
@@ -52,8 +53,8 @@ static void cell(kl_prim p, const char *column, int applicable, char have) {
 }
 
 int main(void) {
-  printf("%-24s %-12s %6s %6s %6s %6s %6s %6s\n", "primitive", "family", "shape", "jvp", "trans", "batch", "cpu",
-         "gpu");
+  printf("%-24s %-12s %6s %6s %6s %6s %6s %6s %6s\n", "primitive", "family", "shape", "jvp", "trans", "batch", "cpu",
+         "gpu", "legal");
   for (int i = 0; i < KL_NPRIMS; i++) {
     kl_prim p = (kl_prim)i;
     const kl_prim_info *pi = kl_prim_get(p);
@@ -70,6 +71,7 @@ int main(void) {
     cell(p, "batch", !no_operands, r->batch ? 'y' : 0);
     cell(p, "cpu", !inlined, kernel_side || host ? 'y' : 0);
     cell(p, "gpu", !inlined, l->gpu_library ? 'L' : kernel_side || l->gpu_kernel ? 'K' : host ? 'h' : 0);
+    cell(p, "legalize", r->legalize != NULL, 'y'); /* optional: only primitives whose lowering needs a form */
     printf("\n");
   }
   for (size_t i = 0; i < sizeof deliberate / sizeof deliberate[0]; i++)
