@@ -280,7 +280,7 @@ char *kk_emit_value(kctx *k, int v, ssa *idx, char *out) {
       snprintf(out, sizeof(ssa), "%s", k->stage_ssa[i]);
       return out;
     }
-  if (k->plan->materialized[v] && v != k->root) {
+  if (k->plan->materialized[v] && v != k->root && !(k->recompute && k->recompute[v])) {
     kk_emit_load(k, v, idx, out);
     memo_put(k, key, out);
     return out;

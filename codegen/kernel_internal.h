@@ -30,6 +30,8 @@ typedef struct {
   int nstage;
   int stash;       /* row kernels: a value the last stage also stores into the output row... */
   int stash_ready; /* ...which the main loop then reloads instead of recomputing */
+  char *recompute;     /* GPU row kernels in registers: per value, 1 to compute a buffer's value
+                          from the kernel's other reads rather than load it (or NULL) */
   const ssa *main_idx; /* the main loop's index names (NULL: %i0, %i1, ...) */
   uint64_t *libdevice; /* GPU with libdevice: math calls __nv_* and sets kl_libdevice_bit()s */
   uint64_t *outlined;  /* CPU kernels over few elements: math past the first few uses of a function

@@ -179,6 +179,47 @@ def test_row_kernels_softmax_layernorm_match_numpy(shape):
 
 
 @gpu
+@pytest.mark.parametrize("shape", [(16, 33), (64, 1000), (5, 1024), (3, 8192), (2, 8193), (4, 3, 100)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_kernels_in_registers_match_numpy(shape, dtype):
+    # rows up to 8,192 elements live in registers (ragged ends masked); longer ones loop
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal(shape) * 3).astype(dtype)
+    a64 = np.asarray(a, np.float64)
+    sm, lse = kiln.jit(lambda a: (kiln.nn.softmax(a, axis=-1), kiln.nn.logsumexp(a, axis=-1, keepdims=True) - a))(a)
+    e = np.exp(a64 - a64.max(-1, keepdims=True))
+    tol = 2e-5 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(np.asarray(sm, np.float64), e / e.sum(-1, keepdims=True), rtol=tol, atol=tol * 1e-2)
+    ref = np.log(e.sum(-1, keepdims=True)) + a64.max(-1, keepdims=True) - a64
+    np.testing.assert_allclose(np.asarray(lse, np.float64), ref, rtol=tol, atol=tol * 10)
+
+
+@gpu
+@pytest.mark.parametrize("t", [64, 1000])
+def test_causal_attention_gradients_match_numpy(t):
+    # the softmax backward's row kernel recomputes the probabilities from the scores
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 3, t, 16)).astype(np.float32) for _ in range(3))
+
+    def attn(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 4.0
+        s = jnp.where(jnp.tril(jnp.ones((t, t), dtype=bool)), s, -1e9)
+        return jnp.einsum("bhqk,bhkd->bhqd", kiln.nn.softmax(s, axis=-1), v)
+
+    grads = kiln.jit(kiln.grad(lambda q, k, v: jnp.sum(attn(q, k, v) ** 2), argnums=(0, 1, 2)))(q, k, v)
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = np.where(np.tril(np.ones((t, t), bool)), q @ k.swapaxes(-1, -2) / 4.0, -1e9)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    do = 2 * (p @ v)
+    dp = do @ v.swapaxes(-1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    want = (ds @ k / 4.0, ds.swapaxes(-1, -2) @ q / 4.0, p.swapaxes(-1, -2) @ do)
+    for g, w in zip(grads, want):  # TF32 products by default: compare at its precision
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=2e-2, atol=2e-2 * np.abs(w).max())
+
+
+@gpu
 def test_reductions_over_every_axis_pattern_and_dtype():
     rng = np.random.default_rng(2)
     a = rng.standard_normal((6, 7, 300)).astype(np.float32)
