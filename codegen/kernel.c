@@ -687,7 +687,8 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
    * writes and the columns it reads stay in cache (a.T + 1: one cache line per element
    * otherwise). */
   int lvl = 0;
-  int tiled = !is_reduce && !st->nstages && nkept == 2 && space->dims[order[0]] > 32 && space->dims[order[1]] > 32;
+  int tiled = !is_reduce && !st->nstages && nkept >= 2 && space->dims[order[nkept - 2]] > 32 &&
+              space->dims[order[nkept - 1]] > 32; /* the last two dims in tiles; any before them in loops */
   if (tiled) {
     char *seen = kl_calloc((size_t)pg->nvals + 1, 1);
     if (!seen) {
@@ -698,13 +699,25 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     free(seen);
   }
   if (tiled) {
+    int a = nkept - 2;
+    for (; lvl < a; lvl++) {
+      char iv[24], n[24];
+      snprintf(iv, sizeof iv, "%%i%d", order[lvl]);
+      snprintf(n, sizeof n, "%%n%d", lvl);
+      open_loop(out, 2 + lvl, iv, lvl == 0 ? "%lo" : "%c0", lvl == 0 ? "%hi" : n);
+    }
+    char lo[24], hi[24];
+    snprintf(lo, sizeof lo, "%s", a == 0 ? "%lo" : "%c0");
+    if (a == 0) snprintf(hi, sizeof hi, "%%hi");
+    else snprintf(hi, sizeof hi, "%%n%d", a);
     kl_str_printf(out, "    %%ctile = arith.constant %d : index\n", KL_TILE);
-    kl_str_printf(out, "    scf.for %%ti = %%lo to %%hi step %%ctile {\n");
-    kl_str_printf(out, "      %%tie0 = arith.addi %%ti, %%ctile : index\n      %%tie = arith.minui %%tie0, %%hi : index\n");
-    kl_str_printf(out, "      scf.for %%tj = %%c0 to %%n1 step %%ctile {\n");
-    kl_str_printf(out, "        %%tje0 = arith.addi %%tj, %%ctile : index\n        %%tje = arith.minui %%tje0, %%n1 : index\n");
-    kl_str_printf(out, "        scf.for %%i%d = %%ti to %%tie step %%c1 {\n", order[0]);
-    kl_str_printf(out, "          scf.for %%i%d = %%tj to %%tje step %%c1 {\n", order[1]);
+    kl_str_printf(out, "    scf.for %%ti = %s to %s step %%ctile {\n", lo, hi);
+    kl_str_printf(out, "      %%tie0 = arith.addi %%ti, %%ctile : index\n      %%tie = arith.minui %%tie0, %s : index\n", hi);
+    kl_str_printf(out, "      scf.for %%tj = %%c0 to %%n%d step %%ctile {\n", a + 1);
+    kl_str_printf(out, "        %%tje0 = arith.addi %%tj, %%ctile : index\n        %%tje = arith.minui %%tje0, %%n%d : index\n",
+                  a + 1);
+    kl_str_printf(out, "        scf.for %%i%d = %%ti to %%tie step %%c1 {\n", order[a]);
+    kl_str_printf(out, "          scf.for %%i%d = %%tj to %%tje step %%c1 {\n", order[a + 1]);
     lvl = nkept;
   }
   for (; lvl < nkept; lvl++) {

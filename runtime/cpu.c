@@ -214,16 +214,45 @@ int kl_rt_num_threads(void) {
   return nthreads;
 }
 
+/* The pool runs one job at a time: kl_rt_parallel_for runs in its caller while a step uses it. */
+static atomic_int pool_in_use;
+
+typedef struct {
+  void (*fn)(void *ctx, int64_t lo, int64_t hi);
+  void *ctx;
+} range_job;
+
+static void range_run(void *ctx, void **ptrs, int64_t lo, int64_t hi) {
+  (void)ptrs;
+  const range_job *r = ctx;
+  r->fn(r->ctx, lo, hi);
+}
+
+static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes);
+static void pool_run(const kl_step *s, void **ptrs, size_t partial_bytes, int n);
+
+void kl_rt_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx) {
+  range_job r = {fn, ctx};
+  kl_step s = {.run = range_run, .ctx = &r, .extent = n, .cost = INT64_MAX, .partial_arg = -1};
+  if (n > 0) run_step(&s, NULL, 0);
+}
+
 /* Below this many elements a step runs on one thread: waking workers costs more. */
 #define PARALLEL_MIN_COST (1 << 16)
 
 static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes) {
   int n = kl_rt_num_threads();
   if (n > s->extent) n = (int)s->extent;
-  if (s->cost < PARALLEL_MIN_COST || n <= 1) {
-    s->run(s->ctx, ptrs, 0, s->extent);
+  int idle = 0;
+  if (s->cost < PARALLEL_MIN_COST || n <= 1 || !atomic_compare_exchange_strong(&pool_in_use, &idle, 1)) {
+    s->run(s->ctx, ptrs, 0, s->extent); /* small, or the pool is busy (a GPU program's host step) */
     return;
   }
+  pool_run(s, ptrs, partial_bytes, n);
+  atomic_store(&pool_in_use, 0);
+}
+
+static void pool_run(const kl_step *s, void **ptrs, size_t partial_bytes, int n) {
   pool_job j;
   memset(&j, 0, sizeof j);
   j.step = s;
@@ -275,7 +304,17 @@ static launch *q_head, *q_tail;
 static int q_busy; /* executor is running a launch */
 static pthread_once_t exec_once = PTHREAD_ONCE_INIT;
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* KILN_CPU_PROFILE=1: every step prints its time (for finding which kernel or library call
+ * dominates a program). */
 static void execute(launch *l) {
+  static int profile = -1;
+  if (profile < 0) profile = getenv("KILN_CPU_PROFILE") && *getenv("KILN_CPU_PROFILE") == '1';
   kl_exec *x = l->x;
   char err[512] = "";
   int failed = 0;
@@ -303,11 +342,15 @@ static void execute(launch *l) {
       ptrs[i] = b->data;
     }
     if (!failed) {
+      double t0 = profile ? now_s() : 0;
       if (st->run_checked) failed = st->run_checked(st->ctx, ptrs, err, sizeof err) != 0;
       else {
         size_t pb = st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0;
         run_step(st, ptrs, pb);
       }
+      if (profile)
+        fprintf(stderr, "kiln cpu profile: step %d/%d %s %lld elements: %.1f us\n", s, x->nsteps,
+                st->run_checked ? "library call" : "kernel", (long long)st->cost, (now_s() - t0) * 1e6);
     }
     if (ptrs != small) free(ptrs);
   }

@@ -4,6 +4,7 @@
  * serve. Must not depend on Python, MLIR or CUDA, nor link to any BLAS. */
 #define _POSIX_C_SOURCE 200809L
 #include "hostla.h"
+#include "runtime.h"
 
 #include "../ir/status.h"
 
@@ -501,6 +502,69 @@ static void gemm_one(kl_dtype t, int64_t m, int64_t n, int64_t k,
   matmul_kernel(t)(m, n, k, a, b, c);
 }
 
+/* One BLAS product with explicit leading dimensions: rows [0, m) of row-major C (ldc) =
+ * op(A) (lda) @ op(B) (ldb), through the column-major C^T = op(B)^T op(A)^T. */
+static void gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int transa,
+                    const void *b, int64_t ldb, int transb, void *c, int64_t ldc) {
+  int d = t == KL_F64;
+  const double one_d = 1.0, zero_d = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  bint sm, sn, sk, slda, sldb, sldc;
+  ((gemm_fn)lib.fn[d][R_GEMM])(transb ? "T" : "N", transa ? "T" : "N", bi(&sm, n), bi(&sn, m), bi(&sk, k),
+                               d ? (const void *)&one_d : (const void *)&one_f, b, bi(&sldb, ldb), a,
+                               bi(&slda, lda), d ? (const void *)&zero_d : (const void *)&zero_f, c,
+                               bi(&sldc, ldc), 1, 1);
+}
+
+/* A batch of products split into units (batch elements, or blocks of rows of C) that the CPU
+ * pool's threads compute with a single-threaded BLAS each. */
+typedef struct {
+  kl_dtype t;
+  int64_t m, n, k, a_bstride, b_bstride, parts, rows;
+  const char *a, *b;
+  char *c;
+  int transa, transb;
+  size_t esz;
+} gemm_split;
+
+static void gemm_units(void *ctx, int64_t lo, int64_t hi) {
+  const gemm_split *g = ctx;
+  for (int64_t u = lo; u < hi; u++) {
+    int64_t bb = u / g->parts, r0 = (u % g->parts) * g->rows, r1 = r0 + g->rows;
+    if (r1 > g->m) r1 = g->m;
+    if (r0 >= r1) continue;
+    const char *a = g->a + (size_t)(bb * g->a_bstride + (g->transa ? r0 : r0 * g->k)) * g->esz;
+    const char *b = g->b + (size_t)(bb * g->b_bstride) * g->esz;
+    char *c = g->c + (size_t)(bb * g->m * g->n + r0 * g->n) * g->esz;
+    gemm_ld(g->t, r1 - r0, g->n, g->k, a, g->transa ? g->m : g->k, g->transa, b, g->transb ? g->k : g->n,
+            g->transb, c, g->n);
+  }
+}
+
+/* Medium products run on kiln's CPU pool, each thread with a single-threaded BLAS on its own
+ * rows or batch elements: OpenBLAS's own threads wake per call and then spin in sched_yield,
+ * taking cores from the kernels that run between products (a transformer step on 2 cores spent
+ * 17% of its time there). Large products keep the BLAS's threading (its packed operands are
+ * shared between its threads). */
+static int gemm_on_pool(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a,
+                        int64_t a_bstride, int transa, const void *b, int64_t b_bstride, int transb, void *c) {
+  static int off = -1; /* KILN_BLAS_POOL=0: the BLAS's own threads for every product (comparisons) */
+  if (off < 0) off = getenv("KILN_BLAS_POOL") && *getenv("KILN_BLAS_POOL") == '0';
+  int nt = off ? 1 : kl_rt_num_threads();
+  double macs = (double)batch * (double)m * (double)n * (double)k;
+  if (nt < 2 || !lib.set_threads || macs < 2097152.0 || macs > 536870912.0) return 0;
+  int64_t parts = batch >= nt ? 1 : (nt + batch - 1) / batch;
+  if (parts > m / 16) parts = m / 16 > 1 ? m / 16 : 1; /* blocks of at least 16 rows */
+  if (batch * parts < 2) return 0;
+  gemm_split g = {t, m, n, k, a_bstride, b_bstride, parts, (m + parts - 1) / parts, a, b, c, transa, transb,
+                  elem_size(t)};
+  int saved = lib.get_threads();
+  if (saved > 1) lib.set_threads(1);
+  kl_rt_parallel_for(batch * parts, gemm_units, &g);
+  if (saved > 1) lib.set_threads(saved);
+  return 1;
+}
+
 int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
                    const void *a, int64_t a_bstride, int transa,
                    const void *b, int64_t b_bstride, int transb, void *c,
@@ -528,6 +592,8 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
     return fail(err, errlen, KL_ERR_INTERNAL, "%s: dimensions m=%lld n=%lld k=%lld exceed the "
                 "32-bit BLAS integer range of %s", who, (long long)m,
                 (long long)n, (long long)k, lib.name);
+  if (!half && blas_gemm_usable(t) && gemm_on_pool(t, batch, m, n, k, a, a_bstride, transa, b, b_bstride, transb, c))
+    return 0;
   size_t wsz = elem_size(wt);
   int need_ta = transa && !blas_gemm_usable(wt);
   int need_tb = transb && !blas_gemm_usable(wt);

@@ -228,3 +228,15 @@ def test_iota_is_staged_under_jit_and_computed_at_once_outside():
     g = kiln.grad(lambda x: jnp.sum(f(x) ** 2))(x)  # grad outside jit: concrete, computed at once
     np.testing.assert_allclose(np.asarray(g), 2 * (x + np.arange(3)))
     assert seen[-1] == "Array"
+
+
+@pytest.mark.parametrize("shape,perm", [((3, 70, 45), (0, 2, 1)), ((2, 3, 33, 100), (0, 1, 3, 2)),
+                                        ((4, 40, 3, 50), (0, 3, 2, 1)), ((2, 64, 4, 32), (0, 2, 1, 3))])
+def test_transposed_reads_in_tiles_match_numpy(shape, perm):
+    # elementwise kernels reading an operand transposed walk the last two dims in 32x32 tiles
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(tuple(shape[p] for p in perm)).astype(np.float32)
+    got = kiln.jit(lambda a, b: jnp.tanh(jnp.transpose(a, perm)) * 2 + b)(a, b)
+    want = np.tanh(np.transpose(a.astype(np.float64), perm)) * 2 + b
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)

@@ -81,6 +81,26 @@ def test_einsum(x64, spec, shapes):
     _run(lambda m, *ops: m.einsum(spec, *ops), shapes)
 
 
+@pytest.mark.parametrize("spec,shapes", [
+    ("mk,kn->mn", ((301, 96), (96, 200))),           # one product: row blocks on the CPU pool
+    ("km,kn->mn", ((96, 301), (96, 200))),           # transposed left operand
+    ("mk,nk->mn", ((301, 96), (200, 96))),           # transposed right operand
+    ("km,nk->mn", ((64, 133), (150, 64))),
+    ("bmk,bkn->bmn", ((3, 150, 64), (3, 64, 120))),  # batch elements on the pool
+    ("bkm,bnk->bmn", ((2, 64, 150), (2, 120, 64))),
+    ("mk,bkn->bmn", ((150, 64), (5, 64, 100))),      # a shared left operand
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_medium_products_split_over_threads_match_numpy(x64, spec, shapes, dtype):
+    # products of 2M to 512M multiply-adds run on kiln's CPU pool, a single-threaded BLAS per part
+    rng = np.random.default_rng(11)
+    ops = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    got = np.asarray(kiln.jit(lambda a, b: jnp.einsum(spec, a, b))(*ops))
+    want = np.einsum(spec, *(o.astype(np.float64) for o in ops))
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
 def test_einsum_sublist_format_and_kwargs(x64):
     a, b = _r(3, 4), _r(4, 5)
     _check(jnp.einsum(jnp.asarray(a), [0, 1], jnp.asarray(b), [1, 2], [2, 0]),
