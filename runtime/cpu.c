@@ -151,6 +151,7 @@ typedef struct {
   int nchunks;
   atomic_int next;    /* next chunk to take */
   atomic_int pending; /* chunks not yet finished */
+  atomic_int active;  /* pool threads holding this job (it lives on its caller's stack) */
 } pool_job;
 
 static int nthreads;
@@ -191,8 +192,12 @@ static void *pool_main(void *arg) {
     while (pool_gen == seen) pthread_cond_wait(&pool_cv, &pool_mu);
     seen = pool_gen;
     pool_job *j = pool_cur;
+    if (j) atomic_fetch_add(&j->active, 1);
     pthread_mutex_unlock(&pool_mu);
-    if (j) drain(j);
+    if (j) {
+      drain(j);
+      atomic_fetch_sub(&j->active, 1);
+    }
   }
   return NULL;
 }
@@ -273,6 +278,7 @@ static void pool_run(const kl_step *s, void **ptrs, size_t partial_bytes, int n)
   }
   atomic_store(&j.next, 0);
   atomic_store(&j.pending, j.nchunks);
+  atomic_store(&j.active, 0);
   pthread_mutex_lock(&pool_mu);
   pool_cur = &j;
   __atomic_add_fetch(&pool_gen, 1, __ATOMIC_RELEASE);
@@ -283,6 +289,9 @@ static void pool_run(const kl_step *s, void **ptrs, size_t partial_bytes, int n)
   pthread_mutex_lock(&pool_mu);
   pool_cur = NULL;
   pthread_mutex_unlock(&pool_mu);
+  /* a thread that took the job as the last chunks finished may still be in drain(): j is on
+   * this stack, so wait for it to let go */
+  while (atomic_load(&j.active) > 0) cpu_relax();
   if (s->partial_arg >= 0) {
     s->combine(s->ctx, ptrs[s->partial_arg], parts, j.nchunks);
     for (int c = 0; c < j.nchunks; c++) host_free(parts[c], round_size(partial_bytes));
