@@ -34,7 +34,7 @@ static pthread_cond_t ready_cv = PTHREAD_COND_INITIALIZER;
 /* Large blocks are kept after use and handed out again for the same size: fresh memory
  * from the kernel costs a page fault per 4 KiB, which dominates bandwidth-bound kernels. */
 #define CACHE_MIN_BYTES (64u << 10)
-#define CACHE_SLOTS 64
+#define CACHE_SLOTS 512
 #define HUGE_MIN_BYTES (4u << 20)
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
