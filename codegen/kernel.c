@@ -529,6 +529,23 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   const kl_aval *oa = &pg->vals[st->root].aval;
   int is_reduce = kl_prim_get(e->prim)->form == KL_FORM_REDUCE;
   const kl_aval *space = is_reduce ? &pg->vals[e->ins[0]].aval : oa; /* iteration space */
+  /* An elementwise kernel whose result is a reshape of a computed value (a flattening before a
+   * loss) iterates over that value's shape and stores in its own row-major order (the same
+   * bytes): nested loops, so work that depends only on outer indices (log of a row's sum in
+   * log_softmax) moves out of the inner loop instead of running at every element. */
+  int emitted = is_reduce ? e->ins[0] : st->root;
+  if (!is_reduce && !st->nstages) {
+    int v = st->root;
+    while (pg->vals[v].producer >= 0 && pg->eqns[pg->vals[v].producer].prim == KL_P_RESHAPE) {
+      int u = pg->eqns[pg->vals[v].producer].ins[0];
+      if (plan->materialized[u]) break;
+      v = u;
+    }
+    if (v != st->root && pg->vals[v].aval.ndim > oa->ndim) {
+      emitted = v;
+      space = &pg->vals[v].aval;
+    }
+  }
   if (is_reduce && space->ndim >= 2 && e->p.reduce.axes.n > 0 && kl_aval_size(space) > 0) {
     int last_reduced = 0;
     for (int i = 0; i < e->p.reduce.axes.n; i++) last_reduced |= e->p.reduce.axes.v[i] == space->ndim - 1;
@@ -606,7 +623,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     k.em.out = &body;
     k.ind = indent;
   }
-  kk_emit_value(&k, is_reduce ? e->ins[0] : st->root, idx, val);
+  kk_emit_value(&k, emitted, idx, val);
   /* Blocked sums: float32 partial sums over blocks of KL_SUM_BLOCK elements (vectorized), added
    * into a float64 total per block: pairwise-like accuracy at float32 speed. */
   int blocked = wide && nred > 0;
@@ -651,6 +668,25 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
 
   emit_prologue(out, pg, name, k.args, k.nargs);
   for (int i = 0; i < depth; i++) kl_str_printf(out, "    %%n%d = arith.constant %lld : index\n", i, (long long)space->dims[order[i]]);
+  kl_aval stored = *oa; /* the result's memref as the kernel stores it */
+  char out_name[24];
+  snprintf(out_name, sizeof out_name, "%%m%d", out_arg);
+  if (emitted != st->root && !is_reduce) {
+    stored = *space;
+    stored.dtype = oa->dtype;
+    snprintf(out_name, sizeof out_name, "%%mo");
+    kl_str_printf(out, "    %%mo = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", out_arg);
+    for (int i = 0; i < space->ndim; i++) kl_str_printf(out, i ? ", %lld" : "%lld", (long long)space->dims[i]);
+    kl_str_append(out, "], strides: [");
+    for (int i = 0; i < space->ndim; i++) {
+      long long stride = 1;
+      for (int j = i + 1; j < space->ndim; j++) stride *= space->dims[j];
+      kl_str_printf(out, i ? ", %lld" : "%lld", stride);
+    }
+    kl_str_printf(out, "] : memref<1x%s> to ", kl_storage_type(oa->dtype));
+    kk_memref_type(out, &stored);
+    kl_str_append(out, "\n");
+  }
 
   /* store text of the result (in registers -> memory) */
   {
@@ -665,8 +701,8 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       kl_str_printf(&store, "%%st = arith.truncf %s : f32 to %s\n", v, kl_storage_type(rt));
       v = sv;
     }
-    kl_str_printf(&store, "memref.store %s, %%m%d", v, out_arg);
-    if (oa->ndim == 0) kl_str_append(&store, "[%c0]");
+    kl_str_printf(&store, "memref.store %s, %s", v, out_name);
+    if (stored.ndim == 0) kl_str_append(&store, "[%c0]");
     else {
       kl_str_append(&store, "[");
       int first = 1;
@@ -678,7 +714,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
       kl_str_append(&store, "]");
     }
     kl_str_append(&store, " : ");
-    kk_memref_type(&store, oa);
+    kk_memref_type(&store, &stored);
     kl_str_append(&store, "\n");
   }
 

@@ -240,3 +240,15 @@ def test_transposed_reads_in_tiles_match_numpy(shape, perm):
     got = kiln.jit(lambda a, b: jnp.tanh(jnp.transpose(a, perm)) * 2 + b)(a, b)
     want = np.tanh(np.transpose(a.astype(np.float64), perm)) * 2 + b
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,new", [((8, 64, 256), (-1,)), ((6, 40, 50), (6, -1)), ((4, 33, 70), (-1, 4))])
+def test_kernels_writing_a_reshape_iterate_in_the_computed_shape(shape, new):
+    # the flattened log_softmax of a loss: loops over (8, 64, 256), stored as 131,072 elements
+    rng = np.random.default_rng(9)
+    x = rng.random(shape).astype(np.float32) + 0.1
+    got = kiln.jit(lambda x: (x - jnp.log(x.sum(-1, keepdims=True))).reshape(new))(x)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(got), (x64 - np.log(x64.sum(-1, keepdims=True))).reshape(new), rtol=2e-6)
+    got = kiln.jit(lambda x: (jnp.swapaxes(x, 1, 2) * 2).reshape(new))(x)
+    np.testing.assert_allclose(np.asarray(got), (np.swapaxes(x64, 1, 2) * 2).reshape(new), rtol=1e-6)
