@@ -17,7 +17,7 @@
 
 /* Waiting threads spin briefly before sleeping: work usually arrives (or completes) within
  * microseconds, and waking a sleeping thread costs tens of them. */
-#define SPIN_ITERS 300
+#define SPIN_ITERS 3000
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __asm__ volatile("pause");

@@ -520,7 +520,8 @@ static void gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, 
  * pool's threads compute with a single-threaded BLAS each. */
 typedef struct {
   kl_dtype t;
-  int64_t m, n, k, a_bstride, b_bstride, parts, rows;
+  int64_t m, n, k, a_bstride, b_bstride, parts, rows; /* rows: of C per unit (or columns, by_cols) */
+  int by_cols;
   const char *a, *b;
   char *c;
   int transa, transb;
@@ -531,13 +532,18 @@ static void gemm_units(void *ctx, int64_t lo, int64_t hi) {
   const gemm_split *g = ctx;
   for (int64_t u = lo; u < hi; u++) {
     int64_t bb = u / g->parts, r0 = (u % g->parts) * g->rows, r1 = r0 + g->rows;
-    if (r1 > g->m) r1 = g->m;
+    if (r1 > (g->by_cols ? g->n : g->m)) r1 = g->by_cols ? g->n : g->m;
     if (r0 >= r1) continue;
-    const char *a = g->a + (size_t)(bb * g->a_bstride + (g->transa ? r0 : r0 * g->k)) * g->esz;
+    const char *a = g->a + (size_t)(bb * g->a_bstride) * g->esz;
     const char *b = g->b + (size_t)(bb * g->b_bstride) * g->esz;
-    char *c = g->c + (size_t)(bb * g->m * g->n + r0 * g->n) * g->esz;
-    gemm_ld(g->t, r1 - r0, g->n, g->k, a, g->transa ? g->m : g->k, g->transa, b, g->transb ? g->k : g->n,
-            g->transb, c, g->n);
+    char *c = g->c + (size_t)(bb * g->m * g->n) * g->esz;
+    int64_t lda = g->transa ? g->m : g->k, ldb = g->transb ? g->k : g->n;
+    if (g->by_cols) /* columns r0..r1 of C: the same columns of op(B) */
+      gemm_ld(g->t, g->m, r1 - r0, g->k, a, lda, g->transa, b + (size_t)(g->transb ? r0 * g->k : r0) * g->esz, ldb,
+              g->transb, c + (size_t)r0 * g->esz, g->n);
+    else /* rows r0..r1 of C: the same rows of op(A) */
+      gemm_ld(g->t, r1 - r0, g->n, g->k, a + (size_t)(g->transa ? r0 : r0 * g->k) * g->esz, lda, g->transa, b, ldb,
+              g->transb, c + (size_t)(r0 * g->n) * g->esz, g->n);
   }
 }
 
@@ -553,11 +559,16 @@ static int gemm_on_pool(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t
   int nt = off ? 1 : kl_rt_num_threads();
   double macs = (double)batch * (double)m * (double)n * (double)k;
   if (nt < 2 || !lib.set_threads || macs < 2097152.0 || macs > 536870912.0) return 0;
-  int64_t parts = batch >= nt ? 1 : (nt + batch - 1) / batch;
-  if (parts > m / 16) parts = m / 16 > 1 ? m / 16 : 1; /* blocks of at least 16 rows */
+  /* each unit packs its share of one operand and all of the other: split the rows of C when
+   * op(B) is the smaller operand, its columns otherwise */
+  int by_cols = n > m;
+  /* up to 4 units per thread (blocks of at least 32): a thread that wakes late still finds work,
+   * rather than the caller computing everything alone */
+  int64_t len = by_cols ? n : m, parts = batch >= 4 * nt ? 1 : (4 * nt + batch - 1) / batch;
+  if (parts > len / 32) parts = len / 32 > 1 ? len / 32 : 1;
   if (batch * parts < 2) return 0;
-  gemm_split g = {t, m, n, k, a_bstride, b_bstride, parts, (m + parts - 1) / parts, a, b, c, transa, transb,
-                  elem_size(t)};
+  gemm_split g = {t, m, n, k, a_bstride, b_bstride, parts, (len + parts - 1) / parts, by_cols, a, b, c, transa,
+                  transb, elem_size(t)};
   int saved = lib.get_threads();
   if (saved > 1) lib.set_threads(1);
   kl_rt_parallel_for(batch * parts, gemm_units, &g);

@@ -86,6 +86,9 @@ def test_einsum(x64, spec, shapes):
     ("km,kn->mn", ((96, 301), (96, 200))),           # transposed left operand
     ("mk,nk->mn", ((301, 96), (200, 96))),           # transposed right operand
     ("km,nk->mn", ((64, 133), (150, 64))),
+    ("mk,kn->mn", ((100, 96), (96, 300))),           # wider than tall: column blocks
+    ("mk,nk->mn", ((100, 96), (300, 96))),
+    ("km,kn->mn", ((96, 70), (96, 333))),
     ("bmk,bkn->bmn", ((3, 150, 64), (3, 64, 120))),  # batch elements on the pool
     ("bkm,bnk->bmn", ((2, 64, 150), (2, 120, 64))),
     ("mk,bkn->bmn", ((150, 64), (5, 64, 100))),      # a shared left operand
