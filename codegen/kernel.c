@@ -171,6 +171,13 @@ static void memo_put(kctx *k, char *key, const char *name) {
   k->nmemo++;
 }
 
+int kk_memo_mark(const kctx *k) { return k->nmemo; }
+
+void kk_memo_reset(kctx *k, int mark) {
+  for (int i = mark; i < k->nmemo; i++) free(k->memo[i].key);
+  if (mark < k->nmemo) k->nmemo = mark;
+}
+
 void kk_memref_type(kl_str *s, const kl_aval *a) {
   kl_str_append(s, "memref<");
   if (a->ndim == 0) kl_str_append(s, "1x");

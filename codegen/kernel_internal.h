@@ -33,6 +33,7 @@ typedef struct {
   char *recompute;     /* GPU row kernels in registers: per value, 1 to compute a buffer's value
                           from the kernel's other reads rather than load it (or NULL) */
   const ssa *main_idx; /* the main loop's index names (NULL: %i0, %i1, ...) */
+  int gpu;             /* a GPU kernel (threads, not loops, walk the elements) */
   uint64_t *libdevice; /* GPU with libdevice: math calls __nv_* and sets kl_libdevice_bit()s */
   uint64_t *outlined;  /* CPU kernels over few elements: math past the first few uses of a function
                           calls it out of line (codegen/lower/elementwise.c sets bits, the module
@@ -64,6 +65,10 @@ int kk_arg_index(kctx *k, int v);
 char *kk_emit_load(kctx *k, int v, ssa *idx, char *out);
 /* Records that value v at index idx is already the SSA value `name` (kk_emit_value returns it). */
 void kk_memo_set(kctx *k, int v, ssa *idx, const char *name);
+/* The element memo's size, and forgetting what was added since (values computed inside a
+ * region, which code after the region cannot use). */
+int kk_memo_mark(const kctx *k);
+void kk_memo_reset(kctx *k, int mark);
 /* Computes value v at index idx (memoized per kernel scope). */
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
 void kk_memref_type(kl_str *s, const kl_aval *a);

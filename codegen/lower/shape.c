@@ -90,6 +90,19 @@ static char *emit_pad(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
     kk_line(k, "%s = arith.index_cast %s : i64 to index", kk_fresh(k, sub[d]), cl2);
   }
   ssa xv;
+  if (!k->gpu) {
+    /* CPU loops: the operand only where the element is inside it (a sum of pads, as a split's
+     * gradient is, otherwise computes every operand at every element) */
+    kk_line(k, "%s = scf.if %s -> (%s) {", kk_fresh(k, out), ok, kl_compute_type(t));
+    int mark = kk_memo_mark(k);
+    kk_emit_value(k, e->ins[0], sub, xv);
+    kk_line(k, "  scf.yield %s : %s", xv, kl_compute_type(t));
+    kk_memo_reset(k, mark);
+    kk_line(k, "} else {");
+    kk_line(k, "  scf.yield %s : %s", pv, kl_compute_type(t));
+    kk_line(k, "}");
+    return out;
+  }
   kk_emit_value(k, e->ins[0], sub, xv);
   kk_line(k, "%s = arith.select %s, %s, %s : %s", kk_fresh(k, out), ok, xv, pv, kl_compute_type(t));
   return out;
