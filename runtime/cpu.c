@@ -4,6 +4,7 @@
  * MLIR or Python. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,9 @@
 /* Waiting threads spin briefly before sleeping: work usually arrives (or completes) within
  * microseconds, and waking a sleeping thread costs tens of them. */
 #define SPIN_ITERS 3000
+#define POOL_YIELDS 200 /* pool threads then yield this often before sleeping (waking a sleeping
+                            thread costs tens of microseconds on a virtual machine; a yielding one
+                            gives its core to any thread that has work) */
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __asm__ volatile("pause");
@@ -188,6 +192,7 @@ static void *pool_main(void *arg) {
   unsigned seen = 0;
   for (;;) {
     for (int spin = 0; spin < SPIN_ITERS && __atomic_load_n(&pool_gen, __ATOMIC_ACQUIRE) == seen; spin++) cpu_relax();
+    for (int y = 0; y < POOL_YIELDS && __atomic_load_n(&pool_gen, __ATOMIC_ACQUIRE) == seen; y++) sched_yield();
     pthread_mutex_lock(&pool_mu);
     while (pool_gen == seen) pthread_cond_wait(&pool_cv, &pool_mu);
     seen = pool_gen;
