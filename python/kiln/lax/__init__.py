@@ -555,17 +555,15 @@ def _has_value(x):
 
 
 def _select_trees(name, pred, t_out, f_out):
+    """Leafwise select(pred, t, f) of two branch outputs _check_branches accepted."""
     from kiln._src import tree_util
     t_leaves, t_tree = tree_util.tree_flatten(t_out)
-    f_leaves, f_tree = tree_util.tree_flatten(f_out)
-    if t_tree != f_tree:
-        raise TypeError(f"{name}: the branches must return the same structure, got {t_tree} and {f_tree}")
+    f_leaves = tree_util.tree_leaves(f_out)
     out = []
     for t, f in zip(t_leaves, f_leaves):
         t, f = core.asarray(t), core.asarray(f)
-        if t.shape != f.shape or t.dtype != f.dtype:
-            raise TypeError(f"{name}: the branches must return the same types, got "
-                            f"{t.dtype.name}{list(t.shape)} and {f.dtype.name}{list(f.shape)}")
+        if t.dtype != f.dtype:  # weak types of one kind (1 and 2.0 are not: _check_branches refused)
+            f = convert_element_type(f, t.dtype)
         out.append(select(pred, t, f))
     return tree_util.tree_unflatten(t_tree, out)
 
@@ -577,12 +575,36 @@ def _as_bool_scalar(name, pred):
     return pred if pred.dtype == np.bool_ else ne(pred, _to_array(0, pred))
 
 
+def _untaken_output(fun, operands):
+    """The output types of a branch a concrete predicate does not take (JAX checks every branch),
+    traced on stand-ins of the operands; None under a transformation, where its closures may
+    hold another trace's values."""
+    if core.tracing():
+        return None
+    from kiln._src import api, tree_util
+    leaves, tree = tree_util.tree_flatten(operands)
+    specs = []
+    for x in leaves:
+        a = x if hasattr(x, "dtype") and hasattr(x, "shape") else core.asarray(x)
+        specs.append(api.ShapeDtypeStruct(a.shape, a.dtype, bool(getattr(a, "weak_type", False))))
+    return api.eval_shape(lambda *xs: fun(*tree_util.tree_unflatten(tree, list(xs))), *specs)
+
+
 def cond(pred, true_fun, false_fun, *operands):
     """true_fun(*operands) if pred else false_fun(*operands)."""
+    from kiln._src import control_checks
     if _has_value(pred):
-        return true_fun(*operands) if _bool(pred) else false_fun(*operands)
+        taken = _bool(pred)
+        out = true_fun(*operands) if taken else false_fun(*operands)
+        other = _untaken_output(false_fun if taken else true_fun, operands)
+        if other is not None:
+            t_out, f_out = (out, other) if taken else (other, out)
+            control_checks.check_branches("cond", "true_fun", true_fun, t_out, "false_fun", false_fun, f_out)
+        return out
     p = _as_bool_scalar("cond", pred)
-    return _select_trees("cond", p, true_fun(*operands), false_fun(*operands))
+    t_out, f_out = true_fun(*operands), false_fun(*operands)
+    control_checks.check_branches("cond", "true_fun", true_fun, t_out, "false_fun", false_fun, f_out)
+    return _select_trees("cond", p, t_out, f_out)
 
 
 def switch(index, branches, *operands):
@@ -591,12 +613,22 @@ def switch(index, branches, *operands):
     if not branches:
         raise ValueError("switch: needs at least one branch")
     if _has_value(index):
+        from kiln._src import control_checks
         i = builtins.min(builtins.max(_int(index), 0), len(branches) - 1)
-        return branches[i](*operands)
+        out = branches[i](*operands)
+        outs = [out if j == i else _untaken_output(b, operands) for j, b in enumerate(branches)]
+        for j in builtins.range(1, len(branches)):
+            if outs[0] is not None and outs[j] is not None:
+                control_checks.check_branches("switch", "branch 0", branches[0], outs[0], f"branch{j}", branches[j],
+                                              outs[j])
+        return out
     idx = core.asarray(index) if not isinstance(index, Array) else index
     if idx.shape != () or idx.dtype.kind not in "iu":
         raise TypeError(f"switch: the index must be an integer scalar, got {idx.dtype.name}{list(idx.shape)}")
+    from kiln._src import control_checks
     outs = [b(*operands) for b in branches]
+    for i in builtins.range(1, len(branches)):
+        control_checks.check_branches("switch", "branch 0", branches[0], outs[0], f"branch{i}", branches[i], outs[i])
     result = outs[-1]
     for k in builtins.range(len(branches) - 2, -1, -1):
         result = _select_trees("switch", le(idx, _to_array(k, idx)), outs[k], result)
@@ -618,16 +650,23 @@ def _check_unroll(name, n):
 
 
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
+    from kiln._src import control_checks
     lo, hi = _static_count("fori_loop", lower), _static_count("fori_loop", upper)
     _check_unroll("fori_loop", hi - lo)
     val = init_val
     for i in builtins.range(lo, hi):
-        val = body_fun(i, val)
+        out = body_fun(i, val)
+        # checked as JAX checks the scan it makes of a loop with static bounds, carry (i, val)
+        if i == lo and control_checks.check_carry("scan body", "loop_carry", (i, val), (i, out)):
+            val = control_checks.promote_weak(val, out)  # a weak-typed init takes the body's dtype
+            out = body_fun(i, val)
+        val = out
     return val
 
 
 def while_loop(cond_fun, body_fun, init_val):
-    val = init_val
+    from kiln._src import control_checks
+    val, checked = init_val, False
     while True:
         c = cond_fun(val)
         if not _has_value(c):
@@ -636,7 +675,13 @@ def while_loop(cond_fun, body_fun, init_val):
                 "equations in the IR); use fori_loop with a static trip count, or run it outside jit")
         if not _bool(c):
             return val
-        val = body_fun(val)
+        out = body_fun(val)
+        if not checked:
+            checked = True
+            if control_checks.check_carry("while_loop body", control_checks.carry_name(body_fun), val, out):
+                val = control_checks.promote_weak(val, out)  # a weak-typed init takes the body's dtype
+                out = body_fun(val)
+        val = out
 
 
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
@@ -656,9 +701,17 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     _check_unroll("scan", n)
     carry, ys = init, []
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
-    for i in order:
+    from kiln._src import control_checks
+    for step, i in enumerate(order):
         x = tree_util.tree_unflatten(x_tree, [leaf[i] for leaf in x_leaves]) if x_leaves else None
-        carry, y = f(carry, x)
+        out = f(carry, x)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError(f"scan body output must be a pair (carry, y), got {type(out).__name__}"
+                            + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+        if step == 0 and control_checks.check_carry("scan body", control_checks.carry_name(f), carry, out[0]):
+            carry = control_checks.promote_weak(carry, out[0])  # a weak-typed init takes the body's dtype
+            out = f(carry, x)
+        carry, y = out
         ys.append(y)
     if reverse:
         ys.reverse()
