@@ -82,3 +82,80 @@ def test_unsupported_traced_loops_raise_clearly():
     # concrete loops still work, also inside grad outside jit
     assert float(lax.while_loop(lambda u: u < 10, lambda u: u * 2, 1.0)) == 16.0
     assert float(kiln.grad(lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v))(1.0)) == 16.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_associative_scan_matches_a_python_prefix(n, reverse):
+    rng = np.random.default_rng(n)
+    m = rng.standard_normal((n, 2, 2)).astype(np.float32)  # matmul: associative, not commutative
+    got = np.asarray(lax.associative_scan(jnp.matmul, m, reverse=reverse))
+    order = list(range(n))[::-1] if reverse else list(range(n))
+    acc, want = None, {}
+    for i in order:
+        acc = m[i].astype(np.float64) if acc is None else acc @ m[i]
+        want[i] = acc
+    np.testing.assert_allclose(got, np.stack([want[i] for i in range(n)]), rtol=1e-4, atol=1e-5)
+
+
+def test_associative_scan_pytrees_axes_jit_grad_vmap():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 7)).astype(np.float32)
+
+    def add(a, b):
+        return {"s": a["s"] + b["s"], "m": jnp.maximum(a["m"], b["m"])}
+
+    got = kiln.jit(lambda x: lax.associative_scan(add, {"s": x, "m": x}, axis=-1))(x)
+    np.testing.assert_allclose(np.asarray(got["s"]), np.cumsum(x.astype(np.float64), 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(got["m"]), np.maximum.accumulate(x, 1))
+    v = np.arange(1.0, 6.0, dtype=np.float32)
+    g = kiln.grad(lambda v: lax.associative_scan(jnp.multiply, v)[-1])(v)
+    np.testing.assert_allclose(np.asarray(g), np.prod(v) / v, rtol=1e-6)
+    got = kiln.vmap(lambda r: lax.associative_scan(jnp.add, r, reverse=True))(x)
+    np.testing.assert_allclose(np.asarray(got), np.stack([np.cumsum(r[::-1])[::-1] for r in x]), rtol=1e-5,
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="same first dimension"):
+        lax.associative_scan(add, {"s": x, "m": x[:, :3]}, axis=1)
+
+
+@pytest.mark.parametrize("n,bs", [(7, 3), (8, 4), (2, 5), (6, 1)])
+def test_map_with_batch_size_matches_python(n, bs):
+    xs = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
+
+    def f(r):
+        return {"s": jnp.sum(r * r), "t": jnp.tanh(r)}
+
+    for fn in (lambda xs: lax.map(f, xs, batch_size=bs), kiln.jit(lambda xs: lax.map(f, xs, batch_size=bs))):
+        got = fn(xs)
+        np.testing.assert_allclose(np.asarray(got["s"]), (xs.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(got["t"]), np.tanh(xs), rtol=1e-5, atol=1e-6)
+
+
+def test_scan_of_length_zero_returns_the_carry_and_empty_ys():
+    for fn in (lambda xs: lax.scan(lambda c, x: (c + x.sum(), {"y": c * x}), 1.5, xs),
+               kiln.jit(lambda xs: lax.scan(lambda c, x: (c + x.sum(), {"y": c * x}), 1.5, xs))):
+        c, ys = fn(np.zeros((0, 3), np.float32))
+        assert float(c) == 1.5
+        assert ys["y"].shape == (0, 3) and ys["y"].dtype == np.float32
+
+
+def test_programs_of_thousands_of_kernels_compile():
+    # an RK4 integrator of 300 steps under jit: a program of thousands of equations
+    def rk4(y, h=0.01):
+        f = lambda y: jnp.stack([y[1], -jnp.sin(y[0])])  # noqa: E731
+        for _ in range(300):
+            k1 = f(y)
+            k2 = f(y + h / 2 * k1)
+            k3 = f(y + h / 2 * k2)
+            k4 = f(y + h * k3)
+            y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return y
+
+    y0 = np.array([1.0, 0.0], np.float32)
+    got = np.asarray(kiln.jit(rk4)(y0))
+    y = y0.astype(np.float64)
+    for _ in range(300):
+        f = lambda y: np.array([y[1], -np.sin(y[0])])  # noqa: E731
+        k1 = f(y); k2 = f(y + 0.005 * k1); k3 = f(y + 0.005 * k2); k4 = f(y + 0.01 * k3)  # noqa: E702
+        y = y + 0.01 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-5)

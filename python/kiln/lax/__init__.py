@@ -715,17 +715,112 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
         ys.append(y)
     if reverse:
         ys.reverse()
-    if not ys:
-        raise NotImplementedError("scan of length 0 is not supported yet by kiln")
+    if not ys:  # length 0: the carry as given, ys empty of the types f would give them
+        from kiln._src import api
+        specs = [api.ShapeDtypeStruct(x.shape[1:], x.dtype, bool(getattr(x, "weak_type", False)))
+                 for x in x_leaves]
+        carry_specs = [api.ShapeDtypeStruct(core.asarray(c).shape, core.asarray(c).dtype,
+                                            bool(getattr(core.asarray(c), "weak_type", False)))
+                       for c in tree_util.tree_leaves(init)]
+        c_tree = tree_util.tree_structure(init)
+
+        def one(cs, xs_):
+            x = tree_util.tree_unflatten(x_tree, list(xs_)) if x_leaves else None
+            return f(tree_util.tree_unflatten(c_tree, list(cs)), x)[1]
+        y_shapes = api.eval_shape(one, carry_specs, specs)
+        y_leaves, y_tree = tree_util.tree_flatten(y_shapes)
+        empty = [jnp.zeros((0,) + tuple(y.shape), y.dtype) for y in y_leaves]
+        return tree_util.tree_map(core.asarray, init), tree_util.tree_unflatten(y_tree, empty)
     y_leaves0, y_tree = tree_util.tree_flatten(ys[0])
     stacked = [jnp.stack([tree_util.tree_leaves(y)[k] for y in ys]) for k in builtins.range(len(y_leaves0))]
     return carry, tree_util.tree_unflatten(y_tree, stacked)
 
 
-def map(f, xs):
-    """f applied to each slice of xs along its leading axis, results stacked (a scan without carry)."""
-    _, ys = scan(lambda c, x: (c, f(x)), None, xs)
-    return ys
+def map(f, xs, *, batch_size=None):
+    """f applied to each slice of xs along its leading axis, results stacked (a scan without
+    carry). batch_size: slices go through vmap(f) batch_size at a time, the remainder last."""
+    if batch_size is None:
+        _, ys = scan(lambda c, x: (c, f(x)), None, xs)
+        return ys
+    from kiln._src import tree_util
+    from kiln._src.batching import vmap
+    from kiln import numpy as jnp
+    bs = operator.index(batch_size)
+    if bs <= 0:
+        raise ValueError(f"lax.map: batch_size must be positive, got {bs}")
+    leaves, tree = tree_util.tree_flatten(xs)
+    leaves = [core.asarray(x) for x in leaves]
+    if not leaves:
+        raise ValueError("lax.map: xs has no arrays to map over")
+    n = leaves[0].shape[0]
+    full, rest = divmod(n, bs)
+    parts = []
+    if full:
+        head = [x[:full * bs].reshape((full, bs) + x.shape[1:]) for x in leaves]
+        _, ys = scan(lambda c, x: (c, vmap(f)(x)), None, tree_util.tree_unflatten(tree, head))
+        parts.append(tree_util.tree_map(lambda y: y.reshape((full * bs,) + y.shape[2:]), ys))
+    if rest:
+        parts.append(vmap(f)(tree_util.tree_unflatten(tree, [x[full * bs:] for x in leaves])))
+    if len(parts) == 1:
+        return parts[0]
+    return tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), parts[0], parts[1])
+
+
+def associative_scan(fn, elems, reverse=False, axis=0):
+    """Inclusive scan of elems along axis with an associative fn(a, b) applied elementwise over
+    that axis: [e0, fn(e0, e1), fn(fn(e0, e1), e2), ...] (reverse: the same from the end),
+    computed in O(log n) rounds of vectorized calls. Each round combines neighbouring pairs,
+    scans the half as long sequence of pair results (the prefixes at odd positions), and fills
+    the even positions by combining each odd prefix with the element after it."""
+    from kiln._src import tree_util
+    if not callable(fn):
+        raise TypeError("lax.associative_scan: fn argument should be callable.")
+    leaves, tree = tree_util.tree_flatten(elems)
+    leaves = [core.asarray(x) for x in leaves]
+    if not leaves:
+        return elems
+    nd = leaves[0].ndim
+    if not -nd <= axis < nd:
+        raise ValueError(f"lax.associative_scan: axis {axis} is out of range for arrays of rank {nd}")
+    ax = axis % nd
+    n = leaves[0].shape[ax]
+    if any(x.ndim <= ax or x.shape[ax] != n for x in leaves):
+        raise ValueError("Array inputs to associative_scan must have the same first dimension. (saw: "
+                         f"{[x.shape for x in leaves]})")
+    if reverse:
+        leaves = [rev(x, (ax,)) for x in leaves]
+
+    def combine(a, b):
+        out = fn(tree_util.tree_unflatten(tree, a), tree_util.tree_unflatten(tree, b))
+        return [core.asarray(c) for c in tree_util.tree_leaves(out)]
+
+    def part(x, start, stop, step=1):
+        return slice_in_dim(x, start, stop, step, ax)
+
+    def weave(even, odd, k):  # even[0], odd[0], even[1], odd[1], ... along ax, k elements
+        m = even.shape[ax]
+        if odd.shape[ax] < m:  # one even element more: pad odd, weave, drop the pad
+            cfg = [(0, 0, 0)] * odd.ndim
+            cfg[ax] = (0, 1, 0)
+            odd = pad(odd, _to_array(0, odd), cfg)
+        both = concatenate([expand_dims(even, (ax + 1,)), expand_dims(odd, (ax + 1,))], ax + 1)
+        out = reshape(both, even.shape[:ax] + (2 * m,) + even.shape[ax + 1:])
+        return out if 2 * m == k else part(out, 0, k)
+
+    def run(xs):
+        k = xs[0].shape[ax]
+        if k < 2:
+            return xs
+        odd = run(combine([part(x, 0, k - 1, 2) for x in xs], [part(x, 1, k, 2) for x in xs]))
+        nxt = [part(x, 2, k, 2) for x in xs]
+        even = combine([part(o, 0, o.shape[ax] - 1) for o in odd] if k % 2 == 0 else odd, nxt)
+        even = [concatenate([part(x, 0, 1), e], ax) for x, e in zip(xs, even)]
+        return [weave(e, o, k) for e, o in zip(even, odd)]
+
+    out = run(leaves)
+    if reverse:
+        out = [rev(x, (ax,)) for x in out]
+    return tree_util.tree_unflatten(tree, out)
 
 
 from kiln.lax import linalg  # noqa: E402
