@@ -1,6 +1,7 @@
 /* compile.c: the CPU compiler driver. */
 #define _GNU_SOURCE
 #include "compile.h"
+#include "loop.h"
 
 #include <mlir-c/Diagnostics.h>
 #include <mlir-c/IR.h>
@@ -127,13 +128,17 @@ typedef struct {
   int nfns; /* distinct kernel functions in the module */
   kl_libcall **libs;
   int nlibs;
+  kl_loop **loops;
+  int nloops;
 } owner_t;
 
 static void owner_destroy(void *p) {
   owner_t *o = p;
   if (!o) return;
   for (int i = 0; i < o->nlibs; i++) kl_libcall_free(o->libs[i]);
+  for (int i = 0; i < o->nloops; i++) kl_loop_free(o->loops[i]);
   free(o->libs);
+  free(o->loops);
   free(o->kernels);
   free(o);
 }
@@ -390,12 +395,13 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   if (o) {
     o->kernels = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->kernels);
     o->libs = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
+    o->loops = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->loops);
   }
   int rc = 0;
   size_t largest = 0; /* MLIR text of the largest kernel */
   kl_kernel_dedup dedup = {0};
   uint64_t outlined = 0; /* out-of-line math functions the kernels call */
-  if (!infos || !o || !x->steps || !o->kernels || !o->libs) {
+  if (!infos || !o || !x->steps || !o->kernels || !o->libs || !o->loops) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps", plan.nsteps);
     goto done;
   }
@@ -403,6 +409,14 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   for (int s = 0; s < plan.nsteps && !rc; s++) {
     const kl_plan_step *ps = &plan.steps[s];
     kl_step *st = &x->steps[x->nsteps];
+    if (ps->kind == KL_STEP_LIB && kl_lower_get(pg->eqns[ps->eqn].prim)->loop) {
+      if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, st, &o->loops[o->nloops], err, errlen))) break;
+      o->nloops++;
+      st->cost = 1 << 20;
+      x->cost += 1 << 20; /* a loop of unknown length: worth the executor thread */
+      x->nsteps++;
+      continue;
+    }
     if (ps->kind == KL_STEP_LIB) {
       const kl_eqn *e = &pg->eqns[ps->eqn];
       kl_libcall *lc;

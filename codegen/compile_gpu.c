@@ -19,6 +19,7 @@
 #include "../ir/status.h"
 #include "../transforms/fuse.h"
 #include "compile.h"
+#include "loop.h"
 #include "cpujit.h"
 #include "kernel.h"
 #include "../runtime/cuda.h"
@@ -46,13 +47,17 @@ typedef struct {
   char (*names)[64];    /* owned; entry names, parallel to kernels */
   kl_libcall **libs;    /* owned */
   int nlibs;
+  kl_loop **loops;      /* owned: while loops, host steps */
+  int nloops;
 } gpu_owner;
 
 static void owner_destroy(void *p) {
   gpu_owner *o = p;
   if (!o) return;
   for (int i = 0; i < o->nlibs; i++) kl_libcall_free(o->libs[i]);
+  for (int i = 0; i < o->nloops; i++) kl_loop_free(o->loops[i]);
   free(o->libs);
+  free(o->loops);
   free(o->dots);
   free(o->kernels);
   free(o->names);
@@ -329,6 +334,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
     o->names = kl_calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->names);
     o->libs = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
     o->dots = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->dots);
+    o->loops = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->loops);
   }
 
   kl_str mod, host;
@@ -336,13 +342,21 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
   kl_str_init(&mod);
   kl_str_init(&host);
   int rc = 0;
-  if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots) {
+  if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots || !o->loops) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps for the GPU", plan.nsteps);
     goto finish;
   }
   kl_str_append(&mod, "module attributes {gpu.container_module} {\n  gpu.module @kiln {\n");
   for (int s = 0; s < plan.nsteps && !rc; s++) {
     const kl_plan_step *ps = &plan.steps[s];
+    if (ps->kind == KL_STEP_LIB && kl_lower_get(pg->eqns[ps->eqn].prim)->loop) { /* the loop runs on the host */
+      kl_step *st = &x->steps[x->nsteps++];
+      if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, st, &o->loops[o->nloops], err, errlen))) break;
+      o->nloops++;
+      st->on_host = 1;
+      note_host_step(&host, pg, &pg->eqns[ps->eqn]);
+      continue;
+    }
     if (ps->kind == KL_STEP_LIB) {
       const kl_eqn *e = &pg->eqns[ps->eqn];
       kl_step *st = &x->steps[x->nsteps++];

@@ -161,7 +161,8 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
   X(CUSTOM_JVP_CALL, "custom_jvp_call", CALL, NONE, ANY, custom_jvp)               \
-  X(CHECKPOINT, "checkpoint", CALL, NONE, ANY, checkpoint)                        
+  X(CHECKPOINT, "checkpoint", CALL, NONE, ANY, checkpoint)                        \
+  X(WHILE, "while", CALL, NONE, ANY, while_)
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, o, a, s) KL_P_##e,
@@ -303,6 +304,11 @@ typedef struct {
       int policy;              /* KL_REMAT_*: what the forward pass may keep */
       int prevent_cse;         /* keep CSE from merging the recomputation with the forward pass */
     } checkpoint;
+    struct {
+      kl_ivec counts;          /* (n_cond_consts, n_body_consts, n_carries): how the operands split */
+      struct kl_program *cond; /* (carries, cond consts) -> bool[]: whether to run the body again */
+      struct kl_program *body; /* (carries, body consts) -> carries */
+    } while_;
   };
 } kl_params;
 

@@ -391,6 +391,48 @@ static void execute(launch *l) {
   free(l);
 }
 
+static void keep_data(void *owner) { (void)owner; }
+
+int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  launch *l = calloc(1, sizeof *l);
+  kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
+  kl_buffer **outs = calloc((size_t)x->noutputs + 1, sizeof *outs);
+  int rc = 0;
+  if (!l || !bufs || !outs) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+  for (int i = 0; !rc && i < x->ninputs; i++) { /* the caller's memory, read only, never freed */
+    int s = x->in_slots[i];
+    if (!bufs[s] && !(bufs[s] = kl_buf_wrap(in[i], x->slot_bytes[s], keep_data, NULL)))
+      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+  }
+  for (int i = 0; !rc && i < x->noutputs; i++) {
+    int s = x->out_slots[i];
+    if (!bufs[s] && !(bufs[s] = kl_buf_new(x->slot_bytes[s], err, errlen))) rc = -1;
+    if (!rc) kl_buf_retain(outs[i] = bufs[s]);
+  }
+  if (rc) {
+    for (int i = 0; outs && i < x->noutputs; i++) kl_buf_release(outs[i]);
+    for (int i = 0; bufs && i < x->nslots; i++) kl_buf_release(bufs[i]);
+    free(outs);
+    free(bufs);
+    free(l);
+    return -1;
+  }
+  kl_exec_retain(x);
+  l->x = x;
+  l->bufs = bufs;
+  execute(l); /* frees l and bufs, releases x and every slot's buffer but the outputs we hold */
+  for (int i = 0; i < x->noutputs; i++) {
+    if (!rc && outs[i]->state == KL_BUF_FAILED) {
+      snprintf(err, errlen, "%s", outs[i]->error ? outs[i]->error : "a loop body failed");
+      rc = -1;
+    }
+    if (!rc && out[i] != outs[i]->data) memcpy(out[i], outs[i]->data, x->slot_bytes[x->out_slots[i]]);
+    kl_buf_release(outs[i]);
+  }
+  free(outs);
+  return rc;
+}
+
 static int q_len; /* launches queued (atomic reads for spinning) */
 
 static void *executor_main(void *arg) {

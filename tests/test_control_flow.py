@@ -1,5 +1,7 @@
 """lax.cond / switch / fori_loop / scan / map / while_loop, eagerly and under jit, grad and vmap,
 against Python evaluations."""
+import collections
+
 import numpy as np
 import pytest
 
@@ -72,16 +74,79 @@ def test_scan_and_map_against_python():
     np.testing.assert_allclose(np.asarray(lax.map(lambda v: v * 2, jnp.asarray(xs))), xs * 2)
 
 
-def test_unsupported_traced_loops_raise_clearly():
-    with pytest.raises(NotImplementedError, match="while_loop"):
-        kiln.jit(lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v))(1.0)
-    with pytest.raises(NotImplementedError, match="traced bounds"):
-        kiln.jit(lambda n, v: lax.fori_loop(0, n, lambda i, u: u + 1, v))(3, 0.0)
-    with pytest.raises(NotImplementedError, match="unrolled"):
-        kiln.jit(lambda v: lax.fori_loop(0, 10_000, lambda i, u: u + 1, v))(0.0)
-    # concrete loops still work, also inside grad outside jit
+def test_traced_loops_are_while_equations():
+    # a traced condition, traced bounds and long static loops: one while equation each
+    assert float(kiln.jit(lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v))(1.0)) == 16.0
+    assert float(kiln.jit(lambda n, v: lax.fori_loop(0, n, lambda i, u: u + i, v))(5, 0.5)) == 10.5
+    assert float(kiln.jit(lambda v: lax.fori_loop(0, 10_000, lambda i, u: u + 1, v))(0.0)) == 10_000.0
+    for f in (lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v),
+              lambda v: lax.fori_loop(0, 10_000, lambda i, u: u + 1, v)):
+        text = str(kiln.make_jaxpr(f)(1.0))
+        assert text.count("while[") == 1 and len(text) < 2000  # the size does not grow with the trip count
+    # concrete loops still run as Python, also inside grad outside jit
     assert float(lax.while_loop(lambda u: u < 10, lambda u: u * 2, 1.0)) == 16.0
     assert float(kiln.grad(lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v))(1.0)) == 16.0
+
+
+def test_while_loop_values_against_python():
+    rng = np.random.default_rng(12)
+    x = rng.uniform(0.5, 4.0, 5).astype(np.float32)
+
+    def newton(a, tol):  # square roots to a tolerance: the trip count depends on the values
+        def body(c):
+            r, k = c
+            return 0.5 * (r + a / r), k + 1
+        return lax.while_loop(lambda c: jnp.max(jnp.abs(c[0] * c[0] - a)) > tol, body, (a, 0))
+
+    r, k = kiln.jit(newton)(x, 1e-5)
+    np.testing.assert_allclose(np.asarray(r), np.sqrt(x.astype(np.float64)), rtol=1e-5)
+    want_k, v = 0, x.astype(np.float32)
+    while np.max(np.abs(v * v - x)) > 1e-5:
+        v, want_k = np.float32(0.5) * (v + x / v), want_k + 1
+    assert int(k) == want_k and want_k > 2
+    # zero trips, pytree carries, dtypes kept
+    P = collections.namedtuple("P", "n acc")
+    f = kiln.jit(lambda n, acc: lax.while_loop(lambda s: s.n > 0, lambda s: P(s.n - 1, {"v": s.acc["v"] * 1.5}),
+                                               P(n, {"v": acc})))
+    out = f(np.int32(3), x)
+    assert int(out.n) == 0 and np.asarray(out.acc["v"]).dtype == np.float32
+    np.testing.assert_allclose(np.asarray(out.acc["v"]), x * 1.5 ** 3, rtol=1e-6)
+    out = f(np.int32(0), x)
+    np.testing.assert_array_equal(np.asarray(out.acc["v"]), x)
+
+
+def test_nested_while_loops_and_closures():
+    m = np.random.default_rng(3).standard_normal((3, 3)).astype(np.float32) * 0.3
+
+    def f(n, v):
+        def outer(c):
+            i, u = c
+            inner = lax.while_loop(lambda d: d[0] < i, lambda d: (d[0] + 1, m @ d[1] + 0.1), (0, u))
+            return i + 1, inner[1]
+        return lax.while_loop(lambda c: c[0] < n, outer, (0, v))[1]
+
+    v = np.ones(3, np.float32)
+    got = np.asarray(kiln.jit(f)(4, v))
+    want = v.astype(np.float64)
+    for i in range(4):
+        for _ in range(i):
+            want = m.astype(np.float64) @ want + 0.1
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_while_loop_errors_and_what_is_not_supported_yet():
+    with pytest.raises(TypeError, match=r"cond_fun must return a boolean scalar, but got output type\(s\) "
+                                        r"\[ShapedArray\(float32\[\]\)\]"):
+        kiln.jit(lambda x: lax.while_loop(lambda c: c, lambda c: c, x))(1.0)
+    with pytest.raises(TypeError, match=r"input carry component loop_carry\[2\] has type float32\[2\] but the "
+                                        r"corresponding output carry component has type float32\[1\]"):
+        kiln.jit(lambda n, x: lax.fori_loop(0, n, lambda i, v: v[:1], x))(3, np.ones(2, np.float32))
+    loop = lambda x: lax.while_loop(lambda c: c < 3.0, lambda c: c * 2.0, x)  # noqa: E731
+    with pytest.raises(NotImplementedError, match="differentiation of while"):
+        kiln.jit(kiln.grad(loop))(1.0)
+    with pytest.raises(NotImplementedError, match="vmap of while"):
+        kiln.jit(kiln.vmap(loop))(jnp.ones(2))
+    assert float(kiln.jit(loop)(1.0)) == 4.0  # the library keeps working
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])

@@ -79,6 +79,8 @@ typedef struct {
    * driver then tiles the loops); NULL: never */
   int (*strided)(const kl_eqn *e);
   const char *unsupported;     /* the step cannot run: the error compiling it reports */
+  char loop;                   /* a loop over sub-programs: its step is built by codegen/loop.c (on
+                                  the host, its bodies compiled for the CPU) */
 } kl_lowering;
 
 /* Each family's rows (codegen/lower/<family>.c). */

@@ -30,6 +30,8 @@ static const struct {
     {KL_P_CUSTOM_VJP_LIN, "cpu", "forward mode through custom_vjp is refused, as in JAX"},
     {KL_P_CUSTOM_VJP_LIN, "gpu", "forward mode through custom_vjp is refused, as in JAX"},
     {KL_P_CUSTOM_VJP_LIN, "batch", "forward mode through custom_vjp is refused, as in JAX"},
+    {KL_P_WHILE, "jvp", "differentiating a while equation comes with issue 11's loop rules (concrete loops differentiate)"},
+    {KL_P_WHILE, "batch", "batching a while equation comes with issue 11's loop rules"},
 };
 
 static int is_linear(kl_prim p) {
@@ -63,7 +65,7 @@ int main(void) {
     int no_operands = pi->form == KL_FORM_CONST || pi->form == KL_FORM_IOTA;
     int inlined = r->inline_call != NULL; /* call equations become their bodies before codegen */
     int kernel_side = (l->scalar || l->reduce) && !l->unsupported;
-    int host = l->cpu_lib && !l->unsupported; /* a row that only names its error lowers nothing */
+    int host = (l->cpu_lib || l->loop) && !l->unsupported; /* a row that only names its error lowers nothing */
     printf("%-24s %-12s", pi->name, kl_family_name(pi->family));
     cell(p, "shape", 1, 'y'); /* every family has its rule (ir/prims/<family>.c) */
     cell(p, "jvp", 1, r->jvp ? 'y' : 0);

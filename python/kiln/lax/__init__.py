@@ -649,10 +649,32 @@ def _check_unroll(name, n):
                                   "equations exist; run it outside jit or shorten it")
 
 
+def _fori_equation(lower, upper, body_fun, init_val):
+    """fori_loop as a while equation over (i, upper, val), as JAX makes it for traced bounds."""
+    lo, hi = core.asarray(lower), core.asarray(upper)
+    if lo.dtype.kind not in "iu" or hi.dtype.kind not in "iu" or lo.shape != () or hi.shape != ():
+        raise TypeError(f"fori_loop: lower and upper must be integer scalars, got {lo.dtype.name}{list(lo.shape)} "
+                        f"and {hi.dtype.name}{list(hi.shape)}")
+    if lo.dtype != hi.dtype:
+        lo, hi = (convert_element_type(lo, hi.dtype), hi) if lo.weak_type else (lo, convert_element_type(hi, lo.dtype))
+
+    def cond(loop_carry):
+        return lt(loop_carry[0], loop_carry[1])
+
+    def body(loop_carry):
+        i, n, x = loop_carry
+        return add(i, _to_array(1, i)), n, body_fun(i, x)
+
+    return while_loop(cond, body, (lo, hi, init_val))[2]
+
+
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     from kiln._src import control_checks
-    lo, hi = _static_count("fori_loop", lower), _static_count("fori_loop", upper)
-    _check_unroll("fori_loop", hi - lo)
+    if not _has_value(lower) or not _has_value(upper):  # traced bounds: a real loop
+        return _fori_equation(lower, upper, body_fun, init_val)
+    lo, hi = _int(lower), _int(upper)
+    if core.tracing() and hi - lo > _MAX_UNROLL:  # long loops under a trace: a real loop too
+        return _fori_equation(lower, upper, body_fun, init_val)
     val = init_val
     for i in builtins.range(lo, hi):
         out = body_fun(i, val)
@@ -664,15 +686,51 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     return val
 
 
+def _while_equation(cond_fun, body_fun, init_val):
+    """A while equation: cond_fun and body_fun traced once into sub-programs over the carries'
+    types, run as a loop by the executable (any trip count, one compilation)."""
+    from kiln._src import control_checks, tree_util
+    from kiln._src.custom import _trace_sub
+    leaves, tree = tree_util.tree_flatten(init_val)
+    leaves = [core.asarray(x) for x in leaves]
+    carry = control_checks.carry_name(body_fun)
+    state = {"promote": False}
+
+    def cond_flat(*xs):
+        c = cond_fun(tree_util.tree_unflatten(tree, list(xs)))
+        c = core.asarray(c) if not isinstance(c, Array) else c
+        if c.shape != () or c.dtype != np.bool_:
+            raise TypeError("cond_fun must return a boolean scalar, but got output type(s) "
+                            f"[ShapedArray({c.dtype.name}[{','.join(str(d) for d in c.shape)}])].")
+        return [c]
+
+    def body_flat(*xs):
+        init = tree_util.tree_unflatten(tree, list(xs))
+        out = body_fun(init)
+        if control_checks.check_carry("while_loop body", carry, init, out):
+            state["promote"] = True
+        return [core.asarray(o) for o in tree_util.tree_leaves(out)]
+
+    body_id, body_consts, _ = _trace_sub(body_flat, leaves)
+    if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
+        out_avals = _trace_sub(body_flat, leaves)[2]
+        leaves = [convert_element_type(x, d) if x.dtype != d else x for x, (_, d, _) in zip(leaves, out_avals)]
+        body_id, body_consts, _ = _trace_sub(body_flat, leaves)
+    cond_id, cond_consts, _ = _trace_sub(cond_flat, leaves)
+    outs = core.bind("while", list(cond_consts) + list(body_consts) + leaves,
+                     {"counts": (len(cond_consts), len(body_consts), len(leaves)), "cond": cond_id, "body": body_id})
+    return tree_util.tree_unflatten(tree, list(outs))
+
+
 def while_loop(cond_fun, body_fun, init_val):
+    """body_fun applied to the carry while cond_fun(carry) is true. With a concrete condition it
+    runs as Python; a traced one (under jit) makes a while equation: a real loop, compiled once."""
     from kiln._src import control_checks
     val, checked = init_val, False
     while True:
         c = cond_fun(val)
         if not _has_value(c):
-            raise NotImplementedError(
-                "lax.while_loop with a traced condition is not supported yet by kiln (it needs loop "
-                "equations in the IR); use fori_loop with a static trip count, or run it outside jit")
+            return _while_equation(cond_fun, body_fun, val if checked else init_val)
         if not _bool(c):
             return val
         out = body_fun(val)
