@@ -367,8 +367,14 @@ int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_o
     free(slots);
     return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a %s library call", kl_prim_get(e->prim)->name);
   }
-  st->ctx = *lc;
-  st->run_checked = kl_libcall_run;
+  kl_host_step(e, slot_of, slots, *lc, kl_libcall_run, st);
+  return 0;
+}
+
+void kl_host_step(const kl_eqn *e, const int *slot_of, int *slots, void *ctx,
+                  int (*run)(void *ctx, void **ptrs, char *err, size_t errlen), kl_step *st) {
+  st->ctx = ctx;
+  st->run_checked = run;
   st->nslots = e->nin + e->nout;
   st->slots = slots;
   for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
@@ -376,7 +382,6 @@ int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_o
   st->extent = 1;
   st->partial_arg = -1;
   st->host_nin = e->nin;
-  return 0;
 }
 
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {

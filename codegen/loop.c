@@ -11,6 +11,7 @@
 #include "../ir/status.h"
 #include "../runtime/runtime.h"
 #include "compile.h"
+#include "mlirctx.h"
 #include "loop.h"
 
 struct kl_loop {
@@ -82,15 +83,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     free(slots);
     return -1;
   }
-  st->ctx = l;
-  st->run_checked = loop_run;
-  st->nslots = e->nin + e->nout;
-  st->slots = slots;
-  for (int i = 0; i < e->nin; i++) st->slots[i] = slot_of[e->ins[i]];
-  for (int i = 0; i < e->nout; i++) st->slots[e->nin + i] = slot_of[e->outs[i]];
-  st->extent = 1;
-  st->partial_arg = -1;
-  st->host_nin = e->nin;
+  kl_host_step(e, slot_of, slots, l, loop_run, st);
   *out = l;
   return 0;
 }

@@ -27,6 +27,10 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
 /* Fills st as the library call of equation e (*lc: its context, owned by the caller). */
 int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, kl_step *st, kl_libcall **lc, char *err,
                         size_t errlen);
+/* Fills st as a step run on the host by run(ctx, operand then result pointers), its slots (the
+ * array `slots`, taken) those of e's operands and results. */
+void kl_host_step(const kl_eqn *e, const int *slot_of, int *slots, void *ctx,
+                  int (*run)(void *ctx, void **ptrs, char *err, size_t errlen), kl_step *st);
 /* Adds a compilation to the counters behind kl_compile_seconds/kl_compile_count. */
 void kl_compile_note(double seconds);
 #endif
