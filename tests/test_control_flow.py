@@ -224,3 +224,30 @@ def test_programs_of_thousands_of_kernels_compile():
         k1 = f(y); k2 = f(y + 0.005 * k1); k3 = f(y + 0.005 * k2); k4 = f(y + 0.01 * k3)  # noqa: E702
         y = y + 0.01 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
     np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_long_scans_under_jit_are_while_equations(reverse):
+    # a 2,000-step RNN: one while equation over (step, carry, stacked ys)
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((6, 6)) * 0.4).astype(np.float32)
+    u = (rng.standard_normal((3, 6)) * 0.4).astype(np.float32)
+    xs = {"a": rng.standard_normal((2000, 3)).astype(np.float32), "b": np.arange(2000, dtype=np.int32)}
+
+    def cell(h, x):
+        h = jnp.tanh(h @ w + x["a"] @ u)
+        return h, (h.sum(), x["b"] * 2)
+
+    step = kiln.jit(lambda h, xs: lax.scan(cell, h, xs, reverse=reverse))
+    assert str(kiln.make_jaxpr(lambda h, xs: lax.scan(cell, h, xs))(np.zeros(6, np.float32), xs)).count("while[") == 1
+    h, (s, b) = step(np.zeros(6, np.float32), xs)
+    hh, want = np.zeros(6), [None] * 2000
+    for i in (range(1999, -1, -1) if reverse else range(2000)):
+        hh = np.tanh(hh @ w + xs["a"][i] @ u)
+        want[i] = hh.sum()
+    np.testing.assert_allclose(np.asarray(h), hh, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(s), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(b), xs["b"] * 2)
+    assert np.asarray(b).dtype == np.int32
+    with pytest.raises(TypeError, match="scan body function carry input and carry output must have equal types"):
+        kiln.jit(lambda h, xs: lax.scan(lambda c, x: (c[:1], x), h, xs))(np.zeros(2, np.float32), xs["a"])

@@ -665,7 +665,7 @@ def _fori_equation(lower, upper, body_fun, init_val):
         i, n, x = loop_carry
         return add(i, _to_array(1, i)), n, body_fun(i, x)
 
-    return while_loop(cond, body, (lo, hi, init_val))[2]
+    return _while_equation(cond, body, (lo, hi, init_val))[2]
 
 
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
@@ -756,7 +756,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     if len(lengths) != 1:
         raise ValueError(f"scan: inconsistent lengths {sorted(lengths)} (xs leading axes and length=)")
     n = lengths.pop()
-    _check_unroll("scan", n)
+    if core.tracing() and n > _MAX_UNROLL:
+        return _scan_equation(f, init, x_leaves, x_tree, n, reverse)
     carry, ys = init, []
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks
@@ -792,6 +793,45 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     y_leaves0, y_tree = tree_util.tree_flatten(ys[0])
     stacked = [jnp.stack([tree_util.tree_leaves(y)[k] for y in ys]) for k in builtins.range(len(y_leaves0))]
     return carry, tree_util.tree_unflatten(y_tree, stacked)
+
+
+def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
+    """A long scan under a trace as one while equation over (i, carry, ys), as JAX lowers scan:
+    step i reads slice i of xs and writes slice i of the stacked ys."""
+    from kiln._src import api, control_checks, tree_util
+    from kiln import numpy as jnp
+    c_leaves, c_tree = tree_util.tree_flatten(init)
+    spec = lambda a: api.ShapeDtypeStruct(a.shape, a.dtype, bool(getattr(a, "weak_type", False)))  # noqa: E731
+    c_specs = [spec(core.asarray(c)) for c in c_leaves]
+    x_specs = [api.ShapeDtypeStruct(x.shape[1:], x.dtype, bool(getattr(x, "weak_type", False))) for x in x_leaves]
+
+    def one(cs, xs_):
+        x = tree_util.tree_unflatten(x_tree, list(xs_)) if x_leaves else None
+        out = f(tree_util.tree_unflatten(c_tree, list(cs)), x)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError(f"scan body output must be a pair (carry, y), got {type(out).__name__}")
+        return out[1]
+
+    y_leaves, y_tree = tree_util.tree_flatten(api.eval_shape(one, c_specs, x_specs))
+    ys0 = [jnp.zeros((n,) + tuple(y.shape), y.dtype) for y in y_leaves]
+    carry_name = control_checks.carry_name(f)
+
+    def cond(loop_carry):
+        return lt(loop_carry[0], _to_array(n, loop_carry[0]))
+
+    def body(loop_carry):
+        i, carry, ys = loop_carry
+        at = sub(_to_array(n - 1, i), i) if reverse else i
+        x = tree_util.tree_unflatten(x_tree, [dynamic_slice_in_dim(a, at, 1, 0)[0] for a in x_leaves]) \
+            if x_leaves else None
+        new_carry, y = f(carry, x)
+        control_checks.check_carry("scan body", carry_name, carry, new_carry)
+        ys = [dynamic_update_slice_in_dim(buf, expand_dims(core.asarray(v), (0,)).astype(buf.dtype), at, 0)
+              for buf, v in zip(ys, tree_util.tree_leaves(y))]
+        return add(i, _to_array(1, i)), new_carry, ys
+
+    _, carry, ys = _while_equation(cond, body, (core.asarray(np.int32(0)), init, ys0))
+    return carry, tree_util.tree_unflatten(y_tree, ys)
 
 
 def map(f, xs, *, batch_size=None):
