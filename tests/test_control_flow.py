@@ -144,9 +144,29 @@ def test_while_loop_errors_and_what_is_not_supported_yet():
     loop = lambda x: lax.while_loop(lambda c: c < 3.0, lambda c: c * 2.0, x)  # noqa: E731
     with pytest.raises(NotImplementedError, match="differentiation of while"):
         kiln.jit(kiln.grad(loop))(1.0)
-    with pytest.raises(NotImplementedError, match="vmap of while"):
-        kiln.jit(kiln.vmap(loop))(jnp.ones(2))
     assert float(kiln.jit(loop)(1.0)) == 4.0  # the library keeps working
+
+
+def test_vmap_of_while_loops_runs_each_example_its_own_trip_count():
+    def newton(a):
+        return lax.while_loop(lambda c: jnp.abs(c[0] * c[0] - a) > 1e-5,
+                              lambda c: (0.5 * (c[0] + a / c[0]), c[1] + 1), (a, 0))
+
+    xs = np.array([0.5, 2.0, 9.0, 100.0, 1e4], np.float32)
+    r, k = kiln.jit(kiln.vmap(newton))(xs)
+    for i, a in enumerate(xs):  # the same as a Python loop per example, trip counts included
+        want_r, want_k = newton(a)
+        assert float(r[i]) == float(want_r) and int(k[i]) == int(want_k)
+    assert len(set(np.asarray(k).tolist())) > 2
+    # batched and unbatched bounds, closures over batched values, pytree carries
+    f = kiln.jit(kiln.vmap(lambda x, n: lax.fori_loop(0, n, lambda i, v: {"v": v["v"] * 2.0 + i}, {"v": x})["v"],
+                           in_axes=(0, None)))
+    np.testing.assert_allclose(np.asarray(f(jnp.arange(3.0), 5)), [26.0, 58.0, 90.0])
+    g = kiln.jit(kiln.vmap(lambda x, n: lax.fori_loop(0, n, lambda i, v: v * x, 1.0)))
+    np.testing.assert_allclose(np.asarray(g(jnp.asarray([1.0, 2.0, 3.0, 0.5]), jnp.arange(4))),
+                               [1.0, 2.0, 9.0, 0.125])
+    h = kiln.vmap(kiln.vmap(lambda a: newton(a)[1]))  # nested vmap
+    np.testing.assert_array_equal(np.asarray(kiln.jit(h)(xs.reshape(1, 5))), np.asarray(k).reshape(1, 5))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])
