@@ -271,3 +271,30 @@ def test_long_scans_under_jit_are_while_equations(reverse):
     assert np.asarray(b).dtype == np.int32
     with pytest.raises(TypeError, match="scan body function carry input and carry output must have equal types"):
         kiln.jit(lambda h, xs: lax.scan(lambda c, x: (c[:1], x), h, xs))(np.zeros(2, np.float32), xs["a"])
+
+
+def test_forward_mode_through_while_equations_against_finite_differences():
+    def newton(a, s):  # sqrt(a) * s, to a tolerance: the trip count depends on a
+        r = lax.while_loop(lambda c: jnp.abs(c[0] * c[0] - a) > 1e-5 * a,
+                           lambda c: (0.5 * (c[0] + a / c[0]), c[1] + 1), (a, 0))[0]
+        return r * s
+
+    a, s = np.float32(6.0), np.float32(1.5)
+    out, tan = kiln.jit(lambda a, s: kiln.jvp(newton, (a, s), (np.float32(1.0), np.float32(0.5))))(a, s)
+    fd = (np.sqrt(6.0 + 1e-3) * (1.5 + 5e-4) - np.sqrt(6.0 - 1e-3) * (1.5 - 5e-4)) / 2e-3
+    assert float(out) == pytest.approx(np.sqrt(6.0) * 1.5, rel=1e-5)
+    assert float(tan) == pytest.approx(fd, rel=1e-3)
+    # jacfwd of a fori_loop with traced bounds: the tangent flows through the carry
+    f = lambda x, n: lax.fori_loop(0, n, lambda i, v: jnp.sin(v) + v * 0.5, x)  # noqa: E731
+    x = np.random.default_rng(6).uniform(-1, 1, 3).astype(np.float32)
+    jac = np.asarray(kiln.jit(kiln.jacfwd(f), static_argnums=())(x, 4))
+    v, d = x.astype(np.float64), np.ones(3)
+    for _ in range(4):
+        d = d * (np.cos(v) + 0.5)
+        v = np.sin(v) + v * 0.5
+    np.testing.assert_allclose(np.diag(jac), d, rtol=1e-5)
+    np.testing.assert_allclose(jac - np.diag(np.diag(jac)), 0, atol=1e-7)
+    # forward mode of a vmapped loop
+    g = kiln.jit(kiln.vmap(lambda a: kiln.jvp(lambda a: newton(a, 1.0), (a,), (1.0,))[1]))
+    xs = np.array([2.0, 4.0, 25.0], np.float32)  # (a = 1 runs no iteration: its derivative is 1, as in JAX)
+    np.testing.assert_allclose(np.asarray(g(xs)), 0.5 / np.sqrt(xs), rtol=1e-3)

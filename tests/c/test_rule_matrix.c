@@ -30,7 +30,6 @@ static const struct {
     {KL_P_CUSTOM_VJP_LIN, "cpu", "forward mode through custom_vjp is refused, as in JAX"},
     {KL_P_CUSTOM_VJP_LIN, "gpu", "forward mode through custom_vjp is refused, as in JAX"},
     {KL_P_CUSTOM_VJP_LIN, "batch", "forward mode through custom_vjp is refused, as in JAX"},
-    {KL_P_WHILE, "jvp", "differentiating a while equation comes with issue 11's loop rules (concrete loops differentiate)"},
 };
 
 static int is_linear(kl_prim p) {

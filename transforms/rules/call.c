@@ -304,6 +304,99 @@ static int splice(kl_build *b, const kl_program *src, const int *ins, int *outs)
   return b->failed ? -1 : 0;
 }
 
+/* while, forward mode: a while over (carries, tangents of the float carries) whose body is the
+ * body's JVP; tangents of the body's consts are extra consts, the condition ignores tangents.
+ * A float carry without a tangent starts from zeros (the body may give it one). */
+static int while_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const int64_t *c = e->p.while_.counts.v;
+  int nc = (int)c[0], nb = (int)c[1], n = (int)c[2], nt = 0, ntc = 0;
+  const kl_program *cond = e->p.while_.cond, *body = e->p.while_.body;
+  char *has = kl_calloc((size_t)n + 1, 1);
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body);
+  int *ops = kl_malloc(sizeof(int) * ((size_t)(2 * (nc + nb + n)) + 2));
+  int *outs = kl_malloc(sizeof(int) * ((size_t)(2 * n) + 2)), *cin = kl_malloc(sizeof(int) * ((size_t)(n + nc) + 1));
+  kl_program *body2 = kl_program_new(), *cond2 = kl_program_new();
+  int rc = -1;
+  if (!has || !fp || !ft || !ops || !outs || !cin || !body2 || !cond2) {
+    kl_build_oom(a);
+    goto done;
+  }
+  for (int i = 0; i < n; i++) nt += has[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
+  for (int j = 0; j < nb; j++) ntc += ts[nc + j] >= 0;
+  { /* body2: (carries, their tangents, body consts, their tangents) -> (carries, tangents) */
+    kl_build in = {.pg = body2, .err = a->err, .errlen = a->errlen, .who = a->who};
+    for (int i = 0; i < n; i++) fp[body->inputs[i]] = kl_program_add_input(body2, &body->vals[body->inputs[i]].aval);
+    for (int i = 0; i < n; i++)
+      if (has[i]) ft[body->inputs[i]] = kl_program_add_input(body2, &body->vals[body->inputs[i]].aval);
+    for (int j = 0; j < nb; j++) fp[body->inputs[n + j]] = kl_program_add_input(body2, &body->vals[body->inputs[n + j]].aval);
+    for (int j = 0; j < nb; j++)
+      if (ts[nc + j] >= 0) ft[body->inputs[n + j]] = kl_program_add_input(body2, &body->vals[body->inputs[n + j]].aval);
+    if (!kl_jvp_eqns(&in, body, fp, ft, NULL, 0, 0)) {
+      int k = 0;
+      for (int i = 0; i < n; i++) outs[k++] = fp[body->outputs[i]];
+      for (int i = 0; i < n; i++)
+        if (has[i]) {
+          int t = ft[body->outputs[i]];
+          outs[k++] = t >= 0 ? t : kl_build_zeros(&in, &body->vals[body->outputs[i]].aval);
+        }
+      if (!in.failed) kl_program_set_outputs(body2, outs, k);
+    }
+    if (in.failed || body2->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  { /* cond2: (carries, their tangents, cond consts) -> cond(carries, cond consts) */
+    kl_build in = {.pg = cond2, .err = a->err, .errlen = a->errlen, .who = a->who};
+    for (int i = 0; i < n; i++) cin[i] = kl_program_add_input(cond2, &cond->vals[cond->inputs[i]].aval);
+    for (int i = 0; i < n; i++)
+      if (has[i]) kl_program_add_input(cond2, &cond->vals[cond->inputs[i]].aval);
+    for (int j = 0; j < nc; j++) cin[n + j] = kl_program_add_input(cond2, &cond->vals[cond->inputs[n + j]].aval);
+    int pred;
+    if (!splice(&in, cond, cin, &pred)) kl_program_set_outputs(cond2, &pred, 1);
+    if (in.failed || cond2->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  { /* the equation: cond consts; body consts and their tangents; carries and their tangents */
+    int k = 0;
+    for (int j = 0; j < nc + nb; j++) ops[k++] = xs[j];
+    for (int j = 0; j < nb; j++)
+      if (ts[nc + j] >= 0) ops[k++] = ts[nc + j];
+    for (int i = 0; i < n; i++) ops[k++] = xs[nc + nb + i];
+    for (int i = 0; i < n; i++)
+      if (has[i]) ops[k++] = ts[nc + nb + i] >= 0 ? ts[nc + nb + i] : kl_build_zeros(a, &body->vals[body->inputs[i]].aval);
+    int64_t counts[3] = {nc, nb + ntc, n + nt};
+    kl_params p = e->p;
+    p.while_.counts = (kl_ivec){counts, 3};
+    p.while_.cond = cond2;
+    p.while_.body = body2;
+    int res[KL_MAX_OUTS];
+    if (n + nt > KL_MAX_OUTS) {
+      kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of while: %d carries and tangents (at most %d)", n + nt,
+                    KL_MAX_OUTS);
+      goto done;
+    }
+    if (a->failed || kl_build_emit(a, KL_P_WHILE, ops, k, &p, res) < 0) goto done;
+    for (int i = 0, t = n; i < n; i++) {
+      ys[i] = res[i];
+      touts[i] = has[i] ? res[t++] : -1;
+    }
+    rc = 0;
+  }
+done:
+  free(has);
+  free(fp);
+  free(ft);
+  free(ops);
+  free(outs);
+  free(cin);
+  kl_program_free(body2);
+  kl_program_free(cond2);
+  return a->failed ? -1 : rc;
+}
+
 /* while: every carry batched; the loop runs while the condition holds for any example, and an
  * example whose condition is false keeps its carries (the body's results are selected per
  * example), as JAX batches it. The new body computes the batched condition itself, so its consts
@@ -442,5 +535,5 @@ const kl_rule_row kl_rules_call[] = {
     {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL, NULL, NULL, NULL},
     {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch, NULL, custom_jvp_call_inline, NULL},
     {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch, NULL, checkpoint_inline, NULL},
-    {KL_P_WHILE, NULL, NULL, while_batch, NULL, NULL, NULL},
+    {KL_P_WHILE, while_jvp, NULL, while_batch, NULL, NULL, NULL},
     KL_RULES_END};
