@@ -2,7 +2,8 @@
  * pass pipeline, which runs inside bodies) are compiled for the CPU; the step runs them in turn
  * on the host until the condition is false, the carries in two sets of buffers that trade places
  * each iteration. On a GPU the step is a host step over copies of its operands (kl_step.on_host),
- * named by KILN_LOG_COMPILES like every other. Depends on ir/, runtime/ and compile.h. */
+ * named by KILN_LOG_COMPILES like every other. Depends on ir/, runtime/ and codegen's compile
+ * drivers (compile.h, mlirctx.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
