@@ -309,6 +309,7 @@ typedef struct launch {
   kl_exec *x;
   kl_buffer **bufs; /* per slot (inputs retained, outputs retained, temps owned) */
   struct launch *next;
+  int quiet;        /* outputs nobody waits on (a loop body's): set without waking waiters */
 } launch;
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -382,7 +383,11 @@ static void execute(launch *l) {
       for (int k = 0; k < x->noutputs; k++) out |= x->out_slots[k] == i;
       for (int k = 0; k < x->ninputs; k++) out &= x->in_slots[k] != i;
     }
-    if (out) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
+    if (out && l->quiet) { /* the caller reads the state after execute() returns, on this thread */
+      if (failed && !l->bufs[i]->error) l->bufs[i]->error = strdup(err);
+      atomic_store((_Atomic int *)&l->bufs[i]->state, failed ? KL_BUF_FAILED : KL_BUF_READY);
+    } else if (out)
+      buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
     kl_buf_release(l->bufs[i]);
   }
   if (is_out != small_out) free(is_out);
@@ -420,6 +425,7 @@ int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, si
   kl_exec_retain(x);
   l->x = x;
   l->bufs = bufs;
+  l->quiet = 1;
   execute(l); /* frees l and bufs, releases x and every slot's buffer but the outputs we hold */
   for (int i = 0; i < x->noutputs; i++) {
     if (!rc && outs[i]->state == KL_BUF_FAILED) {
