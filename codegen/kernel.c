@@ -434,7 +434,7 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
     snprintf(inds[d], sizeof inds[d], "%s  ", k->ind);
     k->ind = inds[d];
   }
-  int memo_mark = k->nmemo;
+  int memo_mark = kk_memo_mark(k);
   ssa val, nv;
   kk_emit_value(k, r->ins[0], idx, val);
   if (k->stash == r->ins[0]) kk_store_stash(k, val, idx, x->ndim); /* the main loop reads them back */
@@ -456,8 +456,7 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
     kk_line(k, "%s = arith.ori %s, %s : i1", kk_fresh(k, nf), flag, un);
     kk_line(k, "scf.yield %s, %s : %s, i1", nv, nf, acty);
   } else kk_line(k, "scf.yield %s : %s", nv, acty);
-  for (int i = memo_mark; i < k->nmemo; i++) free(k->memo[i].key);
-  k->nmemo = memo_mark;
+  kk_memo_reset(k, memo_mark);
   for (int d = x->ndim - 1; d >= rowk; d--) {
     k->ind = d == rowk ? outer_ind : inds[d - 1];
     if (wide && d == x->ndim - 1) {

@@ -157,7 +157,7 @@ static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int6
   char ind2[80];
   snprintf(ind2, sizeof ind2, "%s  ", ind);
   k->ind = ind2;
-  int mark = k->nmemo;
+  int mark = kk_memo_mark(k);
   ssa acc;
   snprintf(acc, sizeof acc, "%%ra%d", sid);
   for (int q = 0; q < vec; q++) {
@@ -179,8 +179,7 @@ static void strided_accumulate(kctx *k, kl_prim p, kl_dtype t, int v, const int6
     snprintf(acc, sizeof acc, "%s", c);
   }
   kk_line(k, "scf.yield %s : %s", acc, ty);
-  for (int i = mark; i < k->nmemo; i++) free(k->memo[i].key);
-  k->nmemo = mark;
+  kk_memo_reset(k, mark);
   k->ind = ind;
   kk_line(k, "}");
   snprintf(out, sizeof(ssa), "%%acc%d", sid);
@@ -204,7 +203,7 @@ static void reduced_accumulate(kctx *k, const kl_eqn *e, kl_dtype rt, const int6
   char ind2[80];
   snprintf(ind2, sizeof ind2, "%s  ", ind);
   k->ind = ind2;
-  int mark = k->nmemo;
+  int mark = kk_memo_mark(k);
   kk_delinearize(k, "%j0", rdims, nr, ridx);
   for (int i = 0; i < nr; i++) memcpy(idx[rpos[i]], ridx[i], sizeof(ssa));
   ssa val, c;
@@ -212,8 +211,7 @@ static void reduced_accumulate(kctx *k, const kl_eqn *e, kl_dtype rt, const int6
   to_shared(k, rt, val);
   kg_combine(k, e->prim, rt, ty, "%ra0", val, c);
   kk_line(k, "scf.yield %s : %s", c, ty);
-  for (int i = mark; i < k->nmemo; i++) free(k->memo[i].key);
-  k->nmemo = mark;
+  kk_memo_reset(k, mark);
   k->ind = ind;
   kk_line(k, "}");
   snprintf(out, sizeof(ssa), "%%acc0");

@@ -476,32 +476,6 @@ static int blas_gemm_usable(kl_dtype t) {
   return (t == KL_F32 || t == KL_F64) && lib.loaded;
 }
 
-/* One product C = op(A) @ op(B), m, n, k > 0, in a dtype matmul_kernel
- * serves. ta/tb: scratch of m*k / k*n elements, needed (and only used) when
- * the C kernel runs with transa / transb. Row-major C is column-major C^T,
- * and C^T = op(B)^T op(A)^T, so the BLAS gets B first with the same flags. */
-static void gemm_one(kl_dtype t, int64_t m, int64_t n, int64_t k,
-                     const void *a, int transa, const void *b, int transb,
-                     void *c, void *ta, void *tb) {
-  if (blas_gemm_usable(t)) {
-    int d = t == KL_F64;
-    const double one_d = 1.0, zero_d = 0.0;
-    const float one_f = 1.0f, zero_f = 0.0f;
-    bint sm, sn, sk, slda, sldb, sldc;
-    ((gemm_fn)lib.fn[d][R_GEMM])(
-        transb ? "T" : "N", transa ? "T" : "N", bi(&sm, n), bi(&sn, m),
-        bi(&sk, k), d ? (const void *)&one_d : (const void *)&one_f, b,
-        bi(&sldb, transb ? k : n), a, bi(&slda, transa ? m : k),
-        d ? (const void *)&zero_d : (const void *)&zero_f, c, bi(&sldc, n), 1,
-        1);
-    return;
-  }
-  size_t esz = elem_size(t);
-  if (transa) { transpose(a, ta, k, m, esz); a = ta; }
-  if (transb) { transpose(b, tb, n, k, esz); b = tb; }
-  matmul_kernel(t)(m, n, k, a, b, c);
-}
-
 /* One BLAS product with explicit leading dimensions: rows [0, m) of row-major C (ldc) =
  * op(A) (lda) @ op(B) (ldb), through the column-major C^T = op(B)^T op(A)^T. */
 static void gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int transa,
@@ -514,6 +488,23 @@ static void gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, 
                                d ? (const void *)&one_d : (const void *)&one_f, b, bi(&sldb, ldb), a,
                                bi(&slda, lda), d ? (const void *)&zero_d : (const void *)&zero_f, c,
                                bi(&sldc, ldc), 1, 1);
+}
+
+/* One product C = op(A) @ op(B), m, n, k > 0, in a dtype matmul_kernel
+ * serves. ta/tb: scratch of m*k / k*n elements, needed (and only used) when
+ * the C kernel runs with transa / transb. Row-major C is column-major C^T,
+ * and C^T = op(B)^T op(A)^T, so the BLAS gets B first with the same flags. */
+static void gemm_one(kl_dtype t, int64_t m, int64_t n, int64_t k,
+                     const void *a, int transa, const void *b, int transb,
+                     void *c, void *ta, void *tb) {
+  if (blas_gemm_usable(t)) {
+    gemm_ld(t, m, n, k, a, transa ? m : k, transa, b, transb ? k : n, transb, c, n);
+    return;
+  }
+  size_t esz = elem_size(t);
+  if (transa) { transpose(a, ta, k, m, esz); a = ta; }
+  if (transb) { transpose(b, tb, n, k, esz); b = tb; }
+  matmul_kernel(t)(m, n, k, a, b, c);
 }
 
 /* A batch of products split into units (batch elements, or blocks of rows of C) that the CPU

@@ -96,10 +96,12 @@ def _mismatch(t1, t2):
     return ", so " + (what[0] if len(what) == 1 else ", ".join(what[:-1]) + ", and " + what[-1])
 
 
-def _listing(diffs):
+def _bullets(diffs, capital=True, gap=True):
+    """JAX's text for a list of differences: one sentence, or bullets (with an empty line between
+    them where JAX's message has one: `gap`)."""
     if len(diffs) == 1:
-        return diffs[0][0].upper() + diffs[0][1:] + ".\n"
-    return "\n".join(f"  * {d};" for d in diffs[:-1]) + f"\n  * {diffs[-1]}.\n"
+        return (diffs[0][0].upper() + diffs[0][1:] if capital else diffs[0]) + ".\n"
+    return ("\n" if gap else "").join(f"  * {d};\n" for d in diffs[:-1]) + f"  * {diffs[-1]}.\n"
 
 
 def source_info(fun):
@@ -114,26 +116,27 @@ def source_info(fun):
 def check_branches(api, name1, fun1, out1, name2, fun2, out2):
     """cond/switch: two branches' outputs must have one structure and equal types (weak types
     aside)."""
+    t1 = [_type_of(x) for x in tu.tree_leaves(out1)]
+    t2 = [_type_of(x) for x in tu.tree_leaves(out2)]
+    same_tree = tu.tree_structure(out1) == tu.tree_structure(out2)
+    if same_tree and all(a[:2] == b[:2] for a, b in zip(t1, t2)):
+        return
     heads = f"{name1} is {source_info(fun1)}\n{name2} is {source_info(fun2)}\n\n"
-    if tu.tree_structure(out1) != tu.tree_structure(out2):
+    if not same_tree:
         diffs = [f"{name1} output{' at path ' + p if p else ''} is a {a} but {name2} output"
                  f"{' at path ' + p if p else ''} is a {b}, so {why}"
                  for p, a, b, why in _structure_errors("", out1, out2)]
         if diffs:
-            text = diffs[0] + ".\n" if len(diffs) == 1 else \
-                "\n".join(f"  * {d};\n" for d in diffs[:-1]) + f"  * {diffs[-1]}.\n"
             raise TypeError(f"{api} branch outputs must have the same pytree structure, but they differ:\n\n"
-                            f"{heads}{text}\nRevise {name1} and/or {name2} so that they have the same pytree "
+                            f"{heads}{_bullets(diffs, capital=False)}\nRevise {name1} and/or {name2} so that they have the same pytree "
                             "structure.")
     paths = _leaf_paths(out1)
-    t1 = [_type_of(x) for x in tu.tree_leaves(out1)]
-    t2 = [_type_of(x) for x in tu.tree_leaves(out2)]
     diffs = [f"the output of {name1}{' at path ' + p if p else ''} has type {_short(a)} but the corresponding "
              f"output of {name2} has type {_short(b)}{_mismatch(a, b)}"
              for p, a, b in zip(paths, t1, t2) if a[:2] != b[:2]]
     if diffs:
         raise TypeError(f"{api} branches must have equal output types but they differ.\n\n{heads}"
-                        f"{_listing(diffs)}\nRevise {name1} and/or {name2} so that all output types match.")
+                        f"{_bullets(diffs, gap=False)}\nRevise {name1} and/or {name2} so that all output types match.")
 
 
 def carry_name(body_fun, default=None):
@@ -154,10 +157,8 @@ def check_carry(name, carry, init, out):
         diffs = [f"{component(p)} is a {a} but the corresponding component of the carry output is a {b}, so {why}"
                  for p, a, b, why in _structure_errors("", init, out)]
         if diffs:
-            text = diffs[0][0].upper() + diffs[0][1:] + ".\n" if len(diffs) == 1 else \
-                "\n".join(f"  * {d};\n" for d in diffs[:-1]) + f"  * {diffs[-1]}.\n"
             raise TypeError(f"{name} function carry input and carry output must have the same pytree structure, "
-                            f"but they differ:\n\n{text}\nRevise the function so that the carry output has the "
+                            f"but they differ:\n\n{_bullets(diffs)}\nRevise the function so that the carry output has the "
                             "same pytree structure as the carry input.")
     paths = _leaf_paths(init)
     t_in = [_type_of(x) for x in tu.tree_leaves(init)]
@@ -173,10 +174,9 @@ def check_carry(name, carry, init, out):
         diffs.append(f"{component(p)} has type {_short(a)} but the corresponding output carry component has type "
                      f"{_short(b)}{_mismatch(a, b)}")
     if diffs:
-        text = diffs[0][0].upper() + diffs[0][1:] + ".\n" if len(diffs) == 1 else \
-            "\n".join(f"  * {d};\n" for d in diffs[:-1]) + f"  * {diffs[-1]}.\n"
         raise TypeError(f"{name} function carry input and carry output must have equal types, but they differ:\n\n"
-                        f"{text}\nRevise the function so that all output types match the corresponding input types.")
+                        f"{_bullets(diffs)}\nRevise the function so that all output types match the corresponding input "
+                        "types.")
     return promote
 
 

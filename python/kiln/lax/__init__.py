@@ -4,6 +4,7 @@ share a dtype; Python scalars are weakly typed and take the other operand's dtyp
 import builtins
 import enum
 import operator
+import weakref
 
 import numpy as np
 
@@ -554,17 +555,11 @@ def _has_value(x):
     return not isinstance(x, Tracer) or x._cval is not None
 
 
-def _select_trees(name, pred, t_out, f_out):
-    """Leafwise select(pred, t, f) of two branch outputs _check_branches accepted."""
+def _select_trees(pred, t_out, f_out):
+    """Leafwise select(pred, t, f) of two branch outputs control_checks.check_branches accepted."""
     from kiln._src import tree_util
     t_leaves, t_tree = tree_util.tree_flatten(t_out)
-    f_leaves = tree_util.tree_leaves(f_out)
-    out = []
-    for t, f in zip(t_leaves, f_leaves):
-        t, f = core.asarray(t), core.asarray(f)
-        if t.dtype != f.dtype:  # weak types of one kind (1 and 2.0 are not: _check_branches refused)
-            f = convert_element_type(f, t.dtype)
-        out.append(select(pred, t, f))
+    out = [select(pred, core.asarray(t), core.asarray(f)) for t, f in zip(t_leaves, tree_util.tree_leaves(f_out))]
     return tree_util.tree_unflatten(t_tree, out)
 
 
@@ -575,19 +570,28 @@ def _as_bool_scalar(name, pred):
     return pred if pred.dtype == np.bool_ else ne(pred, _to_array(0, pred))
 
 
+_untaken_types = weakref.WeakKeyDictionary()  # branch function -> {operand types: its output types}
+
+
 def _untaken_output(fun, operands):
     """The output types of a branch a concrete predicate does not take (JAX checks every branch),
-    traced on stand-ins of the operands; None under a transformation, where its closures may
-    hold another trace's values."""
+    traced on stand-ins of the operands, once per function and operand types (a trace costs
+    ~70 us, eager cond ~5); None under a transformation, where its closures may hold another
+    trace's values."""
     if core.tracing():
         return None
     from kiln._src import api, tree_util
     leaves, tree = tree_util.tree_flatten(operands)
-    specs = []
-    for x in leaves:
-        a = x if hasattr(x, "dtype") and hasattr(x, "shape") else core.asarray(x)
-        specs.append(api.ShapeDtypeStruct(a.shape, a.dtype, bool(getattr(a, "weak_type", False))))
-    return api.eval_shape(lambda *xs: fun(*tree_util.tree_unflatten(tree, list(xs))), *specs)
+    types = tuple((tuple(a.shape), a.dtype, bool(getattr(a, "weak_type", False))) for a in
+                  (x if hasattr(x, "dtype") and hasattr(x, "shape") else core.asarray(x) for x in leaves))
+    try:
+        known = _untaken_types.setdefault(fun, {})
+    except TypeError:  # not weakly referable: no cache
+        known = {}
+    if (tree, types) not in known:
+        specs = [api.ShapeDtypeStruct(*t) for t in types]
+        known[(tree, types)] = api.eval_shape(lambda *xs: fun(*tree_util.tree_unflatten(tree, list(xs))), *specs)
+    return known[(tree, types)]
 
 
 def cond(pred, true_fun, false_fun, *operands):
@@ -604,7 +608,7 @@ def cond(pred, true_fun, false_fun, *operands):
     p = _as_bool_scalar("cond", pred)
     t_out, f_out = true_fun(*operands), false_fun(*operands)
     control_checks.check_branches("cond", "true_fun", true_fun, t_out, "false_fun", false_fun, f_out)
-    return _select_trees("cond", p, t_out, f_out)
+    return _select_trees(p, t_out, f_out)
 
 
 def switch(index, branches, *operands):
@@ -631,7 +635,7 @@ def switch(index, branches, *operands):
         control_checks.check_branches("switch", "branch 0", branches[0], outs[0], f"branch{i}", branches[i], outs[i])
     result = outs[-1]
     for k in builtins.range(len(branches) - 2, -1, -1):
-        result = _select_trees("switch", le(idx, _to_array(k, idx)), outs[k], result)
+        result = _select_trees(le(idx, _to_array(k, idx)), outs[k], result)
     return result
 
 
@@ -711,9 +715,8 @@ def _while_equation(cond_fun, body_fun, init_val):
             state["promote"] = True
         return [core.asarray(o) for o in tree_util.tree_leaves(out)]
 
-    body_id, body_consts, _ = _trace_sub(body_flat, leaves)
+    body_id, body_consts, out_avals = _trace_sub(body_flat, leaves)
     if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
-        out_avals = _trace_sub(body_flat, leaves)[2]
         leaves = [convert_element_type(x, d) if x.dtype != d else x for x, (_, d, _) in zip(leaves, out_avals)]
         body_id, body_consts, _ = _trace_sub(body_flat, leaves)
     cond_id, cond_consts, _ = _trace_sub(cond_flat, leaves)
@@ -730,7 +733,7 @@ def while_loop(cond_fun, body_fun, init_val):
     while True:
         c = cond_fun(val)
         if not _has_value(c):
-            return _while_equation(cond_fun, body_fun, val if checked else init_val)
+            return _while_equation(cond_fun, body_fun, val)
         if not _bool(c):
             return val
         out = body_fun(val)
