@@ -126,8 +126,13 @@ kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
 
 static int cpu_is_ready(const kl_buffer *b) { return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING; }
 
-static void buf_set_state(kl_buffer *b, int state, const char *msg) {
+/* wake: 0 for a buffer nobody waits on (read by its caller on this thread afterwards) */
+static void buf_set_state(kl_buffer *b, int state, const char *msg, int wake) {
   if (msg && !b->error) b->error = strdup(msg);
+  if (!wake) {
+    atomic_store((_Atomic int *)&b->state, state);
+    return;
+  }
   pthread_mutex_lock(&ready_mu);
   atomic_store((_Atomic int *)&b->state, state);
   pthread_cond_broadcast(&ready_cv);
@@ -383,11 +388,7 @@ static void execute(launch *l) {
       for (int k = 0; k < x->noutputs; k++) out |= x->out_slots[k] == i;
       for (int k = 0; k < x->ninputs; k++) out &= x->in_slots[k] != i;
     }
-    if (out && l->quiet) { /* the caller reads the state after execute() returns, on this thread */
-      if (failed && !l->bufs[i]->error) l->bufs[i]->error = strdup(err);
-      atomic_store((_Atomic int *)&l->bufs[i]->state, failed ? KL_BUF_FAILED : KL_BUF_READY);
-    } else if (out)
-      buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
+    if (out) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL, !l->quiet);
     kl_buf_release(l->bufs[i]);
   }
   if (is_out != small_out) free(is_out);
