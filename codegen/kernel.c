@@ -326,7 +326,14 @@ static void open_loop(kl_str *s, int depth, const char *iv, const char *lo, cons
 }
 
 void kk_emit_reinterpret(kl_str *out, const char *indent, int i, int ndim, const int64_t *dims, const char *storage) {
-  kl_str_printf(out, "%s%%m%d = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", indent, i, i);
+  char name[24];
+  snprintf(name, sizeof name, "%%m%d", i);
+  kk_emit_reinterpret_as(out, indent, name, i, ndim, dims, storage);
+}
+
+void kk_emit_reinterpret_as(kl_str *out, const char *indent, const char *name, int i, int ndim, const int64_t *dims,
+                            const char *storage) {
+  kl_str_printf(out, "%s%s = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", indent, name, i);
   if (ndim == 0) kl_str_append(out, "1");
   for (int d = 0; d < ndim; d++) kl_str_printf(out, d ? ", %lld" : "%lld", (long long)dims[d]);
   kl_str_append(out, "], strides: [");
@@ -681,17 +688,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     stored = *space;
     stored.dtype = oa->dtype;
     snprintf(out_name, sizeof out_name, "%%mo");
-    kl_str_printf(out, "    %%mo = memref.reinterpret_cast %%a%d to offset: [0], sizes: [", out_arg);
-    for (int i = 0; i < space->ndim; i++) kl_str_printf(out, i ? ", %lld" : "%lld", (long long)space->dims[i]);
-    kl_str_append(out, "], strides: [");
-    for (int i = 0; i < space->ndim; i++) {
-      long long stride = 1;
-      for (int j = i + 1; j < space->ndim; j++) stride *= space->dims[j];
-      kl_str_printf(out, i ? ", %lld" : "%lld", stride);
-    }
-    kl_str_printf(out, "] : memref<1x%s> to ", kl_storage_type(oa->dtype));
-    kk_memref_type(out, &stored);
-    kl_str_append(out, "\n");
+    kk_emit_reinterpret_as(out, "    ", out_name, out_arg, space->ndim, space->dims, kl_storage_type(oa->dtype));
   }
 
   /* store text of the result (in registers -> memory) */

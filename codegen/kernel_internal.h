@@ -76,6 +76,9 @@ void kk_memref_type(kl_str *s, const kl_aval *a);
 void kk_store_stash(kctx *k, const char *val, ssa *idx, int n);
 /* `%m<i> = memref.reinterpret_cast %a<i>` from memref<1xT> to the static row-major shape dims. */
 void kk_emit_reinterpret(kl_str *out, const char *indent, int i, int ndim, const int64_t *dims, const char *storage);
+/* The same, named `name` (a kernel storing its result in another static shape). */
+void kk_emit_reinterpret_as(kl_str *out, const char *indent, const char *name, int i, int ndim, const int64_t *dims,
+                            const char *storage);
 void kk_index_list(kl_str *s, ssa *idx, int n, const char *zero);
 void kk_reduce_init(kctx *k, kl_prim p, kl_dtype t, char *out);
 const char *kk_reduce_op(kl_prim p, kl_dtype t);
