@@ -489,8 +489,12 @@ static void emit_stage(kctx *k, const kl_eqn *r, int rowk, int sid) {
     kk_line(k, "%s = arith.truncf %s : f64 to f32", kk_fresh(k, val), res);
     snprintf(res, sizeof res, "%s", val);
   }
-  k->stage_val[k->nstage] = r->outs[0];
-  snprintf(k->stage_ssa[k->nstage], sizeof(ssa), "%s", res);
+  kk_add_stage(k, r->outs[0], res);
+}
+
+void kk_add_stage(kctx *k, int v, const char *name) {
+  k->stage_val[k->nstage] = v;
+  snprintf(k->stage_ssa[k->nstage], sizeof(ssa), "%s", name);
   k->nstage++;
 }
 

@@ -558,9 +558,7 @@ static void emit_register_row(kctx *k, const kl_plan_step *st, const kl_aval *oa
     shared[*nshared] = ty;
     block_reduce(k, r->prim, t, (*nshared)++, block, acc, res);
     from_shared(k, t, res);
-    k->stage_val[k->nstage] = r->outs[0];
-    snprintf(k->stage_ssa[k->nstage], sizeof(ssa), "%s", res);
-    k->nstage++;
+    kk_add_stage(k, r->outs[0], res);
   }
   int oi = kk_arg_index(k, st->root);
   for (int j = 0; j < per; j++) {
@@ -780,9 +778,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
         shared[nshared] = shared_type(t);
         block_reduce(&k, r->prim, t, nshared++, block, part, res);
         from_shared(&k, t, res);
-        k.stage_val[k.nstage] = r->outs[0];
-        snprintf(k.stage_ssa[k.nstage], sizeof(ssa), "%s", res);
-        k.nstage++;
+        kk_add_stage(&k, r->outs[0], res);
       }
       k.stash_ready = k.stash >= 0;
       ssa otot, val;

@@ -69,6 +69,8 @@ void kk_memo_set(kctx *k, int v, ssa *idx, const char *name);
  * region, which code after the region cannot use). */
 int kk_memo_mark(const kctx *k);
 void kk_memo_reset(kctx *k, int mark);
+/* Row kernels: records that row reduction value v of the current row is the SSA value `name`. */
+void kk_add_stage(kctx *k, int v, const char *name);
 /* Computes value v at index idx (memoized per kernel scope). */
 char *kk_emit_value(kctx *k, int v, ssa *idx, char *out);
 void kk_memref_type(kl_str *s, const kl_aval *a);
