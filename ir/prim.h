@@ -10,7 +10,7 @@
 #include "dtype.h"
 
 #define KL_MAX_RANK 12
-#define KL_MAX_OUTS 8
+#define KL_MAX_OUTS 256 /* results of one equation (a loop's carries and ys) */
 
 /* Abstract value: what is known about an array while tracing. */
 typedef struct {
@@ -35,6 +35,7 @@ typedef enum {
   KL_FAM_DOT,         /* dot_general */
   KL_FAM_LINALG,      /* cholesky qr svd eigh lu triangular_solve */
   KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
+  KL_FAM_CONTROL,     /* loops over sub-programs: while, scan */
   KL_NFAMILIES
 } kl_family;
 
@@ -162,7 +163,8 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
   X(CUSTOM_JVP_CALL, "custom_jvp_call", CALL, NONE, ANY, custom_jvp)               \
   X(CHECKPOINT, "checkpoint", CALL, NONE, ANY, checkpoint)                        \
-  X(WHILE, "while", CALL, NONE, ANY, while_)
+  X(WHILE, "while", CONTROL, NONE, ANY, while_)                                    \
+  X(SCAN, "scan", CONTROL, NONE, ANY, scan)
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, o, a, s) KL_P_##e,
@@ -304,11 +306,19 @@ typedef struct {
       int policy;              /* KL_REMAT_*: what the forward pass may keep */
       int prevent_cse;         /* keep CSE from merging the recomputation with the forward pass */
     } checkpoint;
+    /* ---- control (ir/prims/control.c) ---- */
     struct {
       kl_ivec counts;          /* (n_cond_consts, n_body_consts, n_carries): how the operands split */
       struct kl_program *cond; /* (carries, cond consts) -> bool[]: whether to run the body again */
       struct kl_program *body; /* (carries, body consts) -> carries */
     } while_;
+    struct {
+      kl_ivec counts;          /* (n_consts, n_carries, n_xs): how the operands split */
+      int64_t length;          /* iterations: the leading extent of every x and y */
+      int reverse;             /* iterate from the last slice to the first */
+      int64_t unroll;          /* iterations per trip of the compiled loop (>= 1) */
+      struct kl_program *body; /* (consts, carries, x slices) -> (carries, y slices) */
+    } scan;
   };
 } kl_params;
 

@@ -74,15 +74,15 @@ def test_scan_and_map_against_python():
     np.testing.assert_allclose(np.asarray(lax.map(lambda v: v * 2, jnp.asarray(xs))), xs * 2)
 
 
-def test_traced_loops_are_while_equations():
-    # a traced condition, traced bounds and long static loops: one while equation each
+def test_traced_loops_are_loop_equations():
+    # a traced condition and traced bounds: one while equation each; static bounds: one scan
     assert float(kiln.jit(lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v))(1.0)) == 16.0
     assert float(kiln.jit(lambda n, v: lax.fori_loop(0, n, lambda i, u: u + i, v))(5, 0.5)) == 10.5
     assert float(kiln.jit(lambda v: lax.fori_loop(0, 10_000, lambda i, u: u + 1, v))(0.0)) == 10_000.0
-    for f in (lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v),
-              lambda v: lax.fori_loop(0, 10_000, lambda i, u: u + 1, v)):
+    for f, prim in ((lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v), "while["),
+                    (lambda v: lax.fori_loop(0, 10_000, lambda i, u: u + 1, v), "scan[")):
         text = str(kiln.make_jaxpr(f)(1.0))
-        assert text.count("while[") == 1 and len(text) < 2000  # the size does not grow with the trip count
+        assert text.count(prim) == 1 and len(text) < 2000  # the size does not grow with the trip count
     # concrete loops still run as Python, also inside grad outside jit
     assert float(lax.while_loop(lambda u: u < 10, lambda u: u * 2, 1.0)) == 16.0
     assert float(kiln.grad(lambda v: lax.while_loop(lambda u: u < 10, lambda u: u * 2, v))(1.0)) == 16.0
@@ -247,8 +247,8 @@ def test_programs_of_thousands_of_kernels_compile():
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_long_scans_under_jit_are_while_equations(reverse):
-    # a 2,000-step RNN: one while equation over (step, carry, stacked ys)
+def test_long_scans_under_jit_are_scan_equations(reverse):
+    # a 2,000-step RNN: one scan equation
     rng = np.random.default_rng(8)
     w = (rng.standard_normal((6, 6)) * 0.4).astype(np.float32)
     u = (rng.standard_normal((3, 6)) * 0.4).astype(np.float32)
@@ -259,7 +259,7 @@ def test_long_scans_under_jit_are_while_equations(reverse):
         return h, (h.sum(), x["b"] * 2)
 
     step = kiln.jit(lambda h, xs: lax.scan(cell, h, xs, reverse=reverse))
-    assert str(kiln.make_jaxpr(lambda h, xs: lax.scan(cell, h, xs))(np.zeros(6, np.float32), xs)).count("while[") == 1
+    assert str(kiln.make_jaxpr(lambda h, xs: lax.scan(cell, h, xs))(np.zeros(6, np.float32), xs)).count("scan[") == 1
     h, (s, b) = step(np.zeros(6, np.float32), xs)
     hh, want = np.zeros(6), [None] * 2000
     for i in (range(1999, -1, -1) if reverse else range(2000)):
@@ -298,3 +298,92 @@ def test_forward_mode_through_while_equations_against_finite_differences():
     g = kiln.jit(kiln.vmap(lambda a: kiln.jvp(lambda a: newton(a, 1.0), (a,), (1.0,))[1]))
     xs = np.array([2.0, 4.0, 25.0], np.float32)  # (a = 1 runs no iteration: its derivative is 1, as in JAX)
     np.testing.assert_allclose(np.asarray(g(xs)), 0.5 / np.sqrt(xs), rtol=1e-3)
+
+
+def _rnn(unroll=1, reverse=False):
+    def f(h0, xs, w):
+        def body(h, x):
+            h2 = jnp.sin(h @ w + x["a"]) * h + x["k"] * 0.1
+            return h2, {"s": (h2 ** 2).sum(), "k": x["k"] + 1}
+        c, ys = lax.scan(body, h0, xs, unroll=unroll, reverse=reverse)
+        return (c ** 2).sum() + (ys["s"] * jnp.arange(ys["s"].shape[0])).sum() + ys["k"].sum()
+    return f
+
+
+def _fd_grad(f, args, i, eps=1e-6):
+    x = np.array(args[i], np.float64)
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        hi, lo = x.copy(), x.copy()
+        hi[idx] += eps
+        lo[idx] -= eps
+        a_hi, a_lo = list(args), list(args)
+        a_hi[i], a_lo[i] = hi, lo
+        g[idx] = (float(f(*a_hi)) - float(f(*a_lo))) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_grad_of_scan_equations_matches_finite_differences_and_unrolling(reverse, x64):
+    rng = np.random.default_rng(21)
+    h0, w = rng.standard_normal((2, 3)), rng.standard_normal((3, 3)) * 0.5
+    xs = {"a": rng.standard_normal((6, 2, 3)), "k": np.arange(6, dtype=np.int32)}
+    f, flat = _rnn(1, reverse), _rnn(True, reverse)
+    assert "scan[" in str(kiln.make_jaxpr(kiln.grad(f, argnums=(0, 1, 2), allow_int=True))(h0, xs, w))
+    for g in (kiln.jit(kiln.grad(f, argnums=(0, 1, 2), allow_int=True)), kiln.grad(f, argnums=(0, 1, 2), allow_int=True)):
+        gh, gx, gw = g(h0, xs, w)
+        ref = kiln.grad(flat, argnums=(0, 1, 2), allow_int=True)(h0, xs, w)
+        np.testing.assert_allclose(np.asarray(gh), np.asarray(ref[0]), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(gx["a"]), np.asarray(ref[1]["a"]), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(gw), np.asarray(ref[2]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(gw), _fd_grad(lambda *a: kiln.jit(f)(*a), (h0, xs, w), 2), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gh), _fd_grad(lambda *a: kiln.jit(f)(*a), (h0, xs, w), 0), rtol=1e-6)
+
+
+def test_scan_equations_compose_with_jvp_vmap_and_second_order(x64):
+    rng = np.random.default_rng(22)
+    h0, w = rng.standard_normal((2, 3)), rng.standard_normal((3, 3)) * 0.5
+    xs = {"a": rng.standard_normal((5, 2, 3)), "k": np.arange(5, dtype=np.int32)}
+    f, flat = _rnn(), _rnn(True)
+    t = rng.standard_normal(w.shape)
+    p1, t1 = kiln.jit(lambda w, t: kiln.jvp(lambda w: f(h0, xs, w), (w,), (t,)))(w, t)
+    p2, t2 = kiln.jvp(lambda w: flat(h0, xs, w), (w,), (t,))
+    assert float(p1) == pytest.approx(float(p2), rel=1e-12) and float(t1) == pytest.approx(float(t2), rel=1e-10)
+    gw = lambda fn: kiln.grad(lambda w: fn(h0, xs, w))  # noqa: E731
+    hvp = kiln.jit(kiln.grad(lambda w: jnp.sum(gw(f)(w) ** 2)))(w)  # reverse over reverse
+    np.testing.assert_allclose(np.asarray(hvp), np.asarray(kiln.grad(lambda w: jnp.sum(gw(flat)(w) ** 2))(w)),
+                               rtol=1e-9)
+    hess = kiln.jit(kiln.jacfwd(gw(f)))(w)  # forward over reverse
+    np.testing.assert_allclose(np.asarray(hess), np.asarray(kiln.jacfwd(gw(flat))(w)), rtol=1e-9, atol=1e-12)
+    many = np.stack([xs["a"], 2 * xs["a"], -xs["a"]])
+    per = kiln.jit(kiln.vmap(lambda a: kiln.grad(lambda w: f(h0, {"a": a, "k": xs["k"]}, w))(w)))(many)
+    for i in range(3):
+        want = kiln.grad(lambda w: flat(h0, {"a": many[i], "k": xs["k"]}, w))(w)
+        np.testing.assert_allclose(np.asarray(per[i]), np.asarray(want), rtol=1e-10)
+
+
+def test_nested_scans_closures_and_a_long_fori_loop_gradient():
+    rng = np.random.default_rng(23)
+    m = (rng.standard_normal((3, 3)) * 0.3).astype(np.float32)
+
+    def f(v, s):
+        def outer(c, x):
+            inner, _ = lax.scan(lambda d, y: (jnp.tanh(m @ d * s + y), None), c, jnp.stack([x, -x]))
+            return inner, inner.sum()
+        return lax.scan(outer, v, jnp.linspace(0.0, 1.0, 4 * 3).reshape(4, 3))
+
+    v = rng.standard_normal(3).astype(np.float32)
+    c, ys = kiln.jit(f)(v, 0.7)
+    want, sums = v.astype(np.float64), []
+    for x in np.linspace(0.0, 1.0, 12).reshape(4, 3):
+        for y in (x, -x):
+            want = np.tanh(m @ want * 0.7 + y)
+        sums.append(want.sum())
+    np.testing.assert_allclose(np.asarray(c), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ys), sums, rtol=1e-5, atol=1e-6)
+    g = kiln.jit(kiln.grad(lambda s: f(v, s)[1].sum()))(0.7)
+    fd = (float(f(v, 0.7 + 1e-2)[1].sum()) - float(f(v, 0.7 - 1e-2)[1].sum())) / 2e-2
+    assert float(g) == pytest.approx(fd, rel=2e-3)
+    # a 3,000-step fori_loop (a scan) differentiated: x * 1.0001 ** 3000
+    power = kiln.jit(kiln.grad(lambda x: lax.fori_loop(0, 3000, lambda i, u: u * 1.0001 + 0.0 * i, x)))
+    assert float(power(2.0)) == pytest.approx(1.0001 ** 3000, rel=1e-4)

@@ -53,7 +53,7 @@ int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const i
       any |= ts[i] >= 0;
     }
     for (int i = 0; i < e->nout; i++) touts[i] = -1;
-    if (any && kl_prim_get(e->prim)->family == KL_FAM_CALL) {
+    if (any && kl_rule_whole(e->prim)) {
       kl_jvp_rule rule = kl_rule_get(e->prim)->jvp;
       if (rule ? rule(a, e, xs, ts, ys, touts) : kl_jvp_unsupported(a, e)) return -1;
     } else {

@@ -118,7 +118,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
     const kl_eqn *e = &j->eqns[k];
     if (!(jtag[e->outs[0]] & KL_TAG_TANGENT)) continue;
     kl_transpose_rule rule = kl_rule_get(e->prim)->transpose;
-    if (kl_prim_get(e->prim)->family == KL_FAM_CALL) { /* one call for the whole equation, even without a cotangent */
+    if (kl_rule_whole(e->prim)) { /* one call for the whole equation, even without a cotangent */
       if (rule) rule(&c, e, -1, -1);
       else kl_transpose_unsupported(&c, e);
       continue;

@@ -1,7 +1,6 @@
 /* call.c: lowering of the call family. checkpoint and custom_jvp_call are inlined before
  * codegen; custom_vjp_call passes its forward outputs through, custom_vjp_lin (forward mode
- * of a custom_vjp function) is an error at run time, as in JAX, and while is a loop step
- * (codegen/loop.c). Depends on lower.h only. */
+ * of a custom_vjp function) is an error at run time, as in JAX. Depends on lower.h only. */
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +25,5 @@ static int cpu_vjp_lin(const kl_libcall *c, void *const *ptrs, char *err, size_t
 const kl_lowering kl_lower_call[] = {
     {KL_P_CUSTOM_VJP_CALL, .fuses = 0, .cpu_lib = cpu_vjp_call},
     {KL_P_CUSTOM_VJP_LIN, .fuses = 0, .cpu_lib = cpu_vjp_lin, .unsupported = vjp_lin_error},
-    {KL_P_WHILE, .fuses = 0, .loop = 1},
 };
 const int kl_lower_call_n = sizeof kl_lower_call / sizeof *kl_lower_call;

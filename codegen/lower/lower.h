@@ -96,6 +96,7 @@ KL_LOWER_FAMILY(index)
 KL_LOWER_FAMILY(dot)
 KL_LOWER_FAMILY(linalg)
 KL_LOWER_FAMILY(call)
+KL_LOWER_FAMILY(control)
 #undef KL_LOWER_FAMILY
 
 /* The row of p (borrowed, static); a primitive without one gets an all-NULL row. */

@@ -1,7 +1,6 @@
 /* call.c: the call family's params and shape rule: equations that own sub-programs and call
  * them: checkpoint (a body recomputed in the backward pass), custom_jvp_call (a function and its
- * JVP rule), custom_vjp_call / custom_vjp_lin (a function's outputs and its backward rule),
- * while (a condition and a body run until the condition is false).
+ * JVP rule), custom_vjp_call / custom_vjp_lin (a function's outputs and its backward rule).
  * Depends only on ir/. */
 #include "../program.h"
 #include "prims.h"
@@ -12,50 +11,6 @@ const kl_param_field kl_fields_custom_jvp[] = {KL_FIELD(custom_jvp, counts, IVEC
                                                KL_FIELD(custom_jvp, jvp, PROGRAM), {NULL, 0, 0}};
 const kl_param_field kl_fields_checkpoint[] = {KL_FIELD(checkpoint, body, PROGRAM), KL_FIELD(checkpoint, policy, INT32),
                                                KL_FIELD(checkpoint, prevent_cse, INT32), {NULL, 0, 0}};
-
-const kl_param_field kl_fields_while_[] = {KL_FIELD(while_, counts, IVEC), KL_FIELD(while_, cond, PROGRAM),
-                                           KL_FIELD(while_, body, PROGRAM), {NULL, 0, 0}};
-
-/* while: operands cond consts, body consts, carries (counts); results: the carries' avals. cond
- * maps (carries, cond consts) to a bool scalar, body (carries, body consts) to new carries of the
- * same types. */
-static int rule_while(kl_rule_err *e, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs, int *nout) {
-  const kl_ivec *c = &p->while_.counts;
-  char b1[160], b2[160];
-  if (c->n != 3 || c->v[0] < 0 || c->v[1] < 0 || c->v[2] < 0 || c->v[0] + c->v[1] + c->v[2] != nin)
-    return kl_rule_fail(e, KL_ERR_VALUE, "while: counts must be (n_cond_consts, n_body_consts, n_carries) summing to "
-                        "%d operands", nin);
-  int64_t nc = c->v[0], nb = c->v[1], n = c->v[2];
-  const kl_program *cond = p->while_.cond, *body = p->while_.body;
-  if (n > KL_MAX_OUTS) return kl_rule_fail(e, KL_ERR_VALUE, "while: %lld carries (at most %d)", (long long)n, KL_MAX_OUTS);
-  if (!cond || cond->ninputs != nc + n || cond->noutputs != 1)
-    return kl_rule_fail(e, KL_ERR_VALUE, "while: the condition program must take %lld inputs and return one value",
-                        (long long)(nc + n));
-  const kl_aval *pa = &cond->vals[cond->outputs[0]].aval;
-  if (pa->dtype != KL_BOOL || pa->ndim != 0)
-    return kl_rule_fail(e, KL_ERR_TYPE, "while: the condition must return a boolean scalar, got %s",
-                        kl_rule_shape_str(pa, b1, sizeof b1));
-  if (!body || body->ninputs != nb + n || body->noutputs != n)
-    return kl_rule_fail(e, KL_ERR_VALUE, "while: the body program must take %lld inputs and return %lld carries",
-                        (long long)(nb + n), (long long)n);
-  for (int64_t i = 0; i < nc + nb; i++) { /* the programs take (carries, their consts) */
-    const kl_aval *want = i < nc ? &cond->vals[cond->inputs[n + i]].aval : &body->vals[body->inputs[n + i - nc]].aval;
-    if (want->dtype != ins[i].dtype || !kl_rule_same_shape(want, &ins[i]))
-      return kl_rule_fail(e, KL_ERR_TYPE, "while: operand %lld is %s, its program expects %s", (long long)i,
-                          kl_rule_shape_str(&ins[i], b1, sizeof b1), kl_rule_shape_str(want, b2, sizeof b2));
-  }
-  for (int64_t i = 0; i < n; i++) {
-    const kl_aval *in = &ins[nc + nb + i], *cin = &cond->vals[cond->inputs[i]].aval,
-                  *bin = &body->vals[body->inputs[i]].aval, *out = &body->vals[body->outputs[i]].aval;
-    if (cin->dtype != in->dtype || !kl_rule_same_shape(cin, in) || bin->dtype != in->dtype ||
-        !kl_rule_same_shape(bin, in) || out->dtype != in->dtype || !kl_rule_same_shape(out, in))
-      return kl_rule_fail(e, KL_ERR_TYPE, "while: carry %lld is %s, the body returns %s", (long long)i,
-                          kl_rule_shape_str(in, b1, sizeof b1), kl_rule_shape_str(out, b2, sizeof b2));
-    outs[i] = *in;
-  }
-  *nout = (int)n;
-  return 0;
-}
 
 /* custom_vjp_call, custom_vjp_lin. Operands: outputs (or their templates) n_out, residuals n_res,
  * consts n_c, inputs n_x; results: the first n_out operands' avals (custom_vjp_call passes them
@@ -112,6 +67,5 @@ int kl_infer_call(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, con
                   int *nout) {
   if (prim == KL_P_CUSTOM_VJP_CALL || prim == KL_P_CUSTOM_VJP_LIN)
     return rule_custom_vjp(e, kl_prim_get(prim)->name, ins, nin, p, outs, nout);
-  if (prim == KL_P_WHILE) return rule_while(e, ins, nin, p, outs, nout);
   return rule_body_call(e, prim, ins, nin, p, outs, nout);
 }

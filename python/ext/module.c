@@ -856,20 +856,32 @@ static PyObject *builder_aval(PyObject *self, PyObject *arg) {
   return aval_tuple(&pg->vals[v].aval, (int)v);
 }
 
-/* take_body() -> Builder: moves this builder's program into a new Builder, to be passed as a
- * body param (checkpoint, custom_jvp/vjp rules); bodies never change again, so this builder is
- * left empty. */
-static PyObject *builder_take_body(PyObject *self, PyObject *unused) {
-  (void)unused;
+/* take_body(explicit=-1) -> Builder: moves this builder's program into a new Builder, to be passed
+ * as a body param; bodies never change again, so this builder is left empty. With explicit >= 0
+ * the inputs past the first `explicit` (the consts a trace added) move to the front, as a scan
+ * body takes them. */
+static PyObject *builder_take_body(PyObject *self, PyObject *args) {
   BuilderObject *b = (BuilderObject *)self;
-  kl_program *body = b->pg, *fresh = kl_program_new();
+  int explicit_n = -1;
+  if (!PyArg_ParseTuple(args, "|i", &explicit_n)) return NULL;
+  kl_program *body = b->pg;
+  if (explicit_n > body->ninputs) return PyErr_Format(PyExc_ValueError, "take_body: %d explicit inputs of %d", explicit_n, body->ninputs);
+  if (explicit_n > 0 && explicit_n < body->ninputs) {
+    int *rot = malloc(sizeof(int) * (size_t)body->ninputs), nk = body->ninputs - explicit_n;
+    if (!rot) return PyErr_NoMemory();
+    memcpy(rot, body->inputs + explicit_n, sizeof(int) * (size_t)nk);
+    memcpy(rot + nk, body->inputs, sizeof(int) * (size_t)explicit_n);
+    memcpy(body->inputs, rot, sizeof(int) * (size_t)body->ninputs);
+    free(rot);
+  }
+  kl_program *fresh = kl_program_new();
   if (!fresh) return PyErr_NoMemory();
   b->pg = fresh;
   return builder_wrap(body);
 }
 
 static PyMethodDef builder_methods[] = {
-    {"take_body", builder_take_body, METH_NOARGS, "take_body() -> Builder (this one is left empty)"},
+    {"take_body", builder_take_body, METH_VARARGS, "take_body(explicit=-1) -> Builder (this one is left empty)"},
     {"jvp", builder_jvp, METH_O, "jvp(has_tangent) -> Builder"},
     {"vjp", builder_vjp, METH_O, "vjp(wants) -> Builder"},
     {"vmap", builder_vmap, METH_VARARGS, "vmap(in_axes, size) -> (Builder, out_batched)"},

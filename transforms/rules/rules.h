@@ -48,7 +48,7 @@ typedef struct {
 /* The family tables, each ending with KL_RULES_END. */
 #define KL_RULES_END {KL_NPRIMS, NULL, NULL, NULL, NULL, NULL, NULL}
 extern const kl_rule_row kl_rules_elementwise[], kl_rules_shape[], kl_rules_reduce[], kl_rules_cumulative[],
-    kl_rules_sort[], kl_rules_index[], kl_rules_dot[], kl_rules_linalg[], kl_rules_call[];
+    kl_rules_sort[], kl_rules_index[], kl_rules_dot[], kl_rules_linalg[], kl_rules_call[], kl_rules_control[];
 
 /* The row of p (borrowed, static); every field but prim is NULL for a primitive without rules. */
 const kl_rule_row *kl_rule_get(kl_prim p);
@@ -70,6 +70,22 @@ int kl_jvp_binary_coefs(kl_build *a, kl_prim p, int x, int y, int out, int *da, 
  * forward values, reused for the equations `policy` saves (behind a barrier if `barrier`). 0 or -1. */
 int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier);
 int *kl_jvp_new_map(const kl_program *pg); /* per value of pg: -1; owned by the caller */
+
+/* ---- what the rules of equations with bodies share (call.c, control.c) ---- */
+/* Copies src's equations into b's program, src's inputs being the values ins; its outputs' values
+ * go to outs. 0, or -1 (b failed). */
+int kl_splice(kl_build *b, const kl_program *src, const int *ins, int *outs);
+/* Batches the body `sub` with input i batched (at axis 0) where in_b[i]; its output i comes back
+ * batched where want[i] is 1 and unbatched where it is 0 (summed over the batch if it depended
+ * on it: the cotangent of an input shared by all examples). Returns the batched program (owned),
+ * or NULL with a message. */
+kl_program *kl_batch_subprog(kl_build *b, const kl_program *sub, const char *in_b, const char *want);
+/* Equations with bodies (call and control families) take their JVP and transpose rules whole:
+ * the rule sees every operand at once and emits the equation's replacement itself. */
+static inline int kl_rule_whole(kl_prim p) {
+  kl_family f = kl_prim_get(p)->family;
+  return f == KL_FAM_CALL || f == KL_FAM_CONTROL;
+}
 
 /* ---- JVP shorthands: value ids of a->pg in and out, -1 once the builder failed ---- */
 static inline int is_float_val(kl_build *a, int v) { return v >= 0 && kl_dtype_is_float(kl_build_aval(a, v)->dtype); }

@@ -541,13 +541,12 @@ def _scatter(operand, indices, updates, axis, op):
 
 
 # ---------------------------------------------------------------------------
-# Control flow. Until the IR has loop and branch equations with sub-programs, traced control
-# flow is expressed with what it has: cond/switch compute every branch and select the result
-# (the values and gradients are those of the taken branch: select's transpose routes the
-# cotangent, untaken branches never leak NaN into it), and loops with static trip counts are
-# unrolled up to _MAX_UNROLL steps. A traced while_loop condition is not supported yet.
-
-_MAX_UNROLL = 512
+# Control flow. On concrete values (eagerly, or under grad outside jit) loops run as Python and
+# cond/switch call the taken branch. Under a trace, while_loop, scan and fori_loop become while
+# and scan equations whose bodies are sub-programs (compiled once, whatever the trip count;
+# transforms/rules/control.c differentiates and batches them); cond/switch still compute every
+# branch and select the result (the values and gradients are those of the taken branch:
+# select's transpose routes the cotangent, untaken branches never leak NaN into it).
 
 
 def _has_value(x):
@@ -639,20 +638,6 @@ def switch(index, branches, *operands):
     return result
 
 
-def _static_count(name, n):
-    if not _has_value(n):
-        raise NotImplementedError(f"{name} with traced bounds is not supported yet by kiln (the trip count "
-                                  "must be known when tracing); use static bounds or run it outside jit")
-    return _int(n)
-
-
-def _check_unroll(name, n):
-    if core.tracing() and n > _MAX_UNROLL:
-        raise NotImplementedError(f"{name} of {n} steps under a transformation is not supported yet by kiln: "
-                                  f"traced loops are unrolled, up to {_MAX_UNROLL} steps, until loop "
-                                  "equations exist; run it outside jit or shorten it")
-
-
 def _fori_equation(lower, upper, body_fun, init_val):
     """fori_loop as a while equation over (i, upper, val), as JAX makes it for traced bounds."""
     lo, hi = core.asarray(lower), core.asarray(upper)
@@ -677,8 +662,15 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     if not _has_value(lower) or not _has_value(upper):  # traced bounds: a real loop
         return _fori_equation(lower, upper, body_fun, init_val)
     lo, hi = _int(lower), _int(upper)
-    if core.tracing() and hi - lo > _MAX_UNROLL:  # long loops under a trace: a real loop too
-        return _fori_equation(lower, upper, body_fun, init_val)
+    if core.tracing() and hi > lo and not (unroll is True or (unroll is not None and _int(unroll) >= hi - lo)):
+        # static bounds under a trace: a scan over (i, val), as JAX makes it
+        i0 = core.asarray(lower) if isinstance(lower, Array) else core.asarray(np.int32(lo))
+
+        def step(loop_carry, _):  # the name JAX's messages give the carry
+            i, x = loop_carry
+            return (add(i, _to_array(1, i)), body_fun(i, x)), None
+
+        return scan(step, (i0, init_val), None, length=hi - lo, unroll=1 if unroll in (None, False) else unroll)[0][1]
     val = init_val
     for i in builtins.range(lo, hi):
         out = body_fun(i, val)
@@ -759,8 +751,11 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     if len(lengths) != 1:
         raise ValueError(f"scan: inconsistent lengths {sorted(lengths)} (xs leading axes and length=)")
     n = lengths.pop()
-    if core.tracing() and n > _MAX_UNROLL:
-        return _scan_equation(f, init, x_leaves, x_tree, n, reverse)
+    full = unroll is True or (not isinstance(unroll, bool) and _int(unroll) >= n)
+    if not isinstance(unroll, bool) and _int(unroll) < 1:
+        raise ValueError(f"scan: unroll must be a positive integer or a bool, got {unroll}")
+    if core.tracing() and n > 0 and not full:
+        return _scan_equation(f, init, x_leaves, x_tree, n, reverse, 1 if unroll is False else _int(unroll))
     carry, ys = init, []
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks
@@ -798,43 +793,45 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     return carry, tree_util.tree_unflatten(y_tree, stacked)
 
 
-def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
-    """A long scan under a trace as one while equation over (i, carry, ys), as JAX lowers scan:
-    step i reads slice i of xs and writes slice i of the stacked ys."""
-    from kiln._src import api, control_checks, tree_util
-    from kiln import numpy as jnp
+class _Slice:
+    """The type of one slice of a scanned array (its leading axis dropped)."""
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, x):
+        self.shape, self.dtype, self.weak_type = tuple(x.shape[1:]), x.dtype, bool(getattr(x, "weak_type", False))
+
+
+def _scan_equation(f, init, x_leaves, x_tree, n, reverse, unroll):
+    """A scan equation: f traced once into a body over (consts, carries, x slices) -> (carries,
+    y slices), run n times by the executable (one compilation, any length)."""
+    from kiln._src import control_checks, tree_util
+    from kiln._src.custom import _trace_sub
     c_leaves, c_tree = tree_util.tree_flatten(init)
-    spec = lambda a: api.ShapeDtypeStruct(a.shape, a.dtype, bool(getattr(a, "weak_type", False)))  # noqa: E731
-    c_specs = [spec(core.asarray(c)) for c in c_leaves]
-    x_specs = [api.ShapeDtypeStruct(x.shape[1:], x.dtype, bool(getattr(x, "weak_type", False))) for x in x_leaves]
+    c_leaves = [core.asarray(c) for c in c_leaves]
+    nc, carry_name = len(c_leaves), control_checks.carry_name(f)
+    state = {"promote": False, "y_tree": None}
 
-    def one(cs, xs_):
-        x = tree_util.tree_unflatten(x_tree, list(xs_)) if x_leaves else None
-        out = f(tree_util.tree_unflatten(c_tree, list(cs)), x)
+    def body_flat(*args):
+        carry = tree_util.tree_unflatten(c_tree, list(args[:nc]))
+        x = tree_util.tree_unflatten(x_tree, list(args[nc:])) if x_leaves else None
+        out = f(carry, x)
         if not isinstance(out, tuple) or len(out) != 2:
-            raise TypeError(f"scan body output must be a pair (carry, y), got {type(out).__name__}")
-        return out[1]
+            raise TypeError(f"scan body output must be a pair (carry, y), got {type(out).__name__}"
+                            + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+        if control_checks.check_carry("scan body", carry_name, carry, out[0]):
+            state["promote"] = True
+        y_leaves, state["y_tree"] = tree_util.tree_flatten(out[1])
+        return [core.asarray(o) for o in tree_util.tree_leaves(out[0])] + [core.asarray(y) for y in y_leaves]
 
-    y_leaves, y_tree = tree_util.tree_flatten(api.eval_shape(one, c_specs, x_specs))
-    ys0 = [jnp.zeros((n,) + tuple(y.shape), y.dtype) for y in y_leaves]
-    carry_name = control_checks.carry_name(f)
-
-    def cond(loop_carry):
-        return lt(loop_carry[0], _to_array(n, loop_carry[0]))
-
-    def body(loop_carry):
-        i, carry, ys = loop_carry
-        at = sub(_to_array(n - 1, i), i) if reverse else i
-        x = tree_util.tree_unflatten(x_tree, [dynamic_slice_in_dim(a, at, 1, 0)[0] for a in x_leaves]) \
-            if x_leaves else None
-        new_carry, y = f(carry, x)
-        control_checks.check_carry("scan body", carry_name, carry, new_carry)
-        ys = [dynamic_update_slice_in_dim(buf, expand_dims(core.asarray(v), (0,)).astype(buf.dtype), at, 0)
-              for buf, v in zip(ys, tree_util.tree_leaves(y))]
-        return add(i, _to_array(1, i)), new_carry, ys
-
-    _, carry, ys = _while_equation(cond, body, (core.asarray(np.int32(0)), init, ys0))
-    return carry, tree_util.tree_unflatten(y_tree, ys)
+    slices = [_Slice(x) for x in x_leaves]
+    body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True)
+    if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
+        c_leaves = [convert_element_type(x, d) if x.dtype != d else x for x, (_, d, _) in zip(c_leaves, out_avals)]
+        body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True)
+    outs = core.bind("scan", list(consts) + c_leaves + list(x_leaves),
+                     {"counts": (len(consts), nc, len(x_leaves)), "length": n, "reverse": int(bool(reverse)),
+                      "unroll": unroll, "body": body})
+    return tree_util.tree_unflatten(c_tree, list(outs[:nc])), tree_util.tree_unflatten(state["y_tree"], list(outs[nc:]))
 
 
 def map(f, xs, *, batch_size=None):

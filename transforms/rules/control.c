@@ -1,0 +1,569 @@
+/* control.c: the transformation rules of the control family (while, scan): equations whose
+ * bodies run a data- or count-dependent number of times. Their rules build new bodies with the
+ * drivers (the body's JVP, its batched form, its transpose by reverse mode) and emit a new loop.
+ *
+ * Reverse mode through scan: the JVP pass (for reverse mode) splits a scan into a primal scan that
+ * also stacks the carries each iteration starts from, and a linear scan of the body's JVP that
+ * reads them; the linear scan transposes into a scan running the other way whose body is the
+ * body's VJP. So the forward pass keeps one carry per iteration and the backward pass recomputes
+ * the rest of an iteration's primal values from it (per-iteration checkpointing).
+ * Depends only on ir/ and transforms/. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../ir/alloc.h"
+#include "rules.h"
+
+/* Copies src's equations into b's program, src's inputs being the values ins; its outputs'
+ * values go to outs. Returns 0, or -1 (b failed). */
+int kl_splice(kl_build *b, const kl_program *src, const int *ins, int *outs) {
+  int *map = kl_malloc(sizeof(int) * ((size_t)src->nvals + 1));
+  int *args = kl_malloc(sizeof(int) * ((size_t)src->nvals + 1)); /* no equation has more operands */
+  if (!map || !args) {
+    free(map);
+    free(args);
+    return kl_build_oom(b);
+  }
+  for (int i = 0; i < src->ninputs; i++) map[src->inputs[i]] = ins[i];
+  for (int k = 0; k < src->neqns && !b->failed; k++) {
+    const kl_eqn *e = &src->eqns[k];
+    int res[KL_MAX_OUTS];
+    for (int i = 0; i < e->nin; i++) args[i] = map[e->ins[i]];
+    if (kl_build_emit(b, e->prim, args, e->nin, &e->p, res) < 0) break;
+    for (int i = 0; i < e->nout; i++) map[e->outs[i]] = res[i];
+  }
+  for (int i = 0; !b->failed && i < src->noutputs; i++) outs[i] = map[src->outputs[i]];
+  free(map);
+  free(args);
+  return b->failed ? -1 : 0;
+}
+
+/* while, forward mode: a while over (carries, tangents of the float carries) whose body is the
+ * body's JVP; tangents of the body's consts are extra consts, the condition ignores tangents.
+ * A float carry without a tangent starts from zeros (the body may give it one). */
+static int while_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const int64_t *c = e->p.while_.counts.v;
+  int nc = (int)c[0], nb = (int)c[1], n = (int)c[2], nt = 0, ntc = 0;
+  const kl_program *cond = e->p.while_.cond, *body = e->p.while_.body;
+  char *has = kl_calloc((size_t)n + 1, 1);
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body);
+  int *ops = kl_malloc(sizeof(int) * ((size_t)(2 * (nc + nb + n)) + 2));
+  int *outs = kl_malloc(sizeof(int) * ((size_t)(2 * n) + 2)), *cin = kl_malloc(sizeof(int) * ((size_t)(n + nc) + 1));
+  kl_program *body2 = kl_program_new(), *cond2 = kl_program_new();
+  int rc = -1;
+  if (!has || !fp || !ft || !ops || !outs || !cin || !body2 || !cond2) {
+    kl_build_oom(a);
+    goto done;
+  }
+  for (int i = 0; i < n; i++) nt += has[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
+  for (int j = 0; j < nb; j++) ntc += ts[nc + j] >= 0;
+  { /* body2: (carries, their tangents, body consts, their tangents) -> (carries, tangents) */
+    kl_build in = {.pg = body2, .err = a->err, .errlen = a->errlen, .who = a->who};
+    for (int i = 0; i < n; i++) fp[body->inputs[i]] = kl_program_add_input(body2, &body->vals[body->inputs[i]].aval);
+    for (int i = 0; i < n; i++)
+      if (has[i]) ft[body->inputs[i]] = kl_program_add_input(body2, &body->vals[body->inputs[i]].aval);
+    for (int j = 0; j < nb; j++) fp[body->inputs[n + j]] = kl_program_add_input(body2, &body->vals[body->inputs[n + j]].aval);
+    for (int j = 0; j < nb; j++)
+      if (ts[nc + j] >= 0) ft[body->inputs[n + j]] = kl_program_add_input(body2, &body->vals[body->inputs[n + j]].aval);
+    if (!kl_jvp_eqns(&in, body, fp, ft, NULL, 0, 0)) {
+      int k = 0;
+      for (int i = 0; i < n; i++) outs[k++] = fp[body->outputs[i]];
+      for (int i = 0; i < n; i++)
+        if (has[i]) {
+          int t = ft[body->outputs[i]];
+          outs[k++] = t >= 0 ? t : kl_build_zeros(&in, &body->vals[body->outputs[i]].aval);
+        }
+      if (!in.failed) kl_program_set_outputs(body2, outs, k);
+    }
+    if (in.failed || body2->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  { /* cond2: (carries, their tangents, cond consts) -> cond(carries, cond consts) */
+    kl_build in = {.pg = cond2, .err = a->err, .errlen = a->errlen, .who = a->who};
+    for (int i = 0; i < n; i++) cin[i] = kl_program_add_input(cond2, &cond->vals[cond->inputs[i]].aval);
+    for (int i = 0; i < n; i++)
+      if (has[i]) kl_program_add_input(cond2, &cond->vals[cond->inputs[i]].aval);
+    for (int j = 0; j < nc; j++) cin[n + j] = kl_program_add_input(cond2, &cond->vals[cond->inputs[n + j]].aval);
+    int pred;
+    if (!kl_splice(&in, cond, cin, &pred)) kl_program_set_outputs(cond2, &pred, 1);
+    if (in.failed || cond2->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  { /* the equation: cond consts; body consts and their tangents; carries and their tangents */
+    int k = 0;
+    for (int j = 0; j < nc + nb; j++) ops[k++] = xs[j];
+    for (int j = 0; j < nb; j++)
+      if (ts[nc + j] >= 0) ops[k++] = ts[nc + j];
+    for (int i = 0; i < n; i++) ops[k++] = xs[nc + nb + i];
+    for (int i = 0; i < n; i++)
+      if (has[i]) ops[k++] = ts[nc + nb + i] >= 0 ? ts[nc + nb + i] : kl_build_zeros(a, &body->vals[body->inputs[i]].aval);
+    int64_t counts[3] = {nc, nb + ntc, n + nt};
+    kl_params p = e->p;
+    p.while_.counts = (kl_ivec){counts, 3};
+    p.while_.cond = cond2;
+    p.while_.body = body2;
+    int res[KL_MAX_OUTS];
+    if (n + nt > KL_MAX_OUTS) {
+      kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of while: %d carries and tangents (at most %d)", n + nt,
+                    KL_MAX_OUTS);
+      goto done;
+    }
+    if (a->failed || kl_build_emit(a, KL_P_WHILE, ops, k, &p, res) < 0) goto done;
+    for (int i = 0, t = n; i < n; i++) {
+      ys[i] = res[i];
+      touts[i] = has[i] ? res[t++] : -1;
+    }
+    rc = 0;
+  }
+done:
+  free(has);
+  free(fp);
+  free(ft);
+  free(ops);
+  free(outs);
+  free(cin);
+  kl_program_free(body2);
+  kl_program_free(cond2);
+  return a->failed ? -1 : rc;
+}
+
+/* while: every carry batched; the loop runs while the condition holds for any example, and an
+ * example whose condition is false keeps its carries (the body's results are selected per
+ * example), as JAX batches it. The new body computes the batched condition itself, so its consts
+ * are the body's and then the condition's. */
+static int while_batch(kl_build *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  const int64_t *c = e->p.while_.counts.v;
+  int nc = (int)c[0], nb = (int)c[1], n = (int)c[2];
+  char *in_b = kl_malloc((size_t)(n + nc + nb) + 1), *want = kl_malloc((size_t)n + 2);
+  int *ins = kl_malloc(sizeof(int) * ((size_t)(n + nb) + 2)), *xs2 = NULL; /* body2's carries, body consts */
+  kl_program *cond_b = NULL, *body_b = NULL, *body2 = NULL;
+  int rc = -1;
+  if (!in_b || !want || !ins) goto oom;
+  for (int i = 0; i < n; i++) r->xs[nc + nb + i] = kl_batch_as_batched(b, r->xs[nc + nb + i], r->bs[nc + nb + i]);
+  memset(want, 1, (size_t)n + 1);
+  memset(in_b, 1, (size_t)n); /* the programs take (carries, consts) */
+  memcpy(in_b + n, r->bs, (size_t)nc);
+  if (!(cond_b = kl_batch_subprog(b, e->p.while_.cond, in_b, want))) goto done;
+  memcpy(in_b + n, r->bs + nc, (size_t)nb);
+  if (!(body_b = kl_batch_subprog(b, e->p.while_.body, in_b, want))) goto done;
+  { /* the condition: any example's */
+    kl_build inner = {.pg = cond_b, .err = b->err, .errlen = b->errlen, .who = b->who, .size = b->size};
+    int64_t zero = 0;
+    kl_params rp;
+    kl_params_init(&rp, KL_P_REDUCE_OR);
+    rp.reduce.axes = (kl_ivec){&zero, 1};
+    int per = cond_b->outputs[0];
+    int any = kl_build_op(&inner, KL_P_REDUCE_OR, &per, 1, &rp);
+    if (inner.failed) {
+      b->failed = 1;
+      goto done;
+    }
+    kl_program_set_outputs(cond_b, &any, 1);
+  }
+  if (!(body2 = kl_program_new())) goto oom;
+  { /* the body: (carries, body consts, cond consts) -> select(cond, body(carries), carries) */
+    kl_build inner = {.pg = body2, .err = b->err, .errlen = b->errlen, .who = b->who, .size = b->size};
+    int *carries = ins, *bargs = ins + n;
+    for (int i = 0; i < n; i++) carries[i] = kl_program_add_input(body2, &body_b->vals[body_b->inputs[i]].aval);
+    for (int i = 0; i < nb; i++) bargs[i] = kl_program_add_input(body2, &body_b->vals[body_b->inputs[n + i]].aval);
+    int *cin = kl_malloc(sizeof(int) * ((size_t)(n + nc) + 1)), *bin = kl_malloc(sizeof(int) * ((size_t)(n + nb) + 1));
+    int *nxt = kl_malloc(sizeof(int) * ((size_t)n + 1));
+    if (!cin || !bin || !nxt) {
+      free(cin);
+      free(bin);
+      free(nxt);
+      goto oom;
+    }
+    memcpy(cin, carries, sizeof(int) * (size_t)n);
+    for (int i = 0; i < nc; i++) cin[n + i] = kl_program_add_input(body2, &cond_b->vals[cond_b->inputs[n + i]].aval);
+    memcpy(bin, carries, sizeof(int) * (size_t)n);
+    memcpy(bin + n, bargs, sizeof(int) * (size_t)nb);
+    int pred = -1;
+    /* the per-example condition: the operand of the any() just added to cond_b */
+    const kl_eqn *last = &cond_b->eqns[cond_b->neqns - 1];
+    int per = last->ins[0], got[KL_MAX_OUTS];
+    kl_program *cond_only = kl_program_copy(cond_b);
+    if (!cond_only) {
+      free(cin);
+      free(bin);
+      free(nxt);
+      goto oom;
+    }
+    kl_program_set_outputs(cond_only, &per, 1);
+    if (!kl_splice(&inner, cond_only, cin, got)) pred = got[0];
+    kl_program_free(cond_only);
+    if (pred >= 0 && !kl_splice(&inner, body_b, bin, nxt)) {
+      for (int i = 0; i < n && !inner.failed; i++) {
+        kl_aval a = body2->vals[carries[i]].aval; /* a copy: building grows body2->vals */
+        int64_t dim0 = 0;
+        int pb = kl_build_broadcast(&inner, pred, a.dims, a.ndim, &dim0);
+        int sel[3] = {pb, carries[i], nxt[i]};
+        nxt[i] = kl_build_op(&inner, KL_P_SELECT_N, sel, 3, NULL);
+      }
+    }
+    if (!inner.failed) kl_program_set_outputs(body2, nxt, n);
+    free(cin);
+    free(bin);
+    free(nxt);
+    if (inner.failed || body2->oom) {
+      b->failed = 1;
+      goto done;
+    }
+  }
+  { /* the equation: cond consts, body consts then cond consts again, carries */
+    int nin = nc + nb + nc + n;
+    xs2 = kl_malloc(sizeof(int) * ((size_t)nin + 1));
+    if (!xs2) goto oom;
+    memcpy(xs2, r->xs, sizeof(int) * (size_t)(nc + nb));
+    memcpy(xs2 + nc + nb, r->xs, sizeof(int) * (size_t)nc);
+    memcpy(xs2 + nc + nb + nc, r->xs + nc + nb, sizeof(int) * (size_t)n);
+    int64_t counts[3] = {nc, nb + nc, n};
+    kl_params p = e->p;
+    p.while_.counts = (kl_ivec){counts, 3};
+    p.while_.cond = cond_b;
+    p.while_.body = body2;
+    rc = kl_build_emit(b, KL_P_WHILE, xs2, nin, &p, r->ys) < 0 ? -1 : 0;
+  }
+  goto done;
+oom:
+  kl_build_oom(b);
+done:
+  free(in_b);
+  free(want);
+  free(ins);
+  free(xs2);
+  kl_program_free(cond_b);
+  kl_program_free(body_b);
+  kl_program_free(body2);
+  return b->failed ? -1 : rc;
+}
+
+/* ---- scan ------------------------------------------------------------------------------------ */
+
+/* The operand split of a scan: consts, carries, xs (the body's inputs in that order); its results
+ * are the carries then the ys. */
+typedef struct {
+  int nk, n, nx, ny;
+} scan_split;
+
+static scan_split split_of(const kl_eqn *e) {
+  const int64_t *c = e->p.scan.counts.v;
+  scan_split s = {(int)c[0], (int)c[1], (int)c[2], 0};
+  s.ny = e->nout - s.n;
+  return s;
+}
+
+/* Emits a scan of e's kind (length, direction, unroll from e unless `flip`) over body with the
+ * given counts; the results go to res. Returns the number of results, or -1. */
+static int emit_scan(kl_build *a, const kl_eqn *e, kl_program *body, int nk, int n, int nx, const int *ops, int flip,
+                     int *res) {
+  int64_t counts[3] = {nk, n, nx};
+  kl_params p = e->p;
+  p.scan.counts = (kl_ivec){counts, 3};
+  p.scan.body = body;
+  if (flip) p.scan.reverse = !p.scan.reverse;
+  if (body->noutputs > KL_MAX_OUTS)
+    return kl_build_fail(a, KL_ERR_UNSUPPORTED, "scan: %d carries and ys after transformation (at most %d)",
+                         body->noutputs, KL_MAX_OUTS);
+  return kl_build_emit(a, KL_P_SCAN, ops, nk + n + nx, &p, res);
+}
+
+/* Builds the JVP of a scan body into `in` (a fresh program): inputs in scan order
+ *   consts, const tangents (where tc[j]), carries (from xs when `carries_from_xs`), carry tangents
+ *   (where has[i]), xs, [the stacked primal carries,] x tangents (where tx[j]);
+ * outputs: [primal carries,] carry tangents (where has[i]), [primal ys,] y tangents (where the
+ * body gives one; yt[j] set). `primal`: with the primal outputs (forward mode), else tangents only
+ * (the linear scan of reverse mode, whose primal carries arrive as xs). Returns the counts of the
+ * new scan in k3 (consts, carries, xs), or -1. */
+static int jvp_body(kl_build *in, const kl_program *body, scan_split s, const char *tc, const char *has, const char *tx,
+                    int primal, char *yt, int64_t *k3) {
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *outs = kl_malloc(sizeof(int) * (2 * (size_t)body->noutputs + 1));
+  int rc = -1;
+  if (!fp || !ft || !outs) {
+    kl_build_oom(in);
+    goto done;
+  }
+  const int *bi = body->inputs;
+  kl_program *pg = in->pg;
+#define BODY_AVAL(i) (&body->vals[bi[i]].aval)
+  for (int j = 0; j < s.nk; j++) fp[bi[j]] = kl_program_add_input(pg, BODY_AVAL(j));
+  for (int j = 0; j < s.nk; j++)
+    if (tc[j]) ft[bi[j]] = kl_program_add_input(pg, BODY_AVAL(j));
+  k3[0] = pg->ninputs;
+  if (primal)
+    for (int i = 0; i < s.n; i++) fp[bi[s.nk + i]] = kl_program_add_input(pg, BODY_AVAL(s.nk + i));
+  for (int i = 0; i < s.n; i++)
+    if (has[i]) ft[bi[s.nk + i]] = kl_program_add_input(pg, BODY_AVAL(s.nk + i));
+  k3[1] = pg->ninputs - k3[0];
+  for (int j = 0; j < s.nx; j++) fp[bi[s.nk + s.n + j]] = kl_program_add_input(pg, BODY_AVAL(s.nk + s.n + j));
+  if (!primal)
+    for (int i = 0; i < s.n; i++) fp[bi[s.nk + i]] = kl_program_add_input(pg, BODY_AVAL(s.nk + i));
+  for (int j = 0; j < s.nx; j++)
+    if (tx[j]) ft[bi[s.nk + s.n + j]] = kl_program_add_input(pg, BODY_AVAL(s.nk + s.n + j));
+  k3[2] = pg->ninputs - k3[0] - k3[1];
+#undef BODY_AVAL
+  if (kl_jvp_eqns(in, body, fp, ft, NULL, 0, 0)) goto done;
+  int k = 0;
+  if (primal)
+    for (int i = 0; i < s.n; i++) outs[k++] = fp[body->outputs[i]];
+  for (int i = 0; i < s.n; i++)
+    if (has[i]) {
+      int t = ft[body->outputs[i]];
+      outs[k++] = t >= 0 ? t : kl_build_zeros(in, &body->vals[body->outputs[i]].aval);
+    }
+  if (primal)
+    for (int j = 0; j < s.ny; j++) outs[k++] = fp[body->outputs[s.n + j]];
+  for (int j = 0; j < s.ny; j++) {
+    int t = ft[body->outputs[s.n + j]];
+    yt[j] = t >= 0 && is_float_val(in, t);
+    if (yt[j]) outs[k++] = t;
+  }
+  if (!in->failed) kl_program_set_outputs(pg, outs, k);
+  rc = in->failed || pg->oom ? -1 : 0;
+done:
+  free(fp);
+  free(ft);
+  free(outs);
+  return rc;
+}
+
+/* The body with, as extra ys, the carries each iteration starts from. Owned, or NULL. */
+static kl_program *body_stacking_carries(kl_build *a, const kl_program *body, scan_split s) {
+  kl_program *pg = kl_program_copy(body);
+  int *outs = kl_malloc(sizeof(int) * ((size_t)body->noutputs + (size_t)s.n + 1));
+  if (!pg || !outs) {
+    kl_program_free(pg);
+    free(outs);
+    kl_build_oom(a);
+    return NULL;
+  }
+  memcpy(outs, body->outputs, sizeof(int) * (size_t)body->noutputs);
+  for (int i = 0; i < s.n; i++) outs[body->noutputs + i] = body->inputs[s.nk + i];
+  kl_program_set_outputs(pg, outs, body->noutputs + s.n);
+  free(outs);
+  if (pg->oom) {
+    kl_program_free(pg);
+    kl_build_oom(a);
+    return NULL;
+  }
+  return pg;
+}
+
+/* scan, JVP. Forward mode: one scan over (carries, tangents of the float carries) whose body is
+ * the body's JVP; tangents of consts and xs are extra consts and xs. Reverse mode (a->remat): the
+ * primal scan, also stacking the carries each iteration starts from, and the linear scan of the
+ * body's JVP over those stacked carries (see the top of the file). */
+static int scan_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  scan_split s = split_of(e);
+  const kl_program *body = e->p.scan.body;
+  int64_t k3[3];
+  int nops = e->nin * 3 + 2, rc = -1, lin = a->remat;
+  char *flags = kl_calloc((size_t)(s.nk + s.n + s.nx + s.ny) + 1, 1);
+  int *ops = kl_malloc(sizeof(int) * (size_t)nops), *res = kl_malloc(sizeof(int) * (3 * (size_t)e->nout + (size_t)s.n + 2));
+  kl_program *jb = kl_program_new(), *pb = NULL;
+  if (!flags || !ops || !res || !jb) {
+    kl_build_oom(a);
+    goto done;
+  }
+  char *tc = flags, *has = tc + s.nk, *tx = has + s.n, *yt = tx + s.nx;
+  for (int j = 0; j < s.nk; j++) tc[j] = ts[j] >= 0;
+  for (int i = 0; i < s.n; i++) has[i] = kl_dtype_is_float(body->vals[body->inputs[s.nk + i]].aval.dtype) != 0;
+  for (int j = 0; j < s.nx; j++) tx[j] = ts[s.nk + s.n + j] >= 0;
+  {
+    kl_build in = {.pg = jb, .err = a->err, .errlen = a->errlen, .who = a->who};
+    if (jvp_body(&in, body, s, tc, has, tx, !lin, yt, k3)) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  const int *carries = xs + s.nk, *xv = xs + s.nk + s.n;
+  int k = 0, *stacked = res + e->nout; /* the primal scan's stacked carries (reverse mode) */
+  if (lin) { /* the primal scan */
+    if (!(pb = body_stacking_carries(a, body, s))) goto done;
+    if (emit_scan(a, e, pb, s.nk, s.n, s.nx, xs, 0, res) < 0) goto done;
+    for (int i = 0; i < e->nout; i++) ys[i] = res[i];
+  }
+  for (int j = 0; j < s.nk; j++) ops[k++] = xs[j];
+  for (int j = 0; j < s.nk; j++)
+    if (tc[j]) ops[k++] = ts[j];
+  if (!lin)
+    for (int i = 0; i < s.n; i++) ops[k++] = carries[i];
+  for (int i = 0; i < s.n; i++)
+    if (has[i]) ops[k++] = ts[s.nk + i] >= 0 ? ts[s.nk + i] : kl_build_zeros(a, &body->vals[body->inputs[s.nk + i]].aval);
+  for (int j = 0; j < s.nx; j++) ops[k++] = xv[j];
+  if (lin)
+    for (int i = 0; i < s.n; i++) ops[k++] = stacked[i];
+  for (int j = 0; j < s.nx; j++)
+    if (tx[j]) ops[k++] = ts[s.nk + s.n + j];
+  int *r2 = res + e->nout + s.n;
+  if (a->failed || emit_scan(a, e, jb, (int)k3[0], (int)k3[1], (int)k3[2], ops, 0, r2) < 0) goto done;
+  int at = 0;
+  if (!lin)
+    for (int i = 0; i < s.n; i++) ys[i] = r2[at++];
+  for (int i = 0; i < s.n; i++) touts[i] = has[i] ? r2[at++] : -1;
+  if (!lin)
+    for (int j = 0; j < s.ny; j++) ys[s.n + j] = r2[at++];
+  for (int j = 0; j < s.ny; j++) touts[s.n + j] = yt[j] ? r2[at++] : -1;
+  rc = 0;
+done:
+  free(flags);
+  free(ops);
+  free(res);
+  kl_program_free(jb);
+  kl_program_free(pb);
+  return a->failed ? -1 : rc;
+}
+
+/* scan, transpose: a linear scan (the linear part of reverse mode) is linear in its carries and in
+ * the consts and xs tagged tangent; the rest are residuals. Its transpose is a scan the other way
+ * whose carries are the carries' cotangents plus an accumulator per linear const, whose xs are the
+ * residual xs and the ys' cotangents, and whose body is the body's VJP with respect to the linear
+ * inputs; its ys are the linear xs' cotangents. */
+static int scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
+  (void)operand, (void)ct; /* the whole equation at once */
+  kl_build *a = c->a;
+  scan_split s = split_of(e);
+  const kl_program *body = e->p.scan.body;
+  int nin = e->nin, nout = e->nout, rc = -1;
+  char *lin = kl_calloc((size_t)nin + 1, 1);
+  int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *vout = NULL, *ops = kl_malloc(sizeof(int) * (2 * (size_t)(nin + nout) + 1));
+  int *tin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *touts = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1));
+  int *res = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1));
+  kl_program *vjp = NULL, *tb = kl_program_new();
+  if (!lin || !vin || !ops || !tin || !touts || !res || !tb) {
+    kl_build_oom(a);
+    goto done;
+  }
+  int nlk = 0, nlx = 0, nwant = 0;
+  for (int i = 0; i < nin; i++) {
+    const kl_aval *av = &body->vals[body->inputs[i]].aval;
+    int carry = i >= s.nk && i < s.nk + s.n;
+    lin[i] = carry || kl_tr_is_tangent(c, e->ins[i]);
+    if (carry && !kl_dtype_is_float(av->dtype)) {
+      kl_build_fail(a, KL_ERR_INTERNAL, "internal error: a linear scan with a %s carry", kl_dtype_name(av->dtype));
+      goto done;
+    }
+    if (!kl_dtype_is_float(av->dtype)) lin[i] = 0;
+    nwant += lin[i];
+    if (lin[i] && i < s.nk) nlk++;
+    if (lin[i] && i >= s.nk + s.n) nlx++;
+  }
+  if (!(vjp = kl_vjp(body, lin, a->err, a->errlen))) {
+    a->failed = 1;
+    goto done;
+  }
+  if (!(vout = kl_malloc(sizeof(int) * ((size_t)vjp->noutputs + 1)))) {
+    kl_build_oom(a);
+    goto done;
+  }
+  { /* the transposed body: (residual consts; carry cotangents, const accumulators; residual xs, y cotangents) */
+    kl_build in = {.pg = tb, .err = a->err, .errlen = a->errlen, .who = a->who};
+    int *acc = tin; /* the accumulators' input ids */
+    int nrk = 0, nrx = 0;
+    for (int j = 0; j < s.nk; j++)
+      if (!lin[j]) vin[j] = kl_program_add_input(tb, &body->vals[body->inputs[j]].aval), nrk++;
+    for (int i = 0; i < s.n; i++) vin[nin + i] = kl_program_add_input(tb, &body->vals[body->outputs[i]].aval);
+    for (int j = 0, q = 0; j < s.nk; j++)
+      if (lin[j]) acc[q++] = kl_program_add_input(tb, &body->vals[body->inputs[j]].aval);
+    for (int j = s.nk + s.n; j < nin; j++)
+      if (!lin[j]) vin[j] = kl_program_add_input(tb, &body->vals[body->inputs[j]].aval), nrx++;
+    for (int j = 0; j < s.ny; j++) vin[nin + s.n + j] = kl_program_add_input(tb, &body->vals[body->outputs[s.n + j]].aval);
+    for (int i = 0; i < nin; i++)
+      if (lin[i] || (i >= s.nk && i < s.nk + s.n)) vin[i] = kl_build_zeros(&in, &body->vals[body->inputs[i]].aval);
+    if (!in.failed && !kl_splice(&in, vjp, vin, vout)) {
+      int k = 0, w = nout; /* vjp's outputs: the body's outputs, then the wanted cotangents in order */
+      int *cts = res;      /* per body input: its cotangent in tb, or -1 */
+      for (int i = 0; i < nin; i++) cts[i] = lin[i] ? vout[w++] : -1;
+      for (int i = 0; i < s.n; i++) touts[k++] = cts[s.nk + i];
+      for (int j = 0, q = 0; j < s.nk; j++)
+        if (lin[j]) touts[k++] = kl_build_add(&in, acc[q++], cts[j]);
+      for (int j = s.nk + s.n; j < nin; j++)
+        if (lin[j]) touts[k++] = cts[j];
+      if (!in.failed) kl_program_set_outputs(tb, touts, k);
+    }
+    if (in.failed || tb->oom) {
+      a->failed = 1;
+      goto done;
+    }
+    /* the operands */
+    int k = 0;
+    for (int j = 0; j < s.nk; j++)
+      if (!lin[j]) ops[k++] = kl_tr_prim_of(c, e->ins[j]);
+    for (int i = 0; i < s.n; i++) {
+      int o = e->outs[i];
+      ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
+    }
+    for (int j = 0; j < s.nk; j++)
+      if (lin[j]) ops[k++] = kl_build_zeros(a, &body->vals[body->inputs[j]].aval);
+    for (int j = s.nk + s.n; j < nin; j++)
+      if (!lin[j]) ops[k++] = kl_tr_prim_of(c, e->ins[j]);
+    for (int j = 0; j < s.ny; j++) {
+      int o = e->outs[s.n + j];
+      ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
+    }
+    if (a->failed || emit_scan(a, e, tb, nrk, s.n + nlk, nrx + s.ny, ops, 1, res) < 0) goto done;
+  }
+  { /* the cotangents: of the initial carries, the linear consts, the linear xs */
+    int k = 0;
+    for (int i = 0; i < s.n; i++, k++)
+      if (kl_tr_is_tangent(c, e->ins[s.nk + i])) kl_tr_accumulate(c, e->ins[s.nk + i], res[k]);
+    for (int j = 0; j < s.nk; j++)
+      if (lin[j]) kl_tr_accumulate(c, e->ins[j], res[k++]);
+    for (int j = s.nk + s.n; j < nin; j++)
+      if (lin[j]) kl_tr_accumulate(c, e->ins[j], res[k++]);
+  }
+  rc = 0;
+done:
+  free(lin);
+  free(vin);
+  free(vout);
+  free(ops);
+  free(tin);
+  free(touts);
+  free(res);
+  kl_program_free(vjp);
+  kl_program_free(tb);
+  return a->failed ? -1 : rc;
+}
+
+/* scan, batching: every carry batched (an unbatched one broadcast), xs batched at axis 1 (their
+ * axis 0 is the one scanned), the body batched; the stacked ys come back with the batch at axis 1
+ * and move it to 0. */
+static int scan_batch(kl_build *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  scan_split s = split_of(e);
+  int nin = e->nin, rc = -1;
+  char *in_b = kl_malloc((size_t)nin + 1), *want = kl_malloc((size_t)e->nout + 1);
+  kl_program *bb = NULL;
+  if (!in_b || !want) {
+    kl_build_oom(b);
+    goto done;
+  }
+  memcpy(in_b, r->bs, (size_t)nin);
+  memset(in_b + s.nk, 1, (size_t)s.n);
+  memset(want, 1, (size_t)e->nout);
+  for (int i = 0; i < s.n; i++) r->xs[s.nk + i] = kl_batch_as_batched(b, r->xs[s.nk + i], r->bs[s.nk + i]);
+  for (int j = s.nk + s.n; j < nin; j++)
+    if (r->bs[j]) r->xs[j] = kl_batch_move_axis(b, r->xs[j], 0, 1);
+  if (b->failed || !(bb = kl_batch_subprog(b, e->p.scan.body, in_b, want))) goto done;
+  if (emit_scan(b, e, bb, s.nk, s.n, s.nx, r->xs, 0, r->ys) < 0) goto done;
+  for (int j = 0; j < s.ny; j++) r->ys[s.n + j] = kl_batch_move_axis(b, r->ys[s.n + j], 1, 0);
+  rc = 0;
+done:
+  free(in_b);
+  free(want);
+  kl_program_free(bb);
+  return b->failed ? -1 : rc;
+}
+
+/* ---- the table ------------------------------------------------------------------------------- */
+
+const kl_rule_row kl_rules_control[] = {
+    {KL_P_WHILE, while_jvp, NULL, while_batch, NULL, NULL, NULL},
+    {KL_P_SCAN, scan_jvp, scan_transpose, scan_batch, NULL, NULL, NULL},
+    KL_RULES_END};
