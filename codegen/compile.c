@@ -415,7 +415,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     const kl_plan_step *ps = &plan.steps[s];
     kl_step *st = &x->steps[x->nsteps];
     if (ps->kind == KL_STEP_LIB && kl_lower_get(pg->eqns[ps->eqn].prim)->loop) {
-      if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, st, &o->loops[o->nloops], err, errlen))) break;
+      if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, &kl_loop_cpu, st, &o->loops[o->nloops], err, errlen))) break;
       o->nloops++;
       st->cost = 1 << 20;
       x->cost += 1 << 20; /* a loop of unknown length: worth the executor thread */

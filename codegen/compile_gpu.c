@@ -307,6 +307,16 @@ const char *kl_gpu_libdevice(void) {
   return libdevice_file[0] && !atomic_load(&libdevice_failed) ? libdevice_file : NULL;
 }
 
+/* Loop steps on the GPU (codegen/loop.c): bodies compiled for the GPU and queued on kiln's stream. */
+static int gpu_alloc(size_t n, void **p, char *err, size_t errlen) { return kl_cuda_alloc(n, p, err, errlen); }
+static int gpu_copy(void *dst, const void *src, size_t n, char *err, size_t errlen) {
+  return kl_cuda_copy(dst, 1, src, 1, n, err, errlen);
+}
+static int gpu_read(void *host, const void *src, size_t n, char *err, size_t errlen) {
+  return kl_cuda_copy(host, 0, src, 1, n, err, errlen);
+}
+static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read};
+
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,
  * math calls libdevice where there is one; *used_ld says whether the module did. */
@@ -349,12 +359,14 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
   kl_str_append(&mod, "module attributes {gpu.container_module} {\n  gpu.module @kiln {\n");
   for (int s = 0; s < plan.nsteps && !rc; s++) {
     const kl_plan_step *ps = &plan.steps[s];
-    if (ps->kind == KL_STEP_LIB && kl_lower_get(pg->eqns[ps->eqn].prim)->loop) { /* the loop runs on the host */
+    if (ps->kind == KL_STEP_LIB && kl_lower_get(pg->eqns[ps->eqn].prim)->loop) { /* its bodies run on the GPU */
+      if (ptx_only) continue; /* the bodies are programs of their own */
       kl_step *st = &x->steps[x->nsteps++];
-      if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, st, &o->loops[o->nloops], err, errlen))) break;
+      if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, &loop_gpu, st, &o->loops[o->nloops], err, errlen)))
+        break;
       o->nloops++;
-      st->on_host = 1;
-      note_host_step(&host, pg, &pg->eqns[ps->eqn]);
+      st->synchronizes = 1;
+      x->cost += 1 << 20; /* a loop of unknown cost: its own event */
       continue;
     }
     if (ps->kind == KL_STEP_LIB) {

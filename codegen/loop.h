@@ -6,10 +6,23 @@
 
 typedef struct kl_loop kl_loop;
 
-/* Fills st (its slots from slot_of) for while or scan equation e of pg: the bodies are
- * compiled for the CPU, the step runs the loop on the host. *out: what the step's ctx owns
- * (free with kl_loop_free once the executable goes). 0, or -1 with a message. */
-int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, kl_step *st, kl_loop **out,
-                         char *err, size_t errlen);
+/* What a loop step needs of its device: compiling its bodies, running one of them now (in the
+ * device's order) over device memory, memory for the carries, copies within the device, and
+ * reading device memory on the host (waiting for it). Memory functions: 0, or -1 with a message. */
+typedef struct {
+  kl_exec *(*compile)(kl_program *pg, char *err, size_t errlen);
+  int (*run)(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
+  int (*alloc)(size_t n, void **p, char *err, size_t errlen);
+  void (*free)(void *p, size_t n);
+  int (*copy)(void *dst, const void *src, size_t n, char *err, size_t errlen); /* device to device */
+  int (*read)(void *host, const void *src, size_t n, char *err, size_t errlen); /* device to host */
+} kl_loop_target;
+extern const kl_loop_target kl_loop_cpu;
+
+/* Fills st (its slots from slot_of) for while or scan equation e of pg: the bodies are compiled
+ * for target t, the step runs the loop from the host. *out: what the step's ctx owns (free with
+ * kl_loop_free once the executable goes). 0, or -1 with a message. */
+int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
+                         kl_loop **out, char *err, size_t errlen);
 void kl_loop_free(kl_loop *l);
 #endif

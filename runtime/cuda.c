@@ -683,6 +683,53 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
   return rc;
 }
 
+/* kl_cuda_exec_run (cuda.h): x's steps queued on kiln's stream over the caller's device memory.
+ * An output whose slot is also an input's (or another output's) is copied there at the end;
+ * temporaries come from the stream-ordered allocator and go back to it in stream order. */
+int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  void **at = calloc((size_t)x->nslots + 1, sizeof *at); /* per slot: its memory */
+  kl_buffer **tmp = calloc((size_t)x->nslots + 1, sizeof *tmp);
+  char *late = calloc((size_t)x->noutputs + 1, 1);
+  int rc = 0;
+  if (!at || !tmp || !late) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+  for (int i = 0; !rc && i < x->ninputs; i++)
+    if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
+  for (int i = 0; !rc && i < x->noutputs; i++) {
+    int s = x->out_slots[i];
+    if (at[s]) late[i] = 1;
+    else at[s] = out[i];
+  }
+  for (int s = 0; s < x->nsteps && !rc; s++) {
+    const kl_step *st = &x->steps[s];
+    void *psmall[64];
+    size_t bsmall[64];
+    void **ptrs = st->nslots <= 64 ? psmall : malloc(sizeof(void *) * (size_t)st->nslots);
+    size_t *bytes = st->nslots <= 64 ? bsmall : malloc(sizeof(size_t) * (size_t)st->nslots);
+    if (!ptrs || !bytes) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+    for (int i = 0; !rc && i < st->nslots; i++) {
+      int sl = st->slots[i];
+      if (!at[sl]) {
+        if (!(tmp[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
+        else at[sl] = tmp[sl]->data;
+      }
+      ptrs[i] = at[sl];
+      bytes[i] = x->slot_bytes[sl];
+    }
+    if (!rc) rc = st->on_host ? run_host_step(st, ptrs, bytes, err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen);
+    if (ptrs && ptrs != psmall) free(ptrs);
+    if (bytes && bytes != bsmall) free(bytes);
+  }
+  for (int i = 0; !rc && i < x->noutputs; i++) {
+    int s = x->out_slots[i];
+    if (late[i] && at[s] != out[i]) rc = kl_cuda_copy(out[i], 1, at[s], 1, x->slot_bytes[s], err, errlen);
+  }
+  for (int i = 0; tmp && i < x->nslots; i++) kl_buf_release(tmp[i]);
+  free(at);
+  free(tmp);
+  free(late);
+  return rc;
+}
+
 #define BIG_LAUNCH_COST (1 << 20) /* elements: launches that get event boundaries of their own */
 
 /* KILN_GPU_PROFILE=1: every step runs synchronized and prints its time (slow; for finding

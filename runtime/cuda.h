@@ -36,6 +36,10 @@ void kl_cuda_graph_free(void *state);
 int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen);
 int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen);
 int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen);
+/* Runs GPU executable x now (a loop's body inside a step): its steps are queued on kiln's stream,
+ * reading in[0..ninputs) and writing out[0..noutputs), device memory of x's slot sizes; returns
+ * without waiting for them. 0, or -1 with a message. */
+int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
 /* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
 int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
 

@@ -83,7 +83,7 @@ static int graph_wanted(const kl_exec *x) {
   if (!min || x->nsteps < min || !load()) return 0;
   double io = 0;
   for (int i = 0; i < x->nsteps; i++)
-    if (x->steps[i].on_host) return 0;
+    if (x->steps[i].on_host || x->steps[i].synchronizes) return 0;
   for (int i = 0; i < x->ninputs; i++) io += (double)x->slot_bytes[x->in_slots[i]];
   for (int i = 0; i < x->noutputs; i++) io += (double)x->slot_bytes[x->out_slots[i]];
   return io / 2.5e12 < x->nsteps * 5e-6;

@@ -54,6 +54,7 @@ typedef struct {
   int on_host;         /* GPU executables: run_checked runs on host copies of the slots... */
   int host_nin;        /* ...of which the first host_nin are inputs (copied down), the rest outputs */
   int is_library;      /* GPU executables: a library call (cuBLAS) rather than a kernel launch */
+  int synchronizes;    /* GPU executables: a loop whose host reads device memory (no CUDA graph) */
 } kl_step;
 
 typedef struct kl_exec {
