@@ -712,3 +712,57 @@ def test_a_graph_program_called_from_several_threads_gives_each_call_its_own_res
         t.join()
     for i, x in enumerate(xs):
         np.testing.assert_allclose(got[i], ref(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+@gpu
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_runs_on_the_device_and_its_gradient_matches_numpy(reverse):
+    # an RNN scan: its body's kernels and cuBLAS calls queued on the GPU, no host step
+    rng = np.random.default_rng(31)
+    w = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)
+    xs = rng.standard_normal((300, 4, 16)).astype(np.float32)
+
+    def loss(w, xs):
+        def cell(h, x):
+            h = jnp.tanh(jnp.dot(h, w, precision="highest") + x)
+            return h, h.sum()
+        h, ys = kiln.lax.scan(cell, jnp.zeros((4, 16)), xs, reverse=reverse)
+        return (h ** 2).sum() + ys.sum()
+
+    jf = kiln.jit(kiln.value_and_grad(loss))
+    val, g = jf(w, xs)
+    assert _only_entry(jf).host_steps == []
+    w64, hs, h = w.astype(np.float64), [], np.zeros((4, 16))
+    order = range(299, -1, -1) if reverse else range(300)
+    for i in order:
+        hs.append(h)
+        h = np.tanh(h @ w64 + xs[i])
+    want = (h ** 2).sum() + sum(np.tanh(hh @ w64 + xs[i]).sum() for hh, i in zip(hs, order))
+    assert float(val) == pytest.approx(want, rel=1e-4)
+    dh, gw = 2 * h, np.zeros_like(w64)  # backward by hand
+    for hh, i in reversed(list(zip(hs, order))):
+        hn = np.tanh(hh @ w64 + xs[i])
+        da = (dh + 1.0) * (1 - hn * hn)
+        gw += hh.T @ da
+        dh = da @ w64.T
+    np.testing.assert_allclose(np.asarray(g), gw, rtol=2e-3, atol=2e-4)
+
+
+@gpu
+def test_while_and_fori_loops_run_on_the_device():
+    def newton(a):
+        return kiln.lax.while_loop(lambda c: jnp.max(jnp.abs(c[0] * c[0] - a)) > 1e-4,
+                                   lambda c: (0.5 * (c[0] + a / c[0]), c[1] + 1), (a, 0))
+
+    x = np.random.default_rng(32).uniform(0.5, 50.0, 1000).astype(np.float32)
+    jf = kiln.jit(newton)
+    r, k = jf(x)
+    assert _only_entry(jf).host_steps == []
+    np.testing.assert_allclose(np.asarray(r), np.sqrt(x), rtol=1e-5)
+    assert int(k) > 3
+    upd = kiln.jit(lambda z: kiln.lax.fori_loop(0, 1000, lambda i, z: z.at[i].set(2.0 * i), z))
+    got = np.asarray(upd(jnp.zeros(1 << 16)))
+    want = np.zeros(1 << 16, np.float32)
+    want[:1000] = 2.0 * np.arange(1000)
+    np.testing.assert_array_equal(got, want)
+    assert _only_entry(upd).host_steps == []

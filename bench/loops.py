@@ -1,0 +1,98 @@
+"""Loop workloads (issue 11) against JAX, in one process and one run, on the default backend of
+each library (the GPU where there is one, else the CPU).
+
+    python3 bench/loops.py [--only rnn,while,fori,compile] [--reps N]
+
+- rnn: a 2,000-step scan, h = tanh(h @ W + x_t), batch 64, hidden 256 (forward, under jit);
+- rnn_grad: its gradient with respect to W;
+- while: per-iteration cost of a while_loop over an 8-element carry with a data-dependent stop
+  (10,000 iterations);
+- fori: 1,000 steps of z.at[i].set(2.0 * i) on 2^20 float32 elements;
+- compile: first-call time of a jitted scan of 10 and of 100,000 steps of a small body.
+
+Each result is checked against the other library's before it is timed.
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def timed(fn, sync, reps, warm=2):
+    for _ in range(warm):
+        sync(fn())
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        sync(fn())
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def workloads(lib, jnp, lax):
+    rng = np.random.default_rng(0)
+    W = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+    X = rng.standard_normal((2000, 64, 256)).astype(np.float32)
+    W_, X_ = jnp.asarray(W), jnp.asarray(X)
+
+    def rnn(w, xs):
+        def cell(h, x):
+            h = jnp.tanh(h @ w + x)
+            return h, None
+        return lax.scan(cell, jnp.zeros((64, 256), jnp.float32), xs)[0]
+
+    rnn_j = lib.jit(rnn)
+    rnn_g = lib.jit(lib.grad(lambda w, xs: jnp.sum(rnn(w, xs) ** 2)))
+
+    def wl(x):
+        return lax.while_loop(lambda v: v[0] < 10000.0, lambda v: v + 1.0, x)
+
+    wl_j = lib.jit(wl)
+    x8 = jnp.zeros(8, jnp.float32)
+    fori_j = lib.jit(lambda z: lax.fori_loop(0, 1000, lambda i, z: z.at[i].set(2.0 * i), z))
+    z = jnp.zeros(1 << 20, jnp.float32)
+    return {"rnn": (lambda: rnn_j(W_, X_), 1), "rnn_grad": (lambda: rnn_g(W_, X_), 1), "while": (lambda: wl_j(x8), 10000),
+            "fori": (lambda: fori_j(z), 1)}
+
+
+def compile_time(lib, jnp, lax, n):
+    def f(c):
+        return lax.scan(lambda c, _: (jnp.sin(c) * 0.5 + 0.1, None), c, None, length=n)[0]
+    t = time.perf_counter()
+    np.asarray(lib.jit(f)(jnp.ones(16, jnp.float32)))
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="rnn,rnn_grad,while,fori,compile")
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    only = args.only.split(",")
+    import jax
+    import jax.numpy as jjnp
+    import kiln
+    import kiln.numpy as knp
+    libs = {"kiln": (kiln, knp, kiln.lax), "jax": (jax, jjnp, jax.lax)}
+    print(f"kiln backend {kiln.default_backend()}, jax backend {jax.default_backend()}")
+    sync = lambda r: [np.asarray(a) for a in jax.tree_util.tree_leaves(r)]  # noqa: E731
+    made = {name: workloads(*l) for name, l in libs.items()}
+    for w in only:
+        if w == "compile":
+            for n in (10, 100_000):
+                k, j = compile_time(*libs["kiln"], n), compile_time(*libs["jax"], n)
+                print(f"compile scan {n:>6} steps: kiln {k * 1e3:8.1f} ms  jax {j * 1e3:8.1f} ms  ratio {k / j:.2f}")
+            continue
+        (fk, per), (fj, _) = made["kiln"][w], made["jax"][w]
+        a, b = sync(fk()), sync(fj())
+        for u, v in zip(a, b):  # TF32 products (both libraries' default) over 2,000 steps drift
+            assert np.abs(u - v).max() <= 2e-2 * max(np.abs(v).max(), 1e-3), (w, np.abs(u - v).max())
+        tk, tj = timed(fk, sync, args.reps), timed(fj, sync, args.reps)
+        unit = "us/iter" if per > 1 else "ms"
+        scale = 1e6 / per if per > 1 else 1e3
+        print(f"{w:10s} kiln {tk * scale:10.2f} {unit}  jax {tj * scale:10.2f} {unit}  ratio {tk / tj:.2f}")
+
+
+if __name__ == "__main__":
+    main()
