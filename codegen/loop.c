@@ -1,9 +1,10 @@
-/* loop.c: the control family's equations (while, scan) as steps. Their bodies (already through
+/* loop.c: the control family's equations (while, scan, cond) as steps. Their bodies (already through
  * the pass pipeline, which runs inside bodies) are compiled for the step's device as executables
  * of their own; the step runs them from the host over device memory: a while step runs its
  * condition and body in turn until the condition is false (one read of the predicate per
  * iteration), a scan step runs its body `length` times on slices of its xs, writing its ys'
- * slices in place (no read at all). The carries live in two sets of buffers that trade places
+ * slices in place (no read at all), a cond step reads its predicate and runs the branch it names.
+ * The carries live in two sets of buffers that trade places
  * each iteration. On a GPU the bodies' kernels are queued on kiln's stream: the data never
  * leaves the device. Depends on ir/, runtime/ and codegen's compile drivers (compile.h,
  * mlirctx.h); the device's own calls come in a kl_loop_target. */
@@ -20,8 +21,9 @@
 
 struct kl_loop {
   const kl_loop_target *t;
-  kl_exec *cond, *body; /* cond: NULL for a scan */
-  int nc, nb, n;        /* while operands: cond consts, body consts, carries; scan: consts, carries, xs */
+  kl_exec *cond, *body; /* while: its condition and body; scan: body alone; cond: false, true branch */
+  int nc, nb, n;        /* operands: while: cond consts, body consts, carries; scan: consts, carries, xs;
+                           cond (after the predicate): false consts, true consts, operands */
   int ny;               /* scan: the stacked ys */
   int64_t length;       /* scan: iterations */
   int reverse;          /* scan: from the last slice */
@@ -104,6 +106,23 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return rc;
 }
 
+/* ptrs: the predicate, false consts, true consts, operands, then the results. The predicate is
+ * read (one wait on a GPU), then the branch it names runs on (operands, its consts). */
+static int cond_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  const kl_loop *l = ctx;
+  int nf = l->nc, nt = l->nb, no = l->n, rc;
+  unsigned char which = 0;
+  if ((rc = l->t->read(&which, ptrs[0], 1, err, errlen))) return rc;
+  void **args = kl_calloc((size_t)(no + nf + nt) + 1, sizeof(void *));
+  if (!args) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a cond");
+  memcpy(args, ptrs + 1 + nf + nt, sizeof(void *) * (size_t)no);
+  if (which) memcpy(args + no, ptrs + 1 + nf, sizeof(void *) * (size_t)nt);
+  else memcpy(args + no, ptrs + 1, sizeof(void *) * (size_t)nf);
+  rc = l->t->run(which ? l->body : l->cond, args, ptrs + 1 + nf + nt + no, err, errlen);
+  free(args);
+  return rc;
+}
+
 static size_t aval_bytes(const kl_aval *a) { return kl_dtype_size(a->dtype) * (size_t)kl_aval_size(a); }
 
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
@@ -129,18 +148,23 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     l->reverse = p->scan.reverse;
     for (int j = 0; j < l->ny && l->length; j++) l->bytes[l->nb + j] /= (size_t)l->length;
     for (int j = 0; j < l->n && l->length; j++) l->xbytes[j] = aval_bytes(&pg->vals[e->ins[l->nc + l->nb + j]].aval) / (size_t)l->length;
+  } else if (e->prim == KL_P_COND) {
+    l->nc = (int)p->cond.counts.v[0];
+    l->nb = (int)p->cond.counts.v[1];
+    l->n = (int)p->cond.counts.v[2];
   } else {
     l->nc = (int)p->while_.counts.v[0];
     l->nb = (int)p->while_.counts.v[1];
     l->n = (int)p->while_.counts.v[2];
   }
-  if ((e->prim == KL_P_WHILE && !(l->cond = t->compile(p->while_.cond, err, errlen))) ||
-      !(l->body = t->compile(e->prim == KL_P_SCAN ? p->scan.body : p->while_.body, err, errlen))) {
+  kl_program *first = e->prim == KL_P_WHILE ? p->while_.cond : e->prim == KL_P_COND ? p->cond.false_branch : NULL;
+  kl_program *second = e->prim == KL_P_SCAN ? p->scan.body : e->prim == KL_P_COND ? p->cond.true_branch : p->while_.body;
+  if ((first && !(l->cond = t->compile(first, err, errlen))) || !(l->body = t->compile(second, err, errlen))) {
     kl_loop_free(l);
     free(slots);
     return -1;
   }
-  kl_host_step(e, slot_of, slots, l, e->prim == KL_P_SCAN ? scan_run : while_run, st);
+  kl_host_step(e, slot_of, slots, l, e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run : while_run, st);
   *out = l;
   return 0;
 }

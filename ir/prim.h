@@ -35,7 +35,7 @@ typedef enum {
   KL_FAM_DOT,         /* dot_general */
   KL_FAM_LINALG,      /* cholesky qr svd eigh lu triangular_solve */
   KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
-  KL_FAM_CONTROL,     /* loops over sub-programs: while, scan */
+  KL_FAM_CONTROL,     /* sub-programs run as data decides: while, scan, cond */
   KL_NFAMILIES
 } kl_family;
 
@@ -164,7 +164,8 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(CUSTOM_JVP_CALL, "custom_jvp_call", CALL, NONE, ANY, custom_jvp)               \
   X(CHECKPOINT, "checkpoint", CALL, NONE, ANY, checkpoint)                        \
   X(WHILE, "while", CONTROL, NONE, ANY, while_)                                    \
-  X(SCAN, "scan", CONTROL, NONE, ANY, scan)
+  X(SCAN, "scan", CONTROL, NONE, ANY, scan)                                        \
+  X(COND, "cond", CONTROL, NONE, ANY, cond)
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, o, a, s) KL_P_##e,
@@ -319,6 +320,11 @@ typedef struct {
       int64_t unroll;          /* iterations per trip of the compiled loop (>= 1) */
       struct kl_program *body; /* (consts, carries, x slices) -> (carries, y slices) */
     } scan;
+    struct {
+      kl_ivec counts;                  /* (n_false_consts, n_true_consts, n_operands) */
+      struct kl_program *false_branch; /* (operands, false consts) -> results */
+      struct kl_program *true_branch;  /* (operands, true consts) -> the same types */
+    } cond;
   };
 } kl_params;
 

@@ -387,3 +387,36 @@ def test_nested_scans_closures_and_a_long_fori_loop_gradient():
     # a 3,000-step fori_loop (a scan) differentiated: x * 1.0001 ** 3000
     power = kiln.jit(kiln.grad(lambda x: lax.fori_loop(0, 3000, lambda i, u: u * 1.0001 + 0.0 * i, x)))
     assert float(power(2.0)) == pytest.approx(1.0001 ** 3000, rel=1e-4)
+
+
+def test_traced_cond_and_switch_are_cond_equations_with_gradients(x64):
+    rng = np.random.default_rng(24)
+    w = rng.standard_normal(3)
+
+    def f(x):  # the false branch is NaN wherever the true one is taken
+        return lax.cond(jnp.sum(x) > 0, lambda v: jnp.sin(v * w) * 2, lambda v: jnp.log(-v) * w, x)
+
+    text = str(kiln.make_jaxpr(f)(np.ones(3)))
+    assert text.count("cond[") == 1 and "select" not in text
+    for sign in (1.0, -1.0):
+        x = rng.uniform(0.1, 1.0, 3) * sign
+        want = np.sin(x * w) * 2 if sign > 0 else np.log(-x) * w
+        np.testing.assert_allclose(np.asarray(kiln.jit(f)(x)), want, rtol=1e-12)
+        g = kiln.jit(kiln.grad(lambda x: jnp.sum(f(x) ** 2)))(x)
+        np.testing.assert_allclose(np.asarray(g), _fd_grad(lambda x: np.sum(np.asarray(kiln.jit(f)(x)) ** 2), (x,), 0),
+                                   rtol=1e-6)
+        _, t = kiln.jit(lambda x, t: kiln.jvp(f, (x,), (t,)))(x, np.ones(3))
+        d = 2 * np.cos(x * w) * w if sign > 0 else w / x
+        np.testing.assert_allclose(np.asarray(t), d, rtol=1e-10)
+    # gradients with respect to closed-over values of one branch, through vmap with a batched predicate
+    xs = np.stack([rng.uniform(0.1, 1.0, 3), -rng.uniform(0.1, 1.0, 3)])
+    gw = kiln.jit(kiln.vmap(kiln.grad(lambda w, x: jnp.sum(lax.cond(x[0] > 0, lambda v: v * w * w, lambda v: v, x)),
+                                      argnums=0), in_axes=(None, 0)))(w, xs)
+    np.testing.assert_allclose(np.asarray(gw), [2 * xs[0] * w, np.zeros(3)], rtol=1e-12)
+    # switch: nested conds, each branch with its own consts; second order through them
+    branches = [lambda v: v * v * w[0], lambda v: jnp.sin(v) * w[1], lambda v: -v * w[2]]
+    h = kiln.jit(kiln.grad(kiln.grad(lambda v, i: lax.switch(i, branches, v))))
+    for i, want in [(-1, 2 * w[0]), (0, 2 * w[0]), (1, -np.sin(0.3) * w[1]), (2, 0.0), (5, 0.0)]:
+        assert float(h(0.3, i)) == pytest.approx(want, rel=1e-12, abs=1e-14)
+    got = kiln.jit(kiln.vmap(lambda i, v: lax.switch(i, branches, v)))(jnp.arange(4), jnp.arange(4.0) + 0.5)
+    np.testing.assert_allclose(np.asarray(got), [0.25 * w[0], np.sin(1.5) * w[1], -2.5 * w[2], -3.5 * w[2]], rtol=1e-12)

@@ -1,6 +1,7 @@
 /* control.c: the control family's params and shape rules: equations whose bodies run a number
  * of times decided by data or by a count: while (a condition and a body run until the condition
- * is false) and scan (a body run `length` times over slices of its xs, stacking its ys).
+ * is false), scan (a body run `length` times over slices of its xs, stacking its ys) and cond
+ * (one of two branches, as a predicate says).
  * Depends only on ir/. */
 #include "../program.h"
 #include "prims.h"
@@ -10,6 +11,8 @@ const kl_param_field kl_fields_while_[] = {KL_FIELD(while_, counts, IVEC), KL_FI
 const kl_param_field kl_fields_scan[] = {KL_FIELD(scan, counts, IVEC),   KL_FIELD(scan, length, INT),
                                          KL_FIELD(scan, reverse, INT32), KL_FIELD(scan, unroll, INT),
                                          KL_FIELD(scan, body, PROGRAM),  {NULL, 0, 0}};
+const kl_param_field kl_fields_cond[] = {KL_FIELD(cond, counts, IVEC), KL_FIELD(cond, false_branch, PROGRAM),
+                                         KL_FIELD(cond, true_branch, PROGRAM), {NULL, 0, 0}};
 
 static int counts3(kl_rule_err *e, const char *name, const char *what, const kl_ivec *c, int nin) {
   if (c->n != 3 || c->v[0] < 0 || c->v[1] < 0 || c->v[2] < 0 || c->v[0] + c->v[1] + c->v[2] != nin)
@@ -107,8 +110,44 @@ static int rule_scan(kl_rule_err *e, const kl_aval *ins, int nin, const kl_param
   return 0;
 }
 
+/* cond: operands the predicate (a bool scalar), false consts, true consts, operands; each branch
+ * maps (operands, its consts) to results of the same types, which are the equation's. */
+static int rule_cond(kl_rule_err *e, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs, int *nout) {
+  const kl_ivec *c = &p->cond.counts;
+  char b1[160], b2[160];
+  if (nin < 1 || counts3(e, "cond", "(n_false_consts, n_true_consts, n_operands)", c, nin - 1)) return -1;
+  if (ins[0].dtype != KL_BOOL || ins[0].ndim != 0)
+    return kl_rule_fail(e, KL_ERR_TYPE, "cond: the predicate must be a boolean scalar, got %s", kl_rule_shape_str(&ins[0], b1, sizeof b1));
+  int64_t nf = c->v[0], nt = c->v[1], no = c->v[2];
+  const kl_program *br[2] = {p->cond.false_branch, p->cond.true_branch};
+  const int64_t own[2] = {nf, nt}, at[2] = {1, 1 + nf};
+  for (int b = 0; b < 2; b++) {
+    if (!br[b] || br[b]->ninputs != no + own[b] || br[b]->noutputs != br[0]->noutputs)
+      return kl_rule_fail(e, KL_ERR_VALUE, "cond: the %s branch must take %lld inputs and return %d results",
+                          b ? "true" : "false", (long long)(no + own[b]), br[0] ? br[0]->noutputs : 0);
+    for (int64_t i = 0; i < no + own[b]; i++) {
+      const kl_aval *want = &br[b]->vals[br[b]->inputs[i]].aval, *got = i < no ? &ins[1 + nf + nt + i] : &ins[at[b] + i - no];
+      if (!same_type(want, got))
+        return kl_rule_fail(e, KL_ERR_TYPE, "cond: the %s branch's input %lld is %s, it expects %s", b ? "true" : "false",
+                            (long long)i, kl_rule_shape_str(got, b1, sizeof b1), kl_rule_shape_str(want, b2, sizeof b2));
+    }
+  }
+  if (br[0]->noutputs > KL_MAX_OUTS) return kl_rule_fail(e, KL_ERR_VALUE, "cond: %d results (at most %d)", br[0]->noutputs, KL_MAX_OUTS);
+  for (int i = 0; i < br[0]->noutputs; i++) {
+    const kl_aval *f = &br[0]->vals[br[0]->outputs[i]].aval, *t = &br[1]->vals[br[1]->outputs[i]].aval;
+    if (!same_type(f, t))
+      return kl_rule_fail(e, KL_ERR_TYPE, "cond: result %d is %s in the false branch and %s in the true one", i,
+                          kl_rule_shape_str(f, b1, sizeof b1), kl_rule_shape_str(t, b2, sizeof b2));
+    outs[i] = *t;
+    outs[i].weak = f->weak && t->weak;
+  }
+  *nout = br[0]->noutputs;
+  return 0;
+}
+
 int kl_infer_control(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
                      int *nout) {
   if (prim == KL_P_SCAN) return rule_scan(e, ins, nin, p, outs, nout);
+  if (prim == KL_P_COND) return rule_cond(e, ins, nin, p, outs, nout);
   return rule_while(e, ins, nin, p, outs, nout);
 }

@@ -1,5 +1,5 @@
-/* control.c: the transformation rules of the control family (while, scan): equations whose
- * bodies run a data- or count-dependent number of times. Their rules build new bodies with the
+/* control.c: the transformation rules of the control family (while, scan, cond): equations
+ * whose bodies run as data decides. Their rules build new bodies with the
  * drivers (the body's JVP, its batched form, its transpose by reverse mode) and emit a new loop.
  *
  * Reverse mode through scan: the JVP pass (for reverse mode) splits a scan into a primal scan that
@@ -561,9 +561,275 @@ done:
   return b->failed ? -1 : rc;
 }
 
+/* ---- cond ------------------------------------------------------------------------------------ */
+
+/* The operand split of a cond: the predicate, then false consts, true consts, operands. */
+typedef struct {
+  int nf, nt, no;
+} cond_split;
+
+static cond_split cond_split_of(const kl_eqn *e) {
+  const int64_t *c = e->p.cond.counts.v;
+  return (cond_split){(int)c[0], (int)c[1], (int)c[2]};
+}
+
+/* Operand index (in e) of branch b's input i: its program takes (operands, own consts). */
+static int branch_operand(cond_split s, int b, int i) {
+  if (i < s.no) return 1 + s.nf + s.nt + i;
+  return 1 + (b ? s.nf : 0) + (i - s.no);
+}
+
+/* The JVP of branch `br` into the fresh program of `in`: inputs (operands, their tangents where
+ * has[operand], own consts, their tangents where has[...]), where `has` is indexed by e's
+ * operands; the primal and tangent values of the branch's outputs go to fp/ft (maps over br). */
+static int jvp_branch(kl_build *in, const kl_program *br, cond_split s, int b, const char *has, int *fp, int *ft) {
+  const int *bi = br->inputs;
+  int nown = br->ninputs - s.no;
+  for (int i = 0; i < s.no; i++) fp[bi[i]] = kl_program_add_input(in->pg, &br->vals[bi[i]].aval);
+  for (int i = 0; i < s.no; i++)
+    if (has[branch_operand(s, b, i)]) ft[bi[i]] = kl_program_add_input(in->pg, &br->vals[bi[i]].aval);
+  for (int i = 0; i < nown; i++) fp[bi[s.no + i]] = kl_program_add_input(in->pg, &br->vals[bi[s.no + i]].aval);
+  for (int i = 0; i < nown; i++)
+    if (has[branch_operand(s, b, s.no + i)]) ft[bi[s.no + i]] = kl_program_add_input(in->pg, &br->vals[bi[s.no + i]].aval);
+  return kl_jvp_eqns(in, br, fp, ft, NULL, 0, 0);
+}
+
+/* cond, JVP: a cond of the branches' JVPs over (operands, tangents) and (consts, tangents); a
+ * result has a tangent when either branch gives it one (the other's is zeros). Reverse mode
+ * (a->remat) emits the cond itself, then a linear cond of the JVPs' tangent results alone. */
+static int cond_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  cond_split s = cond_split_of(e);
+  const kl_program *br[2] = {e->p.cond.false_branch, e->p.cond.true_branch};
+  int nout = e->nout, lin = a->remat, rc = -1;
+  char *has = kl_calloc((size_t)e->nin + (size_t)nout + 1, 1), *tout = has + e->nin;
+  int *maps[4] = {kl_jvp_new_map(br[0]), kl_jvp_new_map(br[0]), kl_jvp_new_map(br[1]), kl_jvp_new_map(br[1])};
+  int *outs = kl_malloc(sizeof(int) * (2 * (size_t)nout + 1)), *ops = kl_malloc(sizeof(int) * (2 * (size_t)e->nin + 1));
+  int *res = kl_malloc(sizeof(int) * (2 * (size_t)nout + 1));
+  kl_program *jb[2] = {kl_program_new(), kl_program_new()};
+  kl_build in[2] = {{.pg = jb[0], .err = a->err, .errlen = a->errlen, .who = a->who},
+                    {.pg = jb[1], .err = a->err, .errlen = a->errlen, .who = a->who}};
+  if (!has || !maps[0] || !maps[1] || !maps[2] || !maps[3] || !outs || !ops || !res || !jb[0] || !jb[1]) {
+    kl_build_oom(a);
+    goto done;
+  }
+  for (int i = 1; i < e->nin; i++) has[i] = ts[i] >= 0;
+  for (int b = 0; b < 2; b++)
+    if (jvp_branch(&in[b], br[b], s, b, has, maps[2 * b], maps[2 * b + 1])) {
+      a->failed = 1;
+      goto done;
+    }
+  for (int i = 0; i < nout; i++)
+    tout[i] = kl_dtype_is_float(br[0]->vals[br[0]->outputs[i]].aval.dtype) &&
+              (maps[1][br[0]->outputs[i]] >= 0 || maps[3][br[1]->outputs[i]] >= 0);
+  for (int b = 0; b < 2; b++) {
+    int k = 0;
+    if (!lin)
+      for (int i = 0; i < nout; i++) outs[k++] = maps[2 * b][br[b]->outputs[i]];
+    for (int i = 0; i < nout; i++)
+      if (tout[i]) {
+        int t = maps[2 * b + 1][br[b]->outputs[i]];
+        outs[k++] = t >= 0 ? t : kl_build_zeros(&in[b], &br[b]->vals[br[b]->outputs[i]].aval);
+      }
+    if (!in[b].failed) kl_program_set_outputs(jb[b], outs, k);
+    if (in[b].failed || jb[b]->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  if (lin && kl_build_emit(a, KL_P_COND, xs, e->nin, &e->p, ys) < 0) goto done;
+  int k = 0, counts[3] = {0, 0, 0};
+  ops[k++] = xs[0];
+  for (int part = 0; part < 3; part++) { /* false consts, true consts, operands: each with its tangents */
+    int from = part == 0 ? 1 : part == 1 ? 1 + s.nf : 1 + s.nf + s.nt, n = part == 0 ? s.nf : part == 1 ? s.nt : s.no;
+    int start = k;
+    for (int i = 0; i < n; i++) ops[k++] = xs[from + i];
+    for (int i = 0; i < n; i++)
+      if (has[from + i]) ops[k++] = ts[from + i];
+    counts[part] = k - start;
+  }
+  {
+    int64_t c3[3] = {counts[0], counts[1], counts[2]};
+    kl_params p = e->p;
+    p.cond.counts = (kl_ivec){c3, 3};
+    p.cond.false_branch = jb[0];
+    p.cond.true_branch = jb[1];
+    if (kl_build_emit(a, KL_P_COND, ops, k, &p, res) < 0) goto done;
+  }
+  {
+    int at = 0;
+    if (!lin)
+      for (int i = 0; i < nout; i++) ys[i] = res[at++];
+    for (int i = 0; i < nout; i++) touts[i] = tout[i] ? res[at++] : -1;
+  }
+  rc = 0;
+done:
+  free(has);
+  for (int i = 0; i < 4; i++) free(maps[i]);
+  free(outs);
+  free(ops);
+  free(res);
+  kl_program_free(jb[0]);
+  kl_program_free(jb[1]);
+  return a->failed ? -1 : rc;
+}
+
+/* cond, transpose: a linear cond (reverse mode's) is linear in the operands and consts tagged
+ * tangent. Its transpose is a cond on the same predicate whose branches are the branches' VJPs:
+ * (residual operands, result cotangents, own residual consts) -> cotangents of the linear
+ * operands, of the false branch's linear consts, of the true branch's (zeros in the other). */
+static int cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
+  (void)operand, (void)ct;
+  kl_build *a = c->a;
+  cond_split s = cond_split_of(e);
+  const kl_program *br[2] = {e->p.cond.false_branch, e->p.cond.true_branch};
+  int nin = e->nin, nout = e->nout, rc = -1, nlin = 0;
+  char *lin = kl_calloc((size_t)nin + 1, 1), *want = kl_calloc((size_t)nin + 1, 1);
+  int *ops = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *res = kl_malloc(sizeof(int) * ((size_t)nin + 1));
+  int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *vout = NULL, *outs = kl_malloc(sizeof(int) * ((size_t)nin + 1));
+  kl_program *tb[2] = {NULL, NULL};
+  if (!lin || !want || !ops || !res || !vin || !outs) {
+    kl_build_oom(a);
+    goto done;
+  }
+  for (int i = 1; i < nin; i++) nlin += lin[i] = kl_tr_is_tangent(c, e->ins[i]) && kl_dtype_is_float(c->j->vals[e->ins[i]].aval.dtype);
+  int nrf = 0, nrt = 0, nro = 0;
+  for (int i = 0; i < s.nf; i++) nrf += !lin[1 + i];
+  for (int i = 0; i < s.nt; i++) nrt += !lin[1 + s.nf + i];
+  for (int i = 0; i < s.no; i++) nro += !lin[1 + s.nf + s.nt + i];
+  for (int b = 0; b < 2; b++) {
+    int nb_in = br[b]->ninputs;
+    for (int i = 0; i < nb_in; i++) want[i] = lin[branch_operand(s, b, i)];
+    kl_program *v = kl_vjp(br[b], want, a->err, a->errlen);
+    if (!v || !(tb[b] = kl_program_new())) {
+      kl_program_free(v);
+      if (v) kl_build_oom(a);
+      else a->failed = 1;
+      goto done;
+    }
+    free(vout);
+    if (!(vout = kl_malloc(sizeof(int) * ((size_t)v->noutputs + 1)))) {
+      kl_program_free(v);
+      kl_build_oom(a);
+      goto done;
+    }
+    kl_build in = {.pg = tb[b], .err = a->err, .errlen = a->errlen, .who = a->who};
+    const int *bi = br[b]->inputs;
+    for (int i = 0; i < s.no; i++)
+      if (!want[i]) vin[i] = kl_program_add_input(tb[b], &br[b]->vals[bi[i]].aval);
+    for (int i = 0; i < nout; i++) vin[nb_in + i] = kl_program_add_input(tb[b], &br[b]->vals[br[b]->outputs[i]].aval);
+    for (int i = s.no; i < nb_in; i++)
+      if (!want[i]) vin[i] = kl_program_add_input(tb[b], &br[b]->vals[bi[i]].aval);
+    for (int i = 0; i < nb_in; i++)
+      if (want[i]) vin[i] = kl_build_zeros(&in, &br[b]->vals[bi[i]].aval);
+    if (!in.failed && !kl_splice(&in, v, vin, vout)) {
+      int k = 0, w = nout; /* v's outputs: the branch's results, then the wanted cotangents in order */
+      int *ctv = res;      /* per branch input: its cotangent, or -1 */
+      for (int i = 0; i < nb_in; i++) ctv[i] = want[i] ? vout[w++] : -1;
+      for (int i = 0; i < s.no; i++)
+        if (want[i]) outs[k++] = ctv[i];
+      for (int bb = 0; bb < 2; bb++) { /* false consts' cotangents, then true consts' */
+        int n = bb ? s.nt : s.nf, from = bb ? 1 + s.nf : 1;
+        for (int j = 0; j < n; j++)
+          if (lin[from + j]) outs[k++] = bb == b ? ctv[s.no + j] : kl_build_zeros(&in, &c->j->vals[e->ins[from + j]].aval);
+      }
+      if (!in.failed) kl_program_set_outputs(tb[b], outs, k);
+    }
+    kl_program_free(v);
+    if (in.failed || tb[b]->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  {
+    int k = 0;
+    ops[k++] = kl_tr_prim_of(c, e->ins[0]);
+    for (int i = 1; i < 1 + s.nf + s.nt; i++)
+      if (!lin[i]) ops[k++] = kl_tr_prim_of(c, e->ins[i]);
+    for (int i = 0; i < s.no; i++)
+      if (!lin[1 + s.nf + s.nt + i]) ops[k++] = kl_tr_prim_of(c, e->ins[1 + s.nf + s.nt + i]);
+    for (int i = 0; i < nout; i++) {
+      int o = e->outs[i];
+      ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
+    }
+    int64_t c3[3] = {nrf, nrt, nro + nout};
+    kl_params p = e->p;
+    p.cond.counts = (kl_ivec){c3, 3};
+    p.cond.false_branch = tb[0];
+    p.cond.true_branch = tb[1];
+    if (a->failed || kl_build_emit(a, KL_P_COND, ops, k, &p, res) < 0) goto done;
+  }
+  { /* the cotangents: linear operands, then false and true consts */
+    int k = 0;
+    for (int i = 0; i < s.no; i++)
+      if (lin[1 + s.nf + s.nt + i]) kl_tr_accumulate(c, e->ins[1 + s.nf + s.nt + i], res[k++]);
+    for (int i = 1; i < 1 + s.nf + s.nt; i++)
+      if (lin[i]) kl_tr_accumulate(c, e->ins[i], res[k++]);
+  }
+  rc = 0;
+done:
+  free(lin);
+  free(want);
+  free(ops);
+  free(res);
+  free(vin);
+  free(vout);
+  free(outs);
+  kl_program_free(tb[0]);
+  kl_program_free(tb[1]);
+  return a->failed ? -1 : rc;
+}
+
+/* cond, batching. An unbatched predicate: the same cond over the batched branches. A batched one:
+ * both branches run, batched, and each result is selected per example (as JAX does). */
+static int cond_batch(kl_build *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  cond_split s = cond_split_of(e);
+  const kl_program *br[2] = {e->p.cond.false_branch, e->p.cond.true_branch};
+  int nin = e->nin, nout = e->nout, rc = -1;
+  char *in_b = kl_malloc((size_t)nin + 1), *want = kl_malloc((size_t)nout + 1);
+  int *args = kl_malloc(sizeof(int) * ((size_t)nin + 1)), *got = kl_malloc(sizeof(int) * (2 * (size_t)nout + 1));
+  kl_program *bb[2] = {NULL, NULL};
+  if (!in_b || !want || !args || !got) {
+    kl_build_oom(b);
+    goto done;
+  }
+  memset(want, 1, (size_t)nout);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < br[k]->ninputs; i++) in_b[i] = r->bs[branch_operand(s, k, i)];
+    if (!(bb[k] = kl_batch_subprog(b, br[k], in_b, want))) goto done;
+  }
+  if (!r->bs[0]) {
+    kl_params p = e->p;
+    p.cond.false_branch = bb[0];
+    p.cond.true_branch = bb[1];
+    rc = kl_build_emit(b, KL_P_COND, r->xs, nin, &p, r->ys) < 0 ? -1 : 0;
+    goto done;
+  }
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < br[k]->ninputs; i++) args[i] = r->xs[branch_operand(s, k, i)];
+    if (kl_splice(b, bb[k], args, got + k * nout)) goto done;
+  }
+  for (int i = 0; i < nout && !b->failed; i++) {
+    kl_aval av = kl_batch_aval(b, got[i]);
+    int64_t dim0 = 0;
+    int pred = kl_build_broadcast(b, r->xs[0], av.dims, av.ndim, &dim0);
+    r->ys[i] = kl_build_select(b, pred, got[i], got[nout + i]);
+  }
+  rc = b->failed ? -1 : 0;
+done:
+  free(in_b);
+  free(want);
+  free(args);
+  free(got);
+  kl_program_free(bb[0]);
+  kl_program_free(bb[1]);
+  return b->failed ? -1 : rc;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_control[] = {
     {KL_P_WHILE, while_jvp, NULL, while_batch, NULL, NULL, NULL},
     {KL_P_SCAN, scan_jvp, scan_transpose, scan_batch, NULL, NULL, NULL},
+    {KL_P_COND, cond_jvp, cond_transpose, cond_batch, NULL, NULL, NULL},
     KL_RULES_END};

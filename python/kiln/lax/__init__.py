@@ -544,22 +544,13 @@ def _scatter(operand, indices, updates, axis, op):
 # Control flow. On concrete values (eagerly, or under grad outside jit) loops run as Python and
 # cond/switch call the taken branch. Under a trace, while_loop, scan and fori_loop become while
 # and scan equations whose bodies are sub-programs (compiled once, whatever the trip count;
-# transforms/rules/control.c differentiates and batches them); cond/switch still compute every
-# branch and select the result (the values and gradients are those of the taken branch:
-# select's transpose routes the cotangent, untaken branches never leak NaN into it).
+# transforms/rules/control.c differentiates and batches them); cond/switch become cond
+# equations, which run only the branch their predicate names.
 
 
 def _has_value(x):
     """True for a concrete value (also a tracer of a concrete trace, i.e. grad outside jit)."""
     return not isinstance(x, Tracer) or x._cval is not None
-
-
-def _select_trees(pred, t_out, f_out):
-    """Leafwise select(pred, t, f) of two branch outputs control_checks.check_branches accepted."""
-    from kiln._src import tree_util
-    t_leaves, t_tree = tree_util.tree_flatten(t_out)
-    out = [select(pred, core.asarray(t), core.asarray(f)) for t, f in zip(t_leaves, tree_util.tree_leaves(f_out))]
-    return tree_util.tree_unflatten(t_tree, out)
 
 
 def _as_bool_scalar(name, pred):
@@ -593,9 +584,49 @@ def _untaken_output(fun, operands):
     return known[(tree, types)]
 
 
+class _Type:
+    """A branch output's type, kept after its trace ended (for the checks of cond/switch)."""
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, x):
+        self.shape, self.dtype, self.weak_type = tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False))
+
+
+def _branch(fun, leaves, tree):
+    """fun traced on the operands' types into a branch body: (body, consts, output types tree)."""
+    from kiln._src import tree_util
+    from kiln._src.custom import _trace_sub
+    info = {}
+
+    def flat(*xs):
+        out = fun(*tree_util.tree_unflatten(tree, list(xs)))
+        o_leaves, o_tree = tree_util.tree_flatten(out)
+        o_leaves = [core.asarray(x) for x in o_leaves]
+        info["out"] = tree_util.tree_unflatten(o_tree, [_Type(x) for x in o_leaves])
+        return o_leaves
+
+    body, consts, _ = _trace_sub(flat, leaves)
+    return body, list(consts), info["out"]
+
+
+def _bind_cond(pred, false_branch, true_branch, leaves):
+    """A cond equation: true_branch (body, consts) if pred else false_branch, on leaves."""
+    (fb, fc), (tb, tc) = false_branch[:2], true_branch[:2]
+    return core.bind("cond", [pred] + fc + tc + list(leaves),
+                     {"counts": (len(fc), len(tc), len(leaves)), "false_branch": fb, "true_branch": tb})
+
+
+def _operand_leaves(operands):
+    from kiln._src import tree_util
+    leaves, tree = tree_util.tree_flatten(operands)
+    return [core.asarray(x) for x in leaves], tree
+
+
 def cond(pred, true_fun, false_fun, *operands):
-    """true_fun(*operands) if pred else false_fun(*operands)."""
-    from kiln._src import control_checks
+    """true_fun(*operands) if pred else false_fun(*operands). A concrete predicate calls the taken
+    branch (and checks the other's types); a traced one makes a cond equation, which runs only the
+    branch its predicate names (under vmap with a batched predicate, both, selected per example)."""
+    from kiln._src import control_checks, tree_util
     if _has_value(pred):
         taken = _bool(pred)
         out = true_fun(*operands) if taken else false_fun(*operands)
@@ -605,18 +636,21 @@ def cond(pred, true_fun, false_fun, *operands):
             control_checks.check_branches("cond", "true_fun", true_fun, t_out, "false_fun", false_fun, f_out)
         return out
     p = _as_bool_scalar("cond", pred)
-    t_out, f_out = true_fun(*operands), false_fun(*operands)
-    control_checks.check_branches("cond", "true_fun", true_fun, t_out, "false_fun", false_fun, f_out)
-    return _select_trees(p, t_out, f_out)
+    leaves, tree = _operand_leaves(operands)
+    t, f = _branch(true_fun, leaves, tree), _branch(false_fun, leaves, tree)
+    control_checks.check_branches("cond", "true_fun", true_fun, t[2], "false_fun", false_fun, f[2])
+    return tree_util.tree_unflatten(tree_util.tree_structure(t[2]), list(_bind_cond(p, f, t, leaves)))
 
 
 def switch(index, branches, *operands):
-    """branches[clamp(index, 0, len(branches) - 1)](*operands)."""
+    """branches[clamp(index, 0, len(branches) - 1)](*operands). A traced index makes cond
+    equations, nested: branch k if index <= k, else the rest."""
+    from kiln._src import control_checks, tree_util
+    from kiln._src.custom import _trace_sub
     branches = list(branches)
     if not branches:
         raise ValueError("switch: needs at least one branch")
     if _has_value(index):
-        from kiln._src import control_checks
         i = builtins.min(builtins.max(_int(index), 0), len(branches) - 1)
         out = branches[i](*operands)
         outs = [out if j == i else _untaken_output(b, operands) for j, b in enumerate(branches)]
@@ -628,14 +662,25 @@ def switch(index, branches, *operands):
     idx = core.asarray(index) if not isinstance(index, Array) else index
     if idx.shape != () or idx.dtype.kind not in "iu":
         raise TypeError(f"switch: the index must be an integer scalar, got {idx.dtype.name}{list(idx.shape)}")
-    from kiln._src import control_checks
-    outs = [b(*operands) for b in branches]
+    leaves, tree = _operand_leaves(operands)
+    traced = [_branch(b, leaves, tree) for b in branches]
     for i in builtins.range(1, len(branches)):
-        control_checks.check_branches("switch", "branch 0", branches[0], outs[0], f"branch{i}", branches[i], outs[i])
-    result = outs[-1]
-    for k in builtins.range(len(branches) - 2, -1, -1):
-        result = _select_trees(le(idx, _to_array(k, idx)), outs[k], result)
-    return result
+        control_checks.check_branches("switch", "branch 0", branches[0], traced[0][2], f"branch{i}", branches[i],
+                                      traced[i][2])
+    out_tree = tree_util.tree_structure(traced[0][2])
+    if len(branches) == 1:
+        return branches[0](*operands)
+
+    def rest(k):  # (body, consts) of branches k.. chosen by idx
+        if k == len(branches) - 1:
+            return traced[k]
+
+        def flat(*xs):
+            return list(_bind_cond(le(idx, _to_array(k, idx)), rest(k + 1), traced[k], xs))
+        body, consts, _ = _trace_sub(flat, leaves)
+        return body, list(consts)
+
+    return tree_util.tree_unflatten(out_tree, list(_bind_cond(le(idx, _to_array(0, idx)), rest(1), traced[0], leaves)))
 
 
 def _fori_equation(lower, upper, body_fun, init_val):
