@@ -28,7 +28,8 @@ struct kl_loop {
   int64_t length;       /* scan: iterations */
   int reverse;          /* scan: from the last slice */
   size_t *bytes;        /* per result: a carry's bytes; a y's bytes per slice (scan) */
-  size_t *xbytes;       /* scan: per x, its bytes per slice */
+  size_t *xbytes;       /* scan: per x, its bytes per slice; while_bwd: per carry, its bytes */
+  char *fl;             /* while_bwd: per carry, whether it is a float (has a cotangent) */
 };
 
 void kl_loop_free(kl_loop *l) {
@@ -37,6 +38,7 @@ void kl_loop_free(kl_loop *l) {
   if (l->body) kl_exec_release(l->body);
   free(l->bytes);
   free(l->xbytes);
+  free(l->fl);
   free(l);
 }
 
@@ -123,6 +125,101 @@ static int cond_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return rc;
 }
 
+/* while_bwd (transforms/rules/control.c says what it computes). ptrs: body consts, initial
+ * carries, the trip count T, the final float carries' cotangents, then the initial float carries'
+ * cotangents and the float consts'. Checkpoints every s = ceil(sqrt(T)) iterations (the first is
+ * the initial carries themselves), then per segment, last first: the segment's carries recomputed
+ * from its checkpoint, and the body's VJP (l->cond) over them backwards. About 2 sqrt(T) carries
+ * of memory; the body runs about 2T times, its VJP T times. */
+static int while_bwd_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  const kl_loop *l = ctx;
+  const kl_loop_target *t = l->t;
+  int nb = l->nc, n = l->nb, nf = l->n, nfk = l->ny, rc = 0;
+  int32_t trips = 0;
+  void **consts = ptrs, **init = ptrs + nb, *trip_at = ptrs[nb + n], **ct_out = ptrs + nb + n + 1;
+  void **ct_in = ct_out + nf, **acc_out = ct_in + nf;
+  if ((rc = t->read(&trips, trip_at, sizeof trips, err, errlen))) return rc;
+  if (trips <= 0) {
+    for (int i = 0; i < nf && !rc; i++) rc = t->copy(ct_in[i], ct_out[i], l->bytes[i], err, errlen);
+    for (int q = 0; q < nfk && !rc; q++) rc = t->zero(acc_out[q], l->bytes[nf + q], err, errlen);
+    return rc;
+  }
+  int64_t T = trips, s = 1;
+  while (s * s < T) s++;
+  int64_t nseg = (T + s - 1) / s;
+  /* tape: nseg checkpoints (the first is init), seg: s carries of a segment (the first is its
+   * checkpoint), two sets of cotangents and accumulators */
+  void **tape = kl_calloc((size_t)(nseg * n) + 1, sizeof(void *)), **seg = kl_calloc((size_t)(s * n) + 1, sizeof(void *));
+  void **cts = kl_calloc(2 * (size_t)(nf + nfk) + 1, sizeof(void *));
+  void **args = kl_calloc((size_t)(n + nb + nf + nfk) + 1, sizeof(void *)), **outs = kl_calloc((size_t)(nf + nfk) + 1, sizeof(void *));
+  if (!tape || !seg || !cts || !args || !outs) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a while loop's gradient");
+  for (int i = 0; i < n && !rc; i++) {
+    tape[i] = init[i];
+    for (int64_t j = 1; j < nseg && !rc; j++) rc = t->alloc(l->xbytes[i] ? l->xbytes[i] : 1, &tape[j * n + i], err, errlen);
+    for (int64_t m = 1; m < s && !rc; m++) rc = t->alloc(l->xbytes[i] ? l->xbytes[i] : 1, &seg[m * n + i], err, errlen);
+  }
+  for (int k = 0; k < 2 * (nf + nfk) && !rc; k++) {
+    size_t b = l->bytes[k % (nf + nfk)];
+    rc = t->alloc(b ? b : 1, &cts[k], err, errlen);
+  }
+  /* the checkpoints: the body from init, writing every s-th carry set into the tape */
+  void **cur = init, **scratch[2] = {&seg[n], &seg[(s > 2 ? 2 : 1) * n]}; /* between checkpoints */
+  int which = 0;
+  for (int64_t k = 0; k < (nseg - 1) * s && !rc; k++) {
+    void **nxt = (k + 1) % s == 0 ? &tape[((k + 1) / s) * n] : scratch[which];
+    if ((k + 1) % s) which ^= 1;
+    memcpy(args, cur, sizeof(void *) * (size_t)n);
+    memcpy(args + n, consts, sizeof(void *) * (size_t)nb);
+    rc = t->run(l->body, args, nxt, err, errlen);
+    cur = nxt;
+  }
+  /* backwards, segment by segment */
+  void **ct = ct_out, **acc = NULL;
+  int flip = 0;
+  for (int q = 0; q < nfk && !rc; q++) rc = t->zero(cts[nf + q], l->bytes[nf + q], err, errlen);
+  acc = cts + nf;
+  for (int64_t j = nseg - 1; j >= 0 && !rc; j--) {
+    int64_t start = j * s, len = T - start < s ? T - start : s;
+    memcpy(seg, &tape[j * n], sizeof(void *) * (size_t)n);
+    for (int64_t m = 1; m < len && !rc; m++) {
+      memcpy(args, &seg[(m - 1) * n], sizeof(void *) * (size_t)n);
+      memcpy(args + n, consts, sizeof(void *) * (size_t)nb);
+      rc = t->run(l->body, args, &seg[m * n], err, errlen);
+    }
+    for (int64_t m = len - 1; m >= 0 && !rc; m--) {
+      void **dst = cts + (flip ? 0 : nf + nfk);
+      memcpy(args, &seg[m * n], sizeof(void *) * (size_t)n);
+      memcpy(args + n, consts, sizeof(void *) * (size_t)nb);
+      memcpy(args + n + nb, ct, sizeof(void *) * (size_t)nf);
+      memcpy(args + n + nb + nf, acc, sizeof(void *) * (size_t)nfk);
+      if (j == 0 && m == 0) { /* the last: into the results */
+        memcpy(outs, ct_in, sizeof(void *) * (size_t)nf);
+        memcpy(outs + nf, acc_out, sizeof(void *) * (size_t)nfk);
+      } else {
+        memcpy(outs, dst, sizeof(void *) * (size_t)(nf + nfk));
+      }
+      rc = t->run(l->cond, args, outs, err, errlen);
+      ct = dst;
+      acc = dst + nf;
+      flip = !flip;
+    }
+  }
+  for (int i = 0; tape && seg && i < n; i++) {
+    for (int64_t j = 1; j < nseg; j++)
+      if (tape[j * n + i]) t->free(tape[j * n + i], l->xbytes[i] ? l->xbytes[i] : 1);
+    for (int64_t m = 1; m < s; m++)
+      if (seg[m * n + i]) t->free(seg[m * n + i], l->xbytes[i] ? l->xbytes[i] : 1);
+  }
+  for (int k = 0; cts && k < 2 * (nf + nfk); k++)
+    if (cts[k]) t->free(cts[k], l->bytes[k % (nf + nfk)] ? l->bytes[k % (nf + nfk)] : 1);
+  free(tape);
+  free(seg);
+  free(cts);
+  free(args);
+  free(outs);
+  return rc;
+}
+
 static size_t aval_bytes(const kl_aval *a) { return kl_dtype_size(a->dtype) * (size_t)kl_aval_size(a); }
 
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
@@ -148,6 +245,21 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     l->reverse = p->scan.reverse;
     for (int j = 0; j < l->ny && l->length; j++) l->bytes[l->nb + j] /= (size_t)l->length;
     for (int j = 0; j < l->n && l->length; j++) l->xbytes[j] = aval_bytes(&pg->vals[e->ins[l->nc + l->nb + j]].aval) / (size_t)l->length;
+  } else if (e->prim == KL_P_WHILE_BWD) {
+    const kl_program *body = p->while_ad.body;
+    l->nc = (int)p->while_ad.counts.v[0];
+    l->nb = (int)p->while_ad.counts.v[1];
+    if (!(l->fl = kl_calloc((size_t)l->nb + 1, 1))) {
+      kl_loop_free(l);
+      free(slots);
+      return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a loop");
+    }
+    for (int i = 0; i < l->nb; i++) {
+      const kl_aval *av = &body->vals[body->inputs[i]].aval;
+      l->xbytes[i] = aval_bytes(av);
+      l->n += l->fl[i] = kl_dtype_is_float(av->dtype) != 0;
+    }
+    l->ny = e->nout - l->n;
   } else if (e->prim == KL_P_COND) {
     l->nc = (int)p->cond.counts.v[0];
     l->nb = (int)p->cond.counts.v[1];
@@ -157,14 +269,18 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     l->nb = (int)p->while_.counts.v[1];
     l->n = (int)p->while_.counts.v[2];
   }
-  kl_program *first = e->prim == KL_P_WHILE ? p->while_.cond : e->prim == KL_P_COND ? p->cond.false_branch : NULL;
-  kl_program *second = e->prim == KL_P_SCAN ? p->scan.body : e->prim == KL_P_COND ? p->cond.true_branch : p->while_.body;
+  kl_program *first = e->prim == KL_P_WHILE ? p->while_.cond : e->prim == KL_P_COND ? p->cond.false_branch
+                      : e->prim == KL_P_WHILE_BWD ? p->while_ad.vjp : NULL;
+  kl_program *second = e->prim == KL_P_SCAN ? p->scan.body : e->prim == KL_P_COND ? p->cond.true_branch
+                       : e->prim == KL_P_WHILE_BWD ? p->while_ad.body : p->while_.body;
   if ((first && !(l->cond = t->compile(first, err, errlen))) || !(l->body = t->compile(second, err, errlen))) {
     kl_loop_free(l);
     free(slots);
     return -1;
   }
-  kl_host_step(e, slot_of, slots, l, e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run : while_run, st);
+  int (*run)(void *, void **, char *, size_t) = e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run
+                                                : e->prim == KL_P_WHILE_BWD ? while_bwd_run : while_run;
+  kl_host_step(e, slot_of, slots, l, run, st);
   *out = l;
   return 0;
 }
@@ -187,4 +303,10 @@ static int cpu_copy(void *dst, const void *src, size_t n, char *err, size_t errl
   return 0;
 }
 
-const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy};
+static int cpu_zero(void *dst, size_t n, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  memset(dst, 0, n);
+  return 0;
+}
+
+const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero};

@@ -1,4 +1,5 @@
-/* loop.h: the control family (while, scan) as executable steps (loop.c). Private to codegen/. */
+/* loop.h: the control family (while, scan, cond, while_bwd) as executable steps (loop.c). Private
+ * to codegen/. */
 #ifndef KL_LOOP_H
 #define KL_LOOP_H
 #include "../ir/program.h"
@@ -16,6 +17,7 @@ typedef struct {
   void (*free)(void *p, size_t n);
   int (*copy)(void *dst, const void *src, size_t n, char *err, size_t errlen); /* device to device */
   int (*read)(void *host, const void *src, size_t n, char *err, size_t errlen); /* device to host */
+  int (*zero)(void *dst, size_t n, char *err, size_t errlen);                   /* in the device's order */
 } kl_loop_target;
 extern const kl_loop_target kl_loop_cpu;
 

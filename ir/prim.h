@@ -165,7 +165,9 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(CHECKPOINT, "checkpoint", CALL, NONE, ANY, checkpoint)                        \
   X(WHILE, "while", CONTROL, NONE, ANY, while_)                                    \
   X(SCAN, "scan", CONTROL, NONE, ANY, scan)                                        \
-  X(COND, "cond", CONTROL, NONE, ANY, cond)
+  X(COND, "cond", CONTROL, NONE, ANY, cond)                                        \
+  X(WHILE_LIN, "while_lin", CONTROL, NONE, ANY, while_ad)                          \
+  X(WHILE_BWD, "while_bwd", CONTROL, NONE, ANY, while_ad)
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, o, a, s) KL_P_##e,
@@ -325,6 +327,18 @@ typedef struct {
       struct kl_program *false_branch; /* (operands, false consts) -> results */
       struct kl_program *true_branch;  /* (operands, true consts) -> the same types */
     } cond;
+    /* Reverse mode through while: its linear part (while_lin, which only transposes) and that
+     * transposed (while_bwd). Operands: body consts, initial carries, the trip count (int32[]),
+     * then while_lin: tangents of the float carries and float consts; while_bwd: cotangents of
+     * the final float carries. Results: while_lin: tangents of the final float carries;
+     * while_bwd: cotangents of the initial float carries and of the float consts. */
+    struct {
+      kl_ivec counts;          /* (n_body_consts, n_carries) */
+      struct kl_program *body; /* (carries, body consts) -> carries: the loop's body */
+      struct kl_program *vjp;  /* while_bwd: (carries, body consts, float carries' cotangents,
+                                  accumulators) -> (the carries' cotangents before the body,
+                                  accumulators + the float consts' cotangents) */
+    } while_ad;
   };
 } kl_params;
 

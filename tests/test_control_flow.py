@@ -141,10 +141,10 @@ def test_while_loop_errors_and_what_is_not_supported_yet():
     with pytest.raises(TypeError, match=r"input carry component loop_carry\[2\] has type float32\[2\] but the "
                                         r"corresponding output carry component has type float32\[1\]"):
         kiln.jit(lambda n, x: lax.fori_loop(0, n, lambda i, v: v[:1], x))(3, np.ones(2, np.float32))
-    loop = lambda x: lax.while_loop(lambda c: c < 3.0, lambda c: c * 2.0, x)  # noqa: E731
-    with pytest.raises(NotImplementedError, match="differentiation of while"):
-        kiln.jit(kiln.grad(loop))(1.0)
-    assert float(kiln.jit(loop)(1.0)) == 4.0  # the library keeps working
+    loop = lambda x: lax.while_loop(lambda c: c < 3.0, lambda c: c * c + c, x)  # noqa: E731
+    with pytest.raises(NotImplementedError, match="reverse-mode derivative of a while_loop again"):
+        kiln.jit(kiln.grad(kiln.grad(loop)))(1.0)
+    assert float(kiln.jit(loop)(1.0)) == 6.0  # the library keeps working
 
 
 def test_vmap_of_while_loops_runs_each_example_its_own_trip_count():
@@ -420,3 +420,39 @@ def test_traced_cond_and_switch_are_cond_equations_with_gradients(x64):
         assert float(h(0.3, i)) == pytest.approx(want, rel=1e-12, abs=1e-14)
     got = kiln.jit(kiln.vmap(lambda i, v: lax.switch(i, branches, v)))(jnp.arange(4), jnp.arange(4.0) + 0.5)
     np.testing.assert_allclose(np.asarray(got), [0.25 * w[0], np.sin(1.5) * w[1], -2.5 * w[2], -3.5 * w[2]], rtol=1e-12)
+
+
+def test_reverse_mode_through_while_loops_matches_scan_and_finite_differences(x64):
+    # JAX refuses this derivative; kiln records the trip count and recomputes from checkpoints
+    rng = np.random.default_rng(25)
+    m = rng.standard_normal((4, 4)) * 0.3
+    step = lambda v, m: jnp.tanh(m @ v + 0.1) + v * 0.5  # noqa: E731
+
+    def loop(x, m, n):
+        return jnp.sum(lax.while_loop(lambda c: c[1] < n, lambda c: (step(c[0], m), c[1] + 1), (x, 0))[0] ** 2)
+
+    def scanned(x, m, n):
+        return jnp.sum(lax.scan(lambda v, _: (step(v, m), None), x, None, length=n)[0] ** 2)
+
+    x = rng.standard_normal(4)
+    for n in (0, 1, 2, 5, 16, 17, 50):  # checkpoint strides 1..8, segments of every length
+        got = kiln.jit(kiln.grad(loop, argnums=(0, 1)), static_argnums=2)(x, m, n)
+        want = kiln.grad(scanned, argnums=(0, 1))(x, m, n) if n else (2 * x, np.zeros((4, 4)))
+        np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(got[1]), _fd_grad(lambda x, m: loop(x, m, 50), (x, m), 1), rtol=1e-6)
+
+    def newton(a):  # a data-dependent trip count
+        return lax.while_loop(lambda c: jnp.abs(c * c - a) > 1e-12 * a, lambda c: 0.5 * (c + a / c), a)
+
+    a = np.array([0.5, 2.0, 9.0, 100.0])
+    np.testing.assert_allclose(np.asarray(kiln.jit(kiln.vmap(kiln.grad(newton)))(a)), 0.5 / np.sqrt(a), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(kiln.jit(kiln.grad(lambda a: jnp.sum(kiln.vmap(newton)(a))))(a)),
+                               0.5 / np.sqrt(a), rtol=1e-9)
+    assert float(kiln.grad(lambda a: kiln.jit(newton)(a))(9.0)) == pytest.approx(1 / 6, rel=1e-9)
+
+    def power(a, w):  # per-example trip counts under vmap of grad: w ** a + ... + 1
+        return lax.while_loop(lambda c: c[1] < a, lambda c: (c[0] * w + 1.0, c[1] + 1.0), (1.0, 0.0))[0]
+
+    got = kiln.jit(kiln.vmap(kiln.grad(power, argnums=1), in_axes=(0, None)))(jnp.array([1.0, 2.0, 3.0]), 2.0)
+    np.testing.assert_allclose(np.asarray(got), [1.0, 5.0, 17.0])

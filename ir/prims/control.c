@@ -11,6 +11,8 @@ const kl_param_field kl_fields_while_[] = {KL_FIELD(while_, counts, IVEC), KL_FI
 const kl_param_field kl_fields_scan[] = {KL_FIELD(scan, counts, IVEC),   KL_FIELD(scan, length, INT),
                                          KL_FIELD(scan, reverse, INT32), KL_FIELD(scan, unroll, INT),
                                          KL_FIELD(scan, body, PROGRAM),  {NULL, 0, 0}};
+const kl_param_field kl_fields_while_ad[] = {KL_FIELD(while_ad, counts, IVEC), KL_FIELD(while_ad, body, PROGRAM),
+                                             KL_FIELD(while_ad, vjp, PROGRAM), {NULL, 0, 0}};
 const kl_param_field kl_fields_cond[] = {KL_FIELD(cond, counts, IVEC), KL_FIELD(cond, false_branch, PROGRAM),
                                          KL_FIELD(cond, true_branch, PROGRAM), {NULL, 0, 0}};
 
@@ -145,9 +147,45 @@ static int rule_cond(kl_rule_err *e, const kl_aval *ins, int nin, const kl_param
   return 0;
 }
 
+/* while_lin, while_bwd (see prim.h). */
+static int rule_while_ad(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
+                         int *nout) {
+  const char *name = kl_prim_get(prim)->name;
+  const kl_ivec *c = &p->while_ad.counts;
+  const kl_program *body = p->while_ad.body;
+  char b1[160], b2[160];
+  if (c->n != 2 || c->v[0] < 0 || c->v[1] < 0) return kl_rule_fail(e, KL_ERR_VALUE, "%s: counts must be (n_body_consts, n_carries)", name);
+  int nb = (int)c->v[0], n = (int)c->v[1], nfc = 0, nfk = 0;
+  if (!body || body->ninputs != n + nb || body->noutputs != n)
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: the body must take %d inputs and return %d carries", name, n + nb, n);
+  for (int i = 0; i < n; i++) nfc += kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
+  for (int j = 0; j < nb; j++) nfk += kl_dtype_is_float(body->vals[body->inputs[n + j]].aval.dtype) != 0;
+  int want_in = nb + n + 1 + (prim == KL_P_WHILE_LIN ? nfc + nfk : nfc);
+  if (nin != want_in) return kl_rule_fail(e, KL_ERR_VALUE, "%s: %d operands, expected %d", name, nin, want_in);
+  if (prim == KL_P_WHILE_BWD && !p->while_ad.vjp) return kl_rule_fail(e, KL_ERR_VALUE, "%s: no vjp program", name);
+  for (int i = 0; i < nb + n; i++) {
+    const kl_aval *want = &body->vals[body->inputs[i < nb ? n + i : i - nb]].aval;
+    if (!same_type(want, &ins[i]))
+      return kl_rule_fail(e, KL_ERR_TYPE, "%s: operand %d is %s, the body expects %s", name, i,
+                          kl_rule_shape_str(&ins[i], b1, sizeof b1), kl_rule_shape_str(want, b2, sizeof b2));
+  }
+  if (ins[nb + n].dtype != KL_I32 || ins[nb + n].ndim != 0)
+    return kl_rule_fail(e, KL_ERR_TYPE, "%s: the trip count must be int32[], got %s", name, kl_rule_shape_str(&ins[nb + n], b1, sizeof b1));
+  if (nfc + (prim == KL_P_WHILE_BWD ? nfk : 0) > KL_MAX_OUTS)
+    return kl_rule_fail(e, KL_ERR_VALUE, "%s: %d results (at most %d)", name, nfc + nfk, KL_MAX_OUTS);
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype)) outs[k++] = body->vals[body->inputs[i]].aval;
+  for (int j = 0; prim == KL_P_WHILE_BWD && j < nb; j++)
+    if (kl_dtype_is_float(body->vals[body->inputs[n + j]].aval.dtype)) outs[k++] = body->vals[body->inputs[n + j]].aval;
+  *nout = k;
+  return 0;
+}
+
 int kl_infer_control(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
                      int *nout) {
   if (prim == KL_P_SCAN) return rule_scan(e, ins, nin, p, outs, nout);
   if (prim == KL_P_COND) return rule_cond(e, ins, nin, p, outs, nout);
+  if (prim == KL_P_WHILE_LIN || prim == KL_P_WHILE_BWD) return rule_while_ad(e, prim, ins, nin, p, outs, nout);
   return rule_while(e, ins, nin, p, outs, nout);
 }

@@ -30,6 +30,10 @@ static const struct {
     {KL_P_CUSTOM_VJP_LIN, "cpu", "forward mode through custom_vjp is refused, as in JAX"},
     {KL_P_CUSTOM_VJP_LIN, "gpu", "forward mode through custom_vjp is refused, as in JAX"},
     {KL_P_CUSTOM_VJP_LIN, "batch", "forward mode through custom_vjp is refused, as in JAX"},
+    {KL_P_WHILE_LIN, "jvp", "exists only between reverse mode's JVP and transpose passes"},
+    {KL_P_WHILE_LIN, "batch", "exists only between reverse mode's JVP and transpose passes"},
+    {KL_P_WHILE_LIN, "cpu", "exists only between reverse mode's JVP and transpose passes"},
+    {KL_P_WHILE_LIN, "gpu", "exists only between reverse mode's JVP and transpose passes"},
 };
 
 static int is_linear(kl_prim p) {

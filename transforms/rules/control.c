@@ -38,10 +38,284 @@ int kl_splice(kl_build *b, const kl_program *src, const int *ins, int *outs) {
   return b->failed ? -1 : 0;
 }
 
+/* ---- while: reverse mode ---------------------------------------------------------------------- */
+/* The JVP for reverse mode splits a while into the loop itself, counting its trips in an extra
+ * carry, and while_lin, its linear part (the tangents carried through the body's JVP `trips`
+ * times), which only ever transposes: into while_bwd, which runs the body again from the initial
+ * carries keeping a checkpoint every ceil(sqrt(trips)) iterations, then walks the segments
+ * backwards, each recomputed from its checkpoint, through the body's VJP (codegen/loop.c). Memory
+ * grows with the square root of the trip count; JAX refuses this derivative. */
+
+/* prog with an int32[] input after its first n (a trip counter carried by the loop); with
+ * `count` it also returns the counter plus one (the body), else it ignores it (the condition). */
+static kl_program *with_counter(kl_build *a, const kl_program *prog, int n, int count) {
+  kl_program *pg = kl_program_new();
+  int *ins = kl_malloc(sizeof(int) * ((size_t)prog->ninputs + 1)), *outs = kl_malloc(sizeof(int) * ((size_t)prog->noutputs + 2));
+  if (!pg || !ins || !outs) {
+    kl_program_free(pg);
+    free(ins);
+    free(outs);
+    kl_build_oom(a);
+    return NULL;
+  }
+  kl_build in = {.pg = pg, .err = a->err, .errlen = a->errlen, .who = a->who};
+  kl_aval i32 = {.ndim = 0, .dtype = KL_I32};
+  for (int i = 0; i < n; i++) ins[i] = kl_program_add_input(pg, &prog->vals[prog->inputs[i]].aval);
+  int k = kl_program_add_input(pg, &i32);
+  for (int i = n; i < prog->ninputs; i++) ins[i] = kl_program_add_input(pg, &prog->vals[prog->inputs[i]].aval);
+  if (!kl_splice(&in, prog, ins, outs)) {
+    int no = prog->noutputs;
+    if (count) outs[no++] = kl_build_bin(&in, KL_P_ADD, k, kl_build_ilit(&in, 1, KL_I32));
+    if (!in.failed) kl_program_set_outputs(pg, outs, no);
+  }
+  free(ins);
+  free(outs);
+  if (in.failed || pg->oom) {
+    a->failed = 1;
+    kl_program_free(pg);
+    return NULL;
+  }
+  return pg;
+}
+
+static int while_jvp_reverse(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const int64_t *c = e->p.while_.counts.v;
+  int nc = (int)c[0], nb = (int)c[1], n = (int)c[2], rc = -1;
+  const kl_program *body = e->p.while_.body;
+  kl_program *cond2 = with_counter(a, e->p.while_.cond, n, 0), *body2 = with_counter(a, body, n, 1);
+  int *ops = kl_malloc(sizeof(int) * (2 * (size_t)e->nin + 2)), *res = kl_malloc(sizeof(int) * ((size_t)n + 2));
+  if (!cond2 || !body2 || !ops || !res) {
+    if (!a->failed) kl_build_oom(a);
+    goto done;
+  }
+  if (n + 1 > KL_MAX_OUTS) {
+    kl_build_fail(a, KL_ERR_UNSUPPORTED, "reverse-mode differentiation of while: %d carries (at most %d)", n, KL_MAX_OUTS - 1);
+    goto done;
+  }
+  { /* the loop, counting its trips */
+    memcpy(ops, xs, sizeof(int) * (size_t)e->nin);
+    ops[e->nin] = kl_build_ilit(a, 0, KL_I32);
+    int64_t counts[3] = {nc, nb, n + 1};
+    kl_params p = e->p;
+    p.while_.counts = (kl_ivec){counts, 3};
+    p.while_.cond = cond2;
+    p.while_.body = body2;
+    if (kl_build_emit(a, KL_P_WHILE, ops, e->nin + 1, &p, res) < 0) goto done;
+    for (int i = 0; i < n; i++) ys[i] = res[i];
+  }
+  { /* while_lin: body consts, initial carries, trips, tangents of the float carries and consts */
+    int k = 0;
+    for (int j = 0; j < nb + n; j++) ops[k++] = xs[nc + j];
+    ops[k++] = res[n];
+    for (int pass = 0; pass < 2; pass++) /* the carries' tangents, then the consts' */
+      for (int i = 0; i < (pass ? nb : n); i++) {
+        int at = pass ? nc + i : nc + nb + i;
+        const kl_aval *av = &body->vals[body->inputs[pass ? n + i : i]].aval;
+        if (kl_dtype_is_float(av->dtype)) ops[k++] = ts[at] >= 0 ? ts[at] : kl_build_zeros(a, av);
+      }
+    int64_t counts[2] = {nb, n};
+    kl_params p;
+    kl_params_init(&p, KL_P_WHILE_LIN);
+    p.while_ad.counts = (kl_ivec){counts, 2};
+    p.while_ad.body = e->p.while_.body;
+    if (a->failed || kl_build_emit(a, KL_P_WHILE_LIN, ops, k, &p, res) < 0) goto done;
+    for (int i = 0, f = 0; i < n; i++) touts[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) ? res[f++] : -1;
+  }
+  rc = 0;
+done:
+  kl_program_free(cond2);
+  kl_program_free(body2);
+  free(ops);
+  free(res);
+  return a->failed ? -1 : rc;
+}
+
+/* The program while_bwd runs backwards: the VJP of a while body over (carries, consts) ->
+ * carries, as (carries, consts, float carries' cotangents, accumulators) -> (the float carries'
+ * cotangents before the body, accumulators + the float consts' cotangents). Owned, or NULL. */
+static kl_program *while_vjp_program(kl_build *a, const kl_program *body, int n, int nb) {
+  int nin = n + nb, nf = 0, nfk = 0;
+  char *want = kl_calloc((size_t)nin + 1, 1);
+  int *vin = kl_malloc(sizeof(int) * (2 * (size_t)nin + 1)), *vout = NULL, *outs = kl_malloc(sizeof(int) * ((size_t)nin + 1));
+  kl_program *v = NULL, *vp = kl_program_new();
+  if (!want || !vin || !outs || !vp) {
+    kl_build_oom(a);
+    goto fail;
+  }
+  for (int i = 0; i < nin; i++) {
+    want[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
+    if (want[i]) (i < n ? nf++ : nfk++);
+  }
+  if (!(v = kl_vjp(body, want, a->err, a->errlen)) || !(vout = kl_malloc(sizeof(int) * ((size_t)v->noutputs + 1)))) {
+    if (v) kl_build_oom(a);
+    else a->failed = 1;
+    goto fail;
+  }
+  kl_build in = {.pg = vp, .err = a->err, .errlen = a->errlen, .who = a->who};
+  int *acc = outs + nf; /* scratch: the accumulators' input ids */
+  for (int i = 0; i < nin; i++) vin[i] = kl_program_add_input(vp, &body->vals[body->inputs[i]].aval);
+  for (int i = 0; i < n; i++)
+    if (want[i]) vin[nin + i] = kl_program_add_input(vp, &body->vals[body->outputs[i]].aval);
+  for (int j = 0, q = 0; j < nb; j++)
+    if (want[n + j]) acc[q++] = kl_program_add_input(vp, &body->vals[body->inputs[n + j]].aval);
+  for (int i = 0; i < n; i++)
+    if (!want[i]) vin[nin + i] = kl_build_zeros(&in, &body->vals[body->outputs[i]].aval);
+  if (!in.failed && !kl_splice(&in, v, vin, vout)) {
+    for (int i = 0; i < nf; i++) outs[i] = vout[n + i];
+    for (int q = 0; q < nfk; q++) acc[q] = kl_build_add(&in, acc[q], vout[n + nf + q]);
+    if (!in.failed) kl_program_set_outputs(vp, outs, nf + nfk);
+  }
+  if (in.failed || vp->oom) {
+    a->failed = 1;
+    goto fail;
+  }
+  free(want);
+  free(vin);
+  free(vout);
+  free(outs);
+  kl_program_free(v);
+  return vp;
+fail:
+  free(want);
+  free(vin);
+  free(vout);
+  free(outs);
+  kl_program_free(v);
+  kl_program_free(vp);
+  return NULL;
+}
+
+/* while_lin, transpose: while_bwd over the body and its VJP (while_vjp_program). */
+static int while_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
+  (void)operand, (void)ct;
+  kl_build *a = c->a;
+  const kl_program *body = e->p.while_ad.body;
+  int nb = (int)e->p.while_ad.counts.v[0], n = (int)e->p.while_ad.counts.v[1], nf = e->nout, rc = -1;
+  int *ops = kl_malloc(sizeof(int) * ((size_t)(nb + n + nf) + 2)), *res = kl_malloc(sizeof(int) * ((size_t)(n + nb) + 1));
+  kl_program *vp = while_vjp_program(a, body, n, nb);
+  if (!ops || !res || !vp) {
+    if (!a->failed) kl_build_oom(a);
+    goto done;
+  }
+  int k = 0, nres;
+  for (int i = 0; i < nb + n + 1; i++) ops[k++] = kl_tr_prim_of(c, e->ins[i]);
+  for (int i = 0; i < nf; i++) {
+    int o = e->outs[i];
+    ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
+  }
+  kl_params p = e->p;
+  p.while_ad.vjp = vp;
+  if (a->failed || (nres = kl_build_emit(a, KL_P_WHILE_BWD, ops, k, &p, res)) < 0) goto done;
+  for (int i = 0; i < nres; i++) {
+    int in_at = nb + n + 1 + i; /* the tangent operand each result is the cotangent of */
+    if (kl_tr_is_tangent(c, e->ins[in_at])) kl_tr_accumulate(c, e->ins[in_at], res[i]);
+  }
+  rc = 0;
+done:
+  free(ops);
+  free(res);
+  kl_program_free(vp);
+  return a->failed ? -1 : rc;
+}
+
+/* while_bwd, batching: every carry and cotangent batched, the body batched. With per-example
+ * trip counts the body freezes an example once its own count is reached (as the batched while
+ * ran) and the loop runs the largest count: the body takes an extra carry (its per-example
+ * iteration) and an extra const (the per-example counts). The VJP is rebuilt from that body. */
+static int while_bwd_batch(kl_build *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  const kl_program *body = e->p.while_ad.body;
+  int nb = (int)e->p.while_ad.counts.v[0], n = (int)e->p.while_ad.counts.v[1], nf = e->nin - nb - n - 1, rc = -1;
+  int per = r->bs[nb + n]; /* trip counts per example */
+  char *in_b = kl_malloc((size_t)(n + nb) + 1), *want = kl_malloc((size_t)n + 1);
+  int *ops = kl_malloc(sizeof(int) * ((size_t)e->nin + 4)), *ins = kl_malloc(sizeof(int) * ((size_t)(n + nb) + 3));
+  int *nxt = kl_malloc(sizeof(int) * ((size_t)n + 2));
+  kl_program *bb = NULL, *b2 = NULL, *vp = NULL;
+  if (!in_b || !want || !ops || !ins || !nxt) {
+    kl_build_oom(b);
+    goto done;
+  }
+  memset(in_b, 1, (size_t)n);
+  for (int j = 0; j < nb; j++) /* a float const is batched too: its cotangent is per example */
+    in_b[n + j] = r->bs[j] || kl_dtype_is_float(body->vals[body->inputs[n + j]].aval.dtype);
+  memset(want, 1, (size_t)n);
+  if (!(bb = kl_batch_subprog(b, body, in_b, want))) goto done;
+  if (per) { /* bb wrapped: (carries, k, consts, counts) -> (select(k < counts, bb(carries), carries), k + 1) */
+    if (!(b2 = kl_program_new())) {
+      kl_build_oom(b);
+      goto done;
+    }
+    kl_build in = {.pg = b2, .err = b->err, .errlen = b->errlen, .who = b->who, .size = b->size};
+    kl_aval ki = {.ndim = 1, .dtype = KL_I32, .dims = {b->size}};
+    for (int i = 0; i < n; i++) ins[i] = kl_program_add_input(b2, &bb->vals[bb->inputs[i]].aval);
+    int k = kl_program_add_input(b2, &ki);
+    for (int j = 0; j < nb; j++) ins[n + j] = kl_program_add_input(b2, &bb->vals[bb->inputs[n + j]].aval);
+    int counts = kl_program_add_input(b2, &ki);
+    if (!kl_splice(&in, bb, ins, nxt)) {
+      int go = kl_build_bin(&in, KL_P_LT, k, counts);
+      for (int i = 0; i < n && !in.failed; i++) {
+        kl_aval av = *kl_build_aval(&in, ins[i]);
+        int64_t dim0 = 0;
+        nxt[i] = kl_build_select(&in, kl_build_broadcast(&in, go, av.dims, av.ndim, &dim0), ins[i], nxt[i]);
+      }
+      nxt[n] = kl_build_bin(&in, KL_P_ADD, k, kl_build_broadcast(&in, kl_build_ilit(&in, 1, KL_I32), ki.dims, 1, NULL));
+      if (!in.failed) kl_program_set_outputs(b2, nxt, n + 1);
+    }
+    if (in.failed || b2->oom) {
+      b->failed = 1;
+      goto done;
+    }
+  }
+  const kl_program *use = per ? b2 : bb;
+  int nb2 = nb + per, n2 = n + per;
+  if (!(vp = while_vjp_program(b, use, n2, nb2))) goto done;
+  {
+    int k = 0;
+    for (int j = 0; j < nb; j++) ops[k++] = in_b[n + j] ? kl_batch_as_batched(b, r->xs[j], r->bs[j]) : r->xs[j];
+    if (per) ops[k++] = r->xs[nb + n];
+    for (int i = 0; i < n; i++) ops[k++] = kl_batch_as_batched(b, r->xs[nb + i], r->bs[nb + i]);
+    if (per) {
+      kl_aval ki = {.ndim = 1, .dtype = KL_I32, .dims = {b->size}};
+      ops[k++] = kl_build_zeros(b, &ki);
+      int64_t zero = 0;
+      kl_params mx;
+      kl_params_init(&mx, KL_P_REDUCE_MAX);
+      mx.reduce.axes = (kl_ivec){&zero, 1};
+      ops[k++] = kl_build_op(b, KL_P_REDUCE_MAX, &r->xs[nb + n], 1, &mx);
+    } else ops[k++] = r->xs[nb + n];
+    for (int i = 0; i < nf; i++) ops[k++] = kl_batch_as_batched(b, r->xs[nb + n + 1 + i], r->bs[nb + n + 1 + i]);
+    int64_t counts[2] = {nb2, n2};
+    kl_params p = e->p;
+    p.while_ad.counts = (kl_ivec){counts, 2};
+    p.while_ad.body = (kl_program *)use;
+    p.while_ad.vjp = vp;
+    if (b->failed || kl_build_emit(b, KL_P_WHILE_BWD, ops, k, &p, r->ys) < 0) goto done;
+  }
+  rc = 0;
+done:
+  free(in_b);
+  free(want);
+  free(ops);
+  free(ins);
+  free(nxt);
+  kl_program_free(bb);
+  kl_program_free(b2);
+  kl_program_free(vp);
+  return b->failed ? -1 : rc;
+}
+
+static int while_bwd_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  (void)e, (void)xs, (void)ts, (void)ys, (void)touts;
+  return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiating the reverse-mode derivative of a while_loop again (grad of grad, "
+                       "jacfwd of grad, hessian) is not supported yet by kiln; for higher derivatives write the loop as "
+                       "lax.scan or fori_loop with static bounds");
+}
+
 /* while, forward mode: a while over (carries, tangents of the float carries) whose body is the
  * body's JVP; tangents of the body's consts are extra consts, the condition ignores tangents.
  * A float carry without a tangent starts from zeros (the body may give it one). */
 static int while_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  if (a->remat) return while_jvp_reverse(a, e, xs, ts, ys, touts);
   const int64_t *c = e->p.while_.counts.v;
   int nc = (int)c[0], nb = (int)c[1], n = (int)c[2], nt = 0, ntc = 0;
   const kl_program *cond = e->p.while_.cond, *body = e->p.while_.body;
@@ -832,4 +1106,6 @@ const kl_rule_row kl_rules_control[] = {
     {KL_P_WHILE, while_jvp, NULL, while_batch, NULL, NULL, NULL},
     {KL_P_SCAN, scan_jvp, scan_transpose, scan_batch, NULL, NULL, NULL},
     {KL_P_COND, cond_jvp, cond_transpose, cond_batch, NULL, NULL, NULL},
+    {KL_P_WHILE_LIN, NULL, while_lin_transpose, NULL, NULL, NULL, NULL},
+    {KL_P_WHILE_BWD, while_bwd_jvp, NULL, while_bwd_batch, NULL, NULL, NULL},
     KL_RULES_END};
