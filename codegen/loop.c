@@ -30,6 +30,7 @@ struct kl_loop {
   size_t *bytes;        /* per result: a carry's bytes; a y's bytes per slice (scan) */
   size_t *xbytes;       /* scan: per x, its bytes per slice; while_bwd: per carry, its bytes */
   char *fl;             /* while_bwd: per carry, whether it is a float (has a cotangent) */
+  char *alias;          /* while, scan: per carry, updated in place (see in_place) */
 };
 
 void kl_loop_free(kl_loop *l) {
@@ -39,21 +40,64 @@ void kl_loop_free(kl_loop *l) {
   free(l->bytes);
   free(l->xbytes);
   free(l->fl);
+  free(l->alias);
   free(l);
 }
 
-/* Two sets of n carry buffers (set[0], set[1]), device memory; 0 or -1 with a message. */
-static int carry_sets(const kl_loop *l, int n, void **set[2], char *err, size_t errlen) {
+/* Whether the body updates carry j in place: its output is made by a dynamic_update_slice or
+ * scatter of its input, and every other read of the input is one that update depends on (so it
+ * runs before the update writes): the output may then be written into the input's buffer (the
+ * update writes only what changes). Such a carry lives in one buffer, the loop's result, instead
+ * of two that trade places: `fori_loop(0, n, lambda i, z: z.at[i].set(v), z)` copies nothing per
+ * iteration. */
+static int in_place(const kl_program *body, int in_at, int out_at) {
+  int v = body->inputs[in_at], o = body->outputs[out_at], prod = body->vals[o].producer, ok = 1;
+  if (prod < 0) return 0;
+  const kl_eqn *e = &body->eqns[prod];
+  if ((e->prim != KL_P_DYNAMIC_UPDATE_SLICE && e->prim != KL_P_SCATTER) || e->ins[0] != v) return 0;
+  for (int i = 0; i < body->noutputs; i++) ok &= body->outputs[i] != v; /* the old value must not outlive it */
+  char *before = kl_calloc((size_t)body->neqns + 1, 1); /* the update's ancestors */
+  int *stack = kl_malloc(sizeof(int) * ((size_t)body->neqns + 1)), top = 0;
+  if (!before || !stack) {
+    free(before);
+    free(stack);
+    return 0;
+  }
+  stack[top++] = prod;
+  while (top) {
+    const kl_eqn *q = &body->eqns[stack[--top]];
+    for (int i = q == e ? 1 : 0; i < q->nin; i++) {
+      int p = body->vals[q->ins[i]].producer;
+      if (p >= 0 && !before[p]) before[p] = 1, stack[top++] = p;
+    }
+  }
+  for (int k = 0; k < body->neqns && ok; k++) {
+    if (k == prod) {
+      for (int i = 1; i < e->nin; i++) ok &= e->ins[i] != v;
+      continue;
+    }
+    for (int i = 0; i < body->eqns[k].nin; i++) ok &= body->eqns[k].ins[i] != v || before[k];
+  }
+  free(before);
+  free(stack);
+  return ok;
+}
+
+/* Two sets of n carry buffers (set[0], set[1]), device memory, but for the carries updated in
+ * place: `result`'s buffer in both. 0 or -1 with a message. */
+static int carry_sets(const kl_loop *l, int n, void **set[2], void **result, char *err, size_t errlen) {
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < 2; k++)
-      if (l->t->alloc(l->bytes[i] ? l->bytes[i] : 1, &set[k][i], err, errlen)) return -1;
+    for (int k = 0; k < 2; k++) {
+      if (l->alias[i]) set[k][i] = result[i];
+      else if (l->t->alloc(l->bytes[i] ? l->bytes[i] : 1, &set[k][i], err, errlen)) return -1;
+    }
   return 0;
 }
 
 static void free_sets(const kl_loop *l, int n, void **set[2]) {
   for (int i = 0; i < n; i++)
     for (int k = 0; k < 2; k++)
-      if (set[k][i]) l->t->free(set[k][i], l->bytes[i] ? l->bytes[i] : 1);
+      if (set[k][i] && !l->alias[i]) l->t->free(set[k][i], l->bytes[i] ? l->bytes[i] : 1);
 }
 
 /* ptrs: cond consts, body consts, initial carries, then the final carries (outputs). */
@@ -63,7 +107,7 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   void **base = kl_calloc((size_t)(3 * n + l->nc + l->nb + 2), sizeof(void *)), *pred = NULL;
   if (!base) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a while loop");
   void **set[2] = {base, base + n}, **args = base + 2 * n; /* args: the current carries, then consts */
-  rc = carry_sets(l, n, set, err, errlen);
+  rc = carry_sets(l, n, set, ptrs + l->nc + l->nb + n, err, errlen);
   if (!rc) rc = l->t->alloc(1, &pred, err, errlen);
   for (int i = 0; i < n && !rc; i++) rc = l->t->copy(set[0][i], ptrs[l->nc + l->nb + i], l->bytes[i], err, errlen);
   while (!rc) {
@@ -75,7 +119,8 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     if ((rc = l->t->run(l->body, args, set[!cur], err, errlen))) break;
     cur = !cur; /* the new carries become the current ones */
   }
-  for (int i = 0; i < n && !rc; i++) rc = l->t->copy(ptrs[l->nc + l->nb + n + i], set[cur][i], l->bytes[i], err, errlen);
+  for (int i = 0; i < n && !rc; i++)
+    if (!l->alias[i]) rc = l->t->copy(ptrs[l->nc + l->nb + n + i], set[cur][i], l->bytes[i], err, errlen);
   free_sets(l, n, set);
   if (pred) l->t->free(pred, 1);
   free(base);
@@ -92,7 +137,7 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   if (!base) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a scan");
   void **args = base, **outs = args + nk + n + nx, **set[2] = {outs + n + ny, outs + n + ny + n};
   void **init = ptrs + nk, **xs = init + n, **final = xs + nx, **ys = final + n;
-  if (l->length > 1) rc = carry_sets(l, n, set, err, errlen); /* one iteration goes from init to final */
+  if (l->length > 1) rc = carry_sets(l, n, set, final, err, errlen); /* one iteration goes from init to final */
   memcpy(args, ptrs, sizeof(void *) * (size_t)nk);
   for (int64_t it = 0; it < l->length && !rc; it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
@@ -235,6 +280,11 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a loop");
   }
   l->t = t;
+  if (!(l->alias = kl_calloc((size_t)e->nout + 1, 1))) {
+    kl_loop_free(l);
+    free(slots);
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a loop");
+  }
   for (int i = 0; i < e->nout; i++) l->bytes[i] = aval_bytes(&pg->vals[e->outs[i]].aval);
   if (e->prim == KL_P_SCAN) {
     l->nc = (int)p->scan.counts.v[0];
@@ -245,6 +295,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     l->reverse = p->scan.reverse;
     for (int j = 0; j < l->ny && l->length; j++) l->bytes[l->nb + j] /= (size_t)l->length;
     for (int j = 0; j < l->n && l->length; j++) l->xbytes[j] = aval_bytes(&pg->vals[e->ins[l->nc + l->nb + j]].aval) / (size_t)l->length;
+    for (int j = 0; j < l->nb; j++) l->alias[j] = (char)in_place(p->scan.body, l->nc + j, j);
   } else if (e->prim == KL_P_WHILE_BWD) {
     const kl_program *body = p->while_ad.body;
     l->nc = (int)p->while_ad.counts.v[0];
@@ -268,6 +319,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     l->nc = (int)p->while_.counts.v[0];
     l->nb = (int)p->while_.counts.v[1];
     l->n = (int)p->while_.counts.v[2];
+    for (int j = 0; j < l->n; j++) l->alias[j] = (char)in_place(p->while_.body, j, j);
   }
   kl_program *first = e->prim == KL_P_WHILE ? p->while_.cond : e->prim == KL_P_COND ? p->cond.false_branch
                       : e->prim == KL_P_WHILE_BWD ? p->while_ad.vjp : NULL;

@@ -410,9 +410,10 @@ int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, si
     if (!bufs[s] && !(bufs[s] = kl_buf_wrap(in[i], x->slot_bytes[s], keep_data, NULL)))
       rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
   }
-  for (int i = 0; !rc && i < x->noutputs; i++) {
+  for (int i = 0; !rc && i < x->noutputs; i++) { /* written straight into the caller's memory */
     int s = x->out_slots[i];
-    if (!bufs[s] && !(bufs[s] = kl_buf_new(x->slot_bytes[s], err, errlen))) rc = -1;
+    if (!bufs[s] && !(bufs[s] = kl_buf_wrap(out[i], x->slot_bytes[s], keep_data, NULL)))
+      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
     if (!rc) kl_buf_retain(outs[i] = bufs[s]);
   }
   if (rc) {

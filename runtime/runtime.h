@@ -89,7 +89,9 @@ void kl_rt_synchronize(void);
 /* Threads the CPU device splits a step across (KILN_NUM_THREADS, else the cores). */
 int kl_rt_num_threads(void);
 /* Runs CPU executable x now, on this thread (a loop's condition or body inside a step): reads
- * in[0..ninputs), writes out[0..noutputs) (x's slot sizes). 0, or -1 with a message. */
+ * in[0..ninputs), writes out[0..noutputs) (x's slot sizes) in place. An out[i] may be an in[j]
+ * when x reads in[j] only in the step that writes out[i] (an update in place). 0, or -1 with a
+ * message. */
 int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
 /* Runs fn(ctx, lo, hi) over parts of [0, n) on the CPU pool's threads, or over all of it in the
  * caller when the pool is busy or has one thread. */

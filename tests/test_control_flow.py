@@ -456,3 +456,30 @@ def test_reverse_mode_through_while_loops_matches_scan_and_finite_differences(x6
 
     got = kiln.jit(kiln.vmap(kiln.grad(power, argnums=1), in_axes=(0, None)))(jnp.array([1.0, 2.0, 3.0]), 2.0)
     np.testing.assert_allclose(np.asarray(got), [1.0, 5.0, 17.0])
+
+
+def test_loops_updating_a_carry_in_place_compute_the_functional_result():
+    # the body reads the old carry (z[i - 1], z[i]) before updating it: the update runs in place
+    # in the carry's buffer only because those reads come first
+    n = 300
+    z0 = np.random.default_rng(26).standard_normal(n).astype(np.float32)
+
+    def body(i, z):
+        return z.at[i].set(z[i - 1] * 0.5 + z[i] + i)
+
+    got = np.asarray(kiln.jit(lambda z: lax.fori_loop(1, n, body, z))(z0))
+    want = z0.astype(np.float64).copy()
+    for i in range(1, n):
+        want[i] = want[i - 1] * 0.5 + want[i] + i
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # out-of-range traced indices drop the update, mode="clip" clamps, as in JAX
+    f = kiln.jit(lambda z, k: lax.fori_loop(0, 4, lambda i, z: z.at[k + i].add(1.0).at[-(k + i) - 1].add(10.0), z))
+    np.testing.assert_array_equal(np.asarray(f(np.zeros(5, np.float32), 3)), [10, 10, 0, 1, 1])
+    g = kiln.jit(lambda z, k: lax.fori_loop(0, 3, lambda i, z: z.at[k + i].add(1.0, mode="clip"), z))
+    np.testing.assert_array_equal(np.asarray(g(np.zeros(4, np.float32), 2)), [0, 0, 1, 2])
+    # a while loop filling rows of a matrix carry
+    h = kiln.jit(lambda m: lax.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1].at[c[0], 1:3].set(c[0] * 2.0)),
+                                          (0, m))[1])
+    want = np.zeros((5, 4), np.float32)
+    want[:4, 1:3] = np.arange(4)[:, None] * 2.0
+    np.testing.assert_array_equal(np.asarray(h(np.zeros((5, 4), np.float32))), want)

@@ -62,7 +62,7 @@ static void run_scatter(const kl_libcall *c, void *const *ptrs) {
   int64_t outer, n, inner, m = kl_aval_size(ix);
   kl_lc_split_axis(x, (int)c->p.scatter.axis, &outer, &n, &inner);
   size_t es = kl_dtype_size(x->dtype);
-  memcpy(ptrs[3], ptrs[0], es * (size_t)kl_aval_size(x));
+  if (ptrs[3] != ptrs[0]) memcpy(ptrs[3], ptrs[0], es * (size_t)kl_aval_size(x)); /* else in place */
   for (int64_t o = 0; o < outer; o++)
     for (int64_t j = 0; j < m; j++) {
       int64_t k = kl_lc_ldi(ix->dtype, ptrs[1], j);
@@ -106,7 +106,7 @@ static void run_dynamic_slice(const kl_libcall *c, void *const *ptrs, int update
   }
   void *out = ptrs[c->nin];
   if (update) {
-    memcpy(out, ptrs[0], es * (size_t)kl_aval_size(x));
+    if (out != ptrs[0]) memcpy(out, ptrs[0], es * (size_t)kl_aval_size(x)); /* else in place */
     copy_box(es, nd, x->dims, start, box, out, ptrs[1], 0);
   } else {
     copy_box(es, nd, x->dims, start, box, ptrs[0], out, 1);

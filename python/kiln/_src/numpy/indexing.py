@@ -355,6 +355,10 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
     if all(e.kind in ("int", "none") or (e.kind == "slice" and e.value.indices(arr.shape[e.dim])[2] in (1, -1))
            for e in entries):
         return _update_box(arr, entries, values, op, opname)
+    if any(e.kind == "dyn" for e in entries) and all(
+            e.kind in ("int", "dyn") or (e.kind == "slice" and e.value.indices(arr.shape[e.dim])[2] == 1)
+            for e in entries) and 0 not in arr.shape:
+        return _update_dynamic_box(arr, entries, values, op, opname, clip)
     size = arr.size
     ldt = _s._index_dtype(size + 1)
     positions = lax.reshape(lax.iota(ldt, size), arr.shape)
@@ -424,6 +428,38 @@ def _update_box(arr, entries, values, op, opname):
         new = _combine(op, old, vals)
     new = _s._convert(new, arr.dtype)
     return lax.dynamic_update_slice(arr, new, [int(s) for s in starts])
+
+
+def _update_dynamic_box(arr, entries, values, op, opname, clip):
+    """Update of a box at traced scalar indices (x.at[i].set(v), x.at[i, 2:5].add(v)): one
+    dynamic_update_slice of box size, no work proportional to x (so a loop carrying x can update
+    it in place). An out-of-range index drops the update (the box's old values are written
+    back), unless mode clips."""
+    starts, box, out_shape, valid = [np.int32(0)] * arr.ndim, list(arr.shape), [], None
+    for e in entries:
+        n = arr.shape[e.dim]
+        if e.kind == "int":
+            starts[e.dim], box[e.dim] = np.int32(e.value if e.value >= 0 else e.value + n), 1
+        elif e.kind == "dyn":
+            i, ok = _s._normalize_index(_index_int(e.value), n, "promise_in_bounds" if clip else "drop", opname)
+            starts[e.dim], box[e.dim] = lax.convert_element_type(i, np.int32), 1
+            valid = ok if valid is None else lax.and_(valid, ok)
+        else:
+            start, stop, _ = e.value.indices(n)
+            starts[e.dim], box[e.dim] = np.int32(start), len(range(start, stop))
+            out_shape.append(box[e.dim])
+    if 0 in box:
+        return arr
+    old = lax.dynamic_slice(arr, starts, box)
+    if op == "apply":
+        new = _combine(op, old, values)
+    else:
+        vals = lax.reshape(_fit_values(values, out_shape, arr.dtype, opname), tuple(box))
+        new = vals if op == "set" else _combine(op, old, vals)
+    new = _s._convert(new, arr.dtype)
+    if valid is not None:
+        new = lax.select(_s._bcast_dims(valid, tuple(box), ()), new, old)
+    return lax.dynamic_update_slice(arr, new, starts)
 
 
 class _IndexUpdateRef:
