@@ -483,3 +483,29 @@ def test_loops_updating_a_carry_in_place_compute_the_functional_result():
     want = np.zeros((5, 4), np.float32)
     want[:4, 1:3] = np.arange(4)[:, None] * 2.0
     np.testing.assert_array_equal(np.asarray(h(np.zeros((5, 4), np.float32))), want)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_unroll_runs_k_steps_per_trip_with_the_same_values(reverse, x64):
+    rng = np.random.default_rng(27)
+    w = rng.standard_normal((3, 3)) * 0.5
+
+    def f(h0, xs, unroll):
+        def body(h, x):
+            h = jnp.tanh(h @ w + x["a"]) + x["k"]
+            return h, {"s": h.sum(), "h": h}
+        return lax.scan(body, h0, xs, unroll=unroll, reverse=reverse)
+
+    h0 = rng.standard_normal(3)
+    for n in (5, 7, 12):
+        xs = {"a": rng.standard_normal((n, 3)), "k": np.arange(n) * 0.1}
+        ref = f(h0, xs, True)  # fully unrolled
+        for u in (2, 3, 5):
+            text = str(kiln.make_jaxpr(lambda h, x: f(h, x, u))(h0, xs))
+            assert f"length={n // u} " in text and text.count("tanh") == u + n % u
+            got = kiln.jit(lambda h, x: f(h, x, u))(h0, xs)
+            for a, b in zip(kiln.tree_util.tree_leaves(got), kiln.tree_util.tree_leaves(ref)):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13, atol=1e-14)
+            g = kiln.jit(kiln.grad(lambda h: f(h, xs, u)[1]["s"].sum()))(h0)
+            np.testing.assert_allclose(np.asarray(g), np.asarray(kiln.grad(lambda h: f(h, xs, True)[1]["s"].sum())(h0)),
+                                       rtol=1e-12)

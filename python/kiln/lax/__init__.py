@@ -800,7 +800,10 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     if not isinstance(unroll, bool) and _int(unroll) < 1:
         raise ValueError(f"scan: unroll must be a positive integer or a bool, got {unroll}")
     if core.tracing() and n > 0 and not full:
-        return _scan_equation(f, init, x_leaves, x_tree, n, reverse, 1 if unroll is False else _int(unroll))
+        k = 1 if unroll is False else _int(unroll)
+        if k > 1:
+            return _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k)
+        return _scan_equation(f, init, x_leaves, x_tree, n, reverse, 1)
     carry, ys = init, []
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks
@@ -836,6 +839,46 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     y_leaves0, y_tree = tree_util.tree_flatten(ys[0])
     stacked = [jnp.stack([tree_util.tree_leaves(y)[k] for y in ys]) for k in builtins.range(len(y_leaves0))]
     return carry, tree_util.tree_unflatten(y_tree, stacked)
+
+
+def _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k):
+    """scan(..., unroll=k): a scan equation of n // k iterations whose body applies f to k slices
+    in a row (fewer trips of the compiled loop, more fusion inside one), then the n % k left over
+    (the last slices, or the first ones when reverse) unrolled; the same values as unroll=1."""
+    from kiln._src import control_checks, tree_util
+    from kiln import numpy as jnp
+    m, r = divmod(n, k)
+    cut = n - r if not reverse else r
+    main = [x[:cut] if not reverse else x[cut:] for x in x_leaves]
+    rest = [x[cut:] if not reverse else x[:cut] for x in x_leaves]
+    grouped = [reshape(x, (m, k) + tuple(x.shape[1:])) for x in main]
+    name = control_checks.carry_name(f)
+    state = {"y_tree": None}
+
+    def body(carry, xg):
+        ys = []
+        for j in (builtins.range(k - 1, -1, -1) if reverse else builtins.range(k)):
+            x = tree_util.tree_unflatten(x_tree, [g[j] for g in xg]) if x_leaves else None
+            new, y = f(carry, x)
+            if j == (k - 1 if reverse else 0):
+                control_checks.check_carry("scan body", name, carry, new)
+            carry = new
+            ys.append(y)
+        if reverse:
+            ys.reverse()
+        y_leaves, state["y_tree"] = tree_util.tree_flatten(ys[0])
+        return carry, [jnp.stack([tree_util.tree_leaves(y)[i] for y in ys]) for i in builtins.range(len(y_leaves))]
+
+    g_tree = tree_util.tree_structure(list(grouped))
+    carry, ys = _scan_equation(body, init, grouped, g_tree, m, reverse, 1) if grouped else \
+        _scan_equation(lambda c, _: body(c, []), init, [], g_tree, m, reverse, 1)
+    ys = [reshape(y, (m * k,) + tuple(y.shape[2:])) for y in ys]
+    if r:
+        rest_xs = tree_util.tree_unflatten(x_tree, rest) if x_leaves else None
+        carry, rys = scan(f, carry, rest_xs, length=r, reverse=reverse, unroll=True)
+        r_leaves = tree_util.tree_leaves(rys)
+        ys = [concatenate([a, b] if not reverse else [b, a], 0) for a, b in zip(ys, r_leaves)]
+    return carry, tree_util.tree_unflatten(state["y_tree"], ys)
 
 
 class _Slice:
