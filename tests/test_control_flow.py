@@ -502,7 +502,8 @@ def test_scan_unroll_runs_k_steps_per_trip_with_the_same_values(reverse, x64):
         ref = f(h0, xs, True)  # fully unrolled
         for u in (2, 3, 5):
             text = str(kiln.make_jaxpr(lambda h, x: f(h, x, u))(h0, xs))
-            assert f"length={n // u} " in text and text.count("tanh") == u + n % u
+            if u < n:  # else unrolled fully, as JAX does
+                assert f"length={n // u} " in text and text.count("tanh") == u + n % u
             got = kiln.jit(lambda h, x: f(h, x, u))(h0, xs)
             for a, b in zip(kiln.tree_util.tree_leaves(got), kiln.tree_util.tree_leaves(ref)):
                 np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13, atol=1e-14)
