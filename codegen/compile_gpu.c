@@ -368,7 +368,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
       if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, &loop_gpu, st, &o->loops[o->nloops], err, errlen)))
         break;
       o->nloops++;
-      st->synchronizes = 1;
+      st->synchronizes = pg->eqns[ps->eqn].prim != KL_P_SCAN; /* a scan reads nothing back: graphs take it whole */
       x->cost += 1 << 20; /* a loop of unknown cost: its own event */
       continue;
     }

@@ -333,6 +333,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
   int (*run)(void *, void **, char *, size_t) = e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run
                                                 : e->prim == KL_P_WHILE_BWD ? while_bwd_run : while_run;
   kl_host_step(e, slot_of, slots, l, run, st);
+  if (e->prim == KL_P_SCAN) st->launches = l->length * (l->body->nsteps ? l->body->nsteps : 1);
   *out = l;
   return 0;
 }

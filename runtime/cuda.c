@@ -321,7 +321,9 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
   }
   CUdeviceptr p = 0;
   size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
-  if (n <= SMALL_MAX) {
+  /* while a graph is captured, memory comes from (and goes back to) the graph's own nodes: a
+   * cached block would be baked into the graph and handed out again */
+  if (n <= SMALL_MAX && !kl_cuda_capturing()) {
     pthread_mutex_lock(&small_mu);
     for (int i = nsmall - 1; i >= 0 && !p; i--)
       if (small[i].n == n) {
@@ -352,7 +354,7 @@ void kl_cuda_free(void *ptr, size_t nbytes) {
   if (!ptr || enter()) return;
   size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
   atomic_fetch_sub(&bytes_in_use, (long long)n);
-  if (n <= SMALL_MAX) {
+  if (n <= SMALL_MAX && !kl_cuda_capturing()) {
     pthread_mutex_lock(&small_mu);
     int kept = nsmall < SMALL_SLOTS;
     if (kept) {

@@ -76,17 +76,29 @@ static int graph_min_steps(void) {
   return n;
 }
 
-/* Whether x should run as a graph: enough steps, none on the host, and input/output copies
- * cheaper than the launches saved (about 5 us of host time per step against 2.5 TB/s). */
+/* Launches an executable makes: a scan step's are its trips times its body's. */
+static double launches_of(const kl_exec *x) {
+  double n = 0;
+  for (int i = 0; i < x->nsteps; i++) n += x->steps[i].launches > 1 ? (double)x->steps[i].launches : 1;
+  return n;
+}
+
+#define GRAPH_MAX_LAUNCHES 50000 /* a longer scan is not worth capturing whole (nor its memory) */
+
+/* Whether x should run as a graph: enough launches (a scan's whole loop is captured, its trips
+ * unrolled in the graph), none on the host or reading device memory, not too many, and
+ * input/output copies cheaper than the launches saved (about 5 us of host time per launch against
+ * 2.5 TB/s). */
 static int graph_wanted(const kl_exec *x) {
   int min = graph_min_steps();
-  if (!min || x->nsteps < min || !load()) return 0;
+  double n = launches_of(x);
+  if (!min || n < min || n > GRAPH_MAX_LAUNCHES || !load()) return 0;
   double io = 0;
   for (int i = 0; i < x->nsteps; i++)
     if (x->steps[i].on_host || x->steps[i].synchronizes) return 0;
   for (int i = 0; i < x->ninputs; i++) io += (double)x->slot_bytes[x->in_slots[i]];
   for (int i = 0; i < x->noutputs; i++) io += (double)x->slot_bytes[x->out_slots[i]];
-  return io / 2.5e12 < x->nsteps * 5e-6;
+  return io / 2.5e12 < n * 5e-6;
 }
 
 /* Captures x's steps over a new arena: 0, or -1 (the program then runs step by step). */
@@ -134,7 +146,7 @@ static int graph_build(kl_exec *x, gpu_graph *g) {
 int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen) {
   gpu_graph *g = x->dev_state;
   if (!g) {
-    if (!graph_min_steps() || x->nsteps < graph_min_steps()) return 0; /* graphs off, or a small program */
+    if (!graph_min_steps() || launches_of(x) < graph_min_steps()) return 0; /* graphs off, or a small program */
     g = calloc(1, sizeof *g);
     if (!g) return 0;
     pthread_mutex_init(&g->mu, NULL);
