@@ -127,27 +127,44 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return rc;
 }
 
+/* Kernels assume 16-byte aligned buffers (vector loads); a slice of stacked xs or ys whose size
+ * is not a multiple of 16 is copied through a staging buffer of its own. */
+static int misaligned(size_t slice_bytes) { return slice_bytes % 16 != 0; }
+
 /* ptrs: consts, initial carries, xs, then the final carries and the ys (outputs). Iteration i
  * reads the carries of i - 1 (the initial ones first) and writes the next set; the last writes
  * the final carries. */
 static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_loop *l = ctx;
   int nk = l->nc, n = l->nb, nx = l->n, ny = l->ny, rc = 0;
-  void **base = kl_calloc((size_t)(2 * (nk + n + nx + n + ny) + 2 * n + 2), sizeof(void *));
+  void **base = kl_calloc((size_t)(2 * (nk + n + nx + n + ny) + 2 * n + nx + ny + 2), sizeof(void *));
   if (!base) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a scan");
   void **args = base, **outs = args + nk + n + nx, **set[2] = {outs + n + ny, outs + n + ny + n};
+  void **stage = set[1] + n; /* per x, then per y: its staging buffer, or NULL */
   void **init = ptrs + nk, **xs = init + n, **final = xs + nx, **ys = final + n;
   if (l->length > 1) rc = carry_sets(l, n, set, final, err, errlen); /* one iteration goes from init to final */
+  for (int j = 0; j < nx + ny && !rc; j++) {
+    size_t b = j < nx ? l->xbytes[j] : l->bytes[n + j - nx];
+    if (misaligned(b)) rc = l->t->alloc(b, &stage[j], err, errlen);
+  }
   memcpy(args, ptrs, sizeof(void *) * (size_t)nk);
   for (int64_t it = 0; it < l->length && !rc; it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
     memcpy(args + nk, it ? set[(it - 1) & 1] : init, sizeof(void *) * (size_t)n);
-    for (int j = 0; j < nx; j++) args[nk + n + j] = (char *)xs[j] + (size_t)t * l->xbytes[j];
+    for (int j = 0; j < nx && !rc; j++) {
+      void *at = (char *)xs[j] + (size_t)t * l->xbytes[j];
+      args[nk + n + j] = stage[j] ? stage[j] : at;
+      if (stage[j]) rc = l->t->copy(stage[j], at, l->xbytes[j], err, errlen);
+    }
     memcpy(outs, it == l->length - 1 ? final : set[it & 1], sizeof(void *) * (size_t)n);
-    for (int j = 0; j < ny; j++) outs[n + j] = (char *)ys[j] + (size_t)t * l->bytes[n + j];
-    rc = l->t->run(l->body, args, outs, err, errlen);
+    for (int j = 0; j < ny; j++) outs[n + j] = stage[nx + j] ? stage[nx + j] : (char *)ys[j] + (size_t)t * l->bytes[n + j];
+    if (!rc) rc = l->t->run(l->body, args, outs, err, errlen);
+    for (int j = 0; j < ny && !rc; j++)
+      if (stage[nx + j]) rc = l->t->copy((char *)ys[j] + (size_t)t * l->bytes[n + j], stage[nx + j], l->bytes[n + j], err, errlen);
   }
   for (int i = 0; i < n && !rc && l->length == 0; i++) rc = l->t->copy(final[i], init[i], l->bytes[i], err, errlen);
+  for (int j = 0; j < nx + ny; j++)
+    if (stage[j]) l->t->free(stage[j], j < nx ? l->xbytes[j] : l->bytes[n + j - nx]);
   free_sets(l, n, set);
   free(base);
   return rc;
