@@ -15,6 +15,13 @@ logsumexp 2.14685 argsort [3 7 1 4]
 take [ 0.88849 -1.28893  1.07096] where 380.90325927734375"""
 
 
+LOOPS_JAX_OUTPUT = """ode y(T) [-0.559197 -0.784535] steps 8770
+ode grad [-1.0519 -3.6782]
+kmeans centers [0.04244 0.03745 4.03461 0.07097 0.0145  3.92225] iterations 3
+rnn loss 0.198999 -> 0.012519
+sampler mean -0.050209 acceptance 0.692"""
+
+
 def _numbers(text):
     out = []
     for tok in text.replace("[", " ").replace("]", " ").split():
@@ -37,6 +44,21 @@ def test_jax_program_gives_jax_numbers():
     assert len(got) == len(want), (p.stdout, p.stderr[-2000:])
     for g, w in zip(got, want):
         assert abs(g - w) <= 2e-5 * max(1.0, abs(w)), (g, w, p.stdout)
+
+
+def test_loop_programs_give_jax_numbers():
+    # examples/loops.py: an adaptive ODE integrator (while_loop) and its gradient, which JAX
+    # refuses (its line comes from finite differences on JAX), k-means until convergence, an RNN
+    # trained with scan, a Metropolis sampler in fori_loop with cond (float64 throughout)
+    import kiln
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "loops.py")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    got, want = _numbers(p.stdout), _numbers(LOOPS_JAX_OUTPUT)
+    assert len(got) == len(want), (p.stdout, p.stderr[-2000:])
+    for g, w in zip(got, want):
+        assert abs(g - w) <= 1e-5 * max(1.0, abs(w)), (g, w, p.stdout)
 
 
 # ---------------------------------------------------------------------------

@@ -75,3 +75,15 @@ def test_bitcast_convert_type():
     np.testing.assert_array_equal(np.asarray(kiln.jit(lambda v: lax.bitcast_convert_type(v, jnp.float32))(b)), x)
     with pytest.raises(TypeError, match="bitcast_convert_type"):
         lax.bitcast_convert_type(jnp.ones(2), jnp.int8)
+
+
+def test_draws_take_the_default_float_width_as_jax_does(x64):
+    # under jax_enable_x64 JAX draws float64 from 64-bit fields (two threefry words side by side)
+    u = kr.uniform(kr.PRNGKey(3), (4,))
+    assert u.dtype == np.float64
+    b = np.asarray(kr.bits(kr.PRNGKey(3), (4,), np.uint64))
+    assert b.dtype == np.uint64 and len(set(b.tolist())) == 4
+    want = (b >> np.uint64(12) | np.float64(1.0).view(np.uint64)).view(np.float64) - 1.0  # JAX's construction
+    np.testing.assert_array_equal(np.asarray(u), want)
+    n = np.asarray(kr.normal(kr.PRNGKey(4), (50_000,)))
+    assert n.dtype == np.float64 and abs(n.mean()) < 0.02 and abs(n.std() - 1.0) < 0.02

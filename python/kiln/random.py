@@ -1,8 +1,9 @@
 """kiln.random: JAX's counter-based PRNG (threefry-2x32, partitionable bit layout), giving JAX's
 numbers for the same keys. Keys are uint32[2] arrays (raw keys, as jax.random.PRNGKey).
 
-Implemented with kiln.lax on uint32 arrays, so it runs eagerly, under jit and under vmap. Only
-what reproduces JAX bit for bit is provided; other samplers raise NotImplementedError."""
+Implemented with kiln.lax on uint32 arrays, so it runs eagerly, under jit and under vmap. Draws
+take JAX's default float width (float64 under jax_enable_x64). Only what reproduces JAX bit for
+bit is provided; other samplers and widths raise NotImplementedError."""
 
 import numpy as np
 
@@ -119,30 +120,55 @@ def fold_in(key, data):
     return lax.concatenate([y0, y1], 0)
 
 
+_UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: _U32, 64: np.dtype(np.uint64)}
+
+
+def _random_bits(key, width, shape):
+    """JAX's partitionable threefry bits of `width` (8, 16, 32 or 64) per element: the xor of the
+    two words (narrowed), or the two words side by side for 64 bits."""
+    b1, b2 = _bits2(key, shape)
+    if width == 64:
+        u64 = _UINT[64]
+        hi, lo = lax.convert_element_type(b1, u64), lax.convert_element_type(b2, u64)
+        return lax.bitwise_or(lax.shift_left(hi, lax.full_like(hi, 32)), lo)
+    x = lax.bitwise_xor(b1, b2)
+    return x if width == 32 else lax.convert_element_type(x, _UINT[width])
+
+
 def bits(key, shape=(), dtype=None):
-    """Uniformly random uint32 bits."""
+    """Uniformly random unsigned integer bits (uint32 unless dtype says)."""
     key = _check_key(key, "bits")
-    dtype = _U32 if dtype is None else np.dtype(dtype)
-    if dtype != _U32:
-        raise NotImplementedError(f"random.bits: only uint32 is supported yet by kiln, got {dtype.name}")
-    b1, b2 = _bits2(key, _shape(shape, "bits"))
-    return lax.bitwise_xor(b1, b2)
+    dtype = _U32 if dtype is None else dtypes.canonicalize_dtype(np.dtype(dtype))
+    width = dtype.itemsize * 8
+    if dtype.kind != "u" or width not in _UINT:
+        raise TypeError(f"random.bits: dtype must be an unsigned integer type, got {dtype.name}")
+    return _random_bits(key, width, _shape(shape, "bits"))
+
+
+_MANTISSA = {np.dtype(np.float16): 10, np.dtype(np.float32): 23, np.dtype(np.float64): 52}
 
 
 def _float_dtype(dtype, name):
-    dtype = dtypes.canonicalize_dtype(np.float32 if dtype is None else dtype)
-    if dtype != np.float32:
-        raise NotImplementedError(f"random.{name}: only float32 is supported yet by kiln (JAX draws other "
-                                  f"widths from different bits), got {dtype.name}")
+    dtype = dtypes.canonicalize_dtype(np.dtype(dtypes.default_float_dtype() if dtype is None else dtype))
+    if dtype.itemsize == 2 and (dtype in _MANTISSA or dtype == dtypes.bfloat16):
+        raise NotImplementedError(f"random.{name}: {dtype.name} draws are not supported yet by kiln (JAX draws "
+                                  "16-bit floats from 16-bit fields); draw float32 and convert")
+    if dtype not in _MANTISSA:
+        raise TypeError(f"random.{name}: dtype must be a float type, got {dtype.name}")
     return dtype
 
 
 def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
-    """Uniform floats in [minval, maxval)."""
+    """Uniform floats in [minval, maxval): random mantissa bits under the exponent of 1.0, minus
+    one, as JAX draws them (for each float width)."""
     dtype = _float_dtype(dtype, "uniform")
     shape = _shape(shape, "uniform")
-    b = bits(key, shape)
-    mant = lax.bitwise_or(lax.shift_right_logical(b, _u32(9, b)), _u32(0x3F800000, b))
+    key = _check_key(key, "uniform")
+    width = dtype.itemsize * 8
+    nmant = _MANTISSA[dtype]
+    b = _random_bits(key, width, shape)
+    one = np.array(1.0, dtype).view(_UINT[width])
+    mant = lax.bitwise_or(lax.shift_right_logical(b, lax.full_like(b, width - nmant)), lax.full_like(b, one))
     f = lax.sub(lax.bitcast_convert_type(mant, dtype), lax.full(shape, 1.0, dtype))
     lo = lax.convert_element_type(core.asarray(minval), dtype)
     hi = lax.convert_element_type(core.asarray(maxval), dtype)
@@ -155,7 +181,7 @@ def normal(key, shape=(), dtype=None):
     """Standard normal floats (inverse error function of a uniform draw, as JAX)."""
     dtype = _float_dtype(dtype, "normal")
     shape = _shape(shape, "normal")
-    lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
+    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
     u = uniform(key, shape, dtype, lo, 1.0)
     return lax.mul(lax.full(shape, np.sqrt(2.0), dtype), lax.erf_inv(u))
 
@@ -173,7 +199,7 @@ def gumbel(key, shape=(), dtype=None):
     """Standard Gumbel samples."""
     dtype = _float_dtype(dtype, "gumbel")
     shape = _shape(shape, "gumbel")
-    u = uniform(key, shape, dtype, np.finfo(np.float32).tiny, 1.0)
+    u = uniform(key, shape, dtype, dtypes.finfo(dtype).tiny, 1.0)
     return lax.neg(lax.log(lax.neg(lax.log(u))))
 
 
