@@ -126,13 +126,8 @@ kl_buffer *kl_buf_new(size_t nbytes, char *err, size_t errlen) {
 
 static int cpu_is_ready(const kl_buffer *b) { return atomic_load((_Atomic int *)&b->state) != KL_BUF_PENDING; }
 
-/* wake: 0 for a buffer nobody waits on (read by its caller on this thread afterwards) */
-static void buf_set_state(kl_buffer *b, int state, const char *msg, int wake) {
+static void buf_set_state(kl_buffer *b, int state, const char *msg) {
   if (msg && !b->error) b->error = strdup(msg);
-  if (!wake) {
-    atomic_store((_Atomic int *)&b->state, state);
-    return;
-  }
   pthread_mutex_lock(&ready_mu);
   atomic_store((_Atomic int *)&b->state, state);
   pthread_cond_broadcast(&ready_cv);
@@ -314,7 +309,6 @@ typedef struct launch {
   kl_exec *x;
   kl_buffer **bufs; /* per slot (inputs retained, outputs retained, temps owned) */
   struct launch *next;
-  int quiet;        /* outputs nobody waits on (a loop body's): set without waking waiters */
 } launch;
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -388,7 +382,7 @@ static void execute(launch *l) {
       for (int k = 0; k < x->noutputs; k++) out |= x->out_slots[k] == i;
       for (int k = 0; k < x->ninputs; k++) out &= x->in_slots[k] != i;
     }
-    if (out) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL, !l->quiet);
+    if (out) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
     kl_buf_release(l->bufs[i]);
   }
   if (is_out != small_out) free(is_out);
@@ -397,47 +391,44 @@ static void execute(launch *l) {
   free(l);
 }
 
-static void keep_data(void *owner) { (void)owner; }
-
+/* kl_cpu_exec_run (runtime.h): the steps run here, over the caller's memory and one block for the
+ * temporaries, without buffers or a launch (a loop's body runs once per iteration). */
 int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  launch *l = calloc(1, sizeof *l);
-  kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
-  kl_buffer **outs = calloc((size_t)x->noutputs + 1, sizeof *outs);
-  int rc = 0;
-  if (!l || !bufs || !outs) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
-  for (int i = 0; !rc && i < x->ninputs; i++) { /* the caller's memory, read only, never freed */
-    int s = x->in_slots[i];
-    if (!bufs[s] && !(bufs[s] = kl_buf_wrap(in[i], x->slot_bytes[s], keep_data, NULL)))
-      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
-  }
-  for (int i = 0; !rc && i < x->noutputs; i++) { /* written straight into the caller's memory */
-    int s = x->out_slots[i];
-    if (!bufs[s] && !(bufs[s] = kl_buf_wrap(out[i], x->slot_bytes[s], keep_data, NULL)))
-      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
-    if (!rc) kl_buf_retain(outs[i] = bufs[s]);
-  }
-  if (rc) {
-    for (int i = 0; outs && i < x->noutputs; i++) kl_buf_release(outs[i]);
-    for (int i = 0; bufs && i < x->nslots; i++) kl_buf_release(bufs[i]);
-    free(outs);
-    free(bufs);
-    free(l);
-    return -1;
-  }
-  kl_exec_retain(x);
-  l->x = x;
-  l->bufs = bufs;
-  l->quiet = 1;
-  execute(l); /* frees l and bufs, releases x and every slot's buffer but the outputs we hold */
-  for (int i = 0; i < x->noutputs; i++) {
-    if (!rc && outs[i]->state == KL_BUF_FAILED) {
-      snprintf(err, errlen, "%s", outs[i]->error ? outs[i]->error : "a loop body failed");
-      rc = -1;
+  void *at_small[64], *ptr_small[64];
+  void **at = x->nslots <= 64 ? at_small : calloc((size_t)x->nslots, sizeof *at);
+  if (!at) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+  memset(at, 0, sizeof *at * (size_t)x->nslots);
+  for (int i = 0; i < x->ninputs; i++)
+    if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
+  for (int i = 0; i < x->noutputs; i++) /* written straight into the caller's memory */
+    if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
+  size_t total = 0;
+  for (int sl = 0; sl < x->nslots; sl++)
+    if (!at[sl]) total += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
+  char *block = total ? host_alloc(total) : NULL;
+  int rc = total && !block ? kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", total) : 0;
+  size_t off = 0;
+  for (int sl = 0; !rc && sl < x->nslots; sl++)
+    if (!at[sl]) {
+      at[sl] = block + off;
+      off += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
     }
-    if (!rc && out[i] != outs[i]->data) memcpy(out[i], outs[i]->data, x->slot_bytes[x->out_slots[i]]);
-    kl_buf_release(outs[i]);
+  for (int s = 0; s < x->nsteps && !rc; s++) {
+    const kl_step *st = &x->steps[s];
+    void **ptrs = st->nslots <= 64 ? ptr_small : malloc(sizeof(void *) * (size_t)st->nslots);
+    if (!ptrs) {
+      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+      break;
+    }
+    for (int i = 0; i < st->nslots; i++) ptrs[i] = at[st->slots[i]];
+    if (st->run_checked) rc = st->run_checked(st->ctx, ptrs, err, errlen) ? -1 : 0;
+    else run_step(st, ptrs, st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0);
+    if (ptrs != ptr_small) free(ptrs);
   }
-  free(outs);
+  for (int i = 0; !rc && i < x->noutputs; i++) /* an input passed through, an output listed twice */
+    if (at[x->out_slots[i]] != out[i]) memcpy(out[i], at[x->out_slots[i]], x->slot_bytes[x->out_slots[i]]);
+  if (block) host_free(block, total);
+  if (at != at_small) free(at);
   return rc;
 }
 
