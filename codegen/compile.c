@@ -485,8 +485,14 @@ done:
   free(slot_of);
   compile_seconds += now() - t0;
   compile_count++;
-  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1')
-    fprintf(stderr, "kiln: compiled %d equations into %d kernels + %d library calls in %.1f ms\n", pg->neqns, o->nkernels, o->nlibs, (now() - t0) * 1e3);
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1') {
+    kl_str loops;
+    kl_str_init(&loops);
+    kl_loops_describe(o->loops, o->nloops, &loops);
+    fprintf(stderr, "kiln: compiled %d equations into %d kernels + %d library calls + %d loops%s in %.1f ms\n", pg->neqns,
+            o->nkernels, o->nlibs, o->nloops, loops.data ? loops.data : "", (now() - t0) * 1e3);
+    kl_str_free(&loops);
+  }
   if (rc) {
     kl_exec_release(x);
     return NULL;

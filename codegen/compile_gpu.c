@@ -368,7 +368,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
       if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, &loop_gpu, st, &o->loops[o->nloops], err, errlen)))
         break;
       o->nloops++;
-      st->synchronizes = pg->eqns[ps->eqn].prim != KL_P_SCAN; /* a scan reads nothing back: graphs take it whole */
+      st->synchronizes |= pg->eqns[ps->eqn].prim != KL_P_SCAN; /* a scan reads nothing back: graphs take it whole */
       x->cost += 1 << 20; /* a loop of unknown cost: its own event */
       continue;
     }
@@ -556,8 +556,12 @@ finish:
   if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1') {
     int nhost = 0;
     for (int i = 0; i < x->nsteps; i++) nhost += x->steps[i].on_host;
-    fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d host library calls in %.1f ms\n",
-            pg->neqns, o->nkernels, o->ndots, nhost, (now() - t0) * 1e3);
+    kl_str loops;
+    kl_str_init(&loops);
+    kl_loops_describe(o->loops, o->nloops, &loops);
+    fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d host library calls + %d loops%s in %.1f ms\n",
+            pg->neqns, o->nkernels, o->ndots, nhost, o->nloops, loops.data ? loops.data : "", (now() - t0) * 1e3);
+    kl_str_free(&loops);
     if (host.data) fprintf(stderr, "kiln: host round trips (operands copied to the host and back):\n%s", host.data);
   }
   kl_str_free(&host);

@@ -21,6 +21,7 @@
 
 struct kl_loop {
   const kl_loop_target *t;
+  kl_prim prim;         /* while, scan, cond or while_bwd */
   kl_exec *cond, *body; /* while: its condition and body; scan: body alone; cond: false, true branch */
   int nc, nb, n;        /* operands: while: cond consts, body consts, carries; scan: consts, carries, xs;
                            cond (after the predicate): false consts, true consts, operands */
@@ -297,6 +298,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a loop");
   }
   l->t = t;
+  l->prim = e->prim;
   if (!(l->alias = kl_calloc((size_t)e->nout + 1, 1))) {
     kl_loop_free(l);
     free(slots);
@@ -350,9 +352,23 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
   int (*run)(void *, void **, char *, size_t) = e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run
                                                 : e->prim == KL_P_WHILE_BWD ? while_bwd_run : while_run;
   kl_host_step(e, slot_of, slots, l, run, st);
-  if (e->prim == KL_P_SCAN) st->launches = l->length * (l->body->nsteps ? l->body->nsteps : 1);
+  if (e->prim == KL_P_SCAN) { /* a GPU graph may capture it whole, unless its body reads back */
+    st->launches = l->length * (l->body->nsteps ? l->body->nsteps : 1);
+    for (int i = 0; i < l->body->nsteps; i++) st->synchronizes |= l->body->steps[i].synchronizes || l->body->steps[i].on_host;
+  }
   *out = l;
   return 0;
+}
+
+void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out) {
+  for (int i = 0; i < n; i++) {
+    const kl_loop *l = loops[i];
+    kl_str_printf(out, "%s%s", i ? ", " : " (", kl_prim_get(l->prim)->name);
+    if (l->prim == KL_P_SCAN) kl_str_printf(out, " of %lld trips", (long long)l->length);
+    if (l->prim == KL_P_COND) kl_str_printf(out, " of branches of %d and %d steps", l->cond->nsteps, l->body->nsteps);
+    else kl_str_printf(out, " over a body of %d steps", l->body->nsteps);
+    if (i == n - 1) kl_str_printf(out, ")");
+  }
 }
 
 /* ---- the CPU's target ---- */

@@ -3,6 +3,7 @@
 #ifndef KL_LOOP_H
 #define KL_LOOP_H
 #include "../ir/program.h"
+#include "../ir/str.h"
 #include "../runtime/runtime.h"
 
 typedef struct kl_loop kl_loop;
@@ -27,4 +28,6 @@ extern const kl_loop_target kl_loop_cpu;
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
                          kl_loop **out, char *err, size_t errlen);
 void kl_loop_free(kl_loop *l);
+/* " (scan of 10 trips over a body of 2 steps, while over ...)" for KILN_LOG_COMPILES; "" for none. */
+void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out);
 #endif

@@ -510,3 +510,17 @@ def test_scan_unroll_runs_k_steps_per_trip_with_the_same_values(reverse, x64):
             g = kiln.jit(kiln.grad(lambda h: f(h, xs, u)[1]["s"].sum()))(h0)
             np.testing.assert_allclose(np.asarray(g), np.asarray(kiln.grad(lambda h: f(h, xs, True)[1]["s"].sum())(h0)),
                                        rtol=1e-12)
+
+
+def test_compile_log_shows_loops_as_loops():
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np, kiln, kiln.numpy as jnp\n"
+            "f = kiln.jit(lambda h, xs: kiln.lax.scan(lambda c, x: (jnp.tanh(c + x), c.sum()), h, xs))\n"
+            "f(np.zeros(4, np.float32), np.ones((10, 4), np.float32))\n")
+    env = dict(os.environ, KILN_LOG_COMPILES="1",
+               PYTHONPATH=os.path.dirname(os.path.dirname(kiln.__file__)))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "1 loops (scan of 10 trips over a body of" in p.stderr, p.stderr
