@@ -48,9 +48,13 @@ void kl_libdevice_declare(uint64_t used, kl_str *out);
 /* Library equations (take, dynamic_slice, dynamic_update_slice, scatter, argmax/argmin,
  * cumulative ops) as GPU kernels over the library call's arguments (inputs, then the output): appends
  * gpu.func @<name>, and @<name>_s after it for a scatter's update pass. Returns the number of
- * kernels (1 or 2) with their grid and block sizes, or 0 when the equation stays a host call. */
+ * kernels (1 or 2) with their grid and block sizes, or 0 when the equation stays a host call.
+ * *in_place says what the kernels do when the output is operand 0's buffer (a loop's carry
+ * updated in place): KL_GPU_IN_PLACE_SAME (run as written), _SKIP_FIRST (the first kernel only
+ * copies operand 0: skip it), _SECOND (the second kernel replaces the first, not a second pass). */
+enum { KL_GPU_IN_PLACE_SAME, KL_GPU_IN_PLACE_SKIP_FIRST, KL_GPU_IN_PLACE_SECOND };
 int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, unsigned *grid, unsigned *block,
-                            char *err, size_t errlen);
+                            int *in_place, char *err, size_t errlen);
 /* Element size in bytes of a two-kernel reduction's partial results. */
 int kl_gpu_partial_size(kl_dtype t);
 

@@ -1010,7 +1010,7 @@ void kg_finish(kg_move *m, int64_t work) {
 }
 
 int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, unsigned *grid, unsigned *block,
-                            char *err, size_t errlen) {
+                            int *in_place, char *err, size_t errlen) {
   kl_gpu_kernel_fn emit = kl_lower_get(c->prim)->gpu_kernel;
   const kl_aval *o = &c->avals[c->nin];
   int nargs = c->nin + c->nout;
@@ -1023,6 +1023,7 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
                .gpu = 1};
   block[0] = block[1] = GK_BLOCK;
   int nk = emit(&m);
+  *in_place = m.in_place;
   if (nk >= 0 && (m.k.failed || m.body.failed || out->failed)) {
     kk_nomem(&m.k); /* keeps a message already written */
     nk = -1;

@@ -230,7 +230,39 @@ static int gpu_dynamic_slice(kg_move *mv) {
   kk_line(k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);
   kg_close_loop(k);
   kg_finish(mv, kl_aval_size(o));
-  return 1;
+  if (!upd) return 1;
+  /* the update in place (name_s, instead of the above when out is x's buffer): one thread per
+   * element of the box, out[start + idx] = update[idx] */
+  int64_t nbox = kl_aval_size(&c->avals[1]);
+  if (!nbox) return 1;
+  for (int i = 0; i < nd; i++) { /* the starts again: this kernel's own SSA values */
+    ssa s;
+    kg_load_index64(k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
+    kg_clamp_index(k, s, c->avals[first + i].dtype, x->dims[i] - box[i], start[i]);
+  }
+  kg_grid_loop(k, nbox, "%e");
+  snprintf(rest, sizeof rest, "%%e");
+  for (int i = nd - 1; i >= 0; i--) {
+    if (i > 0) {
+      kg_index_op(k, "remui", rest, box[i], idx[i]);
+      kg_index_op(k, "divui", rest, box[i], rest);
+    } else
+      snprintf(idx[i], sizeof idx[i], "%s", rest);
+  }
+  ssa dst, u;
+  kk_const_index(k, 0, dst);
+  for (int i = 0; i < nd; i++) {
+    ssa a;
+    kg_index_op(k, "muli", dst, x->dims[i], dst);
+    kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, a), idx[i], start[i]);
+    kg_update(k, "addi", dst, a, "index");
+  }
+  kk_line(k, "%s = memref.load %%m1[%%e] : memref<%lldx%s>", kk_fresh(k, u), (long long)args[1].dims[0], st);
+  kk_line(k, "memref.store %s, %%m%d[%s] : memref<%lldx%s>", u, oi, dst, (long long)args[oi].dims[0], st);
+  kg_close_loop(k);
+  kg_finish(mv, nbox);
+  mv->in_place = KL_GPU_IN_PLACE_SECOND;
+  return 2;
 }
 
 /* Kernel 1 copies x; kernel 2 applies the updates. */
@@ -256,7 +288,8 @@ static int gpu_scatter(kg_move *mv) {
   if ((m > KL_GPU_MOVE_MAX_UPDATES && !atomic) || op < 0 || op > KL_SCATTER_MAX ||
       (op != KL_SCATTER_SET && (t == KL_BOOL || strcmp(st, kl_compute_type(t)))))
     return 0;
-  /* kernel 1 (name): out = x */
+  /* kernel 1 (name): out = x; nothing to do when out is x's buffer */
+  mv->in_place = KL_GPU_IN_PLACE_SKIP_FIRST;
   kg_grid_loop(k, kl_aval_size(x), "%e");
   kk_line(k, "%s = memref.load %%m0[%%e] : memref<%lldx%s>", kk_fresh(k, v), (long long)args[0].dims[0], st);
   kk_line(k, "memref.store %s, %%m%d[%%e] : memref<%lldx%s>", v, oi, (long long)args[oi].dims[0], st);

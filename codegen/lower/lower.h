@@ -49,6 +49,8 @@ typedef struct {
   kl_str *out;         /* the module text the kernels are appended to */
   unsigned *grid;      /* grid size of each kernel written */
   int nk;              /* kernels written so far */
+  int in_place;        /* KL_GPU_IN_PLACE_* (codegen/kernel.h): the kernels over an output that is
+                          operand 0's buffer */
 } kg_move;
 /* Writes the kernels of library step m->c (kg_finish closes each); returns how many, or 0 (before
  * writing any) when this instance stays a host routine. */
