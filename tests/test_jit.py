@@ -641,3 +641,15 @@ def test_transposed_reads_walk_tiles_with_exact_edges(shape):
     got = kiln.jit(lambda a, b: jnp.tanh(a.T) * b + a.T[:, :1])(a, b)
     np.testing.assert_allclose(np.asarray(got), np.tanh(a.T.astype(np.float64)) * b + a.T[:, :1], rtol=2e-6, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(kiln.jit(lambda a: a.T + 1)(a)), a.T + 1)
+
+
+def test_lower_compile_ahead_of_time():
+    # jit(f).lower(*args).compile(): compiled without running, then called with the lowered types
+    f = kiln.jit(lambda x, n: jnp.sin(x) * n, static_argnums=1)
+    x = np.linspace(0, 1, 5).astype(np.float32)
+    lowered = f.lower(x, 3)
+    assert "sin" in lowered.as_text()
+    compiled = lowered.compile()
+    np.testing.assert_allclose(np.asarray(compiled(x, 3)), np.sin(x) * 3, rtol=1e-6)
+    with pytest.raises(TypeError, match="other types"):
+        compiled(np.ones(4, np.float32), 3)

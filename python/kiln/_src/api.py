@@ -380,13 +380,49 @@ class JitWrapped(_kiln.JitBase):
         return _trace(fun, None, None, arrs, tree).text()
 
     def lower(self, *args, **kwargs):
-        raise NotImplementedError("jit(f).lower is not supported yet by kiln; use kiln.make_jaxpr(f)(...) to see the program")
+        """Ahead of time, as JAX's: jit(f).lower(*args).compile() compiles for these arguments'
+        types without running; the Compiled object is called with arrays of those types."""
+        key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        return Lowered(self, key, statics, arrs, tree, nargs)
 
     def _cache_size(self):
         return len(self._cache)
 
     def clear_cache(self):
         self._cache.clear()
+
+
+class Lowered:
+    """jit(f).lower(*args): the program traced for those argument types (as_text()), compiled by
+    compile()."""
+
+    def __init__(self, wrapped, key, statics, arrs, tree, nargs):
+        self._wrapped, self._key, self._statics, self._arrs, self._tree, self._nargs = wrapped, key, statics, arrs, tree, nargs
+
+    def as_text(self):
+        fun = self._wrapped._fun
+        if self._statics:
+            fun = _rebuild_call(fun, self._statics, self._wrapped._static_argnums, self._nargs)
+        return _trace(fun, None, None, self._arrs, self._tree).text()
+
+    def compile(self):
+        w = self._wrapped
+        if self._key not in w._cache:
+            w._cache[self._key] = w._compile(self._statics, self._arrs, self._tree, self._nargs)
+        return Compiled(w, self._key)
+
+
+class Compiled:
+    """jit(f).lower(*args).compile(): called with arguments of the lowered types (statics as then)."""
+
+    def __init__(self, wrapped, key):
+        self._wrapped, self._key = wrapped, key
+
+    def __call__(self, *args, **kwargs):
+        key = self._wrapped._signature(args, kwargs)[0]
+        if key != self._key:
+            raise TypeError("a Compiled function was called with arguments of other types than it was lowered for")
+        return self._wrapped._call(*args, **kwargs)
 
 
 def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=None, donate_argnames=None,
