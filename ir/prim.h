@@ -10,7 +10,8 @@
 #include "dtype.h"
 
 #define KL_MAX_RANK 12
-#define KL_MAX_OUTS 256 /* results of one equation (a loop's carries and ys) */
+#define KL_MAX_OUTS 1024 /* results of one equation (a loop's carries and ys) */
+#define KL_FEW_OUTS 8    /* results of an equation outside the families kl_prim_many_outs names */
 
 /* Abstract value: what is known about an array while tracing. */
 typedef struct {
@@ -373,6 +374,12 @@ KL_PRIMS(KL_FIELDS_DECL)
 #undef KL_FIELDS_DECL
 
 const kl_prim_info *kl_prim_get(kl_prim p);
+/* Whether p may have more than KL_FEW_OUTS results (up to KL_MAX_OUTS): equations with bodies,
+ * sort over many operands. */
+static inline int kl_prim_many_outs(kl_prim p) {
+  kl_family f = kl_prim_get(p)->family;
+  return f == KL_FAM_CALL || f == KL_FAM_CONTROL || f == KL_FAM_SORT;
+}
 const char *kl_family_name(kl_family f); /* "elementwise", "shape", ...: the family's file name */
 int kl_prim_from_name(const char *name, kl_prim *out); /* 0 on success */
 /* The field of p named `name`, or NULL if p has no such param. */

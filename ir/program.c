@@ -91,9 +91,12 @@ static int out_of_memory(char *err, size_t errlen) {
 int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, const kl_params *p,
                        int *outs, int *nout, char *err, size_t errlen) {
   if (pg->oom) return out_of_memory(err, errlen);
-  kl_aval in_avals[64], out_avals[KL_MAX_OUTS];
+  kl_aval in_avals[64], out_small[KL_FEW_OUTS];
   kl_aval *iv = nin <= 64 ? in_avals : kl_malloc(sizeof(kl_aval) * (size_t)nin);
-  if (!iv) {
+  kl_aval *out_avals = kl_prim_many_outs(prim) ? kl_malloc(sizeof(kl_aval) * KL_MAX_OUTS) : out_small;
+  if (!iv || !out_avals) {
+    if (iv != in_avals) free(iv);
+    if (out_avals != out_small) free(out_avals);
     pg->oom = 1;
     return out_of_memory(err, errlen);
   }
@@ -108,21 +111,23 @@ int kl_program_add_eqn(kl_program *pg, kl_prim prim, const int *ins, int nin, co
   }
   int rc = kl_prim_infer(prim, nin ? iv : NULL, nin, p, out_avals, nout, err, errlen);
   if (iv != in_avals) free(iv);
-  if (rc) return rc;
   /* room first, so that a failure leaves the program as it was (only pg->oom set) */
-  if (grow(pg, (void **)&pg->eqns, &pg->capeqns, pg->neqns + 1, sizeof *pg->eqns) ||
-      grow(pg, (void **)&pg->vals, &pg->capvals, pg->nvals + *nout, sizeof *pg->vals))
-    return out_of_memory(err, errlen);
-  kl_eqn *e = &pg->eqns[pg->neqns];
-  e->prim = prim;
-  e->nin = nin;
-  e->nout = *nout;
-  e->ins = arena_dup(pg, ins, sizeof(int) * (size_t)nin);
-  e->outs = kl_arena_alloc(&pg->arena, sizeof(int) * (size_t)*nout);
-  if (!e->ins || !e->outs || kl_params_copy(pg, prim, &e->p, p)) return out_of_memory(err, errlen);
-  for (int i = 0; i < *nout; i++) outs[i] = e->outs[i] = new_value(pg, &out_avals[i], pg->neqns);
-  pg->neqns++;
-  return 0;
+  if (!rc && (grow(pg, (void **)&pg->eqns, &pg->capeqns, pg->neqns + 1, sizeof *pg->eqns) ||
+              grow(pg, (void **)&pg->vals, &pg->capvals, pg->nvals + *nout, sizeof *pg->vals)))
+    rc = out_of_memory(err, errlen);
+  kl_eqn *e = rc ? NULL : &pg->eqns[pg->neqns];
+  if (e) {
+    e->prim = prim;
+    e->nin = nin;
+    e->nout = *nout;
+    e->ins = arena_dup(pg, ins, sizeof(int) * (size_t)nin);
+    e->outs = kl_arena_alloc(&pg->arena, sizeof(int) * (size_t)*nout);
+    if (!e->ins || !e->outs || kl_params_copy(pg, prim, &e->p, p)) rc = out_of_memory(err, errlen);
+  }
+  for (int i = 0; !rc && i < *nout; i++) outs[i] = e->outs[i] = new_value(pg, &out_avals[i], pg->neqns);
+  if (!rc) pg->neqns++;
+  if (out_avals != out_small) free(out_avals);
+  return rc;
 }
 
 kl_program *kl_program_copy(const kl_program *src) {
@@ -280,10 +285,11 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
   for (int i = 0; i < pg->ninputs; i++) defined[pg->inputs[i]] = 1;
   for (int k = 0; k < pg->neqns && !rc; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    kl_aval small[64], outs[KL_MAX_OUTS];
+    kl_aval small[64], out_small[KL_FEW_OUTS];
     kl_aval *ins = e->nin > 64 ? kl_malloc(sizeof(kl_aval) * (size_t)e->nin) : small;
+    kl_aval *outs = kl_prim_many_outs(e->prim) ? kl_malloc(sizeof(kl_aval) * KL_MAX_OUTS) : out_small;
     int nout = 0;
-    if (!ins) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory verifying a program");
+    if (!ins || !outs) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory verifying a program");
     for (int i = 0; i < e->nin && !rc; i++) {
       if (e->ins[i] < 0 || e->ins[i] >= pg->nvals || !defined[e->ins[i]]) {
         snprintf(err, errlen, "verify: equation %d (%s) uses value %d before it is defined", k, kl_prim_get(e->prim)->name, e->ins[i]);
@@ -306,6 +312,7 @@ int kl_program_verify(const kl_program *pg, char *err, size_t errlen) {
       } else defined[e->outs[i]] = 1;
     }
     if (ins && ins != small) free(ins);
+    if (outs && outs != out_small) free(outs);
   }
   for (int i = 0; i < pg->noutputs && !rc; i++)
     if (!defined[pg->outputs[i]]) {

@@ -524,3 +524,19 @@ def test_compile_log_shows_loops_as_loops():
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "1 loops (scan of 10 trips over a body of" in p.stderr, p.stderr
+
+
+def test_loops_with_hundreds_of_carries_differentiate():
+    # a pytree of 300 leaves carried through fori_loop (a scan) and while_loop, under grad
+    ps = [np.float32(1.0 + i * 0.001) for i in range(300)]
+    want = sum(p * 1.01 ** 5 + sum(1.01 ** k for k in range(5)) for p in ps)
+
+    def scanned(x):
+        return sum(lax.fori_loop(0, 5, lambda i, c: [v * 1.01 + x for v in c], [x * p for p in ps]))
+
+    def looped(x):
+        body = lambda c: (c[0] + 1, [v * 1.01 + x for v in c[1]])  # noqa: E731
+        return sum(lax.while_loop(lambda c: c[0] < 5, body, (0, [x * p for p in ps]))[1])
+
+    for f in (scanned, looped):
+        assert float(kiln.jit(kiln.grad(f))(0.5)) == pytest.approx(want, rel=1e-5)

@@ -38,40 +38,50 @@ static int jvp_rule(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, 
   return rule ? rule(a, e, xs, ts, ys, touts) : kl_jvp_unsupported(a, e);
 }
 
+/* One equation of kl_jvp_eqns; xs, ts: room for e's operands and their tangents. */
+static int jvp_eqn(kl_build *a, const kl_eqn *e, int *pmap, int *tmap, const int *fwd, int policy, int barrier, int *xs,
+                   int *ts) {
+  int ys[KL_MAX_OUTS], touts[KL_MAX_OUTS], any = 0;
+  for (int i = 0; i < e->nin; i++) {
+    xs[i] = pmap[e->ins[i]];
+    ts[i] = tmap[e->ins[i]];
+    any |= ts[i] >= 0;
+  }
+  for (int i = 0; i < e->nout; i++) touts[i] = -1;
+  if (any && kl_rule_whole(e->prim)) {
+    kl_jvp_rule rule = kl_rule_get(e->prim)->jvp;
+    if (rule ? rule(a, e, xs, ts, ys, touts) : kl_jvp_unsupported(a, e)) return -1;
+  } else {
+    if (fwd && saveable(e, policy)) { /* a dot_general result kept from the forward pass */
+      ys[0] = fwd[e->outs[0]];
+      if (barrier) ys[0] = kl_build_un(a, KL_P_OPTIMIZATION_BARRIER, ys[0]);
+    } else if (kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0)
+      return -1;
+    if (!any) {
+      for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
+      return 0;
+    }
+    if (jvp_rule(a, e, xs, ts, ys, touts)) return -1;
+  }
+  for (int i = 0; i < e->nout; i++) {
+    pmap[e->outs[i]] = ys[i];
+    tmap[e->outs[i]] = touts[i];
+  }
+  return 0;
+}
+
 /* kl_jvp_eqns (rules.h). A call equation with some input tangent is consumed by its rule (the
  * outputs come from the rule's equations), so enclosing differentiations see what the rule
  * computed, as in JAX. */
 int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier) {
+  int small[2 * 64];
   for (int k = 0; k < pg->neqns && !a->failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    int xs[256], ts[256], ys[KL_MAX_OUTS], touts[KL_MAX_OUTS];
-    if (e->nin > 256) return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation: equation with %d operands is not supported", e->nin);
-    int any = 0;
-    for (int i = 0; i < e->nin; i++) {
-      xs[i] = pmap[e->ins[i]];
-      ts[i] = tmap[e->ins[i]];
-      any |= ts[i] >= 0;
-    }
-    for (int i = 0; i < e->nout; i++) touts[i] = -1;
-    if (any && kl_rule_whole(e->prim)) {
-      kl_jvp_rule rule = kl_rule_get(e->prim)->jvp;
-      if (rule ? rule(a, e, xs, ts, ys, touts) : kl_jvp_unsupported(a, e)) return -1;
-    } else {
-      if (fwd && saveable(e, policy)) { /* a dot_general result kept from the forward pass */
-        ys[0] = fwd[e->outs[0]];
-        if (barrier) ys[0] = kl_build_un(a, KL_P_OPTIMIZATION_BARRIER, ys[0]);
-      }
-      else if (kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
-      if (!any) {
-        for (int i = 0; i < e->nout; i++) pmap[e->outs[i]] = ys[i];
-        continue;
-      }
-      if (jvp_rule(a, e, xs, ts, ys, touts)) return -1;
-    }
-    for (int i = 0; i < e->nout; i++) {
-      pmap[e->outs[i]] = ys[i];
-      tmap[e->outs[i]] = touts[i];
-    }
+    int *xs = e->nin <= 64 ? small : kl_malloc(sizeof(int) * 2 * (size_t)e->nin);
+    if (!xs) return kl_build_oom(a);
+    int rc = jvp_eqn(a, e, pmap, tmap, fwd, policy, barrier, xs, xs + (e->nin <= 64 ? 64 : e->nin));
+    if (xs != small) free(xs);
+    if (rc) return -1;
   }
   return a->failed ? -1 : 0;
 }

@@ -49,7 +49,7 @@ int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, c
   if (need_matrix(e, name, x, prim == KL_P_CHOLESKY || prim == KL_P_EIGH)) return -1;
   int r = x->ndim;
   int64_t m = x->dims[r - 2], n = x->dims[r - 1], k = m < n ? m : n;
-  for (int i = 0; i < KL_MAX_OUTS; i++) outs[i] = *x;
+  for (int i = 0; i < KL_FEW_OUTS; i++) outs[i] = *x;
   switch (prim) {
   case KL_P_EIGH: /* (v, w) */
     *nout = 2;
