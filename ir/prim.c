@@ -158,7 +158,8 @@ int kl_prim_infer(kl_prim prim, const kl_aval *ins, int nin, const kl_params *p,
   const kl_prim_info *pi = &prims[prim];
   int want = form_arity[pi->form];
   if (want >= 0 && nin != want) return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects %d operand(s), got %d", pi->name, want, nin);
-  if (want < 0 && nin < 1) return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects at least one operand", pi->name);
+  if (want < 0 && nin < 1 && pi->family != KL_FAM_CONTROL) /* a scan may have none: its body makes its ys */
+    return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects at least one operand", pi->name);
   *nout = 1;
   return family_rules[pi->family](&e, prim, ins, nin, p, outs, nout);
 }

@@ -165,6 +165,40 @@ static int gpu_take(kg_move *mv) {
   return 1;
 }
 
+/* The clamped starts of a dynamic slice or update (operands first.. of c), so that the box fits. */
+static void load_starts(kctx *k, const kl_libcall *c, const kg_arg *args, int first, const int64_t *box, ssa *start) {
+  const kl_aval *x = &c->avals[0];
+  for (int i = 0; i < x->ndim; i++) {
+    ssa s;
+    kg_load_index64(k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
+    kg_clamp_index(k, s, c->avals[first + i].dtype, x->dims[i] - box[i], start[i]);
+  }
+}
+
+/* idx[0..nd) = the row-major position of linear index `e` in an array of dims. */
+static void delinearize(kctx *k, const char *e, const int64_t *dims, int nd, ssa *idx) {
+  ssa rest;
+  snprintf(rest, sizeof rest, "%s", e);
+  for (int i = nd - 1; i >= 0; i--) {
+    if (i > 0) {
+      kg_index_op(k, "remui", rest, dims[i], idx[i]);
+      kg_index_op(k, "divui", rest, dims[i], rest);
+    } else
+      snprintf(idx[i], sizeof idx[i], "%s", rest);
+  }
+}
+
+/* out = the linear index of start + idx in an array of dims. */
+static void shifted_index(kctx *k, const int64_t *dims, int nd, ssa *idx, ssa *start, char *out) {
+  kk_const_index(k, 0, out);
+  for (int i = 0; i < nd; i++) {
+    ssa a;
+    kg_index_op(k, "muli", out, dims[i], out);
+    kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, a), idx[i], start[i]);
+    kg_update(k, "addi", out, a, "index");
+  }
+}
+
 /* Starts clamp so that the box fits, as lax does. */
 static int gpu_dynamic_slice(kg_move *mv) {
   const kl_libcall *c = mv->c;
@@ -178,31 +212,13 @@ static int gpu_dynamic_slice(kg_move *mv) {
   int64_t box[KL_MAX_RANK];
   for (int i = 0; i < nd; i++) box[i] = upd ? c->avals[1].dims[i] : c->p.dynamic_slice.slice_sizes.v[i];
   ssa start[KL_MAX_RANK];
-  for (int i = 0; i < nd; i++) { /* starts clamp so that the box fits, as lax does */
-    ssa s;
-    kg_load_index64(k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
-    kg_clamp_index(k, s, c->avals[first + i].dtype, x->dims[i] - box[i], start[i]);
-  }
-  const int64_t *space = upd ? x->dims : box; /* the output's dims */
+  load_starts(k, c, args, first, box, start);
   kg_grid_loop(k, kl_aval_size(o), "%e");
-  ssa idx[KL_MAX_RANK], rest;
-  snprintf(rest, sizeof rest, "%%e");
-  for (int i = nd - 1; i >= 0; i--) { /* delinearize e over the output's dims */
-    if (i > 0) {
-      kg_index_op(k, "remui", rest, space[i], idx[i]);
-      kg_index_op(k, "divui", rest, space[i], rest);
-    } else
-      snprintf(idx[i], sizeof idx[i], "%s", rest);
-  }
+  ssa idx[KL_MAX_RANK];
+  delinearize(k, "%e", upd ? x->dims : box, nd, idx); /* over the output's dims */
   if (!upd) { /* out[idx] = x[start + idx] */
     ssa src;
-    kk_const_index(k, 0, src);
-    for (int i = 0; i < nd; i++) {
-      ssa a;
-      kg_index_op(k, "muli", src, x->dims[i], src);
-      kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, a), idx[i], start[i]);
-      kg_update(k, "addi", src, a, "index");
-    }
+    shifted_index(k, x->dims, nd, idx, start, src);
     kk_line(k, "%s = memref.load %%m0[%s] : memref<%lldx%s>", kk_fresh(k, v), src, (long long)args[0].dims[0], st);
   } else { /* out[idx] = inside the box ? update[idx - start] : x[idx] */
     ssa inside, us;
@@ -235,28 +251,11 @@ static int gpu_dynamic_slice(kg_move *mv) {
    * element of the box, out[start + idx] = update[idx] */
   int64_t nbox = kl_aval_size(&c->avals[1]);
   if (!nbox) return 1;
-  for (int i = 0; i < nd; i++) { /* the starts again: this kernel's own SSA values */
-    ssa s;
-    kg_load_index64(k, first + i, "%c0", &args[first + i], c->avals[first + i].dtype, s);
-    kg_clamp_index(k, s, c->avals[first + i].dtype, x->dims[i] - box[i], start[i]);
-  }
+  load_starts(k, c, args, first, box, start); /* this kernel's own SSA values */
   kg_grid_loop(k, nbox, "%e");
-  snprintf(rest, sizeof rest, "%%e");
-  for (int i = nd - 1; i >= 0; i--) {
-    if (i > 0) {
-      kg_index_op(k, "remui", rest, box[i], idx[i]);
-      kg_index_op(k, "divui", rest, box[i], rest);
-    } else
-      snprintf(idx[i], sizeof idx[i], "%s", rest);
-  }
+  delinearize(k, "%e", box, nd, idx);
   ssa dst, u;
-  kk_const_index(k, 0, dst);
-  for (int i = 0; i < nd; i++) {
-    ssa a;
-    kg_index_op(k, "muli", dst, x->dims[i], dst);
-    kk_line(k, "%s = arith.addi %s, %s : index", kk_fresh(k, a), idx[i], start[i]);
-    kg_update(k, "addi", dst, a, "index");
-  }
+  shifted_index(k, x->dims, nd, idx, start, dst);
   kk_line(k, "%s = memref.load %%m1[%%e] : memref<%lldx%s>", kk_fresh(k, u), (long long)args[1].dims[0], st);
   kk_line(k, "memref.store %s, %%m%d[%s] : memref<%lldx%s>", u, oi, dst, (long long)args[oi].dims[0], st);
   kg_close_loop(k);
