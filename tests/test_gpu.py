@@ -766,3 +766,13 @@ def test_while_and_fori_loops_run_on_the_device():
     want[:1000] = 2.0 * np.arange(1000)
     np.testing.assert_array_equal(got, want)
     assert _only_entry(upd).host_steps == []
+
+
+def test_kernels_read_a_bounded_number_of_buffers():
+    # a sum of 600 arrays (a big pytree's leaves): the GPU takes at most 4 KB of kernel parameters,
+    # so the plan materializes partial sums rather than writing a kernel of 601 arguments
+    xs = [np.full(3, i, np.float32) for i in range(600)]
+    ptx = _ptx(lambda xs: sum(xs), xs)
+    widest = max(e.split(")")[0].count(".param") for e in ptx.split(".entry")[1:])
+    assert widest <= 257
+    np.testing.assert_array_equal(np.asarray(kiln.jit(lambda xs: sum(xs))(xs)), np.full(3, sum(range(600)), np.float32))

@@ -326,6 +326,8 @@ static long recompute_budget(void) {
 /* Whether consumer e reads its operand v at the element it computes itself: elementwise forms
  * over v's shape (rank-0 operands are read the same everywhere), and reductions (their loop runs
  * over v's shape). */
+#define KERNEL_MAX_READS 256
+
 static int reads_in_place(const kl_program *pg, const kl_eqn *e, int v) {
   kl_form f = kl_prim_get(e->prim)->form;
   const kl_aval *a = &pg->vals[v].aval;
@@ -462,6 +464,25 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
       }
     }
     if (!changed) break;
+  }
+  /* A kernel's arguments are bounded (the GPU takes at most 4 KB of kernel parameters): a value
+   * whose expression would read more than KERNEL_MAX_READS buffers gets its widest operand
+   * materialized, until it reads few enough (cost[] counts an upper bound of the reads here). */
+  if (!nofuse) {
+    for (int k = 0; k < pg->neqns; k++) {
+      const kl_eqn *e = &pg->eqns[k];
+      int reads = 0;
+      for (int i = 0; i < e->nin; i++) reads += m[e->ins[i]] ? 1 : cost[e->ins[i]];
+      while (reads > KERNEL_MAX_READS) {
+        int widest = -1;
+        for (int i = 0; i < e->nin; i++)
+          if (!m[e->ins[i]] && (widest < 0 || cost[e->ins[i]] > cost[widest])) widest = e->ins[i];
+        if (widest < 0) break; /* reads of materialized values alone: the equation's own operands */
+        reads -= cost[widest] - 1;
+        m[widest] = 1;
+      }
+      for (int i = 0; i < e->nout; i++) cost[e->outs[i]] = m[e->outs[i]] ? 1 : reads;
+    }
   }
   if (getenv("KILN_DEBUG_PLAN"))
     for (int v = 0; v < pg->nvals; v++)
