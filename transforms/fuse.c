@@ -328,6 +328,25 @@ static long recompute_budget(void) {
  * over v's shape). */
 #define KERNEL_MAX_READS 256
 
+/* The distinct materialized values e's expression reads (through the values not materialized);
+ * mark: scratch per value, stamp: a number no other call used. */
+static int distinct_reads(const kl_program *pg, const char *m, const kl_eqn *e, int *mark, int stamp, int *stack) {
+  int top = 0, n = 0;
+  for (int i = 0; i < e->nin; i++)
+    if (mark[e->ins[i]] != stamp) mark[e->ins[i]] = stamp, stack[top++] = e->ins[i];
+  while (top) {
+    int v = stack[--top], p = pg->vals[v].producer;
+    if (m[v] || p < 0) {
+      n++;
+      continue;
+    }
+    const kl_eqn *q = &pg->eqns[p];
+    for (int i = 0; i < q->nin; i++)
+      if (mark[q->ins[i]] != stamp) mark[q->ins[i]] = stamp, stack[top++] = q->ins[i];
+  }
+  return n;
+}
+
 static int reads_in_place(const kl_program *pg, const kl_eqn *e, int v) {
   kl_form f = kl_prim_get(e->prim)->form;
   const kl_aval *a = &pg->vals[v].aval;
@@ -467,22 +486,28 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   }
   /* A kernel's arguments are bounded (the GPU takes at most 4 KB of kernel parameters): a value
    * whose expression would read more than KERNEL_MAX_READS buffers gets its widest operand
-   * materialized, until it reads few enough (cost[] counts an upper bound of the reads here). */
+   * materialized, until it reads few enough. cost[] counts reads here: the sum over operands, an
+   * upper bound, recounted exactly (distinct buffers) when it passes the limit. */
   if (!nofuse) {
-    for (int k = 0; k < pg->neqns; k++) {
+    int *mark = kl_calloc((size_t)pg->nvals + 1, sizeof(int)), *stack = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+    int stamp = 0;
+    for (int k = 0; mark && stack && k < pg->neqns; k++) {
       const kl_eqn *e = &pg->eqns[k];
       int reads = 0;
       for (int i = 0; i < e->nin; i++) reads += m[e->ins[i]] ? 1 : cost[e->ins[i]];
+      if (reads > KERNEL_MAX_READS) reads = distinct_reads(pg, m, e, mark, ++stamp, stack);
       while (reads > KERNEL_MAX_READS) {
         int widest = -1;
         for (int i = 0; i < e->nin; i++)
           if (!m[e->ins[i]] && (widest < 0 || cost[e->ins[i]] > cost[widest])) widest = e->ins[i];
         if (widest < 0) break; /* reads of materialized values alone: the equation's own operands */
-        reads -= cost[widest] - 1;
         m[widest] = 1;
+        reads = distinct_reads(pg, m, e, mark, ++stamp, stack);
       }
       for (int i = 0; i < e->nout; i++) cost[e->outs[i]] = m[e->outs[i]] ? 1 : reads;
     }
+    free(mark);
+    free(stack);
   }
   if (getenv("KILN_DEBUG_PLAN"))
     for (int v = 0; v < pg->nvals; v++)
