@@ -540,3 +540,25 @@ def test_loops_with_hundreds_of_carries_differentiate():
 
     for f in (scanned, looped):
         assert float(kiln.jit(kiln.grad(f))(0.5)) == pytest.approx(want, rel=1e-5)
+
+
+def test_reverse_mode_scan_saves_residuals_unless_the_body_is_checkpointed(x64):
+    # as JAX: the backward scan reads the forward scan's residuals (no primal work left in it);
+    # checkpointing the body trades those residuals for recomputation in the backward scan
+    rng = np.random.default_rng(28)
+    w, h0 = rng.standard_normal((4, 4)) * 0.4, rng.standard_normal(4)
+    xs = rng.standard_normal((9, 4))
+
+    def loss(w, remat):
+        def cell(h, x):
+            h = jnp.tanh(w @ h + x)
+            return h, h.sum()
+        body = kiln.checkpoint(cell) if remat else cell
+        return lax.scan(body, h0, xs)[1].sum()
+
+    plain = str(kiln.make_jaxpr(kiln.grad(lambda w: loss(w, False)))(w))
+    remat = str(kiln.make_jaxpr(kiln.grad(lambda w: loss(w, True)))(w))
+    assert plain.count("tanh") == 1 and remat.count("tanh") == 2
+    g1, g2 = kiln.jit(kiln.grad(lambda w: loss(w, False)))(w), kiln.jit(kiln.grad(lambda w: loss(w, True)))(w)
+    np.testing.assert_allclose(np.asarray(g2), np.asarray(g1), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(g1), _fd_grad(lambda w: loss(w, False), (w,), 0), rtol=1e-6)

@@ -1,13 +1,10 @@
 /* control.c: the transformation rules of the control family (while, scan, cond): equations
- * whose bodies run as data decides. Their rules build new bodies with the
- * drivers (the body's JVP, its batched form, its transpose by reverse mode) and emit a new loop.
- *
- * Reverse mode through scan: the JVP pass (for reverse mode) splits a scan into a primal scan that
- * also stacks the carries each iteration starts from, and a linear scan of the body's JVP that
- * reads them; the linear scan transposes into a scan running the other way whose body is the
- * body's VJP. So the forward pass keeps one carry per iteration and the backward pass recomputes
- * the rest of an iteration's primal values from it (per-iteration checkpointing).
- * Depends only on ir/ and transforms/. */
+ * whose bodies run as data decides. Their rules build new bodies with the drivers (the body's
+ * JVP, its batched form, its transpose by reverse mode) and emit new equations: reverse mode
+ * splits a scan into a primal scan stacking residuals and a linear scan that transposes into a
+ * scan running the other way (scan_jvp_reverse), a cond into the cond and a linear cond of the
+ * branches' JVPs, a while into the loop counting its trips and while_lin, which transposes into
+ * while_bwd. Depends only on ir/ and transforms/. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -548,14 +545,13 @@ static int emit_scan(kl_build *a, const kl_eqn *e, kl_program *body, int nk, int
 }
 
 /* Builds the JVP of a scan body into `in` (a fresh program): inputs in scan order
- *   consts, const tangents (where tc[j]), carries (from xs when `carries_from_xs`), carry tangents
- *   (where has[i]), xs, [the stacked primal carries,] x tangents (where tx[j]);
- * outputs: [primal carries,] carry tangents (where has[i]), [primal ys,] y tangents (where the
- * body gives one; yt[j] set). `primal`: with the primal outputs (forward mode), else tangents only
- * (the linear scan of reverse mode, whose primal carries arrive as xs). Returns the counts of the
- * new scan in k3 (consts, carries, xs), or -1. */
+ *   consts, const tangents (where tc[j]), carries, carry tangents (where has[i]), xs, x tangents
+ *   (where tx[j]);
+ * outputs: carries, carry tangents (where has[i]), ys, y tangents (where the body gives one;
+ * yt[j] set). A tagged builder gets its tangent inputs tagged (reverse mode splits the result by
+ * tags). Returns the counts of the new scan in k3 (consts, carries, xs), or -1. */
 static int jvp_body(kl_build *in, const kl_program *body, scan_split s, const char *tc, const char *has, const char *tx,
-                    int primal, char *yt, int64_t *k3) {
+                    char *yt, int64_t *k3) {
   int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *outs = kl_malloc(sizeof(int) * (2 * (size_t)body->noutputs + 1));
   int rc = -1;
   if (!fp || !ft || !outs) {
@@ -569,29 +565,28 @@ static int jvp_body(kl_build *in, const kl_program *body, scan_split s, const ch
   for (int j = 0; j < s.nk; j++)
     if (tc[j]) ft[bi[j]] = kl_program_add_input(pg, BODY_AVAL(j));
   k3[0] = pg->ninputs;
-  if (primal)
-    for (int i = 0; i < s.n; i++) fp[bi[s.nk + i]] = kl_program_add_input(pg, BODY_AVAL(s.nk + i));
+  for (int i = 0; i < s.n; i++) fp[bi[s.nk + i]] = kl_program_add_input(pg, BODY_AVAL(s.nk + i));
   for (int i = 0; i < s.n; i++)
     if (has[i]) ft[bi[s.nk + i]] = kl_program_add_input(pg, BODY_AVAL(s.nk + i));
   k3[1] = pg->ninputs - k3[0];
   for (int j = 0; j < s.nx; j++) fp[bi[s.nk + s.n + j]] = kl_program_add_input(pg, BODY_AVAL(s.nk + s.n + j));
-  if (!primal)
-    for (int i = 0; i < s.n; i++) fp[bi[s.nk + i]] = kl_program_add_input(pg, BODY_AVAL(s.nk + i));
   for (int j = 0; j < s.nx; j++)
     if (tx[j]) ft[bi[s.nk + s.n + j]] = kl_program_add_input(pg, BODY_AVAL(s.nk + s.n + j));
   k3[2] = pg->ninputs - k3[0] - k3[1];
 #undef BODY_AVAL
+  for (int i = 0; in->tagged && i < body->ninputs; i++) { /* reverse mode splits the body by these */
+    if (fp[bi[i]] >= 0) kl_build_set_tag(in, fp[bi[i]], 0);
+    if (ft[bi[i]] >= 0) kl_build_set_tag(in, ft[bi[i]], KL_TAG_TANGENT);
+  }
   if (kl_jvp_eqns(in, body, fp, ft, NULL, 0, 0)) goto done;
   int k = 0;
-  if (primal)
-    for (int i = 0; i < s.n; i++) outs[k++] = fp[body->outputs[i]];
+  for (int i = 0; i < s.n; i++) outs[k++] = fp[body->outputs[i]];
   for (int i = 0; i < s.n; i++)
     if (has[i]) {
       int t = ft[body->outputs[i]];
       outs[k++] = t >= 0 ? t : kl_build_zeros(in, &body->vals[body->outputs[i]].aval);
     }
-  if (primal)
-    for (int j = 0; j < s.ny; j++) outs[k++] = fp[body->outputs[s.n + j]];
+  for (int j = 0; j < s.ny; j++) outs[k++] = fp[body->outputs[s.n + j]];
   for (int j = 0; j < s.ny; j++) {
     int t = ft[body->outputs[s.n + j]];
     yt[j] = t >= 0 && is_float_val(in, t);
@@ -606,40 +601,242 @@ done:
   return rc;
 }
 
-/* The body with, as extra ys, the carries each iteration starts from. Owned, or NULL. */
-static kl_program *body_stacking_carries(kl_build *a, const kl_program *body, scan_split s) {
-  kl_program *pg = kl_program_copy(body);
-  int *outs = kl_malloc(sizeof(int) * ((size_t)body->noutputs + (size_t)s.n + 1));
-  if (!pg || !outs) {
-    kl_program_free(pg);
-    free(outs);
-    kl_build_oom(a);
-    return NULL;
+/* ---- scan, reverse mode: partial evaluation ----------------------------------------------------
+ * The body's JVP (jb, tagged) splits into a primal body P, the body itself plus, as extra ys,
+ * the residuals: the primal values the tangent equations read (stacked per iteration), and a
+ * linear body L of the tangent equations over those residuals, which transposes with no primal
+ * work left in it (as JAX does). A primal value L reads is not stacked when it is cheaper to have
+ * again: a const or an x of the scan (passed as they are), a value made of constants alone, or a
+ * value a checkpoint inside the body recomputes (KL_TAG_REMAT): those L recomputes, so
+ * checkpointing a scan's body trades its residuals' memory for recomputation, as in JAX. */
+
+typedef struct {
+  const kl_program *jb;
+  const char *tags;    /* jb's value tags */
+  int ncap;            /* entries in tags */
+  char *dep;           /* per jb value: depends on a jb input */
+  char *need;          /* per jb value: L reads it: 1 a residual, 2 recomputed in L, 3 an input
+                          of jb (a const, carry or x of the scan) */
+  int *role;           /* per jb input value: its position among jb's inputs, or -1 */
+} pe_state;
+
+static int pe_tag(const pe_state *p, int v) { return v < p->ncap ? p->tags[v] : 0; }
+static int pe_tangent(const pe_state *p, int v) { return pe_tag(p, v) & KL_TAG_TANGENT; }
+
+/* Marks what L needs of primal value v (and, for a recomputed one, of its operands); each value
+ * is queued once (need 4 while queued). */
+static void pe_need(pe_state *p, int v, int *stack) {
+  int top = 0;
+  if (p->need[v] || pe_tangent(p, v)) return;
+  p->need[v] = 4;
+  stack[top++] = v;
+  while (top) {
+    int u = stack[--top], prod = p->jb->vals[u].producer;
+    if (prod < 0) p->need[u] = 3;
+    else if (p->dep[u] && !(pe_tag(p, u) & KL_TAG_REMAT)) p->need[u] = 1;
+    else {
+      p->need[u] = 2;
+      const kl_eqn *q = &p->jb->eqns[prod];
+      for (int i = 0; i < q->nin; i++)
+        if (!p->need[q->ins[i]] && !pe_tangent(p, q->ins[i])) p->need[q->ins[i]] = 4, stack[top++] = q->ins[i];
+    }
   }
-  memcpy(outs, body->outputs, sizeof(int) * (size_t)body->noutputs);
-  for (int i = 0; i < s.n; i++) outs[body->noutputs + i] = body->inputs[s.nk + i];
-  kl_program_set_outputs(pg, outs, body->noutputs + s.n);
-  free(outs);
-  if (pg->oom) {
-    kl_program_free(pg);
-    kl_build_oom(a);
-    return NULL;
-  }
-  return pg;
 }
 
-/* scan, JVP. Forward mode: one scan over (carries, tangents of the float carries) whose body is
- * the body's JVP; tangents of consts and xs are extra consts and xs. Reverse mode (a->remat): the
- * primal scan, also stacking the carries each iteration starts from, and the linear scan of the
- * body's JVP over those stacked carries (see the top of the file). */
-static int scan_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+/* L's value for jb's primal value v (emitting its recomputation in L when need[v] == 2). */
+static int pe_get(kl_build *lb, const pe_state *p, int *lmap, int v) {
+  if (lmap[v] >= 0 || lb->failed) return lmap[v];
+  const kl_eqn *q = &p->jb->eqns[p->jb->vals[v].producer];
+  int *ins = kl_malloc(sizeof(int) * ((size_t)q->nin + 1)), outs[KL_MAX_OUTS];
+  if (!ins) return kl_build_oom(lb);
+  for (int i = 0; i < q->nin; i++) ins[i] = pe_get(lb, p, lmap, q->ins[i]);
+  int n = lb->failed ? -1 : kl_build_emit(lb, q->prim, ins, q->nin, &q->p, outs);
+  free(ins);
+  for (int i = 0; i < n; i++) lmap[q->outs[i]] = outs[i];
+  return lmap[v];
+}
+
+static int scan_jvp_reverse(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   scan_split s = split_of(e);
   const kl_program *body = e->p.scan.body;
   int64_t k3[3];
-  int nops = e->nin * 3 + 2, rc = -1, lin = a->remat;
+  int rc = -1, nb_out = e->nout;
   char *flags = kl_calloc((size_t)(s.nk + s.n + s.nx + s.ny) + 1, 1);
-  int *ops = kl_malloc(sizeof(int) * (size_t)nops), *res = kl_malloc(sizeof(int) * (3 * (size_t)e->nout + (size_t)s.n + 2));
-  kl_program *jb = kl_program_new(), *pb = NULL;
+  kl_program *jb = kl_program_new(), *pb = kl_program_new(), *lbp = kl_program_new();
+  kl_build jbb = {.pg = jb, .err = a->err, .errlen = a->errlen, .who = a->who, .tagged = 1, .remat = 1};
+  pe_state p = {0};
+  int *stack = NULL, *pmap = NULL, *lmap = NULL, *outs = NULL, *ops = NULL, *res = NULL, *resid = NULL;
+  if (!flags || !jb || !pb || !lbp) goto oom;
+  char *tc = flags, *has = tc + s.nk, *tx = has + s.n, *yt = tx + s.nx;
+  for (int j = 0; j < s.nk; j++) tc[j] = ts[j] >= 0;
+  for (int i = 0; i < s.n; i++) has[i] = kl_dtype_is_float(body->vals[body->inputs[s.nk + i]].aval.dtype) != 0;
+  for (int j = 0; j < s.nx; j++) tx[j] = ts[s.nk + s.n + j] >= 0;
+  kl_build_set_tag(&jbb, 0, 0);
+  if (jvp_body(&jbb, body, s, tc, has, tx, yt, k3)) {
+    a->failed = 1;
+    goto done;
+  }
+  int nv = jb->nvals, nt = 0, nyt = 0, ntc = 0, ntx = 0;
+  for (int i = 0; i < s.n; i++) nt += has[i];
+  for (int j = 0; j < s.ny; j++) nyt += yt[j];
+  for (int j = 0; j < s.nk; j++) ntc += tc[j];
+  for (int j = 0; j < s.nx; j++) ntx += tx[j];
+  p.jb = jb;
+  p.tags = jbb.tags;
+  p.ncap = jbb.cap;
+  p.dep = kl_calloc((size_t)nv + 1, 1);
+  p.need = kl_calloc((size_t)nv + 1, 1);
+  p.role = kl_malloc(sizeof(int) * ((size_t)nv + 1));
+  stack = kl_malloc(sizeof(int) * ((size_t)nv + 1));
+  pmap = kl_jvp_new_map(jb);
+  lmap = kl_jvp_new_map(jb);
+  outs = kl_malloc(sizeof(int) * ((size_t)nv + (size_t)jb->noutputs + 1));
+  ops = kl_malloc(sizeof(int) * (3 * (size_t)e->nin + (size_t)nv + 4));
+  res = kl_malloc(sizeof(int) * ((size_t)nv + 3 * (size_t)nb_out + 4));
+  resid = kl_malloc(sizeof(int) * ((size_t)nv + 1));
+  if (!p.dep || !p.need || !p.role || !stack || !pmap || !lmap || !outs || !ops || !res || !resid) goto oom;
+  for (int v = 0; v < nv; v++) p.role[v] = -1;
+  for (int i = 0; i < jb->ninputs; i++) {
+    p.role[jb->inputs[i]] = i;
+    p.dep[jb->inputs[i]] = 1;
+  }
+  for (int k = 0; k < jb->neqns; k++) {
+    const kl_eqn *q = &jb->eqns[k];
+    char d = 0;
+    for (int i = 0; i < q->nin; i++) d |= p.dep[q->ins[i]];
+    for (int i = 0; i < q->nout; i++) p.dep[q->outs[i]] = d;
+  }
+  /* what L reads: the primal operands of the tangent equations and the tangent outputs it gives */
+  for (int k = 0; k < jb->neqns; k++) {
+    const kl_eqn *q = &jb->eqns[k];
+    if (!pe_tangent(&p, q->outs[0])) continue;
+    for (int i = 0; i < q->nin; i++) pe_need(&p, q->ins[i], stack);
+  }
+  int tout0 = s.n, ty0 = s.n + nt + s.ny; /* jb's outputs: carries, their tangents, ys, theirs */
+  for (int i = 0; i < nt; i++) pe_need(&p, jb->outputs[tout0 + i], stack);
+  for (int j = 0; j < nyt; j++) pe_need(&p, jb->outputs[ty0 + j], stack);
+  /* jb's inputs: c (nk), tc, carries (n), their tangents, xs (nx), theirs */
+  const int *ji = jb->inputs;
+  int at_c = 0, at_car = s.nk + ntc, at_x = at_car + s.n + nt;
+  int nres = 0;
+  for (int v = 0; v < nv; v++)
+    if (p.need[v] == 1) resid[nres++] = v;
+  { /* P: (c, carries, xs) -> (carries, ys, the carries L reads, the residuals) */
+    kl_build in = {.pg = pb, .err = a->err, .errlen = a->errlen, .who = a->who};
+    for (int j = 0; j < s.nk; j++) pmap[ji[at_c + j]] = kl_program_add_input(pb, &jb->vals[ji[at_c + j]].aval);
+    for (int i = 0; i < s.n; i++) pmap[ji[at_car + i]] = kl_program_add_input(pb, &jb->vals[ji[at_car + i]].aval);
+    for (int j = 0; j < s.nx; j++) pmap[ji[at_x + j]] = kl_program_add_input(pb, &jb->vals[ji[at_x + j]].aval);
+    for (int k = 0; k < jb->neqns && !in.failed; k++) {
+      const kl_eqn *q = &jb->eqns[k];
+      if (pe_tangent(&p, q->outs[0])) continue;
+      int *args = ops, got[KL_MAX_OUTS], ok = 1;
+      for (int i = 0; i < q->nin; i++) ok &= (args[i] = pmap[q->ins[i]]) >= 0;
+      if (!ok) continue; /* reads a tangent input's primal twin: not P's */
+      int n = kl_build_emit(&in, q->prim, args, q->nin, &q->p, got);
+      for (int i = 0; i < n; i++) pmap[q->outs[i]] = got[i];
+    }
+    int k = 0;
+    for (int i = 0; i < s.n; i++) outs[k++] = pmap[jb->outputs[i]];
+    for (int j = 0; j < s.ny; j++) outs[k++] = pmap[jb->outputs[s.n + nt + j]];
+    for (int i = 0; i < s.n; i++)
+      if (p.need[ji[at_car + i]] == 3) outs[k++] = pmap[ji[at_car + i]];
+    for (int r = 0; r < nres; r++) outs[k++] = pmap[resid[r]];
+    for (int i = 0; i < k; i++)
+      if (outs[i] < 0 && !in.failed) kl_build_fail(&in, KL_ERR_INTERNAL, "internal error: reverse-mode scan lost a primal value");
+    if (!in.failed) kl_program_set_outputs(pb, outs, k);
+    if (in.failed || pb->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  int nuc = 0, nux = 0, nucar = 0; /* the consts, xs and carries L reads */
+  { /* L: (used c, tc; carry tangents; used xs, used carries, residuals, tx) -> (carry tangents, y tangents) */
+    kl_build lb = {.pg = lbp, .err = a->err, .errlen = a->errlen, .who = a->who};
+    for (int j = 0; j < s.nk; j++)
+      if (p.need[ji[at_c + j]] == 3) lmap[ji[at_c + j]] = kl_program_add_input(lbp, &jb->vals[ji[at_c + j]].aval), nuc++;
+    for (int j = 0; j < ntc; j++) lmap[ji[s.nk + j]] = kl_program_add_input(lbp, &jb->vals[ji[s.nk + j]].aval);
+    for (int i = 0; i < nt; i++) lmap[ji[at_car + s.n + i]] = kl_program_add_input(lbp, &jb->vals[ji[at_car + s.n + i]].aval);
+    for (int j = 0; j < s.nx; j++)
+      if (p.need[ji[at_x + j]] == 3) lmap[ji[at_x + j]] = kl_program_add_input(lbp, &jb->vals[ji[at_x + j]].aval), nux++;
+    for (int i = 0; i < s.n; i++)
+      if (p.need[ji[at_car + i]] == 3) lmap[ji[at_car + i]] = kl_program_add_input(lbp, &jb->vals[ji[at_car + i]].aval), nucar++;
+    for (int r = 0; r < nres; r++) lmap[resid[r]] = kl_program_add_input(lbp, &jb->vals[resid[r]].aval);
+    for (int j = 0; j < ntx; j++) lmap[ji[at_x + s.nx + j]] = kl_program_add_input(lbp, &jb->vals[ji[at_x + s.nx + j]].aval);
+    for (int k = 0; k < jb->neqns && !lb.failed; k++) {
+      const kl_eqn *q = &jb->eqns[k];
+      if (!pe_tangent(&p, q->outs[0])) continue;
+      int *args = ops, got[KL_MAX_OUTS];
+      for (int i = 0; i < q->nin; i++) args[i] = pe_get(&lb, &p, lmap, q->ins[i]);
+      int n = lb.failed ? -1 : kl_build_emit(&lb, q->prim, args, q->nin, &q->p, got);
+      for (int i = 0; i < n; i++) lmap[q->outs[i]] = got[i];
+    }
+    int k = 0;
+    for (int i = 0; i < nt; i++) outs[k++] = pe_get(&lb, &p, lmap, jb->outputs[tout0 + i]);
+    for (int j = 0; j < nyt; j++) outs[k++] = pe_get(&lb, &p, lmap, jb->outputs[ty0 + j]);
+    if (!lb.failed) kl_program_set_outputs(lbp, outs, k);
+    if (lb.failed || lbp->oom) {
+      a->failed = 1;
+      goto done;
+    }
+  }
+  { /* the primal scan, then the linear one */
+    int np = emit_scan(a, e, pb, s.nk, s.n, s.nx, xs, 0, res);
+    if (np < 0) goto done;
+    for (int i = 0; i < nb_out; i++) ys[i] = res[i];
+    const int *stacked = res + nb_out; /* the carries L reads, then the residuals */
+    int k = 0;
+    for (int j = 0; j < s.nk; j++)
+      if (p.need[ji[at_c + j]] == 3) ops[k++] = xs[j];
+    for (int j = 0; j < s.nk; j++)
+      if (tc[j]) ops[k++] = ts[j];
+    for (int i = 0; i < s.n; i++)
+      if (has[i]) ops[k++] = ts[s.nk + i] >= 0 ? ts[s.nk + i] : kl_build_zeros(a, &body->vals[body->inputs[s.nk + i]].aval);
+    for (int j = 0; j < s.nx; j++)
+      if (p.need[ji[at_x + j]] == 3) ops[k++] = xs[s.nk + s.n + j];
+    for (int i = 0; i < nucar + nres; i++) ops[k++] = stacked[i];
+    for (int j = 0; j < s.nx; j++)
+      if (tx[j]) ops[k++] = ts[s.nk + s.n + j];
+    int *r2 = res + np;
+    if (a->failed || emit_scan(a, e, lbp, nuc + ntc, nt, nux + nucar + nres + ntx, ops, 0, r2) < 0) goto done;
+    int at = 0;
+    for (int i = 0; i < s.n; i++) touts[i] = has[i] ? r2[at++] : -1;
+    for (int j = 0; j < s.ny; j++) touts[s.n + j] = yt[j] ? r2[at++] : -1;
+  }
+  rc = 0;
+  goto done;
+oom:
+  kl_build_oom(a);
+done:
+  free(flags);
+  free(jbb.tags);
+  free(p.dep);
+  free(p.need);
+  free(p.role);
+  free(stack);
+  free(pmap);
+  free(lmap);
+  free(outs);
+  free(ops);
+  free(res);
+  free(resid);
+  kl_program_free(jb);
+  kl_program_free(pb);
+  kl_program_free(lbp);
+  return a->failed ? -1 : rc;
+}
+
+/* scan, JVP. Forward mode: one scan over (carries, tangents of the float carries) whose body is
+ * the body's JVP; tangents of consts and xs are extra consts and xs. Reverse mode (a->remat):
+ * scan_jvp_reverse's primal and linear scans. */
+static int scan_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  if (a->remat) return scan_jvp_reverse(a, e, xs, ts, ys, touts);
+  scan_split s = split_of(e);
+  const kl_program *body = e->p.scan.body;
+  int64_t k3[3];
+  int rc = -1;
+  char *flags = kl_calloc((size_t)(s.nk + s.n + s.nx + s.ny) + 1, 1);
+  int *ops = kl_malloc(sizeof(int) * (2 * (size_t)e->nin + 2)), *res = kl_malloc(sizeof(int) * (2 * (size_t)e->nout + 2));
+  kl_program *jb = kl_program_new();
   if (!flags || !ops || !res || !jb) {
     kl_build_oom(a);
     goto done;
@@ -650,46 +847,33 @@ static int scan_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, 
   for (int j = 0; j < s.nx; j++) tx[j] = ts[s.nk + s.n + j] >= 0;
   {
     kl_build in = {.pg = jb, .err = a->err, .errlen = a->errlen, .who = a->who};
-    if (jvp_body(&in, body, s, tc, has, tx, !lin, yt, k3)) {
+    if (jvp_body(&in, body, s, tc, has, tx, yt, k3)) {
       a->failed = 1;
       goto done;
     }
   }
-  const int *carries = xs + s.nk, *xv = xs + s.nk + s.n;
-  int k = 0, *stacked = res + e->nout; /* the primal scan's stacked carries (reverse mode) */
-  if (lin) { /* the primal scan */
-    if (!(pb = body_stacking_carries(a, body, s))) goto done;
-    if (emit_scan(a, e, pb, s.nk, s.n, s.nx, xs, 0, res) < 0) goto done;
-    for (int i = 0; i < e->nout; i++) ys[i] = res[i];
-  }
+  int k = 0; /* consts and their tangents, carries and theirs, xs and theirs */
   for (int j = 0; j < s.nk; j++) ops[k++] = xs[j];
   for (int j = 0; j < s.nk; j++)
     if (tc[j]) ops[k++] = ts[j];
-  if (!lin)
-    for (int i = 0; i < s.n; i++) ops[k++] = carries[i];
+  for (int i = 0; i < s.n; i++) ops[k++] = xs[s.nk + i];
   for (int i = 0; i < s.n; i++)
     if (has[i]) ops[k++] = ts[s.nk + i] >= 0 ? ts[s.nk + i] : kl_build_zeros(a, &body->vals[body->inputs[s.nk + i]].aval);
-  for (int j = 0; j < s.nx; j++) ops[k++] = xv[j];
-  if (lin)
-    for (int i = 0; i < s.n; i++) ops[k++] = stacked[i];
+  for (int j = 0; j < s.nx; j++) ops[k++] = xs[s.nk + s.n + j];
   for (int j = 0; j < s.nx; j++)
     if (tx[j]) ops[k++] = ts[s.nk + s.n + j];
-  int *r2 = res + e->nout + s.n;
-  if (a->failed || emit_scan(a, e, jb, (int)k3[0], (int)k3[1], (int)k3[2], ops, 0, r2) < 0) goto done;
-  int at = 0;
-  if (!lin)
-    for (int i = 0; i < s.n; i++) ys[i] = r2[at++];
-  for (int i = 0; i < s.n; i++) touts[i] = has[i] ? r2[at++] : -1;
-  if (!lin)
-    for (int j = 0; j < s.ny; j++) ys[s.n + j] = r2[at++];
-  for (int j = 0; j < s.ny; j++) touts[s.n + j] = yt[j] ? r2[at++] : -1;
+  if (a->failed || emit_scan(a, e, jb, (int)k3[0], (int)k3[1], (int)k3[2], ops, 0, res) < 0) goto done;
+  int at = 0; /* results: carries, their tangents, ys, theirs */
+  for (int i = 0; i < s.n; i++) ys[i] = res[at++];
+  for (int i = 0; i < s.n; i++) touts[i] = has[i] ? res[at++] : -1;
+  for (int j = 0; j < s.ny; j++) ys[s.n + j] = res[at++];
+  for (int j = 0; j < s.ny; j++) touts[s.n + j] = yt[j] ? res[at++] : -1;
   rc = 0;
 done:
   free(flags);
   free(ops);
   free(res);
   kl_program_free(jb);
-  kl_program_free(pb);
   return a->failed ? -1 : rc;
 }
 
