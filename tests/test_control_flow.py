@@ -562,3 +562,28 @@ def test_reverse_mode_scan_saves_residuals_unless_the_body_is_checkpointed(x64):
     g1, g2 = kiln.jit(kiln.grad(lambda w: loss(w, False)))(w), kiln.jit(kiln.grad(lambda w: loss(w, True)))(w)
     np.testing.assert_allclose(np.asarray(g2), np.asarray(g1), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(g1), _fd_grad(lambda w: loss(w, False), (w,), 0), rtol=1e-6)
+
+
+def test_gradients_through_loops_nested_in_loops_and_checkpointed(x64):
+    rng = np.random.default_rng(29)
+    w, xs = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((6, 3))
+
+    def nested(w):  # a scan in a while_loop in a scan
+        def outer(c, x):
+            step = lambda s: (lax.scan(lambda a, _: (jnp.sin(w @ a), None), s[0], None, length=2)[0], s[1] + 1)  # noqa: E731
+            inner = lax.while_loop(lambda s: s[1] < 2, step, (c, 0))[0]
+            return inner + x, inner.sum()
+        return lax.scan(outer, jnp.ones(3), xs)[1].sum()
+
+    def unrolled(w):
+        c, total = jnp.ones(3), 0.0
+        for x in xs:
+            a = c
+            for _ in range(4):
+                a = jnp.sin(w @ a)
+            total, c = total + a.sum(), a + x
+        return total
+
+    want = np.asarray(kiln.grad(unrolled)(w))
+    np.testing.assert_allclose(np.asarray(kiln.jit(kiln.grad(nested))(w)), want, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(kiln.jit(kiln.grad(kiln.checkpoint(nested)))(w)), want, rtol=1e-12, atol=1e-14)
