@@ -104,26 +104,44 @@ static void free_sets(const kl_loop *l, int n, void **set[2]) {
 /* ptrs: cond consts, body consts, initial carries, then the final carries (outputs). */
 static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_loop *l = ctx;
+  const kl_loop_target *t = l->t;
   int n = l->n, rc = 0, cur = 0;
-  void **base = kl_calloc((size_t)(3 * n + l->nc + l->nb + 2), sizeof(void *)), *pred = NULL;
+  void **base = kl_calloc((size_t)(5 * n + 2 * (l->nc + l->nb) + 2), sizeof(void *)), *pred = NULL;
+  void *bound[4] = {NULL, NULL, NULL, NULL}; /* cond and body bound for each set of carries (t->bind) */
   if (!base) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a while loop");
   void **set[2] = {base, base + n}, **args = base + 2 * n; /* args: the current carries, then consts */
+  void **args2 = args + n + l->nc + l->nb;
   rc = carry_sets(l, n, set, ptrs + l->nc + l->nb + n, err, errlen);
-  if (!rc) rc = l->t->alloc(1, &pred, err, errlen);
-  for (int i = 0; i < n && !rc; i++) rc = l->t->copy(set[0][i], ptrs[l->nc + l->nb + i], l->bytes[i], err, errlen);
+  if (!rc) rc = t->alloc(1, &pred, err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(set[0][i], ptrs[l->nc + l->nb + i], l->bytes[i], err, errlen);
+  for (int p = 0; t->bind && p < 2 && !rc; p++) { /* the programs take (carries, consts) */
+    memcpy(args, set[p], sizeof(void *) * (size_t)n);
+    memcpy(args + n, ptrs, sizeof(void *) * (size_t)l->nc);
+    memcpy(args2, set[p], sizeof(void *) * (size_t)n);
+    memcpy(args2 + n, ptrs + l->nc, sizeof(void *) * (size_t)l->nb);
+    if (!(bound[2 * p] = t->bind(l->cond, args, &pred, err, errlen)) || !(bound[2 * p + 1] = t->bind(l->body, args2, set[!p], err, errlen)))
+      rc = -1;
+  }
   while (!rc) {
     unsigned char go = 0;
-    memcpy(args, set[cur], sizeof(void *) * (size_t)n); /* the programs take (carries, consts) */
-    memcpy(args + n, ptrs, sizeof(void *) * (size_t)l->nc);
-    if ((rc = l->t->run(l->cond, args, &pred, err, errlen)) || (rc = l->t->read(&go, pred, 1, err, errlen)) || !go) break;
-    memcpy(args + n, ptrs + l->nc, sizeof(void *) * (size_t)l->nb);
-    if ((rc = l->t->run(l->body, args, set[!cur], err, errlen))) break;
+    if (t->bind) {
+      if ((rc = t->bound_run(bound[2 * cur], err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
+      if ((rc = t->bound_run(bound[2 * cur + 1], err, errlen))) break;
+    } else {
+      memcpy(args, set[cur], sizeof(void *) * (size_t)n);
+      memcpy(args + n, ptrs, sizeof(void *) * (size_t)l->nc);
+      if ((rc = t->run(l->cond, args, &pred, err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
+      memcpy(args + n, ptrs + l->nc, sizeof(void *) * (size_t)l->nb);
+      if ((rc = t->run(l->body, args, set[!cur], err, errlen))) break;
+    }
     cur = !cur; /* the new carries become the current ones */
   }
   for (int i = 0; i < n && !rc; i++)
-    if (!l->alias[i]) rc = l->t->copy(ptrs[l->nc + l->nb + n + i], set[cur][i], l->bytes[i], err, errlen);
+    if (!l->alias[i]) rc = t->copy(ptrs[l->nc + l->nb + n + i], set[cur][i], l->bytes[i], err, errlen);
+  for (int k = 0; k < 4; k++)
+    if (bound[k]) t->unbind(bound[k]);
   free_sets(l, n, set);
-  if (pred) l->t->free(pred, 1);
+  if (pred) t->free(pred, 1);
   free(base);
   return rc;
 }
@@ -149,7 +167,22 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     if (misaligned(b)) rc = l->t->alloc(b, &stage[j], err, errlen);
   }
   memcpy(args, ptrs, sizeof(void *) * (size_t)nk);
-  for (int64_t it = 0; it < l->length && !rc; it++) {
+  /* a scan without xs or ys (a fori_loop) reads and writes only carries: its body is bound once
+   * per (carries read, carries written): init, set 0 or 1 -> set 0, set 1 or the results */
+  void *bound[3][3] = {{NULL}};
+  int fixed = l->t->bind && nx == 0 && ny == 0;
+  for (int64_t it = 0; fixed && it < l->length && !rc; it++) {
+    int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
+    if (!bound[r][w]) {
+      memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
+      if (!(bound[r][w] = l->t->bind(l->body, args, w == 2 ? final : set[w], err, errlen))) rc = -1;
+    }
+    if (!rc) rc = l->t->bound_run(bound[r][w], err, errlen);
+  }
+  for (int r = 0; r < 3; r++)
+    for (int w = 0; w < 3; w++)
+      if (bound[r][w]) l->t->unbind(bound[r][w]);
+  for (int64_t it = 0; !fixed && it < l->length && !rc; it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
     memcpy(args + nk, it ? set[(it - 1) & 1] : init, sizeof(void *) * (size_t)n);
     for (int j = 0; j < nx && !rc; j++) {
@@ -395,4 +428,11 @@ static int cpu_zero(void *dst, size_t n, char *err, size_t errlen) {
   return 0;
 }
 
-const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero};
+static void *cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  return kl_cpu_bind(x, in, out, err, errlen);
+}
+static int cpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cpu_bound_run(b, err, errlen); }
+static void cpu_unbind(void *b) { kl_cpu_unbind(b); }
+
+const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
+                                    cpu_bind, cpu_bound_run, cpu_unbind};

@@ -391,44 +391,101 @@ static void execute(launch *l) {
   free(l);
 }
 
-/* kl_cpu_exec_run (runtime.h): the steps run here, over the caller's memory and one block for the
- * temporaries, without buffers or a launch (a loop's body runs once per iteration). */
-int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  void *at_small[64], *ptr_small[64];
-  void **at = x->nslots <= 64 ? at_small : calloc((size_t)x->nslots, sizeof *at);
-  if (!at) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
-  memset(at, 0, sizeof *at * (size_t)x->nslots);
+/* An executable bound to memory (kl_cpu_bind): every step's argument pointers, fixed. */
+struct kl_cpu_bound {
+  kl_exec *x;         /* borrowed */
+  void **args;        /* every step's pointers, step after step */
+  int *first;         /* per step: where its pointers start in args */
+  char *block;        /* the temporaries */
+  size_t block_bytes;
+  void **late_dst, **late_src; /* outputs copied after a run: an input passed through, an output twice */
+  size_t *late_bytes;
+  int nlate;
+};
+
+void kl_cpu_unbind(kl_cpu_bound *b) {
+  if (!b) return;
+  if (b->block) host_free(b->block, b->block_bytes);
+  free(b->args);
+  free(b->first);
+  free(b->late_dst);
+  free(b->late_src);
+  free(b->late_bytes);
+  free(b);
+}
+
+kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  kl_cpu_bound *b = calloc(1, sizeof *b);
+  void **at = calloc((size_t)x->nslots + 1, sizeof *at);
+  size_t nargs = 0;
+  for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
+  if (b) {
+    b->x = x;
+    b->args = malloc(sizeof(void *) * (nargs + 1));
+    b->first = malloc(sizeof(int) * ((size_t)x->nsteps + 1));
+    b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+    b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+    b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
+  }
+  if (!b || !at || !b->args || !b->first || !b->late_dst || !b->late_src || !b->late_bytes) {
+    free(at);
+    kl_cpu_unbind(b);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+    return NULL;
+  }
   for (int i = 0; i < x->ninputs; i++)
     if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
   for (int i = 0; i < x->noutputs; i++) /* written straight into the caller's memory */
     if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
-  size_t total = 0;
   for (int sl = 0; sl < x->nslots; sl++)
-    if (!at[sl]) total += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
-  char *block = total ? host_alloc(total) : NULL;
-  int rc = total && !block ? kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", total) : 0;
+    if (!at[sl]) b->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
+  if (b->block_bytes && !(b->block = host_alloc(b->block_bytes))) {
+    free(at);
+    kl_cpu_unbind(b);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", b->block_bytes);
+    return NULL;
+  }
   size_t off = 0;
-  for (int sl = 0; !rc && sl < x->nslots; sl++)
+  for (int sl = 0; sl < x->nslots; sl++)
     if (!at[sl]) {
-      at[sl] = block + off;
+      at[sl] = b->block + off;
       off += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
     }
-  for (int s = 0; s < x->nsteps && !rc; s++) {
-    const kl_step *st = &x->steps[s];
-    void **ptrs = st->nslots <= 64 ? ptr_small : malloc(sizeof(void *) * (size_t)st->nslots);
-    if (!ptrs) {
-      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
-      break;
-    }
-    for (int i = 0; i < st->nslots; i++) ptrs[i] = at[st->slots[i]];
-    if (st->run_checked) rc = st->run_checked(st->ctx, ptrs, err, errlen) ? -1 : 0;
-    else run_step(st, ptrs, st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0);
-    if (ptrs != ptr_small) free(ptrs);
+  size_t k = 0;
+  for (int s = 0; s < x->nsteps; s++) {
+    b->first[s] = (int)k;
+    for (int i = 0; i < x->steps[s].nslots; i++) b->args[k++] = at[x->steps[s].slots[i]];
   }
-  for (int i = 0; !rc && i < x->noutputs; i++) /* an input passed through, an output listed twice */
-    if (at[x->out_slots[i]] != out[i]) memcpy(out[i], at[x->out_slots[i]], x->slot_bytes[x->out_slots[i]]);
-  if (block) host_free(block, total);
-  if (at != at_small) free(at);
+  for (int i = 0; i < x->noutputs; i++)
+    if (at[x->out_slots[i]] != out[i]) {
+      b->late_dst[b->nlate] = out[i];
+      b->late_src[b->nlate] = at[x->out_slots[i]];
+      b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
+    }
+  free(at);
+  return b;
+}
+
+int kl_cpu_bound_run(const kl_cpu_bound *b, char *err, size_t errlen) {
+  const kl_exec *x = b->x;
+  for (int s = 0; s < x->nsteps; s++) {
+    const kl_step *st = &x->steps[s];
+    void **ptrs = b->args + b->first[s];
+    if (st->run_checked) {
+      if (st->run_checked(st->ctx, ptrs, err, errlen)) return -1;
+    } else
+      run_step(st, ptrs, st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0);
+  }
+  for (int i = 0; i < b->nlate; i++) memcpy(b->late_dst[i], b->late_src[i], b->late_bytes[i]);
+  return 0;
+}
+
+/* kl_cpu_exec_run (runtime.h): bound, run once, unbound. */
+int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  kl_cpu_bound *b = kl_cpu_bind(x, in, out, err, errlen);
+  if (!b) return -1;
+  int rc = kl_cpu_bound_run(b, err, errlen);
+  kl_cpu_unbind(b);
   return rc;
 }
 

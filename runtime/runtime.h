@@ -95,6 +95,14 @@ int kl_rt_num_threads(void);
  * when x reads in[j] only in the step that writes out[i] (an update in place). 0, or -1 with a
  * message. */
 int kl_cpu_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
+/* The same, bound once and run many times (a while loop's body for each parity of its carries):
+ * kl_cpu_bind fixes every step's pointers and allocates the temporaries (NULL with a message),
+ * kl_cpu_bound_run runs the steps (0, or -1 with a message), kl_cpu_unbind frees. x must outlive
+ * the binding. */
+typedef struct kl_cpu_bound kl_cpu_bound;
+kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
+int kl_cpu_bound_run(const kl_cpu_bound *b, char *err, size_t errlen);
+void kl_cpu_unbind(kl_cpu_bound *b);
 /* Runs fn(ctx, lo, hi) over parts of [0, n) on the CPU pool's threads, or over all of it in the
  * caller when the pool is busy or has one thread. */
 void kl_rt_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
