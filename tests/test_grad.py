@@ -1062,3 +1062,14 @@ def test_low_precision_gradients_keep_their_dtype():
         assert g.dtype == np.dtype(dt)
         xf = np.asarray(x, np.float64)
         assert_close(np.asarray(g, np.float64), np.cos(xf) * xf + np.sin(xf), rtol=2e-2, atol=2e-2)
+
+
+def test_arguments_not_differentiated_reach_the_function_as_they_are():
+    # as JAX: grad traces only argnums; a Python int stays an int (range, shapes), also under jit
+    # with the int static, and keyword arguments pass through
+    f = lambda x, n, scale=1.0: sum(x * i for i in range(n)) * scale  # noqa: E731
+    assert float(kiln.grad(f)(2.0, 4)) == 6.0
+    assert float(kiln.jit(kiln.grad(f), static_argnums=1)(2.0, 4)) == 6.0
+    assert float(kiln.grad(f)(2.0, 4, scale=0.5)) == 3.0
+    g = kiln.grad(lambda x, w: jnp.sum(jnp.zeros(x.shape[0]) + w * x), argnums=1)
+    assert float(g(np.arange(3.0), 2.0)) == 3.0

@@ -85,15 +85,6 @@ def _argnums_tuple(argnums, nargs, name):
     return single, tuple(a % nargs for a in nums)
 
 
-def _diff_mask(args, kwargs, nums):
-    """Per leaf of (args, kwargs): whether it belongs to a differentiated argument."""
-    mask = []
-    for i, a in enumerate(args):
-        mask += [i in nums] * len(tree_util.tree_leaves(a))
-    mask += [False] * len(tree_util.tree_leaves(kwargs))
-    return mask
-
-
 def _check_inputs(name, arrs, mask, allow_int):
     for x, m in zip(arrs, mask):
         if m and not _is_float(x.dtype) and not allow_int:
@@ -110,7 +101,17 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
 
     def wrapped(*args, **kwargs):
         single, nums = _argnums_tuple(argnums, len(args), name)
-        arrs, tree, traced = _trace_flat(fun, args, kwargs)
+        # as JAX: only the differentiated arguments are traced; the others (and kwargs) reach fun
+        # as they are, so a Python int stays one (range(n), shapes) and arrays become constants
+        dyn = tuple(args[i] for i in nums)
+
+        def fun_d(*dargs):
+            full = list(args)
+            for i, a in zip(nums, dargs):
+                full[i] = a
+            return fun(*full, **kwargs)
+
+        arrs, tree, traced = _trace_flat(fun_d, dyn, {})
         out_avals = traced.out_avals
         if has_aux:
             if not (isinstance(traced.out_tree, tree_util.PyTreeDef) and traced.out_tree.num_leaves >= 1):
@@ -132,7 +133,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
                             "reduce the output (e.g. .sum()) or use jacrev/vjp")
         if not _is_float(main_dtype):
             raise TypeError(f"{name} requires a real-valued (float) output, got {main_dtype.name}")
-        mask = _diff_mask(args, kwargs, nums)
+        mask = [True] * len(arrs)
         _check_inputs(name, arrs, mask, allow_int)
         wants = mask + [False] * len(traced.consts)
         vb = traced.builder.vjp(wants)
