@@ -204,3 +204,19 @@ def test_traced_mask_update_with_scalar(x64, access):
     np.testing.assert_array_equal(np.asarray(got_add), np.where(x[:, :1] > 0, x + 2.0, x))
     with pytest.raises(kiln.errors.NonConcreteBooleanIndexError):
         kiln.jit(lambda a: at(a)[a > 0].set(jnp.ones(12)))(jnp.asarray(x))
+
+
+@pytest.mark.parametrize("op", ["set", "add", "mul", "min", "max"])
+@pytest.mark.parametrize("mode", [None, "clip", "drop"])
+def test_traced_scalar_index_updates_match_static_ones(op, mode):
+    # x.at[i] with a traced i: one scatter along that axis (whole extents elsewhere) or a
+    # box-sized dynamic_update_slice; out-of-range indices drop (or clamp with mode="clip")
+    rng = np.random.default_rng(30)
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    for idx, vshape in [(lambda i: (i,), (6,)), (lambda i: (slice(None), i), (5,)), (lambda i: (i, 2), ()),
+                        (lambda i: (i, slice(1, 4)), (3,))]:
+        for i in (-7, -5, -1, 0, 3, 4, 5, 9):
+            v = rng.standard_normal(vshape).astype(np.float32)
+            got = kiln.jit(lambda x, i, v: getattr(x.at[idx(i)], op)(v, mode=mode))(x, i, v)
+            want = getattr(jnp.asarray(x).at[idx(i)], op)(v, mode=mode)  # a static index
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -435,6 +435,22 @@ def _update_dynamic_box(arr, entries, values, op, opname, clip):
     dynamic_update_slice of box size, no work proportional to x (so a loop carrying x can update
     it in place). An out-of-range index drops the update (the box's old values are written
     back), unless mode clips."""
+    dyn = [e for e in entries if e.kind == "dyn"]
+    if len(dyn) == 1 and op != "apply" and all(
+            e.kind == "dyn" or (e.kind == "slice" and e.value.indices(arr.shape[e.dim]) == (0, arr.shape[e.dim], 1))
+            for e in entries):
+        # one traced index, whole extents elsewhere (z.at[i].set(v), m.at[i].add(row)): one scatter
+        # of one slice along that axis, which drops an out-of-range index by itself
+        d, n = dyn[0].dim, arr.shape[dyn[0].dim]
+        i = _index_int(dyn[0].value)
+        if clip:
+            i, _ = _s._normalize_index(i, n, "promise_in_bounds", opname)
+        else:  # negative indices count from the end; others out of range stay so (dropped)
+            i = lax.select(lax.lt(i, lax._to_array(0, i)), lax.add(i, lax._to_array(n, i)), i)
+        rest = tuple(arr.shape[:d]) + tuple(arr.shape[d + 1:])
+        vals = lax.reshape(_s._convert(_fit_values(values, list(rest), arr.dtype, opname), arr.dtype),
+                           tuple(arr.shape[:d]) + (1,) + tuple(arr.shape[d + 1:]))
+        return lax._scatter(arr, lax.reshape(lax.convert_element_type(i, np.int32), (1,)), vals, d, op)
     starts, box, out_shape, valid = [np.int32(0)] * arr.ndim, list(arr.shape), [], None
     for e in entries:
         n = arr.shape[e.dim]
