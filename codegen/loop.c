@@ -22,15 +22,16 @@
 struct kl_loop {
   const kl_loop_target *t;
   kl_prim prim;         /* while, scan, cond or while_bwd */
-  kl_exec *cond, *body; /* while: its condition and body; scan: body alone; cond: false, true branch */
+  kl_exec *cond, *body; /* while: its condition and body; scan: body alone; cond: false, true branch;
+                           while_bwd: the body's VJP, the body */
   int nc, nb, n;        /* operands: while: cond consts, body consts, carries; scan: consts, carries, xs;
-                           cond (after the predicate): false consts, true consts, operands */
-  int ny;               /* scan: the stacked ys */
+                           cond (after the predicate): false consts, true consts, operands;
+                           while_bwd: body consts, carries, float carries (cotangents) */
+  int ny;               /* scan: the stacked ys; while_bwd: float consts (cotangents) */
   int64_t length;       /* scan: iterations */
   int reverse;          /* scan: from the last slice */
   size_t *bytes;        /* per result: a carry's bytes; a y's bytes per slice (scan) */
   size_t *xbytes;       /* scan: per x, its bytes per slice; while_bwd: per carry, its bytes */
-  char *fl;             /* while_bwd: per carry, whether it is a float (has a cotangent) */
   char *alias;          /* while, scan: per carry, updated in place (see in_place) */
 };
 
@@ -40,7 +41,6 @@ void kl_loop_free(kl_loop *l) {
   if (l->body) kl_exec_release(l->body);
   free(l->bytes);
   free(l->xbytes);
-  free(l->fl);
   free(l->alias);
   free(l);
 }
@@ -352,15 +352,10 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     const kl_program *body = p->while_ad.body;
     l->nc = (int)p->while_ad.counts.v[0];
     l->nb = (int)p->while_ad.counts.v[1];
-    if (!(l->fl = kl_calloc((size_t)l->nb + 1, 1))) {
-      kl_loop_free(l);
-      free(slots);
-      return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a loop");
-    }
     for (int i = 0; i < l->nb; i++) {
       const kl_aval *av = &body->vals[body->inputs[i]].aval;
       l->xbytes[i] = aval_bytes(av);
-      l->n += l->fl[i] = kl_dtype_is_float(av->dtype) != 0;
+      l->n += kl_dtype_is_float(av->dtype) != 0;
     }
     l->ny = e->nout - l->n;
   } else if (e->prim == KL_P_COND) {
