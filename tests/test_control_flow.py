@@ -587,3 +587,9 @@ def test_gradients_through_loops_nested_in_loops_and_checkpointed(x64):
     want = np.asarray(kiln.grad(unrolled)(w))
     np.testing.assert_allclose(np.asarray(kiln.jit(kiln.grad(nested))(w)), want, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(np.asarray(kiln.jit(kiln.grad(kiln.checkpoint(nested)))(w)), want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_scan_with_no_operands_stacks_its_constant_outputs():
+    # no carry, no xs, a body of constants: a scan equation of no operands
+    got = kiln.jit(lambda: lax.scan(lambda c, _: (c, jnp.arange(3.0) * 2), None, None, length=4)[1])()
+    np.testing.assert_array_equal(np.asarray(got), np.tile(np.arange(3.0) * 2, (4, 1)))
