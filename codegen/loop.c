@@ -101,45 +101,82 @@ static void free_sets(const kl_loop *l, int n, void **set[2]) {
       if (set[k][i] && !l->alias[i]) l->t->free(set[k][i], l->bytes[i] ? l->bytes[i] : 1);
 }
 
-/* ptrs: cond consts, body consts, initial carries, then the final carries (outputs). */
+/* A body bound to memory for many runs: the target's own binding where it has one (the CPU's:
+ * pointers fixed, temporaries allocated once), else the arguments kept for its run(). */
+typedef struct {
+  const kl_loop_target *t;
+  kl_exec *x;
+  void *native;     /* t->bind's, or NULL */
+  void **in, **out; /* without a native binding */
+} bound_body;
+
+static void body_unbind(bound_body *b) {
+  if (!b) return;
+  if (b->native) b->t->unbind(b->native);
+  free(b->in);
+  free(b);
+}
+
+static bound_body *body_bind(const kl_loop_target *t, kl_exec *x, void *const *in, void *const *out, char *err,
+                             size_t errlen) {
+  bound_body *b = kl_calloc(1, sizeof *b);
+  if (!b) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
+    return NULL;
+  }
+  b->t = t;
+  b->x = x;
+  if (t->bind) {
+    if (!(b->native = t->bind(x, in, out, err, errlen))) {
+      body_unbind(b);
+      return NULL;
+    }
+    return b;
+  }
+  if (!(b->in = kl_malloc(sizeof(void *) * ((size_t)(x->ninputs + x->noutputs) + 1)))) {
+    body_unbind(b);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
+    return NULL;
+  }
+  b->out = b->in + x->ninputs;
+  memcpy(b->in, in, sizeof(void *) * (size_t)x->ninputs);
+  memcpy(b->out, out, sizeof(void *) * (size_t)x->noutputs);
+  return b;
+}
+
+static int body_run(const bound_body *b, char *err, size_t errlen) {
+  return b->native ? b->t->bound_run(b->native, err, errlen) : b->t->run(b->x, b->in, b->out, err, errlen);
+}
+
+/* ptrs: cond consts, body consts, initial carries, then the final carries (outputs). The
+ * condition and the body are bound once for each set of carries they read. */
 static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_loop *l = ctx;
   const kl_loop_target *t = l->t;
   int n = l->n, rc = 0, cur = 0;
-  void **base = kl_calloc((size_t)(5 * n + 2 * (l->nc + l->nb) + 2), sizeof(void *)), *pred = NULL;
-  void *bound[4] = {NULL, NULL, NULL, NULL}; /* cond and body bound for each set of carries (t->bind) */
+  void **base = kl_calloc((size_t)(3 * n + l->nc + l->nb + 2), sizeof(void *)), *pred = NULL;
+  bound_body *bound[4] = {NULL, NULL, NULL, NULL}; /* per set of carries: the condition, the body */
   if (!base) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a while loop");
-  void **set[2] = {base, base + n}, **args = base + 2 * n; /* args: the current carries, then consts */
-  void **args2 = args + n + l->nc + l->nb;
+  void **set[2] = {base, base + n}, **args = base + 2 * n; /* args: the carries, then consts */
   rc = carry_sets(l, n, set, ptrs + l->nc + l->nb + n, err, errlen);
   if (!rc) rc = t->alloc(1, &pred, err, errlen);
   for (int i = 0; i < n && !rc; i++) rc = t->copy(set[0][i], ptrs[l->nc + l->nb + i], l->bytes[i], err, errlen);
-  for (int p = 0; t->bind && p < 2 && !rc; p++) { /* the programs take (carries, consts) */
+  for (int p = 0; p < 2 && !rc; p++) { /* the programs take (carries, consts) */
     memcpy(args, set[p], sizeof(void *) * (size_t)n);
     memcpy(args + n, ptrs, sizeof(void *) * (size_t)l->nc);
-    memcpy(args2, set[p], sizeof(void *) * (size_t)n);
-    memcpy(args2 + n, ptrs + l->nc, sizeof(void *) * (size_t)l->nb);
-    if (!(bound[2 * p] = t->bind(l->cond, args, &pred, err, errlen)) || !(bound[2 * p + 1] = t->bind(l->body, args2, set[!p], err, errlen)))
-      rc = -1;
+    if (!(bound[2 * p] = body_bind(t, l->cond, args, &pred, err, errlen))) rc = -1;
+    memcpy(args + n, ptrs + l->nc, sizeof(void *) * (size_t)l->nb);
+    if (!rc && !(bound[2 * p + 1] = body_bind(t, l->body, args, set[!p], err, errlen))) rc = -1;
   }
   while (!rc) {
     unsigned char go = 0;
-    if (t->bind) {
-      if ((rc = t->bound_run(bound[2 * cur], err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
-      if ((rc = t->bound_run(bound[2 * cur + 1], err, errlen))) break;
-    } else {
-      memcpy(args, set[cur], sizeof(void *) * (size_t)n);
-      memcpy(args + n, ptrs, sizeof(void *) * (size_t)l->nc);
-      if ((rc = t->run(l->cond, args, &pred, err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
-      memcpy(args + n, ptrs + l->nc, sizeof(void *) * (size_t)l->nb);
-      if ((rc = t->run(l->body, args, set[!cur], err, errlen))) break;
-    }
+    if ((rc = body_run(bound[2 * cur], err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
+    if ((rc = body_run(bound[2 * cur + 1], err, errlen))) break;
     cur = !cur; /* the new carries become the current ones */
   }
   for (int i = 0; i < n && !rc; i++)
     if (!l->alias[i]) rc = t->copy(ptrs[l->nc + l->nb + n + i], set[cur][i], l->bytes[i], err, errlen);
-  for (int k = 0; k < 4; k++)
-    if (bound[k]) t->unbind(bound[k]);
+  for (int k = 0; k < 4; k++) body_unbind(bound[k]);
   free_sets(l, n, set);
   if (pred) t->free(pred, 1);
   free(base);
@@ -169,19 +206,18 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   memcpy(args, ptrs, sizeof(void *) * (size_t)nk);
   /* a scan without xs or ys (a fori_loop) reads and writes only carries: its body is bound once
    * per (carries read, carries written): init, set 0 or 1 -> set 0, set 1 or the results */
-  void *bound[3][3] = {{NULL}};
-  int fixed = l->t->bind && nx == 0 && ny == 0;
+  bound_body *bound[3][3] = {{NULL}};
+  int fixed = nx == 0 && ny == 0;
   for (int64_t it = 0; fixed && it < l->length && !rc; it++) {
     int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
     if (!bound[r][w]) {
       memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
-      if (!(bound[r][w] = l->t->bind(l->body, args, w == 2 ? final : set[w], err, errlen))) rc = -1;
+      if (!(bound[r][w] = body_bind(l->t, l->body, args, w == 2 ? final : set[w], err, errlen))) rc = -1;
     }
-    if (!rc) rc = l->t->bound_run(bound[r][w], err, errlen);
+    if (!rc) rc = body_run(bound[r][w], err, errlen);
   }
   for (int r = 0; r < 3; r++)
-    for (int w = 0; w < 3; w++)
-      if (bound[r][w]) l->t->unbind(bound[r][w]);
+    for (int w = 0; w < 3; w++) body_unbind(bound[r][w]);
   for (int64_t it = 0; !fixed && it < l->length && !rc; it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
     memcpy(args + nk, it ? set[(it - 1) & 1] : init, sizeof(void *) * (size_t)n);

@@ -19,7 +19,8 @@ typedef struct {
   int (*copy)(void *dst, const void *src, size_t n, char *err, size_t errlen); /* device to device */
   int (*read)(void *host, const void *src, size_t n, char *err, size_t errlen); /* device to host */
   int (*zero)(void *dst, size_t n, char *err, size_t errlen);                   /* in the device's order */
-  /* optional: run() split into binding the memory once and running many times (CPU) */
+  /* optional (NULL: loop.c keeps the arguments for run()): run() split into binding the memory
+   * once and running many times (the CPU's) */
   void *(*bind)(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
   int (*bound_run)(const void *bound, char *err, size_t errlen);
   void (*unbind)(void *bound);

@@ -691,16 +691,12 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
 int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
   void **at = calloc((size_t)x->nslots + 1, sizeof *at); /* per slot: its memory */
   kl_buffer **tmp = calloc((size_t)x->nslots + 1, sizeof *tmp);
-  char *late = calloc((size_t)x->noutputs + 1, 1);
   int rc = 0;
-  if (!at || !tmp || !late) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+  if (!at || !tmp) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
   for (int i = 0; !rc && i < x->ninputs; i++)
     if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
-  for (int i = 0; !rc && i < x->noutputs; i++) {
-    int s = x->out_slots[i];
-    if (at[s]) late[i] = 1;
-    else at[s] = out[i];
-  }
+  for (int i = 0; !rc && i < x->noutputs; i++)
+    if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
   for (int s = 0; s < x->nsteps && !rc; s++) {
     const kl_step *st = &x->steps[s];
     void *psmall[64];
@@ -721,14 +717,11 @@ int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, s
     if (ptrs && ptrs != psmall) free(ptrs);
     if (bytes && bytes != bsmall) free(bytes);
   }
-  for (int i = 0; !rc && i < x->noutputs; i++) {
-    int s = x->out_slots[i];
-    if (late[i] && at[s] != out[i]) rc = kl_cuda_copy(out[i], 1, at[s], 1, x->slot_bytes[s], err, errlen);
-  }
+  for (int i = 0; !rc && i < x->noutputs; i++) /* an input passed through, an output listed twice */
+    if (at[x->out_slots[i]] != out[i]) rc = kl_cuda_copy(out[i], 1, at[x->out_slots[i]], 1, x->slot_bytes[x->out_slots[i]], err, errlen);
   for (int i = 0; tmp && i < x->nslots; i++) kl_buf_release(tmp[i]);
   free(at);
   free(tmp);
-  free(late);
   return rc;
 }
 
