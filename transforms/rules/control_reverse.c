@@ -105,26 +105,44 @@ done:
   return a->failed ? -1 : rc;
 }
 
+/* Splices into in's program the VJP of `body` with respect to the inputs `wants` marks (those of
+ * a float type): prim[i] is the value of body input i (a linear body's transpose takes zeros for
+ * its linear inputs: their values do not matter), ct[j] the cotangent of output j. cts[i]
+ * receives the cotangent of each wanted input i (-1 elsewhere). 0, or -1 (in failed). */
+static int splice_vjp(kl_build *in, const kl_program *body, const char *wants, const int *prim, const int *ct, int *cts) {
+  int nin = body->ninputs, nout = body->noutputs;
+  kl_program *v = kl_vjp(body, wants, in->err, in->errlen);
+  int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *vout = v ? kl_malloc(sizeof(int) * ((size_t)v->noutputs + 1)) : NULL;
+  if (!v) in->failed = 1;
+  else if (!vin || !vout) kl_build_oom(in);
+  if (!in->failed) {
+    memcpy(vin, prim, sizeof(int) * (size_t)nin);
+    memcpy(vin + nin, ct, sizeof(int) * (size_t)nout);
+    if (!kl_splice(in, v, vin, vout)) /* v's outputs: the body's outputs, then the wanted cotangents */
+      for (int i = 0, w = nout; i < nin; i++) cts[i] = wants[i] ? vout[w++] : -1;
+  }
+  kl_program_free(v);
+  free(vin);
+  free(vout);
+  return in->failed ? -1 : 0;
+}
+
 /* The program while_bwd runs backwards: the VJP of a while body over (carries, consts) ->
  * carries, as (carries, consts, float carries' cotangents, accumulators) -> (the float carries'
  * cotangents before the body, accumulators + the float consts' cotangents). Owned, or NULL. */
 static kl_program *while_vjp_program(kl_build *a, const kl_program *body, int n, int nb) {
   int nin = n + nb, nf = 0, nfk = 0;
   char *want = kl_calloc((size_t)nin + 1, 1);
-  int *vin = kl_malloc(sizeof(int) * (2 * (size_t)nin + 1)), *vout = NULL, *outs = kl_malloc(sizeof(int) * ((size_t)nin + 1));
-  kl_program *v = NULL, *vp = kl_program_new();
-  if (!want || !vin || !outs || !vp) {
+  int *vin = kl_malloc(sizeof(int) * (2 * (size_t)nin + 1)), *cts = kl_malloc(sizeof(int) * ((size_t)nin + 1));
+  int *outs = kl_malloc(sizeof(int) * ((size_t)nin + 1));
+  kl_program *vp = kl_program_new();
+  if (!want || !vin || !cts || !outs || !vp) {
     kl_build_oom(a);
     goto fail;
   }
   for (int i = 0; i < nin; i++) {
     want[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
     if (want[i]) (i < n ? nf++ : nfk++);
-  }
-  if (!(v = kl_vjp(body, want, a->err, a->errlen)) || !(vout = kl_malloc(sizeof(int) * ((size_t)v->noutputs + 1)))) {
-    if (v) kl_build_oom(a);
-    else a->failed = 1;
-    goto fail;
   }
   kl_build in = {.pg = vp, .err = a->err, .errlen = a->errlen, .who = a->who};
   int *acc = outs + nf; /* scratch: the accumulators' input ids */
@@ -135,9 +153,11 @@ static kl_program *while_vjp_program(kl_build *a, const kl_program *body, int n,
     if (want[n + j]) acc[q++] = kl_program_add_input(vp, &body->vals[body->inputs[n + j]].aval);
   for (int i = 0; i < n; i++)
     if (!want[i]) vin[nin + i] = kl_build_zeros(&in, &body->vals[body->outputs[i]].aval);
-  if (!in.failed && !kl_splice(&in, v, vin, vout)) {
-    for (int i = 0; i < nf; i++) outs[i] = vout[n + i];
-    for (int q = 0; q < nfk; q++) acc[q] = kl_build_add(&in, acc[q], vout[n + nf + q]);
+  if (!in.failed && !splice_vjp(&in, body, want, vin, vin + nin, cts)) {
+    for (int i = 0, f = 0; i < n; i++)
+      if (want[i]) outs[f++] = cts[i];
+    for (int j = 0, q = 0; j < nb; j++)
+      if (want[n + j]) acc[q] = kl_build_add(&in, acc[q], cts[n + j]), q++;
     if (!in.failed) kl_program_set_outputs(vp, outs, nf + nfk);
   }
   if (in.failed || vp->oom) {
@@ -146,16 +166,14 @@ static kl_program *while_vjp_program(kl_build *a, const kl_program *body, int n,
   }
   free(want);
   free(vin);
-  free(vout);
+  free(cts);
   free(outs);
-  kl_program_free(v);
   return vp;
 fail:
   free(want);
   free(vin);
-  free(vout);
+  free(cts);
   free(outs);
-  kl_program_free(v);
   kl_program_free(vp);
   return NULL;
 }
@@ -522,15 +540,15 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   const kl_program *body = e->p.scan.body;
   int nin = e->nin, nout = e->nout, rc = -1;
   char *lin = kl_calloc((size_t)nin + 1, 1);
-  int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *vout = NULL, *ops = kl_malloc(sizeof(int) * (2 * (size_t)(nin + nout) + 1));
+  int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *ops = kl_malloc(sizeof(int) * (2 * (size_t)(nin + nout) + 1));
   int *tin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *touts = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1));
   int *res = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1));
-  kl_program *vjp = NULL, *tb = kl_program_new();
+  kl_program *tb = kl_program_new();
   if (!lin || !vin || !ops || !tin || !touts || !res || !tb) {
     kl_build_oom(a);
     goto done;
   }
-  int nlk = 0, nlx = 0, nwant = 0;
+  int nlk = 0;
   for (int i = 0; i < nin; i++) {
     const kl_aval *av = &body->vals[body->inputs[i]].aval;
     int carry = i >= s.nk && i < s.nk + s.n;
@@ -540,17 +558,7 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
       goto done;
     }
     if (!kl_dtype_is_float(av->dtype)) lin[i] = 0;
-    nwant += lin[i];
     if (lin[i] && i < s.nk) nlk++;
-    if (lin[i] && i >= s.nk + s.n) nlx++;
-  }
-  if (!(vjp = kl_vjp(body, lin, a->err, a->errlen))) {
-    a->failed = 1;
-    goto done;
-  }
-  if (!(vout = kl_malloc(sizeof(int) * ((size_t)vjp->noutputs + 1)))) {
-    kl_build_oom(a);
-    goto done;
   }
   { /* the transposed body: (residual consts; carry cotangents, const accumulators; residual xs, y cotangents) */
     kl_build in = {.pg = tb, .err = a->err, .errlen = a->errlen, .who = a->who};
@@ -566,10 +574,9 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
     for (int j = 0; j < s.ny; j++) vin[nin + s.n + j] = kl_program_add_input(tb, &body->vals[body->outputs[s.n + j]].aval);
     for (int i = 0; i < nin; i++)
       if (lin[i] || (i >= s.nk && i < s.nk + s.n)) vin[i] = kl_build_zeros(&in, &body->vals[body->inputs[i]].aval);
-    if (!in.failed && !kl_splice(&in, vjp, vin, vout)) {
-      int k = 0, w = nout; /* vjp's outputs: the body's outputs, then the wanted cotangents in order */
-      int *cts = res;      /* per body input: its cotangent in tb, or -1 */
-      for (int i = 0; i < nin; i++) cts[i] = lin[i] ? vout[w++] : -1;
+    int *cts = res; /* per body input: its cotangent in tb, or -1 */
+    if (!in.failed && !splice_vjp(&in, body, lin, vin, vin + nin, cts)) {
+      int k = 0;
       for (int i = 0; i < s.n; i++) touts[k++] = cts[s.nk + i];
       for (int j = 0, q = 0; j < s.nk; j++)
         if (lin[j]) touts[k++] = kl_build_add(&in, acc[q++], cts[j]);
@@ -612,12 +619,10 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
 done:
   free(lin);
   free(vin);
-  free(vout);
   free(ops);
   free(tin);
   free(touts);
   free(res);
-  kl_program_free(vjp);
   kl_program_free(tb);
   return a->failed ? -1 : rc;
 }
@@ -634,7 +639,7 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   int nin = e->nin, nout = e->nout, rc = -1, nlin = 0;
   char *lin = kl_calloc((size_t)nin + 1, 1), *want = kl_calloc((size_t)nin + 1, 1);
   int *ops = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *res = kl_malloc(sizeof(int) * ((size_t)nin + 1));
-  int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *vout = NULL, *outs = kl_malloc(sizeof(int) * ((size_t)nin + 1));
+  int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *outs = kl_malloc(sizeof(int) * ((size_t)nin + 1));
   kl_program *tb[2] = {NULL, NULL};
   if (!lin || !want || !ops || !res || !vin || !outs) {
     kl_build_oom(a);
@@ -648,16 +653,7 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   for (int b = 0; b < 2; b++) {
     int nb_in = br[b]->ninputs;
     for (int i = 0; i < nb_in; i++) want[i] = lin[branch_operand(s, b, i)];
-    kl_program *v = kl_vjp(br[b], want, a->err, a->errlen);
-    if (!v || !(tb[b] = kl_program_new())) {
-      kl_program_free(v);
-      if (v) kl_build_oom(a);
-      else a->failed = 1;
-      goto done;
-    }
-    free(vout);
-    if (!(vout = kl_malloc(sizeof(int) * ((size_t)v->noutputs + 1)))) {
-      kl_program_free(v);
+    if (!(tb[b] = kl_program_new())) {
       kl_build_oom(a);
       goto done;
     }
@@ -670,10 +666,9 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
       if (!want[i]) vin[i] = kl_program_add_input(tb[b], &br[b]->vals[bi[i]].aval);
     for (int i = 0; i < nb_in; i++)
       if (want[i]) vin[i] = kl_build_zeros(&in, &br[b]->vals[bi[i]].aval);
-    if (!in.failed && !kl_splice(&in, v, vin, vout)) {
-      int k = 0, w = nout; /* v's outputs: the branch's results, then the wanted cotangents in order */
-      int *ctv = res;      /* per branch input: its cotangent, or -1 */
-      for (int i = 0; i < nb_in; i++) ctv[i] = want[i] ? vout[w++] : -1;
+    int *ctv = res; /* per branch input: its cotangent, or -1 */
+    if (!in.failed && !splice_vjp(&in, br[b], want, vin, vin + nb_in, ctv)) {
+      int k = 0;
       for (int i = 0; i < s.no; i++)
         if (want[i]) outs[k++] = ctv[i];
       for (int bb = 0; bb < 2; bb++) { /* false consts' cotangents, then true consts' */
@@ -683,7 +678,6 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
       }
       if (!in.failed) kl_program_set_outputs(tb[b], outs, k);
     }
-    kl_program_free(v);
     if (in.failed || tb[b]->oom) {
       a->failed = 1;
       goto done;
@@ -721,7 +715,6 @@ done:
   free(ops);
   free(res);
   free(vin);
-  free(vout);
   free(outs);
   kl_program_free(tb[0]);
   kl_program_free(tb[1]);
