@@ -320,7 +320,6 @@ typedef struct {
       kl_ivec counts;          /* (n_consts, n_carries, n_xs): how the operands split */
       int64_t length;          /* iterations: the leading extent of every x and y */
       int reverse;             /* iterate from the last slice to the first */
-      int64_t unroll;          /* iterations per trip of the compiled loop (>= 1) */
       struct kl_program *body; /* (consts, carries, x slices) -> (carries, y slices) */
     } scan;
     struct {

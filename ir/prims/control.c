@@ -9,8 +9,8 @@
 const kl_param_field kl_fields_while_[] = {KL_FIELD(while_, counts, IVEC), KL_FIELD(while_, cond, PROGRAM),
                                            KL_FIELD(while_, body, PROGRAM), {NULL, 0, 0}};
 const kl_param_field kl_fields_scan[] = {KL_FIELD(scan, counts, IVEC),   KL_FIELD(scan, length, INT),
-                                         KL_FIELD(scan, reverse, INT32), KL_FIELD(scan, unroll, INT),
-                                         KL_FIELD(scan, body, PROGRAM),  {NULL, 0, 0}};
+                                         KL_FIELD(scan, reverse, INT32), KL_FIELD(scan, body, PROGRAM),
+                                         {NULL, 0, 0}};
 const kl_param_field kl_fields_while_ad[] = {KL_FIELD(while_ad, counts, IVEC), KL_FIELD(while_ad, body, PROGRAM),
                                              KL_FIELD(while_ad, vjp, PROGRAM), {NULL, 0, 0}};
 const kl_param_field kl_fields_cond[] = {KL_FIELD(cond, counts, IVEC), KL_FIELD(cond, false_branch, PROGRAM),
@@ -71,9 +71,7 @@ static int rule_scan(kl_rule_err *e, const kl_aval *ins, int nin, const kl_param
   char b1[160], b2[160];
   if (counts3(e, "scan", "(n_consts, n_carries, n_xs)", c, nin)) return -1;
   int64_t nk = c->v[0], n = c->v[1], len = p->scan.length;
-  if (len < 0 || p->scan.unroll < 1)
-    return kl_rule_fail(e, KL_ERR_VALUE, "scan: length must be >= 0 and unroll >= 1, got %lld and %lld", (long long)len,
-                        (long long)p->scan.unroll);
+  if (len < 0) return kl_rule_fail(e, KL_ERR_VALUE, "scan: length must be >= 0, got %lld", (long long)len);
   if (!body || body->ninputs != nin || body->noutputs < n)
     return kl_rule_fail(e, KL_ERR_VALUE, "scan: the body program must take %d inputs and return at least %lld carries", nin,
                         (long long)n);

@@ -243,7 +243,7 @@ done:
 
 /* ---- scan ------------------------------------------------------------------------------------ */
 
-/* Emits a scan of e's kind (length, direction, unroll from e unless `flip`) over body with the
+/* Emits a scan of e's kind (length and direction from e; the direction flipped with `flip`) over body with the
  * given counts; the results go to res. Returns the number of results, or -1. */
 int kl_ctl_emit_scan(kl_build *a, const kl_eqn *e, kl_program *body, int nk, int n, int nx, const int *ops, int flip,
                      int *res) {

@@ -33,7 +33,7 @@ static inline int branch_operand(cond_split s, int b, int i) {
   return 1 + (b ? s.nf : 0) + (i - s.no);
 }
 
-/* Emits a scan of e's kind (length, direction, unroll from e; the direction flipped with `flip`)
+/* Emits a scan of e's kind (length and direction from e; the direction flipped with `flip`)
  * over body with the given counts; the results go to res. Returns the number of results, or -1. */
 int kl_ctl_emit_scan(kl_build *a, const kl_eqn *e, kl_program *body, int nk, int n, int nx, const int *ops, int flip,
                      int *res);

@@ -662,14 +662,14 @@ def switch(index, branches, *operands):
     idx = core.asarray(index) if not isinstance(index, Array) else index
     if idx.shape != () or idx.dtype.kind not in "iu":
         raise TypeError(f"switch: the index must be an integer scalar, got {idx.dtype.name}{list(idx.shape)}")
+    if len(branches) == 1:
+        return branches[0](*operands)
     leaves, tree = _operand_leaves(operands)
     traced = [_branch(b, leaves, tree) for b in branches]
     for i in builtins.range(1, len(branches)):
         control_checks.check_branches("switch", "branch 0", branches[0], traced[0][2], f"branch{i}", branches[i],
                                       traced[i][2])
     out_tree = tree_util.tree_structure(traced[0][2])
-    if len(branches) == 1:
-        return branches[0](*operands)
 
     def rest(k):  # (body, consts) of branches k.. chosen by idx
         if k == len(branches) - 1:
@@ -803,7 +803,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
         k = 1 if unroll is False else _int(unroll)
         if k > 1:
             return _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k)
-        return _scan_equation(f, init, x_leaves, x_tree, n, reverse, 1)
+        return _scan_equation(f, init, x_leaves, x_tree, n, reverse)
     carry, ys = init, []
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks
@@ -870,8 +870,8 @@ def _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k):
         return carry, [jnp.stack([tree_util.tree_leaves(y)[i] for y in ys]) for i in builtins.range(len(y_leaves))]
 
     g_tree = tree_util.tree_structure(list(grouped))
-    carry, ys = _scan_equation(body, init, grouped, g_tree, m, reverse, 1) if grouped else \
-        _scan_equation(lambda c, _: body(c, []), init, [], g_tree, m, reverse, 1)
+    carry, ys = _scan_equation(body, init, grouped, g_tree, m, reverse) if grouped else \
+        _scan_equation(lambda c, _: body(c, []), init, [], g_tree, m, reverse)
     ys = [reshape(y, (m * k,) + tuple(y.shape[2:])) for y in ys]
     if r:
         rest_xs = tree_util.tree_unflatten(x_tree, rest) if x_leaves else None
@@ -889,7 +889,7 @@ class _Slice:
         self.shape, self.dtype, self.weak_type = tuple(x.shape[1:]), x.dtype, bool(getattr(x, "weak_type", False))
 
 
-def _scan_equation(f, init, x_leaves, x_tree, n, reverse, unroll):
+def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
     """A scan equation: f traced once into a body over (consts, carries, x slices) -> (carries,
     y slices), run n times by the executable (one compilation, any length)."""
     from kiln._src import control_checks, tree_util
@@ -918,7 +918,7 @@ def _scan_equation(f, init, x_leaves, x_tree, n, reverse, unroll):
         body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True)
     outs = core.bind("scan", list(consts) + c_leaves + list(x_leaves),
                      {"counts": (len(consts), nc, len(x_leaves)), "length": n, "reverse": int(bool(reverse)),
-                      "unroll": unroll, "body": body})
+                      "body": body})
     return tree_util.tree_unflatten(c_tree, list(outs[:nc])), tree_util.tree_unflatten(state["y_tree"], list(outs[nc:]))
 
 
