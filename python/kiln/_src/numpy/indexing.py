@@ -431,9 +431,10 @@ def _update_box(arr, entries, values, op, opname):
 
 
 def _update_dynamic_box(arr, entries, values, op, opname, clip):
-    """Update of a box at traced scalar indices (x.at[i].set(v), x.at[i, 2:5].add(v)): one
-    dynamic_update_slice of box size, no work proportional to x (so a loop carrying x can update
-    it in place). An out-of-range index drops the update (the box's old values are written
+    """Update of a box at traced scalar indices (x.at[i].set(v), x.at[i, 2:5].add(v)), no work
+    proportional to x (so a loop carrying x can update it in place): one scatter of one slice
+    when a single traced index leaves whole extents elsewhere, else one dynamic_update_slice of
+    the box. An out-of-range index drops the update (scatter drops it; the box gets its old values
     back), unless mode clips."""
     dyn = [e for e in entries if e.kind == "dyn"]
     if len(dyn) == 1 and op != "apply" and all(
