@@ -125,7 +125,6 @@ typedef struct {
 typedef struct {
   kernel_ctx *kernels;
   int nkernels;
-  int nfns; /* distinct kernel functions in the module */
   kl_libcall **libs;
   int nlibs;
   kl_loop **loops;
@@ -238,7 +237,25 @@ void kl_codegen_set_prefix(kl_str *text, const char *prefix) {
 }
 
 /* Machine code for the module's kernels: from memory, from the disk cache, or compiled. */
-static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, int outlined, char *err, size_t errlen) {
+/* The kernels of a module being written: one or several executables' (a loop's bodies). */
+typedef struct {
+  kl_str mod;
+  kl_kernel_dedup dedup;
+  uint64_t outlined; /* out-of-line math functions the kernels call */
+  size_t largest;    /* MLIR text of the largest kernel */
+  int nfns;          /* distinct kernel functions so far (KLPFX<i>) */
+  int64_t cost;
+  int loop; /* a loop's module (kl_compile_cpu_loop): small kernels are inlined into its driver */
+} cpu_module;
+
+/* Machine code for the module's kernels (and `nextra` functions after them, named KLPFX<nfns + j>,
+ * into extra): from memory, from the disk cache, or compiled; each executable's kernel steps get
+ * their functions. */
+static int build_kernels(cpu_module *cm, kl_exec **xs, int nxs, int nextra, kl_kernel_fn *extra, char *err, size_t errlen) {
+  kl_str *mod = &cm->mod;
+  int64_t cost = cm->cost;
+  size_t largest = cm->largest;
+  int outlined = cm->outlined != 0;
   double tp0 = now();
   /* Small kernels are not worth LLVM's vectorizer and unroller (which can take 200 ms on an
    * 8-bit loop of 20 elements); they get the light pipeline. The choice is part of the key. */
@@ -262,7 +279,7 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, 
   kl_codegen_set_prefix(mod, prefix);
   if (mod->failed) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
   kl_codegen_dump("kernels.mlir", mod->data);
-  int n = o->nfns, rc = 0;
+  int n = cm->nfns + nextra, rc = 0;
   kl_kernel_fn *fns = kl_calloc((size_t)n + 1, sizeof *fns);
   if (!fns) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory looking up %d kernels", n);
   if (!kl_cpujit_find(key, prefix, n, fns)) {
@@ -301,7 +318,11 @@ static int build_kernels(kl_str *mod, owner_t *o, int64_t cost, size_t largest, 
       fprintf(stderr, "kiln: parse %.1f ms, lower %.1f ms, llvm %.1f ms\n", (tp1 - tp0) * 1e3, (tp2 - tp1) * 1e3,
               (now() - tp2) * 1e3);
   }
-  for (int i = 0; !rc && i < o->nkernels; i++) o->kernels[i].fn = fns[o->kernels[i].fn_index];
+  for (int k = 0; !rc && k < nxs; k++) {
+    owner_t *o = xs[k]->owner;
+    for (int i = 0; i < o->nkernels; i++) o->kernels[i].fn = fns[o->kernels[i].fn_index];
+  }
+  for (int j = 0; !rc && j < nextra; j++) extra[j] = fns[cm->nfns + j];
   free(fns);
   return rc;
 }
@@ -384,14 +405,14 @@ void kl_host_step(const kl_eqn *e, const int *slot_of, int *slots, void *ctx,
   st->host_nin = e->nin;
 }
 
-kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
-  double t0 = now();
+/* Plans pg and writes its kernels into cm's module (their code comes from build_kernels): the
+ * executable, or NULL with a message. */
+static kl_exec *emit_program(kl_program *pg, cpu_module *cm, char *err, size_t errlen) {
   kl_plan plan;
   int *slot_of;
   kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, 0, err, errlen);
   if (!x) return NULL;
-  kl_str mod;
-  kl_str_init(&mod);
+  kl_str *mod = &cm->mod;
   kl_kernel_info *infos = kl_calloc((size_t)plan.nsteps + 1, sizeof *infos);
   owner_t *o = kl_calloc(1, sizeof *o);
   x->owner = o;
@@ -403,14 +424,10 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     o->loops = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->loops);
   }
   int rc = 0;
-  size_t largest = 0; /* MLIR text of the largest kernel */
-  kl_kernel_dedup dedup = {0};
-  uint64_t outlined = 0; /* out-of-line math functions the kernels call */
   if (!infos || !o || !x->steps || !o->kernels || !o->libs || !o->loops) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps", plan.nsteps);
     goto done;
   }
-  kl_str_append(&mod, "module {\n");
   for (int s = 0; s < plan.nsteps && !rc; s++) {
     const kl_plan_step *ps = &plan.steps[s];
     kl_step *st = &x->steps[x->nsteps];
@@ -440,15 +457,15 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     }
     if (kl_aval_size(&pg->vals[ps->root].aval) == 0) continue; /* nothing to write */
     char name[32];
-    snprintf(name, sizeof name, "KLPFX%d", o->nfns);
+    snprintf(name, sizeof name, "KLPFX%d", cm->nfns);
     kl_kernel_info *ki = &infos[s];
-    size_t before = mod.len;
-    rc = kl_kernel_emit(&plan, s, name, &mod, ki, &outlined, err, errlen);
+    size_t before = mod->len;
+    rc = kl_kernel_emit(&plan, s, name, mod, ki, &cm->outlined, err, errlen);
     if (rc) break;
-    if (mod.len - before > largest) largest = mod.len - before;
-    const char *same = kl_kernel_dedup_add(&dedup, &mod, before, name);
+    if (mod->len - before > cm->largest) cm->largest = mod->len - before;
+    const char *same = kl_kernel_dedup_add(&cm->dedup, mod, before, name);
     kernel_ctx *kc = &o->kernels[o->nkernels++];
-    kc->fn_index = same ? atoi(same + 5) : o->nfns++; /* KLPFX<function index> */
+    kc->fn_index = same ? atoi(same + 5) : cm->nfns++; /* KLPFX<function index> */
     kc->nargs = ki->nargs;
     kc->reduce = ki->reduce;
     kc->out_dtype = pg->vals[ps->root].aval.dtype;
@@ -469,30 +486,12 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     x->cost += ki->cost;
     x->nsteps++;
   }
-  if (outlined) kl_math_define_outlined(outlined, &mod);
-  kl_str_append(&mod, "}\n");
-  if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
-  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
-    fprintf(stderr, "kiln: plan + MLIR text %.1f ms (%d kernels, %d distinct, %.0f KB)\n", (now() - t0) * 1e3, o->nkernels,
-            o->nfns, mod.len / 1024.0);
-  if (!rc && o->nfns) rc = build_kernels(&mod, o, x->cost, largest, outlined != 0, err, errlen);
+  cm->cost += x->cost;
 done:
   for (int s = 0; infos && s < plan.nsteps; s++) free(infos[s].args);
   free(infos);
-  kl_kernel_dedup_free(&dedup);
-  kl_str_free(&mod);
   kl_plan_free(&plan);
   free(slot_of);
-  compile_seconds += now() - t0;
-  compile_count++;
-  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1') {
-    kl_str loops;
-    kl_str_init(&loops);
-    kl_loops_describe(o->loops, o->nloops, &loops);
-    fprintf(stderr, "kiln: compiled %d equations into %d kernels + %d library calls + %d loops%s in %.1f ms\n", pg->neqns,
-            o->nkernels, o->nlibs, o->nloops, loops.data ? loops.data : "", (now() - t0) * 1e3);
-    kl_str_free(&loops);
-  }
   if (rc) {
     kl_exec_release(x);
     return NULL;
@@ -500,3 +499,100 @@ done:
   return x;
 }
 
+static void log_compile(kl_exec **xs, int nxs, const kl_program *pg, double t0) {
+  int neq = 0, nk = 0, nlib = 0, nloop = 0;
+  kl_str loops;
+  kl_str_init(&loops);
+  for (int k = 0; k < nxs; k++) {
+    owner_t *o = xs[k]->owner;
+    nk += o->nkernels, nlib += o->nlibs, nloop += o->nloops;
+    kl_loops_describe(o->loops, o->nloops, &loops);
+  }
+  neq = pg->neqns;
+  fprintf(stderr, "kiln: compiled %d equations into %d kernels + %d library calls + %d loops%s in %.1f ms\n", neq, nk, nlib,
+          nloop, loops.data ? loops.data : "", (now() - t0) * 1e3);
+  kl_str_free(&loops);
+}
+
+kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
+  double t0 = now();
+  cpu_module cm;
+  memset(&cm, 0, sizeof cm);
+  kl_str_init(&cm.mod);
+  kl_str_append(&cm.mod, "module {\n");
+  kl_exec *x = emit_program(pg, &cm, err, errlen);
+  int rc = x ? 0 : -1;
+  if (cm.outlined) kl_math_define_outlined(cm.outlined, &cm.mod);
+  kl_str_append(&cm.mod, "}\n");
+  if (!rc && cm.mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
+    fprintf(stderr, "kiln: plan + MLIR text %.1f ms (%d kernels, %d distinct, %.0f KB)\n", (now() - t0) * 1e3,
+            ((owner_t *)x->owner)->nkernels, cm.nfns, cm.mod.len / 1024.0);
+  if (!rc && cm.nfns) rc = build_kernels(&cm, &x, 1, 0, NULL, err, errlen);
+  kl_kernel_dedup_free(&cm.dedup);
+  kl_str_free(&cm.mod);
+  compile_seconds += now() - t0;
+  compile_count++;
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1') log_compile(&x, 1, pg, t0);
+  if (rc) {
+    if (x) kl_exec_release(x);
+    return NULL;
+  }
+  return x;
+}
+
+/* Which of x's steps a compiled loop calls directly: a kernel small enough for one thread (its
+ * function's index; the others, -1, go through their step). */
+static void loop_calls(const kl_exec *x, int *fn) {
+  for (int s = 0; s < x->nsteps; s++) {
+    const kl_step *st = &x->steps[s];
+    fn[s] = st->run == kernel_run && !st->run_checked && st->cost < KL_CPU_PARALLEL_MIN_COST ? ((kernel_ctx *)st->ctx)->fn_index : -1;
+  }
+}
+
+int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, kl_exec **xfirst, kl_exec **xbody,
+                        kl_kernel_fn *driver, char *err, size_t errlen) {
+  double t0 = now();
+  cpu_module cm;
+  memset(&cm, 0, sizeof cm);
+  kl_str_init(&cm.mod);
+  kl_str_append(&cm.mod, "module {\n");
+  kl_exec *xs[2] = {NULL, NULL};
+  int nxs = 0, rc = 0;
+  cm.loop = 1;
+  *xfirst = *xbody = NULL;
+  if (first && !(xs[nxs++] = emit_program(first, &cm, err, errlen))) rc = -1;
+  if (!rc && !(xs[nxs++] = emit_program(body, &cm, err, errlen))) rc = -1;
+  if (!rc) {
+    kl_loop_shape sh[2];
+    int *fns = kl_calloc((size_t)(nxs == 2 ? xs[0]->nsteps + xs[1]->nsteps : xs[0]->nsteps) + 1, sizeof(int));
+    if (!fns) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a loop");
+    for (int k = 0, at = 0; k < nxs && !rc; k++) {
+      loop_calls(xs[k], fns + at);
+      sh[k].x = xs[k];
+      sh[k].fn = fns + at;
+      at += xs[k]->nsteps;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "KLPFX%d", cm.nfns);
+    if (!rc) kl_loop_driver_emit(scan, sh, nxs, name, &cm.mod);
+    free(fns);
+  }
+  if (cm.outlined) kl_math_define_outlined(cm.outlined, &cm.mod);
+  kl_str_append(&cm.mod, "}\n");
+  if (!rc && cm.mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing a loop's MLIR text");
+  if (!rc) rc = build_kernels(&cm, xs, nxs, 1, driver, err, errlen);
+  kl_kernel_dedup_free(&cm.dedup);
+  kl_str_free(&cm.mod);
+  compile_seconds += now() - t0;
+  compile_count++;
+  if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1') log_compile(&xs[nxs - 1], 1, body, t0);
+  if (rc) {
+    for (int k = 0; k < nxs; k++)
+      if (xs[k]) kl_exec_release(xs[k]);
+    return -1;
+  }
+  if (first) *xfirst = xs[0];
+  *xbody = xs[nxs - 1];
+  return 0;
+}

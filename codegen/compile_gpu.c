@@ -325,7 +325,7 @@ static int gpu_zero(void *dst, size_t n, char *err, size_t errlen) {
   return kl_cuda_memset0(dst, n) ? kl_error(err, errlen, KL_ERR_INTERNAL, "GPU memset of %zu bytes failed", n) : 0;
 }
 static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
-                                         NULL, NULL, NULL};
+                                         NULL, NULL, NULL, NULL, NULL};
 
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,

@@ -33,6 +33,7 @@ struct kl_loop {
   size_t *bytes;        /* per result: a carry's bytes; a y's bytes per slice (scan) */
   size_t *xbytes;       /* scan: per x, its bytes per slice; while_bwd: per carry, its bytes */
   char *alias;          /* while, scan: per carry, updated in place (see in_place) */
+  void *driver;         /* the loop compiled whole (t->compile_loop), or NULL */
 };
 
 void kl_loop_free(kl_loop *l) {
@@ -168,7 +169,12 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     memcpy(args + n, ptrs + l->nc, sizeof(void *) * (size_t)l->nb);
     if (!rc && !(bound[2 * p + 1] = body_bind(t, l->body, args, set[!p], err, errlen))) rc = -1;
   }
-  while (!rc) {
+  if (!rc && l->driver) {
+    void *native[4];
+    for (int k = 0; k < 4; k++) native[k] = bound[k]->native;
+    rc = t->drive(l->driver, 0, l->cond, l->body, native, 0, &cur, err, errlen);
+  }
+  while (!rc && !l->driver) {
     unsigned char go = 0;
     if ((rc = body_run(bound[2 * cur], err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
     if ((rc = body_run(bound[2 * cur + 1], err, errlen))) break;
@@ -214,7 +220,13 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
       memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
       if (!(bound[r][w] = body_bind(l->t, l->body, args, w == 2 ? final : set[w], err, errlen))) rc = -1;
     }
-    if (!rc) rc = body_run(bound[r][w], err, errlen);
+    if (l->driver && it == 2 && l->length - 2 > it) it = l->length - 2; /* every binding the driver needs is made */
+    else if (!rc && !l->driver) rc = body_run(bound[r][w], err, errlen);
+  }
+  if (fixed && l->driver && !rc) {
+    void *native[9];
+    for (int k = 0; k < 9; k++) native[k] = bound[k / 3][k % 3] ? bound[k / 3][k % 3]->native : NULL;
+    rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, NULL, err, errlen);
   }
   for (int r = 0; r < 3; r++)
     for (int w = 0; w < 3; w++) body_unbind(bound[r][w]);
@@ -408,7 +420,14 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
                       : e->prim == KL_P_WHILE_BWD ? p->while_ad.vjp : NULL;
   kl_program *second = e->prim == KL_P_SCAN ? p->scan.body : e->prim == KL_P_COND ? p->cond.true_branch
                        : e->prim == KL_P_WHILE_BWD ? p->while_ad.body : p->while_.body;
-  if ((first && !(l->cond = t->compile(first, err, errlen))) || !(l->body = t->compile(second, err, errlen))) {
+  int whole = t->compile_loop && (e->prim == KL_P_WHILE || (e->prim == KL_P_SCAN && l->n == 0 && l->ny == 0));
+  if (whole) {
+    if (t->compile_loop(first, second, e->prim == KL_P_SCAN, &l->cond, &l->body, &l->driver, err, errlen)) {
+      kl_loop_free(l);
+      free(slots);
+      return -1;
+    }
+  } else if ((first && !(l->cond = t->compile(first, err, errlen))) || !(l->body = t->compile(second, err, errlen))) {
     kl_loop_free(l);
     free(slots);
     return -1;
@@ -434,36 +453,3 @@ void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out) {
     if (i == n - 1) kl_str_printf(out, ")");
   }
 }
-
-/* ---- the CPU's target ---- */
-
-static int cpu_alloc(size_t n, void **p, char *err, size_t errlen) {
-  *p = kl_malloc(n);
-  return *p ? 0 : kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory for a loop's carries (%zu bytes)", n);
-}
-
-static void cpu_free(void *p, size_t n) {
-  (void)n;
-  free(p);
-}
-
-static int cpu_copy(void *dst, const void *src, size_t n, char *err, size_t errlen) {
-  (void)err, (void)errlen;
-  memcpy(dst, src, n);
-  return 0;
-}
-
-static int cpu_zero(void *dst, size_t n, char *err, size_t errlen) {
-  (void)err, (void)errlen;
-  memset(dst, 0, n);
-  return 0;
-}
-
-static void *cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  return kl_cpu_bind(x, in, out, err, errlen);
-}
-static int cpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cpu_bound_run(b, err, errlen); }
-static void cpu_unbind(void *b) { kl_cpu_unbind(b); }
-
-const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
-                                    cpu_bind, cpu_bound_run, cpu_unbind};

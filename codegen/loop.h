@@ -5,6 +5,7 @@
 #include "../ir/program.h"
 #include "../ir/str.h"
 #include "../runtime/runtime.h"
+#include "cpujit.h"
 
 typedef struct kl_loop kl_loop;
 
@@ -24,6 +25,15 @@ typedef struct {
   void *(*bind)(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
   int (*bound_run)(const void *bound, char *err, size_t errlen);
   void (*unbind)(void *bound);
+  /* optional (the CPU's): a while loop's condition and body, or a scan's body without xs or ys
+   * (first NULL), compiled with one function that runs the whole loop over bound bodies
+   * (*driver); drive() runs it: bound[] holds the bindings (while: condition and body for
+   * carries set 0, then set 1; scan: per (carries read: init, set 0, set 1) x (written: set 0,
+   * set 1, results), NULL where unused), *parity gets the set a while loop ends in. */
+  int (*compile_loop)(kl_program *first, kl_program *body, int scan, kl_exec **xfirst, kl_exec **xbody, void **driver,
+                      char *err, size_t errlen);
+  int (*drive)(void *driver, int scan, const kl_exec *xfirst, const kl_exec *xbody, void *const *bound, int64_t length,
+               int *parity, char *err, size_t errlen);
 } kl_loop_target;
 extern const kl_loop_target kl_loop_cpu;
 
@@ -35,4 +45,21 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
 void kl_loop_free(kl_loop *l);
 /* " (scan of 10 trips over a body of 2 steps, while over ...)" for KILN_LOG_COMPILES; "" for none. */
 void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out);
+
+/* ---- CPU loops compiled whole (loop_cpu.c, compile.c) ---- */
+
+/* One program of a compiled loop: its executable and, per step, the kernel function (KLPFX<i>)
+ * the loop calls directly, or -1 for a step run through the runtime (a library call, a nested
+ * loop, a kernel worth threads). */
+typedef struct {
+  const kl_exec *x;
+  const int *fn;
+} kl_loop_shape;
+/* Appends to mod the MLIR function `name` (a kl_kernel_fn: the table of drive()'s pointers, 0,
+ * the trip count) that runs a while loop (scan = 0: sh[0] the condition, sh[1] the body) or a
+ * scan (sh[0] the body). */
+void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *name, kl_str *mod);
+/* compile.c: the programs and the driver in one module. 0, or -1 with a message. */
+int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, kl_exec **xfirst, kl_exec **xbody,
+                        kl_kernel_fn *driver, char *err, size_t errlen);
 #endif

@@ -247,14 +247,12 @@ void kl_rt_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi)
   if (n > 0) run_step(&s, NULL, 0);
 }
 
-/* Below this many elements a step runs on one thread: waking workers costs more. */
-#define PARALLEL_MIN_COST (1 << 16)
 
 static void run_step(const kl_step *s, void **ptrs, size_t partial_bytes) {
   int n = kl_rt_num_threads();
   if (n > s->extent) n = (int)s->extent;
   int idle = 0;
-  if (s->cost < PARALLEL_MIN_COST || n <= 1 || !atomic_compare_exchange_strong(&pool_in_use, &idle, 1)) {
+  if (s->cost < KL_CPU_PARALLEL_MIN_COST || n <= 1 || !atomic_compare_exchange_strong(&pool_in_use, &idle, 1)) {
     s->run(s->ctx, ptrs, 0, s->extent); /* small, or the pool is busy (a GPU program's host step) */
     return;
   }
@@ -401,6 +399,7 @@ struct kl_cpu_bound {
   void **late_dst, **late_src; /* outputs copied after a run: an input passed through, an output twice */
   size_t *late_bytes;
   int nlate;
+  void **outs;        /* per output: its memory, then where the steps leave it */
 };
 
 void kl_cpu_unbind(kl_cpu_bound *b) {
@@ -411,6 +410,7 @@ void kl_cpu_unbind(kl_cpu_bound *b) {
   free(b->late_dst);
   free(b->late_src);
   free(b->late_bytes);
+  free(b->outs);
   free(b);
 }
 
@@ -426,8 +426,9 @@ kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *e
     b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
     b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
     b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
+    b->outs = malloc(sizeof(void *) * (2 * (size_t)x->noutputs + 1));
   }
-  if (!b || !at || !b->args || !b->first || !b->late_dst || !b->late_src || !b->late_bytes) {
+  if (!b || !at || !b->args || !b->first || !b->late_dst || !b->late_src || !b->late_bytes || !b->outs) {
     free(at);
     kl_cpu_unbind(b);
     kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
@@ -456,6 +457,10 @@ kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *e
     b->first[s] = (int)k;
     for (int i = 0; i < x->steps[s].nslots; i++) b->args[k++] = at[x->steps[s].slots[i]];
   }
+  for (int i = 0; i < x->noutputs; i++) {
+    b->outs[2 * i] = out[i];
+    b->outs[2 * i + 1] = at[x->out_slots[i]];
+  }
   for (int i = 0; i < x->noutputs; i++)
     if (at[x->out_slots[i]] != out[i]) {
       b->late_dst[b->nlate] = out[i];
@@ -466,16 +471,25 @@ kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *e
   return b;
 }
 
-int kl_cpu_bound_run(const kl_cpu_bound *b, char *err, size_t errlen) {
+void **kl_cpu_bound_args(const kl_cpu_bound *b, int s) { return b->args + b->first[s]; }
+
+void kl_cpu_bound_output(const kl_cpu_bound *b, int i, void **dst, void **src) {
+  *dst = b->outs[2 * i];
+  *src = b->outs[2 * i + 1];
+}
+
+int kl_cpu_bound_step(const kl_cpu_bound *b, int s, char *err, size_t errlen) {
   const kl_exec *x = b->x;
-  for (int s = 0; s < x->nsteps; s++) {
-    const kl_step *st = &x->steps[s];
-    void **ptrs = b->args + b->first[s];
-    if (st->run_checked) {
-      if (st->run_checked(st->ctx, ptrs, err, errlen)) return -1;
-    } else
-      run_step(st, ptrs, st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0);
-  }
+  const kl_step *st = &x->steps[s];
+  void **ptrs = b->args + b->first[s];
+  if (st->run_checked) return st->run_checked(st->ctx, ptrs, err, errlen) ? -1 : 0;
+  run_step(st, ptrs, st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0);
+  return 0;
+}
+
+int kl_cpu_bound_run(const kl_cpu_bound *b, char *err, size_t errlen) {
+  for (int s = 0; s < b->x->nsteps; s++)
+    if (kl_cpu_bound_step(b, s, err, errlen)) return -1;
   for (int i = 0; i < b->nlate; i++) memcpy(b->late_dst[i], b->late_src[i], b->late_bytes[i]);
   return 0;
 }

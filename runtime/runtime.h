@@ -103,6 +103,14 @@ typedef struct kl_cpu_bound kl_cpu_bound;
 kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
 int kl_cpu_bound_run(const kl_cpu_bound *b, char *err, size_t errlen);
 void kl_cpu_unbind(kl_cpu_bound *b);
+/* For a loop compiled around bound bodies (codegen/loop_cpu.c): step s's argument pointers;
+ * output i's memory (*dst) and where the steps leave it (*src: dst, or a buffer copied into dst
+ * after a run); running step s alone (0, or -1 with a message). */
+void **kl_cpu_bound_args(const kl_cpu_bound *b, int s);
+void kl_cpu_bound_output(const kl_cpu_bound *b, int i, void **dst, void **src);
+int kl_cpu_bound_step(const kl_cpu_bound *b, int s, char *err, size_t errlen);
+/* Below this many elements touched a CPU step runs on one thread: waking workers costs more. */
+#define KL_CPU_PARALLEL_MIN_COST (1 << 16)
 /* Runs fn(ctx, lo, hi) over parts of [0, n) on the CPU pool's threads, or over all of it in the
  * caller when the pool is busy or has one thread. */
 void kl_rt_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);

@@ -63,6 +63,14 @@ static void run_scatter(const kl_libcall *c, void *const *ptrs) {
   kl_lc_split_axis(x, (int)c->p.scatter.axis, &outer, &n, &inner);
   size_t es = kl_dtype_size(x->dtype);
   if (ptrs[3] != ptrs[0]) memcpy(ptrs[3], ptrs[0], es * (size_t)kl_aval_size(x)); /* else in place */
+  if (c->p.scatter.op == KL_SCATTER_SET && outer == 1) { /* rows set whole (x.at[i].set(v) in a loop) */
+    for (int64_t j = 0; j < m; j++) {
+      int64_t k = kl_lc_ldi(ix->dtype, ptrs[1], j);
+      if (k < 0 || k >= n || (kl_lc_is_uns(ix->dtype) && (uint64_t)k >= (uint64_t)n)) continue; /* dropped */
+      memcpy((char *)ptrs[3] + (size_t)(k * inner) * es, (const char *)ptrs[2] + (size_t)(j * inner) * es, (size_t)inner * es);
+    }
+    return;
+  }
   for (int64_t o = 0; o < outer; o++)
     for (int64_t j = 0; j < m; j++) {
       int64_t k = kl_lc_ldi(ix->dtype, ptrs[1], j);
