@@ -324,8 +324,14 @@ static int gpu_read(void *host, const void *src, size_t n, char *err, size_t err
 static int gpu_zero(void *dst, size_t n, char *err, size_t errlen) {
   return kl_cuda_memset0(dst, n) ? kl_error(err, errlen, KL_ERR_INTERNAL, "GPU memset of %zu bytes failed", n) : 0;
 }
+static void *gpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  return kl_cuda_bind(x, in, out, err, errlen);
+}
+static int gpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cuda_bound_run(b, err, errlen); }
+static void gpu_unbind(void *b) { kl_cuda_unbind(b); }
 static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
-                                         NULL, NULL, NULL, NULL, NULL};
+                                         gpu_bind, gpu_bound_run, gpu_unbind, NULL, NULL,
+                                         kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free};
 
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,

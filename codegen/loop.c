@@ -8,6 +8,7 @@
  * each iteration. On a GPU the bodies' kernels are queued on kiln's stream: the data never
  * leaves the device. Depends on ir/, runtime/ and codegen's compile drivers (compile.h,
  * mlirctx.h); the device's own calls come in a kl_loop_target. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +35,15 @@ struct kl_loop {
   size_t *xbytes;       /* scan: per x, its bytes per slice; while_bwd: per carry, its bytes */
   char *alias;          /* while, scan: per carry, updated in place (see in_place) */
   void *driver;         /* the loop compiled whole (t->compile_loop), or NULL */
+  struct dev_while *dw; /* while: run on the device (t->while_graph), or NULL */
 };
+
+static void dev_while_free(kl_loop *l);
+#define KL_LOOP_KERNEL_COPIES 8 /* copies the GPU's trip-ending kernel makes (KL_CUDA_WHILE_COPIES) */
 
 void kl_loop_free(kl_loop *l) {
   if (!l) return;
+  dev_while_free(l);
   if (l->cond) kl_exec_release(l->cond);
   if (l->body) kl_exec_release(l->body);
   free(l->bytes);
@@ -149,11 +155,158 @@ static int body_run(const bound_body *b, char *err, size_t errlen) {
   return b->native ? b->t->bound_run(b->native, err, errlen) : b->t->run(b->x, b->in, b->out, err, errlen);
 }
 
+/* A while loop run on the device (t->while_graph: a graph whose loop node runs the body and the
+ * condition until the condition is false, with no host in between): its own memory for the
+ * carries (a; the body writes b, copied back into a, except the carries it updates in place),
+ * copies of the consts, the predicate, the condition and body bound over them, and the graph.
+ * Built at the first run; where it cannot be (a driver without conditional nodes, a body that
+ * cannot be captured), the loop runs from the host for good. The memory stays with the
+ * executable. */
+typedef struct dev_while {
+  int state; /* 0: not tried, 1: built, -1: the host runs the loop */
+  void **a, **b, **k; /* carries (n each), consts (cond's, then body's) */
+  size_t *kbytes;
+  void *pred;
+  bound_body *cond, *cond_b, *body; /* the condition over a (the first check) and over b */
+  void **cdst, **csrc; /* the copies of b into a, the device's kernel's first */
+  size_t *cbytes;
+  int ncopies;
+  void *graph;
+  pthread_mutex_t mu; /* one run at a time over the loop's memory */
+} dev_while;
+
+static void dev_while_release(kl_loop *l) {
+  dev_while *d = l->dw;
+  if (d->graph) l->t->while_free(d->graph);
+  body_unbind(d->cond);
+  body_unbind(d->cond_b);
+  body_unbind(d->body);
+  free(d->cdst);
+  free(d->cbytes);
+  d->cdst = d->csrc = NULL;
+  d->cbytes = NULL;
+  d->cond_b = NULL;
+  for (int i = 0; d->a && i < l->n; i++) {
+    if (d->a[i]) l->t->free(d->a[i], l->bytes[i] ? l->bytes[i] : 1);
+    if (d->b[i] && d->b[i] != d->a[i]) l->t->free(d->b[i], l->bytes[i] ? l->bytes[i] : 1);
+  }
+  for (int j = 0; d->k && j < l->nc + l->nb; j++)
+    if (d->k[j]) l->t->free(d->k[j], d->kbytes[j] ? d->kbytes[j] : 1);
+  if (d->pred) l->t->free(d->pred, 1);
+  free(d->a);
+  free(d->kbytes);
+  d->a = d->b = d->k = NULL;
+  d->kbytes = NULL;
+  d->pred = NULL;
+  d->cond = d->body = NULL;
+  d->graph = NULL;
+}
+
+static void dev_while_free(kl_loop *l) {
+  if (!l->dw) return;
+  dev_while_release(l);
+  pthread_mutex_destroy(&l->dw->mu);
+  free(l->dw);
+  l->dw = NULL;
+}
+
+/* A trip of the graph's loop: the body (a -> b), the condition over b, the copies of b into a
+ * that the device's trip-ending kernel does not make. */
+static int dev_while_body(void *ctx, char *err, size_t errlen) {
+  const kl_loop *l = ctx;
+  dev_while *d = l->dw;
+  if (body_run(d->body, err, errlen) || body_run(d->cond_b, err, errlen)) return -1;
+  for (int c = KL_LOOP_KERNEL_COPIES; c < d->ncopies; c++)
+    if (l->t->copy(d->cdst[c], d->csrc[c], d->cbytes[c], err, errlen)) return -1;
+  return 0;
+}
+
+static int dev_while_build(kl_loop *l) {
+  dev_while *d = l->dw;
+  const kl_loop_target *t = l->t;
+  int n = l->n, nk = l->nc + l->nb, rc = 0;
+  char err[256];
+  d->a = kl_calloc(2 * (size_t)n + (size_t)nk + 1, sizeof(void *));
+  d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
+  void **args = kl_calloc((size_t)(n + nk) + 1, sizeof(void *));
+  if (!d->a || !d->kbytes || !args) rc = -1;
+  if (!rc) d->b = d->a + n, d->k = d->b + n;
+  for (int i = 0; i < n && !rc; i++) {
+    rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->a[i], err, sizeof err);
+    if (!rc) {
+      if (l->alias[i]) d->b[i] = d->a[i];
+      else rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->b[i], err, sizeof err);
+    }
+  }
+  for (int j = 0; j < nk && !rc; j++) {
+    const kl_exec *x = j < l->nc ? l->cond : l->body;
+    d->kbytes[j] = x->slot_bytes[x->in_slots[n + (j < l->nc ? j : j - l->nc)]];
+    rc = t->alloc(d->kbytes[j] ? d->kbytes[j] : 1, &d->k[j], err, sizeof err);
+  }
+  if (!rc) rc = t->alloc(1, &d->pred, err, sizeof err);
+  if (!rc) {
+    memcpy(args, d->a, sizeof(void *) * (size_t)n);
+    memcpy(args + n, d->k, sizeof(void *) * (size_t)l->nc);
+    if (!(d->cond = body_bind(t, l->cond, args, &d->pred, err, sizeof err))) rc = -1;
+    memcpy(args, d->b, sizeof(void *) * (size_t)n);
+    if (!rc && !(d->cond_b = body_bind(t, l->cond, args, &d->pred, err, sizeof err))) rc = -1;
+    memcpy(args, d->a, sizeof(void *) * (size_t)n);
+    memcpy(args + n, d->k + l->nc, sizeof(void *) * (size_t)l->nb);
+    if (!rc && !(d->body = body_bind(t, l->body, args, d->b, err, sizeof err))) rc = -1;
+  }
+  if (!rc && (!(d->cdst = kl_calloc(2 * (size_t)n + 1, sizeof(void *))) || !(d->cbytes = kl_calloc((size_t)n + 1, sizeof(size_t)))))
+    rc = -1;
+  for (int i = 0; i < n && !rc; i++) {
+    if (!i) d->csrc = d->cdst + n;
+    if (d->b[i] == d->a[i] || !l->bytes[i]) continue;
+    d->cdst[d->ncopies] = d->a[i];
+    d->csrc[d->ncopies] = d->b[i];
+    d->cbytes[d->ncopies++] = l->bytes[i];
+  }
+  if (!rc) {
+    int k = d->ncopies < KL_LOOP_KERNEL_COPIES ? d->ncopies : KL_LOOP_KERNEL_COPIES;
+    if (!(d->graph = t->while_graph(dev_while_body, l, d->pred, k, d->cdst, d->csrc, d->cbytes, err, sizeof err))) rc = -1;
+  }
+  free(args);
+  if (rc) {
+    if (getenv("KILN_LOG_COMPILES")) fprintf(stderr, "kiln: a while loop runs from the host: %s\n", err);
+    dev_while_release(l);
+  }
+  return rc;
+}
+
+/* ptrs as while_run's: the consts and initial carries copied in, the first check, the graph,
+ * the final carries copied out, all in the device's order (nothing waits). 1 when it ran, 0 when
+ * the loop must run from the host, -1 with a message. */
+static int dev_while_run(const kl_loop *cl, void **ptrs, char *err, size_t errlen) {
+  kl_loop *l = (kl_loop *)cl;
+  dev_while *d = l->dw;
+  const kl_loop_target *t = l->t;
+  int n = l->n, nk = l->nc + l->nb, rc = 0;
+  pthread_mutex_lock(&d->mu);
+  if (!d->state) d->state = dev_while_build(l) ? -1 : 1;
+  if (d->state < 0) {
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+  }
+  for (int j = 0; j < nk && !rc; j++) rc = t->copy(d->k[j], ptrs[j], d->kbytes[j], err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(d->a[i], ptrs[nk + i], l->bytes[i], err, errlen);
+  if (!rc) rc = body_run(d->cond, err, errlen);
+  if (!rc) rc = t->while_launch(d->graph, err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(ptrs[nk + n + i], d->a[i], l->bytes[i], err, errlen);
+  pthread_mutex_unlock(&d->mu);
+  return rc ? -1 : 1;
+}
+
 /* ptrs: cond consts, body consts, initial carries, then the final carries (outputs). The
  * condition and the body are bound once for each set of carries they read. */
 static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_loop *l = ctx;
   const kl_loop_target *t = l->t;
+  if (l->dw) {
+    int r = dev_while_run(l, ptrs, err, errlen);
+    if (r) return r < 0 ? -1 : 0;
+  }
   int n = l->n, rc = 0, cur = 0;
   void **base = kl_calloc((size_t)(3 * n + l->nc + l->nb + 2), sizeof(void *)), *pred = NULL;
   bound_body *bound[4] = {NULL, NULL, NULL, NULL}; /* per set of carries: the condition, the body */
@@ -431,6 +584,14 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     kl_loop_free(l);
     free(slots);
     return -1;
+  }
+  if (e->prim == KL_P_WHILE && t->while_graph && !getenv("KILN_GPU_HOST_WHILE")) {
+    int hosted = 0; /* bodies with steps on the host, or loops of their own, loop from the host */
+    for (int k = 0; k < 2; k++) {
+      const kl_exec *x = k ? l->body : l->cond;
+      for (int s = 0; s < x->nsteps; s++) hosted |= x->steps[s].on_host || x->steps[s].synchronizes;
+    }
+    if (!hosted && (l->dw = kl_calloc(1, sizeof *l->dw))) pthread_mutex_init(&l->dw->mu, NULL);
   }
   int (*run)(void *, void **, char *, size_t) = e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run
                                                 : e->prim == KL_P_WHILE_BWD ? while_bwd_run : while_run;

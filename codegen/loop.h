@@ -34,6 +34,11 @@ typedef struct {
                       char *err, size_t errlen);
   int (*drive)(void *driver, int scan, const kl_exec *xfirst, const kl_exec *xbody, void *const *bound, int64_t length,
                int *parity, char *err, size_t errlen);
+  /* optional (the GPU's): a while loop run on the device, as kl_cuda_while_graph (runtime/cuda.h) */
+  void *(*while_graph)(int (*body)(void *ctx, char *err, size_t errlen), void *ctx, const void *pred, int ncopies,
+                       void *const *dst, void *const *src, const size_t *bytes, char *err, size_t errlen);
+  int (*while_launch)(void *graph, char *err, size_t errlen);
+  void (*while_free)(void *graph);
 } kl_loop_target;
 extern const kl_loop_target kl_loop_cpu;
 

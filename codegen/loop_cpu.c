@@ -363,4 +363,4 @@ static int cpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cp
 static void cpu_unbind(void *b) { kl_cpu_unbind(b); }
 
 const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
-                                    cpu_bind, cpu_bound_run, cpu_unbind, cpu_compile_loop, cpu_drive};
+                                    cpu_bind, cpu_bound_run, cpu_unbind, cpu_compile_loop, cpu_drive, NULL, NULL, NULL};

@@ -685,43 +685,105 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
   return rc;
 }
 
-/* kl_cuda_exec_run (cuda.h): x's steps queued on kiln's stream over the caller's device memory.
- * An output whose slot is also an input's (or another output's) is copied there at the end;
- * temporaries come from the stream-ordered allocator and go back to it in stream order. */
-int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+/* An executable bound to device memory (kl_cuda_bind): every step's pointers fixed, the
+ * temporaries allocated once. */
+struct kl_cuda_bound {
+  kl_exec *x;
+  void **args;       /* every step's pointers, step after step */
+  size_t *bytes;     /* and their sizes */
+  int *first;        /* per step: where its pointers start */
+  void **tmp;        /* per slot: a temporary, or NULL */
+  void **late_dst, **late_src; /* outputs copied after a run: an input passed through, an output twice */
+  size_t *late_bytes;
+  int nlate;
+};
+
+void kl_cuda_unbind(kl_cuda_bound *b) {
+  if (!b) return;
+  for (int sl = 0; b->tmp && sl < b->x->nslots; sl++)
+    if (b->tmp[sl]) kl_cuda_free(b->tmp[sl], b->x->slot_bytes[sl]);
+  free(b->args);
+  free(b->bytes);
+  free(b->first);
+  free(b->tmp);
+  free(b->late_dst);
+  free(b->late_src);
+  free(b->late_bytes);
+  free(b);
+}
+
+kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  kl_cuda_bound *b = calloc(1, sizeof *b);
   void **at = calloc((size_t)x->nslots + 1, sizeof *at); /* per slot: its memory */
-  kl_buffer **tmp = calloc((size_t)x->nslots + 1, sizeof *tmp);
-  int rc = 0;
-  if (!at || !tmp) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
-  for (int i = 0; !rc && i < x->ninputs; i++)
+  size_t nargs = 0;
+  for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
+  if (b) {
+    b->x = x;
+    b->args = malloc(sizeof(void *) * (nargs + 1));
+    b->bytes = malloc(sizeof(size_t) * (nargs + 1));
+    b->first = malloc(sizeof(int) * ((size_t)x->nsteps + 1));
+    b->tmp = calloc((size_t)x->nslots + 1, sizeof(void *));
+    b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+    b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+    b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
+  }
+  if (!b || !at || !b->args || !b->bytes || !b->first || !b->tmp || !b->late_dst || !b->late_src || !b->late_bytes) {
+    free(at);
+    kl_cuda_unbind(b);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
+    return NULL;
+  }
+  for (int i = 0; i < x->ninputs; i++)
     if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
-  for (int i = 0; !rc && i < x->noutputs; i++)
+  for (int i = 0; i < x->noutputs; i++)
     if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
-  for (int s = 0; s < x->nsteps && !rc; s++) {
+  size_t k = 0;
+  for (int s = 0; s < x->nsteps; s++) {
     const kl_step *st = &x->steps[s];
-    void *psmall[64];
-    size_t bsmall[64];
-    void **ptrs = st->nslots <= 64 ? psmall : malloc(sizeof(void *) * (size_t)st->nslots);
-    size_t *bytes = st->nslots <= 64 ? bsmall : malloc(sizeof(size_t) * (size_t)st->nslots);
-    if (!ptrs || !bytes) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
-    for (int i = 0; !rc && i < st->nslots; i++) {
+    b->first[s] = (int)k;
+    for (int i = 0; i < st->nslots; i++, k++) {
       int sl = st->slots[i];
       if (!at[sl]) {
-        if (!(tmp[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
-        else at[sl] = tmp[sl]->data;
+        if (kl_cuda_alloc(x->slot_bytes[sl], &b->tmp[sl], err, errlen)) {
+          free(at);
+          kl_cuda_unbind(b);
+          return NULL;
+        }
+        at[sl] = b->tmp[sl];
       }
-      ptrs[i] = at[sl];
-      bytes[i] = x->slot_bytes[sl];
+      b->args[k] = at[sl];
+      b->bytes[k] = x->slot_bytes[sl];
     }
-    if (!rc) rc = st->on_host ? run_host_step(st, ptrs, bytes, err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen);
-    if (ptrs && ptrs != psmall) free(ptrs);
-    if (bytes && bytes != bsmall) free(bytes);
   }
-  for (int i = 0; !rc && i < x->noutputs; i++) /* an input passed through, an output listed twice */
-    if (at[x->out_slots[i]] != out[i]) rc = kl_cuda_copy(out[i], 1, at[x->out_slots[i]], 1, x->slot_bytes[x->out_slots[i]], err, errlen);
-  for (int i = 0; tmp && i < x->nslots; i++) kl_buf_release(tmp[i]);
+  for (int i = 0; i < x->noutputs; i++)
+    if (at[x->out_slots[i]] != out[i]) {
+      b->late_dst[b->nlate] = out[i];
+      b->late_src[b->nlate] = at[x->out_slots[i]];
+      b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
+    }
   free(at);
-  free(tmp);
+  return b;
+}
+
+int kl_cuda_bound_run(const kl_cuda_bound *b, char *err, size_t errlen) {
+  const kl_exec *x = b->x;
+  for (int s = 0; s < x->nsteps; s++) {
+    const kl_step *st = &x->steps[s];
+    void **ptrs = b->args + b->first[s];
+    if (st->on_host ? run_host_step(st, ptrs, b->bytes + b->first[s], err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen))
+      return -1;
+  }
+  for (int i = 0; i < b->nlate; i++)
+    if (kl_cuda_copy(b->late_dst[i], 1, b->late_src[i], 1, b->late_bytes[i], err, errlen)) return -1;
+  return 0;
+}
+
+/* kl_cuda_exec_run (cuda.h): bound, queued, unbound (the temporaries go back in stream order). */
+int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  kl_cuda_bound *b = kl_cuda_bind(x, in, out, err, errlen);
+  if (!b) return -1;
+  int rc = kl_cuda_bound_run(b, err, errlen);
+  kl_cuda_unbind(b);
   return rc;
 }
 

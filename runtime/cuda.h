@@ -40,6 +40,25 @@ int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_
  * reading in[0..ninputs) and writing out[0..noutputs), device memory of x's slot sizes; returns
  * without waiting for them. 0, or -1 with a message. */
 int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
+/* The same bound once and run many times (a loop's body for each set of carries): kl_cuda_bind
+ * fixes the pointers and allocates the temporaries (NULL with a message), kl_cuda_bound_run
+ * queues the steps (0, or -1 with a message), kl_cuda_unbind frees (in stream order). */
+typedef struct kl_cuda_bound kl_cuda_bound;
+kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
+int kl_cuda_bound_run(const kl_cuda_bound *b, char *err, size_t errlen);
+void kl_cuda_unbind(kl_cuda_bound *b);
+/* A device-side while loop (CUDA conditional graph nodes, drivers of CUDA 12.3 or later): a graph
+ * that, while the byte at pred is nonzero (checked first when the graph starts), runs body(ctx)
+ * (which queues a trip's work on kiln's stream: the body, then the condition writing the byte
+ * at pred) and then one kernel that makes the ncopies copies (at most KL_CUDA_WHILE_COPIES,
+ * device to device: the new carries into the ones the next trip reads) and sets the condition.
+ * Built once over fixed memory; NULL (with a message) where the driver has no conditional nodes
+ * or the body cannot be captured into one (then loop step by step). */
+#define KL_CUDA_WHILE_COPIES 8
+void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void *ctx, const void *pred, int ncopies,
+                          void *const *dst, void *const *src, const size_t *bytes, char *err, size_t errlen);
+int kl_cuda_while_graph_launch(void *g, char *err, size_t errlen);
+void kl_cuda_while_graph_free(void *g);
 /* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
 int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/status.h"
 #include "cuda.h"
 
 typedef void *CUgraph, *CUgraphExec;
@@ -187,4 +188,214 @@ int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen)
   }
   pthread_mutex_unlock(&g->mu);
   return rc;
+}
+
+/* ---- device-side while loops: conditional graph nodes ----
+ * The graph: a kernel that sets the loop's condition handle from the predicate byte, then a
+ * WHILE node whose body graph is captured from the caller's body(): the loop's work, then the
+ * same setting kernel. The driver resolves cudaGraphSetConditional when it loads the kernel (no
+ * device runtime library to link). Driver entry points of CUDA 12.3: cuGraphConditionalHandleCreate,
+ * cuStreamBeginCaptureToGraph, cuGraphAddNode_v2 (with edge data). */
+typedef void *CUgraphNode;
+typedef unsigned long long CUgraphConditionalHandle;
+static int (*p_cuGraphCreate)(CUgraph *, unsigned);
+static int (*p_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *, CUgraph, void *, unsigned, unsigned);
+static int (*p_cuStreamBeginCaptureToGraph)(void *, CUgraph, const CUgraphNode *, const void *, size_t, int);
+static int (*p_cuGraphAddNode_v2)(CUgraphNode *, CUgraph, const CUgraphNode *, const void *, size_t, void *);
+static int (*p_cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
+static int (*p_cuCtxGetCurrent)(void **);
+enum { NODE_CONDITIONAL = 13, COND_WHILE = 1, NODE_PARAMS_BYTES = 256 };
+
+/* The kernel that ends each trip: copies up to KL_CUDA_WHILE_COPIES carries (16 bytes per thread
+ * and step, the tail bytes by thread 0), then thread 0 sets the loop's condition from the
+ * predicate byte. Parameters: the handle, the predicate, then (dst, src, bytes) per copy. */
+static char next_ptx[16384];
+
+static void write_next_ptx(void) {
+  char *p = next_ptx, *end = next_ptx + sizeof next_ptx;
+  p += snprintf(p, (size_t)(end - p),
+                ".version 7.8\n.target sm_70\n.address_size 64\n"
+                ".extern .func cudaGraphSetConditional(.param .b64 h, .param .b32 v);\n"
+                ".visible .entry kl_while_next(.param .u64 h, .param .u64 pred");
+  for (int k = 0; k < KL_CUDA_WHILE_COPIES; k++)
+    p += snprintf(p, (size_t)(end - p), ", .param .u64 d%d, .param .u64 s%d, .param .u64 b%d", k, k, k);
+  p += snprintf(p, (size_t)(end - p),
+                ")\n{\n  .reg .pred %%p<4>;\n  .reg .b16 %%c;\n  .reg .b32 %%r<8>;\n  .reg .b32 %%v<4>;\n  .reg .b64 %%rd<16>;\n"
+                "  mov.u32 %%r1, %%ctaid.x;\n  mov.u32 %%r2, %%ntid.x;\n  mov.u32 %%r3, %%tid.x;\n  mov.u32 %%r4, %%nctaid.x;\n"
+                "  mad.lo.u32 %%r5, %%r1, %%r2, %%r3;\n  mul.lo.u32 %%r6, %%r4, %%r2;\n"
+                "  cvt.u64.u32 %%rd1, %%r5;\n  cvt.u64.u32 %%rd2, %%r6;\n");
+  for (int k = 0; k < KL_CUDA_WHILE_COPIES; k++)
+    p += snprintf(p, (size_t)(end - p),
+                  "  ld.param.u64 %%rd3, [d%d];\n  ld.param.u64 %%rd4, [s%d];\n  ld.param.u64 %%rd5, [b%d];\n"
+                  "  cvta.to.global.u64 %%rd3, %%rd3;\n  cvta.to.global.u64 %%rd4, %%rd4;\n"
+                  "  shr.u64 %%rd6, %%rd5, 4;\n  mov.u64 %%rd7, %%rd1;\n"
+                  "L%d_vec:\n  setp.ge.u64 %%p1, %%rd7, %%rd6;\n  @%%p1 bra L%d_tail;\n"
+                  "  shl.b64 %%rd8, %%rd7, 4;\n  add.u64 %%rd9, %%rd4, %%rd8;\n  add.u64 %%rd10, %%rd3, %%rd8;\n"
+                  "  ld.global.v4.u32 {%%v0, %%v1, %%v2, %%v3}, [%%rd9];\n  st.global.v4.u32 [%%rd10], {%%v0, %%v1, %%v2, %%v3};\n"
+                  "  add.u64 %%rd7, %%rd7, %%rd2;\n  bra L%d_vec;\n"
+                  "L%d_tail:\n  setp.ne.u64 %%p2, %%rd1, 0;\n  @%%p2 bra L%d_end;\n  shl.b64 %%rd7, %%rd6, 4;\n"
+                  "L%d_byte:\n  setp.ge.u64 %%p1, %%rd7, %%rd5;\n  @%%p1 bra L%d_end;\n"
+                  "  add.u64 %%rd9, %%rd4, %%rd7;\n  add.u64 %%rd10, %%rd3, %%rd7;\n"
+                  "  ld.global.u8 %%c, [%%rd9];\n  st.global.u8 [%%rd10], %%c;\n  add.u64 %%rd7, %%rd7, 1;\n  bra L%d_byte;\n"
+                  "L%d_end:\n",
+                  k, k, k, k, k, k, k, k, k, k, k, k);
+  snprintf(p, (size_t)(end - p),
+           "  setp.ne.u64 %%p2, %%rd1, 0;\n  @%%p2 bra L_done;\n"
+           "  ld.param.u64 %%rd11, [h];\n  ld.param.u64 %%rd12, [pred];\n  cvta.to.global.u64 %%rd12, %%rd12;\n"
+           "  ld.global.u8 %%c, [%%rd12];\n  setp.ne.s16 %%p3, %%c, 0;\n  selp.u32 %%r7, 1, 0, %%p3;\n"
+           "  {\n  .param .b64 p0;\n  .param .b32 p1;\n  st.param.b64 [p0], %%rd11;\n  st.param.b32 [p1], %%r7;\n"
+           "  call.uni cudaGraphSetConditional, (p0, p1);\n  }\n"
+           "L_done:\n  ret;\n}\n");
+}
+
+static pthread_once_t while_once = PTHREAD_ONCE_INIT;
+static void *set_fn;
+static char while_why[200];
+
+static void while_load(void) {
+  if (!load()) {
+    snprintf(while_why, sizeof while_why, "the driver has no CUDA graphs");
+    return;
+  }
+  *(void **)&p_cuGraphCreate = kl_cuda_driver_symbol("cuGraphCreate");
+  *(void **)&p_cuGraphConditionalHandleCreate = kl_cuda_driver_symbol("cuGraphConditionalHandleCreate");
+  *(void **)&p_cuStreamBeginCaptureToGraph = kl_cuda_driver_symbol("cuStreamBeginCaptureToGraph");
+  *(void **)&p_cuGraphAddNode_v2 = kl_cuda_driver_symbol("cuGraphAddNode_v2");
+  *(void **)&p_cuGraphGetNodes = kl_cuda_driver_symbol("cuGraphGetNodes");
+  *(void **)&p_cuCtxGetCurrent = kl_cuda_driver_symbol("cuCtxGetCurrent");
+  if (!p_cuGraphCreate || !p_cuGraphConditionalHandleCreate || !p_cuStreamBeginCaptureToGraph || !p_cuGraphAddNode_v2 ||
+      !p_cuGraphGetNodes || !p_cuCtxGetCurrent) {
+    snprintf(while_why, sizeof while_why, "the driver has no conditional graph nodes (CUDA 12.3 or later has)");
+    return;
+  }
+  void *image = NULL, *mod = NULL;
+  size_t n = 0;
+  char err[256];
+  write_next_ptx();
+  if (kl_cuda_link_ptx(next_ptx, strlen(next_ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, &mod, err, sizeof err) ||
+      kl_cuda_function(mod, "kl_while_next", &set_fn, err, sizeof err)) {
+    set_fn = NULL;
+    snprintf(while_why, sizeof while_why, "the condition-setting kernel did not load: %.150s", err);
+  }
+  free(image);
+}
+
+typedef struct {
+  CUgraphExec exec;
+} while_graph;
+
+void kl_cuda_while_graph_free(void *p) {
+  while_graph *g = p;
+  if (!g) return;
+  if (g->exec) p_cuGraphExecDestroy(g->exec);
+  free(g);
+}
+
+/* Captures into graph `into` (an empty graph) what f(ctx) queues: 0, or -1. */
+static int capture_into(CUgraph into, int (*f)(void *, char *, size_t), void *ctx, char *err, size_t errlen) {
+  void *stream = kl_cuda_stream();
+  if (p_cuStreamBeginCaptureToGraph(stream, into, NULL, NULL, 0, CAPTURE_THREAD_LOCAL))
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "could not capture a while loop's body");
+  atomic_store(&capturing, 1);
+  int rc = f(ctx, err, errlen);
+  CUgraph out = NULL;
+  int r = p_cuStreamEndCapture(stream, &out); /* always ends the capture */
+  atomic_store(&capturing, 0);
+  if (!rc && r) rc = kl_error(err, errlen, KL_ERR_INTERNAL, "capturing a while loop's body failed (CUDA error %d)", r);
+  return rc;
+}
+
+typedef struct {
+  int (*body)(void *, char *, size_t);
+  void *ctx;
+  CUgraphConditionalHandle h;
+  const void *pred;
+  int ncopies;
+  void *const *dst, *const *src;
+  const size_t *bytes;
+} while_parts;
+
+/* The trip's end: the copies (none for the first check), the condition set. */
+static int queue_next(while_parts *w, int copies, char *err, size_t errlen) {
+  void *args[2 + 3 * KL_CUDA_WHILE_COPIES];
+  memset(args, 0, sizeof args);
+  args[0] = (void *)(uintptr_t)w->h;
+  args[1] = (void *)w->pred;
+  size_t most = 0;
+  for (int k = 0; k < (copies ? w->ncopies : 0); k++) {
+    args[2 + 3 * k] = w->dst[k];
+    args[3 + 3 * k] = w->src[k];
+    args[4 + 3 * k] = (void *)(uintptr_t)w->bytes[k];
+    if (w->bytes[k] > most) most = w->bytes[k];
+  }
+  size_t blocks = (most / 16 + 255) / 256;
+  blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : blocks;
+  return kl_cuda_launch(set_fn, (unsigned)blocks, copies ? 256 : 1, args, 2 + 3 * KL_CUDA_WHILE_COPIES, err, errlen);
+}
+
+static int queue_first(void *p, char *err, size_t errlen) { return queue_next(p, 0, err, errlen); }
+
+static int queue_trip(void *p, char *err, size_t errlen) {
+  while_parts *w = p;
+  return w->body(w->ctx, err, errlen) ? -1 : queue_next(w, 1, err, errlen);
+}
+
+void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void *ctx, const void *pred, int ncopies,
+                          void *const *dst, void *const *src, const size_t *bytes, char *err, size_t errlen) {
+  pthread_once(&while_once, while_load);
+  if (!set_fn) {
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s", while_why);
+    return NULL;
+  }
+  CUgraph graph = NULL;
+  void *cu_ctx = NULL;
+  while_parts w = {body, ctx, 0, pred, ncopies, dst, src, bytes};
+  if (ncopies > KL_CUDA_WHILE_COPIES) {
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "a while loop of %d carries copied per trip (at most %d)", ncopies,
+             KL_CUDA_WHILE_COPIES);
+    return NULL;
+  }
+  while_graph *g = calloc(1, sizeof *g);
+  int rc = g ? 0 : kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory building a while loop's graph");
+  if (!rc && (p_cuCtxGetCurrent(&cu_ctx) || p_cuGraphCreate(&graph, 0) ||
+              p_cuGraphConditionalHandleCreate(&w.h, graph, cu_ctx, 0, 0)))
+    rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not create a while loop's graph");
+  if (!rc) rc = capture_into(graph, queue_first, &w, err, errlen); /* the first check */
+  CUgraphNode first = NULL;
+  size_t n = 1;
+  if (!rc && (p_cuGraphGetNodes(graph, &first, &n) || n != 1))
+    rc = kl_error(err, errlen, KL_ERR_INTERNAL, "a while loop's graph has %zu nodes before its loop", n);
+  unsigned char params[NODE_PARAMS_BYTES];
+  memset(params, 0, sizeof params);
+  if (!rc) {
+    int type = NODE_CONDITIONAL, ctype = COND_WHILE;
+    unsigned size = 1;
+    memcpy(params, &type, sizeof type);
+    memcpy(params + 16, &w.h, sizeof w.h);       /* conditional.handle */
+    memcpy(params + 24, &ctype, sizeof ctype);   /* conditional.type */
+    memcpy(params + 28, &size, sizeof size);     /* conditional.size */
+    memcpy(params + 40, &cu_ctx, sizeof cu_ctx); /* conditional.ctx */
+    CUgraphNode node = NULL;
+    if (p_cuGraphAddNode_v2(&node, graph, &first, NULL, 1, params))
+      rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not add a while node to a graph");
+  }
+  CUgraph *bodies = NULL;
+  if (!rc) memcpy(&bodies, params + 32, sizeof bodies); /* conditional.phGraph_out */
+  if (!rc && !bodies) rc = kl_error(err, errlen, KL_ERR_INTERNAL, "the driver gave a while node no body graph");
+  if (!rc) rc = capture_into(bodies[0], queue_trip, &w, err, errlen);
+  int r = 0;
+  if (!rc && (r = p_cuGraphInstantiateWithFlags(&g->exec, graph, 0)))
+    rc = kl_error(err, errlen, KL_ERR_INTERNAL, "a while loop's graph did not instantiate (CUDA error %d)", r);
+  if (graph) p_cuGraphDestroy(graph);
+  if (rc) {
+    kl_cuda_while_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+int kl_cuda_while_graph_launch(void *p, char *err, size_t errlen) {
+  while_graph *g = p;
+  int r = p_cuGraphLaunch(g->exec, kl_cuda_stream());
+  return r ? kl_error(err, errlen, KL_ERR_INTERNAL, "launching a while loop's graph failed (CUDA error %d)", r) : 0;
 }
