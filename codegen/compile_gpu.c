@@ -329,9 +329,10 @@ static void *gpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, 
 }
 static int gpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cuda_bound_run(b, err, errlen); }
 static void gpu_unbind(void *b) { kl_cuda_unbind(b); }
+static void gpu_retarget(void *b, void *const *in, void *const *out) { kl_cuda_bound_retarget(b, in, out); }
 static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
                                          gpu_bind, gpu_bound_run, gpu_unbind, NULL, NULL,
-                                         kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free};
+                                         kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free, gpu_retarget};
 
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,

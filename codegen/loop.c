@@ -381,8 +381,6 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     for (int k = 0; k < 9; k++) native[k] = bound[k / 3][k % 3] ? bound[k / 3][k % 3]->native : NULL;
     rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, NULL, err, errlen);
   }
-  for (int r = 0; r < 3; r++)
-    for (int w = 0; w < 3; w++) body_unbind(bound[r][w]);
   for (int64_t it = 0; !fixed && it < l->length && !rc; it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
     memcpy(args + nk, it ? set[(it - 1) & 1] : init, sizeof(void *) * (size_t)n);
@@ -393,10 +391,18 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     }
     memcpy(outs, it == l->length - 1 ? final : set[it & 1], sizeof(void *) * (size_t)n);
     for (int j = 0; j < ny; j++) outs[n + j] = stage[nx + j] ? stage[nx + j] : (char *)ys[j] + (size_t)t * l->bytes[n + j];
-    if (!rc) rc = l->t->run(l->body, args, outs, err, errlen);
+    if (!rc && l->t->retarget && l->t->bind) { /* one binding per (carries read, written), pointed at each trip's slices */
+      int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
+      if (bound[r][w]) l->t->retarget(bound[r][w]->native, args, outs);
+      else if (!(bound[r][w] = body_bind(l->t, l->body, args, outs, err, errlen))) rc = -1;
+      if (!rc) rc = body_run(bound[r][w], err, errlen);
+    } else if (!rc)
+      rc = l->t->run(l->body, args, outs, err, errlen);
     for (int j = 0; j < ny && !rc; j++)
       if (stage[nx + j]) rc = l->t->copy((char *)ys[j] + (size_t)t * l->bytes[n + j], stage[nx + j], l->bytes[n + j], err, errlen);
   }
+  for (int r = 0; r < 3; r++)
+    for (int w = 0; w < 3; w++) body_unbind(bound[r][w]);
   for (int i = 0; i < n && !rc && l->length == 0; i++) rc = l->t->copy(final[i], init[i], l->bytes[i], err, errlen);
   for (int j = 0; j < nx + ny; j++)
     if (stage[j]) l->t->free(stage[j], j < nx ? l->xbytes[j] : l->bytes[n + j - nx]);

@@ -39,6 +39,8 @@ typedef struct {
                        void *const *dst, void *const *src, const size_t *bytes, char *err, size_t errlen);
   int (*while_launch)(void *graph, char *err, size_t errlen);
   void (*while_free)(void *graph);
+  /* optional, with bind: points a binding at other inputs and outputs (a scan's next slices) */
+  void (*retarget)(void *bound, void *const *in, void *const *out);
 } kl_loop_target;
 extern const kl_loop_target kl_loop_cpu;
 

@@ -361,6 +361,8 @@ static void *cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, 
 }
 static int cpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cpu_bound_run(b, err, errlen); }
 static void cpu_unbind(void *b) { kl_cpu_unbind(b); }
+static void cpu_retarget(void *b, void *const *in, void *const *out) { kl_cpu_bound_retarget(b, in, out); }
 
 const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
-                                    cpu_bind, cpu_bound_run, cpu_unbind, cpu_compile_loop, cpu_drive, NULL, NULL, NULL};
+                                    cpu_bind, cpu_bound_run, cpu_unbind, cpu_compile_loop, cpu_drive, NULL, NULL, NULL,
+                                    cpu_retarget};

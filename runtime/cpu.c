@@ -400,6 +400,7 @@ struct kl_cpu_bound {
   size_t *late_bytes;
   int nlate;
   void **outs;        /* per output: its memory, then where the steps leave it */
+  void **tmp, **at;   /* per slot: its temporary (NULL: an input's or output's); scratch */
 };
 
 void kl_cpu_unbind(kl_cpu_bound *b) {
@@ -411,12 +412,38 @@ void kl_cpu_unbind(kl_cpu_bound *b) {
   free(b->late_src);
   free(b->late_bytes);
   free(b->outs);
+  free(b->tmp);
   free(b);
+}
+
+/* Points b's steps at in/out and its temporaries. */
+static void bound_point(kl_cpu_bound *b, void *const *in, void *const *out) {
+  const kl_exec *x = b->x;
+  void **at = b->at;
+  memcpy(at, b->tmp, sizeof(void *) * (size_t)x->nslots);
+  for (int i = 0; i < x->ninputs; i++)
+    if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
+  for (int i = 0; i < x->noutputs; i++) /* written straight into the caller's memory */
+    if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
+  size_t k = 0;
+  for (int s = 0; s < x->nsteps; s++) {
+    b->first[s] = (int)k;
+    for (int i = 0; i < x->steps[s].nslots; i++) b->args[k++] = at[x->steps[s].slots[i]];
+  }
+  b->nlate = 0;
+  for (int i = 0; i < x->noutputs; i++) {
+    b->outs[2 * i] = out[i];
+    b->outs[2 * i + 1] = at[x->out_slots[i]];
+    if (at[x->out_slots[i]] != out[i]) {
+      b->late_dst[b->nlate] = out[i];
+      b->late_src[b->nlate] = at[x->out_slots[i]];
+      b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
+    }
+  }
 }
 
 kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
   kl_cpu_bound *b = calloc(1, sizeof *b);
-  void **at = calloc((size_t)x->nslots + 1, sizeof *at);
   size_t nargs = 0;
   for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
   if (b) {
@@ -427,49 +454,42 @@ kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *e
     b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
     b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
     b->outs = malloc(sizeof(void *) * (2 * (size_t)x->noutputs + 1));
+    b->tmp = calloc(2 * (size_t)x->nslots + 1, sizeof(void *));
   }
-  if (!b || !at || !b->args || !b->first || !b->late_dst || !b->late_src || !b->late_bytes || !b->outs) {
-    free(at);
+  if (!b || !b->args || !b->first || !b->late_dst || !b->late_src || !b->late_bytes || !b->outs || !b->tmp) {
     kl_cpu_unbind(b);
     kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
     return NULL;
   }
-  for (int i = 0; i < x->ninputs; i++)
-    if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
-  for (int i = 0; i < x->noutputs; i++) /* written straight into the caller's memory */
-    if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
+  b->at = b->tmp + x->nslots;
+  char *io = calloc((size_t)x->nslots + 1, 1); /* slots of inputs and outputs */
+  if (!io) {
+    kl_cpu_unbind(b);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+    return NULL;
+  }
+  for (int i = 0; i < x->ninputs; i++) io[x->in_slots[i]] = 1;
+  for (int i = 0; i < x->noutputs; i++) io[x->out_slots[i]] = 1;
   for (int sl = 0; sl < x->nslots; sl++)
-    if (!at[sl]) b->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
+    if (!io[sl]) b->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
   if (b->block_bytes && !(b->block = host_alloc(b->block_bytes))) {
-    free(at);
+    free(io);
     kl_cpu_unbind(b);
     kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", b->block_bytes);
     return NULL;
   }
   size_t off = 0;
   for (int sl = 0; sl < x->nslots; sl++)
-    if (!at[sl]) {
-      at[sl] = b->block + off;
+    if (!io[sl]) {
+      b->tmp[sl] = b->block + off;
       off += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
     }
-  size_t k = 0;
-  for (int s = 0; s < x->nsteps; s++) {
-    b->first[s] = (int)k;
-    for (int i = 0; i < x->steps[s].nslots; i++) b->args[k++] = at[x->steps[s].slots[i]];
-  }
-  for (int i = 0; i < x->noutputs; i++) {
-    b->outs[2 * i] = out[i];
-    b->outs[2 * i + 1] = at[x->out_slots[i]];
-  }
-  for (int i = 0; i < x->noutputs; i++)
-    if (at[x->out_slots[i]] != out[i]) {
-      b->late_dst[b->nlate] = out[i];
-      b->late_src[b->nlate] = at[x->out_slots[i]];
-      b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
-    }
-  free(at);
+  free(io);
+  bound_point(b, in, out);
   return b;
 }
+
+void kl_cpu_bound_retarget(kl_cpu_bound *b, void *const *in, void *const *out) { bound_point(b, in, out); }
 
 void **kl_cpu_bound_args(const kl_cpu_bound *b, int s) { return b->args + b->first[s]; }
 

@@ -692,7 +692,7 @@ struct kl_cuda_bound {
   void **args;       /* every step's pointers, step after step */
   size_t *bytes;     /* and their sizes */
   int *first;        /* per step: where its pointers start */
-  void **tmp;        /* per slot: a temporary, or NULL */
+  void **tmp, **at;  /* per slot: a temporary, or NULL (an input's or output's); scratch */
   void **late_dst, **late_src; /* outputs copied after a run: an input passed through, an output twice */
   size_t *late_bytes;
   int nlate;
@@ -712,27 +712,11 @@ void kl_cuda_unbind(kl_cuda_bound *b) {
   free(b);
 }
 
-kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  kl_cuda_bound *b = calloc(1, sizeof *b);
-  void **at = calloc((size_t)x->nslots + 1, sizeof *at); /* per slot: its memory */
-  size_t nargs = 0;
-  for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
-  if (b) {
-    b->x = x;
-    b->args = malloc(sizeof(void *) * (nargs + 1));
-    b->bytes = malloc(sizeof(size_t) * (nargs + 1));
-    b->first = malloc(sizeof(int) * ((size_t)x->nsteps + 1));
-    b->tmp = calloc((size_t)x->nslots + 1, sizeof(void *));
-    b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
-    b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
-    b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
-  }
-  if (!b || !at || !b->args || !b->bytes || !b->first || !b->tmp || !b->late_dst || !b->late_src || !b->late_bytes) {
-    free(at);
-    kl_cuda_unbind(b);
-    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
-    return NULL;
-  }
+/* Points b's steps at in/out and its temporaries. */
+static void cuda_bound_point(kl_cuda_bound *b, void *const *in, void *const *out) {
+  const kl_exec *x = b->x;
+  void **at = b->at;
+  memcpy(at, b->tmp, sizeof(void *) * (size_t)x->nslots);
   for (int i = 0; i < x->ninputs; i++)
     if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
   for (int i = 0; i < x->noutputs; i++)
@@ -742,28 +726,55 @@ kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char 
     const kl_step *st = &x->steps[s];
     b->first[s] = (int)k;
     for (int i = 0; i < st->nslots; i++, k++) {
-      int sl = st->slots[i];
-      if (!at[sl]) {
-        if (kl_cuda_alloc(x->slot_bytes[sl], &b->tmp[sl], err, errlen)) {
-          free(at);
-          kl_cuda_unbind(b);
-          return NULL;
-        }
-        at[sl] = b->tmp[sl];
-      }
-      b->args[k] = at[sl];
-      b->bytes[k] = x->slot_bytes[sl];
+      b->args[k] = at[st->slots[i]];
+      b->bytes[k] = x->slot_bytes[st->slots[i]];
     }
   }
+  b->nlate = 0;
   for (int i = 0; i < x->noutputs; i++)
     if (at[x->out_slots[i]] != out[i]) {
       b->late_dst[b->nlate] = out[i];
       b->late_src[b->nlate] = at[x->out_slots[i]];
       b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
     }
-  free(at);
+}
+
+kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
+  kl_cuda_bound *b = calloc(1, sizeof *b);
+  size_t nargs = 0;
+  for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
+  if (b) {
+    b->x = x;
+    b->args = malloc(sizeof(void *) * (nargs + 1));
+    b->bytes = malloc(sizeof(size_t) * (nargs + 1));
+    b->first = malloc(sizeof(int) * ((size_t)x->nsteps + 1));
+    b->tmp = calloc(2 * (size_t)x->nslots + 1, sizeof(void *));
+    b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+    b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+    b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
+  }
+  char *io = calloc((size_t)x->nslots + 1, 1); /* slots of inputs and outputs */
+  if (!b || !io || !b->args || !b->bytes || !b->first || !b->tmp || !b->late_dst || !b->late_src || !b->late_bytes) {
+    free(io);
+    kl_cuda_unbind(b);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
+    return NULL;
+  }
+  b->at = b->tmp + x->nslots;
+  for (int i = 0; i < x->ninputs; i++) io[x->in_slots[i]] = 1;
+  for (int i = 0; i < x->noutputs; i++) io[x->out_slots[i]] = 1;
+  for (int sl = 0; sl < x->nslots; sl++)
+    if (!io[sl] && kl_cuda_alloc(x->slot_bytes[sl], &b->tmp[sl], err, errlen)) {
+      free(io);
+      kl_cuda_unbind(b);
+      return NULL;
+    }
+  free(io);
+  cuda_bound_point(b, in, out);
   return b;
 }
+
+void kl_cuda_bound_retarget(kl_cuda_bound *b, void *const *in, void *const *out) { cuda_bound_point(b, in, out); }
 
 int kl_cuda_bound_run(const kl_cuda_bound *b, char *err, size_t errlen) {
   const kl_exec *x = b->x;

@@ -103,6 +103,8 @@ typedef struct kl_cpu_bound kl_cpu_bound;
 kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen);
 int kl_cpu_bound_run(const kl_cpu_bound *b, char *err, size_t errlen);
 void kl_cpu_unbind(kl_cpu_bound *b);
+/* Points a binding at other inputs and outputs (a scan's next slices), its temporaries kept. */
+void kl_cpu_bound_retarget(kl_cpu_bound *b, void *const *in, void *const *out);
 /* For a loop compiled around bound bodies (codegen/loop_cpu.c): step s's argument pointers;
  * output i's memory (*dst) and where the steps leave it (*src: dst, or a buffer copied into dst
  * after a run); running step s alone (0, or -1 with a message). */
