@@ -29,6 +29,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int tried, ready;
 static char why[512];
 static cublasHandle_t handle;
+#define WORKSPACE_BYTES ((size_t)32 << 20)
+static void *workspace; /* cuBLAS's, for the life of the process */
 static char extra[8][512];
 static int nextra;
 static char lib_path[512];
@@ -86,6 +88,15 @@ static void open_cublas(void) {
   if (rc) {
     snprintf(why, sizeof why, "cublasCreate failed (status %d)", rc);
     return;
+  }
+  /* a workspace of its own (NVIDIA's size for Hopper): without one cuBLAS allocates under stream
+   * capture, which a loop body captured into a conditional graph node may not do */
+  int (*set_ws)(cublasHandle_t, void *, size_t) = NULL;
+  *(void **)&set_ws = dlsym(h, "cublasSetWorkspace_v2");
+  char werr[256];
+  if (set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &workspace, werr, sizeof werr) && set_ws(handle, workspace, WORKSPACE_BYTES)) {
+    kl_cuda_free(workspace, WORKSPACE_BYTES);
+    workspace = NULL;
   }
   ready = 1;
 }

@@ -204,6 +204,8 @@ static int (*p_cuStreamBeginCaptureToGraph)(void *, CUgraph, const CUgraphNode *
 static int (*p_cuGraphAddNode_v2)(CUgraphNode *, CUgraph, const CUgraphNode *, const void *, size_t, void *);
 static int (*p_cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
 static int (*p_cuCtxGetCurrent)(void **);
+static int (*p_cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph, void *);
+static int (*p_cuGraphNodeGetType)(CUgraphNode, int *);
 enum { NODE_CONDITIONAL = 13, COND_WHILE = 1, NODE_PARAMS_BYTES = 256 };
 
 /* The kernel that ends each trip: copies up to KL_CUDA_WHILE_COPIES carries (16 bytes per thread
@@ -263,6 +265,8 @@ static void while_load(void) {
   *(void **)&p_cuGraphAddNode_v2 = kl_cuda_driver_symbol("cuGraphAddNode_v2");
   *(void **)&p_cuGraphGetNodes = kl_cuda_driver_symbol("cuGraphGetNodes");
   *(void **)&p_cuCtxGetCurrent = kl_cuda_driver_symbol("cuCtxGetCurrent");
+  *(void **)&p_cuGraphInstantiateWithParams = kl_cuda_driver_symbol("cuGraphInstantiateWithParams"); /* optional */
+  *(void **)&p_cuGraphNodeGetType = kl_cuda_driver_symbol("cuGraphNodeGetType");                     /* optional */
   if (!p_cuGraphCreate || !p_cuGraphConditionalHandleCreate || !p_cuStreamBeginCaptureToGraph || !p_cuGraphAddNode_v2 ||
       !p_cuGraphGetNodes || !p_cuCtxGetCurrent) {
     snprintf(while_why, sizeof while_why, "the driver has no conditional graph nodes (CUDA 12.3 or later has)");
@@ -384,8 +388,26 @@ void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void
   if (!rc && !bodies) rc = kl_error(err, errlen, KL_ERR_INTERNAL, "the driver gave a while node no body graph");
   if (!rc) rc = capture_into(bodies[0], queue_trip, &w, err, errlen);
   int r = 0;
-  if (!rc && (r = p_cuGraphInstantiateWithFlags(&g->exec, graph, 0)))
-    rc = kl_error(err, errlen, KL_ERR_INTERNAL, "a while loop's graph did not instantiate (CUDA error %d)", r);
+  if (!rc && (r = p_cuGraphInstantiateWithFlags(&g->exec, graph, 0))) {
+    /* why, where the driver says: the instantiation result and the type of the node at fault */
+    struct {
+      unsigned long long flags;
+      void *upload_stream;
+      CUgraphNode err_node;
+      int result;
+    } ip = {0, NULL, NULL, 0};
+    int type = -1;
+    CUgraphExec x = NULL;
+    if (p_cuGraphInstantiateWithParams && !p_cuGraphInstantiateWithParams(&x, graph, &ip)) {
+      g->exec = x; /* it went through this time */
+      r = 0;
+    }
+    if (r && ip.err_node && p_cuGraphNodeGetType) p_cuGraphNodeGetType(ip.err_node, &type);
+    if (r)
+      rc = kl_error(err, errlen, KL_ERR_INTERNAL,
+                    "a while loop's graph did not instantiate (CUDA error %d, instantiate result %d, node type %d)", r,
+                    ip.result, type);
+  }
   if (graph) p_cuGraphDestroy(graph);
   if (rc) {
     kl_cuda_while_graph_free(g);
