@@ -541,6 +541,37 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   return x;
 }
 
+/* A loop's driver inlines its small kernels (their argument loads fold away); larger ones it
+ * calls, so that their code is not compiled twice (the function and its copy in the loop). */
+#define LOOP_INLINE_MAX_TEXT 4000
+
+static void mark_noinline(cpu_module *cm) {
+  kl_str out;
+  kl_str_init(&out);
+  const char *t = cm->mod.data;
+  size_t at = 0;
+  for (int i = 0; i < cm->dedup.n; i++) {
+    if (cm->dedup.end[i] - cm->dedup.start[i] <= LOOP_INLINE_MAX_TEXT) continue;
+    const char *head = strstr(t + cm->dedup.start[i], ") {\n");
+    if (!head || (size_t)(head - t) > cm->dedup.end[i]) continue;
+    size_t cut = (size_t)(head - t) + 1; /* after the parameters' ")" */
+    kl_str_printf(&out, "%.*s attributes {passthrough = [\"noinline\"]}", (int)(cut - at), t + at);
+    at = cut;
+  }
+  if (!at) {
+    kl_str_free(&out);
+    return;
+  }
+  kl_str_append(&out, t + at);
+  if (out.failed) {
+    kl_str_free(&out);
+    return; /* the module keeps its text (inlined: slower to compile, not wrong) */
+  }
+  kl_str_free(&cm->mod);
+  cm->mod = out;
+  kl_kernel_dedup_free(&cm->dedup); /* its offsets no longer hold; no kernel follows */
+}
+
 /* Which of x's steps a compiled loop calls directly: a kernel small enough for one thread (its
  * function's index; the others, -1, go through their step). */
 static void loop_calls(const kl_exec *x, int *fn) {
@@ -575,6 +606,7 @@ int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, kl_exec *
     }
     char name[32];
     snprintf(name, sizeof name, "KLPFX%d", cm.nfns);
+    if (!rc) mark_noinline(&cm);
     if (!rc) kl_loop_driver_emit(scan, sh, nxs, name, &cm.mod);
     free(fns);
   }

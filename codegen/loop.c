@@ -579,7 +579,8 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
                       : e->prim == KL_P_WHILE_BWD ? p->while_ad.vjp : NULL;
   kl_program *second = e->prim == KL_P_SCAN ? p->scan.body : e->prim == KL_P_COND ? p->cond.true_branch
                        : e->prim == KL_P_WHILE_BWD ? p->while_ad.body : p->while_.body;
-  int whole = t->compile_loop && (e->prim == KL_P_WHILE || (e->prim == KL_P_SCAN && l->n == 0 && l->ny == 0));
+  int whole = t->compile_loop && !getenv("KILN_CPU_HOST_LOOPS") &&
+              (e->prim == KL_P_WHILE || (e->prim == KL_P_SCAN && l->n == 0 && l->ny == 0));
   if (whole) {
     if (t->compile_loop(first, second, e->prim == KL_P_SCAN, &l->cond, &l->body, &l->driver, err, errlen)) {
       kl_loop_free(l);
