@@ -221,11 +221,24 @@ static int dev_while_body(void *ctx, char *err, size_t errlen) {
   return 0;
 }
 
+#define DEV_WHILE_MAX_BYTES ((size_t)256 << 20)
+
 static int dev_while_build(kl_loop *l) {
   dev_while *d = l->dw;
   const kl_loop_target *t = l->t;
   int n = l->n, nk = l->nc + l->nb, rc = 0;
   char err[256];
+  size_t total = 0; /* the loop's own memory: at most DEV_WHILE_MAX_BYTES, else the host loops */
+  for (int i = 0; i < n; i++) total += (l->alias[i] ? 1 : 2) * l->bytes[i];
+  for (int j = 0; j < nk; j++) {
+    const kl_exec *x = j < l->nc ? l->cond : l->body;
+    total += x->slot_bytes[x->in_slots[n + (j < l->nc ? j : j - l->nc)]];
+  }
+  if (total > DEV_WHILE_MAX_BYTES) {
+    if (getenv("KILN_LOG_COMPILES"))
+      fprintf(stderr, "kiln: a while loop runs from the host: its carries and consts (%zu bytes) are too large to copy\n", total);
+    return -1;
+  }
   d->a = kl_calloc(2 * (size_t)n + (size_t)nk + 1, sizeof(void *));
   d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
   void **args = kl_calloc((size_t)(n + nk) + 1, sizeof(void *));
