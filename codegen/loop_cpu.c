@@ -112,10 +112,12 @@ static void hoisted_free(hoisted *h) {
 /* One binding's group: its steps in order (a trampoline's failure skips the rest), then the
  * copies of late outputs. The binding is %v<base> (the table's index of its group, for the steps
  * run through the runtime), and, for the direct kernels' pointers, `sel`: the SSA name of the
- * group's number (i64) among h's, or NULL when h has one group. */
-static void emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoisted *h, const char *sel) {
+ * group's number (i64) among h's, or NULL when h has one group. Returns the number k of %w<k>,
+ * the pointer a direct kernel writes the first output through (-1: none does), so that the
+ * driver reads a while loop's predicate through the same value (LLVM then forwards the store). */
+static int emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoisted *h, const char *sel) {
   const kl_exec *x = sh->x;
-  int open = 0, at = 0;
+  int open = 0, at = 0, out0 = -1;
   for (int s = 0; s < x->nsteps; s++) {
     if (sh->fn[s] >= 0) {
       int arr = h->slot_arr[s];
@@ -131,6 +133,7 @@ static void emit_group(emitter *m, const kl_loop_shape *sh, int base, const hois
                         q, g, q, sel, q, q, q, h->pre[g * h->nargs + at], k);
           k = q;
         }
+        if (x->noutputs && x->steps[s].slots[j] == x->out_slots[0]) out0 = k;
         kl_str_printf(m->out,
                       "    %%se%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
                       "    llvm.store %%w%d, %%se%d : !llvm.ptr, !llvm.ptr\n",
@@ -161,6 +164,7 @@ static void emit_group(emitter *m, const kl_loop_shape *sh, int base, const hois
                   d, d, s, d, d, x->slot_bytes[x->out_slots[i]], d, s, d);
   }
   while (open--) kl_str_append(m->out, "    }\n");
+  return out0;
 }
 
 /* %v<k> = %<p> * size + off, the base of a group; returns k */
@@ -210,9 +214,11 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *n
     hoist(&m, &sh[1], 2, bbase, &hb);
     kl_str_printf(mod, "    %%fin = scf.while (%%p = %%k0) : (i64) -> i64 {\n");
     int b = group_base(&m, "%p", gc + gb, TAB_GROUPS);
-    emit_group(&m, &sh[0], b, &hc, "%p");
+    int pw = emit_group(&m, &sh[0], b, &hc, "%p");
+    char pname[32];
+    snprintf(pname, sizeof pname, pw >= 0 ? "%%w%d" : "%%v%d", pw >= 0 ? pw : pr);
     kl_str_printf(mod,
-                  "    %%pv = llvm.load %%v%d : !llvm.ptr -> i8\n"
+                  "    %%pv = llvm.load %s : !llvm.ptr -> i8\n"
                   "    %%fl = %s\n"
                   "    %%g1 = arith.cmpi ne, %%pv, %%z8 : i8\n"
                   "    %%g2 = arith.cmpi eq, %%fl, %%z32 : i32\n"
@@ -220,7 +226,7 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *n
                   "    scf.condition(%%go) %%p : i64\n"
                   "    } do {\n"
                   "    ^bb0(%%p2: i64):\n",
-                  pr, failed_flag(sh, 2));
+                  pname, failed_flag(sh, 2));
     b = group_base(&m, "%p2", gc + gb, TAB_GROUPS + gc);
     emit_group(&m, &sh[1], b, &hb, "%p2");
     hoisted_free(&hc);
