@@ -171,6 +171,7 @@ typedef struct dev_while {
   void **cdst, **csrc; /* the copies of b into a, the device's kernel's first */
   size_t *cbytes;
   int ncopies;
+  void *flags; /* unrolled passes: two bytes, whether the loop is done (zeroed per run) */
   void *graph;
   pthread_mutex_t mu; /* one run at a time over the loop's memory */
 } dev_while;
@@ -193,6 +194,8 @@ static void dev_while_release(kl_loop *l) {
   for (int j = 0; d->k && j < l->nc + l->nb; j++)
     if (d->k[j]) l->t->free(d->k[j], d->kbytes[j] ? d->kbytes[j] : 1);
   if (d->pred) l->t->free(d->pred, 1);
+  if (d->flags) l->t->free(d->flags, 2);
+  d->flags = NULL;
   free(d->a);
   free(d->kbytes);
   d->a = d->b = d->k = NULL;
@@ -222,6 +225,8 @@ static int dev_while_body(void *ctx, char *err, size_t errlen) {
 }
 
 #define DEV_WHILE_MAX_BYTES ((size_t)256 << 20)
+#define DEV_WHILE_UNROLL 4
+#define DEV_WHILE_UNROLL_MAX_COST (1 << 18) /* elements the body and condition touch */
 
 static int dev_while_build(kl_loop *l) {
   dev_while *d = l->dw;
@@ -276,9 +281,22 @@ static int dev_while_build(kl_loop *l) {
     d->csrc[d->ncopies] = d->b[i];
     d->cbytes[d->ncopies++] = l->bytes[i];
   }
+  /* a small body whose carries all trade buffers runs DEV_WHILE_UNROLL trips per pass of the
+   * loop node (a pass costs about as much as two kernels): trips after the loop is done compute
+   * into the second buffers and copy nothing */
+  int unroll = 1;
+  if (!rc && d->ncopies <= KL_LOOP_KERNEL_COPIES && l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_MAX_COST &&
+      !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
+    unroll = DEV_WHILE_UNROLL;
+    for (int i = 0; i < n; i++)
+      if (l->bytes[i] && d->a[i] == d->b[i]) unroll = 1;
+  }
+  if (!rc && unroll > 1) rc = t->alloc(2, &d->flags, err, sizeof err);
   if (!rc) {
     int k = d->ncopies < KL_LOOP_KERNEL_COPIES ? d->ncopies : KL_LOOP_KERNEL_COPIES;
-    if (!(d->graph = t->while_graph(dev_while_body, l, d->pred, k, d->cdst, d->csrc, d->cbytes, err, sizeof err))) rc = -1;
+    if (!(d->graph = t->while_graph(dev_while_body, l, d->pred, k, d->cdst, d->csrc, d->cbytes, unroll, d->flags, err,
+                                    sizeof err)))
+      rc = -1;
   }
   free(args);
   if (rc) {
@@ -305,6 +323,7 @@ static int dev_while_run(const kl_loop *cl, void **ptrs, char *err, size_t errle
   for (int j = 0; j < nk && !rc; j++) rc = t->copy(d->k[j], ptrs[j], d->kbytes[j], err, errlen);
   for (int i = 0; i < n && !rc; i++) rc = t->copy(d->a[i], ptrs[nk + i], l->bytes[i], err, errlen);
   if (!rc) rc = body_run(d->cond, err, errlen);
+  if (!rc && d->flags) rc = t->zero(d->flags, 2, err, errlen);
   if (!rc) rc = t->while_launch(d->graph, err, errlen);
   for (int i = 0; i < n && !rc; i++) rc = t->copy(ptrs[nk + n + i], d->a[i], l->bytes[i], err, errlen);
   pthread_mutex_unlock(&d->mu);

@@ -36,7 +36,8 @@ typedef struct {
                int *parity, char *err, size_t errlen);
   /* optional (the GPU's): a while loop run on the device, as kl_cuda_while_graph (runtime/cuda.h) */
   void *(*while_graph)(int (*body)(void *ctx, char *err, size_t errlen), void *ctx, const void *pred, int ncopies,
-                       void *const *dst, void *const *src, const size_t *bytes, char *err, size_t errlen);
+                       void *const *dst, void *const *src, const size_t *bytes, int unroll, void *flags, char *err,
+                       size_t errlen);
   int (*while_launch)(void *graph, char *err, size_t errlen);
   void (*while_free)(void *graph);
   /* optional, with bind: points a binding at other inputs and outputs (a scan's next slices) */

@@ -54,11 +54,15 @@ void kl_cuda_bound_retarget(kl_cuda_bound *b, void *const *in, void *const *out)
  * (which queues a trip's work on kiln's stream: the body, then the condition writing the byte
  * at pred) and then one kernel that makes the ncopies copies (at most KL_CUDA_WHILE_COPIES,
  * device to device: the new carries into the ones the next trip reads) and sets the condition.
+ * With unroll > 1 and flags (two bytes of device memory, zeroed before each launch), each pass of
+ * the loop node queues `unroll` trips (rounded up to even), a trip after the loop is done making
+ * no copies (its body must then write only memory the copies read: no carry updated in place).
  * Built once over fixed memory; NULL (with a message) where the driver has no conditional nodes
  * or the body cannot be captured into one (then loop step by step). */
 #define KL_CUDA_WHILE_COPIES 8
 void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void *ctx, const void *pred, int ncopies,
-                          void *const *dst, void *const *src, const size_t *bytes, char *err, size_t errlen);
+                          void *const *dst, void *const *src, const size_t *bytes, int unroll, void *flags, char *err,
+                          size_t errlen);
 int kl_cuda_while_graph_launch(void *g, char *err, size_t errlen);
 void kl_cuda_while_graph_free(void *g);
 /* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */

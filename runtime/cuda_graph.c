@@ -218,14 +218,21 @@ static void write_next_ptx(void) {
   p += snprintf(p, (size_t)(end - p),
                 ".version 7.8\n.target sm_70\n.address_size 64\n"
                 ".extern .func cudaGraphSetConditional(.param .b64 h, .param .b32 v);\n"
-                ".visible .entry kl_while_next(.param .u64 h, .param .u64 pred");
+                ".visible .entry kl_while_next(.param .u64 h, .param .u64 pred, .param .u64 flags, .param .u64 rd,"
+                " .param .u64 wr");
   for (int k = 0; k < KL_CUDA_WHILE_COPIES; k++)
     p += snprintf(p, (size_t)(end - p), ", .param .u64 d%d, .param .u64 s%d, .param .u64 b%d", k, k, k);
   p += snprintf(p, (size_t)(end - p),
-                ")\n{\n  .reg .pred %%p<4>;\n  .reg .b16 %%c;\n  .reg .b32 %%r<8>;\n  .reg .b32 %%v<4>;\n  .reg .b64 %%rd<16>;\n"
+                ")\n{\n  .reg .pred %%p<8>;\n  .reg .b16 %%c;\n  .reg .b16 %%d;\n  .reg .b16 %%e;\n  .reg .b32 %%r<8>;\n"
+                "  .reg .b32 %%v<4>;\n  .reg .b64 %%rd<20>;\n"
                 "  mov.u32 %%r1, %%ctaid.x;\n  mov.u32 %%r2, %%ntid.x;\n  mov.u32 %%r3, %%tid.x;\n  mov.u32 %%r4, %%nctaid.x;\n"
                 "  mad.lo.u32 %%r5, %%r1, %%r2, %%r3;\n  mul.lo.u32 %%r6, %%r4, %%r2;\n"
-                "  cvt.u64.u32 %%rd1, %%r5;\n  cvt.u64.u32 %%rd2, %%r6;\n");
+                "  cvt.u64.u32 %%rd1, %%r5;\n  cvt.u64.u32 %%rd2, %%r6;\n"
+                /* d: whether the loop was already done (the flag a trip reads; 0 without flags) */
+                "  mov.u16 %%d, 0;\n  ld.param.u64 %%rd13, [flags];\n  setp.eq.u64 %%p5, %%rd13, 0;\n  @%%p5 bra L_read;\n"
+                "  cvta.to.global.u64 %%rd13, %%rd13;\n  ld.param.u64 %%rd14, [rd];\n  add.u64 %%rd15, %%rd13, %%rd14;\n"
+                "  ld.global.u8 %%d, [%%rd15];\n"
+                "L_read:\n  setp.ne.s16 %%p6, %%d, 0;\n  @%%p6 bra L_copied;\n");
   for (int k = 0; k < KL_CUDA_WHILE_COPIES; k++)
     p += snprintf(p, (size_t)(end - p),
                   "  ld.param.u64 %%rd3, [d%d];\n  ld.param.u64 %%rd4, [s%d];\n  ld.param.u64 %%rd5, [b%d];\n"
@@ -242,9 +249,14 @@ static void write_next_ptx(void) {
                   "L%d_end:\n",
                   k, k, k, k, k, k, k, k, k, k, k, k);
   snprintf(p, (size_t)(end - p),
-           "  setp.ne.u64 %%p2, %%rd1, 0;\n  @%%p2 bra L_done;\n"
+           "L_copied:\n  setp.ne.u64 %%p2, %%rd1, 0;\n  @%%p2 bra L_done;\n"
            "  ld.param.u64 %%rd11, [h];\n  ld.param.u64 %%rd12, [pred];\n  cvta.to.global.u64 %%rd12, %%rd12;\n"
-           "  ld.global.u8 %%c, [%%rd12];\n  setp.ne.s16 %%p3, %%c, 0;\n  selp.u32 %%r7, 1, 0, %%p3;\n"
+           "  ld.global.u8 %%c, [%%rd12];\n  setp.ne.s16 %%p3, %%c, 0;\n"
+           /* going on: the predicate holds and the loop was not done; done, with flags, recorded */
+           "  not.pred %%p7, %%p6;\n  and.pred %%p3, %%p3, %%p7;\n  selp.u32 %%r7, 1, 0, %%p3;\n"
+           "  @%%p5 bra L_set;\n  selp.u16 %%e, 0, 1, %%p3;\n  ld.param.u64 %%rd16, [wr];\n  add.u64 %%rd17, %%rd13, %%rd16;\n"
+           "  st.global.u8 [%%rd17], %%e;\n"
+           "L_set:\n"
            "  {\n  .param .b64 p0;\n  .param .b32 p1;\n  st.param.b64 [p0], %%rd11;\n  st.param.b32 [p1], %%r7;\n"
            "  call.uni cudaGraphSetConditional, (p0, p1);\n  }\n"
            "L_done:\n  ret;\n}\n");
@@ -317,35 +329,47 @@ typedef struct {
   int ncopies;
   void *const *dst, *const *src;
   const size_t *bytes;
+  int unroll;  /* trips per pass of the loop node */
+  void *flags; /* with unroll > 1: two device bytes, whether the loop is done */
+  int trip;    /* the trip being queued */
 } while_parts;
 
 /* The trip's end: the copies (none for the first check), the condition set. */
-static int queue_next(while_parts *w, int copies, char *err, size_t errlen) {
-  void *args[2 + 3 * KL_CUDA_WHILE_COPIES];
+/* With flags (unrolled trips), a trip reads whether the loop was done from one byte and writes
+ * it to the other: the first check writes byte 1 (byte 0 is zeroed before each launch), trip j
+ * of a pass reads byte (j + 1) % 2 and writes byte j % 2 (the unroll is even, so passes chain). */
+static int queue_next(while_parts *w, int copies, int rd, int wr, char *err, size_t errlen) {
+  void *args[5 + 3 * KL_CUDA_WHILE_COPIES];
   memset(args, 0, sizeof args);
   args[0] = (void *)(uintptr_t)w->h;
   args[1] = (void *)w->pred;
+  args[2] = w->unroll > 1 ? w->flags : NULL;
+  args[3] = (void *)(uintptr_t)rd;
+  args[4] = (void *)(uintptr_t)wr;
   size_t most = 0;
   for (int k = 0; k < (copies ? w->ncopies : 0); k++) {
-    args[2 + 3 * k] = w->dst[k];
-    args[3 + 3 * k] = w->src[k];
-    args[4 + 3 * k] = (void *)(uintptr_t)w->bytes[k];
+    args[5 + 3 * k] = w->dst[k];
+    args[6 + 3 * k] = w->src[k];
+    args[7 + 3 * k] = (void *)(uintptr_t)w->bytes[k];
     if (w->bytes[k] > most) most = w->bytes[k];
   }
   size_t blocks = (most / 16 + 255) / 256;
   blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : blocks;
-  return kl_cuda_launch(set_fn, (unsigned)blocks, copies ? 256 : 1, args, 2 + 3 * KL_CUDA_WHILE_COPIES, err, errlen);
+  return kl_cuda_launch(set_fn, (unsigned)blocks, copies ? 256 : 1, args, 5 + 3 * KL_CUDA_WHILE_COPIES, err, errlen);
 }
 
-static int queue_first(void *p, char *err, size_t errlen) { return queue_next(p, 0, err, errlen); }
+static int queue_first(void *p, char *err, size_t errlen) { return queue_next(p, 0, 0, 1, err, errlen); }
 
-static int queue_trip(void *p, char *err, size_t errlen) {
+static int queue_trips(void *p, char *err, size_t errlen) {
   while_parts *w = p;
-  return w->body(w->ctx, err, errlen) ? -1 : queue_next(w, 1, err, errlen);
+  for (int j = 0; j < w->unroll; j++)
+    if (w->body(w->ctx, err, errlen) || queue_next(w, 1, (j + 1) % 2, j % 2, err, errlen)) return -1;
+  return 0;
 }
 
 void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void *ctx, const void *pred, int ncopies,
-                          void *const *dst, void *const *src, const size_t *bytes, char *err, size_t errlen) {
+                          void *const *dst, void *const *src, const size_t *bytes, int unroll, void *flags, char *err,
+                          size_t errlen) {
   pthread_once(&while_once, while_load);
   if (!set_fn) {
     kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s", while_why);
@@ -353,7 +377,7 @@ void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void
   }
   CUgraph graph = NULL;
   void *cu_ctx = NULL;
-  while_parts w = {body, ctx, 0, pred, ncopies, dst, src, bytes};
+  while_parts w = {body, ctx, 0, pred, ncopies, dst, src, bytes, unroll > 1 && flags ? unroll + unroll % 2 : 1, flags, 0};
   if (ncopies > KL_CUDA_WHILE_COPIES) {
     kl_error(err, errlen, KL_ERR_UNSUPPORTED, "a while loop of %d carries copied per trip (at most %d)", ncopies,
              KL_CUDA_WHILE_COPIES);
@@ -386,7 +410,7 @@ void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void
   CUgraph *bodies = NULL;
   if (!rc) memcpy(&bodies, params + 32, sizeof bodies); /* conditional.phGraph_out */
   if (!rc && !bodies) rc = kl_error(err, errlen, KL_ERR_INTERNAL, "the driver gave a while node no body graph");
-  if (!rc) rc = capture_into(bodies[0], queue_trip, &w, err, errlen);
+  if (!rc) rc = capture_into(bodies[0], queue_trips, &w, err, errlen);
   int r = 0;
   if (!rc && (r = p_cuGraphInstantiateWithFlags(&g->exec, graph, 0))) {
     /* why, where the driver says: the instantiation result and the type of the node at fault */
