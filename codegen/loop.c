@@ -227,6 +227,7 @@ static int dev_while_body(void *ctx, char *err, size_t errlen) {
 #define DEV_WHILE_MAX_BYTES ((size_t)256 << 20)
 #define DEV_WHILE_UNROLL 4
 #define DEV_WHILE_UNROLL_MAX_COST (1 << 18) /* elements the body and condition touch */
+#define DEV_WHILE_UNROLL_TINY 4096         /* below: twice the trips per pass */
 
 static int dev_while_build(kl_loop *l) {
   dev_while *d = l->dw;
@@ -287,7 +288,7 @@ static int dev_while_build(kl_loop *l) {
   int unroll = 1;
   if (!rc && d->ncopies <= KL_LOOP_KERNEL_COPIES && l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_MAX_COST &&
       !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
-    unroll = DEV_WHILE_UNROLL;
+    unroll = l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_TINY ? 2 * DEV_WHILE_UNROLL : DEV_WHILE_UNROLL;
     for (int i = 0; i < n; i++)
       if (l->bytes[i] && d->a[i] == d->b[i]) unroll = 1;
   }

@@ -648,3 +648,16 @@ def test_compiled_loops_with_products_big_kernels_and_inner_loops():
     assert int(i) == 7
     np.testing.assert_allclose(np.asarray(h), hh, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(v), vv, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("stop", [0, 1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17])
+def test_while_loops_stop_after_any_trip(stop):
+    """A while loop stops after exactly the trips its condition allows, whatever their number (on
+    the GPU the loop runs device-side, several trips per pass of the loop node)."""
+    f = kiln.jit(lambda x, s: lax.while_loop(lambda v: v[0][0] < s, lambda v: (v[0] + 1.0, v[1] * 2.0 + v[0][0]), x))
+    a, b = f((jnp.zeros(3, jnp.float32), jnp.asarray(np.arange(5, dtype=np.float32))), float(stop))
+    wa, wb = np.zeros(3, np.float32), np.arange(5, dtype=np.float32)
+    while wa[0] < stop:
+        wa, wb = wa + 1, wb * 2 + wa[0]
+    np.testing.assert_array_equal(np.asarray(a), wa)
+    np.testing.assert_array_equal(np.asarray(b), wb)
