@@ -173,7 +173,7 @@ static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, c
   snprintf(pipeline, sizeof pipeline,
            "builtin.module(nvvm-attach-target{chip=sm_%d%d features=+ptx80 O=3%s%s},gpu.module(convert-scf-to-cf,"
            "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=%d},convert-vector-to-llvm,"
-           "convert-math-to-llvm,reconcile-unrealized-casts,canonicalize),gpu-module-to-binary{format=isa toolkit=/nonexistent-kiln-toolkit})",
+           "convert-math-to-llvm,reconcile-unrealized-casts,canonicalize),gpu-module-to-binary{format=isa})",
            cc_major, cc_minor, libdevice ? " l=" : "", libdevice ? libdevice : "", index32 ? 32 : 64);
   MlirContext ctx = kl_mlir_lock();
   kl_str diag;
