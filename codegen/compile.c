@@ -433,9 +433,8 @@ static kl_exec *emit_program(kl_program *pg, cpu_module *cm, char *err, size_t e
     kl_step *st = &x->steps[x->nsteps];
     if (ps->kind == KL_STEP_LIB && kl_lower_get(pg->eqns[ps->eqn].prim)->loop) {
       if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, &kl_loop_cpu, st, &o->loops[o->nloops], err, errlen))) break;
-      o->nloops++;
-      st->cost = 1 << 20;
-      x->cost += 1 << 20; /* a loop of unknown length: worth the executor thread */
+      st->cost = kl_loop_cost(o->loops[o->nloops++]); /* a large one goes to the executor thread */
+      x->cost += st->cost;
       x->nsteps++;
       continue;
     }

@@ -39,6 +39,7 @@ struct kl_loop {
 };
 
 static void dev_while_free(kl_loop *l);
+#define LOOP_GUESSED_TRIPS 64 /* a while loop's cost, in trips of its body, for scheduling */
 #define KL_LOOP_KERNEL_COPIES 8 /* copies the GPU's trip-ending kernel makes (KL_CUDA_WHILE_COPIES) */
 
 void kl_loop_free(kl_loop *l) {
@@ -642,6 +643,13 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
   }
   *out = l;
   return 0;
+}
+
+int64_t kl_loop_cost(const kl_loop *l) {
+  int64_t body = l->body->cost > 0 ? l->body->cost : 1, first = l->cond && l->cond->cost > 0 ? l->cond->cost : 1;
+  if (l->prim == KL_P_SCAN) return l->length > INT64_MAX / 4 / body ? INT64_MAX / 4 : l->length * body;
+  if (l->prim == KL_P_COND) return body > first ? body : first;
+  return LOOP_GUESSED_TRIPS * (body + first); /* while, while_bwd: trips unknown */
 }
 
 void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out) {

@@ -51,6 +51,9 @@ extern const kl_loop_target kl_loop_cpu;
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
                          kl_loop **out, char *err, size_t errlen);
 void kl_loop_free(kl_loop *l);
+/* Elements a loop step touches, about (a while loop's trips guessed): its executable's cost, for
+ * running small programs in the caller. */
+int64_t kl_loop_cost(const kl_loop *l);
 /* " (scan of 10 trips over a body of 2 steps, while over ...)" for KILN_LOG_COMPILES; "" for none. */
 void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out);
 
