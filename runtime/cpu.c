@@ -389,127 +389,69 @@ static void execute(launch *l) {
   free(l);
 }
 
-/* An executable bound to memory (kl_cpu_bind): every step's argument pointers, fixed. */
+/* An executable bound to memory (kl_cpu_bind): the binding, its temporaries in one block. */
 struct kl_cpu_bound {
-  kl_exec *x;         /* borrowed */
-  void **args;        /* every step's pointers, step after step */
-  int *first;         /* per step: where its pointers start in args */
-  char *block;        /* the temporaries */
+  kl_binding b;
+  char *block;
   size_t block_bytes;
-  void **late_dst, **late_src; /* outputs copied after a run: an input passed through, an output twice */
-  size_t *late_bytes;
-  int nlate;
-  void **outs;        /* per output: its memory, then where the steps leave it */
-  void **tmp, **at;   /* per slot: its temporary (NULL: an input's or output's); scratch */
 };
 
-void kl_cpu_unbind(kl_cpu_bound *b) {
-  if (!b) return;
-  if (b->block) host_free(b->block, b->block_bytes);
-  free(b->args);
-  free(b->first);
-  free(b->late_dst);
-  free(b->late_src);
-  free(b->late_bytes);
-  free(b->outs);
-  free(b->tmp);
-  free(b);
-}
-
-/* Points b's steps at in/out and its temporaries. */
-static void bound_point(kl_cpu_bound *b, void *const *in, void *const *out) {
-  const kl_exec *x = b->x;
-  void **at = b->at;
-  memcpy(at, b->tmp, sizeof(void *) * (size_t)x->nslots);
-  for (int i = 0; i < x->ninputs; i++)
-    if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
-  for (int i = 0; i < x->noutputs; i++) /* written straight into the caller's memory */
-    if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
-  size_t k = 0;
-  for (int s = 0; s < x->nsteps; s++) {
-    b->first[s] = (int)k;
-    for (int i = 0; i < x->steps[s].nslots; i++) b->args[k++] = at[x->steps[s].slots[i]];
-  }
-  b->nlate = 0;
-  for (int i = 0; i < x->noutputs; i++) {
-    b->outs[2 * i] = out[i];
-    b->outs[2 * i + 1] = at[x->out_slots[i]];
-    if (at[x->out_slots[i]] != out[i]) {
-      b->late_dst[b->nlate] = out[i];
-      b->late_src[b->nlate] = at[x->out_slots[i]];
-      b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
-    }
-  }
+void kl_cpu_unbind(kl_cpu_bound *c) {
+  if (!c) return;
+  if (c->block) host_free(c->block, c->block_bytes);
+  kl_binding_free(&c->b);
+  free(c);
 }
 
 kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  kl_cpu_bound *b = calloc(1, sizeof *b);
-  size_t nargs = 0;
-  for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
-  if (b) {
-    b->x = x;
-    b->args = malloc(sizeof(void *) * (nargs + 1));
-    b->first = malloc(sizeof(int) * ((size_t)x->nsteps + 1));
-    b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
-    b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
-    b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
-    b->outs = malloc(sizeof(void *) * (2 * (size_t)x->noutputs + 1));
-    b->tmp = calloc(2 * (size_t)x->nslots + 1, sizeof(void *));
-  }
-  if (!b || !b->args || !b->first || !b->late_dst || !b->late_src || !b->late_bytes || !b->outs || !b->tmp) {
-    kl_cpu_unbind(b);
-    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+  kl_cpu_bound *c = calloc(1, sizeof *c);
+  if (!c) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
     return NULL;
   }
-  b->at = b->tmp + x->nslots;
-  char *io = calloc((size_t)x->nslots + 1, 1); /* slots of inputs and outputs */
-  if (!io) {
-    kl_cpu_unbind(b);
-    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop body");
+  if (kl_binding_init(&c->b, x, err, errlen)) {
+    free(c);
     return NULL;
   }
-  for (int i = 0; i < x->ninputs; i++) io[x->in_slots[i]] = 1;
-  for (int i = 0; i < x->noutputs; i++) io[x->out_slots[i]] = 1;
   for (int sl = 0; sl < x->nslots; sl++)
-    if (!io[sl]) b->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
-  if (b->block_bytes && !(b->block = host_alloc(b->block_bytes))) {
-    free(io);
-    kl_cpu_unbind(b);
-    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", b->block_bytes);
+    if (kl_binding_is_temp(&c->b, sl)) c->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
+  if (c->block_bytes && !(c->block = host_alloc(c->block_bytes))) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", c->block_bytes);
+    kl_cpu_unbind(c);
     return NULL;
   }
   size_t off = 0;
   for (int sl = 0; sl < x->nslots; sl++)
-    if (!io[sl]) {
-      b->tmp[sl] = b->block + off;
+    if (kl_binding_is_temp(&c->b, sl)) {
+      c->b.tmp[sl] = c->block + off;
       off += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
     }
-  free(io);
-  bound_point(b, in, out);
-  return b;
+  kl_binding_point(&c->b, in, out);
+  return c;
 }
 
-void kl_cpu_bound_retarget(kl_cpu_bound *b, void *const *in, void *const *out) { bound_point(b, in, out); }
+void kl_cpu_bound_retarget(kl_cpu_bound *c, void *const *in, void *const *out) { kl_binding_point(&c->b, in, out); }
 
-void **kl_cpu_bound_args(const kl_cpu_bound *b, int s) { return b->args + b->first[s]; }
+void **kl_cpu_bound_args(const kl_cpu_bound *c, int s) { return c->b.args + c->b.first[s]; }
 
-void kl_cpu_bound_output(const kl_cpu_bound *b, int i, void **dst, void **src) {
-  *dst = b->outs[2 * i];
-  *src = b->outs[2 * i + 1];
+void kl_cpu_bound_output(const kl_cpu_bound *c, int i, void **dst, void **src) {
+  *dst = c->b.outs[2 * i];
+  *src = c->b.outs[2 * i + 1];
 }
 
-int kl_cpu_bound_step(const kl_cpu_bound *b, int s, char *err, size_t errlen) {
-  const kl_exec *x = b->x;
+int kl_cpu_bound_step(const kl_cpu_bound *c, int s, char *err, size_t errlen) {
+  const kl_exec *x = c->b.x;
   const kl_step *st = &x->steps[s];
-  void **ptrs = b->args + b->first[s];
+  void **ptrs = c->b.args + c->b.first[s];
   if (st->run_checked) return st->run_checked(st->ctx, ptrs, err, errlen) ? -1 : 0;
   run_step(st, ptrs, st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0);
   return 0;
 }
 
-int kl_cpu_bound_run(const kl_cpu_bound *b, char *err, size_t errlen) {
+int kl_cpu_bound_run(const kl_cpu_bound *c, char *err, size_t errlen) {
+  const kl_binding *b = &c->b;
   for (int s = 0; s < b->x->nsteps; s++)
-    if (kl_cpu_bound_step(b, s, err, errlen)) return -1;
+    if (kl_cpu_bound_step(c, s, err, errlen)) return -1;
   for (int i = 0; i < b->nlate; i++) memcpy(b->late_dst[i], b->late_src[i], b->late_bytes[i]);
   return 0;
 }

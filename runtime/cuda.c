@@ -685,98 +685,42 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
   return rc;
 }
 
-/* An executable bound to device memory (kl_cuda_bind): every step's pointers fixed, the
- * temporaries allocated once. */
+/* An executable bound to device memory (kl_cuda_bind): the binding, a temporary per slot. */
 struct kl_cuda_bound {
-  kl_exec *x;
-  void **args;       /* every step's pointers, step after step */
-  size_t *bytes;     /* and their sizes */
-  int *first;        /* per step: where its pointers start */
-  void **tmp, **at;  /* per slot: a temporary, or NULL (an input's or output's); scratch */
-  void **late_dst, **late_src; /* outputs copied after a run: an input passed through, an output twice */
-  size_t *late_bytes;
-  int nlate;
+  kl_binding b;
 };
 
-void kl_cuda_unbind(kl_cuda_bound *b) {
-  if (!b) return;
-  for (int sl = 0; b->tmp && sl < b->x->nslots; sl++)
-    if (b->tmp[sl]) kl_cuda_free(b->tmp[sl], b->x->slot_bytes[sl]);
-  free(b->args);
-  free(b->bytes);
-  free(b->first);
-  free(b->tmp);
-  free(b->late_dst);
-  free(b->late_src);
-  free(b->late_bytes);
-  free(b);
-}
-
-/* Points b's steps at in/out and its temporaries. */
-static void cuda_bound_point(kl_cuda_bound *b, void *const *in, void *const *out) {
-  const kl_exec *x = b->x;
-  void **at = b->at;
-  memcpy(at, b->tmp, sizeof(void *) * (size_t)x->nslots);
-  for (int i = 0; i < x->ninputs; i++)
-    if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
-  for (int i = 0; i < x->noutputs; i++)
-    if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
-  size_t k = 0;
-  for (int s = 0; s < x->nsteps; s++) {
-    const kl_step *st = &x->steps[s];
-    b->first[s] = (int)k;
-    for (int i = 0; i < st->nslots; i++, k++) {
-      b->args[k] = at[st->slots[i]];
-      b->bytes[k] = x->slot_bytes[st->slots[i]];
-    }
-  }
-  b->nlate = 0;
-  for (int i = 0; i < x->noutputs; i++)
-    if (at[x->out_slots[i]] != out[i]) {
-      b->late_dst[b->nlate] = out[i];
-      b->late_src[b->nlate] = at[x->out_slots[i]];
-      b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
-    }
+void kl_cuda_unbind(kl_cuda_bound *c) {
+  if (!c) return;
+  for (int sl = 0; c->b.tmp && sl < c->b.x->nslots; sl++)
+    if (c->b.tmp[sl]) kl_cuda_free(c->b.tmp[sl], c->b.x->slot_bytes[sl]);
+  kl_binding_free(&c->b);
+  free(c);
 }
 
 kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  kl_cuda_bound *b = calloc(1, sizeof *b);
-  size_t nargs = 0;
-  for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
-  if (b) {
-    b->x = x;
-    b->args = malloc(sizeof(void *) * (nargs + 1));
-    b->bytes = malloc(sizeof(size_t) * (nargs + 1));
-    b->first = malloc(sizeof(int) * ((size_t)x->nsteps + 1));
-    b->tmp = calloc(2 * (size_t)x->nslots + 1, sizeof(void *));
-    b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
-    b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
-    b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
-  }
-  char *io = calloc((size_t)x->nslots + 1, 1); /* slots of inputs and outputs */
-  if (!b || !io || !b->args || !b->bytes || !b->first || !b->tmp || !b->late_dst || !b->late_src || !b->late_bytes) {
-    free(io);
-    kl_cuda_unbind(b);
+  kl_cuda_bound *c = calloc(1, sizeof *c);
+  if (!c) {
     kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
     return NULL;
   }
-  b->at = b->tmp + x->nslots;
-  for (int i = 0; i < x->ninputs; i++) io[x->in_slots[i]] = 1;
-  for (int i = 0; i < x->noutputs; i++) io[x->out_slots[i]] = 1;
+  if (kl_binding_init(&c->b, x, err, errlen)) {
+    free(c);
+    return NULL;
+  }
   for (int sl = 0; sl < x->nslots; sl++)
-    if (!io[sl] && kl_cuda_alloc(x->slot_bytes[sl], &b->tmp[sl], err, errlen)) {
-      free(io);
-      kl_cuda_unbind(b);
+    if (kl_binding_is_temp(&c->b, sl) && kl_cuda_alloc(x->slot_bytes[sl], &c->b.tmp[sl], err, errlen)) {
+      kl_cuda_unbind(c);
       return NULL;
     }
-  free(io);
-  cuda_bound_point(b, in, out);
-  return b;
+  kl_binding_point(&c->b, in, out);
+  return c;
 }
 
-void kl_cuda_bound_retarget(kl_cuda_bound *b, void *const *in, void *const *out) { cuda_bound_point(b, in, out); }
+void kl_cuda_bound_retarget(kl_cuda_bound *c, void *const *in, void *const *out) { kl_binding_point(&c->b, in, out); }
 
-int kl_cuda_bound_run(const kl_cuda_bound *b, char *err, size_t errlen) {
+int kl_cuda_bound_run(const kl_cuda_bound *c, char *err, size_t errlen) {
+  const kl_binding *b = &c->b;
   const kl_exec *x = b->x;
   for (int s = 0; s < x->nsteps; s++) {
     const kl_step *st = &x->steps[s];

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../ir/status.h"
 #include "device.h"
@@ -93,4 +94,76 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
 void kl_rt_synchronize(void) {
   for (int k = 0; k < KL_DEV_COUNT; k++)
     if (devices[k] && devices[k]->available(NULL, 0)) devices[k]->synchronize();
+}
+
+/* ---- bindings (a loop body's executable bound to memory) ---- */
+
+void kl_binding_free(kl_binding *b) {
+  free(b->args);
+  free(b->bytes);
+  free(b->first);
+  free(b->tmp);
+  free(b->temp);
+  free(b->outs);
+  free(b->late_dst);
+  free(b->late_src);
+  free(b->late_bytes);
+  memset(b, 0, sizeof *b);
+}
+
+int kl_binding_init(kl_binding *b, const kl_exec *x, char *err, size_t errlen) {
+  size_t nargs = 0;
+  for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
+  memset(b, 0, sizeof *b);
+  b->x = x;
+  b->args = malloc(sizeof(void *) * (nargs + 1));
+  b->bytes = malloc(sizeof(size_t) * (nargs + 1));
+  b->first = malloc(sizeof(int) * ((size_t)x->nsteps + 1));
+  b->tmp = calloc(2 * (size_t)x->nslots + 1, sizeof(void *));
+  b->outs = malloc(sizeof(void *) * (2 * (size_t)x->noutputs + 1));
+  b->late_dst = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+  b->late_src = malloc(sizeof(void *) * ((size_t)x->noutputs + 1));
+  b->late_bytes = malloc(sizeof(size_t) * ((size_t)x->noutputs + 1));
+  b->temp = malloc((size_t)x->nslots + 1);
+  if (!b->args || !b->bytes || !b->first || !b->tmp || !b->outs || !b->late_dst || !b->late_src || !b->late_bytes ||
+      !b->temp) {
+    kl_binding_free(b);
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
+  }
+  b->at = b->tmp + x->nslots;
+  memset(b->temp, 1, (size_t)x->nslots);
+  for (int i = 0; i < x->ninputs; i++) b->temp[x->in_slots[i]] = 0;
+  for (int i = 0; i < x->noutputs; i++) b->temp[x->out_slots[i]] = 0;
+  return 0;
+}
+
+int kl_binding_is_temp(const kl_binding *b, int sl) { return b->temp[sl]; }
+
+void kl_binding_point(kl_binding *b, void *const *in, void *const *out) {
+  const kl_exec *x = b->x;
+  void **at = b->at;
+  memcpy(at, b->tmp, sizeof(void *) * (size_t)x->nslots);
+  for (int i = 0; i < x->ninputs; i++)
+    if (!at[x->in_slots[i]]) at[x->in_slots[i]] = in[i];
+  for (int i = 0; i < x->noutputs; i++) /* written straight into the caller's memory */
+    if (!at[x->out_slots[i]]) at[x->out_slots[i]] = out[i];
+  size_t k = 0;
+  for (int s = 0; s < x->nsteps; s++) {
+    const kl_step *st = &x->steps[s];
+    b->first[s] = (int)k;
+    for (int i = 0; i < st->nslots; i++, k++) {
+      b->args[k] = at[st->slots[i]];
+      b->bytes[k] = x->slot_bytes[st->slots[i]];
+    }
+  }
+  b->nlate = 0;
+  for (int i = 0; i < x->noutputs; i++) {
+    b->outs[2 * i] = out[i];
+    b->outs[2 * i + 1] = at[x->out_slots[i]];
+    if (at[x->out_slots[i]] != out[i]) {
+      b->late_dst[b->nlate] = out[i];
+      b->late_src[b->nlate] = at[x->out_slots[i]];
+      b->late_bytes[b->nlate++] = x->slot_bytes[x->out_slots[i]];
+    }
+  }
 }

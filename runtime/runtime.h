@@ -90,6 +90,30 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
 void kl_rt_synchronize(void);
 /* Threads the CPU device splits a step across (KILN_NUM_THREADS, else the cores). */
 int kl_rt_num_threads(void);
+/* An executable bound to memory for many runs (a loop's body), the device-neutral half (device.c):
+ * every step's argument pointers (and sizes) for given inputs and outputs and per-slot
+ * temporaries that the device fills in (tmp[slot] for each slot kl_binding_is_temp names);
+ * outputs whose slot is an input's or another output's are copied after a run (late). */
+typedef struct {
+  const kl_exec *x;
+  void **args;       /* every step's pointers, step after step */
+  size_t *bytes;     /* and their sizes */
+  int *first;        /* per step: where its pointers start */
+  void **tmp, **at;  /* per slot: its temporary (NULL: an input's or output's); scratch */
+  char *temp;        /* per slot: whether it needs a temporary */
+  void **outs;       /* per output: its memory, then where the steps leave it */
+  void **late_dst, **late_src;
+  size_t *late_bytes;
+  int nlate;
+} kl_binding;
+/* 0, or -1 (out of host memory, with a message; b freed). */
+int kl_binding_init(kl_binding *b, const kl_exec *x, char *err, size_t errlen);
+/* Whether slot sl of b's executable needs a temporary (no input or output is there). */
+int kl_binding_is_temp(const kl_binding *b, int sl);
+/* Points every step at in/out and the temporaries (again for other inputs and outputs). */
+void kl_binding_point(kl_binding *b, void *const *in, void *const *out);
+void kl_binding_free(kl_binding *b);
+
 /* Runs CPU executable x now, on this thread (a loop's condition or body inside a step): reads
  * in[0..ninputs), writes out[0..noutputs) (x's slot sizes) in place. An out[i] may be an in[j]
  * when x reads in[j] only in the step that writes out[i] (an update in place). 0, or -1 with a
