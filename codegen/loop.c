@@ -53,14 +53,16 @@ void kl_loop_free(kl_loop *l) {
   free(l);
 }
 
-/* Whether the body updates carry j in place: its output is made by a dynamic_update_slice or
+/* Whether the body updates carry j in place (1): its output is made by a dynamic_update_slice or
  * scatter of its input, and every other read of the input is one that update depends on (so it
  * runs before the update writes): the output may then be written into the input's buffer (the
- * update writes only what changes). Such a carry lives in one buffer, the loop's result, instead
- * of two that trade places: `fori_loop(0, n, lambda i, z: z.at[i].set(v), z)` copies nothing per
- * iteration. */
+ * update writes only what changes); or passes it through unchanged (2). Such a carry lives in
+ * one buffer, the loop's result, instead of two that trade places:
+ * `fori_loop(0, n, lambda i, z: z.at[i].set(v), z)` copies nothing per iteration, nor does a
+ * loop that carries a weight matrix along. */
 static int in_place(const kl_program *body, int in_at, int out_at) {
   int v = body->inputs[in_at], o = body->outputs[out_at], prod = body->vals[o].producer, ok = 1;
+  if (o == v) return 2; /* passed through: the carry never changes, one buffer holds it */
   if (prod < 0) return 0;
   const kl_eqn *e = &body->eqns[prod];
   if ((e->prim != KL_P_DYNAMIC_UPDATE_SLICE && e->prim != KL_P_SCATTER) || e->ins[0] != v) return 0;
@@ -291,7 +293,7 @@ static int dev_while_build(kl_loop *l) {
       !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
     unroll = l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_TINY ? 2 * DEV_WHILE_UNROLL : DEV_WHILE_UNROLL;
     for (int i = 0; i < n; i++)
-      if (l->bytes[i] && d->a[i] == d->b[i]) unroll = 1;
+      if (l->bytes[i] && l->alias[i] == 1) unroll = 1; /* written in place: a trip after the stop would */
   }
   if (!rc && unroll > 1) rc = t->alloc(2, &d->flags, err, sizeof err);
   if (!rc) {
