@@ -212,6 +212,11 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *n
     hoisted hc, hb;
     hoist(&m, &sh[0], 2, cbase, &hc);
     hoist(&m, &sh[1], 2, bbase, &hb);
+    if (mod->failed) { /* out of memory: the caller sees mod->failed */
+      hoisted_free(&hc);
+      hoisted_free(&hb);
+      return;
+    }
     kl_str_printf(mod, "    %%fin = scf.while (%%p = %%k0) : (i64) -> i64 {\n");
     int b = group_base(&m, "%p", gc + gb, TAB_GROUPS);
     int pw = emit_group(&m, &sh[0], b, &hc, "%p");
@@ -244,6 +249,10 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *n
   for (int g = 0; g < 9; g++) sbase[g] = TAB_GROUPS + g * gb;
   hoisted hs;
   hoist(&m, &sh[0], 9, sbase, &hs);
+  if (mod->failed) {
+    hoisted_free(&hs);
+    return;
+  }
   kl_str_printf(mod,
                 "    %%L = arith.index_cast %%hi : index to i64\n"
                 "    %%Lm1 = arith.subi %%L, %%k1 : i64\n"
