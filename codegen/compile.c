@@ -580,8 +580,8 @@ static void loop_calls(const kl_exec *x, int *fn) {
   }
 }
 
-int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, kl_exec **xfirst, kl_exec **xbody,
-                        kl_kernel_fn *driver, char *err, size_t errlen) {
+int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_loop_slices *sl, kl_exec **xfirst,
+                        kl_exec **xbody, kl_kernel_fn *driver, char *err, size_t errlen) {
   double t0 = now();
   cpu_module cm;
   memset(&cm, 0, sizeof cm);
@@ -601,6 +601,7 @@ int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, kl_exec *
       loop_calls(xs[k], fns + at);
       sh[k].x = xs[k];
       sh[k].fn = fns + at;
+      sh[k].sl = k == nxs - 1 ? sl : NULL;
       at += xs[k]->nsteps;
     }
     char name[32];

@@ -35,6 +35,7 @@ struct kl_loop {
   size_t *xbytes;       /* scan: per x, its bytes per slice; while_bwd: per carry, its bytes */
   char *alias;          /* while, scan: per carry, updated in place (see in_place) */
   void *driver;         /* the loop compiled whole (t->compile_loop), or NULL */
+  kl_loop_slices sl;    /* scan: its slices, for the driver */
   struct dev_while *dw; /* while: run on the device (t->while_graph), or NULL */
 };
 
@@ -361,7 +362,7 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   if (!rc && l->driver) {
     void *native[4];
     for (int k = 0; k < 4; k++) native[k] = bound[k]->native;
-    rc = t->drive(l->driver, 0, l->cond, l->body, native, 0, &cur, err, errlen);
+    rc = t->drive(l->driver, 0, l->cond, l->body, native, 0, NULL, 0, &cur, err, errlen);
   }
   while (!rc && !l->driver) {
     unsigned char go = 0;
@@ -415,9 +416,31 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   if (fixed && l->driver && !rc) {
     void *native[9];
     for (int k = 0; k < 9; k++) native[k] = bound[k / 3][k % 3] ? bound[k / 3][k % 3]->native : NULL;
-    rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, NULL, err, errlen);
+    rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, NULL, 0, NULL, err, errlen);
   }
-  for (int64_t it = 0; !fixed && it < l->length && !rc; it++) {
+  if (!fixed && l->driver && l->length > 0 && !rc) { /* compiled whole: bound per (read, write), pointed per trip */
+    void **sl = kl_calloc(2 * (size_t)(nx + ny) + 1, sizeof(void *)), *native[9];
+    if (!sl) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a scan");
+    for (int64_t it = 0; it < l->length && !rc; it++) {
+      int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
+      if (!bound[r][w]) {
+        memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
+        for (int j = 0; j < nx; j++) args[nk + n + j] = stage[j] ? stage[j] : xs[j];
+        memcpy(outs, w == 2 ? final : set[w], sizeof(void *) * (size_t)n);
+        for (int j = 0; j < ny; j++) outs[n + j] = stage[nx + j] ? stage[nx + j] : ys[j];
+        if (!(bound[r][w] = body_bind(l->t, l->body, args, outs, err, errlen))) rc = -1;
+      }
+      if (it == 2 && l->length - 2 > it) it = l->length - 2; /* every binding the driver needs is made */
+    }
+    for (int j = 0; j < nx + ny && !rc; j++) {
+      sl[2 * j] = j < nx ? xs[j] : ys[j - nx];
+      sl[2 * j + 1] = stage[j];
+    }
+    for (int k = 0; k < 9 && !rc; k++) native[k] = bound[k / 3][k % 3] ? bound[k / 3][k % 3]->native : NULL;
+    if (!rc) rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, sl, nx + ny, NULL, err, errlen);
+    free(sl);
+  }
+  for (int64_t it = 0; !fixed && !l->driver && it < l->length && !rc; it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
     memcpy(args + nk, it ? set[(it - 1) & 1] : init, sizeof(void *) * (size_t)n);
     for (int j = 0; j < nx && !rc; j++) {
@@ -561,6 +584,23 @@ static int while_bwd_run(void *ctx, void **ptrs, char *err, size_t errlen) {
 
 static size_t aval_bytes(const kl_aval *a) { return kl_dtype_size(a->dtype) * (size_t)kl_aval_size(a); }
 
+/* Whether a scan body's slices can be pointed at per trip by a compiled loop: no x slice is also
+ * an output, no y slice is an input or another output (those are copies the driver does not
+ * make). */
+static int slices_pointable(const kl_program *body, int nk, int n, int nx, int ny) {
+  for (int j = 0; j < nx; j++)
+    for (int o = 0; o < body->noutputs; o++)
+      if (body->outputs[o] == body->inputs[nk + n + j]) return 0;
+  for (int j = 0; j < ny; j++) {
+    int v = body->outputs[n + j];
+    for (int i = 0; i < body->ninputs; i++)
+      if (body->inputs[i] == v) return 0;
+    for (int o = 0; o < body->noutputs; o++)
+      if (o != n + j && body->outputs[o] == v) return 0;
+  }
+  return 1;
+}
+
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
                          kl_loop **out, char *err, size_t errlen) {
   const kl_params *p = &e->p;
@@ -616,9 +656,12 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
   kl_program *second = e->prim == KL_P_SCAN ? p->scan.body : e->prim == KL_P_COND ? p->cond.true_branch
                        : e->prim == KL_P_WHILE_BWD ? p->while_ad.body : p->while_.body;
   int whole = t->compile_loop && !getenv("KILN_CPU_HOST_LOOPS") &&
-              (e->prim == KL_P_WHILE || (e->prim == KL_P_SCAN && l->n == 0 && l->ny == 0));
+              (e->prim == KL_P_WHILE || (e->prim == KL_P_SCAN && slices_pointable(p->scan.body, l->nc, l->nb, l->n, l->ny)));
+  if (e->prim == KL_P_SCAN)
+    l->sl = (kl_loop_slices){l->nc, l->nb, l->n, l->ny, l->reverse, l->xbytes, l->bytes + l->nb};
   if (whole) {
-    if (t->compile_loop(first, second, e->prim == KL_P_SCAN, &l->cond, &l->body, &l->driver, err, errlen)) {
+    if (t->compile_loop(first, second, e->prim == KL_P_SCAN, e->prim == KL_P_SCAN && (l->n || l->ny) ? &l->sl : NULL,
+                        &l->cond, &l->body, &l->driver, err, errlen)) {
       kl_loop_free(l);
       free(slots);
       return -1;

@@ -8,6 +8,7 @@
 #include "cpujit.h"
 
 typedef struct kl_loop kl_loop;
+struct kl_loop_slices;
 
 /* What a loop step needs of its device: compiling its bodies, running one of them now (in the
  * device's order) over device memory, memory for the carries, copies within the device, and
@@ -30,10 +31,11 @@ typedef struct {
    * (*driver); drive() runs it: bound[] holds the bindings (while: condition and body for
    * carries set 0, then set 1; scan: per (carries read: init, set 0, set 1) x (written: set 0,
    * set 1, results), NULL where unused), *parity gets the set a while loop ends in. */
-  int (*compile_loop)(kl_program *first, kl_program *body, int scan, kl_exec **xfirst, kl_exec **xbody, void **driver,
-                      char *err, size_t errlen);
+  int (*compile_loop)(kl_program *first, kl_program *body, int scan, const struct kl_loop_slices *sl, kl_exec **xfirst,
+                      kl_exec **xbody, void **driver, char *err, size_t errlen);
+  /* slices: a scan's per x then per y (its memory, its staging buffer or NULL), or NULL */
   int (*drive)(void *driver, int scan, const kl_exec *xfirst, const kl_exec *xbody, void *const *bound, int64_t length,
-               int *parity, char *err, size_t errlen);
+               void *const *slices, int nslices, int *parity, char *err, size_t errlen);
   /* optional (the GPU's): a while loop run on the device, as kl_cuda_while_graph (runtime/cuda.h) */
   void *(*while_graph)(int (*body)(void *ctx, char *err, size_t errlen), void *ctx, const void *pred, int ncopies,
                        void *const *dst, void *const *src, const size_t *bytes, int unroll, void *flags, char *err,
@@ -65,12 +67,22 @@ void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out);
 typedef struct {
   const kl_exec *x;
   const int *fn;
+  const struct kl_loop_slices *sl; /* a scan body's slices of xs and ys, or NULL */
 } kl_loop_shape;
+/* A scan over xs or ys compiled whole: its body's inputs are (nk consts, n carries, nx x slices),
+ * its outputs (n carries, ny y slices); per trip t (from the end when reverse) the driver points
+ * the body at slice t of each x and y, or copies it through the binding's staging buffer when
+ * staged (a slice whose size is not a multiple of 16 bytes). */
+typedef struct kl_loop_slices {
+  int nk, n, nx, ny, reverse;
+  const size_t *xbytes, *ybytes; /* bytes per slice */
+} kl_loop_slices;
 /* Appends to mod the MLIR function `name` (a kl_kernel_fn: the table of drive()'s pointers, 0,
  * the trip count) that runs a while loop (scan = 0: sh[0] the condition, sh[1] the body) or a
  * scan (sh[0] the body). */
 void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *name, kl_str *mod);
-/* compile.c: the programs and the driver in one module. 0, or -1 with a message. */
-int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, kl_exec **xfirst, kl_exec **xbody,
-                        kl_kernel_fn *driver, char *err, size_t errlen);
+/* compile.c: the programs and the driver in one module (sl: a scan's slices, or NULL). 0, or -1
+ * with a message. */
+int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_loop_slices *sl, kl_exec **xfirst,
+                        kl_exec **xbody, kl_kernel_fn *driver, char *err, size_t errlen);
 #endif

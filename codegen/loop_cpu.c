@@ -27,6 +27,21 @@ enum { TAB_TRAMP, TAB_CTX, TAB_PRED, TAB_PARITY, TAB_GROUPS };
 
 static int group_size(const kl_exec *x) { return 2 * x->nsteps + 2 * x->noutputs; }
 
+static int misaligned_slice(size_t bytes) { return bytes % 16 != 0; } /* as loop.c's staging */
+
+/* Which slice slot `slot` of a scan body holds, when the driver points it per trip: q for x q,
+ * nx + q for y q (unstaged ones only: a staged slice lives in the binding's staging buffer);
+ * -1 for any other slot. */
+static int slice_of(const kl_loop_shape *sh, int slot) {
+  const kl_loop_slices *sl = sh->sl;
+  if (!sl) return -1;
+  for (int q = 0; q < sl->nx; q++)
+    if (sh->x->in_slots[sl->nk + sl->n + q] == slot) return misaligned_slice(sl->xbytes[q]) ? -1 : q;
+  for (int q = 0; q < sl->ny; q++)
+    if (sh->x->out_slots[sl->n + q] == slot) return misaligned_slice(sl->ybytes[q]) ? -1 : sl->nx + q;
+  return -1;
+}
+
 /* Whether output i of x may be left elsewhere by the steps (an input passed through, an output
  * that repeats another): then the driver copies it when the binding says so. */
 static int maybe_late(const kl_exec *x, int i) {
@@ -122,7 +137,14 @@ static int emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoist
     if (sh->fn[s] >= 0) {
       int arr = h->slot_arr[s];
       for (int j = 0; j < x->steps[s].nslots; j++, at++) {
-        int v = h->pre[at], k = m->n++; /* group 0's, then a select per other group */
+        int v = h->pre[at], k = m->n++, q = slice_of(sh, x->steps[s].slots[j]); /* group 0's, then a select per other group */
+        if (q >= 0) { /* this trip's slice */
+          kl_str_printf(m->out,
+                        "    %%se%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+                        "    llvm.store %%sp%d, %%se%d : !llvm.ptr, !llvm.ptr\n",
+                        k, arr, j, q, k);
+          continue;
+        }
         kl_str_printf(m->out, "    %%w%d = llvm.bitcast %%v%d : !llvm.ptr to !llvm.ptr\n", k, v);
         for (int g = 1; g < h->ngroups && sel; g++) {
           int q = m->n++;
@@ -142,6 +164,15 @@ static int emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoist
       kl_str_printf(m->out, "    %%x%d = arith.constant %lld : index\n", arr, (long long)x->steps[s].extent);
       kl_str_printf(m->out, "    func.call @KLPFX%d(%%v%d, %%c0, %%x%d) : (!llvm.ptr, index, index) -> ()\n", sh->fn[s], arr, arr);
       continue;
+    }
+    for (int j = 0; j < x->steps[s].nslots; j++) { /* this trip's slices into the binding's pointers */
+      int q = slice_of(sh, x->steps[s].slots[j]);
+      if (q < 0) continue;
+      int a = load_at(m, base, 2 * s);
+      kl_str_printf(m->out,
+                    "    %%te%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+                    "    llvm.store %%sp%d, %%te%d : !llvm.ptr, !llvm.ptr\n",
+                    a, a, j, q, a);
     }
     int b = load_at(m, base, 2 * s + 1);
     kl_str_printf(m->out,
@@ -247,10 +278,21 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *n
   }
   int gb = group_size(sh[0].x), sbase[9];
   for (int g = 0; g < 9; g++) sbase[g] = TAB_GROUPS + g * gb;
+  const kl_loop_slices *sl = sh[0].sl;
+  int nsl = sl ? sl->nx + sl->ny : 0, *slv = kl_calloc(2 * (size_t)nsl + 1, sizeof(int));
+  if (!slv) {
+    mod->failed = 1;
+    return;
+  }
+  for (int q = 0; q < nsl; q++) { /* each slice's memory and staging buffer, after the groups */
+    slv[2 * q] = load_at(&m, 0, TAB_GROUPS + 9 * gb + 2 * q);
+    slv[2 * q + 1] = load_at(&m, 0, TAB_GROUPS + 9 * gb + 2 * q + 1);
+  }
   hoisted hs;
   hoist(&m, &sh[0], 9, sbase, &hs);
   if (mod->failed) {
     hoisted_free(&hs);
+    free(slv);
     return;
   }
   kl_str_printf(mod,
@@ -277,9 +319,27 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *n
                 "    %%r3 = arith.muli %%rd, %%k3 : i64\n"
                 "    %%grp = arith.addi %%r3, %%wr : i64\n",
                 failed_flag(sh, 1));
+  if (nsl) /* the trip's slice: t = it, or length - 1 - it in reverse */
+    kl_str_printf(mod, sl->reverse ? "    %%tt = arith.subi %%Lm1, %%it2 : i64\n" : "    %%tt = arith.addi %%it2, %%k0 : i64\n");
+  for (int q = 0; q < nsl; q++) {
+    size_t bytes = q < sl->nx ? sl->xbytes[q] : sl->ybytes[q - sl->nx];
+    kl_str_printf(mod,
+                  "    %%sb%d = arith.constant %zu : i64\n"
+                  "    %%so%d = arith.muli %%tt, %%sb%d : i64\n"
+                  "    %%sp%d = llvm.getelementptr %%v%d[%%so%d] : (!llvm.ptr, i64) -> !llvm.ptr, i8\n",
+                  q, bytes, q, q, q, slv[2 * q], q);
+    if (q < sl->nx && misaligned_slice(bytes)) /* a staged x: copied in */
+      kl_str_printf(mod, "    \"llvm.intr.memcpy\"(%%v%d, %%sp%d, %%sb%d) <{isVolatile = false}> : (!llvm.ptr, !llvm.ptr, i64) -> ()\n",
+                    slv[2 * q + 1], q, q);
+  }
   int b = group_base(&m, "%grp", gb, TAB_GROUPS);
   emit_group(&m, &sh[0], b, &hs, "%grp");
+  for (int q = sl ? sl->nx : 0; q < nsl; q++) /* a staged y: copied out */
+    if (misaligned_slice(sl->ybytes[q - sl->nx]))
+      kl_str_printf(mod, "    \"llvm.intr.memcpy\"(%%sp%d, %%v%d, %%sb%d) <{isVolatile = false}> : (!llvm.ptr, !llvm.ptr, i64) -> ()\n",
+                    q, slv[2 * q + 1], q);
   hoisted_free(&hs);
+  free(slv);
   kl_str_printf(mod,
                 "    %%nx = arith.addi %%it2, %%k1 : i64\n"
                 "    scf.yield %%nx : i64\n"
@@ -310,9 +370,9 @@ static void fill_group(void **g, const kl_exec *x, const kl_cpu_bound *b) {
 }
 
 static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exec *xbody, void *const *bound, int64_t length,
-                     int *parity, char *err, size_t errlen) {
+                     void *const *slices, int nslices, int *parity, char *err, size_t errlen) {
   int gc = scan ? 0 : group_size(xfirst), gb = group_size(xbody), ngroups = scan ? 9 : 2;
-  size_t n = TAB_GROUPS + (size_t)ngroups * (size_t)(gc + gb);
+  size_t n = TAB_GROUPS + (size_t)ngroups * (size_t)(gc + gb) + 2 * (size_t)nslices;
   void **tab = kl_calloc(n + 1, sizeof(void *));
   if (!tab) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
   run_ctx r = {0, err, errlen};
@@ -333,6 +393,7 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
     fill_group(at, xfirst, bound[2 * g]);
     fill_group(at + gc, xbody, bound[2 * g + 1]);
   }
+  memcpy(tab + TAB_GROUPS + (size_t)ngroups * (size_t)(gc + gb), slices, sizeof(void *) * 2 * (size_t)nslices);
   if (!scan) kl_cpu_bound_output(bound[0], 0, &pred, &src);
   tab[TAB_PRED] = pred;
   ((kl_kernel_fn)driver)(tab, 0, length);
@@ -341,10 +402,10 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
   return r.failed ? -1 : 0;
 }
 
-static int cpu_compile_loop(kl_program *first, kl_program *body, int scan, kl_exec **xfirst, kl_exec **xbody, void **driver,
-                            char *err, size_t errlen) {
+static int cpu_compile_loop(kl_program *first, kl_program *body, int scan, const kl_loop_slices *sl, kl_exec **xfirst,
+                            kl_exec **xbody, void **driver, char *err, size_t errlen) {
   kl_kernel_fn fn = NULL;
-  int rc = kl_compile_cpu_loop(first, body, scan, xfirst, xbody, &fn, err, errlen);
+  int rc = kl_compile_cpu_loop(first, body, scan, sl, xfirst, xbody, &fn, err, errlen);
   memcpy(driver, &fn, sizeof fn < sizeof *driver ? sizeof fn : sizeof *driver);
   return rc;
 }

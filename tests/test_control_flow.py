@@ -661,3 +661,32 @@ def test_while_loops_stop_after_any_trip(stop):
         wa, wb = wa + 1, wb * 2 + wa[0]
     np.testing.assert_array_equal(np.asarray(a), wa)
     np.testing.assert_array_equal(np.asarray(b), wb)
+
+
+@pytest.mark.parametrize("through", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7])
+def test_scans_over_slices_of_any_size_against_python(n, reverse, through):
+    """Scans over xs and ys compiled whole on the CPU point the body at each trip's slices (or copy
+    them through staging buffers when a slice is not a multiple of 16 bytes): slices of 3, 4 and
+    1 floats, with and without an x passed through as a y, a product in the body."""
+    rng = np.random.default_rng(n)
+    xs = rng.standard_normal((n, 4)).astype(np.float32)
+    zs = rng.standard_normal((n, 3)).astype(np.float32)
+    w = rng.standard_normal((4, 4)).astype(np.float32) / 2
+
+    def body(c, x):
+        a, z = x
+        c = jnp.tanh(c @ w + a) + jnp.sum(z)
+        return c, (c * 2.0, jnp.sum(c), z if through else z + 1.0)
+
+    c, (y1, y2, y3) = kiln.jit(lambda c, xs, zs: lax.scan(body, c, (xs, zs), reverse=reverse))(np.ones(4, np.float32), xs, zs)
+    cw, ys = np.ones(4), []
+    for t in (range(n - 1, -1, -1) if reverse else range(n)):
+        cw = np.tanh(cw @ w.astype(np.float64) + xs[t]) + zs[t].sum()
+        ys.append((t, cw * 2.0, cw.sum()))
+    np.testing.assert_allclose(np.asarray(c), cw, rtol=1e-5, atol=1e-5)
+    for t, a, b in ys:
+        np.testing.assert_allclose(np.asarray(y1)[t], a, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(y2)[t], b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(y3), zs if through else zs + np.float32(1.0))
