@@ -1,13 +1,16 @@
 /* loop.c: the control family's equations (while, scan, cond) as steps. Their bodies (already through
  * the pass pipeline, which runs inside bodies) are compiled for the step's device as executables
- * of their own; the step runs them from the host over device memory: a while step runs its
- * condition and body in turn until the condition is false (one read of the predicate per
- * iteration), a scan step runs its body `length` times on slices of its xs, writing its ys'
- * slices in place (no read at all), a cond step reads its predicate and runs the branch it names.
- * The carries live in two sets of buffers that trade places
- * each iteration. On a GPU the bodies' kernels are queued on kiln's stream: the data never
- * leaves the device. Depends on ir/, runtime/ and codegen's compile drivers (compile.h,
- * mlirctx.h); the device's own calls come in a kl_loop_target. */
+ * of their own and bound to memory once per set of carries; the carries live in two sets of
+ * buffers that trade places each iteration (one buffer for a carry updated in place or passed
+ * through). From the host: a while step runs its condition and body in turn until the condition
+ * is false (one read of the predicate per iteration), a scan step runs its body `length` times on
+ * slices of its xs, writing its ys' slices in place (no read at all), a cond step reads its
+ * predicate and runs the branch it names. Where the target can, the loop runs without the host
+ * per trip: the CPU compiles a while or scan whole (t->compile_loop, loop_cpu.c), the GPU runs a
+ * while loop as a graph with a device-side loop node (t->while_graph, over memory the loop keeps).
+ * On a GPU the bodies' kernels are queued on kiln's stream: the data never leaves the device.
+ * Depends on ir/, runtime/ and codegen's compile drivers (compile.h, mlirctx.h); the device's own
+ * calls come in a kl_loop_target. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
