@@ -322,16 +322,15 @@ static int capture_into(CUgraph into, int (*f)(void *, char *, size_t), void *ct
 }
 
 typedef struct {
-  int (*body)(void *, char *, size_t);
-  void *ctx;
-  CUgraphConditionalHandle h;
-  const void *pred;
-  int ncopies;
+  int (*body)(void *, char *, size_t); /* queues a trip's body and condition */
+  void *ctx;                           /* body's */
+  CUgraphConditionalHandle h;          /* the loop node's condition */
+  const void *pred;                    /* the condition's byte (device memory) */
+  int ncopies;                         /* copies at each trip's end: dst[k] <- src[k], bytes[k] */
   void *const *dst, *const *src;
   const size_t *bytes;
   int unroll;  /* trips per pass of the loop node */
   void *flags; /* with unroll > 1: two device bytes, whether the loop is done */
-  int trip;    /* the trip being queued */
 } while_parts;
 
 /* The trip's end: the copies (none for the first check), the condition set. */
@@ -377,7 +376,7 @@ void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void
   }
   CUgraph graph = NULL;
   void *cu_ctx = NULL;
-  while_parts w = {body, ctx, 0, pred, ncopies, dst, src, bytes, unroll > 1 && flags ? unroll + unroll % 2 : 1, flags, 0};
+  while_parts w = {body, ctx, 0, pred, ncopies, dst, src, bytes, unroll > 1 && flags ? unroll + unroll % 2 : 1, flags};
   if (ncopies > KL_CUDA_WHILE_COPIES) {
     kl_error(err, errlen, KL_ERR_UNSUPPORTED, "a while loop of %d carries copied per trip (at most %d)", ncopies,
              KL_CUDA_WHILE_COPIES);
