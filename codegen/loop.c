@@ -40,15 +40,25 @@ struct kl_loop {
   void *driver;         /* the loop compiled whole (t->compile_loop), or NULL */
   kl_loop_slices sl;    /* scan: its slices, for the driver */
   struct dev_while *dw; /* while: run on the device (t->while_graph), or NULL */
+  struct bound_body *branch[2]; /* cond: each branch bound at its first run, pointed at each run's memory */
+  pthread_mutex_t branch_mu;    /* cond: one run at a time uses them (another binds its own) */
+  char keep[2];                 /* cond: whether a branch's binding is kept (small temporaries) */
 };
 
 static void dev_while_free(kl_loop *l);
+typedef struct bound_body bound_body;
+static void body_unbind(bound_body *b);
 #define LOOP_GUESSED_TRIPS 64 /* a while loop's cost, in trips of its body, for scheduling */
 #define KL_LOOP_KERNEL_COPIES 8 /* copies the GPU's trip-ending kernel makes (KL_CUDA_WHILE_COPIES) */
 
 void kl_loop_free(kl_loop *l) {
   if (!l) return;
   dev_while_free(l);
+  if (l->prim == KL_P_COND) {
+    body_unbind(l->branch[0]);
+    body_unbind(l->branch[1]);
+    pthread_mutex_destroy(&l->branch_mu);
+  }
   if (l->cond) kl_exec_release(l->cond);
   if (l->body) kl_exec_release(l->body);
   free(l->bytes);
@@ -117,12 +127,12 @@ static void free_sets(const kl_loop *l, int n, void **set[2]) {
 
 /* A body bound to memory for many runs: the target's own binding where it has one (the CPU's:
  * pointers fixed, temporaries allocated once), else the arguments kept for its run(). */
-typedef struct {
+struct bound_body {
   const kl_loop_target *t;
   kl_exec *x;
   void *native;     /* t->bind's, or NULL */
   void **in, **out; /* without a native binding */
-} bound_body;
+};
 
 static void body_unbind(bound_body *b) {
   if (!b) return;
@@ -473,6 +483,20 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return rc;
 }
 
+#define COND_KEEP_TEMP_BYTES ((size_t)4 << 20) /* a branch's temporaries kept while its program lives */
+
+/* Bytes of x's temporaries (slots of no input or output). */
+static size_t temp_bytes(const kl_exec *x) {
+  size_t n = 0;
+  for (int sl = 0; sl < x->nslots; sl++) {
+    int io = 0;
+    for (int i = 0; i < x->ninputs && !io; i++) io = x->in_slots[i] == sl;
+    for (int i = 0; i < x->noutputs && !io; i++) io = x->out_slots[i] == sl;
+    if (!io) n += x->slot_bytes[sl];
+  }
+  return n;
+}
+
 /* ptrs: the predicate, false consts, true consts, operands, then the results. The predicate is
  * read (one wait on a GPU), then the branch it names runs on (operands, its consts). */
 static int cond_run(void *ctx, void **ptrs, char *err, size_t errlen) {
@@ -480,13 +504,23 @@ static int cond_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   int nf = l->nc, nt = l->nb, no = l->n, rc;
   unsigned char which = 0;
   if ((rc = l->t->read(&which, ptrs[0], 1, err, errlen))) return rc;
-  void **args = kl_calloc((size_t)(no + nf + nt) + 1, sizeof(void *));
+  void *small[32], **args = no + nf + nt <= 32 ? small : kl_calloc((size_t)(no + nf + nt) + 1, sizeof(void *));
   if (!args) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a cond");
   memcpy(args, ptrs + 1 + nf + nt, sizeof(void *) * (size_t)no);
   if (which) memcpy(args + no, ptrs + 1 + nf, sizeof(void *) * (size_t)nt);
   else memcpy(args + no, ptrs + 1, sizeof(void *) * (size_t)nf);
-  rc = l->t->run(which ? l->body : l->cond, args, ptrs + 1 + nf + nt + no, err, errlen);
-  free(args);
+  kl_exec *x = which ? l->body : l->cond;
+  void **outs = ptrs + 1 + nf + nt + no;
+  kl_loop *ml = (kl_loop *)l;
+  if (l->keep[which != 0] && !pthread_mutex_trylock(&ml->branch_mu)) {
+    bound_body **b = &ml->branch[which != 0]; /* its temporaries kept from run to run */
+    if (*b) l->t->retarget((*b)->native, args, outs);
+    else if (!(*b = body_bind(l->t, x, args, outs, err, errlen))) rc = -1;
+    if (!rc) rc = body_run(*b, err, errlen);
+    pthread_mutex_unlock(&ml->branch_mu);
+  } else
+    rc = l->t->run(x, args, outs, err, errlen);
+  if (args != small) free(args);
   return rc;
 }
 
@@ -645,6 +679,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     }
     l->ny = e->nout - l->n;
   } else if (e->prim == KL_P_COND) {
+    pthread_mutex_init(&l->branch_mu, NULL);
     l->nc = (int)p->cond.counts.v[0];
     l->nb = (int)p->cond.counts.v[1];
     l->n = (int)p->cond.counts.v[2];
@@ -682,6 +717,8 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     }
     if (!hosted && (l->dw = kl_calloc(1, sizeof *l->dw))) pthread_mutex_init(&l->dw->mu, NULL);
   }
+  for (int k = 0; k < 2 && e->prim == KL_P_COND; k++)
+    l->keep[k] = t->bind && t->retarget && temp_bytes(k ? l->body : l->cond) <= COND_KEEP_TEMP_BYTES;
   int (*run)(void *, void **, char *, size_t) = e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run
                                                 : e->prim == KL_P_WHILE_BWD ? while_bwd_run : while_run;
   kl_host_step(e, slot_of, slots, l, run, st);
