@@ -43,7 +43,20 @@ struct kl_loop {
   struct bound_body *branch[2]; /* cond: each branch bound at its first run, pointed at each run's memory */
   pthread_mutex_t branch_mu;    /* cond: one run at a time uses them (another binds its own) */
   char keep[2];                 /* cond: whether a branch's binding is kept (small temporaries) */
+  struct scan_keep *sk;         /* scan compiled whole on the CPU: what runs keep, or NULL */
+  pthread_mutex_t sk_mu;        /* one run at a time uses it (another allocates its own) */
 };
+
+/* What a scan keeps from run to run (small ones, compiled whole, on the CPU: a scan nested in
+ * another loop runs once per outer trip): its carry buffers (those not updated in place or
+ * passed through), staging buffers and bindings, retargeted at each run's memory. */
+typedef struct scan_keep {
+  void **set[2];             /* per carry, two buffers (NULL: the run's result buffer) */
+  void **stage;              /* per x, then per y: a staging buffer, or NULL */
+  struct bound_body *bound[3][3];
+  int ready;
+} scan_keep;
+#define SCAN_KEEP_MAX_BYTES ((size_t)4 << 20)
 
 static void dev_while_free(kl_loop *l);
 typedef struct bound_body bound_body;
@@ -58,6 +71,18 @@ void kl_loop_free(kl_loop *l) {
     body_unbind(l->branch[0]);
     body_unbind(l->branch[1]);
     pthread_mutex_destroy(&l->branch_mu);
+  }
+  if (l->sk) {
+    scan_keep *k = l->sk;
+    for (int r = 0; r < 9; r++) body_unbind(k->bound[r / 3][r % 3]);
+    for (int i = 0; k->set[0] && i < l->nb; i++)
+      for (int j = 0; j < 2; j++)
+        if (k->set[j][i]) l->t->free(k->set[j][i], l->bytes[i] ? l->bytes[i] : 1);
+    for (int j = 0; k->stage && j < l->n + l->ny; j++)
+      if (k->stage[j]) l->t->free(k->stage[j], j < l->n ? l->xbytes[j] : l->bytes[l->nb + j - l->n]);
+    free(k->set[0]);
+    free(k);
+    pthread_mutex_destroy(&l->sk_mu);
   }
   if (l->cond) kl_exec_release(l->cond);
   if (l->body) kl_exec_release(l->body);
@@ -395,6 +420,7 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
 /* Kernels assume 16-byte aligned buffers (vector loads); a slice of stacked xs or ys whose size
  * is not a multiple of 16 is copied through a staging buffer of its own. */
 static int misaligned(size_t slice_bytes) { return slice_bytes % 16 != 0; }
+static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t errlen);
 
 /* ptrs: consts, initial carries, xs, then the final carries and the ys (outputs). Iteration i
  * reads the carries of i - 1 (the initial ones first) and writes the next set; the last writes
@@ -402,26 +428,43 @@ static int misaligned(size_t slice_bytes) { return slice_bytes % 16 != 0; }
 static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_loop *l = ctx;
   int nk = l->nc, n = l->nb, nx = l->n, ny = l->ny, rc = 0;
-  void **base = kl_calloc((size_t)(2 * (nk + n + nx + n + ny) + 2 * n + nx + ny + 2), sizeof(void *));
+  size_t nbase = (size_t)(2 * (nk + n + nx + n + ny) + 2 * n + nx + ny + 2);
+  void *small[128], **base = nbase <= 128 ? small : kl_malloc(nbase * sizeof(void *));
   if (!base) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a scan");
+  memset(base, 0, nbase * sizeof(void *));
   void **args = base, **outs = args + nk + n + nx, **set[2] = {outs + n + ny, outs + n + ny + n};
   void **stage = set[1] + n; /* per x, then per y: its staging buffer, or NULL */
   void **init = ptrs + nk, **xs = init + n, **final = xs + nx, **ys = final + n;
-  if (l->length > 1) rc = carry_sets(l, n, set, final, err, errlen); /* one iteration goes from init to final */
-  for (int j = 0; j < nx + ny && !rc; j++) {
-    size_t b = j < nx ? l->xbytes[j] : l->bytes[n + j - nx];
-    if (misaligned(b)) rc = l->t->alloc(b, &stage[j], err, errlen);
+  scan_keep *kp = l->sk && !pthread_mutex_trylock(&((kl_loop *)l)->sk_mu) ? l->sk : NULL;
+  if (kp && !kp->ready && (rc = scan_keep_fill(l, kp, err, errlen))) {
+    pthread_mutex_unlock(&((kl_loop *)l)->sk_mu);
+    kp = NULL;
+    rc = 0; /* no memory to keep: this run allocates its own */
+  }
+  if (kp) {
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < 2; k++) set[k][i] = kp->set[k][i] ? kp->set[k][i] : final[i];
+    memcpy(stage, kp->stage, sizeof(void *) * (size_t)(nx + ny));
+  } else {
+    if (l->length > 1) rc = carry_sets(l, n, set, final, err, errlen); /* one iteration goes from init to final */
+    for (int j = 0; j < nx + ny && !rc; j++) {
+      size_t b = j < nx ? l->xbytes[j] : l->bytes[n + j - nx];
+      if (misaligned(b)) rc = l->t->alloc(b, &stage[j], err, errlen);
+    }
   }
   memcpy(args, ptrs, sizeof(void *) * (size_t)nk);
   /* a scan without xs or ys (a fori_loop) reads and writes only carries: its body is bound once
    * per (carries read, carries written): init, set 0 or 1 -> set 0, set 1 or the results */
-  bound_body *bound[3][3] = {{NULL}};
+  bound_body *local[3][3] = {{NULL}}, *(*bound)[3] = kp ? kp->bound : local;
+  char pointed[3][3] = {{0}}; /* a kept binding retargeted at this run's memory */
   int fixed = nx == 0 && ny == 0;
   for (int64_t it = 0; fixed && it < l->length && !rc; it++) {
     int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
-    if (!bound[r][w]) {
+    if (!bound[r][w] || !pointed[r][w]) {
       memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
-      if (!(bound[r][w] = body_bind(l->t, l->body, args, w == 2 ? final : set[w], err, errlen))) rc = -1;
+      if (bound[r][w]) l->t->retarget(bound[r][w]->native, args, w == 2 ? final : set[w]);
+      else if (!(bound[r][w] = body_bind(l->t, l->body, args, w == 2 ? final : set[w], err, errlen))) rc = -1;
+      pointed[r][w] = 1;
     }
     if (l->driver && it == 2 && l->length - 2 > it) it = l->length - 2; /* every binding the driver needs is made */
     else if (!rc && !l->driver) rc = body_run(bound[r][w], err, errlen);
@@ -436,12 +479,14 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     if (!sl) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a scan");
     for (int64_t it = 0; it < l->length && !rc; it++) {
       int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
-      if (!bound[r][w]) {
+      if (!bound[r][w] || !pointed[r][w]) {
         memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
         for (int j = 0; j < nx; j++) args[nk + n + j] = stage[j] ? stage[j] : xs[j];
         memcpy(outs, w == 2 ? final : set[w], sizeof(void *) * (size_t)n);
         for (int j = 0; j < ny; j++) outs[n + j] = stage[nx + j] ? stage[nx + j] : ys[j];
-        if (!(bound[r][w] = body_bind(l->t, l->body, args, outs, err, errlen))) rc = -1;
+        if (bound[r][w]) l->t->retarget(bound[r][w]->native, args, outs);
+        else if (!(bound[r][w] = body_bind(l->t, l->body, args, outs, err, errlen))) rc = -1;
+        pointed[r][w] = 1;
       }
       if (it == 2 && l->length - 2 > it) it = l->length - 2; /* every binding the driver needs is made */
     }
@@ -473,14 +518,46 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     for (int j = 0; j < ny && !rc; j++)
       if (stage[nx + j]) rc = l->t->copy((char *)ys[j] + (size_t)t * l->bytes[n + j], stage[nx + j], l->bytes[n + j], err, errlen);
   }
+  for (int i = 0; i < n && !rc && l->length == 0; i++) rc = l->t->copy(final[i], init[i], l->bytes[i], err, errlen);
+  if (kp) {
+    pthread_mutex_unlock(&((kl_loop *)l)->sk_mu);
+    if (base != small) free(base);
+    return rc;
+  }
   for (int r = 0; r < 3; r++)
     for (int w = 0; w < 3; w++) body_unbind(bound[r][w]);
-  for (int i = 0; i < n && !rc && l->length == 0; i++) rc = l->t->copy(final[i], init[i], l->bytes[i], err, errlen);
   for (int j = 0; j < nx + ny; j++)
     if (stage[j]) l->t->free(stage[j], j < nx ? l->xbytes[j] : l->bytes[n + j - nx]);
   free_sets(l, n, set);
-  free(base);
+  if (base != small) free(base);
   return rc;
+}
+
+/* The buffers a kept scan reuses: 0, or -1 (then kp stays unready). */
+static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t errlen) {
+  int n = l->nb, ns = l->n + l->ny, rc = 0;
+  kp->set[0] = kl_calloc(2 * (size_t)n + (size_t)ns + 1, sizeof(void *));
+  if (!kp->set[0]) return -1;
+  kp->set[1] = kp->set[0] + n;
+  kp->stage = kp->set[1] + n;
+  for (int i = 0; i < n && !rc; i++)
+    for (int k = 0; k < 2 && !rc && !l->alias[i]; k++) rc = l->t->alloc(l->bytes[i] ? l->bytes[i] : 1, &kp->set[k][i], err, errlen);
+  for (int j = 0; j < ns && !rc; j++) {
+    size_t b = j < l->n ? l->xbytes[j] : l->bytes[n + j - l->n];
+    if (misaligned(b)) rc = l->t->alloc(b, &kp->stage[j], err, errlen);
+  }
+  if (rc) {
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < 2; k++)
+        if (kp->set[k][i]) l->t->free(kp->set[k][i], l->bytes[i] ? l->bytes[i] : 1);
+    for (int j = 0; j < ns; j++)
+      if (kp->stage[j]) l->t->free(kp->stage[j], j < l->n ? l->xbytes[j] : l->bytes[n + j - l->n]);
+    free(kp->set[0]);
+    memset(kp, 0, sizeof *kp);
+    return -1;
+  }
+  kp->ready = 1;
+  return 0;
 }
 
 #define COND_KEEP_TEMP_BYTES ((size_t)4 << 20) /* a branch's temporaries kept while its program lives */
@@ -716,6 +793,13 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
       for (int s = 0; s < x->nsteps; s++) hosted |= x->steps[s].on_host || x->steps[s].synchronizes;
     }
     if (!hosted && (l->dw = kl_calloc(1, sizeof *l->dw))) pthread_mutex_init(&l->dw->mu, NULL);
+  }
+  if (e->prim == KL_P_SCAN && l->driver && t == &kl_loop_cpu) { /* small ones keep their memory (a nested scan) */
+    size_t keep = 0;
+    for (int i = 0; i < l->nb; i++) keep += 2 * l->bytes[i];
+    for (int j = 0; j < l->n + l->ny; j++) keep += j < l->n ? l->xbytes[j] : l->bytes[l->nb + j - l->n];
+    keep += temp_bytes(l->body) * 6; /* up to six bindings' temporaries */
+    if (keep <= SCAN_KEEP_MAX_BYTES && (l->sk = kl_calloc(1, sizeof *l->sk))) pthread_mutex_init(&l->sk_mu, NULL);
   }
   for (int k = 0; k < 2 && e->prim == KL_P_COND; k++)
     l->keep[k] = t->bind && t->retarget && temp_bytes(k ? l->body : l->cond) <= COND_KEEP_TEMP_BYTES;

@@ -373,8 +373,9 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
                      void *const *slices, int nslices, int *parity, char *err, size_t errlen) {
   int gc = scan ? 0 : group_size(xfirst), gb = group_size(xbody), ngroups = scan ? 9 : 2;
   size_t n = TAB_GROUPS + (size_t)ngroups * (size_t)(gc + gb) + 2 * (size_t)nslices;
-  void **tab = kl_calloc(n + 1, sizeof(void *));
+  void *small[512], **tab = n <= 512 ? small : kl_malloc(sizeof(void *) * (n + 1));
   if (!tab) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
+  memset(tab, 0, sizeof(void *) * (n <= 512 ? n : n + 1));
   run_ctx r = {0, err, errlen};
   int64_t fin = 0;
   void *pred = NULL, *src;
@@ -397,7 +398,7 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
   if (!scan) kl_cpu_bound_output(bound[0], 0, &pred, &src);
   tab[TAB_PRED] = pred;
   ((kl_kernel_fn)driver)(tab, 0, length);
-  free(tab);
+  if (tab != small) free(tab);
   if (parity) *parity = (int)fin;
   return r.failed ? -1 : 0;
 }

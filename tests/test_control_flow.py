@@ -690,3 +690,35 @@ def test_scans_over_slices_of_any_size_against_python(n, reverse, through):
         np.testing.assert_allclose(np.asarray(y1)[t], a, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(np.asarray(y2)[t], b, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(y3), zs if through else zs + np.float32(1.0))
+
+
+def test_nested_scans_keep_their_memory_between_runs_and_compute_the_same():
+    """A small scan nested in another loop keeps its buffers and bindings from one outer trip to
+    the next on the CPU (retargeted at each run's memory): values against Python, over two calls
+    with different inputs, with carries in place, passed through and traded."""
+    rng = np.random.default_rng(3)
+
+    def inner(c, x):
+        a, z, k = c
+        return (a * 0.9 + x, z.at[0].add(x[0]), k), a[0]
+
+    def outer(c, xs):
+        c, ys = lax.scan(inner, c, xs)
+        return c, ys.sum()
+
+    f = kiln.jit(lambda c, xss: lax.scan(outer, c, xss))
+    for _ in range(2):
+        a0, z0, k0 = (rng.standard_normal(4).astype(np.float32) for _ in range(3))
+        xss = rng.standard_normal((6, 5, 4)).astype(np.float32)
+        (a, z, k), s = f((a0, z0, k0), xss)
+        wa, wz, ws = a0.astype(np.float64), z0.astype(np.float64), []
+        for xs in xss:
+            tot = 0.0
+            for x in xs:
+                tot += wa[0]
+                wa, wz = wa * 0.9 + x, wz + np.eye(4)[0] * x[0]
+            ws.append(tot)
+        np.testing.assert_allclose(np.asarray(a), wa, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(z), wz, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(k), k0)
+        np.testing.assert_allclose(np.asarray(s), ws, rtol=1e-4, atol=1e-4)
