@@ -8,6 +8,9 @@ each library (the GPU where there is one, else the CPU).
 - while: per-iteration cost of a while_loop over an 8-element carry with a data-dependent stop
   (10,000 iterations);
 - fori: 1,000 steps of z.at[i].set(2.0 * i) on 2^20 float32 elements;
+- scan_small, cond_scan, nested: per trip of a 100,000-trip scan over 4-float xs with a scalar
+  y, of a 100,000-trip scan whose body is a cond, of a 10,000-trip scan whose body is a 10-trip
+  scan (the loops' own overhead);
 - compile: jit(f).lower(x).compile() of a scan of 10 and of 100,000 steps of a small body.
 
 Each result is checked against the other library's before it is timed.
@@ -54,8 +57,19 @@ def workloads(lib, jnp, lax):
     x8 = jnp.zeros(8, jnp.float32)
     fori_j = lib.jit(lambda z: lax.fori_loop(0, 1000, lambda i, z: z.at[i].set(2.0 * i), z))
     z = jnp.zeros(1 << 20, jnp.float32)
+    # small bodies, where the loop's own overhead shows: a scan over xs with a scalar y, a scan
+    # whose body is a cond, a scan nested in a scan (per trip of the outer one)
+    xs_small = jnp.asarray(rng.standard_normal((100000, 4)).astype(np.float32))
+    scan_small = lib.jit(lambda xs: lax.scan(lambda c, x: (c * 0.9 + x, c.sum()), jnp.zeros(4, jnp.float32), xs))
+    cond_scan = lib.jit(lambda c: lax.scan(
+        lambda c, _: (lax.cond(c[0] > 0.5, lambda v: v * 0.5, lambda v: v + 0.3, c), None), c, None, length=100000)[0])
+    nested = lib.jit(lambda c: lax.scan(
+        lambda c, _: (lax.scan(lambda d, _: (d * 0.99 + 0.01, None), c, None, length=10)[0], None), c, None,
+        length=10000)[0])
+    c4 = jnp.ones(4, jnp.float32)
     return {"rnn": (lambda: rnn_j(W_, X_), 1), "rnn_grad": (lambda: rnn_g(W_, X_), 1), "while": (lambda: wl_j(x8), 10000),
-            "fori": (lambda: fori_j(z), 1)}
+            "fori": (lambda: fori_j(z), 1), "scan_small": (lambda: scan_small(xs_small), 100000),
+            "cond_scan": (lambda: cond_scan(c4), 100000), "nested": (lambda: nested(c4), 10000)}
 
 
 def compile_time(lib, jnp, lax, n):
@@ -73,7 +87,7 @@ def compile_time(lib, jnp, lax, n):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="rnn,rnn_grad,while,fori,compile")
+    ap.add_argument("--only", default="rnn,rnn_grad,while,fori,scan_small,cond_scan,nested,compile")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     only = args.only.split(",")
@@ -102,7 +116,7 @@ def main():
         tk, tj = timed(fk, sync, args.reps), timed(fj, sync, args.reps)
         unit = "us/iter" if per > 1 else "ms"
         scale = 1e6 / per if per > 1 else 1e3
-        print(f"{w:10s} kiln {tk * scale:10.2f} {unit}  jax {tj * scale:10.2f} {unit}  ratio {tk / tj:.2f}")
+        print(f"{w:10s} kiln {tk * scale:10.3f} {unit}  jax {tj * scale:10.3f} {unit}  ratio {tk / tj:.2f}")
 
 
 if __name__ == "__main__":
