@@ -828,6 +828,8 @@ void kl_loops_describe(kl_loop *const *loops, int n, kl_str *out) {
     if (l->prim == KL_P_SCAN) kl_str_printf(out, " of %lld trips", (long long)l->length);
     if (l->prim == KL_P_COND) kl_str_printf(out, " of branches of %d and %d steps", l->cond->nsteps, l->body->nsteps);
     else kl_str_printf(out, " over a body of %d steps", l->body->nsteps);
+    if (l->driver) kl_str_printf(out, ", compiled whole");
+    else if (l->dw) kl_str_printf(out, ", on the device where the driver can");
     if (i == n - 1) kl_str_printf(out, ")");
   }
 }
