@@ -722,3 +722,19 @@ def test_nested_scans_keep_their_memory_between_runs_and_compute_the_same():
         np.testing.assert_allclose(np.asarray(z), wz, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(np.asarray(k), k0)
         np.testing.assert_allclose(np.asarray(s), ws, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_slices_read_and_written_by_library_calls(reverse):
+    """A scan body whose x slice feeds a product and whose y slice is the product's result: the
+    compiled CPU loop points the library call's own arguments at each trip's slices."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    xs = rng.standard_normal((7, 3, 4)).astype(np.float32)
+    c, ys = kiln.jit(lambda c, xs: lax.scan(lambda c, x: (c * 0.5 + x.sum(0), x @ w), c, xs, reverse=reverse))(
+        np.ones(4, np.float32), xs)
+    cw = np.ones(4)
+    for t in (range(6, -1, -1) if reverse else range(7)):
+        cw = cw * 0.5 + xs[t].sum(0)
+    np.testing.assert_allclose(np.asarray(ys), xs.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(c), cw, rtol=1e-6, atol=1e-6)
