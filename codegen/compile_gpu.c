@@ -262,8 +262,17 @@ static void *build_module(kl_str *text, int index32, const char *libdevice, char
   kl_codegen_dump("kernels.ptx", ptx);
   double t1 = now();
   if (strstr(ptx, ".extern")) { /* an unresolved function (libdevice math) would fail to load */
-    const char *x = strstr(ptx, ".extern");
-    snprintf(err, errlen, "internal error: generated PTX calls an external function: %.120s", x);
+    const char *x = strstr(ptx, ".extern"), *nv = strstr(x, "__nv_");
+    if (nv && !libdevice) { /* MLIR lowers some operations (a float remainder) to libdevice itself */
+      int n = 0;
+      while (nv[n] && (nv[n] == '_' || (nv[n] >= 'a' && nv[n] <= 'z') || (nv[n] >= '0' && nv[n] <= '9'))) n++;
+      kl_error(err, errlen, KL_ERR_UNSUPPORTED,
+               "this GPU program needs NVIDIA's libdevice (for %.*s, e.g. a float remainder or fmod) and none was "
+               "found: install the CUDA toolkit, or the nvidia-cuda-nvcc wheel, or set KILN_LIBDEVICE to the path of "
+               "libdevice.10.bc",
+               n, nv);
+    } else
+      snprintf(err, errlen, "internal error: generated PTX calls an external function: %.120s", x);
     free(ptx);
     return NULL;
   }
@@ -289,14 +298,17 @@ nomem:
  * when it is found (the NVVM serializer links what is used); kiln's polynomials otherwise, and
  * for good after a module that uses it fails to link. */
 static char libdevice_file[512];
+static int libdevice_from_env; /* found through KILN_LIBDEVICE, not where MLIR looks itself */
 static pthread_once_t libdevice_once = PTHREAD_ONCE_INIT;
 static atomic_int libdevice_failed;
 
 static void find_libdevice(void) {
   const char *env = getenv("KILN_LIBDEVICE");
   if (env && *env) {
-    if (strcmp(env, "0") && strcmp(env, "off") && !strpbrk(env, ",} ") && !access(env, R_OK))
+    if (strcmp(env, "0") && strcmp(env, "off") && !strpbrk(env, ",} ") && !access(env, R_OK)) {
       snprintf(libdevice_file, sizeof libdevice_file, "%s", env);
+      libdevice_from_env = 1;
+    }
     return;
   }
   const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
@@ -531,7 +543,9 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
     mod = full;
     *used_ld = 1;
   }
-  const char *ld_link = ld_used ? ld : NULL;
+  /* MLIR links the toolkit's libdevice into every module by itself (what it lowers to libdevice:
+   * arith.remf to __nv_fmodf); one named by KILN_LIBDEVICE (a pip wheel's) is linked explicitly */
+  const char *ld_link = ld_used || (ld && libdevice_from_env) ? ld : NULL;
   if (!rc && mod.failed) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the GPU kernels' MLIR text");
   if (!rc && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2')
     fprintf(stderr, "kiln: gpu: plan + MLIR text %.1f ms (%d kernels, %d distinct, %.0f KB)\n", (now() - t0) * 1e3,

@@ -60,3 +60,24 @@ def _find_cublas():
 
 _find_cublas()
 del _find_cublas
+
+
+def _find_libdevice():
+    """Points KILN_LIBDEVICE at a pip-installed libdevice (the nvidia-cuda-nvcc wheel, as JAX's GPU
+    install brings) when the runtime's own places ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda) have none."""
+    import glob
+    import os
+    import sys
+    if os.environ.get("KILN_LIBDEVICE"):
+        return
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "nvvm", "libdevice", "libdevice.10.bc")):
+            return
+    for base in sys.path:
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cu*", "nvvm", "libdevice", "libdevice.10.bc"))):
+            os.environ["KILN_LIBDEVICE"] = path
+            return
+
+
+_find_libdevice()
+del _find_libdevice
