@@ -245,7 +245,6 @@ typedef struct {
   size_t largest;    /* MLIR text of the largest kernel */
   int nfns;          /* distinct kernel functions so far (KLPFX<i>) */
   int64_t cost;
-  int loop; /* a loop's module (kl_compile_cpu_loop): small kernels are inlined into its driver */
 } cpu_module;
 
 /* Machine code for the module's kernels (and `nextra` functions after them, named KLPFX<nfns + j>,
@@ -589,7 +588,6 @@ int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_
   kl_str_append(&cm.mod, "module {\n");
   kl_exec *xs[2] = {NULL, NULL};
   int nxs = 0, rc = 0;
-  cm.loop = 1;
   *xfirst = *xbody = NULL;
   if (first && !(xs[nxs++] = emit_program(first, &cm, err, errlen))) rc = -1;
   if (!rc && !(xs[nxs++] = emit_program(body, &cm, err, errlen))) rc = -1;
@@ -607,7 +605,7 @@ int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_
     char name[32];
     snprintf(name, sizeof name, "KLPFX%d", cm.nfns);
     if (!rc) mark_noinline(&cm);
-    if (!rc) kl_loop_driver_emit(scan, sh, nxs, name, &cm.mod);
+    if (!rc) kl_loop_driver_emit(scan, sh, name, &cm.mod);
     free(fns);
   }
   if (cm.outlined) kl_math_define_outlined(cm.outlined, &cm.mod);

@@ -57,6 +57,7 @@ typedef struct scan_keep {
   int ready;
 } scan_keep;
 #define SCAN_KEEP_MAX_BYTES ((size_t)4 << 20)
+#define SCAN_WHOLE_MAX_SLICES 64 /* xs and ys of a scan compiled whole */
 
 static void dev_while_free(kl_loop *l);
 typedef struct bound_body bound_body;
@@ -275,22 +276,21 @@ static int dev_while_build(kl_loop *l) {
   dev_while *d = l->dw;
   const kl_loop_target *t = l->t;
   int n = l->n, nk = l->nc + l->nb, rc = 0;
-  char err[256];
-  size_t total = 0; /* the loop's own memory: at most DEV_WHILE_MAX_BYTES, else the host loops */
-  for (int i = 0; i < n; i++) total += (l->alias[i] ? 1 : 2) * l->bytes[i];
-  for (int j = 0; j < nk; j++) {
-    const kl_exec *x = j < l->nc ? l->cond : l->body;
-    total += x->slot_bytes[x->in_slots[n + (j < l->nc ? j : j - l->nc)]];
-  }
-  if (total > DEV_WHILE_MAX_BYTES) {
-    if (getenv("KILN_LOG_COMPILES"))
-      fprintf(stderr, "kiln: a while loop runs from the host: its carries and consts (%zu bytes) are too large to copy\n", total);
-    return -1;
-  }
+  char err[256] = "out of host memory";
   d->a = kl_calloc(2 * (size_t)n + (size_t)nk + 1, sizeof(void *));
   d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
   void **args = kl_calloc((size_t)(n + nk) + 1, sizeof(void *));
   if (!d->a || !d->kbytes || !args) rc = -1;
+  size_t total = 0; /* the loop's own memory: at most DEV_WHILE_MAX_BYTES, else the host loops */
+  for (int i = 0; i < n; i++) total += (l->alias[i] ? 1 : 2) * l->bytes[i];
+  for (int j = 0; j < nk && !rc; j++) { /* each const's bytes: the condition's, then the body's */
+    const kl_exec *x = j < l->nc ? l->cond : l->body;
+    total += d->kbytes[j] = x->slot_bytes[x->in_slots[n + (j < l->nc ? j : j - l->nc)]];
+  }
+  if (!rc && total > DEV_WHILE_MAX_BYTES) {
+    snprintf(err, sizeof err, "its carries and consts (%zu bytes) are too large to copy", total);
+    rc = -1;
+  }
   if (!rc) d->b = d->a + n, d->k = d->b + n;
   for (int i = 0; i < n && !rc; i++) {
     rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->a[i], err, sizeof err);
@@ -299,11 +299,7 @@ static int dev_while_build(kl_loop *l) {
       else rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->b[i], err, sizeof err);
     }
   }
-  for (int j = 0; j < nk && !rc; j++) {
-    const kl_exec *x = j < l->nc ? l->cond : l->body;
-    d->kbytes[j] = x->slot_bytes[x->in_slots[n + (j < l->nc ? j : j - l->nc)]];
-    rc = t->alloc(d->kbytes[j] ? d->kbytes[j] : 1, &d->k[j], err, sizeof err);
-  }
+  for (int j = 0; j < nk && !rc; j++) rc = t->alloc(d->kbytes[j] ? d->kbytes[j] : 1, &d->k[j], err, sizeof err);
   if (!rc) rc = t->alloc(1, &d->pred, err, sizeof err);
   if (!rc) {
     memcpy(args, d->a, sizeof(void *) * (size_t)n);
@@ -417,9 +413,6 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return rc;
 }
 
-/* Kernels assume 16-byte aligned buffers (vector loads); a slice of stacked xs or ys whose size
- * is not a multiple of 16 is copied through a staging buffer of its own. */
-static int misaligned(size_t slice_bytes) { return slice_bytes % 16 != 0; }
 static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t errlen);
 
 /* ptrs: consts, initial carries, xs, then the final carries and the ys (outputs). Iteration i
@@ -449,7 +442,7 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     if (l->length > 1) rc = carry_sets(l, n, set, final, err, errlen); /* one iteration goes from init to final */
     for (int j = 0; j < nx + ny && !rc; j++) {
       size_t b = j < nx ? l->xbytes[j] : l->bytes[n + j - nx];
-      if (misaligned(b)) rc = l->t->alloc(b, &stage[j], err, errlen);
+      if (kl_loop_staged(b)) rc = l->t->alloc(b, &stage[j], err, errlen);
     }
   }
   memcpy(args, ptrs, sizeof(void *) * (size_t)nk);
@@ -457,46 +450,32 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
    * per (carries read, carries written): init, set 0 or 1 -> set 0, set 1 or the results */
   bound_body *local[3][3] = {{NULL}}, *(*bound)[3] = kp ? kp->bound : local;
   char pointed[3][3] = {{0}}; /* a kept binding retargeted at this run's memory */
-  int fixed = nx == 0 && ny == 0;
-  for (int64_t it = 0; fixed && it < l->length && !rc; it++) {
+  int fixed = nx == 0 && ny == 0, whole = l->driver && l->length > 0;
+  /* the bindings by (carries read, written): made (or a kept one pointed at this run's memory)
+   * as the trips need them; a loop compiled whole needs those of the first three trips and the
+   * last, and points its slices per trip itself (slice 0 or the staging buffer here) */
+  for (int64_t it = 0; (fixed || whole) && it < l->length && !rc; it++) {
     int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
     if (!bound[r][w] || !pointed[r][w]) {
       memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
-      if (bound[r][w]) l->t->retarget(bound[r][w]->native, args, w == 2 ? final : set[w]);
-      else if (!(bound[r][w] = body_bind(l->t, l->body, args, w == 2 ? final : set[w], err, errlen))) rc = -1;
+      for (int j = 0; j < nx; j++) args[nk + n + j] = stage[j] ? stage[j] : xs[j];
+      memcpy(outs, w == 2 ? final : set[w], sizeof(void *) * (size_t)n);
+      for (int j = 0; j < ny; j++) outs[n + j] = stage[nx + j] ? stage[nx + j] : ys[j];
+      if (bound[r][w]) l->t->retarget(bound[r][w]->native, args, outs);
+      else if (!(bound[r][w] = body_bind(l->t, l->body, args, outs, err, errlen))) rc = -1;
       pointed[r][w] = 1;
     }
-    if (l->driver && it == 2 && l->length - 2 > it) it = l->length - 2; /* every binding the driver needs is made */
-    else if (!rc && !l->driver) rc = body_run(bound[r][w], err, errlen);
+    if (whole && it == 2 && l->length - 2 > it) it = l->length - 2;
+    else if (!rc && !whole) rc = body_run(bound[r][w], err, errlen);
   }
-  if (fixed && l->driver && !rc) {
-    void *native[9];
-    for (int k = 0; k < 9; k++) native[k] = bound[k / 3][k % 3] ? bound[k / 3][k % 3]->native : NULL;
-    rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, NULL, 0, NULL, err, errlen);
-  }
-  if (!fixed && l->driver && l->length > 0 && !rc) { /* compiled whole: bound per (read, write), pointed per trip */
-    void **sl = kl_calloc(2 * (size_t)(nx + ny) + 1, sizeof(void *)), *native[9];
-    if (!sl) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a scan");
-    for (int64_t it = 0; it < l->length && !rc; it++) {
-      int r = it ? 1 + (int)((it - 1) & 1) : 0, w = it == l->length - 1 ? 2 : (int)(it & 1);
-      if (!bound[r][w] || !pointed[r][w]) {
-        memcpy(args + nk, r ? set[r - 1] : init, sizeof(void *) * (size_t)n);
-        for (int j = 0; j < nx; j++) args[nk + n + j] = stage[j] ? stage[j] : xs[j];
-        memcpy(outs, w == 2 ? final : set[w], sizeof(void *) * (size_t)n);
-        for (int j = 0; j < ny; j++) outs[n + j] = stage[nx + j] ? stage[nx + j] : ys[j];
-        if (bound[r][w]) l->t->retarget(bound[r][w]->native, args, outs);
-        else if (!(bound[r][w] = body_bind(l->t, l->body, args, outs, err, errlen))) rc = -1;
-        pointed[r][w] = 1;
-      }
-      if (it == 2 && l->length - 2 > it) it = l->length - 2; /* every binding the driver needs is made */
-    }
-    for (int j = 0; j < nx + ny && !rc; j++) {
+  if (whole && !rc) {
+    void *sl[2 * SCAN_WHOLE_MAX_SLICES + 1], *native[9]; /* slices_pointable's bound */
+    for (int j = 0; j < nx + ny; j++) { /* each slice's memory and staging buffer */
       sl[2 * j] = j < nx ? xs[j] : ys[j - nx];
       sl[2 * j + 1] = stage[j];
     }
     for (int k = 0; k < 9 && !rc; k++) native[k] = bound[k / 3][k % 3] ? bound[k / 3][k % 3]->native : NULL;
     if (!rc) rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, sl, nx + ny, NULL, err, errlen);
-    free(sl);
   }
   for (int64_t it = 0; !fixed && !l->driver && it < l->length && !rc; it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
@@ -544,7 +523,7 @@ static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t err
     for (int k = 0; k < 2 && !rc && !l->alias[i]; k++) rc = l->t->alloc(l->bytes[i] ? l->bytes[i] : 1, &kp->set[k][i], err, errlen);
   for (int j = 0; j < ns && !rc; j++) {
     size_t b = j < l->n ? l->xbytes[j] : l->bytes[n + j - l->n];
-    if (misaligned(b)) rc = l->t->alloc(b, &kp->stage[j], err, errlen);
+    if (kl_loop_staged(b)) rc = l->t->alloc(b, &kp->stage[j], err, errlen);
   }
   if (rc) {
     for (int i = 0; i < n; i++)
@@ -561,18 +540,6 @@ static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t err
 }
 
 #define COND_KEEP_TEMP_BYTES ((size_t)4 << 20) /* a branch's temporaries kept while its program lives */
-
-/* Bytes of x's temporaries (slots of no input or output). */
-static size_t temp_bytes(const kl_exec *x) {
-  size_t n = 0;
-  for (int sl = 0; sl < x->nslots; sl++) {
-    int io = 0;
-    for (int i = 0; i < x->ninputs && !io; i++) io = x->in_slots[i] == sl;
-    for (int i = 0; i < x->noutputs && !io; i++) io = x->out_slots[i] == sl;
-    if (!io) n += x->slot_bytes[sl];
-  }
-  return n;
-}
 
 /* ptrs: the predicate, false consts, true consts, operands, then the results. The predicate is
  * read (one wait on a GPU), then the branch it names runs on (operands, its consts). */
@@ -702,6 +669,7 @@ static size_t aval_bytes(const kl_aval *a) { return kl_dtype_size(a->dtype) * (s
  * an output, no y slice is an input or another output (those are copies the driver does not
  * make). */
 static int slices_pointable(const kl_program *body, int nk, int n, int nx, int ny) {
+  if (nx + ny > SCAN_WHOLE_MAX_SLICES) return 0;
   for (int j = 0; j < nx; j++)
     for (int o = 0; o < body->noutputs; o++)
       if (body->outputs[o] == body->inputs[nk + n + j]) return 0;
@@ -798,11 +766,11 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     size_t keep = 0;
     for (int i = 0; i < l->nb; i++) keep += 2 * l->bytes[i];
     for (int j = 0; j < l->n + l->ny; j++) keep += j < l->n ? l->xbytes[j] : l->bytes[l->nb + j - l->n];
-    keep += temp_bytes(l->body) * 6; /* up to six bindings' temporaries */
+    keep += kl_exec_temp_bytes(l->body) * 6; /* up to six bindings' temporaries */
     if (keep <= SCAN_KEEP_MAX_BYTES && (l->sk = kl_calloc(1, sizeof *l->sk))) pthread_mutex_init(&l->sk_mu, NULL);
   }
   for (int k = 0; k < 2 && e->prim == KL_P_COND; k++)
-    l->keep[k] = t->bind && t->retarget && temp_bytes(k ? l->body : l->cond) <= COND_KEEP_TEMP_BYTES;
+    l->keep[k] = t->bind && t->retarget && kl_exec_temp_bytes(k ? l->body : l->cond) <= COND_KEEP_TEMP_BYTES;
   int (*run)(void *, void **, char *, size_t) = e->prim == KL_P_SCAN ? scan_run : e->prim == KL_P_COND ? cond_run
                                                 : e->prim == KL_P_WHILE_BWD ? while_bwd_run : while_run;
   kl_host_step(e, slot_of, slots, l, run, st);

@@ -73,6 +73,9 @@ typedef struct {
  * its outputs (n carries, ny y slices); per trip t (from the end when reverse) the driver points
  * the body at slice t of each x and y, or copies it through the binding's staging buffer when
  * staged (a slice whose size is not a multiple of 16 bytes). */
+/* Kernels assume 16-byte aligned buffers (vector loads): a slice of stacked xs or ys whose size
+ * is not a multiple of 16 bytes is copied through a staging buffer of its own. */
+static inline int kl_loop_staged(size_t slice_bytes) { return slice_bytes % 16 != 0; }
 typedef struct kl_loop_slices {
   int nk, n, nx, ny, reverse;
   const size_t *xbytes, *ybytes; /* bytes per slice */
@@ -80,7 +83,7 @@ typedef struct kl_loop_slices {
 /* Appends to mod the MLIR function `name` (a kl_kernel_fn: the table of drive()'s pointers, 0,
  * the trip count) that runs a while loop (scan = 0: sh[0] the condition, sh[1] the body) or a
  * scan (sh[0] the body). */
-void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *name, kl_str *mod);
+void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl_str *mod);
 /* compile.c: the programs and the driver in one module (sl: a scan's slices, or NULL). 0, or -1
  * with a message. */
 int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_loop_slices *sl, kl_exec **xfirst,

@@ -27,8 +27,6 @@ enum { TAB_TRAMP, TAB_CTX, TAB_PRED, TAB_PARITY, TAB_GROUPS };
 
 static int group_size(const kl_exec *x) { return 2 * x->nsteps + 2 * x->noutputs; }
 
-static int misaligned_slice(size_t bytes) { return bytes % 16 != 0; } /* as loop.c's staging */
-
 /* Which slice slot `slot` of a scan body holds, when the driver points it per trip: q for x q,
  * nx + q for y q (unstaged ones only: a staged slice lives in the binding's staging buffer);
  * -1 for any other slot. */
@@ -36,9 +34,9 @@ static int slice_of(const kl_loop_shape *sh, int slot) {
   const kl_loop_slices *sl = sh->sl;
   if (!sl) return -1;
   for (int q = 0; q < sl->nx; q++)
-    if (sh->x->in_slots[sl->nk + sl->n + q] == slot) return misaligned_slice(sl->xbytes[q]) ? -1 : q;
+    if (sh->x->in_slots[sl->nk + sl->n + q] == slot) return kl_loop_staged(sl->xbytes[q]) ? -1 : q;
   for (int q = 0; q < sl->ny; q++)
-    if (sh->x->out_slots[sl->n + q] == slot) return misaligned_slice(sl->ybytes[q]) ? -1 : sl->nx + q;
+    if (sh->x->out_slots[sl->n + q] == slot) return kl_loop_staged(sl->ybytes[q]) ? -1 : sl->nx + q;
   return -1;
 }
 
@@ -219,9 +217,8 @@ static const char *failed_flag(const kl_loop_shape *sh, int n) {
   return "arith.constant 0 : i32";
 }
 
-void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *name, kl_str *mod) {
+void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl_str *mod) {
   emitter m = {mod, 0};
-  (void)n;
   kl_str_printf(mod,
                 "  func.func @%s(%%tab: !llvm.ptr, %%lo: index, %%hi: index) {\n"
                 "    %%c0 = arith.constant 0 : index\n"
@@ -328,14 +325,14 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, int n, const char *n
                   "    %%so%d = arith.muli %%tt, %%sb%d : i64\n"
                   "    %%sp%d = llvm.getelementptr %%v%d[%%so%d] : (!llvm.ptr, i64) -> !llvm.ptr, i8\n",
                   q, bytes, q, q, q, slv[2 * q], q);
-    if (q < sl->nx && misaligned_slice(bytes)) /* a staged x: copied in */
+    if (q < sl->nx && kl_loop_staged(bytes)) /* a staged x: copied in */
       kl_str_printf(mod, "    \"llvm.intr.memcpy\"(%%v%d, %%sp%d, %%sb%d) <{isVolatile = false}> : (!llvm.ptr, !llvm.ptr, i64) -> ()\n",
                     slv[2 * q + 1], q, q);
   }
   int b = group_base(&m, "%grp", gb, TAB_GROUPS);
   emit_group(&m, &sh[0], b, &hs, "%grp");
   for (int q = sl ? sl->nx : 0; q < nsl; q++) /* a staged y: copied out */
-    if (misaligned_slice(sl->ybytes[q - sl->nx]))
+    if (kl_loop_staged(sl->ybytes[q - sl->nx]))
       kl_str_printf(mod, "    \"llvm.intr.memcpy\"(%%sp%d, %%v%d, %%sb%d) <{isVolatile = false}> : (!llvm.ptr, !llvm.ptr, i64) -> ()\n",
                     q, slv[2 * q + 1], q);
   hoisted_free(&hs);

@@ -3,6 +3,7 @@
  * synchronization to the owning device's kl_device. Knows no device's API (no CUDA, no threads). */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +112,13 @@ void kl_binding_free(kl_binding *b) {
   memset(b, 0, sizeof *b);
 }
 
+/* mask[slot]: whether x's slot needs a temporary (no input or output is there). */
+static void temp_mask(const kl_exec *x, char *mask) {
+  memset(mask, 1, (size_t)x->nslots);
+  for (int i = 0; i < x->ninputs; i++) mask[x->in_slots[i]] = 0;
+  for (int i = 0; i < x->noutputs; i++) mask[x->out_slots[i]] = 0;
+}
+
 int kl_binding_init(kl_binding *b, const kl_exec *x, char *err, size_t errlen) {
   size_t nargs = 0;
   for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;
@@ -131,10 +139,19 @@ int kl_binding_init(kl_binding *b, const kl_exec *x, char *err, size_t errlen) {
     return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
   }
   b->at = b->tmp + x->nslots;
-  memset(b->temp, 1, (size_t)x->nslots);
-  for (int i = 0; i < x->ninputs; i++) b->temp[x->in_slots[i]] = 0;
-  for (int i = 0; i < x->noutputs; i++) b->temp[x->out_slots[i]] = 0;
+  temp_mask(x, b->temp);
   return 0;
+}
+
+size_t kl_exec_temp_bytes(const kl_exec *x) {
+  char *mask = malloc((size_t)x->nslots + 1);
+  size_t n = 0;
+  if (!mask) return SIZE_MAX; /* as if too large to keep */
+  temp_mask(x, mask);
+  for (int sl = 0; sl < x->nslots; sl++)
+    if (mask[sl]) n += x->slot_bytes[sl];
+  free(mask);
+  return n;
 }
 
 int kl_binding_is_temp(const kl_binding *b, int sl) { return b->temp[sl]; }

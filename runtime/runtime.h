@@ -113,6 +113,8 @@ int kl_binding_is_temp(const kl_binding *b, int sl);
 /* Points every step at in/out and the temporaries (again for other inputs and outputs). */
 void kl_binding_point(kl_binding *b, void *const *in, void *const *out);
 void kl_binding_free(kl_binding *b);
+/* Bytes of x's temporaries (its slots of no input or output): what a binding allocates. */
+size_t kl_exec_temp_bytes(const kl_exec *x);
 
 /* Runs CPU executable x now, on this thread (a loop's condition or body inside a step): reads
  * in[0..ninputs), writes out[0..noutputs) (x's slot sizes) in place. An out[i] may be an in[j]
