@@ -10,7 +10,8 @@ each library (the GPU where there is one, else the CPU).
 - fori: 1,000 steps of z.at[i].set(2.0 * i) on 2^20 float32 elements;
 - scan_small, cond_scan, nested: per trip of a 100,000-trip scan over 4-float xs with a scalar
   y, of a 100,000-trip scan whose body is a cond, of a 10,000-trip scan whose body is a 10-trip
-  scan (the loops' own overhead);
+  scan (the loops' own overhead); cond_scan2k: cond_scan of 2,000 trips (on a GPU, a scan that
+  fits one CUDA graph: its conds become conditional nodes);
 - compile: jit(f).lower(x).compile() of a scan of 10 and of 100,000 steps of a small body.
 
 Each result is checked against the other library's before it is timed.
@@ -63,13 +64,15 @@ def workloads(lib, jnp, lax):
     scan_small = lib.jit(lambda xs: lax.scan(lambda c, x: (c * 0.9 + x, c.sum()), jnp.zeros(4, jnp.float32), xs))
     cond_scan = lib.jit(lambda c: lax.scan(
         lambda c, _: (lax.cond(c[0] > 0.5, lambda v: v * 0.5, lambda v: v + 0.3, c), None), c, None, length=100000)[0])
+    cond_scan2k = lib.jit(lambda c: lax.scan(
+        lambda c, _: (lax.cond(c[0] > 0.5, lambda v: v * 0.5, lambda v: v + 0.3, c), None), c, None, length=2000)[0])
     nested = lib.jit(lambda c: lax.scan(
         lambda c, _: (lax.scan(lambda d, _: (d * 0.99 + 0.01, None), c, None, length=10)[0], None), c, None,
         length=10000)[0])
     c4 = jnp.ones(4, jnp.float32)
     return {"rnn": (lambda: rnn_j(W_, X_), 1), "rnn_grad": (lambda: rnn_g(W_, X_), 1), "while": (lambda: wl_j(x8), 10000),
             "fori": (lambda: fori_j(z), 1), "scan_small": (lambda: scan_small(xs_small), 100000),
-            "cond_scan": (lambda: cond_scan(c4), 100000), "nested": (lambda: nested(c4), 10000)}
+            "cond_scan": (lambda: cond_scan(c4), 100000), "cond_scan2k": (lambda: cond_scan2k(c4), 2000), "nested": (lambda: nested(c4), 10000)}
 
 
 def compile_time(lib, jnp, lax, n):
@@ -87,7 +90,7 @@ def compile_time(lib, jnp, lax, n):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="rnn,rnn_grad,while,fori,scan_small,cond_scan,nested,compile")
+    ap.add_argument("--only", default="rnn,rnn_grad,while,fori,scan_small,cond_scan,cond_scan2k,nested,compile")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     only = args.only.split(",")

@@ -115,6 +115,8 @@ static struct {
 static int nmods, capmods;
 static long n_ptx_compiled, n_disk_hits, n_mem_hits;
 
+void kl_gpu_graph_stats(long *graphs, long *branches) { kl_cuda_graph_stats(graphs, branches); }
+
 void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits) {
   *compiled = n_ptx_compiled;
   *disk_hits = n_disk_hits;
@@ -342,9 +344,11 @@ static void *gpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, 
 static int gpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cuda_bound_run(b, err, errlen); }
 static void gpu_unbind(void *b) { kl_cuda_unbind(b); }
 static void gpu_retarget(void *b, void *const *in, void *const *out) { kl_cuda_bound_retarget(b, in, out); }
+static int gpu_has_if(void) { return !getenv("KILN_GPU_HOST_COND") && kl_cuda_has_conditionals(NULL, 0); }
 static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
                                          gpu_bind, gpu_bound_run, gpu_unbind, NULL, NULL,
-                                         kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free, gpu_retarget};
+                                         kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free, gpu_retarget,
+                                         kl_cuda_capturing, kl_cuda_if_captured, gpu_has_if};
 
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,
@@ -394,7 +398,8 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
       if ((rc = kl_compile_loop_step(pg, &pg->eqns[ps->eqn], slot_of, &loop_gpu, st, &o->loops[o->nloops], err, errlen)))
         break;
       o->nloops++;
-      st->synchronizes |= pg->eqns[ps->eqn].prim != KL_P_SCAN; /* a scan reads nothing back: graphs take it whole */
+      /* a scan reads nothing back, a cond in a graph becomes conditional nodes: graphs take them whole */
+      st->synchronizes |= pg->eqns[ps->eqn].prim != KL_P_SCAN && !st->if_node;
       x->cost += 1 << 20; /* a loop of unknown cost: its own event */
       continue;
     }

@@ -43,6 +43,7 @@ struct kl_loop {
   struct bound_body *branch[2]; /* cond: each branch bound at its first run, pointed at each run's memory */
   pthread_mutex_t branch_mu;    /* cond: one run at a time uses them (another binds its own) */
   char keep[2];                 /* cond: whether a branch's binding is kept (small temporaries) */
+  int if_node;                  /* cond: in a captured graph, conditional nodes (kernels alone in the branches) */
   struct scan_keep *sk;         /* scan compiled whole on the CPU: what runs keep, or NULL */
   pthread_mutex_t sk_mu;        /* one run at a time uses it (another allocates its own) */
 };
@@ -543,10 +544,39 @@ static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t err
 
 /* ptrs: the predicate, false consts, true consts, operands, then the results. The predicate is
  * read (one wait on a GPU), then the branch it names runs on (operands, its consts). */
+typedef struct {
+  bound_body *b[2];
+} cond_parts;
+
+static int cond_branch(void *p, int which, char *err, size_t errlen) {
+  return body_run(((cond_parts *)p)->b[which], err, errlen);
+}
+
+/* A cond in a graph being captured (its step's if_node): both branches bound (their temporaries
+ * from the graph's memory), queued as the two conditional nodes of t->if_captured. */
+static int cond_captured(const kl_loop *l, void **ptrs, char *err, size_t errlen) {
+  int nf = l->nc, nt = l->nb, no = l->n, rc = 0;
+  void *small[32], **args = no + nf + nt <= 32 ? small : kl_calloc((size_t)(no + nf + nt) + 1, sizeof(void *));
+  if (!args) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a cond");
+  cond_parts q = {{NULL, NULL}};
+  void **outs = ptrs + 1 + nf + nt + no;
+  memcpy(args, ptrs + 1 + nf + nt, sizeof(void *) * (size_t)no);
+  for (int k = 0; k < 2 && !rc; k++) {
+    if (k) memcpy(args + no, ptrs + 1 + nf, sizeof(void *) * (size_t)nt);
+    else memcpy(args + no, ptrs + 1, sizeof(void *) * (size_t)nf);
+    if (!(q.b[k] = body_bind(l->t, k ? l->body : l->cond, args, outs, err, errlen))) rc = -1;
+  }
+  if (!rc) rc = l->t->if_captured(ptrs[0], cond_branch, &q, err, errlen);
+  for (int k = 0; k < 2; k++) body_unbind(q.b[k]);
+  if (args != small) free(args);
+  return rc;
+}
+
 static int cond_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_loop *l = ctx;
   int nf = l->nc, nt = l->nb, no = l->n, rc;
   unsigned char which = 0;
+  if (l->if_node && l->t->capturing && l->t->capturing()) return cond_captured(l, ptrs, err, errlen);
   if ((rc = l->t->read(&which, ptrs[0], 1, err, errlen))) return rc;
   void *small[32], **args = no + nf + nt <= 32 ? small : kl_calloc((size_t)(no + nf + nt) + 1, sizeof(void *));
   if (!args) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a cond");
@@ -683,6 +713,11 @@ static int slices_pointable(const kl_program *body, int nk, int n, int nx, int n
   return 1;
 }
 
+static int is_loop_step(const kl_step *st) {
+  return st->run_checked == scan_run || st->run_checked == cond_run || st->run_checked == while_run ||
+         st->run_checked == while_bwd_run;
+}
+
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
                          kl_loop **out, char *err, size_t errlen) {
   const kl_params *p = &e->p;
@@ -758,7 +793,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     int hosted = 0; /* bodies with steps on the host, or loops of their own, loop from the host */
     for (int k = 0; k < 2; k++) {
       const kl_exec *x = k ? l->body : l->cond;
-      for (int s = 0; s < x->nsteps; s++) hosted |= x->steps[s].on_host || x->steps[s].synchronizes;
+      for (int s = 0; s < x->nsteps; s++) hosted |= x->steps[s].on_host || x->steps[s].synchronizes || x->steps[s].if_node;
     }
     if (!hosted && (l->dw = kl_calloc(1, sizeof *l->dw))) pthread_mutex_init(&l->dw->mu, NULL);
   }
@@ -776,7 +811,21 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
   kl_host_step(e, slot_of, slots, l, run, st);
   if (e->prim == KL_P_SCAN) { /* a GPU graph may capture it whole, unless its body reads back */
     st->launches = l->length * (l->body->nsteps ? l->body->nsteps : 1);
-    for (int i = 0; i < l->body->nsteps; i++) st->synchronizes |= l->body->steps[i].synchronizes || l->body->steps[i].on_host;
+    for (int i = 0; i < l->body->nsteps; i++) {
+      st->synchronizes |= l->body->steps[i].synchronizes || l->body->steps[i].on_host;
+      st->if_node |= l->body->steps[i].if_node;
+    }
+  }
+  if (e->prim == KL_P_COND && t->if_captured && t->has_if && t->has_if()) { /* kernels alone: conditional nodes */
+    int plain = 1;
+    for (int k = 0; k < 2; k++) {
+      const kl_exec *x = k ? l->body : l->cond;
+      for (int s = 0; s < x->nsteps; s++)
+        plain &= !x->steps[s].on_host && !x->steps[s].is_library && !x->steps[s].synchronizes && !x->steps[s].if_node &&
+                 !is_loop_step(&x->steps[s]);
+    }
+    st->if_node = l->if_node = plain;
+    st->launches = 2; /* the setting kernel and the taken branch's, at least */
   }
   *out = l;
   return 0;

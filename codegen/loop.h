@@ -44,6 +44,13 @@ typedef struct {
   void (*while_free)(void *graph);
   /* optional, with bind: points a binding at other inputs and outputs (a scan's next slices) */
   void (*retarget)(void *bound, void *const *in, void *const *out);
+  /* optional (the GPU's): whether a graph is being captured, and a cond's two branches queued
+   * into it as conditional nodes, as kl_cuda_if_captured (runtime/cuda.h); has_if: whether the
+   * driver can */
+  int (*capturing)(void);
+  int (*if_captured)(const void *pred, int (*branch)(void *ctx, int which, char *err, size_t errlen), void *ctx,
+                     char *err, size_t errlen);
+  int (*has_if)(void);
 } kl_loop_target;
 extern const kl_loop_target kl_loop_cpu;
 

@@ -90,6 +90,10 @@ static char init_error[256]; /* why not, otherwise */
 static CUdevice dev0;
 static CUcontext ctx0;
 static CUstream stream0;
+/* While a conditional node's branch is captured (cuda_graph.c), the work it queues goes to a side
+ * stream capturing into the node's body graph; stream0 is capturing the enclosing graph. */
+static _Thread_local CUstream side;
+static CUstream cur(void) { return side ? side : stream0; }
 static CUstream copy_stream; /* host reads: waits on the one event a buffer needs, not the queue */
 static int cc_major, cc_minor, num_sms, driver_version;
 static char dev_name[128];
@@ -319,6 +323,8 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
     snprintf(err, errlen, "no GPU: %s", init_error);
     return -1;
   }
+  if (side) /* the branch of a conditional node: its graph holds no allocations (bound beforehand) */
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "GPU memory allocated while a conditional branch is captured");
   CUdeviceptr p = 0;
   size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
   /* while a graph is captured, memory comes from (and goes back to) the graph's own nodes: a
@@ -501,7 +507,7 @@ int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
   if (!n) return 0;
   CUresult r;
   CUdeviceptr d = (CUdeviceptr)(uintptr_t)(dst_dev ? dst : src);
-  if (dst_dev && src_dev) r = p_cuMemcpyDtoDAsync(d, (CUdeviceptr)(uintptr_t)src, n, stream0);
+  if (dst_dev && src_dev) r = p_cuMemcpyDtoDAsync(d, (CUdeviceptr)(uintptr_t)src, n, cur());
   else if (dst_dev) r = staging(n) ? staged_htod(d, src, n) : p_cuMemcpyHtoDAsync(d, src, n, stream0);
   else if (staging(n)) r = staged_dtoh(dst, d, n, stream0);
   else if (!(r = p_cuMemcpyDtoHAsync(dst, d, n, stream0))) r = p_cuStreamSynchronize(stream0);
@@ -536,7 +542,7 @@ static int read_after(void *dst, const void *src, size_t n, struct kl_event *e, 
 
 int kl_cuda_memset0(void *dst, size_t n) {
   if (enter()) return -1;
-  return p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, n, stream0) ? -1 : 0;
+  return p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, n, cur()) ? -1 : 0;
 }
 
 static int cuda_read(void *dst, kl_buffer *b, char *err, size_t errlen) {
@@ -560,6 +566,18 @@ int kl_cuda_is_device_pointer(const void *p) {
 }
 
 void *kl_cuda_stream(void) { return enter() ? NULL : stream0; }
+
+static CUstream side_stream;
+static pthread_once_t side_once = PTHREAD_ONCE_INIT;
+static void side_create(void) {
+  if (p_cuStreamCreate(&side_stream, STREAM_NON_BLOCKING)) side_stream = NULL;
+}
+void *kl_cuda_side_stream(void) {
+  if (enter()) return NULL;
+  pthread_once(&side_once, side_create);
+  return side_stream;
+}
+void kl_cuda_queue_on(void *stream) { side = stream; }
 
 void *kl_cuda_driver_symbol(const char *name) { return enter() || !driver_lib ? NULL : sym(driver_lib, name); }
 
@@ -648,7 +666,7 @@ int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int npt
   void **params = nptrs <= 64 ? params_small : malloc(sizeof(void *) * (size_t)nptrs);
   if (!params) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a GPU kernel");
   for (int i = 0; i < nptrs; i++) params[i] = &ptrs[i]; /* each parameter is one device pointer */
-  CUresult r = p_cuLaunchKernel((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, stream0, params, NULL);
+  CUresult r = p_cuLaunchKernel((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, cur(), params, NULL);
   if (params != params_small) free(params);
   if (r) {
     snprintf(err, errlen, "GPU kernel launch (grid %u, block %u) failed: %s", grid, block, cu_msg(r));

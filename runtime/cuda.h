@@ -65,6 +65,21 @@ void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void
                           size_t errlen);
 int kl_cuda_while_graph_launch(void *g, char *err, size_t errlen);
 void kl_cuda_while_graph_free(void *g);
+/* A two-way branch inside a graph being captured (a cond in a scan taken whole): a kernel reads
+ * the byte at pred, then two conditional IF nodes run branch(ctx, 0) (byte zero) or
+ * branch(ctx, 1) (nonzero), each captured into its node's body graph. The branches must only
+ * queue kernels and device copies on kiln's stream (bound beforehand: no allocation); the
+ * capture goes on after both nodes. 0, or -1 with a message (the capture then fails). */
+int kl_cuda_if_captured(const void *pred, int (*branch)(void *ctx, int which, char *err, size_t errlen), void *ctx,
+                        char *err, size_t errlen);
+/* Whether the driver has conditional graph nodes (CUDA 12.3 or later): 1, or 0 with why. */
+int kl_cuda_has_conditionals(char *why, size_t n);
+/* Graphs built (whole programs), and branches queued as conditional nodes, since the start. */
+void kl_cuda_graph_stats(long *graphs, long *branches);
+/* For cuda_graph.c: a second stream (NULL where none could be made), and the stream that this
+ * thread's launches, device copies and memsets go to (NULL: kiln's stream). */
+void *kl_cuda_side_stream(void);
+void kl_cuda_queue_on(void *stream);
 /* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
 int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
 

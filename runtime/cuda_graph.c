@@ -55,6 +55,12 @@ typedef struct {
 } gpu_graph;
 
 static atomic_int capturing;
+static atomic_long n_graphs, n_branches;
+
+void kl_cuda_graph_stats(long *graphs, long *branches) {
+  *graphs = atomic_load(&n_graphs);
+  *branches = atomic_load(&n_branches);
+}
 int kl_cuda_capturing(void) { return atomic_load(&capturing); }
 
 void kl_cuda_graph_free(void *p) {
@@ -96,7 +102,12 @@ static int graph_wanted(const kl_exec *x) {
   if (!min || n < min || n > GRAPH_MAX_LAUNCHES || !load()) return 0;
   double io = 0;
   for (int i = 0; i < x->nsteps; i++)
-    if (x->steps[i].on_host || x->steps[i].synchronizes) return 0;
+    if (x->steps[i].on_host || x->steps[i].synchronizes) {
+      if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") >= '1')
+        fprintf(stderr, "kiln: a GPU program of %d steps runs step by step: step %d %s\n", x->nsteps, i,
+                x->steps[i].on_host ? "runs on the host" : "reads device memory back (a loop's condition)");
+      return 0;
+    }
   for (int i = 0; i < x->ninputs; i++) io += (double)x->slot_bytes[x->in_slots[i]];
   for (int i = 0; i < x->noutputs; i++) io += (double)x->slot_bytes[x->out_slots[i]];
   return io / 2.5e12 < n * 5e-6;
@@ -136,8 +147,17 @@ static int graph_build(kl_exec *x, gpu_graph *g) {
   CUgraph graph = NULL;
   int r = p_cuStreamEndCapture(stream, &graph); /* always ends the capture */
   atomic_store(&capturing, 0);
-  if (!rc && !r && graph && !p_cuGraphInstantiateWithFlags(&g->exec, graph, 0)) rc = 0;
-  else rc = -1;
+  int ri = !rc && !r && graph ? p_cuGraphInstantiateWithFlags(&g->exec, graph, 0) : -1;
+  if (!ri) {
+    rc = 0;
+    atomic_fetch_add(&n_graphs, 1);
+  } else {
+    if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") >= '1')
+      fprintf(stderr, "kiln: a GPU program of %d steps runs step by step: its graph %s (CUDA error %d%s%s)\n", x->nsteps,
+              rc ? "could not be captured" : r ? "capture failed" : "did not instantiate", rc ? 0 : r ? r : ri,
+              rc ? ": " : "", rc ? err : "");
+    rc = -1;
+  }
   if (graph) p_cuGraphDestroy(graph);
   return rc;
 }
@@ -206,7 +226,10 @@ static int (*p_cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
 static int (*p_cuCtxGetCurrent)(void **);
 static int (*p_cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph, void *);
 static int (*p_cuGraphNodeGetType)(CUgraphNode, int *);
-enum { NODE_CONDITIONAL = 13, COND_WHILE = 1, NODE_PARAMS_BYTES = 256 };
+static int (*p_cuStreamGetCaptureInfo_v3)(void *, int *, unsigned long long *, CUgraph *, const CUgraphNode **,
+                                          const void **, size_t *);
+static int (*p_cuStreamUpdateCaptureDependencies_v2)(void *, CUgraphNode *, const void *, size_t, unsigned);
+enum { NODE_EMPTY = 5, NODE_CONDITIONAL = 13, COND_IF = 0, COND_WHILE = 1, NODE_PARAMS_BYTES = 256, CAPTURE_ACTIVE = 1, SET_DEPS = 1 };
 
 /* The kernel that ends each trip: copies up to KL_CUDA_WHILE_COPIES carries (16 bytes per thread
  * and step, the tail bytes by thread 0), then thread 0 sets the loop's condition from the
@@ -259,11 +282,21 @@ static void write_next_ptx(void) {
            "L_set:\n"
            "  {\n  .param .b64 p0;\n  .param .b32 p1;\n  st.param.b64 [p0], %%rd11;\n  st.param.b32 [p1], %%r7;\n"
            "  call.uni cudaGraphSetConditional, (p0, p1);\n  }\n"
-           "L_done:\n  ret;\n}\n");
+           "L_done:\n  ret;\n}\n"
+           /* a two-way branch: handle h0 set when the predicate byte is zero, h1 when it is not */
+           ".visible .entry kl_if_set(.param .u64 h0, .param .u64 h1, .param .u64 pred)\n{\n"
+           "  .reg .pred %%p;\n  .reg .b16 %%c;\n  .reg .b32 %%r<2>;\n  .reg .b64 %%rd<4>;\n"
+           "  ld.param.u64 %%rd1, [pred];\n  cvta.to.global.u64 %%rd1, %%rd1;\n  ld.global.u8 %%c, [%%rd1];\n"
+           "  setp.ne.s16 %%p, %%c, 0;\n  selp.u32 %%r0, 0, 1, %%p;\n  selp.u32 %%r1, 1, 0, %%p;\n"
+           "  ld.param.u64 %%rd2, [h0];\n  ld.param.u64 %%rd3, [h1];\n"
+           "  {\n  .param .b64 p0;\n  .param .b32 p1;\n  st.param.b64 [p0], %%rd2;\n  st.param.b32 [p1], %%r0;\n"
+           "  call.uni cudaGraphSetConditional, (p0, p1);\n  }\n"
+           "  {\n  .param .b64 p0;\n  .param .b32 p1;\n  st.param.b64 [p0], %%rd3;\n  st.param.b32 [p1], %%r1;\n"
+           "  call.uni cudaGraphSetConditional, (p0, p1);\n  }\n  ret;\n}\n");
 }
 
 static pthread_once_t while_once = PTHREAD_ONCE_INIT;
-static void *set_fn;
+static void *set_fn, *if_fn;
 static char while_why[200];
 
 static void while_load(void) {
@@ -279,6 +312,8 @@ static void while_load(void) {
   *(void **)&p_cuCtxGetCurrent = kl_cuda_driver_symbol("cuCtxGetCurrent");
   *(void **)&p_cuGraphInstantiateWithParams = kl_cuda_driver_symbol("cuGraphInstantiateWithParams"); /* optional */
   *(void **)&p_cuGraphNodeGetType = kl_cuda_driver_symbol("cuGraphNodeGetType");                     /* optional */
+  *(void **)&p_cuStreamGetCaptureInfo_v3 = kl_cuda_driver_symbol("cuStreamGetCaptureInfo_v3"); /* for branches */
+  *(void **)&p_cuStreamUpdateCaptureDependencies_v2 = kl_cuda_driver_symbol("cuStreamUpdateCaptureDependencies_v2");
   if (!p_cuGraphCreate || !p_cuGraphConditionalHandleCreate || !p_cuStreamBeginCaptureToGraph || !p_cuGraphAddNode_v2 ||
       !p_cuGraphGetNodes || !p_cuCtxGetCurrent) {
     snprintf(while_why, sizeof while_why, "the driver has no conditional graph nodes (CUDA 12.3 or later has)");
@@ -289,8 +324,9 @@ static void while_load(void) {
   char err[256];
   write_next_ptx();
   if (kl_cuda_link_ptx(next_ptx, strlen(next_ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, &mod, err, sizeof err) ||
-      kl_cuda_function(mod, "kl_while_next", &set_fn, err, sizeof err)) {
-    set_fn = NULL;
+      kl_cuda_function(mod, "kl_while_next", &set_fn, err, sizeof err) ||
+      kl_cuda_function(mod, "kl_if_set", &if_fn, err, sizeof err)) {
+    set_fn = if_fn = NULL;
     snprintf(while_why, sizeof while_why, "the condition-setting kernel did not load: %.150s", err);
   }
   free(image);
@@ -443,4 +479,89 @@ int kl_cuda_while_graph_launch(void *p, char *err, size_t errlen) {
   while_graph *g = p;
   int r = p_cuGraphLaunch(g->exec, kl_cuda_stream());
   return r ? kl_error(err, errlen, KL_ERR_INTERNAL, "launching a while loop's graph failed (CUDA error %d)", r) : 0;
+}
+
+/* ---- two-way branches inside a captured graph: conditional IF nodes ---- */
+
+int kl_cuda_has_conditionals(char *why, size_t n) {
+  pthread_once(&while_once, while_load);
+  int ok = set_fn && if_fn && p_cuStreamGetCaptureInfo_v3 && p_cuStreamUpdateCaptureDependencies_v2 &&
+           kl_cuda_side_stream();
+  if (!ok && why) snprintf(why, n, "%s", while_why[0] ? while_why : "the driver cannot add nodes to a capture (CUDA 12.3)");
+  return ok;
+}
+
+/* The nodes the capture on `stream` goes on from: their count (at most `max`, copied into deps),
+ * the graph into *graph; -1 when the stream is not capturing. */
+static int capture_deps(void *stream, CUgraph *graph, CUgraphNode *deps, int max) {
+  int status = 0;
+  unsigned long long id = 0;
+  const CUgraphNode *d = NULL;
+  const void *edges = NULL;
+  size_t n = 0;
+  if (p_cuStreamGetCaptureInfo_v3(stream, &status, &id, graph, &d, &edges, &n) || status != CAPTURE_ACTIVE ||
+      n > (size_t)max)
+    return -1;
+  for (size_t i = 0; i < n; i++) deps[i] = d[i];
+  return (int)n;
+}
+
+int kl_cuda_if_captured(const void *pred, int (*branch)(void *ctx, int which, char *err, size_t errlen), void *ctx,
+                        char *err, size_t errlen) {
+  char why[200];
+  if (!kl_cuda_has_conditionals(why, sizeof why)) return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s", why);
+  void *stream = kl_cuda_stream(), *side = kl_cuda_side_stream(), *cu_ctx = NULL;
+  CUgraph graph = NULL;
+  CUgraphNode deps[64], nodes[2] = {NULL, NULL};
+  CUgraphConditionalHandle h[2] = {0, 0};
+  if (capture_deps(stream, &graph, deps, 64) < 0 || p_cuCtxGetCurrent(&cu_ctx) ||
+      p_cuGraphConditionalHandleCreate(&h[0], graph, cu_ctx, 0, 0) ||
+      p_cuGraphConditionalHandleCreate(&h[1], graph, cu_ctx, 0, 0))
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "could not make a branch's condition in a captured graph");
+  void *args[3] = {(void *)(uintptr_t)h[0], (void *)(uintptr_t)h[1], (void *)pred};
+  if (kl_cuda_launch(if_fn, 1, 1, args, 3, err, errlen)) return -1;
+  int nd = capture_deps(stream, &graph, deps, 64); /* the setting kernel */
+  if (nd < 0) return kl_error(err, errlen, KL_ERR_INTERNAL, "a captured graph's branch lost its capture");
+  int rc = 0;
+  for (int b = 0; b < 2 && !rc; b++) {
+    unsigned char params[NODE_PARAMS_BYTES];
+    memset(params, 0, sizeof params);
+    int type = NODE_CONDITIONAL, ctype = COND_IF;
+    unsigned size = 1;
+    memcpy(params, &type, sizeof type);
+    memcpy(params + 16, &h[b], sizeof h[b]);     /* conditional.handle */
+    memcpy(params + 24, &ctype, sizeof ctype);   /* conditional.type */
+    memcpy(params + 28, &size, sizeof size);     /* conditional.size */
+    memcpy(params + 40, &cu_ctx, sizeof cu_ctx); /* conditional.ctx */
+    CUgraph *body = NULL;
+    if (p_cuGraphAddNode_v2(&nodes[b], graph, deps, NULL, (size_t)nd, params)) {
+      rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not add a branch's node to a captured graph");
+      break;
+    }
+    memcpy(&body, params + 32, sizeof body); /* conditional.phGraph_out */
+    if (!body || p_cuStreamBeginCaptureToGraph(side, body[0], NULL, NULL, 0, CAPTURE_THREAD_LOCAL)) {
+      rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not capture a branch into its node");
+      break;
+    }
+    kl_cuda_queue_on(side);
+    rc = branch(ctx, b, err, errlen);
+    kl_cuda_queue_on(NULL);
+    CUgraph out = NULL;
+    int r = p_cuStreamEndCapture(side, &out); /* always ends the capture */
+    if (!rc && r) rc = kl_error(err, errlen, KL_ERR_INTERNAL, "capturing a branch failed (CUDA error %d)", r);
+    size_t n = 0;
+    if (!rc && !p_cuGraphGetNodes(body[0], NULL, &n) && !n) { /* a branch that queues nothing: one empty node */
+      unsigned char empty[NODE_PARAMS_BYTES];
+      memset(empty, 0, sizeof empty);
+      int etype = NODE_EMPTY;
+      memcpy(empty, &etype, sizeof etype);
+      CUgraphNode e = NULL;
+      if (p_cuGraphAddNode_v2(&e, body[0], NULL, NULL, 0, empty))
+        rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not add an empty branch to a captured graph");
+    }
+  }
+  if (!rc && p_cuStreamUpdateCaptureDependencies_v2(stream, nodes, NULL, 2, SET_DEPS))
+    rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not join a branch's nodes to the captured graph");
+  if (!rc) atomic_fetch_add(&n_branches, 1);
+  return rc;
 }

@@ -776,3 +776,55 @@ def test_kernels_read_a_bounded_number_of_buffers():
     widest = max(e.split(")")[0].count(".param") for e in ptx.split(".entry")[1:])
     assert widest <= 257
     np.testing.assert_array_equal(np.asarray(kiln.jit(lambda xs: sum(xs))(xs)), np.full(3, sum(range(600)), np.float32))
+
+
+@gpu
+def test_conds_inside_a_scan_run_as_conditional_nodes_of_its_graph():
+    # a scan whose body branches on its data (a cond with a reduction's temporaries, a branch
+    # passing its operand through): the loop is captured whole into one CUDA graph, each cond two
+    # conditional nodes that run only the taken branch, no predicate read per trip
+    rng = np.random.default_rng(41)
+    xs = rng.standard_normal((200, 64)).astype(np.float32)
+    c0 = rng.standard_normal(64).astype(np.float32)
+
+    def body(c, x):
+        c = kiln.lax.cond(x.sum() > 0.0, lambda v: v * 0.5 - x / (1.0 + jnp.abs(v).max()), lambda v: jnp.sin(v) + 0.3 * x, c)
+        c = kiln.lax.cond(x[0] > 1.0, lambda v: v, lambda v: v * 0.9, c)
+        return c, c.max()
+
+    def step(c, x):
+        c = c * 0.5 - x / (1.0 + np.abs(c).max()) if x.sum() > 0 else np.sin(c) + 0.3 * x
+        return c if x[0] > 1.0 else c * 0.9
+
+    def ref(c, xs, step=step):
+        c, ys = c.astype(np.float64), []
+        for x in xs.astype(np.float64):
+            c = step(c, x)
+            ys.append(c.max())
+        return c, np.array(ys)
+
+    jf = kiln.jit(lambda c, xs: kiln.lax.scan(body, c, xs))
+    g0, b0 = _kiln.gpu_graph_stats()
+    c, ys = jf(c0, xs)
+    g1, b1 = _kiln.gpu_graph_stats()
+    want_c, want_ys = ref(c0, xs)
+    np.testing.assert_allclose(np.asarray(c), want_c, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(ys), want_ys, rtol=2e-4, atol=2e-5)
+    assert _only_entry(jf).host_steps == []
+    assert (g1 - g0, b1 - b0) == (1, 2 * 200)  # one graph, every trip's conds in it
+    c2, _ = jf(-c0, xs[::-1].copy())  # the graph again, other branches taken
+    np.testing.assert_allclose(np.asarray(c2), ref(-c0, xs[::-1])[0], rtol=2e-4, atol=2e-5)
+    assert _kiln.gpu_graph_stats()[0] == g1
+
+    # a switch (nested conds: not yet conditional nodes) in the same scan runs from the host
+    def body3(c, x):
+        c, y = body(c, x)
+        i = jnp.clip(jnp.floor(x[1] + 1.5), 0, 2).astype(jnp.int32)
+        return kiln.lax.switch(i, [lambda v: v + 0.1, lambda v: jnp.tanh(v) * 2.0, lambda v: -v], c), y
+
+    def step3(c, x):
+        c = step(c, x)
+        return [c + 0.1, np.tanh(c) * 2.0, -c][int(np.clip(np.floor(x[1] + 1.5), 0, 2))]
+
+    c3, _ = kiln.jit(lambda c, xs: kiln.lax.scan(body3, c, xs))(c0, xs)
+    np.testing.assert_allclose(np.asarray(c3), ref(c0, xs, step3)[0], rtol=2e-4, atol=2e-5)
