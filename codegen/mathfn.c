@@ -13,6 +13,7 @@
  * function named at each use, rounded to the target precision. Tables ending in 32 are f32
  * coefficients (exact as printed), 64 are f64. Tables with _M/_H are in u = (v - M) / H. */
 #include "mathfn.h"
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -524,9 +525,44 @@ static V trig_reduce(C *c, V x, V *q4) {
   return r;
 }
 
+/* 2/pi in 24-bit pieces: k_2opi[j] = (bits 24j+1 .. 24j+24 of 2/pi after the point) * 2^-24(j+1). */
+static const double k_2opi[] = {
+    0.6366197466850281, 2.5682552973194106e-08, 2.937095214933759e-16, 3.2543794001732456e-23,
+    1.2089613708828537e-29, 5.667556795740071e-37, 2.6204031112097215e-44, 7.053957680880629e-52
+};
+
+/* f32 x (finite) of any size = q pi/2 + r (Payne-Hanek, without a table): in f64, each product
+ * x * k_2opi[j] is exact (24 x 24 bits) and so is its remainder mod 4; the remainders summed mod 4
+ * (exact while the pieces are coarse, rounding only in the last, tiny ones) give x * 2/pi mod 4 to
+ * about 2^-52, whose nearest integer is q mod 4 and whose rest, times pi/2, is r. */
+static V trig_reduce_big(C *c, V x, V *q4) {
+  C d = ctx_of(c->e, 1, c->ind);
+  V xd = emitv(c, "arith.extf %s : f32 to f64", x.s), s = K(&d, 0.0);
+  for (int j = 0; j < NCOEF(k_2opi); j++) {
+    V t = mulk(&d, xd, k_2opi[j]);
+    if (k_2opi[j] * FLT_MAX >= 4.0) { /* t may be 4 or more: its remainder, and the sum's kept below 4 */
+      s = add(&d, s, sub(&d, t, mulk(&d, floor_(&d, mulk(&d, t, 0.25)), 4.0)));
+      s = sub(&d, s, mulk(&d, floor_(&d, mulk(&d, s, 0.25)), 4.0));
+    } else
+      s = add(&d, s, t); /* the last pieces are tiny */
+  }
+  V k = rint_(&d, s);
+  V k4 = sub(&d, k, mulk(&d, floor_(&d, mulk(&d, k, 0.25)), 4.0));
+  *q4 = emitv(c, "arith.truncf %s : f64 to f32", k4.s);
+  V r = mulk(&d, sub(&d, s, k), 1.5707963267948966);
+  return emitv(c, "arith.truncf %s : f64 to f32", r.s);
+}
+
 static V trig(C *c, V x, kl_mathfn fn) {
   V fin = cmpk(c, "olt", fabs_(c, x), INFINITY);
-  V q4, r = trig_reduce(c, sel(c, fin, x, K(c, 0.0)), &q4);
+  V xs = sel(c, fin, x, K(c, 0.0));
+  V q4, r = trig_reduce(c, xs, &q4);
+  if (!c->f64) { /* beyond 1e5 the three-part pi/2 loses bits: the exact reduction */
+    V q4b, rb = trig_reduce_big(c, xs, &q4b);
+    V big = cmpk(c, "ogt", fabs_(c, xs), 1e5);
+    r = sel(c, big, rb, r);
+    q4 = sel(c, big, q4b, q4);
+  }
   V s = sin_kernel(c, r), co = cos_kernel(c, r);
   V odd = cmpk(c, "oeq", sub(c, q4, mulk(c, floor_(c, mulk(c, q4, 0.5)), 2.0)), 1.0);
   V v;
