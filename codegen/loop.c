@@ -272,6 +272,7 @@ static int dev_while_body(void *ctx, char *err, size_t errlen) {
 #define DEV_WHILE_UNROLL 4
 #define DEV_WHILE_UNROLL_MAX_COST (1 << 18) /* elements the body and condition touch */
 #define DEV_WHILE_UNROLL_TINY 4096         /* below: twice the trips per pass */
+#define DEV_WHILE_UNALIAS_BYTES ((size_t)1 << 20) /* in-place carries given second buffers to unroll */
 
 static int dev_while_build(kl_loop *l) {
   dev_while *d = l->dw;
@@ -282,8 +283,18 @@ static int dev_while_build(kl_loop *l) {
   d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
   void **args = kl_calloc((size_t)(n + nk) + 1, sizeof(void *));
   if (!d->a || !d->kbytes || !args) rc = -1;
+  /* a small loop's carries updated in place get second buffers all the same (copied back by the
+   * trip's last kernel), so that its trips can unroll: a pass of the loop node costs more than
+   * the copy */
+  int unalias = l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL");
+  size_t inplace = 0;
+  for (int i = 0, copies = 0; i < n; i++) {
+    copies += l->bytes[i] && l->alias[i] != 2;
+    inplace += l->alias[i] == 1 ? l->bytes[i] : 0;
+    unalias &= copies <= KL_LOOP_KERNEL_COPIES && inplace <= DEV_WHILE_UNALIAS_BYTES;
+  }
   size_t total = 0; /* the loop's own memory: at most DEV_WHILE_MAX_BYTES, else the host loops */
-  for (int i = 0; i < n; i++) total += (l->alias[i] ? 1 : 2) * l->bytes[i];
+  for (int i = 0; i < n; i++) total += (l->alias[i] == 2 || (l->alias[i] && !unalias) ? 1 : 2) * l->bytes[i];
   for (int j = 0; j < nk && !rc; j++) { /* each const's bytes: the condition's, then the body's */
     const kl_exec *x = j < l->nc ? l->cond : l->body;
     total += d->kbytes[j] = x->slot_bytes[x->in_slots[n + (j < l->nc ? j : j - l->nc)]];
@@ -296,7 +307,7 @@ static int dev_while_build(kl_loop *l) {
   for (int i = 0; i < n && !rc; i++) {
     rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->a[i], err, sizeof err);
     if (!rc) {
-      if (l->alias[i]) d->b[i] = d->a[i];
+      if (l->alias[i] == 2 || (l->alias[i] && !unalias)) d->b[i] = d->a[i];
       else rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->b[i], err, sizeof err);
     }
   }
@@ -329,7 +340,7 @@ static int dev_while_build(kl_loop *l) {
       !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
     unroll = l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_TINY ? 2 * DEV_WHILE_UNROLL : DEV_WHILE_UNROLL;
     for (int i = 0; i < n; i++)
-      if (l->bytes[i] && l->alias[i] == 1) unroll = 1; /* written in place: a trip after the stop would */
+      if (l->bytes[i] && d->b[i] == d->a[i] && l->alias[i] == 1) unroll = 1; /* written in place: a trip after the stop would */
   }
   if (!rc && unroll > 1) rc = t->alloc(2, &d->flags, err, sizeof err);
   if (!rc) {
