@@ -90,7 +90,15 @@ static double launches_of(const kl_exec *x) {
   return n;
 }
 
-#define GRAPH_MAX_LAUNCHES 50000 /* a longer scan is not worth capturing whole (nor its memory) */
+/* a longer scan is not worth capturing whole (nor its memory): KILN_GPU_GRAPH_MAX_LAUNCHES */
+static double graph_max_launches(void) {
+  static double n = -1;
+  if (n < 0) {
+    const char *e = getenv("KILN_GPU_GRAPH_MAX_LAUNCHES");
+    n = e && *e && atof(e) > 0 ? atof(e) : 50000;
+  }
+  return n;
+}
 
 /* Whether x should run as a graph: enough launches (a scan's whole loop is captured, its trips
  * unrolled in the graph), none on the host or reading device memory, not too many, and
@@ -99,7 +107,12 @@ static double launches_of(const kl_exec *x) {
 static int graph_wanted(const kl_exec *x) {
   int min = graph_min_steps();
   double n = launches_of(x);
-  if (!min || n < min || n > GRAPH_MAX_LAUNCHES || !load()) return 0;
+  if (!min || n < min || n > graph_max_launches() || !load()) {
+    if (n > graph_max_launches() && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") >= '1')
+      fprintf(stderr, "kiln: a GPU program of %.0f launches runs step by step (a graph takes at most %.0f)\n", n,
+              graph_max_launches());
+    return 0;
+  }
   double io = 0;
   for (int i = 0; i < x->nsteps; i++)
     if (x->steps[i].on_host || x->steps[i].synchronizes) {
