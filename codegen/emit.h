@@ -11,6 +11,8 @@
 typedef struct {
   kl_str *out;
   int next_id;
+  int branches; /* 1: may emit scf.if around a rarely taken path (a GPU thread's scalar code);
+                   0: straight-line selects only (a CPU loop that must vectorize) */
 } kl_emitter;
 
 /* Writes a fresh SSA name ("%t17") into buf (>= 24 bytes) and returns buf. */

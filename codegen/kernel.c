@@ -572,7 +572,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   kl_str_init(&body);
   kl_str_init(&loops);
   kl_str_init(&store);
-  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1,
+  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1,
             .outlined = kl_aval_size(space) < 32768 ? outlined : NULL}; /* big arrays: inline (vectorized) math */
   char indent[64];
   memset(info, 0, sizeof *info);
@@ -906,7 +906,7 @@ static int emit_column_reduce(const kl_plan *plan, int step, const char *name, k
   kl_str_init(&body);
   char indent[64];
   snprintf(indent, sizeof indent, "%*s", 4 + 2 * depth, "");
-  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0}, .body = &body, .ind = indent, .err = err, .errlen = errlen, .root = -1};
+  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0, 0}, .body = &body, .ind = indent, .err = err, .errlen = errlen, .root = -1};
   memset(info, 0, sizeof *info);
   ssa idx[KL_MAX_RANK], kept[KL_MAX_RANK];
   int nkept = 0;

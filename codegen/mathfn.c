@@ -558,10 +558,28 @@ static V trig(C *c, V x, kl_mathfn fn) {
   V xs = sel(c, fin, x, K(c, 0.0));
   V q4, r = trig_reduce(c, xs, &q4);
   if (!c->f64) { /* beyond 1e5 the three-part pi/2 loses bits: the exact reduction */
-    V q4b, rb = trig_reduce_big(c, xs, &q4b);
     V big = cmpk(c, "ogt", fabs_(c, xs), 1e5);
-    r = sel(c, big, rb, r);
-    q4 = sel(c, big, q4b, q4);
+    if (c->e->branches) { /* only where an element needs it */
+      char ind[64];
+      snprintf(ind, sizeof ind, "%s  ", c->ind);
+      V res;
+      kl_emit_fresh(c->e, res.s);
+      kl_str_printf(c->e->out, "%s%s:2 = scf.if %s -> (f32, f32) {\n", c->ind, res.s, big.s);
+      C in = *c;
+      in.ind = ind;
+      V q4b, rb = trig_reduce_big(&in, xs, &q4b);
+      kl_str_printf(c->e->out, "%sscf.yield %s, %s : f32, f32\n%s} else {\n%sscf.yield %s, %s : f32, f32\n%s}\n", ind,
+                    rb.s, q4b.s, c->ind, ind, r.s, q4.s, c->ind);
+      size_t n = strlen(res.s); /* "%t123" and a result number: well within the name's room */
+      memcpy(r.s, res.s, n);
+      memcpy(q4.s, res.s, n);
+      memcpy(r.s + n, "#0", 3);
+      memcpy(q4.s + n, "#1", 3);
+    } else {
+      V q4b, rb = trig_reduce_big(c, xs, &q4b);
+      r = sel(c, big, rb, r);
+      q4 = sel(c, big, q4b, q4);
+    }
   }
   V s = sin_kernel(c, r), co = cos_kernel(c, r);
   V odd = cmpk(c, "oeq", sub(c, q4, mulk(c, floor_(c, mulk(c, q4, 0.5)), 2.0)), 1.0);

@@ -526,6 +526,16 @@ def test_libdevice_is_used_where_found_and_can_be_turned_off():
     assert on_path == str(_kiln.gpu_libdevice())
     if on_path != "None":
         assert on_ptx != off_ptx  # libdevice's exp, not kiln's polynomial
+    # kiln's own math in GPU kernels (f32 trig's exact reduction a branch taken only for |x| > 1e5)
+    code = ("import numpy as np, kiln, kiln.numpy as jnp\n"
+            "f = lambda a: jnp.sin(a) + jnp.cos(a) * jnp.tan(a) + jnp.exp(a)\n"
+            "p = kiln.make_jaxpr(f)(np.ones(64, np.float32))._traced.builder.gpu_ptx(90)\n"
+            "print(p.count('.entry'), p.count('.extern'), p.count('bra'))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KILN_LIBDEVICE="0", KILN_CACHE_DIR="off"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    entries, externs, branches = map(int, r.stdout.split())
+    assert entries == 1 and externs == 0 and branches >= 6
 
 
 @gpu
