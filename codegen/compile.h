@@ -18,8 +18,9 @@ kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen);
 char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen);
 /* GPU code counters: modules compiled, loaded from the disk cache, found in memory. */
 void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits);
-/* GPU programs captured as CUDA graphs, and conds inside them queued as conditional nodes. */
-void kl_gpu_graph_stats(long *graphs, long *branches);
+/* GPU programs captured as CUDA graphs, conds inside them queued as conditional nodes, and loops
+ * launched as device-side loops. */
+void kl_gpu_graph_stats(long *graphs, long *branches, long *loops);
 /* The libdevice file GPU math calls into, or NULL (none found, KILN_LIBDEVICE=0, or it failed). */
 const char *kl_gpu_libdevice(void);
 

@@ -115,7 +115,7 @@ static struct {
 static int nmods, capmods;
 static long n_ptx_compiled, n_disk_hits, n_mem_hits;
 
-void kl_gpu_graph_stats(long *graphs, long *branches) { kl_cuda_graph_stats(graphs, branches); }
+void kl_gpu_graph_stats(long *graphs, long *branches, long *loops) { kl_cuda_graph_stats(graphs, branches, loops); }
 
 void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits) {
   *compiled = n_ptx_compiled;
@@ -344,11 +344,14 @@ static void *gpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, 
 static int gpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cuda_bound_run(b, err, errlen); }
 static void gpu_unbind(void *b) { kl_cuda_unbind(b); }
 static void gpu_retarget(void *b, void *const *in, void *const *out) { kl_cuda_bound_retarget(b, in, out); }
+static int gpu_upload(void *dst, const void *host, size_t n, char *err, size_t errlen) {
+  return kl_cuda_copy(dst, 1, host, 0, n, err, errlen);
+}
 static int gpu_has_if(void) { return !getenv("KILN_GPU_HOST_COND") && kl_cuda_has_conditionals(NULL, 0); }
 static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
                                          gpu_bind, gpu_bound_run, gpu_unbind, NULL, NULL,
                                          kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free, gpu_retarget,
-                                         kl_cuda_capturing, kl_cuda_if_captured, gpu_has_if};
+                                         kl_cuda_capturing, kl_cuda_if_captured, gpu_has_if, gpu_upload, kl_cuda_scan_move};
 
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,

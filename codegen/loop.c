@@ -40,6 +40,7 @@ struct kl_loop {
   void *driver;         /* the loop compiled whole (t->compile_loop), or NULL */
   kl_loop_slices sl;    /* scan: its slices, for the driver */
   struct dev_while *dw; /* while: run on the device (t->while_graph), or NULL */
+  struct dev_scan *ds;  /* scan: may run on the device (t->scan_move), or NULL */
   struct bound_body *branch[2]; /* cond: each branch bound at its first run, pointed at each run's memory */
   pthread_mutex_t branch_mu;    /* cond: one run at a time uses them (another binds its own) */
   char keep[2];                 /* cond: whether a branch's binding is kept (small temporaries) */
@@ -61,14 +62,17 @@ typedef struct scan_keep {
 #define SCAN_WHOLE_MAX_SLICES 64 /* xs and ys of a scan compiled whole */
 
 static void dev_while_free(kl_loop *l);
+static void dev_scan_free(kl_loop *l);
 typedef struct bound_body bound_body;
 static void body_unbind(bound_body *b);
 #define LOOP_GUESSED_TRIPS 64 /* a while loop's cost, in trips of its body, for scheduling */
 #define KL_LOOP_KERNEL_COPIES 8 /* copies the GPU's trip-ending kernel makes (KL_CUDA_WHILE_COPIES) */
+#define KL_LOOP_SCAN_SLICES 8   /* x or y slices the GPU's slice movers take (KL_CUDA_SCAN_SLICES) */
 
 void kl_loop_free(kl_loop *l) {
   if (!l) return;
   dev_while_free(l);
+  dev_scan_free(l);
   if (l->prim == KL_P_COND) {
     body_unbind(l->branch[0]);
     body_unbind(l->branch[1]);
@@ -425,6 +429,197 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return rc;
 }
 
+/* A scan run on the device (the GPU's, outside a captured graph: a scan too long for one, or in
+ * a program that is not one): the same loop node as a while loop's, over memory the loop keeps
+ * (carries a -> b, consts, a staging buffer per x and per y slice, the state: the trip counter,
+ * the predicate byte, the stacked xs' and ys' addresses). A trip: a kernel moves slice t of each
+ * x into its staging buffer, the body runs over the fixed buffers, a kernel moves each y's
+ * staging buffer into slice t and advances the counter, the trip-ending kernel copies b into a
+ * and sets the condition (t < length). No host work per trip. */
+typedef struct dev_scan {
+  int state; /* 0: not tried, 1: built, -1: the host runs the loop */
+  void **a, **b, **k, **st; /* carries (n each), consts (nc), staging (nx, then ny) */
+  size_t *kbytes, sbytes;   /* consts' bytes; the state's */
+  void *dstate;             /* device: counter (u64), predicate (byte 8), bases from byte 16 */
+  uint64_t *host;           /* the state each run uploads */
+  bound_body *body;
+  void **cdst, **csrc;
+  size_t *cbytes;
+  int ncopies;
+  void *flags, *graph;
+  pthread_mutex_t mu;
+} dev_scan;
+
+#define DEV_SCAN_MIN_TRIPS 64 /* shorter scans run from the host (a launch costs about as much) */
+
+static void dev_scan_release(kl_loop *l) {
+  dev_scan *d = l->ds;
+  if (d->graph) l->t->while_free(d->graph);
+  body_unbind(d->body);
+  for (int i = 0; d->a && i < l->nb; i++) {
+    if (d->a[i]) l->t->free(d->a[i], l->bytes[i] ? l->bytes[i] : 1);
+    if (d->b[i] && d->b[i] != d->a[i]) l->t->free(d->b[i], l->bytes[i] ? l->bytes[i] : 1);
+  }
+  for (int j = 0; d->k && j < l->nc; j++)
+    if (d->k[j]) l->t->free(d->k[j], d->kbytes[j] ? d->kbytes[j] : 1);
+  for (int j = 0; d->st && j < l->n + l->ny; j++) {
+    size_t b = j < l->n ? l->xbytes[j] : l->bytes[l->nb + j - l->n];
+    if (d->st[j]) l->t->free(d->st[j], b ? b : 1);
+  }
+  if (d->dstate) l->t->free(d->dstate, d->sbytes);
+  if (d->flags) l->t->free(d->flags, 2);
+  free(d->a);
+  free(d->kbytes);
+  free(d->host);
+  free(d->cdst);
+  free(d->cbytes);
+  int state = d->state;
+  pthread_mutex_t mu = d->mu;
+  memset(d, 0, sizeof *d);
+  d->state = state;
+  d->mu = mu;
+}
+
+static void dev_scan_free(kl_loop *l) {
+  if (!l->ds) return;
+  dev_scan_release(l);
+  pthread_mutex_destroy(&l->ds->mu);
+  free(l->ds);
+  l->ds = NULL;
+}
+
+static int dev_scan_body(void *ctx, char *err, size_t errlen) {
+  const kl_loop *l = ctx;
+  dev_scan *d = l->ds;
+  char *bases = (char *)d->dstate + 16;
+  if (l->n && l->t->scan_move(0, d->dstate, l->length, l->reverse, bases, l->n, d->st, l->xbytes, err, errlen)) return -1;
+  if (body_run(d->body, err, errlen)) return -1;
+  if (l->t->scan_move(1, d->dstate, l->length, l->reverse, bases + 8 * l->n, l->ny, d->st + l->n, l->bytes + l->nb, err,
+                      errlen))
+    return -1;
+  for (int c = KL_LOOP_KERNEL_COPIES; c < d->ncopies; c++)
+    if (l->t->copy(d->cdst[c], d->csrc[c], d->cbytes[c], err, errlen)) return -1;
+  return 0;
+}
+
+static int dev_scan_build(kl_loop *l) {
+  dev_scan *d = l->ds;
+  const kl_loop_target *t = l->t;
+  int n = l->nb, nk = l->nc, ns = l->n + l->ny, rc = 0;
+  char err[256] = "out of host memory";
+  int64_t cost = l->body->cost;
+  int unalias = cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL");
+  size_t inplace = 0, total = 0;
+  for (int i = 0, copies = 0; i < n; i++) {
+    copies += l->bytes[i] && l->alias[i] != 2;
+    inplace += l->alias[i] == 1 ? l->bytes[i] : 0;
+    unalias &= copies <= KL_LOOP_KERNEL_COPIES && inplace <= DEV_WHILE_UNALIAS_BYTES;
+  }
+  d->a = kl_calloc(2 * (size_t)n + (size_t)nk + (size_t)ns + 1, sizeof(void *));
+  d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
+  d->sbytes = 16 + 8 * (size_t)ns;
+  d->host = kl_calloc(2 + (size_t)ns, sizeof(uint64_t));
+  void **args = kl_calloc((size_t)(nk + n + ns) + 1, sizeof(void *));
+  if (!d->a || !d->kbytes || !d->host || !args) rc = -1;
+  if (!rc) {
+    d->b = d->a + n;
+    d->k = d->b + n;
+    d->st = d->k + nk;
+  }
+  for (int i = 0; i < n && !rc; i++) total += (l->alias[i] == 2 || (l->alias[i] && !unalias) ? 1 : 2) * l->bytes[i];
+  for (int j = 0; j < nk && !rc; j++) total += d->kbytes[j] = l->body->slot_bytes[l->body->in_slots[j]];
+  for (int j = 0; j < ns && !rc; j++) total += j < l->n ? l->xbytes[j] : l->bytes[n + j - l->n];
+  if (!rc && total > DEV_WHILE_MAX_BYTES) {
+    snprintf(err, sizeof err, "its carries, consts and slices (%zu bytes) are too large to copy", total);
+    rc = -1;
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->a[i], err, sizeof err);
+    if (!rc) {
+      if (l->alias[i] == 2 || (l->alias[i] && !unalias)) d->b[i] = d->a[i];
+      else rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->b[i], err, sizeof err);
+    }
+  }
+  for (int j = 0; j < nk && !rc; j++) rc = t->alloc(d->kbytes[j] ? d->kbytes[j] : 1, &d->k[j], err, sizeof err);
+  for (int j = 0; j < ns && !rc; j++) {
+    size_t b = j < l->n ? l->xbytes[j] : l->bytes[n + j - l->n];
+    rc = t->alloc(b ? b : 1, &d->st[j], err, sizeof err);
+  }
+  if (!rc) rc = t->alloc(d->sbytes, &d->dstate, err, sizeof err);
+  if (!rc) { /* the body over (consts, a, x staging) -> (b, y staging) */
+    memcpy(args, d->k, sizeof(void *) * (size_t)nk);
+    memcpy(args + nk, d->a, sizeof(void *) * (size_t)n);
+    memcpy(args + nk + n, d->st, sizeof(void *) * (size_t)l->n);
+    void **outs = args + nk + n + l->n;
+    memcpy(outs, d->b, sizeof(void *) * (size_t)n);
+    memcpy(outs + n, d->st + l->n, sizeof(void *) * (size_t)l->ny);
+    void *small[64], **o = n + l->ny <= 64 ? small : kl_malloc(sizeof(void *) * (size_t)(n + l->ny + 1));
+    if (!o) rc = -1;
+    else {
+      memcpy(o, outs, sizeof(void *) * (size_t)(n + l->ny));
+      if (!(d->body = body_bind(t, l->body, args, o, err, sizeof err))) rc = -1;
+      if (o != small) free(o);
+    }
+  }
+  if (!rc && (!(d->cdst = kl_calloc(2 * (size_t)n + 1, sizeof(void *))) || !(d->cbytes = kl_calloc((size_t)n + 1, sizeof(size_t)))))
+    rc = -1;
+  for (int i = 0; i < n && !rc; i++) {
+    if (!i) d->csrc = d->cdst + n;
+    if (d->b[i] == d->a[i] || !l->bytes[i]) continue;
+    d->cdst[d->ncopies] = d->a[i];
+    d->csrc[d->ncopies] = d->b[i];
+    d->cbytes[d->ncopies++] = l->bytes[i];
+  }
+  int unroll = 1; /* as a while loop's: trips after the last copy nothing and move no slice */
+  if (!rc && d->ncopies <= KL_LOOP_KERNEL_COPIES && cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
+    unroll = cost < DEV_WHILE_UNROLL_TINY ? 2 * DEV_WHILE_UNROLL : DEV_WHILE_UNROLL;
+    for (int i = 0; i < n; i++)
+      if (l->bytes[i] && d->b[i] == d->a[i] && l->alias[i] == 1) unroll = 1;
+  }
+  if (!rc && unroll > 1) rc = t->alloc(2, &d->flags, err, sizeof err);
+  if (!rc) {
+    int k = d->ncopies < KL_LOOP_KERNEL_COPIES ? d->ncopies : KL_LOOP_KERNEL_COPIES;
+    if (!(d->graph = t->while_graph(dev_scan_body, l, (char *)d->dstate + 8, k, d->cdst, d->csrc, d->cbytes, unroll,
+                                    d->flags, err, sizeof err)))
+      rc = -1;
+  }
+  free(args);
+  if (rc) {
+    if (getenv("KILN_LOG_COMPILES")) fprintf(stderr, "kiln: a scan runs from the host: %s\n", err);
+    dev_scan_release(l);
+  }
+  return rc;
+}
+
+/* ptrs as scan_run's: the state uploaded, the consts and initial carries copied in, the graph,
+ * the final carries copied out, all in the device's order. 1 when it ran, 0 when the scan must
+ * run from the host, -1 with a message. */
+static int dev_scan_run(const kl_loop *cl, void **ptrs, char *err, size_t errlen) {
+  kl_loop *l = (kl_loop *)cl;
+  dev_scan *d = l->ds;
+  const kl_loop_target *t = l->t;
+  int n = l->nb, nk = l->nc, nx = l->n, ny = l->ny, rc = 0;
+  void **init = ptrs + nk, **xs = init + n, **final = xs + nx, **ys = final + n;
+  pthread_mutex_lock(&d->mu);
+  if (!d->state) d->state = dev_scan_build(l) ? -1 : 1;
+  if (d->state < 0) {
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+  }
+  d->host[0] = 0;
+  d->host[1] = 1; /* the predicate byte (little-endian): a first trip (length >= 1) */
+  for (int j = 0; j < nx; j++) d->host[2 + j] = (uint64_t)(uintptr_t)xs[j];
+  for (int j = 0; j < ny; j++) d->host[2 + nx + j] = (uint64_t)(uintptr_t)ys[j];
+  rc = t->upload(d->dstate, d->host, d->sbytes, err, errlen);
+  for (int j = 0; j < nk && !rc; j++) rc = t->copy(d->k[j], ptrs[j], d->kbytes[j], err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(d->a[i], init[i], l->bytes[i], err, errlen);
+  if (!rc && d->flags) rc = t->zero(d->flags, 2, err, errlen);
+  if (!rc) rc = t->while_launch(d->graph, err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(final[i], d->a[i], l->bytes[i], err, errlen);
+  pthread_mutex_unlock(&d->mu);
+  return rc ? -1 : 1;
+}
+
 static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t errlen);
 
 /* ptrs: consts, initial carries, xs, then the final carries and the ys (outputs). Iteration i
@@ -432,6 +627,10 @@ static int scan_keep_fill(const kl_loop *l, scan_keep *kp, char *err, size_t err
  * the final carries. */
 static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_loop *l = ctx;
+  if (l->ds && l->length >= DEV_SCAN_MIN_TRIPS && !(l->t->capturing && l->t->capturing())) {
+    int r = dev_scan_run(l, ptrs, err, errlen);
+    if (r) return r < 0 ? -1 : 0;
+  }
   int nk = l->nc, n = l->nb, nx = l->n, ny = l->ny, rc = 0;
   size_t nbase = (size_t)(2 * (nk + n + nx + n + ny) + 2 * n + nx + ny + 2);
   void *small[128], **base = nbase <= 128 ? small : kl_malloc(nbase * sizeof(void *));
@@ -826,6 +1025,14 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
       st->synchronizes |= l->body->steps[i].synchronizes || l->body->steps[i].on_host;
       st->if_node |= l->body->steps[i].if_node;
     }
+  }
+  if (e->prim == KL_P_SCAN && t->scan_move && t->while_graph && t->upload && !getenv("KILN_GPU_HOST_SCAN") &&
+      l->n <= KL_LOOP_SCAN_SLICES && l->ny <= KL_LOOP_SCAN_SLICES && l->length >= DEV_SCAN_MIN_TRIPS) {
+    int plain = 1; /* a body of kernels and library calls: its trips can be a device loop's */
+    for (int s = 0; s < l->body->nsteps; s++)
+      plain &= !l->body->steps[s].on_host && !l->body->steps[s].synchronizes && !l->body->steps[s].if_node &&
+               !is_loop_step(&l->body->steps[s]);
+    if (plain && (l->ds = kl_calloc(1, sizeof *l->ds))) pthread_mutex_init(&l->ds->mu, NULL);
   }
   if (e->prim == KL_P_COND && t->if_captured && t->has_if && t->has_if()) { /* kernels alone: conditional nodes */
     int plain = 1;

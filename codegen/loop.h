@@ -51,6 +51,11 @@ typedef struct {
   int (*if_captured)(const void *pred, int (*branch)(void *ctx, int which, char *err, size_t errlen), void *ctx,
                      char *err, size_t errlen);
   int (*has_if)(void);
+  /* optional (the GPU's): a scan run as a device-side while loop: host memory written to device
+   * memory (in the device's order), and a trip's slices moved, as kl_cuda_scan_move */
+  int (*upload)(void *dst, const void *host, size_t n, char *err, size_t errlen);
+  int (*scan_move)(int out, const void *state, int64_t length, int reverse, const void *bases, int n, void *const *stage,
+                   const size_t *bytes, char *err, size_t errlen);
 } kl_loop_target;
 extern const kl_loop_target kl_loop_cpu;
 

@@ -439,4 +439,4 @@ static void cpu_retarget(void *b, void *const *in, void *const *out) { kl_cpu_bo
 
 const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
                                     cpu_bind, cpu_bound_run, cpu_unbind, cpu_compile_loop, cpu_drive, NULL, NULL, NULL,
-                                    cpu_retarget, NULL, NULL, NULL};
+                                    cpu_retarget, NULL, NULL, NULL, NULL, NULL};

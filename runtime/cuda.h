@@ -74,8 +74,20 @@ int kl_cuda_if_captured(const void *pred, int (*branch)(void *ctx, int which, ch
                         char *err, size_t errlen);
 /* Whether the driver has conditional graph nodes (CUDA 12.3 or later): 1, or 0 with why. */
 int kl_cuda_has_conditionals(char *why, size_t n);
-/* Graphs built (whole programs), and branches queued as conditional nodes, since the start. */
-void kl_cuda_graph_stats(long *graphs, long *branches);
+/* A scan run as a device-side while loop: queues the kernel that moves this trip's slices (out =
+ * 0: stacked xs -> the body's staging buffers, before the body; 1: the staging buffers -> stacked
+ * ys, then the trip counter advanced and the predicate written). state: device memory, the trip
+ * counter (u64) then the predicate byte at offset 8; bases: device memory, the stacked arrays'
+ * addresses (u64 each); slice k is bytes[k] bytes at index t (L-1-t when reverse). Nothing moves
+ * once the counter reaches length. At most KL_CUDA_SCAN_SLICES slices. 0, or -1 with a message. */
+#define KL_CUDA_SCAN_SLICES 8
+/* The PTX of the kernels above (written once; ptxas checks it in tests/c/test_graph_ptx.c). */
+const char *kl_cuda_graph_ptx(void);
+int kl_cuda_scan_move(int out, const void *state, int64_t length, int reverse, const void *bases, int n,
+                      void *const *stage, const size_t *bytes, char *err, size_t errlen);
+/* Graphs built (whole programs), branches queued as conditional nodes, and device-side loops
+ * (while and scan graphs) launched, since the start. */
+void kl_cuda_graph_stats(long *graphs, long *branches, long *loops);
 /* For cuda_graph.c: a second stream (NULL where none could be made), and the stream that this
  * thread's launches, device copies and memsets go to (NULL: kiln's stream). */
 void *kl_cuda_side_stream(void);

@@ -55,11 +55,12 @@ typedef struct {
 } gpu_graph;
 
 static atomic_int capturing;
-static atomic_long n_graphs, n_branches;
+static atomic_long n_graphs, n_branches, n_loops;
 
-void kl_cuda_graph_stats(long *graphs, long *branches) {
+void kl_cuda_graph_stats(long *graphs, long *branches, long *loops) {
   *graphs = atomic_load(&n_graphs);
   *branches = atomic_load(&n_branches);
+  *loops = atomic_load(&n_loops);
 }
 int kl_cuda_capturing(void) { return atomic_load(&capturing); }
 
@@ -247,7 +248,55 @@ enum { NODE_EMPTY = 5, NODE_CONDITIONAL = 13, COND_IF = 0, COND_WHILE = 1, NODE_
 /* The kernel that ends each trip: copies up to KL_CUDA_WHILE_COPIES carries (16 bytes per thread
  * and step, the tail bytes by thread 0), then thread 0 sets the loop's condition from the
  * predicate byte. Parameters: the handle, the predicate, then (dst, src, bytes) per copy. */
-static char next_ptx[16384];
+static char next_ptx[65536];
+
+/* A scan's trip on the device (kl_cuda_scan_move): one block moves up to KL_CUDA_SCAN_SLICES
+ * slices between the stacked xs/ys and the body's fixed staging buffers, at index t (the trip
+ * counter, state[0]) or L-1-t (reverse); nothing once t >= L. The out kernel then advances the
+ * counter and writes the predicate byte (state[8]): whether another trip follows. Parameters:
+ * the state, L, reverse, the table of stacked bases (device memory, u64 each), the count, then
+ * per slice its staging buffer and its bytes. */
+static char *write_scan_ptx(char *p, char *end, int out) {
+  const char *nm = out ? "kl_scan_out" : "kl_scan_in";
+  p += snprintf(p, (size_t)(end - p), ".visible .entry %s(.param .u64 st, .param .u64 len, .param .u64 rev, .param .u64 tab, .param .u64 cnt", nm);
+  for (int k = 0; k < KL_CUDA_SCAN_SLICES; k++) p += snprintf(p, (size_t)(end - p), ", .param .u64 s%d, .param .u64 b%d", k, k);
+  p += snprintf(p, (size_t)(end - p),
+                ")\n{\n  .reg .pred %%p<8>;\n  .reg .b16 %%c;\n  .reg .b32 %%r<4>;\n  .reg .b32 %%v<4>;\n  .reg .b64 %%rd<32>;\n"
+                "  ld.param.u64 %%rd1, [st];\n  cvta.to.global.u64 %%rd1, %%rd1;\n  ld.global.u64 %%rd2, [%%rd1];\n"
+                "  ld.param.u64 %%rd3, [len];\n  setp.ge.u64 %%p1, %%rd2, %%rd3;\n  @%%p1 bra L_ret;\n"
+                "  ld.param.u64 %%rd4, [rev];\n  setp.ne.u64 %%p2, %%rd4, 0;\n  sub.u64 %%rd5, %%rd3, %%rd2;\n"
+                "  sub.u64 %%rd5, %%rd5, 1;\n  selp.u64 %%rd6, %%rd5, %%rd2, %%p2;\n"
+                "  ld.param.u64 %%rd7, [tab];\n  cvta.to.global.u64 %%rd7, %%rd7;\n  ld.param.u64 %%rd8, [cnt];\n"
+                "  mov.u32 %%r1, %%tid.x;\n  cvt.u64.u32 %%rd9, %%r1;\n  mov.u32 %%r2, %%ntid.x;\n  cvt.u64.u32 %%rd10, %%r2;\n");
+  for (int k = 0; k < KL_CUDA_SCAN_SLICES; k++) {
+    /* rd11: the staging buffer, rd12: bytes, rd14: the slice; copy from rd20 to rd21 */
+    p += snprintf(p, (size_t)(end - p),
+                  "  setp.le.u64 %%p3, %%rd8, %d;\n  @%%p3 bra L_moved;\n"
+                  "  ld.param.u64 %%rd11, [s%d];\n  cvta.to.global.u64 %%rd11, %%rd11;\n  ld.param.u64 %%rd12, [b%d];\n"
+                  "  ld.global.u64 %%rd13, [%%rd7+%d];\n  cvta.to.global.u64 %%rd13, %%rd13;\n"
+                  "  mad.lo.u64 %%rd14, %%rd6, %%rd12, %%rd13;\n"
+                  "  mov.u64 %%rd20, %s;\n  mov.u64 %%rd21, %s;\n"
+                  "  and.b64 %%rd15, %%rd12, 15;\n  setp.ne.u64 %%p4, %%rd15, 0;\n  mov.u64 %%rd16, %%rd9;\n"
+                  "  @%%p4 bra L%d_byte;\n  shr.u64 %%rd17, %%rd12, 4;\n"
+                  "L%d_vec:\n  setp.ge.u64 %%p5, %%rd16, %%rd17;\n  @%%p5 bra L%d_end;\n"
+                  "  shl.b64 %%rd18, %%rd16, 4;\n  add.u64 %%rd22, %%rd20, %%rd18;\n  add.u64 %%rd23, %%rd21, %%rd18;\n"
+                  "  ld.global.v4.u32 {%%v0, %%v1, %%v2, %%v3}, [%%rd22];\n  st.global.v4.u32 [%%rd23], {%%v0, %%v1, %%v2, %%v3};\n"
+                  "  add.u64 %%rd16, %%rd16, %%rd10;\n  bra L%d_vec;\n"
+                  "L%d_byte:\n  setp.ge.u64 %%p5, %%rd16, %%rd12;\n  @%%p5 bra L%d_end;\n"
+                  "  add.u64 %%rd22, %%rd20, %%rd16;\n  add.u64 %%rd23, %%rd21, %%rd16;\n"
+                  "  ld.global.u8 %%c, [%%rd22];\n  st.global.u8 [%%rd23], %%c;\n  add.u64 %%rd16, %%rd16, %%rd10;\n  bra L%d_byte;\n"
+                  "L%d_end:\n",
+                  k, k, k, 8 * k, out ? "%rd11" : "%rd14", out ? "%rd14" : "%rd11", k, k, k, k, k, k, k, k);
+  }
+  p += snprintf(p, (size_t)(end - p), "L_moved:\n");
+  if (out)
+    p += snprintf(p, (size_t)(end - p),
+                  "  bar.sync 0;\n  setp.ne.u64 %%p6, %%rd9, 0;\n  @%%p6 bra L_ret;\n"
+                  "  add.u64 %%rd24, %%rd2, 1;\n  st.global.u64 [%%rd1], %%rd24;\n"
+                  "  setp.lt.u64 %%p7, %%rd24, %%rd3;\n  selp.u16 %%c, 1, 0, %%p7;\n  st.global.u8 [%%rd1+8], %%c;\n");
+  p += snprintf(p, (size_t)(end - p), "L_ret:\n  ret;\n}\n");
+  return p;
+}
 
 static void write_next_ptx(void) {
   char *p = next_ptx, *end = next_ptx + sizeof next_ptx;
@@ -306,10 +355,18 @@ static void write_next_ptx(void) {
            "  call.uni cudaGraphSetConditional, (p0, p1);\n  }\n"
            "  {\n  .param .b64 p0;\n  .param .b32 p1;\n  st.param.b64 [p0], %%rd3;\n  st.param.b32 [p1], %%r1;\n"
            "  call.uni cudaGraphSetConditional, (p0, p1);\n  }\n  ret;\n}\n");
+  p += strlen(p);
+  for (int out = 0; out < 2; out++) p = write_scan_ptx(p, end, out);
+}
+
+const char *kl_cuda_graph_ptx(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, write_next_ptx);
+  return next_ptx;
 }
 
 static pthread_once_t while_once = PTHREAD_ONCE_INIT;
-static void *set_fn, *if_fn;
+static void *set_fn, *if_fn, *scan_fn[2];
 static char while_why[200];
 
 static void while_load(void) {
@@ -335,11 +392,13 @@ static void while_load(void) {
   void *image = NULL, *mod = NULL;
   size_t n = 0;
   char err[256];
-  write_next_ptx();
-  if (kl_cuda_link_ptx(next_ptx, strlen(next_ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, &mod, err, sizeof err) ||
+  const char *ptx = kl_cuda_graph_ptx();
+  if (kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, &mod, err, sizeof err) ||
       kl_cuda_function(mod, "kl_while_next", &set_fn, err, sizeof err) ||
-      kl_cuda_function(mod, "kl_if_set", &if_fn, err, sizeof err)) {
-    set_fn = if_fn = NULL;
+      kl_cuda_function(mod, "kl_if_set", &if_fn, err, sizeof err) ||
+      kl_cuda_function(mod, "kl_scan_in", &scan_fn[0], err, sizeof err) ||
+      kl_cuda_function(mod, "kl_scan_out", &scan_fn[1], err, sizeof err)) {
+    set_fn = if_fn = scan_fn[0] = scan_fn[1] = NULL;
     snprintf(while_why, sizeof while_why, "the condition-setting kernel did not load: %.150s", err);
   }
   free(image);
@@ -490,6 +549,7 @@ void *kl_cuda_while_graph(int (*body)(void *ctx, char *err, size_t errlen), void
 
 int kl_cuda_while_graph_launch(void *p, char *err, size_t errlen) {
   while_graph *g = p;
+  atomic_fetch_add(&n_loops, 1);
   int r = p_cuGraphLaunch(g->exec, kl_cuda_stream());
   return r ? kl_error(err, errlen, KL_ERR_INTERNAL, "launching a while loop's graph failed (CUDA error %d)", r) : 0;
 }
@@ -577,4 +637,26 @@ int kl_cuda_if_captured(const void *pred, int (*branch)(void *ctx, int which, ch
     rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not join a branch's nodes to the captured graph");
   if (!rc) atomic_fetch_add(&n_branches, 1);
   return rc;
+}
+
+/* ---- a scan's trips on the device ---- */
+
+int kl_cuda_scan_move(int out, const void *state, int64_t length, int reverse, const void *bases, int n,
+                      void *const *stage, const size_t *bytes, char *err, size_t errlen) {
+  pthread_once(&while_once, while_load);
+  if (!scan_fn[out]) return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s", while_why);
+  if (n > KL_CUDA_SCAN_SLICES)
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "a scan of %d slices moved per trip (at most %d)", n, KL_CUDA_SCAN_SLICES);
+  void *args[5 + 2 * KL_CUDA_SCAN_SLICES];
+  memset(args, 0, sizeof args);
+  args[0] = (void *)state;
+  args[1] = (void *)(uintptr_t)length;
+  args[2] = (void *)(uintptr_t)(reverse != 0);
+  args[3] = (void *)bases;
+  args[4] = (void *)(uintptr_t)n;
+  for (int k = 0; k < n; k++) {
+    args[5 + 2 * k] = stage[k];
+    args[6 + 2 * k] = (void *)(uintptr_t)bytes[k];
+  }
+  return kl_cuda_launch(scan_fn[out], 1, 256, args, 5 + 2 * KL_CUDA_SCAN_SLICES, err, errlen);
 }

@@ -814,9 +814,9 @@ def test_conds_inside_a_scan_run_as_conditional_nodes_of_its_graph():
         return c, np.array(ys)
 
     jf = kiln.jit(lambda c, xs: kiln.lax.scan(body, c, xs))
-    g0, b0 = _kiln.gpu_graph_stats()
+    g0, b0, _ = _kiln.gpu_graph_stats()
     c, ys = jf(c0, xs)
-    g1, b1 = _kiln.gpu_graph_stats()
+    g1, b1, _ = _kiln.gpu_graph_stats()
     want_c, want_ys = ref(c0, xs)
     np.testing.assert_allclose(np.asarray(c), want_c, rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(np.asarray(ys), want_ys, rtol=2e-4, atol=2e-5)
@@ -838,3 +838,42 @@ def test_conds_inside_a_scan_run_as_conditional_nodes_of_its_graph():
 
     c3, _ = kiln.jit(lambda c, xs: kiln.lax.scan(body3, c, xs))(c0, xs)
     np.testing.assert_allclose(np.asarray(c3), ref(c0, xs, step3)[0], rtol=2e-4, atol=2e-5)
+
+
+@gpu
+@pytest.mark.parametrize("reverse", [False, True])
+def test_long_scans_run_as_device_side_loops(reverse):
+    # 60,000 trips, past one graph's 50,000 launches: the trips are a device-side loop (a slice
+    # mover, the body, a slice mover, the trip's end), slices of 12 bytes (moved bytewise) and of
+    # 32 (vectors), two ys; its results match NumPy's, and a second call over other xs reuses it
+    rng = np.random.default_rng(43)
+    n = 60000
+    xs = rng.standard_normal((n, 3)).astype(np.float32)
+    xs2 = rng.standard_normal((n, 8)).astype(np.float32)
+    c0 = rng.standard_normal(3).astype(np.float32)
+
+    def body(c, x):
+        a, b = x
+        c = c * 0.999 + a * 0.001 + b[:3] * 0.0005
+        return c, (c.sum(), c * 2.0)
+
+    def ref(xs, xs2):
+        cr, sr, yr = c0.astype(np.float64), np.empty(n), np.empty((n, 3))
+        x64, x264 = xs.astype(np.float64), xs2.astype(np.float64)
+        for i in (range(n - 1, -1, -1) if reverse else range(n)):
+            cr = cr * 0.999 + x64[i] * 0.001 + x264[i, :3] * 0.0005
+            sr[i], yr[i] = cr.sum(), cr * 2.0
+        return cr, sr, yr
+
+    jf = kiln.jit(lambda c, xs, xs2: kiln.lax.scan(body, c, (xs, xs2), reverse=reverse))
+    l0 = _kiln.gpu_graph_stats()[2]
+    c, (s, y2) = jf(c0, xs, xs2)
+    assert _kiln.gpu_graph_stats()[2] == l0 + 1  # one device-side loop, no trip from the host
+    for got, want in zip((c, s, y2), ref(xs, xs2)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    xs3 = rng.standard_normal((n, 3)).astype(np.float32)
+    c3, (s3, _) = jf(c0, xs3, xs2)
+    assert _kiln.gpu_graph_stats()[2] == l0 + 2
+    cr, sr, _ = ref(xs3, xs2)
+    np.testing.assert_allclose(np.asarray(c3), cr, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(s3), sr, rtol=1e-4, atol=1e-4)

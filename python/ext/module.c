@@ -1124,9 +1124,9 @@ static PyObject *mod_gpu_compile_stats(PyObject *self, PyObject *unused) {
 static PyObject *mod_gpu_graph_stats(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  long g, b;
-  kl_gpu_graph_stats(&g, &b);
-  return Py_BuildValue("(ll)", g, b);
+  long g, b, l;
+  kl_gpu_graph_stats(&g, &b, &l);
+  return Py_BuildValue("(lll)", g, b, l);
 }
 
 static PyObject *mod_gpu_libdevice(PyObject *self, PyObject *unused) {
@@ -1151,7 +1151,7 @@ static PyMethodDef mod_methods[] = {
     {"cublas_library", mod_cublas_library, METH_NOARGS, "(found, path or reason)"},
     {"gpu_memory_in_use", mod_gpu_memory, METH_NOARGS, "bytes of GPU memory held by kiln buffers"},
     {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
-    {"gpu_graph_stats", mod_gpu_graph_stats, METH_NOARGS, "(graphs built, conds queued as conditional nodes) on the GPU"},
+    {"gpu_graph_stats", mod_gpu_graph_stats, METH_NOARGS, "(graphs built, conds queued as conditional nodes, device-side loops launched) on the GPU"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},
     {"compile_stats", mod_compile_stats, METH_NOARGS, "(compiles, seconds)"},
     {"alloc_fail_at", mod_alloc_fail_at, METH_O, "alloc_fail_at(n): the nth core allocation from now fails (0: off)"},
