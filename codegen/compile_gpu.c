@@ -347,11 +347,13 @@ static void gpu_retarget(void *b, void *const *in, void *const *out) { kl_cuda_b
 static int gpu_upload(void *dst, const void *host, size_t n, char *err, size_t errlen) {
   return kl_cuda_copy(dst, 1, host, 0, n, err, errlen);
 }
+static void **gpu_bound_args(void *b, int s) { return kl_cuda_bound_args(b, s); }
 static int gpu_has_if(void) { return !getenv("KILN_GPU_HOST_COND") && kl_cuda_has_conditionals(NULL, 0); }
 static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
                                          gpu_bind, gpu_bound_run, gpu_unbind, NULL, NULL,
                                          kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free, gpu_retarget,
-                                         kl_cuda_capturing, kl_cuda_if_captured, gpu_has_if, gpu_upload, kl_cuda_scan_move};
+                                         kl_cuda_capturing, kl_cuda_if_captured, gpu_has_if, gpu_upload, kl_cuda_scan_move,
+                                         gpu_bound_args};
 
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,

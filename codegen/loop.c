@@ -45,6 +45,8 @@ struct kl_loop {
   pthread_mutex_t branch_mu;    /* cond: one run at a time uses them (another binds its own) */
   char keep[2];                 /* cond: whether a branch's binding is kept (small temporaries) */
   int if_node;                  /* cond: in a captured graph, conditional nodes (kernels alone in the branches) */
+  struct prepared *prep;        /* cond: branches bound before a device loop's capture, per set of pointers */
+  int nprep;
   struct scan_keep *sk;         /* scan compiled whole on the CPU: what runs keep, or NULL */
   pthread_mutex_t sk_mu;        /* one run at a time uses it (another allocates its own) */
 };
@@ -63,6 +65,16 @@ typedef struct scan_keep {
 
 static void dev_while_free(kl_loop *l);
 static void dev_scan_free(kl_loop *l);
+
+static int prepare_conds(const kl_loop_target *t, const struct bound_body *b, char *err, size_t errlen);
+static int is_cond_step(const kl_step *st);
+
+/* A cond's two branches bound for one set of the step's pointers, ahead of the capture of a
+ * device loop's body (no memory can be allocated inside a conditional node's body graph). */
+typedef struct prepared {
+  void **key; /* the step's pointers */
+  struct bound_body *b[2];
+} prepared;
 typedef struct bound_body bound_body;
 static void body_unbind(bound_body *b);
 #define LOOP_GUESSED_TRIPS 64 /* a while loop's cost, in trips of its body, for scheduling */
@@ -76,6 +88,12 @@ void kl_loop_free(kl_loop *l) {
   if (l->prim == KL_P_COND) {
     body_unbind(l->branch[0]);
     body_unbind(l->branch[1]);
+    for (int i = 0; i < l->nprep; i++) {
+      body_unbind(l->prep[i].b[0]);
+      body_unbind(l->prep[i].b[1]);
+      free(l->prep[i].key);
+    }
+    free(l->prep);
     pthread_mutex_destroy(&l->branch_mu);
   }
   if (l->sk) {
@@ -326,6 +344,7 @@ static int dev_while_build(kl_loop *l) {
     memcpy(args, d->a, sizeof(void *) * (size_t)n);
     memcpy(args + n, d->k + l->nc, sizeof(void *) * (size_t)l->nb);
     if (!rc && !(d->body = body_bind(t, l->body, args, d->b, err, sizeof err))) rc = -1;
+    for (int k = 0; k < 3 && !rc; k++) rc = prepare_conds(t, k == 0 ? d->cond : k == 1 ? d->cond_b : d->body, err, sizeof err);
   }
   if (!rc && (!(d->cdst = kl_calloc(2 * (size_t)n + 1, sizeof(void *))) || !(d->cbytes = kl_calloc((size_t)n + 1, sizeof(size_t)))))
     rc = -1;
@@ -558,6 +577,7 @@ static int dev_scan_build(kl_loop *l) {
     else {
       memcpy(o, outs, sizeof(void *) * (size_t)(n + l->ny));
       if (!(d->body = body_bind(t, l->body, args, o, err, sizeof err))) rc = -1;
+      else rc = prepare_conds(t, d->body, err, sizeof err);
       if (o != small) free(o);
     }
   }
@@ -762,23 +782,88 @@ static int cond_branch(void *p, int which, char *err, size_t errlen) {
   return body_run(((cond_parts *)p)->b[which], err, errlen);
 }
 
-/* A cond in a graph being captured (its step's if_node): both branches bound (their temporaries
- * from the graph's memory), queued as the two conditional nodes of t->if_captured. */
-static int cond_captured(const kl_loop *l, void **ptrs, char *err, size_t errlen) {
+/* Binds both branches of cond l over the step's pointers ptrs into b[2]: 0, or -1 with a message. */
+static int cond_bind_both(const kl_loop *l, void **ptrs, bound_body **b, char *err, size_t errlen) {
   int nf = l->nc, nt = l->nb, no = l->n, rc = 0;
   void *small[32], **args = no + nf + nt <= 32 ? small : kl_calloc((size_t)(no + nf + nt) + 1, sizeof(void *));
   if (!args) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a cond");
-  cond_parts q = {{NULL, NULL}};
   void **outs = ptrs + 1 + nf + nt + no;
   memcpy(args, ptrs + 1 + nf + nt, sizeof(void *) * (size_t)no);
   for (int k = 0; k < 2 && !rc; k++) {
     if (k) memcpy(args + no, ptrs + 1 + nf, sizeof(void *) * (size_t)nt);
     else memcpy(args + no, ptrs + 1, sizeof(void *) * (size_t)nf);
-    if (!(q.b[k] = body_bind(l->t, k ? l->body : l->cond, args, outs, err, errlen))) rc = -1;
+    if (!(b[k] = body_bind(l->t, k ? l->body : l->cond, args, outs, err, errlen))) rc = -1;
   }
-  if (!rc) rc = l->t->if_captured(ptrs[0], cond_branch, &q, err, errlen);
-  for (int k = 0; k < 2; k++) body_unbind(q.b[k]);
   if (args != small) free(args);
+  return rc;
+}
+
+static size_t cond_nptrs(const kl_loop *l) { return 1 + (size_t)(l->nc + l->nb + l->n + l->cond->noutputs); }
+
+/* The branches prepared for exactly these pointers, or -1. Under branch_mu. */
+static int prepared_for(const kl_loop *l, void **ptrs) {
+  for (int i = 0; i < l->nprep; i++)
+    if (!memcmp(l->prep[i].key, ptrs, sizeof(void *) * cond_nptrs(l))) return i;
+  return -1;
+}
+
+/* Before a device loop's body is captured: binds the branches of cond l for the pointers its
+ * step will run with. 0, or -1 with a message. */
+static int cond_prepare(kl_loop *l, void **ptrs, char *err, size_t errlen) {
+  int rc = 0;
+  pthread_mutex_lock(&l->branch_mu);
+  if (prepared_for(l, ptrs) < 0) {
+    prepared *p = kl_realloc(l->prep, sizeof *p * (size_t)(l->nprep + 1));
+    if (!p) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory preparing a cond");
+    else {
+      l->prep = p;
+      p = &l->prep[l->nprep];
+      memset(p, 0, sizeof *p);
+      if (!(p->key = kl_malloc(sizeof(void *) * cond_nptrs(l))))
+        rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory preparing a cond");
+      else if (!(rc = cond_bind_both(l, ptrs, p->b, err, errlen))) {
+        memcpy(p->key, ptrs, sizeof(void *) * cond_nptrs(l));
+        l->nprep++;
+      }
+      if (rc) {
+        body_unbind(p->b[0]);
+        body_unbind(p->b[1]);
+        free(p->key);
+      }
+    }
+  }
+  pthread_mutex_unlock(&l->branch_mu);
+  return rc;
+}
+
+/* Prepares every cond step of a bound body (a device loop's, before its capture). */
+static int prepare_conds(const kl_loop_target *t, const bound_body *b, char *err, size_t errlen) {
+  for (int s = 0; s < b->x->nsteps; s++) {
+    const kl_step *st = &b->x->steps[s];
+    if (!st->if_node || !is_cond_step(st)) continue;
+    if (!t->bound_args || !b->native) return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "a cond that cannot be prepared");
+    if (cond_prepare(st->ctx, t->bound_args(b->native, s), err, errlen)) return -1;
+  }
+  return 0;
+}
+
+/* A cond in a graph being captured (its step's if_node): both branches bound (prepared before a
+ * device loop's capture, else bound now: their temporaries from the graph's memory), queued as
+ * the two conditional nodes of t->if_captured. */
+static int cond_captured(const kl_loop *l, void **ptrs, char *err, size_t errlen) {
+  cond_parts q = {{NULL, NULL}};
+  kl_loop *ml = (kl_loop *)l;
+  pthread_mutex_lock(&ml->branch_mu);
+  int i = prepared_for(l, ptrs);
+  if (i >= 0) {
+    q.b[0] = l->prep[i].b[0];
+    q.b[1] = l->prep[i].b[1];
+  }
+  pthread_mutex_unlock(&ml->branch_mu);
+  int rc = i >= 0 ? 0 : cond_bind_both(l, ptrs, q.b, err, errlen);
+  if (!rc) rc = l->t->if_captured(ptrs[0], cond_branch, &q, err, errlen);
+  if (i < 0)
+    for (int k = 0; k < 2; k++) body_unbind(q.b[k]);
   return rc;
 }
 
@@ -923,6 +1008,8 @@ static int slices_pointable(const kl_program *body, int nk, int n, int nx, int n
   return 1;
 }
 
+static int is_cond_step(const kl_step *st) { return st->run_checked == cond_run; }
+
 static int is_loop_step(const kl_step *st) {
   return st->run_checked == scan_run || st->run_checked == cond_run || st->run_checked == while_run ||
          st->run_checked == while_bwd_run;
@@ -1003,7 +1090,9 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     int hosted = 0; /* bodies with steps on the host, or loops of their own, loop from the host */
     for (int k = 0; k < 2; k++) {
       const kl_exec *x = k ? l->body : l->cond;
-      for (int s = 0; s < x->nsteps; s++) hosted |= x->steps[s].on_host || x->steps[s].synchronizes || x->steps[s].if_node;
+      for (int s = 0; s < x->nsteps; s++) /* a cond step of kernels alone is prepared (prepare_conds) */
+        hosted |= x->steps[s].on_host || x->steps[s].synchronizes ||
+                  (x->steps[s].if_node && !is_cond_step(&x->steps[s]));
     }
     if (!hosted && (l->dw = kl_calloc(1, sizeof *l->dw))) pthread_mutex_init(&l->dw->mu, NULL);
   }
@@ -1030,8 +1119,8 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
       l->n <= KL_LOOP_SCAN_SLICES && l->ny <= KL_LOOP_SCAN_SLICES && l->length >= DEV_SCAN_MIN_TRIPS) {
     int plain = 1; /* a body of kernels and library calls: its trips can be a device loop's */
     for (int s = 0; s < l->body->nsteps; s++)
-      plain &= !l->body->steps[s].on_host && !l->body->steps[s].synchronizes && !l->body->steps[s].if_node &&
-               !is_loop_step(&l->body->steps[s]);
+      plain &= !l->body->steps[s].on_host && !l->body->steps[s].synchronizes &&
+               (!is_loop_step(&l->body->steps[s]) || (l->body->steps[s].if_node && is_cond_step(&l->body->steps[s])));
     if (plain && (l->ds = kl_calloc(1, sizeof *l->ds))) pthread_mutex_init(&l->ds->mu, NULL);
   }
   if (e->prim == KL_P_COND && t->if_captured && t->has_if && t->has_if()) { /* kernels alone: conditional nodes */

@@ -56,6 +56,8 @@ typedef struct {
   int (*upload)(void *dst, const void *host, size_t n, char *err, size_t errlen);
   int (*scan_move)(int out, const void *state, int64_t length, int reverse, const void *bases, int n, void *const *stage,
                    const size_t *bytes, char *err, size_t errlen);
+  /* optional, with bind: step s's argument pointers in a binding */
+  void **(*bound_args)(void *bound, int s);
 } kl_loop_target;
 extern const kl_loop_target kl_loop_cpu;
 

@@ -437,6 +437,7 @@ static int cpu_bound_run(const void *b, char *err, size_t errlen) { return kl_cp
 static void cpu_unbind(void *b) { kl_cpu_unbind(b); }
 static void cpu_retarget(void *b, void *const *in, void *const *out) { kl_cpu_bound_retarget(b, in, out); }
 
+static void **cpu_bound_args(void *b, int s) { return kl_cpu_bound_args(b, s); }
 const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
                                     cpu_bind, cpu_bound_run, cpu_unbind, cpu_compile_loop, cpu_drive, NULL, NULL, NULL,
-                                    cpu_retarget, NULL, NULL, NULL, NULL, NULL};
+                                    cpu_retarget, NULL, NULL, NULL, NULL, NULL, cpu_bound_args};

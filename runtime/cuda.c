@@ -736,6 +736,7 @@ kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char 
 }
 
 void kl_cuda_bound_retarget(kl_cuda_bound *c, void *const *in, void *const *out) { kl_binding_point(&c->b, in, out); }
+void **kl_cuda_bound_args(const kl_cuda_bound *c, int s) { return c->b.args + c->b.first[s]; }
 
 int kl_cuda_bound_run(const kl_cuda_bound *c, char *err, size_t errlen) {
   const kl_binding *b = &c->b;

@@ -49,6 +49,8 @@ int kl_cuda_bound_run(const kl_cuda_bound *b, char *err, size_t errlen);
 void kl_cuda_unbind(kl_cuda_bound *b);
 /* Points a binding at other inputs and outputs (a scan's next slices), its temporaries kept. */
 void kl_cuda_bound_retarget(kl_cuda_bound *b, void *const *in, void *const *out);
+/* Step s's argument pointers in a binding (as its run passes them). */
+void **kl_cuda_bound_args(const kl_cuda_bound *b, int s);
 /* A device-side while loop (CUDA conditional graph nodes, drivers of CUDA 12.3 or later): a graph
  * that, while the byte at pred is nonzero (checked first when the graph starts), runs body(ctx)
  * (which queues a trip's work on kiln's stream: the body, then the condition writing the byte

@@ -877,3 +877,36 @@ def test_long_scans_run_as_device_side_loops(reverse):
     cr, sr, _ = ref(xs3, xs2)
     np.testing.assert_allclose(np.asarray(c3), cr, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.asarray(s3), sr, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+def test_device_side_loops_whose_bodies_branch():
+    # a 60,000-trip scan and a while loop whose bodies hold a cond: the branches are bound before
+    # the loop's body is captured, then conditional nodes inside the device-side loop
+    rng = np.random.default_rng(44)
+    n = 60000
+    xs = rng.standard_normal((n, 4)).astype(np.float32)
+
+    def body(c, x):
+        c = kiln.lax.cond(x[0] > 0.3, lambda v: v * 0.99 + x * 0.01, lambda v: v * 0.995 - x * 0.002, c)
+        return c, c[1]
+
+    c0 = np.ones(4, np.float32)
+    l0 = _kiln.gpu_graph_stats()[2]
+    c, ys = kiln.jit(lambda c, xs: kiln.lax.scan(body, c, xs))(c0, xs)
+    assert _kiln.gpu_graph_stats()[2] == l0 + 1
+    cr, yr = c0.astype(np.float64), np.empty(n)
+    for i, x in enumerate(xs.astype(np.float64)):
+        cr = cr * 0.99 + x * 0.01 if x[0] > 0.3 else cr * 0.995 - x * 0.002
+        yr[i] = cr[1]
+    np.testing.assert_allclose(np.asarray(c), cr, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ys), yr, rtol=1e-4, atol=1e-5)
+
+    def collatz(v):  # a while loop whose body branches per trip
+        return kiln.lax.while_loop(lambda s: s[0] != 1, lambda s: (kiln.lax.cond(s[0] % 2 == 0, lambda a: a // 2,
+                                                                                lambda a: 3 * a + 1, s[0]), s[1] + 1),
+                                   (v, 0))
+    l1 = _kiln.gpu_graph_stats()[2]
+    _, steps = kiln.jit(collatz)(jnp.int32(27))
+    assert int(steps) == 111
+    assert _kiln.gpu_graph_stats()[2] == l1 + 1
