@@ -221,6 +221,115 @@ static int body_run(const bound_body *b, char *err, size_t errlen) {
   return b->native ? b->t->bound_run(b->native, err, errlen) : b->t->run(b->x, b->in, b->out, err, errlen);
 }
 
+#define DEV_WHILE_MAX_BYTES ((size_t)256 << 20)
+#define DEV_WHILE_UNROLL 4
+#define DEV_WHILE_UNROLL_MAX_COST (1 << 18) /* elements the body and condition touch */
+#define DEV_WHILE_UNROLL_TINY 4096         /* below: twice the trips per pass */
+#define DEV_WHILE_UNALIAS_BYTES ((size_t)1 << 20) /* in-place carries given second buffers to unroll */
+
+/* The carries of a loop run on the device (a while loop's, a scan's) and the graph of its trips:
+ * read from a, written to b, b copied back into a by each trip's last kernel; one buffer for a
+ * carry passed through, or updated in place (unless the loop is small: then second buffers, so
+ * that its trips can unroll: a pass of the loop node costs more than the copy). */
+typedef struct {
+  int n;        /* carries */
+  int64_t cost; /* elements a trip touches */
+  int unalias;  /* in-place carries get second buffers */
+  void **a, **b;
+  void **cdst, **csrc; /* the copies of b into a, the device's kernel's first */
+  size_t *cbytes;
+  int ncopies;
+  void *flags; /* unrolled passes: two bytes, whether the loop is done (zeroed per run) */
+  void *graph;
+} dev_carries;
+
+static void carries_plan(const kl_loop *l, int n, int64_t cost, dev_carries *c) {
+  c->n = n;
+  c->cost = cost;
+  c->unalias = cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL");
+  size_t inplace = 0;
+  for (int i = 0, copies = 0; i < n; i++) {
+    copies += l->bytes[i] && l->alias[i] != 2;
+    inplace += l->alias[i] == 1 ? l->bytes[i] : 0;
+    c->unalias &= copies <= KL_LOOP_KERNEL_COPIES && inplace <= DEV_WHILE_UNALIAS_BYTES;
+  }
+}
+
+static int carries_shared(const kl_loop *l, const dev_carries *c, int i) {
+  return l->alias[i] == 2 || (l->alias[i] && !c->unalias);
+}
+
+/* The device memory the carries take. */
+static size_t carries_bytes(const kl_loop *l, const dev_carries *c) {
+  size_t total = 0;
+  for (int i = 0; i < c->n; i++) total += (carries_shared(l, c, i) ? 1 : 2) * l->bytes[i];
+  return total;
+}
+
+static int carries_alloc(const kl_loop *l, dev_carries *c, char *err, size_t errlen) {
+  int rc = (c->a = kl_calloc(2 * (size_t)c->n + 1, sizeof(void *))) ? 0 : kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory");
+  if (!rc) c->b = c->a + c->n;
+  for (int i = 0; i < c->n && !rc; i++) {
+    rc = l->t->alloc(l->bytes[i] ? l->bytes[i] : 1, &c->a[i], err, errlen);
+    if (!rc) {
+      if (carries_shared(l, c, i)) c->b[i] = c->a[i];
+      else rc = l->t->alloc(l->bytes[i] ? l->bytes[i] : 1, &c->b[i], err, errlen);
+    }
+  }
+  return rc;
+}
+
+/* The copies of b into a, then the graph: trip(l) queued once per trip (unrolled: a small trip
+ * whose carries all trade buffers runs DEV_WHILE_UNROLL trips per pass of the loop node, trips
+ * after the loop is done computing into the second buffers and copying nothing), the loop going
+ * on while the byte at pred is nonzero. 0, or -1 with a message. */
+static int carries_graph(kl_loop *l, dev_carries *c, int (*trip)(void *, char *, size_t), void *pred, char *err,
+                         size_t errlen) {
+  const kl_loop_target *t = l->t;
+  int n = c->n, rc = 0;
+  if (!(c->cdst = kl_calloc(2 * (size_t)n + 1, sizeof(void *))) || !(c->cbytes = kl_calloc((size_t)n + 1, sizeof(size_t))))
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory");
+  c->csrc = c->cdst + n;
+  for (int i = 0; i < n; i++) {
+    if (c->b[i] == c->a[i] || !l->bytes[i]) continue;
+    c->cdst[c->ncopies] = c->a[i];
+    c->csrc[c->ncopies] = c->b[i];
+    c->cbytes[c->ncopies++] = l->bytes[i];
+  }
+  int unroll = 1;
+  if (c->ncopies <= KL_LOOP_KERNEL_COPIES && c->cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
+    unroll = c->cost < DEV_WHILE_UNROLL_TINY ? 2 * DEV_WHILE_UNROLL : DEV_WHILE_UNROLL;
+    for (int i = 0; i < n; i++)
+      if (l->bytes[i] && c->b[i] == c->a[i] && l->alias[i] == 1) unroll = 1; /* written in place: a trip after the stop would */
+  }
+  if (unroll > 1) rc = t->alloc(2, &c->flags, err, errlen);
+  if (!rc) {
+    int k = c->ncopies < KL_LOOP_KERNEL_COPIES ? c->ncopies : KL_LOOP_KERNEL_COPIES;
+    if (!(c->graph = t->while_graph(trip, l, pred, k, c->cdst, c->csrc, c->cbytes, unroll, c->flags, err, errlen))) rc = -1;
+  }
+  return rc;
+}
+
+/* The copies a trip makes itself (beyond the trip-ending kernel's). */
+static int carries_extra_copies(const kl_loop *l, const dev_carries *c, char *err, size_t errlen) {
+  for (int k = KL_LOOP_KERNEL_COPIES; k < c->ncopies; k++)
+    if (l->t->copy(c->cdst[k], c->csrc[k], c->cbytes[k], err, errlen)) return -1;
+  return 0;
+}
+
+static void carries_free(const kl_loop *l, dev_carries *c) {
+  if (c->graph) l->t->while_free(c->graph);
+  for (int i = 0; c->a && i < c->n; i++) {
+    if (c->a[i]) l->t->free(c->a[i], l->bytes[i] ? l->bytes[i] : 1);
+    if (c->b[i] && c->b[i] != c->a[i]) l->t->free(c->b[i], l->bytes[i] ? l->bytes[i] : 1);
+  }
+  if (c->flags) l->t->free(c->flags, 2);
+  free(c->a);
+  free(c->cdst);
+  free(c->cbytes);
+  memset(c, 0, sizeof *c);
+}
+
 /* A while loop run on the device (t->while_graph: a graph whose loop node runs the body and the
  * condition until the condition is false, with no host in between): its own memory for the
  * carries (a; the body writes b, copied back into a, except the carries it updates in place),
@@ -230,45 +339,29 @@ static int body_run(const bound_body *b, char *err, size_t errlen) {
  * executable. */
 typedef struct dev_while {
   int state; /* 0: not tried, 1: built, -1: the host runs the loop */
-  void **a, **b, **k; /* carries (n each), consts (cond's, then body's) */
+  dev_carries c;
+  void **k; /* consts (cond's, then body's) */
   size_t *kbytes;
   void *pred;
   bound_body *cond, *cond_b, *body; /* the condition over a (the first check) and over b */
-  void **cdst, **csrc; /* the copies of b into a, the device's kernel's first */
-  size_t *cbytes;
-  int ncopies;
-  void *flags; /* unrolled passes: two bytes, whether the loop is done (zeroed per run) */
-  void *graph;
-  pthread_mutex_t mu; /* one run at a time over the loop's memory */
+  pthread_mutex_t mu;               /* one run at a time over the loop's memory */
 } dev_while;
 
 static void dev_while_release(kl_loop *l) {
   dev_while *d = l->dw;
-  if (d->graph) l->t->while_free(d->graph);
+  carries_free(l, &d->c);
   body_unbind(d->cond);
   body_unbind(d->cond_b);
   body_unbind(d->body);
-  free(d->cdst);
-  free(d->cbytes);
-  d->cdst = d->csrc = NULL;
-  d->cbytes = NULL;
-  d->cond_b = NULL;
-  for (int i = 0; d->a && i < l->n; i++) {
-    if (d->a[i]) l->t->free(d->a[i], l->bytes[i] ? l->bytes[i] : 1);
-    if (d->b[i] && d->b[i] != d->a[i]) l->t->free(d->b[i], l->bytes[i] ? l->bytes[i] : 1);
-  }
+  d->cond = d->cond_b = d->body = NULL;
   for (int j = 0; d->k && j < l->nc + l->nb; j++)
     if (d->k[j]) l->t->free(d->k[j], d->kbytes[j] ? d->kbytes[j] : 1);
   if (d->pred) l->t->free(d->pred, 1);
-  if (d->flags) l->t->free(d->flags, 2);
-  d->flags = NULL;
-  free(d->a);
+  free(d->k);
   free(d->kbytes);
-  d->a = d->b = d->k = NULL;
+  d->k = NULL;
   d->kbytes = NULL;
   d->pred = NULL;
-  d->cond = d->body = NULL;
-  d->graph = NULL;
 }
 
 static void dev_while_free(kl_loop *l) {
@@ -285,38 +378,20 @@ static int dev_while_body(void *ctx, char *err, size_t errlen) {
   const kl_loop *l = ctx;
   dev_while *d = l->dw;
   if (body_run(d->body, err, errlen) || body_run(d->cond_b, err, errlen)) return -1;
-  for (int c = KL_LOOP_KERNEL_COPIES; c < d->ncopies; c++)
-    if (l->t->copy(d->cdst[c], d->csrc[c], d->cbytes[c], err, errlen)) return -1;
-  return 0;
+  return carries_extra_copies(l, &d->c, err, errlen);
 }
-
-#define DEV_WHILE_MAX_BYTES ((size_t)256 << 20)
-#define DEV_WHILE_UNROLL 4
-#define DEV_WHILE_UNROLL_MAX_COST (1 << 18) /* elements the body and condition touch */
-#define DEV_WHILE_UNROLL_TINY 4096         /* below: twice the trips per pass */
-#define DEV_WHILE_UNALIAS_BYTES ((size_t)1 << 20) /* in-place carries given second buffers to unroll */
 
 static int dev_while_build(kl_loop *l) {
   dev_while *d = l->dw;
   const kl_loop_target *t = l->t;
   int n = l->n, nk = l->nc + l->nb, rc = 0;
   char err[256] = "out of host memory";
-  d->a = kl_calloc(2 * (size_t)n + (size_t)nk + 1, sizeof(void *));
+  d->k = kl_calloc((size_t)nk + 1, sizeof(void *));
   d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
   void **args = kl_calloc((size_t)(n + nk) + 1, sizeof(void *));
-  if (!d->a || !d->kbytes || !args) rc = -1;
-  /* a small loop's carries updated in place get second buffers all the same (copied back by the
-   * trip's last kernel), so that its trips can unroll: a pass of the loop node costs more than
-   * the copy */
-  int unalias = l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL");
-  size_t inplace = 0;
-  for (int i = 0, copies = 0; i < n; i++) {
-    copies += l->bytes[i] && l->alias[i] != 2;
-    inplace += l->alias[i] == 1 ? l->bytes[i] : 0;
-    unalias &= copies <= KL_LOOP_KERNEL_COPIES && inplace <= DEV_WHILE_UNALIAS_BYTES;
-  }
-  size_t total = 0; /* the loop's own memory: at most DEV_WHILE_MAX_BYTES, else the host loops */
-  for (int i = 0; i < n; i++) total += (l->alias[i] == 2 || (l->alias[i] && !unalias) ? 1 : 2) * l->bytes[i];
+  if (!d->k || !d->kbytes || !args) rc = -1;
+  carries_plan(l, n, l->body->cost + l->cond->cost, &d->c);
+  size_t total = carries_bytes(l, &d->c); /* the loop's own memory: at most DEV_WHILE_MAX_BYTES, else the host loops */
   for (int j = 0; j < nk && !rc; j++) { /* each const's bytes: the condition's, then the body's */
     const kl_exec *x = j < l->nc ? l->cond : l->body;
     total += d->kbytes[j] = x->slot_bytes[x->in_slots[n + (j < l->nc ? j : j - l->nc)]];
@@ -325,53 +400,21 @@ static int dev_while_build(kl_loop *l) {
     snprintf(err, sizeof err, "its carries and consts (%zu bytes) are too large to copy", total);
     rc = -1;
   }
-  if (!rc) d->b = d->a + n, d->k = d->b + n;
-  for (int i = 0; i < n && !rc; i++) {
-    rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->a[i], err, sizeof err);
-    if (!rc) {
-      if (l->alias[i] == 2 || (l->alias[i] && !unalias)) d->b[i] = d->a[i];
-      else rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->b[i], err, sizeof err);
-    }
-  }
+  if (!rc) rc = carries_alloc(l, &d->c, err, sizeof err);
   for (int j = 0; j < nk && !rc; j++) rc = t->alloc(d->kbytes[j] ? d->kbytes[j] : 1, &d->k[j], err, sizeof err);
   if (!rc) rc = t->alloc(1, &d->pred, err, sizeof err);
   if (!rc) {
-    memcpy(args, d->a, sizeof(void *) * (size_t)n);
+    memcpy(args, d->c.a, sizeof(void *) * (size_t)n);
     memcpy(args + n, d->k, sizeof(void *) * (size_t)l->nc);
     if (!(d->cond = body_bind(t, l->cond, args, &d->pred, err, sizeof err))) rc = -1;
-    memcpy(args, d->b, sizeof(void *) * (size_t)n);
+    memcpy(args, d->c.b, sizeof(void *) * (size_t)n);
     if (!rc && !(d->cond_b = body_bind(t, l->cond, args, &d->pred, err, sizeof err))) rc = -1;
-    memcpy(args, d->a, sizeof(void *) * (size_t)n);
+    memcpy(args, d->c.a, sizeof(void *) * (size_t)n);
     memcpy(args + n, d->k + l->nc, sizeof(void *) * (size_t)l->nb);
-    if (!rc && !(d->body = body_bind(t, l->body, args, d->b, err, sizeof err))) rc = -1;
+    if (!rc && !(d->body = body_bind(t, l->body, args, d->c.b, err, sizeof err))) rc = -1;
     for (int k = 0; k < 3 && !rc; k++) rc = prepare_conds(t, k == 0 ? d->cond : k == 1 ? d->cond_b : d->body, err, sizeof err);
   }
-  if (!rc && (!(d->cdst = kl_calloc(2 * (size_t)n + 1, sizeof(void *))) || !(d->cbytes = kl_calloc((size_t)n + 1, sizeof(size_t)))))
-    rc = -1;
-  for (int i = 0; i < n && !rc; i++) {
-    if (!i) d->csrc = d->cdst + n;
-    if (d->b[i] == d->a[i] || !l->bytes[i]) continue;
-    d->cdst[d->ncopies] = d->a[i];
-    d->csrc[d->ncopies] = d->b[i];
-    d->cbytes[d->ncopies++] = l->bytes[i];
-  }
-  /* a small body whose carries all trade buffers runs DEV_WHILE_UNROLL trips per pass of the
-   * loop node (a pass costs about as much as two kernels): trips after the loop is done compute
-   * into the second buffers and copy nothing */
-  int unroll = 1;
-  if (!rc && d->ncopies <= KL_LOOP_KERNEL_COPIES && l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_MAX_COST &&
-      !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
-    unroll = l->body->cost + l->cond->cost < DEV_WHILE_UNROLL_TINY ? 2 * DEV_WHILE_UNROLL : DEV_WHILE_UNROLL;
-    for (int i = 0; i < n; i++)
-      if (l->bytes[i] && d->b[i] == d->a[i] && l->alias[i] == 1) unroll = 1; /* written in place: a trip after the stop would */
-  }
-  if (!rc && unroll > 1) rc = t->alloc(2, &d->flags, err, sizeof err);
-  if (!rc) {
-    int k = d->ncopies < KL_LOOP_KERNEL_COPIES ? d->ncopies : KL_LOOP_KERNEL_COPIES;
-    if (!(d->graph = t->while_graph(dev_while_body, l, d->pred, k, d->cdst, d->csrc, d->cbytes, unroll, d->flags, err,
-                                    sizeof err)))
-      rc = -1;
-  }
+  if (!rc) rc = carries_graph(l, &d->c, dev_while_body, d->pred, err, sizeof err);
   free(args);
   if (rc) {
     if (getenv("KILN_LOG_COMPILES")) fprintf(stderr, "kiln: a while loop runs from the host: %s\n", err);
@@ -395,11 +438,11 @@ static int dev_while_run(const kl_loop *cl, void **ptrs, char *err, size_t errle
     return 0;
   }
   for (int j = 0; j < nk && !rc; j++) rc = t->copy(d->k[j], ptrs[j], d->kbytes[j], err, errlen);
-  for (int i = 0; i < n && !rc; i++) rc = t->copy(d->a[i], ptrs[nk + i], l->bytes[i], err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(d->c.a[i], ptrs[nk + i], l->bytes[i], err, errlen);
   if (!rc) rc = body_run(d->cond, err, errlen);
-  if (!rc && d->flags) rc = t->zero(d->flags, 2, err, errlen);
-  if (!rc) rc = t->while_launch(d->graph, err, errlen);
-  for (int i = 0; i < n && !rc; i++) rc = t->copy(ptrs[nk + n + i], d->a[i], l->bytes[i], err, errlen);
+  if (!rc && d->c.flags) rc = t->zero(d->c.flags, 2, err, errlen);
+  if (!rc) rc = t->while_launch(d->c.graph, err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(ptrs[nk + n + i], d->c.a[i], l->bytes[i], err, errlen);
   pthread_mutex_unlock(&d->mu);
   return rc ? -1 : 1;
 }
@@ -457,15 +500,12 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
  * and sets the condition (t < length). No host work per trip. */
 typedef struct dev_scan {
   int state; /* 0: not tried, 1: built, -1: the host runs the loop */
-  void **a, **b, **k, **st; /* carries (n each), consts (nc), staging (nx, then ny) */
-  size_t *kbytes, sbytes;   /* consts' bytes; the state's */
-  void *dstate;             /* device: counter (u64), predicate (byte 8), bases from byte 16 */
-  uint64_t *host;           /* the state each run uploads */
+  dev_carries c;
+  void **k, **st;         /* consts (nc), staging (nx, then ny) */
+  size_t *kbytes, sbytes; /* consts' bytes; the state's */
+  void *dstate;           /* device: counter (u64), predicate (byte 8), bases from byte 16 */
+  uint64_t *host;         /* the state each run uploads */
   bound_body *body;
-  void **cdst, **csrc;
-  size_t *cbytes;
-  int ncopies;
-  void *flags, *graph;
   pthread_mutex_t mu;
 } dev_scan;
 
@@ -473,12 +513,8 @@ typedef struct dev_scan {
 
 static void dev_scan_release(kl_loop *l) {
   dev_scan *d = l->ds;
-  if (d->graph) l->t->while_free(d->graph);
+  carries_free(l, &d->c);
   body_unbind(d->body);
-  for (int i = 0; d->a && i < l->nb; i++) {
-    if (d->a[i]) l->t->free(d->a[i], l->bytes[i] ? l->bytes[i] : 1);
-    if (d->b[i] && d->b[i] != d->a[i]) l->t->free(d->b[i], l->bytes[i] ? l->bytes[i] : 1);
-  }
   for (int j = 0; d->k && j < l->nc; j++)
     if (d->k[j]) l->t->free(d->k[j], d->kbytes[j] ? d->kbytes[j] : 1);
   for (int j = 0; d->st && j < l->n + l->ny; j++) {
@@ -486,12 +522,9 @@ static void dev_scan_release(kl_loop *l) {
     if (d->st[j]) l->t->free(d->st[j], b ? b : 1);
   }
   if (d->dstate) l->t->free(d->dstate, d->sbytes);
-  if (d->flags) l->t->free(d->flags, 2);
-  free(d->a);
+  free(d->k);
   free(d->kbytes);
   free(d->host);
-  free(d->cdst);
-  free(d->cbytes);
   int state = d->state;
   pthread_mutex_t mu = d->mu;
   memset(d, 0, sizeof *d);
@@ -516,9 +549,7 @@ static int dev_scan_body(void *ctx, char *err, size_t errlen) {
   if (l->t->scan_move(1, d->dstate, l->length, l->reverse, bases + 8 * l->n, l->ny, d->st + l->n, l->bytes + l->nb, err,
                       errlen))
     return -1;
-  for (int c = KL_LOOP_KERNEL_COPIES; c < d->ncopies; c++)
-    if (l->t->copy(d->cdst[c], d->csrc[c], d->cbytes[c], err, errlen)) return -1;
-  return 0;
+  return carries_extra_copies(l, &d->c, err, errlen);
 }
 
 static int dev_scan_build(kl_loop *l) {
@@ -526,39 +557,22 @@ static int dev_scan_build(kl_loop *l) {
   const kl_loop_target *t = l->t;
   int n = l->nb, nk = l->nc, ns = l->n + l->ny, rc = 0;
   char err[256] = "out of host memory";
-  int64_t cost = l->body->cost;
-  int unalias = cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL");
-  size_t inplace = 0, total = 0;
-  for (int i = 0, copies = 0; i < n; i++) {
-    copies += l->bytes[i] && l->alias[i] != 2;
-    inplace += l->alias[i] == 1 ? l->bytes[i] : 0;
-    unalias &= copies <= KL_LOOP_KERNEL_COPIES && inplace <= DEV_WHILE_UNALIAS_BYTES;
-  }
-  d->a = kl_calloc(2 * (size_t)n + (size_t)nk + (size_t)ns + 1, sizeof(void *));
+  d->k = kl_calloc((size_t)nk + (size_t)ns + 1, sizeof(void *));
   d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
   d->sbytes = 16 + 8 * (size_t)ns;
   d->host = kl_calloc(2 + (size_t)ns, sizeof(uint64_t));
   void **args = kl_calloc((size_t)(nk + n + ns) + 1, sizeof(void *));
-  if (!d->a || !d->kbytes || !d->host || !args) rc = -1;
-  if (!rc) {
-    d->b = d->a + n;
-    d->k = d->b + n;
-    d->st = d->k + nk;
-  }
-  for (int i = 0; i < n && !rc; i++) total += (l->alias[i] == 2 || (l->alias[i] && !unalias) ? 1 : 2) * l->bytes[i];
+  if (!d->k || !d->kbytes || !d->host || !args) rc = -1;
+  if (!rc) d->st = d->k + nk;
+  carries_plan(l, n, l->body->cost, &d->c);
+  size_t total = carries_bytes(l, &d->c);
   for (int j = 0; j < nk && !rc; j++) total += d->kbytes[j] = l->body->slot_bytes[l->body->in_slots[j]];
   for (int j = 0; j < ns && !rc; j++) total += j < l->n ? l->xbytes[j] : l->bytes[n + j - l->n];
   if (!rc && total > DEV_WHILE_MAX_BYTES) {
     snprintf(err, sizeof err, "its carries, consts and slices (%zu bytes) are too large to copy", total);
     rc = -1;
   }
-  for (int i = 0; i < n && !rc; i++) {
-    rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->a[i], err, sizeof err);
-    if (!rc) {
-      if (l->alias[i] == 2 || (l->alias[i] && !unalias)) d->b[i] = d->a[i];
-      else rc = t->alloc(l->bytes[i] ? l->bytes[i] : 1, &d->b[i], err, sizeof err);
-    }
-  }
+  if (!rc) rc = carries_alloc(l, &d->c, err, sizeof err);
   for (int j = 0; j < nk && !rc; j++) rc = t->alloc(d->kbytes[j] ? d->kbytes[j] : 1, &d->k[j], err, sizeof err);
   for (int j = 0; j < ns && !rc; j++) {
     size_t b = j < l->n ? l->xbytes[j] : l->bytes[n + j - l->n];
@@ -567,10 +581,10 @@ static int dev_scan_build(kl_loop *l) {
   if (!rc) rc = t->alloc(d->sbytes, &d->dstate, err, sizeof err);
   if (!rc) { /* the body over (consts, a, x staging) -> (b, y staging) */
     memcpy(args, d->k, sizeof(void *) * (size_t)nk);
-    memcpy(args + nk, d->a, sizeof(void *) * (size_t)n);
+    memcpy(args + nk, d->c.a, sizeof(void *) * (size_t)n);
     memcpy(args + nk + n, d->st, sizeof(void *) * (size_t)l->n);
     void **outs = args + nk + n + l->n;
-    memcpy(outs, d->b, sizeof(void *) * (size_t)n);
+    memcpy(outs, d->c.b, sizeof(void *) * (size_t)n);
     memcpy(outs + n, d->st + l->n, sizeof(void *) * (size_t)l->ny);
     void *small[64], **o = n + l->ny <= 64 ? small : kl_malloc(sizeof(void *) * (size_t)(n + l->ny + 1));
     if (!o) rc = -1;
@@ -581,28 +595,8 @@ static int dev_scan_build(kl_loop *l) {
       if (o != small) free(o);
     }
   }
-  if (!rc && (!(d->cdst = kl_calloc(2 * (size_t)n + 1, sizeof(void *))) || !(d->cbytes = kl_calloc((size_t)n + 1, sizeof(size_t)))))
-    rc = -1;
-  for (int i = 0; i < n && !rc; i++) {
-    if (!i) d->csrc = d->cdst + n;
-    if (d->b[i] == d->a[i] || !l->bytes[i]) continue;
-    d->cdst[d->ncopies] = d->a[i];
-    d->csrc[d->ncopies] = d->b[i];
-    d->cbytes[d->ncopies++] = l->bytes[i];
-  }
-  int unroll = 1; /* as a while loop's: trips after the last copy nothing and move no slice */
-  if (!rc && d->ncopies <= KL_LOOP_KERNEL_COPIES && cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL")) {
-    unroll = cost < DEV_WHILE_UNROLL_TINY ? 2 * DEV_WHILE_UNROLL : DEV_WHILE_UNROLL;
-    for (int i = 0; i < n; i++)
-      if (l->bytes[i] && d->b[i] == d->a[i] && l->alias[i] == 1) unroll = 1;
-  }
-  if (!rc && unroll > 1) rc = t->alloc(2, &d->flags, err, sizeof err);
-  if (!rc) {
-    int k = d->ncopies < KL_LOOP_KERNEL_COPIES ? d->ncopies : KL_LOOP_KERNEL_COPIES;
-    if (!(d->graph = t->while_graph(dev_scan_body, l, (char *)d->dstate + 8, k, d->cdst, d->csrc, d->cbytes, unroll,
-                                    d->flags, err, sizeof err)))
-      rc = -1;
-  }
+  /* unrolled as a while loop's: trips after the last copy nothing and move no slice */
+  if (!rc) rc = carries_graph(l, &d->c, dev_scan_body, (char *)d->dstate + 8, err, sizeof err);
   free(args);
   if (rc) {
     if (getenv("KILN_LOG_COMPILES")) fprintf(stderr, "kiln: a scan runs from the host: %s\n", err);
@@ -632,10 +626,10 @@ static int dev_scan_run(const kl_loop *cl, void **ptrs, char *err, size_t errlen
   for (int j = 0; j < ny; j++) d->host[2 + nx + j] = (uint64_t)(uintptr_t)ys[j];
   rc = t->upload(d->dstate, d->host, d->sbytes, err, errlen);
   for (int j = 0; j < nk && !rc; j++) rc = t->copy(d->k[j], ptrs[j], d->kbytes[j], err, errlen);
-  for (int i = 0; i < n && !rc; i++) rc = t->copy(d->a[i], init[i], l->bytes[i], err, errlen);
-  if (!rc && d->flags) rc = t->zero(d->flags, 2, err, errlen);
-  if (!rc) rc = t->while_launch(d->graph, err, errlen);
-  for (int i = 0; i < n && !rc; i++) rc = t->copy(final[i], d->a[i], l->bytes[i], err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(d->c.a[i], init[i], l->bytes[i], err, errlen);
+  if (!rc && d->c.flags) rc = t->zero(d->c.flags, 2, err, errlen);
+  if (!rc) rc = t->while_launch(d->c.graph, err, errlen);
+  for (int i = 0; i < n && !rc; i++) rc = t->copy(final[i], d->c.a[i], l->bytes[i], err, errlen);
   pthread_mutex_unlock(&d->mu);
   return rc ? -1 : 1;
 }
