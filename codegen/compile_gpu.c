@@ -168,15 +168,52 @@ static void add_module(uint64_t key, void *m) {
   pthread_mutex_unlock(&mod_mu);
 }
 
-/* MLIR text -> PTX (malloc'd) through the NVVM pipeline. */
+/* Runs pass pipeline `pipeline` on module m: 0, or 1 with the message in err. */
+static int run_pipeline(MlirContext ctx, MlirModule m, const char *pipeline, kl_str *diag, char *err, size_t errlen) {
+  MlirPassManager pm = mlirPassManagerCreate(ctx);
+  kl_str perr;
+  kl_str_init(&perr);
+  int bad = mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
+                                                             mlirStringRefCreateFromCString(pipeline),
+                                                             kl_mlir_collect_text, &perr));
+  if (bad) snprintf(err, errlen, "internal error: bad GPU pass pipeline: %s", perr.data ? perr.data : "");
+  else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
+    snprintf(err, errlen, "internal error: GPU lowering failed: %.2000s", diag->data ? diag->data : "");
+    bad = 1;
+  }
+  kl_str_free(&perr);
+  mlirPassManagerDestroy(pm);
+  return bad;
+}
+
+/* Whether the lowered gpu.module of m calls a libdevice function (declares an llvm.func __nv_*:
+ * kiln's own calls, or what MLIR lowers to libdevice itself, such as a float remainder). */
+static int calls_libdevice(MlirModule m) {
+  MlirBlock body = mlirModuleGetBody(m);
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op); op = mlirOperationGetNextInBlock(op)) {
+    MlirStringRef nm = mlirIdentifierStr(mlirOperationGetName(op));
+    if (nm.length != 10 || memcmp(nm.data, "gpu.module", 10)) continue;
+    MlirBlock inner = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+    for (MlirOperation f = mlirBlockGetFirstOperation(inner); !mlirOperationIsNull(f); f = mlirOperationGetNextInBlock(f)) {
+      MlirAttribute sym = mlirOperationGetAttributeByName(f, mlirStringRefCreateFromCString("sym_name"));
+      if (mlirAttributeIsNull(sym) || !mlirAttributeIsAString(sym)) continue;
+      MlirStringRef v = mlirStringAttrGetValue(sym);
+      if (v.length > 5 && !memcmp(v.data, "__nv_", 5)) return 1;
+    }
+  }
+  return 0;
+}
+
+/* MLIR text -> PTX (malloc'd) through the NVVM pipeline: the kernels lowered to the LLVM dialect,
+ * then serialized; libdevice is linked only into a module that calls it (MLIR would otherwise
+ * load the toolkit's into every module: about 1.7 ms of each compile). */
 static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, const char *libdevice, char *err,
                     size_t errlen) {
-  char pipeline[2048];
-  snprintf(pipeline, sizeof pipeline,
-           "builtin.module(nvvm-attach-target{chip=sm_%d%d features=+ptx80 O=3%s%s},gpu.module(convert-scf-to-cf,"
-           "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=%d},convert-vector-to-llvm,"
-           "convert-math-to-llvm,reconcile-unrealized-casts,canonicalize),gpu-module-to-binary{format=isa})",
-           cc_major, cc_minor, libdevice ? " l=" : "", libdevice ? libdevice : "", index32 ? 32 : 64);
+  char lower[1024], serialize[1024];
+  snprintf(lower, sizeof lower,
+           "builtin.module(gpu.module(convert-scf-to-cf,convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=%d},"
+           "convert-vector-to-llvm,convert-math-to-llvm,reconcile-unrealized-casts,canonicalize))",
+           index32 ? 32 : 64);
   MlirContext ctx = kl_mlir_lock();
   kl_str diag;
   kl_str_init(&diag);
@@ -187,19 +224,16 @@ static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, c
     snprintf(err, errlen, "internal error: generated GPU MLIR does not parse: %s", diag.data ? diag.data : "");
     goto out;
   }
-  MlirPassManager pm = mlirPassManagerCreate(ctx);
-  kl_str perr;
-  kl_str_init(&perr);
-  int bad = mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
-                                                             mlirStringRefCreateFromCString(pipeline),
-                                                             kl_mlir_collect_text, &perr));
-  if (bad) snprintf(err, errlen, "internal error: bad GPU pass pipeline: %s", perr.data ? perr.data : "");
-  else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
-    snprintf(err, errlen, "internal error: GPU lowering failed: %.2000s", diag.data ? diag.data : "");
-    bad = 1;
+  int bad = run_pipeline(ctx, m, lower, &diag, err, errlen);
+  if (!bad) {
+    int needs = calls_libdevice(m);
+    if (needs && !libdevice) libdevice = kl_gpu_libdevice(); /* what MLIR lowered to libdevice itself */
+    snprintf(serialize, sizeof serialize,
+             "builtin.module(nvvm-attach-target{chip=sm_%d%d features=+ptx80 O=3%s%s},gpu-module-to-binary{format=isa%s})",
+             cc_major, cc_minor, needs && libdevice ? " l=" : "", needs && libdevice ? libdevice : "",
+             needs ? "" : " toolkit=/nonexistent/kiln-no-libdevice");
+    bad = run_pipeline(ctx, m, serialize, &diag, err, errlen);
   }
-  kl_str_free(&perr);
-  mlirPassManagerDestroy(pm);
   if (!bad) { /* the PTX is the first object of the gpu.binary op */
     MlirBlock body = mlirModuleGetBody(m);
     for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
