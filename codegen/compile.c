@@ -570,12 +570,30 @@ static void mark_noinline(cpu_module *cm) {
   kl_kernel_dedup_free(&cm->dedup); /* its offsets no longer hold; no kernel follows */
 }
 
+kl_kernel_fn kl_cpu_direct_fn(const kl_step *st) {
+  return st->run == kernel_run && !st->run_checked && st->cost < KL_CPU_PARALLEL_MIN_COST ? ((kernel_ctx *)st->ctx)->fn : NULL;
+}
+
+static int all_direct(const kl_exec *x) {
+  for (int s = 0; s < x->nsteps; s++)
+    if (!kl_cpu_direct_fn(&x->steps[s])) return 0;
+  return 1;
+}
+
+int kl_cpu_cond_direct(const kl_step *st) {
+  kl_exec *f, *t;
+  return kl_loop_cond_branches(st, &f, &t) && all_direct(f) && all_direct(t);
+}
+
 /* Which of x's steps a compiled loop calls directly: a kernel small enough for one thread (its
- * function's index; the others, -1, go through their step). */
-static void loop_calls(const kl_exec *x, int *fn) {
+ * function's index), a cond whose branches are such kernels and that reads no per-trip slice
+ * (KL_LOOP_COND: the driver branches itself); the others, -1, go through their step. */
+static void loop_calls(const kl_exec *x, const kl_loop_slices *sl, int *fn) {
   for (int s = 0; s < x->nsteps; s++) {
     const kl_step *st = &x->steps[s];
-    fn[s] = st->run == kernel_run && !st->run_checked && st->cost < KL_CPU_PARALLEL_MIN_COST ? ((kernel_ctx *)st->ctx)->fn_index : -1;
+    fn[s] = kl_cpu_direct_fn(st) ? ((kernel_ctx *)st->ctx)->fn_index : kl_cpu_cond_direct(st) ? KL_LOOP_COND : -1;
+    for (int j = 0; j < st->nslots && fn[s] == KL_LOOP_COND; j++)
+      if (kl_loop_slice_of(x, sl, st->slots[j]) >= 0) fn[s] = -1;
   }
 }
 
@@ -596,7 +614,7 @@ int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_
     int *fns = kl_calloc((size_t)(nxs == 2 ? xs[0]->nsteps + xs[1]->nsteps : xs[0]->nsteps) + 1, sizeof(int));
     if (!fns) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a loop");
     for (int k = 0, at = 0; k < nxs && !rc; k++) {
-      loop_calls(xs[k], fns + at);
+      loop_calls(xs[k], k == nxs - 1 ? sl : NULL, fns + at);
       sh[k].x = xs[k];
       sh[k].fn = fns + at;
       sh[k].sl = k == nxs - 1 ? sl : NULL;

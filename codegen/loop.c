@@ -1132,6 +1132,38 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
   return 0;
 }
 
+int kl_loop_cond_branches(const kl_step *st, kl_exec **f, kl_exec **t) {
+  if (!is_cond_step(st)) return 0;
+  const kl_loop *l = st->ctx;
+  *f = l->cond;
+  *t = l->body;
+  return 1;
+}
+
+void *kl_loop_cond_bind(const kl_step *st, void **ptrs, void **native, char *err, size_t errlen) {
+  bound_body **b = kl_calloc(2, sizeof *b);
+  if (!b) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a cond");
+    return NULL;
+  }
+  if (cond_bind_both(st->ctx, ptrs, b, err, errlen) || !b[0]->native || !b[1]->native) {
+    if (b[0] && b[1] && (!b[0]->native || !b[1]->native)) kl_error(err, errlen, KL_ERR_INTERNAL, "a cond's branches bound without a native binding");
+    kl_loop_cond_unbind(b);
+    return NULL;
+  }
+  native[0] = b[0]->native;
+  native[1] = b[1]->native;
+  return b;
+}
+
+void kl_loop_cond_unbind(void *handle) {
+  bound_body **b = handle;
+  if (!b) return;
+  body_unbind(b[0]);
+  body_unbind(b[1]);
+  free(b);
+}
+
 int64_t kl_loop_cost(const kl_loop *l) {
   int64_t body = l->body->cost > 0 ? l->body->cost : 1, first = l->cond && l->cond->cost > 0 ? l->cond->cost : 1;
   if (l->prim == KL_P_SCAN) return l->length > INT64_MAX / 4 / body ? INT64_MAX / 4 : l->length * body;

@@ -67,6 +67,13 @@ extern const kl_loop_target kl_loop_cpu;
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
                          kl_loop **out, char *err, size_t errlen);
 void kl_loop_free(kl_loop *l);
+/* A cond step's branch executables (false, true): 1, or 0 for any other step. */
+int kl_loop_cond_branches(const kl_step *st, kl_exec **f, kl_exec **t);
+/* Binds a cond step's two branches (t->bind) over the pointers ptrs the step runs with: a handle
+ * (free with kl_loop_cond_unbind), native[0] and native[1] the false and true branch's bindings;
+ * NULL with a message. */
+void *kl_loop_cond_bind(const kl_step *st, void **ptrs, void **native, char *err, size_t errlen);
+void kl_loop_cond_unbind(void *handle);
 /* Elements a loop step touches, about (a while loop's trips guessed): its executable's cost, for
  * running small programs in the caller. */
 int64_t kl_loop_cost(const kl_loop *l);
@@ -94,12 +101,22 @@ typedef struct kl_loop_slices {
   int nk, n, nx, ny, reverse;
   const size_t *xbytes, *ybytes; /* bytes per slice */
 } kl_loop_slices;
+/* Which slice slot `slot` of scan body x holds, when the driver points it per trip: q for x q,
+ * nx + q for y q (unstaged ones only: a staged slice lives in the binding's staging buffer);
+ * -1 for any other slot (and for any slot without slices, sl NULL). */
+int kl_loop_slice_of(const kl_exec *x, const kl_loop_slices *sl, int slot);
 /* Appends to mod the MLIR function `name` (a kl_kernel_fn: the table of drive()'s pointers, 0,
  * the trip count) that runs a while loop (scan = 0: sh[0] the condition, sh[1] the body) or a
  * scan (sh[0] the body). */
 void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl_str *mod);
 /* compile.c: the programs and the driver in one module (sl: a scan's slices, or NULL). 0, or -1
  * with a message. */
+/* compile.c: a step a compiled loop calls directly (a kernel small enough for one thread): its
+ * function, else NULL; and whether a cond step's branches are all such steps (the driver then
+ * calls them itself: KL_LOOP_COND among a loop shape's fn). */
+kl_kernel_fn kl_cpu_direct_fn(const kl_step *st);
+int kl_cpu_cond_direct(const kl_step *st);
+#define KL_LOOP_COND (-2)
 int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_loop_slices *sl, kl_exec **xfirst,
                         kl_exec **xbody, kl_kernel_fn *driver, char *err, size_t errlen);
 #endif

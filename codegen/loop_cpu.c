@@ -24,21 +24,20 @@
 #include "loop.h"
 
 enum { TAB_TRAMP, TAB_CTX, TAB_PRED, TAB_PARITY, TAB_GROUPS };
+enum { TAB_STEP = 3 }; /* per step: its argument pointers, its binding, a compiled cond's plan */
 
-static int group_size(const kl_exec *x) { return 2 * x->nsteps + 2 * x->noutputs; }
+static int group_size(const kl_exec *x) { return TAB_STEP * x->nsteps + 2 * x->noutputs; }
 
-/* Which slice slot `slot` of a scan body holds, when the driver points it per trip: q for x q,
- * nx + q for y q (unstaged ones only: a staged slice lives in the binding's staging buffer);
- * -1 for any other slot. */
-static int slice_of(const kl_loop_shape *sh, int slot) {
-  const kl_loop_slices *sl = sh->sl;
+int kl_loop_slice_of(const kl_exec *x, const kl_loop_slices *sl, int slot) {
   if (!sl) return -1;
   for (int q = 0; q < sl->nx; q++)
-    if (sh->x->in_slots[sl->nk + sl->n + q] == slot) return kl_loop_staged(sl->xbytes[q]) ? -1 : q;
+    if (x->in_slots[sl->nk + sl->n + q] == slot) return kl_loop_staged(sl->xbytes[q]) ? -1 : q;
   for (int q = 0; q < sl->ny; q++)
-    if (sh->x->out_slots[sl->n + q] == slot) return kl_loop_staged(sl->ybytes[q]) ? -1 : sl->nx + q;
+    if (x->out_slots[sl->n + q] == slot) return kl_loop_staged(sl->ybytes[q]) ? -1 : sl->nx + q;
   return -1;
 }
+
+static int slice_of(const kl_loop_shape *sh, int slot) { return kl_loop_slice_of(sh->x, sh->sl, slot); }
 
 /* Whether output i of x may be left elsewhere by the steps (an input passed through, an output
  * that repeats another): then the driver copies it when the binding says so. */
@@ -104,7 +103,7 @@ static void hoist(emitter *m, const kl_loop_shape *sh, int ngroups, const int *g
     int at = 0;
     for (int s = 0; s < x->nsteps; s++) {
       if (sh->fn[s] < 0) continue;
-      int a = load_at(m, 0, group_base_of[g] + 2 * s);
+      int a = load_at(m, 0, group_base_of[g] + TAB_STEP * s);
       for (int j = 0; j < x->steps[s].nslots; j++) {
         int k = m->n++;
         kl_str_printf(m->out,
@@ -120,6 +119,60 @@ static void hoist(emitter *m, const kl_loop_shape *sh, int ngroups, const int *g
 static void hoisted_free(hoisted *h) {
   free(h->pre);
   free(h->slot_arr);
+}
+
+/* A compiled cond's plan (drive() writes it; the table holds its address): the predicate byte's
+ * address, then per branch (false, true): per step its kernel and argument pointers, per output
+ * its memory and where the steps leave it. */
+static int plan_size(const kl_exec *x) { return 2 * x->nsteps + 2 * x->noutputs; }
+
+/* %v<plan>[off...]: branch x's kernels called one after the other, then its late outputs copied. */
+static void emit_branch(emitter *m, const kl_exec *x, int plan, int off) {
+  for (int j = 0; j < x->nsteps; j++) {
+    int q = m->n++;
+    kl_str_printf(m->out,
+                  "    %%fe%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+                  "    %%fp%d = llvm.load %%fe%d : !llvm.ptr -> !llvm.ptr\n"
+                  "    %%ae%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+                  "    %%ap%d = llvm.load %%ae%d : !llvm.ptr -> !llvm.ptr\n"
+                  "    %%xe%d = arith.constant %lld : i64\n"
+                  "    llvm.call %%fp%d(%%ap%d, %%k0, %%xe%d) : !llvm.ptr, (!llvm.ptr, i64, i64) -> ()\n",
+                  q, plan, off + 2 * j, q, q, q, plan, off + 2 * j + 1, q, q, q, (long long)x->steps[j].extent, q, q, q);
+  }
+  for (int i = 0; i < x->noutputs; i++) {
+    if (!maybe_late(x, i)) continue;
+    int q = m->n++, at = off + 2 * x->nsteps + 2 * i;
+    kl_str_printf(m->out,
+                  "    %%de%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+                  "    %%dp%d = llvm.load %%de%d : !llvm.ptr -> !llvm.ptr\n"
+                  "    %%ce%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+                  "    %%cp%d = llvm.load %%ce%d : !llvm.ptr -> !llvm.ptr\n"
+                  "    %%cn%d = llvm.icmp \"ne\" %%dp%d, %%cp%d : !llvm.ptr\n"
+                  "    scf.if %%cn%d {\n"
+                  "    %%cl%d = arith.constant %zu : i64\n"
+                  "    \"llvm.intr.memcpy\"(%%dp%d, %%cp%d, %%cl%d) <{isVolatile = false}> : (!llvm.ptr, !llvm.ptr, i64) -> ()\n"
+                  "    }\n",
+                  q, plan, at, q, q, q, plan, at + 1, q, q, q, q, q, q, q, x->slot_bytes[x->out_slots[i]], q, q, q);
+  }
+}
+
+/* A cond step whose branches are small kernels: its predicate read and the branch it names
+ * called from the loop (plan: the SSA number of the plan's address). */
+static void emit_cond(emitter *m, const kl_step *st, int plan) {
+  kl_exec *bx[2];
+  kl_loop_cond_branches(st, &bx[0], &bx[1]);
+  int q = m->n++;
+  kl_str_printf(m->out,
+                "    %%pe%d = llvm.getelementptr %%v%d[0] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
+                "    %%pq%d = llvm.load %%pe%d : !llvm.ptr -> !llvm.ptr\n"
+                "    %%pb%d = llvm.load %%pq%d : !llvm.ptr -> i8\n"
+                "    %%pc%d = arith.cmpi ne, %%pb%d, %%z8 : i8\n"
+                "    scf.if %%pc%d {\n",
+                q, plan, q, q, q, q, q, q, q);
+  emit_branch(m, bx[1], plan, 1 + plan_size(bx[0]));
+  kl_str_printf(m->out, "    } else {\n");
+  emit_branch(m, bx[0], plan, 1);
+  kl_str_printf(m->out, "    }\n");
 }
 
 /* One binding's group: its steps in order (a trampoline's failure skips the rest), then the
@@ -163,16 +216,20 @@ static int emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoist
       kl_str_printf(m->out, "    func.call @KLPFX%d(%%v%d, %%c0, %%x%d) : (!llvm.ptr, index, index) -> ()\n", sh->fn[s], arr, arr);
       continue;
     }
+    if (sh->fn[s] == KL_LOOP_COND) {
+      emit_cond(m, &x->steps[s], load_at(m, base, TAB_STEP * s + 2));
+      continue;
+    }
     for (int j = 0; j < x->steps[s].nslots; j++) { /* this trip's slices into the binding's pointers */
       int q = slice_of(sh, x->steps[s].slots[j]);
       if (q < 0) continue;
-      int a = load_at(m, base, 2 * s);
+      int a = load_at(m, base, TAB_STEP * s);
       kl_str_printf(m->out,
                     "    %%te%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
                     "    llvm.store %%sp%d, %%te%d : !llvm.ptr, !llvm.ptr\n",
                     a, a, j, q, a);
     }
-    int b = load_at(m, base, 2 * s + 1);
+    int b = load_at(m, base, TAB_STEP * s + 1);
     kl_str_printf(m->out,
                   "    %%s%d = arith.constant %d : i64\n"
                   "    %%r%d = llvm.call %%tramp(%%ctx, %%v%d, %%s%d) : !llvm.ptr, (!llvm.ptr, !llvm.ptr, i64) -> i32\n"
@@ -183,7 +240,7 @@ static int emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoist
   }
   for (int i = 0; i < x->noutputs; i++) {
     if (!maybe_late(x, i)) continue;
-    int d = load_at(m, base, 2 * x->nsteps + 2 * i), s = load_at(m, base, 2 * x->nsteps + 2 * i + 1);
+    int d = load_at(m, base, TAB_STEP * x->nsteps + 2 * i), s = load_at(m, base, TAB_STEP * x->nsteps + 2 * i + 1);
     kl_str_printf(m->out,
                   "    %%n%d = llvm.icmp \"ne\" %%v%d, %%v%d : !llvm.ptr\n"
                   "    scf.if %%n%d {\n"
@@ -213,7 +270,7 @@ static int group_base(emitter *m, const char *p, int64_t size, int64_t off) {
 static const char *failed_flag(const kl_loop_shape *sh, int n) {
   for (int k = 0; k < n; k++)
     for (int s = 0; s < sh[k].x->nsteps; s++)
-      if (sh[k].fn[s] < 0) return "llvm.load %ctx : !llvm.ptr -> i32";
+      if (sh[k].fn[s] == -1) return "llvm.load %ctx : !llvm.ptr -> i32";
   return "arith.constant 0 : i32";
 }
 
@@ -360,10 +417,72 @@ static int32_t trampoline(run_ctx *r, const kl_cpu_bound *b, int64_t s) {
 
 static void fill_group(void **g, const kl_exec *x, const kl_cpu_bound *b) {
   for (int s = 0; s < x->nsteps; s++) {
-    g[2 * s] = kl_cpu_bound_args(b, s);
-    g[2 * s + 1] = (void *)b;
+    g[TAB_STEP * s] = kl_cpu_bound_args(b, s);
+    g[TAB_STEP * s + 1] = (void *)b;
   }
-  for (int i = 0; i < x->noutputs; i++) kl_cpu_bound_output(b, i, &g[2 * x->nsteps + 2 * i], &g[2 * x->nsteps + 2 * i + 1]);
+  for (int i = 0; i < x->noutputs; i++)
+    kl_cpu_bound_output(b, i, &g[TAB_STEP * x->nsteps + 2 * i], &g[TAB_STEP * x->nsteps + 2 * i + 1]);
+}
+
+/* The plans of a group's compiled conds (drive() keeps their branches bound while it runs). */
+typedef struct {
+  void **mem; /* plans and binding handles, freed after the run */
+  int n, cap;
+} drive_mem;
+
+static int keep_mem(drive_mem *d, void *p) {
+  if (d->n == d->cap) {
+    int cap = d->cap ? 2 * d->cap : 16;
+    void **m = kl_realloc(d->mem, sizeof(void *) * (size_t)cap);
+    if (!m) return -1;
+    d->mem = m;
+    d->cap = cap;
+  }
+  d->mem[d->n++] = p;
+  return 0;
+}
+
+/* Each cond step of binding b that the driver may branch in (its branches all small kernels):
+ * both branches bound over the step's pointers, and its plan in the group's third entry. */
+static int plan_conds(void **g, const kl_exec *x, const kl_cpu_bound *b, drive_mem *d, char *err, size_t errlen) {
+  for (int s = 0; s < x->nsteps; s++) {
+    const kl_step *st = &x->steps[s];
+    if (!kl_cpu_cond_direct(st)) continue;
+    kl_exec *bx[2];
+    void *native[2];
+    kl_loop_cond_branches(st, &bx[0], &bx[1]);
+    void **ptrs = kl_cpu_bound_args(b, s);
+    void *h = kl_loop_cond_bind(st, ptrs, native, err, errlen);
+    if (!h) return -1;
+    if (keep_mem(d, h)) {
+      kl_loop_cond_unbind(h);
+      return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
+    }
+    void **plan = kl_malloc(sizeof(void *) * (size_t)(1 + plan_size(bx[0]) + plan_size(bx[1])));
+    if (!plan || keep_mem(d, plan)) {
+      free(plan);
+      return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
+    }
+    plan[0] = ptrs[0];
+    for (int k = 0, at = 1; k < 2; k++) {
+      for (int j = 0; j < bx[k]->nsteps; j++, at += 2) {
+        kl_kernel_fn fn = kl_cpu_direct_fn(&bx[k]->steps[j]);
+        memcpy(&plan[at], &fn, sizeof fn);
+        plan[at + 1] = kl_cpu_bound_args(native[k], j);
+      }
+      for (int i = 0; i < bx[k]->noutputs; i++, at += 2) kl_cpu_bound_output(native[k], i, &plan[at], &plan[at + 1]);
+    }
+    g[TAB_STEP * s + 2] = plan;
+  }
+  return 0;
+}
+
+static void free_mem(drive_mem *d) {
+  for (int i = 0; i < d->n; i++) { /* handles and plans alternate: a handle, then its plan */
+    if (i % 2 == 0) kl_loop_cond_unbind(d->mem[i]);
+    else free(d->mem[i]);
+  }
+  free(d->mem);
 }
 
 static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exec *xbody, void *const *bound, int64_t length,
@@ -374,6 +493,8 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
   if (!tab) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
   memset(tab, 0, sizeof(void *) * (n <= 512 ? n : n + 1));
   run_ctx r = {0, err, errlen};
+  drive_mem dm = {NULL, 0, 0};
+  int rc = 0;
   int64_t fin = 0;
   void *pred = NULL, *src;
   int32_t (*tr)(run_ctx *, const kl_cpu_bound *, int64_t) = trampoline;
@@ -386,18 +507,22 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
       const void *b = bound[g];
       for (int k = 0; k < 9 && !b; k++) b = bound[k];
       if (b) fill_group(at, xbody, b);
+      if (b && !rc) rc = plan_conds(at, xbody, b, &dm, err, errlen);
       continue;
     }
     fill_group(at, xfirst, bound[2 * g]);
     fill_group(at + gc, xbody, bound[2 * g + 1]);
+    if (!rc) rc = plan_conds(at, xfirst, bound[2 * g], &dm, err, errlen);
+    if (!rc) rc = plan_conds(at + gc, xbody, bound[2 * g + 1], &dm, err, errlen);
   }
   memcpy(tab + TAB_GROUPS + (size_t)ngroups * (size_t)(gc + gb), slices, sizeof(void *) * 2 * (size_t)nslices);
   if (!scan) kl_cpu_bound_output(bound[0], 0, &pred, &src);
   tab[TAB_PRED] = pred;
-  ((kl_kernel_fn)driver)(tab, 0, length);
+  if (!rc) ((kl_kernel_fn)driver)(tab, 0, length);
+  free_mem(&dm);
   if (tab != small) free(tab);
   if (parity) *parity = (int)fin;
-  return r.failed ? -1 : 0;
+  return rc || r.failed ? -1 : 0;
 }
 
 static int cpu_compile_loop(kl_program *first, kl_program *body, int scan, const kl_loop_slices *sl, kl_exec **xfirst,

@@ -738,3 +738,40 @@ def test_scan_slices_read_and_written_by_library_calls(reverse):
         cw = cw * 0.5 + xs[t].sum(0)
     np.testing.assert_allclose(np.asarray(ys), xs.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(c), cw, rtol=1e-6, atol=1e-6)
+
+
+def test_conds_inside_compiled_loops_branch_in_the_loop_itself(x64):
+    # conds whose branches are small kernels run inside the compiled loop (a branch passing its
+    # operand through, one reducing, one whose operand is the scan's slice, a switch of nested
+    # conds): the same numbers as NumPy's loop
+    rng = np.random.default_rng(51)
+    xs = rng.standard_normal((300, 5))
+    c0 = rng.standard_normal(5)
+
+    def body(c, x):
+        c = lax.cond(c[0] > 0.0, lambda v: v * 0.5 + 0.25, lambda v: v, c)
+        c = lax.cond(c.sum() > 1.0, lambda v: v - v.max() * 0.1, lambda v: v + 0.05, c)
+        c = lax.cond(x[0] > 0.5, lambda v: v * 0.9 + x * 0.1, lambda v: v, c)
+        i = jnp.clip(jnp.floor(c[1] + 1.5), 0, 2).astype(jnp.int32)
+        c = lax.switch(i, [lambda v: v + 0.1, lambda v: jnp.tanh(v), lambda v: -v * 0.5], c)
+        return c, c[2]
+
+    def step(c, x):
+        c = c * 0.5 + 0.25 if c[0] > 0 else c
+        c = c - c.max() * 0.1 if c.sum() > 1.0 else c + 0.05
+        c = c * 0.9 + x * 0.1 if x[0] > 0.5 else c
+        return [c + 0.1, np.tanh(c), -c * 0.5][int(np.clip(np.floor(c[1] + 1.5), 0, 2))]
+
+    c, ys = kiln.jit(lambda c, xs: lax.scan(body, c, xs))(c0, xs)
+    w = kiln.jit(lambda c: lax.while_loop(lambda s: s[1] < 200, lambda s: (body(s[0], xs[0])[0], s[1] + 1), (c, 0)))(c0)
+    cr, yr = c0.copy(), []
+    for x in xs:
+        cr = step(cr, x)
+        yr.append(cr[2])
+    np.testing.assert_allclose(np.asarray(c), cr, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(ys), yr, rtol=1e-12, atol=1e-12)
+    wr = c0.copy()
+    for _ in range(200):
+        wr = step(wr, xs[0])
+    np.testing.assert_allclose(np.asarray(w[0]), wr, rtol=1e-12, atol=1e-12)
+
