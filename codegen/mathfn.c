@@ -791,7 +791,8 @@ static V lgamma64(C *c, V x) {
   V shift, prod, ys = gamma_shift(c, y, &shift, &prod);
   V iy = dvd(c, K(c, 1.0), ys);
   V ser = mul(c, iy, poly(c, mul(c, iy, iy), k_stirling, NCOEF(k_stirling)));
-  V st = add(c, sub(c, mul(c, addk(c, ys, -0.5), f_log(c, ys)), ys), addk(c, ser, 0.91893853320467278));
+  V ly = f_log(c, ys); /* (ys - 1/2) log ys - ys as ys (log ys - 1) - log(ys) / 2: no overflow short of the result's */
+  V st = add(c, sub(c, mul(c, ys, addk(c, ly, -1.0)), mulk(c, ly, 0.5)), addk(c, ser, 0.91893853320467278));
   V sp, cp;
   sincospi(c, x, &sp, &cp);
   V l2 = f_log(c, sel(c, shift, prod, K(c, 1.0)));

@@ -244,6 +244,14 @@ def test_special_on_integers_gives_float():
     _check(got, _lgamma([1.0, 2.0, 5.0]), np.float32)
 
 
+def test_gammaln_is_finite_up_to_its_overflow(x64):
+    # lgamma(x) ~ x (log x - 1) stays below the largest double up to x ~ 2.559e305
+    x = np.array([1e300, 2.55e305, 2.5592597824063074e305, 2.558e305], np.float64)
+    got = np.asarray(kiln.jit(special.gammaln)(x))
+    np.testing.assert_allclose(got, [math.lgamma(v) for v in x], rtol=1e-14)
+    assert np.isinf(np.asarray(special.gammaln(np.array([2.6e305, np.inf]))).astype(np.float64)).all()
+
+
 def test_erfinv_and_ndtri_invert():
     y = np.random.default_rng(10).uniform(-0.99, 0.99, 30).astype(np.float32)
     x = np.asarray(special.erfinv(y)).astype(np.float64)
