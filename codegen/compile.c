@@ -570,13 +570,14 @@ static void mark_noinline(cpu_module *cm) {
   kl_kernel_dedup_free(&cm->dedup); /* its offsets no longer hold; no kernel follows */
 }
 
-kl_kernel_fn kl_cpu_direct_fn(const kl_step *st) {
-  return st->run == kernel_run && !st->run_checked && st->cost < KL_CPU_PARALLEL_MIN_COST ? ((kernel_ctx *)st->ctx)->fn : NULL;
-}
+static int is_direct(const kl_step *st) { return st->run == kernel_run && !st->run_checked && st->cost < KL_CPU_PARALLEL_MIN_COST; }
+
+/* (NULL until the step's module is compiled.) */
+kl_kernel_fn kl_cpu_direct_fn(const kl_step *st) { return is_direct(st) ? ((kernel_ctx *)st->ctx)->fn : NULL; }
 
 static int all_direct(const kl_exec *x) {
   for (int s = 0; s < x->nsteps; s++)
-    if (!kl_cpu_direct_fn(&x->steps[s])) return 0;
+    if (!is_direct(&x->steps[s])) return 0;
   return 1;
 }
 
@@ -591,7 +592,7 @@ int kl_cpu_cond_direct(const kl_step *st) {
 static void loop_calls(const kl_exec *x, const kl_loop_slices *sl, int *fn) {
   for (int s = 0; s < x->nsteps; s++) {
     const kl_step *st = &x->steps[s];
-    fn[s] = kl_cpu_direct_fn(st) ? ((kernel_ctx *)st->ctx)->fn_index : kl_cpu_cond_direct(st) ? KL_LOOP_COND : -1;
+    fn[s] = is_direct(st) ? ((kernel_ctx *)st->ctx)->fn_index : kl_cpu_cond_direct(st) ? KL_LOOP_COND : -1;
     for (int j = 0; j < st->nslots && fn[s] == KL_LOOP_COND; j++)
       if (kl_loop_slice_of(x, sl, st->slots[j]) >= 0) fn[s] = -1;
   }

@@ -112,8 +112,8 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl
 /* compile.c: the programs and the driver in one module (sl: a scan's slices, or NULL). 0, or -1
  * with a message. */
 /* compile.c: a step a compiled loop calls directly (a kernel small enough for one thread): its
- * function, else NULL; and whether a cond step's branches are all such steps (the driver then
- * calls them itself: KL_LOOP_COND among a loop shape's fn). */
+ * function (once its module is compiled), else NULL; and whether a cond step's branches are all
+ * such steps (the driver then calls them itself: KL_LOOP_COND among a loop shape's fn). */
 kl_kernel_fn kl_cpu_direct_fn(const kl_step *st);
 int kl_cpu_cond_direct(const kl_step *st);
 #define KL_LOOP_COND (-2)

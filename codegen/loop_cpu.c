@@ -477,6 +477,12 @@ static int plan_conds(void **g, const kl_exec *x, const kl_cpu_bound *b, drive_m
   return 0;
 }
 
+static int any_cond(const kl_exec *x) {
+  for (int s = 0; x && s < x->nsteps; s++)
+    if (kl_cpu_cond_direct(&x->steps[s])) return 1;
+  return 0;
+}
+
 static void free_mem(drive_mem *d) {
   for (int i = 0; i < d->n; i++) { /* handles and plans alternate: a handle, then its plan */
     if (i % 2 == 0) kl_loop_cond_unbind(d->mem[i]);
@@ -494,7 +500,7 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
   memset(tab, 0, sizeof(void *) * (n <= 512 ? n : n + 1));
   run_ctx r = {0, err, errlen};
   drive_mem dm = {NULL, 0, 0};
-  int rc = 0;
+  int rc = 0, cf = !scan && any_cond(xfirst), cb = any_cond(xbody); /* conds the driver branches on: plans */
   int64_t fin = 0;
   void *pred = NULL, *src;
   int32_t (*tr)(run_ctx *, const kl_cpu_bound *, int64_t) = trampoline;
@@ -507,13 +513,13 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
       const void *b = bound[g];
       for (int k = 0; k < 9 && !b; k++) b = bound[k];
       if (b) fill_group(at, xbody, b);
-      if (b && !rc) rc = plan_conds(at, xbody, b, &dm, err, errlen);
+      if (b && cb && !rc) rc = plan_conds(at, xbody, b, &dm, err, errlen);
       continue;
     }
     fill_group(at, xfirst, bound[2 * g]);
     fill_group(at + gc, xbody, bound[2 * g + 1]);
-    if (!rc) rc = plan_conds(at, xfirst, bound[2 * g], &dm, err, errlen);
-    if (!rc) rc = plan_conds(at + gc, xbody, bound[2 * g + 1], &dm, err, errlen);
+    if (cf && !rc) rc = plan_conds(at, xfirst, bound[2 * g], &dm, err, errlen);
+    if (cb && !rc) rc = plan_conds(at + gc, xbody, bound[2 * g + 1], &dm, err, errlen);
   }
   memcpy(tab + TAB_GROUPS + (size_t)ngroups * (size_t)(gc + gb), slices, sizeof(void *) * 2 * (size_t)nslices);
   if (!scan) kl_cpu_bound_output(bound[0], 0, &pred, &src);
