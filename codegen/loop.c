@@ -74,6 +74,7 @@ static int is_cond_step(const kl_step *st);
 typedef struct prepared {
   void **key; /* the step's pointers */
   struct bound_body *b[2];
+  void **plan; /* a CPU loop driver's plan for them (kl_loop_cond_kept), or NULL */
 } prepared;
 typedef struct bound_body bound_body;
 static void body_unbind(bound_body *b);
@@ -92,6 +93,7 @@ void kl_loop_free(kl_loop *l) {
       body_unbind(l->prep[i].b[0]);
       body_unbind(l->prep[i].b[1]);
       free(l->prep[i].key);
+      free(l->prep[i].plan);
     }
     free(l->prep);
     pthread_mutex_destroy(&l->branch_mu);
@@ -1154,6 +1156,43 @@ void *kl_loop_cond_bind(const kl_step *st, void **ptrs, void **native, char *err
   native[0] = b[0]->native;
   native[1] = b[1]->native;
   return b;
+}
+
+#define COND_KEPT_MAX 64                        /* sets of pointers a cond keeps its branches bound for */
+#define COND_KEPT_TEMP_BYTES ((size_t)64 << 10) /* per branch binding, at most */
+
+int kl_loop_cond_kept(const kl_step *st, void **ptrs, void **native, void ***plan,
+                      void **(*make_plan)(const kl_step *st, void **ptrs, void *const *native), char *err, size_t errlen) {
+  kl_loop *l = st->ctx;
+  int rc = 1;
+  pthread_mutex_lock(&l->branch_mu);
+  int i = prepared_for(l, ptrs);
+  if (i >= 0 && l->prep[i].plan) { /* the common case: kept from an earlier run */
+    native[0] = l->prep[i].b[0]->native;
+    native[1] = l->prep[i].b[1]->native;
+    *plan = l->prep[i].plan;
+    pthread_mutex_unlock(&l->branch_mu);
+    return 1;
+  }
+  if (i < 0 && (l->nprep >= COND_KEPT_MAX || kl_exec_temp_bytes(l->cond) > COND_KEPT_TEMP_BYTES ||
+                kl_exec_temp_bytes(l->body) > COND_KEPT_TEMP_BYTES))
+    rc = 0;
+  pthread_mutex_unlock(&l->branch_mu);
+  if (i < 0 && rc && cond_prepare(l, ptrs, err, errlen)) return -1;
+  if (!rc) return 0;
+  pthread_mutex_lock(&l->branch_mu);
+  i = prepared_for(l, ptrs);
+  prepared *p = i >= 0 ? &l->prep[i] : NULL;
+  if (p) {
+    native[0] = p->b[0]->native;
+    native[1] = p->b[1]->native;
+    if (!p->plan && !(p->plan = make_plan(st, ptrs, native)))
+      rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
+    *plan = p->plan;
+  } else
+    rc = kl_error(err, errlen, KL_ERR_INTERNAL, "a cond's prepared branches went missing");
+  pthread_mutex_unlock(&l->branch_mu);
+  return rc;
 }
 
 void kl_loop_cond_unbind(void *handle) {

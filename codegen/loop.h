@@ -74,6 +74,11 @@ int kl_loop_cond_branches(const kl_step *st, kl_exec **f, kl_exec **t);
  * NULL with a message. */
 void *kl_loop_cond_bind(const kl_step *st, void **ptrs, void **native, char *err, size_t errlen);
 void kl_loop_cond_unbind(void *handle);
+/* The same kept with the cond for later runs over the same pointers (small branches, a bounded
+ * number of sets), with *plan, made once by make_plan (malloc'd; the cond frees it): 1, or 0 when
+ * the cond keeps no more (bind for this run instead), -1 with a message. */
+int kl_loop_cond_kept(const kl_step *st, void **ptrs, void **native, void ***plan,
+                      void **(*make_plan)(const kl_step *st, void **ptrs, void *const *native), char *err, size_t errlen);
 /* Elements a loop step touches, about (a while loop's trips guessed): its executable's cost, for
  * running small programs in the caller. */
 int64_t kl_loop_cost(const kl_loop *l);

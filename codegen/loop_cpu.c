@@ -442,39 +442,55 @@ static int keep_mem(drive_mem *d, void *p) {
   return 0;
 }
 
+/* A cond step's plan over its branches' bindings native[2] (malloc'd, or NULL). */
+static void **make_plan(const kl_step *st, void **ptrs, void *const *native) {
+  kl_exec *bx[2];
+  kl_loop_cond_branches(st, &bx[0], &bx[1]);
+  void **plan = kl_malloc(sizeof(void *) * (size_t)(1 + plan_size(bx[0]) + plan_size(bx[1])));
+  if (!plan) return NULL;
+  plan[0] = ptrs[0];
+  for (int k = 0, at = 1; k < 2; k++) {
+    for (int j = 0; j < bx[k]->nsteps; j++, at += 2) {
+      kl_kernel_fn fn = kl_cpu_direct_fn(&bx[k]->steps[j]);
+      memcpy(&plan[at], &fn, sizeof fn);
+      plan[at + 1] = kl_cpu_bound_args(native[k], j);
+    }
+    for (int i = 0; i < bx[k]->noutputs; i++, at += 2) kl_cpu_bound_output(native[k], i, &plan[at], &plan[at + 1]);
+  }
+  return plan;
+}
+
 /* Each cond step of binding b that the driver may branch in (its branches all small kernels):
- * both branches bound over the step's pointers, and its plan in the group's third entry. */
+ * its plan in the group's third entry, over branches bound for the step's pointers (kept with the
+ * cond across runs, or bound for this run when it keeps no more). */
 static int plan_conds(void **g, const kl_exec *x, const kl_cpu_bound *b, drive_mem *d, char *err, size_t errlen) {
   for (int s = 0; s < x->nsteps; s++) {
     const kl_step *st = &x->steps[s];
     if (!kl_cpu_cond_direct(st)) continue;
-    kl_exec *bx[2];
-    void *native[2];
-    kl_loop_cond_branches(st, &bx[0], &bx[1]);
-    void **ptrs = kl_cpu_bound_args(b, s);
-    void *h = kl_loop_cond_bind(st, ptrs, native, err, errlen);
-    if (!h) return -1;
-    if (keep_mem(d, h)) {
-      kl_loop_cond_unbind(h);
-      return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
-    }
-    void **plan = kl_malloc(sizeof(void *) * (size_t)(1 + plan_size(bx[0]) + plan_size(bx[1])));
-    if (!plan || keep_mem(d, plan)) {
-      free(plan);
-      return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
-    }
-    plan[0] = ptrs[0];
-    for (int k = 0, at = 1; k < 2; k++) {
-      for (int j = 0; j < bx[k]->nsteps; j++, at += 2) {
-        kl_kernel_fn fn = kl_cpu_direct_fn(&bx[k]->steps[j]);
-        memcpy(&plan[at], &fn, sizeof fn);
-        plan[at + 1] = kl_cpu_bound_args(native[k], j);
+    void *native[2], **plan = NULL, **ptrs = kl_cpu_bound_args(b, s);
+    int kept = kl_loop_cond_kept(st, ptrs, native, &plan, make_plan, err, errlen);
+    if (kept < 0) return -1;
+    if (!kept) {
+      void *h = kl_loop_cond_bind(st, ptrs, native, err, errlen);
+      if (!h) return -1;
+      if (keep_mem(d, h)) {
+        kl_loop_cond_unbind(h);
+        return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
       }
-      for (int i = 0; i < bx[k]->noutputs; i++, at += 2) kl_cpu_bound_output(native[k], i, &plan[at], &plan[at + 1]);
+      if (!(plan = make_plan(st, ptrs, native)) || keep_mem(d, plan)) {
+        free(plan);
+        return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory running a loop");
+      }
     }
     g[TAB_STEP * s + 2] = plan;
   }
   return 0;
+}
+
+static const void *first_bound(void *const *bound) {
+  for (int k = 0; k < 9; k++)
+    if (bound[k]) return bound[k];
+  return NULL;
 }
 
 static int any_cond(const kl_exec *x) {
@@ -513,7 +529,13 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
       const void *b = bound[g];
       for (int k = 0; k < 9 && !b; k++) b = bound[k];
       if (b) fill_group(at, xbody, b);
-      if (b && cb && !rc) rc = plan_conds(at, xbody, b, &dm, err, errlen);
+      int same = -1; /* a group of the same binding has the same plans */
+      for (int e = 0; e < g && same < 0 && cb; e++)
+        if (bound[e] == b || (!bound[e] && first_bound(bound) == b)) same = e;
+      if (b && cb && same >= 0)
+        for (int s = 0; s < xbody->nsteps; s++) at[TAB_STEP * s + 2] = tab[TAB_GROUPS + (size_t)same * (size_t)gb + TAB_STEP * (size_t)s + 2];
+      else if (b && cb && !rc)
+        rc = plan_conds(at, xbody, b, &dm, err, errlen);
       continue;
     }
     fill_group(at, xfirst, bound[2 * g]);

@@ -775,3 +775,19 @@ def test_conds_inside_compiled_loops_branch_in_the_loop_itself(x64):
         wr = step(wr, xs[0])
     np.testing.assert_allclose(np.asarray(w[0]), wr, rtol=1e-12, atol=1e-12)
 
+
+
+def test_a_cond_in_a_nested_scan_keeps_its_branches_across_runs():
+    # the inner scan runs once per outer trip; its cond's branches stay bound between runs (kept
+    # per set of pointers): float32 results equal a float32 NumPy loop's exactly
+    inner = lambda c: lax.scan(lambda d, _: (lax.cond(d[0] > 0.5, lambda v: v * 0.99, lambda v: v + 0.01, d), None),
+                               c, None, length=10)[0]
+    c0 = np.random.default_rng(52).uniform(0.2, 2.0, 4).astype(np.float32)
+    c, ys = kiln.jit(lambda c: lax.scan(lambda c, _: (inner(c), c[0]), c, None, length=300))(c0)
+    r, yr = c0.copy(), []
+    for _ in range(300):
+        yr.append(r[0])
+        for _ in range(10):
+            r = (r * np.float32(0.99) if r[0] > 0.5 else r + np.float32(0.01)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(c), r)
+    np.testing.assert_array_equal(np.asarray(ys), np.array(yr, np.float32))
