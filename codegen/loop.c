@@ -527,11 +527,11 @@ static void dev_scan_release(kl_loop *l) {
   free(d->k);
   free(d->kbytes);
   free(d->host);
-  int state = d->state;
-  pthread_mutex_t mu = d->mu;
-  memset(d, 0, sizeof *d);
-  d->state = state;
-  d->mu = mu;
+  d->k = d->st = NULL;
+  d->kbytes = NULL;
+  d->host = NULL;
+  d->dstate = NULL;
+  d->body = NULL; /* the state and the mutex stay */
 }
 
 static void dev_scan_free(kl_loop *l) {

@@ -404,15 +404,8 @@ void kl_cpu_unbind(kl_cpu_bound *c) {
 }
 
 kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  kl_cpu_bound *c = calloc(1, sizeof *c);
-  if (!c) {
-    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
-    return NULL;
-  }
-  if (kl_binding_init(&c->b, x, err, errlen)) {
-    free(c);
-    return NULL;
-  }
+  kl_cpu_bound *c = kl_binding_new(sizeof *c, x, err, errlen); /* its binding first */
+  if (!c) return NULL;
   for (int sl = 0; sl < x->nslots; sl++)
     if (kl_binding_is_temp(&c->b, sl)) c->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
   if (c->block_bytes && !(c->block = host_alloc(c->block_bytes))) {
@@ -432,7 +425,7 @@ kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *e
 
 void kl_cpu_bound_retarget(kl_cpu_bound *c, void *const *in, void *const *out) { kl_binding_point(&c->b, in, out); }
 
-void **kl_cpu_bound_args(const kl_cpu_bound *c, int s) { return c->b.args + c->b.first[s]; }
+void **kl_cpu_bound_args(const kl_cpu_bound *c, int s) { return kl_binding_args(&c->b, s); }
 
 void kl_cpu_bound_output(const kl_cpu_bound *c, int i, void **dst, void **src) {
   *dst = c->b.outs[2 * i];
@@ -442,7 +435,7 @@ void kl_cpu_bound_output(const kl_cpu_bound *c, int i, void **dst, void **src) {
 int kl_cpu_bound_step(const kl_cpu_bound *c, int s, char *err, size_t errlen) {
   const kl_exec *x = c->b.x;
   const kl_step *st = &x->steps[s];
-  void **ptrs = c->b.args + c->b.first[s];
+  void **ptrs = kl_binding_args(&c->b, s);
   if (st->run_checked) return st->run_checked(st->ctx, ptrs, err, errlen) ? -1 : 0;
   run_step(st, ptrs, st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0);
   return 0;

@@ -717,15 +717,8 @@ void kl_cuda_unbind(kl_cuda_bound *c) {
 }
 
 kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
-  kl_cuda_bound *c = calloc(1, sizeof *c);
-  if (!c) {
-    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
-    return NULL;
-  }
-  if (kl_binding_init(&c->b, x, err, errlen)) {
-    free(c);
-    return NULL;
-  }
+  kl_cuda_bound *c = kl_binding_new(sizeof *c, x, err, errlen); /* its binding first */
+  if (!c) return NULL;
   for (int sl = 0; sl < x->nslots; sl++)
     if (kl_binding_is_temp(&c->b, sl) && kl_cuda_alloc(x->slot_bytes[sl], &c->b.tmp[sl], err, errlen)) {
       kl_cuda_unbind(c);
@@ -736,14 +729,14 @@ kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char 
 }
 
 void kl_cuda_bound_retarget(kl_cuda_bound *c, void *const *in, void *const *out) { kl_binding_point(&c->b, in, out); }
-void **kl_cuda_bound_args(const kl_cuda_bound *c, int s) { return c->b.args + c->b.first[s]; }
+void **kl_cuda_bound_args(const kl_cuda_bound *c, int s) { return kl_binding_args(&c->b, s); }
 
 int kl_cuda_bound_run(const kl_cuda_bound *c, char *err, size_t errlen) {
   const kl_binding *b = &c->b;
   const kl_exec *x = b->x;
   for (int s = 0; s < x->nsteps; s++) {
     const kl_step *st = &x->steps[s];
-    void **ptrs = b->args + b->first[s];
+    void **ptrs = kl_binding_args(b, s);
     if (st->on_host ? run_host_step(st, ptrs, b->bytes + b->first[s], err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen))
       return -1;
   }

@@ -119,6 +119,19 @@ static void temp_mask(const kl_exec *x, char *mask) {
   for (int i = 0; i < x->noutputs; i++) mask[x->out_slots[i]] = 0;
 }
 
+void *kl_binding_new(size_t size, const kl_exec *x, char *err, size_t errlen) {
+  kl_binding *b = calloc(1, size);
+  if (!b) {
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding a loop body");
+    return NULL;
+  }
+  if (kl_binding_init(b, x, err, errlen)) {
+    free(b);
+    return NULL;
+  }
+  return b;
+}
+
 int kl_binding_init(kl_binding *b, const kl_exec *x, char *err, size_t errlen) {
   size_t nargs = 0;
   for (int s = 0; s < x->nsteps; s++) nargs += (size_t)x->steps[s].nslots;

@@ -115,6 +115,11 @@ int kl_binding_is_temp(const kl_binding *b, int sl);
 /* Points every step at in/out and the temporaries (again for other inputs and outputs). */
 void kl_binding_point(kl_binding *b, void *const *in, void *const *out);
 void kl_binding_free(kl_binding *b);
+/* A device's bound executable: `size` zeroed bytes whose first member is a kl_binding, initialized
+ * for x (malloc'd; free the binding with kl_binding_free, then the struct); NULL with a message. */
+void *kl_binding_new(size_t size, const kl_exec *x, char *err, size_t errlen);
+/* Step s's argument pointers. */
+static inline void **kl_binding_args(const kl_binding *b, int s) { return b->args + b->first[s]; }
 /* Bytes of x's temporaries (its slots of no input or output): what a binding allocates. */
 size_t kl_exec_temp_bytes(const kl_exec *x);
 
