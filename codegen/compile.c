@@ -41,11 +41,14 @@ static const char *CPU_PIPELINE =
     "expand-strided-metadata),finalize-memref-to-llvm,func.func(convert-arith-to-llvm),convert-cf-to-llvm,"
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},reconcile-unrealized-casts)";
 
+/* The context runs passes on the calling thread: kiln's modules are one gpu.module or a few
+ * small functions, and waking MLIR's thread pool for them cost more than it gave (a small GPU
+ * kernel's MLIR -> PTX: 9.6 -> 7.1 ms median here). */
 static void mlir_init(void) {
   if (mlir_ready) return;
   MlirDialectRegistry reg = mlirDialectRegistryCreate();
   mlirRegisterAllDialects(reg);
-  mlir_ctx = mlirContextCreateWithRegistry(reg, true);
+  mlir_ctx = mlirContextCreateWithRegistry(reg, false);
   mlirDialectRegistryDestroy(reg);
   mlirContextLoadAllAvailableDialects(mlir_ctx);
   mlirRegisterAllLLVMTranslations(mlir_ctx);
@@ -80,6 +83,48 @@ MlirContext kl_mlir_lock(void) {
 }
 
 void kl_mlir_unlock(void) { pthread_mutex_unlock(&mlir_mu); }
+
+/* Pass managers by pipeline text, made once: a pass manager run again skips its passes'
+ * initialization (canonicalize's pattern set over every loaded dialect is most of a small
+ * module's lowering). Kept for the process; a full table is emptied. */
+enum { PM_CACHE = 32 };
+static struct {
+  char *pipeline;
+  MlirPassManager pm;
+} pms[PM_CACHE];
+static int npms;
+
+int kl_mlir_run_pipeline(MlirModule m, const char *pipeline, char *err, size_t errlen) {
+  MlirPassManager pm = {NULL};
+  for (int i = 0; i < npms && !pm.ptr; i++)
+    if (!strcmp(pms[i].pipeline, pipeline)) pm = pms[i].pm;
+  if (!pm.ptr) {
+    if (npms == PM_CACHE) {
+      for (int i = 0; i < npms; i++) {
+        mlirPassManagerDestroy(pms[i].pm);
+        free(pms[i].pipeline);
+      }
+      npms = 0;
+    }
+    char *copy = strdup(pipeline);
+    if (!copy) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory for an MLIR pass pipeline");
+    pm = mlirPassManagerCreate(mlir_ctx);
+    kl_str perr;
+    kl_str_init(&perr);
+    if (mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
+                                                         mlirStringRefCreateFromCString(pipeline), kl_mlir_collect_text, &perr))) {
+      snprintf(err, errlen, "internal error: bad pass pipeline %s: %s", pipeline, perr.data ? perr.data : "");
+      kl_str_free(&perr);
+      mlirPassManagerDestroy(pm);
+      free(copy);
+      return -1;
+    }
+    kl_str_free(&perr);
+    pms[npms].pipeline = copy;
+    pms[npms++].pm = pm;
+  }
+  return mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m))) ? 1 : 0;
+}
 
 void kl_compile_note(double seconds) {
   compile_seconds += seconds;
@@ -293,19 +338,11 @@ static int build_kernels(cpu_module *cm, kl_exec **xs, int nxs, int nextra, kl_k
       snprintf(err, errlen, "internal error: generated MLIR does not parse: %s", diag.data ? diag.data : "");
       rc = -1;
     } else {
-      MlirPassManager pm = mlirPassManagerCreate(mlir_ctx);
-      kl_str perr;
-      kl_str_init(&perr);
-      if (mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
-                                                           mlirStringRefCreateFromCString(strstr(mod->data, "bf16") ? CPU_PIPELINE_BF16 : CPU_PIPELINE), kl_mlir_collect_text, &perr))) {
-        snprintf(err, errlen, "internal error: bad pass pipeline: %s", perr.data ? perr.data : "");
-        rc = -1;
-      } else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
-        snprintf(err, errlen, "internal error: lowering failed: %s", diag.data ? diag.data : "");
+      int bad = kl_mlir_run_pipeline(m, strstr(mod->data, "bf16") ? CPU_PIPELINE_BF16 : CPU_PIPELINE, err, errlen);
+      if (bad) {
+        if (bad > 0) snprintf(err, errlen, "internal error: lowering failed: %s", diag.data ? diag.data : "");
         rc = -1;
       }
-      kl_str_free(&perr);
-      mlirPassManagerDestroy(pm);
       tp2 = now();
       if (!rc) rc = kl_cpujit_compile(m, key, prefix, n, fns, passes, err, errlen);
       mlirModuleDestroy(m);

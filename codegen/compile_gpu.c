@@ -169,21 +169,10 @@ static void add_module(uint64_t key, void *m) {
 }
 
 /* Runs pass pipeline `pipeline` on module m: 0, or 1 with the message in err. */
-static int run_pipeline(MlirContext ctx, MlirModule m, const char *pipeline, kl_str *diag, char *err, size_t errlen) {
-  MlirPassManager pm = mlirPassManagerCreate(ctx);
-  kl_str perr;
-  kl_str_init(&perr);
-  int bad = mlirLogicalResultIsFailure(mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
-                                                             mlirStringRefCreateFromCString(pipeline),
-                                                             kl_mlir_collect_text, &perr));
-  if (bad) snprintf(err, errlen, "internal error: bad GPU pass pipeline: %s", perr.data ? perr.data : "");
-  else if (mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)))) {
-    snprintf(err, errlen, "internal error: GPU lowering failed: %.2000s", diag->data ? diag->data : "");
-    bad = 1;
-  }
-  kl_str_free(&perr);
-  mlirPassManagerDestroy(pm);
-  return bad;
+static int run_pipeline(MlirModule m, const char *pipeline, kl_str *diag, char *err, size_t errlen) {
+  int bad = kl_mlir_run_pipeline(m, pipeline, err, errlen);
+  if (bad > 0) snprintf(err, errlen, "internal error: GPU lowering failed: %.2000s", diag->data ? diag->data : "");
+  return bad != 0;
 }
 
 /* Whether the lowered gpu.module of m calls a libdevice function (declares an llvm.func __nv_*:
@@ -224,7 +213,7 @@ static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, c
     snprintf(err, errlen, "internal error: generated GPU MLIR does not parse: %s", diag.data ? diag.data : "");
     goto out;
   }
-  int bad = run_pipeline(ctx, m, lower, &diag, err, errlen);
+  int bad = run_pipeline(m, lower, &diag, err, errlen);
   if (!bad) {
     int needs = calls_libdevice(m);
     if (needs && !libdevice) libdevice = kl_gpu_libdevice(); /* what MLIR lowered to libdevice itself */
@@ -232,7 +221,7 @@ static char *to_ptx(const char *text, int cc_major, int cc_minor, int index32, c
              "builtin.module(nvvm-attach-target{chip=sm_%d%d features=+ptx80 O=3%s%s},gpu-module-to-binary{format=isa%s})",
              cc_major, cc_minor, needs && libdevice ? " l=" : "", needs && libdevice ? libdevice : "",
              needs ? "" : " toolkit=/nonexistent/kiln-no-libdevice");
-    bad = run_pipeline(ctx, m, serialize, &diag, err, errlen);
+    bad = run_pipeline(m, serialize, &diag, err, errlen);
   }
   if (!bad) { /* the PTX is the first object of the gpu.binary op */
     MlirBlock body = mlirModuleGetBody(m);

@@ -10,6 +10,10 @@
 /* Locks and returns the (initialized) context; every MLIR call happens under this lock. */
 MlirContext kl_mlir_lock(void);
 void kl_mlir_unlock(void);
+/* Runs pass pipeline `pipeline` (text) on m, with the lock held: 0; 1 when a pass failed (its
+ * diagnostics went to the context's handler); -1 with the message in err when the pipeline
+ * does not parse or memory runs out. */
+int kl_mlir_run_pipeline(MlirModule m, const char *pipeline, char *err, size_t errlen);
 /* Diagnostic handler / string callback appending to a kl_str (user). */
 MlirLogicalResult kl_mlir_on_diag(MlirDiagnostic d, void *user);
 void kl_mlir_collect_text(MlirStringRef s, void *user);
