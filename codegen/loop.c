@@ -44,7 +44,9 @@ struct kl_loop {
   struct bound_body *branch[2]; /* cond: each branch bound at its first run, pointed at each run's memory */
   pthread_mutex_t branch_mu;    /* cond: one run at a time uses them (another binds its own) */
   char keep[2];                 /* cond: whether a branch's binding is kept (small temporaries) */
-  int if_node;                  /* cond: in a captured graph, conditional nodes (kernels alone in the branches) */
+  int if_node;                  /* cond: in a captured graph, conditional nodes (kernels, library calls and such
+                                   conds alone in the branches) */
+  int if_depth;                 /* cond with if_node: 1 + the deepest such cond in its branches */
   struct prepared *prep;        /* cond: branches bound before a device loop's capture, per set of pointers */
   int nprep;
   struct scan_keep *sk;         /* scan compiled whole on the CPU: what runs keep, or NULL */
@@ -81,6 +83,7 @@ static void body_unbind(bound_body *b);
 #define LOOP_GUESSED_TRIPS 64 /* a while loop's cost, in trips of its body, for scheduling */
 #define KL_LOOP_KERNEL_COPIES 8 /* copies the GPU's trip-ending kernel makes (KL_CUDA_WHILE_COPIES) */
 #define KL_LOOP_SCAN_SLICES 8   /* x or y slices the GPU's slice movers take (KL_CUDA_SCAN_SLICES) */
+#define KL_LOOP_IF_DEPTH 16     /* conds nested as conditional nodes, at most (KL_CUDA_IF_DEPTH) */
 
 void kl_loop_free(kl_loop *l) {
   if (!l) return;
@@ -818,8 +821,11 @@ static int cond_prepare(kl_loop *l, void **ptrs, char *err, size_t errlen) {
       if (!(p->key = kl_malloc(sizeof(void *) * cond_nptrs(l))))
         rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory preparing a cond");
       else if (!(rc = cond_bind_both(l, ptrs, p->b, err, errlen))) {
-        memcpy(p->key, ptrs, sizeof(void *) * cond_nptrs(l));
-        l->nprep++;
+        for (int k = 0; k < 2 && !rc; k++) rc = prepare_conds(l->t, p->b[k], err, errlen); /* conds in branches */
+        if (!rc) {
+          memcpy(p->key, ptrs, sizeof(void *) * cond_nptrs(l));
+          l->nprep++;
+        }
       }
       if (rc) {
         body_unbind(p->b[0]);
@@ -843,9 +849,78 @@ static int prepare_conds(const kl_loop_target *t, const bound_body *b, char *err
   return 0;
 }
 
+/* Conds inside the branches of a cond being captured, bound for this capture alone before it
+ * starts (a branch's capture may not allocate): this thread's list, looked up by the inner
+ * conds' own captures, emptied by the outermost one. */
+typedef struct pending {
+  const kl_loop *l;
+  void **key;
+  bound_body *b[2];
+} pending;
+static _Thread_local pending *pend;
+static _Thread_local int npend, cappend;
+
+static int pending_for(const kl_loop *l, void **ptrs) {
+  for (int i = 0; i < npend; i++)
+    if (pend[i].l == l && !memcmp(pend[i].key, ptrs, sizeof(void *) * cond_nptrs(l))) return i;
+  return -1;
+}
+
+static void pending_pop(int mark) {
+  for (; npend > mark; npend--) {
+    body_unbind(pend[npend - 1].b[0]);
+    body_unbind(pend[npend - 1].b[1]);
+    free(pend[npend - 1].key);
+  }
+  if (!npend) {
+    free(pend);
+    pend = NULL;
+    cappend = 0;
+  }
+}
+
+/* Binds the conds in bound body b (and theirs) not prepared for their pointers onto the list. */
+static int bind_nested(const kl_loop_target *t, const bound_body *b, char *err, size_t errlen) {
+  for (int s = 0; s < b->x->nsteps; s++) {
+    const kl_step *st = &b->x->steps[s];
+    if (!st->if_node || !is_cond_step(st)) continue;
+    if (!t->bound_args || !b->native) return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "a cond that cannot be prepared");
+    kl_loop *l = st->ctx;
+    void **ptrs = t->bound_args(b->native, s);
+    pthread_mutex_lock(&l->branch_mu);
+    int have = prepared_for(l, ptrs) >= 0;
+    pthread_mutex_unlock(&l->branch_mu);
+    if (have || pending_for(l, ptrs) >= 0) continue;
+    if (npend == cappend) {
+      int cap = cappend ? 2 * cappend : 8;
+      pending *p = kl_realloc(pend, sizeof *p * (size_t)cap);
+      if (!p) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding nested conds");
+      pend = p;
+      cappend = cap;
+    }
+    pending *p = &pend[npend];
+    memset(p, 0, sizeof *p);
+    p->l = l;
+    if (!(p->key = kl_malloc(sizeof(void *) * cond_nptrs(l))))
+      return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory binding nested conds");
+    memcpy(p->key, ptrs, sizeof(void *) * cond_nptrs(l));
+    if (cond_bind_both(l, ptrs, p->b, err, errlen)) {
+      body_unbind(p->b[0]);
+      body_unbind(p->b[1]);
+      free(p->key);
+      return -1;
+    }
+    npend++;
+    for (int k = 0; k < 2; k++)
+      if (bind_nested(t, p->b[k], err, errlen)) return -1;
+  }
+  return 0;
+}
+
 /* A cond in a graph being captured (its step's if_node): both branches bound (prepared before a
- * device loop's capture, else bound now: their temporaries from the graph's memory), queued as
- * the two conditional nodes of t->if_captured. */
+ * device loop's capture, bound by an enclosing cond's capture, else bound now with the conds
+ * inside them: their temporaries from the graph's memory), queued as the two conditional nodes
+ * of t->if_captured. */
 static int cond_captured(const kl_loop *l, void **ptrs, char *err, size_t errlen) {
   cond_parts q = {{NULL, NULL}};
   kl_loop *ml = (kl_loop *)l;
@@ -856,10 +931,19 @@ static int cond_captured(const kl_loop *l, void **ptrs, char *err, size_t errlen
     q.b[1] = l->prep[i].b[1];
   }
   pthread_mutex_unlock(&ml->branch_mu);
-  int rc = i >= 0 ? 0 : cond_bind_both(l, ptrs, q.b, err, errlen);
+  int j = i >= 0 ? -1 : pending_for(l, ptrs), mark = npend, rc = 0;
+  if (j >= 0) {
+    q.b[0] = pend[j].b[0];
+    q.b[1] = pend[j].b[1];
+  } else if (i < 0) {
+    rc = cond_bind_both(l, ptrs, q.b, err, errlen);
+    for (int k = 0; k < 2 && !rc; k++) rc = bind_nested(l->t, q.b[k], err, errlen);
+  }
   if (!rc) rc = l->t->if_captured(ptrs[0], cond_branch, &q, err, errlen);
-  if (i < 0)
+  if (i < 0 && j < 0) {
     for (int k = 0; k < 2; k++) body_unbind(q.b[k]);
+    pending_pop(mark);
+  }
   return rc;
 }
 
@@ -1119,15 +1203,20 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
                (!is_loop_step(&l->body->steps[s]) || (l->body->steps[s].if_node && is_cond_step(&l->body->steps[s])));
     if (plain && (l->ds = kl_calloc(1, sizeof *l->ds))) pthread_mutex_init(&l->ds->mu, NULL);
   }
-  if (e->prim == KL_P_COND && t->if_captured && t->has_if && t->has_if()) { /* kernels alone: conditional nodes */
-    int plain = 1;
+  if (e->prim == KL_P_COND && t->if_captured && t->has_if && t->has_if()) { /* conditional nodes */
+    int plain = 1, depth = 1; /* kernels, library calls (cuBLAS) and conds that are such nodes themselves */
     for (int k = 0; k < 2; k++) {
       const kl_exec *x = k ? l->body : l->cond;
-      for (int s = 0; s < x->nsteps; s++)
-        plain &= !x->steps[s].on_host && !x->steps[s].is_library && !x->steps[s].synchronizes && !x->steps[s].if_node &&
-                 !is_loop_step(&x->steps[s]);
+      for (int s = 0; s < x->nsteps; s++) {
+        const kl_step *b = &x->steps[s];
+        int inner = b->if_node && is_cond_step(b);
+        plain &= !b->on_host && !b->synchronizes && (!is_loop_step(b) || inner);
+        if (inner && ((const kl_loop *)b->ctx)->if_depth + 1 > depth) depth = ((const kl_loop *)b->ctx)->if_depth + 1;
+      }
     }
+    plain &= depth <= KL_LOOP_IF_DEPTH;
     st->if_node = l->if_node = plain;
+    l->if_depth = plain ? depth : 0;
     st->launches = 2; /* the setting kernel and the taken branch's, at least */
   }
   *out = l;

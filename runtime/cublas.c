@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/status.h"
 #include "cuda.h"
 
 typedef void *cublasHandle_t;
@@ -31,6 +32,7 @@ static char why[512];
 static cublasHandle_t handle;
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 static void *workspace; /* cuBLAS's, for the life of the process */
+static int (*p_set_ws)(cublasHandle_t, void *, size_t);
 static char extra[8][512];
 static int nextra;
 static char lib_path[512];
@@ -91,10 +93,10 @@ static void open_cublas(void) {
   }
   /* a workspace of its own (NVIDIA's size for Hopper): without one cuBLAS allocates under stream
    * capture, which a loop body captured into a conditional graph node may not do */
-  int (*set_ws)(cublasHandle_t, void *, size_t) = NULL;
-  *(void **)&set_ws = dlsym(h, "cublasSetWorkspace_v2");
+  *(void **)&p_set_ws = dlsym(h, "cublasSetWorkspace_v2");
   char werr[256];
-  if (set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &workspace, werr, sizeof werr) && set_ws(handle, workspace, WORKSPACE_BYTES)) {
+  if (p_set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &workspace, werr, sizeof werr) &&
+      p_set_ws(handle, workspace, WORKSPACE_BYTES)) {
     kl_cuda_free(workspace, WORKSPACE_BYTES);
     workspace = NULL;
   }
@@ -111,6 +113,13 @@ int kl_cublas_available(char *reason, size_t n) {
 }
 
 const char *kl_cublas_library(void) { return ready ? lib_path : ""; }
+
+/* Points the handle at stream s (cuBLAS then forgets a workspace given before: given again). */
+static int handle_to(void *s) {
+  int rc = p_set_stream(handle, s);
+  if (!rc && workspace) rc = p_set_ws(handle, workspace, WORKSPACE_BYTES);
+  return rc;
+}
 
 /* Whether a TN product is worth transposing A first (KILN_GPU_TN_TRANSPOSE=0 turns it off). */
 static int tn_transposes(kl_dtype t, int64_t m, int64_t n, int64_t k) {
@@ -149,9 +158,16 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
   if (m == 0 || n == 0) return 0;
   if (k == 0) return kl_cuda_memset0(c, (size_t)(batch * m * n) * kl_dtype_size(t));
   pthread_mutex_lock(&mu); /* one handle: calls are serialized (they only enqueue work) */
+  /* a branch being captured into a conditional node queues on a stream of its own */
+  void *q = kl_cuda_queue_stream();
+  int moved = q && q != kl_cuda_stream();
+  if (moved && handle_to(q)) {
+    pthread_mutex_unlock(&mu);
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS could not queue a product on a branch's stream");
+  }
   void *at = NULL;
   size_t at_bytes = 0;
-  if (transl && !transr && batch == 1 && !kl_cuda_capturing() && tn_transposes(t, m, n, k)) {
+  if (transl && !transr && batch == 1 && !moved && !kl_cuda_capturing() && tn_transposes(t, m, n, k)) {
     /* Large products contracting the leading axis of both operands (weight gradients) run much
      * slower in cuBLAS than the same product with the left operand transposed first (H100, TF32:
      * 551 us against 376 + a 50 us transpose for 4096^3), so transpose A into a temporary. */
@@ -173,6 +189,7 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
                   (int)(transr ? k : n), (long long)(k * n), a, dt, (int)(transl ? m : k), (long long)(m * k), beta, c, dt,
                   (int)n, (long long)(m * n), (int)batch, ct, GEMM_DEFAULT);
   if (at) kl_cuda_free(at, at_bytes); /* in stream order: after the product */
+  if (moved) handle_to(kl_cuda_stream());
   pthread_mutex_unlock(&mu);
   if (rc) {
     snprintf(err, errlen, "cuBLAS gemm (%lld x %lld x %lld, batch %lld) failed with status %d", (long long)m, (long long)n,

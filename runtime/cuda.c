@@ -567,17 +567,24 @@ int kl_cuda_is_device_pointer(const void *p) {
 
 void *kl_cuda_stream(void) { return enter() ? NULL : stream0; }
 
-static CUstream side_stream;
-static pthread_once_t side_once = PTHREAD_ONCE_INIT;
-static void side_create(void) {
-  if (p_cuStreamCreate(&side_stream, STREAM_NON_BLOCKING)) side_stream = NULL;
+/* Side streams by nesting depth: a branch captured inside a branch being captured needs a
+ * stream of its own. Made when first asked for, kept for the process. */
+static CUstream side_streams[KL_CUDA_IF_DEPTH];
+static pthread_mutex_t side_mu = PTHREAD_MUTEX_INITIALIZER;
+void *kl_cuda_side_stream(int depth) {
+  if (enter() || depth < 0 || depth >= KL_CUDA_IF_DEPTH) return NULL;
+  pthread_mutex_lock(&side_mu);
+  if (!side_streams[depth] && p_cuStreamCreate(&side_streams[depth], STREAM_NON_BLOCKING)) side_streams[depth] = NULL;
+  CUstream s = side_streams[depth];
+  pthread_mutex_unlock(&side_mu);
+  return s;
 }
-void *kl_cuda_side_stream(void) {
-  if (enter()) return NULL;
-  pthread_once(&side_once, side_create);
-  return side_stream;
+void *kl_cuda_queue_on(void *stream) {
+  CUstream old = side;
+  side = stream;
+  return old;
 }
-void kl_cuda_queue_on(void *stream) { side = stream; }
+void *kl_cuda_queue_stream(void) { return enter() ? NULL : cur(); }
 
 void *kl_cuda_driver_symbol(const char *name) { return enter() || !driver_lib ? NULL : sym(driver_lib, name); }
 

@@ -90,10 +90,14 @@ int kl_cuda_scan_move(int out, const void *state, int64_t length, int reverse, c
 /* Graphs built (whole programs), branches queued as conditional nodes, and device-side loops
  * (while and scan graphs) launched, since the start. */
 void kl_cuda_graph_stats(long *graphs, long *branches, long *loops);
-/* For cuda_graph.c: a second stream (NULL where none could be made), and the stream that this
- * thread's launches, device copies and memsets go to (NULL: kiln's stream). */
-void *kl_cuda_side_stream(void);
-void kl_cuda_queue_on(void *stream);
+/* For cuda_graph.c: the side stream of branches captured at nesting depth `depth` (0 to
+ * KL_CUDA_IF_DEPTH - 1; NULL where none could be made); the stream that this thread's launches,
+ * device copies, memsets and cuBLAS calls go to from now on (NULL: kiln's stream), returning the
+ * one before; and that stream now. */
+#define KL_CUDA_IF_DEPTH 16
+void *kl_cuda_side_stream(int depth);
+void *kl_cuda_queue_on(void *stream);
+void *kl_cuda_queue_stream(void);
 /* Launches fn(ptrs[0], ..., ptrs[n-1]) on grid x block threads (1-D), asynchronously. */
 int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen);
 

@@ -559,7 +559,7 @@ int kl_cuda_while_graph_launch(void *p, char *err, size_t errlen) {
 int kl_cuda_has_conditionals(char *why, size_t n) {
   pthread_once(&while_once, while_load);
   int ok = set_fn && if_fn && p_cuStreamGetCaptureInfo_v3 && p_cuStreamUpdateCaptureDependencies_v2 &&
-           kl_cuda_side_stream();
+           kl_cuda_side_stream(0);
   if (!ok && why) snprintf(why, n, "%s", while_why[0] ? while_why : "the driver cannot add nodes to a capture (CUDA 12.3)");
   return ok;
 }
@@ -579,11 +579,16 @@ static int capture_deps(void *stream, CUgraph *graph, CUgraphNode *deps, int max
   return (int)n;
 }
 
+/* How deep this thread is in branches being captured: a branch's own conds go one deeper. */
+static _Thread_local int if_depth;
+
 int kl_cuda_if_captured(const void *pred, int (*branch)(void *ctx, int which, char *err, size_t errlen), void *ctx,
                         char *err, size_t errlen) {
   char why[200];
   if (!kl_cuda_has_conditionals(why, sizeof why)) return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s", why);
-  void *stream = kl_cuda_stream(), *side = kl_cuda_side_stream(), *cu_ctx = NULL;
+  void *stream = kl_cuda_queue_stream(), *side = kl_cuda_side_stream(if_depth), *cu_ctx = NULL;
+  if (!side)
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "conds nested more than %d deep in a captured graph", KL_CUDA_IF_DEPTH);
   CUgraph graph = NULL;
   CUgraphNode deps[64], nodes[2] = {NULL, NULL};
   CUgraphConditionalHandle h[2] = {0, 0};
@@ -616,9 +621,11 @@ int kl_cuda_if_captured(const void *pred, int (*branch)(void *ctx, int which, ch
       rc = kl_error(err, errlen, KL_ERR_INTERNAL, "could not capture a branch into its node");
       break;
     }
-    kl_cuda_queue_on(side);
+    void *outer = kl_cuda_queue_on(side);
+    if_depth++;
     rc = branch(ctx, b, err, errlen);
-    kl_cuda_queue_on(NULL);
+    if_depth--;
+    kl_cuda_queue_on(outer);
     CUgraph out = NULL;
     int r = p_cuStreamEndCapture(side, &out); /* always ends the capture */
     if (!rc && r) rc = kl_error(err, errlen, KL_ERR_INTERNAL, "capturing a branch failed (CUDA error %d)", r);

@@ -826,7 +826,8 @@ def test_conds_inside_a_scan_run_as_conditional_nodes_of_its_graph():
     np.testing.assert_allclose(np.asarray(c2), ref(-c0, xs[::-1])[0], rtol=2e-4, atol=2e-5)
     assert _kiln.gpu_graph_stats()[0] == g1
 
-    # a switch (nested conds: not yet conditional nodes) in the same scan runs from the host
+    # a switch (nested conds: conditional nodes inside a conditional node's body) in the same
+    # scan: still one graph, no host step, the switch's two conds per trip in it
     def body3(c, x):
         c, y = body(c, x)
         i = jnp.clip(jnp.floor(x[1] + 1.5), 0, 2).astype(jnp.int32)
@@ -836,8 +837,51 @@ def test_conds_inside_a_scan_run_as_conditional_nodes_of_its_graph():
         c = step(c, x)
         return [c + 0.1, np.tanh(c) * 2.0, -c][int(np.clip(np.floor(x[1] + 1.5), 0, 2))]
 
-    c3, _ = kiln.jit(lambda c, xs: kiln.lax.scan(body3, c, xs))(c0, xs)
+    jf3 = kiln.jit(lambda c, xs: kiln.lax.scan(body3, c, xs))
+    g0, b0, _ = _kiln.gpu_graph_stats()
+    c3, _ = jf3(c0, xs)
+    g1, b1, _ = _kiln.gpu_graph_stats()
     np.testing.assert_allclose(np.asarray(c3), ref(c0, xs, step3)[0], rtol=2e-4, atol=2e-5)
+    assert _only_entry(jf3).host_steps == []
+    assert (g1 - g0, b1 - b0) == (1, 4 * 200)
+    c4, _ = jf3(-c0, xs[::-1].copy())  # the graph again, other branches taken
+    np.testing.assert_allclose(np.asarray(c4), ref(-c0, xs[::-1], step3)[0], rtol=2e-4, atol=2e-5)
+    assert _kiln.gpu_graph_stats()[0] == g1
+
+
+@gpu
+def test_conditional_nodes_hold_cublas_products_and_deep_switches():
+    # a branch with a matrix product (cuBLAS, queued on the branch's stream) and a switch of 18
+    # branches (17 nested conds: past the 16 levels of conditional nodes, so from the host), each
+    # inside a scan's graph; results against NumPy
+    rng = np.random.default_rng(45)
+    xs = rng.standard_normal((150, 8, 32)).astype(np.float32)
+    w = (rng.standard_normal((32, 32)) / 6).astype(np.float32)
+    h0 = rng.standard_normal((8, 32)).astype(np.float32)
+
+    def body(h, x):
+        h = kiln.lax.cond(x.sum() > 0.0, lambda v: jnp.tanh(jnp.dot(v, w, precision="highest") + x),
+                          lambda v: v * 0.5 + x * 0.1, h)
+        return h, h[0, 0]
+
+    h, ys = (jf := kiln.jit(lambda h, xs: kiln.lax.scan(body, h, xs)))(h0, xs)
+    hr, yr = h0.astype(np.float64), []
+    for x in xs.astype(np.float64):
+        hr = np.tanh(hr @ w + x) if x.sum() > 0 else hr * 0.5 + x * 0.1
+        yr.append(hr[0, 0])
+    np.testing.assert_allclose(np.asarray(h), hr, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ys), yr, rtol=1e-4, atol=1e-5)
+    assert _only_entry(jf).host_steps == []
+
+    branches = [(lambda k: lambda v: v * (1.0 - 0.01 * k) + 0.02 * k)(k) for k in range(18)]
+    body2 = lambda c, x: (kiln.lax.switch(jnp.clip(jnp.floor(x[0, 0] * 6 + 9), 0, 17).astype(jnp.int32), branches, c),
+                          None)
+    c, _ = kiln.jit(lambda c, xs: kiln.lax.scan(body2, c, xs))(h0, xs)
+    cr = h0.astype(np.float64)
+    for x in xs.astype(np.float64):
+        k = int(np.clip(np.floor(x[0, 0] * 6 + 9), 0, 17))
+        cr = cr * (1.0 - 0.01 * k) + 0.02 * k
+    np.testing.assert_allclose(np.asarray(c), cr, rtol=1e-4, atol=1e-5)
 
 
 @gpu
@@ -910,3 +954,18 @@ def test_device_side_loops_whose_bodies_branch():
     _, steps = kiln.jit(collatz)(jnp.int32(27))
     assert int(steps) == 111
     assert _kiln.gpu_graph_stats()[2] == l1 + 1
+
+    def steps3(v):  # a while loop whose body holds a switch (nested conds) of three ways
+        def step(s):
+            a = kiln.lax.switch(s[0] % 3, [lambda a: a // 3, lambda a: 2 * a + 1, lambda a: a - 1], s[0])
+            return a, s[1] + 1
+        return kiln.lax.while_loop(lambda s: s[0] > 1, step, (v, 0))
+
+    def steps3_ref(a, n=0):
+        while a > 1:
+            a, n = [a // 3, 2 * a + 1, a - 1][a % 3], n + 1
+        return n
+    l2 = _kiln.gpu_graph_stats()[2]
+    for v in (1000, 77, 5):
+        assert int(kiln.jit(steps3)(jnp.int32(v))[1]) == steps3_ref(v)
+    assert _kiln.gpu_graph_stats()[2] == l2 + 3
