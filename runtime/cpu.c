@@ -99,16 +99,23 @@ static void host_free(void *p, size_t n) {
   else free(p);
 }
 
+static kl_mem_count counts;
+
 static int cpu_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
   size_t n = round_size(nbytes);
   if (n < nbytes || !(*ptr = host_alloc(n))) {
     kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory: cannot allocate a buffer of %zu bytes", nbytes);
     return -1;
   }
+  kl_mem_count_alloc(&counts, n);
   return 0;
 }
 
-static void cpu_free(void *ptr, size_t nbytes) { host_free(ptr, round_size(nbytes)); }
+static void cpu_free(void *ptr, size_t nbytes) {
+  if (!ptr) return;
+  kl_mem_count_free(&counts, round_size(nbytes));
+  host_free(ptr, round_size(nbytes));
+}
 
 /* What kl_buf_new_on(KL_DEV_CPU, ...) makes, without the table: every launch makes its outputs
  * and temporaries here. */
@@ -398,7 +405,7 @@ struct kl_cpu_bound {
 
 void kl_cpu_unbind(kl_cpu_bound *c) {
   if (!c) return;
-  if (c->block) host_free(c->block, c->block_bytes);
+  if (c->block) cpu_free(c->block, c->block_bytes);
   kl_binding_free(&c->b);
   free(c);
 }
@@ -408,8 +415,9 @@ kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *e
   if (!c) return NULL;
   for (int sl = 0; sl < x->nslots; sl++)
     if (kl_binding_is_temp(&c->b, sl)) c->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
-  if (c->block_bytes && !(c->block = host_alloc(c->block_bytes))) {
+  if (c->block_bytes && cpu_alloc(c->block_bytes, (void **)&c->block, err, errlen)) {
     kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", c->block_bytes);
+    c->block = NULL;
     kl_cpu_unbind(c);
     return NULL;
   }
@@ -571,7 +579,26 @@ static void cpu_info(kl_device_info *info) {
   info->total_mem = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
 }
 
-static long long cpu_bytes_in_use(void) { return -1; /* host memory is not counted */ }
+static void cpu_memory_stats(kl_mem_stats *s) {
+  memset(s, 0, sizeof *s);
+  kl_mem_count_read(&counts, s);
+  s->bytes_limit = (long long)sysconf(_SC_PHYS_PAGES) * (long long)sysconf(_SC_PAGESIZE);
+  pthread_mutex_lock(&cache_mu);
+  s->pool_bytes = (long long)cache_bytes;
+  pthread_mutex_unlock(&cache_mu);
+}
+
+static void cpu_empty_cache(void) {
+  pthread_mutex_lock(&cache_mu);
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].ptr) {
+      if (cache[i].size >= HUGE_MIN_BYTES) munmap(cache[i].ptr, cache[i].size);
+      else free(cache[i].ptr);
+      cache[i].ptr = NULL;
+    }
+  cache_bytes = 0;
+  pthread_mutex_unlock(&cache_mu);
+}
 
 static int cpu_upload(void *dst, const void *src, size_t n, char *err, size_t errlen) {
   (void)err;
@@ -614,7 +641,8 @@ const kl_device kl_device_cpu = {
     .info = cpu_info,
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .bytes_in_use = cpu_bytes_in_use,
+    .memory_stats = cpu_memory_stats,
+    .empty_cache = cpu_empty_cache,
     .upload = cpu_upload,
     .read = cpu_read,
     .is_ready = cpu_is_ready,

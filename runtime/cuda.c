@@ -32,6 +32,11 @@ enum {
   ATTR_SMS = 16,
   ATTR_POOLS = 115,
   POOL_RELEASE_THRESHOLD = 4,
+  POOL_RESERVED_MEM_CURRENT = 5,
+  POOL_USED_MEM_CURRENT = 7,
+  GRAPH_MEM_USED_CURRENT = 0,
+  GRAPH_MEM_USED_HIGH = 1,
+  GRAPH_MEM_RESERVED_CURRENT = 2,
   STREAM_NON_BLOCKING = 1,
   EVENT_DISABLE_TIMING = 2,
   JIT_ERROR_LOG_BUFFER = 5,
@@ -60,6 +65,10 @@ enum {
   X(cuEventSynchronize, (CUevent))                                                                          \
   X(cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))                                                  \
   X(cuMemPoolSetAttribute, (CUmemoryPool, int, void *))                                                     \
+  X(cuMemPoolGetAttribute, (CUmemoryPool, int, void *))                                                     \
+  X(cuMemPoolTrimTo, (CUmemoryPool, size_t))                                                                \
+  X(cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))                                                  \
+  X(cuDeviceGraphMemTrim, (CUdevice))                                                                       \
   X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                                                     \
   X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                                \
   X(cuMemGetInfo, (size_t *, size_t *))                                                                     \
@@ -295,9 +304,7 @@ static int cuda_wait(kl_buffer *b) {
 
 /* ---- memory ---- */
 
-static atomic_llong bytes_in_use;
-
-static long long cuda_bytes_in_use(void) { return atomic_load(&bytes_in_use); }
+static kl_mem_count counts; /* what kl_cuda_alloc gave out (outside graphs' own memory) */
 
 /* Small blocks are kept after use and handed out again for the same size: the allocator's
  * calls cost about a microsecond each, a tenth of a small launch. Reuse is safe because every
@@ -351,7 +358,7 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
              nbytes, nbytes / 1048576.0, dev_name, fr / 1048576.0, tot / 1048576.0, cu_msg(r));
     return -1;
   }
-  atomic_fetch_add(&bytes_in_use, (long long)n);
+  kl_mem_count_alloc(&counts, n);
   *ptr = (void *)(uintptr_t)p;
   return 0;
 }
@@ -359,7 +366,7 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
 void kl_cuda_free(void *ptr, size_t nbytes) {
   if (!ptr || enter()) return;
   size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
-  atomic_fetch_sub(&bytes_in_use, (long long)n);
+  kl_mem_count_free(&counts, n);
   if (n <= SMALL_MAX && !kl_cuda_capturing()) {
     pthread_mutex_lock(&small_mu);
     int kept = nsmall < SMALL_SLOTS;
@@ -371,6 +378,39 @@ void kl_cuda_free(void *ptr, size_t nbytes) {
     if (kept) return;
   }
   p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, stream0); /* after the work queued before it */
+}
+
+/* kiln's allocations plus the memory CUDA graphs hold for their temporaries (the driver's
+ * count: a graph's peak is added to kiln's, so the peak is an upper bound). */
+static void cuda_memory_stats(kl_mem_stats *s) {
+  memset(s, 0, sizeof *s);
+  if (enter()) return;
+  kl_mem_count_read(&counts, s);
+  s->bytes_limit = (long long)dev_total_mem;
+  CUmemoryPool pool;
+  uint64_t reserved = 0, used = 0, g_used = 0, g_high = 0, g_reserved = 0;
+  if (!p_cuDeviceGetDefaultMemPool(&pool, dev0)) {
+    p_cuMemPoolGetAttribute(pool, POOL_RESERVED_MEM_CURRENT, &reserved);
+    p_cuMemPoolGetAttribute(pool, POOL_USED_MEM_CURRENT, &used);
+  }
+  p_cuDeviceGetGraphMemAttribute(dev0, GRAPH_MEM_USED_CURRENT, &g_used);
+  p_cuDeviceGetGraphMemAttribute(dev0, GRAPH_MEM_USED_HIGH, &g_high);
+  p_cuDeviceGetGraphMemAttribute(dev0, GRAPH_MEM_RESERVED_CURRENT, &g_reserved);
+  s->bytes_in_use += (long long)g_used;
+  s->peak_bytes_in_use += (long long)g_high;
+  pthread_mutex_lock(&small_mu);
+  for (int i = 0; i < nsmall; i++) s->pool_bytes += (long long)small[i].n;
+  pthread_mutex_unlock(&small_mu);
+  s->pool_bytes += (long long)(reserved > used ? reserved - used : 0) + (long long)(g_reserved > g_used ? g_reserved - g_used : 0);
+}
+
+static void cuda_empty_cache(void) {
+  if (enter()) return;
+  flush_small();
+  p_cuStreamSynchronize(stream0);
+  CUmemoryPool pool;
+  if (!p_cuDeviceGetDefaultMemPool(&pool, dev0)) p_cuMemPoolTrimTo(pool, 0);
+  p_cuDeviceGraphMemTrim(dev0);
 }
 
 /* ---- pinned staging for large host transfers ----
@@ -918,7 +958,8 @@ const kl_device kl_device_cuda = {
     .info = cuda_info,
     .alloc = kl_cuda_alloc,
     .free = kl_cuda_free,
-    .bytes_in_use = cuda_bytes_in_use,
+    .memory_stats = cuda_memory_stats,
+    .empty_cache = cuda_empty_cache,
     .upload = cuda_upload,
     .read = cuda_read,
     .is_ready = cuda_is_ready,

@@ -57,6 +57,24 @@ kl_buffer *kl_buf_wrap(void *data, size_t nbytes, void (*release)(void *), void 
 
 void kl_buf_retain(kl_buffer *b) { atomic_fetch_add((_Atomic int *)&b->refcount, 1); }
 
+void kl_mem_count_alloc(kl_mem_count *c, size_t n) {
+  long long now = atomic_fetch_add(&c->in_use, (long long)n) + (long long)n;
+  atomic_fetch_add(&c->nallocs, 1);
+  for (long long p = atomic_load(&c->peak); now > p && !atomic_compare_exchange_weak(&c->peak, &p, now);) {
+  }
+  for (long long l = atomic_load(&c->largest); (long long)n > l && !atomic_compare_exchange_weak(&c->largest, &l, (long long)n);) {
+  }
+}
+
+void kl_mem_count_free(kl_mem_count *c, size_t n) { atomic_fetch_sub(&c->in_use, (long long)n); }
+
+void kl_mem_count_read(kl_mem_count *c, kl_mem_stats *s) {
+  s->bytes_in_use = atomic_load(&c->in_use);
+  s->peak_bytes_in_use = atomic_load(&c->peak);
+  s->num_allocs = atomic_load(&c->nallocs);
+  s->largest_alloc_size = atomic_load(&c->largest);
+}
+
 void kl_buf_release(kl_buffer *b) {
   if (!b || atomic_fetch_sub((_Atomic int *)&b->refcount, 1) != 1) return;
   const kl_device *d = devices[b->device];

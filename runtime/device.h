@@ -8,6 +8,25 @@
 
 #include "runtime.h"
 
+/* A device's memory, as Device.memory_stats() shows it (JAX's key names). */
+typedef struct {
+  long long bytes_in_use;       /* live allocations (rounded as allocated) */
+  long long peak_bytes_in_use;  /* the most at once since the process began */
+  long long bytes_limit;        /* the device's memory (the CPU: physical memory) */
+  long long num_allocs;         /* allocations made since the process began */
+  long long largest_alloc_size;
+  long long pool_bytes;         /* freed memory kept for reuse, not in use */
+} kl_mem_stats;
+
+/* The counters behind it, kept by each device's alloc and free (device.c). */
+typedef struct {
+  _Atomic long long in_use, peak, nallocs, largest;
+} kl_mem_count;
+void kl_mem_count_alloc(kl_mem_count *c, size_t n);
+void kl_mem_count_free(kl_mem_count *c, size_t n);
+/* Fills the counted fields of s. */
+void kl_mem_count_read(kl_mem_count *c, kl_mem_stats *s);
+
 /* What a device says about itself (fields a device lacks are 0). */
 typedef struct {
   char name[128];
@@ -38,8 +57,11 @@ typedef struct kl_device {
   /* Frees what alloc returned (nbytes as asked for then) once no queued work uses it: CUDA frees
    * in stream order; the CPU's launches hold references to their buffers, so it frees at once. */
   void (*free)(void *ptr, size_t nbytes);
-  /* Bytes of device memory held by live allocations, or -1 where the device does not count. */
-  long long (*bytes_in_use)(void);
+  /* What the device's memory holds now (kiln's allocations, counted as alloc/free see them). */
+  void (*memory_stats)(kl_mem_stats *s);
+  /* Gives freed memory that kiln or the driver keeps for reuse back to the system (the CPU's
+   * cache of large blocks; CUDA's cached small blocks, its pool, its graphs' memory). */
+  void (*empty_cache)(void);
 
   /* Copies n bytes of host memory src to device memory dst that no queued work touches (a new
    * buffer's); returns once src may be reused, not necessarily once the copy is done. 0 or -1. */

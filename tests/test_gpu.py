@@ -369,14 +369,14 @@ def test_device_memory_does_not_grow_over_a_million_calls():
         x = x * 0.5 + 0.5  # eager, fused
     x.block_until_ready()
     gc.collect()
-    before = _kiln.gpu_memory_in_use()
+    before = kiln.devices("gpu")[0].memory_stats()["bytes_in_use"]
     for _ in range(1000000):
         x = f(x)
     for _ in range(100000):
         x = x * 0.5 + 0.5
     x.block_until_ready()
     gc.collect()
-    assert _kiln.gpu_memory_in_use() <= before
+    assert kiln.devices("gpu")[0].memory_stats()["bytes_in_use"] <= before
     np.testing.assert_allclose(np.asarray(x), 1.0, rtol=1e-6)  # both maps converge to 2 and 1
 
 

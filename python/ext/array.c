@@ -37,6 +37,7 @@ static const char *const op_prim[NOPS] = {"add", "sub", "mul",   "div",   "max",
 
 /* Set once by eager_setup (kiln._src.array_methods): the Python pieces the fast path shares. */
 static PyTypeObject *array_type;   /* kiln.Array itself (not its subclasses, e.g. Tracer) */
+static PyObject *deleted;          /* the buf of a deleted array (Array.delete): no Buffer */
 static PyObject *scalar_cache;     /* core._scalar_cache: (type, value, dtype, weak) -> 0-d Array */
 static PyObject *scalar_fn;        /* core.scalar_array(value, dtype, weak) */
 static PyObject *entry_fn;         /* dispatch._eager_entry(prim, params, xs, compiled) -> (exe or None, avals) */
@@ -456,12 +457,63 @@ out:
   return rc;
 }
 
-/* kiln.Array._buf: the Buffer (computing a pending array first), or None for a Tracer. */
+/* JAX's error for a deleted (or donated) array: "Array has been deleted with shape=float32[2,3]." */
+static PyObject *deleted_error(ArrayObject *a) {
+  PyObject *name = a->dtype ? PyObject_GetAttrString(a->dtype, "name") : NULL;
+  PyObject *dims = PyUnicode_FromString(""), *comma = PyUnicode_FromString(",");
+  PyObject *parts = a->shape ? PySequence_List(a->shape) : PyList_New(0);
+  for (Py_ssize_t i = 0; parts && i < PyList_Size(parts); i++) {
+    PyObject *t = PyObject_Str(PyList_GetItem(parts, i));
+    if (!t || PyList_SetItem(parts, i, t)) break;
+  }
+  PyObject *joined = parts && comma && !PyErr_Occurred() ? PyUnicode_Join(comma, parts) : NULL;
+  if (name && joined)
+    PyErr_Format(PyExc_RuntimeError, "Array has been deleted with shape=%U[%U].", name, joined);
+  else {
+    PyErr_Clear();
+    PyErr_SetString(PyExc_RuntimeError, "Array has been deleted.");
+  }
+  Py_XDECREF(name);
+  Py_XDECREF(dims);
+  Py_XDECREF(comma);
+  Py_XDECREF(parts);
+  Py_XDECREF(joined);
+  return NULL;
+}
+
+/* kiln.Array._buf: the Buffer (computing a pending array first), or None for a Tracer; a
+ * deleted array raises JAX's error. */
 static PyObject *array_get_buf(PyObject *self, void *unused) {
   (void)unused;
   ArrayObject *a = (ArrayObject *)self;
   if (a->pl && materialize(a)) return NULL;
+  if (a->buf && a->buf == deleted) return deleted_error(a);
   return Py_NewRef(a->buf ? a->buf : Py_None);
+}
+
+/* array_delete(a): drops a's buffer (its memory goes once no queued work reads it); using a
+ * afterwards raises. Deleting twice is allowed, as in JAX. */
+static PyObject *array_delete(PyObject *self, PyObject *o) {
+  (void)self;
+  if (!array_type || !PyObject_TypeCheck(o, array_type))
+    return PyErr_Format(PyExc_TypeError, "array_delete: not a kiln Array");
+  ArrayObject *a = (ArrayObject *)o;
+  if (!deleted && !(deleted = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type))) return NULL;
+  if (kl_py_eager_flush()) return NULL; /* pending results reading a are launched first (they keep its buffer) */
+  PyObject *old = a->buf;
+  a->buf = Py_NewRef(deleted);
+  Py_XDECREF(old);
+  list_remove(a);
+  Py_CLEAR(a->pl);
+  Py_CLEAR(a->pr);
+  Py_RETURN_NONE;
+}
+
+static PyObject *array_is_deleted(PyObject *self, PyObject *o) {
+  (void)self;
+  if (!array_type || !PyObject_TypeCheck(o, array_type))
+    return PyErr_Format(PyExc_TypeError, "array_is_deleted: not a kiln Array");
+  return PyBool_FromLong(deleted && ((ArrayObject *)o)->buf == deleted);
 }
 
 static int array_set_buf(PyObject *self, PyObject *value, void *unused) {
@@ -616,6 +668,10 @@ PyObject *kl_py_eager_bind(PyObject *prim, PyObject *const *xs, Py_ssize_t n, Py
   for (Py_ssize_t i = 0; i < n; i++) {
     ArrayObject *x = (ArrayObject *)xs[i];
     if (materialize(x)) goto done;
+    if (x->buf && x->buf == deleted) {
+      deleted_error(x);
+      goto done;
+    }
     if (!x->buf || !PyObject_TypeCheck(x->buf, (PyTypeObject *)BufferType)) {
       PyErr_Format(PyExc_TypeError, "executable argument %zd is not a Buffer", i);
       goto done;
@@ -649,7 +705,7 @@ done:
 /* Whether computed array x lives in memory another library can write (imported or exported
  * through DLPack or the CUDA array interface): work reading it runs at once, not deferred. */
 static int reads_shared(ArrayObject *x) {
-  if (x->pl || !x->buf) return 0;
+  if (x->pl || !x->buf || !PyObject_TypeCheck(x->buf, (PyTypeObject *)BufferType)) return 0;
   kl_buffer *b = ((BufferObject *)x->buf)->buf;
   return b->shared || b->release;
 }
@@ -974,6 +1030,8 @@ static PyMethodDef array_functions[] = {
     {"eager_setup", eager_setup, METH_VARARGS, "connects ArrayBase's eager fast path to kiln's Python core"},
     {"config_changed", config_changed, METH_NOARGS, "a setting changed: drop the executables cached in C"},
     {"jit_setup", jit_setup, METH_O, "gives JitBase tree_unflatten"},
+    {"array_delete", array_delete, METH_O, "array_delete(a): drops a's buffer; a raises when used"},
+    {"array_is_deleted", array_is_deleted, METH_O, "array_is_deleted(a): whether a was deleted (or donated)"},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot array_slots[] = {{Py_bf_getbuffer, array_getbuffer},

@@ -1107,10 +1107,33 @@ static PyObject *mod_cublas_library(PyObject *self, PyObject *unused) {
   return Py_BuildValue("(Os)", ok ? Py_True : Py_False, lib);
 }
 
-static PyObject *mod_gpu_memory(PyObject *self, PyObject *unused) {
+/* memory_stats(kind): a device's memory as a dict of JAX's keys (Device.memory_stats). */
+static PyObject *mod_memory_stats(PyObject *self, PyObject *arg) {
   (void)self;
-  (void)unused;
-  return PyLong_FromLongLong(gpu()->bytes_in_use());
+  long kind = PyLong_AsLong(arg);
+  if (kind == -1 && PyErr_Occurred()) return NULL;
+  const kl_device *d = kl_device_get((int)kind);
+  if (!d) return PyErr_Format(PyExc_ValueError, "memory_stats: no device of kind %ld", kind);
+  kl_mem_stats s;
+  Py_BEGIN_ALLOW_THREADS
+  d->memory_stats(&s);
+  Py_END_ALLOW_THREADS
+  return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "bytes_in_use", s.bytes_in_use, "peak_bytes_in_use",
+                       s.peak_bytes_in_use, "bytes_limit", s.bytes_limit, "num_allocs", s.num_allocs,
+                       "largest_alloc_size", s.largest_alloc_size, "pool_bytes", s.pool_bytes);
+}
+
+/* empty_cache(kind): the device's pooled free memory back to the system or driver. */
+static PyObject *mod_empty_cache(PyObject *self, PyObject *arg) {
+  (void)self;
+  long kind = PyLong_AsLong(arg);
+  if (kind == -1 && PyErr_Occurred()) return NULL;
+  const kl_device *d = kl_device_get((int)kind);
+  if (!d) return PyErr_Format(PyExc_ValueError, "empty_cache: no device of kind %ld", kind);
+  Py_BEGIN_ALLOW_THREADS
+  d->empty_cache();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
 }
 
 static PyObject *mod_gpu_compile_stats(PyObject *self, PyObject *unused) {
@@ -1149,7 +1172,8 @@ static PyMethodDef mod_methods[] = {
     {"set_default_device", mod_set_default_device, METH_O, "0: CPU, 1: GPU"},
     {"cublas_search_path", mod_cublas_search_path, METH_O, "add a libcublas candidate path"},
     {"cublas_library", mod_cublas_library, METH_NOARGS, "(found, path or reason)"},
-    {"gpu_memory_in_use", mod_gpu_memory, METH_NOARGS, "bytes of GPU memory held by kiln buffers"},
+    {"memory_stats", mod_memory_stats, METH_O, "memory_stats(kind): a device's memory (JAX's keys)"},
+    {"empty_cache", mod_empty_cache, METH_O, "empty_cache(kind): pooled free memory back to the system"},
     {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
     {"gpu_graph_stats", mod_gpu_graph_stats, METH_NOARGS, "(graphs built, conds queued as conditional nodes, device-side loops launched) on the GPU"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},

@@ -12,7 +12,7 @@ from kiln import tree_util  # noqa: F401
 from kiln._src.core import Array  # noqa: F401
 from kiln._src.api import (jit, make_jaxpr, device_put, device_get, devices, local_devices, device_count,  # noqa: F401
                            local_device_count, default_backend, block_until_ready, eval_shape,
-                           ShapeDtypeStruct)
+                           ShapeDtypeStruct, clear_caches, live_arrays, empty_cache)
 from kiln._src.tree_util import tree_map, tree_leaves, tree_flatten, tree_unflatten, tree_structure  # noqa: F401
 from kiln._src.ad import (grad, value_and_grad, jvp, vjp, linearize, jacfwd, jacrev, jacobian,  # noqa: F401
                           hessian)

@@ -34,6 +34,15 @@ class Device:
     def __str__(self):
         return f"TFRT_CPU_{self.id}" if self.platform == "cpu" else f"cuda:{self.id}"
 
+    def memory_stats(self):
+        """This device's memory as kiln's allocator counts it, with JAX's keys: bytes_in_use
+        (live buffers and temporaries), peak_bytes_in_use (since the process began; on the GPU
+        the memory CUDA graphs hold for their temporaries is added at its own peak, so this is
+        an upper bound), bytes_limit (the device's memory; the CPU's: physical memory),
+        num_allocs, largest_alloc_size, and pool_bytes (freed memory kept for reuse: see
+        kiln.empty_cache). JAX returns None on the CPU; kiln counts there too."""
+        return _kiln.memory_stats(self._kind)
+
 
 _cpu = Device(0, "cpu", "cpu")
 _cpu._kind = 0
@@ -315,6 +324,51 @@ def _aval_key(x):
 _kiln.jit_setup(tree_util.tree_unflatten)
 
 
+_jitted = weakref.WeakSet()  # every live jit-wrapped function, for clear_caches
+
+
+def clear_caches():
+    """Drops every compiled program kiln keeps for reuse, as JAX's clear_caches: the caches of
+    all jit-wrapped functions, eager mode's one-operation programs, and grad/vmap's programs for
+    concrete arguments. The next call compiles again (from the disk cache, where it has it)."""
+    from kiln._src import ad
+    for w in list(_jitted):
+        w.clear_cache()
+    ad._compiled.clear()
+    _kiln.config_changed()
+
+
+def live_arrays(platform=None):
+    """The kiln Arrays alive now (computed or pending, not deleted), optionally only those on
+    `platform` ('cpu' or 'gpu'), as JAX's live_arrays."""
+    import gc
+    if platform is not None and str(platform).lower() not in ("cpu", "gpu", "cuda"):
+        raise ValueError(f"live_arrays: unknown platform {platform!r}; use 'cpu' or 'gpu'")
+    want = None if platform is None else (0 if str(platform).lower() == "cpu" else 1)
+    out = []
+    for o in gc.get_objects():
+        if type(o) is not Array or _kiln.array_is_deleted(o):
+            continue
+        if want is not None and o.device._kind != want:
+            continue
+        out.append(o)
+    return out
+
+
+def empty_cache(backend=None):
+    """Gives the memory kiln keeps for reuse after arrays die back to the system: on the GPU,
+    kiln's cached small blocks, the CUDA memory pool and CUDA graphs' reserved memory (after
+    waiting for queued work), as PyTorch's torch.cuda.empty_cache (JAX has none); on the CPU,
+    kiln's cache of large blocks. backend: 'cpu', 'gpu', or None for every device."""
+    if backend is not None and str(backend).lower() not in ("cpu", "gpu", "cuda"):
+        raise ValueError(f"empty_cache: unknown backend {backend!r}; use 'cpu' or 'gpu'")
+    b = None if backend is None else str(backend).lower()
+    if b in (None, "cpu"):
+        _kiln.empty_cache(0)
+    if b in (None, "gpu", "cuda") and _gpu is not None:
+        _kiln.empty_cache(1)
+
+
 class JitWrapped(_kiln.JitBase):
     """The callable returned by kiln.jit."""
 
@@ -327,6 +381,7 @@ class JitWrapped(_kiln.JitBase):
         # positional-Array-only calls, run by JitBase: (shape, dtype, weak_type, ...) -> entry.fast
         self._fast = None if (self._static_argnums or self._static_argnames) else {}
         functools.update_wrapper(self, fun)
+        _jitted.add(self)
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -390,6 +445,8 @@ class JitWrapped(_kiln.JitBase):
 
     def clear_cache(self):
         self._cache.clear()
+        if self._fast is not None:
+            self._fast.clear()
 
 
 class Lowered:

@@ -176,7 +176,12 @@ class Array(_kiln.ArrayBase):
         return api.SingleDeviceSharding(self.device)
 
     def delete(self):
-        self._buf = None
+        """Frees this array's memory now (once queued work that reads it is done); using the
+        array afterwards raises RuntimeError, as in JAX."""
+        _kiln.array_delete(self)
+
+    def is_deleted(self):
+        return _kiln.array_is_deleted(self)
 
     # -- interop --
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):

@@ -1,0 +1,123 @@
+"""Memory you can see (issue 12): Device.memory_stats, Array.delete/is_deleted, live_arrays,
+clear_caches and empty_cache, on the default backend (the GPU where there is one) and the CPU."""
+import gc
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+
+KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "num_allocs", "largest_alloc_size", "pool_bytes")
+
+
+def _devices():
+    return [d for d in {kiln.devices()[0], kiln.devices("cpu")[0]}]
+
+
+@pytest.mark.parametrize("device", _devices(), ids=str)
+def test_memory_stats_count_live_buffers(device):
+    rng = np.random.default_rng(0)
+    host = rng.standard_normal((1024, 1024)).astype(np.float32)  # 4 MiB
+    gc.collect()
+    s0 = device.memory_stats()
+    assert set(KEYS) <= set(s0) and all(isinstance(s0[k], int) for k in KEYS)
+    assert s0["bytes_limit"] > 1 << 30 and s0["peak_bytes_in_use"] >= s0["bytes_in_use"] >= 0
+    x = kiln.device_put(host, device)
+    y = (x * 2.0 + 1.0).block_until_ready()
+    s1 = device.memory_stats()
+    assert s1["bytes_in_use"] - s0["bytes_in_use"] >= 2 * host.nbytes
+    assert s1["num_allocs"] >= s0["num_allocs"] + 2 and s1["largest_alloc_size"] >= host.nbytes
+    assert s1["peak_bytes_in_use"] >= s1["bytes_in_use"]
+    np.testing.assert_allclose(np.asarray(y), host.astype(np.float64) * 2 + 1, rtol=1e-6)
+    del x, y
+    gc.collect()
+    kiln.block_until_ready(jnp.zeros(1))
+    s2 = device.memory_stats()
+    assert s2["bytes_in_use"] <= s1["bytes_in_use"] - 2 * host.nbytes + 4096  # (the zeros made to wait)
+    assert s2["peak_bytes_in_use"] >= s1["bytes_in_use"]  # the peak stays
+
+
+@pytest.mark.parametrize("device", _devices(), ids=str)
+def test_empty_cache_gives_pooled_memory_back(device):
+    x = kiln.device_put(np.ones((2048, 1024), np.float32), device)  # 8 MiB
+    (x + 1.0).block_until_ready()
+    del x
+    gc.collect()
+    kiln.block_until_ready(jnp.zeros(1))
+    before = device.memory_stats()
+    kiln.empty_cache(device.platform)
+    after = device.memory_stats()
+    assert after["pool_bytes"] <= before["pool_bytes"]
+    if device.platform == "cpu":
+        assert before["pool_bytes"] >= 8 << 20 and after["pool_bytes"] == 0
+    assert after["bytes_in_use"] == before["bytes_in_use"]
+    z = kiln.device_put(np.arange(6.0, dtype=np.float32), device) * 2.0  # memory comes again
+    np.testing.assert_array_equal(np.asarray(z), np.arange(6.0) * 2)
+    with pytest.raises(ValueError, match="empty_cache: unknown backend 'tpu'"):
+        kiln.empty_cache("tpu")
+
+
+def test_deleted_arrays_raise_jaxs_error_everywhere():
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32))
+    y = x + 1.0
+    assert not x.is_deleted()
+    x.delete()
+    assert x.is_deleted() and x.shape == (2, 3) and x.dtype == np.float32
+    x.delete()  # twice is fine, as in JAX
+    msg = r"^Array has been deleted with shape=float32\[2,3\]\.$"
+    for use in (lambda: x + 1, lambda: jnp.sin(x), lambda: x.sum(), lambda: kiln.jit(lambda a: a * 2)(x),
+                lambda: kiln.grad(lambda a: a.sum())(x), lambda: kiln.vmap(jnp.sin)(x), lambda: x[0],
+                lambda: x.at[0].set(1.0), lambda: np.asarray(x), lambda: repr(x), lambda: x.block_until_ready()):
+        with pytest.raises(RuntimeError, match=msg):
+            use()
+    s = jnp.float32(3.0) * 2
+    s.delete()
+    with pytest.raises(RuntimeError, match=r"^Array has been deleted with shape=float32\[\]\.$"):
+        float(s)
+    np.testing.assert_allclose(np.asarray(y * 2), (np.asarray(y)) * 2)  # the rest keeps working
+
+
+def test_delete_of_a_pending_result_and_of_a_jit_output():
+    a = jnp.ones(8) * 3.0 + 1.0  # an eager chain not yet launched
+    a.delete()
+    assert a.is_deleted()
+    f = kiln.jit(lambda v: (v * 2, v + 1))
+    p, q = f(jnp.arange(4.0))
+    p.delete()
+    np.testing.assert_array_equal(np.asarray(q), np.arange(4.0) + 1)
+    with pytest.raises(RuntimeError, match="deleted"):
+        f(p)
+    np.testing.assert_array_equal(np.asarray(f(q)[0]), (np.arange(4.0) + 1) * 2)
+
+
+def test_live_arrays_lists_what_is_alive():
+    x = jnp.arange(5.0) * 7.0
+    y = jnp.ones((3, 3))
+    live = kiln.live_arrays()
+    assert any(a is x for a in live) and any(a is y for a in live)
+    assert all(type(a) is kiln.Array for a in live)
+    y.delete()
+    assert not any(a is y for a in kiln.live_arrays())
+    platform = kiln.devices()[0].platform
+    assert any(a is x for a in kiln.live_arrays(platform))
+    other = "cpu" if platform == "gpu" else "gpu"
+    assert not any(a is x for a in kiln.live_arrays(other))
+    with pytest.raises(ValueError, match="live_arrays: unknown platform"):
+        kiln.live_arrays("tpu")
+
+
+def test_clear_caches_drops_compiled_programs():
+    f = kiln.jit(lambda v: jnp.tanh(v) * 2.0)
+    x = jnp.asarray(np.linspace(-2, 2, 7).astype(np.float32))
+    r1 = np.asarray(f(x))
+    g = kiln.grad(lambda v: jnp.sum(jnp.sin(v)))
+    np.asarray(g(x))
+    assert f._cache_size() == 1
+    kiln.clear_caches()
+    assert f._cache_size() == 0
+    from kiln._src import ad
+    assert len(ad._compiled) == 0
+    np.testing.assert_allclose(np.asarray(f(x)), r1)  # compiled again, same numbers
+    assert f._cache_size() == 1
+    np.testing.assert_allclose(np.asarray(g(x)), np.cos(np.linspace(-2, 2, 7)), rtol=1e-6)
