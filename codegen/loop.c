@@ -566,7 +566,7 @@ static int dev_scan_build(kl_loop *l) {
   d->kbytes = kl_calloc((size_t)nk + 1, sizeof(size_t));
   d->sbytes = 16 + 8 * (size_t)ns;
   d->host = kl_calloc(2 + (size_t)ns, sizeof(uint64_t));
-  void **args = kl_calloc((size_t)(nk + n + ns) + 1, sizeof(void *));
+  void **args = kl_calloc((size_t)(nk + 2 * n + ns) + 1, sizeof(void *)); /* consts, a, xs; then b, ys */
   if (!d->k || !d->kbytes || !d->host || !args) rc = -1;
   if (!rc) d->st = d->k + nk;
   carries_plan(l, n, l->body->cost, &d->c);

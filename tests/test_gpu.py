@@ -946,6 +946,25 @@ def test_device_side_loops_whose_bodies_branch():
     np.testing.assert_allclose(np.asarray(c), cr, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(ys), yr, rtol=1e-4, atol=1e-5)
 
+    def body4(s, x):  # four carries (the device loop's bindings hold consts, a, xs, then b, ys)
+        c, k, t, m = s
+        c = kiln.lax.cond(x[0] > 0.3, lambda v: v * 0.99 + x * 0.01, lambda v: v, c)
+        return (c, k + (x[0] > 0.3), t + c[0], jnp.maximum(m, x[1])), c[1]
+
+    l0 = _kiln.gpu_graph_stats()[2]
+    (c, k, t, m), ys = kiln.jit(lambda s, xs: kiln.lax.scan(body4, s, xs))((c0, 0, 0.0, -10.0), xs)
+    assert _kiln.gpu_graph_stats()[2] == l0 + 1
+    cr, kr, tr, yr = c0.astype(np.float64), 0, 0.0, np.empty(n)
+    for i, x in enumerate(xs.astype(np.float64)):
+        if x[0] > 0.3:
+            cr, kr = cr * 0.99 + x * 0.01, kr + 1
+        tr += cr[0]
+        yr[i] = cr[1]
+    np.testing.assert_allclose(np.asarray(c), cr, rtol=1e-4, atol=1e-5)
+    assert int(k) == kr and float(m) == xs[:, 1].max()
+    np.testing.assert_allclose(float(t), tr, rtol=1e-3)
+    np.testing.assert_allclose(np.asarray(ys), yr, rtol=1e-4, atol=1e-5)
+
     def collatz(v):  # a while loop whose body branches per trip
         return kiln.lax.while_loop(lambda s: s[0] != 1, lambda s: (kiln.lax.cond(s[0] % 2 == 0, lambda a: a // 2,
                                                                                 lambda a: 3 * a + 1, s[0]), s[1] + 1),
