@@ -363,6 +363,70 @@ static int build_kernels(cpu_module *cm, kl_exec **xs, int nxs, int nextra, kl_k
   return rc;
 }
 
+static int same_dims(const kl_aval *a, const kl_aval *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
+/* How the kernel computing `root` reads value v, walking its expression from u (not past values
+ * in buffers): *reads when it reads v at all, *skewed when somewhere not at the output's own
+ * index (through anything but elementwise primitives of root's shape). seen: per value, bit 1
+ * (visited aligned) and bit 2 (visited skewed). */
+static void kernel_reads(const kl_program *pg, const kl_plan *plan, int u, int root, int v, int aligned, int *reads,
+                         int *skewed, char *seen) {
+  if (u == v) {
+    *reads = 1;
+    *skewed |= !aligned;
+    return;
+  }
+  if ((u != root && plan->materialized[u]) || pg->vals[u].producer < 0 || (seen[u] & (aligned ? 1 : 2))) return;
+  seen[u] |= aligned ? 1 : 2;
+  const kl_eqn *e = &pg->eqns[pg->vals[u].producer];
+  int elementwise = kl_form_elementwise(kl_prim_get(e->prim)->form) && same_dims(&pg->vals[u].aval, &pg->vals[root].aval);
+  for (int i = 0; i < e->nin; i++)
+    kernel_reads(pg, plan, e->ins[i], root, v, aligned && elementwise && same_dims(&pg->vals[e->ins[i]].aval, &pg->vals[u].aval),
+                 reads, skewed, seen);
+}
+
+/* Per output, the input whose buffer it may be written into when that input is donated (x->donor):
+ * the same shape and dtype, the output written by a kernel (not a library call) that
+ * reads the input only at its own index, and no step after it reading the input. Each input at
+ * most once. Conservative: -1 wherever one of these is not known to hold. */
+static void find_donors(const kl_program *pg, const kl_plan *plan, kl_exec *x) {
+  if (!(x->donor = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1)))) return;
+  char *seen = kl_malloc((size_t)pg->nvals + 1), *taken = kl_calloc((size_t)pg->ninputs + 1, 1);
+  for (int j = 0; j < pg->noutputs; j++) {
+    x->donor[j] = -1;
+    int o = pg->outputs[j], w = -1;
+    for (int s = 0; s < plan->nsteps && w < 0; s++)
+      if (plan->steps[s].kind == KL_STEP_KERNEL && plan->steps[s].root == o) w = s;
+    if (w < 0 || !seen || !taken) continue;
+    for (int i = 0; i < pg->ninputs && x->donor[j] < 0; i++) {
+      int v = pg->inputs[i], ok = !taken[i] && v != o && pg->vals[v].aval.dtype == pg->vals[o].aval.dtype &&
+                                  same_dims(&pg->vals[v].aval, &pg->vals[o].aval);
+      for (int k = 0; k < pg->noutputs && ok; k++) ok = pg->outputs[k] != v;
+      for (int s = 0; s < plan->nsteps && ok; s++) {
+        const kl_plan_step *ps = &plan->steps[s];
+        int reads = 0, skewed = 0;
+        if (ps->kind == KL_STEP_KERNEL) {
+          memset(seen, 0, (size_t)pg->nvals);
+          kernel_reads(pg, plan, ps->root, ps->root, v, 1, &reads, &skewed, seen);
+        } else
+          for (int a = 0; a < pg->eqns[ps->eqn].nin; a++) reads |= pg->eqns[ps->eqn].ins[a] == v;
+        ok = !reads || s < w || (s == w && !skewed);
+      }
+      if (ok) {
+        x->donor[j] = i;
+        taken[i] = 1;
+      }
+    }
+  }
+  free(seen);
+  free(taken);
+}
+
 kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, char *err, size_t errlen) {
   memset(plan, 0, sizeof *plan);
   if (pg->oom) {
@@ -405,6 +469,7 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
   for (int i = 0; i < pg->ninputs; i++) x->in_slots[i] = so[pg->inputs[i]];
   x->noutputs = pg->noutputs;
   for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = so[pg->outputs[i]];
+  find_donors(pg, plan, x); /* without memory for the table: no donation */
   *slot_of = so;
   return x;
 }

@@ -501,7 +501,8 @@ static void exec_init(void) {
 /* Work below this many elements runs in the caller when the device is idle. */
 #define INLINE_MAX_COST 4096
 
-static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                      size_t errlen) {
   launch *l = calloc(1, sizeof *l);
   kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
   if (!l || !bufs) {
@@ -514,6 +515,12 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *er
     bufs[x->in_slots[i]] = inputs[i];
     kl_buf_retain(inputs[i]);
   }
+  for (int i = 0; preset && i < x->noutputs; i++) /* donated inputs' buffers, written again */
+    if (preset[i] && !bufs[x->out_slots[i]]) {
+      bufs[x->out_slots[i]] = preset[i];
+      kl_buf_retain(preset[i]);
+      atomic_store((_Atomic int *)&preset[i]->state, KL_BUF_PENDING); /* ready again when this launch is done */
+    }
   for (int i = 0; i < x->noutputs; i++) {
     int s = x->out_slots[i];
     if (!bufs[s]) {

@@ -825,7 +825,8 @@ static struct {
   long steps, kerns, libs, launches;
 } hp;
 
-static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                            size_t errlen) {
   static int profile = -1;
   if (profile < 0) profile = getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '1' ? 1
                              : getenv("KILN_GPU_PROFILE") && *getenv("KILN_GPU_PROFILE") == '2' ? 2 : 0;
@@ -857,6 +858,11 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, ch
       kl_buf_retain(b);
     }
   }
+  for (int i = 0; preset && !rc && i < x->noutputs; i++) /* donated inputs' buffers, written again */
+    if (preset[i] && !bufs[x->out_slots[i]]) {
+      bufs[x->out_slots[i]] = preset[i];
+      kl_buf_retain(preset[i]);
+    }
   /* A large launch starts a new event: buffers written before it never wait for it (small
    * launches share one event, recorded on demand, so a read waits at most for small work). */
   if (x->cost >= BIG_LAUNCH_COST) {

@@ -102,12 +102,18 @@ void kl_exec_release(kl_exec *x) {
   free(x->slot_bytes);
   free(x->in_slots);
   free(x->out_slots);
+  free(x->donor);
   free(x->host_steps);
   free(x);
 }
 
 int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
-  return devices[x->device]->launch(x, inputs, outs, err, errlen);
+  return devices[x->device]->launch(x, inputs, NULL, outs, err, errlen);
+}
+
+int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                        size_t errlen) {
+  return devices[x->device]->launch(x, inputs, preset, outs, err, errlen);
 }
 
 void kl_rt_synchronize(void) {

@@ -84,8 +84,9 @@ typedef struct kl_device {
    * blocking the host where the device can (the CPU has no queues to order: it waits). 0 or -1. */
   int (*stream_wait)(void *stream, kl_buffer *b);
 
-  /* kl_exec_launch for executables of this device (see runtime.h). */
-  int (*launch)(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
+  /* kl_exec_launch for executables of this device (see runtime.h); preset (or NULL): per output,
+   * a buffer to write it into (a donated input's, see kl_exec_launch_into) or NULL. */
+  int (*launch)(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err, size_t errlen);
   /* Waits until every launch queued on the device is finished. 0 or -1. Never call it from
    * inside a launch (the CPU's executor would wait for itself). */
   int (*synchronize)(void);

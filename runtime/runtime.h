@@ -21,6 +21,7 @@ typedef struct kl_buffer {
   int device;          /* kl_device_kind: where `data` lives */
   struct kl_event *event; /* GPU buffers: the launch that writes them (NULL: ready), one ref */
   int shared;          /* also reachable by another library (DLPack, CUDA array interface) */
+  int holders;         /* atomic; handles of the Python layer on it (launches hold references, not handles) */
 } kl_buffer;
 
 /* Allocates a pending host buffer; NULL (with a message) if nbytes cannot be allocated. */
@@ -68,6 +69,9 @@ typedef struct kl_exec {
   int ninputs, noutputs;
   int *in_slots;      /* owned; slot of each input */
   int *out_slots;     /* owned; slot of each output (may repeat, may be an input slot) */
+  int *donor;         /* owned, or NULL; per output, the input whose buffer it may be written into
+                         (the input dead once the output's kernel runs, read there only at the
+                         output's own index; same bytes), or -1: what donation can use */
   kl_step *steps;     /* owned */
   int nsteps;
   int64_t cost;       /* total elements touched */
@@ -87,6 +91,10 @@ void kl_exec_release(kl_exec *x);
  * by the caller) into outs. Returns before the work is done unless the work is tiny and the
  * device is idle. Returns 0, or -1 with a message if outputs cannot be allocated. */
 int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
+/* The same, output j written into preset[j] where that is not NULL (a donated input's buffer,
+ * inputs[x->donor[j]], that nothing else holds: its old contents are gone afterwards). */
+int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                        size_t errlen);
 
 /* Waits until every launched piece of work is finished, on every available device. */
 void kl_rt_synchronize(void);

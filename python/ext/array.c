@@ -12,6 +12,7 @@
 #include "module.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -489,6 +490,106 @@ static PyObject *array_get_buf(PyObject *self, void *unused) {
   if (a->pl && materialize(a)) return NULL;
   if (a->buf && a->buf == deleted) return deleted_error(a);
   return Py_NewRef(a->buf ? a->buf : Py_None);
+}
+
+/* donate_call(exe, bufs, donated): runs exe on bufs (a tuple of Buffers, None at each donated
+ * position) like calling it, where donated is ((input index, Array), ...): each donated Array's
+ * buffer is the input at its index and, when exe's donor table gives it an output and nothing
+ * but that Array holds it, the output is written into it; every donated Array is deleted
+ * afterwards. Returns (outputs as Buffers, number of buffers reused). */
+static PyObject *array_delete(PyObject *self, PyObject *o);
+static PyObject *donate_call(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *exe, *bufs, *donated;
+  if (!PyArg_ParseTuple(args, "OOO", &exe, &bufs, &donated)) return NULL;
+  if (!PyObject_TypeCheck(exe, (PyTypeObject *)ExecType) || !PyTuple_Check(bufs) || !PyTuple_Check(donated))
+    return PyErr_Format(PyExc_TypeError, "donate_call(exe, bufs, donated): bad arguments");
+  ExecObject *e = (ExecObject *)exe;
+  Py_ssize_t n = PyTuple_Size(bufs), nd = PyTuple_Size(donated);
+  if (n != e->ninputs) return PyErr_Format(PyExc_SystemError, "internal: executable expects %d buffers, got %zd", e->ninputs, n);
+  kl_buffer **ins = PyMem_Calloc((size_t)n + 1, sizeof *ins), **outs = PyMem_Calloc((size_t)e->noutputs + 1, sizeof *outs);
+  kl_buffer **preset = PyMem_Calloc((size_t)e->noutputs + 1, sizeof *preset);
+  PyObject *res = NULL;
+  int reused = 0, lrc = 0;
+  if (!ins || !outs || !preset) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (kl_py_eager_flush()) goto done; /* deferred work reading a donated array runs before it is written */
+  for (Py_ssize_t k = 0; k < nd; k++) { /* the donated arrays' buffers, computed */
+    PyObject *pair = PyTuple_GetItem(donated, k);
+    Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GetItem(pair, 0));
+    ArrayObject *a = (ArrayObject *)PyTuple_GetItem(pair, 1);
+    if (i < 0 || i >= n || !PyObject_TypeCheck((PyObject *)a, array_type)) {
+      PyErr_SetString(PyExc_SystemError, "internal: bad donated argument");
+      goto done;
+    }
+    if (a->pl && materialize(a)) goto done;
+    if (a->buf && a->buf == deleted) {
+      deleted_error(a);
+      goto done;
+    }
+    if (!a->buf || !PyObject_TypeCheck(a->buf, (PyTypeObject *)BufferType)) {
+      PyErr_SetString(PyExc_SystemError, "internal: a donated array without a buffer");
+      goto done;
+    }
+    ins[i] = ((BufferObject *)a->buf)->buf;
+    /* nothing else can see it: one Buffer handle, held by this Array alone (launches in flight
+     * hold references too, harmlessly: the queue runs them first) */
+    int sole = Py_REFCNT(a->buf) == 1 && atomic_load((_Atomic int *)&ins[i]->holders) == 1 && !ins[i]->shared &&
+               !ins[i]->release && ins[i]->device == e->x->device;
+    for (int j = 0; j < e->noutputs; j++) sole &= preset[j] != ins[i]; /* one array donated twice: once */
+    for (int j = 0; sole && e->x->donor && j < e->noutputs; j++)
+      if (e->x->donor[j] == i && !preset[j] && ins[i]->nbytes == e->x->slot_bytes[e->x->out_slots[j]]) {
+        preset[j] = ins[i];
+        reused++;
+        break;
+      }
+  }
+  int same_device = 1;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (!ins[i]) {
+      PyObject *b = PyTuple_GetItem(bufs, i);
+      if (!PyObject_TypeCheck(b, (PyTypeObject *)BufferType)) {
+        PyErr_Format(PyExc_TypeError, "executable argument %zd is not a Buffer", i);
+        goto done;
+      }
+      ins[i] = ((BufferObject *)b)->buf;
+    }
+    same_device &= ins[i]->device == e->x->device;
+  }
+  if (!same_device) { /* arrays to bring over: the plain call (no buffer reused), then the deletions */
+    PyObject *plain = PyTuple_New(n);
+    for (Py_ssize_t i = 0; plain && i < n; i++) PyTuple_SetItem(plain, i, Py_NewRef(PyTuple_GetItem(bufs, i)));
+    for (Py_ssize_t k = 0; plain && k < nd; k++) { /* each donated position: its array's buffer */
+      PyObject *pair = PyTuple_GetItem(donated, k);
+      Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GetItem(pair, 0));
+      PyTuple_SetItem(plain, i, Py_NewRef(((ArrayObject *)PyTuple_GetItem(pair, 1))->buf));
+    }
+    PyObject *r = plain ? PyObject_Call(exe, plain, NULL) : NULL;
+    Py_XDECREF(plain);
+    if (!r) goto done;
+    res = Py_BuildValue("(Ni)", r, 0);
+  } else {
+    char err[512];
+    if ((lrc = kl_exec_launch_into(e->x, ins, preset, outs, err, sizeof err))) {
+      kl_py_raise(NULL, err);
+      goto done;
+    }
+    PyObject *t = PyTuple_New(e->noutputs);
+    for (int j = 0; j < e->noutputs; j++) PyTuple_SetItem(t, j, buffer_new_from(outs[j]));
+    res = t ? Py_BuildValue("(Ni)", t, reused) : NULL;
+  }
+  for (Py_ssize_t k = 0; res && k < nd; k++) { /* donated: deleted, whether or not reused */
+    PyObject *r = array_delete(NULL, PyTuple_GetItem(PyTuple_GetItem(donated, k), 1));
+    if (!r) Py_CLEAR(res);
+    Py_XDECREF(r);
+  }
+done:
+  PyMem_Free(ins);
+  PyMem_Free(outs);
+  PyMem_Free(preset);
+  return res;
 }
 
 /* array_delete(a): drops a's buffer (its memory goes once no queued work reads it); using a
@@ -1031,6 +1132,7 @@ static PyMethodDef array_functions[] = {
     {"config_changed", config_changed, METH_NOARGS, "a setting changed: drop the executables cached in C"},
     {"jit_setup", jit_setup, METH_O, "gives JitBase tree_unflatten"},
     {"array_delete", array_delete, METH_O, "array_delete(a): drops a's buffer; a raises when used"},
+    {"donate_call", donate_call, METH_VARARGS, "donate_call(exe, bufs, donated): a call that may reuse donated buffers"},
     {"array_is_deleted", array_is_deleted, METH_O, "array_is_deleted(a): whether a was deleted (or donated)"},
     {NULL, NULL, 0, NULL}};
 

@@ -5,6 +5,7 @@
 #include "module.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "../../include/kiln.h"
@@ -32,11 +33,13 @@ PyObject *buffer_new_from(kl_buffer *b) {
     return NULL;
   }
   o->buf = b;
+  atomic_fetch_add((_Atomic int *)&b->holders, 1);
   return (PyObject *)o;
 }
 
 static void buffer_dealloc(PyObject *self) {
   BufferObject *o = (BufferObject *)self;
+  if (o->buf) atomic_fetch_sub((_Atomic int *)&o->buf->holders, 1);
   kl_buf_release(o->buf);
   free(o->host);
   PyTypeObject *tp = Py_TYPE(self);
@@ -997,7 +1000,16 @@ static PyObject *exec_host_steps(PyObject *self, void *unused) {
   return res;
 }
 
+static PyObject *exec_donors(PyObject *self, void *unused) {
+  (void)unused;
+  ExecObject *o = (ExecObject *)self;
+  PyObject *t = PyTuple_New(o->noutputs);
+  for (int i = 0; t && i < o->noutputs; i++) PyTuple_SetItem(t, i, PyLong_FromLong(o->x->donor ? o->x->donor[i] : -1));
+  return t;
+}
+
 static PyGetSetDef exec_getset[] = {
+    {"donors", exec_donors, NULL, "per output, the input whose donated buffer it may take, or -1", NULL},
     {"host_steps", exec_host_steps, NULL, "steps of a GPU executable that run on the host over copies", NULL},
     {"num_steps", exec_steps, NULL, "launches per call: kernels and library calls (for fusion tests)", NULL},
     {"device", exec_device, NULL, "0: CPU, 1: GPU", NULL},

@@ -272,7 +272,20 @@ def _hashable_static(v, where):
 
 
 class _CacheEntry:
-    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast")
+    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donatable",
+                 "warned")
+
+    def run_donating(self, arrs, donated):
+        """run, with the arrays at the flat positions `donated` handed over: an output may be
+        written into one's buffer, and each is deleted afterwards."""
+        d = set(donated)
+        bufs = tuple([None if i in d else a._buf for i, a in enumerate(arrs)] + list(self.const_bufs))
+        outs, _ = _kiln.donate_call(self.exe, bufs, tuple((i, arrs[i]) for i in donated))
+        if self.single:
+            s, dt, w = self.out_avals[0]
+            return Array(outs[0], s, dt, w)
+        res = [Array(b, s, dt, w) for b, (s, dt, w) in zip(outs, self.out_avals)]
+        return tree_util.tree_unflatten(self.out_tree, res)
 
     def run(self, bufs):
         if self.const_bufs:
@@ -372,14 +385,22 @@ def empty_cache(backend=None):
 class JitWrapped(_kiln.JitBase):
     """The callable returned by kiln.jit."""
 
-    def __init__(self, fun, static_argnums=None, static_argnames=None, donate_argnums=None, keep_unused=False):
+    def __init__(self, fun, static_argnums=None, static_argnames=None, donate_argnums=None, keep_unused=False,
+                 donate_argnames=None):
         if not callable(fun):
             raise TypeError(f"jit: expected a callable, got {type(fun).__name__}")
         self._fun = fun
         self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
+        self._donate_argnums, self._donate_argnames = _normalize_static(fun, donate_argnums, donate_argnames)
+        both = set(self._donate_argnums) & set(self._static_argnums)
+        if both:
+            raise ValueError(f"jit: argument {min(both)} is both static and donated; a static argument is not an "
+                             "array and cannot be donated")
         self._cache = {}
-        # positional-Array-only calls, run by JitBase: (shape, dtype, weak_type, ...) -> entry.fast
-        self._fast = None if (self._static_argnums or self._static_argnames) else {}
+        # positional-Array-only calls, run by JitBase: (shape, dtype, weak_type, ...) -> entry.fast;
+        # calls that donate run here (their arrays are deleted after the call)
+        donating = self._donate_argnums or self._donate_argnames
+        self._fast = None if (self._static_argnums or self._static_argnames or donating) else {}
         functools.update_wrapper(self, fun)
         _jitted.add(self)
 
@@ -414,7 +435,44 @@ class JitWrapped(_kiln.JitBase):
             self._cache[key] = entry
         if self._fast is not None and not kwargs and all(type(a) is Array for a in args):
             self._fast[tuple(x for a in args for x in (a.shape, a.dtype, a.weak_type))] = entry.fast
+        if self._donate_argnums or self._donate_argnames:
+            donated = self._donated_leaves(args, kwargs, arrs, entry)
+            if donated:
+                return entry.run_donating(arrs, donated)
         return entry.run([a._buf for a in arrs])
+
+    def _donated_leaves(self, args, kwargs, arrs, entry):
+        """The flat argument leaves that donate_argnums/argnames name and the program can write an
+        output into (JAX's rule: same shape and dtype; kiln's: also read only before or where
+        that output is computed, at its own index). The others stay alive; the first call of each
+        signature warns about them, as JAX does."""
+        dn, dnames = self._donate_argnums, self._donate_argnames
+        marked, at = [], 0
+        for i, a in enumerate(args):
+            if i in self._static_argnums or (i - len(args)) in self._static_argnums:
+                continue
+            n = len(tree_util.tree_leaves(a))
+            if i in dn or (i - len(args)) in dn:
+                marked.extend(range(at, at + n))
+            at += n
+        for k in sorted(kwargs):  # a dict's leaves come in sorted key order
+            if k in self._static_argnames:
+                continue
+            n = len(tree_util.tree_leaves(kwargs[k]))
+            if k in dnames:
+                marked.extend(range(at, at + n))
+            at += n
+        usable = entry.donatable
+        if entry.warned is None:
+            bad = [arrs[i] for i in marked if i not in usable]
+            entry.warned = True
+            if bad:
+                import warnings
+                names = ", ".join(f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]" for a in bad)
+                warnings.warn(f"Some donated buffers were not usable: {names}.\nkiln writes an output into a donated "
+                              "buffer when the output has the same shape and dtype and is computed elementwise from "
+                              "it by the program's last use of it (see the README, Memory).", UserWarning, stacklevel=3)
+        return [i for i in marked if i in usable and type(arrs[i]) is Array]
 
     def _compile(self, statics, arrs, tree, nargs):
         fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
@@ -427,6 +485,8 @@ class JitWrapped(_kiln.JitBase):
         entry.out_avals = traced.out_avals
         entry.single = traced.out_tree == tree_util.tree_structure(0)
         entry.fast = (entry.exe, tuple(entry.const_bufs), tuple(entry.out_avals), entry.single, entry.out_tree)
+        entry.donatable = frozenset(d for d in entry.exe.donors if d >= 0)
+        entry.warned = None
         return entry
 
     def trace_text(self, *args, **kwargs):
@@ -487,8 +547,8 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=N
     """Compiles `fun` with kiln (traced once per signature, cached)."""
     if fun is None:
         return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                             donate_argnums=donate_argnums)
-    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, keep_unused)
+                             donate_argnums=donate_argnums, donate_argnames=donate_argnames)
+    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, keep_unused, donate_argnames)
 
 
 def make_jaxpr(fun, static_argnums=(), return_shape=False):
