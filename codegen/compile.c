@@ -391,17 +391,23 @@ static void kernel_reads(const kl_program *pg, const kl_plan *plan, int u, int r
 }
 
 /* Per output, the input whose buffer it may be written into when that input is donated (x->donor):
- * the same shape and dtype, the output written by a kernel (not a library call) that
- * reads the input only at its own index, and no step after it reading the input. Each input at
- * most once. Conservative: -1 wherever one of these is not known to hold. */
+ * the same shape and dtype, the output written by a kernel that reads the input only at its own
+ * index, or by a dynamic_update_slice or scatter into the input (which then writes only what
+ * changes: x.at[i].set(v) in place), and no step after it reading the input. Each input at most
+ * once. Conservative: -1 wherever one of these is not known to hold. */
 static void find_donors(const kl_program *pg, const kl_plan *plan, kl_exec *x) {
   if (!(x->donor = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1)))) return;
   char *seen = kl_malloc((size_t)pg->nvals + 1), *taken = kl_calloc((size_t)pg->ninputs + 1, 1);
   for (int j = 0; j < pg->noutputs; j++) {
     x->donor[j] = -1;
-    int o = pg->outputs[j], w = -1;
-    for (int s = 0; s < plan->nsteps && w < 0; s++)
-      if (plan->steps[s].kind == KL_STEP_KERNEL && plan->steps[s].root == o) w = s;
+    int o = pg->outputs[j], w = -1, update = 0;
+    for (int s = 0; s < plan->nsteps && w < 0; s++) {
+      const kl_plan_step *ps = &plan->steps[s];
+      if (ps->kind == KL_STEP_KERNEL && ps->root == o) w = s;
+      else if (ps->kind == KL_STEP_LIB && pg->eqns[ps->eqn].nout == 1 && pg->eqns[ps->eqn].outs[0] == o &&
+               (pg->eqns[ps->eqn].prim == KL_P_DYNAMIC_UPDATE_SLICE || pg->eqns[ps->eqn].prim == KL_P_SCATTER))
+        w = s, update = 1;
+    }
     if (w < 0 || !seen || !taken) continue;
     for (int i = 0; i < pg->ninputs && x->donor[j] < 0; i++) {
       int v = pg->inputs[i], ok = !taken[i] && v != o && pg->vals[v].aval.dtype == pg->vals[o].aval.dtype &&
@@ -413,8 +419,12 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, kl_exec *x) {
         if (ps->kind == KL_STEP_KERNEL) {
           memset(seen, 0, (size_t)pg->nvals);
           kernel_reads(pg, plan, ps->root, ps->root, v, 1, &reads, &skewed, seen);
-        } else
-          for (int a = 0; a < pg->eqns[ps->eqn].nin; a++) reads |= pg->eqns[ps->eqn].ins[a] == v;
+        } else {
+          const kl_eqn *e = &pg->eqns[ps->eqn];
+          for (int a = 0; a < e->nin; a++) reads |= e->ins[a] == v;
+          skewed = !(s == w && update && e->ins[0] == v); /* the update's operand is its own output's buffer */
+          for (int a = 1; a < e->nin; a++) skewed |= e->ins[a] == v;
+        }
         ok = !reads || s < w || (s == w && !skewed);
       }
       if (ok) {

@@ -595,6 +595,8 @@ static void cpu_memory_stats(kl_mem_stats *s) {
   pthread_mutex_unlock(&cache_mu);
 }
 
+static void cpu_reset_peak(void) { kl_mem_count_reset_peak(&counts); }
+
 static void cpu_empty_cache(void) {
   pthread_mutex_lock(&cache_mu);
   for (int i = 0; i < CACHE_SLOTS; i++)
@@ -650,6 +652,7 @@ const kl_device kl_device_cpu = {
     .free = cpu_free,
     .memory_stats = cpu_memory_stats,
     .empty_cache = cpu_empty_cache,
+    .reset_peak = cpu_reset_peak,
     .upload = cpu_upload,
     .read = cpu_read,
     .is_ready = cpu_is_ready,

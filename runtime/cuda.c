@@ -69,6 +69,7 @@ enum {
   X(cuMemPoolTrimTo, (CUmemoryPool, size_t))                                                                \
   X(cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))                                                  \
   X(cuDeviceGraphMemTrim, (CUdevice))                                                                       \
+  X(cuDeviceSetGraphMemAttribute, (CUdevice, int, void *))                                                  \
   X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                                                     \
   X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                                \
   X(cuMemGetInfo, (size_t *, size_t *))                                                                     \
@@ -402,6 +403,13 @@ static void cuda_memory_stats(kl_mem_stats *s) {
   for (int i = 0; i < nsmall; i++) s->pool_bytes += (long long)small[i].n;
   pthread_mutex_unlock(&small_mu);
   s->pool_bytes += (long long)(reserved > used ? reserved - used : 0) + (long long)(g_reserved > g_used ? g_reserved - g_used : 0);
+}
+
+static void cuda_reset_peak(void) {
+  if (enter()) return;
+  kl_mem_count_reset_peak(&counts);
+  uint64_t zero = 0;
+  p_cuDeviceSetGraphMemAttribute(dev0, GRAPH_MEM_USED_HIGH, &zero);
 }
 
 static void cuda_empty_cache(void) {
@@ -966,6 +974,7 @@ const kl_device kl_device_cuda = {
     .free = kl_cuda_free,
     .memory_stats = cuda_memory_stats,
     .empty_cache = cuda_empty_cache,
+    .reset_peak = cuda_reset_peak,
     .upload = cuda_upload,
     .read = cuda_read,
     .is_ready = cuda_is_ready,

@@ -68,6 +68,8 @@ void kl_mem_count_alloc(kl_mem_count *c, size_t n) {
 
 void kl_mem_count_free(kl_mem_count *c, size_t n) { atomic_fetch_sub(&c->in_use, (long long)n); }
 
+void kl_mem_count_reset_peak(kl_mem_count *c) { atomic_store(&c->peak, atomic_load(&c->in_use)); }
+
 void kl_mem_count_read(kl_mem_count *c, kl_mem_stats *s) {
   s->bytes_in_use = atomic_load(&c->in_use);
   s->peak_bytes_in_use = atomic_load(&c->peak);

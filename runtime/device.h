@@ -24,6 +24,7 @@ typedef struct {
 } kl_mem_count;
 void kl_mem_count_alloc(kl_mem_count *c, size_t n);
 void kl_mem_count_free(kl_mem_count *c, size_t n);
+void kl_mem_count_reset_peak(kl_mem_count *c);
 /* Fills the counted fields of s. */
 void kl_mem_count_read(kl_mem_count *c, kl_mem_stats *s);
 
@@ -62,6 +63,8 @@ typedef struct kl_device {
   /* Gives freed memory that kiln or the driver keeps for reuse back to the system (the CPU's
    * cache of large blocks; CUDA's cached small blocks, its pool, its graphs' memory). */
   void (*empty_cache)(void);
+  /* Starts the peak over from what is in use now (kiln's own count; CUDA graphs' high mark too). */
+  void (*reset_peak)(void);
 
   /* Copies n bytes of host memory src to device memory dst that no queued work touches (a new
    * buffer's); returns once src may be reused, not necessarily once the copy is done. 0 or -1. */

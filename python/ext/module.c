@@ -1135,6 +1135,17 @@ static PyObject *mod_memory_stats(PyObject *self, PyObject *arg) {
                        "largest_alloc_size", s.largest_alloc_size, "pool_bytes", s.pool_bytes);
 }
 
+/* reset_peak_memory(kind): the peak of memory_stats starts over from what is in use now. */
+static PyObject *mod_reset_peak(PyObject *self, PyObject *arg) {
+  (void)self;
+  long kind = PyLong_AsLong(arg);
+  if (kind == -1 && PyErr_Occurred()) return NULL;
+  const kl_device *d = kl_device_get((int)kind);
+  if (!d) return PyErr_Format(PyExc_ValueError, "reset_peak_memory: no device of kind %ld", kind);
+  d->reset_peak();
+  Py_RETURN_NONE;
+}
+
 /* empty_cache(kind): the device's pooled free memory back to the system or driver. */
 static PyObject *mod_empty_cache(PyObject *self, PyObject *arg) {
   (void)self;
@@ -1186,6 +1197,7 @@ static PyMethodDef mod_methods[] = {
     {"cublas_library", mod_cublas_library, METH_NOARGS, "(found, path or reason)"},
     {"memory_stats", mod_memory_stats, METH_O, "memory_stats(kind): a device's memory (JAX's keys)"},
     {"empty_cache", mod_empty_cache, METH_O, "empty_cache(kind): pooled free memory back to the system"},
+    {"reset_peak_memory", mod_reset_peak, METH_O, "reset_peak_memory(kind): the peak starts over from now"},
     {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
     {"gpu_graph_stats", mod_gpu_graph_stats, METH_NOARGS, "(graphs built, conds queued as conditional nodes, device-side loops launched) on the GPU"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},

@@ -43,6 +43,11 @@ class Device:
         kiln.empty_cache). JAX returns None on the CPU; kiln counts there too."""
         return _kiln.memory_stats(self._kind)
 
+    def reset_peak_memory_stats(self):
+        """Starts peak_bytes_in_use over from what is in use now (as PyTorch's
+        torch.cuda.reset_peak_memory_stats; JAX has none): the peak of one step, measured."""
+        _kiln.reset_peak_memory(self._kind)
+
 
 _cpu = Device(0, "cpu", "cpu")
 _cpu._kind = 0
