@@ -257,3 +257,17 @@ def test_donated_updates_never_hold_two_copies(backend, what):
     assert out.returncode == 0, out.stderr
     grew, before = (int(v) for v in out.stdout.split()[-2:])
     assert before == 0 and grew <= (64 << 20) // 10, out.stdout
+
+
+def test_cpu_launches_wait_for_a_full_queue():
+    # 500 updates of an 8 MiB array without donation, called faster than the CPU copies: the
+    # queued launches' outputs stay under KILN_CPU_QUEUE_MB (64 here), not 500 copies
+    script = PEAK_SCRIPTS["updates"].replace(", donate_argnums=0", "").replace("1 << 24", "1 << 21").replace(
+        "range(10000)", "range(500)").replace("host[:10000]", "host[:500]").replace("np.arange(10000", "np.arange(500").replace(
+        "host[10000:]", "host[500:]")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), KILN_CPU_QUEUE_MB="64")
+    out = subprocess.run([sys.executable, "-c", script.replace("BACKEND", "'cpu'")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    grew, before = (int(v) for v in out.stdout.split()[-2:])
+    assert before == 0 and grew <= (64 << 20) + 3 * (8 << 20), out.stdout
