@@ -338,6 +338,7 @@ static void execute(launch *l) {
   kl_exec *x = l->x;
   char err[512] = "";
   int failed = 0;
+  const int *last = kl_exec_last_use(x); /* a temporary goes back once its last step ran */
   for (int s = 0; s < x->nsteps && !failed; s++) {
     const kl_step *st = &x->steps[s];
     void *small[64];
@@ -373,6 +374,13 @@ static void execute(launch *l) {
                 st->run_checked ? "library call" : "kernel", (long long)st->cost, (now_s() - t0) * 1e6);
     }
     if (ptrs != small) free(ptrs);
+    for (int i = 0; last && !failed && i < st->nslots; i++) {
+      int sl = st->slots[i];
+      if (last[sl] == s && l->bufs[sl]) {
+        kl_buf_release(l->bufs[sl]);
+        l->bufs[sl] = NULL;
+      }
+    }
   }
   char small_out[256], *is_out = x->nslots <= 256 ? small_out : calloc((size_t)x->nslots, 1);
   if (is_out) {

@@ -881,6 +881,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
   }
   int graphed = rc ? 0 : kl_cuda_graph_launch(x, bufs, err, errlen);
   if (graphed < 0) rc = -1;
+  const int *last = graphed ? NULL : kl_exec_last_use(x); /* a temporary goes back after its last step */
   for (int s = 0; s < x->nsteps && !rc && !graphed; s++) {
     const kl_step *st = &x->steps[s];
     void *psmall[64];
@@ -912,6 +913,13 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
               (sync_now() - t0) * 1e6);
     if (ptrs && ptrs != psmall) free(ptrs);
     if (bytes && bytes != bsmall) free(bytes);
+    for (int i = 0; last && !rc && i < st->nslots; i++) { /* freed in stream order: after the step's work */
+      int sl = st->slots[i];
+      if (last[sl] == s && bufs[sl]) {
+        kl_buf_release(bufs[sl]);
+        bufs[sl] = NULL;
+      }
+    }
   }
   /* outputs that are inputs, or values nobody wrote (size 0), still need a buffer */
   for (int i = 0; i < x->noutputs && !rc; i++) {

@@ -7,6 +7,7 @@
  * cheap against the launches they save (KILN_GPU_GRAPH_MIN_STEPS: the fewest steps, 0 turns graphs
  * off). Programs with host steps run step by step. Reaches the driver through runtime/cuda.h. */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -127,16 +128,62 @@ static int graph_wanted(const kl_exec *x) {
   return io / 2.5e12 < n * 5e-6;
 }
 
+/* The arena's layout: each slot at an offset (g->off) where no slot alive during any of the same
+ * steps overlaps it (alive from its first step to its last; inputs from before the first, copied
+ * in, outputs to after the last, copied out), largest first, each at the lowest offset that
+ * fits: the arena holds the program's peak, not the sum of its values. Returns the arena's
+ * bytes, or 0 when out of host memory. */
+static size_t arena_plan(kl_exec *x, size_t *off) {
+  int n = x->nslots, *first = malloc(sizeof(int) * ((size_t)n + 1)), *order = malloc(sizeof(int) * ((size_t)n + 1));
+  int *placed = malloc(sizeof(int) * ((size_t)n + 1));
+  const int *last = kl_exec_last_use(x);
+  size_t total = 0;
+  if (!first || !order || !placed || !last) goto out;
+  for (int sl = 0; sl < n; sl++) first[sl] = INT_MAX, order[sl] = sl;
+  for (int s = x->nsteps - 1; s >= 0; s--)
+    for (int i = 0; i < x->steps[s].nslots; i++) first[x->steps[s].slots[i]] = s;
+  for (int i = 0; i < x->ninputs; i++) first[x->in_slots[i]] = -1;
+  for (int a = 1; a < n; a++) /* by size, largest first (insertion sort: a few hundred slots) */
+    for (int b = a; b > 0 && x->slot_bytes[order[b]] > x->slot_bytes[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  int nplaced = 0;
+  for (int k = 0; k < n; k++) {
+    int sl = order[k];
+    size_t bytes = x->slot_bytes[sl] ? (x->slot_bytes[sl] + 255) & ~(size_t)255 : 256, at = 0;
+    int lo = first[sl], hi = last[sl] < 0 ? lo : last[sl];
+    if (lo == INT_MAX) lo = hi = x->nsteps; /* no step uses it (an output nobody writes) */
+    for (int moved = 1; moved;) { /* the lowest offset clear of every placed slot alive at the same time */
+      moved = 0;
+      for (int p = 0; p < nplaced; p++) {
+        int q = placed[p], qlo = first[q] == INT_MAX ? x->nsteps : first[q];
+        int qhi = last[q] < 0 ? qlo : last[q] == INT_MAX ? INT_MAX : last[q];
+        size_t qb = x->slot_bytes[q] ? (x->slot_bytes[q] + 255) & ~(size_t)255 : 256;
+        if (qhi < lo || hi < qlo || off[q] + qb <= at || at + bytes <= off[q]) continue;
+        at = off[q] + qb;
+        moved = 1;
+      }
+    }
+    off[sl] = at;
+    placed[nplaced++] = sl;
+    if (at + bytes > total) total = at + bytes;
+  }
+out:
+  free(first);
+  free(order);
+  free(placed);
+  return total;
+}
+
 /* Captures x's steps over a new arena: 0, or -1 (the program then runs step by step). */
 static int graph_build(kl_exec *x, gpu_graph *g) {
   char err[256];
   g->off = malloc(sizeof(size_t) * ((size_t)x->nslots + 1));
   if (!g->off) return -1;
-  size_t total = 0;
-  for (int i = 0; i < x->nslots; i++) {
-    g->off[i] = total;
-    total += x->slot_bytes[i] ? (x->slot_bytes[i] + 255) & ~(size_t)255 : 256;
-  }
+  size_t total = arena_plan(x, g->off);
+  if (!total) return -1;
   if (kl_cuda_alloc(total, &g->arena, err, sizeof err)) return -1;
   g->arena_bytes = total;
   void *small[64];

@@ -1,9 +1,10 @@
 /* device.c: the table of devices, and the device-generic half of buffers and executables:
  * refcounts, wrapping foreign memory, and dispatch of allocation, waiting, launching and
  * synchronization to the owning device's kl_device. Knows no device's API (no CUDA, no threads). */
+#include <limits.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +96,23 @@ int kl_buf_wait(kl_buffer *b) { return devices[b->device]->wait(b); }
 
 void kl_exec_retain(kl_exec *x) { atomic_fetch_add((_Atomic int *)&x->refcount, 1); }
 
+const int *kl_exec_last_use(kl_exec *x) {
+  int *lu = atomic_load((_Atomic(int *) *)&x->last_use);
+  if (lu) return lu;
+  if (!(lu = malloc(sizeof(int) * ((size_t)x->nslots + 1)))) return NULL;
+  for (int sl = 0; sl < x->nslots; sl++) lu[sl] = -1;
+  for (int s = 0; s < x->nsteps; s++)
+    for (int i = 0; i < x->steps[s].nslots; i++) lu[x->steps[s].slots[i]] = s;
+  for (int i = 0; i < x->ninputs; i++) lu[x->in_slots[i]] = INT_MAX;
+  for (int i = 0; i < x->noutputs; i++) lu[x->out_slots[i]] = INT_MAX;
+  int *expected = NULL; /* two threads: one table stays */
+  if (!atomic_compare_exchange_strong((_Atomic(int *) *)&x->last_use, &expected, lu)) {
+    free(lu);
+    lu = expected;
+  }
+  return lu;
+}
+
 void kl_exec_release(kl_exec *x) {
   if (!x || atomic_fetch_sub((_Atomic int *)&x->refcount, 1) != 1) return;
   if (x->dev_state && devices[x->device]->exec_state_free) devices[x->device]->exec_state_free(x->dev_state);
@@ -105,6 +123,7 @@ void kl_exec_release(kl_exec *x) {
   free(x->in_slots);
   free(x->out_slots);
   free(x->donor);
+  free(x->last_use);
   free(x->host_steps);
   free(x);
 }

@@ -69,6 +69,7 @@ typedef struct kl_exec {
   int ninputs, noutputs;
   int *in_slots;      /* owned; slot of each input */
   int *out_slots;     /* owned; slot of each output (may repeat, may be an input slot) */
+  int *last_use;      /* owned, made at the first launch (kl_exec_last_use), or NULL */
   int *donor;         /* owned, or NULL; per output, the input whose buffer it may be written into
                          (the input dead once the output's kernel runs, read there only at the
                          output's own index; same bytes), or -1: what donation can use */
@@ -85,6 +86,10 @@ typedef struct kl_exec {
 } kl_exec;
 
 void kl_exec_retain(kl_exec *x);
+/* Per slot, the last step that uses it, for launches that free a temporary once it is dead
+ * (INT_MAX for inputs and outputs, -1 for a slot no step uses); made once. NULL when out of
+ * host memory (then nothing is freed early). */
+const int *kl_exec_last_use(kl_exec *x);
 void kl_exec_release(kl_exec *x);
 
 /* Launches x on inputs (borrowed; each retained until done). Writes new output buffers (owned
