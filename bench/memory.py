@@ -5,7 +5,8 @@ after ten more, beside what the parameters and inputs take.
     python3 bench/memory.py [--only mlp,transformer2,transformer8]
 
 - mlp: the SGD step of a 1024-2048-2048-2048-10 MLP on a batch of 512 (float32);
-- transformer2/8: examples/transformer.py's SGD step (2 or 8 layers).
+- transformer2/8: examples/transformer.py's SGD step (2 or 8 layers); transformer8_remat: the
+  same with jax.checkpoint on every layer.
 """
 import argparse
 import json
@@ -42,8 +43,9 @@ if work == "mlp":
     args = lib.device_put((params, x, y))
     run = lambda a: step(*a)
 else:
-    params, toks = transformer.init_params(int(work[len("transformer"):])), transformer.tokens()
-    step = transformer.make_step(lib, jnp)
+    layers = int(work[len("transformer"):].split("_")[0])
+    params, toks = transformer.init_params(layers), transformer.tokens()
+    step = transformer.make_step(lib, jnp, remat=work.endswith("_remat"))
     args = lib.device_put((params, toks))
     run = lambda a: step(*a)
 lib.block_until_ready(args)
@@ -59,7 +61,7 @@ print(json.dumps({"inputs": inputs, "first": first, "peak": dev.memory_stats()["
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="mlp,transformer2,transformer8")
+    ap.add_argument("--only", default="mlp,transformer2,transformer8,transformer8_remat")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     examples = os.path.join(here, "..", "examples")

@@ -39,9 +39,10 @@ def tokens(seed=1, batch=BATCH, seq=SEQ, vocab=VOCAB):
     return np.random.default_rng(seed).integers(0, vocab, (batch, seq + 1)).astype(np.int32)
 
 
-def make_step(jax, jnp, lr=0.05, heads=HEADS, jit=True):
+def make_step(jax, jnp, lr=0.05, heads=HEADS, jit=True, remat=False):
     """The SGD step (params, tokens) -> (new params, loss) over the given JAX-like modules,
-    jitted unless jit=False."""
+    jitted unless jit=False; remat=True checkpoints every layer (jax.checkpoint: its activations
+    are recomputed in the backward pass instead of kept)."""
 
     def layernorm(x, g, b):
         mu = jnp.mean(x, axis=-1, keepdims=True)
@@ -67,9 +68,12 @@ def make_step(jax, jnp, lr=0.05, heads=HEADS, jit=True):
         x_in, target = toks[:, :-1], toks[:, 1:]
         emb = params[0]["embed"]
         x = emb[x_in]
-        for p in params[1:]:
+        def block(p, x):
             x = x + attention(p, layernorm(x, p["ln1_g"], p["ln1_b"]))
-            x = x + mlp(p, layernorm(x, p["ln2_g"], p["ln2_b"]))
+            return x + mlp(p, layernorm(x, p["ln2_g"], p["ln2_b"]))
+
+        for p in params[1:]:
+            x = (jax.checkpoint(block) if remat else block)(p, x)
         x = layernorm(x, params[0]["ln_g"], params[0]["ln_b"])
         logits = x @ emb.T
         logp = jax.nn.log_softmax(logits, axis=-1)
