@@ -287,8 +287,7 @@ def test_checkpoint_lowers_the_peak_of_a_training_step():
     for remat in (False, True):
         step = transformer.make_step(kiln, jnp, remat=remat)
         p, t = kiln.device_put(params), kiln.device_put(toks)
-        kiln.block_until_ready(step(p, t))  # compiled
-        _quiet()
+        _quiet()  # the first call: what the program keeps (a CUDA graph's arena) counts too
         d.reset_peak_memory_stats()
         before = d.memory_stats()["bytes_in_use"]
         out = step(p, t)
