@@ -461,7 +461,7 @@ out:
 /* JAX's error for a deleted (or donated) array: "Array has been deleted with shape=float32[2,3]." */
 static PyObject *deleted_error(ArrayObject *a) {
   PyObject *name = a->dtype ? PyObject_GetAttrString(a->dtype, "name") : NULL;
-  PyObject *dims = PyUnicode_FromString(""), *comma = PyUnicode_FromString(",");
+  PyObject *comma = PyUnicode_FromString(",");
   PyObject *parts = a->shape ? PySequence_List(a->shape) : PyList_New(0);
   for (Py_ssize_t i = 0; parts && i < PyList_Size(parts); i++) {
     PyObject *t = PyObject_Str(PyList_GetItem(parts, i));
@@ -475,7 +475,6 @@ static PyObject *deleted_error(ArrayObject *a) {
     PyErr_SetString(PyExc_RuntimeError, "Array has been deleted.");
   }
   Py_XDECREF(name);
-  Py_XDECREF(dims);
   Py_XDECREF(comma);
   Py_XDECREF(parts);
   Py_XDECREF(joined);

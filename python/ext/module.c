@@ -1119,13 +1119,20 @@ static PyObject *mod_cublas_library(PyObject *self, PyObject *unused) {
   return Py_BuildValue("(Os)", ok ? Py_True : Py_False, lib);
 }
 
-/* memory_stats(kind): a device's memory as a dict of JAX's keys (Device.memory_stats). */
-static PyObject *mod_memory_stats(PyObject *self, PyObject *arg) {
-  (void)self;
+/* The device of kind `arg` (an int) for `what`, or NULL with an exception. */
+static const kl_device *device_arg(PyObject *arg, const char *what) {
   long kind = PyLong_AsLong(arg);
   if (kind == -1 && PyErr_Occurred()) return NULL;
   const kl_device *d = kl_device_get((int)kind);
-  if (!d) return PyErr_Format(PyExc_ValueError, "memory_stats: no device of kind %ld", kind);
+  if (!d) PyErr_Format(PyExc_ValueError, "%s: no device of kind %ld", what, kind);
+  return d;
+}
+
+/* memory_stats(kind): a device's memory as a dict of JAX's keys (Device.memory_stats). */
+static PyObject *mod_memory_stats(PyObject *self, PyObject *arg) {
+  (void)self;
+  const kl_device *d = device_arg(arg, "memory_stats");
+  if (!d) return NULL;
   kl_mem_stats s;
   Py_BEGIN_ALLOW_THREADS
   d->memory_stats(&s);
@@ -1138,10 +1145,8 @@ static PyObject *mod_memory_stats(PyObject *self, PyObject *arg) {
 /* reset_peak_memory(kind): the peak of memory_stats starts over from what is in use now. */
 static PyObject *mod_reset_peak(PyObject *self, PyObject *arg) {
   (void)self;
-  long kind = PyLong_AsLong(arg);
-  if (kind == -1 && PyErr_Occurred()) return NULL;
-  const kl_device *d = kl_device_get((int)kind);
-  if (!d) return PyErr_Format(PyExc_ValueError, "reset_peak_memory: no device of kind %ld", kind);
+  const kl_device *d = device_arg(arg, "reset_peak_memory");
+  if (!d) return NULL;
   d->reset_peak();
   Py_RETURN_NONE;
 }
@@ -1149,10 +1154,8 @@ static PyObject *mod_reset_peak(PyObject *self, PyObject *arg) {
 /* empty_cache(kind): the device's pooled free memory back to the system or driver. */
 static PyObject *mod_empty_cache(PyObject *self, PyObject *arg) {
   (void)self;
-  long kind = PyLong_AsLong(arg);
-  if (kind == -1 && PyErr_Occurred()) return NULL;
-  const kl_device *d = kl_device_get((int)kind);
-  if (!d) return PyErr_Format(PyExc_ValueError, "empty_cache: no device of kind %ld", kind);
+  const kl_device *d = device_arg(arg, "empty_cache");
+  if (!d) return NULL;
   Py_BEGIN_ALLOW_THREADS
   d->empty_cache();
   Py_END_ALLOW_THREADS
