@@ -624,6 +624,48 @@ static void log_compile(kl_exec **xs, int nxs, const kl_program *pg, double t0) 
   kl_str_free(&loops);
 }
 
+void kl_compile_dump_memory(kl_exec *x) {
+  if (!x || !kl_dump_enabled()) return;
+  const int *last = kl_exec_last_use(x);
+  int *first = kl_malloc(sizeof(int) * ((size_t)x->nslots + 1));
+  char *kind = kl_calloc((size_t)x->nslots + 1, 1); /* 0 temporary, 1 input, 2 output */
+  kl_str t;
+  kl_str_init(&t);
+  if (!last || !first || !kind) goto out;
+  for (int sl = 0; sl < x->nslots; sl++) first[sl] = -1;
+  for (int s = x->nsteps - 1; s >= 0; s--)
+    for (int i = 0; i < x->steps[s].nslots; i++) first[x->steps[s].slots[i]] = s;
+  for (int i = 0; i < x->noutputs; i++) kind[x->out_slots[i]] = 2;
+  for (int i = 0; i < x->ninputs; i++) kind[x->in_slots[i]] = 1;
+  kl_str_printf(&t, "memory plan: %d slots, %d inputs, %d outputs, %d steps\n", x->nslots, x->ninputs, x->noutputs,
+                 x->nsteps);
+  kl_str_printf(&t, "slot %14s  %-6s  steps\n", "bytes", "kind");
+  size_t all = 0, peak = 0;
+  for (int sl = 0; sl < x->nslots; sl++) {
+    static const char *const names[] = {"temp", "input", "output"};
+    kl_str_printf(&t, "%4d %14zu  %-6s  ", sl, x->slot_bytes[sl], names[(int)kind[sl]]);
+    if (first[sl] < 0) kl_str_append(&t, "unused");
+    else if (kind[sl]) kl_str_printf(&t, "%d..end (kept)", first[sl]);
+    else kl_str_printf(&t, "%d..%d, freed after step %d", first[sl], last[sl], last[sl]);
+    for (int j = 0; x->donor && j < x->noutputs; j++)
+      if (x->out_slots[j] == sl && x->donor[j] >= 0) kl_str_printf(&t, ", may take donated input %d", x->donor[j]);
+    kl_str_append(&t, "\n");
+    if (!kind[sl] && first[sl] >= 0) all += x->slot_bytes[sl];
+  }
+  for (int s = 0; s < x->nsteps; s++) { /* temporaries alive during step s */
+    size_t live = 0;
+    for (int sl = 0; sl < x->nslots; sl++)
+      if (!kind[sl] && first[sl] >= 0 && first[sl] <= s && s <= last[sl]) live += x->slot_bytes[sl];
+    if (live > peak) peak = live;
+  }
+  kl_str_printf(&t, "temporaries: %zu bytes alive at most at once, %zu bytes in all\n", peak, all);
+  if (!t.failed) kl_codegen_dump("memory-plan.txt", t.data);
+out:
+  kl_str_free(&t);
+  free(first);
+  free(kind);
+}
+
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
   double t0 = now();
   cpu_module cm;
@@ -648,6 +690,7 @@ kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
     if (x) kl_exec_release(x);
     return NULL;
   }
+  kl_compile_dump_memory(x);
   return x;
 }
 

@@ -42,6 +42,11 @@ void kl_kernel_dedup_free(kl_kernel_dedup *d);
 /* Starts initializing MLIR and the JIT on a background thread (idempotent with compiles). */
 void kl_compile_warmup_async(void);
 
+/* With KILN_DUMP: writes x's memory plan (per slot: bytes, kind, the steps it lives through and
+ * where it is freed, the donated input an output may take; the most temporary bytes alive at
+ * once) as <seq>-memory-plan.txt. */
+void kl_compile_dump_memory(kl_exec *x);
+
 /* Seconds spent compiling so far in this process, and number of compiles (for tests). */
 double kl_compile_seconds(void);
 long kl_compile_count(void);

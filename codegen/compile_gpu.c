@@ -648,6 +648,7 @@ kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen) {
     atomic_store(&libdevice_failed, 1);
     x = compile_gpu(pg, NULL, 0, 0, &used_ld, err, errlen);
   }
+  kl_compile_dump_memory(x);
   return x;
 }
 

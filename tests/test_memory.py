@@ -298,3 +298,16 @@ def test_checkpoint_lowers_the_peak_of_a_training_step():
     for a, b in zip(kiln.tree_util.tree_leaves(results[0][0]), kiln.tree_util.tree_leaves(results[1][0])):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-4, atol=2e-5)
     assert peaks[1] <= peaks[0] * 2 / 3, peaks
+
+
+def test_the_memory_plan_is_in_kiln_dump(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    f = kiln.jit(lambda p, g: jnp.tanh(p @ g) * 2.0 - p, donate_argnums=0)
+    rng = np.random.default_rng(6)
+    a, b = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+    r = f(jnp.asarray(a) + 0.0, jnp.asarray(b))
+    monkeypatch.delenv("KILN_DUMP")
+    np.testing.assert_allclose(np.asarray(r), np.tanh(a.astype(np.float64) @ b) * 2 - a, rtol=1e-4, atol=1e-5)
+    plans = [p.read_text() for p in sorted(tmp_path.glob("*-memory-plan.txt"))]
+    plan = next(p for p in plans if "may take donated input 0" in p)  # the jitted program's
+    assert "temp" in plan and "freed after step" in plan and "alive at most at once" in plan, plan
