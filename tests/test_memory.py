@@ -91,6 +91,17 @@ def test_deleted_arrays_raise_jaxs_error_everywhere():
     np.testing.assert_allclose(np.asarray(y * 2), (np.asarray(y)) * 2)  # the rest keeps working
 
 
+@pytest.mark.parametrize("device", _devices(), ids=str)
+def test_delete_gives_the_memory_back(device):
+    x = kiln.device_put(np.ones((1024, 1024), np.float32), device) * 2.0  # 4 MiB kiln owns
+    kiln.block_until_ready(x)
+    _quiet()
+    before = device.memory_stats()["bytes_in_use"]
+    x.delete()
+    _quiet()
+    assert device.memory_stats()["bytes_in_use"] <= before - (4 << 20)
+
+
 def test_delete_of_a_pending_result_and_of_a_jit_output():
     a = jnp.ones(8) * 3.0 + 1.0  # an eager chain not yet launched
     a.delete()
