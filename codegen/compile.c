@@ -7,6 +7,7 @@
 #include <mlir-c/IR.h>
 #include <mlir-c/Pass.h>
 #include <mlir-c/RegisterEverything.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,13 +364,6 @@ static int build_kernels(cpu_module *cm, kl_exec **xs, int nxs, int nextra, kl_k
   return rc;
 }
 
-static int same_dims(const kl_aval *a, const kl_aval *b) {
-  if (a->ndim != b->ndim) return 0;
-  for (int d = 0; d < a->ndim; d++)
-    if (a->dims[d] != b->dims[d]) return 0;
-  return 1;
-}
-
 /* How the kernel computing `root` reads value v, walking its expression from u (not past values
  * in buffers): *reads when it reads v at all, *skewed when somewhere not at the output's own
  * index (through anything but elementwise primitives of root's shape). seen: per value, bit 1
@@ -384,10 +378,12 @@ static void kernel_reads(const kl_program *pg, const kl_plan *plan, int u, int r
   if ((u != root && plan->materialized[u]) || pg->vals[u].producer < 0 || (seen[u] & (aligned ? 1 : 2))) return;
   seen[u] |= aligned ? 1 : 2;
   const kl_eqn *e = &pg->eqns[pg->vals[u].producer];
-  int elementwise = kl_form_elementwise(kl_prim_get(e->prim)->form) && same_dims(&pg->vals[u].aval, &pg->vals[root].aval);
-  for (int i = 0; i < e->nin; i++)
-    kernel_reads(pg, plan, e->ins[i], root, v, aligned && elementwise && same_dims(&pg->vals[e->ins[i]].aval, &pg->vals[u].aval),
-                 reads, skewed, seen);
+  const kl_aval *ua = &pg->vals[u].aval;
+  int elementwise = kl_form_elementwise(kl_prim_get(e->prim)->form) && kl_aval_same_shape(ua, &pg->vals[root].aval);
+  for (int i = 0; i < e->nin; i++) {
+    int along = aligned && elementwise && kl_aval_same_shape(&pg->vals[e->ins[i]].aval, ua);
+    kernel_reads(pg, plan, e->ins[i], root, v, along, reads, skewed, seen);
+  }
 }
 
 /* Per output, the input whose buffer it may be written into when that input is donated (x->donor):
@@ -411,7 +407,7 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, kl_exec *x) {
     if (w < 0 || !seen || !taken) continue;
     for (int i = 0; i < pg->ninputs && x->donor[j] < 0; i++) {
       int v = pg->inputs[i], ok = !taken[i] && v != o && pg->vals[v].aval.dtype == pg->vals[o].aval.dtype &&
-                                  same_dims(&pg->vals[v].aval, &pg->vals[o].aval);
+                                  kl_aval_same_shape(&pg->vals[v].aval, &pg->vals[o].aval);
       for (int k = 0; k < pg->noutputs && ok; k++) ok = pg->outputs[k] != v;
       for (int s = 0; s < plan->nsteps && ok; s++) {
         const kl_plan_step *ps = &plan->steps[s];
@@ -626,44 +622,35 @@ static void log_compile(kl_exec **xs, int nxs, const kl_program *pg, double t0) 
 
 void kl_compile_dump_memory(kl_exec *x) {
   if (!x || !kl_dump_enabled()) return;
-  const int *last = kl_exec_last_use(x);
-  int *first = kl_malloc(sizeof(int) * ((size_t)x->nslots + 1));
-  char *kind = kl_calloc((size_t)x->nslots + 1, 1); /* 0 temporary, 1 input, 2 output */
+  const int *live = kl_exec_live(x), n = x->nslots;
+  if (!live) return;
+  const int *first = live, *last = live + n;
   kl_str t;
   kl_str_init(&t);
-  if (!last || !first || !kind) goto out;
-  for (int sl = 0; sl < x->nslots; sl++) first[sl] = -1;
-  for (int s = x->nsteps - 1; s >= 0; s--)
-    for (int i = 0; i < x->steps[s].nslots; i++) first[x->steps[s].slots[i]] = s;
-  for (int i = 0; i < x->noutputs; i++) kind[x->out_slots[i]] = 2;
-  for (int i = 0; i < x->ninputs; i++) kind[x->in_slots[i]] = 1;
-  kl_str_printf(&t, "memory plan: %d slots, %d inputs, %d outputs, %d steps\n", x->nslots, x->ninputs, x->noutputs,
-                 x->nsteps);
+  kl_str_printf(&t, "memory plan: %d slots, %d inputs, %d outputs, %d steps\n", n, x->ninputs, x->noutputs, x->nsteps);
   kl_str_printf(&t, "slot %14s  %-6s  steps\n", "bytes", "kind");
   size_t all = 0, peak = 0;
-  for (int sl = 0; sl < x->nslots; sl++) {
-    static const char *const names[] = {"temp", "input", "output"};
-    kl_str_printf(&t, "%4d %14zu  %-6s  ", sl, x->slot_bytes[sl], names[(int)kind[sl]]);
-    if (first[sl] < 0) kl_str_append(&t, "unused");
-    else if (kind[sl]) kl_str_printf(&t, "%d..end (kept)", first[sl]);
+  for (int sl = 0; sl < n; sl++) {
+    int temp = first[sl] >= 0 && last[sl] != INT_MAX;
+    kl_str_printf(&t, "%4d %14zu  %-6s  ", sl, x->slot_bytes[sl], first[sl] < 0 ? "input" : temp ? "temp" : "output");
+    if (first[sl] == INT_MAX) kl_str_append(&t, "unused");
+    else if (first[sl] < 0) kl_str_append(&t, "before..end (kept)");
+    else if (!temp) kl_str_printf(&t, "%d..end (kept)", first[sl]);
     else kl_str_printf(&t, "%d..%d, freed after step %d", first[sl], last[sl], last[sl]);
     for (int j = 0; x->donor && j < x->noutputs; j++)
       if (x->out_slots[j] == sl && x->donor[j] >= 0) kl_str_printf(&t, ", may take donated input %d", x->donor[j]);
     kl_str_append(&t, "\n");
-    if (!kind[sl] && first[sl] >= 0) all += x->slot_bytes[sl];
+    if (temp && first[sl] != INT_MAX) all += x->slot_bytes[sl];
   }
   for (int s = 0; s < x->nsteps; s++) { /* temporaries alive during step s */
-    size_t live = 0;
-    for (int sl = 0; sl < x->nslots; sl++)
-      if (!kind[sl] && first[sl] >= 0 && first[sl] <= s && s <= last[sl]) live += x->slot_bytes[sl];
-    if (live > peak) peak = live;
+    size_t alive = 0;
+    for (int sl = 0; sl < n; sl++)
+      if (first[sl] >= 0 && last[sl] != INT_MAX && first[sl] <= s && s <= last[sl]) alive += x->slot_bytes[sl];
+    if (alive > peak) peak = alive;
   }
   kl_str_printf(&t, "temporaries: %zu bytes alive at most at once, %zu bytes in all\n", peak, all);
   if (!t.failed) kl_codegen_dump("memory-plan.txt", t.data);
-out:
   kl_str_free(&t);
-  free(first);
-  free(kind);
 }
 
 kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {

@@ -69,11 +69,15 @@ int64_t kl_aval_size(const kl_aval *a) {
   return n;
 }
 
-int kl_aval_equal(const kl_aval *a, const kl_aval *b) {
-  if (a->ndim != b->ndim || a->dtype != b->dtype || a->weak != b->weak) return 0;
+int kl_aval_same_shape(const kl_aval *a, const kl_aval *b) {
+  if (a->ndim != b->ndim) return 0;
   for (int i = 0; i < a->ndim; i++)
     if (a->dims[i] != b->dims[i]) return 0;
   return 1;
+}
+
+int kl_aval_equal(const kl_aval *a, const kl_aval *b) {
+  return a->dtype == b->dtype && a->weak == b->weak && kl_aval_same_shape(a, b);
 }
 
 /* ---- what the family rules share ---- */

@@ -23,6 +23,7 @@ typedef struct {
 
 int64_t kl_aval_size(const kl_aval *a); /* number of elements */
 int kl_aval_equal(const kl_aval *a, const kl_aval *b);
+int kl_aval_same_shape(const kl_aval *a, const kl_aval *b); /* dims alone */
 
 /* Primitive families: each has one file per layer, named after it (ir/prims/, transforms/rules/,
  * codegen/lower/). */

@@ -73,6 +73,12 @@ static void *host_alloc(size_t n) {
   return p;
 }
 
+/* Gives a block host_alloc made back to the system. */
+static void host_release(void *p, size_t n) {
+  if (n >= HUGE_MIN_BYTES) munmap(p, n);
+  else free(p);
+}
+
 static void host_free(void *p, size_t n) {
   if (!p) return;
   if (n >= CACHE_MIN_BYTES) {
@@ -95,8 +101,7 @@ static void host_free(void *p, size_t n) {
     }
     pthread_mutex_unlock(&cache_mu);
   }
-  if (n >= HUGE_MIN_BYTES) munmap(p, n);
-  else free(p);
+  host_release(p, n);
 }
 
 static kl_mem_count counts;
@@ -338,7 +343,7 @@ static void execute(launch *l) {
   kl_exec *x = l->x;
   char err[512] = "";
   int failed = 0;
-  const int *last = kl_exec_last_use(x); /* a temporary goes back once its last step ran */
+  const int *live = kl_exec_live(x), *last = live ? live + x->nslots : NULL; /* a temporary goes back after its last step */
   for (int s = 0; s < x->nsteps && !failed; s++) {
     const kl_step *st = &x->steps[s];
     void *small[64];
@@ -639,8 +644,7 @@ static void cpu_empty_cache(void) {
   pthread_mutex_lock(&cache_mu);
   for (int i = 0; i < CACHE_SLOTS; i++)
     if (cache[i].ptr) {
-      if (cache[i].size >= HUGE_MIN_BYTES) munmap(cache[i].ptr, cache[i].size);
-      else free(cache[i].ptr);
+      host_release(cache[i].ptr, cache[i].size);
       cache[i].ptr = NULL;
     }
   cache_bytes = 0;

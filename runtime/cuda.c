@@ -881,7 +881,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
   }
   int graphed = rc ? 0 : kl_cuda_graph_launch(x, bufs, err, errlen);
   if (graphed < 0) rc = -1;
-  const int *last = graphed ? NULL : kl_exec_last_use(x); /* a temporary goes back after its last step */
+  const int *live = graphed ? NULL : kl_exec_live(x), *last = live ? live + x->nslots : NULL; /* freed after the last step */
   for (int s = 0; s < x->nsteps && !rc && !graphed; s++) {
     const kl_step *st = &x->steps[s];
     void *psmall[64];

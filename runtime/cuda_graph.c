@@ -128,52 +128,49 @@ static int graph_wanted(const kl_exec *x) {
   return io / 2.5e12 < n * 5e-6;
 }
 
-/* The arena's layout: each slot at an offset (g->off) where no slot alive during any of the same
- * steps overlaps it (alive from its first step to its last; inputs from before the first, copied
- * in, outputs to after the last, copied out), largest first, each at the lowest offset that
- * fits: the arena holds the program's peak, not the sum of its values. Returns the arena's
- * bytes, or 0 when out of host memory. */
+/* A slot's room in a graph's arena (256-byte aligned, never empty). */
+static size_t arena_room(const kl_exec *x, int sl) {
+  return x->slot_bytes[sl] ? (x->slot_bytes[sl] + 255) & ~(size_t)255 : 256;
+}
+
+/* The arena's layout: each slot at an offset (off) where no slot alive during any of the same
+ * steps overlaps it (kl_exec_live: inputs from before the first step, copied in, outputs to
+ * after the last, copied out), largest first, each at the lowest offset that fits: the arena
+ * holds the program's peak, not the sum of its values. Returns the arena's bytes, or 0 when out
+ * of host memory. */
 static size_t arena_plan(kl_exec *x, size_t *off) {
-  int n = x->nslots, *first = malloc(sizeof(int) * ((size_t)n + 1)), *order = malloc(sizeof(int) * ((size_t)n + 1));
-  int *placed = malloc(sizeof(int) * ((size_t)n + 1));
-  const int *last = kl_exec_last_use(x);
+  int n = x->nslots, *lo = malloc(sizeof(int) * (3 * (size_t)n + 1)), *hi = lo ? lo + n : NULL, *order = lo ? hi + n : NULL;
+  const int *live = kl_exec_live(x);
   size_t total = 0;
-  if (!first || !order || !placed || !last) goto out;
-  for (int sl = 0; sl < n; sl++) first[sl] = INT_MAX, order[sl] = sl;
-  for (int s = x->nsteps - 1; s >= 0; s--)
-    for (int i = 0; i < x->steps[s].nslots; i++) first[x->steps[s].slots[i]] = s;
-  for (int i = 0; i < x->ninputs; i++) first[x->in_slots[i]] = -1;
+  if (!lo || !live) goto out;
+  for (int sl = 0; sl < n; sl++) { /* a slot no step uses (an output nobody writes): at the end */
+    lo[sl] = live[sl] == INT_MAX ? x->nsteps : live[sl];
+    hi[sl] = live[n + sl] < 0 ? lo[sl] : live[n + sl];
+    order[sl] = sl;
+  }
   for (int a = 1; a < n; a++) /* by size, largest first (insertion sort: a few hundred slots) */
     for (int b = a; b > 0 && x->slot_bytes[order[b]] > x->slot_bytes[order[b - 1]]; b--) {
       int t = order[b];
       order[b] = order[b - 1];
       order[b - 1] = t;
     }
-  int nplaced = 0;
   for (int k = 0; k < n; k++) {
     int sl = order[k];
-    size_t bytes = x->slot_bytes[sl] ? (x->slot_bytes[sl] + 255) & ~(size_t)255 : 256, at = 0;
-    int lo = first[sl], hi = last[sl] < 0 ? lo : last[sl];
-    if (lo == INT_MAX) lo = hi = x->nsteps; /* no step uses it (an output nobody writes) */
+    size_t room = arena_room(x, sl), at = 0;
     for (int moved = 1; moved;) { /* the lowest offset clear of every placed slot alive at the same time */
       moved = 0;
-      for (int p = 0; p < nplaced; p++) {
-        int q = placed[p], qlo = first[q] == INT_MAX ? x->nsteps : first[q];
-        int qhi = last[q] < 0 ? qlo : last[q] == INT_MAX ? INT_MAX : last[q];
-        size_t qb = x->slot_bytes[q] ? (x->slot_bytes[q] + 255) & ~(size_t)255 : 256;
-        if (qhi < lo || hi < qlo || off[q] + qb <= at || at + bytes <= off[q]) continue;
-        at = off[q] + qb;
+      for (int p = 0; p < k; p++) {
+        int q = order[p];
+        if (hi[q] < lo[sl] || hi[sl] < lo[q] || off[q] + arena_room(x, q) <= at || at + room <= off[q]) continue;
+        at = off[q] + arena_room(x, q);
         moved = 1;
       }
     }
     off[sl] = at;
-    placed[nplaced++] = sl;
-    if (at + bytes > total) total = at + bytes;
+    if (at + room > total) total = at + room;
   }
 out:
-  free(first);
-  free(order);
-  free(placed);
+  free(lo);
   return total;
 }
 

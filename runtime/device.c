@@ -96,21 +96,24 @@ int kl_buf_wait(kl_buffer *b) { return devices[b->device]->wait(b); }
 
 void kl_exec_retain(kl_exec *x) { atomic_fetch_add((_Atomic int *)&x->refcount, 1); }
 
-const int *kl_exec_last_use(kl_exec *x) {
-  int *lu = atomic_load((_Atomic(int *) *)&x->last_use);
-  if (lu) return lu;
-  if (!(lu = malloc(sizeof(int) * ((size_t)x->nslots + 1)))) return NULL;
-  for (int sl = 0; sl < x->nslots; sl++) lu[sl] = -1;
+const int *kl_exec_live(kl_exec *x) {
+  int *lv = atomic_load((_Atomic(int *) *)&x->live), n = x->nslots;
+  if (lv) return lv;
+  if (!(lv = malloc(sizeof(int) * (2 * (size_t)n + 1)))) return NULL;
+  int *first = lv, *last = lv + n;
+  for (int sl = 0; sl < n; sl++) first[sl] = INT_MAX, last[sl] = -1;
+  for (int s = x->nsteps - 1; s >= 0; s--)
+    for (int i = 0; i < x->steps[s].nslots; i++) first[x->steps[s].slots[i]] = s;
   for (int s = 0; s < x->nsteps; s++)
-    for (int i = 0; i < x->steps[s].nslots; i++) lu[x->steps[s].slots[i]] = s;
-  for (int i = 0; i < x->ninputs; i++) lu[x->in_slots[i]] = INT_MAX;
-  for (int i = 0; i < x->noutputs; i++) lu[x->out_slots[i]] = INT_MAX;
+    for (int i = 0; i < x->steps[s].nslots; i++) last[x->steps[s].slots[i]] = s;
+  for (int i = 0; i < x->noutputs; i++) last[x->out_slots[i]] = INT_MAX;
+  for (int i = 0; i < x->ninputs; i++) first[x->in_slots[i]] = -1, last[x->in_slots[i]] = INT_MAX;
   int *expected = NULL; /* two threads: one table stays */
-  if (!atomic_compare_exchange_strong((_Atomic(int *) *)&x->last_use, &expected, lu)) {
-    free(lu);
-    lu = expected;
+  if (!atomic_compare_exchange_strong((_Atomic(int *) *)&x->live, &expected, lv)) {
+    free(lv);
+    lv = expected;
   }
-  return lu;
+  return lv;
 }
 
 void kl_exec_release(kl_exec *x) {
@@ -123,7 +126,7 @@ void kl_exec_release(kl_exec *x) {
   free(x->in_slots);
   free(x->out_slots);
   free(x->donor);
-  free(x->last_use);
+  free(x->live);
   free(x->host_steps);
   free(x);
 }

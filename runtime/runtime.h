@@ -69,7 +69,7 @@ typedef struct kl_exec {
   int ninputs, noutputs;
   int *in_slots;      /* owned; slot of each input */
   int *out_slots;     /* owned; slot of each output (may repeat, may be an input slot) */
-  int *last_use;      /* owned, made at the first launch (kl_exec_last_use), or NULL */
+  int *live;          /* owned, made at the first launch (kl_exec_live), or NULL */
   int *donor;         /* owned, or NULL; per output, the input whose buffer it may be written into
                          (the input dead once the output's kernel runs, read there only at the
                          output's own index; same bytes), or -1: what donation can use */
@@ -86,10 +86,12 @@ typedef struct kl_exec {
 } kl_exec;
 
 void kl_exec_retain(kl_exec *x);
-/* Per slot, the last step that uses it, for launches that free a temporary once it is dead
- * (INT_MAX for inputs and outputs, -1 for a slot no step uses); made once. NULL when out of
- * host memory (then nothing is freed early). */
-const int *kl_exec_last_use(kl_exec *x);
+/* When each slot is alive, made once: live[sl] is the first step that uses slot sl (-1 for an
+ * input, there before the first step; INT_MAX when no step does), live[x->nslots + sl] the last
+ * (INT_MAX for inputs and outputs, kept after the launch; -1 when no step does). Launches free a
+ * temporary after its last step; a graph's arena shares memory between slots never alive at
+ * once. NULL when out of host memory (then nothing is freed early). */
+const int *kl_exec_live(kl_exec *x);
 void kl_exec_release(kl_exec *x);
 
 /* Launches x on inputs (borrowed; each retained until done). Writes new output buffers (owned

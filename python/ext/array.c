@@ -495,7 +495,7 @@ static PyObject *array_get_buf(PyObject *self, void *unused) {
  * position) like calling it, where donated is ((input index, Array), ...): each donated Array's
  * buffer is the input at its index and, when exe's donor table gives it an output and nothing
  * but that Array holds it, the output is written into it; every donated Array is deleted
- * afterwards. Returns (outputs as Buffers, number of buffers reused). */
+ * afterwards. Returns the outputs as Buffers. */
 static PyObject *array_delete(PyObject *self, PyObject *o);
 static PyObject *donate_call(PyObject *self, PyObject *args) {
   (void)self;
@@ -509,7 +509,6 @@ static PyObject *donate_call(PyObject *self, PyObject *args) {
   kl_buffer **ins = PyMem_Calloc((size_t)n + 1, sizeof *ins), **outs = PyMem_Calloc((size_t)e->noutputs + 1, sizeof *outs);
   kl_buffer **preset = PyMem_Calloc((size_t)e->noutputs + 1, sizeof *preset);
   PyObject *res = NULL;
-  int reused = 0, lrc = 0;
   if (!ins || !outs || !preset) {
     PyErr_NoMemory();
     goto done;
@@ -541,7 +540,6 @@ static PyObject *donate_call(PyObject *self, PyObject *args) {
     for (int j = 0; sole && e->x->donor && j < e->noutputs; j++)
       if (e->x->donor[j] == i && !preset[j] && ins[i]->nbytes == e->x->slot_bytes[e->x->out_slots[j]]) {
         preset[j] = ins[i];
-        reused++;
         break;
       }
   }
@@ -565,19 +563,20 @@ static PyObject *donate_call(PyObject *self, PyObject *args) {
       Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GetItem(pair, 0));
       PyTuple_SetItem(plain, i, Py_NewRef(((ArrayObject *)PyTuple_GetItem(pair, 1))->buf));
     }
-    PyObject *r = plain ? PyObject_Call(exe, plain, NULL) : NULL;
+    res = plain ? PyObject_Call(exe, plain, NULL) : NULL;
     Py_XDECREF(plain);
-    if (!r) goto done;
-    res = Py_BuildValue("(Ni)", r, 0);
   } else {
     char err[512];
-    if ((lrc = kl_exec_launch_into(e->x, ins, preset, outs, err, sizeof err))) {
+    if (kl_exec_launch_into(e->x, ins, preset, outs, err, sizeof err)) {
       kl_py_raise(NULL, err);
       goto done;
     }
-    PyObject *t = PyTuple_New(e->noutputs);
-    for (int j = 0; j < e->noutputs; j++) PyTuple_SetItem(t, j, buffer_new_from(outs[j]));
-    res = t ? Py_BuildValue("(Ni)", t, reused) : NULL;
+    res = PyTuple_New(e->noutputs);
+    for (int j = 0; j < e->noutputs; j++) {
+      PyObject *b = buffer_new_from(outs[j]);
+      if (res) PyTuple_SetItem(res, j, b);
+      else Py_XDECREF(b);
+    }
   }
   for (Py_ssize_t k = 0; res && k < nd; k++) { /* donated: deleted, whether or not reused */
     PyObject *r = array_delete(NULL, PyTuple_GetItem(PyTuple_GetItem(donated, k), 1));

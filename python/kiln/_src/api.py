@@ -277,25 +277,21 @@ def _hashable_static(v, where):
 
 
 class _CacheEntry:
-    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donatable",
-                 "warned")
+    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donated")
 
     def run_donating(self, arrs, donated):
         """run, with the arrays at the flat positions `donated` handed over: an output may be
         written into one's buffer, and each is deleted afterwards."""
         d = set(donated)
         bufs = tuple([None if i in d else a._buf for i, a in enumerate(arrs)] + list(self.const_bufs))
-        outs, _ = _kiln.donate_call(self.exe, bufs, tuple((i, arrs[i]) for i in donated))
-        if self.single:
-            s, dt, w = self.out_avals[0]
-            return Array(outs[0], s, dt, w)
-        res = [Array(b, s, dt, w) for b, (s, dt, w) in zip(outs, self.out_avals)]
-        return tree_util.tree_unflatten(self.out_tree, res)
+        return self._results(_kiln.donate_call(self.exe, bufs, tuple((i, arrs[i]) for i in donated)))
 
     def run(self, bufs):
         if self.const_bufs:
             bufs += self.const_bufs
-        outs = self.exe(*bufs)
+        return self._results(self.exe(*bufs))
+
+    def _results(self, outs):
         if self.single:
             s, d, w = self.out_avals[0]
             return Array(outs[0], s, d, w)
@@ -356,13 +352,21 @@ def clear_caches():
     _kiln.config_changed()
 
 
+def _platform_kind(name, what, arg="platform"):
+    """None for None, else the device kind of platform name 'cpu' (0) or 'gpu'/'cuda' (1)."""
+    if name is None:
+        return None
+    kind = {"cpu": 0, "gpu": 1, "cuda": 1}.get(str(name).lower())
+    if kind is None:
+        raise ValueError(f"{what}: unknown {arg} {name!r}; use 'cpu' or 'gpu'")
+    return kind
+
+
 def live_arrays(platform=None):
     """The kiln Arrays alive now (computed or pending, not deleted), optionally only those on
     `platform` ('cpu' or 'gpu'), as JAX's live_arrays."""
     import gc
-    if platform is not None and str(platform).lower() not in ("cpu", "gpu", "cuda"):
-        raise ValueError(f"live_arrays: unknown platform {platform!r}; use 'cpu' or 'gpu'")
-    want = None if platform is None else (0 if str(platform).lower() == "cpu" else 1)
+    want = _platform_kind(platform, "live_arrays")
     out = []
     for o in gc.get_objects():
         if type(o) is not Array or _kiln.array_is_deleted(o):
@@ -378,12 +382,10 @@ def empty_cache(backend=None):
     kiln's cached small blocks, the CUDA memory pool and CUDA graphs' reserved memory (after
     waiting for queued work), as PyTorch's torch.cuda.empty_cache (JAX has none); on the CPU,
     kiln's cache of large blocks. backend: 'cpu', 'gpu', or None for every device."""
-    if backend is not None and str(backend).lower() not in ("cpu", "gpu", "cuda"):
-        raise ValueError(f"empty_cache: unknown backend {backend!r}; use 'cpu' or 'gpu'")
-    b = None if backend is None else str(backend).lower()
-    if b in (None, "cpu"):
+    kind = _platform_kind(backend, "empty_cache", "backend")
+    if kind in (None, 0):
         _kiln.empty_cache(0)
-    if b in (None, "gpu", "cuda") and _gpu is not None:
+    if kind in (None, 1) and _gpu is not None:
         _kiln.empty_cache(1)
 
 
@@ -449,35 +451,36 @@ class JitWrapped(_kiln.JitBase):
     def _donated_leaves(self, args, kwargs, arrs, entry):
         """The flat argument leaves that donate_argnums/argnames name and the program can write an
         output into (JAX's rule: same shape and dtype; kiln's: also read only before or where
-        that output is computed, at its own index). The others stay alive; the first call of each
-        signature warns about them, as JAX does."""
-        dn, dnames = self._donate_argnums, self._donate_argnames
-        marked, at = [], 0
-        for i, a in enumerate(args):
-            if i in self._static_argnums or (i - len(args)) in self._static_argnums:
-                continue
-            n = len(tree_util.tree_leaves(a))
-            if i in dn or (i - len(args)) in dn:
-                marked.extend(range(at, at + n))
-            at += n
-        for k in sorted(kwargs):  # a dict's leaves come in sorted key order
-            if k in self._static_argnames:
-                continue
-            n = len(tree_util.tree_leaves(kwargs[k]))
-            if k in dnames:
-                marked.extend(range(at, at + n))
-            at += n
-        usable = entry.donatable
-        if entry.warned is None:
+        that output is computed, at its own index), found at the first call of a signature (the
+        leaves' places follow from it); the others stay alive, and that call warns about them,
+        as JAX does."""
+        if entry.donated is None:
+            dn, dnames = self._donate_argnums, self._donate_argnames
+            marked, at = [], 0
+            for i, a in enumerate(args):
+                if i in self._static_argnums or (i - len(args)) in self._static_argnums:
+                    continue
+                n = len(tree_util.tree_leaves(a))
+                if i in dn or (i - len(args)) in dn:
+                    marked.extend(range(at, at + n))
+                at += n
+            for k in sorted(kwargs):  # a dict's leaves come in sorted key order
+                if k in self._static_argnames:
+                    continue
+                n = len(tree_util.tree_leaves(kwargs[k]))
+                if k in dnames:
+                    marked.extend(range(at, at + n))
+                at += n
+            usable = frozenset(d for d in entry.exe.donors if d >= 0)
             bad = [arrs[i] for i in marked if i not in usable]
-            entry.warned = True
             if bad:
                 import warnings
                 names = ", ".join(f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]" for a in bad)
                 warnings.warn(f"Some donated buffers were not usable: {names}.\nkiln writes an output into a donated "
                               "buffer when the output has the same shape and dtype and is computed elementwise from "
                               "it by the program's last use of it (see the README, Memory).", UserWarning, stacklevel=3)
-        return [i for i in marked if i in usable and type(arrs[i]) is Array]
+            entry.donated = [i for i in marked if i in usable]
+        return [i for i in entry.donated if type(arrs[i]) is Array]
 
     def _compile(self, statics, arrs, tree, nargs):
         fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
@@ -490,8 +493,7 @@ class JitWrapped(_kiln.JitBase):
         entry.out_avals = traced.out_avals
         entry.single = traced.out_tree == tree_util.tree_structure(0)
         entry.fast = (entry.exe, tuple(entry.const_bufs), tuple(entry.out_avals), entry.single, entry.out_tree)
-        entry.donatable = frozenset(d for d in entry.exe.donors if d >= 0)
-        entry.warned = None
+        entry.donated = None  # the donated leaves an output can take, found at the first donating call
         return entry
 
     def trace_text(self, *args, **kwargs):
