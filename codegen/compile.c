@@ -18,6 +18,7 @@
 #include "lower/table.h"
 
 #include "../ir/alloc.h"
+#include "../ir/loc.h"
 #include "../ir/status.h"
 #include "../transforms/fuse.h"
 #include "cpujit.h"
@@ -386,12 +387,162 @@ static void kernel_reads(const kl_program *pg, const kl_plan *plan, int u, int r
   }
 }
 
+/* What step s reads, into r: each value it reads from a buffer, once in r->list, with r->how[v]
+ * bit 1 when read at the output's own index, bit 2 when anywhere else. A kernel's reads are the
+ * buffers its expression reaches; a library call's, its operands, all "elsewhere" but a
+ * dynamic_update_slice's or scatter's operand 0 (the buffer an in-place update writes into). */
+typedef struct {
+  int *stamp;  /* per value: the step whose read flags how[] holds, or -1 */
+  char *how;   /* per value: bit 1 aligned, bit 2 skewed */
+  int *seen;   /* per value: (step << 2) | the walk's visited bits */
+  int *list, n;
+} step_reads_t;
+
+static void note_read(step_reads_t *r, int s, int v, int bits) {
+  if (r->stamp[v] != s) r->stamp[v] = s, r->how[v] = 0, r->list[r->n++] = v;
+  r->how[v] |= (char)bits;
+}
+
+static void walk_reads(const kl_program *pg, const kl_plan *plan, int u, int root, int aligned, int s, step_reads_t *r) {
+  if ((u != root && plan->materialized[u]) || pg->vals[u].producer < 0) {
+    note_read(r, s, u, aligned ? 1 : 2);
+    return;
+  }
+  int bit = aligned ? 1 : 2;
+  if (r->seen[u] >> 2 != s) r->seen[u] = s << 2;
+  if (r->seen[u] & bit) return;
+  r->seen[u] |= bit;
+  const kl_eqn *e = &pg->eqns[pg->vals[u].producer];
+  const kl_aval *ua = &pg->vals[u].aval;
+  int elementwise = kl_form_elementwise(kl_prim_get(e->prim)->form) && kl_aval_same_shape(ua, &pg->vals[root].aval);
+  for (int i = 0; i < e->nin; i++)
+    walk_reads(pg, plan, e->ins[i], root, aligned && elementwise && kl_aval_same_shape(&pg->vals[e->ins[i]].aval, ua), s, r);
+}
+
+static int is_update(const kl_eqn *e) {
+  return (e->prim == KL_P_DYNAMIC_UPDATE_SLICE || e->prim == KL_P_SCATTER) && e->nout == 1;
+}
+
+static void step_reads(const kl_program *pg, const kl_plan *plan, int s, step_reads_t *r) {
+  const kl_plan_step *ps = &plan->steps[s];
+  r->n = 0;
+  if (ps->kind == KL_STEP_KERNEL) {
+    walk_reads(pg, plan, ps->root, ps->root, 1, s, r);
+    return;
+  }
+  const kl_eqn *e = &pg->eqns[ps->eqn];
+  for (int a = 0; a < e->nin; a++) note_read(r, s, e->ins[a], a == 0 && is_update(e) ? 1 : 2);
+}
+
+/* Per value, the earlier value whose buffer it is written into (-1: a buffer of its own), for
+ * buffer reuse inside a program: a kernel's elementwise result, or a dynamic_update_slice's or
+ * scatter's result (x.at[i].set(v) on a temporary: the update then writes only what changes),
+ * takes the buffer of a temporary of its shape and dtype that this step reads only at the
+ * result's own index and that no later step reads. The two values then share one slot (its
+ * live range the union of theirs), so the update runs in place and the program holds one
+ * buffer where it held two. Inputs and outputs never give their buffer (donation is the way for
+ * inputs), and an output that may take a donated input's buffer (donor, per output, or NULL)
+ * keeps that chance. NULL when out of memory (no sharing). */
+static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *donor) {
+  int n = pg->nvals;
+  int *share = kl_malloc(sizeof(int) * ((size_t)n + 1)), *last = kl_malloc(sizeof(int) * ((size_t)n + 1));
+  step_reads_t r = {kl_malloc(sizeof(int) * ((size_t)n + 1)), kl_malloc((size_t)n + 1),
+                    kl_malloc(sizeof(int) * ((size_t)n + 1)), kl_malloc(sizeof(int) * ((size_t)n + 1)), 0};
+  char *pinned = kl_calloc((size_t)n + 1, 1);
+  if (!share || !last || !r.stamp || !r.how || !r.seen || !r.list || !pinned) {
+    free(share);
+    share = NULL;
+    goto out;
+  }
+  for (int v = 0; v < n; v++) share[v] = -1, last[v] = -1, r.stamp[v] = -1, r.seen[v] = -4;
+  for (int i = 0; i < pg->noutputs; i++) pinned[pg->outputs[i]] = 1;
+  for (int i = 0; i < pg->ninputs; i++) pinned[pg->inputs[i]] = 1;
+  for (int j = 0; donor && j < pg->noutputs; j++)
+    if (donor[j] >= 0) share[pg->outputs[j]] = -2; /* not a taker */
+  for (int s = 0; s < plan->nsteps; s++) {
+    step_reads(pg, plan, s, &r);
+    for (int k = 0; k < r.n; k++) last[r.list[k]] = s;
+  }
+  for (int v = 0; v < n; v++) r.stamp[v] = -1, r.seen[v] = -4;
+  for (int s = 0; s < plan->nsteps; s++) {
+    const kl_plan_step *ps = &plan->steps[s];
+    const kl_eqn *e = &pg->eqns[ps->kind == KL_STEP_KERNEL ? pg->vals[ps->root].producer : ps->eqn];
+    int o = ps->kind == KL_STEP_KERNEL ? ps->root : is_update(e) ? e->outs[0] : -1;
+    if (o < 0 || share[o] == -2 || (ps->kind == KL_STEP_KERNEL && !kl_form_elementwise(kl_prim_get(e->prim)->form)) ||
+        kl_aval_size(&pg->vals[o].aval) == 0)
+      continue;
+    step_reads(pg, plan, s, &r);
+    for (int k = 0; k < r.n; k++) {
+      int v = r.list[k];
+      if (r.how[v] != 1 || last[v] != s || pinned[v] || v >= o || pg->vals[v].aval.dtype != pg->vals[o].aval.dtype ||
+          !kl_aval_same_shape(&pg->vals[v].aval, &pg->vals[o].aval))
+        continue;
+      share[o] = v;
+      pinned[v] = 1; /* its buffer has gone to o */
+      break;
+    }
+  }
+out:
+  free(last);
+  free(r.stamp);
+  free(r.how);
+  free(r.seen);
+  free(r.list);
+  free(pinned);
+  return share;
+}
+
+/* x->updates: the user's updates (dynamic_update_slice and scatter steps with a source location,
+ * recorded while the copy log or forbid-copies is on) and whether each writes into its operand's
+ * buffer (share) or why not. Without memory for the table: none (nothing is reported). */
+static void find_updates(const kl_program *pg, const kl_plan *plan, const int *share, kl_exec *x) {
+  int n = 0;
+  for (int s = 0; s < plan->nsteps; s++) {
+    const kl_eqn *e = &pg->eqns[plan->steps[s].eqn];
+    n += plan->steps[s].kind == KL_STEP_LIB && is_update(e) && (e->prim == KL_P_SCATTER ? e->p.scatter.loc : e->p.update.loc);
+  }
+  if (!n || !(x->updates = kl_calloc((size_t)n, sizeof *x->updates))) return;
+  for (int s = 0; s < plan->nsteps; s++) {
+    const kl_eqn *e = &pg->eqns[plan->steps[s].eqn];
+    int loc = e->prim == KL_P_SCATTER ? e->p.scatter.loc : e->p.update.loc;
+    if (plan->steps[s].kind != KL_STEP_LIB || !is_update(e) || !loc) continue;
+    kl_update *u = &x->updates[x->nupdates++];
+    int v = e->ins[0], o = e->outs[0], is_out = 0;
+    const kl_aval *a = &pg->vals[v].aval;
+    u->loc = loc;
+    u->prim = kl_prim_get(e->prim)->name;
+    u->in_place = share && share[o] == v;
+    u->operand_input = u->output = -1;
+    for (int i = 0; i < pg->ninputs; i++)
+      if (pg->inputs[i] == v) u->operand_input = i;
+    for (int j = 0; j < pg->noutputs; j++) {
+      if (pg->outputs[j] == o) u->output = j;
+      is_out |= pg->outputs[j] == v;
+    }
+    u->donor_ok = u->operand_input >= 0 && u->output >= 0 && x->donor && x->donor[u->output] == u->operand_input;
+    u->why = u->operand_input >= 0 ? KL_COPY_INPUT : is_out ? KL_COPY_OUTPUT : KL_COPY_LIVE;
+    u->bytes = (size_t)kl_aval_size(a) * kl_dtype_size(a->dtype);
+    int at = snprintf(u->type, sizeof u->type, "%s[", kl_dtype_name(a->dtype));
+    for (int d = 0; d < a->ndim && at < (int)sizeof u->type; d++)
+      at += snprintf(u->type + at, sizeof u->type - (size_t)at, d ? ",%lld" : "%lld", (long long)a->dims[d]);
+    if (at < (int)sizeof u->type - 1) strcat(u->type, "]");
+  }
+}
+
+int kl_compile_report_copies(const kl_exec *x, char *err, size_t errlen) {
+  for (int k = 0; x && k < x->nupdates; k++) {
+    const kl_update *u = &x->updates[k];
+    if (!u->in_place && !u->donor_ok && kl_copy_report(u->loc, u->prim, u->type, u->bytes, u->why, 0, err, errlen)) return -1;
+  }
+  return 0;
+}
+
 /* Per output, the input whose buffer it may be written into when that input is donated (x->donor):
  * the same shape and dtype, the output written by a kernel that reads the input only at its own
  * index, or by a dynamic_update_slice or scatter into the input (which then writes only what
  * changes: x.at[i].set(v) in place), and no step after it reading the input. Each input at most
  * once. Conservative: -1 wherever one of these is not known to hold. */
-static void find_donors(const kl_program *pg, const kl_plan *plan, kl_exec *x) {
+static void find_donors(const kl_program *pg, const kl_plan *plan, const char *donatable, kl_exec *x) {
   if (!(x->donor = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1)))) return;
   char *seen = kl_malloc((size_t)pg->nvals + 1), *taken = kl_calloc((size_t)pg->ninputs + 1, 1);
   for (int j = 0; j < pg->noutputs; j++) {
@@ -406,7 +557,7 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, kl_exec *x) {
     }
     if (w < 0 || !seen || !taken) continue;
     for (int i = 0; i < pg->ninputs && x->donor[j] < 0; i++) {
-      int v = pg->inputs[i], ok = !taken[i] && v != o && pg->vals[v].aval.dtype == pg->vals[o].aval.dtype &&
+      int v = pg->inputs[i], ok = donatable && donatable[i] && !taken[i] && v != o && pg->vals[v].aval.dtype == pg->vals[o].aval.dtype &&
                                   kl_aval_same_shape(&pg->vals[v].aval, &pg->vals[o].aval);
       for (int k = 0; k < pg->noutputs && ok; k++) ok = pg->outputs[k] != v;
       for (int s = 0; s < plan->nsteps && ok; s++) {
@@ -433,7 +584,8 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, kl_exec *x) {
   free(taken);
 }
 
-kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, char *err, size_t errlen) {
+kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, const char *donatable, char *err,
+                            size_t errlen) {
   memset(plan, 0, sizeof *plan);
   if (pg->oom) {
     kl_error(err, errlen, KL_ERR_NOMEM, "out of memory building the program to compile");
@@ -463,9 +615,12 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
     return NULL;
   }
   x->refcount = 1;
+  find_donors(pg, plan, donatable, x); /* without memory for the table: no donation */
+  int *share = share_dying(pg, plan, x->donor); /* NULL: out of memory, every value its own slot */
   for (int v = 0; v < pg->nvals; v++) {
     so[v] = -1;
-    if (plan->materialized[v]) {
+    if (share && share[v] >= 0 && so[share[v]] >= 0) so[v] = so[share[v]];
+    else if (plan->materialized[v]) {
       so[v] = x->nslots;
       const kl_aval *a = &pg->vals[v].aval;
       x->slot_bytes[x->nslots++] = (size_t)kl_aval_size(a) * kl_dtype_size(a->dtype);
@@ -475,7 +630,8 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
   for (int i = 0; i < pg->ninputs; i++) x->in_slots[i] = so[pg->inputs[i]];
   x->noutputs = pg->noutputs;
   for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = so[pg->outputs[i]];
-  find_donors(pg, plan, x); /* without memory for the table: no donation */
+  find_updates(pg, plan, share, x);
+  free(share);
   *slot_of = so;
   return x;
 }
@@ -514,10 +670,10 @@ void kl_host_step(const kl_eqn *e, const int *slot_of, int *slots, void *ctx,
 
 /* Plans pg and writes its kernels into cm's module (their code comes from build_kernels): the
  * executable, or NULL with a message. */
-static kl_exec *emit_program(kl_program *pg, cpu_module *cm, char *err, size_t errlen) {
+static kl_exec *emit_program(kl_program *pg, cpu_module *cm, const char *donatable, char *err, size_t errlen) {
   kl_plan plan;
   int *slot_of;
-  kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, 0, err, errlen);
+  kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, 0, donatable, err, errlen);
   if (!x) return NULL;
   kl_str *mod = &cm->mod;
   kl_kernel_info *infos = kl_calloc((size_t)plan.nsteps + 1, sizeof *infos);
@@ -653,13 +809,13 @@ void kl_compile_dump_memory(kl_exec *x) {
   kl_str_free(&t);
 }
 
-kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen) {
+kl_exec *kl_compile_cpu(kl_program *pg, const char *donatable, char *err, size_t errlen) {
   double t0 = now();
   cpu_module cm;
   memset(&cm, 0, sizeof cm);
   kl_str_init(&cm.mod);
   kl_str_append(&cm.mod, "module {\n");
-  kl_exec *x = emit_program(pg, &cm, err, errlen);
+  kl_exec *x = emit_program(pg, &cm, donatable, err, errlen);
   int rc = x ? 0 : -1;
   if (cm.outlined) kl_math_define_outlined(cm.outlined, &cm.mod);
   kl_str_append(&cm.mod, "}\n");
@@ -750,8 +906,8 @@ int kl_compile_cpu_loop(kl_program *first, kl_program *body, int scan, const kl_
   kl_exec *xs[2] = {NULL, NULL};
   int nxs = 0, rc = 0;
   *xfirst = *xbody = NULL;
-  if (first && !(xs[nxs++] = emit_program(first, &cm, err, errlen))) rc = -1;
-  if (!rc && !(xs[nxs++] = emit_program(body, &cm, err, errlen))) rc = -1;
+  if (first && !(xs[nxs++] = emit_program(first, &cm, NULL, err, errlen))) rc = -1;
+  if (!rc && !(xs[nxs++] = emit_program(body, &cm, NULL, err, errlen))) rc = -1;
   if (!rc) {
     kl_loop_shape sh[2];
     int *fns = kl_calloc((size_t)(nxs == 2 ? xs[0]->nsteps + xs[1]->nsteps : xs[0]->nsteps) + 1, sizeof(int));

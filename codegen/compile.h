@@ -8,11 +8,13 @@
 #include "../runtime/runtime.h"
 
 /* Compiles pg (the output of kl_pipeline_run(..., KL_PIPE_COMPILE), borrowed, not modified).
- * Returns an executable with refcount 1, or NULL with a message in err. */
-kl_exec *kl_compile_cpu(kl_program *pg, char *err, size_t errlen);
+ * donatable: per input, whether a call may donate it (jit's donate_argnums), or NULL for none:
+ * an output that may take a donated input's buffer (x->donor) is left for it, the others may
+ * take a dying temporary's. Returns an executable with refcount 1, or NULL with a message. */
+kl_exec *kl_compile_cpu(kl_program *pg, const char *donatable, char *err, size_t errlen);
 
 /* The same for the CUDA device (codegen/compile_gpu.c); NULL with a message without a GPU. */
-kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen);
+kl_exec *kl_compile_gpu(kl_program *pg, const char *donatable, char *err, size_t errlen);
 /* The PTX kiln generates for pg on compute capability cc (90 = sm_90), without a GPU: malloc'd
  * text ("" when pg needs no kernel), or NULL with a message. For tests and KILN_DUMP. */
 char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen);
@@ -46,6 +48,13 @@ void kl_compile_warmup_async(void);
  * where it is freed, the donated input an output may take; the most temporary bytes alive at
  * once) as <seq>-memory-plan.txt. */
 void kl_compile_dump_memory(kl_exec *x);
+
+/* The copy log's part at compile time (ir/loc.h): reports each of x's updates that copies its
+ * operand whatever the call (an update that only donation puts in place is checked at each
+ * launch). 0, or -1 with a message (KL_ERR_COPY) when copies are forbidden. For a program the
+ * user calls (a loop's body is reported by its loop, which knows which carries it updates in
+ * place). */
+int kl_compile_report_copies(const kl_exec *x, char *err, size_t errlen);
 
 /* Seconds spent compiling so far in this process, and number of compiles (for tests). */
 double kl_compile_seconds(void);

@@ -372,7 +372,9 @@ static int gpu_upload(void *dst, const void *host, size_t n, char *err, size_t e
 }
 static void **gpu_bound_args(void *b, int s) { return kl_cuda_bound_args(b, s); }
 static int gpu_has_if(void) { return !getenv("KILN_GPU_HOST_COND") && kl_cuda_has_conditionals(NULL, 0); }
-static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
+static kl_exec *compile_body(kl_program *pg, char *err, size_t errlen) { return kl_compile_gpu(pg, NULL, err, errlen); }
+
+static const kl_loop_target loop_gpu = {compile_body, kl_cuda_exec_run, gpu_alloc, kl_cuda_free, gpu_copy, gpu_read, gpu_zero,
                                          gpu_bind, gpu_bound_run, gpu_unbind, NULL, NULL,
                                          kl_cuda_while_graph, kl_cuda_while_graph_launch, kl_cuda_while_graph_free, gpu_retarget,
                                          kl_cuda_capturing, kl_cuda_if_captured, gpu_has_if, gpu_upload, kl_cuda_scan_move,
@@ -381,7 +383,7 @@ static const kl_loop_target loop_gpu = {kl_compile_gpu, kl_cuda_exec_run, gpu_al
 /* Compiles for the GPU; with ptx_only, stops at the PTX for compute capability ptx_cc (no
  * driver needed) and returns NULL with *ptx_only set (or NULL and a message). With use_ld,
  * math calls libdevice where there is one; *used_ld says whether the module did. */
-static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use_ld, int *used_ld, char *err,
+static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_only, int ptx_cc, int use_ld, int *used_ld, char *err,
                             size_t errlen) {
   const char *ld = use_ld ? kl_gpu_libdevice() : NULL;
   uint64_t ld_used = 0;
@@ -390,7 +392,7 @@ static kl_exec *compile_gpu(kl_program *pg, char **ptx_only, int ptx_cc, int use
   if (!ptx_only && !kl_device_get(KL_DEV_CUDA)->available(err, errlen)) return NULL;
   kl_plan plan;
   int *slot_of;
-  kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, pg->neqns, err, errlen); /* + scratch slots */
+  kl_exec *x = kl_compile_prepare(pg, &plan, &slot_of, pg->neqns, donatable, err, errlen); /* + scratch slots */
   if (!x) return NULL;
   gpu_owner *o = kl_calloc(1, sizeof *o);
   x->device = KL_DEV_CUDA;
@@ -639,14 +641,14 @@ finish:
   return x;
 }
 
-kl_exec *kl_compile_gpu(kl_program *pg, char *err, size_t errlen) {
+kl_exec *kl_compile_gpu(kl_program *pg, const char *donatable, char *err, size_t errlen) {
   int used_ld;
   kl_status_clear();
-  kl_exec *x = compile_gpu(pg, NULL, 0, 1, &used_ld, err, errlen);
+  kl_exec *x = compile_gpu(pg, donatable, NULL, 0, 1, &used_ld, err, errlen);
   if (!x && used_ld && kl_status_last() != KL_ERR_NOMEM) { /* libdevice did not link here: kiln's own math from now on */
     fprintf(stderr, "kiln: linking libdevice (%s) failed, using kiln's own math functions: %s\n", kl_gpu_libdevice(), err);
     atomic_store(&libdevice_failed, 1);
-    x = compile_gpu(pg, NULL, 0, 0, &used_ld, err, errlen);
+    x = compile_gpu(pg, donatable, NULL, 0, 0, &used_ld, err, errlen);
   }
   kl_compile_dump_memory(x);
   return x;
@@ -656,7 +658,7 @@ char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen) {
   char *ptx = NULL;
   int used_ld;
   err[0] = 0;
-  compile_gpu(pg, &ptx, cc, 1, &used_ld, err, errlen);
+  compile_gpu(pg, NULL, &ptx, cc, 1, &used_ld, err, errlen);
   if (!ptx && !err[0]) { /* nothing to generate: no kernels */
     ptx = kl_malloc(1);
     if (!ptx) kl_error(err, errlen, KL_ERR_NOMEM, "out of memory returning the PTX");

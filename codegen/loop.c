@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../ir/alloc.h"
+#include "../ir/loc.h"
 #include "../ir/status.h"
 #include "../runtime/runtime.h"
 #include "compile.h"
@@ -162,6 +163,33 @@ static int in_place(const kl_program *body, int in_at, int out_at) {
   return ok;
 }
 
+/* The copy log's part for a loop (ir/loc.h): each of the user's updates in its bodies that does
+ * not write into its operand's buffer. A while's or scan's update of a carry is in place when
+ * the loop keeps that carry in one buffer (alias 1: the body's result for the carry is that
+ * update of the carry's input); any other copies once per trip. A cond branch's updates of its
+ * operands copy (a branch's results are new buffers). 0, or -1 with a message when forbidden. */
+static int report_copies(const kl_loop *l, char *err, size_t errlen) {
+  if (!kl_copies_mode()) return 0;
+  int cond = l->prim == KL_P_COND, scan = l->prim == KL_P_SCAN;
+  for (int k = 0; k < 2; k++) {
+    const kl_exec *x = k ? l->body : l->cond;
+    if (!x || (!k && !cond)) continue; /* a while's condition computes no carry */
+    for (int i = 0; i < x->nupdates; i++) {
+      const kl_update *u = &x->updates[i];
+      if (u->in_place) continue;
+      int carry = -1, why = u->why; /* the carry whose input it updates */
+      if (!cond && l->prim != KL_P_WHILE_BWD && u->operand_input >= 0) {
+        int c = scan ? u->operand_input - l->nc : u->operand_input, nb = scan ? l->nb : l->n;
+        carry = c >= 0 && c < nb ? c : -1;
+        why = carry >= 0 ? KL_COPY_CARRY : KL_COPY_LOOP_INPUT;
+      } else if (u->operand_input >= 0) why = cond ? KL_COPY_BRANCH : KL_COPY_LOOP_INPUT;
+      if (carry >= 0 && u->output == carry && l->alias[carry] == 1) continue;
+      if (kl_copy_report(u->loc, u->prim, u->type, u->bytes, (kl_copy_why)why, !cond, err, errlen)) return -1;
+    }
+  }
+  return 0;
+}
+
 /* Two sets of n carry buffers (set[0], set[1]), device memory, but for the carries updated in
  * place: `result`'s buffer in both. 0 or -1 with a message. */
 static int carry_sets(const kl_loop *l, int n, void **set[2], void **result, char *err, size_t errlen) {
@@ -251,7 +279,8 @@ typedef struct {
 static void carries_plan(const kl_loop *l, int n, int64_t cost, dev_carries *c) {
   c->n = n;
   c->cost = cost;
-  c->unalias = cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL");
+  /* (never while the copy log is on: a carry updated in place then stays so on every trip) */
+  c->unalias = cost < DEV_WHILE_UNROLL_MAX_COST && !getenv("KILN_GPU_WHILE_NO_UNROLL") && !kl_copies_mode();
   size_t inplace = 0;
   for (int i = 0, copies = 0; i < n; i++) {
     copies += l->bytes[i] && l->alias[i] != 2;
@@ -1162,6 +1191,11 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
       return -1;
     }
   } else if ((first && !(l->cond = t->compile(first, err, errlen))) || !(l->body = t->compile(second, err, errlen))) {
+    kl_loop_free(l);
+    free(slots);
+    return -1;
+  }
+  if (report_copies(l, err, errlen)) { /* forbidden copies */
     kl_loop_free(l);
     free(slots);
     return -1;

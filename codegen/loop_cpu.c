@@ -591,6 +591,8 @@ static void cpu_unbind(void *b) { kl_cpu_unbind(b); }
 static void cpu_retarget(void *b, void *const *in, void *const *out) { kl_cpu_bound_retarget(b, in, out); }
 
 static void **cpu_bound_args(void *b, int s) { return kl_cpu_bound_args(b, s); }
-const kl_loop_target kl_loop_cpu = {kl_compile_cpu, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
+static kl_exec *compile_body(kl_program *pg, char *err, size_t errlen) { return kl_compile_cpu(pg, NULL, err, errlen); }
+
+const kl_loop_target kl_loop_cpu = {compile_body, kl_cpu_exec_run, cpu_alloc, cpu_free, cpu_copy, cpu_copy, cpu_zero,
                                     cpu_bind, cpu_bound_run, cpu_unbind, cpu_compile_loop, cpu_drive, NULL, NULL, NULL,
                                     cpu_retarget, NULL, NULL, NULL, NULL, NULL, cpu_bound_args};

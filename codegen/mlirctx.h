@@ -26,8 +26,10 @@ void kl_codegen_set_prefix(kl_str *text, const char *prefix);
 #include "libcall.h"
 /* Shared start of both drivers: inline calls, simplify, CSE, DCE, plan; an executable with a slot
  * per materialized value (room for extra_slots more), inputs and outputs mapped; *slot_of
- * (malloc'd) maps value ids to slots. NULL with a message on failure. */
-kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, char *err, size_t errlen);
+ * (malloc'd) maps value ids to slots; donatable as kl_compile_cpu's. NULL with a message on
+ * failure. */
+kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int extra_slots, const char *donatable, char *err,
+                            size_t errlen);
 /* Fills st as the library call of equation e (*lc: its context, owned by the caller). */
 int kl_compile_lib_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, kl_step *st, kl_libcall **lc, char *err,
                         size_t errlen);

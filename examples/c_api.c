@@ -30,7 +30,7 @@ static void borrowed(void *owner) { (void)owner; } /* the buffers below wrap arr
 static void run(const kl_program *pg, float **ins, const size_t *in_bytes, float **outs, const size_t *out_bytes) {
   kl_program *opt = kl_pipeline_run(pg, KL_PIPE_COMPILE, err, sizeof err);
   if (!opt) fail("pipeline");
-  kl_exec *exe = kl_compile_cpu(opt, err, sizeof err);
+  kl_exec *exe = kl_compile_cpu(opt, NULL, err, sizeof err);
   kl_program_free(opt);
   if (!exe) fail("compile");
   kl_buffer *in[4], *out[4];

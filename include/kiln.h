@@ -14,6 +14,7 @@
 #define KILN_H
 #include "../codegen/compile.h"
 #include "../ir/alloc.h"
+#include "../ir/loc.h"
 #include "../ir/program.h"
 #include "../ir/status.h"
 #include "../runtime/device.h"

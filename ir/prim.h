@@ -152,7 +152,7 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(SORT, "sort", SORT, NONE, ANY, sort)                                           \
   X(DOT_GENERAL, "dot_general", DOT, NONE, ANY, dot)                               \
   X(DYNAMIC_SLICE, "dynamic_slice", INDEX, NONE, ANY, dynamic_slice)               \
-  X(DYNAMIC_UPDATE_SLICE, "dynamic_update_slice", INDEX, NONE, ANY, none)          \
+  X(DYNAMIC_UPDATE_SLICE, "dynamic_update_slice", INDEX, NONE, ANY, update)        \
   X(TAKE, "take", INDEX, NONE, ANY, take)                                          \
   X(SCATTER, "scatter", INDEX, NONE, ANY, scatter)                                 \
   X(CHOLESKY, "cholesky", LINALG, NONE, FLOAT, none)                               \
@@ -278,8 +278,12 @@ typedef struct {
       int64_t axis; /* the axis indexed (indices are clamped) */
     } take;
     struct {
+      int loc; /* the user's source line (ir/loc.h), for the copy log; 0: none */
+    } update;  /* dynamic_update_slice */
+    struct {
       int64_t axis; /* the axis indexed (out-of-range updates are dropped) */
       int op;       /* KL_SCATTER_*: how an update combines with the operand */
+      int loc;      /* as update.loc */
     } scatter;
     /* ---- linalg (ir/prims/linalg.c) ---- */
     struct {
@@ -350,7 +354,8 @@ typedef enum {
   KL_PF_DTYPE,   /* int: a kl_dtype or -1 */
   KL_PF_FLOAT,   /* double */
   KL_PF_IVEC,    /* kl_ivec */
-  KL_PF_PROGRAM  /* struct kl_program *, a reference */
+  KL_PF_PROGRAM, /* struct kl_program *, a reference */
+  KL_PF_LOC      /* int: a source location (ir/loc.h), 0 for none; hashed and compared, never printed */
 } kl_param_kind;
 
 /* One named field of a param struct; a row's list ends with a NULL name. */

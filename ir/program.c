@@ -209,10 +209,12 @@ static void print_name(kl_str *s, int id) {
 static void print_program(kl_str *s, const kl_program *pg, int indent);
 
 void kl_params_print(kl_str *s, kl_prim prim, const kl_params *p, int indent) {
-  const kl_param_field *f = kl_prim_get(prim)->fields;
-  for (int first = 1; f->name; f++, first = 0) {
+  int first = 1;
+  for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++) {
     const void *at = kl_param_cptr(p, f);
+    if (f->kind == KL_PF_LOC) continue; /* where the user wrote it: not part of what it computes */
     kl_str_printf(s, "%s%s=", first ? "[" : " ", f->name);
+    first = 0;
     switch (f->kind) {
     case KL_PF_INT: kl_str_printf(s, "%lld", (long long)*(const int64_t *)at); break;
     case KL_PF_INT32: kl_str_printf(s, "%d", *(const int *)at); break;
@@ -235,9 +237,10 @@ void kl_params_print(kl_str *s, kl_prim prim, const kl_params *p, int indent) {
       else kl_str_append(s, "None");
       break;
     }
+    case KL_PF_LOC: break;
     }
-    if (!f[1].name) kl_str_append(s, "]");
   }
+  if (!first) kl_str_append(s, "]");
 }
 
 static void print_program(kl_str *s, const kl_program *pg, int indent) {
@@ -379,7 +382,7 @@ uint64_t kl_params_hash(uint64_t h, kl_prim prim, const kl_params *p) {
     const void *at = kl_param_cptr(p, f);
     switch (f->kind) {
     case KL_PF_INT: h = mix(h, at, sizeof(int64_t)); break;
-    case KL_PF_INT32: case KL_PF_DTYPE: h = mix(h, at, sizeof(int)); break;
+    case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: h = mix(h, at, sizeof(int)); break;
     case KL_PF_FLOAT: h = mix(h, at, sizeof(double)); break;
     case KL_PF_IVEC: {
       const kl_ivec *v = at;
@@ -403,7 +406,7 @@ int kl_params_equal(kl_prim prim, const kl_params *a, const kl_params *b) {
     const void *x = kl_param_cptr(a, f), *y = kl_param_cptr(b, f);
     switch (f->kind) {
     case KL_PF_INT: if (memcmp(x, y, sizeof(int64_t))) return 0; break;
-    case KL_PF_INT32: case KL_PF_DTYPE: if (memcmp(x, y, sizeof(int))) return 0; break;
+    case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: if (memcmp(x, y, sizeof(int))) return 0; break;
     case KL_PF_FLOAT: if (memcmp(x, y, sizeof(double))) return 0; break; /* bitwise: -0.0 is not 0.0 */
     case KL_PF_IVEC: {
       const kl_ivec *u = x, *v = y;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/loc.h"
 #include "../ir/status.h"
 #include "device.h"
 
@@ -126,17 +127,34 @@ void kl_exec_release(kl_exec *x) {
   free(x->in_slots);
   free(x->out_slots);
   free(x->donor);
+  free(x->updates);
   free(x->live);
   free(x->host_steps);
   free(x);
 }
 
+/* The copy log's part at a call: an update that writes into its operand's buffer only when the
+ * call donates that input, in a call that does not (logged once per update, or an error when
+ * copies are forbidden). */
+static int check_donated_updates(kl_exec *x, kl_buffer *const *preset, char *err, size_t errlen) {
+  int mode = kl_copies_mode();
+  for (int k = 0; mode && k < x->nupdates; k++) {
+    kl_update *u = &x->updates[k];
+    if (u->in_place || !u->donor_ok || (preset && preset[u->output])) continue;
+    if (!(mode & KL_COPIES_FORBID) && atomic_exchange((_Atomic int *)&u->reported, 1)) continue;
+    if (kl_copy_report(u->loc, u->prim, u->type, u->bytes, KL_COPY_NOT_DONATED, 0, err, errlen)) return -1;
+  }
+  return 0;
+}
+
 int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+  if (x->nupdates && check_donated_updates(x, NULL, err, errlen)) return -1;
   return devices[x->device]->launch(x, inputs, NULL, outs, err, errlen);
 }
 
 int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
                         size_t errlen) {
+  if (x->nupdates && check_donated_updates(x, preset, err, errlen)) return -1;
   return devices[x->device]->launch(x, inputs, preset, outs, err, errlen);
 }
 

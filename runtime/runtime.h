@@ -62,6 +62,21 @@ typedef struct {
                           0 counts as 1 */
 } kl_step;
 
+/* A functional update the user wrote (dynamic_update_slice or scatter with a source location,
+ * ir/loc.h) and whether it writes into its operand's buffer: for the copy log. */
+typedef struct {
+  int loc;           /* ir/loc.h id */
+  const char *prim;  /* its primitive's name (static) */
+  int in_place;      /* writes into its operand's buffer (a dying temporary's) */
+  int operand_input; /* the executable's input it updates, or -1 */
+  int output;        /* the executable's output it makes, or -1 */
+  int donor_ok;      /* in place when the call donates that input (x->donor[output] == operand_input) */
+  int why;           /* kl_copy_why (ir/loc.h) when it copies */
+  size_t bytes;      /* the operand's */
+  char type[64];     /* "float32[1024,8]" */
+  int reported;      /* atomic: logged once already */
+} kl_update;
+
 typedef struct kl_exec {
   int device;         /* kl_device_kind the steps run on */
   int nslots;
@@ -75,6 +90,8 @@ typedef struct kl_exec {
                          output's own index; same bytes), or -1: what donation can use */
   kl_step *steps;     /* owned */
   int nsteps;
+  kl_update *updates; /* owned, or NULL: the user's updates among the steps (copy log) */
+  int nupdates;
   int64_t cost;       /* total elements touched */
   char *host_steps;   /* owned, or NULL: "prim dtype[dims]" per line of each step of a GPU
                          executable that runs on the host over copies (a round trip) */

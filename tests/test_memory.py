@@ -93,7 +93,7 @@ def test_deleted_arrays_raise_jaxs_error_everywhere():
 
 @pytest.mark.parametrize("device", _devices(), ids=str)
 def test_delete_gives_the_memory_back(device):
-    x = kiln.device_put(np.ones((1024, 1024), np.float32), device) * 2.0  # 4 MiB kiln owns
+    x = kiln.device_put(jnp.ones((1024, 1024), np.float32) * 2.0, device)  # 4 MiB kiln owns
     kiln.block_until_ready(x)
     _quiet()
     before = device.memory_stats()["bytes_in_use"]
@@ -322,3 +322,32 @@ def test_the_memory_plan_is_in_kiln_dump(tmp_path, monkeypatch):
     plans = [p.read_text() for p in sorted(tmp_path.glob("*-memory-plan.txt"))]
     plan = next(p for p in plans if "may take donated input 0" in p)  # the jitted program's
     assert "temp" in plan and "freed after step" in plan and "alive at most at once" in plan, plan
+
+
+@pytest.mark.parametrize("what", ["elementwise", "update"])
+def test_a_dying_temporary_gives_its_buffer_to_the_next_value(what):
+    # inside a program, a result computed elementwise from a temporary at its last use, or an
+    # update of it (x.at[i].set(v)), is written into the temporary's buffer: the 1 MiB product
+    # and the 1 MiB result never exist at once
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((256, 1024)).astype(np.float32), rng.standard_normal((1024, 1024)).astype(np.float32) / 32
+    if what == "elementwise":
+        f = kiln.jit(lambda x, w: jnp.tanh(x @ w) * 2.0 - 1.0)
+        ref = np.tanh(x.astype(np.float64) @ w) * 2 - 1
+    else:
+        f = kiln.jit(lambda x, w, i: (x @ w).at[i].set(0.5).at[:, 7].add(1.0) * 3.0)
+        ref = x.astype(np.float64) @ w
+        ref[5] = 0.5
+        ref[:, 7] += 1
+        ref *= 3
+    args = kiln.device_put((x, w) if what == "elementwise" else (x, w, 5))
+    kiln.block_until_ready(f(*args))  # compiled
+    d = kiln.devices()[0]
+    _quiet()
+    d.reset_peak_memory_stats()
+    before = d.memory_stats()["bytes_in_use"]
+    r = f(*args)
+    kiln.block_until_ready(r)
+    grew = d.memory_stats()["peak_bytes_in_use"] - before
+    np.testing.assert_allclose(np.asarray(r), ref, rtol=2e-4, atol=2e-4)
+    assert grew <= (1 << 20) + (256 << 10), grew  # one 1 MiB buffer (two without the reuse)

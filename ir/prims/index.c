@@ -5,7 +5,9 @@
 
 const kl_param_field kl_fields_dynamic_slice[] = {KL_FIELD(dynamic_slice, slice_sizes, IVEC), {NULL, 0, 0}};
 const kl_param_field kl_fields_take[] = {KL_FIELD(take, axis, INT), {NULL, 0, 0}};
-const kl_param_field kl_fields_scatter[] = {KL_FIELD(scatter, axis, INT), KL_FIELD(scatter, op, INT32), {NULL, 0, 0}};
+const kl_param_field kl_fields_scatter[] = {KL_FIELD(scatter, axis, INT), KL_FIELD(scatter, op, INT32), KL_FIELD(scatter, loc, LOC),
+                                            {NULL, 0, 0}};
+const kl_param_field kl_fields_update[] = {KL_FIELD(update, loc, LOC), {NULL, 0, 0}};
 
 static int rule_dynamic_slice(kl_rule_err *e, const kl_aval *ins, int nin, const kl_params *p, kl_aval *out) {
   const kl_aval *x = &ins[0];

@@ -489,7 +489,7 @@ static int parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t stor
       *(kl_ivec *)at = (kl_ivec){dst, (int)m};
       break;
     }
-    case KL_PF_INT: case KL_PF_INT32: {
+    case KL_PF_INT: case KL_PF_INT32: case KL_PF_LOC: {
       long long v = PyLong_AsLongLong(val);
       if (v == -1 && PyErr_Occurred()) return -1;
       if (f->kind == KL_PF_INT) *(int64_t *)at = v;
@@ -634,28 +634,56 @@ static PyObject *builder_simplify(PyObject *self, PyObject *args) {
 /* The pass pipeline then code generation: an executable (owned) or NULL with a message. The
  * traced program is left as it is. ptx_cc > 0: the PTX for that compute capability instead
  * (*ptx, malloc'd). */
-static kl_exec *compile_program(const kl_program *traced, int device, int ptx_cc, char **ptx, char *err,
-                                size_t errlen) {
+static kl_exec *compile_program(const kl_program *traced, int device, int ptx_cc, char **ptx, const char *donatable,
+                                char *err, size_t errlen) {
   kl_program *pg = kl_pipeline_run(traced, KL_PIPE_COMPILE, err, errlen);
   if (!pg) return NULL;
   kl_exec *x = NULL;
   if (ptx_cc > 0) *ptx = kl_compile_gpu_ptx(pg, ptx_cc, err, errlen);
-  else x = device == KL_DEV_CUDA ? kl_compile_gpu(pg, err, errlen) : kl_compile_cpu(pg, err, errlen);
+  else x = device == KL_DEV_CUDA ? kl_compile_gpu(pg, donatable, err, errlen) : kl_compile_cpu(pg, donatable, err, errlen);
+  if (x && kl_compile_report_copies(x, err, errlen)) { /* forbidden copies */
+    kl_exec_release(x);
+    x = NULL;
+  }
   kl_program_free(pg);
   return x;
 }
 
-/* compile() -> Executable. */
+/* compile(device=default, donatable=()) -> Executable; donatable: the input positions a call may
+ * donate (jit's donate_argnums): only those may give an output their buffer (exe.donors). */
 static PyObject *builder_compile(PyObject *self, PyObject *args) {
   int device = default_device;
-  if (!PyArg_ParseTuple(args, "|i", &device)) return NULL;
+  PyObject *don = NULL;
+  if (!PyArg_ParseTuple(args, "|iO", &device, &don)) return NULL;
   if (device < 0) device = default_device;
   kl_program *pg = ((BuilderObject *)self)->pg;
+  char *donatable = NULL;
+  PyObject *seq = don ? PySequence_Tuple(don) : NULL;
+  if (don && !seq) return NULL;
+  if (seq && PyTuple_Size(seq)) {
+    donatable = PyMem_Calloc((size_t)pg->ninputs + 1, 1);
+    if (!donatable) {
+      Py_DECREF(seq);
+      return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_Size(seq); k++) {
+      long i = PyLong_AsLong(PyTuple_GetItem(seq, k));
+      if (i < 0 || i >= pg->ninputs) {
+        Py_DECREF(seq);
+        PyMem_Free(donatable);
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "compile: donatable input %ld out of range [0, %d)", i, pg->ninputs);
+        return NULL;
+      }
+      donatable[i] = 1;
+    }
+  }
+  Py_XDECREF(seq);
   char err[4096];
   kl_exec *x;
   Py_BEGIN_ALLOW_THREADS
-  x = compile_program(pg, device, 0, NULL, err, sizeof err);
+  x = compile_program(pg, device, 0, NULL, donatable, err, sizeof err);
   Py_END_ALLOW_THREADS
+  PyMem_Free(donatable);
   if (!x) {
     return kl_py_raise(NULL, err);
   }
@@ -677,7 +705,7 @@ static PyObject *builder_gpu_ptx(PyObject *self, PyObject *args) {
   char *ptx = NULL;
   if (cc <= 0) return PyErr_Format(PyExc_ValueError, "gpu_ptx: compute capability %d must be positive", cc);
   Py_BEGIN_ALLOW_THREADS
-  compile_program(((BuilderObject *)self)->pg, KL_DEV_CUDA, cc, &ptx, err, sizeof err);
+  compile_program(((BuilderObject *)self)->pg, KL_DEV_CUDA, cc, &ptx, NULL, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!ptx) {
     return kl_py_raise(NULL, err);
@@ -792,7 +820,7 @@ static PyObject *params_dict(const kl_eqn *e) {
       break;
     }
     case KL_PF_INT: val = PyLong_FromLongLong(*(const int64_t *)at); break;
-    case KL_PF_INT32: val = PyLong_FromLong(*(const int *)at); break;
+    case KL_PF_INT32: case KL_PF_LOC: val = PyLong_FromLong(*(const int *)at); break;
     case KL_PF_FLOAT: val = PyFloat_FromDouble(*(const double *)at); break;
     case KL_PF_DTYPE: {
       int dt = *(const int *)at;
@@ -899,7 +927,7 @@ static PyMethodDef builder_methods[] = {
     {"verify", builder_verify, METH_NOARGS, "check the program"},
     {"hash", builder_hash, METH_NOARGS, "structural hash"},
     {"counts", builder_counts, METH_NOARGS, "(inputs, equations, outputs)"},
-    {"compile", builder_compile, METH_VARARGS, "compile(device=default) -> Executable"},
+    {"compile", builder_compile, METH_VARARGS, "compile(device=default, donatable=()) -> Executable"},
     {"gpu_ptx", builder_gpu_ptx, METH_VARARGS, "gpu_ptx(cc=90) -> the PTX of the program's kernels (no GPU needed)"},
     {"simplify", builder_simplify, METH_VARARGS, "simplify(bind=()): simplify, CSE and DCE in place"},
     {NULL, NULL, 0, NULL}};
@@ -1041,6 +1069,23 @@ static PyObject *mod_alloc_fail_at(PyObject *self, PyObject *arg) {
   if (n == -1 && PyErr_Occurred()) return NULL;
   kl_alloc_fail_at(n);
   Py_RETURN_NONE;
+}
+
+/* copies_mode(bits): the copy log (1) and forbid-copies (2), ir/loc.h. */
+static PyObject *mod_copies_mode(PyObject *self, PyObject *arg) {
+  (void)self;
+  long m = PyLong_AsLong(arg);
+  if (m == -1 && PyErr_Occurred()) return NULL;
+  kl_copies_set_mode((int)m);
+  Py_RETURN_NONE;
+}
+
+/* loc_intern(text) -> id: a source location for an update's `loc` param. */
+static PyObject *mod_loc_intern(PyObject *self, PyObject *arg) {
+  (void)self;
+  const char *t = PyUnicode_AsUTF8AndSize(arg, NULL);
+  if (!t) return NULL;
+  return PyLong_FromLong(kl_loc_intern(t));
 }
 
 static PyObject *mod_alloc_count(PyObject *self, PyObject *unused) {
@@ -1207,6 +1252,8 @@ static PyMethodDef mod_methods[] = {
     {"compile_stats", mod_compile_stats, METH_NOARGS, "(compiles, seconds)"},
     {"alloc_fail_at", mod_alloc_fail_at, METH_O, "alloc_fail_at(n): the nth core allocation from now fails (0: off)"},
     {"alloc_count", mod_alloc_count, METH_NOARGS, "core allocations so far"},
+    {"copies_mode", mod_copies_mode, METH_O, "copies_mode(bits): 1 logs updates that copy, 2 makes them errors"},
+    {"loc_intern", mod_loc_intern, METH_O, "loc_intern(text) -> id of a source location"},
     {"num_threads", mod_num_threads, METH_NOARGS, "worker threads of the CPU device"},
     {"blas_search_path", mod_blas_search_path, METH_O, "add a BLAS/LAPACK library candidate"},
     {"blas_library", mod_blas_library, METH_NOARGS, "the BLAS in use"},
@@ -1242,6 +1289,16 @@ PyObject *kl_py_raise(const char *prefix, const char *msg) {
   case KL_ERR_INDEX: cls = PyExc_IndexError; break;
   case KL_ERR_UNSUPPORTED: cls = PyExc_NotImplementedError; break;
   case KL_ERR_NOMEM: cls = PyExc_MemoryError; break;
+  case KL_ERR_COPY: { /* kiln.errors.CopyError (a RuntimeError) */
+    PyObject *mod = PyImport_ImportModule("kiln.errors");
+    PyObject *c = mod ? PyObject_GetAttrString(mod, "CopyError") : NULL;
+    Py_XDECREF(mod);
+    kl_status_clear();
+    if (!c) return NULL;
+    PyErr_Format(c, "%s%s", prefix ? prefix : "", msg);
+    Py_DECREF(c);
+    return NULL;
+  }
   default: cls = PyExc_RuntimeError; break;
   }
   kl_status_clear();

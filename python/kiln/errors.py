@@ -12,6 +12,7 @@ __all__ = [
     "TracerArrayConversionError",
     "UnexpectedTracerError",
     "NonConcreteBooleanIndexError",
+    "CopyError",
 ]
 
 
@@ -138,3 +139,9 @@ class NonConcreteBooleanIndexError(IndexError):
             "`kiln.numpy.where(mask, x, fill)` to keep the shape fixed, or "
             "`x.at[...]` updates, or a reduction such as "
             "`jnp.sum(x, where=mask)`.")
+
+
+class CopyError(RuntimeError):
+    """A functional update (x.at[i].set(v), lax.dynamic_update_slice, lax.scatter) would copy its
+    operand while `kiln.config.update("kiln_forbid_copies", True)` is on. The message names the
+    operation, its operand's type, the source line and why it could not run in place."""

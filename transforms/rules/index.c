@@ -32,7 +32,10 @@ static int dynamic_update_slice_jvp(kl_build *a, const kl_eqn *e, const int *xs,
   memcpy(ins, xs, sizeof(int) * (size_t)e->nin);
   ins[0] = ts[0] >= 0 ? ts[0] : zeros_like(a, xs[0]);
   ins[1] = ts[1] >= 0 ? ts[1] : zeros_like(a, xs[1]);
-  touts[0] = same_prim(a, e, ins, e->nin);
+  kl_params p = e->p;
+  p.update.loc = 0; /* the tangent's update is kiln's, not the user's */
+  int o[KL_MAX_OUTS];
+  touts[0] = kl_build_emit(a, e->prim, ins, e->nin, &p, o) < 0 ? -1 : o[0];
   return 0;
 }
 
@@ -44,6 +47,7 @@ static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const in
   int axis = (int)e->p.scatter.axis;
   kl_aval xa = *kl_build_aval(a, x), ua = *kl_build_aval(a, u), ia = *kl_build_aval(a, idx);
   kl_params sp = e->p, tp;
+  sp.scatter.loc = 0; /* the tangent's scatters are kiln's, not the user's updates */
   kl_params_init(&tp, KL_P_TAKE);
   tp.take.axis = axis;
 #define SCAT(m, opnd, upd) (sp.scatter.op = (m), kl_build_op(a, KL_P_SCATTER, (int[]){(opnd), idx, (upd)}, 3, &sp))
@@ -241,6 +245,7 @@ static int dynamic_batch(kl_build *b, rule_args *r) {
     r->ys[0] = kl_build_op(b, KL_P_TAKE, ins, 2, &p);
   } else {
     p.scatter.op = KL_SCATTER_SET;
+    p.scatter.loc = e->p.update.loc; /* still the user's update (the copy log names it) */
     int ins[3] = {flat, pos, u};
     r->ys[0] = kl_build_reshape_new(b, kl_build_op(b, KL_P_SCATTER, ins, 3, &p), shape, X.ndim + 1);
   }

@@ -277,7 +277,7 @@ def _hashable_static(v, where):
 
 
 class _CacheEntry:
-    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donated")
+    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donated", "marked")
 
     def run_donating(self, arrs, donated):
         """run, with the arrays at the flat positions `donated` handed over: an output may be
@@ -451,42 +451,42 @@ class JitWrapped(_kiln.JitBase):
     def _donated_leaves(self, args, kwargs, arrs, entry):
         """The flat argument leaves that donate_argnums/argnames name and the program can write an
         output into (JAX's rule: same shape and dtype; kiln's: also read only before or where
-        that output is computed, at its own index), found at the first call of a signature (the
-        leaves' places follow from it); the others stay alive, and that call warns about them,
-        as JAX does."""
+        that output is computed, at its own index), found at the first call of a signature; the
+        others stay alive, and that call warns about them, as JAX does."""
         if entry.donated is None:
-            dn, dnames = self._donate_argnums, self._donate_argnames
-            marked, at = [], 0
-            for i, a in enumerate(args):
-                if i in self._static_argnums or (i - len(args)) in self._static_argnums:
-                    continue
-                n = len(tree_util.tree_leaves(a))
-                if i in dn or (i - len(args)) in dn:
-                    marked.extend(range(at, at + n))
-                at += n
-            for k in sorted(kwargs):  # a dict's leaves come in sorted key order
-                if k in self._static_argnames:
-                    continue
-                n = len(tree_util.tree_leaves(kwargs[k]))
-                if k in dnames:
-                    marked.extend(range(at, at + n))
-                at += n
             usable = frozenset(d for d in entry.exe.donors if d >= 0)
-            bad = [arrs[i] for i in marked if i not in usable]
+            bad = [arrs[i] for i in entry.marked if i not in usable]
             if bad:
                 import warnings
                 names = ", ".join(f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]" for a in bad)
                 warnings.warn(f"Some donated buffers were not usable: {names}.\nkiln writes an output into a donated "
                               "buffer when the output has the same shape and dtype and is computed elementwise from "
                               "it by the program's last use of it (see the README, Memory).", UserWarning, stacklevel=3)
-            entry.donated = [i for i in marked if i in usable]
+            entry.donated = [i for i in entry.marked if i in usable]
         return [i for i in entry.donated if type(arrs[i]) is Array]
+
+    def _marked_leaves(self, tree, nleaves, nargs):
+        """The flat positions of the leaves that donate_argnums/argnames name."""
+        dn, dnames = self._donate_argnums, self._donate_argnames
+        if not (dn or dnames):
+            return []
+        dyn_args, dyn_kwargs = tree_util.tree_unflatten(tree, list(range(nleaves)))
+        positions = [i for i in range(nargs) if i not in self._static_argnums and (i - nargs) not in self._static_argnums]
+        marked = []
+        for i, a in zip(positions, dyn_args):
+            if i in dn or (i - nargs) in dn:
+                marked.extend(tree_util.tree_leaves(a))
+        for k, a in dyn_kwargs.items():
+            if k in dnames:
+                marked.extend(tree_util.tree_leaves(a))
+        return sorted(marked)
 
     def _compile(self, statics, arrs, tree, nargs):
         fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
         traced = _trace(fun, None, None, arrs, tree)
         entry = _CacheEntry()
-        entry.exe = traced.builder.compile()
+        entry.marked = self._marked_leaves(tree, len(arrs), nargs)  # flat leaves a call donates
+        entry.exe = traced.builder.compile(-1, entry.marked)
         entry.out_tree = traced.out_tree
         entry.consts = traced.consts
         entry.const_bufs = [c._buf for c in traced.consts]

@@ -46,6 +46,11 @@ def _validate_precision(name, value):
     return value
 
 
+def _env_bool(var_name):
+    text = os.environ.get(var_name)
+    return False if text is None else _parse_bool_env(var_name, text)
+
+
 def _x64_default():
     for var_name in ("KILN_ENABLE_X64", "JAX_ENABLE_X64"):
         text = os.environ.get(var_name)
@@ -66,6 +71,11 @@ class Config:
                      _validate_precision("JAX_DEFAULT_MATMUL_PRECISION",
                                          os.environ.get("JAX_DEFAULT_MATMUL_PRECISION", "").lower() or None),
                      _validate_precision)
+        # kiln's own: every functional update (x.at[i].set(v), lax.dynamic_update_slice,
+        # lax.scatter) that copies its operand instead of writing into it is printed with its
+        # source line (kiln_log_copies), or raises kiln.errors.CopyError (kiln_forbid_copies)
+        self._define("kiln_log_copies", _env_bool("KILN_LOG_COPIES"), _validate_bool)
+        self._define("kiln_forbid_copies", _env_bool("KILN_FORBID_COPIES"), _validate_bool)
 
     def _define(self, name, default, validator):
         """Declare an option (for kiln's own modules, not users)."""

@@ -7,6 +7,10 @@ those of the fast path's fused chains.
 Imports array.py and tracing.py; core.py re-exports it.
 """
 
+import os
+import sys
+
+import kiln
 from kiln import _kiln
 from kiln._src.array import _dtype_by_name, _np_dtype, _scalar_cache, scalar_array
 from kiln._src.config import config
@@ -61,14 +65,43 @@ def bind1(prim, args, params=None):
 config_generation = [0]  # bumped on every configuration change: part of every compile cache key
 
 
+def _copies_mode():
+    return (1 if config.kiln_log_copies else 0) | (2 if config.kiln_forbid_copies else 0)
+
+
+_KILN_DIR = os.path.dirname(os.path.abspath(kiln.__file__)) + os.sep
+_locs = {}  # (file, line) -> interned id
+
+
+def update_params(params=None):
+    """The params of an update primitive (dynamic_update_slice, scatter): while the copy log or
+    forbid-copies is on, with `loc`, the source line of the user's code that asked for it (the
+    first frame outside kiln), for the message naming an update that copies."""
+    if not (config.kiln_log_copies or config.kiln_forbid_copies):
+        return params
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_KILN_DIR):
+        f = f.f_back
+    if f is None:
+        return params
+    key = (f.f_code.co_filename, f.f_lineno)
+    loc = _locs.get(key)
+    if loc is None:
+        loc = _locs[key] = _kiln.loc_intern(f"{key[0]}:{key[1]}")
+    return {**(params or {}), "loc": loc}
+
+
 def _on_config_change(name, value):
     config_generation[0] += 1
     _kiln.config_changed()
+    if name in ("kiln_log_copies", "kiln_forbid_copies"):
+        _kiln.copies_mode(_copies_mode())
     if name == "jax_enable_x64":
         _scalar_cache.clear()
 
 
 config._on_change(_on_config_change)
+_kiln.copies_mode(_copies_mode())
 
 
 _kiln.tracer_setup(Tracer, scalar_array, UnexpectedTracerError, _dtype_by_name)

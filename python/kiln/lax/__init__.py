@@ -11,6 +11,7 @@ import numpy as np
 from kiln import _kiln
 from kiln._src import core, dtypes
 from kiln._src.core import Array, Tracer, bind, bind1
+from kiln._src.dispatch import update_params
 
 _int = builtins.int
 _float = builtins.float
@@ -347,7 +348,7 @@ def dynamic_update_slice(operand, update, start_indices):
     if len(start_indices) != operand.ndim:
         raise ValueError(f"dynamic_update_slice: got {len(start_indices)} start indices for an operand of rank {operand.ndim}")
     idx = _index_scalars("dynamic_update_slice", start_indices)
-    return bind1("dynamic_update_slice", [operand, update] + idx)
+    return bind1("dynamic_update_slice", [operand, update] + idx, update_params())
 
 
 def dynamic_update_slice_in_dim(operand, update, start_index, axis):
@@ -537,7 +538,7 @@ def _scatter(operand, indices, updates, axis, op):
     if op not in _SCATTER_OPS:
         raise ValueError(f"scatter: unknown op {op!r}; expected one of {sorted(_SCATTER_OPS)}")
     return bind1("scatter", [operand, indices, updates],
-                 {"axis": _axes(operand, (axis,), "scatter")[0], "op": _SCATTER_OPS[op]})
+                 update_params({"axis": _axes(operand, (axis,), "scatter")[0], "op": _SCATTER_OPS[op]}))
 
 
 # ---------------------------------------------------------------------------
