@@ -6,7 +6,9 @@ after ten more, beside what the parameters and inputs take.
 
 - mlp: the SGD step of a 1024-2048-2048-2048-10 MLP on a batch of 512 (float32);
 - transformer2/8: examples/transformer.py's SGD step (2 or 8 layers); transformer8_remat: the
-  same with jax.checkpoint on every layer.
+  same with jax.checkpoint on every layer;
+- donate1g: `params = step(params, grads)` on 1 GiB of float32 parameters with donate_argnums=0
+  (issue 12's target: the peak at most 1.1 GiB above the inputs).
 """
 import argparse
 import json
@@ -42,6 +44,14 @@ if work == "mlp":
     step = lib.jit(lambda p, x, y: lib.tree_util.tree_map(lambda a, g: a - 0.01 * g, p, lib.grad(loss)(p, x, y)))
     args = lib.device_put((params, x, y))
     run = lambda a: step(*a)
+elif work == "donate1g":
+    n = 1 << 28  # 1 GiB of float32 parameters, updated in place by a donated step
+    step = lib.jit(lambda p, g: p - 0.1 * g, donate_argnums=0)
+    args = [jnp.ones(n, jnp.float32), jnp.full(n, 1e-3, jnp.float32)]
+
+    def run(a):
+        a[0] = step(a[0], a[1])
+        return a[0]
 else:
     layers = int(work[len("transformer"):].split("_")[0])
     params, toks = transformer.init_params(layers), transformer.tokens()
@@ -61,7 +71,7 @@ print(json.dumps({"inputs": inputs, "first": first, "peak": dev.memory_stats()["
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="mlp,transformer2,transformer8,transformer8_remat")
+    ap.add_argument("--only", default="mlp,transformer2,transformer8,transformer8_remat,donate1g")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     examples = os.path.join(here, "..", "examples")
