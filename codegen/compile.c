@@ -467,6 +467,17 @@ static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *do
   for (int s = 0; s < plan->nsteps; s++) {
     const kl_plan_step *ps = &plan->steps[s];
     const kl_eqn *e = &pg->eqns[ps->kind == KL_STEP_KERNEL ? pg->vals[ps->root].producer : ps->eqn];
+    if (ps->kind == KL_STEP_LIB && (e->prim == KL_P_WHILE || e->prim == KL_P_SCAN)) { /* carries kept in place */
+      for (int j = 0; j < e->nout; j++) {
+        int at = kl_loop_carry_init(e, j), o = e->outs[j], v = at >= 0 ? e->ins[at] : -1, once = v >= 0;
+        for (int a = 0; a < e->nin && once; a++) once = a == at || e->ins[a] != v;
+        if (once && share[o] != -2 && last[v] == s && !pinned[v] && v < o && kl_aval_size(&pg->vals[o].aval) > 0) {
+          share[o] = v;
+          pinned[v] = 1;
+        }
+      }
+      continue;
+    }
     int o = ps->kind == KL_STEP_KERNEL ? ps->root : is_update(e) ? e->outs[0] : -1;
     if (o < 0 || share[o] == -2 || (ps->kind == KL_STEP_KERNEL && !kl_form_elementwise(kl_prim_get(e->prim)->form)) ||
         kl_aval_size(&pg->vals[o].aval) == 0)
@@ -547,13 +558,15 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, const char *d
   char *seen = kl_malloc((size_t)pg->nvals + 1), *taken = kl_calloc((size_t)pg->ninputs + 1, 1);
   for (int j = 0; j < pg->noutputs; j++) {
     x->donor[j] = -1;
-    int o = pg->outputs[j], w = -1, update = 0;
+    int o = pg->outputs[j], w = -1, own = -1; /* own: the operand whose buffer step w writes o into */
     for (int s = 0; s < plan->nsteps && w < 0; s++) {
       const kl_plan_step *ps = &plan->steps[s];
+      const kl_eqn *e = &pg->eqns[ps->eqn];
       if (ps->kind == KL_STEP_KERNEL && ps->root == o) w = s;
-      else if (ps->kind == KL_STEP_LIB && pg->eqns[ps->eqn].nout == 1 && pg->eqns[ps->eqn].outs[0] == o &&
-               (pg->eqns[ps->eqn].prim == KL_P_DYNAMIC_UPDATE_SLICE || pg->eqns[ps->eqn].prim == KL_P_SCATTER))
-        w = s, update = 1;
+      else if (ps->kind == KL_STEP_LIB && is_update(e) && e->outs[0] == o) w = s, own = 0;
+      else if (ps->kind == KL_STEP_LIB && (e->prim == KL_P_WHILE || e->prim == KL_P_SCAN)) /* a carry kept in place */
+        for (int r = 0; r < e->nout; r++)
+          if (e->outs[r] == o && (own = kl_loop_carry_init(e, r)) >= 0) w = s;
     }
     if (w < 0 || !seen || !taken) continue;
     for (int i = 0; i < pg->ninputs && x->donor[j] < 0; i++) {
@@ -569,8 +582,8 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, const char *d
         } else {
           const kl_eqn *e = &pg->eqns[ps->eqn];
           for (int a = 0; a < e->nin; a++) reads |= e->ins[a] == v;
-          skewed = !(s == w && update && e->ins[0] == v); /* the update's operand is its own output's buffer */
-          for (int a = 1; a < e->nin; a++) skewed |= e->ins[a] == v;
+          skewed = !(s == w && own >= 0 && e->ins[own] == v); /* that operand is its own output's buffer */
+          for (int a = 0; a < e->nin; a++) skewed |= a != own && e->ins[a] == v;
         }
         ok = !reads || s < w || (s == w && !skewed);
       }

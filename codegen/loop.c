@@ -190,6 +190,19 @@ static int report_copies(const kl_loop *l, char *err, size_t errlen) {
   return 0;
 }
 
+int kl_loop_carry_init(const kl_eqn *e, int j) {
+  const kl_params *p = &e->p;
+  if (e->prim == KL_P_SCAN) {
+    int nc = (int)p->scan.counts.v[0], nb = (int)p->scan.counts.v[1];
+    return j < nb && in_place(p->scan.body, nc + j, j) ? nc + j : -1;
+  }
+  if (e->prim == KL_P_WHILE) {
+    int nc = (int)p->while_.counts.v[0] + (int)p->while_.counts.v[1], n = (int)p->while_.counts.v[2];
+    return j < n && in_place(p->while_.body, j, j) ? nc + j : -1;
+  }
+  return -1;
+}
+
 /* Two sets of n carry buffers (set[0], set[1]), device memory, but for the carries updated in
  * place: `result`'s buffer in both. 0 or -1 with a message. */
 static int carry_sets(const kl_loop *l, int n, void **set[2], void **result, char *err, size_t errlen) {
@@ -497,7 +510,8 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   void **set[2] = {base, base + n}, **args = base + 2 * n; /* args: the carries, then consts */
   rc = carry_sets(l, n, set, ptrs + l->nc + l->nb + n, err, errlen);
   if (!rc) rc = t->alloc(1, &pred, err, errlen);
-  for (int i = 0; i < n && !rc; i++) rc = t->copy(set[0][i], ptrs[l->nc + l->nb + i], l->bytes[i], err, errlen);
+  for (int i = 0; i < n && !rc; i++) /* (a carry kept in place may start in its initial value's buffer) */
+    if (set[0][i] != ptrs[l->nc + l->nb + i]) rc = t->copy(set[0][i], ptrs[l->nc + l->nb + i], l->bytes[i], err, errlen);
   for (int p = 0; p < 2 && !rc; p++) { /* the programs take (carries, consts) */
     memcpy(args, set[p], sizeof(void *) * (size_t)n);
     memcpy(args + n, ptrs, sizeof(void *) * (size_t)l->nc);
@@ -756,7 +770,8 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     for (int j = 0; j < ny && !rc; j++)
       if (stage[nx + j]) rc = l->t->copy((char *)ys[j] + (size_t)t * l->bytes[n + j], stage[nx + j], l->bytes[n + j], err, errlen);
   }
-  for (int i = 0; i < n && !rc && l->length == 0; i++) rc = l->t->copy(final[i], init[i], l->bytes[i], err, errlen);
+  for (int i = 0; i < n && !rc && l->length == 0; i++)
+    if (final[i] != init[i]) rc = l->t->copy(final[i], init[i], l->bytes[i], err, errlen);
   if (kp) {
     pthread_mutex_unlock(&((kl_loop *)l)->sk_mu);
     if (base != small) free(base);

@@ -67,6 +67,11 @@ extern const kl_loop_target kl_loop_cpu;
 int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_of, const kl_loop_target *t, kl_step *st,
                          kl_loop **out, char *err, size_t errlen);
 void kl_loop_free(kl_loop *l);
+/* For result j of a while or scan equation e: the operand holding that carry's initial value
+ * when the loop keeps the carry in one buffer, its result's (the body updates it in place or
+ * passes it through), else -1. Such a result may be given its initial value's buffer (a dying
+ * temporary's, or a donated input's): the loop then starts in place instead of copying it in. */
+int kl_loop_carry_init(const kl_eqn *e, int j);
 /* A cond step's branch executables (false, true): 1, or 0 for any other step. */
 int kl_loop_cond_branches(const kl_step *st, kl_exec **f, kl_exec **t);
 /* Binds a cond step's two branches (t->bind) over the pointers ptrs the step runs with: a handle

@@ -791,3 +791,13 @@ def test_a_cond_in_a_nested_scan_keeps_its_branches_across_runs():
             r = (r * np.float32(0.99) if r[0] > 0.5 else r + np.float32(0.01)).astype(np.float32)
     np.testing.assert_array_equal(np.asarray(c), r)
     np.testing.assert_array_equal(np.asarray(ys), np.array(yr, np.float32))
+
+
+def test_a_long_while_loop_over_a_python_counter_is_one_loop_under_jit():
+    # `(0, x)`: the condition is concrete at first; past a few trips the rest is one while
+    # equation (one body traced), not 100,000 bodies unrolled into the program
+    f = kiln.jit(lambda x: lax.while_loop(lambda c: c[0] < 100000, lambda c: (c[0] + 1, c[1] * 0.5 + 1.0), (0, x)))
+    n, y = f(jnp.float32(3.0))
+    assert int(n) == 100000 and abs(float(y) - 2.0) < 1e-6
+    assert "while[" in str(kiln.make_jaxpr(lambda x: lax.while_loop(lambda c: c[0] < 100000, lambda c: (c[0] + 1, c[1]),
+                                                                    (0, x)))(1.0))

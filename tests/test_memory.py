@@ -10,7 +10,7 @@ import pytest
 
 import kiln
 import kiln.numpy as jnp
-from kiln import _kiln
+from kiln import _kiln, lax
 
 KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "num_allocs", "largest_alloc_size", "pool_bytes")
 
@@ -351,3 +351,37 @@ def test_a_dying_temporary_gives_its_buffer_to_the_next_value(what):
     grew = d.memory_stats()["peak_bytes_in_use"] - before
     np.testing.assert_allclose(np.asarray(r), ref, rtol=2e-4, atol=2e-4)
     assert grew <= (1 << 20) + (256 << 10), grew  # one 1 MiB buffer (two without the reuse)
+
+
+def _fill_fori(i, z):
+    return z.at[i].set(i * 2.0)
+
+
+@pytest.mark.parametrize("loop", ["fori", "while", "scan"])
+@pytest.mark.parametrize("start", ["temporary", "donated"])
+def test_a_loop_updating_a_carry_in_place_starts_in_its_initial_buffer(loop, start):
+    # the loop's result takes the initial carry's buffer when the program computed it and reads
+    # it no more, or when it is a donated argument: one buffer, never a copy of it
+    n = 1 << 20  # 4 MiB
+    run = {"fori": lambda z: lax.fori_loop(0, 100, _fill_fori, z),
+           "while": lambda z: lax.while_loop(lambda c: c[0] < 100, lambda c: (c[0] + 1, c[1].at[c[0]].set(c[0] * 2.0)),
+                                             (z[0].astype(jnp.int32) * 0, z))[1],  # a traced counter: a loop
+           "scan": lambda z: lax.scan(lambda c, i: (c.at[i].set(i * 2.0), None), z, jnp.arange(100.0).astype(jnp.int32))[0]}[loop]
+    if start == "temporary":
+        f, make = kiln.jit(lambda a: run(jnp.zeros(n, jnp.float32) + a)), lambda: 0.5
+    else:
+        f, make = kiln.jit(run, donate_argnums=0), lambda: jnp.zeros(n, jnp.float32) + 0.5
+    kiln.block_until_ready(f(make()))
+    d = kiln.devices()[0]
+    arg = make()
+    kiln.block_until_ready(arg)
+    _quiet()
+    d.reset_peak_memory_stats()
+    before = d.memory_stats()["bytes_in_use"]
+    r = f(arg)
+    kiln.block_until_ready(r)
+    grew = d.memory_stats()["peak_bytes_in_use"] - before
+    want = np.full(n, 0.5, np.float32)
+    want[:100] = np.arange(100) * 2.0
+    np.testing.assert_array_equal(np.asarray(r), want)
+    assert grew <= (4 << 20 if start == "temporary" else 0) + (64 << 10), grew

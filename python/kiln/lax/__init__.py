@@ -763,15 +763,22 @@ def _while_equation(cond_fun, body_fun, init_val):
     return tree_util.tree_unflatten(tree, list(outs))
 
 
+_WHILE_UNROLL_MAX = 64
+
+
 def while_loop(cond_fun, body_fun, init_val):
     """body_fun applied to the carry while cond_fun(carry) is true. With a concrete condition it
-    runs as Python; a traced one (under jit) makes a while equation: a real loop, compiled once."""
+    runs as Python; a traced one (under jit) makes a while equation: a real loop, compiled once.
+    Under a transformation a concrete condition runs as Python for at most _WHILE_UNROLL_MAX trips
+    (a short loop over a Python counter, as `(0, x)`, unrolled), the rest as a while equation
+    (one body traced, not one per trip)."""
     from kiln._src import control_checks
-    val, checked = init_val, False
+    val, checked, trips = init_val, False, 0
     while True:
         c = cond_fun(val)
-        if not _has_value(c):
+        if not _has_value(c) or (trips >= _WHILE_UNROLL_MAX and core.tracing()):
             return _while_equation(cond_fun, body_fun, val)
+        trips += 1
         if not _bool(c):
             return val
         out = body_fun(val)
