@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from kiln import _kiln
-from kiln._src import core, dtypes, tree_util
+from kiln._src import core, dtypes, refs, tree_util
 from kiln._src.config import config
 from kiln._src.core import Array, Tracer
 from kiln import errors
@@ -176,17 +176,22 @@ def block_until_ready(x):
 
 class _Traced:
     """The result of tracing: builder, output tree and hidden constant inputs."""
-    __slots__ = ("builder", "out_tree", "consts", "out_avals", "in_avals", "out_literal")
+    __slots__ = ("builder", "out_tree", "consts", "out_avals", "in_avals", "out_literal", "ref_touched", "ref_written")
 
     def text(self):
         return self.builder.text()
 
 
-def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False):
+def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a transformation (grad, vmap, a custom "
+                                                                              "rule, checkpoint)", False)):
     """Traces fun on abstract inputs; with concrete=True every value is also computed (the inputs'
-    values are in_leaves, arrays or concrete tracers)."""
+    values are in_leaves, arrays or concrete tracers). refs_in: (what the trace is, whether its
+    caller threads the outer Refs it touches through it: then `ref_touched`/`ref_written` of the
+    result list them, see refs.py; otherwise writing one raises)."""
     trace = core.push_trace(concrete)
+    ref_scope = refs.scope(*refs_in)
     try:
+        ref_scope.__enter__()
         tracers = [trace.new_input(a.shape, a.dtype, a.weak_type,
                                    (a._cval if isinstance(a, Tracer) else a) if concrete else None)
                    for a in in_leaves]
@@ -205,8 +210,10 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False):
             avals.append((o.shape, o.dtype, o.weak_type))
         trace.set_outputs(vids)
     finally:
+        ref_scope.__exit__(None, None, None)
         core.pop_trace(trace)
     t = _Traced()
+    t.ref_touched, t.ref_written = ref_scope.touched, ref_scope.written
     t.builder = trace.take_builder()
     t.out_tree = out_tree
     t.consts = trace.consts
@@ -277,7 +284,8 @@ def _hashable_static(v, where):
 
 
 class _CacheEntry:
-    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donated", "marked")
+    __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donated", "marked",
+                 "user_marked", "refs", "ref_written")
 
     def run_donating(self, arrs, donated):
         """run, with the arrays at the flat positions `donated` handed over: an output may be
@@ -440,6 +448,11 @@ class JitWrapped(_kiln.JitBase):
         if entry is None:
             entry = self._compile(statics, arrs, tree, nargs)
             self._cache[key] = entry
+        if entry.refs:  # the Refs' values go in, the written ones come back
+            arrs = list(arrs) + refs.values(entry.refs)
+            out, finals = entry.run_donating(arrs, self._donated_leaves(args, kwargs, arrs, entry))
+            refs.store([r for r in entry.refs if r in entry.ref_written], finals)
+            return out
         if self._fast is not None and not kwargs and all(type(a) is Array for a in args):
             self._fast[tuple(x for a in args for x in (a.shape, a.dtype, a.weak_type))] = entry.fast
         if self._donate_argnums or self._donate_argnames:
@@ -455,7 +468,7 @@ class JitWrapped(_kiln.JitBase):
         others stay alive, and that call warns about them, as JAX does."""
         if entry.donated is None:
             usable = frozenset(d for d in entry.exe.donors if d >= 0)
-            bad = [arrs[i] for i in entry.marked if i not in usable]
+            bad = [arrs[i] for i in entry.user_marked if i not in usable]
             if bad:
                 import warnings
                 names = ", ".join(f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]" for a in bad)
@@ -483,15 +496,29 @@ class JitWrapped(_kiln.JitBase):
 
     def _compile(self, statics, arrs, tree, nargs):
         fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
-        traced = _trace(fun, None, None, arrs, tree)
+        what = ("a jit-compiled function", True)
+        traced = _trace(fun, None, None, arrs, tree, refs_in=what)
         entry = _CacheEntry()
-        entry.marked = self._marked_leaves(tree, len(arrs), nargs)  # flat leaves a call donates
+        entry.marked = entry.user_marked = self._marked_leaves(tree, len(arrs), nargs)  # flat leaves a call donates
+        entry.refs, entry.ref_written = traced.ref_touched, traced.ref_written
+        if entry.refs:  # Refs from outside: their values in as trailing arguments, the written ones out
+            rs, written = entry.refs, set(traced.ref_written)
+
+            def threaded(*a, **k):
+                with refs.bound(rs, a[-1]) as b:
+                    out = fun(*a[:-1], **k)
+                    return out, [v for r, v in zip(rs, b.values()) if r in written]
+
+            dyn_args, dyn_kwargs = tree_util.tree_unflatten(tree, list(arrs))
+            leaves, tree2 = tree_util.tree_flatten((tuple(dyn_args) + (refs.values(rs),), dyn_kwargs))
+            traced = _trace(threaded, None, None, leaves, tree2, refs_in=what)
+            entry.marked = sorted(set(entry.marked) | {len(arrs) + i for i, r in enumerate(rs) if r in written})
         entry.exe = traced.builder.compile(-1, entry.marked)
         entry.out_tree = traced.out_tree
         entry.consts = traced.consts
         entry.const_bufs = [c._buf for c in traced.consts]
         entry.out_avals = traced.out_avals
-        entry.single = traced.out_tree == tree_util.tree_structure(0)
+        entry.single = not entry.refs and traced.out_tree == tree_util.tree_structure(0)
         entry.fast = (entry.exe, tuple(entry.const_bufs), tuple(entry.out_avals), entry.single, entry.out_tree)
         entry.donated = None  # the donated leaves an output can take, found at the first donating call
         return entry

@@ -46,15 +46,22 @@ def _has_value(x):
     return not isinstance(x, core.Tracer) or x._cval is not None
 
 
-def _trace_sub(fun, in_leaves, concrete=False, consts_first=False):
+def _trace_sub(fun, in_leaves, concrete=False, consts_first=False, touched=None):
     """Traces fun(*flat inputs) -> flat outputs into a sub-program (a Builder to pass as a body
     param); returns (body, consts, output avals). concrete: in_leaves have values (arrays or concrete tracers), which the trace
     computes along, so Python control flow on values works in fun (grad outside jit, as in JAX).
-    The body takes (inputs, consts), or (consts, inputs) with consts_first (a scan body)."""
+    The body takes (inputs, consts), or (consts, inputs) with consts_first (a scan body).
+    touched: a list, for a loop body or cond branch that threads Refs: the outer Refs the trace
+    read or wrote are appended to it (the caller then traces again with them threaded, refs.py);
+    without it, writing an outer Ref raises."""
     from kiln._src import api
     _, tree = tree_util.tree_flatten((tuple(in_leaves), {}))
     ins = list(in_leaves) if concrete else [_Aval(x) for x in in_leaves]
-    traced = api._trace(fun, None, None, ins, tree, concrete=concrete)
+    if touched is not None:
+        traced = api._trace(fun, None, None, ins, tree, concrete=concrete, refs_in=("a loop body or cond branch", True))
+        touched.extend(r for r in traced.ref_touched if r not in touched)
+    else:
+        traced = api._trace(fun, None, None, ins, tree, concrete=concrete)
     return traced.builder.take_body(len(in_leaves) if consts_first else -1), list(traced.consts), traced.out_avals
 
 

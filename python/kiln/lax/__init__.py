@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 
 from kiln import _kiln
-from kiln._src import core, dtypes
+from kiln._src import core, dtypes, refs
 from kiln._src.core import Array, Tracer, bind, bind1
 from kiln._src.dispatch import update_params
 
@@ -593,7 +593,17 @@ class _Type:
         self.shape, self.dtype, self.weak_type = tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False))
 
 
-def _branch(fun, leaves, tree):
+def _with_refs(fun, rs):
+    """fun(*args) as g(*args, vals) -> (fun's result, the values of Refs rs after it), rs holding
+    vals inside: a cond branch's or loop body's outer Refs as operands and results (refs.py)."""
+    def g(*args):
+        with refs.bound(rs, args[-1]) as b:
+            out = fun(*args[:-1])
+            return out, b.values()
+    return g
+
+
+def _branch(fun, leaves, tree, touched=None):
     """fun traced on the operands' types into a branch body: (body, consts, output types tree)."""
     from kiln._src import tree_util
     from kiln._src.custom import _trace_sub
@@ -606,7 +616,7 @@ def _branch(fun, leaves, tree):
         info["out"] = tree_util.tree_unflatten(o_tree, [_Type(x) for x in o_leaves])
         return o_leaves
 
-    body, consts, _ = _trace_sub(flat, leaves)
+    body, consts, _ = _trace_sub(flat, leaves, touched=touched)
     return body, list(consts), info["out"]
 
 
@@ -638,7 +648,13 @@ def cond(pred, true_fun, false_fun, *operands):
         return out
     p = _as_bool_scalar("cond", pred)
     leaves, tree = _operand_leaves(operands)
-    t, f = _branch(true_fun, leaves, tree), _branch(false_fun, leaves, tree)
+    touched = []
+    t, f = _branch(true_fun, leaves, tree, touched), _branch(false_fun, leaves, tree, touched)
+    if touched:  # outer Refs: their values in as an operand, out as a result of both branches
+        out, vals = cond(p, _with_refs(true_fun, touched), _with_refs(false_fun, touched), *operands,
+                         refs.values(touched))
+        refs.store(touched, vals)
+        return out
     control_checks.check_branches("cond", "true_fun", true_fun, t[2], "false_fun", false_fun, f[2])
     return tree_util.tree_unflatten(tree_util.tree_structure(t[2]), list(_bind_cond(p, f, t, leaves)))
 
@@ -666,7 +682,12 @@ def switch(index, branches, *operands):
     if len(branches) == 1:
         return branches[0](*operands)
     leaves, tree = _operand_leaves(operands)
-    traced = [_branch(b, leaves, tree) for b in branches]
+    touched = []
+    traced = [_branch(b, leaves, tree, touched) for b in branches]
+    if touched:  # outer Refs, as in cond
+        out, vals = switch(idx, [_with_refs(b, touched) for b in branches], *operands, refs.values(touched))
+        refs.store(touched, vals)
+        return out
     for i in builtins.range(1, len(branches)):
         control_checks.check_branches("switch", "branch 0", branches[0], traced[0][2], f"branch{i}", branches[i],
                                       traced[i][2])
@@ -753,11 +774,24 @@ def _while_equation(cond_fun, body_fun, init_val):
             state["promote"] = True
         return [core.asarray(o) for o in tree_util.tree_leaves(out)]
 
-    body_id, body_consts, out_avals = _trace_sub(body_flat, leaves)
+    touched = []
+    body_id, body_consts, out_avals = _trace_sub(body_flat, leaves, touched=touched)
     if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
         leaves = [convert_element_type(x, d) if x.dtype != d else x for x, (_, d, _) in zip(leaves, out_avals)]
-        body_id, body_consts, _ = _trace_sub(body_flat, leaves)
-    cond_id, cond_consts, _ = _trace_sub(cond_flat, leaves)
+        body_id, body_consts, _ = _trace_sub(body_flat, leaves, touched=touched)
+    cond_id, cond_consts, _ = _trace_sub(cond_flat, leaves, touched=touched)
+    if touched:  # outer Refs: carried along
+        def cond2(c):
+            with refs.bound(touched, c[1]):
+                return cond_fun(c[0])
+
+        def body2(c):
+            with refs.bound(touched, c[1]) as b:
+                out = body_fun(c[0])
+                return out, b.values()
+        out, vals = _while_equation(cond2, body2, (tree_util.tree_unflatten(tree, leaves), refs.values(touched)))
+        refs.store(touched, vals)
+        return out
     outs = core.bind("while", list(cond_consts) + list(body_consts) + leaves,
                      {"counts": (len(cond_consts), len(body_consts), len(leaves)), "cond": cond_id, "body": body_id})
     return tree_util.tree_unflatten(tree, list(outs))
@@ -920,10 +954,20 @@ def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
         return [core.asarray(o) for o in tree_util.tree_leaves(out[0])] + [core.asarray(y) for y in y_leaves]
 
     slices = [_Slice(x) for x in x_leaves]
-    body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True)
+    touched = []
+    body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True, touched=touched)
     if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
         c_leaves = [convert_element_type(x, d) if x.dtype != d else x for x, (_, d, _) in zip(c_leaves, out_avals)]
-        body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True)
+        body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True, touched=touched)
+    if touched:  # outer Refs: carried along
+        def g(c, x):
+            with refs.bound(touched, c[1]) as b:
+                c2, y = f(c[0], x)
+                return (c2, b.values()), y
+        (out, vals), ys = _scan_equation(g, (tree_util.tree_unflatten(c_tree, c_leaves), refs.values(touched)),
+                                         x_leaves, x_tree, n, reverse)
+        refs.store(touched, vals)
+        return out, ys
     outs = core.bind("scan", list(consts) + c_leaves + list(x_leaves),
                      {"counts": (len(consts), nc, len(x_leaves)), "length": n, "reverse": int(bool(reverse)),
                       "body": body})
