@@ -629,7 +629,15 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
   }
   x->refcount = 1;
   find_donors(pg, plan, donatable, x); /* without memory for the table: no donation */
-  int *share = share_dying(pg, plan, x->donor); /* NULL: out of memory, every value its own slot */
+  int reuse = !getenv("KILN_BUFFER_REUSE") || *getenv("KILN_BUFFER_REUSE") != '0'; /* (an A/B switch) */
+  int *share = reuse ? share_dying(pg, plan, x->donor) : NULL;
+  if (reuse && !share) { /* out of memory: an error, not a different program */
+    kl_exec_release(x);
+    free(so);
+    kl_plan_free(plan);
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of memory planning buffer reuse");
+    return NULL;
+  }
   for (int v = 0; v < pg->nvals; v++) {
     so[v] = -1;
     if (share && share[v] >= 0 && so[share[v]] >= 0) so[v] = so[share[v]];
@@ -644,7 +652,10 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
   x->noutputs = pg->noutputs;
   for (int i = 0; i < pg->noutputs; i++) x->out_slots[i] = so[pg->outputs[i]];
   find_updates(pg, plan, share, x);
-  free(share);
+  for (int v = 0; share && v < pg->nvals; v++)
+    if (share[v] < 0 || so[share[v]] < 0) share[v] = -1;
+  plan->buffer_of = share; /* the kernels' arguments follow it (kernel.c kk_arg_index) */
+  plan->nbuffer_of = share ? pg->nvals : 0; /* (the GPU driver adds values of its own later) */
   *slot_of = so;
   return x;
 }

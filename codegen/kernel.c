@@ -118,9 +118,26 @@ char *kk_round_low(kctx *k, kl_dtype t, char *v) {
 
 /* ---- arguments and memo ---- */
 
-int kk_arg_index(kctx *k, int v) {
+/* The value whose buffer v is written into, following the plan's buffer reuse to its first. */
+static int buffer_root(const kl_plan *plan, int v) {
+  while (plan->buffer_of && v >= 0 && v < plan->nbuffer_of && plan->buffer_of[v] >= 0) v = plan->buffer_of[v];
+  return v;
+}
+
+/* Values sharing one buffer (a result written over the temporary it is computed from) are one
+ * argument: the kernel then reads and writes through one pointer, which LLVM's vectorizer sees
+ * is the same (two pointers to the same memory would fail its overlap check at run time and
+ * take the scalar loop), and which the GPU's noalias arguments then truly are. */
+int kk_arg_find(const kctx *k, int v) {
+  int r = buffer_root(k->plan, v);
   for (int i = 0; i < k->nargs; i++)
-    if (k->args[i] == v) return i;
+    if (k->args[i] == v || buffer_root(k->plan, k->args[i]) == r) return i;
+  return -1;
+}
+
+int kk_arg_index(kctx *k, int v) {
+  int found = kk_arg_find(k, v);
+  if (found >= 0) return found;
   if (k->nargs == k->capargs) {
     int cap = k->capargs ? 2 * k->capargs : 8;
     int *p = kl_realloc(k->args, sizeof(int) * (size_t)cap);

@@ -851,7 +851,8 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
     kl_str_free(&body);
     return -1;
   }
-  for (int i = 0; i < k.nargs; i++) arg_of(&args[i], &pg->vals[k.args[i]].aval, k.args[i] != st->root);
+  int written = kk_arg_find(&k, st->root); /* (a temporary it reads may share its argument) */
+  for (int i = 0; i < k.nargs; i++) arg_of(&args[i], &pg->vals[k.args[i]].aval, i != written);
   if (info->partials) {
     args[k.nargs].ndim = 1;
     args[k.nargs].dims[0] = info->partials;

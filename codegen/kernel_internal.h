@@ -61,6 +61,8 @@ char *kk_const_index(kctx *k, int64_t v, char *out);
 char *kk_const_scalar(kctx *k, kl_dtype t, double fv, int64_t iv, char *out);
 /* Argument position of materialized value v (added on first use). */
 int kk_arg_index(kctx *k, int v);
+/* The same without adding one: -1 when v (or a value sharing its buffer) is not an argument. */
+int kk_arg_find(const kctx *k, int v);
 /* Loads materialized value v at idx, in its compute type. */
 char *kk_emit_load(kctx *k, int v, ssa *idx, char *out);
 /* Records that value v at index idx is already the SSA value `name` (kk_emit_value returns it). */

@@ -551,5 +551,6 @@ void kl_plan_free(kl_plan *plan) {
   free(plan->materialized);
   free(plan->absorbed);
   free(plan->steps);
+  free(plan->buffer_of);
   memset(plan, 0, sizeof *plan);
 }

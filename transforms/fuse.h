@@ -27,6 +27,10 @@ typedef struct {
   char *absorbed;         /* owned; per value id: 1 for a reduction computed inside a row kernel */
   kl_plan_step *steps;    /* owned; in execution order */
   int nsteps;
+  int *buffer_of;         /* owned, or NULL: per value (the first nbuffer_of), the earlier value whose
+                             buffer it is written into (the code generator's buffer reuse), -1 for
+                             a buffer of its own */
+  int nbuffer_of;
 } kl_plan;
 
 /* Replaces call equations (checkpoint, custom_jvp_call, custom_vjp_call) by their bodies, in
