@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/program.h"
 #include "../ir/status.h"
 #include "cuda.h"
 
@@ -174,6 +175,26 @@ out:
   return total;
 }
 
+/* KILN_DUMP: the arena's layout (<seq>-gpu-arena.txt): each slot's offset, bytes and steps. */
+static void arena_dump(kl_exec *x, const size_t *off, size_t total) {
+  const int *live = kl_exec_live(x);
+  kl_str t;
+  kl_str_init(&t);
+  kl_str_printf(&t, "graph arena: %zu bytes for %d slots (their sum: ", total, x->nslots);
+  size_t sum = 0;
+  for (int sl = 0; sl < x->nslots; sl++) sum += x->slot_bytes[sl];
+  kl_str_printf(&t, "%zu bytes)\nslot         offset          bytes  steps\n", sum);
+  for (int sl = 0; live && sl < x->nslots; sl++) {
+    kl_str_printf(&t, "%4d %14zu %14zu  ", sl, off[sl], x->slot_bytes[sl]);
+    if (live[sl] == INT_MAX) kl_str_append(&t, "unused\n");
+    else if (live[sl] < 0) kl_str_append(&t, "input\n");
+    else if (live[x->nslots + sl] == INT_MAX) kl_str_printf(&t, "%d..end (output)\n", live[sl]);
+    else kl_str_printf(&t, "%d..%d\n", live[sl], live[x->nslots + sl]);
+  }
+  if (!t.failed) kl_dump("gpu-arena.txt", t.data);
+  kl_str_free(&t);
+}
+
 /* Captures x's steps over a new arena: 0, or -1 (the program then runs step by step). */
 static int graph_build(kl_exec *x, gpu_graph *g) {
   char err[256];
@@ -181,6 +202,7 @@ static int graph_build(kl_exec *x, gpu_graph *g) {
   if (!g->off) return -1;
   size_t total = arena_plan(x, g->off);
   if (!total) return -1;
+  if (kl_dump_enabled()) arena_dump(x, g->off, total);
   if (kl_cuda_alloc(total, &g->arena, err, sizeof err)) return -1;
   g->arena_bytes = total;
   void *small[64];

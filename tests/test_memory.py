@@ -385,3 +385,27 @@ def test_a_loop_updating_a_carry_in_place_starts_in_its_initial_buffer(loop, sta
     want[:100] = np.arange(100) * 2.0
     np.testing.assert_array_equal(np.asarray(r), want)
     assert grew <= (4 << 20 if start == "temporary" else 0) + (64 << 10), grew
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(kiln.default_backend() != "gpu", reason="needs an NVIDIA GPU (a CUDA graph's arena)")
+def test_the_gpu_arena_is_in_kiln_dump(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    def layers(x, w):  # 80 launches: a program worth a CUDA graph
+        for _ in range(40):
+            x = jnp.tanh(x @ w)
+        return x
+
+    f = kiln.jit(layers)
+    rng = np.random.default_rng(12)
+    x, w = (rng.standard_normal((64, 64)).astype(np.float32) / 8 for _ in range(2))
+    for _ in range(3):  # captured within the first calls
+        r = f(x, w)
+    kiln.block_until_ready(r)
+    monkeypatch.delenv("KILN_DUMP")
+    want = x.astype(np.float64)
+    for _ in range(40):
+        want = np.tanh(want @ w)
+    np.testing.assert_allclose(np.asarray(r), want, rtol=1e-3, atol=1e-4)
+    arenas = [p.read_text() for p in tmp_path.glob("*-gpu-arena.txt")]
+    assert arenas and "graph arena:" in arenas[0] and "offset" in arenas[0], arenas

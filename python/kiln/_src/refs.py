@@ -147,14 +147,11 @@ class Ref:
 
     @property
     def ndim(self):
-        return len(self.shape)
+        return self._get().ndim
 
     @property
     def size(self):
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return self._get().size
 
     def __getitem__(self, idx):
         v = self._get()
