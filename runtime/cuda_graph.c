@@ -279,9 +279,12 @@ int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen)
   int r = rc > 0 ? p_cuGraphLaunch(g->exec, kl_cuda_stream()) : 0;
   if (r) rc = -1, snprintf(err, errlen, "launching a GPU program's graph failed (CUDA error %d)", r);
   for (int i = 0; i < x->noutputs && rc > 0; i++) {
-    int sl = x->out_slots[i];
-    if (bufs[sl]) continue; /* an input passed through, or an output listed twice */
-    if (!(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
+    int sl = x->out_slots[i], skip = 0;
+    for (int j = 0; j < x->ninputs; j++) skip |= x->in_slots[j] == sl; /* an input passed through */
+    for (int k = 0; k < i; k++) skip |= x->out_slots[k] == sl;       /* an output listed twice */
+    if (skip) continue;
+    /* a new buffer, or the one preset for it (a donated input's, copied in above) */
+    if (!bufs[sl] && !(bufs[sl] = kl_buf_new_on(KL_DEV_CUDA, x->slot_bytes[sl], err, errlen))) rc = -1;
     else if (x->slot_bytes[sl] &&
              kl_cuda_copy(bufs[sl]->data, 1, (char *)g->arena + g->off[sl], 1, x->slot_bytes[sl], err, errlen))
       rc = -1;
