@@ -479,7 +479,9 @@ static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *do
       continue;
     }
     int o = ps->kind == KL_STEP_KERNEL ? ps->root : is_update(e) ? e->outs[0] : -1;
-    if (o < 0 || share[o] == -2 || (ps->kind == KL_STEP_KERNEL && !kl_form_elementwise(kl_prim_get(e->prim)->form)) ||
+    /* (a row kernel may write its output row before its main loop reads the row: softmax's
+     * exp(x - max), stashed there by the reduction stage) */
+    if (o < 0 || share[o] == -2 || (ps->kind == KL_STEP_KERNEL && (!kl_form_elementwise(kl_prim_get(e->prim)->form) || ps->nstages)) ||
         kl_aval_size(&pg->vals[o].aval) == 0)
       continue;
     step_reads(pg, plan, s, &r);

@@ -431,3 +431,21 @@ def test_a_donated_program_long_enough_for_a_cuda_graph():
         assert p.is_deleted()
         np.testing.assert_allclose(np.asarray(got_x), want_x, rtol=1e-3, atol=1e-4)
         np.testing.assert_allclose(np.asarray(got_p), p0 - 0.1 * want_x.sum() * p0, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("fn", ["softmax", "layernorm"])
+def test_row_kernels_never_write_over_a_temporary_they_read(fn):
+    # a row kernel writes its output row before its main loop reads the row (softmax stashes
+    # exp(x - max) there): it must not be given the buffer of a temporary it reads
+    rng = np.random.default_rng(14)
+    a, b, w = (rng.standard_normal(s).astype(np.float32) for s in ((8, 300), (8, 512), (512, 300)))
+    y = b.astype(np.float64) @ w
+    a64 = a.astype(np.float64)
+    if fn == "softmax":
+        f = kiln.jit(lambda a, b, w: kiln.nn.softmax(a, axis=-1) * (b @ w))
+        e = np.exp(a64 - a64.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True) * y
+    else:
+        f = kiln.jit(lambda a, b, w: (a - a.mean(-1, keepdims=True)) / jnp.sqrt(a.var(-1, keepdims=True) + 1e-5) * (b @ w))
+        want = (a64 - a64.mean(-1, keepdims=True)) / np.sqrt(a64.var(-1, keepdims=True) + 1e-5) * y
+    np.testing.assert_allclose(np.asarray(f(a, b, w)), want, rtol=2e-4, atol=2e-3)
