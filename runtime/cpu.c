@@ -344,6 +344,12 @@ static void execute(launch *l) {
   char err[512] = "";
   int failed = 0;
   const int *live = kl_exec_live(x), *last = live ? live + x->nslots : NULL; /* a temporary goes back after its last step */
+  /* the temporaries in one arena laid out by their live ranges (one allocation per launch, the
+   * program's peak rather than its sum); without a plan, each its own buffer, freed after its
+   * last step */
+  const kl_temp_plan *tp = kl_exec_temp_plan(x, &x->dev_state);
+  kl_buffer *arena = tp ? kl_buf_new(tp->bytes, err, sizeof err) : NULL;
+  if (tp && !arena) failed = 1;
   for (int s = 0; s < x->nsteps && !failed; s++) {
     const kl_step *st = &x->steps[s];
     void *small[64];
@@ -354,6 +360,10 @@ static void execute(launch *l) {
       break;
     }
     for (int i = 0; i < st->nslots; i++) {
+      if (arena && tp->in[st->slots[i]]) {
+        ptrs[i] = (char *)arena->data + tp->off[st->slots[i]];
+        continue;
+      }
       kl_buffer *b = l->bufs[st->slots[i]];
       if (!b) {
         b = kl_buf_new(x->slot_bytes[st->slots[i]], err, sizeof err);
@@ -405,6 +415,7 @@ static void execute(launch *l) {
     kl_buf_release(l->bufs[i]);
   }
   if (is_out != small_out) free(is_out);
+  kl_buf_release(arena);
   free(l->bufs);
   kl_exec_release(x);
   free(l);
@@ -427,8 +438,10 @@ void kl_cpu_unbind(kl_cpu_bound *c) {
 kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
   kl_cpu_bound *c = kl_binding_new(sizeof *c, x, err, errlen); /* its binding first */
   if (!c) return NULL;
-  for (int sl = 0; sl < x->nslots; sl++)
+  const kl_temp_plan *tp = kl_exec_temp_plan(x, &x->dev_state); /* the temporaries in one arena */
+  for (int sl = 0; !tp && sl < x->nslots; sl++)                  /* (or one after another) */
     if (kl_binding_is_temp(&c->b, sl)) c->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
+  if (tp) c->block_bytes = tp->bytes;
   if (c->block_bytes && cpu_alloc(c->block_bytes, (void **)&c->block, err, errlen)) {
     kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory (%zu bytes) running a loop body", c->block_bytes);
     c->block = NULL;
@@ -438,7 +451,7 @@ kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *e
   size_t off = 0;
   for (int sl = 0; sl < x->nslots; sl++)
     if (kl_binding_is_temp(&c->b, sl)) {
-      c->b.tmp[sl] = c->block + off;
+      c->b.tmp[sl] = c->block + (tp ? (tp->in[sl] ? tp->off[sl] : 0) : off); /* (not in the plan: no step uses it) */
       off += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
     }
   kl_binding_point(&c->b, in, out);
@@ -703,6 +716,7 @@ const kl_device kl_device_cpu = {
     .stream = cpu_stream,
     .stream_wait = cpu_stream_wait,
     .launch = cpu_launch,
+    .exec_state_free = free, /* the temporaries' arena plan (kl_exec_temp_plan) */
     .synchronize = cpu_synchronize,
     .library_add_path = cpu_library_add_path,
     .library = cpu_library,

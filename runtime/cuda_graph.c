@@ -129,52 +129,6 @@ static int graph_wanted(const kl_exec *x) {
   return io / 2.5e12 < n * 5e-6;
 }
 
-/* A slot's room in a graph's arena (256-byte aligned, never empty). */
-static size_t arena_room(const kl_exec *x, int sl) {
-  return x->slot_bytes[sl] ? (x->slot_bytes[sl] + 255) & ~(size_t)255 : 256;
-}
-
-/* The arena's layout: each slot at an offset (off) where no slot alive during any of the same
- * steps overlaps it (kl_exec_live: inputs from before the first step, copied in, outputs to
- * after the last, copied out), largest first, each at the lowest offset that fits: the arena
- * holds the program's peak, not the sum of its values. Returns the arena's bytes, or 0 when out
- * of host memory. */
-static size_t arena_plan(kl_exec *x, size_t *off) {
-  int n = x->nslots, *lo = malloc(sizeof(int) * (3 * (size_t)n + 1)), *hi = lo ? lo + n : NULL, *order = lo ? hi + n : NULL;
-  const int *live = kl_exec_live(x);
-  size_t total = 0;
-  if (!lo || !live) goto out;
-  for (int sl = 0; sl < n; sl++) { /* a slot no step uses (an output nobody writes): at the end */
-    lo[sl] = live[sl] == INT_MAX ? x->nsteps : live[sl];
-    hi[sl] = live[n + sl] < 0 ? lo[sl] : live[n + sl];
-    order[sl] = sl;
-  }
-  for (int a = 1; a < n; a++) /* by size, largest first (insertion sort: a few hundred slots) */
-    for (int b = a; b > 0 && x->slot_bytes[order[b]] > x->slot_bytes[order[b - 1]]; b--) {
-      int t = order[b];
-      order[b] = order[b - 1];
-      order[b - 1] = t;
-    }
-  for (int k = 0; k < n; k++) {
-    int sl = order[k];
-    size_t room = arena_room(x, sl), at = 0;
-    for (int moved = 1; moved;) { /* the lowest offset clear of every placed slot alive at the same time */
-      moved = 0;
-      for (int p = 0; p < k; p++) {
-        int q = order[p];
-        if (hi[q] < lo[sl] || hi[sl] < lo[q] || off[q] + arena_room(x, q) <= at || at + room <= off[q]) continue;
-        at = off[q] + arena_room(x, q);
-        moved = 1;
-      }
-    }
-    off[sl] = at;
-    if (at + room > total) total = at + room;
-  }
-out:
-  free(lo);
-  return total;
-}
-
 /* KILN_DUMP: the arena's layout (<seq>-gpu-arena.txt): each slot's offset, bytes and steps. */
 static void arena_dump(kl_exec *x, const size_t *off, size_t total) {
   const int *live = kl_exec_live(x);
@@ -200,7 +154,7 @@ static int graph_build(kl_exec *x, gpu_graph *g) {
   char err[256];
   g->off = malloc(sizeof(size_t) * ((size_t)x->nslots + 1));
   if (!g->off) return -1;
-  size_t total = arena_plan(x, g->off);
+  size_t total = kl_exec_arena_plan(x, NULL, g->off);
   if (!total) return -1;
   if (kl_dump_enabled()) arena_dump(x, g->off, total);
   if (kl_cuda_alloc(total, &g->arena, err, sizeof err)) return -1;

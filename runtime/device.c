@@ -117,6 +117,49 @@ const int *kl_exec_live(kl_exec *x) {
   return lv;
 }
 
+/* A slot's room in an arena (256-byte aligned, never empty). */
+static size_t arena_room(const kl_exec *x, int sl) {
+  return x->slot_bytes[sl] ? (x->slot_bytes[sl] + 255) & ~(size_t)255 : 256;
+}
+
+size_t kl_exec_arena_plan(kl_exec *x, const char *in_arena, size_t *off) {
+  int n = x->nslots, *lo = malloc(sizeof(int) * (3 * (size_t)n + 1)), *hi = lo ? lo + n : NULL, *order = lo ? hi + n : NULL;
+  const int *live = kl_exec_live(x);
+  size_t total = 0;
+  int m = 0; /* the slots placed */
+  if (!lo || !live) goto out;
+  for (int sl = 0; sl < n; sl++) { /* a slot no step uses (an output nobody writes): at the end */
+    lo[sl] = live[sl] == INT_MAX ? x->nsteps : live[sl];
+    hi[sl] = live[n + sl] < 0 ? lo[sl] : live[n + sl];
+    off[sl] = 0;
+    if (!in_arena || in_arena[sl]) order[m++] = sl;
+  }
+  for (int a = 1; a < m; a++) /* by size, largest first (insertion sort: a few hundred slots) */
+    for (int b = a; b > 0 && x->slot_bytes[order[b]] > x->slot_bytes[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  for (int k = 0; k < m; k++) {
+    int sl = order[k];
+    size_t room = arena_room(x, sl), at = 0;
+    for (int moved = 1; moved;) { /* the lowest offset clear of every placed slot alive at the same time */
+      moved = 0;
+      for (int p = 0; p < k; p++) {
+        int q = order[p];
+        if (hi[q] < lo[sl] || hi[sl] < lo[q] || off[q] + arena_room(x, q) <= at || at + room <= off[q]) continue;
+        at = off[q] + arena_room(x, q);
+        moved = 1;
+      }
+    }
+    off[sl] = at;
+    if (at + room > total) total = at + room;
+  }
+out:
+  free(lo);
+  return total;
+}
+
 void kl_exec_release(kl_exec *x) {
   if (!x || atomic_fetch_sub((_Atomic int *)&x->refcount, 1) != 1) return;
   if (x->dev_state && devices[x->device]->exec_state_free) devices[x->device]->exec_state_free(x->dev_state);
@@ -220,6 +263,28 @@ int kl_binding_init(kl_binding *b, const kl_exec *x, char *err, size_t errlen) {
   b->at = b->tmp + x->nslots;
   temp_mask(x, b->temp);
   return 0;
+}
+
+const kl_temp_plan *kl_exec_temp_plan(kl_exec *x, void **state) {
+  kl_temp_plan *p = atomic_load((_Atomic(void *) *)state);
+  if (p) return p->bytes ? p : NULL;
+  int n = x->nslots, any = 0;
+  const int *live = kl_exec_live(x);
+  if (!live || !(p = calloc(1, sizeof *p + (sizeof(size_t) + 1) * ((size_t)n + 1)))) {
+    free(p);
+    return NULL; /* out of host memory: temporaries one by one, this time */
+  }
+  p->off = (size_t *)(p + 1);
+  p->in = (char *)(p->off + n + 1);
+  temp_mask(x, p->in);
+  for (int sl = 0; sl < n; sl++) any |= p->in[sl] &= live[sl] != INT_MAX && x->slot_bytes[sl] > 0;
+  p->bytes = any ? kl_exec_arena_plan(x, p->in, p->off) : 0;
+  void *expected = NULL; /* two threads: one plan stays */
+  if (!atomic_compare_exchange_strong((_Atomic(void *) *)state, &expected, p)) {
+    free(p);
+    p = expected;
+  }
+  return p->bytes ? p : NULL;
 }
 
 size_t kl_exec_temp_bytes(const kl_exec *x) {

@@ -109,6 +109,22 @@ void kl_exec_retain(kl_exec *x);
  * temporary after its last step; a graph's arena shares memory between slots never alive at
  * once. NULL when out of host memory (then nothing is freed early). */
 const int *kl_exec_live(kl_exec *x);
+/* An arena for x's slots flagged in in_arena (NULL: every slot): each at an offset off[sl] where
+ * no flagged slot alive during any of the same steps overlaps it (kl_exec_live), largest first,
+ * each at the lowest offset that fits: the arena holds the program's peak, not the sum of its
+ * values. Returns its bytes, or 0 when out of host memory. A CUDA graph lays out every slot so;
+ * a CPU launch and a bound loop body their temporaries. */
+size_t kl_exec_arena_plan(kl_exec *x, const char *in_arena, size_t *off);
+/* x's temporaries (slots no input or output holds, used by a step) in one arena: in[sl] whether
+ * slot sl is there, off[sl] its offset, bytes the arena's size (> 0). */
+typedef struct {
+  size_t bytes;
+  size_t *off;
+  char *in;
+} kl_temp_plan;
+/* Made at the first call and kept in *state (x->dev_state on the CPU; free it with free()):
+ * the plan, or NULL when x has no temporaries (or host memory ran out: then slot by slot). */
+const kl_temp_plan *kl_exec_temp_plan(kl_exec *x, void **state);
 void kl_exec_release(kl_exec *x);
 
 /* Launches x on inputs (borrowed; each retained until done). Writes new output buffers (owned

@@ -801,16 +801,16 @@ _WHILE_UNROLL_MAX = 64
 
 
 def while_loop(cond_fun, body_fun, init_val):
-    """body_fun applied to the carry while cond_fun(carry) is true. With a concrete condition it
-    runs as Python; a traced one (under jit) makes a while equation: a real loop, compiled once.
-    Under a transformation a concrete condition runs as Python for at most _WHILE_UNROLL_MAX trips
-    (a short loop over a Python counter, as `(0, x)`, unrolled), the rest as a while equation
-    (one body traced, not one per trip)."""
+    """body_fun applied to the carry while cond_fun(carry) is true. Eagerly a Python loop; under
+    a transformation a while equation, as in JAX (a real loop, compiled once), also when the
+    condition is concrete at first (a Python counter, as `(0, x)`) — but under differentiation,
+    where such a loop's first _WHILE_UNROLL_MAX trips run as Python (reverse mode through a while
+    nested in a scan is not supported) and the rest is a while equation."""
     from kiln._src import control_checks
     val, checked, trips = init_val, False, 0
     while True:
-        c = cond_fun(val)
-        if not _has_value(c) or (trips >= _WHILE_UNROLL_MAX and core.tracing()):
+        c = cond_fun(val) if not core.tracing() or core.ad_tracing() else None
+        if c is None or not _has_value(c) or (trips >= _WHILE_UNROLL_MAX and core.tracing()):
             return _while_equation(cond_fun, body_fun, val)
         trips += 1
         if not _bool(c):
