@@ -347,7 +347,7 @@ static void execute(launch *l) {
   /* the temporaries in one arena laid out by their live ranges (one allocation per launch, the
    * program's peak rather than its sum); without a plan, each its own buffer, freed after its
    * last step */
-  const kl_temp_plan *tp = kl_exec_temp_plan(x, &x->dev_state);
+  const kl_temp_plan *tp = kl_exec_temp_plan(x);
   kl_buffer *arena = tp ? kl_buf_new(tp->bytes, err, sizeof err) : NULL;
   if (tp && !arena) failed = 1;
   for (int s = 0; s < x->nsteps && !failed; s++) {
@@ -438,7 +438,7 @@ void kl_cpu_unbind(kl_cpu_bound *c) {
 kl_cpu_bound *kl_cpu_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
   kl_cpu_bound *c = kl_binding_new(sizeof *c, x, err, errlen); /* its binding first */
   if (!c) return NULL;
-  const kl_temp_plan *tp = kl_exec_temp_plan(x, &x->dev_state); /* the temporaries in one arena */
+  const kl_temp_plan *tp = kl_exec_temp_plan(x); /* the temporaries in one arena */
   for (int sl = 0; !tp && sl < x->nslots; sl++)                  /* (or one after another) */
     if (kl_binding_is_temp(&c->b, sl)) c->block_bytes += round_size(x->slot_bytes[sl] ? x->slot_bytes[sl] : 1);
   if (tp) c->block_bytes = tp->bytes;
@@ -716,7 +716,6 @@ const kl_device kl_device_cpu = {
     .stream = cpu_stream,
     .stream_wait = cpu_stream_wait,
     .launch = cpu_launch,
-    .exec_state_free = free, /* the temporaries' arena plan (kl_exec_temp_plan) */
     .synchronize = cpu_synchronize,
     .library_add_path = cpu_library_add_path,
     .library = cpu_library,

@@ -758,14 +758,19 @@ static int run_host_step(const kl_step *st, void **dptrs, const size_t *bytes, c
   return rc;
 }
 
-/* An executable bound to device memory (kl_cuda_bind): the binding, a temporary per slot. */
+/* An executable bound to device memory (kl_cuda_bind): the binding, its temporaries in one
+ * arena laid out by their live ranges (kl_exec_temp_plan), or one allocation each without a
+ * plan. */
 struct kl_cuda_bound {
   kl_binding b;
+  void *block;
+  size_t block_bytes;
 };
 
 void kl_cuda_unbind(kl_cuda_bound *c) {
   if (!c) return;
-  for (int sl = 0; c->b.tmp && sl < c->b.x->nslots; sl++)
+  if (c->block) kl_cuda_free(c->block, c->block_bytes);
+  for (int sl = 0; !c->block && c->b.tmp && sl < c->b.x->nslots; sl++)
     if (c->b.tmp[sl]) kl_cuda_free(c->b.tmp[sl], c->b.x->slot_bytes[sl]);
   kl_binding_free(&c->b);
   free(c);
@@ -774,11 +779,20 @@ void kl_cuda_unbind(kl_cuda_bound *c) {
 kl_cuda_bound *kl_cuda_bind(kl_exec *x, void *const *in, void *const *out, char *err, size_t errlen) {
   kl_cuda_bound *c = kl_binding_new(sizeof *c, x, err, errlen); /* its binding first */
   if (!c) return NULL;
-  for (int sl = 0; sl < x->nslots; sl++)
-    if (kl_binding_is_temp(&c->b, sl) && kl_cuda_alloc(x->slot_bytes[sl], &c->b.tmp[sl], err, errlen)) {
+  const kl_temp_plan *tp = kl_exec_temp_plan(x);
+  if (tp && kl_cuda_alloc(tp->bytes, &c->block, err, errlen)) {
+    kl_cuda_unbind(c);
+    return NULL;
+  }
+  c->block_bytes = tp ? tp->bytes : 0;
+  for (int sl = 0; sl < x->nslots; sl++) {
+    if (!kl_binding_is_temp(&c->b, sl)) continue;
+    if (tp) c->b.tmp[sl] = (char *)c->block + (tp->in[sl] ? tp->off[sl] : 0); /* (not in the plan: no step uses it) */
+    else if (kl_cuda_alloc(x->slot_bytes[sl], &c->b.tmp[sl], err, errlen)) {
       kl_cuda_unbind(c);
       return NULL;
     }
+  }
   kl_binding_point(&c->b, in, out);
   return c;
 }

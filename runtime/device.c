@@ -172,6 +172,7 @@ void kl_exec_release(kl_exec *x) {
   free(x->donor);
   free(x->updates);
   free(x->live);
+  free(x->temp_plan);
   free(x->host_steps);
   free(x);
 }
@@ -265,7 +266,8 @@ int kl_binding_init(kl_binding *b, const kl_exec *x, char *err, size_t errlen) {
   return 0;
 }
 
-const kl_temp_plan *kl_exec_temp_plan(kl_exec *x, void **state) {
+const kl_temp_plan *kl_exec_temp_plan(kl_exec *x) {
+  void **state = &x->temp_plan;
   kl_temp_plan *p = atomic_load((_Atomic(void *) *)state);
   if (p) return p->bytes ? p : NULL;
   int n = x->nslots, any = 0;

@@ -85,6 +85,7 @@ typedef struct kl_exec {
   int *in_slots;      /* owned; slot of each input */
   int *out_slots;     /* owned; slot of each output (may repeat, may be an input slot) */
   int *live;          /* owned, made at the first launch (kl_exec_live), or NULL */
+  void *temp_plan;    /* owned, made at the first launch (kl_exec_temp_plan), or NULL */
   int *donor;         /* owned, or NULL; per output, the input whose buffer it may be written into
                          (the input dead once the output's kernel runs, read there only at the
                          output's own index; same bytes), or -1: what donation can use */
@@ -122,9 +123,9 @@ typedef struct {
   size_t *off;
   char *in;
 } kl_temp_plan;
-/* Made at the first call and kept in *state (x->dev_state on the CPU; free it with free()):
- * the plan, or NULL when x has no temporaries (or host memory ran out: then slot by slot). */
-const kl_temp_plan *kl_exec_temp_plan(kl_exec *x, void **state);
+/* Made at the first call and kept in x->temp_plan: the plan, or NULL when x has no temporaries
+ * (or host memory ran out: then slot by slot). */
+const kl_temp_plan *kl_exec_temp_plan(kl_exec *x);
 void kl_exec_release(kl_exec *x);
 
 /* Launches x on inputs (borrowed; each retained until done). Writes new output buffers (owned
