@@ -1,3 +1,3 @@
-"""kiln.scipy: the subset of jax.scipy that kiln provides (special functions for now)."""
+"""kiln.scipy: the subset of jax.scipy that kiln provides (special functions, linalg)."""
 
-from kiln.scipy import special  # noqa: F401
+from kiln.scipy import linalg, special  # noqa: F401
