@@ -1,0 +1,259 @@
+"""Convolutions and window reductions, as jax.lax defines them (issue 13, item 3), built from
+primitives kiln has: pad (lhs dilation, padding), strided slices (one per window offset),
+dot_general (one per kernel offset: a GEMM of batch x output positions by input by output
+features, summed) and elementwise reductions. So they differentiate, batch and fuse like any
+program: the gradients with respect to input and kernel are the transposes of those pieces. A
+library convolution (cuDNN, oneDNN) is the faster path still to come.
+
+conv_general_dilated, conv, conv_with_general_padding, conv_transpose, conv_dimension_numbers,
+ConvDimensionNumbers, padtype_to_pads, reduce_window."""
+
+import builtins
+import collections
+import operator
+
+import numpy as np
+
+from kiln._src import core
+
+ConvDimensionNumbers = collections.namedtuple("ConvDimensionNumbers", ["lhs_spec", "rhs_spec", "out_spec"])
+
+
+def _lax():
+    from kiln import lax
+    return lax
+
+
+def padtype_to_pads(in_shape, window_shape, window_strides, padding):
+    """[(low, high)] per spatial dimension for 'SAME', 'SAME_LOWER' or 'VALID' (XLA's rule)."""
+    if not isinstance(padding, str):
+        return [tuple(p) for p in padding]
+    mode = padding.upper()
+    if mode == "VALID":
+        return [(0, 0)] * len(in_shape)
+    if mode not in ("SAME", "SAME_LOWER"):
+        raise ValueError(f"padding must be 'SAME', 'SAME_LOWER', 'VALID' or a sequence of (low, high) pairs, "
+                         f"got {padding!r}")
+    pads = []
+    for n, k, s in zip(in_shape, window_shape, window_strides):
+        out = -(-n // s)
+        total = builtins.max((out - 1) * s + k - n, 0)
+        lo = total // 2 if mode == "SAME" else -(-total // 2)
+        pads.append((lo, total - lo))
+    return pads
+
+
+def conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers):
+    """ConvDimensionNumbers (lhs_spec, rhs_spec, out_spec) of ints: lhs (batch, feature, spatial...),
+    rhs (out feature, in feature, spatial...), out (batch, feature, spatial...); spatial
+    dimensions in the kernel spec's order, as JAX pairs them by letter."""
+    nd = len(lhs_shape)
+    if len(rhs_shape) != nd:
+        raise TypeError(f"conv: lhs and rhs must have the same rank, got {len(lhs_shape)} and {len(rhs_shape)}")
+    if dimension_numbers is None:
+        iota = tuple(range(nd))
+        return ConvDimensionNumbers(iota, iota, iota)
+    if isinstance(dimension_numbers, ConvDimensionNumbers):
+        return dimension_numbers
+    if len(dimension_numbers) != 3:
+        raise TypeError(f"conv: dimension_numbers must be None, a ConvDimensionNumbers or three strings, got "
+                        f"{dimension_numbers!r}")
+    lhs, rhs, out = dimension_numbers
+    if not all(isinstance(s, str) for s in dimension_numbers):
+        return ConvDimensionNumbers(tuple(lhs), tuple(rhs), tuple(out))
+    for spec, need in ((lhs, "NC"), (rhs, "OI"), (out, "NC")):
+        if len(spec) != nd or any(c not in spec for c in need) or len(set(spec)) != nd:
+            raise TypeError(f"conv: dimension spec {spec!r} must name each of the {nd} dimensions once, with "
+                            f"{need[0]!r} and {need[1]!r}")
+    spatial = [c for c in rhs if c not in "OI"]
+    if sorted(c for c in lhs if c not in "NC") != sorted(spatial) or \
+            sorted(c for c in out if c not in "NC") != sorted(spatial):
+        raise TypeError(f"conv: the spatial letters of {dimension_numbers!r} do not match")
+    return ConvDimensionNumbers((lhs.index("N"), lhs.index("C")) + tuple(lhs.index(c) for c in spatial),
+                                (rhs.index("O"), rhs.index("I")) + tuple(rhs.index(c) for c in spatial),
+                                (out.index("N"), out.index("C")) + tuple(out.index(c) for c in spatial))
+
+
+def _ints(v, n, what, default=1):
+    if v is None:
+        return (default,) * n
+    v = tuple(operator.index(x) for x in v)
+    if len(v) != n:
+        raise ValueError(f"conv: {what} needs {n} entries (one per spatial dimension), got {len(v)}")
+    return v
+
+
+def _conv_nc(x, w, strides, pads, lhs_dil, rhs_dil, precision, pet):
+    """x (N, C, S...), w (O, C, K...) -> (N, O, S'...): no groups."""
+    lax = _lax()
+    nd = x.ndim - 2
+    cfg = [(0, 0, 0), (0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in zip(pads, lhs_dil)]
+    if any(c != (0, 0, 0) for c in cfg):
+        x = lax.pad(x, core.asarray(np.zeros((), x.dtype)), cfg)
+    ksz = w.shape[2:]
+    out = [(x.shape[2 + i] - ((ksz[i] - 1) * rhs_dil[i] + 1)) // strides[i] + 1 for i in range(nd)]
+    if any(o <= 0 for o in out):
+        raise ValueError(f"conv: the padded input {x.shape[2:]} is smaller than the dilated kernel {ksz}")
+    acc = None
+    for k in np.ndindex(*ksz):
+        start = [0, 0] + [k[i] * rhs_dil[i] for i in range(nd)]
+        limit = [x.shape[0], x.shape[1]] + [start[2 + i] + (out[i] - 1) * strides[i] + 1 for i in range(nd)]
+        patch = lax.slice(x, start, limit, [1, 1] + list(strides))
+        wk = w[(builtins.slice(None), builtins.slice(None)) + tuple(k)]  # (O, C)
+        term = lax.dot_general(patch, wk, (([1], [1]), ([], [])), precision=precision, preferred_element_type=pet)
+        acc = term if acc is None else lax.add(acc, term)  # (N, S'..., O)
+    return lax.transpose(acc, (0, nd + 1) + tuple(range(1, nd + 1)))
+
+
+def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                         dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
+                         preferred_element_type=None):
+    """XLA's ConvGeneralDilated, as jax.lax.conv_general_dilated."""
+    lax = _lax()
+    lhs, rhs = core.asarray(lhs), core.asarray(rhs)
+    dn = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    nd = lhs.ndim - 2
+    if nd < 1:
+        raise TypeError(f"conv_general_dilated: operands need a spatial dimension, got lhs of shape {lhs.shape}")
+    strides = _ints(window_strides, nd, "window_strides")
+    lhs_dil, rhs_dil = _ints(lhs_dilation, nd, "lhs_dilation"), _ints(rhs_dilation, nd, "rhs_dilation")
+    G, B = operator.index(feature_group_count), operator.index(batch_group_count)
+    if G < 1 or B < 1 or (G > 1 and B > 1):
+        raise ValueError(f"conv_general_dilated: feature_group_count ({G}) and batch_group_count ({B}) must be "
+                         "positive and at most one of them above 1")
+    if lhs.dtype != rhs.dtype:
+        from kiln import numpy as jnp
+        dt = jnp.result_type(lhs, rhs)
+        lhs, rhs = lhs.astype(dt), rhs.astype(dt)
+    x = lax.transpose(lhs, dn.lhs_spec)  # (N, C, S...)
+    w = lax.transpose(rhs, dn.rhs_spec)  # (O, I, K...)
+    N, C = x.shape[:2]
+    O, I = w.shape[:2]
+    if C != I * G:
+        raise TypeError(f"conv_general_dilated: lhs feature dimension ({C}) must equal the rhs input feature "
+                        f"dimension ({I}) times feature_group_count ({G})")
+    if O % (G * B):
+        raise TypeError(f"conv_general_dilated: rhs output feature dimension ({O}) must be a multiple of "
+                        f"feature_group_count * batch_group_count ({G * B})")
+    if N % B:
+        raise TypeError(f"conv_general_dilated: lhs batch ({N}) must be a multiple of batch_group_count ({B})")
+    if isinstance(padding, str) and any(d > 1 for d in lhs_dil):
+        raise ValueError("conv_general_dilated: string padding is not supported with lhs_dilation (a transposed "
+                         "convolution), as in JAX: give (low, high) pairs, or use conv_transpose")
+    if isinstance(padding, str):
+        dil_in = [(x.shape[2 + i] - 1) * lhs_dil[i] + 1 for i in range(nd)]
+        eff_k = [(w.shape[2 + i] - 1) * rhs_dil[i] + 1 for i in range(nd)]
+        pads = padtype_to_pads(dil_in, eff_k, strides, padding)
+    else:
+        pads = [tuple(operator.index(v) for v in p) for p in padding]
+        if len(pads) != nd or any(len(p) != 2 for p in pads):
+            raise ValueError(f"conv_general_dilated: padding needs {nd} (low, high) pairs, got {padding!r}")
+    args = (strides, pads, lhs_dil, rhs_dil, precision, preferred_element_type)
+    if G > 1:
+        og = O // G
+        outs = [_conv_nc(x[:, g * I:(g + 1) * I], w[g * og:(g + 1) * og], *args) for g in range(G)]
+        y = lax.concatenate(outs, 1)
+    elif B > 1:
+        nb, ob = N // B, O // B
+        outs = [_conv_nc(x[g * nb:(g + 1) * nb], w[g * ob:(g + 1) * ob], *args) for g in range(B)]
+        y = lax.concatenate(outs, 1)
+    else:
+        y = _conv_nc(x, w, *args)
+    inv = [0] * (nd + 2)  # y is (N, O, S...) in canonical order; place each where out_spec says
+    for canon, where in enumerate(dn.out_spec):
+        inv[where] = canon
+    return lax.transpose(y, tuple(inv))
+
+
+def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
+    """NCHW input, OIHW kernel."""
+    return conv_general_dilated(lhs, rhs, window_strides, padding, precision=precision,
+                                preferred_element_type=preferred_element_type)
+
+
+def conv_with_general_padding(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, precision=None,
+                              preferred_element_type=None):
+    return conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation,
+                                rhs_dilation=rhs_dilation, precision=precision,
+                                preferred_element_type=preferred_element_type)
+
+
+def _conv_transpose_padding(k, s, padding):
+    if padding == "SAME":
+        pad_len = k + s - 2
+        pad_a = k - 1 if s > k - 1 else -(-pad_len // 2)
+    elif padding == "VALID":
+        pad_len = k + s - 2 + builtins.max(k - s, 0)
+        pad_a = k - 1
+    else:
+        raise ValueError(f"conv_transpose: padding must be 'SAME', 'VALID' or (low, high) pairs, got {padding!r}")
+    return pad_a, pad_len - pad_a
+
+
+def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numbers=None, transpose_kernel=False,
+                   precision=None, preferred_element_type=None):
+    """The gradient of a strided convolution as a convolution of its own (jax.lax.conv_transpose):
+    the input dilated by the strides; transpose_kernel flips the kernel's spatial axes and swaps
+    its input and output features."""
+    lax = _lax()
+    lhs, rhs = core.asarray(lhs), core.asarray(rhs)
+    nd = lhs.ndim - 2
+    if dimension_numbers is None:
+        dimension_numbers = {1: ("NHC", "HIO", "NHC"), 2: ("NHWC", "HWIO", "NHWC"),
+                             3: ("NHWDC", "HWDIO", "NHWDC")}.get(nd)
+        if dimension_numbers is None:
+            raise ValueError("conv_transpose: give dimension_numbers for more than 3 spatial dimensions")
+    dn = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    k_sdims = [rhs.shape[i] for i in dn.rhs_spec[2:]]
+    rhs_dil = _ints(rhs_dilation, nd, "rhs_dilation")
+    eff_k = [(k - 1) * d + 1 for k, d in zip(k_sdims, rhs_dil)]
+    strides = _ints(strides, nd, "strides")
+    if isinstance(padding, str):
+        pads = [_conv_transpose_padding(k, s, padding.upper()) for k, s in zip(eff_k, strides)]
+    else:
+        pads = padding
+    if transpose_kernel:
+        rhs = lax.rev(rhs, dn.rhs_spec[2:])
+        spec = list(dn.rhs_spec)
+        spec[0], spec[1] = spec[1], spec[0]
+        dn = ConvDimensionNumbers(dn.lhs_spec, tuple(spec), dn.out_spec)
+    return conv_general_dilated(lhs, rhs, (1,) * nd, pads, lhs_dilation=strides, rhs_dilation=rhs_dil,
+                                dimension_numbers=dn, precision=precision,
+                                preferred_element_type=preferred_element_type)
+
+
+def reduce_window(operand, init_value, computation, window_dimensions, window_strides, padding, base_dilation=None,
+                  window_dilation=None):
+    """computation folded over each window (XLA's ReduceWindow): operand padded (and dilated) with
+    init_value, one strided slice per window offset, combined elementwise from init_value on;
+    `lax.max` gives max pooling, `lax.add` sum pooling. Differentiable and batchable through those."""
+    lax = _lax()
+    if not isinstance(operand, core.Array) and not hasattr(operand, "shape"):
+        raise NotImplementedError("reduce_window: kiln takes one operand array (not a pytree of them) for now")
+    x = core.asarray(operand)
+    n = x.ndim
+    win = _ints(window_dimensions, n, "window_dimensions")
+    strides = _ints(window_strides, n, "window_strides")
+    base, wdil = _ints(base_dilation, n, "base_dilation"), _ints(window_dilation, n, "window_dilation")
+    init = core.asarray(init_value).astype(x.dtype)
+    if init.shape != ():
+        raise TypeError(f"reduce_window: init_value must be a scalar, got shape {init.shape}")
+    if isinstance(padding, str):
+        pads = padtype_to_pads([(d - 1) * b + 1 for d, b in zip(x.shape, base)],
+                               [(k - 1) * d + 1 for k, d in zip(win, wdil)], strides, padding)
+    else:
+        pads = [tuple(operator.index(v) for v in p) for p in padding]
+        if len(pads) != n:
+            raise ValueError(f"reduce_window: padding needs {n} (low, high) pairs, got {padding!r}")
+    cfg = [(lo, hi, b - 1) for (lo, hi), b in zip(pads, base)]
+    if any(c != (0, 0, 0) for c in cfg):
+        x = lax.pad(x, init, cfg)
+    out = [(x.shape[i] - ((win[i] - 1) * wdil[i] + 1)) // strides[i] + 1 for i in range(n)]
+    if any(o < 0 for o in out):
+        raise ValueError(f"reduce_window: the window {win} does not fit the padded operand {x.shape}")
+    acc = lax.broadcast_in_dim(init, tuple(builtins.max(o, 0) for o in out), ())
+    for k in np.ndindex(*win):
+        start = [k[i] * wdil[i] for i in range(n)]
+        limit = [start[i] + builtins.max(out[i] - 1, 0) * strides[i] + (1 if out[i] > 0 else 0) for i in range(n)]
+        acc = computation(acc, lax.slice(x, start, limit, strides))
+    return acc
