@@ -195,3 +195,28 @@ def test_a_small_cnn_trains():
     for _ in range(60):
         params = step(params, xs, ys)
     assert float(loss(params, xs, ys)) < 0.5 * first
+
+
+def test_lax_reduce_with_known_and_user_monoids():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, 7)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(lax.reduce(x, 0.0, lax.add, (1,))), x.sum(1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(lax.reduce(x, 1.0, lax.add, (1,))), x.sum(1) + 1, rtol=1e-6)
+    assert float(lax.reduce(x, -np.inf, lax.max, (0, 1))) == x.max()
+    b = x > 0
+    np.testing.assert_array_equal(np.asarray(lax.reduce(b, True, lax.bitwise_and, (0,))), b.all(0))
+    user = lambda a, c: a + c  # noqa: E731  (not recognized: halving rounds)
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda x: lax.reduce(x, 0.0, user, (0,)))(x)), x.sum(0), rtol=1e-5,
+                               atol=1e-6)
+    idx = np.broadcast_to(np.arange(7, dtype=np.int32), (5, 7))
+
+    def argmax_pair(a, c):  # two operands reduced together: (value, index) of the first maximum
+        (va, ia), (vc, ic) = a, c
+        take = (va > vc) | ((va == vc) & (ia < ic))
+        return lax.select(take, va, vc), lax.select(take, ia, ic)
+
+    v, i = lax.reduce((x, idx), (-np.inf, np.int32(7)), argmax_pair, (1,))
+    np.testing.assert_array_equal(np.asarray(i), x.argmax(1))
+    np.testing.assert_array_equal(np.asarray(v), x.max(1))
+    with pytest.raises(TypeError, match="same tree"):
+        lax.reduce((x, x), 0.0, lax.add, (0,))

@@ -435,6 +435,63 @@ reduce_and = _reducer("reduce_and")
 reduce_or = _reducer("reduce_or")
 
 
+def reduce(operands, init_values, computation, dimensions):
+    """computation folded over `dimensions` of operands (a pytree of arrays, init_values the same
+    tree of scalars), as XLA's Reduce: lax.add/mul/max/min (and bitwise and/or on bools) with
+    their identity as init become the reduction primitives; any other (associative) computation,
+    also over several operands at once (value and index pairs), is applied in halving rounds:
+    log2(n) elementwise steps per dimension."""
+    from kiln._src import tree_util
+    leaves, tree = tree_util.tree_flatten(operands)
+    inits, itree = tree_util.tree_flatten(init_values)
+    if tree != itree or not leaves:
+        raise TypeError(f"reduce: operands {tree} and init_values {itree} must be the same tree of arrays")
+    leaves = [core.asarray(x) for x in leaves]
+    inits = [_to_array(v, x, "reduce") for v, x in zip(inits, leaves)]
+    dims = _axes(leaves[0], dimensions, "reduce")
+    if any(x.shape != leaves[0].shape for x in leaves):
+        raise TypeError(f"reduce: operands must have one shape, got {[x.shape for x in leaves]}")
+    if len(leaves) == 1:
+        x, init = leaves[0], inits[0]
+        prim = {add: "sum", mul: "prod", max: "max", min: "min"}.get(computation)
+        if x.dtype == np.bool_ and computation in (bitwise_and, bitwise_or):
+            prim = "and" if computation is bitwise_and else "or"
+        if prim is not None:
+            r = _reducer("reduce_" + prim)(x, dims)
+            ident = {"sum": 0, "prod": 1, "and": True, "or": False}.get(prim)
+            if ident is not None and _has_value(init) and np.all(np.asarray(init) == ident):
+                return tree_util.tree_unflatten(tree, [r])
+            if prim in ("max", "min") and _has_value(init) and _extreme_identity(init, prim):
+                return tree_util.tree_unflatten(tree, [r])
+            return tree_util.tree_unflatten(tree, [computation(r, init)])
+    xs = leaves
+    for d in sorted(dims, reverse=True):
+        while xs[0].shape[d] > 1:
+            n = xs[0].shape[d]
+            if n % 2:  # an odd length: pad with the init values (the computation's identity)
+                xs = [pad(x, i, [(0, 1 if a == d else 0, 0) for a in range(x.ndim)]) for x, i in zip(xs, inits)]
+                n += 1
+            lo = [slice_in_dim(x, 0, n // 2, axis=d) for x in xs]
+            hi = [slice_in_dim(x, n // 2, n, axis=d) for x in xs]
+            out = computation(tree_util.tree_unflatten(tree, lo), tree_util.tree_unflatten(tree, hi))
+            xs = [core.asarray(o) for o in tree_util.tree_leaves(out)]
+        if xs[0].shape[d] == 0:
+            xs = [broadcast_in_dim(i, x.shape[:d] + x.shape[d + 1:], ()) for x, i in zip(xs, inits)]
+            continue
+        xs = [squeeze(x, (d,)) for x in xs]
+    init_tree = tree_util.tree_unflatten(tree, [broadcast_in_dim(i, x.shape, ()) for x, i in zip(xs, inits)])
+    out = computation(tree_util.tree_unflatten(tree, xs), init_tree)  # the init value joins once, as in XLA
+    return out
+
+
+def _extreme_identity(init, prim):
+    v = np.asarray(init)
+    if v.dtype.kind == "f":
+        return bool(np.all(v == (-np.inf if prim == "max" else np.inf)))
+    info = np.iinfo(v.dtype) if v.dtype.kind in "iu" else None
+    return info is not None and bool(np.all(v == (info.min if prim == "max" else info.max)))
+
+
 def _arg_reducer(name):
     def op(operand, axis, index_dtype):
         (operand,) = _args(name, operand)
