@@ -25,6 +25,7 @@ from kiln import scipy  # noqa: F401
 from kiln import random  # noqa: F401
 from kiln import dlpack  # noqa: F401
 from kiln import ref  # noqa: F401
+from kiln import image  # noqa: F401
 from kiln._src.refs import new_ref, Ref  # noqa: F401
 
 typing = None
