@@ -16,6 +16,11 @@ import numpy as np
 
 from kiln._src import core
 
+import os
+
+_IM2COL = os.environ.get("KILN_CONV_IM2COL", "1") != "0"
+_IM2COL_MAX_BYTES = 256 << 20  # patches larger than this: one product per kernel offset instead
+
 ConvDimensionNumbers = collections.namedtuple("ConvDimensionNumbers", ["lhs_spec", "rhs_spec", "out_spec"])
 
 
@@ -83,26 +88,40 @@ def _ints(v, n, what, default=1):
     return v
 
 
-def _conv_nc(x, w, strides, pads, lhs_dil, rhs_dil, precision, pet):
-    """x (N, C, S...), w (O, C, K...) -> (N, O, S'...): no groups."""
+def _conv_nsc(x, w, strides, pads, lhs_dil, rhs_dil, precision, pet):
+    """x (N, S..., C), w (O, C, K...) -> (N, S'..., O): no groups. Channels last, so that the
+    products contract each input position's contiguous channels."""
     lax = _lax()
     nd = x.ndim - 2
-    cfg = [(0, 0, 0), (0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in zip(pads, lhs_dil)]
+    cfg = [(0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in zip(pads, lhs_dil)] + [(0, 0, 0)]
     if any(c != (0, 0, 0) for c in cfg):
         x = lax.pad(x, core.asarray(np.zeros((), x.dtype)), cfg)
     ksz = w.shape[2:]
-    out = [(x.shape[2 + i] - ((ksz[i] - 1) * rhs_dil[i] + 1)) // strides[i] + 1 for i in range(nd)]
+    out = [(x.shape[1 + i] - ((ksz[i] - 1) * rhs_dil[i] + 1)) // strides[i] + 1 for i in range(nd)]
     if any(o <= 0 for o in out):
-        raise ValueError(f"conv: the padded input {x.shape[2:]} is smaller than the dilated kernel {ksz}")
+        raise ValueError(f"conv: the padded input {x.shape[1:-1]} is smaller than the dilated kernel {ksz}")
+
+    def patch(k):  # the input positions kernel offset k meets: (N, S'..., C)
+        start = [0] + [k[i] * rhs_dil[i] for i in range(nd)] + [0]
+        limit = [x.shape[0]] + [start[1 + i] + (out[i] - 1) * strides[i] + 1 for i in range(nd)] + [x.shape[-1]]
+        return lax.slice(x, start, limit, [1] + list(strides) + [1])
+
+    kcount = int(np.prod(ksz))
+    patch_bytes = x.shape[0] * x.shape[-1] * int(np.prod(out)) * kcount * np.dtype(x.dtype.name).itemsize
+    if kcount > 1 and _IM2COL and patch_bytes <= _IM2COL_MAX_BYTES:
+        # one product over every kernel offset at once: the patches (N, S'..., K, C) against the
+        # kernel as (K, C, O), a better-shaped GEMM than K thin ones, for K copies of the input
+        patches = lax.concatenate([lax.expand_dims(patch(k), (nd + 1,)) for k in np.ndindex(*ksz)], nd + 1)
+        wk = lax.transpose(lax.reshape(w, (w.shape[0], w.shape[1], kcount)), (2, 1, 0))
+        return lax.dot_general(patches, wk, (([nd + 1, nd + 2], [0, 1]), ([], [])), precision=precision,
+                               preferred_element_type=pet)
     acc = None
     for k in np.ndindex(*ksz):
-        start = [0, 0] + [k[i] * rhs_dil[i] for i in range(nd)]
-        limit = [x.shape[0], x.shape[1]] + [start[2 + i] + (out[i] - 1) * strides[i] + 1 for i in range(nd)]
-        patch = lax.slice(x, start, limit, [1, 1] + list(strides))
-        wk = w[(builtins.slice(None), builtins.slice(None)) + tuple(k)]  # (O, C)
-        term = lax.dot_general(patch, wk, (([1], [1]), ([], [])), precision=precision, preferred_element_type=pet)
-        acc = term if acc is None else lax.add(acc, term)  # (N, S'..., O)
-    return lax.transpose(acc, (0, nd + 1) + tuple(range(1, nd + 1)))
+        wk = lax.transpose(w[(builtins.slice(None), builtins.slice(None)) + tuple(k)], (1, 0))  # (C, O)
+        term = lax.dot_general(patch(k), wk, (([nd + 1], [0]), ([], [])), precision=precision,
+                               preferred_element_type=pet)
+        acc = term if acc is None else lax.add(acc, term)
+    return acc
 
 
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
@@ -125,9 +144,9 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
         from kiln import numpy as jnp
         dt = jnp.result_type(lhs, rhs)
         lhs, rhs = lhs.astype(dt), rhs.astype(dt)
-    x = lax.transpose(lhs, dn.lhs_spec)  # (N, C, S...)
+    x = lax.transpose(lhs, (dn.lhs_spec[0],) + tuple(dn.lhs_spec[2:]) + (dn.lhs_spec[1],))  # (N, S..., C)
     w = lax.transpose(rhs, dn.rhs_spec)  # (O, I, K...)
-    N, C = x.shape[:2]
+    N, C = x.shape[0], x.shape[-1]
     O, I = w.shape[:2]
     if C != I * G:
         raise TypeError(f"conv_general_dilated: lhs feature dimension ({C}) must equal the rhs input feature "
@@ -141,7 +160,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
         raise ValueError("conv_general_dilated: string padding is not supported with lhs_dilation (a transposed "
                          "convolution), as in JAX: give (low, high) pairs, or use conv_transpose")
     if isinstance(padding, str):
-        dil_in = [(x.shape[2 + i] - 1) * lhs_dil[i] + 1 for i in range(nd)]
+        dil_in = [(x.shape[1 + i] - 1) * lhs_dil[i] + 1 for i in range(nd)]
         eff_k = [(w.shape[2 + i] - 1) * rhs_dil[i] + 1 for i in range(nd)]
         pads = padtype_to_pads(dil_in, eff_k, strides, padding)
     else:
@@ -151,18 +170,20 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     args = (strides, pads, lhs_dil, rhs_dil, precision, preferred_element_type)
     if G > 1:
         og = O // G
-        outs = [_conv_nc(x[:, g * I:(g + 1) * I], w[g * og:(g + 1) * og], *args) for g in range(G)]
-        y = lax.concatenate(outs, 1)
+        outs = [_conv_nsc(x[..., g * I:(g + 1) * I], w[g * og:(g + 1) * og], *args) for g in range(G)]
+        y = lax.concatenate(outs, nd + 1)
     elif B > 1:
         nb, ob = N // B, O // B
-        outs = [_conv_nc(x[g * nb:(g + 1) * nb], w[g * ob:(g + 1) * ob], *args) for g in range(B)]
-        y = lax.concatenate(outs, 1)
+        outs = [_conv_nsc(x[g * nb:(g + 1) * nb], w[g * ob:(g + 1) * ob], *args) for g in range(B)]
+        y = lax.concatenate(outs, nd + 1)
     else:
-        y = _conv_nc(x, w, *args)
-    inv = [0] * (nd + 2)  # y is (N, O, S...) in canonical order; place each where out_spec says
-    for canon, where in enumerate(dn.out_spec):
-        inv[where] = canon
-    return lax.transpose(y, tuple(inv))
+        y = _conv_nsc(x, w, *args)
+    # y is (N, S'..., O): canonical dimension c (batch, feature, spatial...) sits at where[c]
+    where = [0, nd + 1] + list(range(1, nd + 1))
+    perm = [0] * (nd + 2)
+    for canon, at in enumerate(dn.out_spec):
+        perm[at] = where[canon]
+    return lax.transpose(y, tuple(perm))
 
 
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
