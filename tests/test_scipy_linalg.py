@@ -154,3 +154,20 @@ def test_errors_name_the_function_and_the_fix():
         kl.eigh(np.eye(2), np.eye(2))
     with pytest.raises(ValueError, match="assume_a"):
         kl.solve(np.eye(2), np.ones(2), assume_a="banded")
+
+
+def test_expm_frechet_and_polar(x64):
+    rng = _rng(7)
+    a, e = rng.standard_normal((4, 4)) * 0.5, rng.standard_normal((4, 4))
+    got_e, got_l = kl.expm_frechet(a, e)
+    want_e, want_l = sl.expm_frechet(a, e)
+    _close(got_e, want_e, 1e-10)
+    _close(got_l, want_l, 1e-9)
+    for side in ("right", "left"):
+        u, p = kl.polar(a, side)
+        U, P = sl.polar(a, side)
+        _close(u, U, 1e-10)
+        _close(p, P, 1e-10)
+    u, p = kl.polar(rng.standard_normal((5, 3)))  # a tall one
+    U, P = sl.polar(np.asarray(rng.standard_normal((5, 3))))
+    assert u.shape == U.shape and p.shape == P.shape

@@ -11,8 +11,8 @@ from kiln._src import core
 from kiln._src.core import Array
 from kiln.lax import linalg as lax_linalg
 
-__all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu", "lu_factor",
-           "lu_solve", "qr", "schur", "solve", "solve_triangular", "sqrtm", "svd", "toeplitz"]
+__all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "expm_frechet", "inv", "lu",
+           "lu_factor", "lu_solve", "polar", "qr", "schur", "solve", "solve_triangular", "sqrtm", "svd", "toeplitz"]
 
 
 def _arr(x):
@@ -224,6 +224,35 @@ def expm(A, *, upper_triangular=False, max_squarings=16):
         return jnp.where((i < si)[..., None, None], r @ r, r)
 
     return lax.fori_loop(0, max_squarings, square, R)
+
+
+def expm_frechet(A, E, *, method=None, compute_expm=True):
+    """The Fréchet derivative of expm at A in direction E (and expm(A)): the upper-right block of
+    expm([[A, E], [0, A]])."""
+    if method not in (None, "SPS", "blockEnlarge"):
+        raise ValueError(f"scipy.linalg.expm_frechet: unknown method {method!r}")
+    A, E = _square(A, "expm_frechet"), _square(E, "expm_frechet")
+    if A.shape != E.shape:
+        raise ValueError(f"scipy.linalg.expm_frechet: A {A.shape} and E {E.shape} must have one shape")
+    n = A.shape[-1]
+    big = jnp.concatenate([jnp.concatenate([A, E], -1), jnp.concatenate([jnp.zeros_like(A), A], -1)], -2)
+    f = expm(big)
+    L = f[..., :n, n:]
+    return (f[..., :n, :n], L) if compute_expm else L
+
+
+def polar(a, side="right", *, method="svd", eps=None, max_iterations=None):
+    """(u, p) with a = u @ p (side='right', p symmetric positive semidefinite) or a = p @ u
+    (side='left'), through the SVD."""
+    if side not in ("right", "left"):
+        raise ValueError(f"scipy.linalg.polar: side must be 'right' or 'left', got {side!r}")
+    if method != "svd":
+        raise NotImplementedError(f"scipy.linalg.polar(method={method!r}) is not supported by kiln (use 'svd')")
+    a = _float(a, "polar")
+    w, s, vt = jnp.linalg.svd(a, full_matrices=False)
+    u = w @ vt
+    p = (_mT(vt) * s[..., None, :]) @ vt if side == "right" else (w * s[..., None, :]) @ _mT(w)
+    return u, p
 
 
 def block_diag(*arrs):
