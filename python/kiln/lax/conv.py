@@ -19,7 +19,8 @@ from kiln._src import core
 import os
 
 _IM2COL = os.environ.get("KILN_CONV_IM2COL", "1") != "0"
-_IM2COL_MAX_BYTES = 256 << 20  # patches larger than this: one product per kernel offset instead
+# patches larger than this: one product per kernel offset instead (KILN_CONV_IM2COL_MAX_MB)
+_IM2COL_MAX_BYTES = int(float(os.environ.get("KILN_CONV_IM2COL_MAX_MB", "1024")) * (1 << 20))
 
 ConvDimensionNumbers = collections.namedtuple("ConvDimensionNumbers", ["lhs_spec", "rhs_spec", "out_spec"])
 
