@@ -220,3 +220,17 @@ def test_lax_reduce_with_known_and_user_monoids():
     np.testing.assert_array_equal(np.asarray(v), x.max(1))
     with pytest.raises(TypeError, match="same tree"):
         lax.reduce((x, x), 0.0, lax.add, (0,))
+
+
+def test_conv_patches_are_what_the_convolution_multiplies(x64):
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 2, 3))
+    kw = dict(rhs_dilation=(2, 1))
+    p = lax.conv_general_dilated_patches(x, (2, 3), (1, 2), "SAME", **kw)
+    assert p.shape == (2, 3 * 6, 7, 3)
+    via = np.einsum("nfhw,of->nohw", np.asarray(p), w.reshape(4, 18))  # features: channel, then offsets
+    np.testing.assert_allclose(via, np.asarray(lax.conv_general_dilated(x, w, (1, 2), "SAME", **kw)), rtol=1e-10,
+                               atol=1e-10)
+    nhwc = lax.conv_general_dilated_patches(np.transpose(x, (0, 2, 3, 1)), (2, 3), (1, 2), "SAME",
+                                            dimension_numbers=("NHWC", "OIHW", "NHWC"), **kw)
+    np.testing.assert_allclose(np.asarray(nhwc), np.transpose(np.asarray(p), (0, 2, 3, 1)), rtol=1e-12)

@@ -187,6 +187,26 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     return lax.transpose(y, tuple(perm))
 
 
+def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                                 dimension_numbers=None, precision=None, preferred_element_type=None):
+    """The patches conv_general_dilated would multiply (jax.lax.conv_general_dilated_patches):
+    C * prod(filter_shape) output features, ordered (channel, then filter offsets), in the
+    output layout; a convolution with a one-hot kernel, as JAX computes it."""
+    lax = _lax()
+    lhs = core.asarray(lhs)
+    nd = lhs.ndim - 2
+    filter_shape = tuple(operator.index(k) for k in filter_shape)
+    if len(filter_shape) != nd:
+        raise ValueError(f"conv_general_dilated_patches: filter_shape needs {nd} entries, got {filter_shape}")
+    dn = conv_dimension_numbers(lhs.shape, (1, 1) + filter_shape, dimension_numbers)
+    c = lhs.shape[dn.lhs_spec[1]]
+    k = int(np.prod(filter_shape))
+    eye = np.eye(c * k, dtype=lhs.dtype.name).reshape((c * k, c) + filter_shape)  # (O = c*k, I = c, K...)
+    canon = ConvDimensionNumbers(dn.lhs_spec, tuple(range(nd + 2)), dn.out_spec)
+    return conv_general_dilated(lhs, core.asarray(eye), window_strides, padding, lhs_dilation, rhs_dilation, canon,
+                                precision=precision or "highest", preferred_element_type=preferred_element_type)
+
+
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
     """NCHW input, OIHW kernel."""
     return conv_general_dilated(lhs, rhs, window_strides, padding, precision=precision,
