@@ -234,3 +234,10 @@ def test_conv_patches_are_what_the_convolution_multiplies(x64):
     nhwc = lax.conv_general_dilated_patches(np.transpose(x, (0, 2, 3, 1)), (2, 3), (1, 2), "SAME",
                                             dimension_numbers=("NHWC", "OIHW", "NHWC"), **kw)
     np.testing.assert_allclose(np.asarray(nhwc), np.transpose(np.asarray(p), (0, 2, 3, 1)), rtol=1e-12)
+
+
+def test_the_strategy_is_logged(capfd, monkeypatch):
+    monkeypatch.setenv("KILN_LOG_COMPILES", "1")
+    lax.conv_general_dilated(np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32), (1, 1), "SAME")
+    assert "kiln: conv of the padded float32[1, 10, 10, 3] input (channels last) by a [4, 3, 3, 3] kernel: im2col" in \
+        capfd.readouterr().err

@@ -17,6 +17,7 @@ import numpy as np
 from kiln._src import core
 
 import os
+import sys
 
 _IM2COL = os.environ.get("KILN_CONV_IM2COL", "1") != "0"
 # patches larger than this: one product per kernel offset instead (KILN_CONV_IM2COL_MAX_MB)
@@ -109,7 +110,12 @@ def _conv_nsc(x, w, strides, pads, lhs_dil, rhs_dil, precision, pet):
 
     kcount = int(np.prod(ksz))
     patch_bytes = x.shape[0] * x.shape[-1] * int(np.prod(out)) * kcount * np.dtype(x.dtype.name).itemsize
-    if kcount > 1 and _IM2COL and patch_bytes <= _IM2COL_MAX_BYTES:
+    im2col = kcount > 1 and _IM2COL and patch_bytes <= _IM2COL_MAX_BYTES
+    if os.environ.get("KILN_LOG_COMPILES", "0") != "0":  # which way it was built, as the compilers say theirs
+        print(f"kiln: conv of the padded {x.dtype.name}{list(x.shape)} input (channels last) by a {list(w.shape)} kernel: "
+              + (f"im2col, one product over {kcount} offsets ({patch_bytes / 2**20:.1f} MiB of patches)" if im2col
+                 else f"one product per kernel offset ({kcount})"), file=sys.stderr)
+    if im2col:
         # one product over every kernel offset at once: the patches (N, S'..., K, C) against the
         # kernel as (K, C, O), a better-shaped GEMM than K thin ones, for K copies of the input
         patches = lax.concatenate([lax.expand_dims(patch(k), (nd + 1,)) for k in np.ndindex(*ksz)], nd + 1)
