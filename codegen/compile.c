@@ -419,8 +419,13 @@ static void walk_reads(const kl_program *pg, const kl_plan *plan, int u, int roo
     walk_reads(pg, plan, e->ins[i], root, aligned && elementwise && kl_aval_same_shape(&pg->vals[e->ins[i]].aval, ua), s, r);
 }
 
-static int is_update(const kl_eqn *e) {
-  return (e->prim == KL_P_DYNAMIC_UPDATE_SLICE || e->prim == KL_P_SCATTER) && e->nout == 1;
+static int is_update(const kl_eqn *e) { return kl_lower_get(e->prim)->updates && e->nout == 1; }
+
+/* The source location an update records (its KL_PF_LOC param, ir/loc.h), or 0. */
+static int update_loc(const kl_eqn *e) {
+  for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++)
+    if (f->kind == KL_PF_LOC) return *(const int *)kl_param_cptr(&e->p, f);
+  return 0;
 }
 
 static void step_reads(const kl_program *pg, const kl_plan *plan, int s, step_reads_t *r) {
@@ -467,7 +472,7 @@ static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *do
   for (int s = 0; s < plan->nsteps; s++) {
     const kl_plan_step *ps = &plan->steps[s];
     const kl_eqn *e = &pg->eqns[ps->kind == KL_STEP_KERNEL ? pg->vals[ps->root].producer : ps->eqn];
-    if (ps->kind == KL_STEP_LIB && (e->prim == KL_P_WHILE || e->prim == KL_P_SCAN)) { /* carries kept in place */
+    if (ps->kind == KL_STEP_LIB && kl_lower_get(e->prim)->loop) { /* carries kept in place */
       for (int j = 0; j < e->nout; j++) {
         int at = kl_loop_carry_init(e, j), o = e->outs[j], v = at >= 0 ? e->ins[at] : -1, once = v >= 0;
         for (int a = 0; a < e->nin && once; a++) once = a == at || e->ins[a] != v;
@@ -512,12 +517,12 @@ static void find_updates(const kl_program *pg, const kl_plan *plan, const int *s
   int n = 0;
   for (int s = 0; s < plan->nsteps; s++) {
     const kl_eqn *e = &pg->eqns[plan->steps[s].eqn];
-    n += plan->steps[s].kind == KL_STEP_LIB && is_update(e) && (e->prim == KL_P_SCATTER ? e->p.scatter.loc : e->p.update.loc);
+    n += plan->steps[s].kind == KL_STEP_LIB && is_update(e) && update_loc(e);
   }
   if (!n || !(x->updates = kl_calloc((size_t)n, sizeof *x->updates))) return;
   for (int s = 0; s < plan->nsteps; s++) {
     const kl_eqn *e = &pg->eqns[plan->steps[s].eqn];
-    int loc = e->prim == KL_P_SCATTER ? e->p.scatter.loc : e->p.update.loc;
+    int loc = update_loc(e);
     if (plan->steps[s].kind != KL_STEP_LIB || !is_update(e) || !loc) continue;
     kl_update *u = &x->updates[x->nupdates++];
     int v = e->ins[0], o = e->outs[0], is_out = 0;
@@ -566,7 +571,7 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, const char *d
       const kl_eqn *e = &pg->eqns[ps->eqn];
       if (ps->kind == KL_STEP_KERNEL && ps->root == o) w = s;
       else if (ps->kind == KL_STEP_LIB && is_update(e) && e->outs[0] == o) w = s, own = 0;
-      else if (ps->kind == KL_STEP_LIB && (e->prim == KL_P_WHILE || e->prim == KL_P_SCAN)) /* a carry kept in place */
+      else if (ps->kind == KL_STEP_LIB && kl_lower_get(e->prim)->loop) /* a carry kept in place */
         for (int r = 0; r < e->nout; r++)
           if (e->outs[r] == o && (own = kl_loop_carry_init(e, r)) >= 0) w = s;
     }

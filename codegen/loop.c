@@ -18,6 +18,7 @@
 
 #include "../ir/alloc.h"
 #include "../ir/loc.h"
+#include "lower/lower.h"
 #include "../ir/status.h"
 #include "../runtime/runtime.h"
 #include "compile.h"
@@ -134,7 +135,7 @@ static int in_place(const kl_program *body, int in_at, int out_at) {
   if (o == v) return 2; /* passed through: the carry never changes, one buffer holds it */
   if (prod < 0) return 0;
   const kl_eqn *e = &body->eqns[prod];
-  if ((e->prim != KL_P_DYNAMIC_UPDATE_SLICE && e->prim != KL_P_SCATTER) || e->ins[0] != v) return 0;
+  if (!kl_lower_get(e->prim)->updates || e->ins[0] != v) return 0;
   for (int i = 0; i < body->noutputs; i++) ok &= body->outputs[i] != v; /* the old value must not outlive it */
   char *before = kl_calloc((size_t)body->neqns + 1, 1); /* the update's ancestors */
   int *stack = kl_malloc(sizeof(int) * ((size_t)body->neqns + 1)), top = 0;

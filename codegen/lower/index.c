@@ -368,8 +368,8 @@ static int gpu_scatter(kg_move *mv) {
 
 const kl_lowering kl_lower_index[] = {
     {KL_P_DYNAMIC_SLICE, .fuses = 0, .cpu_lib = cpu_dynamic_slice, .gpu_kernel = gpu_dynamic_slice},
-    {KL_P_DYNAMIC_UPDATE_SLICE, .fuses = 0, .cpu_lib = cpu_dynamic_slice, .gpu_kernel = gpu_dynamic_slice},
+    {KL_P_DYNAMIC_UPDATE_SLICE, .fuses = 0, .cpu_lib = cpu_dynamic_slice, .gpu_kernel = gpu_dynamic_slice, .updates = 1},
     {KL_P_TAKE, .fuses = 0, .cpu_lib = cpu_take, .gpu_kernel = gpu_take},
-    {KL_P_SCATTER, .fuses = 0, .cpu_lib = cpu_scatter, .gpu_kernel = gpu_scatter},
+    {KL_P_SCATTER, .fuses = 0, .cpu_lib = cpu_scatter, .gpu_kernel = gpu_scatter, .updates = 1},
 };
 const int kl_lower_index_n = sizeof kl_lower_index / sizeof *kl_lower_index;

@@ -83,6 +83,9 @@ typedef struct {
   const char *unsupported;     /* the step cannot run: the error compiling it reports */
   char loop;                   /* a loop over sub-programs: its step is built by codegen/loop.c (on
                                   the host, its bodies compiled for the CPU) */
+  char updates;                /* 1: a functional update of operand 0 (dynamic_update_slice,
+                                  scatter): given operand 0's buffer as its result's, it writes
+                                  only what changes (buffer reuse, donation, loop carries) */
 } kl_lowering;
 
 /* Each family's rows (codegen/lower/<family>.c). */
