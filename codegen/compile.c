@@ -365,58 +365,40 @@ static int build_kernels(cpu_module *cm, kl_exec **xs, int nxs, int nextra, kl_k
   return rc;
 }
 
-/* How the kernel computing `root` reads value v, walking its expression from u (not past values
- * in buffers): *reads when it reads v at all, *skewed when somewhere not at the output's own
- * index (through anything but elementwise primitives of root's shape). seen: per value, bit 1
- * (visited aligned) and bit 2 (visited skewed). */
-static void kernel_reads(const kl_program *pg, const kl_plan *plan, int u, int root, int v, int aligned, int *reads,
-                         int *skewed, char *seen) {
-  if (u == v) {
-    *reads = 1;
-    *skewed |= !aligned;
-    return;
-  }
-  if ((u != root && plan->materialized[u]) || pg->vals[u].producer < 0 || (seen[u] & (aligned ? 1 : 2))) return;
-  seen[u] |= aligned ? 1 : 2;
-  const kl_eqn *e = &pg->eqns[pg->vals[u].producer];
-  const kl_aval *ua = &pg->vals[u].aval;
-  int elementwise = kl_form_elementwise(kl_prim_get(e->prim)->form) && kl_aval_same_shape(ua, &pg->vals[root].aval);
-  for (int i = 0; i < e->nin; i++) {
-    int along = aligned && elementwise && kl_aval_same_shape(&pg->vals[e->ins[i]].aval, ua);
-    kernel_reads(pg, plan, e->ins[i], root, v, along, reads, skewed, seen);
-  }
-}
-
-/* What step s reads, into r: each value it reads from a buffer, once in r->list, with r->how[v]
- * bit 1 when read at the output's own index, bit 2 when anywhere else. A kernel's reads are the
- * buffers its expression reaches; a library call's, its operands, all "elsewhere" but a
- * dynamic_update_slice's or scatter's operand 0 (the buffer an in-place update writes into). */
+/* What step s reads, into r (step_reads): each value it reads from a buffer, once in r->list,
+ * with r->how[v] bit 1 when read at the output's own index, bit 2 when anywhere else. A kernel's
+ * reads are the buffers its expression reaches (through elementwise primitives of its shape:
+ * aligned); a library call's, its operands, all "elsewhere" but an update's operand 0 (the
+ * buffer an in-place update writes into). last[v]: the last step reading v, or -1. Shared by
+ * donation and buffer reuse. */
 typedef struct {
-  int *stamp;  /* per value: the step whose read flags how[] holds, or -1 */
+  int gen;     /* bumped by each step_reads: stamp and seen below are current when they match */
+  int *stamp;  /* per value: the walk whose read flags how[] holds */
   char *how;   /* per value: bit 1 aligned, bit 2 skewed */
-  int *seen;   /* per value: (step << 2) | the walk's visited bits */
+  int *seen;   /* per value: (walk << 2) | the walk's visited bits */
   int *list, n;
+  int *last;   /* per value: the last step reading it, or -1 */
 } step_reads_t;
 
-static void note_read(step_reads_t *r, int s, int v, int bits) {
-  if (r->stamp[v] != s) r->stamp[v] = s, r->how[v] = 0, r->list[r->n++] = v;
+static void note_read(step_reads_t *r, int v, int bits) {
+  if (r->stamp[v] != r->gen) r->stamp[v] = r->gen, r->how[v] = 0, r->list[r->n++] = v;
   r->how[v] |= (char)bits;
 }
 
-static void walk_reads(const kl_program *pg, const kl_plan *plan, int u, int root, int aligned, int s, step_reads_t *r) {
+static void walk_reads(const kl_program *pg, const kl_plan *plan, int u, int root, int aligned, step_reads_t *r) {
   if ((u != root && plan->materialized[u]) || pg->vals[u].producer < 0) {
-    note_read(r, s, u, aligned ? 1 : 2);
+    note_read(r, u, aligned ? 1 : 2);
     return;
   }
   int bit = aligned ? 1 : 2;
-  if (r->seen[u] >> 2 != s) r->seen[u] = s << 2;
+  if (r->seen[u] >> 2 != r->gen) r->seen[u] = r->gen << 2;
   if (r->seen[u] & bit) return;
   r->seen[u] |= bit;
   const kl_eqn *e = &pg->eqns[pg->vals[u].producer];
   const kl_aval *ua = &pg->vals[u].aval;
   int elementwise = kl_form_elementwise(kl_prim_get(e->prim)->form) && kl_aval_same_shape(ua, &pg->vals[root].aval);
   for (int i = 0; i < e->nin; i++)
-    walk_reads(pg, plan, e->ins[i], root, aligned && elementwise && kl_aval_same_shape(&pg->vals[e->ins[i]].aval, ua), s, r);
+    walk_reads(pg, plan, e->ins[i], root, aligned && elementwise && kl_aval_same_shape(&pg->vals[e->ins[i]].aval, ua), r);
 }
 
 static int is_update(const kl_eqn *e) { return kl_lower_get(e->prim)->updates && e->nout == 1; }
@@ -431,12 +413,38 @@ static int update_loc(const kl_eqn *e) {
 static void step_reads(const kl_program *pg, const kl_plan *plan, int s, step_reads_t *r) {
   const kl_plan_step *ps = &plan->steps[s];
   r->n = 0;
+  r->gen++;
   if (ps->kind == KL_STEP_KERNEL) {
-    walk_reads(pg, plan, ps->root, ps->root, 1, s, r);
+    walk_reads(pg, plan, ps->root, ps->root, 1, r);
     return;
   }
   const kl_eqn *e = &pg->eqns[ps->eqn];
-  for (int a = 0; a < e->nin; a++) note_read(r, s, e->ins[a], a == 0 && is_update(e) ? 1 : 2);
+  for (int a = 0; a < e->nin; a++) note_read(r, e->ins[a], a == 0 && is_update(e) ? 1 : 2);
+}
+
+static void reads_free(step_reads_t *r) {
+  free(r->stamp);
+  free(r->how);
+  free(r->seen);
+  free(r->list);
+  free(r->last);
+}
+
+/* r ready, with every value's last reading step: 0, or -1 when out of memory. */
+static int reads_init(const kl_program *pg, const kl_plan *plan, step_reads_t *r) {
+  size_t n = (size_t)pg->nvals + 1;
+  *r = (step_reads_t){0, kl_malloc(sizeof(int) * n), kl_malloc(n), kl_malloc(sizeof(int) * n), kl_malloc(sizeof(int) * n),
+                      0, kl_malloc(sizeof(int) * n)};
+  if (!r->stamp || !r->how || !r->seen || !r->list || !r->last) {
+    reads_free(r);
+    return -1;
+  }
+  for (int v = 0; v < pg->nvals; v++) r->last[v] = -1, r->stamp[v] = -1, r->seen[v] = -4;
+  for (int s = 0; s < plan->nsteps; s++) {
+    step_reads(pg, plan, s, r);
+    for (int k = 0; k < r->n; k++) r->last[r->list[k]] = s;
+  }
+  return 0;
 }
 
 /* Per value, the earlier value whose buffer it is written into (-1: a buffer of its own), for
@@ -448,27 +456,20 @@ static void step_reads(const kl_program *pg, const kl_plan *plan, int s, step_re
  * buffer where it held two. Inputs and outputs never give their buffer (donation is the way for
  * inputs), and an output that may take a donated input's buffer (donor, per output, or NULL)
  * keeps that chance. NULL when out of memory (no sharing). */
-static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *donor) {
-  int n = pg->nvals;
-  int *share = kl_malloc(sizeof(int) * ((size_t)n + 1)), *last = kl_malloc(sizeof(int) * ((size_t)n + 1));
-  step_reads_t r = {kl_malloc(sizeof(int) * ((size_t)n + 1)), kl_malloc((size_t)n + 1),
-                    kl_malloc(sizeof(int) * ((size_t)n + 1)), kl_malloc(sizeof(int) * ((size_t)n + 1)), 0};
+static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *donor, step_reads_t *r) {
+  int n = pg->nvals, *last = r->last;
+  int *share = kl_malloc(sizeof(int) * ((size_t)n + 1));
   char *pinned = kl_calloc((size_t)n + 1, 1);
-  if (!share || !last || !r.stamp || !r.how || !r.seen || !r.list || !pinned) {
+  if (!share || !pinned) {
     free(share);
-    share = NULL;
-    goto out;
+    free(pinned);
+    return NULL;
   }
-  for (int v = 0; v < n; v++) share[v] = -1, last[v] = -1, r.stamp[v] = -1, r.seen[v] = -4;
+  for (int v = 0; v < n; v++) share[v] = -1;
   for (int i = 0; i < pg->noutputs; i++) pinned[pg->outputs[i]] = 1;
   for (int i = 0; i < pg->ninputs; i++) pinned[pg->inputs[i]] = 1;
   for (int j = 0; donor && j < pg->noutputs; j++)
     if (donor[j] >= 0) share[pg->outputs[j]] = -2; /* not a taker */
-  for (int s = 0; s < plan->nsteps; s++) {
-    step_reads(pg, plan, s, &r);
-    for (int k = 0; k < r.n; k++) last[r.list[k]] = s;
-  }
-  for (int v = 0; v < n; v++) r.stamp[v] = -1, r.seen[v] = -4;
   for (int s = 0; s < plan->nsteps; s++) {
     const kl_plan_step *ps = &plan->steps[s];
     const kl_eqn *e = &pg->eqns[ps->kind == KL_STEP_KERNEL ? pg->vals[ps->root].producer : ps->eqn];
@@ -489,10 +490,10 @@ static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *do
     if (o < 0 || share[o] == -2 || (ps->kind == KL_STEP_KERNEL && (!kl_form_elementwise(kl_prim_get(e->prim)->form) || ps->nstages)) ||
         kl_aval_size(&pg->vals[o].aval) == 0)
       continue;
-    step_reads(pg, plan, s, &r);
-    for (int k = 0; k < r.n; k++) {
-      int v = r.list[k];
-      if (r.how[v] != 1 || last[v] != s || pinned[v] || v >= o || pg->vals[v].aval.dtype != pg->vals[o].aval.dtype ||
+    step_reads(pg, plan, s, r);
+    for (int k = 0; k < r->n; k++) {
+      int v = r->list[k];
+      if (r->how[v] != 1 || last[v] != s || pinned[v] || v >= o || pg->vals[v].aval.dtype != pg->vals[o].aval.dtype ||
           !kl_aval_same_shape(&pg->vals[v].aval, &pg->vals[o].aval))
         continue;
       share[o] = v;
@@ -500,12 +501,6 @@ static int *share_dying(const kl_program *pg, const kl_plan *plan, const int *do
       break;
     }
   }
-out:
-  free(last);
-  free(r.stamp);
-  free(r.how);
-  free(r.seen);
-  free(r.list);
   free(pinned);
   return share;
 }
@@ -560,9 +555,9 @@ int kl_compile_report_copies(const kl_exec *x, char *err, size_t errlen) {
  * index, or by a dynamic_update_slice or scatter into the input (which then writes only what
  * changes: x.at[i].set(v) in place), and no step after it reading the input. Each input at most
  * once. Conservative: -1 wherever one of these is not known to hold. */
-static void find_donors(const kl_program *pg, const kl_plan *plan, const char *donatable, kl_exec *x) {
+static void find_donors(const kl_program *pg, const kl_plan *plan, const char *donatable, step_reads_t *r, kl_exec *x) {
   if (!(x->donor = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1)))) return;
-  char *seen = kl_malloc((size_t)pg->nvals + 1), *taken = kl_calloc((size_t)pg->ninputs + 1, 1);
+  char *taken = kl_calloc((size_t)pg->ninputs + 1, 1);
   for (int j = 0; j < pg->noutputs; j++) {
     x->donor[j] = -1;
     int o = pg->outputs[j], w = -1, own = -1; /* own: the operand whose buffer step w writes o into */
@@ -572,27 +567,24 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, const char *d
       if (ps->kind == KL_STEP_KERNEL && ps->root == o) w = s;
       else if (ps->kind == KL_STEP_LIB && is_update(e) && e->outs[0] == o) w = s, own = 0;
       else if (ps->kind == KL_STEP_LIB && kl_lower_get(e->prim)->loop) /* a carry kept in place */
-        for (int r = 0; r < e->nout; r++)
-          if (e->outs[r] == o && (own = kl_loop_carry_init(e, r)) >= 0) w = s;
+        for (int k = 0; k < e->nout; k++)
+          if (e->outs[k] == o && (own = kl_loop_carry_init(e, k)) >= 0) w = s;
     }
-    if (w < 0 || !seen || !taken) continue;
+    if (w < 0 || !taken) continue;
+    const kl_plan_step *pw = &plan->steps[w];
+    const kl_eqn *ew = &pg->eqns[pw->eqn];
+    if (pw->kind == KL_STEP_KERNEL) step_reads(pg, plan, w, r); /* how step w reads each value */
     for (int i = 0; i < pg->ninputs && x->donor[j] < 0; i++) {
-      int v = pg->inputs[i], ok = donatable && donatable[i] && !taken[i] && v != o && pg->vals[v].aval.dtype == pg->vals[o].aval.dtype &&
-                                  kl_aval_same_shape(&pg->vals[v].aval, &pg->vals[o].aval);
+      int v = pg->inputs[i], ok = donatable && donatable[i] && !taken[i] && v != o &&
+                                  pg->vals[v].aval.dtype == pg->vals[o].aval.dtype &&
+                                  kl_aval_same_shape(&pg->vals[v].aval, &pg->vals[o].aval) && r->last[v] <= w;
       for (int k = 0; k < pg->noutputs && ok; k++) ok = pg->outputs[k] != v;
-      for (int s = 0; s < plan->nsteps && ok; s++) {
-        const kl_plan_step *ps = &plan->steps[s];
-        int reads = 0, skewed = 0;
-        if (ps->kind == KL_STEP_KERNEL) {
-          memset(seen, 0, (size_t)pg->nvals);
-          kernel_reads(pg, plan, ps->root, ps->root, v, 1, &reads, &skewed, seen);
-        } else {
-          const kl_eqn *e = &pg->eqns[ps->eqn];
-          for (int a = 0; a < e->nin; a++) reads |= e->ins[a] == v;
-          skewed = !(s == w && own >= 0 && e->ins[own] == v); /* that operand is its own output's buffer */
-          for (int a = 0; a < e->nin; a++) skewed |= a != own && e->ins[a] == v;
+      if (ok && r->last[v] == w) { /* read where o is written: only at o's own index */
+        if (pw->kind == KL_STEP_KERNEL) ok = r->stamp[v] == r->gen && r->how[v] == 1;
+        else { /* as the operand whose buffer o takes, and as nothing else */
+          ok = own >= 0 && ew->ins[own] == v;
+          for (int a = 0; a < ew->nin && ok; a++) ok = a == own || ew->ins[a] != v;
         }
-        ok = !reads || s < w || (s == w && !skewed);
       }
       if (ok) {
         x->donor[j] = i;
@@ -600,7 +592,6 @@ static void find_donors(const kl_program *pg, const kl_plan *plan, const char *d
       }
     }
   }
-  free(seen);
   free(taken);
 }
 
@@ -635,10 +626,15 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
     return NULL;
   }
   x->refcount = 1;
-  find_donors(pg, plan, donatable, x); /* without memory for the table: no donation */
+  step_reads_t reads;
   int reuse = !getenv("KILN_BUFFER_REUSE") || *getenv("KILN_BUFFER_REUSE") != '0'; /* (an A/B switch) */
-  int *share = reuse ? share_dying(pg, plan, x->donor) : NULL;
-  if (reuse && !share) { /* out of memory: an error, not a different program */
+  int *share = NULL, nomem = reads_init(pg, plan, &reads) != 0;
+  if (!nomem) {
+    find_donors(pg, plan, donatable, &reads, x); /* without memory for the table: no donation */
+    if (reuse && !(share = share_dying(pg, plan, x->donor, &reads))) nomem = 1;
+    reads_free(&reads);
+  }
+  if (nomem) { /* out of memory: an error, not a different program */
     kl_exec_release(x);
     free(so);
     kl_plan_free(plan);
