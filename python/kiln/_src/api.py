@@ -191,27 +191,11 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a tr
     trace = core.push_trace(concrete)
     ref_scope = refs.scope(*refs_in)
     try:
-        ref_scope.__enter__()
-        tracers = [trace.new_input(a.shape, a.dtype, a.weak_type,
-                                   (a._cval if isinstance(a, Tracer) else a) if concrete else None)
-                   for a in in_leaves]
-        targs, tkwargs = tree_util.tree_unflatten(in_tree, tracers)
-        out = fun(*targs, **tkwargs)
-        out_leaves, out_tree = tree_util.tree_flatten(out)
-        vids, avals = [], []
-        for o in out_leaves:
-            if not isinstance(o, Array):
-                if isinstance(o, (bool, int, float, np.ndarray, np.generic)):
-                    o = core.asarray(o)
-                else:
-                    raise TypeError(f"jit: the function returned a value of type {type(o).__name__}; "
-                                    "outputs must be arrays, scalars or pytrees of them")
-            vids.append(trace.vid_of(o))
-            avals.append((o.shape, o.dtype, o.weak_type))
-        trace.set_outputs(vids)
+        with ref_scope:
+            out = _trace_body(fun, trace, in_leaves, in_tree, concrete)
     finally:
-        ref_scope.__exit__(None, None, None)
         core.pop_trace(trace)
+    out_tree, avals = out
     t = _Traced()
     t.ref_touched, t.ref_written = ref_scope.touched, ref_scope.written
     t.builder = trace.take_builder()
@@ -220,6 +204,28 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a tr
     t.out_avals = avals
     t.in_avals = [(a.shape, a.dtype, a.weak_type) for a in in_leaves]
     return t
+
+
+def _trace_body(fun, trace, in_leaves, in_tree, concrete):
+    """fun applied to trace's new inputs, its outputs set: (output tree, output avals)."""
+    tracers = [trace.new_input(a.shape, a.dtype, a.weak_type,
+                               (a._cval if isinstance(a, Tracer) else a) if concrete else None)
+               for a in in_leaves]
+    targs, tkwargs = tree_util.tree_unflatten(in_tree, tracers)
+    out = fun(*targs, **tkwargs)
+    out_leaves, out_tree = tree_util.tree_flatten(out)
+    vids, avals = [], []
+    for o in out_leaves:
+        if not isinstance(o, Array):
+            if isinstance(o, (bool, int, float, np.ndarray, np.generic)):
+                o = core.asarray(o)
+            else:
+                raise TypeError(f"jit: the function returned a value of type {type(o).__name__}; "
+                                "outputs must be arrays, scalars or pytrees of them")
+        vids.append(trace.vid_of(o))
+        avals.append((o.shape, o.dtype, o.weak_type))
+    trace.set_outputs(vids)
+    return out_tree, avals
 
 
 class ClosedJaxpr:
@@ -451,7 +457,7 @@ class JitWrapped(_kiln.JitBase):
         if entry.refs:  # the Refs' values go in, the written ones come back
             arrs = list(arrs) + refs.values(entry.refs)
             out, finals = entry.run_donating(arrs, self._donated_leaves(args, kwargs, arrs, entry))
-            refs.store([r for r in entry.refs if r in entry.ref_written], finals)
+            refs.store(entry.ref_written, finals)
             return out
         if self._fast is not None and not kwargs and all(type(a) is Array for a in args):
             self._fast[tuple(x for a in args for x in (a.shape, a.dtype, a.weak_type))] = entry.fast
@@ -513,6 +519,7 @@ class JitWrapped(_kiln.JitBase):
             leaves, tree2 = tree_util.tree_flatten((tuple(dyn_args) + (refs.values(rs),), dyn_kwargs))
             traced = _trace(threaded, None, None, leaves, tree2, refs_in=what)
             entry.marked = sorted(set(entry.marked) | {len(arrs) + i for i, r in enumerate(rs) if r in written})
+            entry.ref_written = [r for r in rs if r in written]  # in the order their results come
         entry.exe = traced.builder.compile(-1, entry.marked)
         entry.out_tree = traced.out_tree
         entry.consts = traced.consts

@@ -57,11 +57,10 @@ def _trace_sub(fun, in_leaves, concrete=False, consts_first=False, touched=None)
     from kiln._src import api
     _, tree = tree_util.tree_flatten((tuple(in_leaves), {}))
     ins = list(in_leaves) if concrete else [_Aval(x) for x in in_leaves]
+    threads = {} if touched is None else {"refs_in": ("a loop body or cond branch", True)}
+    traced = api._trace(fun, None, None, ins, tree, concrete=concrete, **threads)
     if touched is not None:
-        traced = api._trace(fun, None, None, ins, tree, concrete=concrete, refs_in=("a loop body or cond branch", True))
         touched.extend(r for r in traced.ref_touched if r not in touched)
-    else:
-        traced = api._trace(fun, None, None, ins, tree, concrete=concrete)
     return traced.builder.take_body(len(in_leaves) if consts_first else -1), list(traced.consts), traced.out_avals
 
 

@@ -457,7 +457,8 @@ def reduce(operands, init_values, computation, dimensions):
         if x.dtype == np.bool_ and computation in (bitwise_and, bitwise_or):
             prim = "and" if computation is bitwise_and else "or"
         if prim is not None:
-            r = _reducer("reduce_" + prim)(x, dims)
+            r = {"sum": reduce_sum, "prod": reduce_prod, "max": reduce_max, "min": reduce_min, "and": reduce_and,
+                 "or": reduce_or}[prim](x, dims)
             ident = {"sum": 0, "prod": 1, "and": True, "or": False}.get(prim)
             if ident is not None and _has_value(init) and np.all(np.asarray(init) == ident):
                 return tree_util.tree_unflatten(tree, [r])
