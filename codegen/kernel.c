@@ -21,7 +21,9 @@
 
 
 const char *kl_storage_type(kl_dtype t) {
-  static const char *names[KL_NDTYPES] = {"i8", "i8", "i16", "i32", "i64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
+  static const char *names[KL_NDTYPES] = {"i8", "i8", "i16", "i32", "i64", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
+                                          /* complex values never reach kernels (transforms/complex.c): */
+                                          "invalid", "invalid"};
   return names[t];
 }
 

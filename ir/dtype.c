@@ -20,6 +20,8 @@ static const struct {
     [KL_BF16] = {"bfloat16", "bf16", 2, KL_KIND_FLOAT},
     [KL_F32] = {"float32", "f32", 4, KL_KIND_FLOAT},
     [KL_F64] = {"float64", "f64", 8, KL_KIND_FLOAT},
+    [KL_C64] = {"complex64", "c64", 8, KL_KIND_COMPLEX},
+    [KL_C128] = {"complex128", "c128", 16, KL_KIND_COMPLEX},
 };
 
 size_t kl_dtype_size(kl_dtype t) { return dtypes[t].size; }

@@ -110,13 +110,19 @@ static int accepts(kl_accepts acc, kl_dtype t) {
   if (acc == KL_ACC_ANY) return 1;
   if (acc == KL_ACC_NUM) return t != KL_BOOL;
   if (acc == KL_ACC_FLOAT) return kl_dtype_is_float(t);
-  if (acc == KL_ACC_INTBOOL) return !kl_dtype_is_float(t);
+  if (acc == KL_ACC_INEXACT) return kl_dtype_is_float(t) || kl_dtype_is_complex(t);
+  if (acc == KL_ACC_COMPLEX) return kl_dtype_is_complex(t);
+  if (acc == KL_ACC_REAL) return !kl_dtype_is_complex(t);
+  if (acc == KL_ACC_REALNUM) return t != KL_BOOL && !kl_dtype_is_complex(t);
+  if (acc == KL_ACC_INTBOOL) return t == KL_BOOL || kl_dtype_is_int(t);
   return kl_dtype_is_int(t); /* KL_ACC_INT */
 }
 
 static const char *const accepts_text[] = {
     [KL_ACC_ANY] = "any dtype", [KL_ACC_NUM] = "a numeric (non-bool) dtype",
-    [KL_ACC_FLOAT] = "a floating dtype", [KL_ACC_INTBOOL] = "an integer or bool dtype",
+    [KL_ACC_FLOAT] = "a real floating dtype", [KL_ACC_INEXACT] = "a floating or complex dtype",
+    [KL_ACC_COMPLEX] = "a complex dtype", [KL_ACC_REAL] = "a non-complex dtype",
+    [KL_ACC_REALNUM] = "a real numeric (non-bool, non-complex) dtype", [KL_ACC_INTBOOL] = "an integer or bool dtype",
     [KL_ACC_INT] = "an integer dtype",
 };
 

@@ -61,7 +61,17 @@ static inline int kl_form_elementwise(kl_form f) {
 }
 
 /* Operand dtypes a primitive accepts. */
-typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT } kl_accepts;
+typedef enum {
+  KL_ACC_ANY,     /* every dtype */
+  KL_ACC_NUM,     /* not bool */
+  KL_ACC_FLOAT,   /* real floating */
+  KL_ACC_INEXACT, /* real floating or complex */
+  KL_ACC_COMPLEX, /* complex */
+  KL_ACC_REAL,    /* not complex (ordered: comparisons, max, sort) */
+  KL_ACC_REALNUM, /* neither bool nor complex */
+  KL_ACC_INTBOOL,
+  KL_ACC_INT
+} kl_accepts;
 
 /* X(enum suffix, name, family, form, accepts, param struct): the param struct names the row's
  * field list (kl_fields_<name>, in ir/prims/<family>.c) and its member of kl_params. */
@@ -72,26 +82,26 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(CEIL, "ceil", ELEMENTWISE, UNARY, FLOAT, none)                                 \
   X(ROUND, "round", ELEMENTWISE, UNARY, FLOAT, round)                              \
   X(IS_FINITE, "is_finite", ELEMENTWISE, UNARY, FLOAT, none)                       \
-  X(EXP, "exp", ELEMENTWISE, UNARY, FLOAT, none)                                   \
-  X(EXP2, "exp2", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(LOG, "log", ELEMENTWISE, UNARY, FLOAT, none)                                   \
-  X(LOG1P, "log1p", ELEMENTWISE, UNARY, FLOAT, none)                               \
-  X(EXPM1, "expm1", ELEMENTWISE, UNARY, FLOAT, none)                               \
-  X(TANH, "tanh", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(LOGISTIC, "logistic", ELEMENTWISE, UNARY, FLOAT, none)                         \
-  X(SIN, "sin", ELEMENTWISE, UNARY, FLOAT, none)                                   \
-  X(COS, "cos", ELEMENTWISE, UNARY, FLOAT, none)                                   \
-  X(TAN, "tan", ELEMENTWISE, UNARY, FLOAT, none)                                   \
-  X(ASIN, "asin", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(ACOS, "acos", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(ATAN, "atan", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(SINH, "sinh", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(COSH, "cosh", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(ASINH, "asinh", ELEMENTWISE, UNARY, FLOAT, none)                               \
-  X(ACOSH, "acosh", ELEMENTWISE, UNARY, FLOAT, none)                               \
-  X(ATANH, "atanh", ELEMENTWISE, UNARY, FLOAT, none)                               \
-  X(SQRT, "sqrt", ELEMENTWISE, UNARY, FLOAT, none)                                 \
-  X(RSQRT, "rsqrt", ELEMENTWISE, UNARY, FLOAT, none)                               \
+  X(EXP, "exp", ELEMENTWISE, UNARY, INEXACT, none)                                   \
+  X(EXP2, "exp2", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(LOG, "log", ELEMENTWISE, UNARY, INEXACT, none)                                   \
+  X(LOG1P, "log1p", ELEMENTWISE, UNARY, INEXACT, none)                               \
+  X(EXPM1, "expm1", ELEMENTWISE, UNARY, INEXACT, none)                               \
+  X(TANH, "tanh", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(LOGISTIC, "logistic", ELEMENTWISE, UNARY, INEXACT, none)                         \
+  X(SIN, "sin", ELEMENTWISE, UNARY, INEXACT, none)                                   \
+  X(COS, "cos", ELEMENTWISE, UNARY, INEXACT, none)                                   \
+  X(TAN, "tan", ELEMENTWISE, UNARY, INEXACT, none)                                   \
+  X(ASIN, "asin", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(ACOS, "acos", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(ATAN, "atan", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(SINH, "sinh", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(COSH, "cosh", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(ASINH, "asinh", ELEMENTWISE, UNARY, INEXACT, none)                               \
+  X(ACOSH, "acosh", ELEMENTWISE, UNARY, INEXACT, none)                               \
+  X(ATANH, "atanh", ELEMENTWISE, UNARY, INEXACT, none)                               \
+  X(SQRT, "sqrt", ELEMENTWISE, UNARY, INEXACT, none)                                 \
+  X(RSQRT, "rsqrt", ELEMENTWISE, UNARY, INEXACT, none)                               \
   X(CBRT, "cbrt", ELEMENTWISE, UNARY, FLOAT, none)                                 \
   X(ABS, "abs", ELEMENTWISE, UNARY, NUM, none)                                     \
   X(ERF, "erf", ELEMENTWISE, UNARY, FLOAT, none)                                   \
@@ -100,6 +110,9 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(LGAMMA, "lgamma", ELEMENTWISE, UNARY, FLOAT, none)                             \
   X(DIGAMMA, "digamma", ELEMENTWISE, UNARY, FLOAT, none)                           \
   X(NOT, "not", ELEMENTWISE, UNARY, INTBOOL, none)                                 \
+  X(REAL, "real", ELEMENTWISE, UNARY, COMPLEX, none)                               \
+  X(IMAG, "imag", ELEMENTWISE, UNARY, COMPLEX, none)                               \
+  X(CONJ, "conj", ELEMENTWISE, UNARY, COMPLEX, none)                               \
   X(SQUARE, "square", ELEMENTWISE, UNARY, NUM, none)                               \
   X(INTEGER_POW, "integer_pow", ELEMENTWISE, UNARY, NUM, integer_pow)              \
   X(STOP_GRADIENT, "stop_gradient", ELEMENTWISE, UNARY, ANY, none)                 \
@@ -108,11 +121,12 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(SUB, "sub", ELEMENTWISE, BINARY, NUM, none)                                    \
   X(MUL, "mul", ELEMENTWISE, BINARY, NUM, none)                                    \
   X(DIV, "div", ELEMENTWISE, BINARY, NUM, none)                                    \
-  X(REM, "rem", ELEMENTWISE, BINARY, NUM, none)                                    \
-  X(POW, "pow", ELEMENTWISE, BINARY, FLOAT, none)                                  \
-  X(MAX, "max", ELEMENTWISE, BINARY, ANY, none)                                    \
-  X(MIN, "min", ELEMENTWISE, BINARY, ANY, none)                                    \
+  X(REM, "rem", ELEMENTWISE, BINARY, REALNUM, none)                                    \
+  X(POW, "pow", ELEMENTWISE, BINARY, INEXACT, none)                                  \
+  X(MAX, "max", ELEMENTWISE, BINARY, REAL, none)                                    \
+  X(MIN, "min", ELEMENTWISE, BINARY, REAL, none)                                    \
   X(ATAN2, "atan2", ELEMENTWISE, BINARY, FLOAT, none)                              \
+  X(COMPLEX, "complex", ELEMENTWISE, BINARY, FLOAT, none)                          \
   X(AND, "and", ELEMENTWISE, BINARY, INTBOOL, none)                                \
   X(OR, "or", ELEMENTWISE, BINARY, INTBOOL, none)                                  \
   X(XOR, "xor", ELEMENTWISE, BINARY, INTBOOL, none)                                \
@@ -121,10 +135,10 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(SHR_ARITH, "shift_right_arithmetic", ELEMENTWISE, BINARY, INT, none)           \
   X(EQ, "eq", ELEMENTWISE, COMPARE, ANY, none)                                     \
   X(NE, "ne", ELEMENTWISE, COMPARE, ANY, none)                                     \
-  X(LT, "lt", ELEMENTWISE, COMPARE, ANY, none)                                     \
-  X(LE, "le", ELEMENTWISE, COMPARE, ANY, none)                                     \
-  X(GT, "gt", ELEMENTWISE, COMPARE, ANY, none)                                     \
-  X(GE, "ge", ELEMENTWISE, COMPARE, ANY, none)                                     \
+  X(LT, "lt", ELEMENTWISE, COMPARE, REAL, none)                                     \
+  X(LE, "le", ELEMENTWISE, COMPARE, REAL, none)                                     \
+  X(GT, "gt", ELEMENTWISE, COMPARE, REAL, none)                                     \
+  X(GE, "ge", ELEMENTWISE, COMPARE, REAL, none)                                     \
   X(SELECT_N, "select_n", ELEMENTWISE, SELECT, ANY, none)                          \
   X(CONVERT, "convert_element_type", ELEMENTWISE, CONVERT, ANY, convert)           \
   X(BITCAST, "bitcast_convert_type", ELEMENTWISE, CONVERT, ANY, bitcast)           \
@@ -139,17 +153,17 @@ typedef enum { KL_ACC_ANY, KL_ACC_NUM, KL_ACC_FLOAT, KL_ACC_INTBOOL, KL_ACC_INT 
   X(CONCATENATE, "concatenate", SHAPE, NONE, ANY, concatenate)                     \
   X(REDUCE_SUM, "reduce_sum", REDUCE, REDUCE, NUM, reduce)                         \
   X(REDUCE_PROD, "reduce_prod", REDUCE, REDUCE, NUM, reduce)                       \
-  X(REDUCE_MAX, "reduce_max", REDUCE, REDUCE, ANY, reduce)                         \
-  X(REDUCE_MIN, "reduce_min", REDUCE, REDUCE, ANY, reduce)                         \
+  X(REDUCE_MAX, "reduce_max", REDUCE, REDUCE, REAL, reduce)                         \
+  X(REDUCE_MIN, "reduce_min", REDUCE, REDUCE, REAL, reduce)                         \
   X(REDUCE_AND, "reduce_and", REDUCE, REDUCE, INTBOOL, reduce)                     \
   X(REDUCE_OR, "reduce_or", REDUCE, REDUCE, INTBOOL, reduce)                       \
-  X(ARGMAX, "argmax", REDUCE, NONE, ANY, arg)                                      \
-  X(ARGMIN, "argmin", REDUCE, NONE, ANY, arg)                                      \
+  X(ARGMAX, "argmax", REDUCE, NONE, REAL, arg)                                      \
+  X(ARGMIN, "argmin", REDUCE, NONE, REAL, arg)                                      \
   X(CUMSUM, "cumsum", CUMULATIVE, NONE, NUM, cumulative)                           \
   X(CUMPROD, "cumprod", CUMULATIVE, NONE, NUM, cumulative)                         \
-  X(CUMMAX, "cummax", CUMULATIVE, NONE, ANY, cumulative)                           \
-  X(CUMMIN, "cummin", CUMULATIVE, NONE, ANY, cumulative)                           \
-  X(SORT, "sort", SORT, NONE, ANY, sort)                                           \
+  X(CUMMAX, "cummax", CUMULATIVE, NONE, REAL, cumulative)                           \
+  X(CUMMIN, "cummin", CUMULATIVE, NONE, REAL, cumulative)                           \
+  X(SORT, "sort", SORT, NONE, REAL, sort)                                           \
   X(DOT_GENERAL, "dot_general", DOT, NONE, ANY, dot)                               \
   X(DYNAMIC_SLICE, "dynamic_slice", INDEX, NONE, ANY, dynamic_slice)               \
   X(DYNAMIC_UPDATE_SLICE, "dynamic_update_slice", INDEX, NONE, ANY, update)        \
@@ -213,7 +227,8 @@ typedef struct {
       int dtype;         /* the literal's dtype */
       int weak_type;     /* from a Python scalar */
       int64_t int_value; /* the value of an integer or bool literal */
-      double value;      /* the value of a floating literal */
+      double value;      /* the value of a floating literal (a complex one's real part) */
+      double imag;       /* a complex literal's imaginary part */
     } literal;
     struct {
       int dtype;         /* result dtype */
@@ -353,6 +368,7 @@ typedef enum {
   KL_PF_INT32,   /* int (flags, small enums, booleans) */
   KL_PF_DTYPE,   /* int: a kl_dtype or -1 */
   KL_PF_FLOAT,   /* double */
+  KL_PF_FLOAT_NZ, /* double, printed only when it is not +0 (a complex literal's imaginary part) */
   KL_PF_IVEC,    /* kl_ivec */
   KL_PF_PROGRAM, /* struct kl_program *, a reference */
   KL_PF_LOC      /* int: a source location (ir/loc.h), 0 for none; hashed and compared, never printed */

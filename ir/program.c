@@ -213,12 +213,16 @@ void kl_params_print(kl_str *s, kl_prim prim, const kl_params *p, int indent) {
   for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++) {
     const void *at = kl_param_cptr(p, f);
     if (f->kind == KL_PF_LOC) continue; /* where the user wrote it: not part of what it computes */
+    if (f->kind == KL_PF_FLOAT_NZ) {
+      double z = 0.0;
+      if (!memcmp(at, &z, sizeof z)) continue;
+    }
     kl_str_printf(s, "%s%s=", first ? "[" : " ", f->name);
     first = 0;
     switch (f->kind) {
     case KL_PF_INT: kl_str_printf(s, "%lld", (long long)*(const int64_t *)at); break;
     case KL_PF_INT32: kl_str_printf(s, "%d", *(const int *)at); break;
-    case KL_PF_FLOAT: kl_str_printf(s, "%.17g", *(const double *)at); break;
+    case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: kl_str_printf(s, "%.17g", *(const double *)at); break;
     case KL_PF_DTYPE: {
       int d = *(const int *)at;
       kl_str_append(s, d >= 0 ? kl_dtype_name((kl_dtype)d) : "None");
@@ -383,7 +387,7 @@ uint64_t kl_params_hash(uint64_t h, kl_prim prim, const kl_params *p) {
     switch (f->kind) {
     case KL_PF_INT: h = mix(h, at, sizeof(int64_t)); break;
     case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: h = mix(h, at, sizeof(int)); break;
-    case KL_PF_FLOAT: h = mix(h, at, sizeof(double)); break;
+    case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: h = mix(h, at, sizeof(double)); break;
     case KL_PF_IVEC: {
       const kl_ivec *v = at;
       h = mix(h, &v->n, sizeof v->n);
@@ -407,7 +411,7 @@ int kl_params_equal(kl_prim prim, const kl_params *a, const kl_params *b) {
     switch (f->kind) {
     case KL_PF_INT: if (memcmp(x, y, sizeof(int64_t))) return 0; break;
     case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: if (memcmp(x, y, sizeof(int))) return 0; break;
-    case KL_PF_FLOAT: if (memcmp(x, y, sizeof(double))) return 0; break; /* bitwise: -0.0 is not 0.0 */
+    case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: if (memcmp(x, y, sizeof(double))) return 0; break; /* bitwise: -0.0 is not 0.0 */
     case KL_PF_IVEC: {
       const kl_ivec *u = x, *v = y;
       if (u->n != v->n || (u->n && memcmp(u->v, v->v, sizeof(int64_t) * (size_t)u->n))) return 0;

@@ -42,7 +42,7 @@ static size_t elem_size(kl_dtype t) {
 static const char *dtype_label(kl_dtype t) {
   static const char *const names[KL_NDTYPES] = {
       "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-      "uint32", "uint64", "float16", "bfloat16", "float32", "float64"};
+      "uint32", "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128"};
   return (unsigned)t < KL_NDTYPES ? names[t] : "invalid dtype";
 }
 

@@ -179,11 +179,12 @@ uintptr_t kl_trace_lifted_key(const kl_trace *t, int i) { return t->lifted[i]; }
 
 /* The params of a `literal` equation (the CONST row of KL_PRIMS): the one place this file knows
  * a primitive's param layout. */
-static void literal_params(kl_params *p, kl_dtype dtype, int weak, int64_t ival, double fval) {
+static void literal_params(kl_params *p, kl_dtype dtype, int weak, int64_t ival, double fval, double fimag) {
   kl_params_init(p, KL_P_CONST);
   p->literal.dtype = (int)dtype;
   p->literal.weak_type = weak != 0;
   if (kl_dtype_kind(dtype) == KL_KIND_FLOAT) p->literal.value = fval;
+  else if (kl_dtype_is_complex(dtype)) p->literal.value = fval, p->literal.imag = fimag;
   else p->literal.int_value = ival;
 }
 
@@ -193,23 +194,24 @@ static int out_of_memory(kl_trace *t, char *err, size_t errlen) {
   return KL_TRACE_NOMEM;
 }
 
-int kl_trace_literal(kl_trace *t, kl_dtype dtype, int weak, int64_t ival, double fval, int *vid, char *err,
-                     size_t errlen) {
+int kl_trace_literal(kl_trace *t, kl_dtype dtype, int weak, int64_t ival, double fval, double fimag, int *vid,
+                     char *err, size_t errlen) {
   if (!t->pg) return KL_TRACE_DEAD;
+  int shared = !kl_dtype_is_complex(dtype); /* complex literals (two doubles) are not looked up */
   uint64_t bits;
   if (kl_dtype_kind(dtype) == KL_KIND_FLOAT) memcpy(&bits, &fval, sizeof bits);
   else bits = (uint64_t)ival;
   uint64_t k2 = (uint64_t)dtype | (uint64_t)(weak != 0) << 8;
-  int v = map_get(&t->literal_vids, bits, k2);
+  int v = shared ? map_get(&t->literal_vids, bits, k2) : -1;
   if (v >= 0) {
     *vid = v;
     return KL_TRACE_OK;
   }
   kl_params p;
-  literal_params(&p, dtype, weak, ival, fval);
+  literal_params(&p, dtype, weak, ival, fval, fimag);
   int outs[KL_MAX_OUTS], nout;
   if (kl_program_add_eqn(t->pg, KL_P_CONST, NULL, 0, &p, outs, &nout, err, errlen)) return KL_TRACE_RULE_ERROR;
-  if (map_put(&t->literal_vids, bits, k2, outs[0])) return out_of_memory(t, err, errlen);
+  if (shared && map_put(&t->literal_vids, bits, k2, outs[0])) return out_of_memory(t, err, errlen);
   *vid = outs[0];
   return KL_TRACE_OK;
 }

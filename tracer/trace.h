@@ -95,7 +95,7 @@ int kl_trace_new_input(kl_trace *t, const kl_aval *aval);
  * value), reused afterwards. Integer and bool dtypes take ival, float dtypes fval (compared bit
  * for bit: 0.0 and -0.0 differ, NaN matches NaN). Returns KL_TRACE_OK with *vid, KL_TRACE_DEAD
  * for a dead trace, or KL_TRACE_RULE_ERROR with a message in err. */
-int kl_trace_literal(kl_trace *t, kl_dtype dtype, int weak, int64_t ival, double fval, int *vid, char *err,
+int kl_trace_literal(kl_trace *t, kl_dtype dtype, int weak, int64_t ival, double fval, double fimag, int *vid, char *err,
                      size_t errlen);
 
 /* The value id standing for operand x in t: x's own id for a value of t; for a value of an

@@ -105,7 +105,7 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
   kl_build_lit(&a, 0, KL_F32); /* grows the tag array */
   for (int i = 0; i < pg->ninputs; i++) {
     const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
-    if (!has_tangent[i] || !kl_dtype_is_float(av->dtype)) continue;
+    if (!has_tangent[i] || !kl_dtype_is_inexact(av->dtype)) continue;
     int t = kl_program_add_input(a.pg, av);
     tmap[pg->inputs[i]] = t;
     kl_build_lit(&a, 0, av->dtype); /* grows the tag array past t */

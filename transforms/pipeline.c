@@ -13,6 +13,8 @@
 
 static int run_inline(kl_program *pg, char *err, size_t errlen) { return kl_inline_calls(pg, err, errlen); }
 
+static int run_complex(kl_program *pg, char *err, size_t errlen) { return kl_complex_split(pg, err, errlen); }
+
 static int run_legalize(kl_program *pg, char *err, size_t errlen) { return kl_legalize(pg, err, errlen); }
 
 static int run_simplify(kl_program *pg, char *err, size_t errlen) {
@@ -42,6 +44,7 @@ static const struct {
   int (*run)(kl_program *pg, char *err, size_t errlen);
 } passes[] = {
     {"inline", 0, IN_COMPILE, run_inline},                  /* call equations -> their bodies */
+    {"complex", 0, IN_COMPILE, run_complex},                /* complex values -> real parts / packed pairs */
     {"legalize", 0, IN_COMPILE, run_legalize},              /* equations as their lowerings take them */
     {"simplify", 1, IN_COMPILE | IN_OPTIMIZE, run_simplify}, /* algebraic identities, forwarding */
     {"cse", 1, IN_COMPILE | IN_OPTIMIZE, run_cse},           /* equal equations computed once */

@@ -46,7 +46,9 @@ int kl_simp_splat_is(const kl_program *pg, int v, kl_splat_kind kind) {
   int fl = kl_dtype_is_float(t);
   double f = p->literal.value;
   switch (kind) {
-  case KL_SPLAT_ONE: return fl ? f == 1.0 : p->literal.int_value == 1;
+  case KL_SPLAT_ONE:
+    if (kl_dtype_is_complex(t)) return f == 1.0 && p->literal.imag == 0.0;
+    return fl ? f == 1.0 : p->literal.int_value == 1;
   case KL_SPLAT_ZERO_INT: return kl_dtype_is_int(t) && p->literal.int_value == 0;
   case KL_SPLAT_POS_ZERO_FLOAT: return fl && f == 0.0 && !signbit(f);
   case KL_SPLAT_NEG_ZERO_FLOAT: return fl && f == 0.0 && signbit(f);
@@ -58,7 +60,7 @@ int kl_simp_splat_int(const kl_program *pg, int v, int64_t *out) {
   int r = kl_simp_splat_root(pg, v);
   if (r < 0) return 0;
   const kl_params *p = &kl_simp_producer(pg, r)->p;
-  if (kl_dtype_is_float((kl_dtype)p->literal.dtype)) return 0;
+  if (!kl_dtype_is_int((kl_dtype)p->literal.dtype) && p->literal.dtype != KL_BOOL) return 0;
   *out = p->literal.int_value;
   return 1;
 }
@@ -173,7 +175,7 @@ int kl_simplify_bind_input(kl_program *pg, int pos, double value) {
   kl_params_init(&p, KL_P_CONST);
   p.literal.dtype = a.dtype;
   p.literal.weak_type = a.weak;
-  if (kl_dtype_is_float(a.dtype)) p.literal.value = value;
+  if (kl_dtype_is_inexact(a.dtype)) p.literal.value = value;
   else p.literal.int_value = (int64_t)value;
   char err[256];
   kl_build b = {.pg = pg, .err = err, .errlen = sizeof err};

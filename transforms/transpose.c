@@ -111,7 +111,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   /* seed: the cotangents of the tangent outputs */
   for (int i = 0; i < pg->noutputs && !a.failed; i++) {
     int tv = j->outputs[pg->noutputs + i];
-    if ((jtag[tv] & KL_TAG_TANGENT) && kl_dtype_is_float(j->vals[tv].aval.dtype)) kl_tr_accumulate(&c, tv, ct_in[i]);
+    if ((jtag[tv] & KL_TAG_TANGENT) && kl_dtype_is_inexact(j->vals[tv].aval.dtype)) kl_tr_accumulate(&c, tv, ct_in[i]);
   }
   /* the linear part, backwards */
   for (int k = j->neqns - 1; k >= 0 && !a.failed; k--) {
@@ -142,7 +142,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
       if (!wants[i]) continue;
       const kl_aval *av = &pg->vals[pg->inputs[i]].aval;
       int g = -1;
-      if (kl_dtype_is_float(av->dtype)) g = c.ct[j->inputs[tin++]];
+      if (kl_dtype_is_inexact(av->dtype)) g = c.ct[j->inputs[tin++]];
       outs[n++] = g >= 0 ? g : kl_build_zeros(&a, av);
     }
     if (outs && !a.failed) kl_program_set_outputs(a.pg, outs, n);

@@ -12,7 +12,7 @@ const kl_param_field kl_fields_convert[] = {KL_FIELD(convert, new_dtype, DTYPE),
 const kl_param_field kl_fields_bitcast[] = {KL_FIELD(convert, new_dtype, DTYPE), {NULL, 0, 0}};
 const kl_param_field kl_fields_literal[] = {KL_FIELD(literal, dtype, DTYPE), KL_FIELD(literal, weak_type, INT32),
                                             KL_FIELD(literal, int_value, INT), KL_FIELD(literal, value, FLOAT),
-                                            {NULL, 0, 0}};
+                                            KL_FIELD(literal, imag, FLOAT_NZ), {NULL, 0, 0}};
 const kl_param_field kl_fields_iota[] = {KL_FIELD(iota, dtype, DTYPE), KL_FIELD(iota, shape, IVEC),
                                          KL_FIELD(iota, dimension, INT), {NULL, 0, 0}};
 
@@ -44,6 +44,13 @@ static int rule_math(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, 
   if (pi->form == KL_FORM_COMPARE || prim == KL_P_IS_FINITE) {
     out->dtype = KL_BOOL;
     out->weak = 0;
+  }
+  if (prim == KL_P_ABS || prim == KL_P_REAL || prim == KL_P_IMAG) out->dtype = kl_dtype_real_part(ins[0].dtype);
+  if (prim == KL_P_COMPLEX) {
+    if (ins[0].dtype != KL_F32 && ins[0].dtype != KL_F64)
+      return kl_rule_fail(e, KL_ERR_TYPE, "complex: operands must be float32 or float64, got %s",
+                          kl_dtype_name(ins[0].dtype));
+    out->dtype = kl_dtype_complex_of(ins[0].dtype);
   }
   if (prim == KL_P_INTEGER_POW && kl_dtype_is_int(ins[0].dtype) && p->integer_pow.y < 0)
     return kl_rule_fail(e, KL_ERR_TYPE, "integer_pow: negative exponent %lld on integer dtype %s",
@@ -79,7 +86,8 @@ static int rule_convert(kl_rule_err *e, kl_prim prim, const kl_aval *x, const kl
   *out = *x;
   out->dtype = to;
   if (prim == KL_P_BITCAST) { /* same width; 32- and 64-bit types (and 8/16-bit integers) */
-    int low = from == KL_F16 || from == KL_BF16 || to == KL_F16 || to == KL_BF16 || from == KL_BOOL || to == KL_BOOL;
+    int low = from == KL_F16 || from == KL_BF16 || to == KL_F16 || to == KL_BF16 || from == KL_BOOL || to == KL_BOOL ||
+              kl_dtype_is_complex(from) || kl_dtype_is_complex(to);
     if (kl_dtype_size(from) != kl_dtype_size(to) || (low && from != to))
       return kl_rule_fail(e, KL_ERR_TYPE, "bitcast_convert_type: cannot reinterpret %s as %s (kiln supports same-width "
                                   "integer and 32/64-bit float types)", kl_dtype_name(from), kl_dtype_name(to));

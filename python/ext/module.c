@@ -496,7 +496,7 @@ static int parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t stor
       else *(int *)at = (int)v;
       break;
     }
-    case KL_PF_FLOAT: {
+    case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: {
       double v = PyFloat_AsDouble(val);
       if (v == -1.0 && PyErr_Occurred()) return -1;
       *(double *)at = v;
@@ -821,7 +821,7 @@ static PyObject *params_dict(const kl_eqn *e) {
     }
     case KL_PF_INT: val = PyLong_FromLongLong(*(const int64_t *)at); break;
     case KL_PF_INT32: case KL_PF_LOC: val = PyLong_FromLong(*(const int *)at); break;
-    case KL_PF_FLOAT: val = PyFloat_FromDouble(*(const double *)at); break;
+    case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: val = PyFloat_FromDouble(*(const double *)at); break;
     case KL_PF_DTYPE: {
       int dt = *(const int *)at;
       val = dt >= 0 ? PyUnicode_FromString(kl_dtype_name((kl_dtype)dt)) : Py_NewRef(Py_None);

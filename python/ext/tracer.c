@@ -327,10 +327,14 @@ static PyObject *trace_literal_tracer(PyObject *self, PyObject *const *args, Py_
   int weak = PyObject_IsTrue(args[2]);
   if (weak < 0) return NULL;
   int64_t ival = 0;
-  double fval = 0;
+  double fval = 0, fimag = 0;
   if (kl_dtype_kind(d) == KL_KIND_FLOAT) {
     fval = PyFloat_AsDouble(args[0]);
     if (fval == -1.0 && PyErr_Occurred()) return NULL;
+  } else if (kl_dtype_is_complex(d)) {
+    fval = PyComplex_RealAsDouble(args[0]);
+    fimag = PyComplex_ImagAsDouble(args[0]);
+    if (PyErr_Occurred()) return NULL;
   } else {
     PyObject *n = PyNumber_Long(args[0]);
     if (!n) return NULL;
@@ -340,7 +344,7 @@ static PyObject *trace_literal_tracer(PyObject *self, PyObject *const *args, Py_
   }
   int vid = -1;
   char err[512];
-  int rc = kl_trace_literal(h->t, d, weak, ival, fval, &vid, err, sizeof err);
+  int rc = kl_trace_literal(h->t, d, weak, ival, fval, fimag, &vid, err, sizeof err);
   if (rc == KL_TRACE_RULE_ERROR || rc == KL_TRACE_NOMEM) return kl_py_raise(NULL, err);
   PyObject *cval = NULL;
   if (kl_trace_is_concrete(h->t) && !(cval = PyObject_CallFunctionObjArgs(scalar_fn, args[0], args[1], args[2], NULL)))

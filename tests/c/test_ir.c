@@ -707,7 +707,9 @@ static void test_dtypes(void) {
     CHECK(kl_dtype_from_name(kl_dtype_name((kl_dtype)t), &back) == 0 && back == (kl_dtype)t, "name round trip %d", t);
   }
   kl_dtype dummy;
-  CHECK(kl_dtype_from_name("complex64", &dummy) != 0, "unknown dtype rejected");
+  CHECK(kl_dtype_from_name("complex32", &dummy) != 0, "unknown dtype rejected");
+  CHECK(kl_dtype_size(KL_C64) == 8 && kl_dtype_size(KL_C128) == 16 && kl_dtype_is_complex(KL_C64), "complex");
+  CHECK(kl_dtype_real_part(KL_C128) == KL_F64 && kl_dtype_complex_of(KL_F32) == KL_C64, "complex parts");
 }
 
 int main(void) {

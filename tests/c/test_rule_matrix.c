@@ -18,7 +18,8 @@ static const kl_prim linear[] = {
     KL_P_CONVERT,     KL_P_SELECT_N,   KL_P_REDUCE_SUM,  KL_P_BROADCAST_IN_DIM, KL_P_RESHAPE,
     KL_P_TRANSPOSE,   KL_P_REV,        KL_P_SLICE,       KL_P_PAD,           KL_P_CONCATENATE,
     KL_P_DOT_GENERAL, KL_P_CUMSUM,     KL_P_DYNAMIC_SLICE, KL_P_DYNAMIC_UPDATE_SLICE, KL_P_TAKE,
-    KL_P_SCATTER,     KL_P_TRIANGULAR_SOLVE, KL_P_CUSTOM_VJP_LIN,
+    KL_P_SCATTER,     KL_P_TRIANGULAR_SOLVE, KL_P_CUSTOM_VJP_LIN, KL_P_REAL, KL_P_IMAG,
+    KL_P_CONJ,        KL_P_COMPLEX,
 };
 
 /* Deliberate holes, each with its reason (the error it gives is a NotImplementedError). */
@@ -34,6 +35,10 @@ static const struct {
     {KL_P_WHILE_LIN, "batch", "exists only between reverse mode's JVP and transpose passes"},
     {KL_P_WHILE_LIN, "cpu", "exists only between reverse mode's JVP and transpose passes"},
     {KL_P_WHILE_LIN, "gpu", "exists only between reverse mode's JVP and transpose passes"},
+#define SPLIT "complex values become pairs of real ones before code generation (transforms/complex.c)"
+    {KL_P_REAL, "cpu", SPLIT}, {KL_P_REAL, "gpu", SPLIT}, {KL_P_IMAG, "cpu", SPLIT}, {KL_P_IMAG, "gpu", SPLIT},
+    {KL_P_CONJ, "cpu", SPLIT}, {KL_P_CONJ, "gpu", SPLIT}, {KL_P_COMPLEX, "cpu", SPLIT}, {KL_P_COMPLEX, "gpu", SPLIT},
+#undef SPLIT
 };
 
 static int is_linear(kl_prim p) {

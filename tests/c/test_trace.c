@@ -89,7 +89,7 @@ static void test_nesting_and_lifting(void) {
   /* the program can be taken; the trace then refuses equations */
   kl_program *pg = kl_trace_take_program(inner);
   CHECK(pg && pg->neqns == 4, "taken program has the 4 recorded equations (got %d)", pg ? pg->neqns : -1);
-  CHECK(kl_trace_literal(inner, KL_F32, 1, 0, 2.0, &v, NULL, 0) == KL_TRACE_DEAD, "no literal into a taken trace");
+  CHECK(kl_trace_literal(inner, KL_F32, 1, 0, 2.0, 0.0, &v, NULL, 0) == KL_TRACE_DEAD, "no literal into a taken trace");
   kl_program_free(pg);
   kl_trace_release(inner);
   kl_trace_release(again);
@@ -103,12 +103,12 @@ static void test_literals(void) {
   kl_trace *t = kl_trace_push(s, 0);
   char err[256];
   int a, b, c, d, e, f;
-  CHECK(kl_trace_literal(t, KL_F32, 1, 0, 2.0, &a, err, sizeof err) == KL_TRACE_OK, "literal");
-  kl_trace_literal(t, KL_F32, 1, 0, 2.0, &b, err, sizeof err);
-  kl_trace_literal(t, KL_F32, 0, 0, 2.0, &c, err, sizeof err);
-  kl_trace_literal(t, KL_F32, 1, 0, -0.0, &d, err, sizeof err);
-  kl_trace_literal(t, KL_F32, 1, 0, 0.0, &e, err, sizeof err);
-  kl_trace_literal(t, KL_I32, 1, 2, 0.0, &f, err, sizeof err);
+  CHECK(kl_trace_literal(t, KL_F32, 1, 0, 2.0, 0.0, &a, err, sizeof err) == KL_TRACE_OK, "literal");
+  kl_trace_literal(t, KL_F32, 1, 0, 2.0, 0.0, &b, err, sizeof err);
+  kl_trace_literal(t, KL_F32, 0, 0, 2.0, 0.0, &c, err, sizeof err);
+  kl_trace_literal(t, KL_F32, 1, 0, -0.0, 0.0, &d, err, sizeof err);
+  kl_trace_literal(t, KL_F32, 1, 0, 0.0, 0.0, &e, err, sizeof err);
+  kl_trace_literal(t, KL_I32, 1, 2, 0.0, 0.0, &f, err, sizeof err);
   CHECK(a == b, "the same literal is reused");
   CHECK(a != c, "weak and strong literals differ");
   CHECK(d != e, "0.0 and -0.0 differ");

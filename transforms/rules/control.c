@@ -53,7 +53,7 @@ static int while_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts,
     kl_build_oom(a);
     goto done;
   }
-  for (int i = 0; i < n; i++) nt += has[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
+  for (int i = 0; i < n; i++) nt += has[i] = kl_dtype_is_inexact(body->vals[body->inputs[i]].aval.dtype) != 0;
   for (int j = 0; j < nb; j++) ntc += ts[nc + j] >= 0;
   { /* body2: (carries, their tangents, body consts, their tangents) -> (carries, tangents) */
     kl_build in = {.pg = body2, .err = a->err, .errlen = a->errlen, .who = a->who};
@@ -333,7 +333,7 @@ static int scan_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, 
   }
   char *tc = flags, *has = tc + s.nk, *tx = has + s.n, *yt = tx + s.nx;
   for (int j = 0; j < s.nk; j++) tc[j] = ts[j] >= 0;
-  for (int i = 0; i < s.n; i++) has[i] = kl_dtype_is_float(body->vals[body->inputs[s.nk + i]].aval.dtype) != 0;
+  for (int i = 0; i < s.n; i++) has[i] = kl_dtype_is_inexact(body->vals[body->inputs[s.nk + i]].aval.dtype) != 0;
   for (int j = 0; j < s.nx; j++) tx[j] = ts[s.nk + s.n + j] >= 0;
   {
     kl_build in = {.pg = jb, .err = a->err, .errlen = a->errlen, .who = a->who};
@@ -439,7 +439,7 @@ static int cond_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, 
       goto done;
     }
   for (int i = 0; i < nout; i++)
-    tout[i] = kl_dtype_is_float(br[0]->vals[br[0]->outputs[i]].aval.dtype) &&
+    tout[i] = kl_dtype_is_inexact(br[0]->vals[br[0]->outputs[i]].aval.dtype) &&
               (maps[1][br[0]->outputs[i]] >= 0 || maps[3][br[1]->outputs[i]] >= 0);
   for (int b = 0; b < 2; b++) {
     int k = 0;

@@ -86,7 +86,7 @@ int kl_ctl_while_jvp_reverse(kl_build *a, const kl_eqn *e, const int *xs, const 
       for (int i = 0; i < (pass ? nb : n); i++) {
         int at = pass ? nc + i : nc + nb + i;
         const kl_aval *av = &body->vals[body->inputs[pass ? n + i : i]].aval;
-        if (kl_dtype_is_float(av->dtype)) ops[k++] = ts[at] >= 0 ? ts[at] : kl_build_zeros(a, av);
+        if (kl_dtype_is_inexact(av->dtype)) ops[k++] = ts[at] >= 0 ? ts[at] : kl_build_zeros(a, av);
       }
     int64_t counts[2] = {nb, n};
     kl_params p;
@@ -94,7 +94,7 @@ int kl_ctl_while_jvp_reverse(kl_build *a, const kl_eqn *e, const int *xs, const 
     p.while_ad.counts = (kl_ivec){counts, 2};
     p.while_ad.body = e->p.while_.body;
     if (a->failed || kl_build_emit(a, KL_P_WHILE_LIN, ops, k, &p, res) < 0) goto done;
-    for (int i = 0, f = 0; i < n; i++) touts[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) ? res[f++] : -1;
+    for (int i = 0, f = 0; i < n; i++) touts[i] = kl_dtype_is_inexact(body->vals[body->inputs[i]].aval.dtype) ? res[f++] : -1;
   }
   rc = 0;
 done:
@@ -141,7 +141,7 @@ static kl_program *while_vjp_program(kl_build *a, const kl_program *body, int n,
     goto fail;
   }
   for (int i = 0; i < nin; i++) {
-    want[i] = kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
+    want[i] = kl_dtype_is_inexact(body->vals[body->inputs[i]].aval.dtype) != 0;
     if (want[i]) (i < n ? nf++ : nfk++);
   }
   kl_build in = {.pg = vp, .err = a->err, .errlen = a->errlen, .who = a->who};
@@ -230,7 +230,7 @@ int kl_ctl_while_bwd_batch(kl_build *b, rule_args *r) {
   }
   memset(in_b, 1, (size_t)n);
   for (int j = 0; j < nb; j++) /* a float const is batched too: its cotangent is per example */
-    in_b[n + j] = r->bs[j] || kl_dtype_is_float(body->vals[body->inputs[n + j]].aval.dtype);
+    in_b[n + j] = r->bs[j] || kl_dtype_is_inexact(body->vals[body->inputs[n + j]].aval.dtype);
   memset(want, 1, (size_t)n);
   if (!(bb = kl_batch_subprog(b, body, in_b, want))) goto done;
   if (per) { /* bb wrapped: (carries, k, consts, counts) -> (select(k < counts, bb(carries), carries), k + 1) */
@@ -372,7 +372,7 @@ int kl_ctl_scan_jvp_reverse(kl_build *a, const kl_eqn *e, const int *xs, const i
   if (!flags || !jb || !pb || !lbp) goto oom;
   char *tc = flags, *has = tc + s.nk, *tx = has + s.n, *yt = tx + s.nx;
   for (int j = 0; j < s.nk; j++) tc[j] = ts[j] >= 0;
-  for (int i = 0; i < s.n; i++) has[i] = kl_dtype_is_float(body->vals[body->inputs[s.nk + i]].aval.dtype) != 0;
+  for (int i = 0; i < s.n; i++) has[i] = kl_dtype_is_inexact(body->vals[body->inputs[s.nk + i]].aval.dtype) != 0;
   for (int j = 0; j < s.nx; j++) tx[j] = ts[s.nk + s.n + j] >= 0;
   kl_build_set_tag(&jbb, 0, 0);
   if (kl_ctl_jvp_body(&jbb, body, s, tc, has, tx, yt, k3)) {
@@ -553,11 +553,11 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
     const kl_aval *av = &body->vals[body->inputs[i]].aval;
     int carry = i >= s.nk && i < s.nk + s.n;
     lin[i] = carry || kl_tr_is_tangent(c, e->ins[i]);
-    if (carry && !kl_dtype_is_float(av->dtype)) {
+    if (carry && !kl_dtype_is_inexact(av->dtype)) {
       kl_build_fail(a, KL_ERR_INTERNAL, "internal error: a linear scan with a %s carry", kl_dtype_name(av->dtype));
       goto done;
     }
-    if (!kl_dtype_is_float(av->dtype)) lin[i] = 0;
+    if (!kl_dtype_is_inexact(av->dtype)) lin[i] = 0;
     if (lin[i] && i < s.nk) nlk++;
   }
   { /* the transposed body: (residual consts; carry cotangents, const accumulators; residual xs, y cotangents) */
@@ -645,7 +645,7 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
     kl_build_oom(a);
     goto done;
   }
-  for (int i = 1; i < nin; i++) nlin += lin[i] = kl_tr_is_tangent(c, e->ins[i]) && kl_dtype_is_float(c->j->vals[e->ins[i]].aval.dtype);
+  for (int i = 1; i < nin; i++) nlin += lin[i] = kl_tr_is_tangent(c, e->ins[i]) && kl_dtype_is_inexact(c->j->vals[e->ins[i]].aval.dtype);
   int nrf = 0, nrt = 0, nro = 0;
   for (int i = 0; i < s.nf; i++) nrf += !lin[1 + i];
   for (int i = 0; i < s.nt; i++) nrt += !lin[1 + s.nf + i];

@@ -144,6 +144,18 @@ static int unary_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts,
   case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_IS_FINITE: case KL_P_STOP_GRADIENT: case KL_P_NOT: return 0;
   case KL_P_INTEGER_POW: touts[0] = integer_pow_jvp(a, e, x, t); return 0;
   case KL_P_OPTIMIZATION_BARRIER: touts[0] = t; return 0; /* the identity on values */
+  case KL_P_REAL: case KL_P_IMAG: case KL_P_CONJ: touts[0] = un(a, e->prim, t); return 0; /* linear */
+  case KL_P_ABS:
+    if (kl_dtype_is_complex(kl_build_aval(a, x)->dtype)) { /* d|x| = re(conj(x) t) / |x|, 0 at x = 0 (JAX's) */
+      kl_params p;
+      kl_params_init(&p, KL_P_CONVERT);
+      p.convert.new_dtype = (int)kl_build_aval(a, x)->dtype;
+      int safe = kl_build_select(a, kl_build_bin(a, KL_P_EQ, y, lit(a, 0, y)), y, lit(a, 1, y));
+      int den = kl_build_op(a, KL_P_CONVERT, &safe, 1, &p);
+      touts[0] = un(a, KL_P_REAL, mul(a, t, dv(a, un(a, KL_P_CONJ, x), den)));
+      return 0;
+    }
+    break;
   default: break;
   }
   int d = unary_coef(a, e->prim, x, y);
@@ -158,6 +170,12 @@ static int binary_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts
   int y = ys[0];
   int ta = ts[0], tb = ts[1], x = xs[0], w = xs[1];
   if (ta < 0 && tb < 0) return 0;
+  if (e->prim == KL_P_COMPLEX) { /* linear in both parts */
+    int ca = ta >= 0 ? fit(a, ta, y) : kl_build_zeros(a, kl_build_aval(a, x));
+    int cb = tb >= 0 ? fit(a, tb, y) : kl_build_zeros(a, kl_build_aval(a, w));
+    touts[0] = kl_build_bin(a, KL_P_COMPLEX, fit(a, ca, y), fit(a, cb, y));
+    return 0;
+  }
   if (e->prim == KL_P_ADD || e->prim == KL_P_SUB) {
     int nb = tb >= 0 && e->prim == KL_P_SUB ? un(a, KL_P_NEG, tb) : tb;
     touts[0] = fit(a, kl_build_add(a, fit(a, ta, y), fit(a, nb, y)), y);
@@ -212,6 +230,11 @@ static int elementwise_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
     p.convert.new_dtype = (int)xa->dtype;
     return kl_build_op(a, KL_P_CONVERT, &ct, 1, &p);
   }
+  /* complex parts, with JAX's convention (cotangents are not conjugated) */
+  case KL_P_REAL: return kl_build_bin(a, KL_P_COMPLEX, ct, kl_build_zeros(a, kl_build_aval(a, ct)));
+  case KL_P_IMAG: return kl_build_bin(a, KL_P_COMPLEX, kl_build_zeros(a, kl_build_aval(a, ct)), kl_build_un(a, KL_P_NEG, ct));
+  case KL_P_CONJ: return kl_build_un(a, KL_P_CONJ, ct);
+  case KL_P_COMPLEX: return i == 0 ? kl_build_un(a, KL_P_REAL, ct) : kl_build_un(a, KL_P_NEG, kl_build_un(a, KL_P_IMAG, ct));
   case KL_P_SELECT_N: {
     if (i == 0) break;
     int z = kl_build_zeros(a, ya);
@@ -355,6 +378,9 @@ const kl_rule_row kl_rules_elementwise[] = {
     {KL_P_LGAMMA, unary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_DIGAMMA, unary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_NOT, unary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
+    {KL_P_REAL, unary_jvp, elementwise_transpose, elementwise_batch, NULL, NULL, NULL},
+    {KL_P_IMAG, unary_jvp, elementwise_transpose, elementwise_batch, NULL, NULL, NULL},
+    {KL_P_CONJ, unary_jvp, elementwise_transpose, elementwise_batch, NULL, NULL, NULL},
     {KL_P_SQUARE, unary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_INTEGER_POW, unary_jvp, NULL, elementwise_batch, integer_pow_simplify, NULL, NULL},
     {KL_P_STOP_GRADIENT, unary_jvp, NULL, elementwise_batch, stop_gradient_simplify, NULL, NULL},
@@ -368,6 +394,7 @@ const kl_rule_row kl_rules_elementwise[] = {
     {KL_P_MAX, binary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_MIN, binary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_ATAN2, binary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
+    {KL_P_COMPLEX, binary_jvp, elementwise_transpose, elementwise_batch, NULL, NULL, NULL},
     {KL_P_AND, binary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_OR, binary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_XOR, binary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},

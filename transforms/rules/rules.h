@@ -88,7 +88,8 @@ static inline int kl_rule_whole(kl_prim p) {
 }
 
 /* ---- JVP shorthands: value ids of a->pg in and out, -1 once the builder failed ---- */
-static inline int is_float_val(kl_build *a, int v) { return v >= 0 && kl_dtype_is_float(kl_build_aval(a, v)->dtype); }
+/* carries a tangent: real floating or complex */
+static inline int is_float_val(kl_build *a, int v) { return v >= 0 && kl_dtype_is_inexact(kl_build_aval(a, v)->dtype); }
 /* t broadcast up to the shape of `like` when t is rank-0 and like is not. */
 static inline int fit(kl_build *a, int t, int like) { return kl_ad_broadcast_like(a, t, like); }
 static inline int lit(kl_build *a, double v, int like) { return kl_build_lit(a, v, kl_build_aval(a, like)->dtype); }

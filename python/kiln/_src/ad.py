@@ -13,7 +13,19 @@ from kiln._src import api
 
 
 def _is_float(dt):
+    """Carries a tangent: real floating or complex."""
+    return dt.kind in "fc" or dt == dtypes.bfloat16
+
+
+def _is_real_float(dt):
     return dt.kind == "f" or dt == dtypes.bfloat16
+
+
+def _check_holomorphic_inputs(name, arrs):
+    for x in arrs:
+        if x.dtype.kind != "c":
+            raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, but got "
+                            f"{x.dtype.name}")
 
 
 def _inline(builder, inputs):
@@ -95,8 +107,6 @@ def _check_inputs(name, arrs, mask, allow_int):
 
 def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False, reduce_axes=()):
     """Returns f(x) and its gradient with respect to argument(s) `argnums`."""
-    if holomorphic:
-        raise NotImplementedError("value_and_grad(holomorphic=True): kiln has no complex dtypes yet")
     name = "grad"
 
     def wrapped(*args, **kwargs):
@@ -131,9 +141,20 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         if main_shape != ():
             raise TypeError(f"{name} requires real-valued scalar outputs (shape ()), got shape {main_shape}; "
                             "reduce the output (e.g. .sum()) or use jacrev/vjp")
-        if not _is_float(main_dtype):
+        if holomorphic:
+            if main_dtype.kind != "c":
+                raise TypeError(f"{name} with holomorphic=True requires outputs with complex dtype, but got "
+                                f"{main_dtype.name}")
+        elif main_dtype.kind == "c":
+            raise TypeError(f"{name} requires real-valued outputs (output dtype that is a sub-dtype of "
+                            f"np.floating), but got {main_dtype.name}. For holomorphic differentiation, pass "
+                            "holomorphic=True. For differentiation of non-holomorphic functions involving "
+                            "complex outputs, use kiln.vjp directly.")
+        elif not _is_float(main_dtype):
             raise TypeError(f"{name} requires a real-valued (float) output, got {main_dtype.name}")
         mask = [True] * len(arrs)
+        if holomorphic:
+            _check_holomorphic_inputs(name, arrs)
         _check_inputs(name, arrs, mask, allow_int)
         wants = mask + [False] * len(traced.consts)
         vb = traced.builder.vjp(wants)
@@ -303,9 +324,16 @@ def _select_args(fun, args, nums):
     return f_sel
 
 
-def _check_jac_inputs(name, dyn, allow_int=False):
+def _check_jac_inputs(name, dyn, allow_int=False, holomorphic=False):
+    if holomorphic:
+        return _check_holomorphic_inputs(name, [core.asarray(x) for x in tree_util.tree_leaves(dyn)])
     for x in tree_util.tree_leaves(dyn):
         dt = core.asarray(x).dtype
+        if dt.kind == "c":
+            raise TypeError(f"{name} requires real-valued inputs (input dtype that is a sub-dtype of "
+                            f"np.floating), but got {dt.name}. For holomorphic differentiation, pass "
+                            "holomorphic=True. For differentiation of non-holomorphic functions involving "
+                            "complex inputs, use kiln.vjp directly.")
         if not _is_float(dt) and not allow_int:
             raise TypeError(f"{name} requires real-valued inputs (input dtype that is a sub-dtype of "
                             f"np.floating), but got {dt.name}. If you want to use integer-valued inputs, "
@@ -329,19 +357,26 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """Jacobian by reverse mode, as JAX computes it: one VJP, vmapped over the one-hot cotangents
     of the outputs' elements (rows stacked). Pytree arguments and outputs give a pytree of
     Jacobian blocks, as in JAX."""
-    if holomorphic:
-        raise NotImplementedError("jacrev(holomorphic=True): kiln has no complex dtypes yet")
     from kiln import numpy as jnp
     from kiln._src.batching import vmap
 
     def wrapped(*args):
         single, nums = _argnums_tuple(argnums, len(args), "jacrev")
         dyn = tuple(tree_util.tree_map(core.asarray, args[i]) for i in nums)
-        _check_jac_inputs("jacrev", dyn, allow_int)
+        _check_jac_inputs("jacrev", dyn, allow_int, holomorphic)
         res = vjp(_select_args(fun, args, nums), *dyn, has_aux=has_aux)
         y, f_vjp = res[0], res[1]
         y_leaves, y_tree = tree_util.tree_flatten(y)
         y_leaves = [core.asarray(v) for v in y_leaves]
+        for v in y_leaves:
+            if holomorphic and v.dtype.kind != "c":
+                raise TypeError(f"jacrev with holomorphic=True requires outputs with complex dtype, but got "
+                                f"{v.dtype.name}")
+            if not holomorphic and v.dtype.kind == "c":
+                raise TypeError(f"jacrev requires real-valued outputs (output dtype that is a sub-dtype of "
+                                f"np.floating), but got {v.dtype.name}. For holomorphic differentiation, pass "
+                                "holomorphic=True. For differentiation of non-holomorphic functions involving "
+                                "complex outputs, use kiln.vjp directly.")
         x_leaves = tree_util.tree_leaves(dyn)
         m, basis, y_off = _std_basis(y_leaves)
         if m:  # rows[l]: (m,) + shape of input leaf l
@@ -365,15 +400,13 @@ jacobian = jacrev
 def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     """Jacobian by forward mode, as JAX computes it: one JVP program, vmapped over the one-hot
     tangents of the inputs' elements (columns stacked)."""
-    if holomorphic:
-        raise NotImplementedError("jacfwd(holomorphic=True): kiln has no complex dtypes yet")
     from kiln import numpy as jnp
     from kiln._src.batching import vmap
 
     def wrapped(*args):
         single, nums = _argnums_tuple(argnums, len(args), "jacfwd")
         dyn = tuple(tree_util.tree_map(core.asarray, args[i]) for i in nums)
-        _check_jac_inputs("jacfwd", dyn)
+        _check_jac_inputs("jacfwd", dyn, holomorphic=holomorphic)
         f_sel = _select_args(fun, args, nums)
         flat, in_tree = tree_util.tree_flatten(dyn)
         run = _jvp_program(f_sel, dyn, "jacfwd")
@@ -402,4 +435,5 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
 
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
     """jacfwd(jacrev(fun)): the matrix of second derivatives."""
-    return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)
+    return jacfwd(jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic), argnums, has_aux=has_aux,
+                  holomorphic=holomorphic)

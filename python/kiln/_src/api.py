@@ -128,7 +128,7 @@ def _device_of_kind(kind):
 def _leaf_to_array(x, what="argument"):
     if isinstance(x, Array):
         return x
-    if isinstance(x, (bool, int, float, np.ndarray, np.generic)):
+    if isinstance(x, (bool, int, float, complex, np.ndarray, np.generic)):
         return core.asarray(x)
     if hasattr(x, "__jax_array__"):
         return core.asarray(x.__jax_array__())
@@ -217,7 +217,7 @@ def _trace_body(fun, trace, in_leaves, in_tree, concrete):
     vids, avals = [], []
     for o in out_leaves:
         if not isinstance(o, Array):
-            if isinstance(o, (bool, int, float, np.ndarray, np.generic)):
+            if isinstance(o, (bool, int, float, complex, np.ndarray, np.generic)):
                 o = core.asarray(o)
             else:
                 raise TypeError(f"jit: the function returned a value of type {type(o).__name__}; "

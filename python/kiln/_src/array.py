@@ -118,7 +118,9 @@ class Array(_kiln.ArrayBase):
         return int(self._value().reshape(()))
 
     def __complex__(self):
-        return complex(float(self))
+        if self.size != 1:
+            raise TypeError(f"only size-1 arrays can be converted to Python scalars (shape {self.shape})")
+        return complex(self._value().reshape(()))
 
     def __index__(self):
         if self.shape != () or self.dtype.kind not in "biu":
@@ -234,8 +236,6 @@ def _check_host_array(a, original):
     if a.dtype.kind in "USV" and a.dtype not in _dtype_by_name.values():  # (bfloat16 reports kind 'V')
         raise TypeError(f"kiln arrays cannot hold strings or bytes (got dtype {a.dtype}); "
                         "convert the data to numbers first")
-    if a.dtype.kind == "c":
-        raise TypeError("kiln does not support complex dtypes yet")
     if a.dtype.kind == "M" or a.dtype.kind == "m":
         raise TypeError(f"kiln does not support {a.dtype} (datetime) arrays")
 
@@ -281,7 +281,7 @@ def asarray(x, dtype=None):
             return x
         from kiln import lax
         return lax.convert_element_type(x, dtype)
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+    if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         weak = dtype is None and not isinstance(x, bool)
         dt = dtype if dtype is not None else dtypes.dtype_of(x)
         if isinstance(x, int) and dt.kind in "iu":

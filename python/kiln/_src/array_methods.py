@@ -17,7 +17,7 @@ def _install(jnp):
 
     def guard(f):
         """Binary operators return NotImplemented for operands kiln does not know."""
-        known = (core.Array, np.ndarray, np.generic, bool, int, float)
+        known = (core.Array, np.ndarray, np.generic, bool, int, float, complex)
 
         def op(self, other):
             if not isinstance(other, known) and not hasattr(other, "__jax_array__"):

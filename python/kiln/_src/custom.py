@@ -28,7 +28,7 @@ def _float_leaf(x):
 
 
 def _as_array(a):
-    return core.asarray(a) if isinstance(a, (bool, int, float, np.ndarray, np.generic)) else a
+    return core.asarray(a) if isinstance(a, (bool, int, float, complex, np.ndarray, np.generic)) else a
 
 
 def _avals(leaves):
@@ -204,7 +204,7 @@ class custom_vjp:
         from kiln._src import api
         nd = set(self.nondiff_argnums)
         static = [a for i, a in enumerate(args) if i in nd]
-        diff = tuple(core.asarray(a) if isinstance(a, (int, float, np.ndarray, np.generic)) else a
+        diff = tuple(core.asarray(a) if isinstance(a, (int, float, complex, np.ndarray, np.generic)) else a
                      for i, a in enumerate(args) if i not in nd)
         self._in_rule = True
         try:

@@ -21,22 +21,19 @@ _i8, _i16, _i32, _i64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.i
 _u8, _u16, _u32, _u64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 _f16, _f32, _f64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
 _bf16 = np.dtype(ml_dtypes.bfloat16)
+_c64, _c128 = np.dtype(np.complex64), np.dtype(np.complex128)
 
 supported_dtypes = (_bool, _i8, _i16, _i32, _i64, _u8, _u16, _u32, _u64,
-                    _f16, _bf16, _f32, _f64)
+                    _f16, _bf16, _f32, _f64, _c64, _c128)
 _supported_set = frozenset(supported_dtypes)
 
 # Dtypes whose numpy kind is not 'f' but which are floating point for kiln.
 _custom_float_dtypes = frozenset([_bf16])
 
-_to_32bit = {_i64: _i32, _u64: _u32, _f64: _f32}
+_to_32bit = {_i64: _i32, _u64: _u32, _f64: _f32, _c128: _c64}
 
 
 def _unsupported_dtype_error(dt, original):
-    if dt is not None and dt.kind == "c":
-        return TypeError(
-            f"kiln does not support complex dtypes yet (got {dt.name}); "
-            "split the data into real and imaginary float arrays")
     names = ", ".join(d.name for d in supported_dtypes)
     shown = dt.name if dt is not None else repr(original)
     return TypeError(f"kiln does not support dtype {shown}; supported dtypes: {names}")
@@ -48,8 +45,6 @@ def _numpy_dtype(x):
     if isinstance(x, np.dtype):
         dt = x
     else:
-        if x is complex:
-            raise _unsupported_dtype_error(np.dtype(complex), x)
         try:
             dt = np.dtype(x)
         except TypeError as exc:
@@ -91,6 +86,10 @@ def default_int_dtype():
     return _i64 if config.jax_enable_x64 else _i32
 
 
+def default_complex_dtype():
+    return _c128 if config.jax_enable_x64 else _c64
+
+
 def default_uint_dtype():
     return _u64 if config.jax_enable_x64 else _u32
 
@@ -101,21 +100,38 @@ def _default_dtype_of_kind(dt):
         return _bool
     if dt in _custom_float_dtypes or dt.kind == "f":
         return default_float_dtype()
+    if dt.kind == "c":
+        return default_complex_dtype()
     if dt.kind == "u":
         return default_uint_dtype()
     return default_int_dtype()
 
 
 def to_inexact_dtype(dt):
-    """`dt` if floating, else the default float (for mean, sqrt of ints...)."""
+    """`dt` if floating or complex, else the default float (for mean, sqrt of ints...)."""
     dt = canonicalize_dtype(dt)
-    if dt.kind == "f" or dt in _custom_float_dtypes:
+    if dt.kind in "fc" or dt in _custom_float_dtypes:
         return dt
     return default_float_dtype()
 
 
 def is_float_dtype(dt):
     return dt.kind == "f" or dt in _custom_float_dtypes
+
+
+def is_complex_dtype(dt):
+    return np.dtype(dt).kind == "c"
+
+
+def complex_of(dt):
+    """The complex dtype whose parts are `dt` (float64 -> complex128, else complex64)."""
+    return _c128 if np.dtype(dt) in (_f64, _c128) else _c64
+
+
+def real_of(dt):
+    """The dtype of a complex dtype's parts (complex128 -> float64); other dtypes unchanged."""
+    dt = np.dtype(dt)
+    return _f64 if dt == _c128 else _f32 if dt == _c64 else dt
 
 
 def bit_width(dt):
@@ -130,6 +146,7 @@ def bit_width(dt):
 
 _WEAK_INT = "int*"
 _WEAK_FLOAT = "float*"
+_WEAK_COMPLEX = "complex*"
 
 _lattice_edges = {
     _bool: [_WEAK_INT],
@@ -142,11 +159,14 @@ _lattice_edges = {
     _i16: [_i32],
     _i32: [_i64],
     _i64: [_WEAK_FLOAT],
-    _WEAK_FLOAT: [_bf16, _f16],
+    _WEAK_FLOAT: [_bf16, _f16, _WEAK_COMPLEX],
     _bf16: [_f32],
     _f16: [_f32],
-    _f32: [_f64],
-    _f64: [],
+    _f32: [_f64, _c64],
+    _f64: [_c128],
+    _WEAK_COMPLEX: [_c64],
+    _c64: [_c128],
+    _c128: [],
 }
 
 
@@ -188,6 +208,8 @@ def _weak_node(dt):
         return _bool
     if dt.kind == "f" or dt in _custom_float_dtypes:
         return _WEAK_FLOAT
+    if dt.kind == "c":
+        return _WEAK_COMPLEX
     return _WEAK_INT
 
 
@@ -198,6 +220,8 @@ def _node_of_type_arg(x):
         return _WEAK_INT
     if x is float:
         return _WEAK_FLOAT
+    if x is complex:
+        return _WEAK_COMPLEX
     return _numpy_dtype(x)
 
 
@@ -211,6 +235,8 @@ def promote_types(a, b):
         return _i64
     if joined is _WEAK_FLOAT:
         return _f64
+    if joined is _WEAK_COMPLEX:
+        return _c128
     return joined
 
 
@@ -238,13 +264,15 @@ def _dtype_and_weak(x):
     if t is bool:
         return _bool, False
     if t is complex:
-        raise _unsupported_dtype_error(np.dtype(complex), x)
+        return default_complex_dtype(), True
     if x is None:
         return default_float_dtype(), False
     if x is int:
         return default_int_dtype(), True
     if x is float:
         return default_float_dtype(), True
+    if x is complex:
+        return default_complex_dtype(), True
     if isinstance(x, (list, tuple)):
         raise TypeError(
             f"cannot determine the dtype of a Python {t.__name__}; convert it "
@@ -281,6 +309,8 @@ def _join_values(pairs):
                 out_dtype, weak = default_int_dtype(), True
             elif node is _WEAK_FLOAT:
                 out_dtype, weak = default_float_dtype(), True
+            elif node is _WEAK_COMPLEX:
+                out_dtype, weak = default_complex_dtype(), True
             else:
                 out_dtype, weak = node, all_weak
     weak = weak and out_dtype != _bool
@@ -334,7 +364,7 @@ def dtype_of(x):
     if t is float:
         return default_float_dtype()
     if t is complex:
-        raise _unsupported_dtype_error(np.dtype(complex), x)
+        return default_complex_dtype()
     if isinstance(x, (list, tuple)):
         leaves = _leaves_of_nested(x, [])
         if not leaves:
@@ -413,6 +443,8 @@ def iinfo(int_type):
 def finfo(float_type):
     """Machine limits of a floating dtype, bfloat16 included (ml_dtypes.finfo)."""
     dt = _dtype_for_info(float_type, "finfo")
+    if dt.kind == "c":
+        dt = real_of(dt)  # as numpy: the limits of the parts
     if not (dt.kind == "f" or dt in _custom_float_dtypes):
         raise ValueError(f"finfo: {dt.name} is not a floating dtype; use iinfo "
                          "for integer dtypes")
@@ -468,12 +500,15 @@ float16 = _make_scalar_type("float16", _f16)
 bfloat16 = _make_scalar_type("bfloat16", _bf16)
 float32 = _make_scalar_type("float32", _f32)
 float64 = _make_scalar_type("float64", _f64)
+complex64 = _make_scalar_type("complex64", _c64)
+complex128 = _make_scalar_type("complex128", _c128)
+complex_ = complex128
 # As in JAX: int_/uint name the 64-bit types; canonicalization narrows them.
 int_ = int64
 uint = uint64
 
 scalar_types = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-                float16, bfloat16, float32, float64)
+                float16, bfloat16, float32, float64, complex64, complex128)
 
 # The abstract hierarchy is NumPy's own (as in JAX), so isinstance checks on
 # NumPy scalars and np.issubdtype keep working.
@@ -481,6 +516,7 @@ generic = np.generic
 number = np.number
 inexact = np.inexact
 floating = np.floating
+complexfloating = np.complexfloating
 integer = np.integer
 signedinteger = np.signedinteger
 unsignedinteger = np.unsignedinteger

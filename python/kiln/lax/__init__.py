@@ -118,6 +118,25 @@ def optimization_barrier(operand):
 
 not_ = _unary("not")
 bitwise_not = not_
+real = _unary("real")
+imag = _unary("imag")
+_conj = _unary("conj")
+_complex = _binary("complex")
+
+
+def conj(x):
+    """Elementwise complex conjugate; a real operand becomes complex (as in JAX)."""
+    (x,) = _args("conj", x)
+    if x.dtype.kind != "c":
+        from kiln._src import dtypes
+        x = convert_element_type(x, dtypes.complex_of(x.dtype))
+    return _conj(x)
+
+
+def complex(x, y):
+    """x + i y elementwise from two float32 or two float64 operands."""
+    return _complex(x, y)
+
 
 for _n in ("add sub mul div rem pow max min atan2 shift_left shift_right_logical "
            "shift_right_arithmetic eq ne lt le gt ge").split():

@@ -5,7 +5,7 @@ import numpy as _np
 from kiln._src.dtypes import (bfloat16, bool_, dtype, finfo, float16, float32, float64, iinfo, int8, int16,
                               int32, int64, issubdtype, promote_types, result_type, uint8, uint16, uint32,
                               uint64, number, inexact, floating, integer, signedinteger, unsignedinteger,
-                              generic)
+                              generic, complex64, complex128, complex_, complexfloating)
 from kiln._src.dtypes import int_, uint
 from kiln._src.core import Array as ndarray
 from kiln._src.numpy.creation import *  # noqa: F401,F403
@@ -18,7 +18,8 @@ from kiln.numpy import linalg  # noqa: F401
 
 bool = bool_  # noqa: A001
 float_ = float64
-complex64 = complex128 = None
+cdouble = complex128
+csingle = complex64
 pi = _np.pi
 e = _np.e
 inf = _np.inf

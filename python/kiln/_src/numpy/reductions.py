@@ -108,7 +108,9 @@ def _reduction(opname, a, axis, keepdims, where, initial, *, reducer, combine, i
     """Common driver: converts, masks with where= (identity fill), reduces, folds in initial=."""
     util.check_no_out(opname, out)
     a = util.asarray_arg(opname, a)
-    if is_complex_dtype(a.dtype):
+    if is_complex_dtype(a.dtype) and opname != "sum":
+        if opname in ("max", "min", "argmax", "argmin"):
+            raise TypeError(f"{opname}: complex inputs have no order; reduce abs(a) or the real part instead")
         raise NotImplementedError(f"{opname}: complex inputs are not supported by kiln yet")
     axes = util.canonicalize_axes(axis, a.ndim, opname)
     if dtype is not None:
@@ -238,7 +240,12 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     x = _cast(a, comp)
     axes = util.canonicalize_axes(axis, a.ndim, "var")
     centered = lax.sub(x, util.broadcast_to_shape(mean(x, axes, comp, keepdims=True, where=where), x.shape))
-    squares = lax.mul(centered, centered)
+    if is_complex_dtype(comp):  # |x - mean|^2: a real variance, as numpy and JAX
+        re, im = lax.real(centered), lax.imag(centered)
+        squares = lax.add(lax.mul(re, re), lax.mul(im, im))
+        comp, dtype = dtypes.real_of(comp), dtypes.real_of(dtype)
+    else:
+        squares = lax.mul(centered, centered)
     total = sum(squares, axes, comp, keepdims=keepdims, where=where)
     w = _where_arg("var", where, a.shape)
     count = _count("var", a.shape, axes, w, keepdims, comp)
@@ -522,7 +529,7 @@ def _cumulative(opname, lax_fn, nan_fill=None):
     def fn(a, axis=None, dtype=None, out=None):
         util.check_no_out(opname, out)
         a = util.asarray_arg(opname, a)
-        if is_complex_dtype(a.dtype):
+        if is_complex_dtype(a.dtype) and opname != "cumsum":
             raise NotImplementedError(f"{opname}: complex inputs are not supported by kiln yet")
         if nan_fill is not None and is_inexact_dtype(a.dtype):
             a = lax.select(lax.ne(a, a), _c(a, nan_fill), a)

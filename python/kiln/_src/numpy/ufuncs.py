@@ -31,7 +31,8 @@ __all__ = [
     "left_shift", "right_shift", "bitwise_left_shift", "bitwise_right_shift",
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "deg2rad", "rad2deg", "degrees", "radians", "copysign", "heaviside", "logaddexp", "logaddexp2",
-    "sinc", "conj", "conjugate", "real", "imag", "gcd", "lcm",
+    "sinc", "conj", "conjugate", "real", "imag", "angle", "iscomplexobj", "isrealobj", "iscomplex", "isreal",
+    "gcd", "lcm",
 ]
 
 
@@ -41,21 +42,42 @@ def _name(fn, name, doc):
     return fn
 
 
+# Functions defined on complex numbers (as JAX computes them); ordered ones reject them (TypeError),
+# the rest raise NotImplementedError for complex inputs.
+_COMPLEX_OK = frozenset("""
+add subtract multiply divide true_divide power exp exp2 expm1 log log2 log10 log1p sin cos tan arcsin
+arccos arctan sinh cosh tanh arcsinh arccosh arctanh sqrt square reciprocal absolute sign conjugate real
+imag equal not_equal isnan isinf isfinite sinc
+""".split())
+_REAL_ONLY = frozenset("""
+less less_equal greater greater_equal floor ceil trunc rint fix round around arctan2 hypot cbrt copysign
+heaviside floor_divide remainder mod fmod fabs signbit isposinf isneginf deg2rad rad2deg logaddexp
+logaddexp2 nextafter spacing maximum minimum fmax fmin
+""".split())
+
+
 def _reject_complex(opname, *xs):
+    if opname in _COMPLEX_OK:
+        return
     for x in xs:
         if is_complex_dtype(x.dtype):
+            if opname in _REAL_ONLY:
+                raise TypeError(f"{opname} does not accept complex inputs (got {x.dtype}); "
+                                "apply it to the real and imaginary parts (real, imag) or to abs")
             raise NotImplementedError(f"{opname}: complex inputs ({x.dtype}) are not supported by kiln yet")
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Factories
 
-def _unary_inexact(name, rule):
+def _unary_inexact(name, rule, complex_rule=None):
     """Unary op on floats; bools and integers are promoted to the default float first (as JAX)."""
     def fn(x, /):
         if not (isinstance(x, core.Array) and x.dtype.kind == "f"):  # floats need no promotion
             x, = promote_args_inexact(name, x)
-            _reject_complex(name, x)
+            if x.dtype.kind == "c":
+                _reject_complex(name, x)
+                return rule(x) if complex_rule is None else complex_rule(x)
         return rule(x)
     return _name(fn, name, f"Element-wise {name} (kiln.numpy); integer and bool inputs give floats.")
 
@@ -362,7 +384,6 @@ sinc = _unary_inexact("sinc", _sinc)
 def absolute(x, /):
     """|x| element-wise (bool and unsigned inputs are returned unchanged)."""
     x = util.asarray_arg("absolute", x)
-    _reject_complex("absolute", x)
     if is_bool_dtype(x.dtype) or x.dtype.kind == "u":
         return x
     return lax.abs(x)
@@ -375,7 +396,6 @@ fabs = _unary_inexact("fabs", lax.abs)
 def sign(x, /):
     """-1, 0 or 1 by the sign of x (nan stays nan); bool inputs are rejected as by NumPy."""
     x = util.asarray_arg("sign", x)
-    _reject_complex("sign", x)
     if is_bool_dtype(x.dtype):
         raise TypeError("sign: bool inputs are not supported; convert to an integer dtype first")
     if x.dtype.kind == "u":
@@ -501,6 +521,9 @@ def _classify(name, float_rule, int_value):
     def fn(x, /):
         x = util.asarray_arg(name, x)
         _reject_complex(name, x)
+        if is_complex_dtype(x.dtype):  # (only the names of _COMPLEX_OK get here)
+            re, im = lax.real(x), lax.imag(x)
+            return (lax.and_ if name == "isfinite" else lax.or_)(float_rule(re), float_rule(im))
         if is_inexact_dtype(x.dtype):
             return float_rule(x)
         if callable(int_value):
@@ -609,13 +632,12 @@ greater_equal = _binary("greater_equal", lax.ge)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Complex parts of real arrays (kiln has no complex dtype yet)
+# Complex parts
 
 def conjugate(x, /):
     """Complex conjugate; the identity on real inputs."""
     x = util.asarray_arg("conjugate", x)
-    _reject_complex("conjugate", x)
-    return x
+    return lax.conj(x) if is_complex_dtype(x.dtype) else x
 
 
 conj = conjugate
@@ -624,15 +646,51 @@ conj = conjugate
 def real(val, /):
     """Real part; the identity on real inputs."""
     x = util.asarray_arg("real", val)
-    _reject_complex("real", x)
-    return x
+    return lax.real(x) if is_complex_dtype(x.dtype) else x
 
 
 def imag(val, /):
     """Imaginary part; zeros on real inputs."""
     x = util.asarray_arg("imag", val)
-    _reject_complex("imag", x)
-    return lax.full(x.shape, 0, x.dtype)
+    return lax.imag(x) if is_complex_dtype(x.dtype) else lax.full(x.shape, 0, x.dtype)
+
+
+def angle(z, deg=False):
+    """The argument of z (atan2(imag, real)); in degrees when deg is True. Real inputs give 0 or pi."""
+    x = util.asarray_arg("angle", z)
+    if is_complex_dtype(x.dtype):
+        re, im = lax.real(x), lax.imag(x)
+    else:
+        x, = promote_args_inexact("angle", x)
+        re, im = x, lax.full(x.shape, 0, x.dtype)
+    out = lax.atan2(im, re)
+    return lax.mul(out, _c(out, 180 / math.pi)) if deg else out
+
+
+def iscomplexobj(x):
+    """Whether x has a complex dtype (not whether any value has a nonzero imaginary part)."""
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return isinstance(x, complex) or (isinstance(x, (list, tuple)) and dtypes.dtype_of(x).kind == "c")
+    return np.dtype(dt).kind == "c"
+
+
+def isrealobj(x):
+    """Whether x has a non-complex dtype."""
+    return not iscomplexobj(x)
+
+
+def iscomplex(x, /):
+    """Element-wise: whether the imaginary part is nonzero."""
+    x = util.asarray_arg("iscomplex", x)
+    if not is_complex_dtype(x.dtype):
+        return lax.full(x.shape, False, np.bool_)
+    return lax.ne(lax.imag(x), _c(lax.imag(x), 0))
+
+
+def isreal(x, /):
+    """Element-wise: whether the imaginary part is zero."""
+    return logical_not(iscomplex(x))
 
 
 # ---------------------------------------------------------------------------------------------------------

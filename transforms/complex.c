@@ -1,0 +1,535 @@
+/* complex.c: the compiler's complex pass: every complex value becomes real ones, so that code
+ * generation never meets a complex dtype.
+ *
+ * A complex value of shape S is held as its two parts (real values of shape S) wherever it is
+ * computed on, and packed, as one real value of shape S + [2] (re at [..., 0], im at [..., 1]:
+ * numpy's interleaved storage, the same bytes), wherever it crosses memory: the program's inputs
+ * and outputs, the operands and results of loops and conds (their bodies are rewritten the same
+ * way, so a carry stays packed), and library calls that take interleaved data (fft). Each form is
+ * made from the other when first needed (a slice, a concatenate: both fuse into kernels).
+ *
+ * Each equation with a complex operand or result becomes real arithmetic: the formulas below
+ * (Smith's division, hypot without overflow, principal branches as numpy and JAX take them).
+ * Shape and index equations run on each part; an equation with no rule here raises
+ * NotImplementedError naming it. Depends only on ir/ and transforms/. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/alloc.h"
+#include "build.h"
+#include "fuse.h"
+
+typedef struct {
+  int r, i;
+} cx;
+
+typedef struct {
+  kl_build b;
+  const kl_program *src;
+  int *map;        /* src value -> new value (real values; packed complex values, or -1) */
+  int *re, *im;    /* src complex value -> its parts in the new program, or -1 */
+} split_ctx;
+
+/* ---- real arithmetic shorthands ------------------------------------------------------------- */
+
+static int lit_like(kl_build *b, double v, int like) { return kl_build_lit(b, v, kl_build_aval(b, like)->dtype); }
+static int add(kl_build *b, int x, int y) { return kl_build_bin(b, KL_P_ADD, x, y); }
+static int sub(kl_build *b, int x, int y) { return kl_build_bin(b, KL_P_SUB, x, y); }
+static int mul(kl_build *b, int x, int y) { return kl_build_bin(b, KL_P_MUL, x, y); }
+static int dv(kl_build *b, int x, int y) { return kl_build_bin(b, KL_P_DIV, x, y); }
+static int un(kl_build *b, kl_prim p, int x) { return kl_build_un(b, p, x); }
+static int neg(kl_build *b, int x) { return un(b, KL_P_NEG, x); }
+static int sel(kl_build *b, int pred, int if_true, int if_false) { return kl_build_select(b, pred, if_false, if_true); }
+static int cmp(kl_build *b, kl_prim p, int x, int y) { return kl_build_bin(b, p, x, y); }
+static int scl(kl_build *b, double v, int x) { return mul(b, lit_like(b, v, x), x); }
+
+static cx mk(int r, int i) { return (cx){r, i}; }
+static cx cadd(kl_build *b, cx x, cx y) { return mk(add(b, x.r, y.r), add(b, x.i, y.i)); }
+static cx csub(kl_build *b, cx x, cx y) { return mk(sub(b, x.r, y.r), sub(b, x.i, y.i)); }
+static cx cneg(kl_build *b, cx x) { return mk(neg(b, x.r), neg(b, x.i)); }
+static cx cmulx(kl_build *b, cx x, cx y) {
+  return mk(sub(b, mul(b, x.r, y.r), mul(b, x.i, y.i)), add(b, mul(b, x.r, y.i), mul(b, x.i, y.r)));
+}
+static cx cre(kl_build *b, int r) { return mk(r, lit_like(b, 0, r)); }   /* r + 0i (i rank 0) */
+static cx ctimes_i(kl_build *b, cx x) { return mk(neg(b, x.i), x.r); }     /* i z */
+static cx cdiv_i(kl_build *b, cx x) { return mk(x.i, neg(b, x.r)); }       /* z / i = -i z */
+
+/* Smith's division: the larger of the divisor's parts divides the other, no overflow from the
+ * squared norm. */
+static cx cdivx(kl_build *b, cx x, cx y) {
+  int big = cmp(b, KL_P_GE, un(b, KL_P_ABS, y.r), un(b, KL_P_ABS, y.i));
+  int q1 = dv(b, y.i, y.r), d1 = add(b, y.r, mul(b, y.i, q1));
+  int r1 = dv(b, add(b, x.r, mul(b, x.i, q1)), d1), i1 = dv(b, sub(b, x.i, mul(b, x.r, q1)), d1);
+  int q2 = dv(b, y.r, y.i), d2 = add(b, y.i, mul(b, y.r, q2));
+  int r2 = dv(b, add(b, mul(b, x.r, q2), x.i), d2), i2 = dv(b, sub(b, mul(b, x.i, q2), x.r), d2);
+  return mk(sel(b, big, r1, r2), sel(b, big, i1, i2));
+}
+
+/* |z| = m sqrt(1 + (n/m)^2), m = max(|re|, |im|), n = min: no overflow or underflow; 0 at 0,
+ * inf when a part is infinite. */
+static int cabsx(kl_build *b, cx x) {
+  int ar = un(b, KL_P_ABS, x.r), ai = un(b, KL_P_ABS, x.i);
+  int m = kl_build_bin(b, KL_P_MAX, ar, ai), n = kl_build_bin(b, KL_P_MIN, ar, ai);
+  int q = dv(b, n, m);
+  int h = mul(b, m, un(b, KL_P_SQRT, add(b, lit_like(b, 1, q), mul(b, q, q))));
+  h = sel(b, cmp(b, KL_P_EQ, m, lit_like(b, 0, m)), kl_build_zeros(b, kl_build_aval(b, h)), h);
+  return sel(b, cmp(b, KL_P_EQ, m, lit_like(b, INFINITY, m)), m, h);
+}
+
+static cx cexpx(kl_build *b, cx x) {
+  int e = un(b, KL_P_EXP, x.r);
+  /* exp(r + 0i) = exp(r) exactly (inf * cos 0 would still be inf, but inf * sin 0 is nan) */
+  int zero_im = cmp(b, KL_P_EQ, x.i, lit_like(b, 0, x.i));
+  return mk(mul(b, e, un(b, KL_P_COS, x.i)), sel(b, zero_im, x.i, mul(b, e, un(b, KL_P_SIN, x.i))));
+}
+
+static cx clogx(kl_build *b, cx x) { return mk(un(b, KL_P_LOG, cabsx(b, x)), kl_build_bin(b, KL_P_ATAN2, x.i, x.r)); }
+
+/* Principal square root: t = sqrt((|re| + |z|) / 2); re >= 0: (t, im / 2t), else
+ * (|im| / 2t, t with im's sign); sqrt(0) = 0 with im's sign kept. */
+static cx csqrtx(kl_build *b, cx x) {
+  int t = un(b, KL_P_SQRT, scl(b, 0.5, add(b, un(b, KL_P_ABS, x.r), cabsx(b, x))));
+  int half = dv(b, scl(b, 0.5, lit_like(b, 1, t)), t); /* 1 / 2t */
+  int pos = cmp(b, KL_P_GE, x.r, lit_like(b, 0, x.r));
+  int negim = cmp(b, KL_P_LT, x.i, lit_like(b, 0, x.i));
+  int r = sel(b, pos, t, mul(b, un(b, KL_P_ABS, x.i), half));
+  int i = sel(b, pos, mul(b, x.i, half), sel(b, negim, neg(b, t), t));
+  int zero = cmp(b, KL_P_EQ, t, lit_like(b, 0, t));
+  return mk(sel(b, zero, t, r), sel(b, zero, x.i, i));
+}
+
+static cx csinx(kl_build *b, cx x) {
+  return mk(mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_COSH, x.i)), mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_SINH, x.i)));
+}
+static cx ccosx(kl_build *b, cx x) {
+  return mk(mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_COSH, x.i)), neg(b, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_SINH, x.i))));
+}
+static cx csinhx(kl_build *b, cx x) {
+  return mk(mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_COS, x.i)), mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_SIN, x.i)));
+}
+static cx ccoshx(kl_build *b, cx x) {
+  return mk(mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_COS, x.i)), mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_SIN, x.i)));
+}
+
+/* tanh(a + bi) = (sinh 2a + i sin 2b) / (cosh 2a + cos 2b); beyond |a| > 20 (where that would
+ * overflow and tanh a is +-1 in any precision) (sign a, 4 sin b cos b e^(-2|a|)). */
+static cx ctanhx(kl_build *b, cx x) {
+  int a2 = scl(b, 2, x.r), b2 = scl(b, 2, x.i);
+  int d = add(b, un(b, KL_P_COSH, a2), un(b, KL_P_COS, b2));
+  int big = cmp(b, KL_P_GT, un(b, KL_P_ABS, x.r), lit_like(b, 20, x.r));
+  int far_i = mul(b, scl(b, 2, un(b, KL_P_SIN, b2)), un(b, KL_P_EXP, neg(b, scl(b, 2, un(b, KL_P_ABS, x.r)))));
+  return mk(sel(b, big, un(b, KL_P_SIGN, x.r), dv(b, un(b, KL_P_SINH, a2), d)),
+            sel(b, big, far_i, dv(b, un(b, KL_P_SIN, b2), d)));
+}
+
+static cx cone(kl_build *b, int like) { return cre(b, lit_like(b, 1, like)); }
+
+/* asinh(z) = log(z + sqrt(z^2 + 1)), taken on the right half plane (asinh(-z) = -asinh(z)) where
+ * the sum does not cancel. */
+static cx casinhx(kl_build *b, cx x) {
+  int flip = cmp(b, KL_P_LT, x.r, lit_like(b, 0, x.r));
+  cx w = mk(sel(b, flip, neg(b, x.r), x.r), sel(b, flip, neg(b, x.i), x.i));
+  cx s = clogx(b, cadd(b, w, csqrtx(b, cadd(b, cmulx(b, w, w), cone(b, x.r)))));
+  return mk(sel(b, flip, neg(b, s.r), s.r), sel(b, flip, neg(b, s.i), s.i));
+}
+/* acosh(z) = log(z + sqrt(z + 1) sqrt(z - 1)) */
+static cx cacoshx(kl_build *b, cx x) {
+  cx one = cone(b, x.r);
+  return clogx(b, cadd(b, x, cmulx(b, csqrtx(b, cadd(b, x, one)), csqrtx(b, csub(b, x, one)))));
+}
+/* atanh(z) = (log(1 + z) - log(1 - z)) / 2 */
+static cx catanhx(kl_build *b, cx x) {
+  cx one = cone(b, x.r);
+  cx d = csub(b, clogx(b, cadd(b, one, x)), clogx(b, csub(b, one, x)));
+  return mk(scl(b, 0.5, d.r), scl(b, 0.5, d.i));
+}
+
+static cx cpow_int(kl_build *b, cx x, int64_t n) {
+  uint64_t k = n < 0 ? (uint64_t)(-(n + 1)) + 1 : (uint64_t)n;
+  cx acc = {-1, -1}, sq = x;
+  while (k) {
+    if (k & 1) acc = acc.r < 0 ? sq : cmulx(b, acc, sq);
+    k >>= 1;
+    if (k) sq = cmulx(b, sq, sq);
+  }
+  if (acc.r < 0) acc = cone(b, x.r);
+  return n < 0 ? cdivx(b, cone(b, x.r), acc) : acc;
+}
+
+/* ---- the two forms of a complex value ------------------------------------------------------ */
+
+static int is_cx(const kl_aval *a) { return kl_dtype_is_complex(a->dtype); }
+
+/* The packed aval of a complex one: real dtype, shape + [2]. */
+static kl_aval packed_aval(const kl_aval *a) {
+  kl_aval p = *a;
+  p.dtype = kl_dtype_real_part(a->dtype);
+  p.dims[p.ndim++] = 2;
+  p.weak = 0;
+  return p;
+}
+
+static cx parts_of(split_ctx *s, int v) {
+  kl_build *b = &s->b;
+  if (s->re[v] < 0) {
+    const kl_aval *a = &s->src->vals[v].aval;
+    int pk = s->map[v];
+    int64_t start[KL_MAX_RANK + 1] = {0}, limit[KL_MAX_RANK + 1];
+    memcpy(limit, a->dims, sizeof(int64_t) * (size_t)a->ndim);
+    int r = a->ndim;
+    int part[2];
+    for (int k = 0; k < 2; k++) {
+      kl_params p;
+      kl_params_init(&p, KL_P_SLICE);
+      start[r] = k, limit[r] = k + 1;
+      p.slice.start_indices = (kl_ivec){start, r + 1};
+      p.slice.limit_indices = (kl_ivec){limit, r + 1};
+      int sl = kl_build_op(b, KL_P_SLICE, &pk, 1, &p);
+      part[k] = kl_build_reshape_new(b, sl, a->dims, a->ndim);
+    }
+    s->re[v] = part[0], s->im[v] = part[1];
+  }
+  return mk(s->re[v], s->im[v]);
+}
+
+static int packed_of(split_ctx *s, int v) {
+  kl_build *b = &s->b;
+  if (s->map[v] < 0) {
+    const kl_aval *a = &s->src->vals[v].aval;
+    int64_t shape[KL_MAX_RANK + 1];
+    memcpy(shape, a->dims, sizeof(int64_t) * (size_t)a->ndim);
+    shape[a->ndim] = 1;
+    int ins[2];
+    ins[0] = kl_build_reshape_new(b, s->re[v], shape, a->ndim + 1); /* parts have the full shape (set_parts) */
+    ins[1] = kl_build_reshape_new(b, s->im[v], shape, a->ndim + 1);
+    kl_params p;
+    kl_params_init(&p, KL_P_CONCATENATE);
+    p.concatenate.dimension = a->ndim;
+    s->map[v] = kl_build_op(b, KL_P_CONCATENATE, ins, 2, &p);
+  }
+  return s->map[v];
+}
+
+/* Parts of a result, broadcast to its shape where a formula left one rank-0 (literals). */
+static void set_parts(split_ctx *s, int v, cx c) {
+  const kl_aval *a = &s->src->vals[v].aval;
+  kl_build *b = &s->b;
+  if (c.r >= 0 && kl_build_aval(b, c.r)->ndim != a->ndim) c.r = kl_build_broadcast(b, c.r, a->dims, a->ndim, NULL);
+  if (c.i >= 0 && kl_build_aval(b, c.i)->ndim != a->ndim) c.i = kl_build_broadcast(b, c.i, a->dims, a->ndim, NULL);
+  s->re[v] = c.r, s->im[v] = c.i;
+}
+
+/* Operand k of e as a complex pair: a real operand (of a mixed equation) has a zero imaginary part. */
+static cx operand(split_ctx *s, const kl_eqn *e, int k) {
+  int v = e->ins[k];
+  if (is_cx(&s->src->vals[v].aval)) return parts_of(s, v);
+  return mk(s->map[v], kl_build_zeros(&s->b, kl_build_aval(&s->b, s->map[v])));
+}
+
+/* ---- equations ------------------------------------------------------------------------------ */
+
+static int unsupported(split_ctx *s, const kl_eqn *e, const char *what) {
+  return kl_build_fail(&s->b, KL_ERR_UNSUPPORTED, "%s of complex numbers is not supported yet by kiln%s%s",
+                       kl_prim_get(e->prim)->name, what ? ": " : "", what ? what : "");
+}
+
+/* Elementwise math with complex operands: the result's parts (or a real result in *real). */
+static int elementwise(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
+  kl_build *b = &s->b;
+  cx x = operand(s, e, 0);
+  switch (e->prim) {
+  case KL_P_NEG: *out = cneg(b, x); return 0;
+  case KL_P_ADD: *out = cadd(b, x, operand(s, e, 1)); return 0;
+  case KL_P_SUB: *out = csub(b, x, operand(s, e, 1)); return 0;
+  case KL_P_MUL: *out = cmulx(b, x, operand(s, e, 1)); return 0;
+  case KL_P_DIV: *out = cdivx(b, x, operand(s, e, 1)); return 0;
+  case KL_P_SQUARE: *out = cmulx(b, x, x); return 0;
+  case KL_P_INTEGER_POW: *out = cpow_int(b, x, e->p.integer_pow.y); return 0;
+  case KL_P_CONJ: *out = mk(x.r, neg(b, x.i)); return 0;
+  case KL_P_REAL: *real = x.r; return 0;
+  case KL_P_IMAG: *real = x.i; return 0;
+  case KL_P_ABS: *real = cabsx(b, x); return 0;
+  case KL_P_SIGN: {
+    int m = cabsx(b, x);
+    int zero = cmp(b, KL_P_EQ, m, lit_like(b, 0, m));
+    int safe = sel(b, zero, lit_like(b, 1, m), m);
+    *out = mk(sel(b, zero, x.r, dv(b, x.r, safe)), sel(b, zero, x.i, dv(b, x.i, safe)));
+    return 0;
+  }
+  case KL_P_EQ: case KL_P_NE: {
+    cx y = operand(s, e, 1);
+    kl_prim c = e->prim, join = c == KL_P_EQ ? KL_P_AND : KL_P_OR;
+    *real = kl_build_bin(b, join, cmp(b, c, x.r, y.r), cmp(b, c, x.i, y.i));
+    return 0;
+  }
+  case KL_P_EXP: *out = cexpx(b, x); return 0;
+  case KL_P_EXP2: *out = cexpx(b, mk(scl(b, M_LN2, x.r), scl(b, M_LN2, x.i))); return 0;
+  case KL_P_LOG: *out = clogx(b, x); return 0;
+  case KL_P_LOG1P: { /* |1 + z|^2 = 1 + (2 + re) re + im^2 */
+    int r = scl(b, 0.5, un(b, KL_P_LOG1P, add(b, mul(b, add(b, lit_like(b, 2, x.r), x.r), x.r), mul(b, x.i, x.i))));
+    *out = mk(r, kl_build_bin(b, KL_P_ATAN2, x.i, add(b, lit_like(b, 1, x.r), x.r)));
+    return 0;
+  }
+  case KL_P_EXPM1: { /* e^re cos im - 1 = expm1(re) cos im - 2 sin^2(im / 2) */
+    int h = un(b, KL_P_SIN, scl(b, 0.5, x.i));
+    *out = mk(sub(b, mul(b, un(b, KL_P_EXPM1, x.r), un(b, KL_P_COS, x.i)), scl(b, 2, mul(b, h, h))),
+              mul(b, un(b, KL_P_EXP, x.r), un(b, KL_P_SIN, x.i)));
+    return 0;
+  }
+  case KL_P_SQRT: *out = csqrtx(b, x); return 0;
+  case KL_P_RSQRT: *out = cdivx(b, cone(b, x.r), csqrtx(b, x)); return 0;
+  case KL_P_SIN: *out = csinx(b, x); return 0;
+  case KL_P_COS: *out = ccosx(b, x); return 0;
+  case KL_P_TAN: *out = cdiv_i(b, ctanhx(b, ctimes_i(b, x))); return 0; /* tan z = -i tanh(i z) */
+  case KL_P_SINH: *out = csinhx(b, x); return 0;
+  case KL_P_COSH: *out = ccoshx(b, x); return 0;
+  case KL_P_TANH: *out = ctanhx(b, x); return 0;
+  case KL_P_ASINH: *out = casinhx(b, x); return 0;
+  case KL_P_ACOSH: *out = cacoshx(b, x); return 0;
+  case KL_P_ATANH: *out = catanhx(b, x); return 0;
+  case KL_P_ASIN: *out = cdiv_i(b, casinhx(b, ctimes_i(b, x))); return 0; /* asin z = -i asinh(i z) */
+  case KL_P_ATAN: *out = cdiv_i(b, catanhx(b, ctimes_i(b, x))); return 0; /* atan z = -i atanh(i z) */
+  case KL_P_ACOS: { /* acos z = pi/2 - asin z */
+    cx a = cdiv_i(b, casinhx(b, ctimes_i(b, x)));
+    *out = mk(sub(b, lit_like(b, M_PI / 2, x.r), a.r), neg(b, a.i));
+    return 0;
+  }
+  case KL_P_LOGISTIC: *out = cdivx(b, cone(b, x.r), cadd(b, cone(b, x.r), cexpx(b, cneg(b, x)))); return 0;
+  case KL_P_POW: { /* exp(y log x); 0^0 = 1, 0^y = 0 */
+    cx y = operand(s, e, 1);
+    cx p = cexpx(b, cmulx(b, y, clogx(b, x)));
+    int x0 = kl_build_bin(b, KL_P_AND, cmp(b, KL_P_EQ, x.r, lit_like(b, 0, x.r)), cmp(b, KL_P_EQ, x.i, lit_like(b, 0, x.i)));
+    int y0 = kl_build_bin(b, KL_P_AND, cmp(b, KL_P_EQ, y.r, lit_like(b, 0, y.r)), cmp(b, KL_P_EQ, y.i, lit_like(b, 0, y.i)));
+    int zr = sel(b, y0, lit_like(b, 1, p.r), lit_like(b, 0, p.r));
+    *out = mk(sel(b, x0, zr, p.r), sel(b, x0, lit_like(b, 0, p.i), p.i));
+    return 0;
+  }
+  case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER:
+    *out = mk(un(b, e->prim, x.r), un(b, e->prim, x.i));
+    return 0;
+  default: return unsupported(s, e, NULL);
+  }
+}
+
+/* The same equation on each part (shape and index equations; complex operands at `which`). */
+static int per_part(split_ctx *s, const kl_eqn *e, int *ys) {
+  kl_build *b = &s->b;
+  int *ins = kl_malloc(sizeof(int) * ((size_t)e->nin + 1));
+  if (!ins) return kl_build_oom(b);
+  for (int k = 0; k < 2; k++) {
+    for (int j = 0; j < e->nin; j++) {
+      int v = e->ins[j];
+      if (!is_cx(&s->src->vals[v].aval)) ins[j] = s->map[v];
+      else {
+        cx c = parts_of(s, v);
+        ins[j] = k ? c.i : c.r;
+      }
+    }
+    kl_params p = e->p;
+    int o[KL_MAX_OUTS];
+    if (kl_build_emit(b, e->prim, ins, e->nin, &p, o) < 0) break;
+    ys[k] = o[0];
+  }
+  free(ins);
+  return b->failed ? -1 : 0;
+}
+
+/* dot_general of complex operands: four real products (a real operand has no imaginary one). */
+static int dot(split_ctx *s, const kl_eqn *e, cx *out) {
+  kl_build *b = &s->b;
+  const kl_aval *la = &s->src->vals[e->ins[0]].aval, *ra = &s->src->vals[e->ins[1]].aval;
+  cx x = is_cx(la) ? parts_of(s, e->ins[0]) : mk(s->map[e->ins[0]], -1);
+  cx y = is_cx(ra) ? parts_of(s, e->ins[1]) : mk(s->map[e->ins[1]], -1);
+  kl_params p = e->p;
+  if (p.dot.preferred_element_type >= 0) p.dot.preferred_element_type = (int)kl_dtype_real_part((kl_dtype)p.dot.preferred_element_type);
+  int o[KL_MAX_OUTS];
+#define PROD(l, r) (kl_build_emit(b, KL_P_DOT_GENERAL, (int[]){(l), (r)}, 2, &p, o) < 0 ? -1 : o[0])
+  int rr = PROD(x.r, y.r);
+  int ii = x.i >= 0 && y.i >= 0 ? PROD(x.i, y.i) : -1;
+  int ri = y.i >= 0 ? PROD(x.r, y.i) : -1;
+  int ir = x.i >= 0 ? PROD(x.i, y.r) : -1;
+#undef PROD
+  out->r = ii >= 0 ? sub(b, rr, ii) : rr;
+  out->i = kl_build_add(b, ri, ir);
+  if (out->i < 0 && !b->failed) out->i = kl_build_zeros(b, kl_build_aval(b, rr));
+  return b->failed ? -1 : 0;
+}
+
+/* An equation with bodies (while, scan, cond, ...): complex operands go in packed and its bodies
+ * are rewritten by this pass, so their inputs and results are packed alike. */
+static int with_bodies(split_ctx *s, const kl_eqn *e, int *ys) {
+  kl_build *b = &s->b;
+  kl_params p = e->p;
+  kl_program *made[4];
+  int nmade = 0, rc = 0;
+  for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name && !rc; f++) {
+    if (f->kind != KL_PF_PROGRAM) continue;
+    kl_program **at = kl_param_ptr(&p, f);
+    if (!*at) continue;
+    kl_program *body = kl_program_copy(*at);
+    if (!body) {
+      rc = kl_build_oom(b);
+      break;
+    }
+    made[nmade++] = body;
+    if (kl_complex_split(body, b->err, b->errlen)) {
+      b->failed = 1;
+      rc = -1;
+    }
+    *at = body;
+  }
+  int *ins = kl_malloc(sizeof(int) * ((size_t)e->nin + 1));
+  if (!ins && !rc) rc = kl_build_oom(b);
+  if (!rc) {
+    for (int j = 0; j < e->nin; j++) ins[j] = is_cx(&s->src->vals[e->ins[j]].aval) ? packed_of(s, e->ins[j]) : s->map[e->ins[j]];
+    if (kl_build_emit(b, e->prim, ins, e->nin, &p, ys) < 0) rc = -1;
+  }
+  free(ins);
+  for (int k = 0; k < nmade; k++) kl_program_free(made[k]); /* the new program holds them */
+  return rc;
+}
+
+static int has_complex(const kl_program *pg) {
+  for (int v = 0; v < pg->nvals; v++)
+    if (is_cx(&pg->vals[v].aval)) return 1;
+  return 0;
+}
+
+/* One equation of the source program. */
+static int rewrite(split_ctx *s, const kl_eqn *e) {
+  kl_build *b = &s->b;
+  const kl_program *src = s->src;
+  int any = 0, bodies = 0;
+  for (int j = 0; j < e->nin; j++) any |= is_cx(&src->vals[e->ins[j]].aval);
+  for (int j = 0; j < e->nout; j++) any |= is_cx(&src->vals[e->outs[j]].aval);
+  for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++)
+    if (f->kind == KL_PF_PROGRAM && *(kl_program *const *)kl_param_cptr(&e->p, f)) bodies = 1;
+  int ys[KL_MAX_OUTS];
+  if (!any) { /* copied; bodies with complex values inside are rewritten by the pipeline's walk */
+    int *ins = kl_malloc(sizeof(int) * ((size_t)e->nin + 1));
+    if (!ins) return kl_build_oom(b);
+    for (int j = 0; j < e->nin; j++) ins[j] = s->map[e->ins[j]];
+    int n = kl_build_emit(b, e->prim, ins, e->nin, &e->p, ys);
+    free(ins);
+    if (n < 0) return -1;
+    for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j];
+    return 0;
+  }
+  if (bodies) {
+    if (with_bodies(s, e, ys)) return -1;
+    for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j]; /* packed where complex */
+    return 0;
+  }
+  int y = e->outs[0];
+  const kl_aval *ya = &src->vals[y].aval;
+  kl_dtype yr = kl_dtype_real_part(ya->dtype);
+  kl_form form = kl_prim_get(e->prim)->form;
+  cx out = {-1, -1};
+  int real = -1;
+  switch (e->prim) {
+  case KL_P_CONST:
+    out = mk(kl_build_lit(b, e->p.literal.value, yr), kl_build_lit(b, e->p.literal.imag, yr));
+    break;
+  case KL_P_IOTA: {
+    kl_params p = e->p;
+    p.iota.dtype = (int)yr;
+    out = mk(kl_build_op(b, KL_P_IOTA, NULL, 0, &p), kl_build_zeros(b, &(kl_aval){.dtype = yr}));
+    break;
+  }
+  case KL_P_COMPLEX: out = mk(s->map[e->ins[0]], s->map[e->ins[1]]); break;
+  case KL_P_SELECT_N: {
+    cx f = operand(s, e, 1), t = operand(s, e, 2);
+    int pr = s->map[e->ins[0]];
+    out = mk(kl_build_select(b, pr, f.r, t.r), kl_build_select(b, pr, f.i, t.i));
+    break;
+  }
+  case KL_P_CONVERT: {
+    const kl_aval *xa = &src->vals[e->ins[0]].aval;
+    if (!is_cx(xa)) { /* real -> complex */
+      int r = kl_build_convert(b, s->map[e->ins[0]], yr);
+      out = mk(r, kl_build_zeros(b, kl_build_aval(b, r)));
+    } else if (is_cx(ya)) {
+      cx x = parts_of(s, e->ins[0]);
+      out = mk(kl_build_convert(b, x.r, yr), kl_build_convert(b, x.i, yr));
+    } else if (ya->dtype == KL_BOOL) { /* nonzero, as numpy */
+      cx x = parts_of(s, e->ins[0]);
+      real = kl_build_bin(b, KL_P_OR, cmp(b, KL_P_NE, x.r, lit_like(b, 0, x.r)), cmp(b, KL_P_NE, x.i, lit_like(b, 0, x.i)));
+    } else { /* the real part, as JAX */
+      real = kl_build_convert(b, parts_of(s, e->ins[0]).r, ya->dtype);
+    }
+    break;
+  }
+  case KL_P_DOT_GENERAL:
+    if (dot(s, e, &out)) return -1;
+    break;
+  case KL_P_REDUCE_SUM: case KL_P_CUMSUM: case KL_P_BROADCAST_IN_DIM: case KL_P_RESHAPE: case KL_P_TRANSPOSE:
+  case KL_P_REV: case KL_P_SLICE: case KL_P_PAD: case KL_P_CONCATENATE: case KL_P_DYNAMIC_SLICE:
+  case KL_P_DYNAMIC_UPDATE_SLICE: case KL_P_TAKE: {
+    int r[2];
+    if (per_part(s, e, r)) return -1;
+    out = mk(r[0], r[1]);
+    break;
+  }
+  case KL_P_SCATTER: {
+    if (e->p.scatter.op != KL_SCATTER_SET && e->p.scatter.op != KL_SCATTER_ADD)
+      return unsupported(s, e, "only set and add combine complex updates");
+    int r[2];
+    if (per_part(s, e, r)) return -1;
+    out = mk(r[0], r[1]);
+    break;
+  }
+  default:
+    if (kl_form_elementwise(form)) {
+      if (elementwise(s, e, &out, &real)) return -1;
+      break;
+    }
+    return unsupported(s, e, NULL);
+  }
+  if (b->failed) return -1;
+  if (real >= 0) {
+    if (kl_build_aval(b, real)->ndim != ya->ndim) real = kl_build_broadcast(b, real, ya->dims, ya->ndim, NULL);
+    s->map[y] = real;
+  } else {
+    set_parts(s, y, out);
+  }
+  return b->failed ? -1 : 0;
+}
+
+int kl_complex_split(kl_program *pg, char *err, size_t errlen) {
+  if (!has_complex(pg)) return 0;
+  kl_program *np = kl_program_new();
+  size_t n = (size_t)pg->nvals + 1;
+  split_ctx s = {.b = {.pg = np, .err = err, .errlen = errlen, .who = "complex: "}, .src = pg};
+  s.map = kl_malloc(sizeof(int) * n), s.re = kl_malloc(sizeof(int) * n), s.im = kl_malloc(sizeof(int) * n);
+  int *outs = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
+  int rc = 0;
+  if (!np || !s.map || !s.re || !s.im || !outs) {
+    rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass complex");
+    goto done;
+  }
+  for (size_t v = 0; v < n; v++) s.map[v] = s.re[v] = s.im[v] = -1;
+  for (int i = 0; i < pg->ninputs; i++) {
+    const kl_aval *a = &pg->vals[pg->inputs[i]].aval;
+    kl_aval pa = is_cx(a) ? packed_aval(a) : *a;
+    s.map[pg->inputs[i]] = kl_program_add_input(np, &pa);
+  }
+  for (int k = 0; k < pg->neqns && !rc; k++) rc = rewrite(&s, &pg->eqns[k]);
+  if (!rc) {
+    for (int i = 0; i < pg->noutputs && !s.b.failed; i++) {
+      int v = pg->outputs[i];
+      outs[i] = is_cx(&pg->vals[v].aval) ? packed_of(&s, v) : s.map[v];
+    }
+    if (s.b.failed) rc = -1;
+  }
+  if (!rc) {
+    kl_program_set_outputs(np, outs, pg->noutputs);
+    if (np->oom) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass complex");
+  }
+  if (!rc) kl_program_swap(pg, np);
+done:
+  free(outs);
+  free(s.map), free(s.re), free(s.im);
+  kl_program_free(np);
+  return rc;
+}
