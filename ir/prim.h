@@ -36,6 +36,7 @@ typedef enum {
   KL_FAM_INDEX,       /* dynamic_slice dynamic_update_slice take scatter */
   KL_FAM_DOT,         /* dot_general */
   KL_FAM_LINALG,      /* cholesky qr svd eigh lu triangular_solve */
+  KL_FAM_FFT,         /* fft (complex and real transforms over trailing axes) */
   KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
   KL_FAM_CONTROL,     /* sub-programs run as data decides: while, scan, cond */
   KL_NFAMILIES
@@ -175,6 +176,7 @@ typedef enum {
   X(EIGH, "eigh", LINALG, NONE, FLOAT, eigh)                                       \
   X(LU, "lu", LINALG, NONE, FLOAT, none)                                           \
   X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, FLOAT, triangular_solve)   \
+  X(FFT, "fft", FFT, NONE, INEXACT, fft)                                            \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
   X(CUSTOM_JVP_CALL, "custom_jvp_call", CALL, NONE, ANY, custom_jvp)               \
@@ -195,6 +197,8 @@ typedef enum {
 /* Scatter combiners and triangular_solve flag bits. */
 enum { KL_SCATTER_SET, KL_SCATTER_ADD, KL_SCATTER_MUL, KL_SCATTER_MIN, KL_SCATTER_MAX };
 enum { KL_TRSV_LOWER = 1, KL_TRSV_TRANSPOSE_A = 2, KL_TRSV_UNIT_DIAGONAL = 4 };
+/* fft types, in lax.FftType's order (IFFT and IRFFT are scaled by 1 / prod(fft_lengths)) */
+enum { KL_FFT_FFT = 0, KL_FFT_IFFT = 1, KL_FFT_RFFT = 2, KL_FFT_IRFFT = 3 };
 /* checkpoint policies: which results a recomputation reuses from the forward pass. */
 enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2 };
 
@@ -315,6 +319,12 @@ typedef struct {
       int left_side; /* solve a x = b (else x a = b) */
       int flags;     /* KL_TRSV_* bits */
     } triangular_solve;
+    /* ---- fft (ir/prims/fft.c) ---- */
+    struct {
+      int fft_type;        /* KL_FFT_*: lax.FftType's FFT, IFFT, RFFT, IRFFT */
+      kl_ivec fft_lengths; /* the transformed trailing axes' lengths (the real signal's for RFFT/IRFFT) */
+      int packed;          /* set by the complex pass: complex operands and results are real [..., 2] */
+    } fft;
     /* ---- call (ir/prims/call.c) ---- */
     struct {
       kl_ivec counts;          /* (n_out, n_res, n_consts, n_x): how the operands split */

@@ -416,6 +416,14 @@ static int rewrite(split_ctx *s, const kl_eqn *e) {
     for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j];
     return 0;
   }
+  if (e->prim == KL_P_FFT) { /* a library call on interleaved data: packed in, packed out */
+    kl_params p = e->p;
+    p.fft.packed = 1;
+    int x = is_cx(&src->vals[e->ins[0]].aval) ? packed_of(s, e->ins[0]) : s->map[e->ins[0]];
+    if (kl_build_emit(b, KL_P_FFT, &x, 1, &p, ys) < 0) return -1;
+    s->map[e->outs[0]] = ys[0];
+    return 0;
+  }
   if (bodies) {
     if (with_bodies(s, e, ys)) return -1;
     for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j]; /* packed where complex */

@@ -13,7 +13,7 @@ from kiln import _kiln
 from kiln._src import dtypes
 from kiln._src.core import Array
 
-_CODES = {0: "i", 1: "u", 2: "f", 4: "bf", 6: "b"}
+_CODES = {0: "i", 1: "u", 2: "f", 4: "bf", 5: "c", 6: "b"}
 
 
 def _dtype_from(code, bits):
@@ -24,9 +24,12 @@ def _dtype_from(code, bits):
     kind = _CODES.get(code)
     if kind is None or kind == "bf":
         raise TypeError(f"from_dlpack: DLPack dtype (code {code}, {bits} bits) is not one kiln supports")
-    dt = np.dtype(f"{kind}{bits // 8}")
-    if dt.kind == "c":
-        raise TypeError("from_dlpack: kiln does not support complex dtypes yet")
+    try:
+        dt = np.dtype(f"{kind}{bits // 8}")
+    except TypeError:
+        raise TypeError(f"from_dlpack: DLPack dtype (code {code}, {bits} bits) is not one kiln supports") from None
+    if dt not in dtypes.supported_dtypes:
+        raise TypeError(f"from_dlpack: DLPack dtype {dt.name} is not one kiln supports")
     return dt
 
 
@@ -37,7 +40,7 @@ def dlpack_code(dtype):
         return (4, 16)
     if dtype == np.bool_:
         return (6, 8)
-    return ({"i": 0, "u": 1, "f": 2}[dtype.kind], dtype.itemsize * 8)
+    return ({"i": 0, "u": 1, "f": 2, "c": 5}[dtype.kind], dtype.itemsize * 8)
 
 
 def from_dlpack(x, device=None, copy=None):

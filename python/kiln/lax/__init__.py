@@ -16,6 +16,7 @@ from kiln._src.dispatch import update_params
 _int = builtins.int
 _float = builtins.float
 _bool = builtins.bool
+_complex_t = builtins.complex
 
 
 class Precision(enum.Enum):
@@ -35,15 +36,18 @@ class RoundingMethod(enum.IntEnum):
 
 
 def _is_scalar(x):
-    return isinstance(x, (_bool, _int, _float)) or (isinstance(x, np.generic) and x.shape == ())
+    return isinstance(x, (_bool, _int, _float, _complex_t)) or (isinstance(x, np.generic) and x.shape == ())
 
 
 def _to_array(x, like=None, opname="lax"):
     """x as an Array; Python scalars take `like`'s dtype (weakly typed)."""
     if isinstance(x, Array):
         return x
-    if isinstance(x, (_bool, _int, _float)):
+    if isinstance(x, (_bool, _int, _float, _complex_t)):
         if like is not None:
+            if isinstance(x, _complex_t) and like.dtype.kind != "c":
+                raise TypeError(f"{opname}: a complex scalar {x!r} cannot take the dtype {like.dtype.name} of "
+                                "the other operand; convert the array to a complex dtype first")
             return core.literal(x, like.dtype, True, like)
         dt = dtypes.dtype_of(x)
         return core.literal(x, dt, not isinstance(x, _bool))
@@ -136,6 +140,29 @@ def conj(x):
 def complex(x, y):
     """x + i y elementwise from two float32 or two float64 operands."""
     return _complex(x, y)
+
+
+class FftType(enum.IntEnum):
+    """lax.fft's transform: complex forward/inverse, real-to-complex, complex-to-real."""
+    FFT = 0
+    IFFT = 1
+    RFFT = 2
+    IRFFT = 3
+
+
+def fft(x, fft_type, fft_lengths):
+    """The FFT of x over its trailing len(fft_lengths) axes (1 to 3): FFT and IFFT (scaled by
+    1/prod(fft_lengths)) map complex to complex; RFFT a real signal to its half spectrum (last axis
+    n // 2 + 1); IRFFT the half spectrum to the real signal of the lengths given."""
+    if isinstance(fft_type, str):
+        try:
+            fft_type = FftType[fft_type.upper()]
+        except KeyError:
+            raise ValueError(f"fft: unknown fft_type {fft_type!r}; use 'fft', 'ifft', 'rfft' or 'irfft'") from None
+    fft_type = FftType(_int(fft_type))
+    (x,) = _args("fft", x)
+    lengths = tuple(operator.index(n) for n in fft_lengths)
+    return bind1("fft", [x], {"fft_type": _int(fft_type), "fft_lengths": lengths})
 
 
 for _n in ("add sub mul div rem pow max min atan2 shift_left shift_right_logical "

@@ -15,6 +15,7 @@ from kiln._src.numpy.compare import *  # noqa: F401,F403
 from kiln._src.numpy.shape_ops import *  # noqa: F401,F403
 from kiln._src.numpy.linalg import *  # noqa: F401,F403
 from kiln.numpy import linalg  # noqa: F401
+from kiln.numpy import fft  # noqa: F401
 
 bool = bool_  # noqa: A001
 float_ = float64
