@@ -84,12 +84,28 @@ static cx cexpx(kl_build *b, cx x) {
   return mk(mul(b, e, un(b, KL_P_COS, x.i)), sel(b, zero_im, x.i, mul(b, e, un(b, KL_P_SIN, x.i))));
 }
 
-static cx clogx(kl_build *b, cx x) { return mk(un(b, KL_P_LOG, cabsx(b, x)), kl_build_bin(b, KL_P_ATAN2, x.i, x.r)); }
+/* log|z| = log m + log1p(q^2) / 2 (m = max(|re|, |im|), q = min / m): no overflow where |z| would. */
+static cx clogx(kl_build *b, cx x) {
+  int ar = un(b, KL_P_ABS, x.r), ai = un(b, KL_P_ABS, x.i);
+  int m = kl_build_bin(b, KL_P_MAX, ar, ai), n = kl_build_bin(b, KL_P_MIN, ar, ai);
+  int q = dv(b, n, m);
+  int fin = cmp(b, KL_P_LT, m, lit_like(b, INFINITY, m));
+  q = sel(b, kl_build_bin(b, KL_P_AND, fin, cmp(b, KL_P_GT, m, lit_like(b, 0, m))), q, lit_like(b, 0, m));
+  int re = add(b, un(b, KL_P_LOG, m), scl(b, 0.5, un(b, KL_P_LOG1P, mul(b, q, q))));
+  return mk(re, kl_build_bin(b, KL_P_ATAN2, x.i, x.r));
+}
 
 /* Principal square root: t = sqrt((|re| + |z|) / 2); re >= 0: (t, im / 2t), else
  * (|im| / 2t, t with im's sign); sqrt(0) = 0 with im's sign kept. */
 static cx csqrtx(kl_build *b, cx x) {
-  int t = un(b, KL_P_SQRT, scl(b, 0.5, add(b, un(b, KL_P_ABS, x.r), cabsx(b, x))));
+  /* t = sqrt(m) sqrt((|re| / m + sqrt(1 + q^2)) / 2): no overflow where |re| + |z| would */
+  int ar = un(b, KL_P_ABS, x.r), ai = un(b, KL_P_ABS, x.i);
+  int m = kl_build_bin(b, KL_P_MAX, ar, ai), n = kl_build_bin(b, KL_P_MIN, ar, ai);
+  int q = dv(b, n, m), u = dv(b, ar, m);
+  int h = un(b, KL_P_SQRT, add(b, lit_like(b, 1, q), mul(b, q, q)));
+  int t = mul(b, un(b, KL_P_SQRT, m), un(b, KL_P_SQRT, scl(b, 0.5, add(b, u, h))));
+  int inf = cmp(b, KL_P_EQ, m, lit_like(b, INFINITY, m));
+  t = sel(b, inf, m, t);
   int half = dv(b, scl(b, 0.5, lit_like(b, 1, t)), t); /* 1 / 2t */
   int pos = cmp(b, KL_P_GE, x.r, lit_like(b, 0, x.r));
   int negim = cmp(b, KL_P_LT, x.i, lit_like(b, 0, x.i));
@@ -118,31 +134,67 @@ static cx ctanhx(kl_build *b, cx x) {
   int a2 = scl(b, 2, x.r), b2 = scl(b, 2, x.i);
   int d = add(b, un(b, KL_P_COSH, a2), un(b, KL_P_COS, b2));
   int big = cmp(b, KL_P_GT, un(b, KL_P_ABS, x.r), lit_like(b, 20, x.r));
-  int far_i = mul(b, scl(b, 2, un(b, KL_P_SIN, b2)), un(b, KL_P_EXP, neg(b, scl(b, 2, un(b, KL_P_ABS, x.r)))));
+  /* e^(-2|a|) underflows long before sin(2b) of a huge b stops being computable: 0 then */
+  int decay = un(b, KL_P_EXP, neg(b, scl(b, 2, un(b, KL_P_ABS, x.r))));
+  int gone = cmp(b, KL_P_EQ, decay, lit_like(b, 0, decay));
+  int far_i = sel(b, gone, mul(b, decay, lit_like(b, 0, decay)), mul(b, scl(b, 2, un(b, KL_P_SIN, b2)), decay));
   return mk(sel(b, big, un(b, KL_P_SIGN, x.r), dv(b, un(b, KL_P_SINH, a2), d)),
             sel(b, big, far_i, dv(b, un(b, KL_P_SIN, b2), d)));
 }
 
 static cx cone(kl_build *b, int like) { return cre(b, lit_like(b, 1, like)); }
 
-/* asinh(z) = log(z + sqrt(z^2 + 1)), taken on the right half plane (asinh(-z) = -asinh(z)) where
- * the sum does not cancel. */
+/* log1p(z): (log1p(2 re + re^2 + im^2) / 2, atan2(im, 1 + re)), accurate near 0. */
+static cx clog1px(kl_build *b, cx x) {
+  int r = scl(b, 0.5, un(b, KL_P_LOG1P, add(b, mul(b, add(b, lit_like(b, 2, x.r), x.r), x.r), mul(b, x.i, x.i))));
+  return mk(r, kl_build_bin(b, KL_P_ATAN2, x.i, add(b, lit_like(b, 1, x.r), x.r)));
+}
+
+/* Beyond this |z|, z^2 + 1 == z^2 in the precision (and z^2 may overflow): the asymptotic forms. */
+static int big_arg(kl_build *b, cx x) {
+  double lim = kl_build_aval(b, x.r)->dtype == KL_F64 ? 1e150 : 1e15;
+  int m = kl_build_bin(b, KL_P_MAX, un(b, KL_P_ABS, x.r), un(b, KL_P_ABS, x.i));
+  return cmp(b, KL_P_GT, m, lit_like(b, lim, m));
+}
+
+/* asinh(z) = log1p(z + z^2 / (1 + sqrt(1 + z^2))) (the same as log(z + sqrt(z^2 + 1)), accurate
+ * near 0), taken on the right half plane (asinh(-z) = -asinh(z)) where nothing cancels; for huge
+ * |z|, log(2 z). */
 static cx casinhx(kl_build *b, cx x) {
   int flip = cmp(b, KL_P_LT, x.r, lit_like(b, 0, x.r));
   cx w = mk(sel(b, flip, neg(b, x.r), x.r), sel(b, flip, neg(b, x.i), x.i));
-  cx s = clogx(b, cadd(b, w, csqrtx(b, cadd(b, cmulx(b, w, w), cone(b, x.r)))));
+  cx w2 = cmulx(b, w, w), one = cone(b, x.r);
+  cx s = clog1px(b, cadd(b, w, cdivx(b, w2, cadd(b, one, csqrtx(b, cadd(b, one, w2))))));
+  cx l = clogx(b, w);
+  int big = big_arg(b, x);
+  s = mk(sel(b, big, add(b, l.r, lit_like(b, M_LN2, l.r)), s.r), sel(b, big, l.i, s.i));
   return mk(sel(b, flip, neg(b, s.r), s.r), sel(b, flip, neg(b, s.i), s.i));
 }
-/* acosh(z) = log(z + sqrt(z + 1) sqrt(z - 1)) */
+/* acosh(z) = log(z + sqrt(z + 1) sqrt(z - 1)); for huge |z|, log(2 z). */
 static cx cacoshx(kl_build *b, cx x) {
   cx one = cone(b, x.r);
-  return clogx(b, cadd(b, x, cmulx(b, csqrtx(b, cadd(b, x, one)), csqrtx(b, csub(b, x, one)))));
+  cx s = clogx(b, cadd(b, x, cmulx(b, csqrtx(b, cadd(b, x, one)), csqrtx(b, csub(b, x, one)))));
+  cx l = clogx(b, x);
+  int big = big_arg(b, x);
+  return mk(sel(b, big, add(b, l.r, lit_like(b, M_LN2, l.r)), s.r), sel(b, big, l.i, s.i));
 }
-/* atanh(z) = (log(1 + z) - log(1 - z)) / 2 */
+/* atanh(z) = (log1p(4 re / ((1 - re)^2 + im^2)) / 4, atan2(2 im, (1 - re)(1 + re) - im^2) / 2),
+ * accurate near 0; for huge |z|, (re / |z|^2, +-pi/2). */
 static cx catanhx(kl_build *b, cx x) {
-  cx one = cone(b, x.r);
-  cx d = csub(b, clogx(b, cadd(b, one, x)), clogx(b, csub(b, one, x)));
-  return mk(scl(b, 0.5, d.r), scl(b, 0.5, d.i));
+  int one = lit_like(b, 1, x.r);
+  int omr = sub(b, one, x.r);
+  int den = add(b, mul(b, omr, omr), mul(b, x.i, x.i));
+  int re = scl(b, 0.25, un(b, KL_P_LOG1P, dv(b, scl(b, 4, x.r), den)));
+  int im = scl(b, 0.5, kl_build_bin(b, KL_P_ATAN2, scl(b, 2, x.i), sub(b, mul(b, omr, add(b, one, x.r)), mul(b, x.i, x.i))));
+  int ar = un(b, KL_P_ABS, x.r), ai = un(b, KL_P_ABS, x.i);
+  int m = kl_build_bin(b, KL_P_MAX, ar, ai), q = dv(b, kl_build_bin(b, KL_P_MIN, ar, ai), m);
+  int re_big = dv(b, dv(b, dv(b, x.r, m), m), add(b, one, mul(b, q, q)));
+  int negim = kl_build_bin(b, KL_P_OR, cmp(b, KL_P_LT, x.i, lit_like(b, 0, x.i)),
+                           kl_build_bin(b, KL_P_AND, cmp(b, KL_P_EQ, x.i, lit_like(b, 0, x.i)),
+                                        cmp(b, KL_P_LT, dv(b, one, x.i), lit_like(b, 0, x.i)))); /* -0 */
+  int im_big = sel(b, negim, lit_like(b, -M_PI / 2, x.r), lit_like(b, M_PI / 2, x.r));
+  int big = big_arg(b, x);
+  return mk(sel(b, big, re_big, re), sel(b, big, im_big, im));
 }
 
 static cx cpow_int(kl_build *b, cx x, int64_t n) {
@@ -266,11 +318,7 @@ static int elementwise(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
   case KL_P_EXP: *out = cexpx(b, x); return 0;
   case KL_P_EXP2: *out = cexpx(b, mk(scl(b, M_LN2, x.r), scl(b, M_LN2, x.i))); return 0;
   case KL_P_LOG: *out = clogx(b, x); return 0;
-  case KL_P_LOG1P: { /* |1 + z|^2 = 1 + (2 + re) re + im^2 */
-    int r = scl(b, 0.5, un(b, KL_P_LOG1P, add(b, mul(b, add(b, lit_like(b, 2, x.r), x.r), x.r), mul(b, x.i, x.i))));
-    *out = mk(r, kl_build_bin(b, KL_P_ATAN2, x.i, add(b, lit_like(b, 1, x.r), x.r)));
-    return 0;
-  }
+  case KL_P_LOG1P: *out = clog1px(b, x); return 0; /* |1 + z|^2 = 1 + (2 + re) re + im^2 */
   case KL_P_EXPM1: { /* e^re cos im - 1 = expm1(re) cos im - 2 sin^2(im / 2) */
     int h = un(b, KL_P_SIN, scl(b, 0.5, x.i));
     *out = mk(sub(b, mul(b, un(b, KL_P_EXPM1, x.r), un(b, KL_P_COS, x.i)), scl(b, 2, mul(b, h, h))),

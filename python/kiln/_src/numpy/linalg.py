@@ -111,13 +111,15 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
     a, b = _s.ravel(a), _s.ravel(b)
     if a.shape != b.shape:
         raise ValueError(f"vdot: arrays of sizes {a.shape[0]} and {b.shape[0]} differ")
-    _no_complex("vdot", a, b)
+    if np.dtype(a.dtype).kind == "c":  # the first argument conjugated, as numpy
+        a = lax.conj(a)
     return dot(a, b, precision=precision, preferred_element_type=preferred_element_type)
 
 
 def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
     x1, x2 = _s._promote("vecdot", x1, x2)
-    _no_complex("vecdot", x1, x2)
+    if np.dtype(x1.dtype).kind == "c":  # conj(x1) . x2, as numpy and JAX
+        x1 = lax.conj(x1)
     x1, x2 = _s.broadcast_arrays(x1, x2)
     ax = _s._axis(axis, x1.ndim, "vecdot")
     return einsum("...i,...i->...", _s.moveaxis(x1, ax, -1), _s.moveaxis(x2, ax, -1),
@@ -707,7 +709,11 @@ def _matrix_norm(x, ord, axes, keepdims):
 
 def norm(x, ord=None, axis=None, keepdims=False):
     (x,) = _s._promote_inexact("linalg.norm", x)
-    _no_complex("linalg.norm", x)
+    if np.dtype(x.dtype).kind == "c":  # every norm but the spectral ones reads |x| alone
+        nd = x.ndim if axis is None else (1 if isinstance(axis, int) else len(axis))
+        if nd == 2 and ord in ("nuc", 2, -2):
+            _no_complex("linalg.norm (spectral and nuclear norms)", x)
+        x = lax.abs(x)
     if axis is None:
         if ord is None:
             out = lax.sqrt(_s._reduce("sum", lax.mul(x, x), tuple(range(x.ndim))))
@@ -725,6 +731,8 @@ def norm(x, ord=None, axis=None, keepdims=False):
 
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     (x,) = _s._promote_inexact("linalg.vector_norm", x)
+    if np.dtype(x.dtype).kind == "c":
+        x = lax.abs(x)
     if axis is None:
         flat = _s.ravel(x)
         out = _vector_norm(flat, ord, (0,), False)

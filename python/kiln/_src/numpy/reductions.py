@@ -270,7 +270,7 @@ def _arg(opname, lax_fn, nan_fill=None):
         util.check_no_out(opname, out)
         a = util.asarray_arg(opname, a)
         if is_complex_dtype(a.dtype):
-            raise NotImplementedError(f"{opname}: complex inputs are not supported by kiln yet")
+            raise TypeError(f"{opname}: complex inputs have no order; use abs(a) or the real part instead")
         in_shape = a.shape
         if axis is None:
             a, ax = _flatten(a), 0
