@@ -175,6 +175,7 @@ typedef enum {
   X(SVD, "svd", LINALG, NONE, FLOAT, svd)                                          \
   X(EIGH, "eigh", LINALG, NONE, FLOAT, eigh)                                       \
   X(LU, "lu", LINALG, NONE, FLOAT, none)                                           \
+  X(EIG, "eig", LINALG, NONE, FLOAT, eig)                                          \
   X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, FLOAT, triangular_solve)   \
   X(FFT, "fft", FFT, NONE, INEXACT, fft)                                            \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
@@ -315,6 +316,10 @@ typedef struct {
     struct {
       int lower; /* read the lower triangle */
     } eigh;
+    struct {
+      int vectors; /* results (w, v): right eigenvectors too; else w alone */
+      int packed;  /* set by the complex pass: the complex results are real [..., 2] */
+    } eig;
     struct {
       int left_side; /* solve a x = b (else x a = b) */
       int flags;     /* KL_TRSV_* bits */

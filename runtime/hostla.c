@@ -74,16 +74,20 @@ typedef void (*gesdd_fn)(const char *, void *, void *, void *, void *, void *,
 typedef void (*gesvd_fn)(const char *, const char *, void *, void *, void *,
                          void *, void *, void *, void *, void *, void *,
                          void *, void *, void *, size_t, size_t);
+typedef void (*geev_fn)(const char *, const char *, void *, void *, void *,
+                        void *, void *, void *, void *, void *, void *,
+                        void *, void *, void *, size_t, size_t);
 typedef int64_t (*isamax_fn)(void *, const void *, void *);
 
 enum { R_GEMM, R_TRSM, R_POTRF, R_GETRF, R_GEQRF, R_ORGQR, R_SYEVD, R_GESDD,
-       R_GESVD, R_COUNT };
+       R_GESVD, R_GEEV, R_COUNT };
 static const char *const routine_names[R_COUNT] = {
     "gemm", "trsm", "potrf", "getrf", "geqrf", "orgqr", "syevd", "gesdd",
-    "gesvd"};
+    "gesvd", "geev"};
 #define LAPACK_MASK                                                            \
   ((1u << R_POTRF) | (1u << R_GETRF) | (1u << R_GEQRF) | (1u << R_ORGQR) |     \
-   (1u << R_SYEVD) | (1u << R_GESDD) | (1u << R_GESVD) | (1u << R_TRSM))
+   (1u << R_SYEVD) | (1u << R_GESDD) | (1u << R_GESVD) | (1u << R_TRSM) |      \
+   (1u << R_GEEV))
 
 /* Symbol spellings: plain LP64 Fortran, OpenBLAS's INTERFACE64 suffix, and
  * NumPy's scipy-openblas (ILP64, prefixed so it can share a process with
@@ -953,6 +957,86 @@ oom:
   rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory (n=%lld)", who, (long long)n);
 out:
   free(buf); free(work); free(iwork);
+  return rc;
+}
+
+/* geev on a column-major copy of a (what numpy and JAX compute): eigenvalues
+ * wr + i wi, and right eigenvectors, the columns of VR, where a conjugate pair
+ * (wi[j] > 0) shares two columns: v_j = VR[:, j] + i VR[:, j+1] and
+ * v_j+1 = its conjugate. w (n) and v (n x n, row-major) are interleaved
+ * complex. */
+int kl_hostla_eig(kl_dtype t, int64_t batch, int64_t n, const void *a, void *w,
+                  void *v, char *err, size_t errlen) {
+  const char *who = "kl_hostla_eig";
+  int64_t dims[] = {batch, n, n * n};
+  if (lapack_begin(t, who, 1u << R_GEEV, dims, 3, err, errlen)) return 1;
+  int d = t == KL_F64;
+  size_t esz = ESZ(d), mat = (size_t)(n * n) * esz;
+  if (batch == 0 || n == 0) return 0;
+  const char *jobvr = v ? "V" : "N";
+  void *buf = malloc(mat), *vr = malloc(v ? mat : esz), *wr = malloc((size_t)n * esz),
+       *wi = malloc((size_t)n * esz), *work = NULL;
+  int rc = 0;
+  if (!buf || !vr || !wr || !wi) goto oom;
+  double wq = 0, dummy = 0;
+  bint sn, slda, sone, sldvr, slw, sinfo;
+  ((geev_fn)lib.fn[d][R_GEEV])("N", jobvr, bi(&sn, n), buf, bi(&slda, n), wr, wi,
+                               &dummy, bi(&sone, 1), vr, bi(&sldvr, v ? n : 1),
+                               &wq, bi(&slw, -1), bi(&sinfo, 0), 1, 1);
+  int64_t lwork = lwork_from(&wq, d, v ? 4 * n : 3 * n);
+  if (!fits(lwork)) {
+    rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: workspace exceeds the 32-bit LAPACK range "
+              "(n=%lld)", who, (long long)n);
+    goto out;
+  }
+  work = malloc((size_t)lwork * esz);
+  if (!work) goto oom;
+  for (int64_t bb = 0; bb < batch; bb++) {
+    const char *ab = (const char *)a + bb * mat;
+    char *wo = (char *)w + (size_t)(bb * n) * 2 * esz;
+    char *vo = v ? (char *)v + bb * mat * 2 : NULL;
+    transpose(ab, buf, n, n, esz);
+    ((geev_fn)lib.fn[d][R_GEEV])("N", jobvr, bi(&sn, n), buf, bi(&slda, n), wr, wi,
+                                 &dummy, bi(&sone, 1), vr, bi(&sldvr, v ? n : 1),
+                                 work, bi(&slw, lwork), bi(&sinfo, 0), 1, 1);
+    int64_t info = bget(&sinfo);
+    if (info < 0 && !has_nonfinite(ab, n * n, d)) {
+      rc = fail(err, errlen, KL_ERR_INTERNAL, "%s: %cgeev rejected argument %lld", who,
+                d ? 'd' : 's', (long long)-info);
+      goto out;
+    }
+    if (info != 0) { /* no convergence (or NaN input): NaN, as JAX */
+      fill_nan(wo, 2 * n, d);
+      if (vo) fill_nan(vo, 2 * n * n, d);
+      continue;
+    }
+#define AT(p, i) (d ? ((const double *)(p))[i] : (double)((const float *)(p))[i])
+#define PUT(p, i, x) (d ? (void)(((double *)(p))[i] = (x)) : (void)(((float *)(p))[i] = (float)(x)))
+    for (int64_t j = 0; j < n; j++) {
+      PUT(wo, 2 * j, AT(wr, j));
+      PUT(wo, 2 * j + 1, AT(wi, j));
+    }
+    for (int64_t j = 0; vo && j < n; j++) {
+      int pair = AT(wi, j) != 0 && j + 1 < n;
+      for (int64_t r = 0; r < n; r++) {
+        double re = AT(vr, r + j * n), im = pair ? AT(vr, r + (j + 1) * n) : 0;
+        PUT(vo, 2 * (r * n + j), re);
+        PUT(vo, 2 * (r * n + j) + 1, im);
+        if (pair) {
+          PUT(vo, 2 * (r * n + j + 1), re);
+          PUT(vo, 2 * (r * n + j + 1) + 1, -im);
+        }
+      }
+      j += pair;
+    }
+#undef AT
+#undef PUT
+  }
+  goto out;
+oom:
+  rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory (n=%lld)", who, (long long)n);
+out:
+  free(buf); free(vr); free(wr); free(wi); free(work);
   return rc;
 }
 

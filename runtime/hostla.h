@@ -104,6 +104,12 @@ int kl_hostla_qr(kl_dtype t, int64_t batch, int64_t m, int64_t n,
  * its lower (lower != 0) or upper triangle is read. w: (batch, n) eigenvalues
  * ascending; v: (batch, n, n) with the eigenvectors as columns
  * (a @ v = v @ diag(w)). */
+/* Eigen-decomposition of general real n x n matrices (LAPACK geev): eigenvalues
+ * w (n, interleaved complex of t's precision) and, when v is not NULL, right
+ * eigenvectors as its columns (n x n row-major interleaved complex, each of unit
+ * norm with its largest component real, as LAPACK gives them). */
+int kl_hostla_eig(kl_dtype t, int64_t batch, int64_t n, const void *a, void *w,
+                  void *v, char *err, size_t errlen);
 int kl_hostla_eigh(kl_dtype t, int64_t batch, int64_t n, const void *a,
                    void *v, void *w, int lower, char *err, size_t errlen);
 

@@ -464,12 +464,13 @@ static int rewrite(split_ctx *s, const kl_eqn *e) {
     for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j];
     return 0;
   }
-  if (e->prim == KL_P_FFT) { /* a library call on interleaved data: packed in, packed out */
+  if (e->prim == KL_P_FFT || e->prim == KL_P_EIG) { /* library calls on interleaved data: packed in and out */
     kl_params p = e->p;
-    p.fft.packed = 1;
+    if (e->prim == KL_P_FFT) p.fft.packed = 1;
+    else p.eig.packed = 1;
     int x = is_cx(&src->vals[e->ins[0]].aval) ? packed_of(s, e->ins[0]) : s->map[e->ins[0]];
-    if (kl_build_emit(b, KL_P_FFT, &x, 1, &p, ys) < 0) return -1;
-    s->map[e->outs[0]] = ys[0];
+    if (kl_build_emit(b, e->prim, &x, 1, &p, ys) < 0) return -1;
+    for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j];
     return 0;
   }
   if (bodies) {

@@ -6,6 +6,7 @@ const kl_param_field kl_fields_qr[] = {KL_FIELD(qr, full_matrices, INT32), {NULL
 const kl_param_field kl_fields_svd[] = {KL_FIELD(svd, full_matrices, INT32), KL_FIELD(svd, compute_uv, INT32),
                                         {NULL, 0, 0}};
 const kl_param_field kl_fields_eigh[] = {KL_FIELD(eigh, lower, INT32), {NULL, 0, 0}};
+const kl_param_field kl_fields_eig[] = {KL_FIELD(eig, vectors, INT32), KL_FIELD(eig, packed, INT32), {NULL, 0, 0}};
 const kl_param_field kl_fields_triangular_solve[] = {KL_FIELD(triangular_solve, left_side, INT32),
                                                      KL_FIELD(triangular_solve, flags, INT32), {NULL, 0, 0}};
 
@@ -46,7 +47,7 @@ int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, c
   if (kl_rule_check_accepts(e, prim, x)) return -1;
   if (x->dtype != KL_F32 && x->dtype != KL_F64)
     return kl_rule_fail(e, KL_ERR_TYPE, "%s: supports float32 and float64, got %s", name, kl_dtype_name(x->dtype));
-  if (need_matrix(e, name, x, prim == KL_P_CHOLESKY || prim == KL_P_EIGH)) return -1;
+  if (need_matrix(e, name, x, prim == KL_P_CHOLESKY || prim == KL_P_EIGH || prim == KL_P_EIG)) return -1;
   int r = x->ndim;
   int64_t m = x->dims[r - 2], n = x->dims[r - 1], k = m < n ? m : n;
   for (int i = 0; i < KL_FEW_OUTS; i++) outs[i] = *x;
@@ -54,6 +55,17 @@ int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, c
   case KL_P_EIGH: /* (v, w) */
     *nout = 2;
     outs[1].ndim = (int8_t)(r - 1);
+    return 0;
+  case KL_P_EIG: /* (w) or (w, v), complex (packed: real with a trailing 2) */
+    *nout = p->eig.vectors ? 2 : 1;
+    for (int i = 0; i < *nout; i++) {
+      outs[i].dtype = p->eig.packed ? x->dtype : kl_dtype_complex_of(x->dtype);
+      outs[i].weak = 0;
+    }
+    outs[0].ndim = (int8_t)(r - 1);
+    if (p->eig.packed)
+      for (int i = 0; i < *nout; i++) outs[i].dims[outs[i].ndim++] = 2;
+    if (outs[1].ndim > KL_MAX_RANK) return kl_rule_fail(e, KL_ERR_VALUE, "eig: rank exceeds %d", KL_MAX_RANK);
     return 0;
   case KL_P_LU: /* (lu, pivots, permutation) */
     *nout = 3;

@@ -48,6 +48,20 @@ def eigh(x, lower=True, symmetrize_input=True, sort_eigenvalues=True, subset_by_
     return v, w
 
 
+def eig(x, compute_left_eigenvectors=True, compute_right_eigenvectors=True, use_magma=None):
+    """Eigenvalues (complex) and, as asked, right eigenvectors of general real square matrices
+    (LAPACK geev on the host; on the GPU too, over copies). Left eigenvectors are not supported yet."""
+    del use_magma
+    if compute_left_eigenvectors:
+        raise NotImplementedError("lax.linalg.eig(compute_left_eigenvectors=True) is not supported yet by kiln; "
+                                  "pass compute_left_eigenvectors=False")
+    x = _arr(x)
+    if x.dtype.kind == "c":
+        raise NotImplementedError("lax.linalg.eig of complex matrices is not supported yet by kiln")
+    outs = bind("eig", [x], {"vectors": int(bool(compute_right_eigenvectors))})
+    return list(outs)
+
+
 def lu(x):
     lu_, piv, perm = bind("lu", [_arr(x)])
     return lu_, piv, perm

@@ -21,10 +21,12 @@ LINALG_ALL = ["norm", "vector_norm", "matrix_norm", "solve", "inv", "det", "slog
               "cholesky", "qr", "svd", "svdvals", "eigh", "eigvalsh", "lstsq", "pinv",
               "matrix_rank", "cond", "matrix_power", "multi_dot", "matmul", "outer",
               "tensordot", "cross", "vecdot", "diagonal", "trace", "matrix_transpose",
-              "LinAlgError", "SVDResult", "EighResult", "QRResult", "SlogdetResult"]
+              "LinAlgError", "SVDResult", "EighResult", "QRResult", "SlogdetResult", "eig", "eigvals",
+              "EigResult"]
 
 SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
 EighResult = collections.namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+EigResult = collections.namedtuple("EigResult", ["eigenvalues", "eigenvectors"])
 QRResult = collections.namedtuple("QRResult", ["Q", "R"])
 SlogdetResult = collections.namedtuple("SlogdetResult", ["sign", "logabsdet"])
 
@@ -526,6 +528,21 @@ def eigh(a, UPLO=None, symmetrize_input=True):
         a = lax.mul(lax.add(a, _mT(a)), lax.full((), 0.5, a.dtype))
     v, w = lax_linalg.eigh(a, lower=lower)
     return EighResult(w, v)
+
+
+def eig(a):
+    """Eigenvalues w and right eigenvectors v (columns, unit norm) of general square matrices:
+    a @ v = v * w. Complex results; LAPACK geev on the host (over copies on the GPU)."""
+    a = _matrix("linalg.eig", a, square=True)
+    w, v = lax_linalg.eig(a, compute_left_eigenvectors=False)
+    return EigResult(w, v)
+
+
+def eigvals(a):
+    """Eigenvalues of general square matrices (complex)."""
+    a = _matrix("linalg.eigvals", a, square=True)
+    (w,) = lax_linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)
+    return w
 
 
 def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
