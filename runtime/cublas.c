@@ -25,6 +25,8 @@ static int (*p_sgeam)(cublasHandle_t, int, int, int, int, const float *, const f
                       const float *, int, float *, int);
 static int (*p_dgeam)(cublasHandle_t, int, int, int, int, const double *, const double *, int, const double *,
                       const double *, int, double *, int);
+static int (*p_sscal)(cublasHandle_t, int, const float *, float *, int);
+static int (*p_dscal)(cublasHandle_t, int, const double *, double *, int);
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int tried, ready;
@@ -81,6 +83,8 @@ static void open_cublas(void) {
   *(void **)&p_gemm = dlsym(h, "cublasGemmStridedBatchedEx");
   *(void **)&p_sgeam = dlsym(h, "cublasSgeam"); /* optional: transposes for TN products */
   *(void **)&p_dgeam = dlsym(h, "cublasDgeam");
+  *(void **)&p_sscal = dlsym(h, "cublasSscal_v2"); /* optional: kl_cublas_scal (cuFFT's inverses) */
+  *(void **)&p_dscal = dlsym(h, "cublasDscal_v2");
   if (!p_create || !p_set_stream || !p_gemm) {
     snprintf(why, sizeof why, "%.400s lacks the cuBLAS functions kiln needs", lib_path);
     return;
@@ -196,5 +200,30 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
              (long long)k, (long long)batch, rc);
     return -1;
   }
+  return 0;
+}
+
+/* x[0..n) *= alpha in place on kiln's stream, float32 (dbl 0) or float64 (dbl 1) elements
+ * (complex data as 2n reals); in pieces where n exceeds cuBLAS's int range. */
+int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t errlen) {
+  if (!kl_cublas_available(err, errlen)) return -1;
+  if (dbl ? !p_dscal : !p_sscal)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "%.400s lacks cublas%cscal", lib_path, dbl ? 'D' : 'S');
+  if (n <= 0) return 0;
+  float alpha32 = (float)alpha;
+  const int64_t piece = (int64_t)1 << 30;
+  pthread_mutex_lock(&mu);
+  void *q = kl_cuda_queue_stream();
+  int moved = q && q != kl_cuda_stream();
+  int rc = moved ? handle_to(q) : 0;
+  for (int64_t at = 0; !rc && at < n; at += piece) {
+    int len = (int)(n - at < piece ? n - at : piece);
+    rc = dbl ? p_dscal(handle, len, &alpha, (double *)x + at, 1) : p_sscal(handle, len, &alpha32, (float *)x + at, 1);
+  }
+  if (moved) handle_to(kl_cuda_stream());
+  pthread_mutex_unlock(&mu);
+  if (rc)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS scal of %lld %s failed with status %d", (long long)n,
+                    dbl ? "float64" : "float32", rc);
   return 0;
 }

@@ -109,4 +109,19 @@ const char *kl_cublas_library(void);
  * layout); precision 2 (HIGHEST) is full float32, lower ones may use TF32. */
 int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
                    const void *b, int transr, void *c, char *err, size_t errlen);
+/* x[0..n) *= alpha on kiln's stream, n float32 (dbl 0) or float64 (dbl 1) values (complex as 2n). */
+int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t errlen);
+
+/* cuFFT (runtime/cufft.c), opened on first use. kind: 0 FFT (C2C forward), 1 IFFT (C2C inverse, scaled by 1/prod(n)),
+ * 2 RFFT (R2C), 3 IRFFT (C2R, scaled by 1/prod(n)); n: the real-space lengths of the last rank (1..3) axes of row-major
+ * arrays, howmany transforms one after another; dbl: 0 single, 1 double; complex data interleaved. Queued on kiln's
+ * stream; in and out are device pointers and never alias; in is preserved for every kind (C2R runs on a copy). Plans
+ * are cached by shape; one run while a graph is captured is kept for the process. 0, or -1 with a message.
+ * kl_cufft_available also needs cuBLAS (it scales the inverses). kl_cufft_add_search_path takes the library's path or
+ * a folder holding it or the nvidia-cufft wheel (nvidia/cufft/lib). */
+int kl_cufft_add_search_path(const char *path);
+int kl_cufft_available(char *reason, size_t n);
+const char *kl_cufft_library(void);
+int kl_cufft_exec(int kind, int dbl, int rank, const int64_t *n, int64_t howmany, const void *in, void *out, char *err,
+                  size_t errlen);
 #endif
