@@ -124,8 +124,8 @@ typedef enum {
   X(DIV, "div", ELEMENTWISE, BINARY, NUM, none)                                    \
   X(REM, "rem", ELEMENTWISE, BINARY, REALNUM, none)                                    \
   X(POW, "pow", ELEMENTWISE, BINARY, INEXACT, none)                                  \
-  X(MAX, "max", ELEMENTWISE, BINARY, REAL, none)                                    \
-  X(MIN, "min", ELEMENTWISE, BINARY, REAL, none)                                    \
+  X(MAX, "max", ELEMENTWISE, BINARY, ANY, none)                                    \
+  X(MIN, "min", ELEMENTWISE, BINARY, ANY, none)                                    \
   X(ATAN2, "atan2", ELEMENTWISE, BINARY, FLOAT, none)                              \
   X(COMPLEX, "complex", ELEMENTWISE, BINARY, FLOAT, none)                          \
   X(AND, "and", ELEMENTWISE, BINARY, INTBOOL, none)                                \
@@ -154,17 +154,17 @@ typedef enum {
   X(CONCATENATE, "concatenate", SHAPE, NONE, ANY, concatenate)                     \
   X(REDUCE_SUM, "reduce_sum", REDUCE, REDUCE, NUM, reduce)                         \
   X(REDUCE_PROD, "reduce_prod", REDUCE, REDUCE, NUM, reduce)                       \
-  X(REDUCE_MAX, "reduce_max", REDUCE, REDUCE, REAL, reduce)                         \
-  X(REDUCE_MIN, "reduce_min", REDUCE, REDUCE, REAL, reduce)                         \
+  X(REDUCE_MAX, "reduce_max", REDUCE, REDUCE, ANY, reduce)                         \
+  X(REDUCE_MIN, "reduce_min", REDUCE, REDUCE, ANY, reduce)                         \
   X(REDUCE_AND, "reduce_and", REDUCE, REDUCE, INTBOOL, reduce)                     \
   X(REDUCE_OR, "reduce_or", REDUCE, REDUCE, INTBOOL, reduce)                       \
   X(ARGMAX, "argmax", REDUCE, NONE, REAL, arg)                                      \
   X(ARGMIN, "argmin", REDUCE, NONE, REAL, arg)                                      \
   X(CUMSUM, "cumsum", CUMULATIVE, NONE, NUM, cumulative)                           \
   X(CUMPROD, "cumprod", CUMULATIVE, NONE, NUM, cumulative)                         \
-  X(CUMMAX, "cummax", CUMULATIVE, NONE, REAL, cumulative)                           \
-  X(CUMMIN, "cummin", CUMULATIVE, NONE, REAL, cumulative)                           \
-  X(SORT, "sort", SORT, NONE, REAL, sort)                                           \
+  X(CUMMAX, "cummax", CUMULATIVE, NONE, ANY, cumulative)                           \
+  X(CUMMIN, "cummin", CUMULATIVE, NONE, ANY, cumulative)                           \
+  X(SORT, "sort", SORT, NONE, ANY, sort)                                           \
   X(DOT_GENERAL, "dot_general", DOT, NONE, ANY, dot)                               \
   X(DYNAMIC_SLICE, "dynamic_slice", INDEX, NONE, ANY, dynamic_slice)               \
   X(DYNAMIC_UPDATE_SLICE, "dynamic_update_slice", INDEX, NONE, ANY, update)        \

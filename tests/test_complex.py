@@ -592,32 +592,56 @@ def test_autodiff_errors():
     check(kiln.grad(lambda v: v * v, holomorphic=True)(z), np.complex64(2 + 4j))  # still works
 
 
-# ---------------------------------------------------------------------------- errors
-# kiln rejects ordered ops on complex (python/kiln/_src/numpy/ufuncs.py _REAL_ONLY). JAX agrees for
-# lax.lt, floor and argmin/argmax, but orders complex lexicographically in jnp.less, maximum,
-# lax.max, max/min, sort; these tests pin kiln's stricter choice.
+# ---------------------------------------------------------------------------- order (JAX's)
+# JAX orders complex numbers lexicographically (real part first) in jnp.less & co., maximum/minimum,
+# lax.max/min, max/min reductions, cummax/cummin and sort, and computes prod/cumprod; lax.lt, floor
+# and argmin/argmax reject complex with a TypeError.
 
-@pytest.mark.parametrize("fn", [lax.lt, jnp.less, jnp.less_equal, jnp.greater, jnp.maximum, jnp.minimum,
-                                lambda a, b: jnp.floor(a), lambda a, b: a < b, lambda a, b: lax.max(a, b)])
-def test_ordered_ops_reject_complex(fn):
+def _lex_key(z):
+    return (z.real, z.imag)
+
+
+def test_lexicographic_order_as_jax():
+    a = np.array([1 + 2j, 1 + 1j, 0 + 5j, 2 - 1j, 2 - 1j], np.complex64)
+    b = np.array([1 + 1j, 1 + 1j, 1 + 0j, 2 - 2j, 2 - 1j], np.complex64)
+    x, y = jnp.asarray(a), jnp.asarray(b)
+    lt = np.array([_lex_key(p) < _lex_key(q) for p, q in zip(a, b)])
+    le = np.array([_lex_key(p) <= _lex_key(q) for p, q in zip(a, b)])
+    np.testing.assert_array_equal(np.asarray(jnp.less(x, y)), lt)
+    np.testing.assert_array_equal(np.asarray(x < y), lt)
+    np.testing.assert_array_equal(np.asarray(jnp.less_equal(x, y)), le)
+    np.testing.assert_array_equal(np.asarray(jnp.greater(x, y)), ~le)
+    np.testing.assert_array_equal(np.asarray(jnp.greater_equal(x, y)), ~lt)
+    np.testing.assert_array_equal(np.asarray(jnp.maximum(x, y)), np.where(lt, b, a))
+    np.testing.assert_array_equal(np.asarray(lax.min(x, y)), np.where(lt, a, b))
+    assert complex(jnp.max(x)) == max(a, key=_lex_key) and complex(jnp.min(x)) == min(a, key=_lex_key)
+    np.testing.assert_array_equal(np.asarray(jnp.sort(x)), np.sort(a))  # numpy sorts lexicographically too
+    np.testing.assert_array_equal(np.asarray(x[jnp.argsort(x)]), np.sort(a))
+
+
+def test_complex_extrema_sorts_and_products_along_axes():
+    g = rng()
+    z = (g.standard_normal((4, 7, 5)) + 1j * g.standard_normal((4, 7, 5))).astype(np.complex64)
+    z[0, :, 0] = z[0, 0, 0].real + 1j * g.standard_normal(7)  # equal real parts: the imaginary decides
+    x = jnp.asarray(z)
+    zd = z.astype(np.complex128)
+    assert complex(jnp.max(x)) == max(z.ravel(), key=_lex_key)
+    u = z / np.abs(z)  # unit modulus: a product of 140 of them stays far from float32's underflow
+    for axis in (0, 1, 2, (0, 2), None):
+        np.testing.assert_allclose(np.asarray(jnp.prod(jnp.asarray(u), axis=axis)),
+                                   np.prod(u.astype(np.complex128), axis=axis), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(jnp.max(x, axis=1)), np.sort(z, axis=1)[:, -1])
+    np.testing.assert_array_equal(np.asarray(jnp.min(x, axis=2)), np.sort(z, axis=2)[:, :, 0])
+    np.testing.assert_array_equal(np.asarray(jnp.sort(x, axis=1)), np.sort(z, axis=1))
+    np.testing.assert_allclose(np.asarray(jnp.cumprod(x * 0.7, axis=1)), np.cumprod(zd * 0.7, axis=1), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda v: jnp.prod(v, axis=0))(x)), np.prod(zd, axis=0), rtol=1e-4)
+    assert complex(jnp.prod(jnp.zeros((0,), jnp.complex64))) == 1
+
+
+@pytest.mark.parametrize("fn", [lax.lt, lambda a, b: jnp.floor(a), lambda a, b: jnp.argmax(a),
+                                lambda a, b: jnp.argmin(a)])
+def test_ordered_ops_jax_rejects(fn):
     x = jnp.asarray(np.array([1 + 2j, 3 - 1j], np.complex64))
     with pytest.raises(TypeError, match="complex"):
         fn(x, x)
     check(x + 1, np.array([2 + 2j, 4 - 1j], np.complex64))  # kiln still works
-
-
-@pytest.mark.parametrize("name,fn,exc", [
-    ("prod", jnp.prod, NotImplementedError),
-    ("sort", jnp.sort, (NotImplementedError, TypeError)),
-    ("max", jnp.max, TypeError),
-    ("min", jnp.min, TypeError),
-    ("argmin", jnp.argmin, TypeError),  # ordered, as max: JAX raises TypeError too
-    ("argmax", jnp.argmax, TypeError),
-])
-def test_unsupported_reductions_name_the_op(name, fn, exc):
-    x = jnp.asarray(np.array([1 + 2j, 3 - 1j], np.complex64))
-    with pytest.raises(exc, match=name):
-        fn(x)
-    with pytest.raises(exc, match=name):
-        kiln.jit(fn)(x)
-    check(jnp.sum(x), np.complex64(4 + 1j))  # kiln still works

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../ir/alloc.h"
+#include "ad.h"
 #include "build.h"
 #include "fuse.h"
 
@@ -209,6 +210,78 @@ static cx cpow_int(kl_build *b, cx x, int64_t n) {
   return n < 0 ? cdivx(b, cone(b, x.r), acc) : acc;
 }
 
+/* ---- ordering (JAX's: lexicographic on (re, im)), products and extrema along axes ----------- */
+
+/* x > y (strict = GT) or x < y (strict = LT), comparing real parts first */
+static int clex(kl_build *b, cx x, cx y, kl_prim strict) {
+  return kl_build_bin(b, KL_P_OR, cmp(b, strict, x.r, y.r),
+                      kl_build_bin(b, KL_P_AND, cmp(b, KL_P_EQ, x.r, y.r), cmp(b, strict, x.i, y.i)));
+}
+static cx cpick(kl_build *b, int pred, cx x, cx y) { return mk(sel(b, pred, x.r, y.r), sel(b, pred, x.i, y.i)); }
+/* op: MUL (products), MAX or MIN */
+static cx ccombine(kl_build *b, kl_prim op, cx x, cx y) {
+  if (op == KL_P_MUL) return cmulx(b, x, y);
+  return cpick(b, clex(b, x, y, op == KL_P_MAX ? KL_P_GT : KL_P_LT), x, y);
+}
+/* op's identity: 1, or the pair below (above) every other for max (min) */
+static cx cidentity(kl_build *b, kl_prim op, kl_dtype t) {
+  if (op == KL_P_MUL) return mk(kl_build_lit(b, 1, t), kl_build_lit(b, 0, t));
+  double v = op == KL_P_MAX ? -INFINITY : INFINITY;
+  return mk(kl_build_lit(b, v, t), kl_build_lit(b, v, t));
+}
+static cx cslice(kl_build *b, cx x, int axis, int64_t lo, int64_t hi) {
+  return mk(kl_ad_slice_axis(b, x.r, axis, lo, hi), kl_ad_slice_axis(b, x.i, axis, lo, hi));
+}
+static int concat2(kl_build *b, int x, int y, int axis) {
+  kl_params p;
+  kl_params_init(&p, KL_P_CONCATENATE);
+  p.concatenate.dimension = axis;
+  return kl_build_op(b, KL_P_CONCATENATE, (int[]){x, y}, 2, &p);
+}
+
+/* x reduced over `axes` by op in halving rounds (log2 n elementwise steps that fuse). */
+static cx ctree_reduce(kl_build *b, cx x, const kl_ivec *axes, kl_prim op) {
+  kl_aval a = *kl_build_aval(b, x.r);
+  int64_t perm[KL_MAX_RANK], shape[KL_MAX_RANK], n = 1;
+  int nk = 0, np = 0;
+  char red[KL_MAX_RANK] = {0};
+  for (int k = 0; k < axes->n; k++) red[axes->v[k]] = 1;
+  for (int d = 0; d < a.ndim; d++)
+    if (!red[d]) shape[nk] = a.dims[d], perm[np++] = d, nk++;
+  for (int d = 0; d < a.ndim; d++)
+    if (red[d]) perm[np++] = d, n *= a.dims[d];
+  if (n == 0) { /* an empty reduction: the identity */
+    cx id = cidentity(b, op, a.dtype);
+    return mk(kl_build_broadcast(b, id.r, shape, nk, NULL), kl_build_broadcast(b, id.i, shape, nk, NULL));
+  }
+  shape[nk] = n;
+  x = mk(kl_build_reshape(b, kl_build_transpose(b, x.r, perm, a.ndim), shape, nk + 1),
+         kl_build_reshape(b, kl_build_transpose(b, x.i, perm, a.ndim), shape, nk + 1));
+  while (n > 1 && !b->failed) {
+    int64_t h = n / 2;
+    cx c = ccombine(b, op, cslice(b, x, nk, 0, h), cslice(b, x, nk, h, 2 * h));
+    if (n % 2) {
+      cx rest = cslice(b, x, nk, 2 * h, n);
+      c = mk(concat2(b, c.r, rest.r, nk), concat2(b, c.i, rest.i, nk));
+    }
+    x = c;
+    n = h + n % 2;
+  }
+  return mk(kl_build_reshape(b, x.r, shape, nk), kl_build_reshape(b, x.i, shape, nk));
+}
+
+/* inclusive scan of x along axis by op: recursive doubling, log2 n rounds of shifted combines */
+static cx cscan(kl_build *b, cx x, int axis, int reverse, kl_prim op) {
+  int64_t n = kl_build_aval(b, x.r)->dims[axis];
+  cx id = cidentity(b, op, kl_build_aval(b, x.r)->dtype);
+  for (int64_t s = 1; s < n && !b->failed; s *= 2) {
+    int64_t lo = reverse ? -s : s;
+    cx sh = mk(kl_ad_pad_axis(b, x.r, id.r, axis, lo, -lo), kl_ad_pad_axis(b, x.i, id.i, axis, lo, -lo));
+    x = ccombine(b, op, sh, x);
+  }
+  return x;
+}
+
 /* ---- the two forms of a complex value ------------------------------------------------------ */
 
 static int is_cx(const kl_aval *a) { return kl_dtype_is_complex(a->dtype); }
@@ -315,6 +388,9 @@ static int elementwise(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
     *real = kl_build_bin(b, join, cmp(b, c, x.r, y.r), cmp(b, c, x.i, y.i));
     return 0;
   }
+  case KL_P_MAX: case KL_P_MIN: /* lexicographic, as JAX */
+    *out = ccombine(b, e->prim, x, operand(s, e, 1));
+    return 0;
   case KL_P_EXP: *out = cexpx(b, x); return 0;
   case KL_P_EXP2: *out = cexpx(b, mk(scl(b, M_LN2, x.r), scl(b, M_LN2, x.i))); return 0;
   case KL_P_LOG: *out = clogx(b, x); return 0;
@@ -381,6 +457,37 @@ static int per_part(split_ctx *s, const kl_eqn *e, int *ys) {
   }
   free(ins);
   return b->failed ? -1 : 0;
+}
+
+/* sort with complex operands: each becomes its two parts, a complex key two keys (real part
+ * first: JAX's lexicographic order). */
+static int sort_parts(split_ctx *s, const kl_eqn *e) {
+  kl_build *b = &s->b;
+  int ins[KL_MAX_OUTS], n = 0, keys = 0, ys[KL_MAX_OUTS];
+  for (int j = 0; j < e->nin; j++) {
+    int v = e->ins[j], two = is_cx(&s->src->vals[v].aval);
+    if (n + 1 + two > KL_MAX_OUTS) return unsupported(s, e, "too many operands once complex ones are split");
+    if (two) {
+      cx c = parts_of(s, v);
+      ins[n++] = c.r, ins[n++] = c.i;
+    } else {
+      ins[n++] = s->map[v];
+    }
+    if (j < e->p.sort.num_keys) keys += 1 + two;
+  }
+  kl_params p = e->p;
+  p.sort.num_keys = keys;
+  if (kl_build_emit(b, KL_P_SORT, ins, n, &p, ys) < 0) return -1;
+  for (int j = 0, k = 0; j < e->nout; j++) {
+    int v = e->outs[j];
+    if (is_cx(&s->src->vals[v].aval)) {
+      set_parts(s, v, mk(ys[k], ys[k + 1]));
+      k += 2;
+    } else {
+      s->map[v] = ys[k++];
+    }
+  }
+  return 0;
 }
 
 /* dot_general of complex operands: four real products (a real operand has no imaginary one). */
@@ -528,6 +635,17 @@ static int rewrite(split_ctx *s, const kl_eqn *e) {
     out = mk(r[0], r[1]);
     break;
   }
+  case KL_P_REDUCE_PROD: case KL_P_REDUCE_MAX: case KL_P_REDUCE_MIN: {
+    kl_prim op = e->prim == KL_P_REDUCE_PROD ? KL_P_MUL : e->prim == KL_P_REDUCE_MAX ? KL_P_MAX : KL_P_MIN;
+    out = ctree_reduce(b, parts_of(s, e->ins[0]), &e->p.reduce.axes, op);
+    break;
+  }
+  case KL_P_CUMPROD: case KL_P_CUMMAX: case KL_P_CUMMIN: {
+    kl_prim op = e->prim == KL_P_CUMPROD ? KL_P_MUL : e->prim == KL_P_CUMMAX ? KL_P_MAX : KL_P_MIN;
+    out = cscan(b, parts_of(s, e->ins[0]), (int)e->p.cumulative.axis, e->p.cumulative.reverse, op);
+    break;
+  }
+  case KL_P_SORT: return sort_parts(s, e);
   case KL_P_SCATTER: {
     if (e->p.scatter.op != KL_SCATTER_SET && e->p.scatter.op != KL_SCATTER_ADD)
       return unsupported(s, e, "only set and add combine complex updates");

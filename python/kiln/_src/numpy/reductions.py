@@ -108,9 +108,7 @@ def _reduction(opname, a, axis, keepdims, where, initial, *, reducer, combine, i
     """Common driver: converts, masks with where= (identity fill), reduces, folds in initial=."""
     util.check_no_out(opname, out)
     a = util.asarray_arg(opname, a)
-    if is_complex_dtype(a.dtype) and opname != "sum":
-        if opname in ("max", "min", "argmax", "argmin"):
-            raise TypeError(f"{opname}: complex inputs have no order; reduce abs(a) or the real part instead")
+    if is_complex_dtype(a.dtype) and opname not in ("sum", "prod", "max", "min"):
         raise NotImplementedError(f"{opname}: complex inputs are not supported by kiln yet")
     axes = util.canonicalize_axes(axis, a.ndim, opname)
     if dtype is not None:
@@ -529,7 +527,7 @@ def _cumulative(opname, lax_fn, nan_fill=None):
     def fn(a, axis=None, dtype=None, out=None):
         util.check_no_out(opname, out)
         a = util.asarray_arg(opname, a)
-        if is_complex_dtype(a.dtype) and opname != "cumsum":
+        if is_complex_dtype(a.dtype) and opname not in ("cumsum", "cumprod"):
             raise NotImplementedError(f"{opname}: complex inputs are not supported by kiln yet")
         if nan_fill is not None and is_inexact_dtype(a.dtype):
             a = lax.select(lax.ne(a, a), _c(a, nan_fill), a)

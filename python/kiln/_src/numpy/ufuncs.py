@@ -50,9 +50,9 @@ arccos arctan sinh cosh tanh arcsinh arccosh arctanh sqrt square reciprocal abso
 imag equal not_equal isnan isinf isfinite sinc
 """.split())
 _REAL_ONLY = frozenset("""
-less less_equal greater greater_equal floor ceil trunc rint fix round around arctan2 hypot cbrt copysign
+floor ceil trunc rint fix round around arctan2 hypot cbrt copysign
 heaviside floor_divide remainder mod fmod fabs signbit isposinf isneginf deg2rad rad2deg logaddexp
-logaddexp2 nextafter spacing maximum minimum fmax fmin
+logaddexp2 nextafter spacing
 """.split())
 
 
@@ -625,10 +625,20 @@ bitwise_not = bitwise_invert = invert
 
 equal = _binary("equal", lax.eq)
 not_equal = _binary("not_equal", lax.ne)
-less = _binary("less", lax.lt)
-less_equal = _binary("less_equal", lax.le)
-greater = _binary("greater", lax.gt)
-greater_equal = _binary("greater_equal", lax.ge)
+def _ordered(strict, weak):
+    """A comparison; complex operands compare lexicographically (real parts first), as JAX."""
+    def rule(a, b):
+        if a.dtype.kind != "c":
+            return weak(a, b)
+        ar, ai, br, bi = lax.real(a), lax.imag(a), lax.real(b), lax.imag(b)
+        return lax.or_(strict(ar, br), lax.and_(lax.eq(ar, br), weak(ai, bi)))
+    return rule
+
+
+less = _binary("less", _ordered(lax.lt, lax.lt))
+less_equal = _binary("less_equal", _ordered(lax.lt, lax.le))
+greater = _binary("greater", _ordered(lax.gt, lax.gt))
+greater_equal = _binary("greater_equal", _ordered(lax.gt, lax.ge))
 
 
 # ---------------------------------------------------------------------------------------------------------
