@@ -75,6 +75,21 @@ static int kernel_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return kl_cuda_launch(g->fn, g->grid, g->block, ptrs, g->nargs, err, errlen);
 }
 
+/* cuFFT for fft steps: opt-in (KILN_CUFFT=1) until measured on a GPU; else the host routine. */
+static int cufft_wanted(void) {
+  const char *v = getenv("KILN_CUFFT");
+  return v && *v && *v != '0';
+}
+
+static int fft_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  const kl_libcall *c = ctx;
+  int t, dbl;
+  int64_t howmany;
+  if (kl_lower_fft_layout(c, &t, &dbl, &howmany)) return kl_lower_missing(c->prim, "GPU (unpacked)", err, errlen);
+  return kl_cufft_exec(t, dbl, c->p.fft.fft_lengths.n, c->p.fft.fft_lengths.v, howmany, ptrs[0], ptrs[c->nin], err,
+                       errlen);
+}
+
 static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   gpu_dot *d = ctx;
   return kl_cublas_gemm(d->t, d->precision, d->batch, d->m, d->n, d->k, ptrs[0], d->transl, ptrs[1], d->transr, ptrs[2],
@@ -496,6 +511,16 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
           st->is_library = 1;
           st->on_host = 0;
         }
+      }
+      int ft, fdbl;
+      int64_t fhow;
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_FFT && !kl_lower_fft_layout(lc, &ft, &fdbl, &fhow) &&
+          (ptx_only || (cufft_wanted() && kl_cufft_available(NULL, 0)))) {
+        x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
+        st->ctx = lc;
+        st->run_checked = fft_run;
+        st->is_library = 1;
+        st->on_host = 0;
       }
       if (st->on_host) note_host_step(&host, pg, e);
       continue;

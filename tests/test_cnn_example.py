@@ -105,12 +105,14 @@ def test_loss_history_is_jaxs(trained):
     assert got.accuracy == want.accuracy
 
 
-@pytest.mark.xfail(strict=True, reason="kiln bug: reduce_window(max) is a fold of lax.max over strided slices, "
-                                       "so a tied window splits its cotangent; JAX's routes all of it to the "
-                                       "first maximum (select_and_scatter_add)")
 def test_max_pool_gradient_of_a_tied_window_goes_to_the_first_maximum():
-    # The example's float32 history parts from JAX's on seed 5 at step 7 because of this: a 2x2
-    # window of the first block's relu output held 1.0337999 twice.
+    # As JAX (select_and_scatter_add): a tied window's cotangent goes to its first maximum, not split
+    # (the example's float32 history on seed 5 parted from JAX's at step 7 while kiln split it).
     x = np.array([[2.0, 2.0, 1.0, 3.0]], np.float32)
     pool = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2), (1, 2), "VALID").sum()  # noqa: E731
     np.testing.assert_array_equal(np.asarray(kiln.grad(pool)(x)), [[1.0, 0.0, 0.0, 1.0]])
+    y = np.array([[5.0, 5.0, 5.0, np.nan, 1.0, 0.0]], np.float32)
+    pool3 = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 3), (1, 3), "VALID")  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(kiln.grad(lambda x: pool3(x)[0, 0])(y)), [[1, 0, 0, 0, 0, 0]])
+    out = np.asarray(pool3(y))
+    assert out[0, 0] == 5 and np.isnan(out[0, 1])  # a NaN wins, as lax.max

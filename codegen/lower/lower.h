@@ -59,7 +59,14 @@ typedef int (*kl_gpu_kernel_fn)(kg_move *m);
 #define KL_GPU_MOVE_ATOMIC_MIN 1024  /* scatter-adds of more updates use atomics */
 
 /* Library kinds a step can run as on the GPU instead of its host routine. */
-typedef enum { KL_GPU_LIB_NONE, KL_GPU_LIB_GEMM /* cuBLAS (batched) gemm */ } kl_gpu_library;
+typedef enum {
+  KL_GPU_LIB_NONE,
+  KL_GPU_LIB_GEMM, /* cuBLAS (batched) gemm */
+  KL_GPU_LIB_FFT   /* cuFFT (kl_lower_fft_layout) */
+} kl_gpu_library;
+/* An fft step as a library takes it: its lax.FftType, precision and the number of transforms
+ * (the transformed axes are c->p.fft.fft_lengths). 0, or -1 when the step is not packed. */
+int kl_lower_fft_layout(const kl_libcall *c, int *type, int *dbl, int64_t *howmany);
 
 typedef struct {
   kl_prim prim;

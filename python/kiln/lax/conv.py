@@ -300,8 +300,24 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
     if any(o < 0 for o in out):
         raise ValueError(f"reduce_window: the window {win} does not fit the padded operand {x.shape}")
     acc = lax.broadcast_in_dim(init, tuple(builtins.max(o, 0) for o in out), ())
+    combine = _chooser(lax, computation) or computation
     for k in np.ndindex(*win):
         start = [k[i] * wdil[i] for i in range(n)]
         limit = [start[i] + builtins.max(out[i] - 1, 0) * strides[i] + (1 if out[i] > 0 else 0) for i in range(n)]
-        acc = computation(acc, lax.slice(x, start, limit, strides))
+        acc = combine(acc, lax.slice(x, start, limit, strides))
     return acc
+
+
+def _chooser(lax, computation):
+    """max/min as a choice of one operand: the window's first extremum keeps the whole gradient (JAX's
+    max pooling gradient) where lax.max would split it between ties; a NaN wins, as in lax.max."""
+    if computation not in (lax.max, lax.min):
+        return None
+    better = lax.gt if computation is lax.max else lax.lt
+
+    def choose(acc, v):
+        if v.dtype.kind not in "fc":
+            return computation(acc, v)
+        take = lax.or_(better(v, acc), lax.and_(lax.ne(v, v), lax.eq(acc, acc)))
+        return lax.select(take, v, acc)
+    return choose
