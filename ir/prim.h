@@ -170,13 +170,13 @@ typedef enum {
   X(DYNAMIC_UPDATE_SLICE, "dynamic_update_slice", INDEX, NONE, ANY, update)        \
   X(TAKE, "take", INDEX, NONE, ANY, take)                                          \
   X(SCATTER, "scatter", INDEX, NONE, ANY, scatter)                                 \
-  X(CHOLESKY, "cholesky", LINALG, NONE, FLOAT, none)                               \
-  X(QR, "qr", LINALG, NONE, FLOAT, qr)                                             \
-  X(SVD, "svd", LINALG, NONE, FLOAT, svd)                                          \
-  X(EIGH, "eigh", LINALG, NONE, FLOAT, eigh)                                       \
-  X(LU, "lu", LINALG, NONE, FLOAT, none)                                           \
-  X(EIG, "eig", LINALG, NONE, FLOAT, eig)                                          \
-  X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, FLOAT, triangular_solve)   \
+  X(CHOLESKY, "cholesky", LINALG, NONE, INEXACT, linalg)                           \
+  X(QR, "qr", LINALG, NONE, INEXACT, qr)                                           \
+  X(SVD, "svd", LINALG, NONE, INEXACT, svd)                                        \
+  X(EIGH, "eigh", LINALG, NONE, INEXACT, eigh)                                     \
+  X(LU, "lu", LINALG, NONE, INEXACT, linalg)                                       \
+  X(EIG, "eig", LINALG, NONE, INEXACT, eig)                                        \
+  X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, INEXACT, triangular_solve) \
   X(FFT, "fft", FFT, NONE, INEXACT, fft)                                            \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
@@ -306,15 +306,22 @@ typedef struct {
       int loc;      /* as update.loc */
     } scatter;
     /* ---- linalg (ir/prims/linalg.c) ---- */
+    /* linalg: `packed` is set by the complex pass: complex operands and results are real [..., 2] */
+    struct {
+      int packed;
+    } linalg; /* cholesky, lu */
     struct {
       int full_matrices; /* q is m x m (else m x k) */
+      int packed;
     } qr;
     struct {
       int full_matrices; /* u, vt square (else thin) */
       int compute_uv;    /* results (u, s, vt); else s alone */
+      int packed;
     } svd;
     struct {
       int lower; /* read the lower triangle */
+      int packed;
     } eigh;
     struct {
       int vectors; /* results (w, v): right eigenvectors too; else w alone */
@@ -323,6 +330,7 @@ typedef struct {
     struct {
       int left_side; /* solve a x = b (else x a = b) */
       int flags;     /* KL_TRSV_* bits */
+      int packed;
     } triangular_solve;
     /* ---- fft (ir/prims/fft.c) ---- */
     struct {

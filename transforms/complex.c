@@ -545,6 +545,14 @@ static int with_bodies(split_ctx *s, const kl_eqn *e, int *ys) {
   return rc;
 }
 
+/* A library primitive's `packed` param (complex data interleaved as real [..., 2]: bit 0 the
+ * operands, bit 1 the results), or NULL when it has none. */
+static int *packed_field(kl_prim prim, kl_params *p) {
+  for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++)
+    if (!strcmp(f->name, "packed")) return kl_param_ptr(p, f);
+  return NULL;
+}
+
 static int has_complex(const kl_program *pg) {
   for (int v = 0; v < pg->nvals; v++)
     if (is_cx(&pg->vals[v].aval)) return 1;
@@ -571,12 +579,16 @@ static int rewrite(split_ctx *s, const kl_eqn *e) {
     for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j];
     return 0;
   }
-  if (e->prim == KL_P_FFT || e->prim == KL_P_EIG) { /* library calls on interleaved data: packed in and out */
+  int *packed = packed_field(e->prim, &(kl_params){0});
+  if (packed) { /* library calls on interleaved data (fft, linalg): packed in and out */
     kl_params p = e->p;
-    if (e->prim == KL_P_FFT) p.fft.packed = 1;
-    else p.eig.packed = 1;
-    int x = is_cx(&src->vals[e->ins[0]].aval) ? packed_of(s, e->ins[0]) : s->map[e->ins[0]];
-    if (kl_build_emit(b, e->prim, &x, 1, &p, ys) < 0) return -1;
+    int flag = 0, ins[8];
+    for (int j = 0; j < e->nin; j++) flag |= is_cx(&src->vals[e->ins[j]].aval);
+    for (int j = 0; j < e->nout; j++) flag |= is_cx(&src->vals[e->outs[j]].aval) << 1;
+    *packed_field(e->prim, &p) = flag;
+    if (e->nin > 8) return unsupported(s, e, "too many operands");
+    for (int j = 0; j < e->nin; j++) ins[j] = is_cx(&src->vals[e->ins[j]].aval) ? packed_of(s, e->ins[j]) : s->map[e->ins[j]];
+    if (kl_build_emit(b, e->prim, ins, e->nin, &p, ys) < 0) return -1;
     for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j];
     return 0;
   }

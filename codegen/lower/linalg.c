@@ -13,8 +13,32 @@ static int64_t batch_of(const kl_aval *a, int core) {
   return b;
 }
 
+/* An operand as the routine takes it: packed complex ([..., 2] real, bit 0 of `packed`) unpacked. */
+static kl_aval logical(const kl_libcall *c, int i, int packed) {
+  kl_aval a = c->avals[i];
+  if (packed & 1) {
+    a.ndim--;
+    a.dtype = kl_dtype_complex_of(a.dtype);
+  }
+  return a;
+}
+
+static int packed_flag(const kl_libcall *c) {
+  switch (c->prim) {
+  case KL_P_CHOLESKY: case KL_P_LU: return c->p.linalg.packed;
+  case KL_P_QR: return c->p.qr.packed;
+  case KL_P_SVD: return c->p.svd.packed;
+  case KL_P_EIGH: return c->p.eigh.packed;
+  case KL_P_EIG: return c->p.eig.packed;
+  case KL_P_TRIANGULAR_SOLVE: return c->p.triangular_solve.packed;
+  default: return 0;
+  }
+}
+
 static int run_linalg(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
-  const kl_aval *a = &c->avals[0];
+  int packed = packed_flag(c);
+  kl_aval av = logical(c, 0, packed), bv = c->nin > 1 ? logical(c, 1, packed) : av;
+  const kl_aval *a = &av;
   kl_dtype t = a->dtype;
   int r = a->ndim;
   int64_t batch = batch_of(a, 2), m = a->dims[r - 2], n = a->dims[r - 1];
@@ -31,7 +55,7 @@ static int run_linalg(const kl_libcall *c, void *const *ptrs, char *err, size_t 
     if (!c->p.svd.compute_uv) return kl_hostla_svd(t, batch, m, n, ptrs[0], NULL, out[0], NULL, 0, 0, err, errlen);
     return kl_hostla_svd(t, batch, m, n, ptrs[0], out[0], out[1], out[2], c->p.svd.full_matrices, 1, err, errlen);
   case KL_P_TRIANGULAR_SOLVE: {
-    const kl_aval *b = &c->avals[1];
+    const kl_aval *b = &bv;
     int64_t bm = b->dims[b->ndim - 2], bn = b->dims[b->ndim - 1], s = c->p.triangular_solve.left_side ? bm : bn;
     return kl_hostla_triangular_solve(t, batch_of(b, 2), bm, bn, ptrs[0], s * s, ptrs[1], out[0], c->p.triangular_solve.left_side,
                                       (c->p.triangular_solve.flags & KL_TRSV_LOWER) != 0, (c->p.triangular_solve.flags & KL_TRSV_TRANSPOSE_A) != 0,

@@ -2,13 +2,21 @@
  * triangular_solve on (batches of) float32/float64 matrices. Depends only on ir/. */
 #include "prims.h"
 
-const kl_param_field kl_fields_qr[] = {KL_FIELD(qr, full_matrices, INT32), {NULL, 0, 0}};
+#include <string.h>
+
+/* `packed` (set by the complex pass): complex results are real arrays with a trailing axis of 2,
+ * and so are the operands when bit 0 is set (KL_PACKED_*); the rules below see them unpacked. */
+const kl_param_field kl_fields_linalg[] = {KL_FIELD(linalg, packed, INT32), {NULL, 0, 0}};
+const kl_param_field kl_fields_qr[] = {KL_FIELD(qr, full_matrices, INT32), KL_FIELD(qr, packed, INT32), {NULL, 0, 0}};
 const kl_param_field kl_fields_svd[] = {KL_FIELD(svd, full_matrices, INT32), KL_FIELD(svd, compute_uv, INT32),
-                                        {NULL, 0, 0}};
-const kl_param_field kl_fields_eigh[] = {KL_FIELD(eigh, lower, INT32), {NULL, 0, 0}};
+                                        KL_FIELD(svd, packed, INT32), {NULL, 0, 0}};
+const kl_param_field kl_fields_eigh[] = {KL_FIELD(eigh, lower, INT32), KL_FIELD(eigh, packed, INT32), {NULL, 0, 0}};
 const kl_param_field kl_fields_eig[] = {KL_FIELD(eig, vectors, INT32), KL_FIELD(eig, packed, INT32), {NULL, 0, 0}};
 const kl_param_field kl_fields_triangular_solve[] = {KL_FIELD(triangular_solve, left_side, INT32),
-                                                     KL_FIELD(triangular_solve, flags, INT32), {NULL, 0, 0}};
+                                                     KL_FIELD(triangular_solve, flags, INT32),
+                                                     KL_FIELD(triangular_solve, packed, INT32), {NULL, 0, 0}};
+
+static int is_linalg_dtype(kl_dtype t) { return t == KL_F32 || t == KL_F64 || t == KL_C64 || t == KL_C128; }
 
 static int need_matrix(kl_rule_err *e, const char *op, const kl_aval *x, int square) {
   char b1[160];
@@ -25,8 +33,9 @@ static int rule_triangular_solve(kl_rule_err *e, const kl_aval *ins, int nin, co
   char b1[160], b2[160];
   if (nin != 2) return kl_rule_fail(e, KL_ERR_VALUE, "triangular_solve: expects a and b");
   if (need_matrix(e, "triangular_solve", a, 1) || need_matrix(e, "triangular_solve", b, 0)) return -1;
-  if (a->dtype != b->dtype || (a->dtype != KL_F32 && a->dtype != KL_F64))
-    return kl_rule_fail(e, KL_ERR_TYPE, "triangular_solve: a and b must share dtype float32 or float64, got %s and %s",
+  if (a->dtype != b->dtype || !is_linalg_dtype(a->dtype))
+    return kl_rule_fail(e, KL_ERR_TYPE, "triangular_solve: a and b must share a dtype float32, float64, complex64 or "
+                        "complex128, got %s and %s",
                         kl_dtype_name(a->dtype), kl_dtype_name(b->dtype));
   int left = p->triangular_solve.left_side;
   int64_t k = a->dims[a->ndim - 1], want = left ? b->dims[b->ndim - 2] : b->dims[b->ndim - 1];
@@ -39,33 +48,32 @@ static int rule_triangular_solve(kl_rule_err *e, const kl_aval *ins, int nin, co
   return 0;
 }
 
-int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
-                    int *nout) {
+static int infer(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
+                 int *nout) {
   const char *name = kl_prim_get(prim)->name;
   const kl_aval *x = &ins[0];
   if (prim == KL_P_TRIANGULAR_SOLVE) return rule_triangular_solve(e, ins, nin, p, outs);
   if (kl_rule_check_accepts(e, prim, x)) return -1;
-  if (x->dtype != KL_F32 && x->dtype != KL_F64)
-    return kl_rule_fail(e, KL_ERR_TYPE, "%s: supports float32 and float64, got %s", name, kl_dtype_name(x->dtype));
+  if (!is_linalg_dtype(x->dtype))
+    return kl_rule_fail(e, KL_ERR_TYPE, "%s: supports float32, float64, complex64 and complex128, got %s", name,
+                        kl_dtype_name(x->dtype));
   if (need_matrix(e, name, x, prim == KL_P_CHOLESKY || prim == KL_P_EIGH || prim == KL_P_EIG)) return -1;
   int r = x->ndim;
   int64_t m = x->dims[r - 2], n = x->dims[r - 1], k = m < n ? m : n;
   for (int i = 0; i < KL_FEW_OUTS; i++) outs[i] = *x;
   switch (prim) {
-  case KL_P_EIGH: /* (v, w) */
+  case KL_P_EIGH: /* (v, w): w real */
     *nout = 2;
     outs[1].ndim = (int8_t)(r - 1);
+    outs[1].dtype = kl_dtype_real_part(x->dtype);
     return 0;
-  case KL_P_EIG: /* (w) or (w, v), complex (packed: real with a trailing 2) */
+  case KL_P_EIG: /* (w) or (w, v), complex */
     *nout = p->eig.vectors ? 2 : 1;
     for (int i = 0; i < *nout; i++) {
-      outs[i].dtype = p->eig.packed ? x->dtype : kl_dtype_complex_of(x->dtype);
+      outs[i].dtype = kl_dtype_complex_of(x->dtype);
       outs[i].weak = 0;
     }
     outs[0].ndim = (int8_t)(r - 1);
-    if (p->eig.packed)
-      for (int i = 0; i < *nout; i++) outs[i].dims[outs[i].ndim++] = 2;
-    if (outs[1].ndim > KL_MAX_RANK) return kl_rule_fail(e, KL_ERR_VALUE, "eig: rank exceeds %d", KL_MAX_RANK);
     return 0;
   case KL_P_LU: /* (lu, pivots, permutation) */
     *nout = 3;
@@ -84,6 +92,7 @@ int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, c
     kl_aval s = *x;
     s.ndim = (int8_t)(r - 1);
     s.dims[r - 2] = k;
+    s.dtype = kl_dtype_real_part(x->dtype); /* singular values are real */
     if (!p->svd.compute_uv) {
       outs[0] = s;
       return 0;
@@ -96,4 +105,38 @@ int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, c
   }
   default: return 0; /* cholesky: one result shaped like its operand */
   }
+}
+
+/* The packed field of p, or NULL (a field named "packed" in the row's list). */
+static int packed_of(kl_prim prim, const kl_params *p) {
+  for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++)
+    if (!strcmp(f->name, "packed")) return *(const int *)kl_param_cptr(p, f);
+  return 0;
+}
+
+int kl_infer_linalg(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
+                    int *nout) {
+  int pk = packed_of(prim, p);
+  if (!pk) return infer(e, prim, ins, nin, p, outs, nout);
+  /* packed: complex results are real [..., 2], and so are the operands when bit 0 is set (eig of a
+   * real matrix has complex results only) */
+  kl_aval un[4];
+  char b1[160];
+  for (int i = 0; i < nin && i < 4; i++) {
+    un[i] = ins[i];
+    if (!(pk & 1)) continue;
+    if (un[i].ndim < 1 || un[i].dims[un[i].ndim - 1] != 2 || !kl_dtype_is_float(un[i].dtype))
+      return kl_rule_fail(e, KL_ERR_VALUE, "%s: a packed complex operand is real [..., 2], got %s",
+                          kl_prim_get(prim)->name, kl_rule_shape_str(&ins[i], b1, sizeof b1));
+    un[i].ndim--;
+    un[i].dtype = kl_dtype_complex_of(un[i].dtype);
+  }
+  if (infer(e, prim, un, nin, p, outs, nout)) return -1;
+  for (int i = 0; i < *nout; i++) {
+    if (!kl_dtype_is_complex(outs[i].dtype)) continue;
+    if (outs[i].ndim >= KL_MAX_RANK) return kl_rule_fail(e, KL_ERR_VALUE, "%s: rank exceeds %d", kl_prim_get(prim)->name, KL_MAX_RANK);
+    outs[i].dtype = kl_dtype_real_part(outs[i].dtype);
+    outs[i].dims[outs[i].ndim++] = 2;
+  }
+  return 0;
 }

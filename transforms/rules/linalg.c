@@ -164,8 +164,16 @@ static int svd_tangents(kl_build *a, const kl_eqn *e, int x, int t, const int *y
   return 0;
 }
 
+/* The factorizations' rules are written for real matrices (transposes where complex ones need
+ * conjugate transposes): complex operands are refused until they are derived. */
+static int complex_refused(kl_build *a, const kl_eqn *e, int x) {
+  if (!kl_dtype_is_complex(kl_build_aval(a, x)->dtype)) return 0;
+  return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of %s of complex matrices is not supported yet by kiln",
+                       kl_prim_get(e->prim)->name);
+}
+
 static int cholesky_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
-  (void)e, (void)xs;
+  if (complex_refused(a, e, xs[0])) return -1;
   touts[0] = cholesky_tangent(a, ts[0], ys[0]);
   return 0;
 }
@@ -176,21 +184,23 @@ static int triangular_solve_jvp(kl_build *a, const kl_eqn *e, const int *xs, con
 }
 
 static int lu_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
-  (void)e;
+  if (complex_refused(a, e, xs[0])) return -1;
   touts[0] = lu_tangent(a, xs[0], ts[0], ys[0], ys[2]);
   return 0;
 }
 
 static int qr_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  if (complex_refused(a, e, xs[0])) return -1;
   return qr_tangents(a, e, xs[0], ts[0], ys[0], ys[1], touts);
 }
 
 static int eigh_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
-  (void)xs;
+  if (complex_refused(a, e, xs[0])) return -1;
   return eigh_tangents(a, e, ts[0], ys[0], ys[1], touts);
 }
 
 static int svd_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  if (complex_refused(a, e, xs[0])) return -1;
   return svd_tangents(a, e, xs[0], ts[0], ys, touts);
 }
 
