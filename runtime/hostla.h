@@ -25,7 +25,10 @@
  *     NumPy's bundled scipy-openblas there).
  * Symbol names tried per library: plain Fortran (sgemm_), OpenBLAS 64-bit
  * suffix (sgemm_64_), scipy-openblas (scipy_sgemm_64_, scipy_sgemm_); the
- * LAPACK integer width (32 or 64 bits) is probed by a call, not guessed. */
+ * LAPACK integer width (32 or 64 bits) is probed by a call, not guessed.
+ * The complex routines (c*, z*) are looked up under the same scheme; a library
+ * without them still serves every real call, and complex calls fail with a
+ * message naming the missing routine. */
 #ifndef KL_HOSTLA_H
 #define KL_HOSTLA_H
 #include <stddef.h>
@@ -48,7 +51,8 @@ const char *kl_hostla_library(void);
 /* Integer width of the loaded BLAS/LAPACK ABI: 32, 64, or 0 when none. */
 int kl_hostla_index_bits(void);
 
-/* 1 if the loaded library also provides the LAPACK routines used here. */
+/* 1 if the loaded library also provides the real (s, d) LAPACK routines used
+ * here; the complex ones (c, z) are checked per call. */
 int kl_hostla_lapack_available(void);
 
 /* C[b] = op(A[b]) @ op(B[b]) for b < batch; op(X) = X^T when trans* != 0.
@@ -63,11 +67,17 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
                    const void *b, int64_t b_bstride, int transb, void *c,
                    char *err, size_t errlen);
 
-/* The LAPACK routines below accept KL_F32 and KL_F64 only. */
+/* The LAPACK routines below accept KL_F32, KL_F64, KL_C64 and KL_C128 (numpy's
+ * layout: interleaved real, imaginary pairs). Every array argument and output
+ * has the element type t, except eigh's w and svd's s, which are real: of
+ * kl_dtype_real_part(t) (float32 for complex64, float64 for complex128), and
+ * lu's int32 pivots/perm. For complex t, "transpose" below is the plain
+ * transpose and ^H the conjugate transpose. */
 
-/* a: (batch, n, n) symmetric positive definite; only its lower triangle is
- * read. l: (batch, n, n) lower Cholesky factor (l @ l^T = a), upper triangle
- * zeroed; all NaN for an entry that is not positive definite. */
+/* a: (batch, n, n) symmetric (Hermitian) positive definite; only its lower
+ * triangle is read (for complex t, and the imaginary parts of its diagonal are
+ * taken as zero). l: (batch, n, n) lower Cholesky factor (l @ l^H = a), upper
+ * triangle zeroed; all NaN for an entry that is not positive definite. */
 int kl_hostla_cholesky(kl_dtype t, int64_t batch, int64_t n, const void *a,
                        void *l, char *err, size_t errlen);
 
@@ -80,12 +90,12 @@ int kl_hostla_lu(kl_dtype t, int64_t batch, int64_t m, int64_t n,
                  const void *a, void *lu, int32_t *pivots, int32_t *perm,
                  char *err, size_t errlen);
 
-/* Triangular solve, as jax.lax.linalg.triangular_solve on real inputs.
- * a: (batch, s, s) with s = left_side ? m : n, entry b at element
+/* Triangular solve, as jax.lax.linalg.triangular_solve with conjugate_a
+ * false. a: (batch, s, s) with s = left_side ? m : n, entry b at element
  * b * a_bstride (0 broadcasts); only the triangle named by lower is read, and
  * not its diagonal when unit_diagonal. b, out: (batch, m, n).
  * left_side: op(a) @ out = b; else out @ op(a) = b; op = transpose if
- * transpose_a. */
+ * transpose_a (the plain transpose for complex t, never conjugated). */
 int kl_hostla_triangular_solve(kl_dtype t, int64_t batch, int64_t m,
                                int64_t n, const void *a, int64_t a_bstride,
                                const void *b, void *out, int left_side,
@@ -95,26 +105,34 @@ int kl_hostla_triangular_solve(kl_dtype t, int64_t batch, int64_t m,
 /* Householder QR. a: (batch, m, n); with k = min(m, n):
  * full_matrices: q (batch, m, m), r (batch, m, n);
  * otherwise      q (batch, m, k), r (batch, k, n).
- * q has orthonormal columns, r is upper triangular (zeros below), q @ r = a. */
+ * q has orthonormal columns (q^H q = I), r is upper triangular (zeros
+ * below), q @ r = a. */
 int kl_hostla_qr(kl_dtype t, int64_t batch, int64_t m, int64_t n,
                  const void *a, void *q, void *r, int full_matrices,
                  char *err, size_t errlen);
 
-/* Symmetric eigendecomposition (divide and conquer). a: (batch, n, n); only
- * its lower (lower != 0) or upper triangle is read. w: (batch, n) eigenvalues
- * ascending; v: (batch, n, n) with the eigenvectors as columns
- * (a @ v = v @ diag(w)). */
-/* Eigen-decomposition of general real n x n matrices (LAPACK geev): eigenvalues
- * w (n, interleaved complex of t's precision) and, when v is not NULL, right
- * eigenvectors as its columns (n x n row-major interleaved complex, each of unit
- * norm with its largest component real, as LAPACK gives them). */
+/* Eigendecomposition of general n x n matrices (LAPACK geev). a: (batch, n,
+ * n) of t; w: (batch, n) eigenvalues, complex of t's precision (complex64 for
+ * float32 and complex64, complex128 for float64 and complex128); v, when not
+ * NULL: (batch, n, n) of that complex type, the right eigenvectors as its
+ * columns (a @ v = v @ diag(w)), each of unit norm with its largest
+ * component real, as LAPACK gives them. */
 int kl_hostla_eig(kl_dtype t, int64_t batch, int64_t n, const void *a, void *w,
                   void *v, char *err, size_t errlen);
+
+/* Symmetric (Hermitian) eigendecomposition (divide and conquer, syevd /
+ * heevd). a: (batch, n, n); only its lower (lower != 0) or upper triangle is
+ * read (for complex t, and the imaginary parts of its diagonal are taken as
+ * zero). w: (batch, n) eigenvalues ascending, REAL: of kl_dtype_real_part(t);
+ * v: (batch, n, n) of t with the eigenvectors as columns (a @ v = v @ diag(w),
+ * v^H v = I). */
 int kl_hostla_eigh(kl_dtype t, int64_t batch, int64_t n, const void *a,
                    void *v, void *w, int lower, char *err, size_t errlen);
 
-/* Singular value decomposition, a = u @ diag(s) @ vt, s descending.
- * a: (batch, m, n), k = min(m, n), s: (batch, k).
+/* Singular value decomposition, a = u @ diag(s) @ vt, s descending, as
+ * numpy.linalg.svd: vt is v^H (the conjugate transpose for complex t).
+ * a: (batch, m, n), k = min(m, n), s: (batch, k), REAL: of
+ * kl_dtype_real_part(t); u and vt of t.
  * compute_uv and full_matrices: u (batch, m, m), vt (batch, n, n);
  * compute_uv only:              u (batch, m, k), vt (batch, k, n);
  * no compute_uv: u and vt are not touched (may be NULL).

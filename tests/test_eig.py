@@ -39,11 +39,19 @@ def test_eigvals_jit_vmap_and_special_matrices():
     np.testing.assert_allclose(v[:, 0], np.conj(v[:, 1]), atol=1e-6)
 
 
+def test_eig_of_complex_matrices():
+    a = (rng.standard_normal((2, 5, 5)) + 1j * rng.standard_normal((2, 5, 5))).astype(np.complex64)
+    w, v = (np.asarray(t).astype(np.complex128) for t in jnp.linalg.eig(a))
+    np.testing.assert_allclose(a.astype(np.complex128) @ v, v * w[:, None, :], atol=1e-4)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1, rtol=1e-5)
+    wn = np.linalg.eigvals(a.astype(np.complex128))
+    for i in range(2):
+        np.testing.assert_allclose(np.sort_complex(w[i]), np.sort_complex(wn[i]), rtol=1e-4, atol=1e-4)
+
+
 def test_eig_errors():
     with pytest.raises(ValueError, match="square"):
         jnp.linalg.eig(np.ones((2, 3), np.float32))
-    with pytest.raises(NotImplementedError, match="complex"):
-        jnp.linalg.eig(np.eye(2, dtype=np.complex64))
     with pytest.raises(NotImplementedError, match="eig"):
         kiln.grad(lambda a: jnp.sum(jnp.real(jnp.linalg.eigvals(a))))(np.eye(3, dtype=np.float32))
     np.testing.assert_allclose(np.asarray(jnp.linalg.eigvals(np.eye(2, dtype=np.float32))), [1, 1])

@@ -1,14 +1,16 @@
 /* test_hostla.c: checks runtime/hostla against references computed here in
  * double (or exact integer) arithmetic: gemm in every dtype against a naive
- * triple loop, each LAPACK routine by reconstruction. Runs itself a second
- * time with KILN_BLAS_LIB=none to cover the built-in C kernels.
- * and with KILN_SVD_DRIVER=gesvd to cover the SVD fallback driver.
+ * triple loop, each LAPACK routine by reconstruction, in float32, float64,
+ * complex64 and complex128. Runs itself a second time with KILN_BLAS_LIB=none
+ * to cover the built-in C kernels, and a third with KILN_SVD_DRIVER=gesvd to
+ * cover the SVD fallback driver.
  * Usage: test_hostla [--no-blas | --gesvd]   (exit status 0 on success)
  * Env: KILN_HOSTLA_NO_CHILD=1 skips the re-runs, KILN_HOSTLA_NO_BENCH=1 the
  * sgemm timing. */
 #define _POSIX_C_SOURCE 200809L
 #include "../../runtime/hostla.h"
 
+#include <complex.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +268,17 @@ static void bench_sgemm(int64_t n, int reps) {
 
 /* --------------------------------------------------------------- LAPACK */
 
+/* The LAPACK tests run at four precisions p, in the library's order: 0 f32,
+ * 1 f64, 2 c64, 3 c128 (bit 0: double, bit 1: complex). References are
+ * computed in double complex; real inputs have zero imaginary parts, so the
+ * same identities (with ^H) check both kinds. */
+typedef double _Complex cplx;
+static const kl_dtype ptype[4] = {KL_F32, KL_F64, KL_C64, KL_C128};
+static const char *const pname[4] = {"f32", "f64", "c64", "c128"};
+
+static size_t psize(int p) { return (size_t)(p & 1 ? 8 : 4) << (p >> 1); }
+static size_t rsize(int p) { return p & 1 ? 8 : 4; }
+
 static double rget(int d, const void *p, int64_t i) {
   return d ? ((const double *)p)[i] : ((const float *)p)[i];
 }
@@ -273,141 +286,183 @@ static void rset(int d, void *p, int64_t i, double v) {
   if (d) ((double *)p)[i] = v;
   else ((float *)p)[i] = (float)v;
 }
+/* Element i of an array of precision p. */
+static cplx eget(int p, const void *x, int64_t i) {
+  if (p < 2) return rget(p & 1, x, i);
+  return CMPLX(rget(p & 1, x, 2 * i), rget(p & 1, x, 2 * i + 1));
+}
+static void eset(int p, void *x, int64_t i, cplx v) {
+  if (p < 2) {
+    rset(p & 1, x, i, creal(v));
+    return;
+  }
+  rset(p & 1, x, 2 * i, creal(v));
+  rset(p & 1, x, 2 * i + 1, cimag(v));
+}
+/* Stores v and returns what was stored (v rounded to p): the reference. */
+static cplx estore(int p, void *x, int64_t i, cplx v) {
+  eset(p, x, i, v);
+  return eget(p, x, i);
+}
+/* Uniform in [-1, 1), in both parts for complex p. */
+static cplx erandom(int p) {
+  double re = uniform();
+  return p < 2 ? re : CMPLX(re, uniform());
+}
+/* What must not be read: NaN in every part. */
+static const cplx poison = CMPLX(NAN, NAN);
+
 /* max that keeps NaN (fmax would drop it and hide a NaN result). */
 static double amax(double e, double x) {
   return isnan(x) || isnan(e) ? INFINITY : x > e ? x : e;
 }
-/* Relative tolerance for residuals of O(dim) operations on O(1) data. */
-static double tol_for(int d, int64_t dim) {
-  return 64.0 * (d ? 0x1p-52 : 0x1p-23) * (double)(dim > 1 ? dim : 1);
+/* Relative tolerance for residuals of O(dim) operations on O(1) data; a
+ * complex product is four real ones. */
+static double tol_for(int p, int64_t dim) {
+  return 64.0 * (p & 1 ? 0x1p-52 : 0x1p-23) * (double)(dim > 1 ? dim : 1) *
+         (p >> 1 ? 2 : 1);
 }
 
-/* max |Q^T Q - I| over a rows x cols row-major Q (column orthonormality). */
-static double orth_err_cols(int d, const void *q, int64_t rows, int64_t cols) {
+/* max |Q^H Q - I| over a rows x cols row-major Q (column orthonormality). */
+static double orth_err_cols(int p, const void *q, int64_t rows, int64_t cols) {
   double e = 0;
   for (int64_t i = 0; i < cols; i++)
     for (int64_t j = 0; j < cols; j++) {
-      double s = 0;
-      for (int64_t p = 0; p < rows; p++)
-        s += rget(d, q, p * cols + i) * rget(d, q, p * cols + j);
-      e = amax(e, fabs(s - (i == j)));
+      cplx s = 0;
+      for (int64_t r = 0; r < rows; r++)
+        s += conj(eget(p, q, r * cols + i)) * eget(p, q, r * cols + j);
+      e = amax(e, cabs(s - (i == j)));
     }
   return e;
 }
-/* max |V V^T - I| (row orthonormality). */
-static double orth_err_rows(int d, const void *v, int64_t rows, int64_t cols) {
+/* max |V V^H - I| (row orthonormality). */
+static double orth_err_rows(int p, const void *v, int64_t rows, int64_t cols) {
   double e = 0;
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < rows; j++) {
-      double s = 0;
-      for (int64_t p = 0; p < cols; p++)
-        s += rget(d, v, i * cols + p) * rget(d, v, j * cols + p);
-      e = amax(e, fabs(s - (i == j)));
+      cplx s = 0;
+      for (int64_t c = 0; c < cols; c++)
+        s += eget(p, v, i * cols + c) * conj(eget(p, v, j * cols + c));
+      e = amax(e, cabs(s - (i == j)));
     }
   return e;
 }
 
-static void test_cholesky(int d) {
-  kl_dtype t = d ? KL_F64 : KL_F32;
-  size_t es = d ? 8 : 4;
+/* Imaginary part given to a complex diagonal that the routine must treat as
+ * zero (Hermitian input: LAPACK reads only the real part). */
+static double junk_imag(int p) { return p >> 1 ? 0.25 : 0.0; }
+
+static void test_cholesky(int p) {
+  kl_dtype t = ptype[p];
+  size_t es = psize(p);
   static const int64_t ns[] = {1, 4, 33};
   for (size_t ni = 0; ni < 3; ni++) {
     int64_t n = ns[ni], batch = 3, nn = n * n;
-    double *sym = xmalloc((size_t)(batch * nn) * 8);
+    cplx *her = xmalloc((size_t)(batch * nn) * sizeof(cplx));
     void *a = xmalloc((size_t)(batch * nn) * es), *l = xmalloc((size_t)(batch * nn) * es);
-    double *mm = xmalloc((size_t)nn * 8);
+    cplx *mm = xmalloc((size_t)nn * sizeof(cplx));
     for (int64_t bb = 0; bb < batch; bb++) {
-      for (int64_t i = 0; i < nn; i++) mm[i] = uniform();
+      for (int64_t i = 0; i < nn; i++) mm[i] = erandom(p);
       for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n; j++) {
-          double s = i == j ? (double)n : 0;
-          for (int64_t p = 0; p < n; p++) s += mm[i * n + p] * mm[j * n + p];
+        for (int64_t j = 0; j <= i; j++) { /* a = mm mm^H + n I */
+          cplx s = i == j ? (double)n : 0;
+          for (int64_t q = 0; q < n; q++) s += mm[i * n + q] * conj(mm[j * n + q]);
+          if (i == j) s = creal(s);
           if (bb == 1) s = i == j ? -1.0 : 0.0; /* not positive definite */
-          sym[bb * nn + i * n + j] = s;
           /* only the lower triangle may be read: poison the upper one */
-          rset(d, a, bb * nn + i * n + j, j > i ? NAN : s);
+          cplx x = estore(p, a, bb * nn + i * n + j, s);
+          her[bb * nn + i * n + j] = x;
+          her[bb * nn + j * n + i] = conj(x);
+          if (i != j) eset(p, a, bb * nn + j * n + i, poison);
+          else eset(p, a, bb * nn + i * n + i, CMPLX(creal(x), junk_imag(p)));
         }
     }
     char err[256] = "";
     int rc = kl_hostla_cholesky(t, batch, n, a, l, err, sizeof err);
-    CHECK(rc == 0, "cholesky n=%lld: %s", (long long)n, err);
+    CHECK(rc == 0, "cholesky %s n=%lld: %s", pname[p], (long long)n, err);
     for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
       const char *lb = (const char *)l + (size_t)(bb * nn) * es;
       if (bb == 1) {
         int all_nan = 1;
-        for (int64_t i = 0; i < nn; i++) all_nan &= isnan(rget(d, lb, i));
-        CHECK(all_nan, "cholesky of a non-PD matrix must be all NaN (n=%lld)",
-              (long long)n);
+        for (int64_t i = 0; i < nn; i++) all_nan &= isnan(creal(eget(p, lb, i)));
+        CHECK(all_nan, "cholesky %s of a non-PD matrix must be all NaN (n=%lld)",
+              pname[p], (long long)n);
         continue;
       }
       double e = 0, scale = 0;
       for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < n; j++) {
-          if (j > i) CHECK(rget(d, lb, i * n + j) == 0, "cholesky: upper not zero");
-          double s = 0;
-          for (int64_t p = 0; p < n; p++)
-            s += rget(d, lb, i * n + p) * rget(d, lb, j * n + p);
-          e = amax(e, fabs(s - sym[bb * nn + i * n + j]));
-          scale = amax(scale, fabs(sym[bb * nn + i * n + j]));
+          if (j > i) CHECK(eget(p, lb, i * n + j) == 0, "cholesky: upper not zero");
+          cplx s = 0;
+          for (int64_t q = 0; q < n; q++)
+            s += eget(p, lb, i * n + q) * conj(eget(p, lb, j * n + q));
+          e = amax(e, cabs(s - her[bb * nn + i * n + j]));
+          scale = amax(scale, cabs(her[bb * nn + i * n + j]));
         }
-      CHECK(e <= tol_for(d, n) * scale, "cholesky n=%lld b=%lld: |LL^T-A|=%g",
-            (long long)n, (long long)bb, e);
+      CHECK(e <= tol_for(p, n) * scale, "cholesky %s n=%lld b=%lld: |LL^H-A|=%g",
+            pname[p], (long long)n, (long long)bb, e);
     }
-    free(sym); free(a); free(l); free(mm);
+    free(her); free(a); free(l); free(mm);
   }
 }
 
-static void test_lu(int d) {
-  kl_dtype t = d ? KL_F64 : KL_F32;
-  size_t es = d ? 8 : 4;
+static void test_lu(int p) {
+  kl_dtype t = ptype[p];
+  size_t es = psize(p);
   static const int64_t shapes[][2] = {{1, 1}, {5, 5}, {7, 3}, {3, 7},
                                       {1, 6}, {6, 1}, {40, 40}};
+  /* partial pivoting picks the largest |re| + |im| (i?amax), so |L| is at most
+   * 1 for real and sqrt(2) for complex entries */
+  double lbound = p >> 1 ? sqrt(2.0) * (1 + 1e-6) : 1.0;
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     int64_t m = shapes[si][0], n = shapes[si][1], k = m < n ? m : n, batch = 3;
     void *a = xmalloc((size_t)(batch * m * n) * es), *lu = xmalloc((size_t)(batch * m * n) * es);
     int32_t *piv = xmalloc((size_t)(batch * k) * 4), *perm = xmalloc((size_t)(batch * m) * 4);
-    for (int64_t i = 0; i < batch * m * n; i++) rset(d, a, i, uniform());
+    for (int64_t i = 0; i < batch * m * n; i++) eset(p, a, i, erandom(p));
     if (m > 1) /* entry 2 singular: row 1 equals row 0 */
       for (int64_t j = 0; j < n; j++)
-        rset(d, a, 2 * m * n + n + j, rget(d, a, 2 * m * n + j));
+        eset(p, a, 2 * m * n + n + j, eget(p, a, 2 * m * n + j));
     char err[256] = "";
     int rc = kl_hostla_lu(t, batch, m, n, a, lu, piv, perm, err, sizeof err);
-    CHECK(rc == 0, "lu %lldx%lld: %s", (long long)m, (long long)n, err);
+    CHECK(rc == 0, "lu %s %lldx%lld: %s", pname[p], (long long)m, (long long)n, err);
     for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
       const char *ab = (const char *)a + (size_t)(bb * m * n) * es;
       const char *lb = (const char *)lu + (size_t)(bb * m * n) * es;
       int32_t want[64];
       for (int64_t i = 0; i < m; i++) want[i] = (int32_t)i;
       for (int64_t i = 0; i < k; i++) {
-        int32_t p = piv[bb * k + i];
-        CHECK(p >= i && p < m, "lu pivot %d out of range at %lld", p, (long long)i);
-        if (p < i || p >= m) break;
-        int32_t tmp = want[i]; want[i] = want[p]; want[p] = tmp;
+        int32_t pv = piv[bb * k + i];
+        CHECK(pv >= i && pv < m, "lu pivot %d out of range at %lld", pv, (long long)i);
+        if (pv < i || pv >= m) break;
+        int32_t tmp = want[i]; want[i] = want[pv]; want[pv] = tmp;
       }
       for (int64_t i = 0; i < m; i++)
         CHECK(perm[bb * m + i] == want[i], "lu perm disagrees with pivots");
       double e = 0, lmax = 0;
       for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-          double s = 0;
-          for (int64_t p = 0; p < k && p <= i && p <= j; p++) {
-            double lv = p == i ? 1.0 : rget(d, lb, i * n + p);
-            if (p < i) lmax = amax(lmax, fabs(lv));
-            s += lv * rget(d, lb, p * n + j);
+          cplx s = 0;
+          for (int64_t q = 0; q < k && q <= i && q <= j; q++) {
+            cplx lv = q == i ? 1.0 : eget(p, lb, i * n + q);
+            if (q < i) lmax = amax(lmax, cabs(lv));
+            s += lv * eget(p, lb, q * n + j);
           }
-          e = amax(e, fabs(s - rget(d, ab, perm[bb * m + i] * n + j)));
+          e = amax(e, cabs(s - eget(p, ab, perm[bb * m + i] * n + j)));
         }
-      CHECK(e <= tol_for(d, n), "lu %lldx%lld b=%lld: |A[perm]-LU|=%g",
+      CHECK(e <= tol_for(p, n), "lu %s %lldx%lld b=%lld: |A[perm]-LU|=%g", pname[p],
             (long long)m, (long long)n, (long long)bb, e);
-      CHECK(lmax <= 1.0, "lu: partial pivoting must keep |L| <= 1 (got %g)", lmax);
+      CHECK(lmax <= lbound, "lu %s: partial pivoting must keep |L| <= %g (got %g)", pname[p],
+            lbound, lmax);
     }
     free(a); free(lu); free(piv); free(perm);
   }
 }
 
-static void test_triangular_solve(int d) {
-  kl_dtype t = d ? KL_F64 : KL_F32;
-  size_t es = d ? 8 : 4;
+/* transpose_a is a plain transpose for complex a too (lax.linalg's
+ * conjugate_a=False): the reference applies no conjugation. */
+static void test_triangular_solve(int p) {
+  kl_dtype t = ptype[p];
+  size_t es = psize(p);
   static const int64_t shapes[][2] = {{4, 3}, {1, 5}, {6, 1}, {20, 20}};
   for (size_t si = 0; si < 4; si++)
     for (int flags = 0; flags < 32; flags++) {
@@ -417,49 +472,50 @@ static void test_triangular_solve(int d) {
       int64_t astride = bcast ? 0 : s * s;
       void *a = xmalloc((size_t)(batch * s * s) * es);
       void *b = xmalloc((size_t)(batch * m * n) * es), *x = xmalloc((size_t)(batch * m * n) * es);
-      double *eff = xmalloc((size_t)(batch * s * s) * 8); /* op(a) as used */
+      cplx *eff = xmalloc((size_t)(batch * s * s) * sizeof(cplx)); /* op(a) as used */
       for (int64_t bb = 0; bb < batch; bb++)
         for (int64_t i = 0; i < s; i++)
           for (int64_t j = 0; j < s; j++) {
             int in_tri = lower ? j <= i : j >= i;
-            double v = i == j ? 2 + fabs(uniform()) : uniform() / (double)s;
-            double used = !in_tri ? 0 : (i == j && unit) ? 1 : v;
+            cplx v = erandom(p);
+            v = i == j ? CMPLX(2 + fabs(creal(v)), cimag(v)) : v / (double)s;
             /* what must not be read is NaN */
-            rset(d, a, bb * s * s + i * s + j,
-                 (!in_tri || (i == j && unit)) ? NAN : v);
+            if (!in_tri || (i == j && unit)) eset(p, a, bb * s * s + i * s + j, poison);
+            else v = estore(p, a, bb * s * s + i * s + j, v);
+            cplx used = !in_tri ? 0 : (i == j && unit) ? 1 : v;
             eff[bb * s * s + (trans ? j * s + i : i * s + j)] = used;
           }
-      for (int64_t i = 0; i < batch * m * n; i++) rset(d, b, i, uniform());
+      for (int64_t i = 0; i < batch * m * n; i++) eset(p, b, i, erandom(p));
       char err[256] = "";
       int rc = kl_hostla_triangular_solve(t, batch, m, n, a, astride, b, x,
                                           left, lower, trans, unit, err, sizeof err);
-      CHECK(rc == 0, "triangular_solve: %s", err);
+      CHECK(rc == 0, "triangular_solve %s: %s", pname[p], err);
       for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
-        const double *ea = eff + (bcast ? 0 : bb * s * s);
+        const cplx *ea = eff + (bcast ? 0 : bb * s * s);
         const char *xb = (const char *)x + (size_t)(bb * m * n) * es;
         const char *bv = (const char *)b + (size_t)(bb * m * n) * es;
         double e = 0, xm = 0;
-        for (int64_t i = 0; i < m * n; i++) xm = amax(xm, fabs(rget(d, xb, i)));
+        for (int64_t i = 0; i < m * n; i++) xm = amax(xm, cabs(eget(p, xb, i)));
         for (int64_t i = 0; i < m; i++)
           for (int64_t j = 0; j < n; j++) {
-            double r = 0;
+            cplx r = 0;
             if (left)
-              for (int64_t p = 0; p < m; p++) r += ea[i * m + p] * rget(d, xb, p * n + j);
+              for (int64_t q = 0; q < m; q++) r += ea[i * m + q] * eget(p, xb, q * n + j);
             else
-              for (int64_t p = 0; p < n; p++) r += rget(d, xb, i * n + p) * ea[p * n + j];
-            e = amax(e, fabs(r - rget(d, bv, i * n + j)));
+              for (int64_t q = 0; q < n; q++) r += eget(p, xb, i * n + q) * ea[q * n + j];
+            e = amax(e, cabs(r - eget(p, bv, i * n + j)));
           }
-        CHECK(isfinite(xm) && e <= tol_for(d, s) * (3 * xm + 1), "triangular_solve m=%lld n=%lld "
-              "left=%d lower=%d trans=%d unit=%d bcast=%d: residual %g",
+        CHECK(isfinite(xm) && e <= tol_for(p, s) * (3 * xm + 1), "triangular_solve %s m=%lld "
+              "n=%lld left=%d lower=%d trans=%d unit=%d bcast=%d: residual %g", pname[p],
               (long long)m, (long long)n, left, lower, trans, unit, bcast, e);
       }
       free(a); free(b); free(x); free(eff);
     }
 }
 
-static void test_qr(int d) {
-  kl_dtype t = d ? KL_F64 : KL_F32;
-  size_t es = d ? 8 : 4;
+static void test_qr(int p) {
+  kl_dtype t = ptype[p];
+  size_t es = psize(p);
   static const int64_t shapes[][2] = {{1, 1}, {5, 3}, {3, 5}, {6, 6}, {1, 4},
                                       {4, 1}, {30, 20}, {0, 3}, {3, 0}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -468,10 +524,10 @@ static void test_qr(int d) {
       int64_t qc = full ? m : k, rr = full ? m : k;
       void *a = xmalloc((size_t)(batch * m * n) * es);
       void *q = xmalloc((size_t)(batch * m * qc) * es), *r = xmalloc((size_t)(batch * rr * n) * es);
-      for (int64_t i = 0; i < batch * m * n; i++) rset(d, a, i, uniform());
+      for (int64_t i = 0; i < batch * m * n; i++) eset(p, a, i, erandom(p));
       char err[256] = "";
       int rc = kl_hostla_qr(t, batch, m, n, a, q, r, full, err, sizeof err);
-      CHECK(rc == 0, "qr: %s", err);
+      CHECK(rc == 0, "qr %s: %s", pname[p], err);
       for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
         const char *ab = (const char *)a + (size_t)(bb * m * n) * es;
         const char *qb = (const char *)q + (size_t)(bb * m * qc) * es;
@@ -479,105 +535,165 @@ static void test_qr(int d) {
         double e = 0;
         for (int64_t i = 0; i < rr; i++)
           for (int64_t j = 0; j < i && j < n; j++)
-            CHECK(rget(d, rb, i * n + j) == 0, "qr: R not upper triangular");
+            CHECK(eget(p, rb, i * n + j) == 0, "qr %s: R not upper triangular", pname[p]);
         for (int64_t i = 0; i < m; i++)
           for (int64_t j = 0; j < n; j++) {
-            double s = 0;
-            for (int64_t p = 0; p < rr; p++) s += rget(d, qb, i * qc + p) * rget(d, rb, p * n + j);
-            e = amax(e, fabs(s - rget(d, ab, i * n + j)));
+            cplx s = 0;
+            for (int64_t c = 0; c < rr; c++) s += eget(p, qb, i * qc + c) * eget(p, rb, c * n + j);
+            e = amax(e, cabs(s - eget(p, ab, i * n + j)));
           }
-        double o = orth_err_cols(d, qb, m, qc);
-        CHECK(e <= tol_for(d, m + n) && o <= tol_for(d, m),
-              "qr %lldx%lld full=%d: |QR-A|=%g |Q^TQ-I|=%g", (long long)m,
+        double o = orth_err_cols(p, qb, m, qc);
+        CHECK(e <= tol_for(p, m + n) && o <= tol_for(p, m),
+              "qr %s %lldx%lld full=%d: |QR-A|=%g |Q^HQ-I|=%g", pname[p], (long long)m,
               (long long)n, full, e, o);
       }
       free(a); free(q); free(r);
     }
 }
 
-static void test_eigh(int d) {
-  kl_dtype t = d ? KL_F64 : KL_F32;
-  size_t es = d ? 8 : 4;
+static void test_eigh(int p) {
+  kl_dtype t = ptype[p];
+  size_t es = psize(p), rs = rsize(p);
   static const int64_t ns[] = {1, 2, 5, 30};
   for (size_t ni = 0; ni < 4; ni++)
     for (int lower = 0; lower < 2; lower++) {
       int64_t n = ns[ni], nn = n * n, batch = 3;
-      double *sym = xmalloc((size_t)(batch * nn) * 8);
+      cplx *her = xmalloc((size_t)(batch * nn) * sizeof(cplx));
       void *a = xmalloc((size_t)(batch * nn) * es), *v = xmalloc((size_t)(batch * nn) * es);
-      void *w = xmalloc((size_t)(batch * n) * es);
+      void *w = xmalloc((size_t)(batch * n) * rs); /* real eigenvalues */
       for (int64_t bb = 0; bb < batch; bb++)
         for (int64_t i = 0; i < n; i++)
           for (int64_t j = 0; j <= i; j++) {
-            double x = d ? uniform() : (double)(float)uniform();
-            sym[bb * nn + i * n + j] = sym[bb * nn + j * n + i] = x;
+            cplx x = erandom(p);
+            if (i == j) x = creal(x);
             /* the triangle not named by `lower` must not be read */
-            rset(d, a, bb * nn + i * n + j, lower || i == j ? x : NAN);
-            rset(d, a, bb * nn + j * n + i, !lower || i == j ? x : NAN);
+            int64_t at = bb * nn + (lower ? i * n + j : j * n + i);
+            x = estore(p, a, at, lower ? x : conj(x));
+            if (!lower) x = conj(x);
+            her[bb * nn + i * n + j] = x;
+            her[bb * nn + j * n + i] = conj(x);
+            if (i != j) eset(p, a, bb * nn + (lower ? j * n + i : i * n + j), poison);
+            else eset(p, a, at, CMPLX(creal(x), junk_imag(p)));
           }
       char err[256] = "";
       int rc = kl_hostla_eigh(t, batch, n, a, v, w, lower, err, sizeof err);
-      CHECK(rc == 0, "eigh: %s", err);
+      CHECK(rc == 0, "eigh %s: %s", pname[p], err);
       for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
         const char *vb = (const char *)v + (size_t)(bb * nn) * es;
-        const char *wb = (const char *)w + (size_t)(bb * n) * es;
+        const char *wb = (const char *)w + (size_t)(bb * n) * rs;
         double e = 0;
         for (int64_t i = 0; i + 1 < n; i++)
-          CHECK(rget(d, wb, i) <= rget(d, wb, i + 1), "eigh: w not ascending");
+          CHECK(rget(p & 1, wb, i) <= rget(p & 1, wb, i + 1), "eigh %s: w not ascending",
+                pname[p]);
         for (int64_t i = 0; i < n; i++)
           for (int64_t j = 0; j < n; j++) {
-            double s = 0;
-            for (int64_t p = 0; p < n; p++) s += sym[bb * nn + i * n + p] * rget(d, vb, p * n + j);
-            e = amax(e, fabs(s - rget(d, vb, i * n + j) * rget(d, wb, j)));
+            cplx s = 0;
+            for (int64_t q = 0; q < n; q++) s += her[bb * nn + i * n + q] * eget(p, vb, q * n + j);
+            e = amax(e, cabs(s - eget(p, vb, i * n + j) * rget(p & 1, wb, j)));
           }
-        double o = orth_err_cols(d, vb, n, n);
-        CHECK(e <= tol_for(d, n) && o <= tol_for(d, n),
-              "eigh n=%lld lower=%d: |AV-VW|=%g |V^TV-I|=%g", (long long)n,
+        double o = orth_err_cols(p, vb, n, n);
+        CHECK(e <= tol_for(p, n) && o <= tol_for(p, n),
+              "eigh %s n=%lld lower=%d: |AV-VW|=%g |V^HV-I|=%g", pname[p], (long long)n,
               lower, e, o);
       }
-      free(sym); free(a); free(v); free(w);
+      free(her); free(a); free(v); free(w);
     }
 }
 
-static void test_svd(int d) {
-  kl_dtype t = d ? KL_F64 : KL_F32;
-  size_t es = d ? 8 : 4;
+/* General eigenproblem: A v_j = w_j v_j and |v_j| = 1, for real input (whose
+ * conjugate pairs the library unpacks) and complex input. */
+static void test_eig(int p) {
+  kl_dtype t = ptype[p];
+  int pc = p | 2; /* the complex precision of w and v */
+  size_t es = psize(p), cs = psize(pc);
+  static const int64_t ns[] = {1, 2, 5, 30};
+  for (size_t ni = 0; ni < 4; ni++) {
+    int64_t n = ns[ni], nn = n * n, batch = 2;
+    void *a = xmalloc((size_t)(batch * nn) * es), *v = xmalloc((size_t)(batch * nn) * cs);
+    void *w = xmalloc((size_t)(batch * n) * cs), *w2 = xmalloc((size_t)(batch * n) * cs);
+    for (int64_t i = 0; i < batch * nn; i++) eset(p, a, i, erandom(p));
+    char err[256] = "";
+    int rc = kl_hostla_eig(t, batch, n, a, w, v, err, sizeof err);
+    CHECK(rc == 0, "eig %s: %s", pname[p], err);
+    rc |= kl_hostla_eig(t, batch, n, a, w2, NULL, err, sizeof err);
+    CHECK(rc == 0, "eig %s (no vectors): %s", pname[p], err);
+    for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
+      const char *ab = (const char *)a + (size_t)(bb * nn) * es;
+      const char *vb = (const char *)v + (size_t)(bb * nn) * cs;
+      const char *wb = (const char *)w + (size_t)(bb * n) * cs;
+      const char *w2b = (const char *)w2 + (size_t)(bb * n) * cs;
+      double e = 0, unit = 0, anorm = 0, far = 0;
+      for (int64_t i = 0; i < n; i++) {
+        double row = 0;
+        for (int64_t j = 0; j < n; j++) row += cabs(eget(p, ab, i * n + j));
+        anorm = amax(anorm, row);
+      }
+      for (int64_t j = 0; j < n; j++) {
+        double norm2 = 0;
+        for (int64_t i = 0; i < n; i++) {
+          cplx s = 0;
+          for (int64_t q = 0; q < n; q++) s += eget(p, ab, i * n + q) * eget(pc, vb, q * n + j);
+          e = amax(e, cabs(s - eget(pc, vb, i * n + j) * eget(pc, wb, j)));
+          norm2 += creal(eget(pc, vb, i * n + j) * conj(eget(pc, vb, i * n + j)));
+        }
+        unit = amax(unit, fabs(norm2 - 1));
+        /* the eigenvalues alone: the same set (the order is LAPACK's) */
+        double nearest = INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+          double dist = cabs(eget(pc, w2b, j) - eget(pc, wb, i));
+          if (dist < nearest) nearest = dist;
+        }
+        far = amax(far, nearest);
+      }
+      CHECK(e <= tol_for(p, n) * anorm && unit <= tol_for(p, n) && far <= sqrt(tol_for(p, n)) * anorm,
+            "eig %s n=%lld: |Av-vw|=%g ||v|-1|=%g eigvals-only differ by %g (|A|=%g)", pname[p],
+            (long long)n, e, unit, far, anorm);
+    }
+    free(a); free(v); free(w); free(w2);
+  }
+}
+
+static void test_svd(int p) {
+  kl_dtype t = ptype[p];
+  size_t es = psize(p), rs = rsize(p);
+  int d = p & 1;
   static const int64_t shapes[][2] = {{1, 1}, {5, 3}, {3, 5}, {6, 6}, {1, 4},
                                       {4, 1}, {30, 20}, {0, 3}, {3, 0}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
     for (int full = 0; full < 2; full++) {
       int64_t m = shapes[si][0], n = shapes[si][1], k = m < n ? m : n, batch = 2;
       int64_t uc = full ? m : k, vr = full ? n : k;
-      void *a = xmalloc((size_t)(batch * m * n) * es), *s = xmalloc((size_t)(batch * k) * es);
-      void *s2 = xmalloc((size_t)(batch * k) * es);
+      void *a = xmalloc((size_t)(batch * m * n) * es), *s = xmalloc((size_t)(batch * k) * rs);
+      void *s2 = xmalloc((size_t)(batch * k) * rs);
       void *u = xmalloc((size_t)(batch * m * uc) * es), *vt = xmalloc((size_t)(batch * vr * n) * es);
-      for (int64_t i = 0; i < batch * m * n; i++) rset(d, a, i, uniform());
+      for (int64_t i = 0; i < batch * m * n; i++) eset(p, a, i, erandom(p));
       char err[256] = "";
       int rc = kl_hostla_svd(t, batch, m, n, a, u, s, vt, full, 1, err, sizeof err);
-      CHECK(rc == 0, "svd: %s", err);
+      CHECK(rc == 0, "svd %s: %s", pname[p], err);
       rc |= kl_hostla_svd(t, batch, m, n, a, NULL, s2, NULL, full, 0, err, sizeof err);
-      CHECK(rc == 0, "svd (no uv): %s", err);
+      CHECK(rc == 0, "svd %s (no uv): %s", pname[p], err);
       for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
         const char *ab = (const char *)a + (size_t)(bb * m * n) * es;
-        const char *sb = (const char *)s + (size_t)(bb * k) * es;
+        const char *sb = (const char *)s + (size_t)(bb * k) * rs;
         const char *ub = (const char *)u + (size_t)(bb * m * uc) * es;
         const char *vb = (const char *)vt + (size_t)(bb * vr * n) * es;
         for (int64_t i = 0; i < k; i++) {
           CHECK(rget(d, sb, i) >= 0 && (i == 0 || rget(d, sb, i) <= rget(d, sb, i - 1)),
-                "svd: s not descending/non-negative");
-          CHECK(fabs(rget(d, sb, i) - rget(d, (const char *)s2 + (size_t)(bb * k) * es, i))
-                    <= tol_for(d, m + n), "svd: s differs without uv");
+                "svd %s: s not descending/non-negative", pname[p]);
+          CHECK(fabs(rget(d, sb, i) - rget(d, (const char *)s2 + (size_t)(bb * k) * rs, i))
+                    <= tol_for(p, m + n), "svd %s: s differs without uv", pname[p]);
         }
         double e = 0;
         for (int64_t i = 0; i < m; i++)
           for (int64_t j = 0; j < n; j++) {
-            double x = 0;
-            for (int64_t p = 0; p < k; p++)
-              x += rget(d, ub, i * uc + p) * rget(d, sb, p) * rget(d, vb, p * n + j);
-            e = amax(e, fabs(x - rget(d, ab, i * n + j)));
+            cplx x = 0;
+            for (int64_t c = 0; c < k; c++)
+              x += eget(p, ub, i * uc + c) * rget(d, sb, c) * eget(p, vb, c * n + j);
+            e = amax(e, cabs(x - eget(p, ab, i * n + j)));
           }
-        double ou = orth_err_cols(d, ub, m, uc), ov = orth_err_rows(d, vb, vr, n);
-        CHECK(e <= tol_for(d, m + n) && ou <= tol_for(d, m + n) && ov <= tol_for(d, m + n),
-              "svd %lldx%lld full=%d: |USV-A|=%g |U^TU-I|=%g |VV^T-I|=%g",
+        double ou = orth_err_cols(p, ub, m, uc), ov = orth_err_rows(p, vb, vr, n);
+        CHECK(e <= tol_for(p, m + n) && ou <= tol_for(p, m + n) && ov <= tol_for(p, m + n),
+              "svd %s %lldx%lld full=%d: |USVh-A|=%g |U^HU-I|=%g |VhVh^H-I|=%g", pname[p],
               (long long)m, (long long)n, full, e, ou, ov);
       }
       free(a); free(s); free(s2); free(u); free(vt);
@@ -585,11 +701,11 @@ static void test_svd(int d) {
   /* a NaN input is a NaN result, not an error (gesdd rejects it as "bad
    * argument"; that must not surface) */
   double a[6] = {1, 2, NAN, 4, 5, 6};
-  double av[6], s[2], u[4], vt[9];
-  for (int i = 0; i < 6; i++) rset(d, av, i, a[i]);
+  double av[12], s[2], u[8], vt[18];
+  for (int i = 0; i < 6; i++) eset(p, av, i, a[i]);
   char err[256] = "";
   int rc = kl_hostla_svd(t, 1, 2, 3, av, u, s, vt, 1, 1, err, sizeof err);
-  CHECK(rc == 0 && isnan(rget(d, s, 0)), "svd of NaN input: rc=%d %s", rc, err);
+  CHECK(rc == 0 && isnan(rget(d, s, 0)), "svd %s of NaN input: rc=%d %s", pname[p], rc, err);
 }
 
 static void test_errors(void) {
@@ -598,7 +714,8 @@ static void test_errors(void) {
   uint16_t h[4] = {0};
   int rc = kl_hostla_cholesky(KL_F16, 1, 2, h, h, err, sizeof err);
   CHECK(rc != 0 && strstr(err, "kl_hostla_cholesky") && strstr(err, "float16") &&
-            strstr(err, "float32"), "cholesky of f16 must name the dtypes: %s", err);
+            strstr(err, "float32") && strstr(err, "complex64"),
+        "cholesky of f16 must name the dtypes: %s", err);
   rc = kl_hostla_gemm(KL_F32, 1, -1, 2, 2, a, 0, 0, a, 0, 0, l, err, sizeof err);
   CHECK(rc != 0 && strstr(err, "kl_hostla_gemm"), "negative m: %s", err);
   rc = kl_hostla_svd(KL_F32, 1, 2, 2, a, NULL, l, NULL, 0, 1, err, sizeof err);
@@ -627,8 +744,7 @@ int main(int argc, char **argv) {
   if (no_blas) setenv("KILN_BLAS_LIB", "none", 1);
   if (gesvd) {
     setenv("KILN_SVD_DRIVER", "gesvd", 1);
-    test_svd(0);
-    test_svd(1);
+    for (int p = 0; p < 4; p++) test_svd(p);
     printf("test_hostla --gesvd: %s (%d failures)\n",
            failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
@@ -652,13 +768,14 @@ int main(int argc, char **argv) {
     bench_sgemm(512, 2);
   } else {
     CHECK(kl_hostla_available(), "no BLAS found (install libopenblas0)");
-    for (int d = 0; d < 2; d++) {
-      test_cholesky(d);
-      test_lu(d);
-      test_triangular_solve(d);
-      test_qr(d);
-      test_eigh(d);
-      test_svd(d);
+    for (int p = 0; p < 4; p++) { /* f32, f64, c64, c128 */
+      test_cholesky(p);
+      test_lu(p);
+      test_triangular_solve(p);
+      test_qr(p);
+      test_eigh(p);
+      test_eig(p);
+      test_svd(p);
     }
     bench_sgemm(1024, 3);
     if (!getenv("KILN_HOSTLA_NO_CHILD")) {

@@ -10,7 +10,11 @@ def _arr(x):
 
 
 def _symmetrize(x):
-    return lax.div(lax.add(x, _mT(x)), lax._to_array(2, x))
+    """(x + x^H) / 2: the symmetric (Hermitian, for complex x) part that the routines read."""
+    xt = _mT(x)
+    if x.dtype.kind == "c":
+        xt = lax.conj(xt)
+    return lax.div(lax.add(x, xt), lax._to_array(2, x))
 
 
 def _mT(x):
@@ -56,8 +60,6 @@ def eig(x, compute_left_eigenvectors=True, compute_right_eigenvectors=True, use_
         raise NotImplementedError("lax.linalg.eig(compute_left_eigenvectors=True) is not supported yet by kiln; "
                                   "pass compute_left_eigenvectors=False")
     x = _arr(x)
-    if x.dtype.kind == "c":
-        raise NotImplementedError("lax.linalg.eig of complex matrices is not supported yet by kiln")
     outs = bind("eig", [x], {"vectors": int(bool(compute_right_eigenvectors))})
     return list(outs)
 

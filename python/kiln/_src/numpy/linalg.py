@@ -40,6 +40,9 @@ class LinAlgError(ValueError):
 
 def _bin(fn, x, y):
     x, y = _s.broadcast_arrays(x, y)
+    if x.dtype != y.dtype:  # real singular values scaling complex vectors
+        dt = np.promote_types(x.dtype, y.dtype)
+        x, y = (v if v.dtype == dt else lax.convert_element_type(v, dt) for v in (x, y))
     return fn(x, y)
 
 
@@ -393,7 +396,6 @@ def _eps(dt):
 
 def _matrix(opname, a, square=False):
     (a,) = _s._promote_inexact(opname, a)
-    _no_complex(opname, a)
     if a.ndim < 2:
         raise LinAlgError(f"{opname}: {a.ndim}-dimensional array given; array must be at "
                           f"least two-dimensional (got shape {a.shape})")
@@ -405,6 +407,12 @@ def _matrix(opname, a, square=False):
 
 def _mT(x):
     return _s.swapaxes(x, -1, -2)
+
+
+def _mH(x):
+    """The conjugate transpose (the transpose of a real x)."""
+    t = _mT(x)
+    return lax.conj(t) if np.dtype(t.dtype).kind == "c" else t
 
 
 def _eye_like(a):
@@ -485,7 +493,7 @@ def slogdet(a, *, method=None):
 def cholesky(a, *, upper=False, symmetrize_input=True):
     a = _matrix("linalg.cholesky", a, square=True)
     low = lax_linalg.cholesky(a)
-    return _mT(low) if upper else low
+    return _mH(low) if upper else low
 
 
 def qr(a, mode="reduced"):
@@ -525,7 +533,7 @@ def eigh(a, UPLO=None, symmetrize_input=True):
     a = _matrix("linalg.eigh", a, square=True)
     lower = _uplo("linalg.eigh", UPLO)
     if symmetrize_input:
-        a = lax.mul(lax.add(a, _mT(a)), lax.full((), 0.5, a.dtype))
+        a = lax.mul(lax.add(a, _mH(a)), lax.full((), 0.5, a.dtype))
     v, w = lax_linalg.eigh(a, lower=lower)
     return EighResult(w, v)
 
@@ -551,7 +559,6 @@ def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
 
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
     a, b = _s._promote_inexact("linalg.lstsq", a, b)
-    _no_complex("linalg.lstsq", a, b)
     if a.ndim != 2:
         raise LinAlgError(f"linalg.lstsq: a must be two-dimensional, got shape {a.shape}")
     if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
@@ -567,13 +574,13 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     elif not isinstance(rcond, core.Array) and rcond < 0:
         rcond = _eps(a.dtype)
     smax = _max(s, -1, keepdims=True) if s.shape[-1] else s
-    cutoff = lax.mul(smax, _s._convert(rcond, a.dtype))
+    cutoff = lax.mul(smax, _s._convert(rcond, s.dtype))
     mask = lax.and_(lax.gt(s, lax.full(s.shape, 0, s.dtype)), lax.ge(s, _s.broadcast_to(cutoff, s.shape)))
     safe = lax.select(mask, s, lax.full(s.shape, 1, s.dtype))
     s_inv = lax.select(mask, lax.div(lax.full(s.shape, 1, s.dtype), safe), lax.full(s.shape, 0, s.dtype))
     hi = lax.Precision.HIGHEST
-    uTb = matmul(_mT(u), b, precision=hi)
-    x = matmul(_mT(vh), _mul(lax.reshape(s_inv, s_inv.shape + (1,)), uTb), precision=hi)
+    uTb = matmul(_mH(u), b, precision=hi)
+    x = matmul(_mH(vh), _mul(lax.reshape(s_inv, s_inv.shape + (1,)), uTb), precision=hi)
     rank = _s._reduce("sum", _s._convert(mask, _s._default_int()), (0,))
     resid_full = None
     if numpy_resid:
@@ -598,13 +605,13 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     u, s, vh = lax_linalg.svd(a, full_matrices=False, compute_uv=True)
     if s.shape[-1] == 0:
         return _mT(lax.full(a.shape, 0, a.dtype))
-    cutoff = _mul(_s._convert(rtol, a.dtype), _max(s, -1, keepdims=True))
+    cutoff = _mul(_s._convert(rtol, s.dtype), _max(s, -1, keepdims=True))
     cutoff = _s.broadcast_to(cutoff, s.shape)
     keep = lax.gt(s, cutoff)
     safe = lax.select(keep, s, lax.full(s.shape, 1, s.dtype))
     s_inv = lax.select(keep, lax.div(lax.full(s.shape, 1, s.dtype), safe), lax.full(s.shape, 0, s.dtype))
-    scaled = _mul(lax.reshape(s_inv, s_inv.shape + (1,)), _mT(u))
-    return matmul(_mT(vh), scaled, precision=lax.Precision.HIGHEST)
+    scaled = _mul(lax.reshape(s_inv, s_inv.shape + (1,)), _mH(u))
+    return matmul(_mH(vh), scaled, precision=lax.Precision.HIGHEST)
 
 
 def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
@@ -728,9 +735,8 @@ def norm(x, ord=None, axis=None, keepdims=False):
     (x,) = _s._promote_inexact("linalg.norm", x)
     if np.dtype(x.dtype).kind == "c":  # every norm but the spectral ones reads |x| alone
         nd = x.ndim if axis is None else (1 if isinstance(axis, int) else len(axis))
-        if nd == 2 and ord in ("nuc", 2, -2):
-            _no_complex("linalg.norm (spectral and nuclear norms)", x)
-        x = lax.abs(x)
+        if not (nd == 2 and ord in ("nuc", 2, -2)):
+            x = lax.abs(x)
     if axis is None:
         if ord is None:
             out = lax.sqrt(_s._reduce("sum", lax.mul(x, x), tuple(range(x.ndim))))
