@@ -95,6 +95,38 @@ def test_jit_and_vmap_of_complex_solve():
     _close(kiln.vmap(jnp.linalg.solve)(a, b), want, 2e-4)
 
 
+def _fd(loss, z, eps=1e-6):
+    """JAX's convention for a real loss of complex z: dL/dx - i dL/dy, by central differences."""
+    g = np.zeros(z.shape, np.complex128)
+    for idx in np.ndindex(z.shape):
+        for part, unit in ((0, 1.0), (1, 1j)):
+            e = np.zeros(z.shape, np.complex128)
+            e[idx] = eps * unit
+            d = (loss(z + e) - loss(z - e)) / (2 * eps)
+            g[idx] += d if part == 0 else -1j * d
+    return g
+
+
+def test_gradients_of_complex_solve_and_det(x64):
+    a = _c((3, 3)) + 2 * np.eye(3)
+    b = _c((3,))
+    w = _c((3,))
+    loss_k = lambda a: jnp.real(jnp.sum(jnp.linalg.solve(a, b) * w)) + jnp.abs(jnp.linalg.det(a)) ** 2  # noqa: E731
+    loss_n = lambda a: np.real(np.sum(np.linalg.solve(a, b) * w)) + np.abs(np.linalg.det(a)) ** 2  # noqa: E731
+    np.testing.assert_allclose(np.asarray(kiln.grad(loss_k)(a)), _fd(loss_n, a), rtol=1e-6, atol=1e-6)
+    loss_k2 = lambda a: jnp.sum(jnp.abs(jnp.linalg.inv(a)) ** 2)  # noqa: E731
+    loss_n2 = lambda a: np.sum(np.abs(np.linalg.inv(a)) ** 2)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(kiln.grad(loss_k2)(a)), _fd(loss_n2, a), rtol=1e-6, atol=1e-6)
+
+
+@pytest.fixture
+def x64():
+    old = config.jax_enable_x64
+    config.update("jax_enable_x64", True)
+    yield
+    config.update("jax_enable_x64", old)
+
+
 def test_complex_factorization_gradients_are_refused():
     h = (lambda a: a @ _h(a) + np.eye(3))(_c((3, 3))).astype(np.complex64)
     for f in (lambda x: jnp.linalg.cholesky(x), lambda x: jnp.linalg.eigh(x).eigenvalues,
