@@ -176,6 +176,7 @@ typedef enum {
   X(EIGH, "eigh", LINALG, NONE, INEXACT, eigh)                                     \
   X(LU, "lu", LINALG, NONE, INEXACT, linalg)                                       \
   X(EIG, "eig", LINALG, NONE, INEXACT, eig)                                        \
+  X(SCHUR, "schur", LINALG, NONE, INEXACT, linalg)                                  \
   X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, INEXACT, triangular_solve) \
   X(FFT, "fft", FFT, NONE, INEXACT, fft)                                            \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
@@ -309,7 +310,7 @@ typedef struct {
     /* linalg: `packed` is set by the complex pass: complex operands and results are real [..., 2] */
     struct {
       int packed;
-    } linalg; /* cholesky, lu */
+    } linalg; /* cholesky, lu, schur */
     struct {
       int full_matrices; /* q is m x m (else m x k) */
       int packed;

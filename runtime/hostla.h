@@ -28,7 +28,8 @@
  * LAPACK integer width (32 or 64 bits) is probed by a call, not guessed.
  * The complex routines (c*, z*) are looked up under the same scheme; a library
  * without them still serves every real call, and complex calls fail with a
- * message naming the missing routine. */
+ * message naming the missing routine; likewise a library without gees serves
+ * everything but kl_hostla_schur. */
 #ifndef KL_HOSTLA_H
 #define KL_HOSTLA_H
 #include <stddef.h>
@@ -119,6 +120,18 @@ int kl_hostla_qr(kl_dtype t, int64_t batch, int64_t m, int64_t n,
  * component real, as LAPACK gives them. */
 int kl_hostla_eig(kl_dtype t, int64_t batch, int64_t n, const void *a, void *w,
                   void *v, char *err, size_t errlen);
+
+/* Schur decomposition (LAPACK gees, eigenvalues not sorted), as
+ * jax.lax.linalg.schur: a = z @ tout @ z^H. a, tout and z: (batch, n, n) of
+ * t. Complex t: tout upper triangular, the eigenvalues on its diagonal. Real
+ * t: tout in real Schur form, upper quasi-triangular: a complex conjugate
+ * pair of eigenvalues is a 2 x 2 diagonal block (equal diagonal entries,
+ * off-diagonal ones of opposite sign), the only nonzeros below the diagonal.
+ * z: unitary (orthogonal for real t), the Schur vectors as its columns; may
+ * be NULL when they are not wanted. An entry whose input is not finite, or
+ * where the QR algorithm does not converge, comes out all NaN. */
+int kl_hostla_schur(kl_dtype t, int64_t batch, int64_t n, const void *a,
+                    void *tout, void *z, char *err, size_t errlen);
 
 /* Symmetric (Hermitian) eigendecomposition (divide and conquer, syevd /
  * heevd). a: (batch, n, n); only its lower (lower != 0) or upper triangle is

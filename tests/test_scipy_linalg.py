@@ -146,10 +146,12 @@ def test_errors_name_the_function_and_the_fix():
         kl.solve_triangular(np.ones((2, 3)), np.ones(2))
     with pytest.raises(ValueError, match="trans must be"):
         kl.solve_triangular(np.eye(2), np.ones(2), trans=5)
-    with pytest.raises(NotImplementedError, match="schur.*complex"):
-        kl.schur(np.eye(2))
-    with pytest.raises(NotImplementedError, match="sqrtm.*complex"):
-        kl.sqrtm(np.eye(2))
+    with pytest.raises(ValueError, match="schur: output"):
+        kl.schur(np.eye(2), output="upper")
+    with pytest.raises(NotImplementedError, match="blocked"):
+        kl.sqrtm(np.eye(2), blocksize=2)
+    with pytest.raises(NotImplementedError, match="schur"):
+        kiln.grad(lambda a: jnp.sum(kl.schur(a)[0]))(np.eye(2))
     with pytest.raises(NotImplementedError, match="generalized"):
         kl.eigh(np.eye(2), np.eye(2))
     with pytest.raises(ValueError, match="assume_a"):
@@ -171,3 +173,69 @@ def test_expm_frechet_and_polar(x64):
     u, p = kl.polar(rng.standard_normal((5, 3)))  # a tall one
     U, P = sl.polar(np.asarray(rng.standard_normal((5, 3))))
     assert u.shape == U.shape and p.shape == P.shape
+
+
+def _cplx(rng, shape):
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+def test_schur_real_and_complex(x64):
+    rng = np.random.default_rng()
+    a = rng.standard_normal((5, 5))
+    t, z = (np.asarray(v) for v in kl.schur(a))
+    assert t.dtype == np.float64 and z.dtype == np.float64
+    _close(z @ t @ z.T, a, 1e-10)
+    _close(z.T @ z, np.eye(5), 1e-10)
+    assert np.all(np.abs(np.tril(t, -2)) < 1e-12)  # quasi-triangular: 2x2 blocks at most
+    tc, zc = (np.asarray(v) for v in kl.schur(a, output="complex"))
+    assert tc.dtype == np.complex128
+    _close(zc @ tc @ zc.conj().T, a, 1e-10)
+    assert np.all(np.abs(np.tril(tc, -1)) < 1e-12)
+    got, want = np.diag(tc), np.linalg.eigvals(a)
+    assert max(np.abs(want - g).min() for g in got) < 1e-9  # the same spectrum (order aside)
+    c = _cplx(rng, (3, 4, 4))
+    tb, zb = (np.asarray(v) for v in kiln.vmap(kl.schur)(c))
+    _close(zb @ tb @ np.conj(np.swapaxes(zb, -1, -2)), c, 1e-10)
+
+
+def test_sqrtm(x64):
+    rng = np.random.default_rng()
+    a = rng.standard_normal((6, 6))
+    r = np.asarray(kl.sqrtm(a))
+    assert r.dtype == np.complex128  # always complex, as JAX
+    _close(r @ r, a, 1e-8)
+    _close(r, sl.sqrtm(a.astype(np.complex128)), 1e-8)
+    spd = _spd(rng, 4)
+    _close(np.asarray(kl.sqrtm(spd)).real, sl.sqrtm(spd).real, 1e-9)
+    c = _cplx(rng, (5, 5))
+    rc = np.asarray(kiln.jit(kl.sqrtm)(c))
+    _close(rc @ rc, c, 1e-8)
+    _close(np.asarray(kl.sqrtm(np.array([[4.0]]))), [[2.0]])
+
+
+def test_complex_solvers(x64):
+    rng = np.random.default_rng()
+    a = _cplx(rng, (4, 4)) + 3 * np.eye(4)
+    b = _cplx(rng, (4, 2))
+    h = a @ a.conj().T + np.eye(4)
+    for trans in (0, 1, 2):
+        _close(kl.solve_triangular(np.triu(a), b, trans=trans),
+               sl.solve_triangular(np.triu(a), b, trans=trans), 1e-10)
+    _close(kl.cholesky(h), sl.cholesky(h), 1e-10)
+    _close(kl.cholesky(h, lower=True), sl.cholesky(h, lower=True), 1e-10)
+    for lower in (False, True):
+        _close(kl.cho_solve(kl.cho_factor(h, lower=lower), b), sl.cho_solve(sl.cho_factor(h, lower=lower), b), 1e-9)
+    lu_piv = kl.lu_factor(a)
+    for trans in (0, 1, 2):
+        _close(kl.lu_solve(lu_piv, b, trans=trans), sl.lu_solve(sl.lu_factor(a), b, trans=trans), 1e-9)
+    _close(kl.solve(a, b), sl.solve(a, b), 1e-10)
+    _close(kl.solve(h, b, assume_a="pos"), sl.solve(h, b, assume_a="pos"), 1e-9)
+    _close(kl.expm(a * 0.3), sl.expm(a * 0.3), 1e-9)
+    u, p = kl.polar(a)
+    u2, p2 = sl.polar(a)
+    _close(u, u2, 1e-9)
+    _close(p, p2, 1e-9)
+    w, v = kl.eigh(h)
+    _close(w, sl.eigh(h)[0], 1e-9)
+    _close(kl.det(a), sl.det(a), 1e-9)
+    _close(kl.inv(a), sl.inv(a), 1e-9)

@@ -25,7 +25,7 @@ static kl_aval logical(const kl_libcall *c, int i, int packed) {
 
 static int packed_flag(const kl_libcall *c) {
   switch (c->prim) {
-  case KL_P_CHOLESKY: case KL_P_LU: return c->p.linalg.packed;
+  case KL_P_CHOLESKY: case KL_P_LU: case KL_P_SCHUR: return c->p.linalg.packed;
   case KL_P_QR: return c->p.qr.packed;
   case KL_P_SVD: return c->p.svd.packed;
   case KL_P_EIGH: return c->p.eigh.packed;
@@ -48,6 +48,7 @@ static int run_linalg(const kl_libcall *c, void *const *ptrs, char *err, size_t 
   case KL_P_LU: return kl_hostla_lu(t, batch, m, n, ptrs[0], out[0], out[1], out[2], err, errlen);
   case KL_P_QR: return kl_hostla_qr(t, batch, m, n, ptrs[0], out[0], out[1], c->p.qr.full_matrices, err, errlen);
   case KL_P_EIGH: return kl_hostla_eigh(t, batch, n, ptrs[0], out[0], out[1], c->p.eigh.lower, err, errlen);
+  case KL_P_SCHUR: return kl_hostla_schur(t, batch, n, ptrs[0], out[0], out[1], err, errlen);
   case KL_P_EIG: /* packed by the complex pass: interleaved complex results */
     if (!c->p.eig.packed) return kl_lower_missing(c->prim, "unpacked complex", err, errlen);
     return kl_hostla_eig(t, batch, n, ptrs[0], out[0], c->p.eig.vectors ? out[1] : NULL, err, errlen);
@@ -70,6 +71,6 @@ const kl_lowering kl_lower_linalg[] = {
     {KL_P_CHOLESKY, .fuses = 0, .cpu_lib = run_linalg}, {KL_P_QR, .fuses = 0, .cpu_lib = run_linalg},
     {KL_P_SVD, .fuses = 0, .cpu_lib = run_linalg},      {KL_P_EIGH, .fuses = 0, .cpu_lib = run_linalg},
     {KL_P_LU, .fuses = 0, .cpu_lib = run_linalg},       {KL_P_TRIANGULAR_SOLVE, .fuses = 0, .cpu_lib = run_linalg},
-    {KL_P_EIG, .fuses = 0, .cpu_lib = run_linalg},
+    {KL_P_EIG, .fuses = 0, .cpu_lib = run_linalg},      {KL_P_SCHUR, .fuses = 0, .cpu_lib = run_linalg},
 };
 const int kl_lower_linalg_n = sizeof kl_lower_linalg / sizeof *kl_lower_linalg;

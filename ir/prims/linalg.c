@@ -57,7 +57,8 @@ static int infer(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, cons
   if (!is_linalg_dtype(x->dtype))
     return kl_rule_fail(e, KL_ERR_TYPE, "%s: supports float32, float64, complex64 and complex128, got %s", name,
                         kl_dtype_name(x->dtype));
-  if (need_matrix(e, name, x, prim == KL_P_CHOLESKY || prim == KL_P_EIGH || prim == KL_P_EIG)) return -1;
+  if (need_matrix(e, name, x, prim == KL_P_CHOLESKY || prim == KL_P_EIGH || prim == KL_P_EIG || prim == KL_P_SCHUR))
+    return -1;
   int r = x->ndim;
   int64_t m = x->dims[r - 2], n = x->dims[r - 1], k = m < n ? m : n;
   for (int i = 0; i < KL_FEW_OUTS; i++) outs[i] = *x;
@@ -74,6 +75,9 @@ static int infer(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, cons
       outs[i].weak = 0;
     }
     outs[0].ndim = (int8_t)(r - 1);
+    return 0;
+  case KL_P_SCHUR: /* (t, z): a = z t z^H */
+    *nout = 2;
     return 0;
   case KL_P_LU: /* (lu, pivots, permutation) */
     *nout = 3;

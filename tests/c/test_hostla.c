@@ -653,6 +653,89 @@ static void test_eig(int p) {
   }
 }
 
+/* Schur: A = Z T Z^H with Z unitary, T upper triangular (complex) or in real
+ * Schur form (real: below the diagonal only the subdiagonal entries of 2 x 2
+ * blocks, each block standardized: equal diagonal, off-diagonal entries of
+ * opposite sign), on random matrices in a batch of 3; without Z, the same
+ * T up to a unitary similarity (equal Frobenius norm). */
+static void test_schur(int p) {
+  kl_dtype t = ptype[p];
+  size_t es = psize(p);
+  static const int64_t ns[] = {1, 2, 5, 30};
+  for (size_t ni = 0; ni < 4; ni++) {
+    int64_t n = ns[ni], nn = n * n, batch = 3, blocks = 0;
+    void *a = xmalloc((size_t)(batch * nn) * es), *tt = xmalloc((size_t)(batch * nn) * es);
+    void *z = xmalloc((size_t)(batch * nn) * es), *t2 = xmalloc((size_t)(batch * nn) * es);
+    for (int64_t i = 0; i < batch * nn; i++) eset(p, a, i, erandom(p));
+    if (n == 2) { /* eigenvalues 1 +- i sqrt(6): a 2 x 2 block for real t */
+      static const double rot[4] = {1, -2, 3, 1};
+      for (int64_t i = 0; i < 4; i++) eset(p, a, i, rot[i]);
+    }
+    char err[256] = "";
+    int rc = kl_hostla_schur(t, batch, n, a, tt, z, err, sizeof err);
+    CHECK(rc == 0, "schur %s: %s", pname[p], err);
+    rc |= kl_hostla_schur(t, batch, n, a, t2, NULL, err, sizeof err);
+    CHECK(rc == 0, "schur %s (no vectors): %s", pname[p], err);
+    for (int64_t bb = 0; bb < batch && rc == 0; bb++) {
+      const char *ab = (const char *)a + (size_t)(bb * nn) * es;
+      const char *tb = (const char *)tt + (size_t)(bb * nn) * es;
+      const char *zb = (const char *)z + (size_t)(bb * nn) * es;
+      const char *t2b = (const char *)t2 + (size_t)(bb * nn) * es;
+      double anorm = 0, afro = 0, tfro = 0, e = 0, shape = 0;
+      for (int64_t i = 0; i < n; i++) {
+        double row = 0;
+        for (int64_t j = 0; j < n; j++) {
+          row += cabs(eget(p, ab, i * n + j));
+          afro += pow(cabs(eget(p, ab, i * n + j)), 2);
+          tfro += pow(cabs(eget(p, t2b, i * n + j)), 2);
+        }
+        anorm = amax(anorm, row);
+      }
+#define T_AT(i, j) eget(p, tb, (i) * n + (j))
+      for (int64_t j = 0; j < n; j++)
+        for (int64_t i = j + 1; i < n; i++) {
+          if (T_AT(i, j) == 0) continue;
+          /* a nonzero below the diagonal: real t, subdiagonal, a standardized
+           * 2 x 2 block that overlaps no other */
+          int ok = p < 2 && i == j + 1 && (j == 0 || T_AT(j, j - 1) == 0) &&
+                   (i + 1 == n || T_AT(i + 1, i) == 0) &&
+                   creal(T_AT(j, j + 1)) * creal(T_AT(i, j)) < 0;
+          shape = amax(shape, ok ? cabs(T_AT(j, j) - T_AT(i, i)) : INFINITY);
+          blocks += ok;
+        }
+      for (int64_t i = 0; i < n; i++) /* Z T Z^H - A */
+        for (int64_t j = 0; j < n; j++) {
+          cplx s = 0;
+          for (int64_t q = 0; q < n; q++)
+            for (int64_t r = 0; r < n; r++)
+              s += eget(p, zb, i * n + r) * T_AT(r, q) * conj(eget(p, zb, j * n + q));
+          e = amax(e, cabs(s - eget(p, ab, i * n + j)));
+        }
+#undef T_AT
+      double o = orth_err_cols(p, zb, n, n), fro = fabs(sqrt(tfro) - sqrt(afro));
+      CHECK(e <= tol_for(p, n) * anorm && o <= tol_for(p, n) && shape <= tol_for(p, n) * anorm &&
+                fro <= tol_for(p, n) * sqrt(afro),
+            "schur %s n=%lld: |ZTZ^H-A|=%g |Z^HZ-I|=%g shape %g |T_noZ|-|A| %g (|A|=%g)",
+            pname[p], (long long)n, e, o, shape, fro, anorm);
+    }
+    /* random real matrices of order 30 have complex eigenvalues: the 2 x 2
+     * blocks are exercised, not only the triangular case */
+    CHECK(p >= 2 || n < 30 || blocks > 0, "schur %s n=30: no 2x2 block in the batch", pname[p]);
+    CHECK(p >= 2 || n != 2 || blocks >= 1, "schur %s n=2: the complex pair is not a block", pname[p]);
+    free(a); free(tt); free(z); free(t2);
+  }
+  /* a NaN in one batch entry: that entry's T and Z are NaN, the others are
+   * computed (1 x 1: T = a, Z = 1), and the call succeeds */
+  double a[6], tv[6], zv[6];
+  static const double vals[3] = {2.0, NAN, 0.5};
+  for (int i = 0; i < 3; i++) eset(p, a, i, vals[i]);
+  char err[256] = "";
+  int rc = kl_hostla_schur(t, 3, 1, a, tv, zv, err, sizeof err);
+  CHECK(rc == 0 && eget(p, tv, 0) == 2.0 && eget(p, zv, 0) == 1.0 && isnan(creal(eget(p, tv, 1))) &&
+            isnan(creal(eget(p, zv, 1))) && eget(p, tv, 2) == 0.5 && eget(p, zv, 2) == 1.0,
+        "schur %s of NaN input: rc=%d %s", pname[p], rc, err);
+}
+
 static void test_svd(int p) {
   kl_dtype t = ptype[p];
   size_t es = psize(p), rs = rsize(p);
@@ -775,6 +858,7 @@ int main(int argc, char **argv) {
       test_qr(p);
       test_eigh(p);
       test_eig(p);
+      test_schur(p);
       test_svd(p);
     }
     bench_sgemm(1024, 3);

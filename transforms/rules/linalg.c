@@ -231,5 +231,6 @@ const kl_rule_row kl_rules_linalg[] = {
     {KL_P_EIGH, eigh_jvp, NULL, linalg_batch, NULL, NULL, NULL},
     {KL_P_LU, lu_jvp, NULL, linalg_batch, NULL, NULL, NULL},
     {KL_P_EIG, NULL, NULL, linalg_batch, NULL, NULL, NULL},
+    {KL_P_SCHUR, NULL, NULL, linalg_batch, NULL, NULL, NULL},
     {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, triangular_solve_transpose, linalg_batch, NULL, NULL, NULL},
     KL_RULES_END};

@@ -64,6 +64,15 @@ def eig(x, compute_left_eigenvectors=True, compute_right_eigenvectors=True, use_
     return list(outs)
 
 
+def schur(x, compute_schur_vectors=True, sort_eig_vals=False, select_callable=None):
+    """(t, vs): the Schur form (upper triangular for complex x, quasi-triangular for real x) and the
+    unitary Schur vectors, x = vs t vs^H (LAPACK gees on the host). Not differentiable."""
+    if sort_eig_vals or select_callable is not None:
+        raise NotImplementedError("lax.linalg.schur: sorting the eigenvalues is not supported yet by kiln")
+    t, vs = bind("schur", [_arr(x)])
+    return (t, vs) if compute_schur_vectors else (t,)
+
+
 def lu(x):
     lu_, piv, perm = bind("lu", [_arr(x)])
     return lu_, piv, perm

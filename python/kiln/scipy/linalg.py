@@ -1,7 +1,6 @@
-"""kiln.scipy.linalg: jax.scipy.linalg's real-valued functions, on kiln's factorization
-primitives (kiln.lax.linalg: LAPACK on the CPU) and jnp; differentiable wherever those are.
-Functions whose results are complex (schur, sqrtm, eig) wait for complex dtypes and raise
-NotImplementedError."""
+"""kiln.scipy.linalg: jax.scipy.linalg's functions, on kiln's factorization primitives
+(kiln.lax.linalg: LAPACK on the CPU) and jnp, for real and complex matrices; differentiable
+wherever those are (schur is not, as in JAX)."""
 
 import numpy as np
 
@@ -23,9 +22,8 @@ def _float(x, opname):
     x = _arr(x)
     if x.dtype.kind in "biu":  # integers and bools: the default float, as JAX
         x = x.astype(jnp.result_type(float))
-    if x.dtype.kind != "f":
-        raise NotImplementedError(f"scipy.linalg.{opname}: {x.dtype.name} inputs are not supported yet by kiln "
-                                  "(complex dtypes come with issue 13)")
+    if x.dtype.kind not in "fc":
+        raise TypeError(f"scipy.linalg.{opname}: {x.dtype.name} inputs are not supported; pass a float or complex array")
     return x
 
 
@@ -40,11 +38,19 @@ def _mT(x):
     return jnp.swapaxes(x, -1, -2)
 
 
+def _mH(x):
+    """The conjugate transpose (the transpose of a real x)."""
+    return jnp.conj(_mT(x)) if x.dtype.kind == "c" else _mT(x)
+
+
 def _trans(trans, opname):
+    """0: a, 1: a^T, 2: a^H (the same as 1 for a real a)."""
     if trans in (0, "N"):
-        return False
-    if trans in (1, "T", 2, "C"):
-        return True
+        return 0
+    if trans in (1, "T"):
+        return 1
+    if trans in (2, "C"):
+        return 2
     raise ValueError(f"scipy.linalg.{opname}: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
 
 
@@ -58,14 +64,18 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     if b.shape[-2] != a.shape[-1]:
         raise ValueError(f"scipy.linalg.solve_triangular: a of shape {a.shape} and b of shape {b.shape} do not match")
     dt = jnp.result_type(a.dtype, b.dtype)
-    return lax_linalg.triangular_solve(a.astype(dt), b.astype(dt), left_side=True, lower=lower,
-                                       transpose_a=_trans(trans, "solve_triangular"), unit_diagonal=unit_diagonal)
+    t = _trans(trans, "solve_triangular")
+    a = a.astype(dt)
+    if t == 2 and a.dtype.kind == "c":  # a^H x = b is conj(a)^T x = b
+        a = jnp.conj(a)
+    return lax_linalg.triangular_solve(a, b.astype(dt), left_side=True, lower=lower, transpose_a=t != 0,
+                                       unit_diagonal=unit_diagonal)
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
-    """The Cholesky factor: lower (l @ l.T = a) or upper (u.T @ u = a, the default, as SciPy)."""
+    """The Cholesky factor: lower (l @ l^H = a) or upper (u^H @ u = a, the default, as SciPy)."""
     c = lax_linalg.cholesky(_square(a, "cholesky"))
-    return c if lower else _mT(c)
+    return c if lower else _mH(c)
 
 
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
@@ -83,9 +93,9 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         b = b[..., None]
     if lower:
         y = solve_triangular(c, b, lower=True)
-        x = solve_triangular(c, y, trans=1, lower=True)
+        x = solve_triangular(c, y, trans=2, lower=True)
     else:
-        y = solve_triangular(c, b, trans=1, lower=False)
+        y = solve_triangular(c, b, trans=2, lower=False)
         x = solve_triangular(c, y, lower=False)
     return x[..., 0] if vec else x
 
@@ -126,12 +136,13 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         b = b[:, None]
     n = lu_.shape[0]
     perm = _perm_of(piv, n)
-    if not _trans(trans, "lu_solve"):  # a = p.T l u with b[perm]: l u x = b[perm]
+    t = _trans(trans, "lu_solve")
+    if not t:  # a = p.T l u with b[perm]: l u x = b[perm]
         y = solve_triangular(lu_, b[perm], lower=True, unit_diagonal=True)
         x = solve_triangular(lu_, y, lower=False)
-    else:  # a.T x = b: u.T l.T (p x) = b
-        y = solve_triangular(lu_, b, trans=1, lower=False)
-        z = solve_triangular(lu_, y, trans=1, lower=True, unit_diagonal=True)
+    else:  # a.T x = b: u.T l.T (p x) = b (a^H: the conjugate transposes)
+        y = solve_triangular(lu_, b, trans=t, lower=False)
+        z = solve_triangular(lu_, y, trans=t, lower=True, unit_diagonal=True)
         x = jnp.zeros_like(z).at[perm].set(z)
     return x[:, 0] if vec else x
 
@@ -207,7 +218,8 @@ def expm(A, *, upper_triangular=False, max_squarings=16):
     A = _square(A, "expm")
     n = A.shape[-1]
     norm = jnp.max(jnp.sum(jnp.abs(A), axis=-2), axis=-1)  # the 1-norm, per matrix
-    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-300 if A.dtype == np.float64 else 1e-30) / _THETA13)),
+    tiny = 1e-300 if A.dtype in (np.float64, np.complex128) else 1e-30
+    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, tiny) / _THETA13)),
                  0, max_squarings)
     A = A / (2.0 ** s)[..., None, None].astype(A.dtype)
     b = [jnp.asarray(c, A.dtype) for c in _PADE13]
@@ -251,7 +263,8 @@ def polar(a, side="right", *, method="svd", eps=None, max_iterations=None):
     a = _float(a, "polar")
     w, s, vt = jnp.linalg.svd(a, full_matrices=False)
     u = w @ vt
-    p = (_mT(vt) * s[..., None, :]) @ vt if side == "right" else (w * s[..., None, :]) @ _mT(w)
+    s = s.astype(a.dtype)
+    p = (_mH(vt) * s[..., None, :]) @ vt if side == "right" else (w * s[..., None, :]) @ _mH(w)
     return u, p
 
 
@@ -283,10 +296,44 @@ def toeplitz(c, r=None):
 
 
 def schur(a, output="real"):
-    raise NotImplementedError("scipy.linalg.schur is not supported yet by kiln (needs LAPACK's gees and complex "
-                              "dtypes: issue 13)")
+    """(t, z) with a = z @ t @ z^H, z unitary: t upper triangular (output='complex'), or, for a real
+    a with output='real', quasi-triangular with 2x2 blocks for complex conjugate eigenvalue pairs
+    (LAPACK gees, on the host). Not differentiable, as in JAX."""
+    if output not in ("real", "complex"):
+        raise ValueError(f"scipy.linalg.schur: output must be 'real' or 'complex', got {output!r}")
+    a = _square(a, "schur")
+    if output == "complex" and a.dtype.kind != "c":
+        a = a.astype(jnp.result_type(a.dtype, jnp.complex64))
+    t, z = lax_linalg.schur(a)
+    return t, z
+
+
+def _sqrtm_triu(t):
+    """The principal square root r of an upper triangular t (r @ r = t), a superdiagonal at a time:
+    r[i, i+k] = (t[i, i+k] - sum_{i<m<i+k} r[i, m] r[m, i+k]) / (r[i, i] + r[i+k, i+k]) (Björck and
+    Hammarling's Schur method), as one loop of n - 1 products of the strictly upper part."""
+    n = t.shape[-1]
+    d = jnp.sqrt(jnp.diagonal(t, axis1=-2, axis2=-1))
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    eye = jnp.asarray(i == j)
+    r = jnp.where(eye, d[..., :, None], jnp.zeros_like(t))
+    denom = d[..., :, None] + d[..., None, :]
+    upper = jnp.asarray(j > i)
+
+    def superdiagonal(k, r):
+        rs = jnp.where(upper, r, jnp.zeros_like(r))
+        return jnp.where(jnp.asarray(j - i) == k, (t - rs @ rs) / denom, r)
+
+    return lax.fori_loop(1, n, superdiagonal, r) if n > 1 else r
 
 
 def sqrtm(A, blocksize=1):
-    raise NotImplementedError("scipy.linalg.sqrtm is not supported yet by kiln (its result is complex in general; "
-                              "complex dtypes come with issue 13)")
+    """The principal matrix square root (r @ r = A): complex, through the complex Schur form, as
+    JAX's (which is also CPU-only in JAX; kiln's runs the Schur step on the host on a GPU too)."""
+    if blocksize > 1:
+        raise NotImplementedError("scipy.linalg.sqrtm(blocksize > 1): the blocked version is not supported, as in "
+                                  "JAX")
+    A = _square(A, "sqrtm")
+    t, z = schur(A, output="complex")
+    r = _sqrtm_triu(t)
+    return z @ r @ _mH(z)
