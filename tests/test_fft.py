@@ -222,3 +222,13 @@ def test_jvp_is_the_fft_of_the_tangent():
     r, tr = _r((9,)), _r((9,))
     _, ty = kiln.jvp(jnp.fft.rfft, (r,), (tr,))
     _close(ty, np.fft.rfft(tr.astype(np.float64)))
+
+
+def test_long_axes_not_last_and_large_lengths():
+    # a 20,000-point axis that is not the last one (the four-step split over strided lines) and a
+    # prime length over the Bluestein threshold
+    x = _r((20000, 3))
+    _close(jnp.fft.fft(x, axis=0), np.fft.fft(x.astype(np.float64), axis=0), 5e-5)
+    _close(jnp.fft.rfft(x, axis=0), np.fft.rfft(x.astype(np.float64), axis=0), 5e-5)
+    z = _c((2, 65537))
+    _close(jnp.fft.ifft(z), np.fft.ifft(z.astype(np.complex128)), 5e-5)
