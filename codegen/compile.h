@@ -59,4 +59,12 @@ int kl_compile_report_copies(const kl_exec *x, char *err, size_t errlen);
 /* Seconds spent compiling so far in this process, and number of compiles (for tests). */
 double kl_compile_seconds(void);
 long kl_compile_count(void);
+/* Host callbacks (the callback primitive: debug.callback, pure_callback): the client's function
+ * that runs callback `id` on its operands in host memory (avals as the program has them, complex
+ * ones packed as real [..., 2]) and writes its results; 0, or -1 with a message. A program with a
+ * callback fails at launch while no function is set. Called from the runtime's worker threads. */
+typedef int (*kl_callback_fn)(int64_t id, int nin, const kl_aval *in_avals, void *const *ins, int nout,
+                              const kl_aval *out_avals, void *const *outs, char *err, size_t errlen);
+void kl_set_callback_fn(kl_callback_fn fn);
+
 #endif

@@ -37,6 +37,7 @@ typedef enum {
   KL_FAM_DOT,         /* dot_general */
   KL_FAM_LINALG,      /* cholesky qr svd eigh lu triangular_solve */
   KL_FAM_FFT,         /* fft (complex and real transforms over trailing axes) */
+  KL_FAM_CALLBACK,    /* host callbacks: debug.callback/print, pure_callback */
   KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
   KL_FAM_CONTROL,     /* sub-programs run as data decides: while, scan, cond */
   KL_NFAMILIES
@@ -179,6 +180,7 @@ typedef enum {
   X(SCHUR, "schur", LINALG, NONE, INEXACT, linalg)                                  \
   X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, INEXACT, triangular_solve) \
   X(FFT, "fft", FFT, NONE, INEXACT, fft)                                            \
+  X(CALLBACK, "callback", CALLBACK, NONE, ANY, callback)                            \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
   X(CUSTOM_JVP_CALL, "custom_jvp_call", CALL, NONE, ANY, custom_jvp)               \
@@ -199,6 +201,8 @@ typedef enum {
 /* Scatter combiners and triangular_solve flag bits. */
 enum { KL_SCATTER_SET, KL_SCATTER_ADD, KL_SCATTER_MUL, KL_SCATTER_MIN, KL_SCATTER_MAX };
 enum { KL_TRSV_LOWER = 1, KL_TRSV_TRANSPOSE_A = 2, KL_TRSV_UNIT_DIAGONAL = 4 };
+/* callback vmap methods (jax.pure_callback's vmap_method) */
+enum { KL_VMAP_SEQUENTIAL = 0, KL_VMAP_EXPAND_DIMS = 1, KL_VMAP_BROADCAST_ALL = 2 };
 /* fft types, in lax.FftType's order (IFFT and IRFFT are scaled by 1 / prod(fft_lengths)) */
 enum { KL_FFT_FFT = 0, KL_FFT_IFFT = 1, KL_FFT_RFFT = 2, KL_FFT_IRFFT = 3 };
 /* checkpoint policies: which results a recomputation reuses from the forward pass. */
@@ -339,6 +343,17 @@ typedef struct {
       kl_ivec fft_lengths; /* the transformed trailing axes' lengths (the real signal's for RFFT/IRFFT) */
       int packed;          /* set by the complex pass: complex operands and results are real [..., 2] */
     } fft;
+    /* ---- callback (ir/prims/callback.c) ---- */
+    struct {
+      int64_t id;         /* the host function, a key of the client's registry (python/kiln/_src/callback.py) */
+      int effect;         /* run for its effect (debug.callback, debug.print): kept by DCE, never merged by CSE;
+                             its one result is an int32[] token nothing reads */
+      int vmap_method;    /* KL_VMAP_*: how vmap calls it; -1: vmap raises (pure_callback without one) */
+      kl_ivec out_dtypes; /* per result: its kl_dtype */
+      kl_ivec out_ranks;  /* per result: its rank */
+      kl_ivec out_dims;   /* the results' dims, one after another */
+      int packed;         /* set by the complex pass: complex operands and results are real [..., 2] */
+    } callback;
     /* ---- call (ir/prims/call.c) ---- */
     struct {
       kl_ivec counts;          /* (n_out, n_res, n_consts, n_x): how the operands split */
@@ -423,7 +438,7 @@ const kl_prim_info *kl_prim_get(kl_prim p);
  * sort over many operands. */
 static inline int kl_prim_many_outs(kl_prim p) {
   kl_family f = kl_prim_get(p)->family;
-  return f == KL_FAM_CALL || f == KL_FAM_CONTROL || f == KL_FAM_SORT;
+  return f == KL_FAM_CALL || f == KL_FAM_CONTROL || f == KL_FAM_SORT || f == KL_FAM_CALLBACK;
 }
 const char *kl_family_name(kl_family f); /* "elementwise", "shape", ...: the family's file name */
 int kl_prim_from_name(const char *name, kl_prim *out); /* 0 on success */

@@ -28,6 +28,7 @@ void kl_dce(kl_program *pg) {
   for (int i = 0; i < pg->noutputs; i++) live[pg->outputs[i]] = 1;
   for (int k = pg->neqns - 1; k >= 0; k--) {
     const kl_eqn *e = &pg->eqns[k];
+    keep[k] = e->prim == KL_P_CALLBACK && e->p.callback.effect; /* run for its effect */
     for (int i = 0; i < e->nout && !keep[k]; i++) keep[k] = live[e->outs[i]];
     if (keep[k])
       for (int i = 0; i < e->nin; i++) live[e->ins[i]] = 1;

@@ -1051,6 +1051,71 @@ static PyType_Slot exec_slots[] = {{Py_tp_dealloc, exec_dealloc},
 
 static PyType_Spec exec_spec = {"kiln._kiln.Executable", sizeof(ExecObject), 0, Py_TPFLAGS_DEFAULT, exec_slots};
 
+/* ---- host callbacks ---- */
+
+static PyObject *callback_handler; /* kiln._src.callback.run(id, ins, outs), or NULL */
+
+/* [(shape, dtype name, memoryview)] over n host buffers */
+static PyObject *callback_args(int n, const kl_aval *avals, void *const *ptrs, int writable) {
+  PyObject *list = PyList_New(n);
+  for (int i = 0; list && i < n; i++) {
+    const kl_aval *a = &avals[i];
+    PyObject *shape = PyTuple_New(a->ndim);
+    for (int d = 0; shape && d < a->ndim; d++) PyTuple_SetItem(shape, d, PyLong_FromLongLong(a->dims[d]));
+    Py_ssize_t nbytes = (Py_ssize_t)((size_t)kl_aval_size(a) * kl_dtype_size(a->dtype));
+    PyObject *mv = PyMemoryView_FromMemory(ptrs[i], nbytes, writable ? PyBUF_WRITE : PyBUF_READ);
+    PyObject *item = shape && mv ? Py_BuildValue("(OsO)", shape, kl_dtype_name(a->dtype), mv) : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(mv);
+    if (!item) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SetItem(list, i, item);
+  }
+  return list;
+}
+
+/* kl_callback_fn: runs on the runtime's threads (or the caller's); takes the GIL. */
+static int py_callback(int64_t id, int nin, const kl_aval *in_avals, void *const *ins, int nout,
+                       const kl_aval *out_avals, void *const *outs, char *err, size_t errlen) {
+  PyGILState_STATE g = PyGILState_Ensure();
+  int rc = 0;
+  PyObject *a = callback_args(nin, in_avals, ins, 0), *b = a ? callback_args(nout, out_avals, outs, 1) : NULL;
+  PyObject *res = b && callback_handler ? PyObject_CallFunction(callback_handler, "LOO", (long long)id, a, b) : NULL;
+  if (!res) {
+    rc = -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *msg = value ? PyObject_Str(value) : NULL;
+    PyObject *tname = type ? PyObject_GetAttrString(type, "__name__") : NULL;
+    const char *m = msg ? PyUnicode_AsUTF8AndSize(msg, NULL) : NULL, *t = tname ? PyUnicode_AsUTF8AndSize(tname, NULL) : NULL;
+    if (PyErr_Occurred()) PyErr_Clear();
+    kl_error(err, errlen, KL_ERR_INTERNAL, "callback raised %s: %s", t ? t : "an exception",
+             m ? m : "(no message)");
+    Py_XDECREF(msg);
+    Py_XDECREF(tname);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+  }
+  Py_XDECREF(res);
+  Py_XDECREF(a);
+  Py_XDECREF(b);
+  PyGILState_Release(g);
+  return rc;
+}
+
+static PyObject *mod_set_callback_handler(PyObject *self, PyObject *fn) {
+  (void)self;
+  if (!PyCallable_Check(fn)) return PyErr_Format(PyExc_TypeError, "set_callback_handler: expects a callable");
+  PyObject *old = callback_handler;
+  callback_handler = Py_NewRef(fn);
+  Py_XDECREF(old);
+  kl_set_callback_fn(py_callback);
+  Py_RETURN_NONE;
+}
+
 /* ---- module ---- */
 
 static PyObject *mod_synchronize(PyObject *self, PyObject *unused) {
@@ -1249,6 +1314,8 @@ static PyMethodDef mod_methods[] = {
     {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
     {"gpu_graph_stats", mod_gpu_graph_stats, METH_NOARGS, "(graphs built, conds queued as conditional nodes, device-side loops launched) on the GPU"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},
+    {"set_callback_handler", mod_set_callback_handler, METH_O,
+     "set_callback_handler(fn): fn(id, ins, outs) runs host callbacks; ins/outs: [(shape, dtype, memoryview)]"},
     {"compile_stats", mod_compile_stats, METH_NOARGS, "(compiles, seconds)"},
     {"alloc_fail_at", mod_alloc_fail_at, METH_O, "alloc_fail_at(n): the nth core allocation from now fails (0: off)"},
     {"alloc_count", mod_alloc_count, METH_NOARGS, "core allocations so far"},

@@ -27,6 +27,14 @@ from kiln import dlpack  # noqa: F401
 from kiln import ref  # noqa: F401
 from kiln import image  # noqa: F401
 from kiln._src.refs import new_ref, Ref  # noqa: F401
+from kiln import debug  # noqa: F401
+from kiln._src.callback import pure_callback  # noqa: F401
+
+
+def effects_barrier():
+    """Waits until every launched computation (and so every callback it makes) has finished."""
+    from kiln import _kiln
+    _kiln.synchronize()
 
 typing = None
 

@@ -1,0 +1,120 @@
+"""Host callbacks: kiln.debug.print / debug.callback and kiln.pure_callback, eagerly, under jit,
+vmap, grad and in loops, against the values computed in NumPy; their errors."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln import lax
+
+rng = np.random.default_rng()
+
+
+def _lines(capsys):
+    kiln.effects_barrier()
+    return capsys.readouterr().out.strip().splitlines()
+
+
+def test_debug_print_eager_and_jit(capsys):
+    x = rng.standard_normal(3).astype(np.float32)
+    kiln.debug.print("eager {}", x)
+    assert _lines(capsys) == [f"eager {np.asarray(x)}"]
+
+    @kiln.jit
+    def f(x):
+        kiln.debug.print("x={x}", x=x)
+        y = x * 2
+        kiln.debug.print("y={} twice", y)
+        kiln.debug.print("y={} twice", y)  # two identical calls print twice (never merged)
+        kiln.debug.print("no values")
+        return y + 1
+    for v in (x, x + 1):
+        np.testing.assert_allclose(np.asarray(f(v)), v * 2 + 1)
+        out = _lines(capsys)
+        assert out == [f"x={v}", f"y={v * 2} twice", f"y={v * 2} twice", "no values"], out
+
+
+def test_debug_print_vmap_grad_and_loops(capsys):
+    kiln.vmap(lambda v: (kiln.debug.print("v {}", v), v * 2)[1])(jnp.arange(3.0))
+    assert _lines(capsys) == ["v 0.0", "v 1.0", "v 2.0"]  # once per element, in order (JAX's)
+    g = kiln.grad(lambda v: (kiln.debug.print("g {}", v), jnp.sin(v))[1])(1.0)
+    assert _lines(capsys) == ["g 1.0"] and abs(float(g) - np.cos(1.0)) < 1e-6
+    g = kiln.jit(kiln.grad(lambda v: (kiln.debug.print("jg {}", v), jnp.sin(v))[1]))(0.5)
+    assert _lines(capsys) == ["jg 0.5"] and abs(float(g) - np.cos(0.5)) < 1e-6
+    lax.fori_loop(0, 3, lambda i, c: (kiln.debug.print("i={} c={}", i, c), c + 1.0)[1], 0.0)
+    assert _lines(capsys) == ["i=0 c=0.0", "i=1 c=1.0", "i=2 c=2.0"]
+
+    def body(c):
+        kiln.debug.print("w {}", c)
+        return c * 2
+    out = kiln.jit(lambda c: lax.while_loop(lambda c: c < 20, body, c))(3)
+    assert int(out) == 24 and _lines(capsys) == ["w 3", "w 6", "w 12"]
+    ys = lax.scan(lambda c, x: (c + x, (kiln.debug.print("s {} {}", c, x), c)[1]), 0.0, jnp.arange(1.0, 4.0))[1]
+    np.testing.assert_allclose(np.asarray(ys), [0, 1, 3])
+    assert _lines(capsys) == ["s 0.0 1.0", "s 1.0 2.0", "s 3.0 3.0"]
+    kiln.jit(lambda p, x: lax.cond(p, lambda x: (kiln.debug.print("true {}", x), x)[1],
+                                   lambda x: (kiln.debug.print("false {}", x), x)[1], x))(False, 7.0)
+    assert _lines(capsys) == ["false 7.0"]
+
+
+def test_debug_callback_pytrees_and_complex():
+    seen = []
+    z = (rng.standard_normal(2) + 1j * rng.standard_normal(2)).astype(np.complex64)
+    tree = {"a": jnp.arange(4).reshape(2, 2), "z": z}
+
+    @kiln.jit
+    def f(t):
+        kiln.debug.callback(lambda t, scale: seen.append((t, scale)), t, scale=2)
+        return t["a"].sum()
+    assert int(f(tree)) == 6
+    kiln.effects_barrier()
+    (t, scale), = seen
+    assert scale == 2 and t["z"].dtype == np.complex64
+    np.testing.assert_array_equal(t["a"], np.arange(4).reshape(2, 2))
+    np.testing.assert_array_equal(t["z"], z)
+
+
+def test_pure_callback_jit_vmap_and_errors():
+    def host_sin(a):
+        return np.sin(a).astype(a.dtype)
+    x = rng.standard_normal(5).astype(np.float32)
+    spec = kiln.ShapeDtypeStruct((5,), np.float32)
+    np.testing.assert_allclose(np.asarray(kiln.pure_callback(host_sin, spec, x)), np.sin(x), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda x: kiln.pure_callback(host_sin, spec, x) * 2)(x)),
+                               2 * np.sin(x), rtol=1e-6)
+    xs = rng.standard_normal((3, 5)).astype(np.float32)
+    calls = []
+
+    def counted(a):
+        calls.append(a.shape)
+        return np.sin(a).astype(a.dtype)
+    for method, want_calls in (("sequential", [(5,)] * 3), ("expand_dims", [(3, 5)]), ("broadcast_all", [(3, 5)])):
+        calls.clear()
+        f = kiln.vmap(lambda v: kiln.pure_callback(counted, kiln.ShapeDtypeStruct(v.shape, v.dtype), v,
+                                                   vmap_method=method))
+        np.testing.assert_allclose(np.asarray(f(xs)), np.sin(xs), rtol=1e-6)
+        kiln.effects_barrier()
+        assert calls == want_calls, (method, calls)
+    with pytest.raises(NotImplementedError, match="vmap_method"):
+        kiln.vmap(lambda v: kiln.pure_callback(host_sin, kiln.ShapeDtypeStruct(v.shape, v.dtype), v))(xs)
+    with pytest.raises(NotImplementedError, match="custom_jvp"):
+        kiln.grad(lambda v: kiln.pure_callback(host_sin, kiln.ShapeDtypeStruct((), np.float32), v))(1.0)
+    bad = kiln.jit(lambda v: kiln.pure_callback(lambda a: np.zeros(4, np.float32), spec, v))
+    with pytest.raises(RuntimeError, match="declared"):
+        np.asarray(bad(x))
+    with pytest.raises(TypeError, match="declared"):
+        kiln.pure_callback(lambda a: np.zeros(4, np.float32), spec, x)  # eagerly: at once
+    with pytest.raises(ValueError, match="vmap_method"):
+        kiln.pure_callback(host_sin, spec, x, vmap_method="sideways")
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda x: kiln.pure_callback(host_sin, spec, x))(x)),
+                               np.sin(x), rtol=1e-6)  # still works after the errors
+
+
+def test_a_failing_debug_callback_fails_the_call():
+    def boom(v):
+        raise ValueError("no thanks")
+    f = kiln.jit(lambda v: (kiln.debug.callback(boom, v), v + 1)[1])
+    with pytest.raises(RuntimeError, match="no thanks"):
+        np.asarray(f(1.0))
+        kiln.effects_barrier()
+    assert float(kiln.jit(lambda v: v + 1)(1.0)) == 2.0
