@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 from kiln._src.config import config  # noqa: F401
 from kiln import errors  # noqa: F401
 from kiln import tree_util  # noqa: F401
+from kiln import tree  # noqa: F401
 from kiln._src.core import Array  # noqa: F401
 from kiln._src.api import (jit, make_jaxpr, device_put, device_get, devices, local_devices, device_count,  # noqa: F401
                            local_device_count, default_backend, block_until_ready, eval_shape,
