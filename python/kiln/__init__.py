@@ -37,7 +37,11 @@ def effects_barrier():
     from kiln import _kiln
     _kiln.synchronize()
 
-typing = None
+from kiln import typing  # noqa: F401
+from kiln import ops  # noqa: F401
+from kiln._src.api import disable_jit  # noqa: F401
+from kiln._src.extras import (custom_gradient, linear_transpose, closure_convert, named_call,  # noqa: F401
+                              named_scope, checking_leaks, typeof)
 
 
 def _find_blas():

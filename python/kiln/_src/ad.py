@@ -36,6 +36,8 @@ def _inline(builder, inputs):
         if prim == "literal":
             dt = core._np_dtype(params["dtype"])
             val = params["int_value"] if dt.kind in "biu" else params["value"]
+            if dt.kind == "c":
+                val = complex(val, params.get("imag", 0.0))
             res = (core.scalar_constant(val, dt, bool(params["weak_type"])),)
         else:
             res = core.bind(prim, [env[i] for i in ins], params)

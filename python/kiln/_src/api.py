@@ -5,6 +5,7 @@ static values, x64 mode) into a Program, compiles it, and caches the executable.
 with a seen signature does no tracing: flatten, look up, launch.
 """
 
+import contextlib
 import functools
 import inspect
 import operator
@@ -447,7 +448,7 @@ class JitWrapped(_kiln.JitBase):
     # Calling: JitBase (C) runs calls of positional arrays whose signature is in self._fast and
     # calls _call for everything else.
     def _call(self, *args, **kwargs):
-        if core.tracing():  # nested under another trace: inline the function
+        if core.tracing() or config.jax_disable_jit:  # nested under another trace, or disable_jit: as it is
             return self._fun(*args, **kwargs)
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
         entry = self._cache.get(key)
@@ -459,7 +460,7 @@ class JitWrapped(_kiln.JitBase):
             out, finals = entry.run_donating(arrs, self._donated_leaves(args, kwargs, arrs, entry))
             refs.store(entry.ref_written, finals)
             return out
-        if self._fast is not None and not kwargs and all(type(a) is Array for a in args):
+        if self._fast is not None and not kwargs and all(type(a) is Array for a in args) and not config.jax_disable_jit:
             self._fast[tuple(x for a in args for x in (a.shape, a.dtype, a.weak_type))] = entry.fast
         if self._donate_argnums or self._donate_argnames:
             donated = self._donated_leaves(args, kwargs, arrs, entry)
@@ -581,6 +582,27 @@ class Compiled:
         if key != self._key:
             raise TypeError("a Compiled function was called with arguments of other types than it was lowered for")
         return self._wrapped._call(*args, **kwargs)
+
+
+def _on_disable_jit(name, value):
+    if name == "jax_disable_jit" and value:  # calls must reach _call (the C fast path runs compiled code)
+        for w in list(_jitted):
+            if w._fast is not None:
+                w._fast.clear()
+
+
+config._callbacks.append(_on_disable_jit)
+
+
+@contextlib.contextmanager
+def disable_jit(disable=True):
+    """Within the block, jit-compiled functions run as plain Python (op by op), as jax.disable_jit."""
+    old = config.jax_disable_jit
+    config.update("jax_disable_jit", bool(disable))
+    try:
+        yield
+    finally:
+        config.update("jax_disable_jit", old)
 
 
 def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=None, donate_argnames=None,

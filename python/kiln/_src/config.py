@@ -74,6 +74,7 @@ class Config:
         # kiln's own: every functional update (x.at[i].set(v), lax.dynamic_update_slice,
         # lax.scatter) that copies its operand instead of writing into it is printed with its
         # source line (kiln_log_copies), or raises kiln.errors.CopyError (kiln_forbid_copies)
+        self._define("jax_disable_jit", _env_bool("JAX_DISABLE_JIT"), _validate_bool)  # jit runs f as it is
         self._define("kiln_log_copies", _env_bool("KILN_LOG_COPIES"), _validate_bool)
         self._define("kiln_forbid_copies", _env_bool("KILN_FORBID_COPIES"), _validate_bool)
 

@@ -1,0 +1,137 @@
+"""Transformation extras of JAX's top level: custom_gradient, linear_transpose, closure_convert,
+named_call/named_scope, typeof, checking_leaks, ensure_compile_time_eval; built on kiln's
+custom_vjp, vjp and tracing."""
+import contextlib
+import functools
+
+import numpy as np
+
+from kiln._src import core, tree_util
+from kiln._src.ad import _run, vjp
+from kiln._src.custom import custom_vjp
+
+
+def custom_gradient(fun):
+    """fun(*args) returns (y, vjp) with vjp(ct) the cotangents of args (a tuple, or one value for
+    one argument): y with that gradient, as jax.custom_gradient. The backward pass calls fun again
+    on the saved arguments to get its vjp (kiln keeps no Python closure across the two passes)."""
+
+    @custom_vjp
+    def f(*args):
+        return fun(*args)[0]
+
+    def fwd(*args):
+        return fun(*args)[0], args
+
+    def bwd(args, ct):
+        cts = fun(*args)[1](ct)
+        return tuple(cts) if isinstance(cts, (tuple, list)) else (cts,)
+
+    f.defvjp(fwd, bwd)
+    return functools.wraps(fun)(f)
+
+
+def _zeros_like_spec(x):
+    from kiln import numpy as jnp
+    if isinstance(x, (core.Array, np.ndarray)) or hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jnp.zeros(tuple(x.shape), x.dtype)
+    return jnp.zeros_like(core.asarray(x))
+
+
+def linear_transpose(fun, *primals, reduce_axes=()):
+    """The transpose of the linear function fun at arguments shaped like primals (arrays or
+    ShapeDtypeStructs): f_t(out_cotangent) returns a tuple of cotangents, one per primal."""
+    del reduce_axes
+    zeros = tree_util.tree_map(_zeros_like_spec, primals)
+    out, f_vjp = vjp(fun, *zeros)
+    out_tree = tree_util.tree_structure(out)
+
+    def transposed(*cts):
+        ct = cts[0] if len(cts) == 1 else cts
+        if tree_util.tree_structure(ct) != out_tree:
+            raise TypeError(f"linear_transpose: the cotangent's structure {tree_util.tree_structure(ct)} does not "
+                            f"match the output's {out_tree}")
+        res = f_vjp(ct)
+        return res if isinstance(res, tuple) else (res,)
+    return transposed
+
+
+def closure_convert(fun, *example_args):
+    """(converted, consts): converted(*args, *consts) computes fun(*args) with the arrays fun
+    closes over passed explicitly (for custom_vjp/custom_jvp functions that close over tracers)."""
+    from kiln._src import api
+    leaves, tree = tree_util.tree_flatten((example_args, {}))
+    arrs = [core.asarray(x) for x in leaves]
+    traced = api._trace(fun, None, None, arrs, tree)
+    consts = list(traced.consts)
+
+    def converted(*args):
+        if len(args) != len(example_args) + len(consts):
+            raise TypeError(f"closure_convert: expected {len(example_args)} arguments and {len(consts)} constants, "
+                            f"got {len(args)} values")
+        flat, t = tree_util.tree_flatten((args[:len(example_args)], {}))
+        if t != tree:
+            raise TypeError(f"closure_convert: arguments of structure {t}, traced with {tree}")
+        outs = _run(traced.builder, [x if isinstance(x, (core.Array, core.Tracer)) else core.asarray(x)
+                                     for x in flat + list(args[len(example_args):])])
+        return tree_util.tree_unflatten(traced.out_tree, outs)
+    return converted, consts
+
+
+def named_call(fun, *, name=None):
+    """fun itself: kiln does not keep call names in its programs yet (they are inlined)."""
+    del name
+    return fun
+
+
+@contextlib.contextmanager
+def named_scope(name):
+    """A no-op context (kiln's programs and profiles carry no scope names yet)."""
+    if not isinstance(name, str):
+        raise TypeError(f"named_scope: the name must be a string, got {type(name).__name__}")
+    yield
+
+
+@contextlib.contextmanager
+def checking_leaks():
+    """kiln always checks for leaked tracers: using one after its trace ended raises
+    UnexpectedTracerError. Kept for JAX programs that enable the check."""
+    yield
+
+
+class ShapedArray:
+    """The abstract value of an array: shape, dtype and weak type (what typeof returns)."""
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type=False):
+        self.shape, self.dtype, self.weak_type = tuple(shape), np.dtype(dtype), bool(weak_type)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    def str_short(self):
+        return f"{self.dtype.name}[{','.join(str(d) for d in self.shape)}]"
+
+    def __str__(self):
+        return self.str_short()
+
+    def __repr__(self):
+        return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"
+
+    def __eq__(self, other):
+        return isinstance(other, ShapedArray) and (self.shape, self.dtype, self.weak_type) == \
+            (other.shape, other.dtype, other.weak_type)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.weak_type))
+
+
+def typeof(x):
+    """The abstract value (ShapedArray) of an array, tracer or Python scalar."""
+    a = x if isinstance(x, (core.Array, core.Tracer)) else core.asarray(x)
+    return ShapedArray(a.shape, a.dtype, bool(getattr(a, "weak_type", False)))
