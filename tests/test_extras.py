@@ -106,3 +106,19 @@ def test_segment_sum_gradient_and_typing():
     def f(x: ArrayLike, dt: DTypeLike = None):
         return x
     assert f(1) == 1
+
+
+def test_debug_nans_and_infs_name_the_primitive():
+    f = kiln.jit(lambda x: jnp.exp(jnp.log(x) * 3.0) + 1.0)
+    ok = np.asarray(f(np.full(2, 2.0, np.float32)))
+    np.testing.assert_allclose(ok, 9.0, rtol=1e-5)
+    # (results are checked: a NaN or inf that does not reach them goes unseen, unlike JAX's per-op check)
+    for option, arg, what, prim in (("jax_debug_nans", -1.0, "nan", "log"), ("jax_debug_infs", 1e30, "inf", "exp")):
+        kiln.config.update(option, True)
+        try:
+            np.testing.assert_allclose(np.asarray(f(np.full(2, 2.0, np.float32))), 9.0, rtol=1e-5)
+            with pytest.raises(FloatingPointError, match=f"invalid value \\({what}\\) encountered in {prim}"):
+                f(np.full(2, arg, np.float32))
+        finally:
+            kiln.config.update(option, False)
+    assert np.isnan(np.asarray(f(np.full(2, -1.0, np.float32)))).all()  # off again: no check

@@ -28,9 +28,9 @@ def _check_holomorphic_inputs(name, arrs):
                             f"{x.dtype.name}")
 
 
-def _inline(builder, inputs):
+def _inline(builder, inputs, after=None):
     """Replays builder's equations on `inputs` (arrays or tracers) through core.bind; returns
-    the output values."""
+    the output values. after(prim, results), if given, sees each equation's results."""
     env = dict(zip(builder.inputs(), inputs))
     for prim, ins, outs, params in builder.equations():
         if prim == "literal":
@@ -41,6 +41,8 @@ def _inline(builder, inputs):
             res = (core.scalar_constant(val, dt, bool(params["weak_type"])),)
         else:
             res = core.bind(prim, [env[i] for i in ins], params)
+            if after is not None:
+                after(prim, res)
         for o, r in zip(outs, res):
             env[o] = r
     return [env[o] for o in builder.outputs()]

@@ -460,13 +460,37 @@ class JitWrapped(_kiln.JitBase):
             out, finals = entry.run_donating(arrs, self._donated_leaves(args, kwargs, arrs, entry))
             refs.store(entry.ref_written, finals)
             return out
-        if self._fast is not None and not kwargs and all(type(a) is Array for a in args) and not config.jax_disable_jit:
+        checking = config.jax_debug_nans or config.jax_debug_infs
+        if self._fast is not None and not kwargs and all(type(a) is Array for a in args) and not checking:
             self._fast[tuple(x for a in args for x in (a.shape, a.dtype, a.weak_type))] = entry.fast
         if self._donate_argnums or self._donate_argnames:
             donated = self._donated_leaves(args, kwargs, arrs, entry)
             if donated:
                 return entry.run_donating(arrs, donated)
+        if checking:  # before the call: its arguments may be needed again to find the culprit
+            return self._checked(entry, statics, arrs, tree, nargs)
         return entry.run([a._buf for a in arrs])
+
+    def _checked(self, entry, statics, arrs, tree, nargs):
+        """jax_debug_nans/infs: the results checked; on a NaN (inf), the program replayed one
+        primitive at a time on the same arguments to name the first that makes one."""
+        out = entry.run([a._buf for a in arrs])
+        if _bad_values(tree_util.tree_leaves(out)) is None:
+            return out
+        fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
+        traced = _trace(fun, None, None, arrs, tree)
+        from kiln._src import ad
+
+        def check(prim, res):
+            bad = _bad_values(res)
+            if bad is not None:
+                raise FloatingPointError(f"invalid value ({bad}) encountered in {prim} (in the jit-compiled function "
+                                         f"{getattr(self._fun, '__name__', 'fun')})")
+        ad._inline(traced.builder, list(arrs) + list(traced.consts), after=check)
+        what = _bad_values(tree_util.tree_leaves(out))
+        raise FloatingPointError(f"invalid value ({what}) encountered in the results of the jit-compiled function "
+                                 f"{getattr(self._fun, '__name__', 'fun')} (its primitives, replayed one by one, "
+                                 "made none: the compiled program's rounding did)")
 
     def _donated_leaves(self, args, kwargs, arrs, entry):
         """The flat argument leaves that donate_argnums/argnames name and the program can write an
@@ -584,8 +608,22 @@ class Compiled:
         return self._wrapped._call(*args, **kwargs)
 
 
+def _bad_values(values):
+    """'nan' or 'inf' when a floating value holds one that the debug options look for, else None."""
+    for v in values:
+        if not isinstance(v, Array) or v.dtype.kind not in "fc":
+            continue
+        a = np.asarray(v)
+        if config.jax_debug_nans and np.isnan(a).any():
+            return "nan"
+        if config.jax_debug_infs and np.isinf(a).any():
+            return "inf"
+    return None
+
+
 def _on_disable_jit(name, value):
-    if name == "jax_disable_jit" and value:  # calls must reach _call (the C fast path runs compiled code)
+    if name in ("jax_disable_jit", "jax_debug_nans", "jax_debug_infs") and value:  # calls must reach _call (the
+        # C fast path runs compiled code unchecked)
         for w in list(_jitted):
             if w._fast is not None:
                 w._fast.clear()

@@ -75,6 +75,9 @@ class Config:
         # lax.scatter) that copies its operand instead of writing into it is printed with its
         # source line (kiln_log_copies), or raises kiln.errors.CopyError (kiln_forbid_copies)
         self._define("jax_disable_jit", _env_bool("JAX_DISABLE_JIT"), _validate_bool)  # jit runs f as it is
+        # a jitted call whose results hold a NaN (inf) raises FloatingPointError naming the primitive
+        self._define("jax_debug_nans", _env_bool("JAX_DEBUG_NANS"), _validate_bool)
+        self._define("jax_debug_infs", _env_bool("JAX_DEBUG_INFS"), _validate_bool)
         self._define("kiln_log_copies", _env_bool("KILN_LOG_COPIES"), _validate_bool)
         self._define("kiln_forbid_copies", _env_bool("KILN_FORBID_COPIES"), _validate_bool)
 
