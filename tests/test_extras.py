@@ -122,3 +122,20 @@ def test_debug_nans_and_infs_name_the_primitive():
         finally:
             kiln.config.update(option, False)
     assert np.isnan(np.asarray(f(np.full(2, -1.0, np.float32)))).all()  # off again: no check
+
+
+def test_ensure_compile_time_eval():
+    seen = []
+
+    @kiln.jit
+    def f(x):
+        with kiln.ensure_compile_time_eval():
+            c = jnp.asarray(np.arange(3.0)) * 2 + jnp.arange(3)
+            n = int(jnp.sum(c))  # a concrete value: a Python int inside jit
+            y = x * 2  # still traced: it reads the argument
+        seen.append((type(c).__name__, n, type(y).__name__))
+        return y + c
+    np.testing.assert_allclose(np.asarray(f(jnp.ones(3))), [2, 5, 8])
+    assert seen == [("Array", 9, "Tracer")]
+    g = kiln.jit(lambda x: x + jnp.arange(3))  # outside the block: staged as before
+    np.testing.assert_allclose(np.asarray(g(jnp.zeros(3))), [0, 1, 2])

@@ -562,13 +562,15 @@ done:
 
 /* The dispatcher: prim on concrete arrays runs eagerly (array.c: one executable cache with the
  * fast path), anything else is recorded into a trace. */
+static int compile_time_eval; /* ensure_compile_time_eval: nullary primitives run now, not staged */
+
 static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
   for (Py_ssize_t i = 0; i < n; i++)
     if (!kl_py_is_array(xs[i])) return record(prim, xs, n, params, NULL);
   /* A primitive without operands (iota) inside an abstract trace (jit, make_jaxpr) is staged
    * into it, as JAX does: a causal mask built from iota stays an expression the kernels compute,
    * never a constant array in memory. Concrete traces (grad outside jit) compute it at once. */
-  kl_trace *cur = n == 0 && stack ? kl_trace_current(stack) : NULL;
+  kl_trace *cur = n == 0 && stack && !compile_time_eval ? kl_trace_current(stack) : NULL;
   if (cur && !kl_trace_is_concrete(cur) && kl_trace_client(cur)) return record(prim, xs, n, params, cur);
   return kl_py_eager_bind(prim, xs, n, params);
 }
@@ -595,6 +597,16 @@ static PyObject *mod_bind(PyObject *self, PyObject *const *args, Py_ssize_t narg
   if (xs != small) PyMem_Free(xs);
   Py_DECREF(items);
   return res;
+}
+
+/* set_compile_time_eval(on) -> the previous setting */
+static PyObject *mod_set_compile_time_eval(PyObject *self, PyObject *arg) {
+  (void)self;
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  int old = compile_time_eval;
+  compile_time_eval = on;
+  return PyBool_FromLong(old);
 }
 
 /* ---- the stack ---- */
@@ -666,6 +678,8 @@ static PyMethodDef tracer_functions[] = {
     {"current_trace", mod_current_trace, METH_NOARGS, "the innermost live Trace, or None"},
     {"tracing", mod_tracing, METH_NOARGS, "whether a trace is live"},
     {"tracer_setup", mod_tracer_setup, METH_VARARGS, "connects the trace binding to kiln's Python core"},
+    {"set_compile_time_eval", mod_set_compile_time_eval, METH_O,
+     "set_compile_time_eval(on) -> previous: nullary primitives run now even under a trace"},
     {NULL, NULL, 0, NULL}};
 
 int kl_py_tracer_init(PyObject *m) {

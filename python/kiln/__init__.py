@@ -41,7 +41,7 @@ from kiln import typing  # noqa: F401
 from kiln import ops  # noqa: F401
 from kiln._src.api import disable_jit  # noqa: F401
 from kiln._src.extras import (custom_gradient, linear_transpose, closure_convert, named_call,  # noqa: F401
-                              named_scope, checking_leaks, typeof)
+                              named_scope, checking_leaks, typeof, ensure_compile_time_eval)
 
 
 def _find_blas():

@@ -288,7 +288,8 @@ def asarray(x, dtype=None):
             info = np.iinfo(dt)
             if not info.min <= x <= info.max:
                 raise OverflowError(f"Python int {x} is too large to convert to {dt.name}")
-        trace = _kiln.current_trace()
+        from kiln._src import tracing
+        trace = None if tracing.compile_time_eval[0] else _kiln.current_trace()
         if trace is not None:  # under a trace, scalars become literals of the program
             return trace.literal_tracer(x, dt, weak)
         return scalar_array(x, dt, weak)

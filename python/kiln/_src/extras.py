@@ -135,3 +135,20 @@ def typeof(x):
     """The abstract value (ShapedArray) of an array, tracer or Python scalar."""
     a = x if isinstance(x, (core.Array, core.Tracer)) else core.asarray(x)
     return ShapedArray(a.shape, a.dtype, bool(getattr(a, "weak_type", False)))
+
+
+@contextlib.contextmanager
+def ensure_compile_time_eval():
+    """Within the block, operations on concrete values compute now, even inside jit (constants
+    and iota stay concrete arrays instead of becoming part of the traced program), as
+    jax.ensure_compile_time_eval: values computed from the traced arguments still trace."""
+    from kiln import _kiln
+    from kiln._src import tracing
+    old = tracing.compile_time_eval[0]
+    tracing.compile_time_eval[0] = True
+    old_c = _kiln.set_compile_time_eval(True)
+    try:
+        yield
+    finally:
+        tracing.compile_time_eval[0] = old
+        _kiln.set_compile_time_eval(old_c)

@@ -115,9 +115,14 @@ def concrete_or_error(x, what="the value"):
     return x
 
 
+# ensure_compile_time_eval's flag: constants stay concrete arrays under a trace, so operations on
+# them compute now (bind runs eagerly when no operand is a tracer)
+compile_time_eval = [False]
+
+
 def scalar_constant(value, dtype, weak):
     """A 0-d constant: a literal of the innermost trace when tracing, else a cached array."""
-    t = _kiln.current_trace()
+    t = None if compile_time_eval[0] else _kiln.current_trace()
     if t is not None:
         return t.literal_tracer(value, dtype, weak)
     return scalar_array(value, dtype, weak)
@@ -127,6 +132,6 @@ def literal(value, dtype, weak, like=None):
     """A scalar constant: a literal equation in the trace of `like` (a Tracer), a cached
     array otherwise."""
     t = like._trace if isinstance(like, Tracer) else None
-    if t is not None:
+    if t is not None and not compile_time_eval[0]:
         return t.literal_tracer(value, dtype, weak)
     return scalar_array(value, dtype, weak)
