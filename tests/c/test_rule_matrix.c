@@ -35,7 +35,6 @@ static const struct {
     {KL_P_WHILE_LIN, "batch", "exists only between reverse mode's JVP and transpose passes"},
     {KL_P_WHILE_LIN, "cpu", "exists only between reverse mode's JVP and transpose passes"},
     {KL_P_WHILE_LIN, "gpu", "exists only between reverse mode's JVP and transpose passes"},
-    {KL_P_EIG, "jvp", "JAX differentiates eigenvalues alone; kiln does not yet"},
     {KL_P_SCHUR, "jvp", "not differentiable, as in JAX"},
 #define SPLIT "complex values become pairs of real ones before code generation (transforms/complex.c)"
     {KL_P_REAL, "cpu", SPLIT}, {KL_P_REAL, "gpu", SPLIT}, {KL_P_IMAG, "cpu", SPLIT}, {KL_P_IMAG, "gpu", SPLIT},

@@ -200,6 +200,38 @@ static int eigh_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, 
   return eigh_tangents(a, e, ts[0], ys[0], ys[1], touts);
 }
 
+/* x solving v x = b (v square, b a matrix stack): v's LU, b's rows permuted, two triangular solves. */
+static int lu_solve(kl_build *a, int v, int b) {
+  int o[KL_MAX_OUTS];
+  if (kl_build_emit(a, KL_P_LU, &v, 1, NULL, o) < 0) return -1;
+  int lu = o[0], perm = o[2];
+  kl_aval ba = *kl_build_aval(a, b);
+  int nd = ba.ndim;
+  int64_t bd[KL_MAX_RANK];
+  for (int d = 0; d < nd - 1; d++) bd[d] = d;
+  int pb = kl_ad_take_along(a, b, kl_build_broadcast(a, perm, ba.dims, nd, bd), nd - 2);
+  return trsolve(a, lu, trsolve(a, lu, pb, 1, KL_TRSV_LOWER | KL_TRSV_UNIT_DIAGONAL), 1, 0);
+}
+
+/* Eigenvalues only, as JAX (eq. 4.60 of arXiv:1701.00392): dw = diag(v^-1 da v), with v the right
+ * eigenvectors (computed again when the primal did not ask for them). Eigenvectors' derivatives
+ * raise, as in JAX. */
+static int eig_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  (void)ys;
+  if (e->p.eig.vectors)
+    return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of eig's eigenvectors is not supported (as in JAX, "
+                         "only the eigenvalues: use eigvals, or compute the eigenvectors under stop_gradient)");
+  kl_params p;
+  kl_params_init(&p, KL_P_EIG);
+  p.eig.vectors = 1;
+  int o[KL_MAX_OUTS];
+  if (kl_build_emit(a, KL_P_EIG, &xs[0], 1, &p, o) < 0) return -1;
+  int v = o[1];
+  int da = kl_build_convert(a, ts[0], kl_build_aval(a, v)->dtype);
+  touts[0] = kl_ad_diag(a, kl_ad_matmul(a, lu_solve(a, v, da), v));
+  return 0;
+}
+
 static int svd_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   if (complex_refused(a, e, xs[0])) return -1;
   return svd_tangents(a, e, xs[0], ts[0], ys, touts);
@@ -230,7 +262,7 @@ const kl_rule_row kl_rules_linalg[] = {
     {KL_P_SVD, svd_jvp, NULL, linalg_batch, NULL, NULL, NULL},
     {KL_P_EIGH, eigh_jvp, NULL, linalg_batch, NULL, NULL, NULL},
     {KL_P_LU, lu_jvp, NULL, linalg_batch, NULL, NULL, NULL},
-    {KL_P_EIG, NULL, NULL, linalg_batch, NULL, NULL, NULL},
+    {KL_P_EIG, eig_jvp, NULL, linalg_batch, NULL, NULL, NULL},
     {KL_P_SCHUR, NULL, NULL, linalg_batch, NULL, NULL, NULL},
     {KL_P_TRIANGULAR_SOLVE, triangular_solve_jvp, triangular_solve_transpose, linalg_batch, NULL, NULL, NULL},
     KL_RULES_END};
