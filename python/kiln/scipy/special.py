@@ -1,5 +1,7 @@
-"""kiln.scipy.special: special functions as jax.scipy.special, built on kiln.lax and kiln.numpy's
-internal modules (never on the public kiln.numpy namespace, which imports nothing from here).
+"""kiln.scipy.special: special functions as jax.scipy.special. This module holds the elementwise basics (on
+kiln.lax and kiln.numpy's internal modules) and re-exports the families, which live in _special_*.py on
+kiln.lax and kiln.numpy: gamma and zeta, incomplete gamma and beta, error functions, exponential integrals,
+Bessel functions, hypergeometric functions. kiln.numpy imports nothing from here; kiln.nn does.
 """
 
 import math
@@ -9,9 +11,21 @@ import numpy as np
 from kiln import lax
 from kiln._src.numpy import util, reductions
 from kiln._src.numpy.util import promote_args_inexact, full_like_scalar as _c
+from kiln.scipy._special_common import real_args as _real_args
+from kiln.scipy._special_gamma import (gammasgn, gamma, loggamma, betaln, beta, factorial, comb, poch,  # noqa: F401
+                                       multigammaln, zeta, polygamma, bernoulli)
+from kiln.scipy._special_incomplete import gammainc, gammaincc, betainc  # noqa: F401
+from kiln.scipy._special_error import (ndtri, log_ndtr, erfcx, dawsn, wofz, fresnel, owens_t)  # noqa: F401
+from kiln.scipy._special_expint import expi, exp1, expn, sici, spence  # noqa: F401
+from kiln.scipy._special_bessel import i0, i0e, i1, i1e, bessel_jn, sph_harm_y  # noqa: F401
+from kiln.scipy._special_hyper import hyp1f1, hyp2f1  # noqa: F401
 
-__all__ = ["logsumexp", "erf", "erfc", "erfinv", "gammaln", "gamma", "betaln", "digamma", "expit",
-           "logit", "xlogy", "xlog1py", "ndtr", "ndtri", "entr", "polygamma"]
+__all__ = ["bernoulli", "bessel_jn", "beta", "betainc", "betaln", "boxcox", "boxcox1p", "comb", "dawsn", "digamma",
+           "entr", "erf", "erfc", "erfcx", "erfinv", "exp1", "expi", "expit", "expn", "factorial", "fresnel", "gamma",
+           "gammainc", "gammaincc", "gammaln", "gammasgn", "hyp1f1", "hyp2f1", "i0", "i0e", "i1", "i1e", "kl_div",
+           "log_ndtr", "log_softmax", "loggamma", "logit", "logsumexp", "multigammaln", "ndtr", "ndtri", "owens_t",
+           "poch", "polygamma", "rel_entr", "sici", "softmax", "spence", "sph_harm_y", "wofz", "xlog1py", "xlogy",
+           "zeta"]
 
 
 def _unary(name, rule):
@@ -24,7 +38,6 @@ def _unary(name, rule):
 
 
 _SQRT1_2 = math.sqrt(0.5)
-_SQRT2 = math.sqrt(2.0)
 
 erf = _unary("erf", lax.erf)
 erfc = _unary("erfc", lax.erfc)
@@ -34,52 +47,6 @@ digamma = _unary("digamma", lax.digamma)
 expit = _unary("expit", lax.logistic)
 logit = _unary("logit", lambda x: lax.log(lax.div(x, lax.sub(_c(x, 1), x))))
 ndtr = _unary("ndtr", lambda x: lax.mul(_c(x, 0.5), lax.erfc(lax.mul(x, _c(x, -_SQRT1_2)))))
-ndtri = _unary("ndtri", lambda p: lax.mul(_c(p, _SQRT2),
-                                          lax.erf_inv(lax.sub(lax.mul(p, _c(p, 2)), _c(p, 1)))))
-
-
-def polygamma(n, x):
-    """The n-th derivative of digamma (polygamma(0, x) = digamma(x)), as jax.scipy.special.polygamma.
-    n: a non-negative integer known while tracing (a Python int or a concrete integer scalar).
-    Computed as the n-th derivative of kiln's digamma, whose derivative rule is a trigamma accurate to
-    about 1e-15 (relative) for n = 1; each further order differentiates that series."""
-    from kiln._src import ad, core
-    if isinstance(n, core.Tracer) and n._cval is None:
-        raise NotImplementedError("polygamma: a traced order n is not supported yet by kiln; pass n as a Python int")
-    n_arr = np.asarray(n)
-    if n_arr.dtype.kind not in "iu":
-        raise ValueError(f"Argument `n` to polygamma must be of integer type. Got dtype {n_arr.dtype}.")
-    if n_arr.ndim:
-        raise NotImplementedError(f"polygamma: an array of orders (shape {n_arr.shape}) is not supported yet by "
-                                  "kiln; call it once per order with a Python int")
-    order = int(n_arr)
-    if order < 0:
-        raise ValueError(f"polygamma: the order n must be non-negative, got {order}")
-    x, = promote_args_inexact("polygamma", x)
-    f = lax.digamma
-    for _ in range(order):
-        f = (lambda g: lambda v: ad.jvp(g, (v,), (lax.full_like(v, 1),))[1])(f)
-    return f(x)
-
-
-def _gamma(x):
-    zero = _c(x, 0)
-    floor_x = lax.floor(x)
-    odd_floor = lax.ne(lax.sub(floor_x, lax.mul(lax.floor(lax.mul(floor_x, _c(x, 0.5))), _c(x, 2))), zero)
-    negative = lax.and_(lax.lt(x, zero), odd_floor)
-    magnitude = lax.exp(lax.lgamma(x))
-    out = lax.select(negative, lax.neg(magnitude), magnitude)
-    pole = lax.and_(lax.le(x, zero), lax.eq(x, floor_x))
-    return lax.select(pole, _c(x, np.nan), out)
-
-
-gamma = _unary("gamma", _gamma)
-
-
-def betaln(a, b, /):
-    """log|B(a, b)| = gammaln(a) + gammaln(b) - gammaln(a + b)."""
-    a, b = promote_args_inexact("betaln", a, b)
-    return lax.sub(lax.add(lax.lgamma(a), lax.lgamma(b)), lax.lgamma(lax.add(a, b)))
 
 
 def _x_log(name, log_rule):
@@ -135,3 +102,50 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=Non
     if b is not None:
         out = lax.select(lax.lt(sign, _c(sign, 0)), _c(out, np.nan), out)
     return out
+
+
+def rel_entr(p, q, /):
+    """p log(p / q) for p, q > 0; 0 where p == 0 and q >= 0; inf elsewhere (as scipy.special.rel_entr)."""
+    p, q = _real_args("rel_entr", p, q)
+    zero = _c(p, 0)
+    both_positive = lax.bitwise_and(lax.gt(p, zero), lax.gt(q, zero))
+    p_zero = lax.bitwise_and(lax.eq(p, zero), lax.ge(q, zero))
+    safe_p = lax.select(both_positive, p, _c(p, 1))
+    safe_q = lax.select(both_positive, q, _c(q, 1))
+    value = lax.mul(safe_p, lax.log(lax.div(safe_p, safe_q)))  # JAX's log p - log q cancels where p ~ q
+    return lax.select(both_positive, value, lax.select(p_zero, zero, _c(p, np.inf)))
+
+
+def kl_div(p, q, /):
+    """The elementwise Kullback-Leibler term p log(p / q) - p + q (rel_entr(p, q) - p + q)."""
+    p, q = _real_args("kl_div", p, q)
+    return lax.add(lax.sub(rel_entr(p, q), p), q)
+
+
+def _box_cox(name, log_rule):
+    def fn(x, lmbda, /):
+        x, lmbda = promote_args_inexact(name, x, lmbda)
+        is_zero = lax.eq(lmbda, _c(lmbda, 0))
+        safe_lmbda = lax.select(is_zero, _c(lmbda, 1), lmbda)
+        log_x = log_rule(x)
+        return lax.select(is_zero, log_x, lax.div(lax.expm1(lax.mul(safe_lmbda, log_x)), safe_lmbda))
+    fn.__name__ = fn.__qualname__ = name
+    what = "x" if log_rule is lax.log else "1 + x"
+    fn.__doc__ = f"The Box-Cox transformation of {what}: (({what})**lmbda - 1) / lmbda, log({what}) where lmbda == 0."
+    return fn
+
+
+boxcox = _box_cox("boxcox", lax.log)
+boxcox1p = _box_cox("boxcox1p", lax.log1p)
+
+
+def softmax(x, /, *, axis=None):
+    """exp(x) / sum(exp(x)) over `axis` (all axes by default), as kiln.nn.softmax."""
+    from kiln import nn  # kiln.nn imports this module
+    return nn.softmax(x, axis=axis)
+
+
+def log_softmax(x, /, *, axis=None):
+    """x - logsumexp(x) over `axis` (all axes by default), as kiln.nn.log_softmax."""
+    from kiln import nn
+    return nn.log_softmax(x, axis=axis)
