@@ -1,6 +1,7 @@
 """kiln.nn: activation functions and friends, as jax.nn, built on kiln.lax and kiln.numpy's internal
 modules. Piecewise activations use select (not max/min) so that gradients at the kinks match JAX's
-(relu'(0) = 0) and nan propagates.
+(relu'(0) = 0) and nan propagates. Attention lives in attention.py, the block-scaled matmuls in
+scaled.py, and the weight initializers in initializers.py (kiln.nn.initializers).
 """
 
 import math
@@ -9,13 +10,21 @@ import numpy as np
 
 from kiln import lax
 from kiln._src import dtypes
+from kiln._src.custom import custom_jvp
 from kiln._src.numpy import util, ufuncs, reductions
+from kiln._src.numpy.ufuncs import tanh
 from kiln._src.numpy.util import promote_args_inexact, full_like_scalar as _c
 from kiln.scipy.special import logsumexp
+from kiln.nn import initializers
+from kiln.nn.attention import dot_product_attention
+from kiln.nn.scaled import get_scaled_dot_general_config, scaled_dot_general, scaled_matmul
 
 __all__ = ["relu", "relu6", "sigmoid", "softplus", "silu", "swish", "gelu", "elu", "leaky_relu",
            "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish", "log_sigmoid", "softmax", "log_softmax",
-           "logsumexp", "one_hot", "standardize", "celu", "selu", "glu", "soft_sign", "mish"]
+           "logsumexp", "logmeanexp", "one_hot", "standardize", "celu", "selu", "glu", "soft_sign", "mish",
+           "identity", "tanh", "squareplus", "sparse_plus", "sparse_sigmoid", "log1mexp",
+           "dot_product_attention", "scaled_matmul", "scaled_dot_general", "get_scaled_dot_general_config",
+           "initializers"]
 
 
 def _as_array(name, x):
@@ -27,6 +36,11 @@ def _float(name, x):
     return x
 
 
+def identity(x):
+    """x itself, as an array."""
+    return _as_array("identity", x)
+
+
 def relu(x):
     """max(x, 0), with gradient 0 at 0 and nan passed through."""
     x = _as_array("relu", x)
@@ -34,8 +48,8 @@ def relu(x):
 
 
 def relu6(x):
-    """min(max(x, 0), 6)."""
-    x = _as_array("relu6", x)
+    """min(max(x, 0), 6), in a float dtype (JAX's compares with the float 6.); gradient 0 at both kinks."""
+    x = _float("relu6", x)
     return lax.select(lax.le(x, _c(x, 0)), _c(x, 0), lax.select(lax.ge(x, _c(x, 6)), _c(x, 6), x))
 
 
@@ -48,6 +62,40 @@ def softplus(x):
     """log(1 + exp(x)), stably."""
     x = _float("softplus", x)
     return ufuncs.logaddexp(x, _c(x, 0))
+
+
+def squareplus(x, b=4):
+    """(x + sqrt(x^2 + b)) / 2, a smooth relu whose smoothness is set by b."""
+    x = _as_array("squareplus", x)
+    root = ufuncs.sqrt(ufuncs.add(ufuncs.square(x), b))
+    return ufuncs.divide(ufuncs.add(x, root), 2)
+
+
+def sparse_plus(x):
+    """0 for x <= -1, (x + 1)^2 / 4 for -1 < x < 1, x for x >= 1: softplus's piecewise-quadratic twin."""
+    x = _float("sparse_plus", x)
+    one = _c(x, 1)
+    middle = lax.mul(lax.integer_pow(lax.add(x, one), 2), _c(x, 0.25))
+    return lax.select(lax.le(x, _c(x, -1)), _c(x, 0), lax.select(lax.ge(x, one), x, middle))
+
+
+def sparse_sigmoid(x):
+    """clip((x + 1) / 2, 0, 1): sigmoid's piecewise-linear twin, the derivative of sparse_plus."""
+    x = _float("sparse_sigmoid", x)
+    return lax.mul(_c(x, 0.5), ufuncs.clip(lax.add(x, _c(x, 1)), 0.0, 2.0))
+
+
+@custom_jvp
+def log1mexp(x):
+    """log(1 - exp(-x)) for x >= 0, accurately: log(-expm1(-x)) below log 2, log1p(-exp(-x)) above
+    (Maechler's split). nan for x < 0; the derivative is 1 / expm1(x)."""
+    x = _float("log1mexp", x)
+    small = lax.log(lax.neg(lax.expm1(lax.neg(x))))
+    large = lax.log1p(lax.neg(lax.exp(lax.neg(x))))
+    return lax.select(lax.lt(x, _c(x, math.log(2))), small, large)
+
+
+log1mexp.defjvps(lambda g, ans, x: ufuncs.divide(g, lax.expm1(_float("log1mexp", x))))
 
 
 def log_sigmoid(x):
@@ -78,17 +126,17 @@ def gelu(x, approximate=True):
 def elu(x, alpha=1.0):
     """x for x > 0, alpha * (exp(x) - 1) otherwise."""
     x = _float("elu", x)
-    zero = _c(x, 0)
-    neg = lax.mul(_c(x, alpha), lax.expm1(lax.select(lax.gt(x, zero), zero, x)))
-    return lax.select(lax.gt(x, zero), x, neg)
+    positive = lax.gt(x, _c(x, 0))
+    neg = ufuncs.multiply(alpha, lax.expm1(lax.select(positive, _c(x, 0), x)))
+    return ufuncs.where(positive, x, neg)
 
 
 def celu(x, alpha=1.0):
     """max(x, 0) + alpha * min(exp(x / alpha) - 1, 0)."""
     x = _float("celu", x)
-    zero = _c(x, 0)
-    neg = lax.mul(_c(x, alpha), lax.expm1(lax.div(lax.select(lax.gt(x, zero), zero, x), _c(x, alpha))))
-    return lax.select(lax.gt(x, zero), x, neg)
+    positive = lax.gt(x, _c(x, 0))
+    neg = ufuncs.multiply(alpha, lax.expm1(ufuncs.divide(lax.select(positive, _c(x, 0), x), alpha)))
+    return ufuncs.where(positive, x, neg)
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -104,7 +152,7 @@ def selu(x):
 def leaky_relu(x, negative_slope=0.01):
     """x for x >= 0, negative_slope * x otherwise."""
     x = _float("leaky_relu", x)
-    return lax.select(lax.ge(x, _c(x, 0)), x, lax.mul(x, _c(x, negative_slope)))
+    return ufuncs.where(lax.ge(x, _c(x, 0)), x, ufuncs.multiply(negative_slope, x))
 
 
 def hard_tanh(x):
@@ -185,6 +233,19 @@ def log_softmax(x, axis=-1, where=None):
     return out
 
 
+def logmeanexp(x, axis=None, where=None, keepdims=False):
+    """log(mean(exp(x))) over `axis` = logsumexp - log(count), counting only the elements where= keeps."""
+    x = _float("logmeanexp", x)
+    lse = logsumexp(x, axis=axis, keepdims=keepdims, where=where)
+    axes = util.canonicalize_axes(axis, x.ndim, "logmeanexp")
+    if where is None:
+        count = _c(lse, math.prod(x.shape[a] for a in axes))
+    else:
+        w = reductions._where_arg("logmeanexp", where, x.shape)
+        count = reductions.sum(lax.convert_element_type(w, lse.dtype), axes, keepdims=keepdims)
+    return lax.sub(lse, lax.log(count))
+
+
 def one_hot(x, num_classes, *, dtype=None, axis=-1):
     """One-hot encoding: a new axis of size num_classes at `axis`; out-of-range values give all zeros."""
     num_classes = util.concrete_int(num_classes, "one_hot: num_classes (must be static, e.g. a Python int)")
@@ -203,15 +264,23 @@ def one_hot(x, num_classes, *, dtype=None, axis=-1):
     return lax.convert_element_type(lax.eq(lhs, rhs), dtype)
 
 
-def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
-    """(x - mean) / sqrt(variance + epsilon), with mean and variance taken over `axis` unless given."""
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None, *, algorithm="fast"):
+    """(x - mean) / sqrt(variance + epsilon), with mean and variance taken over `axis` unless given.
+
+    algorithm="fast" takes the variance as mean(x^2) - mean^2 (one pass; clipped at 0, since
+    cancellation can make it negative), "stable" as mean((x - mean)^2)."""
+    if algorithm not in ("fast", "stable"):
+        raise ValueError(f"standardize: unknown algorithm {algorithm!r}; expected 'fast' or 'stable'")
     x = _float("standardize", x)
     if mean is None:
         mean = reductions.mean(x, axis, keepdims=True, where=where)
     if variance is None:
-        mean_sq = reductions.mean(lax.mul(x, x), axis, keepdims=True, where=where)
         mean_a = util.asarray_arg("standardize", mean)
-        variance = ufuncs.subtract(mean_sq, lax.mul(mean_a, mean_a))
+        if algorithm == "stable":
+            variance = reductions.mean(ufuncs.square(ufuncs.subtract(x, mean_a)), axis, keepdims=True, where=where)
+        else:
+            mean_sq = reductions.mean(lax.mul(x, x), axis, keepdims=True, where=where)
+            variance = ufuncs.maximum(ufuncs.subtract(mean_sq, ufuncs.square(mean_a)), 0)
     centered = ufuncs.subtract(x, mean)
     scale = lax.rsqrt(ufuncs.add(variance, epsilon))
     return ufuncs.multiply(centered, scale)
