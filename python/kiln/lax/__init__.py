@@ -1169,3 +1169,4 @@ from kiln.lax import linalg  # noqa: E402
 from kiln.lax.conv import (ConvDimensionNumbers, conv, conv_dimension_numbers, conv_general_dilated,  # noqa: E402,F401
                            conv_general_dilated_patches, conv_transpose, conv_with_general_padding, padtype_to_pads,
                            reduce_window)
+from kiln.lax.more import *  # noqa: E402,F401,F403

@@ -14,6 +14,7 @@ from kiln._src.numpy.reductions import *  # noqa: F401,F403
 from kiln._src.numpy.compare import *  # noqa: F401,F403
 from kiln._src.numpy.shape_ops import *  # noqa: F401,F403
 from kiln._src.numpy.linalg import *  # noqa: F401,F403
+from kiln._src.numpy.more import *  # noqa: F401,F403
 from kiln.numpy import linalg  # noqa: F401
 from kiln.numpy import fft  # noqa: F401
 
