@@ -584,6 +584,8 @@ DYN = [((0, 0), (2, 3)), ((3, 4), (3, 3)), ((4, 5), (2, 2)), ((-2, 1), (2, 4)), 
 
 
 def ref_dynamic_slice(a, starts, sizes):
+    # JAX's rule: a negative start counts from the end, then the start is clamped into range
+    starts = [st + n if st < 0 else st for st, n in zip(starts, a.shape)]
     s = [min(max(st, 0), n - k) for st, n, k in zip(starts, a.shape, sizes)]
     return a[tuple(slice(x, x + k) for x, k in zip(s, sizes))], s
 

@@ -357,9 +357,13 @@ def index_in_dim(operand, index, axis=0, keepdims=True):
     return out if keepdims else squeeze(out, (axis,))
 
 
-def _index_scalars(opname, idx):
+def _index_scalars(opname, idx, dims=None):
+    """Scalar integer start indices; with dims, a negative one counts from the end (as JAX's
+    dynamic_slice / dynamic_update_slice; the primitive then clamps into range)."""
     out = []
-    for i in idx:
+    for k, i in enumerate(idx):
+        if dims is not None and isinstance(i, (_int, np.integer)) and i < 0:
+            i = _int(i) + dims[k]
         a = _to_array(i, None, opname) if not isinstance(i, Array) else i
         if a.shape != ():
             raise TypeError(f"{opname}: start indices must be scalars, got shape {a.shape}")
@@ -367,6 +371,8 @@ def _index_scalars(opname, idx):
             raise TypeError(f"{opname}: start indices must be integers, got {a.dtype}")
         if a.dtype != np.int32 and a.dtype != np.int64:
             a = convert_element_type(a, np.int32)
+        if dims is not None and not isinstance(i, (_int, np.integer)) and a.dtype.kind == "i":
+            a = select(lt(a, _to_array(0, a)), add(a, _to_array(dims[k], a)), a)
         out.append(a)
     return out
 
@@ -375,7 +381,7 @@ def dynamic_slice(operand, start_indices, slice_sizes):
     (operand,) = _args("dynamic_slice", operand)
     if len(start_indices) != operand.ndim:
         raise ValueError(f"dynamic_slice: got {len(start_indices)} start indices for an operand of rank {operand.ndim}")
-    idx = _index_scalars("dynamic_slice", start_indices)
+    idx = _index_scalars("dynamic_slice", start_indices, operand.shape)
     return bind1("dynamic_slice", [operand] + idx, {"slice_sizes": _shape(slice_sizes, "slice_sizes")})
 
 
@@ -393,7 +399,7 @@ def dynamic_update_slice(operand, update, start_indices):
     operand, update = _args("dynamic_update_slice", operand, update)
     if len(start_indices) != operand.ndim:
         raise ValueError(f"dynamic_update_slice: got {len(start_indices)} start indices for an operand of rank {operand.ndim}")
-    idx = _index_scalars("dynamic_update_slice", start_indices)
+    idx = _index_scalars("dynamic_update_slice", start_indices, operand.shape)
     return bind1("dynamic_update_slice", [operand, update] + idx, update_params())
 
 
