@@ -406,3 +406,13 @@ def test_errors_name_the_function():
         kr.multivariate_normal(K(0), MEAN, COV, method="qr")
 
 
+
+
+def test_gamma_family_gradients_are_jax_s():
+    # jax.grad(lambda a: jr.gamma(jr.PRNGKey(0), a, (3,)).sum())(2.0) and the same for loggamma and
+    # beta(a, 3.0), from JAX 0.10.2 on the CPU: d sample / d alpha at the sample's quantile
+    # (lax.random_gamma_grad), not the derivative of the rejection loop
+    key = kr.PRNGKey(0)
+    assert float(kiln.grad(lambda a: kr.gamma(key, a, (3,)).sum())(2.0)) == pytest.approx(2.7869484, rel=2e-6)
+    assert float(kiln.grad(lambda a: kr.loggamma(key, a, (3,)).sum())(2.0)) == pytest.approx(1.8973668, rel=2e-6)
+    assert float(kiln.grad(lambda a: kr.beta(key, a, 3.0, (3,)).sum())(2.0)) == pytest.approx(0.4338452, rel=2e-6)

@@ -13,7 +13,7 @@ import numpy as np
 from kiln import lax
 from kiln import numpy as jnp
 from kiln import random as _r
-from kiln._src import api, batching, dtypes
+from kiln._src import api, custom, batching, dtypes
 
 
 def _c(x, v):
@@ -91,8 +91,30 @@ def _gamma(key, a, shape, dtype, log_space):
 
 @functools.partial(api.jit, static_argnums=(2,))
 def _gamma_draws(key, alphas, log_space):
+    return _gamma_diff(key, alphas, log_space)
+
+
+def _gamma_loop(key, alphas, log_space):
     keys = _r._split(key, alphas.shape)
     return batching.vmap(lambda k, al: _gamma_one(k, al, log_space))(keys, alphas)
+
+
+# d sample / d alpha as JAX defines it (the sample held at its quantile: lax.random_gamma_grad), not
+# the derivative of the rejection loop's arithmetic
+_gamma_diff = custom.custom_jvp(_gamma_loop, nondiff_argnums=(2,))
+
+
+@_gamma_diff.defjvp
+def _gamma_diff_jvp(log_space, primals, tangents):
+    from kiln.lax import more as lax_more
+    key, alphas = primals
+    _, dalphas = tangents
+    out = _gamma_loop(key, alphas, log_space)
+    x = lax.exp(out) if log_space else out
+    dx = lax_more.random_gamma_grad(alphas, x)
+    if log_space:
+        dx = lax.div(dx, x)
+    return out, lax.mul(dx, dalphas)
 
 
 def gamma(key, a, shape=None, dtype=None):
