@@ -139,3 +139,14 @@ def test_ensure_compile_time_eval():
     assert seen == [("Array", 9, "Tracer")]
     g = kiln.jit(lambda x: x + jnp.arange(3))  # outside the block: staged as before
     np.testing.assert_allclose(np.asarray(g(jnp.zeros(3))), [0, 1, 2])
+
+
+def test_sinc_derivatives_at_zero():
+    # every derivative of sinc at 0 is right (JAX's Maclaurin rule): f'' = -pi^2/3, f'''' = pi^4/5
+    d2 = kiln.grad(kiln.grad(jnp.sinc))(0.0)
+    d4 = kiln.grad(kiln.grad(kiln.grad(kiln.grad(jnp.sinc))))(0.0)
+    assert float(kiln.grad(jnp.sinc)(0.0)) == 0.0
+    assert float(d2) == pytest.approx(-np.pi ** 2 / 3, rel=1e-6)
+    assert float(d4) == pytest.approx(np.pi ** 4 / 5, rel=1e-5)
+    x = np.array([0.0, 0.25, -1.5], np.float32)
+    np.testing.assert_allclose(np.asarray(jnp.sinc(x)), np.sinc(x), rtol=1e-6)

@@ -369,10 +369,31 @@ logaddexp = _binary_inexact("logaddexp", _logaddexp_rule(lax.exp, 1.0))
 logaddexp2 = _binary_inexact("logaddexp2", _logaddexp_rule(lax.exp2, _LN2))
 
 
+def _sinc_at_zero_impl(k, x):
+    """The k-th derivative of sin(y)/y at y = 0, shaped like x: 0 for odd k, (-1)^(k/2) / (k + 1)."""
+    v = 0.0 if k % 2 else (-1.0) ** (k // 2) / (k + 1)
+    return lax.full_like(x, v)
+
+
+def _sinc_at_zero_jvp(k, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _sinc_at_zero(k, x), lax.mul(_sinc_at_zero(k + 1, x), t)
+
+
+_sinc_at_zero = None  # made on first use (custom_jvp lives in kiln._src.custom, imported lazily)
+
+
 def _sinc(x):
+    """sin(pi x) / (pi x), 1 at 0, with every derivative right at 0 too (JAX's Maclaurin rule)."""
+    global _sinc_at_zero
+    if _sinc_at_zero is None:
+        from kiln._src.custom import custom_jvp
+        _sinc_at_zero = custom_jvp(_sinc_at_zero_impl, nondiff_argnums=(0,))
+        _sinc_at_zero.defjvp(_sinc_at_zero_jvp)
     zero = lax.eq(x, _c(x, 0))
-    px = lax.mul(lax.select(zero, _c(x, 1), x), _c(x, math.pi))
-    return lax.select(zero, _c(x, 1), lax.div(lax.sin(px), px))
+    px = lax.mul(x, _c(x, math.pi))
+    safe = lax.select(zero, _c(x, 1), px)
+    return lax.select(zero, _sinc_at_zero(0, px), lax.div(lax.sin(safe), safe))
 
 
 sinc = _unary_inexact("sinc", _sinc)
