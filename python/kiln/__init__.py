@@ -42,6 +42,50 @@ from kiln import ops  # noqa: F401
 from kiln._src.api import disable_jit  # noqa: F401
 from kiln._src.extras import (custom_gradient, linear_transpose, closure_convert, named_call,  # noqa: F401
                               named_scope, checking_leaks, typeof, ensure_compile_time_eval)
+from kiln import sharding  # noqa: F401
+from kiln import dtypes  # noqa: F401
+from kiln import custom_derivatives  # noqa: F401
+from kiln import experimental, profiler, stages  # noqa: F401
+from kiln._src.api import Device  # noqa: F401
+from kiln._src.refs import freeze  # noqa: F401
+from kiln._src.toplevel import (enable_x64, debug_nans, debug_infs, default_matmul_precision,  # noqa: F401
+                                check_tracer_leaks, enable_checks, log_compiles, explain_cache_misses,
+                                threefry_partitionable, numpy_dtype_promotion, numpy_rank_promotion,
+                                softmax_custom_jvp, allow_f16_reductions, debug_key_reuse, legacy_prng_key,
+                                default_prng_impl, array_garbage_collection_guard, transfer_guard,
+                                transfer_guard_host_to_device, transfer_guard_device_to_host,
+                                transfer_guard_device_to_device, thread_guard, no_tracing, no_execution, float0,
+                                process_index, process_count, process_indices, host_id, host_count, host_ids,
+                                print_environment_info, pmap, shard_map, smap, make_mesh, set_mesh, reshard,
+                                make_array_from_callback, make_array_from_single_device_arrays,
+                                make_array_from_process_local_data, copy_to_host_async)
+from kiln.sharding import NamedSharding, PartitionSpec as P  # noqa: F401
+
+version = __version__
+
+
+def empty_ref(aval, *, memory_space=None):
+    """A Ref holding zeros of aval's shape and dtype (an uninitialized Ref in JAX)."""
+    from kiln import numpy as _jnp
+    return new_ref(_jnp.zeros(aval.shape, aval.dtype), memory_space=memory_space)
+
+
+def free_ref(ref):
+    """Accepted: a Ref's memory goes when nothing refers to it."""
+    del ref
+
+
+def default_device(device):
+    """Within the block, computations go to `device` (as jax.default_device): kiln accepts its default
+    device (a GPU when there is one) and raises NotImplementedError for another (move arrays with
+    device_put instead)."""
+    import contextlib
+    if device is not None and device not in devices():
+        raise ValueError(f"default_device: {device!r} is not one of kiln's devices {devices()}")
+    if device is not None and device != devices()[0]:
+        raise NotImplementedError(f"default_device({device!r}): kiln computes on its default device "
+                                  f"{devices()[0]!r}; move arrays with device_put instead")
+    return contextlib.nullcontext()
 
 
 def _find_blas():

@@ -1,0 +1,108 @@
+"""The rest of jax's top-level names: configuration context managers (jax.enable_x64,
+jax.debug_nans, ...), single-process facts (process_index, host_count, ...), float0, version
+and environment info, and the multi-device names that wait for kiln's multi-device work (they
+raise NotImplementedError saying so)."""
+import contextlib
+import platform
+import sys
+
+import numpy as np
+
+from kiln._src.config import config
+
+version = None  # set by kiln/__init__.py
+
+
+def _option_context(name, doc):
+    @contextlib.contextmanager
+    def ctx(new_value=True):
+        old = getattr(config, name)
+        config.update(name, new_value)
+        try:
+            yield
+        finally:
+            config.update(name, old)
+    ctx.__name__ = name.removeprefix("jax_")
+    ctx.__doc__ = doc
+    return ctx
+
+
+enable_x64 = _option_context("jax_enable_x64", "Within the block, 64-bit types are on (jax.enable_x64).")
+debug_nans = _option_context("jax_debug_nans", "Within the block, jitted results holding a NaN raise.")
+debug_infs = _option_context("jax_debug_infs", "Within the block, jitted results holding an inf raise.")
+default_matmul_precision = _option_context("jax_default_matmul_precision",
+                                           "Within the block, matmuls default to this precision.")
+
+
+@contextlib.contextmanager
+def _accepted(*args, **kwargs):
+    """A JAX configuration context kiln accepts and has nothing to do for."""
+    del args, kwargs
+    yield
+
+
+# configuration contexts whose subject kiln does not have (or always does): accepted as no-ops
+check_tracer_leaks = enable_checks = log_compiles = explain_cache_misses = threefry_partitionable = _accepted
+numpy_dtype_promotion = numpy_rank_promotion = softmax_custom_jvp = allow_f16_reductions = _accepted
+debug_key_reuse = legacy_prng_key = default_prng_impl = array_garbage_collection_guard = _accepted
+transfer_guard = transfer_guard_host_to_device = transfer_guard_device_to_host = _accepted
+transfer_guard_device_to_device = thread_guard = no_tracing = no_execution = _accepted
+
+# jax.dtypes.float0: the dtype of integer inputs' tangents in JAX (kiln gives zeros of the input's dtype)
+float0 = np.dtype([("float0", np.void, 0)])
+
+
+def process_index():
+    """This process's index among the processes of a run: kiln runs in one process."""
+    return 0
+
+
+def process_count():
+    return 1
+
+
+def process_indices():
+    return [0]
+
+
+host_id = process_index
+host_count = process_count
+host_ids = process_indices
+
+
+def print_environment_info(return_string=False):
+    """kiln's version, Python's, NumPy's and the devices, as jax.print_environment_info."""
+    import kiln
+    lines = [f"kiln:    {kiln.__version__}", f"numpy:   {np.__version__}",
+             f"python:  {sys.version.split()[0]}", f"platform: {platform.platform()}",
+             f"devices: {kiln.devices()}"]
+    text = "\n".join(lines)
+    if return_string:
+        return text
+    print(text)
+    return None
+
+
+def _multi_device(name):
+    def fn(*args, **kwargs):
+        raise NotImplementedError(f"{name} is not supported yet by kiln: it needs several devices (meshes, shardings, "
+                                  "collectives), kiln's next piece of work; single-device programs need no "
+                                  f"{name}")
+    fn.__name__ = name
+    return fn
+
+
+pmap = _multi_device("pmap")
+shard_map = _multi_device("shard_map")
+smap = _multi_device("smap")
+make_mesh = _multi_device("make_mesh")
+set_mesh = _multi_device("set_mesh")
+reshard = _multi_device("reshard")
+make_array_from_callback = _multi_device("make_array_from_callback")
+make_array_from_single_device_arrays = _multi_device("make_array_from_single_device_arrays")
+make_array_from_process_local_data = _multi_device("make_array_from_process_local_data")
+
+
+def copy_to_host_async(x):
+    """Starts moving x to the host (kiln's transfers happen when the value is read): returns x."""
+    return x

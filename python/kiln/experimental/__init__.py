@@ -1,0 +1,2 @@
+"""kiln.experimental: jax.experimental's commonly used names."""
+from kiln._src.config import enable_x64, disable_x64  # noqa: F401

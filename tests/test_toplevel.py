@@ -1,0 +1,55 @@
+"""JAX's top-level names kiln provides: configuration contexts, single-process facts, modules
+(sharding, dtypes, experimental, profiler, stages, custom_derivatives), and the multi-device
+names that raise NotImplementedError until kiln runs on several devices."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+
+
+def test_configuration_contexts():
+    assert jnp.ones(2).dtype == np.float32
+    with kiln.enable_x64():
+        assert jnp.ones(2).dtype == np.float64
+        with kiln.enable_x64(False):
+            assert jnp.ones(2).dtype == np.float32
+    assert jnp.ones(2).dtype == np.float32
+    f = kiln.jit(lambda x: jnp.log(x))
+    with kiln.debug_nans():
+        with pytest.raises(FloatingPointError, match="log"):
+            f(-jnp.ones(2))
+    assert np.isnan(np.asarray(f(-jnp.ones(2)))).all()
+    with kiln.log_compiles(), kiln.check_tracer_leaks(), kiln.numpy_rank_promotion("raise"), kiln.transfer_guard("allow"):
+        assert float(kiln.jit(lambda x: x * 2)(3.0)) == 6.0
+    with kiln.experimental.enable_x64():
+        assert jnp.ones(1).dtype == np.float64
+
+
+def test_process_facts_modules_and_refs(capsys):
+    assert kiln.process_index() == 0 and kiln.process_count() == 1 and kiln.host_count() == 1
+    assert kiln.version == kiln.__version__ and kiln.float0.itemsize == 0
+    kiln.print_environment_info()
+    assert "kiln:" in capsys.readouterr().out
+    x = jnp.ones(3)
+    assert isinstance(x.sharding, kiln.sharding.SingleDeviceSharding)
+    assert kiln.P("x", None) == ("x", None) and repr(kiln.P("x")) == "PartitionSpec('x',)"
+    assert kiln.dtypes.canonicalize_dtype(np.float64) == np.float32
+    assert kiln.custom_derivatives.custom_jvp is kiln.custom_jvp
+    with kiln.profiler.trace("/tmp/unused"), kiln.profiler.TraceAnnotation("step"):
+        assert float(jnp.sum(x)) == 3.0
+    assert isinstance(kiln.jit(lambda v: v).lower(x), kiln.stages.Lowered)
+    r = kiln.empty_ref(kiln.ShapeDtypeStruct((2,), np.float32))
+    r[0] = 5.0
+    np.testing.assert_array_equal(np.asarray(kiln.freeze(r)), [5.0, 0.0])
+    with kiln.default_device(kiln.devices()[0]):
+        assert float(jnp.sum(x)) == 3.0
+    assert kiln.copy_to_host_async(x) is x
+
+
+@pytest.mark.parametrize("name", ["pmap", "shard_map", "make_mesh", "make_array_from_callback"])
+def test_multi_device_names_say_they_wait(name):
+    with pytest.raises(NotImplementedError, match="several devices"):
+        getattr(kiln, name)(lambda x: x)
+    with pytest.raises(NotImplementedError, match="several"):
+        kiln.sharding.Mesh(kiln.devices(), ("x",))
