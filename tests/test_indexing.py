@@ -96,9 +96,18 @@ def test_traced_boolean_mask_raises(access):
         kiln.jit(lambda a, m: get(a, m))(xs, jnp.asarray(B))
 
 
+def test_out_of_bounds_static_ints_clamp_as_jax(access):
+    # jnp.arange(10.)[11] is 9.0 in JAX, and [-12] is 0.0, eagerly and under jit
+    get, _ = access
+    x = _x(dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(get(jnp.asarray(x), 7)), x[2])
+    np.testing.assert_array_equal(np.asarray(get(jnp.asarray(x), (0, -5))), x[0, 0])
+    np.testing.assert_array_equal(np.asarray(kiln.jit(lambda a: get(a, (9, 1)))(jnp.asarray(x))), x[2, 1])
+    np.testing.assert_array_equal(np.asarray(get(jnp.arange(10.0), 11)), 9.0)
+    np.testing.assert_array_equal(np.asarray(get(jnp.arange(10.0), -12)), 0.0)
+
+
 BAD = [
-    (7, IndexError, "index 7 is out of bounds for axis 0 with size 3"),
-    ((0, -5), IndexError, "index -5 is out of bounds for axis 1 with size 4"),
     ((0, 0, 0, 0), IndexError, "too many indices"),
     ((Ellipsis, 0, Ellipsis), IndexError, "single ellipsis"),
     (1.5, IndexError, "valid indices"),
@@ -220,3 +229,10 @@ def test_traced_scalar_index_updates_match_static_ones(op, mode):
             got = kiln.jit(lambda x, i, v: getattr(x.at[idx(i)], op)(v, mode=mode))(x, i, v)
             want = getattr(jnp.asarray(x).at[idx(i)], op)(v, mode=mode)  # a static index
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_apply_runs_once_per_occurrence_as_jax():
+    # JAX: jnp.zeros(3).at[jnp.array([0, 0, 1])].apply(lambda v: v + 1) is [2, 1, 0]
+    np.testing.assert_array_equal(np.asarray(jnp.zeros(3).at[jnp.array([0, 0, 1])].apply(lambda v: v + 1)), [2, 1, 0])
+    f = kiln.jit(lambda x, i: x.at[i].apply(lambda v: v * 2 + 1))
+    np.testing.assert_array_equal(np.asarray(f(jnp.ones(4), jnp.array([3, 3, 3, 0]))), [3, 1, 1, 15])

@@ -109,8 +109,9 @@ def _convert_item(item, opname):
 def _parse(shape, idx, opname, check_ints):
     """The index as a list of _Entry with dims assigned, one slice entry per unindexed dim.
 
-    check_ints: a static int out of range raises IndexError (getitem); otherwise it
-    becomes a 'dyn' entry so the caller's clip/fill/drop rule applies."""
+    check_ints: a static int out of range is clamped into range (getitem, as JAX: x[11] of 10
+    elements is x[9], x[-12] is x[0]); otherwise it becomes a 'dyn' entry so the caller's
+    clip/fill/drop rule applies."""
     items = list(idx) if isinstance(idx, tuple) else [idx]
     parsed, mask_sizes, n_ellipsis = [], {}, 0
     for item in items:
@@ -146,7 +147,9 @@ def _parse(shape, idx, opname, check_ints):
             raise IndexError(f"{opname}: boolean index did not match indexed array along axis "
                              f"{dim}; size of axis is {n} but size of corresponding boolean "
                              f"index is {mask_sizes[id(e)]}")
-        if e.kind == "int" and not -n <= e.value < n:
+        if e.kind == "int" and not -n <= e.value < n and n > 0 and check_ints:
+            e.value = builtins.max(builtins.min(e.value, n - 1), -n) % n
+        elif e.kind == "int" and not -n <= e.value < n:
             if check_ints:
                 raise IndexError(f"{opname}: index {e.value} is out of bounds for axis {dim} "
                                  f"with size {n}")
@@ -369,12 +372,21 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
         vals = _fit_values(values, where.shape, arr.dtype, opname)
     flat = _s.ravel(arr)
     if op == "apply":
-        # Unlike JAX, a duplicated index gets func applied once, not once per duplicate.
-        old = _gather(arr, entries, "clip", None)
-        vals = _s._convert(_s.ravel(_combine(op, old, values)), arr.dtype)
-        op = "set"
-    else:
-        vals = _s.ravel(vals)
+        # As JAX: func is applied once per occurrence of a position (twice for an index given
+        # twice): a loop of count rounds, each applying it where a position has rounds left
+        idx = _s.ravel(where)
+        counts = lax._scatter(lax.full((size,), 0, np.int32), idx, lax.full(idx.shape, 1, np.int32), 0, "add")
+        rounds = _s._reduce("max", counts, (0,)) if size else lax.full((), 0, np.int32)
+
+        def more(state):
+            return lax.lt(state[0], rounds)
+
+        def once(state):
+            j, x = state
+            applied = _s._convert(values(x), arr.dtype)
+            return lax.add(j, lax.full((), 1, np.int32)), lax.select(lax.gt(counts, j), applied, x)
+        return lax.reshape(lax.while_loop(more, once, (lax.full((), 0, np.int32), flat))[1], arr.shape)
+    vals = _s.ravel(vals)
     out = lax._scatter(flat, _s.ravel(where), vals, 0, op)
     return lax.reshape(out, arr.shape)
 
