@@ -371,3 +371,22 @@ def test_out_axes_errors():
 def test_not_callable():
     with pytest.raises(TypeError, match="callable"):
         kiln.vmap(3)
+
+
+def test_unmapped_python_values_pass_through_unchanged():
+    # as JAX: in_axes None leaves that are not arrays reach the function as they are
+    seen = []
+
+    def f(x, n):
+        seen.append(type(n))
+        return x * n
+    np.testing.assert_array_equal(np.asarray(kiln.vmap(f, in_axes=(0, None))(jnp.ones(3), 3)), [3, 3, 3])
+    assert seen == [int]
+    g = kiln.jit(lambda x, n: x * n, static_argnames="n")
+    np.testing.assert_array_equal(np.asarray(kiln.vmap(lambda x, n: g(x, n=n), in_axes=(0, None))(jnp.arange(3.0), 4)),
+                                  [0, 4, 8])
+
+
+def test_matmul_shape_mismatch_is_a_type_error():
+    with pytest.raises(TypeError, match="matmul"):
+        jnp.ones((2, 3)) @ jnp.ones((2, 3))

@@ -11,6 +11,8 @@ import functools
 import inspect
 import operator
 
+import numpy as np
+
 from kiln._src import api, core, tree_util
 from kiln._src.ad import _run
 
@@ -171,6 +173,20 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         names = _leaf_names(fun, args, kwargs)
         if len(names) != len(leaves):
             names = [f"leaf {i}" for i in range(len(leaves))]
+        # as JAX: an unmapped (in_axes None) leaf that is not an array reaches fun as it is (a
+        # Python int stays an int, usable as a static argument inside)
+        static = [a is None and not isinstance(x, (core.Array, np.ndarray, np.generic)) for x, a in zip(leaves, axes)]
+        if any(static):
+            keep = [i for i in range(len(leaves)) if not static[i]]
+
+            def with_statics(*dyn):
+                vals = list(leaves)
+                for i, v in zip(keep, dyn):
+                    vals[i] = v
+                a, k = tree_util.tree_unflatten(tree, vals)
+                return fun(*a, **k)
+            return vmap(with_statics, in_axes=tuple(axes[i] for i in keep), out_axes=out_axes, axis_name=axis_name,
+                        axis_size=axis_size)(*[leaves[i] for i in keep])
         arrs = [x if isinstance(x, core.Array) else api._leaf_to_array(x, f"vmap {n}") for x, n in zip(leaves, names)]
         axes = [_normalize_in_axis(x, a, n) for x, a, n in zip(arrs, axes, names)]
         size = _batch_size(arrs, axes, names, axis_size)

@@ -94,7 +94,7 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
     a2 = lax.reshape(a, (1,) + a.shape) if a_vec else a
     b2 = lax.reshape(b, b.shape + (1,)) if b_vec else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(f"matmul: input operand 1 has a mismatch in its core dimension 0 "
+        raise TypeError(f"matmul: input operand 1 has a mismatch in its core dimension 0 "
                          f"(size {b2.shape[-2]} is different from {a2.shape[-1]}); shapes "
                          f"{a.shape} and {b.shape}")
     if b2.ndim == 2:
