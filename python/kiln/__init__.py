@@ -58,7 +58,9 @@ from kiln._src.toplevel import (enable_x64, debug_nans, debug_infs, default_matm
                                 process_index, process_count, process_indices, host_id, host_count, host_ids,
                                 print_environment_info, pmap, shard_map, smap, make_mesh, set_mesh, reshard,
                                 make_array_from_callback, make_array_from_single_device_arrays,
-                                make_array_from_process_local_data, copy_to_host_async)
+                                make_array_from_process_local_data, copy_to_host_async, enable_custom_prng, ds,
+                                fwd_and_bwd, make_user_context)
+from kiln import ad, custom_batching, memory  # noqa: F401
 from kiln.sharding import NamedSharding, PartitionSpec as P  # noqa: F401
 
 version = __version__

@@ -16,4 +16,14 @@ def breakpoint(*, backend=None, filter_frames=True, num_frames=None, ordered=Fal
     callback(stop, **kwargs)
 
 
-__all__ = ["callback", "print", "breakpoint"]
+def log(fmt, *args, level=20, logger="kiln", **kwargs):
+    """Logs fmt.format(*args, **kwargs) through Python's logging each time the program runs (as
+    jax.debug.log; level: a logging level, INFO by default)."""
+    import logging
+
+    def emit(*a, **k):
+        logging.getLogger(logger).log(level, fmt.format(*a, **k))
+    callback(emit, *args, **kwargs)
+
+
+__all__ = ["callback", "print", "breakpoint", "log"]

@@ -8,3 +8,28 @@ def is_weakly_typed(x):
     """Whether x is weakly typed (a Python scalar, or an array made from one)."""
     from kiln._src.dtypes import is_weakly_typed as w
     return w(x)
+
+
+class TypePromotionError(ValueError):
+    """Raised when two dtypes cannot be promoted together (kiln raises TypeError naming the operation)."""
+
+
+class extended:
+    """The abstract type of JAX's extended dtypes (typed PRNG keys are kiln's only such values)."""
+
+
+class prng_key(extended):
+    """The abstract type of typed PRNG key dtypes."""
+
+
+def itemsize_bits(dtype):
+    """The bits one element of dtype takes (bool: 8)."""
+    import numpy as np
+    return np.dtype(dtype).itemsize * 8
+
+
+def scalar_type_of(x):
+    """The Python scalar type of x's dtype: bool, int, float or complex."""
+    import numpy as np
+    kind = np.dtype(getattr(x, "dtype", None) or np.asarray(x).dtype).kind
+    return {"b": bool, "i": int, "u": int, "f": float, "c": complex, "V": float}[kind]

@@ -54,5 +54,10 @@ class NamedSharding(Sharding):
 AbstractMesh = Mesh
 AxisType = collections.namedtuple("AxisType", [])  # placeholder type for annotations
 
-__all__ = ["Sharding", "SingleDeviceSharding", "PartitionSpec", "P", "Mesh", "NamedSharding", "AbstractMesh",
+def make_single_device_sharding(device):
+    """The sharding that puts a whole array on `device`."""
+    return SingleDeviceSharding(device)
+
+
+__all__ = ["make_single_device_sharding", "Sharding", "SingleDeviceSharding", "PartitionSpec", "P", "Mesh", "NamedSharding", "AbstractMesh",
            "UNCONSTRAINED"]

@@ -49,5 +49,18 @@ __all__ = [
     "tree_flatten_with_path", "tree_leaves", "tree_leaves_with_path",
     "tree_map", "tree_map_with_path", "tree_reduce", "tree_reduce_associative",
     "tree_structure", "tree_transpose", "tree_unflatten", "treedef_children",
-    "treedef_is_leaf", "treedef_tuple",
+    "treedef_is_leaf", "treedef_tuple", "default_registry",
 ]
+
+
+class _DefaultRegistry:
+    """JAX's default pytree registry object (its methods are tree_util's functions)."""
+
+    def flatten(self, tree, is_leaf=None):
+        return tree_flatten(tree, is_leaf)
+
+    def flatten_one_level(self, tree):
+        return flatten_one_level(tree)
+
+
+default_registry = _DefaultRegistry()

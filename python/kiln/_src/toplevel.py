@@ -46,7 +46,7 @@ check_tracer_leaks = enable_checks = log_compiles = explain_cache_misses = three
 numpy_dtype_promotion = numpy_rank_promotion = softmax_custom_jvp = allow_f16_reductions = _accepted
 debug_key_reuse = legacy_prng_key = default_prng_impl = array_garbage_collection_guard = _accepted
 transfer_guard = transfer_guard_host_to_device = transfer_guard_device_to_host = _accepted
-transfer_guard_device_to_device = thread_guard = no_tracing = no_execution = _accepted
+transfer_guard_device_to_device = thread_guard = no_tracing = no_execution = enable_custom_prng = _accepted
 
 # jax.dtypes.float0: the dtype of integer inputs' tangents in JAX (kiln gives zeros of the input's dtype)
 float0 = np.dtype([("float0", np.void, 0)])
@@ -106,3 +106,26 @@ make_array_from_process_local_data = _multi_device("make_array_from_process_loca
 def copy_to_host_async(x):
     """Starts moving x to the host (kiln's transfers happen when the value is read): returns x."""
     return x
+
+
+def ds(start, size=None, stride=None):
+    """A dynamic slice of a Ref (jax.ds): start:start+size; kiln takes static starts."""
+    import operator
+    if size is None:
+        start, size = 0, start
+    try:
+        start = operator.index(start)
+    except TypeError:
+        raise NotImplementedError("ds: a traced start is not supported yet by kiln (index the Ref with "
+                                  "lax.dynamic_slice on its value instead)") from None
+    return slice(start, start + operator.index(size), stride)
+
+
+def fwd_and_bwd(fun, argnums=0, has_aux=False, jitted=True):
+    """Not supported yet by kiln: use kiln.vjp (the same forward and backward split)."""
+    raise NotImplementedError("fwd_and_bwd is not supported yet by kiln; kiln.vjp gives the forward values and "
+                              "the backward function")
+
+
+def make_user_context(*args, **kwargs):
+    raise NotImplementedError("make_user_context is not supported by kiln (JAX's user context for configuration)")

@@ -17,7 +17,7 @@ from kiln import lax as _lax
 from kiln._src import core, dtypes
 from kiln._src.core import Array
 
-__all__ = [
+__all__ = ["DotAlgorithm", "DotAlgorithmPreset", "AccuracyMode", "Tolerance", "scaled_dot",
     "GatherDimensionNumbers", "ScatterDimensionNumbers", "GatherScatterMode", "gather", "scatter",
     "scatter_add", "scatter_sub", "scatter_mul", "scatter_min", "scatter_max", "scatter_apply", "index_take",
     "top_k", "approx_max_k", "approx_min_k", "dynamic_index_in_dim", "dynamic_update_index_in_dim",
@@ -1083,3 +1083,43 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False,
         return out, dout
 
     return solved(tuple(consts), b)
+
+
+# ---- dot algorithms (JAX's names for precision control beyond Precision) --------------------------
+
+class DotAlgorithm:
+    """A dot product's operand/accumulation types (jax.lax.DotAlgorithm): kiln's dot_general takes
+    `precision` only, so passing one raises NotImplementedError there; the type exists for code
+    that names it."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+class DotAlgorithmPreset:
+    """Named DotAlgorithms (jax.lax.DotAlgorithmPreset): see DotAlgorithm."""
+    DEFAULT = "DEFAULT"
+    ANY_F8_ANY_F8_F32 = "ANY_F8_ANY_F8_F32"
+    F16_F16_F32 = "F16_F16_F32"
+    BF16_BF16_F32 = "BF16_BF16_F32"
+    TF32_TF32_F32 = "TF32_TF32_F32"
+    F32_F32_F32 = "F32_F32_F32"
+    F64_F64_F64 = "F64_F64_F64"
+
+
+class AccuracyMode:
+    """The accuracy of transcendental functions (jax.lax.AccuracyMode): kiln computes them one way."""
+    DEFAULT = "DEFAULT"
+    HIGHEST = "HIGHEST"
+
+
+class Tolerance:
+    """An accuracy tolerance (jax.lax.Tolerance): accepted for code that names it."""
+
+    def __init__(self, atol=0.0, rtol=0.0, ulps=0):
+        self.atol, self.rtol, self.ulps = atol, rtol, ulps
+
+
+def scaled_dot(*args, **kwargs):
+    """A block-scaled (float8/float4) dot: kiln has no such dtypes."""
+    raise NotImplementedError("lax.scaled_dot is not supported by kiln: it needs float8/float4 dtypes")
