@@ -4,7 +4,7 @@ from kiln._src.numpy.linalg import (  # noqa: F401
     norm, vector_norm, matrix_norm, solve, inv, det, slogdet, cholesky, qr, svd, svdvals,
     eigh, eigvalsh, lstsq, pinv, matrix_rank, cond, matrix_power, multi_dot, matmul, outer,
     tensordot, cross, vecdot, diagonal, trace, matrix_transpose, LinAlgError, SVDResult,
-    EighResult, QRResult, SlogdetResult, eig, eigvals, EigResult,
+    EighResult, QRResult, SlogdetResult, eig, eigvals, EigResult, tensorinv, tensorsolve,
 )
 
 __all__ = list(__all__)

@@ -337,3 +337,14 @@ def sqrtm(A, blocksize=1):
     t, z = schur(A, output="complex")
     r = _sqrtm_triu(t)
     return z @ r @ _mH(z)
+
+
+from kiln.scipy._linalg_more import (  # noqa: E402  (it builds on the helpers above)
+    circulant, companion, convolution_matrix, dft, eigh_tridiagonal, fiedler, fiedler_companion, funm, hadamard,
+    hankel, helmert, hessenberg, hilbert, invhilbert, invpascal, leslie, pascal, qr_multiply, rsf2csf,
+    solve_sylvester,
+)
+
+__all__ += ["circulant", "companion", "convolution_matrix", "dft", "eigh_tridiagonal", "fiedler", "fiedler_companion",
+            "funm", "hadamard", "hankel", "helmert", "hessenberg", "hilbert", "invhilbert", "invpascal", "leslie",
+            "pascal", "qr_multiply", "rsf2csf", "solve_sylvester"]

@@ -22,7 +22,7 @@ LINALG_ALL = ["norm", "vector_norm", "matrix_norm", "solve", "inv", "det", "slog
               "matrix_rank", "cond", "matrix_power", "multi_dot", "matmul", "outer",
               "tensordot", "cross", "vecdot", "diagonal", "trace", "matrix_transpose",
               "LinAlgError", "SVDResult", "EighResult", "QRResult", "SlogdetResult", "eig", "eigvals",
-              "EigResult"]
+              "EigResult", "tensorinv", "tensorsolve"]
 
 SVDResult = collections.namedtuple("SVDResult", ["U", "S", "Vh"])
 EighResult = collections.namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
@@ -464,6 +464,34 @@ def solve(a, b):
 def inv(a):
     a = _matrix("linalg.inv", a, square=True)
     return solve(a, _eye_like(a))
+
+
+def tensorinv(a, ind=2):
+    """The inverse of a as a linear map from its first ind axes' space to its last axes' space:
+    tensordot(tensorinv(a, ind), a, ind) is the identity (numpy.linalg.tensorinv)."""
+    (a,) = _s._promote_inexact("linalg.tensorinv", a)
+    if ind <= 0:
+        raise ValueError(f"linalg.tensorinv: ind must be a positive integer, got {ind}")
+    rows, cols = a.shape[:ind], a.shape[ind:]
+    n = int(np.prod(rows))
+    if int(np.prod(cols)) != n:
+        raise LinAlgError(f"linalg.tensorinv: a of shape {a.shape} is not square over its first {ind} axes "
+                          f"({rows}) and the rest ({cols})")
+    return lax.reshape(inv(lax.reshape(a, (n, n))), cols + rows)
+
+
+def tensorsolve(a, b, axes=None):
+    """x with tensordot(a, x, x.ndim) = b, x of shape a.shape[b.ndim:] (numpy.linalg.tensorsolve);
+    axes: a's axes moved to the end first."""
+    a, b = _s._promote_inexact("linalg.tensorsolve", a, b)
+    if axes is not None:
+        a = _s.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
+    xshape = a.shape[b.ndim:]
+    n = int(np.prod(xshape))
+    if int(np.prod(a.shape)) != n * n or int(np.prod(b.shape)) != n:
+        raise LinAlgError(f"linalg.tensorsolve: a of shape {a.shape} does not match b of shape {b.shape} "
+                          "(a must hold prod(x.shape)**2 elements and b prod(x.shape), x.shape = a.shape[b.ndim:])")
+    return lax.reshape(solve(lax.reshape(a, (n, n)), lax.reshape(b, (n,))), xshape)
 
 
 def _lu_det_parts(opname, a):
