@@ -118,3 +118,20 @@ def test_a_failing_debug_callback_fails_the_call():
         np.asarray(f(1.0))
         kiln.effects_barrier()
     assert float(kiln.jit(lambda v: v + 1)(1.0)) == 2.0
+
+
+def test_prints_inside_conds_and_loops_are_kept_and_stay_inside(capsys):
+    # a cond whose only work is a print (no results) and a loop whose result is unused still run;
+    # a print of values from outside a branch runs only when the branch does
+    f = kiln.jit(lambda x: lax.cond(x > 0, lambda x: kiln.debug.print("A {x}", x=x), lambda x: None, x))
+    f(1.0)
+    f(-1.0)
+    assert _lines(capsys) == ["A 1.0"]
+    g = kiln.jit(lambda x: lax.cond(x > 0, lambda: (kiln.debug.print("B {x}", x=x), x + 1)[1], lambda: x - 1))
+    assert float(g(-1.0)) == -2.0 and float(g(2.0)) == 3.0
+    assert _lines(capsys) == ["B 2.0"]
+    lax.cond(jnp.asarray(-1.0) > 0, lambda: (kiln.debug.print("C"), 1.0)[1], lambda: 0.0)  # eager: untaken
+    assert _lines(capsys) == []
+    h = kiln.jit(lambda x: (lax.fori_loop(0, 2, lambda i, c: (kiln.debug.print("D {i}", i=i), c)[1], x), 0)[1])
+    h(1.0)
+    assert _lines(capsys) == ["D 0", "D 1"]

@@ -42,7 +42,7 @@ void kl_cse(kl_program *pg) {
   for (int k = 0; k < pg->neqns; k++) {
     kl_eqn *e = &pg->eqns[k];
     for (int i = 0; i < e->nin; i++) e->ins[i] = repl[e->ins[i]];
-    if (e->prim == KL_P_CALLBACK && e->p.callback.effect) continue; /* each call of an effect happens */
+    if (kl_eqn_has_effect(e)) continue; /* each call of an effect happens */
     size_t slot = (size_t)eqn_hash(e) & (cap - 1);
     while (table[slot] >= 0 && !eqn_same(&pg->eqns[table[slot]], e)) slot = (slot + 1) & (cap - 1);
     if (table[slot] < 0) table[slot] = k;

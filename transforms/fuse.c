@@ -17,6 +17,19 @@ int kl_eqn_fusible(const kl_fuse_traits *traits, const kl_program *pg, const kl_
   return traits[e->prim].fuses || kl_inline_reads(traits, pg, e);
 }
 
+/* Whether e runs for an effect: an effect callback, or an equation whose bodies hold one (a cond
+ * or loop that prints): DCE keeps it, CSE never merges it. */
+int kl_eqn_has_effect(const kl_eqn *e) {
+  if (e->prim == KL_P_CALLBACK) return e->p.callback.effect;
+  for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++) {
+    if (f->kind != KL_PF_PROGRAM) continue;
+    const kl_program *body = *(kl_program *const *)kl_param_cptr(&e->p, f);
+    for (int k = 0; body && k < body->neqns; k++)
+      if (kl_eqn_has_effect(&body->eqns[k])) return 1;
+  }
+  return 0;
+}
+
 void kl_dce(kl_program *pg) {
   char *live = kl_calloc((size_t)pg->nvals + 1, 1), *keep = kl_calloc((size_t)pg->neqns + 1, 1);
   if (!live || !keep) { /* out of memory: nothing changed; the pipeline reports pg->oom */
@@ -28,7 +41,7 @@ void kl_dce(kl_program *pg) {
   for (int i = 0; i < pg->noutputs; i++) live[pg->outputs[i]] = 1;
   for (int k = pg->neqns - 1; k >= 0; k--) {
     const kl_eqn *e = &pg->eqns[k];
-    keep[k] = e->prim == KL_P_CALLBACK && e->p.callback.effect; /* run for its effect */
+    keep[k] = kl_eqn_has_effect(e); /* run for its effect */
     for (int i = 0; i < e->nout && !keep[k]; i++) keep[k] = live[e->outs[i]];
     if (keep[k])
       for (int i = 0; i < e->nin; i++) live[e->ins[i]] = 1;

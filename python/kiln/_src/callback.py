@@ -103,11 +103,10 @@ def _numpy_args(arrs, tree):
 
 
 def _operands(arrs):
-    """The operands of the callback equation: with none, a literal of the current trace (so the
-    call is staged into it, not run once now)."""
-    if arrs:
-        return list(arrs), 0
-    return [core.scalar_constant(0, np.dtype(np.int32), False)], 1
+    """The operands of the callback equation, after a literal of the current (innermost) trace:
+    the call is staged there (inside the cond branch or loop body being traced, even when every
+    value comes from outside), never run now by an abstract trace."""
+    return [core.scalar_constant(0, np.dtype(np.int32), False)] + list(arrs), 1
 
 
 def debug_callback(callback, *args, ordered=False, partitioned=False, **kwargs):
