@@ -112,7 +112,7 @@ def test_debug_nans_and_infs_name_the_primitive():
     f = kiln.jit(lambda x: jnp.exp(jnp.log(x) * 3.0) + 1.0)
     ok = np.asarray(f(np.full(2, 2.0, np.float32)))
     np.testing.assert_allclose(ok, 9.0, rtol=1e-5)
-    # (results are checked: a NaN or inf that does not reach them goes unseen, unlike JAX's per-op check)
+    # (a jitted call's results are checked: a NaN or inf that does not reach them goes unseen there)
     for option, arg, what, prim in (("jax_debug_nans", -1.0, "nan", "log"), ("jax_debug_infs", 1e30, "inf", "exp")):
         kiln.config.update(option, True)
         try:
@@ -150,3 +150,16 @@ def test_sinc_derivatives_at_zero():
     assert float(d4) == pytest.approx(np.pi ** 4 / 5, rel=1e-5)
     x = np.array([0.0, 0.25, -1.5], np.float32)
     np.testing.assert_allclose(np.asarray(jnp.sinc(x)), np.sinc(x), rtol=1e-6)
+
+
+def test_debug_nans_checks_eager_operations():
+    x = jnp.asarray(np.array([1.0, -1.0], np.float32))
+    with kiln.debug_nans():
+        with pytest.raises(FloatingPointError, match=r"invalid value \(nan\) encountered in log"):
+            jnp.log(x)
+        with pytest.raises(FloatingPointError, match="encountered in mul"):
+            x * np.float32(np.nan)  # the C fast path's operators too
+        with pytest.raises(FloatingPointError, match="sqrt"):
+            kiln.grad(lambda v: jnp.sqrt(v))(-1.0)
+        np.testing.assert_allclose(np.asarray(jnp.log(jnp.asarray([2.0]))), [np.log(2.0)], rtol=1e-6)
+    assert np.isnan(np.asarray(jnp.log(x))[1])  # off again

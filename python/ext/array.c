@@ -56,6 +56,7 @@ static PyObject *fused_fn;         /* dispatch._fused_exe(key) -> exe of a chain
 static PyObject *op_name[NOPS];    /* op_prim as str objects (the first item of a cache key) */
 static PyObject *no_params;        /* () : params_key of a call without params */
 static int fusion = 1;             /* KILN_EAGER_FUSION=0: every operation launches at once */
+static PyObject *eager_check;      /* jax_debug_nans/infs: check(prim name, results) after each eager op */
 static long n_chains, n_chain_ops; /* fused launches, and the operations they ran */
 
 /* The k-th item (0 shape, 1 dtype, 2 weak) of the first result's aval of a cache entry. */
@@ -798,6 +799,11 @@ done:
   if (bufs != small_bufs) PyMem_Free(bufs);
   if (outs != small_outs) PyMem_Free(outs);
   Py_DECREF(entry);
+  if (res && eager_check) { /* debug_nans/infs: a NaN (inf) raises here, naming the primitive */
+    PyObject *ok = PyObject_CallFunctionObjArgs(eager_check, prim, res, NULL);
+    if (!ok) Py_CLEAR(res);
+    Py_XDECREF(ok);
+  }
   return res;
 }
 
@@ -832,7 +838,7 @@ static PyObject *eager_export(PyObject *self, PyObject *bo) {
 
 /* Runs (or, with fusion, defers) op on x1 (and x2 unless NULL). */
 static PyObject *apply(int op, ArrayObject *x1, ArrayObject *x2) {
-  int defer = fusion && !reads_shared(x1) && !(x2 && reads_shared(x2));
+  int defer = fusion && !eager_check && !reads_shared(x1) && !(x2 && reads_shared(x2));
   PyObject *entry = entry_for(op, x1, x2, !defer);
   if (!entry) return NULL;
   PyObject *res = NULL;
@@ -840,6 +846,13 @@ static PyObject *apply(int op, ArrayObject *x1, ArrayObject *x2) {
   else if (!materialize(x1) && (!x2 || !materialize(x2))) res = launch(op, entry, x1, x2);
   Py_DECREF(entry);
   if (!res && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "internal: eager fast path failed");
+  if (res && eager_check) {
+    PyObject *name = PyUnicode_FromString(op_prim[op]);
+    PyObject *ok = name ? PyObject_CallFunctionObjArgs(eager_check, name, res, NULL) : NULL;
+    Py_XDECREF(name);
+    if (!ok) Py_CLEAR(res);
+    Py_XDECREF(ok);
+  }
   return res;
 }
 
@@ -908,6 +921,15 @@ static PyObject *eager_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     res = op_takes(op, dtype_kind(((ArrayObject *)x)->dtype, &itemsize)) ? apply(op, (ArrayObject *)x, NULL) : NULL;
   }
   if (res || PyErr_Occurred()) return res;
+  Py_RETURN_NONE;
+}
+
+/* set_eager_check(fn or None): fn(prim name, results) runs after every eager operation */
+static PyObject *set_eager_check(PyObject *self, PyObject *fn) {
+  (void)self;
+  PyObject *old = eager_check;
+  eager_check = fn == Py_None ? NULL : Py_NewRef(fn);
+  Py_XDECREF(old);
   Py_RETURN_NONE;
 }
 
@@ -1123,6 +1145,7 @@ static PyMethodDef array_functions[] = {
     {"eager_export", eager_export, METH_O, "eager_export(buffer): compute pending work before sharing buffer"},
     {"eager_apply", (PyCFunction)(void (*)(void))eager_apply, METH_FASTCALL, "eager_apply(code, x, y=None): the fast path, or None"},
     {"eager_ops", eager_ops, METH_NOARGS, "the fast path's operation names, by code"},
+    {"set_eager_check", set_eager_check, METH_O, "set_eager_check(fn or None): fn(prim, results) after each eager op"},
     {"eager_stats", eager_stats, METH_NOARGS, "(fused launches, operations they ran) of eager fusion"},
     {"eager_shutdown", eager_shutdown, METH_NOARGS, "drop pending results from now on (interpreter exit)"},
     {"eager_fusion", eager_fusion, METH_O, "turn eager fusion on or off; returns the previous setting"},

@@ -621,7 +621,16 @@ def _bad_values(values):
     return None
 
 
+def _eager_check(prim, results):
+    """jax_debug_nans/infs for eager operations: the first that makes a NaN (inf) raises."""
+    bad = _bad_values(results if isinstance(results, tuple) else (results,))
+    if bad is not None:
+        raise FloatingPointError(f"invalid value ({bad}) encountered in {prim}")
+
+
 def _on_disable_jit(name, value):
+    if name in ("jax_debug_nans", "jax_debug_infs"):
+        _kiln.set_eager_check(_eager_check if (config.jax_debug_nans or config.jax_debug_infs) else None)
     if name in ("jax_disable_jit", "jax_debug_nans", "jax_debug_infs") and value:  # calls must reach _call (the
         # C fast path runs compiled code unchecked)
         for w in list(_jitted):
@@ -630,6 +639,8 @@ def _on_disable_jit(name, value):
 
 
 config._callbacks.append(_on_disable_jit)
+if config.jax_debug_nans or config.jax_debug_infs:  # set from the environment at start-up
+    _kiln.set_eager_check(_eager_check)
 
 
 @contextlib.contextmanager
