@@ -8,6 +8,7 @@ import numpy as np
 
 from kiln._src import core, tree_util
 from kiln._src.ad import _run, vjp
+from kiln._src.api import ShapeDtypeStruct
 from kiln._src.custom import custom_vjp
 
 
@@ -99,20 +100,13 @@ def checking_leaks():
     yield
 
 
-class ShapedArray:
-    """The abstract value of an array: shape, dtype and weak type (what typeof returns)."""
-    __slots__ = ("shape", "dtype", "weak_type")
+class ShapedArray(ShapeDtypeStruct):
+    """The abstract value of an array (what typeof returns): a ShapeDtypeStruct that prints as
+    JAX's ShapedArray and compares its weak type too."""
+    __slots__ = ()
 
     def __init__(self, shape, dtype, weak_type=False):
-        self.shape, self.dtype, self.weak_type = tuple(shape), np.dtype(dtype), bool(weak_type)
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape))
+        super().__init__(shape, dtype, bool(weak_type))
 
     def str_short(self):
         return f"{self.dtype.name}[{','.join(str(d) for d in self.shape)}]"
