@@ -75,10 +75,10 @@ static int kernel_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return kl_cuda_launch(g->fn, g->grid, g->block, ptrs, g->nargs, err, errlen);
 }
 
-/* cuFFT for fft steps: opt-in (KILN_CUFFT=1) until measured on a GPU; else the host routine. */
+/* cuFFT for fft steps unless KILN_CUFFT=0 (then the host routine over copies, an A/B switch). */
 static int cufft_wanted(void) {
   const char *v = getenv("KILN_CUFFT");
-  return v && *v && *v != '0';
+  return !(v && *v == '0');
 }
 
 static int fft_run(void *ctx, void **ptrs, char *err, size_t errlen) {

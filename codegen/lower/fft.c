@@ -1,5 +1,5 @@
 /* fft.c: lowering of the fft family: a library step, kiln's host FFT (runtime/hostfft.h) on the
- * CPU; on the GPU cuFFT (compile_gpu.c, with KILN_CUFFT=1 until it has been measured on a GPU)
+ * CPU; on the GPU cuFFT (compile_gpu.c; KILN_CUFFT=0 runs the host routine instead)
  * or the host routine over copies. Operands arrive packed (transforms/complex.c): complex data is
  * interleaved real [..., 2]. Depends on lower.h only. */
 #include "../../runtime/hostfft.h"
