@@ -441,10 +441,13 @@ def broadcasted_iota(dtype, shape, dimension):
 
 def full(shape, fill_value, dtype=None):
     shape = _shape(shape)
-    if dtype is None:
-        v = fill_value if isinstance(fill_value, Array) else core.asarray(fill_value)
-    else:
-        v = convert_element_type(fill_value if isinstance(fill_value, Array) else core.asarray(fill_value), dtype)
+    v = fill_value if isinstance(fill_value, Array) else core.asarray(fill_value)
+    if not isinstance(fill_value, Array) and not isinstance(v, Tracer) and v.shape == () and shape:
+        # inside a trace the fill is a literal, so the broadcast is an equation the kernels
+        # compute (as JAX stages it), never a constant array of the whole shape in memory
+        v = core.scalar_constant(v._value()[()], v.dtype, v.weak_type)
+    if dtype is not None:
+        v = convert_element_type(v, dtype)
     if v.shape != ():
         raise TypeError(f"full: fill_value must be a scalar, got shape {v.shape}")
     return broadcast_in_dim(v, shape, ())
