@@ -90,6 +90,21 @@ static int fft_run(void *ctx, void **ptrs, char *err, size_t errlen) {
                        errlen);
 }
 
+/* cuDNN for conv steps unless KILN_CUDNN=0 (then the host routine over copies, an A/B switch). */
+static int cudnn_wanted(void) {
+  const char *v = getenv("KILN_CUDNN");
+  return !(v && *v == '0');
+}
+
+static int conv_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  const kl_libcall *c = ctx;
+  kl_conv_geom g;
+  int kind;
+  if (kl_lower_conv_geom(c, &g, &kind)) return kl_lower_missing(c->prim, "GPU (operands not legalized)", err, errlen);
+  return kl_cudnn_conv(kind, c->avals[c->nin].dtype, c->p.conv.precision, &g, ptrs[0], ptrs[1], ptrs[c->nin], err,
+                       errlen);
+}
+
 static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   gpu_dot *d = ctx;
   return kl_cublas_gemm(d->t, d->precision, d->batch, d->m, d->n, d->k, ptrs[0], d->transl, ptrs[1], d->transr, ptrs[2],
@@ -519,6 +534,16 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
         st->ctx = lc;
         st->run_checked = fft_run;
+        st->is_library = 1;
+        st->on_host = 0;
+      }
+      kl_conv_geom cg;
+      int ckind;
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_CONV && !kl_lower_conv_geom(lc, &cg, &ckind) &&
+          (ptx_only || (cudnn_wanted() && kl_cudnn_available(NULL, 0)))) {
+        x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
+        st->ctx = lc;
+        st->run_checked = conv_run;
         st->is_library = 1;
         st->on_host = 0;
       }

@@ -37,6 +37,7 @@ typedef enum {
   KL_FAM_DOT,         /* dot_general */
   KL_FAM_LINALG,      /* cholesky qr svd eigh lu triangular_solve */
   KL_FAM_FFT,         /* fft (complex and real transforms over trailing axes) */
+  KL_FAM_CONV,        /* conv_general_dilated and its two gradients (channels-last library convolutions) */
   KL_FAM_CALLBACK,    /* host callbacks: debug.callback/print, pure_callback */
   KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
   KL_FAM_CONTROL,     /* sub-programs run as data decides: while, scan, cond */
@@ -180,6 +181,9 @@ typedef enum {
   X(SCHUR, "schur", LINALG, NONE, INEXACT, linalg)                                  \
   X(TRIANGULAR_SOLVE, "triangular_solve", LINALG, NONE, INEXACT, triangular_solve) \
   X(FFT, "fft", FFT, NONE, INEXACT, fft)                                            \
+  X(CONV, "conv_general_dilated", CONV, NONE, FLOAT, conv)                         \
+  X(CONV_BWD_DATA, "conv_bwd_data", CONV, NONE, FLOAT, conv)                       \
+  X(CONV_BWD_FILTER, "conv_bwd_filter", CONV, NONE, FLOAT, conv)                   \
   X(CALLBACK, "callback", CALLBACK, NONE, ANY, callback)                            \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
@@ -205,6 +209,12 @@ enum { KL_TRSV_LOWER = 1, KL_TRSV_TRANSPOSE_A = 2, KL_TRSV_UNIT_DIAGONAL = 4 };
 enum { KL_VMAP_SEQUENTIAL = 0, KL_VMAP_EXPAND_DIMS = 1, KL_VMAP_BROADCAST_ALL = 2 };
 /* fft types, in lax.FftType's order (IFFT and IRFFT are scaled by 1 / prod(fft_lengths)) */
 enum { KL_FFT_FFT = 0, KL_FFT_IFFT = 1, KL_FFT_RFFT = 2, KL_FFT_IRFFT = 3 };
+/* A convolution's output extent along one spatial axis: input n, kernel k dilated by dil, padded
+ * lo + hi, every stride-th window (0 or less: no window fits). */
+static inline int64_t kl_conv_out_extent(int64_t n, int64_t k, int64_t stride, int64_t lo, int64_t hi, int64_t dil) {
+  int64_t span = n + lo + hi - ((k - 1) * dil + 1);
+  return span < 0 ? 0 : span / stride + 1;
+}
 /* checkpoint policies: which results a recomputation reuses from the forward pass. */
 enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2 };
 
@@ -343,6 +353,22 @@ typedef struct {
       kl_ivec fft_lengths; /* the transformed trailing axes' lengths (the real signal's for RFFT/IRFFT) */
       int packed;          /* set by the complex pass: complex operands and results are real [..., 2] */
     } fft;
+    /* ---- conv (ir/prims/conv.c) ---- */
+    /* One layout for every library (channels last): input (N, S..., C), kernel (O, K..., I),
+     * output (N, S'..., O), with C = G * I and O a multiple of G = feature_group_count. conv maps
+     * (input, kernel) -> output; conv_bwd_data (output cotangent, kernel) -> input cotangent;
+     * conv_bwd_filter (input, output cotangent) -> kernel cotangent. The spatial rank is
+     * window_strides.n (1 to 3); every vector has that many entries. */
+    struct {
+      kl_ivec window_strides;      /* per spatial axis, >= 1 */
+      kl_ivec padding_lo, padding_hi; /* per spatial axis, zeros added before/after (>= 0) */
+      kl_ivec rhs_dilation;        /* per spatial axis, the kernel's dilation (>= 1) */
+      kl_ivec spatial_shape;       /* conv_bwd_data: the input's spatial dims S; conv_bwd_filter: the
+                                      kernel's K (neither follows from the operands); conv: unused */
+      int64_t feature_group_count; /* G >= 1 */
+      int precision;               /* lax.Precision, as dot_general's */
+      int preferred_element_type;  /* result dtype, or -1: the operands' (legalize converts them) */
+    } conv;
     /* ---- callback (ir/prims/callback.c) ---- */
     struct {
       int64_t id;         /* the host function, a key of the client's registry (python/kiln/_src/callback.py) */

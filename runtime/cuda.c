@@ -978,7 +978,11 @@ done:
 
 /* ---- the device interface ---- */
 
-static int cuda_library_add_path(const char *path) { return kl_cublas_add_search_path(path) ? 0 : -1; }
+/* A library python/ found (a wheel's): cuDNN's to cuDNN, the rest to cuBLAS. */
+static int cuda_library_add_path(const char *path) {
+  if (strstr(path, "cudnn")) return kl_cudnn_add_search_path(path) ? 0 : -1;
+  return kl_cublas_add_search_path(path) ? 0 : -1;
+}
 
 static int cuda_library(char *out, size_t n) {
   int ok = kl_cublas_available(out, n);

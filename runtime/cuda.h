@@ -9,6 +9,7 @@
 
 #include "../ir/dtype.h"
 #include "device.h"
+#include "hostconv.h"
 
 /* 1 if a GPU is usable; else 0 with the reason in why (KILN_PLATFORM=cpu, no driver...). */
 int kl_cuda_available(char *why, size_t n);
@@ -124,4 +125,18 @@ int kl_cufft_available(char *reason, size_t n);
 const char *kl_cufft_library(void);
 int kl_cufft_exec(int kind, int dbl, int rank, const int64_t *n, int64_t howmany, const void *in, void *out, char *err,
                   size_t errlen);
+
+/* cuDNN (runtime/cudnn.c), opened on first use. One convolution in kiln's channels-last layout
+ * (runtime/hostconv.h: geometry, kind, which operand is which; padding lo on both sides of each
+ * axis: the conv family's legalize rule evens it) on kiln's stream; a, b and out are device
+ * pointers; t float32/float64/float16/bfloat16; precision lax.Precision (float32 may use TF32
+ * below HIGHEST). Descriptors, algorithm (cuDNN's heuristics, no benchmarking) and work area are
+ * cached per shape; a plan first used while a graph is captured is kept for the process. 0, or -1
+ * with a message. kl_cudnn_add_search_path takes the library's path or a folder holding it or
+ * the nvidia-cudnn wheel (nvidia/cudnn/lib). */
+int kl_cudnn_add_search_path(const char *path);
+int kl_cudnn_available(char *reason, size_t n);
+const char *kl_cudnn_library(void);
+int kl_cudnn_conv(int kind, kl_dtype t, int precision, const kl_conv_geom *g, const void *a, const void *b, void *out,
+                  char *err, size_t errlen);
 #endif

@@ -360,17 +360,22 @@ static int blas_gemm_usable(kl_dtype t) {
 
 /* One BLAS product with explicit leading dimensions: rows [0, m) of row-major C (ldc) =
  * op(A) (lda) @ op(B) (ldb), through the column-major C^T = op(B)^T op(A)^T. */
-static void gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int transa,
-                    const void *b, int64_t ldb, int transb, void *c, int64_t ldc) {
+static void gemm_ld_beta(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int transa,
+                         const void *b, int64_t ldb, int transb, double beta, void *c, int64_t ldc) {
   int d = t == KL_F64;
-  const double one_d = 1.0, zero_d = 0.0;
-  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = beta;
+  const float one_f = 1.0f, zero_f = (float)beta;
   bint sm, sn, sk, slda, sldb, sldc;
   void *f = kl_hostla_lib.fn[d][R_GEMM];
   ((gemm_fn)f)(transb ? "T" : "N", transa ? "T" : "N", bi(&sm, n), bi(&sn, m), bi(&sk, k),
                d ? (const void *)&one_d : (const void *)&one_f, b, bi(&sldb, ldb), a,
                bi(&slda, lda), d ? (const void *)&zero_d : (const void *)&zero_f, c,
                bi(&sldc, ldc), 1, 1);
+}
+
+static void gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int transa,
+                    const void *b, int64_t ldb, int transb, void *c, int64_t ldc) {
+  gemm_ld_beta(t, m, n, k, a, lda, transa, b, ldb, transb, 0.0, c, ldc);
 }
 
 /* One product C = op(A) @ op(B), m, n, k > 0, in a dtype matmul_kernel
@@ -521,3 +526,58 @@ out:
   free(ta); free(tb); free(fa); free(fb); free(fc);
   return rc;
 }
+
+/* ----------------------------------------------- products of other routines (hostconv.c) */
+
+#define DEFINE_GEMM_LD_C(NAME, T)                                                                        \
+  static void NAME(int64_t m, int64_t n, int64_t k, const T *a, int64_t lda, int transa, const T *b,     \
+                   int64_t ldb, int transb, double beta, T *c, int64_t ldc) {                            \
+    for (int64_t i = 0; i < m; i++) {                                                                    \
+      T *crow = c + i * ldc;                                                                             \
+      for (int64_t j = 0; j < n; j++) crow[j] = beta == 0 ? (T)0 : (T)(beta * crow[j]);                  \
+      for (int64_t p = 0; p < k; p++) {                                                                  \
+        T av = transa ? a[p * lda + i] : a[i * lda + p];                                                 \
+        if (transb)                                                                                      \
+          for (int64_t j = 0; j < n; j++) crow[j] += av * b[j * ldb + p];                                \
+        else                                                                                             \
+          for (int64_t j = 0; j < n; j++) crow[j] += av * b[p * ldb + j];                                \
+      }                                                                                                  \
+    }                                                                                                    \
+  }
+DEFINE_GEMM_LD_C(gemm_ld_c_f32, float)
+DEFINE_GEMM_LD_C(gemm_ld_c_f64, double)
+#undef DEFINE_GEMM_LD_C
+
+int kl_hostla_gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int transa,
+                      const void *b, int64_t ldb, int transb, double beta, void *c, int64_t ldc, char *err,
+                      size_t errlen) {
+  if (t != KL_F32 && t != KL_F64)
+    return fail(err, errlen, KL_ERR_INTERNAL, "kl_hostla_gemm_ld: float32 or float64 only, got %s", dtype_label(t));
+  if (m <= 0 || n <= 0) return 0;
+  ensure_loaded();
+  if (k > 0 && blas_gemm_usable(t)) {
+    if (!(fits(m) && fits(n) && fits(k) && fits(lda) && fits(ldb) && fits(ldc)))
+      return fail(err, errlen, KL_ERR_INTERNAL, "kl_hostla_gemm_ld: m=%lld n=%lld k=%lld exceed the 32-bit BLAS "
+                  "integer range of %s", (long long)m, (long long)n, (long long)k, kl_hostla_lib.name);
+    gemm_ld_beta(t, m, n, k, a, lda, transa, b, ldb, transb, beta, c, ldc);
+  } else if (t == KL_F32) {
+    gemm_ld_c_f32(m, n, k, a, lda, transa, b, ldb, transb, beta, c, ldc);
+  } else {
+    gemm_ld_c_f64(m, n, k, a, lda, transa, b, ldb, transb, beta, c, ldc);
+  }
+  return 0;
+}
+
+int kl_hostla_blas_serial_begin(void) {
+  ensure_loaded();
+  int saved = kl_hostla_lib.set_threads ? kl_hostla_lib.get_threads() : 0;
+  if (saved > 1) kl_hostla_lib.set_threads(1);
+  return saved;
+}
+
+void kl_hostla_blas_serial_end(int saved) {
+  if (saved > 1 && kl_hostla_lib.set_threads) kl_hostla_lib.set_threads(saved);
+}
+
+void kl_hostla_half_to_f32(kl_dtype t, const void *src, float *dst, int64_t n) { half_to_f32(t, src, dst, n); }
+void kl_hostla_f32_to_half(kl_dtype t, const float *src, void *dst, int64_t n) { f32_to_half(t, src, dst, n); }

@@ -68,6 +68,21 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
                    const void *b, int64_t b_bstride, int transb, void *c,
                    char *err, size_t errlen);
 
+/* For routines that split their own work over kiln's CPU pool (runtime/hostconv.c): one
+ * product on the calling thread, with leading dimensions and accumulation, f32 or f64 only:
+ * rows [0, m) of row-major C (ldc) = op(A) (lda) @ op(B) (ldb) + beta * C (beta 0: C is only
+ * written). Through the BLAS when there is one (bracket pool work with serial_begin/end so that
+ * the BLAS does not start threads of its own), else a plain C loop. */
+int kl_hostla_gemm_ld(kl_dtype t, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int transa,
+                      const void *b, int64_t ldb, int transb, double beta, void *c, int64_t ldc, char *err,
+                      size_t errlen);
+/* Makes the BLAS single-threaded; returns what to hand back to kl_hostla_blas_serial_end. */
+int kl_hostla_blas_serial_begin(void);
+void kl_hostla_blas_serial_end(int saved);
+/* float16/bfloat16 (t) <-> float32, n elements, rounding to nearest even. */
+void kl_hostla_half_to_f32(kl_dtype t, const void *src, float *dst, int64_t n);
+void kl_hostla_f32_to_half(kl_dtype t, const float *src, void *dst, int64_t n);
+
 /* The LAPACK routines below accept KL_F32, KL_F64, KL_C64 and KL_C128 (numpy's
  * layout: interleaved real, imaginary pairs). Every array argument and output
  * has the element type t, except eigh's w and svd's s, which are real: of

@@ -415,6 +415,8 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   const char *env = getenv("KILN_DISABLE_FUSION");
   int nofuse = env && env[0] == '1';
   plan->pg = pg;
+  plan->buffer_of = NULL; /* set by the compiler afterwards (codegen/compile.c); kl_plan_free frees it */
+  plan->nbuffer_of = 0;
   plan->materialized = kl_calloc((size_t)pg->nvals + 1, 1);
   plan->absorbed = kl_calloc((size_t)pg->nvals + 1, 1);
   plan->steps = kl_calloc((size_t)pg->neqns + 1, sizeof *plan->steps);

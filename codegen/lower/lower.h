@@ -6,6 +6,7 @@
 #define KL_LOWER_H
 #include "../kernel_internal.h"
 #include "../libcall.h"
+#include "../../runtime/hostconv.h"
 
 /* Computes value v (result of e) at index idx inside a fused kernel; out gets its SSA name.
  * Operands are computed through kk_emit_value. Returns out. */
@@ -62,11 +63,15 @@ typedef int (*kl_gpu_kernel_fn)(kg_move *m);
 typedef enum {
   KL_GPU_LIB_NONE,
   KL_GPU_LIB_GEMM, /* cuBLAS (batched) gemm */
-  KL_GPU_LIB_FFT   /* cuFFT (kl_lower_fft_layout) */
+  KL_GPU_LIB_FFT,  /* cuFFT (kl_lower_fft_layout) */
+  KL_GPU_LIB_CONV  /* cuDNN (kl_lower_conv_geom) */
 } kl_gpu_library;
 /* An fft step as a library takes it: its lax.FftType, precision and the number of transforms
  * (the transformed axes are c->p.fft.fft_lengths). 0, or -1 when the step is not packed. */
 int kl_lower_fft_layout(const kl_libcall *c, int *type, int *dbl, int64_t *howmany);
+/* A conv step as a library takes it: its geometry (runtime/hostconv.h) and kind
+ * (kl_hostconv_kind). 0, or -1 when the step is not legalized (operand dtypes differ). */
+int kl_lower_conv_geom(const kl_libcall *c, kl_conv_geom *g, int *kind);
 
 typedef struct {
   kl_prim prim;
@@ -108,6 +113,7 @@ KL_LOWER_FAMILY(index)
 KL_LOWER_FAMILY(dot)
 KL_LOWER_FAMILY(linalg)
 KL_LOWER_FAMILY(fft)
+KL_LOWER_FAMILY(conv)
 KL_LOWER_FAMILY(callback)
 KL_LOWER_FAMILY(call)
 KL_LOWER_FAMILY(control)

@@ -108,7 +108,7 @@ del _find_blas
 
 
 def _find_cublas():
-    """Tells the runtime where a pip-installed cuBLAS (the nvidia-cublas wheel) is."""
+    """Tells the runtime where a pip-installed cuBLAS (the nvidia-cublas wheel) and cuDNN (nvidia-cudnn) are."""
     import glob
     import os
     import sys
@@ -118,6 +118,8 @@ def _find_cublas():
                            sorted(glob.glob(os.path.join(base or ".", "nvidia", "cublas", "lib", "libcublas.so.*")))):
             if not path.endswith(("Lt.so", ".alt")) and "Lt" not in os.path.basename(path):
                 _kiln.cublas_search_path(path)
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cudnn", "lib", "libcudnn.so.9"))):
+            _kiln.cublas_search_path(path)  # (the runtime hands a cuDNN path to cuDNN)
 
 
 _find_cublas()

@@ -1,9 +1,22 @@
-"""Convolutions and window reductions, as jax.lax defines them (issue 13, item 3), built from
-primitives kiln has: pad (lhs dilation, padding), strided slices (one per window offset),
-dot_general (one per kernel offset: a GEMM of batch x output positions by input by output
-features, summed) and elementwise reductions. So they differentiate, batch and fuse like any
-program: the gradients with respect to input and kernel are the transposes of those pieces. A
-library convolution (cuDNN, oneDNN) is the faster path still to come.
+"""Convolutions and window reductions, as jax.lax defines them (issue 13).
+
+conv_general_dilated binds the conv family's primitives (ir/prims/conv.c): `conv_general_dilated`
+forward, and the gradients `conv_bwd_data` (with respect to the input: the transposed
+convolution) and `conv_bwd_filter` (with respect to the kernel), each one library call (cuDNN on
+the GPU, im2col + BLAS on the CPU, runtime/hostconv.c), and each the transpose of another, so
+every derivative of every order stays one call. The primitives take one layout, channels last:
+input (N, S..., C), kernel (O, K..., I), output (N, S'..., O). Channels last because cuDNN runs
+it fastest (its tensor-core kernels are NHWC-native; NCHW gets transposed inside cuDNN), and on
+the CPU an output position's patch is then contiguous runs of channels, the GEMM's rows. Any
+dimension_numbers map to it by transposes around the call, which kiln's simplifier cancels or
+fuses with their neighbours.
+
+What the primitives do not cover goes through the composition this module had before, built
+from pad, strided slices (one per window offset) and dot_general, unchanged: batch_group_count
+> 1, integer and complex dtypes, negative padding, an lhs_dilation that is not a transposed
+convolution of the primitives' form (window strides 1, padding at most the dilated kernel), and
+everything when KILN_CONV_PRIM=0 (an A/B switch). KILN_LOG_COMPILES=1 says which way each
+convolution went.
 
 conv_general_dilated, conv, conv_with_general_padding, conv_transpose, conv_dimension_numbers,
 ConvDimensionNumbers, padtype_to_pads, reduce_window."""
@@ -20,6 +33,7 @@ import os
 import sys
 
 _IM2COL = os.environ.get("KILN_CONV_IM2COL", "1") != "0"
+_PRIM = os.environ.get("KILN_CONV_PRIM", "1") != "0"  # the conv primitives (0: the composition always)
 # patches larger than this: one product per kernel offset instead (KILN_CONV_IM2COL_MAX_MB)
 _IM2COL_MAX_BYTES = int(float(os.environ.get("KILN_CONV_IM2COL_MAX_MB", "1024")) * (1 << 20))
 
@@ -131,6 +145,86 @@ def _conv_nsc(x, w, strides, pads, lhs_dil, rhs_dil, precision, pet):
     return acc
 
 
+def _log(msg):
+    if os.environ.get("KILN_LOG_COMPILES", "0") != "0":
+        print("kiln: " + msg, file=sys.stderr)
+
+
+_PRIM_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _conv_prim(lhs, rhs, dn, nd, strides, pads, lhs_dil, rhs_dil, G, B, precision, pet):
+    """conv_general_dilated as one of the conv primitives, in their channels-last layout, or None
+    when they do not cover the call (the caller composes it then)."""
+    lax = _lax()
+    why = None
+    if not _PRIM:
+        why = "KILN_CONV_PRIM=0"
+    elif B != 1:
+        why = f"batch_group_count {B}"
+    elif lhs.dtype.name not in _PRIM_DTYPES:
+        why = f"dtype {lhs.dtype.name}"
+    elif nd > 3:
+        why = f"{nd} spatial dimensions"
+    elif any(lo < 0 or hi < 0 for lo, hi in pads):
+        why = f"negative padding {pads}"
+    elif pet is not None and np.dtype(pet).name not in _PRIM_DTYPES:
+        why = f"preferred_element_type {np.dtype(pet).name}"
+    transposed = any(d > 1 for d in lhs_dil)
+    lspec, rspec, ospec = dn
+    ksz = [rhs.shape[i] for i in rspec[2:]]
+    eff_k = [(k - 1) * d + 1 for k, d in zip(ksz, rhs_dil)]
+    if why is None and transposed:
+        # lhs dilated by s, padded (plo, phi), stride 1: the input gradient of a convolution with
+        # window strides s, padding eff_k - 1 - (plo, phi), and the kernel flipped with its
+        # features swapped (conv_transpose's case)
+        if any(st != 1 for st in strides):
+            why = f"lhs_dilation {tuple(lhs_dil)} with window_strides {tuple(strides)}"
+        elif any(lo > e - 1 or hi > e - 1 for (lo, hi), e in zip(pads, eff_k)):
+            why = f"lhs_dilation with padding {pads} beyond the dilated kernel {tuple(eff_k)}"
+    sx = [lhs.shape[i] for i in lspec[2:]]
+    if transposed:
+        out = [(n - 1) * s + 1 + lo + hi - e + 1 for n, s, (lo, hi), e in zip(sx, lhs_dil, pads, eff_k)]
+    else:
+        out = [(n + lo + hi - e) // s + 1 if n + lo + hi >= e else 0 for n, s, (lo, hi), e in zip(sx, strides, pads, eff_k)]
+    if why is None and builtins.min(out) < 1:
+        why = "an empty output"
+    if why is not None:
+        _log(f"conv_general_dilated of {lhs.dtype.name}{list(lhs.shape)} by {list(rhs.shape)}: composed ({why})")
+        return None
+    from kiln.lax import _precision_code
+    from kiln._src.core import bind1
+    from kiln._src import dtypes
+    x = lax.transpose(lhs, (lspec[0],) + tuple(lspec[2:]) + (lspec[1],))  # (N, S..., C)
+    w = lax.transpose(rhs, (rspec[0],) + tuple(rspec[2:]) + (rspec[1],))  # (O, K..., I)
+    params = {"rhs_dilation": tuple(rhs_dil), "feature_group_count": G, "precision": _precision_code(precision)}
+    if pet is not None and np.dtype(pet) != np.dtype(lhs.dtype.name):
+        params["preferred_element_type"] = dtypes.canonicalize_dtype(pet).name
+    if not transposed:
+        params.update(window_strides=tuple(strides), padding_lo=tuple(p[0] for p in pads),
+                      padding_hi=tuple(p[1] for p in pads), spatial_shape=())
+        y = bind1("conv_general_dilated", [x, w], params)
+        how = "conv_general_dilated"
+    else:
+        O, I = w.shape[0], w.shape[-1]
+        og = O // G
+        # w' (C, K..., O / G): group g's [i, k, o] = w[g * og + o, flipped k, i]
+        wt = lax.reshape(w, (G, og) + tuple(ksz) + (I,))
+        wt = lax.transpose(wt, (0, nd + 2) + tuple(range(2, nd + 2)) + (1,))
+        wt = lax.rev(lax.reshape(wt, (G * I,) + tuple(ksz) + (og,)), tuple(range(1, nd + 1)))
+        params.update(window_strides=tuple(lhs_dil), padding_lo=tuple(e - 1 - p[0] for p, e in zip(pads, eff_k)),
+                      padding_hi=tuple(e - 1 - p[1] for p, e in zip(pads, eff_k)), spatial_shape=tuple(out))
+        y = bind1("conv_bwd_data", [x, wt], params)
+        how = "conv_bwd_data (a transposed convolution)"
+    _log(f"conv_general_dilated of {lhs.dtype.name}{list(lhs.shape)} by {list(rhs.shape)}: the {how} primitive")
+    # y is (N, S'..., O): canonical dimension c (batch, feature, spatial...) sits at where[c]
+    where = [0, nd + 1] + list(range(1, nd + 1))
+    perm = [0] * (nd + 2)
+    for canon, at in enumerate(ospec):
+        perm[at] = where[canon]
+    return lax.transpose(y, tuple(perm))
+
+
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                          dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
                          preferred_element_type=None):
@@ -174,6 +268,9 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
         pads = [tuple(operator.index(v) for v in p) for p in padding]
         if len(pads) != nd or any(len(p) != 2 for p in pads):
             raise ValueError(f"conv_general_dilated: padding needs {nd} (low, high) pairs, got {padding!r}")
+    y = _conv_prim(lhs, rhs, dn, nd, strides, pads, lhs_dil, rhs_dil, G, B, precision, preferred_element_type)
+    if y is not None:
+        return y
     args = (strides, pads, lhs_dil, rhs_dil, precision, preferred_element_type)
     if G > 1:
         og = O // G

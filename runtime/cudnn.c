@@ -1,0 +1,408 @@
+/* cudnn.c: convolutions on the GPU through cuDNN's legacy convolution API (cuDNN 9 ships it),
+ * opened at run time (KILN_CUDNN_LIB, libcudnn.so.9 from the system, CUDA_HOME, /usr/local/cuda,
+ * or paths python/ registers such as the nvidia-cudnn wheel's nvidia/cudnn/lib); never linked.
+ * Channels-last tensors (NHWC, filters KRSC), one descriptor set, algorithm and work area cached
+ * per shape, queued on kiln's stream. Knows nothing of the IR, and reaches the GPU only through
+ * runtime/cuda.h. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/status.h"
+#include "cuda.h"
+
+/* cuDNN's types and the enum values kiln uses (cudnn_graph.h / cudnn_cnn.h of cuDNN 9). */
+typedef void *cudnnHandle_t, *cudnnTensorDescriptor_t, *cudnnFilterDescriptor_t, *cudnnConvolutionDescriptor_t;
+enum { D_FLOAT = 0, D_DOUBLE = 1, D_HALF = 2, D_BFLOAT16 = 9 };   /* cudnnDataType_t */
+enum { F_NHWC = 1 };                                               /* cudnnTensorFormat_t */
+enum { CROSS_CORRELATION = 1 };                                    /* cudnnConvolutionMode_t */
+enum { M_DEFAULT = 0, M_TENSOR_OP = 1, M_FMA = 3 };                /* cudnnMathType_t */
+enum { CAPTURE_RELAXED = 2 };                                      /* CUstreamCaptureMode */
+typedef struct { /* cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: one layout for the three */
+  int algo, status;
+  float time;
+  size_t memory;
+  int determinism, mathType, reserved[3];
+} algo_perf;
+
+static int (*p_create)(cudnnHandle_t *);
+static int (*p_set_stream)(cudnnHandle_t, void *);
+static const char *(*p_error_string)(int);
+static int (*p_create_tensor)(cudnnTensorDescriptor_t *);
+static int (*p_set_tensor_nd)(cudnnTensorDescriptor_t, int, int, const int *, const int *);
+static int (*p_destroy_tensor)(cudnnTensorDescriptor_t);
+static int (*p_create_filter)(cudnnFilterDescriptor_t *);
+static int (*p_set_filter_nd)(cudnnFilterDescriptor_t, int, int, int, const int *);
+static int (*p_destroy_filter)(cudnnFilterDescriptor_t);
+static int (*p_create_conv)(cudnnConvolutionDescriptor_t *);
+static int (*p_set_conv_nd)(cudnnConvolutionDescriptor_t, int, const int *, const int *, const int *, int, int);
+static int (*p_set_group_count)(cudnnConvolutionDescriptor_t, int);
+static int (*p_set_math_type)(cudnnConvolutionDescriptor_t, int);
+static int (*p_destroy_conv)(cudnnConvolutionDescriptor_t);
+/* [kind]: the algorithm heuristics, work area sizes and the runs of forward, backward data and
+ * backward filter; the descriptor order of each is cuDNN's (see run_plan). */
+static int (*p_get_algo[3])(cudnnHandle_t, void *, void *, cudnnConvolutionDescriptor_t, void *, int, int *, algo_perf *);
+static int (*p_work_size[3])(cudnnHandle_t, void *, void *, cudnnConvolutionDescriptor_t, void *, int, size_t *);
+static int (*p_run[3])(cudnnHandle_t, const void *, void *, const void *, void *, const void *,
+                       cudnnConvolutionDescriptor_t, int, void *, size_t, const void *, void *, void *);
+/* the driver's, for plans made while a graph is captured (as runtime/cufft.c) */
+static int (*p_exchange_capture_mode)(int *);
+static int (*p_mem_alloc)(unsigned long long *, size_t);
+
+static const char *const kind_names[3] = {"conv_general_dilated", "conv_bwd_data", "conv_bwd_filter"};
+
+/* A cached plan: its key, cuDNN's descriptors, the algorithm and its work area. */
+typedef struct {
+  int kind, dtype, precision; /* key: kl_hostconv_kind, kl_dtype, lax.Precision */
+  kl_conv_geom g;             /* key (zero-padded beyond g.nd) */
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  int algo;
+  void *work;                 /* device memory, work_bytes long (NULL for none) */
+  size_t work_bytes;
+  int pinned;                 /* run while a graph was captured: the graph holds work, kept */
+  int from_driver;            /* work from cuMemAlloc (made under capture), never freed */
+  unsigned long long last_used;
+} plan;
+
+#define MAX_PLANS 64
+#define KEEP_PLANS 32
+static plan plans[MAX_PLANS];
+static int nplans;
+static unsigned long long clock_now;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int tried, ready;
+static cudnnHandle_t handle;
+static char why[512];
+static char extra[8][512];
+static int nextra;
+static char lib_path[512];
+
+int kl_cudnn_add_search_path(const char *path) {
+  pthread_mutex_lock(&mu);
+  int ok = nextra < 8;
+  if (ok) snprintf(extra[nextra++], sizeof extra[0], "%s", path);
+  pthread_mutex_unlock(&mu);
+  return ok;
+}
+
+static void *try_open(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h) {
+    strncpy(lib_path, path, sizeof lib_path - 1);
+    lib_path[sizeof lib_path - 1] = 0;
+  }
+  return h;
+}
+
+static void *try_folder(const char *dir, const char *sub) {
+  char p[4400];
+  snprintf(p, sizeof p, "%s/%slibcudnn.so.9", dir, sub);
+  return try_open(p);
+}
+
+#define SYM(var, name)                                \
+  do {                                                \
+    *(void **)&(var) = dlsym(h, name);                \
+    if (!(var)) missing = missing ? missing : name;   \
+  } while (0)
+
+static void open_cudnn(void) {
+  tried = 1;
+  void *h = NULL;
+  const char *env = getenv("KILN_CUDNN_LIB"); /* an explicit choice wins over what the system has */
+  if (env && *env) h = try_open(env);
+  if (!h) h = try_open("libcudnn.so.9");
+  const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+  for (int i = 0; !h && i < 3; i++)
+    if (homes[i] && *homes[i] && !(h = try_folder(homes[i], "lib64/"))) h = try_folder(homes[i], "targets/x86_64-linux/lib/");
+  const char *wheel_subs[] = {"", "nvidia/cudnn/lib/"};
+  for (int i = 0; !h && i < nextra; i++) {
+    h = try_open(extra[i]);
+    for (int s = 0; !h && s < 2; s++) h = try_folder(extra[i], wheel_subs[s]);
+  }
+  if (!h) {
+    snprintf(why, sizeof why, "cuDNN not found (tried libcudnn.so.9, $CUDA_HOME, /usr/local/cuda and the nvidia-cudnn "
+                              "wheel; set KILN_CUDNN_LIB to its path)");
+    return;
+  }
+  const char *missing = NULL;
+  SYM(p_create, "cudnnCreate");
+  SYM(p_set_stream, "cudnnSetStream");
+  SYM(p_error_string, "cudnnGetErrorString");
+  SYM(p_create_tensor, "cudnnCreateTensorDescriptor");
+  SYM(p_set_tensor_nd, "cudnnSetTensorNdDescriptor");
+  SYM(p_destroy_tensor, "cudnnDestroyTensorDescriptor");
+  SYM(p_create_filter, "cudnnCreateFilterDescriptor");
+  SYM(p_set_filter_nd, "cudnnSetFilterNdDescriptor");
+  SYM(p_destroy_filter, "cudnnDestroyFilterDescriptor");
+  SYM(p_create_conv, "cudnnCreateConvolutionDescriptor");
+  SYM(p_set_conv_nd, "cudnnSetConvolutionNdDescriptor");
+  SYM(p_set_group_count, "cudnnSetConvolutionGroupCount");
+  SYM(p_set_math_type, "cudnnSetConvolutionMathType");
+  SYM(p_destroy_conv, "cudnnDestroyConvolutionDescriptor");
+  SYM(p_get_algo[0], "cudnnGetConvolutionForwardAlgorithm_v7");
+  SYM(p_get_algo[1], "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+  SYM(p_get_algo[2], "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+  SYM(p_work_size[0], "cudnnGetConvolutionForwardWorkspaceSize");
+  SYM(p_work_size[1], "cudnnGetConvolutionBackwardDataWorkspaceSize");
+  SYM(p_work_size[2], "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+  SYM(p_run[0], "cudnnConvolutionForward");
+  SYM(p_run[1], "cudnnConvolutionBackwardData");
+  SYM(p_run[2], "cudnnConvolutionBackwardFilter");
+  if (missing) {
+    snprintf(why, sizeof why, "%.400s lacks %s (kiln needs cuDNN 9's legacy convolution API)", lib_path, missing);
+    return;
+  }
+  *(void **)&p_exchange_capture_mode = kl_cuda_driver_symbol("cuThreadExchangeStreamCaptureMode");
+  *(void **)&p_mem_alloc = kl_cuda_driver_symbol("cuMemAlloc");
+  ready = 1;
+}
+#undef SYM
+
+int kl_cudnn_available(char *reason, size_t n) {
+  pthread_mutex_lock(&mu);
+  if (!tried && kl_cuda_available(NULL, 0)) open_cudnn();
+  int ok = ready;
+  pthread_mutex_unlock(&mu);
+  if (!ok && reason) snprintf(reason, n, "%s", why[0] ? why : "no GPU");
+  return ok;
+}
+
+const char *kl_cudnn_library(void) { return ready ? lib_path : ""; }
+
+/* "conv_bwd_data of x[8,56,56,64] w[64,3,3,64] y[8,56,56,64] float32 (groups 1)", for messages. */
+static const char *describe(char *buf, size_t len, int kind, int dtype, const kl_conv_geom *g) {
+  char s[3][80];
+  for (int t = 0; t < 3; t++) {
+    int at = snprintf(s[t], sizeof s[t], "[%lld", (long long)(t == 1 ? g->o : g->n));
+    for (int i = 0; i < g->nd; i++)
+      at += snprintf(s[t] + at, sizeof s[t] - (size_t)at, ",%lld", (long long)(t == 0 ? g->in[i] : t == 1 ? g->k[i] : g->out[i]));
+    snprintf(s[t] + at, sizeof s[t] - (size_t)at, ",%lld]", (long long)(t == 0 ? g->c : t == 1 ? g->c / g->g : g->o));
+  }
+  snprintf(buf, len, "%s of x%.72s w%.72s y%.72s %s (groups %lld)", kind_names[kind], s[0], s[1], s[2],
+           kl_dtype_name((kl_dtype)dtype), (long long)g->g);
+  return buf;
+}
+
+static const char *status_name(int rc, char *buf, size_t len) {
+  const char *s = p_error_string ? p_error_string(rc) : NULL;
+  snprintf(buf, len, "%s (status %d)", s ? s : "cuDNN error", rc);
+  return buf;
+}
+
+/* Frees a plan (caller holds mu; no graph being captured: kl_cuda_free would be captured). */
+static void drop(plan *p) {
+  if (p->x) p_destroy_tensor(p->x);
+  if (p->y) p_destroy_tensor(p->y);
+  if (p->w) p_destroy_filter(p->w);
+  if (p->conv) p_destroy_conv(p->conv);
+  if (p->work && !p->from_driver) kl_cuda_free(p->work, p->work_bytes);
+  *p = plans[--nplans];
+}
+
+/* An NHWC tensor descriptor of (n, spatial..., c) as cuDNN's (n, c, spatial...) with strides;
+ * sp has sd (2 or 3) entries. */
+static int set_tensor(cudnnTensorDescriptor_t d, int dt, int64_t n, const int64_t *sp, int sd, int64_t c) {
+  int dims[5], strides[5];
+  dims[0] = (int)n, dims[1] = (int)c;
+  for (int i = 0; i < sd; i++) dims[2 + i] = (int)sp[i];
+  int64_t s = c;
+  strides[1] = 1;
+  for (int i = sd - 1; i >= 0; i--) {
+    strides[2 + i] = (int)s;
+    s *= sp[i];
+  }
+  strides[0] = (int)s;
+  return p_set_tensor_nd(d, dt, sd + 2, dims, strides);
+}
+
+/* Makes p's descriptors, algorithm and work area (its key filled in). cuDNN needs 2 or 3
+ * spatial axes: a 1-D convolution runs as 2-D over a leading axis of extent 1. Under capture the
+ * thread's capture mode is relaxed while cuDNN plans, and the work area comes from cuMemAlloc
+ * (as runtime/cufft.c does): the plan is pinned by the caller. */
+static int make_plan(plan *p, int capturing, char *err, size_t errlen) {
+  char shape[320], code[96];
+  const kl_conv_geom *g = &p->g;
+  int sd = g->nd < 2 ? 2 : g->nd, off = sd - g->nd;
+  int64_t in[3], k[3], out[3];
+  int pad[3], stride[3], dil[3];
+  for (int i = 0; i < sd; i++) {
+    int s = i - off, one = s < 0;
+    in[i] = one ? 1 : g->in[s], k[i] = one ? 1 : g->k[s], out[i] = one ? 1 : g->out[s];
+    pad[i] = one ? 0 : (int)g->lo[s], stride[i] = one ? 1 : (int)g->stride[s], dil[i] = one ? 1 : (int)g->dil[s];
+  }
+  int dt = p->dtype == KL_F64 ? D_DOUBLE : p->dtype == KL_F16 ? D_HALF : p->dtype == KL_BF16 ? D_BFLOAT16 : D_FLOAT;
+  int compute = p->dtype == KL_F64 ? D_DOUBLE : D_FLOAT; /* half types accumulate in float32 */
+  int half = p->dtype == KL_F16 || p->dtype == KL_BF16;
+  /* float32 may use TF32 tensor cores unless precision is HIGHEST (runtime/cublas.c's rule) */
+  int math = half ? M_TENSOR_OP : (p->dtype == KL_F64 || p->precision >= 2) ? M_FMA : M_DEFAULT;
+  int mode = CAPTURE_RELAXED, relaxed = capturing && p_exchange_capture_mode && !p_exchange_capture_mode(&mode);
+  int rc = 0, step = 0;
+  const char *what = "descriptors";
+  if (!handle) {
+    what = "cudnnCreate";
+    rc = p_create(&handle);
+  }
+  if (!rc) rc = p_create_tensor(&p->x);
+  if (!rc) rc = p_create_tensor(&p->y);
+  if (!rc) rc = p_create_filter(&p->w);
+  if (!rc) rc = p_create_conv(&p->conv);
+  if (!rc) rc = set_tensor(p->x, dt, g->n, in, sd, g->c);
+  if (!rc) rc = set_tensor(p->y, dt, g->n, out, sd, g->o);
+  if (!rc) {
+    int fd[5] = {(int)g->o, (int)(g->c / g->g)};
+    for (int i = 0; i < sd; i++) fd[2 + i] = (int)k[i];
+    rc = p_set_filter_nd(p->w, dt, F_NHWC, sd + 2, fd);
+  }
+  if (!rc) rc = p_set_conv_nd(p->conv, sd, pad, stride, dil, CROSS_CORRELATION, compute);
+  if (!rc) rc = p_set_group_count(p->conv, (int)g->g);
+  if (!rc) rc = p_set_math_type(p->conv, math);
+  /* the heuristics' first workable choice (no benchmarking: nothing runs, so planning is safe
+   * under capture); descriptor order: forward (x, w, conv, y), backward data (w, y, conv, x),
+   * backward filter (x, y, conv, w) */
+  void *d[3][3] = {{p->x, p->w, p->y}, {p->w, p->y, p->x}, {p->x, p->y, p->w}};
+  algo_perf perf[16];
+  int found = 0;
+  if (!rc) {
+    what = "the algorithm heuristics";
+    step = 1;
+    rc = p_get_algo[p->kind](handle, d[p->kind][0], d[p->kind][1], p->conv, d[p->kind][2], 16, &found, perf);
+  }
+  int pick = -1;
+  for (int i = 0; !rc && i < found && pick < 0; i++)
+    if (perf[i].status == 0 && (math != M_FMA || perf[i].mathType == M_FMA || perf[i].mathType == M_DEFAULT)) pick = i;
+  if (!rc && pick < 0) {
+    if (relaxed) p_exchange_capture_mode(&mode);
+    describe(shape, sizeof shape, p->kind, p->dtype, g);
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "cuDNN: no algorithm for %s (KILN_CUDNN=0 runs it on the host)", shape);
+  }
+  if (!rc) {
+    p->algo = perf[pick].algo;
+    if (math != M_FMA) rc = p_set_math_type(p->conv, perf[pick].mathType); /* the math the algorithm was rated with */
+  }
+  size_t work = 0;
+  if (!rc) {
+    what = "the work area size";
+    rc = p_work_size[p->kind](handle, d[p->kind][0], d[p->kind][1], p->conv, d[p->kind][2], p->algo, &work);
+  }
+  int failed_alloc = 0;
+  char aerr[256] = "";
+  if (!rc && work) {
+    p->work_bytes = (work + 255) & ~(size_t)255;
+    p->from_driver = capturing;
+    if (capturing) {
+      unsigned long long dptr = 0;
+      failed_alloc = !p_mem_alloc || p_mem_alloc(&dptr, p->work_bytes);
+      if (failed_alloc) snprintf(aerr, sizeof aerr, "cuMemAlloc of %zu bytes failed", p->work_bytes);
+      p->work = (void *)(uintptr_t)dptr;
+    } else {
+      failed_alloc = kl_cuda_alloc(p->work_bytes, &p->work, aerr, sizeof aerr) != 0;
+    }
+  }
+  if (relaxed) p_exchange_capture_mode(&mode);
+  if (rc || failed_alloc) {
+    describe(shape, sizeof shape, p->kind, p->dtype, g);
+    if (p->x) p_destroy_tensor(p->x);
+    if (p->y) p_destroy_tensor(p->y);
+    if (p->w) p_destroy_filter(p->w);
+    if (p->conv) p_destroy_conv(p->conv);
+    if (failed_alloc) return kl_error(err, errlen, KL_ERR_NOMEM, "cuDNN: work area for %s: %s", shape, aerr);
+    return kl_error(err, errlen, step ? KL_ERR_UNSUPPORTED : KL_ERR_INTERNAL, "cuDNN: %s for %s failed: %s", what,
+                    shape, status_name(rc, code, sizeof code));
+  }
+  return 0;
+}
+
+static int same_key(const plan *p, int kind, int dtype, int precision, const kl_conv_geom *g) {
+  return p->kind == kind && p->dtype == dtype && p->precision == precision && !memcmp(&p->g, g, sizeof *g);
+}
+
+/* The cached plan for a key, made if missing (caller holds mu); NULL with a message. */
+static plan *find_plan(int kind, int dtype, int precision, const kl_conv_geom *g, int capturing, char *err,
+                       size_t errlen) {
+  for (int i = 0; i < nplans; i++)
+    if (same_key(&plans[i], kind, dtype, precision, g)) {
+      plans[i].last_used = ++clock_now;
+      return &plans[i];
+    }
+  for (;;) { /* room for one more, the least recently used unpinned plans going first */
+    int unpinned = 0, lru = -1;
+    for (int i = 0; i < nplans; i++)
+      if (!plans[i].pinned) {
+        unpinned++;
+        if (lru < 0 || plans[i].last_used < plans[lru].last_used) lru = i;
+      }
+    if (capturing || lru < 0 || (unpinned < KEEP_PLANS && nplans < MAX_PLANS)) break;
+    drop(&plans[lru]);
+  }
+  if (nplans == MAX_PLANS) {
+    char shape[320];
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "cuDNN: no room for a plan for %s: %d convolution shapes in use by "
+             "captured graphs", describe(shape, sizeof shape, kind, dtype, g), MAX_PLANS);
+    return NULL;
+  }
+  plan key = {.kind = kind, .dtype = dtype, .precision = precision, .g = *g};
+  if (make_plan(&key, capturing, err, errlen)) return NULL;
+  key.last_used = ++clock_now;
+  plans[nplans] = key;
+  return &plans[nplans++];
+}
+
+int kl_cudnn_conv(int kind, kl_dtype t, int precision, const kl_conv_geom *geom, const void *a, const void *b, void *out,
+                  char *err, size_t errlen) {
+  char shape[320], code[96];
+  if (kind < 0 || kind > 2 || geom->nd < 1 || geom->nd > 3 || geom->g < 1)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "internal error: cuDNN convolution kind %d, rank %d", kind, geom->nd);
+  if (t != KL_F32 && t != KL_F64 && t != KL_F16 && t != KL_BF16)
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "cuDNN: %s takes floating operands, got %s", kind_names[kind],
+                    kl_dtype_name(t));
+  kl_conv_geom g = {.nd = geom->nd, .n = geom->n, .c = geom->c, .o = geom->o, .g = geom->g};
+  int64_t elems = 1; /* cuDNN's descriptors take int dims and strides */
+  for (int i = 0; i < geom->nd; i++) {
+    g.in[i] = geom->in[i], g.k[i] = geom->k[i], g.out[i] = geom->out[i];
+    g.stride[i] = geom->stride[i], g.lo[i] = geom->lo[i], g.dil[i] = geom->dil[i];
+    elems *= geom->in[i] > geom->out[i] ? geom->in[i] : geom->out[i];
+  }
+  elems *= (geom->c > geom->o ? geom->c : geom->o) * geom->n;
+  if (elems > INT32_MAX)
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "cuDNN: %s has more than 2^31 elements in one tensor",
+                    describe(shape, sizeof shape, kind, t, &g));
+  if (!kl_cudnn_available(err, errlen)) return -1;
+  if (g.n == 0 || g.c == 0 || g.o == 0) { /* nothing to sum: zeros (cuDNN refuses empty tensors) */
+    int64_t count = kind == 0 ? g.n * g.o : kind == 1 ? g.n * g.c : g.o * (g.c / g.g);
+    for (int i = 0; i < g.nd; i++) count *= kind == 0 ? g.out[i] : kind == 1 ? g.in[i] : g.k[i];
+    return kl_cuda_memset0(out, (size_t)count * (t == KL_F64 ? 8 : t == KL_F32 ? 4 : 2));
+  }
+  void *q = kl_cuda_queue_stream(), *stream = q ? q : kl_cuda_stream();
+  int capturing = kl_cuda_capturing() || stream != kl_cuda_stream();
+  pthread_mutex_lock(&mu);
+  plan *p = find_plan(kind, t, precision >= 2 ? 2 : 0, &g, capturing, err, errlen);
+  if (!p) {
+    pthread_mutex_unlock(&mu);
+    return -1;
+  }
+  if (capturing) p->pinned = 1; /* the graph holds the work area from now on */
+  const double one_d = 1.0, zero_d = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const void *alpha = t == KL_F64 ? (const void *)&one_d : (const void *)&one_f;
+  const void *beta = t == KL_F64 ? (const void *)&zero_d : (const void *)&zero_f;
+  /* operands in cuDNN's order: forward (x, w) -> y; backward data (w, dy) -> dx; backward filter
+   * (x, dy) -> dw. kiln's: forward (x, w), backward data (dy, w), backward filter (x, dy). */
+  void *da[3] = {p->x, p->w, p->x}, *db[3] = {p->w, p->y, p->y}, *dout[3] = {p->y, p->x, p->w};
+  const void *pa = kind == 1 ? b : a, *pb = kind == 1 ? a : b;
+  int rc = p_set_stream(handle, stream);
+  if (!rc)
+    rc = p_run[kind](handle, alpha, da[kind], pa, db[kind], pb, p->conv, p->algo, p->work, p->work_bytes, beta,
+                     dout[kind], out);
+  pthread_mutex_unlock(&mu);
+  if (rc)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "cuDNN: %s failed: %s", describe(shape, sizeof shape, kind, t, &g),
+                    status_name(rc, code, sizeof code));
+  return 0;
+}
