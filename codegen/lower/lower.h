@@ -6,6 +6,7 @@
 #define KL_LOWER_H
 #include "../kernel_internal.h"
 #include "../libcall.h"
+#include "../../runtime/cusolver.h"
 
 /* Computes value v (result of e) at index idx inside a fused kernel; out gets its SSA name.
  * Operands are computed through kk_emit_value. Returns out. */
@@ -62,11 +63,15 @@ typedef int (*kl_gpu_kernel_fn)(kg_move *m);
 typedef enum {
   KL_GPU_LIB_NONE,
   KL_GPU_LIB_GEMM, /* cuBLAS (batched) gemm */
-  KL_GPU_LIB_FFT   /* cuFFT (kl_lower_fft_layout) */
+  KL_GPU_LIB_FFT,  /* cuFFT (kl_lower_fft_layout) */
+  KL_GPU_LIB_SOLVER /* cuSOLVER / cuBLAS linear algebra (kl_lower_solver_layout) */
 } kl_gpu_library;
 /* An fft step as a library takes it: its lax.FftType, precision and the number of transforms
  * (the transformed axes are c->p.fft.fft_lengths). 0, or -1 when the step is not packed. */
 int kl_lower_fft_layout(const kl_libcall *c, int *type, int *dbl, int64_t *howmany);
+/* A linalg step as runtime/cusolver.c takes it (operands and results as the host routine's). 0, or
+ * -1 when the GPU library does not run it (eig, schur, empty or oversized matrices, ...). */
+int kl_lower_solver_layout(const kl_libcall *c, kl_solver_call *s);
 
 typedef struct {
   kl_prim prim;

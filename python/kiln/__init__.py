@@ -118,6 +118,11 @@ def _find_cublas():
                            sorted(glob.glob(os.path.join(base or ".", "nvidia", "cublas", "lib", "libcublas.so.*")))):
             if not path.endswith(("Lt.so", ".alt")) and "Lt" not in os.path.basename(path):
                 _kiln.cublas_search_path(path)
+        # cuSOLVER (runtime/cusolver.c): the nvidia-cusolver wheel, or the one CUDA 13 wheel folder
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cusolver", "lib", "libcusolver.so.*")) +
+                           sorted(glob.glob(os.path.join(base or ".", "nvidia", "cu*", "lib", "libcusolver.so.*")))):
+            if "Mg" not in os.path.basename(path):
+                _kiln.cublas_search_path(path)
 
 
 _find_cublas()
