@@ -541,6 +541,13 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         o->nffts++;
       }
       kl_solver_call *sv = &o->solves[o->nsolves];
+      char solver_why[300];
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_SOLVER && !kl_lower_solver_layout(lc, sv) && !ptx_only &&
+          cusolver_wanted() && !kl_cusolver_available(solver_why, sizeof solver_why) && getenv("KILN_LOG_COMPILES") &&
+          *getenv("KILN_LOG_COMPILES") == '1') {
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1)) fprintf(stderr, "kiln: linalg steps run on the host: %s\n", solver_why);
+      }
       if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_SOLVER && !kl_lower_solver_layout(lc, sv) &&
           (ptx_only || (cusolver_wanted() && kl_cusolver_available(NULL, 0)))) {
         x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
