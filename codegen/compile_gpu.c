@@ -44,6 +44,8 @@ typedef struct { /* a dot_general through cuBLAS */
 typedef struct {
   gpu_dot *dots;        /* owned; one per plan step at most */
   int ndots;
+  kl_solver_call *solves; /* owned; one per plan step at most: linalg steps through cuSOLVER */
+  int nsolves, nffts;   /* cuSOLVER steps, cuFFT steps (for KILN_LOG_COMPILES) */
   gpu_kernel *kernels;  /* owned; two per plan step at most */
   int nkernels;
   char (*names)[64];    /* owned; entry names, parallel to kernels */
@@ -61,6 +63,7 @@ static void owner_destroy(void *p) {
   free(o->libs);
   free(o->loops);
   free(o->dots);
+  free(o->solves);
   free(o->kernels);
   free(o->names);
   free(o);
@@ -103,6 +106,18 @@ static int conv_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   if (kl_lower_conv_geom(c, &g, &kind)) return kl_lower_missing(c->prim, "GPU (operands not legalized)", err, errlen);
   return kl_cudnn_conv(kind, c->avals[c->nin].dtype, c->p.conv.precision, &g, ptrs[0], ptrs[1], ptrs[c->nin], err,
                        errlen);
+}
+
+/* cuSOLVER (and cuBLAS's batched routines) for linalg steps unless KILN_CUSOLVER=0 (then the host
+ * routine over copies, an A/B switch). */
+static int cusolver_wanted(void) {
+  const char *v = getenv("KILN_CUSOLVER");
+  return !(v && *v == '0');
+}
+
+static int solver_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  const kl_solver_call *s = ctx;
+  return kl_cusolver_run(s, ptrs, ptrs + (s->op == KL_SOLVER_TRSM ? 2 : 1), err, errlen);
 }
 
 static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
@@ -437,15 +452,17 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
     o->names = kl_calloc(2 * (size_t)plan.nsteps + 1, sizeof *o->names);
     o->libs = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
     o->dots = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->dots);
+    o->solves = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->solves);
     o->loops = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->loops);
   }
 
-  kl_str mod, host;
+  kl_str mod, host, libs; /* libs: the library each linalg step runs as (KILN_LOG_COMPILES) */
   kl_kernel_dedup dedup = {0};
   kl_str_init(&mod);
   kl_str_init(&host);
+  kl_str_init(&libs);
   int rc = 0;
-  if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots || !o->loops) {
+  if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots || !o->solves || !o->loops) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps for the GPU", plan.nsteps);
     goto finish;
   }
@@ -536,6 +553,30 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         st->run_checked = fft_run;
         st->is_library = 1;
         st->on_host = 0;
+        o->nffts++;
+      }
+      kl_solver_call *sv = &o->solves[o->nsolves];
+      char solver_why[300];
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_SOLVER && !kl_lower_solver_layout(lc, sv) && !ptx_only &&
+          cusolver_wanted() && !kl_cusolver_available(solver_why, sizeof solver_why) && getenv("KILN_LOG_COMPILES") &&
+          *getenv("KILN_LOG_COMPILES") == '1') {
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1)) fprintf(stderr, "kiln: linalg steps run on the host: %s\n", solver_why);
+      }
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_SOLVER && !kl_lower_solver_layout(lc, sv) &&
+          (ptx_only || (cusolver_wanted() && kl_cusolver_available(NULL, 0)))) {
+        x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
+        o->nsolves++;
+        st->ctx = sv;
+        st->run_checked = solver_run;
+        st->is_library = 1;
+        st->on_host = 0;
+        st->synchronizes = !kl_cusolver_capturable(sv); /* no CUDA graph around it */
+        kl_str_append(&libs, "  ");
+        kl_str_append(&libs, kl_prim_get(e->prim)->name);
+        kl_str_append(&libs, ": ");
+        kl_str_append(&libs, kl_cusolver_routine(sv));
+        kl_str_append(&libs, "\n");
       }
       kl_conv_geom cg;
       int ckind;
@@ -665,6 +706,7 @@ finish:
   free(slot_of);
   if (ptx_only) {
     kl_str_free(&host);
+    kl_str_free(&libs);
     kl_exec_release(x);
     return NULL;
   }
@@ -678,12 +720,16 @@ finish:
     kl_str loops;
     kl_str_init(&loops);
     kl_loops_describe(o->loops, o->nloops, &loops);
-    fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d host library calls + %d loops%s in %.1f ms\n",
-            pg->neqns, o->nkernels, o->ndots, nhost, o->nloops, loops.data ? loops.data : "", (now() - t0) * 1e3);
+    fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d cuFFT calls + %d cuSOLVER "
+            "calls + %d host library calls + %d loops%s in %.1f ms\n",
+            pg->neqns, o->nkernels, o->ndots, o->nffts, o->nsolves, nhost, o->nloops, loops.data ? loops.data : "",
+            (now() - t0) * 1e3);
     kl_str_free(&loops);
+    if (libs.data) fprintf(stderr, "kiln: linear algebra on the GPU:\n%s", libs.data);
     if (host.data) fprintf(stderr, "kiln: host round trips (operands copied to the host and back):\n%s", host.data);
   }
   kl_str_free(&host);
+  kl_str_free(&libs);
   if (rc) {
     kl_exec_release(x);
     return NULL;

@@ -38,6 +38,7 @@ static int (*p_set_ws)(cublasHandle_t, void *, size_t);
 static char extra[8][512];
 static int nextra;
 static char lib_path[512];
+static void *lib; /* the dlopen handle, for kl_cublas_symbol */
 
 int kl_cublas_add_search_path(const char *path) {
   pthread_mutex_lock(&mu);
@@ -78,6 +79,7 @@ static void open_cublas(void) {
                               "nvidia-cublas wheel; set KILN_CUBLAS_LIB to its path)");
     return;
   }
+  lib = h;
   *(void **)&p_create = dlsym(h, "cublasCreate_v2");
   *(void **)&p_set_stream = dlsym(h, "cublasSetStream_v2");
   *(void **)&p_gemm = dlsym(h, "cublasGemmStridedBatchedEx");
@@ -226,4 +228,21 @@ int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t 
     return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS scal of %lld %s failed with status %d", (long long)n,
                     dbl ? "float64" : "float32", rc);
   return 0;
+}
+
+void *kl_cublas_symbol(const char *name) { return kl_cublas_available(NULL, 0) ? dlsym(lib, name) : NULL; }
+
+/* The handle lent to runtime/cusolver.c for its batched cuBLAS routines: fn(handle, ctx) runs
+ * under mu with the handle on the stream this thread queues to (a branch's, when one is captured),
+ * its workspace kept. */
+int kl_cublas_with_handle(int (*fn)(void *handle, void *ctx), void *ctx, char *err, size_t errlen) {
+  if (!kl_cublas_available(err, errlen)) return -1;
+  pthread_mutex_lock(&mu);
+  void *q = kl_cuda_queue_stream();
+  int moved = q && q != kl_cuda_stream();
+  int rc = moved ? handle_to(q) : 0;
+  if (!rc) rc = fn(handle, ctx);
+  if (moved) handle_to(kl_cuda_stream());
+  pthread_mutex_unlock(&mu);
+  return rc;
 }

@@ -112,6 +112,11 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
                    const void *b, int transr, void *c, char *err, size_t errlen);
 /* x[0..n) *= alpha on kiln's stream, n float32 (dbl 0) or float64 (dbl 1) values (complex as 2n). */
 int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t errlen);
+/* For runtime/cusolver.c: a cuBLAS function by name (NULL when missing), and fn(handle, ctx) run
+ * with cuBLAS's one handle on the stream this thread queues to, serialized with kiln's other
+ * cuBLAS calls: fn's status (a cuBLAS status), or -1 with a message when cuBLAS is missing. */
+void *kl_cublas_symbol(const char *name);
+int kl_cublas_with_handle(int (*fn)(void *handle, void *ctx), void *ctx, char *err, size_t errlen);
 
 /* cuFFT (runtime/cufft.c), opened on first use. kind: 0 FFT (C2C forward), 1 IFFT (C2C inverse, scaled by 1/prod(n)),
  * 2 RFFT (R2C), 3 IRFFT (C2R, scaled by 1/prod(n)); n: the real-space lengths of the last rank (1..3) axes of row-major

@@ -1,5 +1,6 @@
 /* linalg.c: lowering of the linalg family (cholesky, qr, svd, eigh, lu, triangular_solve):
- * library steps through LAPACK (host) or cuSOLVER. Depends on lower.h only. */
+ * library steps through LAPACK (host) or cuSOLVER (kl_lower_solver_layout describes a step to
+ * runtime/cusolver.c). Depends on lower.h only. */
 #include <stdio.h>
 
 #include "../../runtime/hostla.h"
@@ -66,11 +67,47 @@ static int run_linalg(const kl_libcall *c, void *const *ptrs, char *err, size_t 
   }
 }
 
+int kl_lower_solver_layout(const kl_libcall *c, kl_solver_call *s) {
+  int packed = packed_flag(c);
+  kl_aval av = logical(c, 0, packed), bv = c->nin > 1 ? logical(c, 1, packed) : av;
+  const kl_aval *a = c->prim == KL_P_TRIANGULAR_SOLVE ? &bv : &av; /* the shape that sizes the call */
+  if (a->ndim < 2) return -1;
+  *s = (kl_solver_call){.t = a->dtype, .batch = batch_of(a, 2), .m = a->dims[a->ndim - 2], .n = a->dims[a->ndim - 1]};
+  switch (c->prim) {
+  case KL_P_CHOLESKY: s->op = KL_SOLVER_CHOLESKY; break;
+  case KL_P_LU: s->op = KL_SOLVER_LU; break;
+  case KL_P_QR:
+    s->op = KL_SOLVER_QR;
+    s->full_matrices = c->p.qr.full_matrices;
+    break;
+  case KL_P_EIGH:
+    s->op = KL_SOLVER_EIGH;
+    s->lower = c->p.eigh.lower;
+    break;
+  case KL_P_SVD:
+    s->op = KL_SOLVER_SVD;
+    s->full_matrices = c->p.svd.full_matrices;
+    s->compute_uv = c->p.svd.compute_uv;
+    break;
+  case KL_P_TRIANGULAR_SOLVE:
+    if (batch_of(&av, 2) != s->batch) return -1; /* a broadcast over b's batch: the host routine */
+    s->op = KL_SOLVER_TRSM;
+    s->left_side = c->p.triangular_solve.left_side;
+    s->lower = (c->p.triangular_solve.flags & KL_TRSV_LOWER) != 0;
+    s->transpose_a = (c->p.triangular_solve.flags & KL_TRSV_TRANSPOSE_A) != 0;
+    s->unit_diagonal = (c->p.triangular_solve.flags & KL_TRSV_UNIT_DIAGONAL) != 0;
+    break;
+  default: return -1; /* eig, schur: no GPU routine (cuSOLVER's geev is recent and slow); the host */
+  }
+  return kl_cusolver_check(s);
+}
 
+#define SOLVER .gpu_library = KL_GPU_LIB_SOLVER
 const kl_lowering kl_lower_linalg[] = {
-    {KL_P_CHOLESKY, .fuses = 0, .cpu_lib = run_linalg}, {KL_P_QR, .fuses = 0, .cpu_lib = run_linalg},
-    {KL_P_SVD, .fuses = 0, .cpu_lib = run_linalg},      {KL_P_EIGH, .fuses = 0, .cpu_lib = run_linalg},
-    {KL_P_LU, .fuses = 0, .cpu_lib = run_linalg},       {KL_P_TRIANGULAR_SOLVE, .fuses = 0, .cpu_lib = run_linalg},
+    {KL_P_CHOLESKY, .fuses = 0, .cpu_lib = run_linalg, SOLVER}, {KL_P_QR, .fuses = 0, .cpu_lib = run_linalg, SOLVER},
+    {KL_P_SVD, .fuses = 0, .cpu_lib = run_linalg, SOLVER},      {KL_P_EIGH, .fuses = 0, .cpu_lib = run_linalg, SOLVER},
+    {KL_P_LU, .fuses = 0, .cpu_lib = run_linalg, SOLVER},
+    {KL_P_TRIANGULAR_SOLVE, .fuses = 0, .cpu_lib = run_linalg, SOLVER},
     {KL_P_EIG, .fuses = 0, .cpu_lib = run_linalg},      {KL_P_SCHUR, .fuses = 0, .cpu_lib = run_linalg},
 };
 const int kl_lower_linalg_n = sizeof kl_lower_linalg / sizeof *kl_lower_linalg;

@@ -7,6 +7,7 @@
 #include "../kernel_internal.h"
 #include "../libcall.h"
 #include "../../runtime/hostconv.h"
+#include "../../runtime/cusolver.h"
 
 /* Computes value v (result of e) at index idx inside a fused kernel; out gets its SSA name.
  * Operands are computed through kk_emit_value. Returns out. */
@@ -64,7 +65,8 @@ typedef enum {
   KL_GPU_LIB_NONE,
   KL_GPU_LIB_GEMM, /* cuBLAS (batched) gemm */
   KL_GPU_LIB_FFT,  /* cuFFT (kl_lower_fft_layout) */
-  KL_GPU_LIB_CONV  /* cuDNN (kl_lower_conv_geom) */
+  KL_GPU_LIB_CONV, /* cuDNN (kl_lower_conv_geom) */
+  KL_GPU_LIB_SOLVER /* cuSOLVER / cuBLAS linear algebra (kl_lower_solver_layout) */
 } kl_gpu_library;
 /* An fft step as a library takes it: its lax.FftType, precision and the number of transforms
  * (the transformed axes are c->p.fft.fft_lengths). 0, or -1 when the step is not packed. */
@@ -72,6 +74,9 @@ int kl_lower_fft_layout(const kl_libcall *c, int *type, int *dbl, int64_t *howma
 /* A conv step as a library takes it: its geometry (runtime/hostconv.h) and kind
  * (kl_hostconv_kind). 0, or -1 when the step is not legalized (operand dtypes differ). */
 int kl_lower_conv_geom(const kl_libcall *c, kl_conv_geom *g, int *kind);
+/* A linalg step as runtime/cusolver.c takes it (operands and results as the host routine's). 0, or
+ * -1 when the GPU library does not run it (eig, schur, empty or oversized matrices, ...). */
+int kl_lower_solver_layout(const kl_libcall *c, kl_solver_call *s);
 
 typedef struct {
   kl_prim prim;

@@ -120,6 +120,11 @@ def _find_cublas():
                 _kiln.cublas_search_path(path)
         for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cudnn", "lib", "libcudnn.so.9"))):
             _kiln.cublas_search_path(path)  # (the runtime hands a cuDNN path to cuDNN)
+        # cuSOLVER (runtime/cusolver.c): the nvidia-cusolver wheel, or the one CUDA 13 wheel folder
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cusolver", "lib", "libcusolver.so.*")) +
+                           sorted(glob.glob(os.path.join(base or ".", "nvidia", "cu*", "lib", "libcusolver.so.*")))):
+            if "Mg" not in os.path.basename(path):
+                _kiln.cublas_search_path(path)
 
 
 _find_cublas()
