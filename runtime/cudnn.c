@@ -51,6 +51,15 @@ static int (*p_run[3])(cudnnHandle_t, const void *, void *, const void *, void *
 /* the driver's, for plans made while a graph is captured (as runtime/cufft.c) */
 static int (*p_exchange_capture_mode)(int *);
 static int (*p_mem_alloc)(unsigned long long *, size_t);
+/* measuring the algorithms (measure_algo): cudnnFind...AlgorithmEx, on a stream of its own over
+ * scratch operands, and the driver calls that needs */
+static int (*p_find[3])(cudnnHandle_t, void *, const void *, void *, const void *, cudnnConvolutionDescriptor_t, void *,
+                        void *, int, int *, algo_perf *, void *, size_t);
+static int (*p_mem_free)(unsigned long long);
+static int (*p_memset8)(unsigned long long, unsigned char, size_t, void *);
+static int (*p_stream_create)(void **, unsigned);
+static int (*p_stream_sync)(void *);
+static void *find_stream;
 
 static const char *const kind_names[3] = {"conv_general_dilated", "conv_bwd_data", "conv_bwd_filter"};
 
@@ -161,6 +170,14 @@ static void open_cudnn(void) {
   }
   *(void **)&p_exchange_capture_mode = kl_cuda_driver_symbol("cuThreadExchangeStreamCaptureMode");
   *(void **)&p_mem_alloc = kl_cuda_driver_symbol("cuMemAlloc");
+  /* optional: without them the heuristics choose */
+  *(void **)&p_find[0] = dlsym(h, "cudnnFindConvolutionForwardAlgorithmEx");
+  *(void **)&p_find[1] = dlsym(h, "cudnnFindConvolutionBackwardDataAlgorithmEx");
+  *(void **)&p_find[2] = dlsym(h, "cudnnFindConvolutionBackwardFilterAlgorithmEx");
+  *(void **)&p_mem_free = kl_cuda_driver_symbol("cuMemFree");
+  *(void **)&p_memset8 = kl_cuda_driver_symbol("cuMemsetD8Async");
+  *(void **)&p_stream_create = kl_cuda_driver_symbol("cuStreamCreate");
+  *(void **)&p_stream_sync = kl_cuda_driver_symbol("cuStreamSynchronize");
   ready = 1;
 }
 #undef SYM
@@ -222,6 +239,44 @@ static int set_tensor(cudnnTensorDescriptor_t d, int dt, int64_t n, const int64_
   return p_set_tensor_nd(d, dt, sd + 2, dims, strides);
 }
 
+/* Runs cuDNN's own timing of every algorithm for p (descriptors made) over scratch operands of
+ * its shapes, zeroed, with up to 256 MiB of work area, on a stream of its own, and returns the
+ * results fastest first in perf (*found of them); -1 when it cannot (then the heuristics choose).
+ * The real operands are never touched: under capture they are not written yet, and outside it
+ * other work may still be using the memory a plan's outputs will take. KILN_CUDNN_FIND=0 skips
+ * it (the heuristics' first choice, an A/B switch). */
+static int measure_algo(const plan *p, void *const d[3], int64_t nelem[3], algo_perf *perf, int *found) {
+  const char *env = getenv("KILN_CUDNN_FIND");
+  if ((env && *env == '0') || !p_find[p->kind] || !p_mem_alloc || !p_mem_free || !p_memset8 || !p_stream_create ||
+      !p_stream_sync)
+    return -1;
+  if (!find_stream && p_stream_create(&find_stream, 1 /* non-blocking */)) find_stream = NULL;
+  if (!find_stream) return -1;
+  size_t elt = p->dtype == KL_F64 ? 8 : p->dtype == KL_F32 ? 4 : 2;
+  unsigned long long buf[3] = {0, 0, 0}, work = 0;
+  size_t work_bytes = 256u << 20;
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++) {
+    rc = p_mem_alloc(&buf[i], (size_t)nelem[i] * elt);
+    if (!rc) rc = p_memset8(buf[i], 0, (size_t)nelem[i] * elt, find_stream);
+  }
+  while (!rc && work_bytes && p_mem_alloc(&work, work_bytes)) work_bytes >>= 2; /* less when memory is short */
+  if (!work) work_bytes = 0;
+  /* the buffers in cuDNN's order for this kind (d's): forward (x, w, y), backward data (w, dy,
+   * dx), backward filter (x, dy, dw); buf is (x, w, y) */
+  static const int order[3][3] = {{0, 1, 2}, {1, 2, 0}, {0, 2, 1}};
+  const int *o = order[p->kind];
+  if (!rc) rc = p_set_stream(handle, find_stream);
+  if (!rc)
+    rc = p_find[p->kind](handle, d[0], (void *)(uintptr_t)buf[o[0]], d[1], (void *)(uintptr_t)buf[o[1]], p->conv, d[2],
+                         (void *)(uintptr_t)buf[o[2]], 16, found, perf, (void *)(uintptr_t)work, work_bytes);
+  p_stream_sync(find_stream);
+  for (int i = 0; i < 3; i++)
+    if (buf[i]) p_mem_free(buf[i]);
+  if (work) p_mem_free(work);
+  return rc || *found < 1 ? -1 : 0;
+}
+
 /* Makes p's descriptors, algorithm and work area (its key filled in). cuDNN needs 2 or 3
  * spatial axes: a 1-D convolution runs as 2-D over a leading axis of extent 1. Under capture the
  * thread's capture mode is relaxed while cuDNN plans, and the work area comes from cuMemAlloc
@@ -263,13 +318,16 @@ static int make_plan(plan *p, int capturing, char *err, size_t errlen) {
   if (!rc) rc = p_set_conv_nd(p->conv, sd, pad, stride, dil, CROSS_CORRELATION, compute);
   if (!rc) rc = p_set_group_count(p->conv, (int)g->g);
   if (!rc) rc = p_set_math_type(p->conv, math);
-  /* the heuristics' first workable choice (no benchmarking: nothing runs, so planning is safe
-   * under capture); descriptor order: forward (x, w, conv, y), backward data (w, y, conv, x),
+  /* the fastest workable algorithm as cuDNN measures it over scratch operands (measure_algo),
+   * or the heuristics' first workable choice; descriptor order: forward (x, w, conv, y), backward data (w, y, conv, x),
    * backward filter (x, y, conv, w) */
   void *d[3][3] = {{p->x, p->w, p->y}, {p->w, p->y, p->x}, {p->x, p->y, p->w}};
   algo_perf perf[16];
   int found = 0;
-  if (!rc) {
+  int64_t nelem[3] = {g->n * g->c, (g->c / g->g) * g->o, g->n * g->o}; /* x, w, y */
+  for (int i = 0; i < g->nd; i++) nelem[0] *= g->in[i], nelem[1] *= g->k[i], nelem[2] *= g->out[i];
+  if (!rc && measure_algo(p, d[p->kind], nelem, perf, &found)) {
+    found = 0;
     what = "the algorithm heuristics";
     step = 1;
     rc = p_get_algo[p->kind](handle, d[p->kind][0], d[p->kind][1], p->conv, d[p->kind][2], 16, &found, perf);
