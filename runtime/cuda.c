@@ -568,6 +568,20 @@ int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
   return 0;
 }
 
+/* Makes stream s wait for everything queued on kiln's stream so far: what a buffer without an
+ * event needs (an upload's buffer: its copy may still be on its way when cuMemcpyHtoDAsync
+ * returns). */
+static CUresult after_queued(CUstream s) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static CUevent ev;
+  pthread_mutex_lock(&mu);
+  CUresult r = ev ? CUDA_SUCCESS : p_cuEventCreate(&ev, EVENT_DISABLE_TIMING);
+  if (!r) r = p_cuEventRecord(ev, stream0);
+  if (!r) r = p_cuStreamWaitEvent(s, ev, 0);
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
 /* Copies n bytes of a GPU buffer to the host once event e (its producer) is done, without
  * waiting for work queued after it; returns when the bytes are there. */
 static int read_after(void *dst, const void *src, size_t n, struct kl_event *e, char *err, size_t errlen) {
@@ -575,8 +589,8 @@ static int read_after(void *dst, const void *src, size_t n, struct kl_event *e, 
     snprintf(err, errlen, "no GPU: %s", init_error);
     return -1;
   }
-  CUresult r = CUDA_SUCCESS;
-  if (e && !event_query(e)) r = p_cuStreamWaitEvent(copy_stream, e->ev, 0);
+  CUresult r = e ? (event_query(e) ? CUDA_SUCCESS : p_cuStreamWaitEvent(copy_stream, e->ev, 0))
+                 : after_queued(copy_stream);
   if (!r && n && staging(n)) r = staged_dtoh(dst, (CUdeviceptr)(uintptr_t)src, n, copy_stream);
   else {
     if (!r && n) r = p_cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, copy_stream);
@@ -639,7 +653,9 @@ void *kl_cuda_driver_symbol(const char *name) { return enter() || !driver_lib ? 
 
 static int cuda_stream_wait(void *stream, kl_buffer *b) {
   struct kl_event *e = b->event;
-  if (enter() || !e || event_query(e)) return 0;
+  if (enter()) return 0;
+  if (!e) return (CUstream)stream == stream0 ? 0 : after_queued((CUstream)stream) ? -1 : 0; /* an upload's */
+  if (event_query(e)) return 0;
   return p_cuStreamWaitEvent((CUstream)stream, e->ev, 0) ? -1 : 0;
 }
 

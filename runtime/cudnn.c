@@ -326,15 +326,18 @@ static int make_plan(plan *p, int capturing, char *err, size_t errlen) {
   int found = 0;
   int64_t nelem[3] = {g->n * g->c, (g->c / g->g) * g->o, g->n * g->o}; /* x, w, y */
   for (int i = 0; i < g->nd; i++) nelem[0] *= g->in[i], nelem[1] *= g->k[i], nelem[2] *= g->out[i];
-  if (!rc && measure_algo(p, d[p->kind], nelem, perf, &found)) {
-    found = 0;
-    what = "the algorithm heuristics";
-    step = 1;
-    rc = p_get_algo[p->kind](handle, d[p->kind][0], d[p->kind][1], p->conv, d[p->kind][2], 16, &found, perf);
-  }
   int pick = -1;
-  for (int i = 0; !rc && i < found && pick < 0; i++)
-    if (perf[i].status == 0 && (math != M_FMA || perf[i].mathType == M_FMA || perf[i].mathType == M_DEFAULT)) pick = i;
+  for (int round = 0; round < 2 && !rc && pick < 0; round++) { /* measured, then the heuristics */
+    found = 0;
+    if (round == 0 && measure_algo(p, d[p->kind], nelem, perf, &found)) continue;
+    if (round == 1) {
+      what = "the algorithm heuristics";
+      step = 1;
+      rc = p_get_algo[p->kind](handle, d[p->kind][0], d[p->kind][1], p->conv, d[p->kind][2], 16, &found, perf);
+    }
+    for (int i = 0; !rc && i < found && pick < 0; i++)
+      if (perf[i].status == 0 && (math != M_FMA || perf[i].mathType == M_FMA || perf[i].mathType == M_DEFAULT)) pick = i;
+  }
   if (!rc && pick < 0) {
     if (relaxed) p_exchange_capture_mode(&mode);
     describe(shape, sizeof shape, p->kind, p->dtype, g);
