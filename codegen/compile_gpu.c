@@ -580,7 +580,9 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
       }
       kl_conv_geom cg;
       int ckind;
-      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_CONV && !kl_lower_conv_geom(lc, &cg, &ckind) &&
+      /* float64 stays on the host: cuDNN has no channels-last float64 algorithm for most shapes */
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_CONV && lc->avals[0].dtype != KL_F64 &&
+          !kl_lower_conv_geom(lc, &cg, &ckind) &&
           (ptx_only || (cudnn_wanted() && kl_cudnn_available(NULL, 0)))) {
         x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
         st->ctx = lc;

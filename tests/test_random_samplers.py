@@ -253,6 +253,10 @@ def test_draws_match_jax_bit_for_bit(name, dtype, draw):
 
 @pytest.mark.parametrize("name,ulps,draw", CLOSE_DRAWS, ids=[c[0] for c in CLOSE_DRAWS])
 def test_transcendental_draws_match_jax_to_the_ulp(name, ulps, draw):
+    # the values are JAX's on the CPU; a GPU's log/exp/pow (libdevice) and its linear algebra
+    # (cuSOLVER) round their last bits differently again
+    if kiln.devices()[0].platform == "gpu":
+        ulps = max(ulps, 16)
     _check_close(draw(), CLOSE[name], ulps, np.complex64 if name == "normal_c64" else np.float32)
 
 
