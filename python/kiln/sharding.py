@@ -50,7 +50,7 @@ class PartitionSpec(tuple):
         return super().__new__(cls, parts)
 
     def __repr__(self):
-        return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
+        return f"PartitionSpec{tuple.__repr__(self)}"
 
     def __reduce__(self):
         return (PartitionSpec, tuple(self))
