@@ -19,7 +19,7 @@ static const char *const family_names[KL_NFAMILIES] = {
     [KL_FAM_CUMULATIVE] = "cumulative",   [KL_FAM_SORT] = "sort",   [KL_FAM_INDEX] = "index",
     [KL_FAM_DOT] = "dot",                 [KL_FAM_LINALG] = "linalg", [KL_FAM_CALL] = "call",
     [KL_FAM_FFT] = "fft", [KL_FAM_CONV] = "conv", [KL_FAM_CALLBACK] = "callback",
-    [KL_FAM_CONTROL] = "control",
+    [KL_FAM_CONTROL] = "control", [KL_FAM_COLLECTIVE] = "collective",
 };
 
 static const kl_infer_fn family_rules[KL_NFAMILIES] = {
@@ -29,6 +29,7 @@ static const kl_infer_fn family_rules[KL_NFAMILIES] = {
     [KL_FAM_DOT] = kl_infer_dot,                 [KL_FAM_LINALG] = kl_infer_linalg,
     [KL_FAM_FFT] = kl_infer_fft, [KL_FAM_CONV] = kl_infer_conv, [KL_FAM_CALLBACK] = kl_infer_callback,
     [KL_FAM_CALL] = kl_infer_call,               [KL_FAM_CONTROL] = kl_infer_control,
+    [KL_FAM_COLLECTIVE] = kl_infer_collective,
 };
 
 /* Operands each form takes; -1: one or more. */
@@ -170,8 +171,9 @@ int kl_prim_infer(kl_prim prim, const kl_aval *ins, int nin, const kl_params *p,
   const kl_prim_info *pi = &prims[prim];
   int want = form_arity[pi->form];
   if (want >= 0 && nin != want) return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects %d operand(s), got %d", pi->name, want, nin);
-  /* a scan may have none (its body makes its ys), a callback too (debug.print of a constant) */
-  if (want < 0 && nin < 1 && pi->family != KL_FAM_CONTROL && pi->family != KL_FAM_CALLBACK)
+  /* a scan may have none (its body makes its ys), a callback too (debug.print of a constant), and
+   * axis_index */
+  if (want < 0 && nin < 1 && pi->family != KL_FAM_CONTROL && pi->family != KL_FAM_CALLBACK && prim != KL_P_AXIS_INDEX)
     return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects at least one operand", pi->name);
   *nout = 1;
   return family_rules[pi->family](&e, prim, ins, nin, p, outs, nout);

@@ -41,6 +41,8 @@ typedef enum {
   KL_FAM_CALLBACK,    /* host callbacks: debug.callback/print, pure_callback */
   KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
   KL_FAM_CONTROL,     /* sub-programs run as data decides: while, scan, cond */
+  KL_FAM_COLLECTIVE,  /* across the devices of a mesh: psum pmax pmin all_gather reduce_scatter ppermute
+                         all_to_all axis_index */
   KL_NFAMILIES
 } kl_family;
 
@@ -193,7 +195,15 @@ typedef enum {
   X(SCAN, "scan", CONTROL, NONE, ANY, scan)                                        \
   X(COND, "cond", CONTROL, NONE, ANY, cond)                                        \
   X(WHILE_LIN, "while_lin", CONTROL, NONE, ANY, while_ad)                          \
-  X(WHILE_BWD, "while_bwd", CONTROL, NONE, ANY, while_ad)
+  X(WHILE_BWD, "while_bwd", CONTROL, NONE, ANY, while_ad)                         \
+  X(PSUM, "psum", COLLECTIVE, NONE, NUM, collective)                               \
+  X(PMAX, "pmax", COLLECTIVE, NONE, REAL, collective)                              \
+  X(PMIN, "pmin", COLLECTIVE, NONE, REAL, collective)                              \
+  X(ALL_GATHER, "all_gather", COLLECTIVE, NONE, ANY, collective)                   \
+  X(REDUCE_SCATTER, "reduce_scatter", COLLECTIVE, NONE, NUM, collective)           \
+  X(PPERMUTE, "ppermute", COLLECTIVE, NONE, ANY, collective)                       \
+  X(ALL_TO_ALL, "all_to_all", COLLECTIVE, NONE, ANY, collective)                   \
+  X(AXIS_INDEX, "axis_index", COLLECTIVE, NONE, ANY, collective)
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, o, a, s) KL_P_##e,
@@ -424,6 +434,22 @@ typedef struct {
                                   accumulators) -> (the carries' cotangents before the body,
                                   accumulators + the float consts' cotangents) */
     } while_ad;
+    /* ---- collective (ir/prims/collective.c) ---- */
+    /* Every participant of an SPMD launch over a mesh runs the same program; a collective runs
+     * over the mesh axes `axes`: its group is the participants that share their coordinates on
+     * the other axes, ordered row-major over `axes` (JAX's axis_index). The group size G is the
+     * product of mesh_shape over axes. */
+    struct {
+      kl_ivec mesh_shape;  /* the extent of every mesh axis, in the mesh's order (participant p's
+                              coordinates are p unraveled row-major over it) */
+      kl_ivec axes;        /* the mesh axes the collective runs over, increasing */
+      int64_t axis;        /* all_gather: the dimension gathered along (inserted when untiled);
+                              reduce_scatter: the dimension scattered; all_to_all: split_axis */
+      int64_t concat_axis; /* all_to_all: the dimension the received chunks are joined along */
+      int tiled;           /* all_gather / reduce_scatter: chunks joined along `axis` (else stacked on a
+                              new axis / the axis of extent G removed); all_to_all is always tiled */
+      kl_ivec perm;        /* ppermute: (source, destination) pairs of group positions, flattened */
+    } collective;
   };
 } kl_params;
 
@@ -491,4 +517,12 @@ int kl_prim_infer(kl_prim p, const kl_aval *ins, int nin, const kl_params *param
  * and *transposed says which (ir/prims/dot.c). */
 int kl_dot_gemm_layout(const kl_aval *a, const kl_ivec *batch, const kl_ivec *contract, int rhs, int64_t *perm,
                        int *transposed);
+/* A collective's group size: the product of mesh_shape over axes (ir/prims/collective.c). */
+int64_t kl_collective_group_size(const kl_params *p);
+/* The mesh's participants (the product of mesh_shape). */
+int64_t kl_collective_mesh_size(const kl_params *p);
+/* Participant `rank`'s position in its group of a collective with params p (its axis_index), and
+ * when members is not NULL the participants of that group in group order (G entries). -1 when rank
+ * is not in the mesh. */
+int64_t kl_collective_group(const kl_params *p, int64_t rank, int64_t *members);
 #endif

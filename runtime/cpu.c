@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../ir/status.h"
+#include "collective.h"
 #include "device.h"
 #include "hostla.h"
 
@@ -320,6 +321,11 @@ typedef struct launch {
   kl_buffer **bufs; /* per slot (inputs retained, outputs retained, temps owned) */
   size_t held;      /* bytes of the outputs it allocated */
   struct launch *next;
+  /* an SPMD launch (kl_exec_launch_group) is one queue entry holding its participants' launches,
+   * run concurrently, each on a thread of its own, when the entry's turn comes */
+  struct launch **members; /* owned, or NULL */
+  int nmembers;
+  kl_coll_group *group;    /* one reference */
 } launch;
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -337,7 +343,13 @@ static double now_s(void) {
 
 /* KILN_CPU_PROFILE=1: every step prints its time (for finding which kernel or library call
  * dominates a program). */
+static void run_group(launch *l);
+
 static void execute(launch *l) {
+  if (l->members) {
+    run_group(l);
+    return;
+  }
   static int profile = -1;
   if (profile < 0) profile = getenv("KILN_CPU_PROFILE") && *getenv("KILN_CPU_PROFILE") == '1';
   kl_exec *x = l->x;
@@ -397,6 +409,9 @@ static void execute(launch *l) {
       }
     }
   }
+  int rank;
+  kl_coll_group *grp = kl_coll_current(&rank);
+  if (failed && grp) kl_coll_abort(grp); /* the others must not wait for this one at a collective */
   char small_out[256], *is_out = x->nslots <= 256 ? small_out : calloc((size_t)x->nslots, 1);
   if (is_out) {
     memset(is_out, 0, (size_t)x->nslots);
@@ -550,19 +565,26 @@ static void exec_init(void) {
 /* Work below this many elements runs in the caller when the device is idle. */
 #define INLINE_MAX_COST 4096
 
-static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
-                      size_t errlen) {
+/* Waits while the queue holds too many bytes of outputs (see queue_limit). */
+static void backpressure(void) {
   if (!on_executor && __atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit()) { /* the queue holds too much: wait */
     pthread_mutex_lock(&q_mu);
     while (__atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit() && (q_head || q_busy)) pthread_cond_wait(&drain_cv, &q_mu);
     pthread_mutex_unlock(&q_mu);
   }
+}
+
+/* A launch of x over inputs with its outputs allocated (written to outs, one reference each for
+ * the caller), not queued; NULL with a message. */
+static launch *prepare(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                       size_t errlen) {
   launch *l = calloc(1, sizeof *l);
   kl_buffer **bufs = calloc((size_t)x->nslots + 1, sizeof *bufs);
   if (!l || !bufs) {
     free(l);
     free(bufs);
-    return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a program");
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a program");
+    return NULL;
   }
   for (int i = 0; i < x->ninputs; i++) {
     if (bufs[x->in_slots[i]]) continue;
@@ -585,7 +607,7 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, 
         for (int k = 0; k < x->nslots; k++) kl_buf_release(bufs[k]);
         free(bufs);
         free(l);
-        return -1;
+        return NULL;
       }
     }
     outs[i] = bufs[s];
@@ -594,6 +616,108 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, 
   kl_exec_retain(x);
   l->x = x;
   l->bufs = bufs;
+  return l;
+}
+
+/* Appends l to the executor's queue (q_mu held). */
+static void enqueue_locked(launch *l) {
+  pthread_once(&exec_once, exec_init);
+  __atomic_add_fetch(&q_held, l->held, __ATOMIC_RELAXED);
+  if (q_tail) q_tail->next = l;
+  else q_head = l;
+  q_tail = l;
+  __atomic_add_fetch(&q_len, 1, __ATOMIC_RELEASE);
+  pthread_cond_signal(&q_cv);
+}
+
+typedef struct {
+  launch *l;
+  kl_coll_group *group;
+  int rank;
+} member_run;
+
+static void *member_main(void *arg) {
+  member_run *m = arg;
+  on_executor = 1;
+  kl_coll_set_current(m->group, m->rank);
+  execute(m->l);
+  kl_coll_set_current(NULL, 0);
+  return NULL;
+}
+
+/* Runs a group's members concurrently: member 0 on this thread, each other on a thread of its own
+ * (they wait for each other at collectives: a shared pool would starve). */
+static void run_group(launch *l) {
+  int n = l->nmembers;
+  member_run *runs = calloc((size_t)n, sizeof *runs);
+  pthread_t *threads = calloc((size_t)n, sizeof *threads);
+  char *started = calloc((size_t)n, 1);
+  if (!runs || !threads || !started) { /* out of host memory: no member runs */
+    kl_coll_abort(l->group);
+    for (int p = 0; p < n; p++) {
+      kl_coll_set_current(l->group, p);
+      execute(l->members[p]); /* each fails at its first collective, marking its outputs failed */
+    }
+    kl_coll_set_current(NULL, 0);
+  } else {
+    for (int p = 0; p < n; p++) runs[p] = (member_run){l->members[p], l->group, p};
+    for (int p = 1; p < n; p++) started[p] = pthread_create(&threads[p], NULL, member_main, &runs[p]) == 0;
+    for (int p = 1; p < n; p++)
+      if (!started[p]) kl_coll_abort(l->group); /* the others would wait for it forever */
+    member_main(&runs[0]);
+    for (int p = 1; p < n; p++) {
+      if (started[p]) pthread_join(threads[p], NULL);
+      else member_main(&runs[p]); /* fails fast: the group is aborted */
+    }
+  }
+  free(runs);
+  free(threads);
+  free(started);
+  kl_coll_group_release(l->group);
+  free(l->members);
+  free(l);
+}
+
+static int cpu_launch_group(kl_exec *x, int n, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+  backpressure();
+  launch *g = calloc(1, sizeof *g);
+  launch **members = calloc((size_t)n, sizeof *members);
+  kl_coll_group *grp = kl_coll_group_new(n);
+  int made = 0;
+  if (!g || !members || !grp) kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a program on %d devices", n);
+  else
+    for (; made < n; made++) {
+      members[made] = prepare(x, inputs + (size_t)made * (size_t)x->ninputs, NULL, outs + (size_t)made * (size_t)x->noutputs, err, errlen);
+      if (!members[made]) break;
+      g->held += members[made]->held;
+    }
+  if (made < n) { /* undo: the prepared members run nothing, their outputs are released */
+    for (int p = 0; p < made; p++) {
+      for (int k = 0; k < x->noutputs; k++) kl_buf_release(outs[(size_t)p * (size_t)x->noutputs + k]);
+      for (int k = 0; k < x->nslots; k++) kl_buf_release(members[p]->bufs[k]);
+      free(members[p]->bufs);
+      kl_exec_release(x);
+      free(members[p]);
+    }
+    free(g);
+    free(members);
+    kl_coll_group_release(grp);
+    return -1;
+  }
+  g->members = members;
+  g->nmembers = n;
+  g->group = grp;
+  pthread_mutex_lock(&q_mu);
+  enqueue_locked(g);
+  pthread_mutex_unlock(&q_mu);
+  return 0;
+}
+
+static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                      size_t errlen) {
+  backpressure();
+  launch *l = prepare(x, inputs, preset, outs, err, errlen);
+  if (!l) return -1;
   /* Inputs that are still pending are fine: the queue is in order, so their producers run first. */
   int inputs_ready = 1;
   for (int i = 0; i < x->ninputs && inputs_ready; i++) inputs_ready = cpu_is_ready(inputs[i]); /* all on the CPU */
@@ -610,13 +734,7 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, 
     pthread_mutex_unlock(&q_mu);
     return 0;
   }
-  pthread_once(&exec_once, exec_init);
-  __atomic_add_fetch(&q_held, l->held, __ATOMIC_RELAXED);
-  if (q_tail) q_tail->next = l;
-  else q_head = l;
-  q_tail = l;
-  __atomic_add_fetch(&q_len, 1, __ATOMIC_RELEASE);
-  pthread_cond_signal(&q_cv);
+  enqueue_locked(l);
   pthread_mutex_unlock(&q_mu);
   return 0;
 }
@@ -716,6 +834,7 @@ const kl_device kl_device_cpu = {
     .stream = cpu_stream,
     .stream_wait = cpu_stream_wait,
     .launch = cpu_launch,
+    .launch_group = cpu_launch_group,
     .synchronize = cpu_synchronize,
     .library_add_path = cpu_library_add_path,
     .library = cpu_library,

@@ -191,15 +191,62 @@ static int check_donated_updates(kl_exec *x, kl_buffer *const *preset, char *err
   return 0;
 }
 
+/* Where a launch runs: the device its committed inputs are on (all one), committed; with none,
+ * device 0 of the kind, uncommitted. -1 with a message when committed inputs disagree. */
+static int placement(const kl_exec *x, kl_buffer *const *inputs, int *ordinal, int *committed, char *err,
+                     size_t errlen) {
+  *ordinal = 0;
+  *committed = 0;
+  for (int i = 0; i < x->ninputs; i++) {
+    if (!inputs[i]->committed) continue;
+    if (*committed && inputs[i]->ordinal != *ordinal)
+      return kl_error(err, errlen, KL_ERR_VALUE, "Received incompatible devices for a computation: an operand is "
+                      "committed to device %d and another to device %d; move them to one device with device_put",
+                      *ordinal, inputs[i]->ordinal);
+    *ordinal = inputs[i]->ordinal;
+    *committed = 1;
+  }
+  return 0;
+}
+
+/* Marks the new outputs of a launch on (ordinal, committed); an output that is an input's buffer
+ * keeps its own placement. */
+static void place_outputs(const kl_exec *x, kl_buffer *const *inputs, kl_buffer **outs, int ordinal, int committed) {
+  for (int i = 0; i < x->noutputs; i++) {
+    int is_input = 0;
+    for (int k = 0; k < x->ninputs && !is_input; k++) is_input = outs[i] == inputs[k];
+    if (is_input) continue;
+    outs[i]->ordinal = ordinal;
+    outs[i]->committed = committed;
+  }
+}
+
 int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
-  if (x->nupdates && check_donated_updates(x, NULL, err, errlen)) return -1;
-  return devices[x->device]->launch(x, inputs, NULL, outs, err, errlen);
+  return kl_exec_launch_into(x, inputs, NULL, outs, err, errlen);
 }
 
 int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
                         size_t errlen) {
+  int ordinal, committed;
+  if (placement(x, inputs, &ordinal, &committed, err, errlen)) return -1;
   if (x->nupdates && check_donated_updates(x, preset, err, errlen)) return -1;
-  return devices[x->device]->launch(x, inputs, preset, outs, err, errlen);
+  if (devices[x->device]->launch(x, inputs, preset, outs, err, errlen)) return -1;
+  if (ordinal || committed) place_outputs(x, inputs, outs, ordinal, committed);
+  return 0;
+}
+
+int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
+                         size_t errlen) {
+  const kl_device *d = devices[x->device];
+  if (n < 1) return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch needs at least one participant");
+  if (!d->launch_group)
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "launching one program on several %s devices is not supported yet "
+                    "by kiln", d->name);
+  if (x->nupdates && check_donated_updates(x, NULL, err, errlen)) return -1;
+  if (d->launch_group(x, n, inputs, outs, err, errlen)) return -1;
+  for (int p = 0; p < n; p++)
+    place_outputs(x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p], 1);
+  return 0;
 }
 
 void kl_rt_synchronize(void) {

@@ -90,6 +90,9 @@ typedef struct kl_device {
   /* kl_exec_launch for executables of this device (see runtime.h); preset (or NULL): per output,
    * a buffer to write it into (a donated input's, see kl_exec_launch_into) or NULL. */
   int (*launch)(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err, size_t errlen);
+  /* kl_exec_launch_group for executables of this device (outputs' ordinals set by the caller), or
+   * NULL where the device cannot run groups yet. */
+  int (*launch_group)(kl_exec *x, int n, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
   /* Waits until every launch queued on the device is finished. 0 or -1. Never call it from
    * inside a launch (the CPU's executor would wait for itself). */
   int (*synchronize)(void);

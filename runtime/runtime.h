@@ -19,6 +19,10 @@ typedef struct kl_buffer {
   void *owner;
   char *error;         /* message when FAILED, owned */
   int device;          /* kl_device_kind: where `data` lives */
+  int ordinal;         /* which device of that kind (simulated CPU devices all hold host memory) */
+  int committed;       /* placed on `ordinal` by the user (device_put, a sharded or committed
+                          computation's result): computations on it run there, their results
+                          committed there too; uncommitted buffers go where they are used */
   struct kl_event *event; /* GPU buffers: the launch that writes them (NULL: ready), one ref */
   int shared;          /* also reachable by another library (DLPack, CUDA array interface) */
   int holders;         /* atomic; handles of the Python layer on it (launches hold references, not handles) */
@@ -136,6 +140,13 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
  * inputs[x->donor[j]], that nothing else holds: its old contents are gone afterwards). */
 int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
                         size_t errlen);
+
+/* An SPMD launch: x once per participant p < n, on device ordinal ordinals[p] of x's kind, over
+ * inputs[p * x->ninputs ...], outputs into outs[p * x->noutputs ...] (committed to their
+ * participant's device). The launches run concurrently (each simulated CPU device on a thread of
+ * its own) and meet at their collectives (runtime/collective.h). 0, or -1 with a message. */
+int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
+                         size_t errlen);
 
 /* Waits until every launched piece of work is finished, on every available device. */
 void kl_rt_synchronize(void);

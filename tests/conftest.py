@@ -1,7 +1,13 @@
 """Shared fixtures for kiln's tests."""
-import pytest
+import os
 
-import kiln
+# 8 simulated CPU devices for the whole suite (test_sharding.py needs them; every other test runs on
+# device 0 as with one device), set before kiln is imported, as XLA's forced host device count.
+os.environ.setdefault("KILN_NUM_CPU_DEVICES", "8")
+
+import pytest  # noqa: E402
+
+import kiln  # noqa: E402
 
 # Tests compare against float64 NumPy: on a GPU, matmuls at DEFAULT precision use TF32 (as in JAX),
 # which is not what they check. Tests of the precision levels themselves set `precision=` per call.

@@ -122,6 +122,7 @@ KL_LOWER_FAMILY(conv)
 KL_LOWER_FAMILY(callback)
 KL_LOWER_FAMILY(call)
 KL_LOWER_FAMILY(control)
+KL_LOWER_FAMILY(collective)
 #undef KL_LOWER_FAMILY
 
 /* The row of p (borrowed, static); a primitive without one gets an all-NULL row. */

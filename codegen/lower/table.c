@@ -30,6 +30,7 @@ static void build(void) {
   add_family(kl_lower_callback, kl_lower_callback_n);
   add_family(kl_lower_call, kl_lower_call_n);
   add_family(kl_lower_control, kl_lower_control_n);
+  add_family(kl_lower_collective, kl_lower_collective_n);
   for (int p = 0; p < KL_NPRIMS; p++)
     traits[p] = (kl_fuse_traits){rows[p].fuses, rows[p].weight ? rows[p].weight : 1, rows[p].inline_reads};
 }

@@ -43,6 +43,8 @@ int kl_infer_call(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const 
                   kl_aval *outs, int *nout);
 int kl_infer_control(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const kl_params *params,
                      kl_aval *outs, int *nout);
+int kl_infer_collective(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const kl_params *params,
+                        kl_aval *outs, int *nout);
 
 /* Writes the message with its status (KL_ERR_TYPE or KL_ERR_VALUE), returns -1. */
 int kl_rule_fail(kl_rule_err *e, kl_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -731,7 +731,10 @@ static PyObject *params_key(PyObject *params) {
   return key;
 }
 
-int kl_py_is_array(PyObject *o) { return array_type && Py_TYPE(o) == array_type; }
+/* kiln.Array or a subclass of it that is no Tracer (a sharded Array: its buffer holds the whole). */
+int kl_py_is_array(PyObject *o) {
+  return array_type && (Py_TYPE(o) == array_type || (PyObject_TypeCheck(o, array_type) && !kl_py_is_tracer(o)));
+}
 
 PyObject *kl_py_eager_bind(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
   if (!entry_fn) return PyErr_Format(PyExc_SystemError, "internal: eager bind before eager_setup");

@@ -132,6 +132,16 @@ static PyObject *buffer_device(PyObject *self, void *unused) {
   return PyLong_FromLong(((BufferObject *)self)->buf->device);
 }
 
+static PyObject *buffer_ordinal(PyObject *self, void *unused) {
+  (void)unused;
+  return PyLong_FromLong(((BufferObject *)self)->buf->ordinal);
+}
+
+static PyObject *buffer_committed(PyObject *self, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(((BufferObject *)self)->buf->committed);
+}
+
 static PyObject *buffer_ptr(PyObject *self, void *unused) {
   (void)unused;
   return PyLong_FromVoidPtr(((BufferObject *)self)->buf->data);
@@ -146,6 +156,8 @@ static PyGetSetDef buffer_getset[] = {
     {"nbytes", buffer_nbytes, NULL, "size in bytes", NULL},
     {"ptr", buffer_ptr, NULL, "address of the data (for tests)", NULL},
     {"device", buffer_device, NULL, "0: host memory, 1: GPU memory", NULL},
+    {"ordinal", buffer_ordinal, NULL, "which device of its kind it is on", NULL},
+    {"committed", buffer_committed, NULL, "placed on its device by the user (computations follow it)", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyType_Slot buffer_slots[] = {
@@ -212,11 +224,12 @@ static kl_buffer *transfer(kl_buffer *b, int device, char *err, size_t errlen) {
 static PyObject *mod_transfer(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *bo;
-  int device;
-  if (!PyArg_ParseTuple(args, "Oi", &bo, &device)) return NULL;
+  int device, ordinal = -1;
+  if (!PyArg_ParseTuple(args, "Oi|i", &bo, &device, &ordinal)) return NULL;
   if (!PyObject_TypeCheck(bo, (PyTypeObject *)BufferType)) return PyErr_Format(PyExc_TypeError, "transfer: not a Buffer");
   kl_buffer *b = ((BufferObject *)bo)->buf;
-  if (b->device == device) {
+  /* ordinal < 0: the device kind alone (uncommitted); else committed to that device of the kind */
+  if (b->device == device && (ordinal < 0 || (b->committed && b->ordinal == ordinal))) {
     Py_INCREF(bo);
     return bo;
   }
@@ -226,6 +239,10 @@ static PyObject *mod_transfer(PyObject *self, PyObject *args) {
   n = transfer(b, device, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (!n) return kl_py_raise("device_put: ", err);
+  if (ordinal >= 0) {
+    n->ordinal = ordinal;
+    n->committed = 1;
+  }
   return buffer_new_from(n);
 }
 
@@ -998,6 +1015,69 @@ done:
   return res;
 }
 
+/* launch_group(ordinals, per_participant) -> list of tuples of Buffers: an SPMD launch, participant
+ * p on device ordinals[p] over the Buffers per_participant[p] (kl_exec_launch_group). */
+static PyObject *exec_launch_group(PyObject *self, PyObject *args) {
+  ExecObject *o = (ExecObject *)self;
+  PyObject *ords, *per;
+  if (!PyArg_ParseTuple(args, "OO", &ords, &per)) return NULL;
+  Py_ssize_t n = PySequence_Size(ords);
+  if (n < 1 || PySequence_Size(per) != n) return PyErr_Format(PyExc_ValueError, "launch_group: one tuple of buffers per device");
+  int *ordinals = PyMem_Malloc(sizeof(int) * (size_t)n);
+  kl_buffer **ins = PyMem_Malloc(sizeof(kl_buffer *) * ((size_t)n * (size_t)o->ninputs + 1));
+  kl_buffer **outs = PyMem_Malloc(sizeof(kl_buffer *) * ((size_t)n * (size_t)o->noutputs + 1));
+  PyObject *res = NULL;
+  if (!ordinals || !ins || !outs) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t p = 0; p < n; p++) {
+    PyObject *op = PySequence_GetItem(ords, p), *bp = PySequence_GetItem(per, p);
+    ordinals[p] = op ? (int)PyLong_AsLong(op) : -1;
+    Py_ssize_t m = bp ? PySequence_Size(bp) : -1;
+    int bad = !op || !bp || m != o->ninputs || PyErr_Occurred();
+    for (Py_ssize_t i = 0; !bad && i < m; i++) {
+      PyObject *b = PySequence_GetItem(bp, i);
+      bad = !b || !PyObject_TypeCheck(b, (PyTypeObject *)BufferType) || ((BufferObject *)b)->buf->device != o->x->device;
+      if (!bad) ins[p * o->ninputs + i] = ((BufferObject *)b)->buf; /* the caller's tuples keep them alive */
+      Py_XDECREF(b);
+    }
+    Py_XDECREF(op);
+    Py_XDECREF(bp);
+    if (bad) {
+      if (!PyErr_Occurred())
+        PyErr_Format(PyExc_TypeError, "launch_group: participant %zd needs %d Buffers on the executable's device", p,
+                     o->ninputs);
+      goto done;
+    }
+  }
+  char err[512];
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = kl_exec_launch_group(o->x, (int)n, ordinals, ins, outs, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (rc) {
+    kl_py_raise(NULL, err);
+    goto done;
+  }
+  res = PyList_New(n);
+  for (Py_ssize_t p = 0; res && p < n; p++) {
+    PyObject *t = PyTuple_New(o->noutputs);
+    for (int i = 0; t && i < o->noutputs; i++) PyTuple_SetItem(t, i, buffer_new_from(outs[p * o->noutputs + i]));
+    PyList_SetItem(res, p, t);
+  }
+done:
+  PyMem_Free(ordinals);
+  PyMem_Free(ins);
+  PyMem_Free(outs);
+  return res;
+}
+
+static PyMethodDef exec_methods[] = {
+    {"launch_group", exec_launch_group, METH_VARARGS,
+     "launch_group(ordinals, per_participant) -> list of tuples of Buffers (an SPMD launch)"},
+    {NULL, NULL, 0, NULL}};
+
 static PyObject *exec_steps(PyObject *self, void *unused) {
   (void)unused;
   return PyLong_FromLong(((ExecObject *)self)->x->nsteps);
@@ -1045,6 +1125,7 @@ static PyGetSetDef exec_getset[] = {
 
 static PyType_Slot exec_slots[] = {{Py_tp_dealloc, exec_dealloc},
                                    {Py_tp_getset, exec_getset},
+                                   {Py_tp_methods, exec_methods},
                                    {Py_tp_call, exec_call},
                                    {Py_tp_doc, "A compiled kiln program."},
                                    {0, NULL}};
@@ -1299,7 +1380,8 @@ static PyObject *mod_gpu_libdevice(PyObject *self, PyObject *unused) {
 static PyMethodDef mod_methods[] = {
     {"gpu_libdevice", mod_gpu_libdevice, METH_NOARGS, "the libdevice file GPU math calls, or None"},
     {"from_buffer", mod_from_buffer, METH_VARARGS, "from_buffer(obj, device=-1): copy a contiguous buffer to a device"},
-    {"transfer", mod_transfer, METH_VARARGS, "transfer(buffer, device) -> the buffer on that device"},
+    {"transfer", mod_transfer, METH_VARARGS,
+     "transfer(buffer, device, ordinal=-1) -> the buffer on that device (ordinal >= 0: committed to that one)"},
     {"to_dlpack", mod_to_dlpack, METH_VARARGS, "to_dlpack(buffer, shape, (code, bits), stream) -> capsule"},
     {"from_dlpack", mod_from_dlpack, METH_O, "from_dlpack(capsule) -> (Buffer, shape, (code, bits)) or None"},
     {"stream_handle", mod_stream_handle, METH_NOARGS, "kiln's CUDA stream (for DLPack consumers)"},

@@ -59,5 +59,7 @@ PyObject *kl_py_builder_wrap(kl_program *pg);
  * module. kl_py_tracing: whether a trace is live (the eager fast paths run only when not). */
 int kl_py_tracer_init(PyObject *module);
 int kl_py_tracing(void);
+/* Whether o is a Tracer (of any trace). */
+int kl_py_is_tracer(PyObject *o);
 
 #endif

@@ -146,6 +146,8 @@ static int prim_of(PyObject *name, kl_prim *out) {
 
 static int is_tracer(PyObject *o) { return PyObject_TypeCheck(o, TracerBaseType); }
 
+int kl_py_is_tracer(PyObject *o) { return TracerBaseType && is_tracer(o); }
+
 /* A new core.Tracer of trace handle `trace` (borrowed arguments). */
 static PyObject *tracer_new(PyObject *trace, int vid, PyObject *shape, PyObject *dtype, PyObject *weak,
                             PyObject *cval) {

@@ -1,15 +1,23 @@
-"""kiln.sharding: the single-device sharding classes (jax.sharding). Meshes and named shardings
-over several devices are kiln's next piece of work: constructing them raises NotImplementedError."""
+"""kiln.sharding: how an array's data lies over devices (jax.sharding): Mesh (a named grid of
+devices), PartitionSpec / P (per array axis, the mesh axes it is split over), NamedSharding,
+SingleDeviceSharding, and Shard (one device's piece of an Array, as Array.addressable_shards gives).
+
+Sharded arrays are made by device_put(x, NamedSharding(...)), make_array_from_callback,
+make_array_from_single_device_arrays and shard_map/pmap (kiln/_src/spmd.py)."""
 import collections
+import math
+
+import numpy as np
 
 
 class Sharding:
-    """How an array's data lies over devices (kiln: on one device)."""
+    """How an array's data lies over devices."""
 
     @property
     def device_set(self):
         raise NotImplementedError
 
+    @property
     def is_fully_replicated(self):
         return True
 
@@ -17,18 +25,35 @@ class Sharding:
     def is_fully_addressable(self):
         return True
 
+    def devices_indices_map(self, global_shape):
+        """{device: the index (a tuple of slices) of its piece of an array of global_shape}."""
+        raise NotImplementedError
+
+    def addressable_devices_indices_map(self, global_shape):
+        return self.devices_indices_map(global_shape)
+
+    def shard_shape(self, global_shape):
+        raise NotImplementedError
+
 
 from kiln._src.api import SingleDeviceSharding  # noqa: E402  (what Array.sharding gives)
 
 
 class PartitionSpec(tuple):
-    """Per array axis, the mesh axis (or axes, or None) it is split over (jax.sharding.PartitionSpec)."""
+    """Per array axis, the mesh axis (or tuple of axes, or None: not split) it is split over
+    (jax.sharding.PartitionSpec); axes beyond its length are not split."""
 
     def __new__(cls, *parts):
+        for p in parts:
+            if not (p is None or isinstance(p, str) or (isinstance(p, tuple) and all(isinstance(q, str) for q in p))):
+                raise TypeError(f"PartitionSpec entries are mesh axis names, tuples of them or None; got {p!r}")
         return super().__new__(cls, parts)
 
     def __repr__(self):
         return f"PartitionSpec{tuple.__repr__(self)}"
+
+    def __reduce__(self):
+        return (PartitionSpec, tuple(self))
 
 
 P = PartitionSpec
@@ -36,28 +61,208 @@ UNCONSTRAINED = object()
 
 
 class Mesh:
-    """A named grid of devices: not supported yet (needs several devices)."""
+    """A named grid of devices (jax.sharding.Mesh): `devices` an array of devices whose axes are
+    named by `axis_names`. Usable as a context manager (shard_map then needs no mesh=)."""
 
-    def __init__(self, devices, axis_names, *args, **kwargs):
-        raise NotImplementedError("sharding.Mesh is not supported yet by kiln: meshes and sharded arrays over several "
-                                  "devices are kiln's next piece of work")
+    def __init__(self, devices, axis_names, axis_types=None):
+        from kiln._src.api import Device
+        devs = np.array(devices, dtype=object)
+        if isinstance(axis_names, str):
+            axis_names = (axis_names,)
+        axis_names = tuple(axis_names)
+        if devs.ndim != len(axis_names):
+            raise ValueError(f"Mesh: the devices array has {devs.ndim} axes but axis_names {axis_names} names "
+                             f"{len(axis_names)}; give one name per axis of the devices array")
+        if len(set(axis_names)) != len(axis_names):
+            raise ValueError(f"Mesh: axis_names {axis_names} repeat a name")
+        flat = list(devs.flat)
+        if not all(isinstance(d, Device) for d in flat):
+            raise TypeError("Mesh: devices must be kiln devices (kiln.devices())")
+        if len({(d.platform, d.id) for d in flat}) != len(flat):
+            raise ValueError("Mesh: a device appears more than once in the mesh")
+        self.devices = devs
+        self.axis_names = axis_names
+        self.axis_types = axis_types
+        self.shape = collections.OrderedDict(zip(axis_names, devs.shape))
+        self.axis_sizes = tuple(devs.shape)
+        self.size = devs.size
+        self.device_ids = np.vectorize(lambda d: d.id, otypes=[int])(devs) if devs.size else np.zeros(devs.shape, int)
+        self._stack_token = None
 
+    @property
+    def shape_tuple(self):
+        return tuple(self.shape.items())
 
-class NamedSharding(Sharding):
-    """An array split over a Mesh: not supported yet (needs several devices)."""
+    @property
+    def local_devices(self):
+        return list(self.devices.flat)
 
-    def __init__(self, mesh, spec, *args, **kwargs):
-        raise NotImplementedError("sharding.NamedSharding is not supported yet by kiln: meshes and sharded arrays over "
-                                  "several devices are kiln's next piece of work")
+    @property
+    def local_mesh(self):
+        return self
+
+    @property
+    def empty(self):
+        return self.size == 0
+
+    def _key(self):
+        return (tuple(d.id for d in self.devices.flat), self.axis_sizes, self.axis_names)
+
+    def __eq__(self, other):
+        return isinstance(other, Mesh) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        shape = ", ".join(f"'{k}': {v}" for k, v in self.shape.items())
+        return f"Mesh(device_ids={self.device_ids.tolist()!r}, axis_names={self.axis_names!r}) # {{{shape}}}"
+
+    def __enter__(self):
+        from kiln._src import spmd
+        spmd._context_meshes.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        from kiln._src import spmd
+        spmd._context_meshes.pop()
+        return False
 
 
 AbstractMesh = Mesh
-AxisType = collections.namedtuple("AxisType", [])  # placeholder type for annotations
+
+
+class AxisType:
+    """Mesh axis kinds (jax.sharding.AxisType); kiln treats every axis as Explicit-free Auto."""
+    Auto = "Auto"
+    Explicit = "Explicit"
+    Manual = "Manual"
+
+
+def _spec_axes(spec, ndim, mesh, what="NamedSharding"):
+    """Per array axis, the tuple of mesh axis names it is split over; checks them."""
+    if len(spec) > ndim:
+        raise ValueError(f"{what}: the PartitionSpec {spec!r} has {len(spec)} entries but the array has only {ndim} "
+                         f"axes; give at most one entry per axis")
+    out, seen = [], set()
+    for p in tuple(spec) + (None,) * (ndim - len(spec)):
+        names = () if p is None else (p,) if isinstance(p, str) else tuple(p)
+        for n in names:
+            if n not in mesh.shape:
+                raise ValueError(f"{what}: the PartitionSpec {spec!r} names the axis {n!r}, which the mesh does not "
+                                 f"have (its axes: {mesh.axis_names})")
+            if n in seen:
+                raise ValueError(f"{what}: the PartitionSpec {spec!r} uses the mesh axis {n!r} twice")
+            seen.add(n)
+        out.append(names)
+    return out
+
+
+class NamedSharding(Sharding):
+    """An array split over a Mesh by a PartitionSpec (jax.sharding.NamedSharding): axis i of the
+    array is cut into equal pieces over the mesh axes spec[i] names; over the mesh axes the spec
+    does not name, the pieces are replicated."""
+
+    def __init__(self, mesh, spec=PartitionSpec(), *, memory_kind=None):
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"NamedSharding: expected a Mesh, got {type(mesh).__name__}")
+        if spec is None:
+            spec = PartitionSpec()
+        if not isinstance(spec, PartitionSpec):
+            spec = PartitionSpec(*spec)
+        _spec_axes(spec, len(spec), mesh)
+        self.mesh = mesh
+        self.spec = spec
+        self.memory_kind = memory_kind
+
+    @property
+    def device_set(self):
+        return set(self.mesh.devices.flat)
+
+    @property
+    def num_devices(self):
+        return self.mesh.size
+
+    @property
+    def is_fully_replicated(self):
+        return all(p is None or p == () for p in self.spec)
+
+    def _parts(self, ndim):
+        """Per array axis, the number of pieces it is cut into."""
+        return [math.prod(self.mesh.shape[n] for n in names) for names in _spec_axes(self.spec, ndim, self.mesh)]
+
+    def shard_shape(self, global_shape):
+        parts = self._parts(len(global_shape))
+        for i, (d, k) in enumerate(zip(global_shape, parts)):
+            if d % k:
+                raise ValueError(f"NamedSharding: axis {i} of an array of shape {tuple(global_shape)} (size {d}) is "
+                                 f"split over mesh axes of {k} devices in all ({self.spec!r}), which do not divide it "
+                                 f"evenly; use a size that is a multiple of {k}, or another PartitionSpec")
+        return tuple(d // k for d, k in zip(global_shape, parts))
+
+    def devices_indices_map(self, global_shape):
+        shard = self.shard_shape(global_shape)
+        axes = _spec_axes(self.spec, len(global_shape), self.mesh)
+        names = self.mesh.axis_names
+        out = {}
+        for coord in np.ndindex(*self.mesh.axis_sizes):
+            dev = self.mesh.devices[coord]
+            c = dict(zip(names, coord))
+            idx = []
+            for d, (s, ax) in enumerate(zip(shard, axes)):
+                k = 0
+                for n in ax:  # the first named axis is the major one
+                    k = k * self.mesh.shape[n] + c[n]
+                idx.append(slice(k * s, (k + 1) * s) if ax else slice(None))
+            out[dev] = tuple(idx)
+        return out
+
+    def _replica_ids(self, ndim):
+        """{device: replica id}: 0 for the devices whose coordinates on the mesh axes the spec does
+        not name are all 0 (the copy kiln reads), counting up over the others."""
+        used = {n for names in _spec_axes(self.spec, ndim, self.mesh) for n in names}
+        free = [i for i, n in enumerate(self.mesh.axis_names) if n not in used]
+        out = {}
+        for coord in np.ndindex(*self.mesh.axis_sizes):
+            r = 0
+            for i in free:
+                r = r * self.mesh.axis_sizes[i] + coord[i]
+            out[self.mesh.devices[coord]] = r
+        return out
+
+    def __eq__(self, other):
+        return isinstance(other, NamedSharding) and self.mesh == other.mesh and tuple(self.spec) == tuple(other.spec)
+
+    def __hash__(self):
+        return hash((self.mesh, tuple(self.spec)))
+
+    def __repr__(self):
+        return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
+
+
+class PositionalSharding(Sharding):
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError("PositionalSharding is not supported by kiln (JAX removed it): use NamedSharding")
+
+
+class Shard:
+    """One device's piece of an Array (Array.addressable_shards): its device, its index into the
+    global array (a tuple of slices), its replica id and its data (a single-device Array)."""
+
+    def __init__(self, device, index, replica_id, data):
+        self.device = device
+        self.index = index
+        self.replica_id = replica_id
+        self.data = data
+
+    def __repr__(self):
+        return f"Shard(device={self.device!r}, index={self.index}, replica_id={self.replica_id}, data={self.data})"
+
 
 def make_single_device_sharding(device):
     """The sharding that puts a whole array on `device`."""
     return SingleDeviceSharding(device)
 
 
-__all__ = ["make_single_device_sharding", "Sharding", "SingleDeviceSharding", "PartitionSpec", "P", "Mesh", "NamedSharding", "AbstractMesh",
-           "UNCONSTRAINED"]
+__all__ = ["make_single_device_sharding", "Sharding", "SingleDeviceSharding", "PartitionSpec", "P", "Mesh",
+           "NamedSharding", "AbstractMesh", "AxisType", "Shard", "PositionalSharding", "UNCONSTRAINED"]

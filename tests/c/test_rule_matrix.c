@@ -20,7 +20,8 @@ static const kl_prim linear[] = {
     KL_P_DOT_GENERAL, KL_P_CUMSUM,     KL_P_DYNAMIC_SLICE, KL_P_DYNAMIC_UPDATE_SLICE, KL_P_TAKE,
     KL_P_SCATTER,     KL_P_TRIANGULAR_SOLVE, KL_P_CUSTOM_VJP_LIN, KL_P_REAL, KL_P_IMAG,
     KL_P_CONJ,        KL_P_COMPLEX,    KL_P_FFT,         KL_P_CONV,          KL_P_CONV_BWD_DATA,
-    KL_P_CONV_BWD_FILTER,
+    KL_P_CONV_BWD_FILTER, KL_P_PSUM,     KL_P_ALL_GATHER,  KL_P_REDUCE_SCATTER, KL_P_PPERMUTE,
+    KL_P_ALL_TO_ALL,
 };
 
 /* Deliberate holes, each with its reason (the error it gives is a NotImplementedError). */

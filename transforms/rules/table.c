@@ -15,6 +15,7 @@ static const kl_rule_row *const family_tables[KL_NFAMILIES] = {
     [KL_FAM_CONV] = kl_rules_conv,
     [KL_FAM_CALLBACK] = kl_rules_callback,
     [KL_FAM_CONTROL] = kl_rules_control,
+    [KL_FAM_COLLECTIVE] = kl_rules_collective,
 };
 
 static kl_rule_row rows[KL_NPRIMS];

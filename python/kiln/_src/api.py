@@ -50,8 +50,25 @@ class Device:
         _kiln.reset_peak_memory(self._kind)
 
 
-_cpu = Device(0, "cpu", "cpu")
-_cpu._kind = 0
+def _num_cpu_devices():
+    """KILN_NUM_CPU_DEVICES=N: N simulated CPU devices (like XLA's forced host platform device
+    count), default 1. They share the host's memory and cores; each runs its own launches, and
+    collectives between them run in process (runtime/collective.c)."""
+    import os
+    v = os.environ.get("KILN_NUM_CPU_DEVICES", "1").strip() or "1"
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise RuntimeError(f"KILN_NUM_CPU_DEVICES={v!r}: expected a positive number of simulated CPU devices")
+    return n
+
+
+_cpus = [Device(i, "cpu", "cpu") for i in range(_num_cpu_devices())]
+for _d in _cpus:
+    _d._kind = 0
+_cpu = _cpus[0]
 _gpu = None  # Device for CUDA device 0, when usable
 
 
@@ -82,9 +99,38 @@ _choose_platform()
 
 
 class SingleDeviceSharding:
-    def __init__(self, device):
+    """The whole array on one device (jax.sharding.SingleDeviceSharding)."""
+
+    def __init__(self, device, *, memory_kind=None):
         self.device = device
         self.device_set = {device}
+        self.memory_kind = memory_kind
+
+    @property
+    def num_devices(self):
+        return 1
+
+    @property
+    def is_fully_replicated(self):
+        return True
+
+    @property
+    def is_fully_addressable(self):
+        return True
+
+    def devices_indices_map(self, global_shape):
+        return {self.device: tuple(slice(None) for _ in global_shape)}
+
+    addressable_devices_indices_map = devices_indices_map
+
+    def shard_shape(self, global_shape):
+        return tuple(global_shape)
+
+    def __eq__(self, other):
+        return isinstance(other, SingleDeviceSharding) and other.device is self.device
+
+    def __hash__(self):
+        return hash(("single", id(self.device)))
 
     def __repr__(self):
         return f"SingleDeviceSharding(device={self.device!r})"
@@ -103,10 +149,13 @@ def devices(backend=None):
         raise RuntimeError(f"Unknown backend {backend!r}: kiln has the backends 'gpu' (CUDA) and 'cpu'")
     if backend is None and _gpu is not None:
         return [_gpu]
-    return [_cpu]
+    return list(_cpus)
 
 
-def local_devices(process_index=None, backend=None):
+def local_devices(process_index=None, backend=None, host_id=None):
+    if (process_index or host_id or 0) != 0:
+        raise ValueError(f"local_devices: process {process_index or host_id} does not exist: kiln runs in one process "
+                         "(multi-process runs, kiln.distributed, are not supported yet)")
     return devices(backend)
 
 
@@ -126,6 +175,11 @@ def _device_of_kind(kind):
     return _gpu if kind == 1 else _cpu
 
 
+def _device_of_buf(buf):
+    """The Device a buffer is on: its kind, and which device of that kind."""
+    return _gpu if buf.device == 1 else _cpus[buf.ordinal] if buf.ordinal < len(_cpus) else _cpu
+
+
 def _leaf_to_array(x, what="argument"):
     if isinstance(x, Array):
         return x
@@ -138,21 +192,36 @@ def _leaf_to_array(x, what="argument"):
                     "static_argnames")
 
 
-def device_put(x, device=None):
-    """Copies the leaves of x to `device` (default: the default device); arrays already there are
-    returned as they are."""
+def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
+    """Copies the leaves of x to `device` (default: the default device): a Device (the array is
+    then committed to it: computations on it run there), a SingleDeviceSharding, a NamedSharding
+    (the array is split into one piece per device of its mesh), or a pytree of them matching x.
+    Arrays already where they are asked to be are returned as they are."""
+    from kiln._src import spmd
+    if device is None or isinstance(device, (Device, SingleDeviceSharding)) or spmd.is_sharding(device):
+        return tree_util.tree_map(lambda v: _put_leaf(v, device), x)
+    return tree_util.tree_map(_put_leaf, x, device)
+
+
+def _put_leaf(v, device):
+    from kiln._src import spmd
     if isinstance(device, SingleDeviceSharding):
         device = device.device
+    if spmd.is_sharding(device):
+        return spmd.shard_array(_leaf_to_array(v, "device_put value"), device)
     if device is not None and not isinstance(device, Device):
-        raise TypeError(f"device_put: {device!r} is not a kiln device (use kiln.devices()[0] or "
-                        "kiln.devices('cpu')[0])")
-
-    def put(v):
-        a = _leaf_to_array(v, "device_put value")
-        if device is None or isinstance(a, Tracer) or a._buf.device == device._kind:
+        raise TypeError(f"device_put: {device!r} is not a kiln device or sharding (use kiln.devices()[0], "
+                        "kiln.devices('cpu')[0] or a NamedSharding)")
+    a = _leaf_to_array(v, "device_put value")
+    if device is None or isinstance(a, Tracer):
+        return a
+    buf = spmd.global_buf(a)
+    if device._kind == 1 or len(_cpus) == 1:  # one device of the kind: committing changes nothing
+        if buf.device == device._kind and buf is a._buf:
             return a
-        return Array(_kiln.transfer(a._buf, device._kind), a.shape, a.dtype, a.weak_type)
-    return tree_util.tree_map(put, x)
+        return Array(_kiln.transfer(buf, device._kind), a.shape, a.dtype, a.weak_type)
+    out = _kiln.transfer(buf, device._kind, device.id)
+    return a if out is a._buf else Array(out, a.shape, a.dtype, a.weak_type)
 
 
 def device_get(x):
@@ -654,13 +723,25 @@ def disable_jit(disable=True):
         config.update("jax_disable_jit", old)
 
 
-def jit(fun=None, *, static_argnums=None, static_argnames=None, donate_argnums=None, donate_argnames=None,
-        keep_unused=False, device=None, backend=None, inline=False):
-    """Compiles `fun` with kiln (traced once per signature, cached)."""
+def jit(fun=None, *, in_shardings=None, out_shardings=None, static_argnums=None, static_argnames=None,
+        donate_argnums=None, donate_argnames=None, keep_unused=False, device=None, backend=None, inline=False):
+    """Compiles `fun` with kiln (traced once per signature, cached).
+
+    in_shardings / out_shardings (kiln's conservative rule, see the README): sharded arguments are
+    computed on from their gathered value on one device, and the results are then placed by
+    out_shardings (device_put); no sharding propagation or collectives inside the program yet.
+    jit of a shard_map or pmap function is that function (already compiled once per signature)."""
     if fun is None:
-        return lambda f: jit(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                             donate_argnums=donate_argnums, donate_argnames=donate_argnames)
-    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, keep_unused, donate_argnames)
+        return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static_argnums,
+                             static_argnames=static_argnames, donate_argnums=donate_argnums,
+                             donate_argnames=donate_argnames, device=device)
+    from kiln._src import spmd
+    if isinstance(fun, spmd.ShardMapped):
+        return fun
+    wrapped = JitWrapped(fun, static_argnums, static_argnames, donate_argnums, keep_unused, donate_argnames)
+    if in_shardings is None and out_shardings is None and device is None:
+        return wrapped
+    return spmd.ShardedJit(wrapped, in_shardings, out_shardings, device)
 
 
 def make_jaxpr(fun, static_argnums=(), return_shape=False):

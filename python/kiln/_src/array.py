@@ -170,12 +170,31 @@ class Array(_kiln.ArrayBase):
     @property
     def device(self):
         from kiln._src import api
-        return api._device_of_kind(self._buf.device) if self._buf is not None else api.devices()[0]
+        return api._device_of_buf(self._buf) if self._buf is not None else api.devices()[0]
+
+    @property
+    def committed(self):
+        return self._buf is not None and self._buf.committed
 
     @property
     def sharding(self):
         from kiln._src import api
         return api.SingleDeviceSharding(self.device)
+
+    @property
+    def addressable_shards(self):
+        from kiln.sharding import Shard
+        return [Shard(self.device, tuple(slice(None) for _ in self.shape), 0, self)]
+
+    global_shards = addressable_shards
+
+    @property
+    def is_fully_addressable(self):
+        return True
+
+    @property
+    def is_fully_replicated(self):
+        return True
 
     def delete(self):
         """Frees this array's memory now (once queued work that reads it is done); using the

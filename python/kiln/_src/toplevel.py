@@ -92,15 +92,26 @@ def _multi_device(name):
     return fn
 
 
-pmap = _multi_device("pmap")
-shard_map = _multi_device("shard_map")
+from kiln._src.spmd import (pmap, shard_map, make_array_from_callback,  # noqa: E402,F401
+                            make_array_from_single_device_arrays)
 smap = _multi_device("smap")
-make_mesh = _multi_device("make_mesh")
 set_mesh = _multi_device("set_mesh")
 reshard = _multi_device("reshard")
-make_array_from_callback = _multi_device("make_array_from_callback")
-make_array_from_single_device_arrays = _multi_device("make_array_from_single_device_arrays")
 make_array_from_process_local_data = _multi_device("make_array_from_process_local_data")
+
+
+def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None):
+    """A Mesh of the first prod(axis_shapes) devices (jax.make_mesh), shaped axis_shapes."""
+    import math
+    from kiln._src import api
+    from kiln.sharding import Mesh
+    axis_shapes = tuple(int(n) for n in axis_shapes)
+    devs = list(devices) if devices is not None else api.devices()
+    n = math.prod(axis_shapes)
+    if n > len(devs):
+        raise ValueError(f"make_mesh: the mesh {axis_shapes} needs {n} devices but only {len(devs)} are available; with "
+                         f"simulated CPU devices set KILN_NUM_CPU_DEVICES={n} or more before importing kiln")
+    return Mesh(np.array(devs[:n], dtype=object).reshape(axis_shapes), axis_names, axis_types)
 
 
 def copy_to_host_async(x):

@@ -25,7 +25,8 @@ __all__ = ["DotAlgorithm", "DotAlgorithmPreset", "AccuracyMode", "Tolerance", "s
     "igamma", "igammac", "igamma_grad_a", "random_gamma_grad", "betainc", "polygamma", "zeta",
     "bessel_i0e", "bessel_i1e", "broadcast_shapes", "broadcast_to_rank", "broadcast_like", "collapse", "tile",
     "split", "stack", "unstack", "empty", "dtype", "shape_as_value", "stage", "dce_sink", "composite",
-    "platform_dependent", "with_sharding_constraint", "ragged_dot", "ragged_dot_general",
+    "platform_dependent", "with_sharding_constraint", "psum", "pmean", "pmax", "pmin", "all_gather",
+    "psum_scatter", "ppermute", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pvary", "pcast", "ragged_dot", "ragged_dot_general",
     "RaggedDotDimensionNumbers", "DotDimensionNumbers", "ConvGeneralDilatedDimensionNumbers", "PrecisionLike",
     "RandomAlgorithm", "rng_uniform", "rng_bit_generator", "create_token", "after_all",
     "conv_shape_tuple", "conv_general_shape_tuple", "conv_transpose_shape_tuple", "conv_general_permutations",
@@ -792,8 +793,17 @@ def platform_dependent(*args, default=None, **per_platform):
 
 
 def with_sharding_constraint(x, shardings):
-    """x unchanged: kiln runs on one device, where every array is fully replicated."""
-    return x
+    """x unchanged inside traced code (kiln propagates no shardings yet); on concrete arrays, x
+    placed by shardings (device_put)."""
+    from kiln._src import core
+    if core.tracing():
+        return x
+    from kiln._src.api import device_put
+    return device_put(x, shardings)
+
+
+from kiln._src.spmd import (psum, pmean, pmax, pmin, all_gather, psum_scatter, ppermute,  # noqa: E402,F401
+                            all_to_all, axis_index, axis_size, pbroadcast, pvary, pcast)
 
 
 # ---------------------------------------------------------------------------------------------------------

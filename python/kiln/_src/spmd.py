@@ -1,0 +1,633 @@
+"""Several devices: sharded Arrays, shard_map, pmap, the collectives, and jit's in/out_shardings.
+
+shard_map traces its body once with per-shard shapes (the mesh's axis names bound, so the
+collectives resolve them to mesh axes), compiles it once, and launches that one executable once
+per device of the mesh (runtime: kl_exec_launch_group; on simulated CPU devices each launch on a
+thread of its own, meeting at the collectives in process). The results are assembled per out_specs
+into sharded Arrays: a ShardedArray holds one single-device Array per device (its shards) and,
+for everything that reads it as an ordinary array (eager ops, jit, printing, NumPy), the gathered
+global value, built from the shards when the array is made (the replicated pieces taken from the
+copy whose coordinates on the unnamed mesh axes are 0, as JAX's replica 0).
+
+pmap is shard_map over a 1-D mesh of the first n devices (the mapped axis squeezed inside).
+Collectives follow shard_map's "unmapped" semantics for differentiation (psum's transpose is psum;
+the gradient inside a body is that of the sum of every device's result), like JAX's check_vma=False.
+"""
+
+import functools
+import math
+
+import numpy as np
+
+from kiln import _kiln
+from kiln._src import api, core, tree_util
+from kiln._src.core import Array, Tracer, bind1
+
+_context_meshes = []  # `with mesh:` blocks, innermost last
+_axis_stack = []      # meshes whose shard_map bodies are being traced, innermost last
+
+
+def is_sharding(s):
+    from kiln.sharding import NamedSharding
+    return isinstance(s, NamedSharding)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sharded arrays
+
+class ShardedArray(Array):
+    """An Array split over the devices of a mesh (a NamedSharding). Reads as an ordinary array (its
+    gathered value); its shards are its pieces on each device."""
+    __slots__ = ("_shards", "_sharding")
+
+    @property
+    def sharding(self):
+        return self._sharding
+
+    def devices(self):
+        return set(self._sharding.device_set)
+
+    @property
+    def device(self):
+        devs = self.devices()
+        if len(devs) == 1:
+            return next(iter(devs))
+        raise ValueError("Length of devices is greater than 1. Please use `.devices()`.")
+
+    @property
+    def committed(self):
+        return True
+
+    @property
+    def addressable_shards(self):
+        from kiln.sharding import Shard
+        s = self._sharding
+        idx, rid = s.devices_indices_map(self.shape), s._replica_ids(self.ndim)
+        return [Shard(d, idx[d], rid[d], self._shards[d]) for d in s.mesh.devices.flat]
+
+    global_shards = addressable_shards
+
+    @property
+    def is_fully_replicated(self):
+        return self._sharding.is_fully_replicated
+
+
+def global_buf(a):
+    """The buffer holding a's whole value (a sharded Array's gathered one)."""
+    return a._buf
+
+
+def _put_host(piece, device):
+    """A NumPy array as an Array committed to `device`."""
+    from kiln._src.array import from_numpy
+    a = from_numpy(np.ascontiguousarray(piece))
+    return api._put_leaf(a, device) if device._kind == 1 or len(api._cpus) == 1 else \
+        Array(_kiln.transfer(a._buf, 0, device.id), a.shape, a.dtype, a.weak_type)
+
+
+def _make_sharded(shards, sharding, shape, dtype, weak=False, whole=None):
+    """A ShardedArray from {device: Array} (each of the sharding's shard shape); whole: an Array
+    already holding the global value, else it is gathered from the replica-0 shards."""
+    if whole is None:
+        host = np.empty(shape, dtype)
+        idx, rid = sharding.devices_indices_map(shape), sharding._replica_ids(len(shape))
+        for d, a in shards.items():
+            if rid[d] == 0:
+                host[idx[d]] = np.asarray(a)
+        from kiln._src.array import from_numpy
+        whole = from_numpy(host, weak)
+    out = ShardedArray(whole._buf, tuple(shape), np.dtype(dtype), weak)
+    out._shards = shards
+    out._sharding = sharding
+    return out
+
+
+def shard_array(a, sharding, what="device_put"):
+    """a split over sharding's mesh (device_put(x, NamedSharding(...)))."""
+    if isinstance(a, Tracer):
+        raise NotImplementedError(f"{what}: placing a traced value on a NamedSharding inside jit/grad/vmap is not "
+                                  "supported yet by kiln (with_sharding_constraint is the traced form: a no-op)")
+    if isinstance(a, ShardedArray) and a._sharding == sharding:
+        return a
+    shape = tuple(a.shape)
+    idx = sharding.devices_indices_map(shape)  # raises when the spec does not fit the shape
+    host = np.asarray(a)
+    shards = {d: _put_host(host[i], d) for d, i in idx.items()}
+    return _make_sharded(shards, sharding, shape, a.dtype, a.weak_type, whole=a)
+
+
+def make_array_from_callback(shape, sharding, data_callback, dtype=None):
+    """An Array of global `shape` whose piece on each device of `sharding` is
+    data_callback(index) (index: a tuple of slices into the global array)."""
+    shape = tuple(shape)
+    if isinstance(sharding, api.SingleDeviceSharding):
+        full = tuple(slice(None) for _ in shape)
+        return _put_host(np.asarray(data_callback(full), dtype=dtype), sharding.device)
+    shard_shape = sharding.shard_shape(shape)
+    shards = {}
+    for d, i in sharding.devices_indices_map(shape).items():
+        piece = np.asarray(data_callback(i), dtype=dtype)
+        if piece.shape != shard_shape:
+            raise ValueError(f"make_array_from_callback: the callback returned shape {piece.shape} for device {d} at "
+                             f"index {i}; the sharding's pieces of a {shape} array are {shard_shape}")
+        shards[d] = _put_host(piece, d)
+    dt = next(iter(shards.values())).dtype
+    return _make_sharded(shards, sharding, shape, dt)
+
+
+def make_array_from_single_device_arrays(shape, sharding, arrays, *, dtype=None):
+    """An Array of global `shape` from one single-device Array per device of `sharding` (each on
+    its device, of the sharding's shard shape)."""
+    shape = tuple(shape)
+    arrays = list(arrays)
+    if isinstance(sharding, api.SingleDeviceSharding):
+        if len(arrays) != 1:
+            raise ValueError(f"make_array_from_single_device_arrays: a SingleDeviceSharding takes one array, got "
+                             f"{len(arrays)}")
+        return arrays[0]
+    shard_shape = sharding.shard_shape(shape)
+    devs = list(sharding.mesh.devices.flat)
+    if len(arrays) != len(devs):
+        raise ValueError(f"make_array_from_single_device_arrays: the sharding has {len(devs)} devices but "
+                         f"{len(arrays)} arrays were given; give one per device")
+    shards = {}
+    for a in arrays:
+        d = a.device
+        if d not in sharding.device_set:
+            raise ValueError(f"make_array_from_single_device_arrays: an array is on {d!r}, which is not a device of "
+                             "the sharding's mesh; device_put each piece on its device first")
+        if tuple(a.shape) != shard_shape:
+            raise ValueError(f"make_array_from_single_device_arrays: an array has shape {tuple(a.shape)}; the "
+                             f"sharding's pieces of a {shape} array are {shard_shape}")
+        shards[d] = a
+    if len(shards) != len(devs):
+        raise ValueError("make_array_from_single_device_arrays: two arrays are on the same device; give one per device")
+    return _make_sharded(shards, sharding, shape, arrays[0].dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Specs
+
+def _is_spec_leaf(s):
+    from kiln.sharding import PartitionSpec
+    return s is None or isinstance(s, PartitionSpec)
+
+
+def _broadcast_prefix(prefix, tree, is_leaf, what):
+    """Per leaf of `tree`, the entry of `prefix` (a tree prefix of it) that covers it."""
+    out = []
+
+    def walk(p, t, path):
+        if is_leaf(p):
+            out.extend([p] * len(tree_util.tree_leaves(t)))
+        elif isinstance(p, (tuple, list)) and isinstance(t, (tuple, list)) and len(p) == len(t):
+            for k, (pp, tt) in enumerate(zip(p, t)):
+                walk(pp, tt, f"{path}[{k}]")
+        elif isinstance(p, dict) and isinstance(t, dict) and set(p) == set(t):
+            for k in t:
+                walk(p[k], t[k], f"{path}[{k!r}]")
+        else:
+            raise ValueError(f"{what} must be a tree prefix of the arguments: at {path or 'the top'} it has "
+                             f"{type(p).__name__} {p!r}, the arguments {type(t).__name__}; give one entry per "
+                             "argument (a PartitionSpec applies to a whole subtree)")
+    walk(prefix, tree, "")
+    return out
+
+
+def _leaf_paths(args):
+    paths = []
+
+    def walk(t, path):
+        if isinstance(t, (tuple, list)):
+            for k, x in enumerate(t):
+                walk(x, f"{path}[{k}]")
+        elif isinstance(t, dict):
+            for k in sorted(t):
+                walk(t[k], f"{path}[{k!r}]")
+        elif t is not None:
+            paths.append(path)
+    walk(args, "args")
+    return paths
+
+
+def _spec_parts(spec, ndim, mesh, what):
+    from kiln.sharding import _spec_axes
+    return [math.prod(mesh.shape[n] for n in names) for names in _spec_axes(spec, ndim, mesh, what)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# shard_map
+
+class _Entry:
+    __slots__ = ("exe", "consts", "out_tree", "out_avals", "out_specs")
+
+
+class ShardMapped:
+    """What shard_map returns."""
+
+    def __init__(self, f, mesh, in_specs, out_specs, check_vma=True, axis_names=None, name="shard_map"):
+        if not callable(f):
+            raise TypeError(f"shard_map: expected a callable, got {type(f).__name__}")
+        self._fun, self._mesh, self._in_specs, self._out_specs = f, mesh, in_specs, out_specs
+        self._check_vma, self._axis_names, self._name = check_vma, axis_names, name
+        self._cache = {}
+        functools.update_wrapper(self, f)
+
+    def _the_mesh(self):
+        mesh = self._mesh if self._mesh is not None else (_context_meshes[-1] if _context_meshes else None)
+        if mesh is None:
+            raise ValueError(f"{self._name}: no mesh: pass mesh= or call it inside a `with mesh:` block")
+        return mesh
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise TypeError(f"{self._name}: pass the arguments positionally (in_specs describes them in order); got "
+                            f"keyword arguments {sorted(kwargs)}")
+        mesh = self._the_mesh()
+        leaves, tree = tree_util.tree_flatten(args)
+        if any(isinstance(x, Tracer) for x in leaves) or core.tracing():
+            raise NotImplementedError(
+                f"{self._name} inside a traced function (jit, grad, vmap, make_jaxpr) is not supported yet by kiln: "
+                f"call it on concrete arrays (jit({self._name}(f)) is {self._name}(f) itself), and put grad or vmap "
+                "inside its body")
+        paths = _leaf_paths(args)
+        specs = _broadcast_prefix(self._in_specs, args, _is_spec_leaf, f"{self._name}: in_specs") if leaves else []
+        arrs = [api._leaf_to_array(x, f"{self._name} argument {p}") for x, p in zip(leaves, paths)]
+        from kiln.sharding import PartitionSpec
+        specs = [PartitionSpec() if s is None else s for s in specs]
+        shard_shapes = []
+        for a, s, p in zip(arrs, specs, paths):
+            parts = _spec_parts(s, a.ndim, mesh, f"{self._name}: in_specs for argument {p} (shape {tuple(a.shape)})")
+            for i, (d, k) in enumerate(zip(a.shape, parts)):
+                if d % k:
+                    raise ValueError(f"{self._name}: argument {p} of shape {tuple(a.shape)} is split along axis {i} "
+                                     f"by in_specs {s!r} over {k} devices, which does not divide {d}; make that axis "
+                                     f"a multiple of {k} (pad it) or change in_specs")
+            shard_shapes.append(tuple(d // k for d, k in zip(a.shape, parts)))
+        key = (tree, tuple((sh, a.dtype, a.weak_type) for sh, a in zip(shard_shapes, arrs)), tuple(specs), mesh,
+               core.config_generation[0])
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._compile(mesh, tree, arrs, shard_shapes)
+            self._cache[key] = entry
+        devs = list(mesh.devices.flat)
+        per = [[] for _ in devs]
+        for a, s in zip(arrs, specs):
+            if all(p is None or p == () for p in s):  # replicated: every device reads the one value
+                for row in per:
+                    row.append(a._buf)
+                continue
+            from kiln.sharding import NamedSharding
+            sa = shard_array(a, NamedSharding(mesh, s), self._name)
+            for row, d in zip(per, devs):
+                row.append(sa._shards[d]._buf)
+        consts = [c._buf for c in entry.consts]
+        for row in per:
+            row.extend(consts)
+        outs = entry.exe.launch_group([d.id for d in devs], per)
+        results = []
+        for j, ((shape, dtype, weak), s) in enumerate(zip(entry.out_avals, entry.out_specs)):
+            shards = {d: Array(outs[p][j], shape, dtype, weak) for p, d in enumerate(devs)}
+            from kiln.sharding import NamedSharding
+            sharding = NamedSharding(mesh, s)
+            parts = _spec_parts(s, len(shape), mesh, f"{self._name}: out_specs")
+            gshape = tuple(d * k for d, k in zip(shape, parts))
+            results.append(_make_sharded(shards, sharding, gshape, dtype, weak))
+        return tree_util.tree_unflatten(entry.out_tree, results)
+
+    def _compile(self, mesh, tree, arrs, shard_shapes):
+        from kiln.sharding import PartitionSpec
+        avals = [api.ShapeDtypeStruct(sh, a.dtype, a.weak_type) for sh, a in zip(shard_shapes, arrs)]
+        fun = self._fun
+
+        def body(*a, **k):
+            return fun(*a, **k)
+        _axis_stack.append(mesh)
+        try:
+            traced = api._trace(body, None, None, avals, tree_util.tree_structure((tree_util.tree_unflatten(
+                tree, list(range(len(avals)))), {})))
+        finally:
+            _axis_stack.pop()
+        e = _Entry()
+        e.exe = traced.builder.compile(0, ())
+        e.consts = traced.consts
+        e.out_tree = traced.out_tree
+        e.out_avals = traced.out_avals
+        outs = tree_util.tree_unflatten(traced.out_tree, list(range(len(traced.out_avals))))
+        if callable(self._out_specs):  # (pmap: per result leaf, from out_axes)
+            specs = list(self._out_specs())
+        else:
+            specs = _broadcast_prefix(self._out_specs, outs, _is_spec_leaf, f"{self._name}: out_specs")
+        e.out_specs = [PartitionSpec() if s is None else s for s in specs]
+        for (shape, _, _), s in zip(e.out_avals, e.out_specs):
+            _spec_parts(s, len(shape), mesh, f"{self._name}: out_specs {s!r} for a result of per-device shape "
+                        f"{tuple(shape)}")
+        return e
+
+
+def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=None, check_vma=True, check_rep=None,
+              auto=None):
+    """Runs f once per device of `mesh` on that device's pieces of the arguments (jax.shard_map):
+    in_specs (a tree prefix of the arguments) says how each argument is split over the mesh axes,
+    out_specs how the results' per-device pieces make global arrays (an axis not named there is
+    replicated: kiln takes the copy of the devices at coordinate 0 on it, without checking).
+    Inside f, the collectives (kiln.lax.psum, all_gather, ppermute, ...) name mesh axes.
+    check_vma / check_rep are accepted; kiln checks no replication (see the module's docstring for
+    the differentiation semantics)."""
+    if f is None:
+        return lambda g: shard_map(g, out_specs=out_specs, in_specs=in_specs, mesh=mesh, axis_names=axis_names,
+                                   check_vma=check_vma, check_rep=check_rep, auto=auto)
+    if in_specs is None:
+        raise NotImplementedError("shard_map: in_specs=None (inferred from the arguments' shardings) is not supported "
+                                  "yet by kiln; give in_specs, one PartitionSpec per argument")
+    return ShardMapped(f, mesh, in_specs, out_specs, check_vma if check_rep is None else check_rep, axis_names)
+
+
+smap = None  # set below
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pmap
+
+class PmapWrapped:
+    """What pmap returns: shard_map over a 1-D mesh of the first n devices, the mapped axis squeezed."""
+
+    def __init__(self, fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, axis_size):
+        self._fun, self._axis_name, self._in_axes, self._out_axes = fun, axis_name, in_axes, out_axes
+        sb = static_broadcasted_argnums
+        self._static = (sb,) if isinstance(sb, int) else tuple(sb)
+        self._devices, self._axis_size = devices, axis_size
+        self._cache = {}
+        functools.update_wrapper(self, fun)
+
+    def __call__(self, *args):
+        nargs = len(args)
+        static = {i % nargs if nargs else i for i in self._static}
+        for i in static:
+            api._hashable_static(args[i], f"at position {i}")
+        dyn = [a for i, a in enumerate(args) if i not in static]
+        statics = tuple((i, args[i]) for i in sorted(static))
+        in_axes = self._in_axes
+        if isinstance(in_axes, list):
+            in_axes = tuple(in_axes)
+        if isinstance(in_axes, tuple) and len(in_axes) == nargs and static:
+            in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
+        dyn = tuple(dyn)
+        axes = _broadcast_prefix(in_axes, dyn, lambda v: v is None or isinstance(v, int), "pmap: in_axes")
+        leaves = tree_util.tree_leaves(dyn)
+        sizes = {np.shape(x)[ax] for x, ax in zip(leaves, axes) if ax is not None}
+        if len(sizes) > 1:
+            raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: {sorted(sizes)}; every mapped "
+                             "argument needs the same extent on its in_axes axis")
+        if not sizes:
+            if self._axis_size is None:
+                raise ValueError("pmap: no argument is mapped (every in_axes is None); give axis_size")
+            sizes = {self._axis_size}
+        n = sizes.pop()
+        devs = list(self._devices) if self._devices is not None else api.devices()
+        if n > len(devs):
+            raise ValueError(f"compiling computation that requires {n} logical devices, but only {len(devs)} devices "
+                             f"are available (num_replicas={n}); with simulated CPU devices set "
+                             f"KILN_NUM_CPU_DEVICES={n} or more before importing kiln")
+        key = (statics, n, tuple(axes), tuple(id(d) for d in devs[:n]))
+        sm = self._cache.get(key)
+        if sm is None:
+            sm = self._shard_map(statics, n, axes, devs[:n], dyn)
+            self._cache[key] = sm
+        return sm(*[api._leaf_to_array(x) for x in leaves])
+
+    def _shard_map(self, statics, n, axes, devs, dyn):
+        from kiln.sharding import Mesh, PartitionSpec
+        name = self._axis_name if self._axis_name is not None else "_pmap_axis"
+        mesh = Mesh(np.array(devs, dtype=object), (name,))
+        tree = tree_util.tree_structure(dyn)
+        fun, out_axes, nargs = self._fun, self._out_axes, len(dyn) + len(statics)
+        in_specs = tuple(PartitionSpec() if ax is None else PartitionSpec(*([None] * ax + [name])) for ax in axes)
+        from kiln import numpy as jnp
+
+        def body(*leaves):
+            leaves = [x if ax is None else jnp.squeeze(x, ax) for x, ax in zip(leaves, axes)]
+            d = list(tree_util.tree_unflatten(tree, leaves))
+            full, it = [], iter(d)
+            st = dict(statics)
+            for i in range(nargs):
+                full.append(st[i] if i in st else next(it))
+            out = fun(*full)
+            oaxes = _broadcast_prefix(out_axes, out, lambda v: v is None or isinstance(v, int), "pmap: out_axes")
+            ol, otree = tree_util.tree_flatten(out)
+            ol = [o if ax is None else jnp.expand_dims(o, ax if ax >= 0 else ax + np.ndim(o) + 1) for o, ax in zip(ol, oaxes)]
+            body.out_specs = [PartitionSpec() if ax is None else
+                              PartitionSpec(*([None] * (ax if ax >= 0 else ax + np.ndim(o)) + [name]))
+                              for o, ax in zip(ol, oaxes)]
+            return tree_util.tree_unflatten(otree, ol)
+
+        # out_specs: per result leaf, known from out_axes once the body has been traced
+        return ShardMapped(body, mesh, in_specs, lambda: body.out_specs, name="pmap")
+
+
+def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,
+         backend=None, axis_size=None, donate_argnums=(), global_arg_shapes=None):
+    """Maps fun over the leading (in_axes) axis of its arguments, one slice per device
+    (jax.pmap): jit of shard_map over a 1-D mesh of the first n devices (as JAX >= 0.8), the
+    collectives naming axis_name."""
+    if fun is None:
+        return lambda f: pmap(f, axis_name, in_axes=in_axes, out_axes=out_axes,
+                              static_broadcasted_argnums=static_broadcasted_argnums, devices=devices,
+                              backend=backend, axis_size=axis_size, donate_argnums=donate_argnums)
+    return PmapWrapped(fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, axis_size)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# jit with shardings (kiln's conservative rule)
+
+class ShardedJit:
+    """jit(f, in_shardings=..., out_shardings=..., device=...): f runs on the arguments' gathered
+    values on one device (sharded arguments are read whole), and its results are placed by
+    out_shardings. Correct, not scalable: no sharding propagation yet."""
+
+    def __init__(self, wrapped, in_shardings, out_shardings, device):
+        self._wrapped, self._in, self._out, self._device = wrapped, in_shardings, out_shardings, device
+        for s in tree_util.tree_leaves(in_shardings) + tree_util.tree_leaves(out_shardings):
+            if not (is_sharding(s) or isinstance(s, (api.SingleDeviceSharding, api.Device))):
+                raise TypeError(f"jit: in_shardings/out_shardings entries must be shardings (NamedSharding, "
+                                f"SingleDeviceSharding) or devices, got {type(s).__name__}")
+        functools.update_wrapper(self, wrapped._fun)
+
+    def __call__(self, *args, **kwargs):
+        if self._device is not None:
+            args, kwargs = api.device_put((args, kwargs), self._device)
+        out = self._wrapped(*args, **kwargs)
+        if self._out is None or core.tracing():
+            return out
+        return api.device_put(out, self._out)
+
+    def lower(self, *args, **kwargs):
+        return self._wrapped.lower(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Collectives
+
+def _names(axis_name):
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _resolve(axis_name, what):
+    """(mesh, params naming the mesh axes) for a collective over axis_name."""
+    mesh = _axis_stack[-1] if _axis_stack else None
+    names = _names(axis_name)
+    known = list(mesh.axis_names) if mesh is not None else []
+    for n in names:
+        if n not in known:
+            raise NameError(f"unbound axis name: {n}. The following axis names (e.g. defined by pmap or shard_map) "
+                            f"are available to collective operations: {known} ({what} runs only inside a shard_map "
+                            "or pmap body over a mesh with that axis)")
+    axes = sorted(known.index(n) for n in names)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{what}: axis_name {axis_name!r} names a mesh axis twice")
+    return mesh, {"mesh_shape": tuple(mesh.axis_sizes), "axes": tuple(axes)}
+
+
+def _group_size(mesh, params):
+    return math.prod(mesh.axis_sizes[i] for i in params["axes"])
+
+
+def _traced(x, params):
+    """x as a value of the body's trace (a constant made per-device by adding 0 * axis_index)."""
+    x = core.asarray(x) if not isinstance(x, Array) else x
+    if isinstance(x, Tracer):
+        return x
+    idx = bind1("axis_index", [], params)
+    from kiln import lax
+    return lax.add(x, lax.convert_element_type(lax.mul(idx, 0), x.dtype)) if x.ndim == 0 else \
+        lax.add(x, lax.broadcast(lax.convert_element_type(lax.mul(idx, 0), x.dtype), x.shape))
+
+
+def _check_groups(axis_index_groups, what):
+    if axis_index_groups is not None:
+        raise NotImplementedError(f"{what}: axis_index_groups is not supported yet by kiln (split the mesh into more "
+                                  "axes instead)")
+
+
+def _reduce(prim, what):
+    def fn(x, axis_name, *, axis_index_groups=None):
+        _check_groups(axis_index_groups, what)
+        mesh, params = _resolve(axis_name, what)
+
+        def one(v):
+            if prim == "psum" and not isinstance(v, Tracer) and isinstance(v, (int, float)):
+                return v * _group_size(mesh, params)  # psum(1, 'i') is the axis size, as in JAX
+            return bind1(prim, [_traced(v, params)], params)
+        return tree_util.tree_map(one, x)
+    fn.__name__ = what
+    return fn
+
+
+psum = _reduce("psum", "psum")
+pmax = _reduce("pmax", "pmax")
+pmin = _reduce("pmin", "pmin")
+
+
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """psum(x) / the number of devices along axis_name."""
+    _check_groups(axis_index_groups, "pmean")
+    mesh, params = _resolve(axis_name, "pmean")
+    n = _group_size(mesh, params)
+    return tree_util.tree_map(lambda v: psum(v, axis_name) / n, x)
+
+
+def axis_index(axis_name):
+    """This device's index along axis_name (several names: row-major over them), int32."""
+    _, params = _resolve(axis_name, "axis_index")
+    return bind1("axis_index", [], params)
+
+
+def axis_size(axis_name):
+    """The number of devices along axis_name (a Python int)."""
+    mesh, params = _resolve(axis_name, "axis_size")
+    return _group_size(mesh, params)
+
+
+def _norm_axis(a, ndim, what):
+    if not -ndim <= a < ndim:
+        raise ValueError(f"{what}: axis {a} is out of range for rank {ndim}")
+    return a % ndim
+
+
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
+    """Every device's x along `axis` (tiled: concatenated; else stacked on a new axis)."""
+    _check_groups(axis_index_groups, "all_gather")
+    _, params = _resolve(axis_name, "all_gather")
+
+    def one(v):
+        v = _traced(v, params)
+        a = _norm_axis(axis, v.ndim if tiled else v.ndim + 1, "all_gather")
+        return bind1("all_gather", [v], {**params, "axis": a, "tiled": int(bool(tiled))})
+    return tree_util.tree_map(one, x)
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
+    """psum, each device keeping its piece along scatter_dimension (tiled: a 1/n slice; else the
+    axis of extent n is removed)."""
+    _check_groups(axis_index_groups, "psum_scatter")
+    _, params = _resolve(axis_name, "psum_scatter")
+
+    def one(v):
+        v = _traced(v, params)
+        a = _norm_axis(scatter_dimension, v.ndim, "psum_scatter")
+        return bind1("reduce_scatter", [v], {**params, "axis": a, "tiled": int(bool(tiled))})
+    return tree_util.tree_map(one, x)
+
+
+def ppermute(x, axis_name, perm):
+    """Sends each device's x along the (source, destination) pairs of perm (positions along
+    axis_name); a device no pair sends to gets zeros."""
+    mesh, params = _resolve(axis_name, "ppermute")
+    n = _group_size(mesh, params)
+    flat = []
+    for pair in perm:
+        s, d = (int(v) for v in pair)
+        if not (0 <= s < n and 0 <= d < n):
+            raise ValueError(f"ppermute: the pair ({s}, {d}) of perm is out of range for the {n} devices along "
+                             f"{axis_name!r}")
+        flat.extend((s, d))
+    return tree_util.tree_map(lambda v: bind1("ppermute", [_traced(v, params)], {**params, "perm": tuple(flat)}), x)
+
+
+def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
+    """Splits x along split_axis into one chunk per device, sends chunk j to device j, and joins
+    what arrives along concat_axis (tiled=False: split_axis must be n long; it is removed and a
+    new axis of n inserted at concat_axis)."""
+    _check_groups(axis_index_groups, "all_to_all")
+    mesh, params = _resolve(axis_name, "all_to_all")
+    n = _group_size(mesh, params)
+
+    def one(v):
+        v = _traced(v, params)
+        s = _norm_axis(split_axis, v.ndim, "all_to_all")
+        if tiled:
+            c = _norm_axis(concat_axis, v.ndim, "all_to_all")
+            return bind1("all_to_all", [v], {**params, "axis": s, "concat_axis": c})
+        if v.shape[s] != n:
+            raise ValueError(f"all_to_all: with tiled=False, split_axis {split_axis} must have the group size {n}, "
+                             f"but the operand's shape is {tuple(v.shape)}")
+        c = _norm_axis(concat_axis, v.ndim, "all_to_all")
+        y = bind1("all_to_all", [v], {**params, "axis": s, "concat_axis": s})
+        from kiln import numpy as jnp
+        return jnp.moveaxis(y, s, c)
+    return tree_util.tree_map(one, x)
+
+
+def pbroadcast(x, axis_name, source):
+    """Every device along axis_name gets the x of device `source`."""
+    mesh, params = _resolve(axis_name, "pbroadcast")
+    g = all_gather(x, axis_name)
+    return tree_util.tree_map(lambda v: v[source], g)
+
+
+def pvary(x, axis_name):
+    """x, marked as varying over axis_name (kiln tracks no replication: x itself)."""
+    return x
+
+
+pcast = lambda x, axis_name, *, to=None: x  # noqa: E731  (kiln tracks no replication)

@@ -1,0 +1,130 @@
+/* nccl.c: NCCL opened at run time (nccl.h). The library's types are declared here as NCCL's ABI
+ * has them (opaque communicators, int enums), so kiln builds with no NCCL headers. Compiled, not
+ * yet run (no multi-GPU runtime yet). Knows nothing of the IR, MLIR or Python. */
+#define _GNU_SOURCE
+#include "nccl.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/status.h"
+
+typedef void *nccl_comm;
+typedef int nccl_result;
+
+static struct {
+  nccl_result (*comm_init_all)(nccl_comm *comms, int ndev, const int *devlist);
+  nccl_result (*all_reduce)(const void *, void *, size_t, int, int, nccl_comm, void *);
+  nccl_result (*all_gather)(const void *, void *, size_t, int, nccl_comm, void *);
+  nccl_result (*reduce_scatter)(const void *, void *, size_t, int, int, nccl_comm, void *);
+  nccl_result (*send)(const void *, size_t, int, int, nccl_comm, void *);
+  nccl_result (*recv)(void *, size_t, int, int, nccl_comm, void *);
+  nccl_result (*group_start)(void);
+  nccl_result (*group_end)(void);
+  const char *(*error_string)(nccl_result);
+} nc;
+
+static pthread_once_t open_once = PTHREAD_ONCE_INIT;
+static char open_error[256];
+
+static void open_nccl(void) {
+  setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink SHARP multicast off unless the user says otherwise */
+  void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(open_error, sizeof open_error, "libnccl.so.2 not found (%s)", dlerror());
+    return;
+  }
+#define SYM(field, name)                                                                      \
+  if (!(*(void **)&nc.field = dlsym(h, name))) {                                              \
+    snprintf(open_error, sizeof open_error, "libnccl.so.2 lacks %s", name);                   \
+    memset(&nc, 0, sizeof nc);                                                                \
+    return;                                                                                   \
+  }
+  SYM(comm_init_all, "ncclCommInitAll")
+  SYM(all_reduce, "ncclAllReduce")
+  SYM(all_gather, "ncclAllGather")
+  SYM(reduce_scatter, "ncclReduceScatter")
+  SYM(send, "ncclSend")
+  SYM(recv, "ncclRecv")
+  SYM(group_start, "ncclGroupStart")
+  SYM(group_end, "ncclGroupEnd")
+  SYM(error_string, "ncclGetErrorString")
+#undef SYM
+}
+
+int kl_nccl_available(char *why, size_t n) {
+  pthread_once(&open_once, open_nccl);
+  if (nc.comm_init_all) return 1;
+  if (why) snprintf(why, n, "%s", open_error);
+  return 0;
+}
+
+#define MAX_SETS 64
+#define MAX_RANKS 64
+struct kl_nccl_comms {
+  int n;
+  int ordinals[MAX_RANKS];
+  nccl_comm comms[MAX_RANKS];
+};
+static kl_nccl_comms sets[MAX_SETS];
+static int nsets;
+static pthread_mutex_t sets_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int check(nccl_result r, const char *what, char *err, size_t errlen) {
+  if (r == 0) return 0;
+  return kl_error(err, errlen, KL_ERR_INTERNAL, "NCCL %s failed: %s", what, nc.error_string ? nc.error_string(r) : "?");
+}
+
+const kl_nccl_comms *kl_nccl_comms_for(const int *ordinals, int n, char *err, size_t errlen) {
+  char why[256];
+  if (!kl_nccl_available(why, sizeof why)) {
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "collectives between GPUs need NCCL: %s", why);
+    return NULL;
+  }
+  if (n < 1 || n > MAX_RANKS) {
+    kl_error(err, errlen, KL_ERR_VALUE, "NCCL: a device set of %d GPUs (1 to %d)", n, MAX_RANKS);
+    return NULL;
+  }
+  pthread_mutex_lock(&sets_mu);
+  kl_nccl_comms *c = NULL;
+  for (int i = 0; i < nsets && !c; i++)
+    if (sets[i].n == n && !memcmp(sets[i].ordinals, ordinals, sizeof(int) * (size_t)n)) c = &sets[i];
+  if (!c && nsets == MAX_SETS) kl_error(err, errlen, KL_ERR_UNSUPPORTED, "NCCL: more than %d device sets", MAX_SETS);
+  else if (!c) {
+    kl_nccl_comms *s = &sets[nsets];
+    s->n = n;
+    memcpy(s->ordinals, ordinals, sizeof(int) * (size_t)n);
+    if (!check(nc.comm_init_all(s->comms, n, ordinals), "ncclCommInitAll", err, errlen)) c = &sets[nsets++];
+  }
+  pthread_mutex_unlock(&sets_mu);
+  return c;
+}
+
+int kl_nccl_all_reduce(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t count, int dtype,
+                       int op, void *stream, char *err, size_t errlen) {
+  return check(nc.all_reduce(send, recv, count, dtype, op, c->comms[rank], stream), "all-reduce", err, errlen);
+}
+
+int kl_nccl_all_gather(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t send_count, int dtype,
+                       void *stream, char *err, size_t errlen) {
+  return check(nc.all_gather(send, recv, send_count, dtype, c->comms[rank], stream), "all-gather", err, errlen);
+}
+
+int kl_nccl_reduce_scatter(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t recv_count,
+                           int dtype, int op, void *stream, char *err, size_t errlen) {
+  return check(nc.reduce_scatter(send, recv, recv_count, dtype, op, c->comms[rank], stream), "reduce-scatter", err,
+               errlen);
+}
+
+int kl_nccl_send_recv(const kl_nccl_comms *c, int rank, const void *send, int to, void *recv, int from, size_t count,
+                      int dtype, void *stream, char *err, size_t errlen) {
+  if (check(nc.group_start(), "group start", err, errlen)) return -1;
+  nccl_result r = 0;
+  if (to >= 0) r = nc.send(send, count, dtype, to, c->comms[rank], stream);
+  if (!r && from >= 0) r = nc.recv(recv, count, dtype, from, c->comms[rank], stream);
+  nccl_result g = nc.group_end();
+  return check(r ? r : g, "send/recv", err, errlen);
+}

@@ -1,0 +1,34 @@
+/* nccl.h: collectives between GPUs through NCCL, opened at run time (libnccl.so.2): one
+ * communicator per GPU of a device set (ncclCommInitAll), cached per set; each operation enqueued
+ * on the stream of its device's launch. For the GPU half of runtime/collective.h's rendezvous
+ * (simulated CPU devices exchange pointers in process instead). Compiled, not yet run: kiln drives
+ * one GPU today (see the README, Several devices). Knows nothing of the IR, MLIR or Python. */
+#ifndef KL_NCCL_H
+#define KL_NCCL_H
+#include <stddef.h>
+
+/* Element types and reductions, NCCL's numbering (ncclDataType_t, ncclRedOp_t). */
+enum { KL_NCCL_I8 = 0, KL_NCCL_U8 = 1, KL_NCCL_I32 = 2, KL_NCCL_U32 = 3, KL_NCCL_I64 = 4, KL_NCCL_U64 = 5,
+       KL_NCCL_F16 = 6, KL_NCCL_F32 = 7, KL_NCCL_F64 = 8, KL_NCCL_BF16 = 9 };
+enum { KL_NCCL_SUM = 0, KL_NCCL_PROD = 1, KL_NCCL_MAX = 2, KL_NCCL_MIN = 3 };
+
+/* Opens NCCL (once; sets NCCL_NVLS_ENABLE=0 first unless the environment sets it): 1, or 0 with
+ * the reason in why. */
+int kl_nccl_available(char *why, size_t n);
+
+/* The communicators of the GPUs ordinals[0..n) (borrowed, cached for the process's life): rank r
+ * is ordinals[r]. NULL with a message. */
+typedef struct kl_nccl_comms kl_nccl_comms;
+const kl_nccl_comms *kl_nccl_comms_for(const int *ordinals, int n, char *err, size_t errlen);
+
+/* Rank `rank`'s part of a collective, enqueued on `stream` (a CUstream). 0, or -1 with a message. */
+int kl_nccl_all_reduce(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t count, int dtype,
+                       int op, void *stream, char *err, size_t errlen);
+int kl_nccl_all_gather(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t send_count, int dtype,
+                       void *stream, char *err, size_t errlen);
+int kl_nccl_reduce_scatter(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t recv_count,
+                           int dtype, int op, void *stream, char *err, size_t errlen);
+/* ppermute: sends to `to` (-1: none) and receives from `from` (-1: none) in one NCCL group. */
+int kl_nccl_send_recv(const kl_nccl_comms *c, int rank, const void *send, int to, void *recv, int from, size_t count,
+                      int dtype, void *stream, char *err, size_t errlen);
+#endif

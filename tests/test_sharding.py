@@ -1,0 +1,318 @@
+"""Several devices on the CPU (KILN_NUM_CPU_DEVICES=8, set by conftest.py before kiln is imported):
+devices and committed arrays, meshes and sharded arrays, the collectives inside shard_map on
+several mesh shapes (against NumPy in float64), their gradients (against finite differences of the
+sum over devices: shard_map's unmapped semantics), vmap inside a body, pmap and a data-parallel
+training step (against the single-device gradient), and the error messages."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln import lax
+from kiln.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+N = len(kiln.devices())
+pytestmark = pytest.mark.skipif(N < 8 or kiln.default_backend() != "cpu",
+                                reason="needs 8 simulated CPU devices (KILN_NUM_CPU_DEVICES=8)")
+
+MESHES = [((8,), ("i",)), ((2, 4), ("x", "y")), ((4, 2), ("x", "y"))]
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    old = kiln.config.jax_enable_x64
+    kiln.config.update("jax_enable_x64", True)
+    yield
+    kiln.config.update("jax_enable_x64", old)
+
+
+# ---- devices ----
+
+def test_devices_and_committed_arrays():
+    devs = kiln.devices()
+    assert [d.id for d in devs] == list(range(N)) and repr(devs[3]) == "CpuDevice(id=3)"
+    assert kiln.device_count() == N and kiln.local_devices() == devs
+    assert kiln.process_index() == 0 and kiln.process_count() == 1
+    x = kiln.device_put(jnp.arange(4.0), devs[3])
+    assert x.devices() == {devs[3]} and x.sharding.device is devs[3] and x.committed
+    y = kiln.jit(lambda a: a * 2)(x)  # runs on device 3, its result committed there
+    assert y.devices() == {devs[3]}
+    assert (x + jnp.ones(4)).devices() == {devs[3]}  # an uncommitted operand follows
+    z = kiln.device_put(y, devs[5])
+    assert z.devices() == {devs[5]}
+    np.testing.assert_array_equal(np.asarray(z), [0, 2, 4, 6])
+
+
+def test_arguments_on_different_devices_raise():
+    devs = kiln.devices()
+    a, b = kiln.device_put(jnp.ones(3), devs[1]), kiln.device_put(jnp.ones(3), devs[2])
+    with pytest.raises(ValueError, match="incompatible devices"):
+        kiln.jit(lambda u, v: u + v)(a, b)
+    with pytest.raises(ValueError, match="incompatible devices"):  # eager chains run when read
+        np.asarray(jnp.sin(a) + b)
+
+
+# ---- shardings ----
+
+@pytest.mark.parametrize("shape,names", MESHES)
+def test_device_put_named_sharding_splits_and_reads_whole(shape, names):
+    mesh = kiln.make_mesh(shape, names)
+    x = _rand(8, 4)
+    spec = P(names[0]) if len(names) == 1 else P(names[0], names[1])
+    s = kiln.device_put(jnp.asarray(x), NamedSharding(mesh, spec))
+    assert s.sharding == NamedSharding(mesh, spec) and len(s.devices()) == 8
+    shards = s.addressable_shards
+    assert len(shards) == 8
+    for sh in shards:
+        assert sh.data.devices() == {sh.device}
+        np.testing.assert_array_equal(np.asarray(sh.data), x[sh.index])
+    np.testing.assert_array_equal(np.asarray(s), x)
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda v: jnp.sin(v) * 2)(s)), np.sin(x) * 2)
+    assert "[" in str(s + 1)
+
+
+def test_make_array_from_callback_and_single_device_arrays():
+    mesh = kiln.make_mesh((4, 2), ("x", "y"))
+    sharding = NamedSharding(mesh, P("x"))
+    x = _rand(8, 6)
+    a = kiln.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+    np.testing.assert_array_equal(np.asarray(a), x)
+    assert a.sharding == sharding
+    pieces = [kiln.device_put(jnp.asarray(x[idx]), d) for d, idx in sharding.devices_indices_map(x.shape).items()]
+    b = kiln.make_array_from_single_device_arrays(x.shape, sharding, pieces)
+    np.testing.assert_array_equal(np.asarray(b), x)
+    replicated = [s for s in b.addressable_shards if s.replica_id == 1]
+    assert len(replicated) == 4
+
+
+# ---- collectives in shard_map ----
+
+def _smap(f, mesh, in_specs, out_specs):
+    return kiln.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+
+
+def _blocks(x, mesh, names):
+    """The per-device pieces of x split over `names` along axis 0 (row-major over the mesh)."""
+    return x.reshape((mesh.size, -1) + x.shape[1:])
+
+
+@pytest.mark.parametrize("shape,names", MESHES)
+@pytest.mark.parametrize("op,ref", [("psum", np.sum), ("pmax", np.max), ("pmin", np.min)])
+def test_all_reduce_over_every_axis(shape, names, op, ref):
+    mesh = kiln.make_mesh(shape, names)
+    x = _rand(16, 3)
+    f = _smap(lambda a: getattr(lax, op)(a, names), mesh, P(names), P(names))
+    got = np.asarray(f(jnp.asarray(x)))
+    want = np.tile(ref(x.reshape(8, 2, 3), axis=0), (8, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
+def test_psum_over_one_axis_of_two(shape):
+    mesh = kiln.make_mesh(shape, ("x", "y"))
+    x = _rand(shape[0] * 2, shape[1] * 3)
+    f = _smap(lambda a: lax.psum(a, "y"), mesh, P("x", "y"), P("x", None))
+    want = x.reshape(shape[0] * 2, shape[1], 3).sum(1)
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))), want, rtol=1e-12)
+    g = _smap(lambda a: lax.pmean(a, "x"), mesh, P("x", "y"), P(None, "y"))
+    np.testing.assert_allclose(np.asarray(g(jnp.asarray(x))), x.reshape(shape[0], 2, -1).mean(0), rtol=1e-12)
+
+
+def test_axis_index_and_size():
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    f = _smap(lambda: (lax.axis_index("x")[None, None], lax.axis_index("y")[None, None],
+                       lax.axis_index(("x", "y"))[None, None] * 0 + lax.axis_size(("x", "y"))), mesh, (),
+              (P("x", "y"), P("x", "y"), P("x", "y")))
+    ix, iy, size = f()
+    np.testing.assert_array_equal(np.asarray(ix), np.repeat(np.arange(2)[:, None], 4, 1))
+    np.testing.assert_array_equal(np.asarray(iy), np.repeat(np.arange(4)[None], 2, 0))
+    assert (np.asarray(size) == 8).all()
+
+
+@pytest.mark.parametrize("shape,names", MESHES)
+@pytest.mark.parametrize("tiled", [True, False])
+def test_all_gather(shape, names, tiled):
+    mesh = kiln.make_mesh(shape, names)
+    x = _rand(16, 3)
+    f = _smap(lambda a: lax.all_gather(a, names, axis=1 if tiled else 0, tiled=tiled), mesh, P(names), P())
+    got = np.asarray(f(jnp.asarray(x)))
+    blocks = x.reshape(8, 2, 3)
+    want = np.concatenate(list(blocks), axis=1) if tiled else blocks
+    np.testing.assert_allclose(got, want)
+
+
+@pytest.mark.parametrize("tiled", [True, False])
+def test_psum_scatter(tiled):
+    mesh = kiln.make_mesh((8,), ("i",))
+    x = _rand(8 * 8, 2)  # each device: 8 rows
+    f = _smap(lambda a: lax.psum_scatter(a if tiled else a.reshape(8, 1, 2), "i", scatter_dimension=0, tiled=tiled),
+              mesh, P("i"), P("i"))
+    total = x.reshape(8, 8, 2).sum(0)  # the sum over devices of their 8 x 2 blocks
+    got = np.asarray(f(jnp.asarray(x)))
+    np.testing.assert_allclose(got.reshape(8, 2), total, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape,names", MESHES)
+def test_ppermute_ring(shape, names):
+    mesh = kiln.make_mesh(shape, names)
+    axis = names[-1]
+    n = mesh.shape[axis]
+    x = _rand(8, 3)
+    f = _smap(lambda a: lax.ppermute(a, axis, [(i, (i + 1) % n) for i in range(n)]), mesh, P(names), P(names))
+    blocks = x.reshape(mesh.axis_sizes + (1, 3))
+    want = np.roll(blocks, 1, axis=len(names) - 1).reshape(8, 3)
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))), want)
+    half = _smap(lambda a: lax.ppermute(a, axis, [(0, 1)]), mesh, P(names), P(names))(jnp.asarray(x))
+    b = np.zeros_like(blocks)
+    idx = [slice(None)] * len(names)
+    idx[-1] = 1
+    src = [slice(None)] * len(names)
+    src[-1] = 0
+    b[tuple(idx)] = blocks[tuple(src)]
+    np.testing.assert_allclose(np.asarray(half), b.reshape(8, 3))
+
+
+@pytest.mark.parametrize("tiled", [True, False])
+def test_all_to_all(tiled):
+    mesh = kiln.make_mesh((4,), ("i",), devices=kiln.devices()[:4])
+    x = _rand(4 * 4, 6)  # device d: rows 4d..4d+3
+    if tiled:
+        f = _smap(lambda a: lax.all_to_all(a, "i", 0, 1, tiled=True), mesh, P("i"), P("i"))
+        got = np.asarray(f(jnp.asarray(x))).reshape(4, 1, 24)
+        blocks = x.reshape(4, 4, 6)  # [source, row, col]
+        want = np.stack([np.concatenate([blocks[s, d:d + 1] for s in range(4)], axis=1) for d in range(4)])
+        np.testing.assert_allclose(got, want)
+    else:
+        f = _smap(lambda a: lax.all_to_all(a, "i", 0, 0), mesh, P("i"), P("i"))
+        got = np.asarray(f(jnp.asarray(x))).reshape(4, 4, 6)
+        blocks = x.reshape(4, 4, 6)
+        np.testing.assert_allclose(got, blocks.transpose(1, 0, 2))
+
+
+# ---- gradients (unmapped semantics: the gradient of the sum over devices) ----
+
+def _fd_grad(total, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (total(x + d) - total(x - d)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("which", ["psum", "all_gather", "ppermute", "psum_scatter"])
+def test_grad_through_collectives_matches_finite_differences(which):
+    mesh = kiln.make_mesh((8,), ("i",))
+    x = _rand(8, 2)
+    w = _rand(8, 2, seed=1)  # a per-device weight, so the devices' results differ
+
+    def local(a, wv):
+        if which == "psum":
+            y = lax.psum(jnp.sin(a), "i") * wv
+        elif which == "all_gather":
+            y = lax.all_gather(jnp.sin(a), "i", tiled=True)[::3] * wv.sum()
+        elif which == "ppermute":
+            y = lax.ppermute(jnp.sin(a), "i", [(k, (k + 1) % 8) for k in range(8)]) * wv
+        else:
+            y = lax.psum_scatter(jnp.tile(jnp.sin(a), (8, 1)), "i", tiled=True) * wv
+        return jnp.sum(y ** 2)
+
+    g = _smap(lambda a, wv: kiln.grad(local)(a, wv), mesh, (P("i"), P("i")), P("i"))(jnp.asarray(x), jnp.asarray(w))
+
+    def total(xv):  # the sum over devices of their local results, in NumPy
+        s = np.sin(xv).reshape(8, 1, 2)
+        wb = w.reshape(8, 1, 2)
+        if which == "psum":
+            return sum(np.sum((s.sum(0) * wb[d]) ** 2) for d in range(8))
+        if which == "all_gather":
+            return sum(np.sum((s.reshape(8, 2)[::3] * wb[d].sum()) ** 2) for d in range(8))
+        if which == "ppermute":
+            return sum(np.sum((s[(d - 1) % 8] * wb[d]) ** 2) for d in range(8))
+        return sum(np.sum((s.sum(0) * wb[d]) ** 2) for d in range(8))
+    np.testing.assert_allclose(np.asarray(g), _fd_grad(total, x), rtol=1e-5, atol=1e-6)
+
+
+def test_vmap_inside_a_shard_map_body():
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    x = _rand(2, 4 * 3, 5)  # vmapped over axis 0 inside the body
+
+    def body(a):  # a: (2, 3, 5)
+        return kiln.vmap(lambda r: lax.psum(r, "y") + lax.all_gather(r, "y", tiled=True)[:3])(a)
+    f = _smap(body, mesh, P(None, "y"), P(None, None))
+    got = np.asarray(f(jnp.asarray(x)))
+    blocks = x.reshape(2, 4, 3, 5)
+    want = blocks.sum(1) + blocks[:, 0]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+# ---- pmap ----
+
+def test_pmap_forward_and_collectives():
+    x = _rand(8, 3)
+    out = kiln.pmap(lambda a: a * 2 + lax.psum(a, "b"), axis_name="b")(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(out), x * 2 + x.sum(0), rtol=1e-12)
+    assert out.shape == (8, 3) and len(out.devices()) == 8
+    out2 = kiln.pmap(lambda a, s: a * s, in_axes=(0, None))(jnp.asarray(x[:4]), 3.0)
+    np.testing.assert_allclose(np.asarray(out2), x[:4] * 3)
+    st = kiln.pmap(lambda a, k: a ** k, static_broadcasted_argnums=1)(jnp.asarray(x[:2]), 2)
+    np.testing.assert_allclose(np.asarray(st), x[:2] ** 2)
+    col = kiln.pmap(lambda a: a.sum(), out_axes=0)(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(col), x.sum(1))
+    assert kiln.jit(kiln.pmap(lambda a: a)) is not None
+
+
+def test_data_parallel_training_step_matches_single_device():
+    rng = np.random.default_rng(3)
+    X, Y = rng.standard_normal((32, 5)), rng.standard_normal((32, 2))
+    params = {"w": rng.standard_normal((5, 2)), "b": np.zeros(2)}
+
+    def loss(p, xb, yb):
+        return jnp.mean((jnp.tanh(xb @ p["w"] + p["b"]) - yb) ** 2)
+
+    def step(p, xb, yb):
+        g = kiln.grad(loss)(p, xb, yb)
+        g = lax.pmean(g, "data")
+        return kiln.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g)
+
+    p_rep = kiln.tree_util.tree_map(lambda a: jnp.stack([jnp.asarray(a)] * 8), params)
+    new = kiln.pmap(step, axis_name="data")(p_rep, jnp.asarray(X.reshape(8, 4, 5)), jnp.asarray(Y.reshape(8, 4, 2)))
+    g1 = kiln.grad(loss)(kiln.tree_util.tree_map(jnp.asarray, params), jnp.asarray(X), jnp.asarray(Y))
+    for k in params:
+        want = params[k] - 0.1 * np.asarray(g1[k])
+        for d in range(8):
+            np.testing.assert_allclose(np.asarray(new[k])[d], want, rtol=1e-10, atol=1e-12)
+
+
+def test_jit_with_out_shardings_places_results():
+    mesh = kiln.make_mesh((4, 2), ("x", "y"))
+    sh = NamedSharding(mesh, P("x"))
+    x = kiln.device_put(jnp.asarray(_rand(8, 2)), sh)
+    y = kiln.jit(lambda a: a * 3, in_shardings=sh, out_shardings=sh)(x)
+    assert y.sharding == sh
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x) * 3)
+
+
+# ---- errors ----
+
+def test_error_messages_name_the_argument_and_the_fix():
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    f = _smap(lambda a, b: a + b, mesh, (P("x"), P("z")), P("x"))
+    with pytest.raises(ValueError, match=r"args\[1\].*'z'.*\('x', 'y'\)"):
+        f(jnp.ones(4), jnp.ones(4))
+    g = _smap(lambda a: a, mesh, P("y"), P("y"))
+    with pytest.raises(ValueError, match=r"args\[0\] of shape \(6,\).*4 devices.*multiple of 4"):
+        g(jnp.ones(6))
+    with pytest.raises(NameError, match="unbound axis name: q"):
+        _smap(lambda a: lax.psum(a, "q"), mesh, P("x"), P("x"))(jnp.ones(4))
+    with pytest.raises(ValueError, match="only 8 devices"):
+        kiln.pmap(lambda a: a)(jnp.ones((9, 2)))
+    with pytest.raises(ValueError, match="needs 16 devices"):
+        kiln.make_mesh((4, 4), ("x", "y"))
+    with pytest.raises(NotImplementedError, match="shard_map inside a traced function"):
+        kiln.grad(lambda v: _smap(lambda a: a, mesh, P("x"), P("x"))(v).sum())(jnp.ones(4))
+    with pytest.raises(NameError, match="unbound axis name"):
+        lax.psum(jnp.ones(3), "i")
