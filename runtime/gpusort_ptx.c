@@ -279,19 +279,20 @@ static void k_hist(kl_str *s) {
 static void chunk_load(kl_str *s, const char *base, const char *limit, const char *arr) {
   E("  mov.u32 %%sum, 0;\n");
   for (int q = 0; q < 16; q++)
-    E("  add.u32 %%t1, %s, %d;\n  setp.lt.u32 %%p%d, %%t1, %s;\n  mul.wide.u32 %%u1, %%t1, 4;\n  add.u64 %%u1, %%u1, %s;\n"
-      "  mov.u32 %%c%d, 0;\n  @%%p%d ld.global.u32 %%c%d, [%%u1];\n  add.u32 %%sum, %%sum, %%c%d;\n",
+    E("  add.u32 %%t1, %s, %d;\n  setp.lt.u32 %%pc%d, %%t1, %s;\n  mul.wide.u32 %%u1, %%t1, 4;\n  add.u64 %%u1, %%u1, %s;\n"
+      "  mov.u32 %%c%d, 0;\n  @%%pc%d ld.global.u32 %%c%d, [%%u1];\n  add.u32 %%sum, %%sum, %%c%d;\n",
       base, q, q, limit, arr, q, q, q, q);
 }
 static void chunk_store(kl_str *s, const char *base, const char *arr, const char *run) {
   for (int q = 0; q < 16; q++)
     E("  add.u32 %%t1, %s, %d;\n  mul.wide.u32 %%u1, %%t1, 4;\n  add.u64 %%u1, %%u1, %s;\n"
-      "  @%%p%d st.global.u32 [%%u1], %s;\n  add.u32 %s, %s, %%c%d;\n",
+      "  @%%pc%d st.global.u32 [%%u1], %s;\n  add.u32 %s, %s, %%c%d;\n",
       base, q, arr, q, run, run, run, q);
 }
 
 static void k_scan(kl_str *s) {
-  const char *regs = "  .shared .align 16 .b8 s_ws[32];\n  .reg .b32 %sum, %base, %ex, %tot, %run, %c<16>;\n";
+  const char *regs = "  .shared .align 16 .b8 s_ws[32];\n  .reg .b32 %sum, %base, %ex, %tot, %run, %c<16>;\n"
+                     "  .reg .pred %pc<16>;\n";
   entry(s, "ks_scan_up", "counts partials C");
   narrow(s, "C");
   E("%s  shl.b32 %%t1, %%bx, 12;\n  shl.b32 %%t2, %%tx, 4;\n  add.u32 %%base, %%t1, %%t2;\n", regs);
