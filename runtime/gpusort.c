@@ -29,7 +29,7 @@
 #include "gpusort.h"
 
 #define NT 256             /* threads per block (gpusort_ptx.c) */
-#define TILE 4096          /* elements of a tile of the multi-block passes (NT * TILE_IT) */
+#define SMALL_MAX 4096     /* rows up to this long: one block a row (ks_small_<it>, 256 x it <= 4096) */
 #define SCAN_CHUNK 4096    /* counts a scan block handles (NT * 16) */
 #define GRID_STRIDE_MAX 16384
 
@@ -85,7 +85,7 @@ static int key_words(const kl_gpusort_call *c, key_word *w) {
 
 typedef struct {
   int64_t rows, total, T, cmax;
-  int small, it, keys_only, fix, need_perm, nw;
+  int small, it, tit, keys_only, fix, need_perm, nw, fuse;
   key_word w[2 * KL_GPUSORT_MAX_OPERANDS];
   size_t keys[2], perm[2], counts, partials, flags, bytes; /* offsets into the scratch */
 } layout;
@@ -101,8 +101,11 @@ static void plan(const kl_gpusort_call *c, layout *L) {
   L->nw = key_words(c, L->w);
   L->rows = c->outer * c->inner;
   L->total = L->rows * c->n;
-  L->small = c->n <= TILE;
+  L->small = c->n <= SMALL_MAX;
   for (L->it = 1; L->it < 16 && (int64_t)NT * L->it < c->n; L->it *= 2) {}
+  const char *knob = getenv("KILN_GPU_SORT_TILE"); /* items a thread of the tiled passes (an experiment knob) */
+  L->tit = knob && atoi(knob) == 8 ? 8 : 16;
+  L->fuse = c->inner == 1; /* the first pass reads the keys' codes off the operand, the last writes values */
   L->keys_only = !L->small && c->nin == 1 && L->nw == 1;
   L->fix = L->keys_only && L->w[0].cls == CLS_FLOAT;
   size_t at = 0, t4 = (size_t)L->total * 4;
@@ -110,7 +113,7 @@ static void plan(const kl_gpusort_call *c, layout *L) {
     L->need_perm = c->nin > 1 || L->nw > 1;
     if (L->need_perm) L->perm[0] = take(&at, t4);
   } else {
-    L->T = (c->n + TILE - 1) / TILE;
+    L->T = (c->n + NT * L->tit - 1) / (NT * L->tit);
     L->cmax = L->rows * 256 * L->T;
     L->keys[0] = take(&at, t4);
     L->keys[1] = take(&at, t4);
@@ -203,32 +206,44 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
     uint64_t a[] = {ARG(flags), (uint64_t)L->rows};
     run(q, "ks_zero", stride_grid(L->rows), a, 2);
   }
+  char hist[32], scat[32];
+  snprintf(hist, sizeof hist, "ks_hist_%d", L->tit);
+  snprintf(scat, sizeof scat, "ks_scatter_%s_%d", L->keys_only ? "k" : "kv", L->tit);
   int side = 0;
   for (int i = 0; i < L->nw; i++) {
     const key_word *w = &L->w[i];
-    uint64_t a[] = {ARG(in[w->op]), ARG(keys[side]), ARG(perm[side]), n, inner, total, w->esz, w->cls, w->sign,
-                    w->mask, w->inf, (uint64_t)w->word, i == 0, ARG(flags), w->canon};
-    run(q, "ks_encode", stride_grid(L->total), a, 15);
+    int fused = L->fuse && i == 0; /* codes read off the operand by the first pass */
+    if (!fused) {
+      uint64_t a[] = {ARG(in[w->op]), ARG(keys[side]), ARG(perm[side]), n, inner, total, w->esz, w->cls, w->sign,
+                      w->mask, w->inf, (uint64_t)w->word, i == 0, ARG(flags), w->canon};
+      run(q, "ks_encode", stride_grid(L->total), a, 15);
+    }
     for (int shift = 0; shift < w->bits; shift += 8) {
       uint64_t pb = (uint64_t)(w->bits - shift < 8 ? w->bits - shift : 8);
       uint64_t C = (uint64_t)L->rows * ((uint64_t)1 << pb) * T, P = (C + SCAN_CHUNK - 1) / SCAN_CHUNK;
-      uint64_t h[] = {ARG(keys[side]), ARG(counts), n, T, (uint64_t)shift, pb};
-      run(q, "ks_hist", L->rows * L->T, h, 6);
+      int enc = fused && shift == 0, dec = L->keys_only && L->fuse && shift + 8 >= w->bits;
+      uint64_t mode = (uint64_t)(enc | dec << 1);
+      uint64_t h[] = {ARG(keys[side]), ARG(counts), n, T, (uint64_t)shift, pb, ARG(in[w->op]), w->esz, w->cls,
+                      w->sign, w->mask, w->inf, (uint64_t)w->word, w->canon, ARG(enc ? flags : NULL), mode & 1};
+      run(q, hist, L->rows * L->T, h, 16);
       uint64_t up[] = {ARG(counts), ARG(partials), C}, mid[] = {ARG(partials), P};
       run(q, "ks_scan_up", (int64_t)P, up, 3);
       run(q, "ks_scan_mid", 1, mid, 2);
       run(q, "ks_scan_down", (int64_t)P, up, 3);
-      uint64_t s[] = {ARG(keys[side]), ARG(perm[side]), ARG(keys[!side]), ARG(perm[!side]), ARG(counts), n, T,
-                      (uint64_t)shift, pb};
-      run(q, "ks_scatter", L->rows * L->T, s, 9);
+      uint64_t sc[] = {ARG(keys[side]), ARG(perm[side]), ARG(dec ? out[0] : keys[!side]), ARG(perm[!side]), ARG(counts),
+                       n, T, (uint64_t)shift, pb, ARG(in[w->op]), w->esz, w->cls, w->sign, w->mask, w->inf,
+                       (uint64_t)w->word, w->canon, mode};
+      run(q, scat, L->rows * L->T, sc, 18);
       side = !side;
     }
   }
   if (L->keys_only) {
     const key_word *w = &L->w[0];
-    uint64_t d[] = {ARG(keys[side]), ARG(out[0]), n, inner, total, w->esz, w->cls, w->sign, w->mask, w->inf,
-                    (uint64_t)w->word, w->canon};
-    run(q, "ks_decode", stride_grid(L->total), d, 12);
+    if (!L->fuse) {
+      uint64_t d[] = {ARG(keys[side]), ARG(out[0]), n, inner, total, w->esz, w->cls, w->sign, w->mask, w->inf,
+                      (uint64_t)w->word, w->canon};
+      run(q, "ks_decode", stride_grid(L->total), d, 12);
+    }
     if (flags) {
       uint64_t f[] = {ARG(in[0]), ARG(out[0]), ARG(flags), n, inner, w->esz, w->cls, w->sign, w->mask, w->inf,
                       (uint64_t)w->word, w->canon};
@@ -280,10 +295,10 @@ const char *kl_gpusort_describe(const kl_gpusort_call *c, char *buf, size_t n) {
 
 /* ---- the module ---- */
 
-static const char *const kernel_names[] = {"ks_encode",  "ks_hist",    "ks_scan_up", "ks_scan_mid", "ks_scan_down",
-                                           "ks_scatter", "ks_small_1", "ks_small_2", "ks_small_4",  "ks_small_8",
-                                           "ks_small_16", "ks_gather", "ks_iota",    "ks_decode",   "ks_fixup",
-                                           "ks_zero"};
+static const char *const kernel_names[] = {
+    "ks_encode",  "ks_hist_8",  "ks_hist_16", "ks_scatter_k_8", "ks_scatter_k_16", "ks_scatter_kv_8", "ks_scatter_kv_16",
+    "ks_scan_up", "ks_scan_mid", "ks_scan_down", "ks_small_1", "ks_small_2", "ks_small_4", "ks_small_8", "ks_small_16",
+    "ks_gather",  "ks_iota",    "ks_decode",  "ks_fixup",       "ks_zero"};
 #define NKERNELS (int)(sizeof kernel_names / sizeof *kernel_names)
 static void *functions[NKERNELS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

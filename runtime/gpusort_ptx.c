@@ -169,33 +169,36 @@ static void block_scan(kl_str *s, const char *x, const char *ex, const char *tot
 }
 
 /* Shared arrays of the ranking kernels: per-warp digit counters, digit starts, the tile's global
- * offsets, warp sums, and the exchange of keys and values (cap items). */
-static void rank_shared(kl_str *s, int cap) {
+ * offsets, warp sums, and the exchange of keys (and values, has_v) of cap items. */
+static void rank_shared(kl_str *s, int cap, int has_v) {
   E("  .shared .align 16 .b8 s_cnt[%d];\n  .shared .align 16 .b8 s_lst[1024];\n  .shared .align 16 .b8 s_gd[1024];\n"
-    "  .shared .align 16 .b8 s_ws[%d];\n  .shared .align 16 .b8 s_xk[%d];\n  .shared .align 16 .b8 s_xv[%d];\n",
-    NW * 256 * 4, NW * 4, cap * 4, cap * 4);
+    "  .shared .align 16 .b8 s_ws[%d];\n  .shared .align 16 .b8 s_xk[%d];\n",
+    NW * 256 * 4, NW * 4, cap * 4);
+  if (has_v) E("  .shared .align 16 .b8 s_xv[%d];\n", cap * 4);
   E("  .reg .b32 %%scnt, %%slst, %%sgd, %%sxk, %%sxv, %%swc, %%sh, %%bm, %%cz;\n"
     "  mov.u32 %%scnt, s_cnt;\n  mov.u32 %%slst, s_lst;\n  mov.u32 %%sgd, s_gd;\n  mov.u32 %%sxk, s_xk;\n"
-    "  mov.u32 %%sxv, s_xv;\n  shl.b32 %%t1, %%wid, 10;\n  add.u32 %%swc, %%scnt, %%t1;\n"
-    "  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%cz, %%scnt, %%t1;\n");
+    "  shl.b32 %%t1, %%wid, 10;\n  add.u32 %%swc, %%scnt, %%t1;\n  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%cz, %%scnt, %%t1;\n");
+  if (has_v) E("  mov.u32 %%sxv, s_xv;\n");
 }
 
 /* One stable counting pass inside a block over it items a thread: item i of the thread is
- * element wid*32*it + i*32 + lane of the block's run (keys %k<i>, values %v<i>); the digit is
- * (key >> %sh) & %bm. Afterwards element e of the run, in sorted order, is at s_xk[e], s_xv[e]
- * (and the block converged after a barrier). With tile_base, s_gd[d] holds (the global position
- * of the tile's first digit d, from the counts scan) - (its local start), for the scatter; %gidx
- * must then hold the counts index of digit 0 and %gstep the distance between digits. */
-static void rank_pass(kl_str *s, int it, int tile_base) {
+ * element wid*32*it + i*32 + lane of the block's run (keys %k<i>, values %v<i> with has_v); the
+ * digit is (key >> %sh) & %bm. Afterwards element e of the run, in sorted order, is at s_xk[e]
+ * (s_xv[e]), the block converged after a barrier. With tile_base, s_gd[d] holds (the global
+ * position of the tile's first digit d, from the counts scan) - (its local start), for the
+ * scatter; %gidx must then hold the counts index of digit 0 and %gstep the distance between
+ * digits. Digits are recomputed rather than kept: registers are what limits the blocks a
+ * multiprocessor holds. */
+static void rank_pass(kl_str *s, int it, int tile_base, int has_v) {
   for (int w = 0; w < NW; w++) E("  st.shared.u32 [%%cz+%d], 0;\n", w * 1024);
   E("  bar.sync 0;\n");
   for (int i = 0; i < it; i++)
-    E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%d%d, %%t1, %%bm;\n  match.any.sync.b32 %%t2, %%d%d, -1;\n"
-      "  and.b32 %%t3, %%t2, %%ltm;\n  popc.b32 %%t4, %%t3;\n  shl.b32 %%t5, %%d%d, 2;\n  add.u32 %%t5, %%swc, %%t5;\n"
+    E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%t1, %%t1, %%bm;\n  match.any.sync.b32 %%t2, %%t1, -1;\n"
+      "  and.b32 %%t3, %%t2, %%ltm;\n  popc.b32 %%t4, %%t3;\n  shl.b32 %%t5, %%t1, 2;\n  add.u32 %%t5, %%swc, %%t5;\n"
       "  ld.shared.u32 %%t6, [%%t5];\n  add.u32 %%q%d, %%t6, %%t4;\n  bar.warp.sync -1;\n"
       "  setp.eq.u32 %%p7, %%t4, 0;\n  popc.b32 %%t7, %%t2;\n  add.u32 %%t7, %%t6, %%t7;\n"
       "  @%%p7 st.shared.u32 [%%t5], %%t7;\n  bar.warp.sync -1;\n",
-      i, i, i, i, i);
+      i, i);
   E("  bar.sync 0;\n  mov.u32 %%t8, 0;\n");
   for (int w = 0; w < NW; w++)
     E("  ld.shared.u32 %%t9, [%%cz+%d];\n  st.shared.u32 [%%cz+%d], %%t8;\n  add.u32 %%t8, %%t8, %%t9;\n", w * 1024,
@@ -207,17 +210,19 @@ static void rank_pass(kl_str *s, int it, int tile_base) {
       "  add.u64 %%u6, %%u6, %%a_counts;\n  mov.u32 %%t3, 0;\n  @%%p8 ld.global.u32 %%t3, [%%u6];\n"
       "  sub.u32 %%t3, %%t3, %%t10;\n  add.u32 %%t2, %%sgd, %%t1;\n  st.shared.u32 [%%t2], %%t3;\n");
   E("  bar.sync 0;\n");
-  for (int i = 0; i < it; i++)
-    E("  shl.b32 %%t1, %%d%d, 2;\n  add.u32 %%t2, %%slst, %%t1;\n  ld.shared.u32 %%t3, [%%t2];\n"
-      "  add.u32 %%t2, %%swc, %%t1;\n  ld.shared.u32 %%t4, [%%t2];\n  add.u32 %%t3, %%t3, %%t4;\n"
-      "  add.u32 %%t3, %%t3, %%q%d;\n  shl.b32 %%t3, %%t3, 2;\n  add.u32 %%t4, %%sxk, %%t3;\n"
-      "  st.shared.u32 [%%t4], %%k%d;\n  add.u32 %%t4, %%sxv, %%t3;\n  st.shared.u32 [%%t4], %%v%d;\n",
-      i, i, i, i);
+  for (int i = 0; i < it; i++) {
+    E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%t1, %%t1, %%bm;\n  shl.b32 %%t1, %%t1, 2;\n  add.u32 %%t2, %%slst, %%t1;\n"
+      "  ld.shared.u32 %%t3, [%%t2];\n  add.u32 %%t2, %%swc, %%t1;\n  ld.shared.u32 %%t4, [%%t2];\n  add.u32 %%t3, %%t3, %%t4;\n"
+      "  add.u32 %%t3, %%t3, %%q%d;\n  shl.b32 %%t3, %%t3, 2;\n  add.u32 %%t4, %%sxk, %%t3;\n  st.shared.u32 [%%t4], %%k%d;\n",
+      i, i, i);
+    if (has_v) E("  add.u32 %%t4, %%sxv, %%t3;\n  st.shared.u32 [%%t4], %%v%d;\n", i);
+  }
   E("  bar.sync 0;\n");
 }
 
-static void item_regs(kl_str *s, int it) {
-  E("  .reg .b32 %%k<%d>, %%v<%d>, %%d<%d>, %%q<%d>;\n", it, it, it, it);
+static void item_regs(kl_str *s, int it, int has_v) {
+  E("  .reg .b32 %%k<%d>, %%q<%d>;\n  .reg .pred %%pi<%d>;\n", it, it, it);
+  if (has_v) E("  .reg .b32 %%v<%d>;\n", it);
 }
 
 /* ---- the kernels ---- */
@@ -246,26 +251,74 @@ static void k_encode(kl_str *s) {
   grid_loop_close(s);
 }
 
-/* counts[(row * B + d) * T + tile] = how many keys of the tile have digit d (B = bits' 2^bits,
- * T tiles a row, the block's tile: row bx / T, tile bx % T, TILE_IT * NT keys each). */
-static void k_hist(kl_str *s) {
-  entry(s, "ks_hist", "keys counts n T shift bits");
-  narrow(s, "n T shift bits");
-  E("  .shared .align 16 .b8 s_h[1024];\n  .reg .b32 %%row, %%tile, %%len, %%base, %%bm, %%sh_h, %%hp, %%k<%d>;\n",
-    TILE_IT);
-  E("  div.u32 %%row, %%bx, %%T32;\n  mul.lo.u32 %%t1, %%row, %%T32;\n  sub.u32 %%tile, %%bx, %%t1;\n"
-    "  mul.lo.u32 %%t1, %%tile, %d;\n  sub.u32 %%len, %%n32, %%t1;\n  min.u32 %%len, %%len, %d;\n"
-    "  mad.lo.u32 %%base, %%row, %%n32, %%t1;\n  shl.b32 %%bm, 1, %%bits32;\n  sub.u32 %%bm, %%bm, 1;\n"
+/* The tile of the block: %row = bx / T, %tile = bx % T, %len its keys, %base its first key's flat
+ * index, %tb its first key's position in the row (tiles of NT * it keys). */
+static void tile_coords(kl_str *s, int it) {
+  E("  .reg .b32 %%row, %%tile, %%len, %%base, %%tb;\n"
+    "  div.u32 %%row, %%bx, %%T32;\n  mul.lo.u32 %%t1, %%row, %%T32;\n  sub.u32 %%tile, %%bx, %%t1;\n"
+    "  mul.lo.u32 %%tb, %%tile, %d;\n  sub.u32 %%len, %%n32, %%tb;\n  min.u32 %%len, %%len, %d;\n"
+    "  mad.lo.u32 %%base, %%row, %%n32, %%tb;\n",
+    NT * it, NT * it);
+}
+
+/* The mode parameter of the pass kernels: bit 0 (%penc) the keys are the codes of operand src
+ * (rows contiguous: inner 1), encoded as they are read, the first pass of the first word; bit 1
+ * (%pdec) the scatter writes values decoded from the codes (elements of esz bytes) instead of the
+ * codes, the last pass of a one-operand sort. */
+static void mode_preds(kl_str *s) {
+  E("  .reg .pred %%penc, %%pdec;\n  and.b64 %%u9, %%a_mode, 1;\n  setp.ne.u64 %%penc, %%u9, 0;\n"
+    "  and.b64 %%u9, %%a_mode, 2;\n  setp.ne.u64 %%pdec, %%u9, 0;\n");
+}
+
+/* Item i's key in %k<i> (its validity %pi<i> set): the code at kin[%base + e], or, with %penc, the
+ * encoded element of src there (the raw value in %raw); e = wb + i * step. Uses %t0-%t1, %u0-%u9. */
+static void load_items(kl_str *s, int it, const char *wb, int step, const char *kin) {
+  for (int i = 0; i < it; i++)
+    E("  add.u32 %%t1, %s, %d;\n  setp.lt.u32 %%pi%d, %%t1, %%len;\n", wb, i * step, i);
+  E("  @%%penc bra L_enc;\n");
+  for (int i = 0; i < it; i++)
+    E("  add.u32 %%t1, %s, %d;\n  add.u32 %%t1, %%t1, %%base;\n  mul.wide.u32 %%u8, %%t1, 4;\n  add.u64 %%u8, %%u8, %s;\n"
+      "  mov.u32 %%k%d, -1;\n  @%%pi%d ld.global.u32 %%k%d, [%%u8];\n",
+      wb, i * step, kin, i, i, i);
+  E("  bra L_loaded;\nL_enc:\n");
+  for (int i = 0; i < it; i++) {
+    char guard[16];
+    snprintf(guard, sizeof guard, "%%pi%d", i);
+    E("  add.u32 %%t1, %s, %d;\n  add.u32 %%t1, %%t1, %%base;\n  mul.wide.u32 %%u8, %%t1, %%esz32;\n"
+      "  add.u64 %%addr, %%u8, %%a_src;\n",
+      wb, i * step);
+    load_raw(s, "pz", "%addr", "%raw", guard);
+    encode(s, "%raw", "%t1");
+    E("  selp.b32 %%k%d, %%t1, -1, %%pi%d;\n", i, i);
+    E("  and.pred %%p9, %%pzero, %%pneg;\n  setp.ne.and.u64 %%p10, %%raw, %%a_canon, %%pnan;\n  or.pred %%p9, %%p9, %%p10;\n"
+      "  and.pred %%p9, %%p9, %%pflag;\n  and.pred %%p9, %%p9, %%pi%d;\n  @%%p9 red.global.or.b32 [%%fl], 1;\n",
+      i);
+  }
+  E("L_loaded:\n");
+}
+
+/* counts[(row * B + d) * T + tile] = how many keys of the tile have digit d (B = 2^bits, T tiles
+ * a row); with mode bit 0 the keys are operand src's codes, and flags[row] |= 1 where a float row
+ * holds -0 or a NaN other than canon (ks_fixup's work), unless flags is 0. */
+static void k_hist(kl_str *s, int it) {
+  char name[32];
+  snprintf(name, sizeof name, "ks_hist_%d", it);
+  entry(s, name, "keys counts n T shift bits src esz cls sign mask inf word canon flags mode");
+  narrow(s, "n T shift bits esz");
+  key_setup(s);
+  mode_preds(s);
+  tile_coords(s, it);
+  E("  .shared .align 16 .b8 s_h[1024];\n  .reg .b32 %%bm, %%sh_h, %%hp, %%k<%d>;\n  .reg .pred %%pi<%d>, %%pflag;\n"
+    "  .reg .b64 %%raw, %%addr, %%fl;\n  setp.ne.u64 %%pflag, %%a_flags, 0;\n  and.pred %%pflag, %%pflag, %%pcf;\n"
+    "  mul.wide.u32 %%fl, %%row, 4;\n  add.u64 %%fl, %%fl, %%a_flags;\n"
+    "  shl.b32 %%bm, 1, %%bits32;\n  sub.u32 %%bm, %%bm, 1;\n"
     "  mov.u32 %%sh_h, s_h;\n  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%hp, %%sh_h, %%t1;\n  st.shared.u32 [%%hp], 0;\n"
     "  bar.sync 0;\n",
-    NT * TILE_IT, NT * TILE_IT);
-  for (int i = 0; i < TILE_IT; i++)
-    E("  add.u32 %%t1, %%tx, %d;\n  setp.lt.u32 %%p%d, %%t1, %%len;\n  add.u32 %%t1, %%t1, %%base;\n"
-      "  mul.wide.u32 %%u1, %%t1, 4;\n  add.u64 %%u1, %%u1, %%a_keys;\n  @%%p%d ld.global.u32 %%k%d, [%%u1];\n",
-      i * NT, i, i, i);
-  for (int i = 0; i < TILE_IT; i++)
+    it, it);
+  load_items(s, it, "%tx", NT, "%a_keys");
+  for (int i = 0; i < it; i++)
     E("  shr.b32 %%t2, %%k%d, %%shift32;\n  and.b32 %%t2, %%t2, %%bm;\n  shl.b32 %%t2, %%t2, 2;\n"
-      "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%p%d red.shared.add.u32 [%%t2], 1;\n",
+      "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%pi%d red.shared.add.u32 [%%t2], 1;\n",
       i, i);
   E("  bar.sync 0;\n  setp.le.u32 %%p20, %%tx, %%bm;\n  @!%%p20 bra L_done;\n  ld.shared.u32 %%t3, [%%hp];\n"
     "  add.u32 %%t4, %%bm, 1;\n  mad.lo.u32 %%t4, %%row, %%t4, %%tx;\n  mad.lo.u32 %%t4, %%t4, %%T32, %%tile;\n"
@@ -323,37 +376,48 @@ static void k_scan(kl_str *s) {
   E("  ret;\n}\n\n");
 }
 
-/* One radix pass over a tile (the block: row bx / T, tile bx % T): kout/vout[position] =
- * kin/vin[i], stably by digit (kin >> shift) & (2^bits - 1), positions from the scanned counts.
- * Keys only when vin is 0. */
-static void k_scatter(kl_str *s) {
-  entry(s, "ks_scatter", "kin vin kout vout counts n T shift bits");
-  narrow(s, "n T shift bits");
-  rank_shared(s, NT * TILE_IT);
-  item_regs(s, TILE_IT);
-  E("  .reg .b32 %%row, %%tile, %%len, %%base, %%wb, %%gidx, %%gstep;\n  .reg .pred %%ppair;\n"
-    "  setp.ne.u64 %%ppair, %%a_vin, 0;\n  mov.u32 %%sh, %%shift32;\n  shl.b32 %%bm, 1, %%bits32;\n  sub.u32 %%bm, %%bm, 1;\n"
-    "  div.u32 %%row, %%bx, %%T32;\n  mul.lo.u32 %%t1, %%row, %%T32;\n  sub.u32 %%tile, %%bx, %%t1;\n"
-    "  mul.lo.u32 %%t1, %%tile, %d;\n  sub.u32 %%len, %%n32, %%t1;\n  min.u32 %%len, %%len, %d;\n"
-    "  mad.lo.u32 %%base, %%row, %%n32, %%t1;\n  shl.b32 %%wb, %%wid, %d;\n  add.u32 %%wb, %%wb, %%lane;\n"
+/* One radix pass over a tile (the block's): kout/vout[position] = kin/vin[i], stably by digit
+ * (kin >> shift) & (2^bits - 1), positions from the scanned counts; has_v: values ride along (the
+ * permutation; with mode bit 0 they start as the row positions). Mode bits as mode_preds says. */
+static void k_scatter(kl_str *s, int it, int has_v) {
+  char name[32];
+  snprintf(name, sizeof name, "ks_scatter_%s_%d", has_v ? "kv" : "k", it);
+  entry(s, name, "kin vin kout vout counts n T shift bits src esz cls sign mask inf word canon mode");
+  narrow(s, "n T shift bits esz");
+  key_setup(s);
+  mode_preds(s);
+  tile_coords(s, it);
+  rank_shared(s, NT * it, has_v);
+  item_regs(s, it, has_v);
+  E("  .reg .b32 %%wb, %%gidx, %%gstep;\n  .reg .b64 %%raw, %%addr, %%fl;\n  .reg .pred %%pj, %%pflag;\n"
+    "  setp.ne.u64 %%pflag, %%a_cls, %%a_cls;\n" /* (no flags here) */
+    "  mov.u32 %%sh, %%shift32;\n  shl.b32 %%bm, 1, %%bits32;\n  sub.u32 %%bm, %%bm, 1;\n"
+    "  mul.lo.u32 %%wb, %%wid, %d;\n  add.u32 %%wb, %%wb, %%lane;\n"
     "  add.u32 %%t1, %%bm, 1;\n  mul.lo.u32 %%gidx, %%row, %%t1;\n  mul.lo.u32 %%gidx, %%gidx, %%T32;\n"
     "  add.u32 %%gidx, %%gidx, %%tile;\n  mov.u32 %%gstep, %%T32;\n",
-    NT * TILE_IT, NT * TILE_IT, 5 + 4 /* 32 * TILE_IT = 2^9 */);
-  for (int i = 0; i < TILE_IT; i++)
-    E("  add.u32 %%t1, %%wb, %d;\n  setp.lt.u32 %%p1, %%t1, %%len;\n  and.pred %%p2, %%p1, %%ppair;\n"
-      "  add.u32 %%t1, %%t1, %%base;\n  mul.wide.u32 %%u1, %%t1, 4;\n  add.u64 %%u2, %%u1, %%a_kin;\n"
-      "  mov.u32 %%k%d, -1;\n  @%%p1 ld.global.u32 %%k%d, [%%u2];\n  add.u64 %%u2, %%u1, %%a_vin;\n"
-      "  mov.u32 %%v%d, 0;\n  @%%p2 ld.global.u32 %%v%d, [%%u2];\n",
+    32 * it);
+  load_items(s, it, "%wb", 32, "%a_kin");
+  for (int i = 0; has_v && i < it; i++) /* the values: vin's, or the row positions */
+    E("  add.u32 %%t1, %%wb, %d;\n  add.u32 %%v%d, %%t1, %%tb;\n  add.u32 %%t1, %%t1, %%base;\n  mul.wide.u32 %%u1, %%t1, 4;\n"
+      "  add.u64 %%u2, %%u1, %%a_vin;\n  and.pred %%p2, %%pi%d, %%penc;\n  xor.pred %%p2, %%p2, %%pi%d;\n"
+      "  @%%p2 ld.global.u32 %%v%d, [%%u2];\n",
       i * 32, i, i, i, i);
-  rank_pass(s, TILE_IT, 1);
-  for (int i = 0; i < TILE_IT; i++)
-    E("  add.u32 %%t1, %%tx, %d;\n  setp.lt.u32 %%p1, %%t1, %%len;\n  @!%%p1 bra L_done;\n  shl.b32 %%t2, %%t1, 2;\n"
-      "  add.u32 %%t3, %%sxk, %%t2;\n  ld.shared.u32 %%t4, [%%t3];\n  shr.b32 %%t5, %%t4, %%sh;\n  and.b32 %%t5, %%t5, %%bm;\n"
-      "  shl.b32 %%t5, %%t5, 2;\n  add.u32 %%t5, %%t5, %%sgd;\n  ld.shared.u32 %%t6, [%%t5];\n  add.u32 %%t6, %%t6, %%t1;\n"
-      "  mul.wide.u32 %%u1, %%t6, 4;\n  add.u64 %%u2, %%u1, %%a_kout;\n  st.global.u32 [%%u2], %%t4;\n"
-      "  @!%%ppair bra L_n%d;\n  add.u32 %%t3, %%sxv, %%t2;\n  ld.shared.u32 %%t4, [%%t3];\n  add.u64 %%u2, %%u1, %%a_vout;\n"
-      "  st.global.u32 [%%u2], %%t4;\nL_n%d:\n",
-      i * NT, i, i);
+  rank_pass(s, it, 1, has_v);
+  for (int i = 0; i < it; i++) {
+    E("  add.u32 %%t11, %%tx, %d;\n  setp.lt.u32 %%pj, %%t11, %%len;\n  @!%%pj bra L_done;\n  shl.b32 %%t12, %%t11, 2;\n"
+      "  add.u32 %%t3, %%sxk, %%t12;\n  ld.shared.u32 %%t13, [%%t3];\n  shr.b32 %%t5, %%t13, %%sh;\n  and.b32 %%t5, %%t5, %%bm;\n"
+      "  shl.b32 %%t5, %%t5, 2;\n  add.u32 %%t5, %%t5, %%sgd;\n  ld.shared.u32 %%t6, [%%t5];\n  add.u32 %%t14, %%t6, %%t11;\n"
+      "  @%%pdec bra L_dec%d;\n  mul.wide.u32 %%u1, %%t14, 4;\n  add.u64 %%u2, %%u1, %%a_kout;\n  st.global.u32 [%%u2], %%t13;\n"
+      "  bra L_kept%d;\nL_dec%d:\n",
+      i * NT, i, i, i);
+    decode(s, "%t13", "%raw");
+    E("  mul.wide.u32 %%u8, %%t14, %%esz32;\n  add.u64 %%addr, %%u8, %%a_kout;\n");
+    store_raw(s, "pz", "%addr", "%raw", "");
+    E("L_kept%d:\n", i);
+    if (has_v)
+      E("  add.u32 %%t3, %%sxv, %%t12;\n  ld.shared.u32 %%t4, [%%t3];\n  mul.wide.u32 %%u1, %%t14, 4;\n"
+        "  add.u64 %%u2, %%u1, %%a_vout;\n  st.global.u32 [%%u2], %%t4;\n");
+  }
   E("L_done:\n  ret;\n}\n\n");
 }
 
@@ -368,8 +432,8 @@ static void k_small(kl_str *s, int it) {
   narrow(s, "n inner esz bits gesz");
   key_setup(s);
   size_preds(s, "pg", "gesz");
-  rank_shared(s, NT * it);
-  item_regs(s, it);
+  rank_shared(s, NT * it, 1);
+  item_regs(s, it, 1);
   E("  .reg .b32 %%row, %%o, %%ii, %%wb, %%rbase, %%pos;\n  .reg .b64 %%raw, %%addr;\n  .reg .pred %%ppin, %%ppout, %%pgd;\n"
     "  setp.ne.u64 %%ppin, %%a_pin, 0;\n  setp.ne.u64 %%ppout, %%a_pout, 0;\n  setp.ne.u64 %%pgd, %%a_gdst, 0;\n"
     "  mov.u32 %%row, %%bx;\n  div.u32 %%o, %%row, %%inner32;\n  mul.lo.u32 %%t1, %%o, %%inner32;\n"
@@ -388,7 +452,7 @@ static void k_small(kl_str *s, int it) {
   }
   E("  mov.u32 %%sh, 0;\nL_pass:\n  sub.u32 %%t1, %%bits32, %%sh;\n  min.u32 %%t1, %%t1, 8;\n  shl.b32 %%bm, 1, %%t1;\n"
     "  sub.u32 %%bm, %%bm, 1;\n");
-  rank_pass(s, it, 0);
+  rank_pass(s, it, 0, 1);
   for (int i = 0; i < it; i++)
     E("  add.u32 %%t1, %%wb, %d;\n  shl.b32 %%t1, %%t1, 2;\n  add.u32 %%t2, %%sxk, %%t1;\n  ld.shared.u32 %%k%d, [%%t2];\n"
       "  add.u32 %%t2, %%sxv, %%t1;\n  ld.shared.u32 %%v%d, [%%t2];\n",
@@ -527,9 +591,12 @@ static void write_module(void) {
   kl_str *s = &t;
   E("// kiln's GPU sort (runtime/gpusort_ptx.c)\n.version 7.0\n.target sm_70\n.address_size 64\n\n");
   k_encode(s);
-  k_hist(s);
+  for (int it = 8; it <= TILE_IT; it *= 2) {
+    k_hist(s, it);
+    k_scatter(s, it, 0);
+    k_scatter(s, it, 1);
+  }
   k_scan(s);
-  k_scatter(s);
   for (int it = 1; it <= TILE_IT; it *= 2) k_small(s, it);
   k_gather(s);
   k_iota(s);

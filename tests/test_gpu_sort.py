@@ -198,7 +198,7 @@ def test_eager_sort_and_its_gradient():
 def test_sort_inside_a_scan_body_runs_as_a_device_side_loop():
     # each trip sorts its slice: the body (sort kernels and all) is captured into a CUDA graph once
     rng = np.random.default_rng(7)
-    xs = _floats(rng, (50, 3, 3000), np.float32)
+    xs = _floats(rng, (80, 3, 3000), np.float32)  # 64 trips or more: a device-side loop
 
     def body(c, x):
         s = jnp.sort(x + c, axis=-1)
@@ -209,7 +209,7 @@ def test_sort_inside_a_scan_body_runs_as_a_device_side_loop():
     c, (ss, ii) = jf(xs)
     _on_device(jf)
     assert _kiln.gpu_graph_stats()[2] == l0 + 1
-    want = np.sort(xs + np.arange(50, dtype=np.float32)[:, None, None], axis=-1, kind="stable")
+    want = np.sort(xs + np.arange(80, dtype=np.float32)[:, None, None], axis=-1, kind="stable")
     np.testing.assert_array_equal(np.asarray(ss), want)
     _same_bits(ii, _perm(ii, np.argsort(xs, axis=-1, kind="stable")))
 

@@ -81,6 +81,7 @@ def gpu_sort(operands, num_keys=1, axis=-1, iota=()):
         if a.size:
             mem.add(a)
     for name, grid, block, args in launches:
+        assert len(args) == len(_KERNELS[name].params), name
         ptxsim.run_kernel(_KERNELS[name], mem, args, grid, block)
     return outs, [l[0] for l in launches]
 
@@ -141,8 +142,8 @@ def test_long_float_row_sorts_codes_only_and_fixes_zeros_and_nans():
     rng = np.random.default_rng(1)
     x = floats(rng, 4096 + 900, np.float32)
     (got,), ks = gpu_sort([x])
-    assert "ks_decode" in ks and "ks_fixup" in ks and "ks_gather" not in ks
-    assert ks.count("ks_scatter") == 4
+    assert "ks_fixup" in ks and "ks_encode" not in ks and "ks_decode" not in ks and "ks_gather" not in ks
+    assert ks.count("ks_scatter_k_16") == 4
     assert_same_bits(got, np_sort([x])[0])
 
 
@@ -151,7 +152,7 @@ def test_argsort_of_a_long_row_writes_the_iota_from_the_permutation():
     x = floats(rng, 2 * 4096 + 17, np.float32)
     idx = np.arange(x.size, dtype=np.int32)
     (sx, si), ks = gpu_sort([x, idx], iota=(1,))
-    assert "ks_iota" in ks and ks.count("ks_gather") == 1
+    assert "ks_iota" in ks and ks.count("ks_gather") == 1 and ks.count("ks_scatter_kv_16") == 4
     want = np_sort([x, idx])
     assert_same_bits(sx, want[0])
     assert_same_bits(si, want[1])
@@ -205,7 +206,7 @@ def test_lexicographic_keys_over_several_words_in_tiles():
     b[: n // 5] = b[n // 5: 2 * (n // 5)]  # ties on both keys
     i = np.arange(n, dtype=np.int32)
     outs, ks = gpu_sort([a, b, i], num_keys=2, iota=(2,))
-    assert ks.count("ks_encode") == 3  # f64: two words, i16: one
+    assert ks.count("ks_encode") == 2  # three words (i16, then f64 low, high): the first read by its first pass
     want = np_sort([a, b, i], num_keys=2)
     for g, w in zip(outs, want):
         assert_same_bits(g, w)
@@ -221,3 +222,41 @@ def test_lexicographic_keys_in_one_block_a_row_with_an_inner_axis():
     want = np_sort([a, b, c], num_keys=2, axis=1)
     for g, w in zip(outs, want):
         assert_same_bits(g, w)
+
+
+def test_tiled_rows_along_an_inner_axis_encode_and_decode_in_kernels_of_their_own():
+    # inner > 1: the codes cannot be read off contiguous rows, so ks_encode and ks_decode run
+    rng = np.random.default_rng(8)
+    x = floats(rng, 2 * 4200 * 3, np.float32).reshape(2, 4200, 3)
+    (got,), ks = gpu_sort([x], axis=1)
+    assert ks.count("ks_encode") == 1 and "ks_decode" in ks and "ks_fixup" in ks
+    assert_same_bits(got, np_sort([x], axis=1)[0])
+    i = np.broadcast_to(np.arange(4200, dtype=np.int16)[None, :, None], x.shape).copy()
+    (sx, si), ks = gpu_sort([x, i], axis=1, iota=(1,))
+    want = np_sort([x, i], axis=1)
+    assert_same_bits(sx, want[0])
+    assert_same_bits(si, want[1])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.bool_])
+def test_one_pass_keys_encode_and_decode_in_the_same_scatter(dtype):
+    rng = np.random.default_rng(9)
+    x = ints(rng, 6000, np.int8) if dtype == np.int8 else rng.integers(0, 2, 6000).astype(np.bool_)
+    (got,), ks = gpu_sort([x])
+    assert ks == ["ks_hist_16", "ks_scan_up", "ks_scan_mid", "ks_scan_down", "ks_scatter_k_16"]
+    assert_same_bits(got, np_sort([x])[0])
+
+
+def test_tiles_of_eight_items_a_thread(monkeypatch):
+    monkeypatch.setenv("KILN_GPU_SORT_TILE", "8")
+    rng = np.random.default_rng(10)
+    x = floats(rng, 3 * 2048 + 5, np.float32)
+    i = np.arange(x.size, dtype=np.int32)
+    (sx, si), ks = gpu_sort([x, i], iota=(1,))
+    assert "ks_scatter_kv_8" in ks
+    want = np_sort([x, i])
+    assert_same_bits(sx, want[0])
+    assert_same_bits(si, want[1])
+    (sx,), ks = gpu_sort([x])
+    assert "ks_scatter_k_8" in ks
+    assert_same_bits(sx, want[0])
