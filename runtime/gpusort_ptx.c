@@ -192,12 +192,16 @@ static void rank_shared(kl_str *s, int cap, int has_v) {
 static void rank_pass(kl_str *s, int it, int tile_base, int has_v) {
   for (int w = 0; w < NW; w++) E("  st.shared.u32 [%%cz+%d], 0;\n", w * 1024);
   E("  bar.sync 0;\n");
+  /* item i: the lanes holding its digit (match.any); their highest lane adds their number to the
+   * warp's counter of that digit with an atomic, whose old value it hands to the others (CUB's
+   * match ranking): no item waits for the previous one's counter, and a warp's atomics on one
+   * counter land in the order of its instructions, which keeps the ranks stable */
   for (int i = 0; i < it; i++)
     E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%t1, %%t1, %%bm;\n  match.any.sync.b32 %%t2, %%t1, -1;\n"
-      "  and.b32 %%t3, %%t2, %%ltm;\n  popc.b32 %%t4, %%t3;\n  shl.b32 %%t5, %%t1, 2;\n  add.u32 %%t5, %%swc, %%t5;\n"
-      "  ld.shared.u32 %%t6, [%%t5];\n  add.u32 %%q%d, %%t6, %%t4;\n  bar.warp.sync -1;\n"
-      "  setp.eq.u32 %%p7, %%t4, 0;\n  popc.b32 %%t7, %%t2;\n  add.u32 %%t7, %%t6, %%t7;\n"
-      "  @%%p7 st.shared.u32 [%%t5], %%t7;\n  bar.warp.sync -1;\n",
+      "  clz.b32 %%t3, %%t2;\n  sub.u32 %%t3, 31, %%t3;\n  setp.eq.u32 %%p7, %%t3, %%lane;\n  popc.b32 %%t4, %%t2;\n"
+      "  shl.b32 %%t5, %%t1, 2;\n  add.u32 %%t5, %%swc, %%t5;\n  mov.u32 %%t6, 0;\n"
+      "  @%%p7 atom.shared.add.u32 %%t6, [%%t5], %%t4;\n  shfl.sync.idx.b32 %%t6, %%t6, %%t3, 31, -1;\n"
+      "  and.b32 %%t7, %%t2, %%ltm;\n  popc.b32 %%t7, %%t7;\n  add.u32 %%q%d, %%t6, %%t7;\n",
       i, i);
   E("  bar.sync 0;\n  mov.u32 %%t8, 0;\n");
   for (int w = 0; w < NW; w++)

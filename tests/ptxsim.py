@@ -323,8 +323,33 @@ def _exec(B, op, ops, act, idx, done, waiting):
             v = _signed(v, _WIDTH[st]).view(np.uint64)
         B.set(ops[0], act, v, _WIDTH[dt])
         return None
+    if name == "clz":  # leading zeros: w minus the position of the highest set bit, plus one
+        v = B.val(ops[1], act, w)
+        n = np.full(len(v), w, np.uint64)
+        for b in range(w):
+            n = np.where((v >> np.uint64(b)) & np.uint64(1), np.uint64(w - 1 - b), n)
+        B.set(ops[0], act, n, 32)
+        return None
     if name == "popc":
         B.set(ops[0], act, np.bitwise_count(B.val(ops[1], act, w)).astype(np.uint64), 32)
+        return None
+    if name == "atom":  # atom.space.add.u32 d, [a], b: each thread's old value, in thread order
+        size = _WIDTH[t] // 8
+        a = B.addr(ops[1], act)
+        v = B.val(ops[2], act, w)
+        if op[1] == "shared":
+            places = [(B.shared, np.arange(len(act)), a.astype(np.int64))]
+        else:
+            places = B.mem.locate(a, size)
+        old = np.zeros(len(act), np.uint64)
+        for a8, sel, off in places:
+            for k in range(len(sel)):
+                cur = _load(a8, off[k:k + 1], size)
+                old[sel[k]] = cur[0]
+                if op[2] != "add":
+                    raise PtxError(f"no atomic {op[2]}")
+                _store(a8, off[k:k + 1], size, (cur + v[sel[k]:sel[k] + 1]) & _mask(w))
+        B.set(ops[0], act, old, w)
         return None
     if name in ("ld", "st", "red"):
         space = op[1]
@@ -380,6 +405,12 @@ def _exec(B, op, ops, act, idx, done, waiting):
         p = B.val(ops[1], act, 1).astype(bool).reshape(-1, 32)
         bits = (p * (np.uint64(1) << np.arange(32, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)
         B.set(ops[0], act, np.repeat(bits, 32), 32)
+        return None
+    if name == "shfl" and op[2] == "idx":  # shfl.sync.idx.b32 d, a, lane, 31, mask (whole warps)
+        B.whole_warps(act)
+        a = B.val(ops[1], act, 32).reshape(-1, 32)
+        src = B.val(ops[2], act, 32).reshape(-1, 32).astype(np.int64) & 31
+        B.set(ops[0].split("|")[0], act, np.take_along_axis(a, src, axis=1).reshape(-1), 32)
         return None
     if name == "shfl":  # shfl.sync.up.b32 d|p, a, b, c, mask
         B.whole_warps(act)
