@@ -1,7 +1,7 @@
 """Sorting on the GPU (issue 13): kiln's radix sort kernels against JAX, CuPy and PyTorch, in one
 process and one run, jitted where the library jits.
 
-    python3 bench/sort_gpu.py [--reps N] [--small]
+    python3 bench/sort_gpu.py [--reps N] [--small] [--libs kiln,jax,cupy,torch]
 
 - sort: jnp.sort of 2^24 float32 (--small: 2^20);
 - argsort: jnp.argsort of 2^24 float32 (stable);
@@ -46,7 +46,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--libs", default="kiln,jax,cupy,torch", help="the libraries to time (kiln always)")
     args = ap.parse_args()
+    want = set(args.libs.split(","))
     rng = np.random.default_rng(0)
     n1 = 1 << (20 if args.small else 24)
     r = 1024 if args.small else 4096
@@ -63,6 +65,8 @@ def main():
     import kiln.numpy as kjnp
     libs["kiln"] = (kiln.device_put, kiln.jit, kjnp.sort, kjnp.argsort, lambda x: x.block_until_ready(), np.asarray)
     try:
+        if "jax" not in want:
+            raise ImportError
         import jax
         import jax.numpy as jjnp
         libs["jax"] = (jax.device_put, jax.jit, jjnp.sort, jjnp.argsort, lambda x: x.block_until_ready(), np.asarray)
@@ -70,14 +74,14 @@ def main():
         pass
     try:
         import cupy
-        if cupy.cuda.runtime.getDeviceCount():
+        if "cupy" in want and cupy.cuda.runtime.getDeviceCount():
             libs["cupy"] = (cupy.asarray, lambda f: f, cupy.sort, cupy.argsort,
                             lambda x: cupy.cuda.Device().synchronize(), cupy.asnumpy)
     except Exception:
         pass
     try:
         import torch
-        if torch.cuda.is_available():
+        if "torch" in want and torch.cuda.is_available():
             libs["torch"] = (lambda x: torch.from_numpy(x).cuda(), lambda f: f,
                              lambda x, axis=-1: torch.sort(x, dim=axis, stable=True).values,
                              lambda x, axis=-1: torch.argsort(x, dim=axis, stable=True),
