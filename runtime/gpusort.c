@@ -103,8 +103,7 @@ static void plan(const kl_gpusort_call *c, layout *L) {
   L->total = L->rows * c->n;
   L->small = c->n <= SMALL_MAX;
   for (L->it = 1; L->it < 16 && (int64_t)NT * L->it < c->n; L->it *= 2) {}
-  const char *knob = getenv("KILN_GPU_SORT_TILE"); /* items a thread of the tiled passes (an experiment knob) */
-  L->tit = knob && atoi(knob) == 8 ? 8 : 16;
+  L->tit = c->tile_items == 8 ? 8 : 16;
   L->fuse = c->inner == 1; /* the first pass reads the keys' codes off the operand, the last writes values */
   L->keys_only = !L->small && c->nin == 1 && L->nw == 1;
   L->fix = L->keys_only && L->w[0].cls == CLS_FLOAT;
@@ -131,7 +130,7 @@ static void plan(const kl_gpusort_call *c, layout *L) {
 
 int kl_gpusort_check(const kl_gpusort_call *c) {
   if (c->nin < 1 || c->nin > KL_GPUSORT_MAX_OPERANDS || c->num_keys < 1 || c->num_keys > c->nin) return -1;
-  if (c->outer < 0 || c->n < 0 || c->inner < 0) return -1;
+  if (c->outer < 0 || c->n < 0 || c->inner < 0 || (c->tile_items && c->tile_items != 8 && c->tile_items != 16)) return -1;
   for (int k = 0; k < c->nin; k++)
     if (c->dtype[k] < 0 || c->dtype[k] >= KL_NDTYPES || cls_of((kl_dtype)c->dtype[k]) < 0) return -1;
   int64_t lim = (int64_t)1 << 31;
@@ -347,8 +346,9 @@ static int cuda_launch(void *ctx, const char *kernel, unsigned grid, unsigned bl
   int k = 0;
   while (k < NKERNELS && strcmp(kernel_names[k], kernel)) k++;
   if (k == NKERNELS) return kl_error(cc->err, cc->errlen, KL_ERR_INTERNAL, "internal error: no sort kernel %s", kernel);
-  void *ptrs[16];
-  for (int i = 0; i < nargs && i < 16; i++) ptrs[i] = (void *)(uintptr_t)args[i];
+  void *ptrs[32]; /* (every kernel takes fewer) */
+  if (nargs > 32) return kl_error(cc->err, cc->errlen, KL_ERR_INTERNAL, "internal error: %s takes %d arguments", kernel, nargs);
+  for (int i = 0; i < nargs; i++) ptrs[i] = (void *)(uintptr_t)args[i];
   return kl_cuda_launch(functions[k], grid, block, ptrs, nargs, cc->err, cc->errlen);
 }
 

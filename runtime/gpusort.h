@@ -22,6 +22,7 @@ typedef struct {
   int64_t outer, n, inner;
   int32_t dtype[KL_GPUSORT_MAX_OPERANDS]; /* kl_dtype of each operand */
   int32_t iota[KL_GPUSORT_MAX_OPERANDS];
+  int32_t tile_items; /* items a thread of the tiled passes: 16 (or 0), or 8 (an experiment) */
 } kl_gpusort_call;
 
 /* Whether these kernels take c (real dtypes, at most KL_GPUSORT_MAX_OPERANDS operands, fewer

@@ -320,10 +320,15 @@ static void k_hist(kl_str *s, int it) {
     "  bar.sync 0;\n",
     it, it);
   load_items(s, it, "%tx", NT, "%a_keys");
+  /* the lanes of a warp with one digit add their number once (their highest lane): skewed digits
+   * (a float's exponent byte) would otherwise serialize on one counter; invalid lanes match on
+   * digit 256, and add nothing */
   for (int i = 0; i < it; i++)
-    E("  shr.b32 %%t2, %%k%d, %%shift32;\n  and.b32 %%t2, %%t2, %%bm;\n  shl.b32 %%t2, %%t2, 2;\n"
-      "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%pi%d red.shared.add.u32 [%%t2], 1;\n",
-      i, i);
+    E("  shr.b32 %%t2, %%k%d, %%shift32;\n  and.b32 %%t2, %%t2, %%bm;\n  selp.b32 %%t2, %%t2, 256, %%pi%d;\n"
+      "  match.any.sync.b32 %%t3, %%t2, -1;\n  clz.b32 %%t4, %%t3;\n  sub.u32 %%t4, 31, %%t4;\n"
+      "  setp.eq.and.u32 %%p11, %%t4, %%lane, %%pi%d;\n  popc.b32 %%t5, %%t3;\n  shl.b32 %%t2, %%t2, 2;\n"
+      "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%p11 red.shared.add.u32 [%%t2], %%t5;\n",
+      i, i, i);
   E("  bar.sync 0;\n  setp.le.u32 %%p20, %%tx, %%bm;\n  @!%%p20 bra L_done;\n  ld.shared.u32 %%t3, [%%hp];\n"
     "  add.u32 %%t4, %%bm, 1;\n  mad.lo.u32 %%t4, %%row, %%t4, %%tx;\n  mad.lo.u32 %%t4, %%t4, %%T32, %%tile;\n"
     "  mul.wide.u32 %%u2, %%t4, 4;\n  add.u64 %%u2, %%u2, %%a_counts;\n  st.global.u32 [%%u2], %%t3;\n"
@@ -332,7 +337,9 @@ static void k_hist(kl_str *s, int it) {
 
 /* The exclusive scan of counts[0..C) in place, in three launches: ks_scan_up (block b sums its
  * chunk of NT * 16 into partials[b]), ks_scan_mid (one block scans partials[0..P) in place),
- * ks_scan_down (block b scans its chunk from partials[b]). Thread t holds 16 consecutive items. */
+ * ks_scan_down (block b scans its chunk from partials[b]). In a scan thread t holds 16 consecutive
+ * items: ks_scan_down moves its chunk through shared memory (coalesced global accesses, a padded
+ * layout against bank conflicts); ks_scan_mid's partials are few. */
 static void chunk_load(kl_str *s, const char *base, const char *limit, const char *arr) {
   E("  mov.u32 %%sum, 0;\n");
   for (int q = 0; q < 16; q++)
@@ -347,13 +354,26 @@ static void chunk_store(kl_str *s, const char *base, const char *arr, const char
       base, q, arr, q, run, run, run, q);
 }
 
+/* Item q of the block's chunk in its striped place (q * NT + tx, %pc<q> whether it is below C):
+ * its global address in %u1 and its padded shared address (i + i / 16 words) in %t2. */
+static void striped_item(kl_str *s, int q) {
+  E("  add.u32 %%t1, %%bbase, %d;\n  add.u32 %%t1, %%t1, %%tx;\n  setp.lt.u32 %%pc%d, %%t1, %%C32;\n"
+    "  mul.wide.u32 %%u1, %%t1, 4;\n  add.u64 %%u1, %%u1, %%a_counts;\n  add.u32 %%t2, %%tx, %d;\n  shr.u32 %%t3, %%t2, 4;\n"
+    "  add.u32 %%t2, %%t2, %%t3;\n  shl.b32 %%t2, %%t2, 2;\n  add.u32 %%t2, %%t2, %%sc;\n",
+    q * NT, q, q * NT);
+}
+
 static void k_scan(kl_str *s) {
   const char *regs = "  .shared .align 16 .b8 s_ws[32];\n  .reg .b32 %sum, %base, %ex, %tot, %run, %c<16>;\n"
                      "  .reg .pred %pc<16>;\n";
   entry(s, "ks_scan_up", "counts partials C");
   narrow(s, "C");
-  E("%s  shl.b32 %%t1, %%bx, 12;\n  shl.b32 %%t2, %%tx, 4;\n  add.u32 %%base, %%t1, %%t2;\n", regs);
-  chunk_load(s, "%base", "%C32", "%a_counts");
+  E("%s  .reg .b32 %%bbase;\n  shl.b32 %%bbase, %%bx, 12;\n  mov.u32 %%sum, 0;\n", regs);
+  for (int q = 0; q < 16; q++) /* the sum needs no order: striped, coalesced loads */
+    E("  add.u32 %%t1, %%bbase, %d;\n  add.u32 %%t1, %%t1, %%tx;\n  setp.lt.u32 %%pc%d, %%t1, %%C32;\n"
+      "  mul.wide.u32 %%u1, %%t1, 4;\n  add.u64 %%u1, %%u1, %%a_counts;\n  mov.u32 %%c%d, 0;\n"
+      "  @%%pc%d ld.global.u32 %%c%d, [%%u1];\n  add.u32 %%sum, %%sum, %%c%d;\n",
+      q * NT, q, q, q, q, q);
   block_scan(s, "%sum", "%ex", "%tot");
   E("  setp.ne.u32 %%p20, %%tx, 0;\n  @%%p20 bra L_done;\n  mul.wide.u32 %%u2, %%bx, 4;\n"
     "  add.u64 %%u2, %%u2, %%a_partials;\n  st.global.u32 [%%u2], %%tot;\nL_done:\n  ret;\n}\n\n");
@@ -371,12 +391,24 @@ static void k_scan(kl_str *s) {
 
   entry(s, "ks_scan_down", "counts partials C");
   narrow(s, "C");
-  E("%s  shl.b32 %%t1, %%bx, 12;\n  shl.b32 %%t2, %%tx, 4;\n  add.u32 %%base, %%t1, %%t2;\n", regs);
-  chunk_load(s, "%base", "%C32", "%a_counts");
+  E("%s  .shared .align 16 .b8 s_c[%d];\n  .reg .b32 %%bbase, %%sc, %%mine;\n  shl.b32 %%bbase, %%bx, 12;\n"
+    "  mov.u32 %%sc, s_c;\n  mul.lo.u32 %%mine, %%tx, 68;\n  add.u32 %%mine, %%mine, %%sc;\n",
+    regs, NT * 17 * 4);
+  for (int q = 0; q < 16; q++) {
+    striped_item(s, q);
+    E("  mov.u32 %%t4, 0;\n  @%%pc%d ld.global.u32 %%t4, [%%u1];\n  st.shared.u32 [%%t2], %%t4;\n", q);
+  }
+  E("  bar.sync 0;\n  mov.u32 %%sum, 0;\n"); /* thread t's items: padded words 17 t .. 17 t + 15 */
+  for (int q = 0; q < 16; q++) E("  ld.shared.u32 %%c%d, [%%mine+%d];\n  add.u32 %%sum, %%sum, %%c%d;\n", q, 4 * q, q);
   block_scan(s, "%sum", "%ex", "%tot");
   E("  mul.wide.u32 %%u2, %%bx, 4;\n  add.u64 %%u2, %%u2, %%a_partials;\n  ld.global.u32 %%run, [%%u2];\n"
     "  add.u32 %%run, %%run, %%ex;\n");
-  chunk_store(s, "%base", "%a_counts", "%run");
+  for (int q = 0; q < 16; q++) E("  st.shared.u32 [%%mine+%d], %%run;\n  add.u32 %%run, %%run, %%c%d;\n", 4 * q, q);
+  E("  bar.sync 0;\n");
+  for (int q = 0; q < 16; q++) {
+    striped_item(s, q);
+    E("  ld.shared.u32 %%t4, [%%t2];\n  @%%pc%d st.global.u32 [%%u1], %%t4;\n", q);
+  }
   E("  ret;\n}\n\n");
 }
 

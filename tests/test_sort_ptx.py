@@ -26,7 +26,7 @@ if not hasattr(_lib, "kl_gpusort_run_with"):
 class _Call(ctypes.Structure):
     _fields_ = [("nin", ctypes.c_int32), ("num_keys", ctypes.c_int32), ("outer", ctypes.c_int64),
                 ("n", ctypes.c_int64), ("inner", ctypes.c_int64), ("dtype", ctypes.c_int32 * 16),
-                ("iota", ctypes.c_int32 * 16)]
+                ("iota", ctypes.c_int32 * 16), ("tile_items", ctypes.c_int32)]
 
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint,
@@ -48,14 +48,14 @@ if ml_dtypes is not None:
     _DT[np.dtype(ml_dtypes.bfloat16)] = 10
 
 
-def gpu_sort(operands, num_keys=1, axis=-1, iota=()):
+def gpu_sort(operands, num_keys=1, axis=-1, iota=(), tile_items=16):
     """lax.sort(operands, dimension=axis, num_keys=num_keys) by the GPU kernels on the interpreter;
     also returns the kernels launched."""
     ins = [np.ascontiguousarray(o) for o in operands]
     shape = ins[0].shape
     axis %= len(shape)
     call = _Call(nin=len(ins), num_keys=num_keys, outer=int(np.prod(shape[:axis], dtype=np.int64)), n=shape[axis],
-                 inner=int(np.prod(shape[axis + 1:], dtype=np.int64)))
+                 inner=int(np.prod(shape[axis + 1:], dtype=np.int64)), tile_items=tile_items)
     for k, a in enumerate(ins):
         call.dtype[k] = _DT[a.dtype]
         call.iota[k] = int(k in iota)
@@ -247,16 +247,39 @@ def test_one_pass_keys_encode_and_decode_in_the_same_scatter(dtype):
     assert_same_bits(got, np_sort([x])[0])
 
 
-def test_tiles_of_eight_items_a_thread(monkeypatch):
-    monkeypatch.setenv("KILN_GPU_SORT_TILE", "8")
+def test_tiles_of_eight_items_a_thread():
     rng = np.random.default_rng(10)
     x = floats(rng, 3 * 2048 + 5, np.float32)
     i = np.arange(x.size, dtype=np.int32)
-    (sx, si), ks = gpu_sort([x, i], iota=(1,))
+    (sx, si), ks = gpu_sort([x, i], iota=(1,), tile_items=8)
     assert "ks_scatter_kv_8" in ks
     want = np_sort([x, i])
     assert_same_bits(sx, want[0])
     assert_same_bits(si, want[1])
-    (sx,), ks = gpu_sort([x])
+    (sx,), ks = gpu_sort([x], tile_items=8)
     assert "ks_scatter_k_8" in ks
     assert_same_bits(sx, want[0])
+
+
+def test_the_counts_scan_over_several_blocks():
+    # ks_scan_up/mid/down by themselves: an exclusive scan of 3 chunks and a bit, in place
+    rng = np.random.default_rng(11)
+    counts = rng.integers(0, 300, 3 * 4096 + 77).astype(np.uint32)
+    want = np.concatenate([[0], np.cumsum(counts, dtype=np.uint64)[:-1]]).astype(np.uint32)
+    partials = np.zeros(4, np.uint32)
+    mem = ptxsim.Memory()
+    mem.add(counts)
+    mem.add(partials)
+    c, p = counts.ctypes.data, partials.ctypes.data
+    ptxsim.run_kernel(_KERNELS["ks_scan_up"], mem, [c, p, counts.size], 4, 256)
+    ptxsim.run_kernel(_KERNELS["ks_scan_mid"], mem, [p, 4], 1, 256)
+    ptxsim.run_kernel(_KERNELS["ks_scan_down"], mem, [c, p, counts.size], 4, 256)
+    np.testing.assert_array_equal(counts, want)
+
+
+def test_many_rows_of_two_tiles_scan_counts_over_several_blocks():
+    rng = np.random.default_rng(12)
+    x = ints(rng, (12, 4200), np.int16)
+    (got,), ks = gpu_sort([x])
+    assert ks.count("ks_scatter_k_16") == 2
+    assert_same_bits(got, np_sort([x])[0])

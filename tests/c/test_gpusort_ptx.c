@@ -22,6 +22,13 @@ int main(void) {
     snprintf(want, sizeof want, ".entry %s(", entries[i]);
     CHECK(strstr(ptx, want), "the GPU sort's PTX lacks %s", entries[i]);
   }
+  /* regression: kernels of more than 16 parameters once had the rest passed as stack garbage by
+   * the launcher; it takes 32 at most */
+  for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 1, ".entry ")) {
+    int nparams = 0;
+    for (const char *q = e; *q && *q != ')'; q++) nparams += !strncmp(q, ".param", 6);
+    CHECK(nparams <= 32, "a sort kernel takes %d parameters", nparams);
+  }
   /* the plan: a one-key sort of short rows is one launch; the scratch is never empty */
   kl_gpusort_call c = {.nin = 1, .num_keys = 1, .outer = 4096, .n = 33, .inner = 1, .dtype = {KL_F32}};
   CHECK(kl_gpusort_check(&c) == 0 && kl_gpusort_launches(&c) == 1, "short rows: %d launches", kl_gpusort_launches(&c));
