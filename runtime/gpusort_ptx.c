@@ -4,8 +4,8 @@
  * pointer-sized values); blocks are 256 threads (8 warps); indices are 32-bit (the driver keeps
  * sorts under 2^31 elements). Depends on ir/str.h only.
  *
- * Why PTX and not kiln's MLIR codegen: the radix passes need warp collectives (match.any.sync
- * ranks a warp's digits in one instruction, shfl/ballot for scans), static shared arrays with
+ * Why PTX and not kiln's MLIR codegen: the radix passes need warp collectives (ballots find the
+ * lanes sharing a digit, shfl hands out counters and scans), static shared arrays with
  * block barriers between phases, and a register array per thread; kiln's MLIR kernels are
  * elementwise/reduction loops that express none of these, and the gpu dialect's versions would
  * go through MLIR 19's NVVM lowering for every process (seconds of compile per shape) where this
@@ -37,14 +37,14 @@
 
 /* .entry name(params), every parameter .u64 and loaded into %a_<name>; the thread's coordinates
  * in %tx (thread), %bx (block), %nt (threads per block), %lane, %wid (warp), %ltm (lanes below). */
-static void entry(kl_str *s, const char *name, const char *params) {
+static void entry_with(kl_str *s, const char *name, const char *params, const char *directives) {
   char buf[400], *save = NULL;
   snprintf(buf, sizeof buf, "%s", params);
   E(".visible .entry %s(", name);
   int first = 1;
   for (char *p = strtok_r(buf, " ", &save); p; p = strtok_r(NULL, " ", &save), first = 0)
     E("%s.param .u64 %s", first ? "" : ", ", p);
-  E(")\n{\n  .reg .pred %%p<24>;\n  .reg .b32 %%t<24>;\n  .reg .b64 %%u<24>;\n");
+  E(")\n%s{\n  .reg .pred %%p<24>;\n  .reg .b32 %%t<24>;\n  .reg .b64 %%u<24>;\n", directives);
   E("  .reg .b32 %%tx, %%bx, %%nt, %%lane, %%wid, %%ltm;\n");
   snprintf(buf, sizeof buf, "%s", params);
   for (char *p = strtok_r(buf, " ", &save); p; p = strtok_r(NULL, " ", &save))
@@ -52,6 +52,8 @@ static void entry(kl_str *s, const char *name, const char *params) {
   E("  mov.u32 %%tx, %%tid.x;\n  mov.u32 %%bx, %%ctaid.x;\n  mov.u32 %%nt, %%ntid.x;\n  mov.u32 %%lane, %%laneid;\n"
     "  shr.u32 %%wid, %%tx, 5;\n  mov.u32 %%ltm, %%lanemask_lt;\n");
 }
+
+static void entry(kl_str *s, const char *name, const char *params) { entry_with(s, name, params, ""); }
 
 /* 32-bit copies of 64-bit parameters: %<name>32. */
 static void narrow(kl_str *s, const char *names) {
@@ -175,7 +177,7 @@ static void rank_shared(kl_str *s, int cap, int has_v) {
     "  .shared .align 16 .b8 s_ws[%d];\n  .shared .align 16 .b8 s_xk[%d];\n",
     NW * 256 * 4, NW * 4, cap * 4);
   if (has_v) E("  .shared .align 16 .b8 s_xv[%d];\n", cap * 4);
-  E("  .reg .b32 %%scnt, %%slst, %%sgd, %%sxk, %%sxv, %%swc, %%sh, %%bm, %%cz;\n"
+  E("  .reg .b32 %%scnt, %%slst, %%sgd, %%sxk, %%sxv, %%swc, %%sh, %%bm, %%cz, %%bb, %%bal;\n  .reg .pred %%pb;\n"
     "  mov.u32 %%scnt, s_cnt;\n  mov.u32 %%slst, s_lst;\n  mov.u32 %%sgd, s_gd;\n  mov.u32 %%sxk, s_xk;\n"
     "  shl.b32 %%t1, %%wid, 10;\n  add.u32 %%swc, %%scnt, %%t1;\n  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%cz, %%scnt, %%t1;\n");
   if (has_v) E("  mov.u32 %%sxv, s_xv;\n");
@@ -192,17 +194,24 @@ static void rank_shared(kl_str *s, int cap, int has_v) {
 static void rank_pass(kl_str *s, int it, int tile_base, int has_v) {
   for (int w = 0; w < NW; w++) E("  st.shared.u32 [%%cz+%d], 0;\n", w * 1024);
   E("  bar.sync 0;\n");
-  /* item i: the lanes holding its digit (match.any); their highest lane adds their number to the
-   * warp's counter of that digit with an atomic, whose old value it hands to the others (CUB's
-   * match ranking): no item waits for the previous one's counter, and a warp's atomics on one
-   * counter land in the order of its instructions, which keeps the ranks stable */
-  for (int i = 0; i < it; i++)
-    E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%t1, %%t1, %%bm;\n  match.any.sync.b32 %%t2, %%t1, -1;\n"
-      "  clz.b32 %%t3, %%t2;\n  sub.u32 %%t3, 31, %%t3;\n  setp.eq.u32 %%p7, %%t3, %%lane;\n  popc.b32 %%t4, %%t2;\n"
+  /* item i: the lanes holding its digit, from 8 ballots (one per digit bit: match.any.sync does
+   * it in one instruction, but measured on an H200 its throughput made the passes 2-3x slower);
+   * their highest lane adds their number to the warp's counter of that digit with an atomic, whose
+   * old value it hands to the others (CUB's match ranking): no item waits for the previous one's
+   * counter, and a warp's atomics on one counter land in the order of its instructions, which
+   * keeps the ranks stable */
+  for (int i = 0; i < it; i++) {
+    E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%t1, %%t1, %%bm;\n  mov.u32 %%t2, -1;\n", i);
+    for (int b = 0; b < 8; b++)
+      E("  and.b32 %%bb, %%t1, %d;\n  setp.ne.u32 %%pb, %%bb, 0;\n  vote.sync.ballot.b32 %%bal, %%pb, -1;\n"
+        "  @!%%pb not.b32 %%bal, %%bal;\n  and.b32 %%t2, %%t2, %%bal;\n",
+        1 << b);
+    E("  clz.b32 %%t3, %%t2;\n  sub.u32 %%t3, 31, %%t3;\n  setp.eq.u32 %%p7, %%t3, %%lane;\n  popc.b32 %%t4, %%t2;\n"
       "  shl.b32 %%t5, %%t1, 2;\n  add.u32 %%t5, %%swc, %%t5;\n  mov.u32 %%t6, 0;\n"
       "  @%%p7 atom.shared.add.u32 %%t6, [%%t5], %%t4;\n  shfl.sync.idx.b32 %%t6, %%t6, %%t3, 31, -1;\n"
       "  and.b32 %%t7, %%t2, %%ltm;\n  popc.b32 %%t7, %%t7;\n  add.u32 %%q%d, %%t6, %%t7;\n",
-      i, i);
+      i);
+  }
   E("  bar.sync 0;\n  mov.u32 %%t8, 0;\n");
   for (int w = 0; w < NW; w++)
     E("  ld.shared.u32 %%t9, [%%cz+%d];\n  st.shared.u32 [%%cz+%d], %%t8;\n  add.u32 %%t8, %%t8, %%t9;\n", w * 1024,
@@ -320,15 +329,10 @@ static void k_hist(kl_str *s, int it) {
     "  bar.sync 0;\n",
     it, it);
   load_items(s, it, "%tx", NT, "%a_keys");
-  /* the lanes of a warp with one digit add their number once (their highest lane): skewed digits
-   * (a float's exponent byte) would otherwise serialize on one counter; invalid lanes match on
-   * digit 256, and add nothing */
   for (int i = 0; i < it; i++)
-    E("  shr.b32 %%t2, %%k%d, %%shift32;\n  and.b32 %%t2, %%t2, %%bm;\n  selp.b32 %%t2, %%t2, 256, %%pi%d;\n"
-      "  match.any.sync.b32 %%t3, %%t2, -1;\n  clz.b32 %%t4, %%t3;\n  sub.u32 %%t4, 31, %%t4;\n"
-      "  setp.eq.and.u32 %%p11, %%t4, %%lane, %%pi%d;\n  popc.b32 %%t5, %%t3;\n  shl.b32 %%t2, %%t2, 2;\n"
-      "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%p11 red.shared.add.u32 [%%t2], %%t5;\n",
-      i, i, i);
+    E("  shr.b32 %%t2, %%k%d, %%shift32;\n  and.b32 %%t2, %%t2, %%bm;\n  shl.b32 %%t2, %%t2, 2;\n"
+      "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%pi%d red.shared.add.u32 [%%t2], 1;\n",
+      i, i);
   E("  bar.sync 0;\n  setp.le.u32 %%p20, %%tx, %%bm;\n  @!%%p20 bra L_done;\n  ld.shared.u32 %%t3, [%%hp];\n"
     "  add.u32 %%t4, %%bm, 1;\n  mad.lo.u32 %%t4, %%row, %%t4, %%tx;\n  mad.lo.u32 %%t4, %%t4, %%T32, %%tile;\n"
     "  mul.wide.u32 %%u2, %%t4, 4;\n  add.u64 %%u2, %%u2, %%a_counts;\n  st.global.u32 [%%u2], %%t3;\n"
@@ -418,7 +422,9 @@ static void k_scan(kl_str *s) {
 static void k_scatter(kl_str *s, int it, int has_v) {
   char name[32];
   snprintf(name, sizeof name, "ks_scatter_%s_%d", has_v ? "kv" : "k", it);
-  entry(s, name, "kin vin kout vout counts n T shift bits src esz cls sign mask inf word canon mode");
+  /* the keys-only scatter of 16 items fits 80 registers without spilling: 3 blocks a multiprocessor */
+  entry_with(s, name, "kin vin kout vout counts n T shift bits src esz cls sign mask inf word canon mode",
+             !has_v && it == 16 ? ".maxnreg 80\n" : "");
   narrow(s, "n T shift bits esz");
   key_setup(s);
   mode_preds(s);

@@ -89,7 +89,7 @@ def _parse_ins(line):
 def parse_module(text):
     text = re.sub(r"//[^\n]*", "", text)
     kernels = {}
-    for m in re.finditer(r"\.entry\s+(\w+)\s*\(([^)]*)\)\s*\{", text):
+    for m in re.finditer(r"\.entry\s+(\w+)\s*\(([^)]*)\)\s*(?:\.\w+[^{]*)?\{", text):  # (.maxnreg n)
         name = m.group(1)
         params = [p.split()[-1] for p in m.group(2).split(",") if p.strip()]
         depth, i = 1, m.end()
