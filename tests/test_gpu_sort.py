@@ -197,7 +197,8 @@ def test_eager_sort_and_its_gradient():
 @gpu
 def test_sort_inside_a_scan_body_is_captured_into_a_cuda_graph():
     # each trip sorts its slice: the sort kernels are captured, either with the whole program into
-    # one CUDA graph (a short scan: measured so on an H200, 80 trips) or as the body of a
+    # one CUDA graph (what a short scan should get: on an H200 these 80 trips were no device-side
+    # loop, and that they were a graph is not yet confirmed there) or as the body of a
     # device-side loop; no step runs on the host
     rng = np.random.default_rng(7)
     xs = _floats(rng, (80, 3, 3000), np.float32)
