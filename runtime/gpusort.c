@@ -13,10 +13,12 @@
  *   digits, per pass: ks_hist (each tile's digit counts, laid out [row][digit][tile]), the
  *   exclusive scan of those counts (ks_scan_up/mid/down: each entry becomes the absolute position
  *   of a tile's first key of a digit, rows included: the row is the most significant digit for
- *   free), ks_scatter (a stable rank inside the tile with match.any.sync, an exchange through
- *   shared memory, coalesced writes), ping-ponging between two buffers. A one-operand sort of a
- *   key of at most 32 bits moves the codes alone and decodes them (ks_decode); its float rows
- *   that held -0 or NaNs other than the canonical one get them back from ks_fixup.
+ *   free), ks_scatter (a stable rank inside the tile from warp ballots, an exchange through
+ *   shared memory, coalesced writes), ping-ponging between two buffers. On contiguous rows the
+ *   first pass reads the codes off the operand and, with one key of one word, the last writes
+ *   operand 0's output decoded from them (no gather: an argsort's sorted keys come free). A
+ *   one-operand sort of a key of at most 32 bits moves the codes alone (no permutation). Float
+ *   rows that held -0 or NaNs other than the canonical one get them back from ks_fixup.
  * Scratch memory is the caller's (a slot of the executable: nothing is allocated here, so graph
  * capture is fine). */
 #include <pthread.h>
@@ -85,7 +87,7 @@ static int key_words(const kl_gpusort_call *c, key_word *w) {
 
 typedef struct {
   int64_t rows, total, T, cmax;
-  int small, it, tit, keys_only, fix, need_perm, nw, fuse;
+  int small, it, tit, keys_only, fix, need_perm, nw, fuse, dec0;
   key_word w[2 * KL_GPUSORT_MAX_OPERANDS];
   size_t keys[2], perm[2], counts, partials, flags, bytes; /* offsets into the scratch */
 } layout;
@@ -106,7 +108,10 @@ static void plan(const kl_gpusort_call *c, layout *L) {
   L->tit = c->tile_items == 8 ? 8 : 16;
   L->fuse = c->inner == 1; /* the first pass reads the keys' codes off the operand, the last writes values */
   L->keys_only = !L->small && c->nin == 1 && L->nw == 1;
-  L->fix = L->keys_only && L->w[0].cls == CLS_FLOAT;
+  /* one key of one word on contiguous rows: the last pass writes operand 0's output decoded from
+   * the codes (no gather through the permutation: a random read of every element) */
+  L->dec0 = !L->small && L->fuse && L->nw == 1;
+  L->fix = (L->keys_only || L->dec0) && L->w[0].cls == CLS_FLOAT;
   size_t at = 0, t4 = (size_t)L->total * 4;
   if (L->small) {
     L->need_perm = c->nin > 1 || L->nw > 1;
@@ -220,7 +225,7 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
     for (int shift = 0; shift < w->bits; shift += 8) {
       uint64_t pb = (uint64_t)(w->bits - shift < 8 ? w->bits - shift : 8);
       uint64_t C = (uint64_t)L->rows * ((uint64_t)1 << pb) * T, P = (C + SCAN_CHUNK - 1) / SCAN_CHUNK;
-      int enc = fused && shift == 0, dec = L->keys_only && L->fuse && shift + 8 >= w->bits;
+      int enc = fused && shift == 0, dec = L->dec0 && shift + 8 >= w->bits;
       uint64_t mode = (uint64_t)(enc | dec << 1);
       uint64_t h[] = {ARG(keys[side]), ARG(counts), n, T, (uint64_t)shift, pb, ARG(in[w->op]), w->esz, w->cls,
                       w->sign, w->mask, w->inf, (uint64_t)w->word, w->canon, ARG(enc ? flags : NULL), mode & 1};
@@ -236,21 +241,18 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
       side = !side;
     }
   }
-  if (L->keys_only) {
-    const key_word *w = &L->w[0];
-    if (!L->fuse) {
-      uint64_t d[] = {ARG(keys[side]), ARG(out[0]), n, inner, total, w->esz, w->cls, w->sign, w->mask, w->inf,
-                      (uint64_t)w->word, w->canon};
-      run(q, "ks_decode", stride_grid(L->total), d, 12);
-    }
-    if (flags) {
-      uint64_t f[] = {ARG(in[0]), ARG(out[0]), ARG(flags), n, inner, w->esz, w->cls, w->sign, w->mask, w->inf,
-                      (uint64_t)w->word, w->canon};
-      run(q, "ks_fixup", L->rows, f, 12);
-    }
-  } else {
-    outputs(q, c, L, in, out, perm[side], 0);
+  const key_word *w = &L->w[0];
+  if (L->keys_only && !L->dec0) {
+    uint64_t d[] = {ARG(keys[side]), ARG(out[0]), n, inner, total, w->esz, w->cls, w->sign, w->mask, w->inf,
+                    (uint64_t)w->word, w->canon};
+    run(q, "ks_decode", stride_grid(L->total), d, 12);
   }
+  if (flags) { /* the decoded output's -0s and NaNs, as the operand holds them */
+    uint64_t f[] = {ARG(in[0]), ARG(out[0]), ARG(flags), n, inner, w->esz, w->cls, w->sign, w->mask, w->inf,
+                    (uint64_t)w->word, w->canon};
+    run(q, "ks_fixup", L->rows, f, 12);
+  }
+  if (!L->keys_only) outputs(q, c, L, in, out, perm[side], L->dec0);
 }
 
 int kl_gpusort_run_with(const kl_gpusort_call *c, void *const *in, void *const *out, void *scratch,
@@ -288,7 +290,7 @@ const char *kl_gpusort_describe(const kl_gpusort_call *c, char *buf, size_t n) {
   for (int i = 0; i < L.nw; i++) passes += (L.w[i].bits + 7) / 8;
   snprintf(buf, n, "radix sort, %d key word%s (%d passes), %lld row%s of %lld, %s%s", L.nw, L.nw == 1 ? "" : "s", passes,
            (long long)L.rows, L.rows == 1 ? "" : "s", (long long)c->n,
-           L.small ? "one block a row" : "tiled passes", L.keys_only ? ", codes only" : "");
+           L.small ? "one block a row" : "tiled passes", L.keys_only ? ", codes only" : L.dec0 ? ", keys decoded" : "");
   return buf;
 }
 
