@@ -46,6 +46,8 @@ typedef struct {
   int ndots;
   kl_solver_call *solves; /* owned; one per plan step at most: linalg steps through cuSOLVER */
   int nsolves, nffts;   /* cuSOLVER steps, cuFFT steps (for KILN_LOG_COMPILES) */
+  kl_gpusort_call *sorts; /* owned; one per plan step at most: sort steps through gpusort.c */
+  int nsorts;
   gpu_kernel *kernels;  /* owned; two per plan step at most */
   int nkernels;
   char (*names)[64];    /* owned; entry names, parallel to kernels */
@@ -64,6 +66,7 @@ static void owner_destroy(void *p) {
   free(o->loops);
   free(o->dots);
   free(o->solves);
+  free(o->sorts);
   free(o->kernels);
   free(o->names);
   free(o);
@@ -118,6 +121,19 @@ static int cusolver_wanted(void) {
 static int solver_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_solver_call *s = ctx;
   return kl_cusolver_run(s, ptrs, ptrs + (s->op == KL_SOLVER_TRSM ? 2 : 1), err, errlen);
+}
+
+/* kiln's radix sort kernels for sort steps unless KILN_GPU_SORT=0 (then the host routine over
+ * copies, an A/B switch). */
+static int gpusort_wanted(void) {
+  const char *v = getenv("KILN_GPU_SORT");
+  return !(v && *v == '0');
+}
+
+/* ptrs: the operands, the results, then the step's scratch slot. */
+static int sort_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  const kl_gpusort_call *g = ctx;
+  return kl_gpusort_run(g, ptrs, ptrs + g->nin, ptrs[2 * g->nin], err, errlen);
 }
 
 static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
@@ -453,16 +469,17 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
     o->libs = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->libs);
     o->dots = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->dots);
     o->solves = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->solves);
+    o->sorts = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->sorts);
     o->loops = kl_calloc((size_t)plan.nsteps + 1, sizeof *o->loops);
   }
 
-  kl_str mod, host, libs; /* libs: the library each linalg step runs as (KILN_LOG_COMPILES) */
+  kl_str mod, host, libs; /* libs: the library each linalg or sort step runs as (KILN_LOG_COMPILES) */
   kl_kernel_dedup dedup = {0};
   kl_str_init(&mod);
   kl_str_init(&host);
   kl_str_init(&libs);
   int rc = 0;
-  if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots || !o->solves || !o->loops) {
+  if (!o || !x->steps || !o->kernels || !o->names || !o->libs || !o->dots || !o->solves || !o->sorts || !o->loops) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling %d steps for the GPU", plan.nsteps);
     goto finish;
   }
@@ -576,6 +593,36 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         kl_str_append(&libs, kl_prim_get(e->prim)->name);
         kl_str_append(&libs, ": ");
         kl_str_append(&libs, kl_cusolver_routine(sv));
+        kl_str_append(&libs, "\n");
+      }
+      kl_gpusort_call *gs = &o->sorts[o->nsorts];
+      char sort_why[300];
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_SORT && !ptx_only && gpusort_wanted() &&
+          !kl_lower_sort_layout(pg, e, lc, gs) && !kl_gpusort_available(sort_why, sizeof sort_why) &&
+          getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '1') {
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1)) fprintf(stderr, "kiln: sort steps run on the host: %s\n", sort_why);
+      }
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_SORT && !kl_lower_sort_layout(pg, e, lc, gs) &&
+          (ptx_only || (gpusort_wanted() && kl_gpusort_available(NULL, 0)))) {
+        int *slots = kl_realloc(st->slots, sizeof(int) * ((size_t)st->nslots + 1));
+        if (!slots) {
+          rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory compiling a GPU sort step");
+          break;
+        }
+        st->slots = slots;
+        st->slots[st->nslots++] = x->nslots; /* the step's scratch memory, a temporary of its own */
+        x->slot_bytes[x->nslots++] = kl_gpusort_scratch_bytes(gs);
+        x->cost += kl_aval_size(&pg->vals[e->outs[0]].aval);
+        o->nsorts++;
+        st->ctx = gs;
+        st->run_checked = sort_run;
+        st->is_library = 1;
+        st->on_host = 0;
+        st->launches = kl_gpusort_launches(gs);
+        char what[160];
+        kl_str_append(&libs, "  sort: ");
+        kl_str_append(&libs, kl_gpusort_describe(gs, what, sizeof what));
         kl_str_append(&libs, "\n");
       }
       kl_conv_geom cg;
@@ -723,11 +770,11 @@ finish:
     kl_str_init(&loops);
     kl_loops_describe(o->loops, o->nloops, &loops);
     fprintf(stderr, "kiln: compiled %d equations into %d GPU kernels + %d cuBLAS calls + %d cuFFT calls + %d cuSOLVER "
-            "calls + %d host library calls + %d loops%s in %.1f ms\n",
-            pg->neqns, o->nkernels, o->ndots, o->nffts, o->nsolves, nhost, o->nloops, loops.data ? loops.data : "",
-            (now() - t0) * 1e3);
+            "calls + %d GPU sorts + %d host library calls + %d loops%s in %.1f ms\n",
+            pg->neqns, o->nkernels, o->ndots, o->nffts, o->nsolves, o->nsorts, nhost, o->nloops,
+            loops.data ? loops.data : "", (now() - t0) * 1e3);
     kl_str_free(&loops);
-    if (libs.data) fprintf(stderr, "kiln: linear algebra on the GPU:\n%s", libs.data);
+    if (libs.data) fprintf(stderr, "kiln: linear algebra and sorts on the GPU:\n%s", libs.data);
     if (host.data) fprintf(stderr, "kiln: host round trips (operands copied to the host and back):\n%s", host.data);
   }
   kl_str_free(&host);

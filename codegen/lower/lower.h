@@ -8,6 +8,7 @@
 #include "../libcall.h"
 #include "../../runtime/hostconv.h"
 #include "../../runtime/cusolver.h"
+#include "../../runtime/gpusort.h"
 
 /* Computes value v (result of e) at index idx inside a fused kernel; out gets its SSA name.
  * Operands are computed through kk_emit_value. Returns out. */
@@ -66,7 +67,8 @@ typedef enum {
   KL_GPU_LIB_GEMM, /* cuBLAS (batched) gemm */
   KL_GPU_LIB_FFT,  /* cuFFT (kl_lower_fft_layout) */
   KL_GPU_LIB_CONV, /* cuDNN (kl_lower_conv_geom) */
-  KL_GPU_LIB_SOLVER /* cuSOLVER / cuBLAS linear algebra (kl_lower_solver_layout) */
+  KL_GPU_LIB_SOLVER, /* cuSOLVER / cuBLAS linear algebra (kl_lower_solver_layout) */
+  KL_GPU_LIB_SORT    /* kiln's radix sort kernels, runtime/gpusort.c (kl_lower_sort_layout) */
 } kl_gpu_library;
 /* An fft step as a library takes it: its lax.FftType, precision and the number of transforms
  * (the transformed axes are c->p.fft.fft_lengths). 0, or -1 when the step is not packed. */
@@ -77,6 +79,10 @@ int kl_lower_conv_geom(const kl_libcall *c, kl_conv_geom *g, int *kind);
 /* A linalg step as runtime/cusolver.c takes it (operands and results as the host routine's). 0, or
  * -1 when the GPU library does not run it (eig, schur, empty or oversized matrices, ...). */
 int kl_lower_solver_layout(const kl_libcall *c, kl_solver_call *s);
+/* A sort step (equation e of pg, its libcall c) as runtime/gpusort.c takes it: the split around
+ * the sorted axis, the dtypes, and which operands are iotas along it (their outputs come from the
+ * permutation). 0, or -1 when the GPU kernels do not run it (then the host routine does). */
+int kl_lower_sort_layout(const kl_program *pg, const kl_eqn *e, const kl_libcall *c, kl_gpusort_call *g);
 
 typedef struct {
   kl_prim prim;

@@ -1,4 +1,5 @@
-/* sort.c: lowering of sort: a library step (a stable merge sort on the host).
+/* sort.c: lowering of sort: a library step, a stable merge sort on the host, or on the GPU
+ * runtime/gpusort.c's radix sort kernels (kl_lower_sort_layout says how they take a step).
  * Depends on lower.h only. */
 #include <math.h>
 #include <stdio.h>
@@ -65,7 +66,29 @@ static int cpu_sort(const kl_libcall *c, void *const *ptrs, char *err, size_t er
   return 0;
 }
 
+/* ---- the GPU kernels' view of a step ---- */
+
+int kl_lower_sort_layout(const kl_program *pg, const kl_eqn *e, const kl_libcall *c, kl_gpusort_call *g) {
+  memset(g, 0, sizeof *g);
+  if (c->nin > KL_GPUSORT_MAX_OPERANDS) return -1;
+  int dim = (int)c->p.sort.dimension;
+  g->nin = c->nin;
+  g->num_keys = (int32_t)c->p.sort.num_keys;
+  kl_lc_split_axis(&c->avals[0], dim, &g->outer, &g->n, &g->inner);
+  const char *knob = getenv("KILN_GPU_SORT_TILE"); /* an experiment knob: 8 items a thread, not 16 */
+  g->tile_items = knob && atoi(knob) == 8 ? 8 : 16;
+  for (int k = 0; k < c->nin; k++) {
+    g->dtype[k] = (int32_t)c->avals[k].dtype;
+    /* an integer iota along the axis (argsort's): its output is the permutation itself */
+    int prod = pg && e ? pg->vals[e->ins[k]].producer : -1;
+    const kl_eqn *pe = prod >= 0 ? &pg->eqns[prod] : NULL;
+    g->iota[k] = pe && pe->prim == KL_P_IOTA && pe->p.iota.dimension == dim && kl_dtype_is_int(c->avals[k].dtype) &&
+                 kl_aval_same_shape(&pg->vals[e->ins[k]].aval, &c->avals[0]);
+  }
+  return kl_gpusort_check(g);
+}
+
 const kl_lowering kl_lower_sort[] = {
-    {KL_P_SORT, .fuses = 0, .cpu_lib = cpu_sort},
+    {KL_P_SORT, .fuses = 0, .cpu_lib = cpu_sort, .gpu_library = KL_GPU_LIB_SORT},
 };
 const int kl_lower_sort_n = sizeof kl_lower_sort / sizeof *kl_lower_sort;
