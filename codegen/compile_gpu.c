@@ -319,7 +319,7 @@ static void *build_module(kl_str *text, int index32, const char *libdevice, char
   kl_codegen_dump("kernels-gpu.mlir", text->data);
   size_t len = 0;
   void *image = kl_diskcache_read(key, &len);
-  if (image && !kl_cuda_module_load(image, &m, err, errlen)) {
+  if (image && !kl_cuda_module_load(image, len, &m, err, errlen)) {
     free(image);
     n_disk_hits++;
     add_module(key, m);
@@ -349,7 +349,7 @@ static void *build_module(kl_str *text, int index32, const char *libdevice, char
   int rc = kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &len, err, errlen);
   free(ptx);
   if (rc) return NULL;
-  rc = kl_cuda_module_load(image, &m, err, errlen);
+  rc = kl_cuda_module_load(image, len, &m, err, errlen);
   if (!rc) kl_diskcache_write(key, image, len);
   free(image);
   if (rc) return NULL;
