@@ -1310,6 +1310,7 @@ static int cuda_copy_between(kl_buffer *dst, kl_buffer *src, char *err, size_t e
 }
 
 int kl_cuda_in_group(void) { return in_group; }
+void kl_cuda_context_lost(void) { ctx_ord = -1; }
 
 /* ---- the device interface ---- */
 

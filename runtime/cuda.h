@@ -22,6 +22,9 @@ int kl_cuda_use(int ordinal);
 int kl_cuda_ordinal(void);
 int kl_cuda_count(void);
 int kl_cuda_in_group(void);
+/* Says that a library using CUDA's runtime API (NCCL) may have made another context current on
+ * this thread: the next call makes the thread's GPU's current again. */
+void kl_cuda_context_lost(void);
 /* Copies height rows of width bytes, device to device on the thread's queue, rows spitch bytes
  * apart at src and dpitch apart at dst. 0, or -1 with a message. */
 int kl_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, char *err,
