@@ -23,6 +23,7 @@
 #include "cpujit.h"
 #include "kernel.h"
 #include "../runtime/cuda.h"
+#include "../runtime/nccl.h"
 #include "libcall.h"
 #include "lower/lower.h"
 #include "mlirctx.h"
@@ -81,6 +82,13 @@ static int kernel_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return kl_cuda_launch(g->fn, g->grid, g->block, ptrs, g->nargs, err, errlen);
 }
 
+/* cuFFT plans, cuDNN and cuSOLVER handles are made in GPU 0's context: other GPUs refuse them. */
+static int gpu0_library(const char *lib, const char *off, char *err, size_t errlen) {
+  if (!kl_cuda_ordinal()) return 0;
+  return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s calls on GPU %d are not supported yet by kiln (only GPU 0 "
+                  "runs them; %s runs them on the host instead)", lib, kl_cuda_ordinal(), off);
+}
+
 /* cuFFT for fft steps unless KILN_CUFFT=0 (then the host routine over copies, an A/B switch). */
 static int cufft_wanted(void) {
   const char *v = getenv("KILN_CUFFT");
@@ -89,6 +97,7 @@ static int cufft_wanted(void) {
 
 static int fft_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_libcall *c = ctx;
+  if (gpu0_library("cuFFT", "KILN_CUFFT=0", err, errlen)) return -1;
   int t, dbl;
   int64_t howmany;
   if (kl_lower_fft_layout(c, &t, &dbl, &howmany)) return kl_lower_missing(c->prim, "GPU (unpacked)", err, errlen);
@@ -104,6 +113,7 @@ static int cudnn_wanted(void) {
 
 static int conv_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_libcall *c = ctx;
+  if (gpu0_library("cuDNN", "KILN_CUDNN=0", err, errlen)) return -1;
   kl_conv_geom g;
   int kind;
   if (kl_lower_conv_geom(c, &g, &kind)) return kl_lower_missing(c->prim, "GPU (operands not legalized)", err, errlen);
@@ -120,6 +130,7 @@ static int cusolver_wanted(void) {
 
 static int solver_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_solver_call *s = ctx;
+  if (gpu0_library("cuSOLVER", "KILN_CUSOLVER=0", err, errlen)) return -1;
   return kl_cusolver_run(s, ptrs, ptrs + (s->op == KL_SOLVER_TRSM ? 2 : 1), err, errlen);
 }
 
@@ -133,7 +144,12 @@ static int gpusort_wanted(void) {
 /* ptrs: the operands, the results, then the step's scratch slot. */
 static int sort_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   const kl_gpusort_call *g = ctx;
+  if (gpu0_library("kiln's GPU sort", "KILN_GPU_SORT=0", err, errlen)) return -1;
   return kl_gpusort_run(g, ptrs, ptrs + g->nin, ptrs[2 * g->nin], err, errlen);
+}
+
+static int collective_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  return kl_lower_collective_gpu(ctx, ptrs, err, errlen);
 }
 
 static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
@@ -335,7 +351,7 @@ static void *build_module(kl_str *text, int index32, const char *libdevice, char
   kl_codegen_dump("kernels-gpu.mlir", text->data);
   size_t len = 0;
   void *image = kl_diskcache_read(key, &len);
-  if (image && !kl_cuda_module_load(image, &m, err, errlen)) {
+  if (image && !kl_cuda_module_load(image, len, &m, err, errlen)) {
     free(image);
     n_disk_hits++;
     add_module(key, m);
@@ -365,7 +381,7 @@ static void *build_module(kl_str *text, int index32, const char *libdevice, char
   int rc = kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &len, err, errlen);
   free(ptx);
   if (rc) return NULL;
-  rc = kl_cuda_module_load(image, &m, err, errlen);
+  rc = kl_cuda_module_load(image, len, &m, err, errlen);
   if (!rc) kl_diskcache_write(key, image, len);
   free(image);
   if (rc) return NULL;
@@ -624,6 +640,14 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         kl_str_append(&libs, "  sort: ");
         kl_str_append(&libs, kl_gpusort_describe(gs, what, sizeof what));
         kl_str_append(&libs, "\n");
+      }
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_COLLECTIVE && (ptx_only || kl_nccl_available(NULL, 0))) {
+        x->cost += 1 << 20; /* NCCL's work: an event of its own */
+        st->ctx = lc;
+        st->run_checked = collective_run;
+        st->is_library = 1;
+        st->on_host = 0;
+        st->synchronizes = 1; /* no CUDA graph around NCCL's calls */
       }
       kl_conv_geom cg;
       int ckind;

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../ir/status.h"
 
@@ -21,6 +22,7 @@ struct kl_coll_group {
   unsigned long generation; /* barriers passed */
   int aborted;             /* a participant failed */
   const void **posts;      /* n pointers */
+  int *ordinals;           /* n devices, or NULL */
 };
 
 static _Thread_local kl_coll_group *current;
@@ -46,8 +48,17 @@ void kl_coll_group_release(kl_coll_group *g) {
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
   free(g->posts);
+  free(g->ordinals);
   free(g);
 }
+
+int kl_coll_group_set_ordinals(kl_coll_group *g, const int *ordinals) {
+  if (!g->ordinals && !(g->ordinals = malloc(sizeof(int) * (size_t)g->n))) return -1;
+  memcpy(g->ordinals, ordinals, sizeof(int) * (size_t)g->n);
+  return 0;
+}
+
+const int *kl_coll_group_ordinals(const kl_coll_group *g) { return g->ordinals; }
 
 int kl_coll_group_size(const kl_coll_group *g) { return g->n; }
 

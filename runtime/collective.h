@@ -15,6 +15,11 @@ kl_coll_group *kl_coll_group_new(int n);
 void kl_coll_group_retain(kl_coll_group *g);
 void kl_coll_group_release(kl_coll_group *g);
 int kl_coll_group_size(const kl_coll_group *g);
+/* The devices (ordinals of one kind) of the participants, for collectives that need them (NCCL's
+ * communicators): set copies n of them (0, or -1 out of memory); get returns them (borrowed) or
+ * NULL where none were set. */
+int kl_coll_group_set_ordinals(kl_coll_group *g, const int *ordinals);
+const int *kl_coll_group_ordinals(const kl_coll_group *g);
 
 /* The participant the calling thread runs (set by the launch around its steps; NULL group: none,
  * the program runs alone). */

@@ -678,7 +678,9 @@ static void run_group(launch *l) {
   free(l);
 }
 
-static int cpu_launch_group(kl_exec *x, int n, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen) {
+static int cpu_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
+                            size_t errlen) {
+  (void)ordinals; /* simulated devices share the host */
   backpressure();
   launch *g = calloc(1, sizeof *g);
   launch **members = calloc((size_t)n, sizeof *members);

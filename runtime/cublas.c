@@ -39,6 +39,10 @@ static char extra[8][512];
 static int nextra;
 static char lib_path[512];
 static void *lib; /* the dlopen handle, for kl_cublas_symbol */
+/* A handle and workspace per GPU (a handle belongs to the context it was made in); handle and
+ * workspace above are the calling thread's GPU's while mu is held (select_gpu). */
+static cublasHandle_t handles[KL_CUDA_MAX_GPUS];
+static void *workspaces[KL_CUDA_MAX_GPUS];
 
 int kl_cublas_add_search_path(const char *path) {
   pthread_mutex_lock(&mu);
@@ -106,7 +110,33 @@ static void open_cublas(void) {
     kl_cuda_free(workspace, WORKSPACE_BYTES);
     workspace = NULL;
   }
+  handles[kl_cuda_ordinal()] = handle;
+  workspaces[kl_cuda_ordinal()] = workspace;
   ready = 1;
+}
+
+/* Under mu: points handle and workspace at the calling thread's GPU's, made on first use there.
+ * 0, or a cuBLAS status. */
+static int select_gpu(void) {
+  int g = kl_cuda_ordinal();
+  if (!handles[g]) {
+    void *s = kl_cuda_stream(); /* (makes the GPU's context current) */
+    int rc = p_create(&handles[g]);
+    if (!rc) rc = p_set_stream(handles[g], s);
+    if (rc) {
+      handles[g] = NULL;
+      return rc ? rc : -1;
+    }
+    char werr[256];
+    if (p_set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &workspaces[g], werr, sizeof werr) &&
+        p_set_ws(handles[g], workspaces[g], WORKSPACE_BYTES)) {
+      kl_cuda_free(workspaces[g], WORKSPACE_BYTES);
+      workspaces[g] = NULL;
+    }
+  }
+  handle = handles[g];
+  workspace = workspaces[g];
+  return 0;
 }
 
 int kl_cublas_available(char *reason, size_t n) {
@@ -163,7 +193,11 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
   const void *beta = t == KL_F64 ? (const void *)&zero64 : (const void *)&zero32;
   if (m == 0 || n == 0) return 0;
   if (k == 0) return kl_cuda_memset0(c, (size_t)(batch * m * n) * kl_dtype_size(t));
-  pthread_mutex_lock(&mu); /* one handle: calls are serialized (they only enqueue work) */
+  pthread_mutex_lock(&mu); /* one handle per GPU: calls are serialized (they only enqueue work) */
+  if (select_gpu()) {
+    pthread_mutex_unlock(&mu);
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS: no handle on GPU %d", kl_cuda_ordinal());
+  }
   /* a branch being captured into a conditional node queues on a stream of its own */
   void *q = kl_cuda_queue_stream();
   int moved = q && q != kl_cuda_stream();
@@ -217,7 +251,8 @@ int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t 
   pthread_mutex_lock(&mu);
   void *q = kl_cuda_queue_stream();
   int moved = q && q != kl_cuda_stream();
-  int rc = moved ? handle_to(q) : 0;
+  int rc = select_gpu();
+  if (!rc && moved) rc = handle_to(q);
   for (int64_t at = 0; !rc && at < n; at += piece) {
     int len = (int)(n - at < piece ? n - at : piece);
     rc = dbl ? p_dscal(handle, len, &alpha, (double *)x + at, 1) : p_sscal(handle, len, &alpha32, (float *)x + at, 1);
@@ -240,7 +275,8 @@ int kl_cublas_with_handle(int (*fn)(void *handle, void *ctx), void *ctx, char *e
   pthread_mutex_lock(&mu);
   void *q = kl_cuda_queue_stream();
   int moved = q && q != kl_cuda_stream();
-  int rc = moved ? handle_to(q) : 0;
+  int rc = select_gpu();
+  if (!rc && moved) rc = handle_to(q);
   if (!rc) rc = fn(handle, ctx);
   if (moved) handle_to(kl_cuda_stream());
   pthread_mutex_unlock(&mu);

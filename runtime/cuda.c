@@ -1,7 +1,9 @@
 /* cuda.c: the CUDA device. The driver (libcuda.so.1) is opened at run time, so kiln builds
- * without a CUDA toolkit and runs on machines without a GPU. One primary context and one
- * non-blocking stream per process (device 0); memory from the stream-ordered allocator;
- * every launch records a pooled event that the buffers it writes wait on. Implements the
+ * without a CUDA toolkit and runs on machines without a GPU. Every GPU of the machine gets its
+ * own state (struct gpu: primary context, non-blocking stream, copy stream, events, small-block
+ * cache), set up when first used; the thread's current GPU (kl_cuda_use) picks it, and its context
+ * is made current only when it changes (one GPU: never after the first call). Memory from the
+ * stream-ordered allocator; every launch records a pooled event that the buffers it writes wait on. Implements the
  * device interface (kl_device_cuda, runtime/device.h) and the CUDA-only calls of runtime/cuda.h.
  * Knows nothing of the IR, MLIR, Python or the other devices. */
 #define _GNU_SOURCE
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "../ir/status.h"
+#include "collective.h"
 #include "cuda.h"
 #include "cusolver.h"
 
@@ -88,7 +91,11 @@ enum {
   X(cuLinkComplete, (CUlinkState, void **, size_t *))                                                       \
   X(cuLinkDestroy, (CUlinkState))                                                                           \
   X(cuPointerGetAttribute, (void *, int, CUdeviceptr))                                                      \
-  X(cuGetErrorString, (CUresult, const char **))
+  X(cuGetErrorString, (CUresult, const char **))                                                           \
+  X(cuMemcpyPeerAsync, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))                  \
+  X(cuMemcpy2DAsync, (const void *, CUstream))                                                              \
+  X(cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))                                                     \
+  X(cuMemPoolSetAccess, (CUmemoryPool, const void *, size_t))
 
 #define DECLARE(name, args) static CUresult(*p_##name) args;
 CU_FUNCS(DECLARE)
@@ -96,19 +103,44 @@ CU_FUNCS(DECLARE)
 
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static int cuda_ok;          /* 1 once a device, context and stream exist */
+static int cuda_ok;          /* 1 once device 0, its context and stream exist */
 static char init_error[256]; /* why not, otherwise */
-static CUdevice dev0;
-static CUcontext ctx0;
-static CUstream stream0;
+static int driver_version;
+
+/* Small blocks are kept after use and handed out again for the same size (kl_cuda_alloc). */
+#define SMALL_MAX (1u << 20)
+#define SMALL_SLOTS 256
+
+/* One GPU's state, set up when first used (gpu_setup; device 0 at initialization). */
+typedef struct gpu {
+  int ready;                   /* atomic: set up */
+  CUdevice dev;
+  CUcontext ctx;               /* its primary context */
+  CUstream stream;             /* kiln's queue on it */
+  CUstream copy_stream;        /* host reads: waits on the one event a buffer needs, not the queue */
+  int cc_major, cc_minor, num_sms;
+  char name[128];
+  size_t total_mem;
+  kl_mem_count counts;         /* what kl_cuda_alloc gave out (outside graphs' own memory) */
+  pthread_mutex_t small_mu;    /* the cache of small freed blocks */
+  struct { CUdeviceptr p; size_t n; } small[SMALL_SLOTS];
+  int nsmall;
+  struct kl_event *ev_current, *ev_free; /* under ev_mu: events are created in its context */
+  pthread_mutex_t after_mu;    /* after_queued's event */
+  CUevent after_ev;
+} gpu;
+static gpu gpus[KL_CUDA_MAX_GPUS];
+static int ngpus;            /* GPUs kiln may use (cuDeviceGetCount, at most KL_CUDA_MAX_GPUS) */
+static pthread_mutex_t setup_mu = PTHREAD_MUTEX_INITIALIZER;
+/* The calling thread's GPU (kl_cuda_use), and the GPU whose context is current on it (-1: none). */
+static _Thread_local int ord;
+static _Thread_local int ctx_ord = -1;
+#define G (&gpus[ord])
+#define stream0 (gpus[ord].stream)
 /* While a conditional node's branch is captured (cuda_graph.c), the work it queues goes to a side
  * stream capturing into the node's body graph; stream0 is capturing the enclosing graph. */
 static _Thread_local CUstream side;
 static CUstream cur(void) { return side ? side : stream0; }
-static CUstream copy_stream; /* host reads: waits on the one event a buffer needs, not the queue */
-static int cc_major, cc_minor, num_sms, driver_version;
-static char dev_name[128];
-static size_t dev_total_mem;
 
 static const char *cu_msg(CUresult r) {
   const char *s = NULL;
@@ -123,6 +155,57 @@ static void *sym(void *lib, const char *name) {
   snprintf(v2, sizeof v2, "%s_v2", name);
   void *p = dlsym(lib, v2); /* the versioned entry point where one exists (cuMemGetInfo_v2, ...) */
   return p ? p : dlsym(lib, name);
+}
+
+/* Sets GPU k up (its primary context, streams, facts, pool), once; its context is left current on
+ * the calling thread (ctx_ord says so). 0, or -1 with the reason in why. */
+static int gpu_setup(int k, char *why, size_t n) {
+  gpu *g = &gpus[k];
+  if (atomic_load((_Atomic int *)&g->ready)) return 0;
+  pthread_mutex_lock(&setup_mu);
+  CUresult r = CUDA_SUCCESS;
+  int pools = 0, rc = 0;
+  if (!g->ready) {
+    if ((r = p_cuDeviceGet(&g->dev, k)) || (r = p_cuDevicePrimaryCtxRetain(&g->ctx, g->dev)) || (r = p_cuCtxSetCurrent(g->ctx)) ||
+        (r = p_cuStreamCreate(&g->stream, STREAM_NON_BLOCKING)) || (r = p_cuStreamCreate(&g->copy_stream, STREAM_NON_BLOCKING)) ||
+        (r = p_cuDeviceGetAttribute(&g->cc_major, ATTR_CC_MAJOR, g->dev)) ||
+        (r = p_cuDeviceGetAttribute(&g->cc_minor, ATTR_CC_MINOR, g->dev)) ||
+        (r = p_cuDeviceGetAttribute(&g->num_sms, ATTR_SMS, g->dev)) ||
+        (r = p_cuDeviceGetAttribute(&pools, ATTR_POOLS, g->dev)) || (r = p_cuDeviceGetName(g->name, sizeof g->name, g->dev)) ||
+        (r = p_cuDeviceTotalMem(&g->total_mem, g->dev))) {
+      snprintf(why, n, "CUDA device %d could not be set up (%s)", k, cu_msg(r));
+      rc = -1;
+    } else if (!pools) {
+      snprintf(why, n, "CUDA device %d has no stream-ordered allocator (driver too old)", k);
+      rc = -1;
+    } else {
+      ctx_ord = k;
+      pthread_mutex_init(&g->small_mu, NULL);
+      pthread_mutex_init(&g->after_mu, NULL);
+      /* Keep freed memory in the pool: returning it to the driver at every synchronization makes
+       * the next allocation slow. */
+      CUmemoryPool pool;
+      if (!p_cuDeviceGetDefaultMemPool(&pool, g->dev)) {
+        uint64_t keep = UINT64_MAX;
+        p_cuMemPoolSetAttribute(pool, POOL_RELEASE_THRESHOLD, &keep);
+        /* Kernels and copies on the GPUs set up so far may touch its memory, and it theirs, where
+         * the hardware lets them (peer access; without it transfers go through the host). */
+        for (int j = 0; j < ngpus; j++) {
+          int can = 0;
+          if (j == k || !gpus[j].ready) continue;
+          CUmemoryPool other;
+          struct { int type, id, flags; } acc = {1 /* device */, j, 3 /* read-write */};
+          if (!p_cuDeviceCanAccessPeer(&can, gpus[j].dev, g->dev) && can) p_cuMemPoolSetAccess(pool, &acc, 1);
+          acc.id = k;
+          if (!p_cuDeviceCanAccessPeer(&can, g->dev, gpus[j].dev) && can && !p_cuDeviceGetDefaultMemPool(&other, gpus[j].dev))
+            p_cuMemPoolSetAccess(other, &acc, 1);
+        }
+      }
+      atomic_store((_Atomic int *)&g->ready, 1);
+    }
+  }
+  pthread_mutex_unlock(&setup_mu);
+  return rc;
 }
 
 static void cuda_init(void) {
@@ -151,40 +234,43 @@ static void cuda_init(void) {
     snprintf(init_error, sizeof init_error, "no usable CUDA device (%s)", r ? cu_msg(r) : "device count is 0");
     return;
   }
-  int pools = 0;
-  if ((r = p_cuDeviceGet(&dev0, 0)) || (r = p_cuDevicePrimaryCtxRetain(&ctx0, dev0)) || (r = p_cuCtxSetCurrent(ctx0)) ||
-      (r = p_cuStreamCreate(&stream0, STREAM_NON_BLOCKING)) || (r = p_cuStreamCreate(&copy_stream, STREAM_NON_BLOCKING)) ||
-      (r = p_cuDeviceGetAttribute(&cc_major, ATTR_CC_MAJOR, dev0)) ||
-      (r = p_cuDeviceGetAttribute(&cc_minor, ATTR_CC_MINOR, dev0)) || (r = p_cuDeviceGetAttribute(&num_sms, ATTR_SMS, dev0)) ||
-      (r = p_cuDeviceGetAttribute(&pools, ATTR_POOLS, dev0)) || (r = p_cuDeviceGetName(dev_name, sizeof dev_name, dev0)) ||
-      (r = p_cuDeviceTotalMem(&dev_total_mem, dev0)) || (r = p_cuDriverGetVersion(&driver_version))) {
-    snprintf(init_error, sizeof init_error, "CUDA device 0 could not be set up (%s)", cu_msg(r));
+  ngpus = n < KL_CUDA_MAX_GPUS ? n : KL_CUDA_MAX_GPUS;
+  if (gpu_setup(0, init_error, sizeof init_error)) return;
+  if ((r = p_cuDriverGetVersion(&driver_version))) {
+    snprintf(init_error, sizeof init_error, "CUDA driver version unknown (%s)", cu_msg(r));
     return;
-  }
-  if (!pools) {
-    snprintf(init_error, sizeof init_error, "CUDA device 0 has no stream-ordered allocator (driver too old)");
-    return;
-  }
-  /* Keep freed memory in the pool: returning it to the driver at every synchronization makes
-   * the next allocation slow. */
-  CUmemoryPool pool;
-  if (!p_cuDeviceGetDefaultMemPool(&pool, dev0)) {
-    uint64_t keep = UINT64_MAX;
-    p_cuMemPoolSetAttribute(pool, POOL_RELEASE_THRESHOLD, &keep);
   }
   cuda_ok = 1;
 }
 
-/* The context must be current on every thread that calls the driver. */
-static _Thread_local int ctx_set;
+/* Makes the thread's GPU's context current (set up on first use); 0, or -1 (no GPU, or that GPU
+ * could not be set up: gpu_error says why). */
+static _Thread_local char gpu_error[256];
+static int switch_context(void) {
+  if (gpu_setup(ord, gpu_error, sizeof gpu_error)) return -1;
+  if (p_cuCtxSetCurrent(gpus[ord].ctx)) {
+    snprintf(gpu_error, sizeof gpu_error, "CUDA device %d: its context could not be made current", ord);
+    return -1;
+  }
+  ctx_ord = ord;
+  return 0;
+}
+
+/* The thread's GPU's context must be current on every thread that calls the driver: one compare
+ * while it stays the same GPU. */
 static inline int enter(void) {
   pthread_once(&init_once, cuda_init);
   if (!cuda_ok) return -1;
-  if (!ctx_set) {
-    p_cuCtxSetCurrent(ctx0);
-    ctx_set = 1;
-  }
+  if (ctx_ord != ord) return switch_context();
   return 0;
+}
+
+int kl_cuda_count(void) { return enter() ? 0 : ngpus; }
+int kl_cuda_ordinal(void) { return ord; }
+int kl_cuda_use(int ordinal) {
+  int old = ord;
+  if (ordinal >= 0 && ordinal < KL_CUDA_MAX_GPUS) ord = ordinal;
+  return old;
 }
 
 int kl_cuda_available(char *why, size_t n) {
@@ -198,11 +284,11 @@ int kl_cuda_available(char *why, size_t n) {
 static void cuda_info(kl_device_info *info) {
   memset(info, 0, sizeof *info);
   if (enter()) return;
-  snprintf(info->name, sizeof info->name, "%s", dev_name);
-  info->cc_major = cc_major;
-  info->cc_minor = cc_minor;
-  info->num_sms = num_sms;
-  info->total_mem = dev_total_mem;
+  snprintf(info->name, sizeof info->name, "%s", G->name);
+  info->cc_major = G->cc_major;
+  info->cc_minor = G->cc_minor;
+  info->num_sms = G->num_sms;
+  info->total_mem = G->total_mem;
   info->driver_version = driver_version;
 }
 
@@ -217,15 +303,15 @@ struct kl_event {
   int refs;          /* atomic; buffers holding it, plus 1 while it is the current one */
   int recorded;      /* under ev_mu */
   int done;          /* atomic: known complete */
+  int ord;           /* the GPU whose stream it is recorded on */
   struct kl_event *next_free;
 };
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct kl_event *ev_free, *ev_current;
 
 static void event_release_locked(struct kl_event *e) {
   if (--e->refs) return;
-  e->next_free = ev_free;
-  ev_free = e;
+  e->next_free = gpus[e->ord].ev_free;
+  gpus[e->ord].ev_free = e;
 }
 
 static void event_release(struct kl_event *e) {
@@ -238,10 +324,10 @@ static void event_release(struct kl_event *e) {
 /* The event the outputs of the launch being queued wait on (one reference for the caller). */
 static struct kl_event *event_for_launch(char *err, size_t errlen) {
   pthread_mutex_lock(&ev_mu);
-  struct kl_event *e = ev_current;
+  struct kl_event *e = G->ev_current;
   if (!e) {
-    e = ev_free;
-    if (e) ev_free = e->next_free;
+    e = G->ev_free;
+    if (e) G->ev_free = e->next_free;
     else {
       e = calloc(1, sizeof *e);
       if (!e) {
@@ -260,7 +346,8 @@ static struct kl_event *event_for_launch(char *err, size_t errlen) {
     e->refs = 1; /* the "current" reference */
     e->recorded = 0;
     e->done = 0;
-    ev_current = e;
+    e->ord = ord;
+    G->ev_current = e;
   }
   e->refs++;
   pthread_mutex_unlock(&ev_mu);
@@ -270,10 +357,10 @@ static struct kl_event *event_for_launch(char *err, size_t errlen) {
 static void ensure_recorded(struct kl_event *e) {
   pthread_mutex_lock(&ev_mu);
   if (!e->recorded) {
-    p_cuEventRecord(e->ev, stream0);
+    p_cuEventRecord(e->ev, gpus[e->ord].stream);
     e->recorded = 1;
-    if (ev_current == e) {
-      ev_current = NULL;
+    if (gpus[e->ord].ev_current == e) {
+      gpus[e->ord].ev_current = NULL;
       event_release_locked(e);
     }
   }
@@ -306,19 +393,13 @@ static int cuda_wait(kl_buffer *b) {
 
 /* ---- memory ---- */
 
-static kl_mem_count counts; /* what kl_cuda_alloc gave out (outside graphs' own memory) */
-
 /* Small blocks are kept after use and handed out again for the same size: the allocator's
  * calls cost about a microsecond each, a tenth of a small launch. Reuse is safe because every
- * use of a block is ordered on kiln's one stream. */
-#define SMALL_MAX (1u << 20)
-#define SMALL_SLOTS 256
-static pthread_mutex_t small_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  CUdeviceptr p;
-  size_t n;
-} small[SMALL_SLOTS];
-static int nsmall;
+ * use of a block is ordered on its GPU's one stream (a cache per GPU). */
+#define counts (G->counts)
+#define small_mu (G->small_mu)
+#define small (G->small)
+#define nsmall (G->nsmall)
 
 static void flush_small(void) {
   pthread_mutex_lock(&small_mu);
@@ -329,7 +410,7 @@ static void flush_small(void) {
 
 int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
   if (enter()) {
-    snprintf(err, errlen, "no GPU: %s", init_error);
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
   }
   if (side) /* the branch of a conditional node: its graph holds no allocations (bound beforehand) */
@@ -357,7 +438,7 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
     size_t fr = 0, tot = 0;
     p_cuMemGetInfo(&fr, &tot);
     kl_error(err, errlen, KL_ERR_NOMEM, "out of GPU memory: cannot allocate %zu bytes (%.1f MiB) on %s (%.1f of %.1f MiB free): %s",
-             nbytes, nbytes / 1048576.0, dev_name, fr / 1048576.0, tot / 1048576.0, cu_msg(r));
+             nbytes, nbytes / 1048576.0, G->name, fr / 1048576.0, tot / 1048576.0, cu_msg(r));
     return -1;
   }
   kl_mem_count_alloc(&counts, n);
@@ -388,16 +469,16 @@ static void cuda_memory_stats(kl_mem_stats *s) {
   memset(s, 0, sizeof *s);
   if (enter()) return;
   kl_mem_count_read(&counts, s);
-  s->bytes_limit = (long long)dev_total_mem;
+  s->bytes_limit = (long long)G->total_mem;
   CUmemoryPool pool;
   uint64_t reserved = 0, used = 0, g_used = 0, g_high = 0, g_reserved = 0;
-  if (!p_cuDeviceGetDefaultMemPool(&pool, dev0)) {
+  if (!p_cuDeviceGetDefaultMemPool(&pool, G->dev)) {
     p_cuMemPoolGetAttribute(pool, POOL_RESERVED_MEM_CURRENT, &reserved);
     p_cuMemPoolGetAttribute(pool, POOL_USED_MEM_CURRENT, &used);
   }
-  p_cuDeviceGetGraphMemAttribute(dev0, GRAPH_MEM_USED_CURRENT, &g_used);
-  p_cuDeviceGetGraphMemAttribute(dev0, GRAPH_MEM_USED_HIGH, &g_high);
-  p_cuDeviceGetGraphMemAttribute(dev0, GRAPH_MEM_RESERVED_CURRENT, &g_reserved);
+  p_cuDeviceGetGraphMemAttribute(G->dev, GRAPH_MEM_USED_CURRENT, &g_used);
+  p_cuDeviceGetGraphMemAttribute(G->dev, GRAPH_MEM_USED_HIGH, &g_high);
+  p_cuDeviceGetGraphMemAttribute(G->dev, GRAPH_MEM_RESERVED_CURRENT, &g_reserved);
   s->bytes_in_use += (long long)g_used;
   s->peak_bytes_in_use += (long long)g_high;
   pthread_mutex_lock(&small_mu);
@@ -410,7 +491,7 @@ static void cuda_reset_peak(void) {
   if (enter()) return;
   kl_mem_count_reset_peak(&counts);
   uint64_t zero = 0;
-  p_cuDeviceSetGraphMemAttribute(dev0, GRAPH_MEM_USED_HIGH, &zero);
+  p_cuDeviceSetGraphMemAttribute(G->dev, GRAPH_MEM_USED_HIGH, &zero);
 }
 
 static void cuda_empty_cache(void) {
@@ -418,9 +499,14 @@ static void cuda_empty_cache(void) {
   flush_small();
   p_cuStreamSynchronize(stream0);
   CUmemoryPool pool;
-  if (!p_cuDeviceGetDefaultMemPool(&pool, dev0)) p_cuMemPoolTrimTo(pool, 0);
-  p_cuDeviceGraphMemTrim(dev0);
+  if (!p_cuDeviceGetDefaultMemPool(&pool, G->dev)) p_cuMemPoolTrimTo(pool, 0);
+  p_cuDeviceGraphMemTrim(G->dev);
 }
+
+#undef counts
+#undef small_mu
+#undef small
+#undef nsmall
 
 /* ---- pinned staging for large host transfers ----
  * The DMA engines copy from page-locked memory at the link's speed (about 55 GB/s on the
@@ -509,7 +595,7 @@ static void stage_init(void) {
 }
 
 static int staging(size_t n) {
-  if (n < STAGE_MIN) return 0;
+  if (n < STAGE_MIN || ord) return 0; /* the chunks and their events are GPU 0's (its context's) */
   pthread_once(&stage_once, stage_init);
   return stage_ok;
 }
@@ -550,7 +636,7 @@ static CUresult staged_dtoh(char *dst, CUdeviceptr src, size_t n, CUstream strea
 
 int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n, char *err, size_t errlen) {
   if (enter()) {
-    snprintf(err, errlen, "no GPU: %s", init_error);
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
   }
   if (!n) return 0;
@@ -572,13 +658,11 @@ int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
  * event needs (an upload's buffer: its copy may still be on its way when cuMemcpyHtoDAsync
  * returns). */
 static CUresult after_queued(CUstream s) {
-  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  static CUevent ev;
-  pthread_mutex_lock(&mu);
-  CUresult r = ev ? CUDA_SUCCESS : p_cuEventCreate(&ev, EVENT_DISABLE_TIMING);
-  if (!r) r = p_cuEventRecord(ev, stream0);
-  if (!r) r = p_cuStreamWaitEvent(s, ev, 0);
-  pthread_mutex_unlock(&mu);
+  pthread_mutex_lock(&G->after_mu);
+  CUresult r = G->after_ev ? CUDA_SUCCESS : p_cuEventCreate(&G->after_ev, EVENT_DISABLE_TIMING);
+  if (!r) r = p_cuEventRecord(G->after_ev, stream0);
+  if (!r) r = p_cuStreamWaitEvent(s, G->after_ev, 0);
+  pthread_mutex_unlock(&G->after_mu);
   return r;
 }
 
@@ -586,9 +670,10 @@ static CUresult after_queued(CUstream s) {
  * waiting for work queued after it; returns when the bytes are there. */
 static int read_after(void *dst, const void *src, size_t n, struct kl_event *e, char *err, size_t errlen) {
   if (enter()) {
-    snprintf(err, errlen, "no GPU: %s", init_error);
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
   }
+  CUstream copy_stream = G->copy_stream;
   CUresult r = e ? (event_query(e) ? CUDA_SUCCESS : p_cuStreamWaitEvent(copy_stream, e->ev, 0))
                  : after_queued(copy_stream);
   if (!r && n && staging(n)) r = staged_dtoh(dst, (CUdeviceptr)(uintptr_t)src, n, copy_stream);
@@ -609,7 +694,10 @@ int kl_cuda_memset0(void *dst, size_t n) {
 }
 
 static int cuda_read(void *dst, kl_buffer *b, char *err, size_t errlen) {
-  return read_after(dst, b->data, b->nbytes, b->event, err, errlen);
+  int old = kl_cuda_use(b->ordinal); /* read on the GPU that holds it */
+  int rc = read_after(dst, b->data, b->nbytes, b->event, err, errlen);
+  kl_cuda_use(old);
+  return rc;
 }
 
 static int cuda_upload(void *dst, const void *src, size_t n, char *err, size_t errlen) {
@@ -618,7 +706,10 @@ static int cuda_upload(void *dst, const void *src, size_t n, char *err, size_t e
 
 static int cuda_synchronize(void) {
   if (enter()) return 0;
-  return p_cuStreamSynchronize(stream0) ? -1 : 0;
+  int rc = 0;
+  for (int k = 0; k < ngpus; k++)
+    if (atomic_load((_Atomic int *)&gpus[k].ready)) rc |= p_cuStreamSynchronize(gpus[k].stream) ? -1 : 0;
+  return rc;
 }
 
 int kl_cuda_is_device_pointer(const void *p) {
@@ -678,7 +769,7 @@ static void jit_log_init(jit_log *l) {
 
 int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen) {
   if (enter()) {
-    snprintf(err, errlen, "no GPU: %s", init_error);
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
   }
   jit_log jl;
@@ -709,42 +800,177 @@ int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_le
   return 0;
 }
 
-int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen) {
+/* A module is loaded into each GPU's context where it first runs: kiln's handles stand for it on
+ * every GPU (the image is kept for the others when there are several), and a function's handle
+ * keeps the CUfunction of each GPU, looked up on first launch there. */
+typedef struct kfunc {
+  struct kmodule *m;
+  char name[128];
+  CUfunction fn[KL_CUDA_MAX_GPUS];
+  struct kfunc *next;
+} kfunc;
+typedef struct kmodule {
+  void *image;                     /* owned, for loading into the other GPUs (NULL with one GPU) */
+  CUmodule mod[KL_CUDA_MAX_GPUS];
+  kfunc *funcs;                    /* the handles given out, once per name */
+  pthread_mutex_t mu;
+} kmodule;
+
+static CUresult load_image(const void *image, CUmodule *m, jit_log *jl) {
+  jit_log_init(jl);
+  return p_cuModuleLoadDataEx(m, image, 2, jl->opts, jl->vals);
+}
+
+int kl_cuda_module_load(const void *image, size_t len, void **module, char *err, size_t errlen) {
   if (enter()) {
-    snprintf(err, errlen, "no GPU: %s", init_error);
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
   }
+  kmodule *km = calloc(1, sizeof *km);
+  if (!km) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory loading a GPU module");
+  if (ngpus > 1) {
+    size_t n = len;
+    if (!(km->image = malloc(n ? n : 1))) {
+      free(km);
+      return kl_error(err, errlen, KL_ERR_NOMEM, "cannot keep a GPU module's image for the other GPUs");
+    }
+    memcpy(km->image, image, n);
+  }
   jit_log jl;
-  jit_log_init(&jl);
-  CUresult r = p_cuModuleLoadDataEx((CUmodule *)module, image, 2, jl.opts, jl.vals);
+  CUresult r = load_image(image, &km->mod[ord], &jl);
   if (r) {
+    free(km->image);
+    free(km);
     snprintf(err, errlen, "cannot load a GPU module (%s): %.3000s", cu_msg(r), jl.log);
     return -1;
   }
+  pthread_mutex_init(&km->mu, NULL);
+  *module = km;
   return 0;
 }
 
-int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen) {
-  CUresult r = p_cuModuleGetFunction((CUfunction *)fn, (CUmodule)module, name);
+/* f's CUfunction on the thread's GPU, the module loaded there first if need be; NULL with a message. */
+static CUfunction function_here(kfunc *f, char *err, size_t errlen) {
+  kmodule *km = f->m;
+  CUresult r = CUDA_SUCCESS;
+  jit_log jl;
+  jl.log[0] = 0;
+  pthread_mutex_lock(&km->mu);
+  if (!km->mod[ord]) r = km->image ? load_image(km->image, &km->mod[ord], &jl) : (CUresult)1;
+  if (!r && !f->fn[ord]) r = p_cuModuleGetFunction(&f->fn[ord], km->mod[ord], f->name);
+  pthread_mutex_unlock(&km->mu);
   if (r) {
-    snprintf(err, errlen, "GPU kernel %s not found in its module: %s", name, cu_msg(r));
+    snprintf(err, errlen, "GPU kernel %s could not be loaded on GPU %d (%s): %.2000s", f->name, ord,
+             km->image ? cu_msg(r) : "its module's image was not kept", jl.log);
+    return NULL;
+  }
+  return f->fn[ord];
+}
+
+int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen) {
+  kmodule *km = module;
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
   }
+  pthread_mutex_lock(&km->mu);
+  kfunc *f = km->funcs;
+  while (f && strcmp(f->name, name)) f = f->next;
+  if (!f && strlen(name) < sizeof f->name && (f = calloc(1, sizeof *f))) {
+    f->m = km;
+    snprintf(f->name, sizeof f->name, "%s", name);
+    f->next = km->funcs;
+    km->funcs = f;
+  }
+  pthread_mutex_unlock(&km->mu);
+  if (!f) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory for GPU kernel %s", name);
+  if (!function_here(f, err, errlen)) return -1;
+  *fn = f;
   return 0;
 }
 
 int kl_cuda_launch(void *fn, unsigned grid, unsigned block, void **ptrs, int nptrs, char *err, size_t errlen) {
+  kfunc *f = fn;
+  CUfunction h = f->fn[ord];
+  if (!h && !(h = function_here(f, err, errlen))) return -1;
   void *params_small[64];
   void **params = nptrs <= 64 ? params_small : malloc(sizeof(void *) * (size_t)nptrs);
   if (!params) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a GPU kernel");
   for (int i = 0; i < nptrs; i++) params[i] = &ptrs[i]; /* each parameter is one device pointer */
-  CUresult r = p_cuLaunchKernel((CUfunction)fn, grid, 1, 1, block, 1, 1, 0, cur(), params, NULL);
+  CUresult r = p_cuLaunchKernel(h, grid, 1, 1, block, 1, 1, 0, cur(), params, NULL);
   if (params != params_small) free(params);
   if (r) {
     snprintf(err, errlen, "GPU kernel launch (grid %u, block %u) failed: %s", grid, block, cu_msg(r));
     return -1;
   }
   return 0;
+}
+
+/* ---- between GPUs ---- */
+
+int kl_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, char *err,
+                    size_t errlen) {
+  struct { /* CUDA_MEMCPY2D, as the driver ABI lays it out */
+    size_t src_x, src_y;
+    int src_type;
+    const void *src_host;
+    CUdeviceptr src_dev;
+    void *src_array;
+    size_t src_pitch, dst_x, dst_y;
+    int dst_type;
+    void *dst_host;
+    CUdeviceptr dst_dev;
+    void *dst_array;
+    size_t dst_pitch, width, height;
+  } c;
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
+    return -1;
+  }
+  if (!width || !height) return 0;
+  memset(&c, 0, sizeof c);
+  c.src_type = c.dst_type = MEMORYTYPE_DEVICE;
+  c.src_dev = (CUdeviceptr)(uintptr_t)src;
+  c.dst_dev = (CUdeviceptr)(uintptr_t)dst;
+  c.src_pitch = spitch;
+  c.dst_pitch = dpitch;
+  c.width = width;
+  c.height = height;
+  CUresult r = p_cuMemcpy2DAsync(&c, cur());
+  if (r) return kl_error(err, errlen, KL_ERR_INTERNAL, "GPU strided copy (%zu rows of %zu bytes) failed: %s", height,
+                         width, cu_msg(r));
+  return 0;
+}
+
+/* Copies src's bytes into dst (same size, GPUs dst->ordinal and src->ordinal) and returns once
+ * they are there: the copy waits for src's producer, and nothing queued later on either GPU needs
+ * to wait for it. Peer to peer where the driver can (it goes through the host by itself where the
+ * GPUs cannot reach each other), else through host memory. */
+static int cuda_copy_buffer(kl_buffer *dst, kl_buffer *src, char *err, size_t errlen) {
+  if (kl_buf_wait(src) == KL_BUF_FAILED)
+    return kl_error(err, errlen, KL_ERR_VALUE, "%s", src->error ? src->error : "the computation producing this array failed");
+  int old = kl_cuda_use(src->ordinal), rc = 0;
+  if (!enter() && !src->event) p_cuStreamSynchronize(stream0); /* an upload's buffer: its copy may be in flight */
+  kl_cuda_use(dst->ordinal);
+  if (enter()) {
+    kl_cuda_use(old);
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "GPU %d: %s", dst->ordinal, gpu_error);
+  }
+  CUresult r = p_cuMemcpyPeerAsync((CUdeviceptr)(uintptr_t)dst->data, gpus[dst->ordinal].ctx, (CUdeviceptr)(uintptr_t)src->data,
+                                   gpus[src->ordinal].ctx, src->nbytes, stream0);
+  if (!r) r = p_cuStreamSynchronize(stream0);
+  if (r) { /* through the host */
+    void *h = malloc(src->nbytes ? src->nbytes : 1);
+    if (!h) rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory copying %zu bytes between GPUs", src->nbytes);
+    if (!rc) rc = cuda_read(h, src, err, errlen);
+    kl_cuda_use(dst->ordinal);
+    if (!rc) rc = kl_cuda_copy(dst->data, 1, h, 0, src->nbytes, err, errlen);
+    if (!rc && !enter() && p_cuStreamSynchronize(stream0))
+      rc = kl_error(err, errlen, KL_ERR_INTERNAL, "copy between GPUs %d and %d failed", src->ordinal, dst->ordinal);
+    free(h);
+  }
+  kl_cuda_use(old);
+  return rc;
 }
 
 /* ---- launching an executable ---- */
@@ -840,6 +1066,8 @@ int kl_cuda_exec_run(kl_exec *x, void *const *in, void *const *out, char *err, s
   return rc;
 }
 
+static _Thread_local int in_group; /* this thread runs a participant of an SPMD launch */
+
 #define BIG_LAUNCH_COST (1 << 20) /* elements: launches that get event boundaries of their own */
 
 /* KILN_GPU_PROFILE=1: every step runs synchronized and prints its time (slow; for finding
@@ -872,7 +1100,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
   int hprof = profile == 2 && x->nsteps >= 20;
   double h0 = hprof ? wall_now() : 0;
   if (enter()) {
-    snprintf(err, errlen, "no GPU: %s", init_error);
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
   }
   kl_buffer *small[32];
@@ -893,6 +1121,16 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
       goto done;
     }
     if (!bufs[x->in_slots[i]]) {
+      if (ngpus > 1 && b->ordinal != ord) { /* an uncommitted operand on another GPU: brought here */
+        kl_buffer *moved = kl_buf_new_on(KL_DEV_CUDA, b->nbytes, err, errlen);
+        if (!moved || cuda_copy_buffer(moved, b, err, errlen)) {
+          kl_buf_release(moved);
+          rc = -1;
+          goto done;
+        }
+        bufs[x->in_slots[i]] = moved;
+        continue;
+      }
       bufs[x->in_slots[i]] = b;
       kl_buf_retain(b);
     }
@@ -906,11 +1144,12 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
    * launches share one event, recorded on demand, so a read waits at most for small work). */
   if (x->cost >= BIG_LAUNCH_COST) {
     pthread_mutex_lock(&ev_mu);
-    struct kl_event *cur = ev_current;
+    struct kl_event *cur = G->ev_current;
     pthread_mutex_unlock(&ev_mu);
     if (cur) ensure_recorded(cur);
   }
-  int graphed = rc ? 0 : kl_cuda_graph_launch(x, bufs, err, errlen);
+  /* graphs are built in GPU 0's context, and not around an SPMD launch's collectives */
+  int graphed = rc || ord || in_group ? 0 : kl_cuda_graph_launch(x, bufs, err, errlen);
   if (graphed < 0) rc = -1;
   const int *live = graphed ? NULL : kl_exec_live(x), *last = live ? live + x->nslots : NULL; /* freed after the last step */
   for (int s = 0; s < x->nsteps && !rc && !graphed; s++) {
@@ -993,6 +1232,86 @@ done:
   return rc;
 }
 
+/* ---- SPMD launches: one executable on several GPUs ----
+ * Each participant is queued by a thread of its own, its GPU current there, so that NCCL's calls
+ * (one communicator per GPU of the set, ncclCommInitAll) are issued concurrently as NCCL requires
+ * of one rank per thread, and a collective inside a loop body needs nothing special. The threads
+ * only queue work: the launch returns once every participant's steps are queued (host steps and
+ * host collectives excepted, which run as they come). */
+typedef struct {
+  kl_exec *x;
+  kl_buffer **in, **out;
+  int ordinal, rank, rc, status;
+  kl_coll_group *grp;
+  char err[512];
+} participant;
+
+static void *run_participant(void *arg) {
+  participant *p = arg;
+  int old = kl_cuda_use(p->ordinal);
+  kl_coll_set_current(p->grp, p->rank);
+  in_group = 1;
+  p->rc = cuda_launch_exec(p->x, p->in, NULL, p->out, p->err, sizeof p->err);
+  if (p->rc) p->status = kl_status_last();
+  if (p->rc) kl_coll_abort(p->grp); /* the others must not wait for it at a host rendezvous */
+  in_group = 0;
+  kl_coll_set_current(NULL, 0);
+  kl_cuda_use(old);
+  return NULL;
+}
+
+static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
+                             size_t errlen) {
+  if (enter()) {
+    snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
+    return -1;
+  }
+  for (int p = 0; p < n; p++)
+    if (ordinals[p] < 0 || ordinals[p] >= ngpus)
+      return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch on GPU %d, but this machine has %d GPUs", ordinals[p], ngpus);
+  participant *ps = calloc((size_t)n, sizeof *ps);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  kl_coll_group *grp = kl_coll_group_new(n);
+  if (!ps || !th || !grp || kl_coll_group_set_ordinals(grp, ordinals)) {
+    free(ps);
+    free(th);
+    kl_coll_group_release(grp);
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a program on %d GPUs", n);
+  }
+  int rc = 0;
+  for (int p = 0; p < n; p++) {
+    ps[p] = (participant){x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p], p, 0, 0, grp, ""};
+  }
+  int started = 1; /* participant 0 runs on this thread */
+  for (; started < n; started++)
+    if (pthread_create(&th[started], NULL, run_participant, &ps[started])) break;
+  if (started < n) { /* no thread: the rest cannot meet the others; abort the group */
+    kl_coll_abort(grp);
+    rc = kl_error(err, errlen, KL_ERR_NOMEM, "cannot start a thread for participant %d of an SPMD launch", started);
+  }
+  run_participant(&ps[0]);
+  for (int p = 1; p < started; p++) pthread_join(th[p], NULL);
+  for (int p = 0; p < started && !rc; p++)
+    if (ps[p].rc) rc = kl_error(err, errlen, ps[p].status ? ps[p].status : KL_ERR_INTERNAL, "GPU %d: %s", ordinals[p], ps[p].err);
+  if (rc) /* outputs of the participants that did launch are dropped */
+    for (int p = 0; p < started; p++)
+      if (!ps[p].rc)
+        for (int k = 0; k < x->noutputs; k++) kl_buf_release(ps[p].out[k]);
+  free(ps);
+  free(th);
+  kl_coll_group_release(grp);
+  return rc;
+}
+
+static int cuda_use_ordinal(int ordinal) { return kl_cuda_use(ordinal); }
+
+static int cuda_copy_between(kl_buffer *dst, kl_buffer *src, char *err, size_t errlen) {
+  return cuda_copy_buffer(dst, src, err, errlen);
+}
+
+int kl_cuda_in_group(void) { return in_group; }
+void kl_cuda_context_lost(void) { ctx_ord = -1; }
+
 /* ---- the device interface ---- */
 
 /* A library python/ found (a wheel's): cuDNN's to cuDNN, a libcusolver to runtime/cusolver.c, anything
@@ -1033,6 +1352,10 @@ const kl_device kl_device_cuda = {
     .stream = kl_cuda_stream,
     .stream_wait = cuda_stream_wait,
     .launch = cuda_launch_exec,
+    .launch_group = cuda_launch_group,
+    .use_ordinal = cuda_use_ordinal,
+    .copy = cuda_copy_between,
+    .count = kl_cuda_count,
     .synchronize = cuda_synchronize,
     .library_add_path = cuda_library_add_path,
     .library = cuda_library,

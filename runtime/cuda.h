@@ -11,6 +11,24 @@
 #include "device.h"
 #include "hostconv.h"
 
+/* The GPUs kiln drives at most (their ordinals are 0 to KL_CUDA_MAX_GPUS - 1). */
+#define KL_CUDA_MAX_GPUS 16
+/* Every GPU has its own context, streams, events and caches (set up when first used). The calling
+ * thread's GPU (0 until told) is where its allocations, copies, kernels and library calls go:
+ * kl_cuda_use sets it (ordinal < 0: unchanged) and returns the one before; kl_cuda_ordinal says
+ * which it is; kl_cuda_count is how many GPUs there are (0 without one). kl_cuda_in_group: 1 while
+ * the thread queues a participant of an SPMD launch (runtime/collective.h's group is current). */
+int kl_cuda_use(int ordinal);
+int kl_cuda_ordinal(void);
+int kl_cuda_count(void);
+int kl_cuda_in_group(void);
+/* Says that a library using CUDA's runtime API (NCCL) may have made another context current on
+ * this thread: the next call makes the thread's GPU's current again. */
+void kl_cuda_context_lost(void);
+/* Copies height rows of width bytes, device to device on the thread's queue, rows spitch bytes
+ * apart at src and dpitch apart at dst. 0, or -1 with a message. */
+int kl_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, char *err,
+                    size_t errlen);
 /* 1 if a GPU is usable; else 0 with the reason in why (KILN_PLATFORM=cpu, no driver...). */
 int kl_cuda_available(char *why, size_t n);
 /* Device memory (stream-ordered); freeing waits for the work queued before it. */
@@ -20,7 +38,7 @@ void kl_cuda_free(void *ptr, size_t nbytes);
 int kl_cuda_copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n, char *err, size_t errlen);
 int kl_cuda_memset0(void *dst, size_t n);
 int kl_cuda_is_device_pointer(const void *p);
-/* kiln's one stream (a CUstream), or NULL without a GPU. */
+/* kiln's stream on the thread's GPU (a CUstream), or NULL without a GPU. */
 void *kl_cuda_stream(void);
 /* A driver entry point by name (the _v2 version where one exists), or NULL. */
 void *kl_cuda_driver_symbol(const char *name);
@@ -35,7 +53,7 @@ int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen)
 void kl_cuda_graph_free(void *state);
 /* PTX -> device code (malloc'd *image) through the driver's JIT linker. */
 int kl_cuda_link_ptx(const char *ptx, size_t len, void **image, size_t *image_len, char *err, size_t errlen);
-int kl_cuda_module_load(const void *image, void **module, char *err, size_t errlen);
+int kl_cuda_module_load(const void *image, size_t len, void **module, char *err, size_t errlen);
 int kl_cuda_function(void *module, const char *name, void **fn, char *err, size_t errlen);
 /* Runs GPU executable x now (a loop's body inside a step): its steps are queued on kiln's stream,
  * reading in[0..ninputs) and writing out[0..noutputs), device memory of x's slot sizes; returns

@@ -416,7 +416,7 @@ static void while_load(void) {
   size_t n = 0;
   char err[256];
   const char *ptx = kl_cuda_graph_ptx();
-  if (kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, &mod, err, sizeof err) ||
+  if (kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, n, &mod, err, sizeof err) ||
       kl_cuda_function(mod, "kl_while_next", &set_fn, err, sizeof err) ||
       kl_cuda_function(mod, "kl_if_set", &if_fn, err, sizeof err) ||
       kl_cuda_function(mod, "kl_scan_in", &scan_fn[0], err, sizeof err) ||

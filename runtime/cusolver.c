@@ -207,7 +207,7 @@ static void open_cusolver(void) {
   size_t n = 0;
   char err[256];
   const char *ptx = kl_cusolver_ptx();
-  if (kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, &mod, err, sizeof err) ||
+  if (kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &n, err, sizeof err) || kl_cuda_module_load(image, n, &mod, err, sizeof err) ||
       kl_cuda_function(mod, "kl_sol_strided", &k_strided, err, sizeof err) ||
       kl_cuda_function(mod, "kl_sol_fix", &k_fix, err, sizeof err) ||
       kl_cuda_function(mod, "kl_sol_perm", &k_perm, err, sizeof err) ||

@@ -39,6 +39,7 @@ kl_buffer *kl_buf_new_on(int device, size_t nbytes, char *err, size_t errlen) {
     return NULL;
   }
   b->device = device;
+  b->ordinal = d->use_ordinal ? d->use_ordinal(-1) : 0; /* where its memory is */
   b->nbytes = nbytes;
   b->refcount = 1;
   b->state = d->born_ready ? KL_BUF_READY : KL_BUF_PENDING;
@@ -84,7 +85,11 @@ void kl_buf_release(kl_buffer *b) {
   const kl_device *d = devices[b->device];
   if (b->event) d->event_release(b->event);
   if (b->release) b->release(b->owner);
-  else d->free(b->data, b->nbytes);
+  else if (d->use_ordinal) { /* freed on the device that holds it */
+    int old = d->use_ordinal(b->ordinal);
+    d->free(b->data, b->nbytes);
+    d->use_ordinal(old);
+  } else d->free(b->data, b->nbytes);
   free(b->error);
   free(b);
 }
@@ -230,7 +235,10 @@ int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset
   int ordinal, committed;
   if (placement(x, inputs, &ordinal, &committed, err, errlen)) return -1;
   if (x->nupdates && check_donated_updates(x, preset, err, errlen)) return -1;
-  if (devices[x->device]->launch(x, inputs, preset, outs, err, errlen)) return -1;
+  const kl_device *d = devices[x->device];
+  int old = d->use_ordinal ? d->use_ordinal(ordinal) : 0, rc = d->launch(x, inputs, preset, outs, err, errlen);
+  if (d->use_ordinal) d->use_ordinal(old);
+  if (rc) return -1;
   if (ordinal || committed) place_outputs(x, inputs, outs, ordinal, committed);
   return 0;
 }
@@ -243,7 +251,7 @@ int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inp
     return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "launching one program on several %s devices is not supported yet "
                     "by kiln", d->name);
   if (x->nupdates && check_donated_updates(x, NULL, err, errlen)) return -1;
-  if (d->launch_group(x, n, inputs, outs, err, errlen)) return -1;
+  if (d->launch_group(x, n, ordinals, inputs, outs, err, errlen)) return -1;
   for (int p = 0; p < n; p++)
     place_outputs(x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p], 1);
   return 0;

@@ -92,7 +92,16 @@ typedef struct kl_device {
   int (*launch)(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err, size_t errlen);
   /* kl_exec_launch_group for executables of this device (outputs' ordinals set by the caller), or
    * NULL where the device cannot run groups yet. */
-  int (*launch_group)(kl_exec *x, int n, kl_buffer **inputs, kl_buffer **outs, char *err, size_t errlen);
+  int (*launch_group)(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
+                      size_t errlen);
+  /* Devices of a kind that has several real ones (CUDA), else NULL. use_ordinal makes `ordinal`
+   * the calling thread's device of the kind for the allocations, frees, uploads and launches that
+   * follow (ordinal < 0: unchanged) and returns the one before; copy copies src's bytes into dst,
+   * a buffer of the same size on the same kind's device dst->ordinal, returning once they are
+   * there (0, or -1 with a message); count is how many devices of the kind there are. */
+  int (*use_ordinal)(int ordinal);
+  int (*copy)(kl_buffer *dst, kl_buffer *src, char *err, size_t errlen);
+  int (*count)(void);
   /* Waits until every launch queued on the device is finished. 0 or -1. Never call it from
    * inside a launch (the CPU's executor would wait for itself). */
   int (*synchronize)(void);

@@ -317,7 +317,7 @@ static void load_module(void) {
   size_t len = 0;
   char err[256] = "";
   int rc = kl_cuda_link_ptx(ptx, strlen(ptx) + 1, &image, &len, err, sizeof err) ||
-           kl_cuda_module_load(image, &mod, err, sizeof err);
+           kl_cuda_module_load(image, len, &mod, err, sizeof err);
   for (int i = 0; !rc && i < NKERNELS; i++) rc = kl_cuda_function(mod, kernel_names[i], &functions[i], err, sizeof err);
   free(image);
   if (rc) snprintf(why, sizeof why, "the sort kernels did not load: %.260s", err);

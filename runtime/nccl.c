@@ -1,6 +1,6 @@
 /* nccl.c: NCCL opened at run time (nccl.h). The library's types are declared here as NCCL's ABI
- * has them (opaque communicators, int enums), so kiln builds with no NCCL headers. Compiled, not
- * yet run (no multi-GPU runtime yet). Knows nothing of the IR, MLIR or Python. */
+ * has them (opaque communicators, int enums), so kiln builds with no NCCL headers. Written
+ * against NCCL's documented ABI; not yet run on a machine with several GPUs. Knows nothing of the IR, MLIR or Python. */
 #define _GNU_SOURCE
 #include "nccl.h"
 
@@ -117,6 +117,29 @@ int kl_nccl_reduce_scatter(const kl_nccl_comms *c, int rank, const void *send, v
                            int dtype, int op, void *stream, char *err, size_t errlen) {
   return check(nc.reduce_scatter(send, recv, recv_count, dtype, op, c->comms[rank], stream), "reduce-scatter", err,
                errlen);
+}
+
+/* The size in bytes of one element of NCCL type t. */
+static size_t type_bytes(int t) {
+  switch (t) {
+  case KL_NCCL_I8: case KL_NCCL_U8: return 1;
+  case KL_NCCL_F16: case KL_NCCL_BF16: return 2;
+  case KL_NCCL_I32: case KL_NCCL_U32: case KL_NCCL_F32: return 4;
+  default: return 8;
+  }
+}
+
+int kl_nccl_all_to_all(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t count, int dtype,
+                       void *stream, char *err, size_t errlen) {
+  size_t blk = count * type_bytes(dtype);
+  if (check(nc.group_start(), "group start", err, errlen)) return -1;
+  nccl_result r = 0;
+  for (int k = 0; k < c->n && !r; k++) {
+    r = nc.send((const char *)send + (size_t)k * blk, count, dtype, k, c->comms[rank], stream);
+    if (!r) r = nc.recv((char *)recv + (size_t)k * blk, count, dtype, k, c->comms[rank], stream);
+  }
+  nccl_result g = nc.group_end();
+  return check(r ? r : g, "all-to-all (send/recv)", err, errlen);
 }
 
 int kl_nccl_send_recv(const kl_nccl_comms *c, int rank, const void *send, int to, void *recv, int from, size_t count,

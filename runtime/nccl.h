@@ -1,8 +1,8 @@
 /* nccl.h: collectives between GPUs through NCCL, opened at run time (libnccl.so.2): one
  * communicator per GPU of a device set (ncclCommInitAll), cached per set; each operation enqueued
  * on the stream of its device's launch. For the GPU half of runtime/collective.h's rendezvous
- * (simulated CPU devices exchange pointers in process instead). Compiled, not yet run: kiln drives
- * one GPU today (see the README, Several devices). Knows nothing of the IR, MLIR or Python. */
+ * (simulated CPU devices exchange pointers in process instead). Driven by codegen/lower/collective.c for
+ * the participants of a CUDA SPMD launch (runtime/cuda.c, one thread per GPU). Knows nothing of the IR, MLIR or Python. */
 #ifndef KL_NCCL_H
 #define KL_NCCL_H
 #include <stddef.h>
@@ -31,4 +31,8 @@ int kl_nccl_reduce_scatter(const kl_nccl_comms *c, int rank, const void *send, v
 /* ppermute: sends to `to` (-1: none) and receives from `from` (-1: none) in one NCCL group. */
 int kl_nccl_send_recv(const kl_nccl_comms *c, int rank, const void *send, int to, void *recv, int from, size_t count,
                       int dtype, void *stream, char *err, size_t errlen);
+/* all_to_all: block k of send (count elements each) to rank k, rank k's block for this rank into
+ * block k of recv, as send/recv pairs in one NCCL group. */
+int kl_nccl_all_to_all(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t count, int dtype,
+                       void *stream, char *err, size_t errlen);
 #endif

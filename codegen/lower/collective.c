@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "../../runtime/collective.h"
+#include "../../runtime/cuda.h"
+#include "../../runtime/nccl.h"
 #include "lower.h"
 
 /* Bytes of a's dims from `from` on, elements of es bytes. */
@@ -129,7 +131,182 @@ static int run_collective(const kl_libcall *c, void *const *ptrs, char *err, siz
   return rc;
 }
 
-#define COLLECTIVE(P) {P, .fuses = 0, .cpu_lib = run_collective}
+/* ---- on GPUs: NCCL ----
+ * Each participant of a CUDA SPMD launch queues its part on its GPU's stream from a thread of its
+ * own (runtime/cuda.c), so NCCL's calls meet as one rank per thread. Layouts NCCL does not produce
+ * (a gather or scatter along an axis other than the leading one, all_to_all's chunks) are made by
+ * strided device copies around it. */
+
+static int nccl_type(kl_dtype t, int *dtype, size_t *mult) {
+  *mult = 1;
+  switch (t) {
+  case KL_I8: *dtype = KL_NCCL_I8; return 0;
+  case KL_U8: case KL_BOOL: *dtype = KL_NCCL_U8; return 0;
+  case KL_I32: *dtype = KL_NCCL_I32; return 0;
+  case KL_U32: *dtype = KL_NCCL_U32; return 0;
+  case KL_I64: *dtype = KL_NCCL_I64; return 0;
+  case KL_U64: *dtype = KL_NCCL_U64; return 0;
+  case KL_F16: *dtype = KL_NCCL_F16; return 0;
+  case KL_BF16: *dtype = KL_NCCL_BF16; return 0;
+  case KL_F32: *dtype = KL_NCCL_F32; return 0;
+  case KL_F64: *dtype = KL_NCCL_F64; return 0;
+  case KL_C64: *dtype = KL_NCCL_F32, *mult = 2; return 0; /* moved or summed as pairs of reals */
+  case KL_C128: *dtype = KL_NCCL_F64, *mult = 2; return 0;
+  default: return -1;
+  }
+}
+
+/* Copies the g blocks of `rows` rows of blk bytes: from [member][row] layout to [row][member]
+ * (to_rows 1), or back (0). */
+static int regroup(char *dst, const char *src, int64_t g, int64_t rows, size_t blk, int to_rows, char *err, size_t errlen) {
+  for (int64_t k = 0; k < g; k++) {
+    size_t spitch = to_rows ? blk : (size_t)g * blk, dpitch = to_rows ? (size_t)g * blk : blk;
+    const char *s = to_rows ? src + (size_t)k * (size_t)rows * blk : src + (size_t)k * blk;
+    char *d = to_rows ? dst + (size_t)k * blk : dst + (size_t)k * (size_t)rows * blk;
+    if (kl_cuda_copy_2d(d, dpitch, s, spitch, blk, (size_t)rows, err, errlen)) return -1;
+  }
+  return 0;
+}
+
+int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
+  const char *name = kl_prim_get(c->prim)->name;
+  int rank = 0;
+  kl_coll_group *grp = kl_coll_current(&rank);
+  int64_t n = kl_collective_mesh_size(&c->p), g = kl_collective_group_size(&c->p);
+  if (!grp && n != 1)
+    return kl_error(err, errlen, KL_ERR_VALUE, "%s: a collective over a mesh of %lld devices runs only inside shard_map "
+                    "or pmap over that mesh", name, (long long)n);
+  if (grp && kl_coll_group_size(grp) != n)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "%s: launched on %d devices, but its mesh has %lld", name,
+                    kl_coll_group_size(grp), (long long)n);
+  const int *group_ords = grp ? kl_coll_group_ordinals(grp) : NULL;
+  if (grp && !group_ords)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "%s: an SPMD launch without its GPUs", name);
+  int64_t *members = malloc(sizeof(int64_t) * (size_t)g);
+  int *ords = malloc(sizeof(int) * (size_t)g);
+  if (!members || !ords) {
+    free(members);
+    free(ords);
+    return kl_error(err, errlen, KL_ERR_NOMEM, "%s: out of host memory", name);
+  }
+  int64_t pos = kl_collective_group(&c->p, rank, members);
+  for (int64_t k = 0; grp && k < g; k++) ords[k] = group_ords[members[k]];
+  const kl_aval *x = &c->avals[0], *y = &c->avals[1];
+  size_t es = kl_dtype_size(x->dtype), xbytes = tail_bytes(x, 0, es), ybytes = tail_bytes(y, 0, es);
+  int a = (int)c->p.collective.axis, rc = 0, dtype = 0;
+  size_t mult = 1;
+  const char *src = ptrs[0];
+  char *dst = ptrs[1];
+  const kl_nccl_comms *comms = NULL;
+  void *stream = kl_cuda_queue_stream();
+  if (c->prim == KL_P_AXIS_INDEX) {
+    int32_t v = (int32_t)pos;
+    rc = kl_cuda_copy(ptrs[0], 1, &v, 0, sizeof v, err, errlen);
+    goto out;
+  }
+  if (g == 1) { /* alone in its group: every collective is the identity, ppermute keeps what it sends itself */
+    const kl_ivec *pm = &c->p.collective.perm;
+    int self = c->prim != KL_P_PPERMUTE;
+    for (int k = 0; k < pm->n && !self; k += 2) self = pm->v[k] == 0 && pm->v[k + 1] == 0;
+    rc = self ? kl_cuda_copy(dst, 1, src, 1, ybytes, err, errlen) : kl_cuda_memset0(dst, ybytes);
+    goto out;
+  }
+  if (nccl_type(x->dtype, &dtype, &mult) ||
+      (mult == 2 && (c->prim == KL_P_PMAX || c->prim == KL_P_PMIN)) || (x->dtype == KL_BOOL && c->prim == KL_P_PSUM)) {
+    rc = kl_error(err, errlen, KL_ERR_UNSUPPORTED, "%s of %s between GPUs is not supported yet by kiln", name,
+                  kl_dtype_name(x->dtype));
+    goto out;
+  }
+  size_t ebytes = es / mult; /* bytes of one NCCL element */
+  comms = kl_nccl_comms_for(ords, (int)g, err, errlen);
+  kl_cuda_context_lost();
+  stream = kl_cuda_queue_stream(); /* (the thread's GPU's context current again) */
+  if (!comms) {
+    rc = -1;
+    goto out;
+  }
+  switch (c->prim) {
+  case KL_P_PSUM:
+  case KL_P_PMAX:
+  case KL_P_PMIN: {
+    int op = c->prim == KL_P_PSUM ? KL_NCCL_SUM : c->prim == KL_P_PMAX ? KL_NCCL_MAX : KL_NCCL_MIN;
+    rc = kl_nccl_all_reduce(comms, (int)pos, src, dst, xbytes / ebytes, dtype, op, stream, err, errlen);
+    break;
+  }
+  case KL_P_ALL_GATHER: { /* NCCL gives [member][x]; y is [outer][member][x's dims from axis on] */
+    int64_t outer = lead(x, a);
+    void *tmp = NULL;
+    if (outer > 1 && kl_cuda_alloc(ybytes, &tmp, err, errlen)) {
+      rc = -1;
+      break;
+    }
+    rc = kl_nccl_all_gather(comms, (int)pos, src, tmp ? tmp : dst, xbytes / ebytes, dtype, stream, err, errlen);
+    if (!rc && tmp) rc = regroup(dst, tmp, g, outer, tail_bytes(x, a, es), 1, err, errlen);
+    if (tmp) kl_cuda_free(tmp, ybytes);
+    break;
+  }
+  case KL_P_REDUCE_SCATTER: { /* x = [outer][member][blk]: NCCL wants [member][outer][blk] */
+    int64_t outer = lead(x, a);
+    void *tmp = NULL;
+    if (outer > 1 && kl_cuda_alloc(xbytes, &tmp, err, errlen)) {
+      rc = -1;
+      break;
+    }
+    if (tmp) rc = regroup(tmp, src, g, outer, tail_bytes(y, a, es), 0, err, errlen);
+    if (!rc)
+      rc = kl_nccl_reduce_scatter(comms, (int)pos, tmp ? tmp : src, dst, ybytes / ebytes, dtype, KL_NCCL_SUM, stream, err,
+                                  errlen);
+    if (tmp) kl_cuda_free(tmp, xbytes);
+    break;
+  }
+  case KL_P_PPERMUTE: { /* zeros unless a pair sends here */
+    const kl_ivec *pm = &c->p.collective.perm;
+    int to = -1, from = -1;
+    for (int k = 0; k < pm->n; k += 2) {
+      if (pm->v[k] == pos) to = (int)pm->v[k + 1];
+      if (pm->v[k + 1] == pos) from = (int)pm->v[k];
+    }
+    if (from < 0) rc = kl_cuda_memset0(dst, ybytes);
+    if (!rc && to == pos) rc = kl_cuda_copy(dst, 1, src, 1, ybytes, err, errlen); /* to itself */
+    else if (!rc && (to >= 0 || from >= 0))
+      rc = kl_nccl_send_recv(comms, (int)pos, src, to, dst, from, xbytes / ebytes, dtype, stream, err, errlen);
+    break;
+  }
+  case KL_P_ALL_TO_ALL: {
+    /* send: chunk k of x along axis a, for member k, contiguous ([k][lead(a)][chunk rows]); recv:
+     * member k's chunk for this one, [k][piece]; y: the pieces concatenated along axis c. */
+    int ca = (int)c->p.collective.concat_axis;
+    int64_t outer_a = lead(x, a), chunk = x->dims[a] / g;
+    size_t row = (size_t)chunk * tail_bytes(x, a + 1, es), piece = xbytes / (size_t)g;
+    kl_aval pa = *x; /* a piece: x with axis a cut to one chunk */
+    pa.dims[a] = chunk;
+    int64_t outer_c = lead(&pa, ca);
+    size_t prow = tail_bytes(&pa, ca, es);
+    void *sendb = NULL, *recvb = NULL;
+    if (kl_cuda_alloc(xbytes, &sendb, err, errlen) || kl_cuda_alloc(xbytes, &recvb, err, errlen)) rc = -1;
+    for (int64_t k = 0; !rc && k < g; k++) /* x as [outer_a][g][row] -> [g][outer_a][row] */
+      rc = kl_cuda_copy_2d((char *)sendb + (size_t)k * piece, row, src + (size_t)k * row, (size_t)g * row, row,
+                           (size_t)outer_a, err, errlen);
+    if (!rc) rc = kl_nccl_all_to_all(comms, (int)pos, sendb, recvb, piece / ebytes, dtype, stream, err, errlen);
+    for (int64_t k = 0; !rc && k < g; k++) /* [g][outer_c][prow] -> y as [outer_c][g][prow] */
+      rc = kl_cuda_copy_2d(dst + (size_t)k * prow, (size_t)g * prow, (char *)recvb + (size_t)k * piece, prow, prow,
+                           (size_t)outer_c, err, errlen);
+    if (sendb) kl_cuda_free(sendb, xbytes);
+    if (recvb) kl_cuda_free(recvb, xbytes);
+    break;
+  }
+  default:
+    rc = kl_lower_missing(c->prim, "GPU (NCCL)", err, errlen);
+    break;
+  }
+out:
+  if (comms) kl_cuda_context_lost(); /* NCCL sets the runtime's device as it likes */
+  free(members);
+  free(ords);
+  return rc;
+}
+
+#define COLLECTIVE(P) {P, .fuses = 0, .cpu_lib = run_collective, .gpu_library = KL_GPU_LIB_COLLECTIVE}
 const kl_lowering kl_lower_collective[] = {
     COLLECTIVE(KL_P_PSUM),     COLLECTIVE(KL_P_PMAX),     COLLECTIVE(KL_P_PMIN),       COLLECTIVE(KL_P_ALL_GATHER),
     COLLECTIVE(KL_P_REDUCE_SCATTER), COLLECTIVE(KL_P_PPERMUTE), COLLECTIVE(KL_P_ALL_TO_ALL), COLLECTIVE(KL_P_AXIS_INDEX),

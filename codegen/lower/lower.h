@@ -68,7 +68,8 @@ typedef enum {
   KL_GPU_LIB_FFT,  /* cuFFT (kl_lower_fft_layout) */
   KL_GPU_LIB_CONV, /* cuDNN (kl_lower_conv_geom) */
   KL_GPU_LIB_SOLVER, /* cuSOLVER / cuBLAS linear algebra (kl_lower_solver_layout) */
-  KL_GPU_LIB_SORT    /* kiln's radix sort kernels, runtime/gpusort.c (kl_lower_sort_layout) */
+  KL_GPU_LIB_SORT,   /* kiln's radix sort kernels, runtime/gpusort.c (kl_lower_sort_layout) */
+  KL_GPU_LIB_COLLECTIVE /* NCCL between the GPUs of an SPMD launch (kl_lower_collective_gpu) */
 } kl_gpu_library;
 /* An fft step as a library takes it: its lax.FftType, precision and the number of transforms
  * (the transformed axes are c->p.fft.fft_lengths). 0, or -1 when the step is not packed. */
@@ -135,6 +136,9 @@ KL_LOWER_FAMILY(collective)
 const kl_lowering *kl_lower_get(kl_prim p);
 /* The one error for a missing lowering: "codegen: no <target> lowering for <prim>". Returns -1. */
 int kl_lower_missing(kl_prim p, const char *target, char *err, size_t errlen);
+/* A collective step on the GPU (codegen/lower/collective.c): the participant's part through NCCL
+ * on its GPU's stream (runtime/nccl.h), ptrs as the CPU step's (operand, result). 0, or -1. */
+int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen);
 
 /* Host element access for the CPU routines (codegen/libcall.c): floats through double, ints
  * through int64 (wrapping on store). */

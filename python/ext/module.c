@@ -235,8 +235,19 @@ static PyObject *mod_transfer(PyObject *self, PyObject *args) {
   }
   char err[512];
   kl_buffer *n;
+  const kl_device *d = kl_device_get(device);
+  if (!d) return PyErr_Format(PyExc_ValueError, "transfer: no device kind %d", device);
   Py_BEGIN_ALLOW_THREADS
-  n = transfer(b, device, err, sizeof err);
+  /* a kind with several real devices (GPUs): allocate on the one asked for, copy between them */
+  int old = d->use_ordinal && ordinal >= 0 ? d->use_ordinal(ordinal) : -1;
+  if (d->copy && b->device == device) {
+    n = kl_buf_new_on(device, b->nbytes, err, sizeof err);
+    if (n && d->copy(n, b, err, sizeof err)) {
+      kl_buf_release(n);
+      n = NULL;
+    }
+  } else n = transfer(b, device, err, sizeof err);
+  if (old >= 0) d->use_ordinal(old);
   Py_END_ALLOW_THREADS
   if (!n) return kl_py_raise("device_put: ", err);
   if (ordinal >= 0) {
@@ -1277,11 +1288,20 @@ static PyObject *mod_gpu_available(PyObject *self, PyObject *unused) {
   return Py_BuildValue("(Os)", ok ? Py_True : Py_False, why);
 }
 
-static PyObject *mod_gpu_info(PyObject *self, PyObject *unused) {
+static PyObject *mod_gpu_count(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
+  return PyLong_FromLong(gpu()->available(NULL, 0) && gpu()->count ? gpu()->count() : 0);
+}
+
+static PyObject *mod_gpu_info(PyObject *self, PyObject *args) {
+  (void)self;
+  int ordinal = 0;
+  if (!PyArg_ParseTuple(args, "|i", &ordinal)) return NULL;
   kl_device_info d;
+  int old = gpu()->use_ordinal ? gpu()->use_ordinal(ordinal) : 0;
   gpu()->info(&d);
+  if (gpu()->use_ordinal) gpu()->use_ordinal(old);
   return Py_BuildValue("{s:s,s:i,s:i,s:i,s:n,s:i}", "name", d.name, "cc_major", d.cc_major, "cc_minor", d.cc_minor,
                        "num_sms", d.num_sms, "total_mem", (Py_ssize_t)d.total_mem, "driver_version", d.driver_version);
 }
@@ -1386,7 +1406,8 @@ static PyMethodDef mod_methods[] = {
     {"from_dlpack", mod_from_dlpack, METH_O, "from_dlpack(capsule) -> (Buffer, shape, (code, bits)) or None"},
     {"stream_handle", mod_stream_handle, METH_NOARGS, "kiln's CUDA stream (for DLPack consumers)"},
     {"gpu_available", mod_gpu_available, METH_NOARGS, "(usable, reason if not)"},
-    {"gpu_info", mod_gpu_info, METH_NOARGS, "facts about GPU 0"},
+    {"gpu_info", mod_gpu_info, METH_VARARGS, "gpu_info(ordinal=0): facts about a GPU"},
+    {"gpu_count", mod_gpu_count, METH_NOARGS, "how many GPUs kiln can use"},
     {"set_default_device", mod_set_default_device, METH_O, "0: CPU, 1: GPU"},
     {"cublas_search_path", mod_cublas_search_path, METH_O, "add a libcublas candidate path"},
     {"cublas_library", mod_cublas_library, METH_NOARGS, "(found, path or reason)"},

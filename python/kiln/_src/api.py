@@ -70,6 +70,7 @@ for _d in _cpus:
     _d._kind = 0
 _cpu = _cpus[0]
 _gpu = None  # Device for CUDA device 0, when usable
+_gpus = []  # every GPU: CudaDevice(id=k)
 
 
 def _choose_platform():
@@ -85,9 +86,14 @@ def _choose_platform():
     ok, why = _kiln.gpu_available()
     if ok:
         info = _kiln.gpu_info()
-        _gpu = Device(0, "gpu", info["name"])
-        _gpu._kind = 1
-        _gpu.compute_capability = f"{info['cc_major']}.{info['cc_minor']}"
+        _gpus.clear()
+        for k in range(max(1, _kiln.gpu_count())):
+            info = _kiln.gpu_info(k) if k else info
+            d = Device(k, "gpu", info["name"])
+            d._kind = 1
+            d.compute_capability = f"{info['cc_major']}.{info['cc_minor']}"
+            _gpus.append(d)
+        _gpu = _gpus[0]
         _kiln.set_default_device(1)
     elif want:
         raise RuntimeError(f"KILN_PLATFORM={want} was requested but no GPU is usable: {why}")
@@ -144,11 +150,11 @@ def devices(backend=None):
         if _gpu is None:
             raise RuntimeError(f"Backend {backend!r} requested, but no GPU is usable on this machine "
                                "(or KILN_PLATFORM=cpu is set); available backends: ['cpu']")
-        return [_gpu]
+        return list(_gpus)
     if backend not in (None, "cpu"):
         raise RuntimeError(f"Unknown backend {backend!r}: kiln has the backends 'gpu' (CUDA) and 'cpu'")
     if backend is None and _gpu is not None:
-        return [_gpu]
+        return list(_gpus)
     return list(_cpus)
 
 
@@ -177,7 +183,9 @@ def _device_of_kind(kind):
 
 def _device_of_buf(buf):
     """The Device a buffer is on: its kind, and which device of that kind."""
-    return _gpu if buf.device == 1 else _cpus[buf.ordinal] if buf.ordinal < len(_cpus) else _cpu
+    if buf.device == 1:
+        return _gpus[buf.ordinal] if buf.ordinal < len(_gpus) else _gpu
+    return _cpus[buf.ordinal] if buf.ordinal < len(_cpus) else _cpu
 
 
 def _leaf_to_array(x, what="argument"):
@@ -216,7 +224,7 @@ def _put_leaf(v, device):
     if device is None or isinstance(a, Tracer):
         return a
     buf = spmd.global_buf(a)
-    if device._kind == 1 or len(_cpus) == 1:  # one device of the kind: committing changes nothing
+    if len(_gpus if device._kind == 1 else _cpus) == 1:  # one device of the kind: committing changes nothing
         if buf.device == device._kind and buf is a._buf:
             return a
         return Array(_kiln.transfer(buf, device._kind), a.shape, a.dtype, a.weak_type)
