@@ -309,7 +309,7 @@ class ShardMapped:
         finally:
             _axis_stack.pop()
         e = _Entry()
-        e.exe = traced.builder.compile(0, ())
+        e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, ())  # for the mesh's kind of device
         e.consts = traced.consts
         e.out_tree = traced.out_tree
         e.out_avals = traced.out_avals
