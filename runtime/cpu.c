@@ -147,6 +147,16 @@ static void buf_set_state(kl_buffer *b, int state, const char *msg) {
   pthread_mutex_unlock(&ready_mu);
 }
 
+/* One launch writing b is done: 1 when no other queued launch writes it (then it is ready), 0
+ * while a later launch that took it as a donated output has still to run (a donated update loop
+ * queues several; the earlier one's completion must not mark it ready under the later one). */
+static int writes_done(kl_buffer *b) {
+  int w = atomic_load((_Atomic int *)&b->writers);
+  while (w > 0 && !atomic_compare_exchange_weak((_Atomic int *)&b->writers, &w, w - 1)) {
+  }
+  return w <= 1;
+}
+
 static int cpu_wait(kl_buffer *b) {
   for (int spin = 0; spin < 2000; spin++) { /* short: the waiter must not steal a core from the workers */
     int s = atomic_load((_Atomic int *)&b->state);
@@ -426,7 +436,7 @@ static void execute(launch *l) {
       for (int k = 0; k < x->noutputs; k++) out |= x->out_slots[k] == i;
       for (int k = 0; k < x->ninputs; k++) out &= x->in_slots[k] != i;
     }
-    if (out) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
+    if (out && (writes_done(l->bufs[i]) || failed)) buf_set_state(l->bufs[i], failed ? KL_BUF_FAILED : KL_BUF_READY, failed ? err : NULL);
     kl_buf_release(l->bufs[i]);
   }
   if (is_out != small_out) free(is_out);
@@ -595,6 +605,7 @@ static launch *prepare(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset,
     if (preset[i] && !bufs[x->out_slots[i]]) {
       bufs[x->out_slots[i]] = preset[i];
       kl_buf_retain(preset[i]);
+      atomic_fetch_add((_Atomic int *)&preset[i]->writers, 1);
       atomic_store((_Atomic int *)&preset[i]->state, KL_BUF_PENDING); /* ready again when this launch is done */
     }
   for (int i = 0; i < x->noutputs; i++) {
@@ -602,6 +613,7 @@ static launch *prepare(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset,
     if (!bufs[s]) {
       l->held += x->slot_bytes[s];
       bufs[s] = kl_buf_new(x->slot_bytes[s], err, errlen);
+      if (bufs[s]) bufs[s]->writers = 1;
       if (!bufs[s]) {
         for (int k = 0; k < i; k++) kl_buf_release(outs[k]);
         for (int k = 0; k < x->nslots; k++) kl_buf_release(bufs[k]);

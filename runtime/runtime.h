@@ -26,6 +26,8 @@ typedef struct kl_buffer {
   struct kl_event *event; /* GPU buffers: the launch that writes them (NULL: ready), one ref */
   int shared;          /* also reachable by another library (DLPack, CUDA array interface) */
   int holders;         /* atomic; handles of the Python layer on it (launches hold references, not handles) */
+  int writers;         /* atomic, CPU: launches queued that write it (a donated buffer can have several in
+                          flight: only the last one's completion makes it READY) */
 } kl_buffer;
 
 /* Allocates a pending host buffer; NULL (with a message) if nbytes cannot be allocated. */

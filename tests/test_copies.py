@@ -140,3 +140,17 @@ def test_the_environment_variable_turns_the_log_on():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "kiln: copy: dynamic_update_slice of float32[8] at <string>:3 copies its operand" in out.stderr, out.stderr
+
+
+def test_a_donated_update_loop_is_read_only_after_its_last_step():
+    """Regression: each step of a donated loop writes the same buffer; when the host queued a step
+    before the one before it had finished, that one's completion marked the buffer ready under
+    the later step, and reading it right after the loop could see the last updates half done."""
+    w = jnp.asarray(np.random.default_rng().standard_normal(1 << 17).astype(np.float32))
+    # each step also sums sin(w) (times 0): slow enough that the host queues steps ahead of them
+    step = kiln.jit(lambda z, i, w: z.at[i].add(1.0 + 0.0 * jnp.sum(jnp.sin(w))), donate_argnums=0)
+    for _ in range(3):
+        z = jnp.zeros(64, jnp.float32) + 0.0
+        for i in range(64 * 5):
+            z = step(z, i % 64, w)
+        np.testing.assert_array_equal(np.asarray(z), np.full(64, 5, np.float32))
