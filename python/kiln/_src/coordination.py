@@ -147,8 +147,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 raise CoordinationError(f"process_id={pid} is already connected: two processes were given the same "
                                         "process_id (check RANK / SLURM_PROCID / OMPI_COMM_WORLD_RANK)")
             st.connected[pid] = st.connected.get(pid, 0) + 1
-            st.lost.pop(pid, None)
-            st.left.discard(pid)
+            if first:  # a process (re)joining; a late heartbeat connection must not undo a goodbye
+                st.lost.pop(pid, None)
+                st.left.discard(pid)
         return pid
 
     @staticmethod
