@@ -21,7 +21,6 @@ DELIBERATELY_ABSENT = {
         "api_util", "core", "interpreters", "lib", "monitoring",  # JAX's internal modules
         "ffi", "export",  # XLA custom calls, serialized StableHLO
         "jax2tf_associative_scan_reductions",  # a config of jax2tf (export to TensorFlow)
-        "distributed",  # multi-process setup
         "auto_pcast", "remove_size_one_mesh_axis_from_type",  # configs of mesh/pcast typing
     },
     "jax.debug": {

@@ -60,7 +60,7 @@ from kiln._src.toplevel import (enable_x64, debug_nans, debug_infs, default_matm
                                 make_array_from_callback, make_array_from_single_device_arrays,
                                 make_array_from_process_local_data, copy_to_host_async, enable_custom_prng, ds,
                                 fwd_and_bwd, make_user_context)
-from kiln import ad, custom_batching, memory  # noqa: F401
+from kiln import ad, custom_batching, memory, distributed  # noqa: F401
 from kiln.sharding import NamedSharding, PartitionSpec as P, Shard  # noqa: F401
 
 version = __version__

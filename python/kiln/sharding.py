@@ -95,7 +95,9 @@ class Mesh:
 
     @property
     def local_devices(self):
-        return list(self.devices.flat)
+        """The mesh's devices that belong to this process."""
+        from kiln._src import api
+        return [d for d in self.devices.flat if api._is_local(d)]
 
     @property
     def local_mesh(self):

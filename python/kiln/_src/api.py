@@ -23,14 +23,18 @@ from kiln import errors
 class Device:
     """A kiln device: the GPU (CUDA device 0) when there is one, and the CPU."""
 
-    def __init__(self, id, platform, kind):
-        self.id = id
+    def __init__(self, id, platform, kind, process_index=0):
+        self.id = id  # global id: the local index until kiln.distributed.initialize numbers every process's
+        self._ordinal = id  # the runtime's index of the device among its kind in its process
         self.platform = platform
         self.device_kind = kind
-        self.process_index = 0
+        self.process_index = process_index
 
     def __repr__(self):
-        return f"CpuDevice(id={self.id})" if self.platform == "cpu" else f"CudaDevice(id={self.id})"
+        name = "CpuDevice" if self.platform == "cpu" else "CudaDevice"
+        if _global_devices is None:
+            return f"{name}(id={self.id})"
+        return f"{name}(id={self.id}, process_index={self.process_index})"
 
     def __str__(self):
         return f"TFRT_CPU_{self.id}" if self.platform == "cpu" else f"cuda:{self.id}"
@@ -42,6 +46,7 @@ class Device:
         an upper bound), bytes_limit (the device's memory; the CPU's: physical memory),
         num_allocs, largest_alloc_size, and pool_bytes (freed memory kept for reuse: see
         kiln.empty_cache). JAX returns None on the CPU; kiln counts there too."""
+        _check_local(self, "memory_stats")
         return _kiln.memory_stats(self._kind)
 
     def reset_peak_memory_stats(self):
@@ -142,27 +147,95 @@ class SingleDeviceSharding:
         return f"SingleDeviceSharding(device={self.device!r})"
 
 
+# After kiln.distributed.initialize: {"cpu": [...], "gpu": [...]}, every process's devices of each
+# platform, this process's being the Device objects of _cpus/_gpus renumbered; None otherwise.
+_global_devices = None
+
+
+def _local_device_table(local_device_ids=None):
+    """What this process publishes to the others at start-up: its devices' kinds per platform."""
+    return {"cpu": [d.device_kind for d in _selected(_cpus, local_device_ids)],
+            "gpu": [d.device_kind for d in _selected(_gpus, local_device_ids)]}
+
+
+def _selected(devs, local_device_ids):
+    if local_device_ids is None:
+        return list(devs)
+    ids = [local_device_ids] if isinstance(local_device_ids, int) else list(local_device_ids)
+    bad = [i for i in ids if not 0 <= i < len(devs)]
+    if bad and devs:
+        raise ValueError(f"kiln.distributed.initialize: local_device_ids {bad} do not exist: this process has "
+                         f"{len(devs)} {devs[0].platform.upper()} device(s), ids 0..{len(devs) - 1}")
+    return [devs[i] for i in ids if 0 <= i < len(devs)]
+
+
+def _set_global_devices(tables, process_id, local_device_ids):
+    """Numbers every process's devices globally (process p's after those of processes < p) from the
+    tables the processes published; tables None: back to this process's devices alone."""
+    global _global_devices
+    for d in _cpus + _gpus:
+        d.id, d.process_index = d._ordinal, 0
+    if tables is None:
+        _global_devices = None
+        return
+    out = {}
+    for plat, local in (("cpu", _cpus), ("gpu", _gpus)):
+        mine = _selected(local, local_device_ids)
+        devs, next_id = [], 0
+        for p, table in enumerate(tables):
+            if p == process_id:
+                for d in mine:
+                    d.id, d.process_index = next_id, p
+                    devs.append(d)
+                    next_id += 1
+                continue
+            for kind in table[plat]:
+                d = Device(next_id, plat, kind, p)
+                d._kind, d._ordinal = (1 if plat == "gpu" else 0), None
+                devs.append(d)
+                next_id += 1
+        out[plat] = devs
+    _global_devices = out
+
+
+def _is_local(device):
+    return device._ordinal is not None
+
+
+def _check_local(device, what):
+    """Raises the remote-device NotImplementedError when device belongs to another process."""
+    if device._ordinal is None:
+        from kiln._src import distributed
+        raise distributed.remote_device_error(device, what)
+
+
 def devices(backend=None):
-    """The devices of a backend: by default the GPU when there is one, else the CPU."""
+    """The devices of a backend: by default the GPU when there is one, else the CPU. After
+    kiln.distributed.initialize, every process's (see local_devices for this process's)."""
     if backend is not None and not isinstance(backend, str):
         backend = getattr(backend, "platform", backend)
     if backend in ("gpu", "cuda"):
         if _gpu is None:
             raise RuntimeError(f"Backend {backend!r} requested, but no GPU is usable on this machine "
                                "(or KILN_PLATFORM=cpu is set); available backends: ['cpu']")
-        return list(_gpus)
+        return list(_global_devices["gpu"] if _global_devices is not None else _gpus)
     if backend not in (None, "cpu"):
         raise RuntimeError(f"Unknown backend {backend!r}: kiln has the backends 'gpu' (CUDA) and 'cpu'")
-    if backend is None and _gpu is not None:
-        return list(_gpus)
-    return list(_cpus)
+    plat = "gpu" if backend is None and _gpu is not None else "cpu"
+    if _global_devices is not None:
+        return list(_global_devices[plat])
+    return list(_gpus if plat == "gpu" else _cpus)
 
 
 def local_devices(process_index=None, backend=None, host_id=None):
-    if (process_index or host_id or 0) != 0:
-        raise ValueError(f"local_devices: process {process_index or host_id} does not exist: kiln runs in one process "
-                         "(multi-process runs, kiln.distributed, are not supported yet)")
-    return devices(backend)
+    """The devices of process `process_index` (default: this process)."""
+    from kiln._src import distributed
+    st = distributed.global_state
+    p = process_index if process_index is not None else (host_id if host_id is not None else st.process_id)
+    if not 0 <= p < st.num_processes:
+        raise ValueError(f"local_devices: process {p} does not exist: this run has {st.num_processes} process(es)"
+                         + ("" if st.client is not None else " (kiln.distributed.initialize starts several)"))
+    return [d for d in devices(backend) if d.process_index == p]
 
 
 def device_count(backend=None):
@@ -170,7 +243,7 @@ def device_count(backend=None):
 
 
 def local_device_count(backend=None):
-    return device_count(backend)
+    return len(local_devices(backend=backend))
 
 
 def default_backend():
@@ -220,6 +293,8 @@ def _put_leaf(v, device):
     if device is not None and not isinstance(device, Device):
         raise TypeError(f"device_put: {device!r} is not a kiln device or sharding (use kiln.devices()[0], "
                         "kiln.devices('cpu')[0] or a NamedSharding)")
+    if device is not None:
+        _check_local(device, "device_put")
     a = _leaf_to_array(v, "device_put value")
     if device is None or isinstance(a, Tracer):
         return a
@@ -228,7 +303,7 @@ def _put_leaf(v, device):
         if buf.device == device._kind and buf is a._buf:
             return a
         return Array(_kiln.transfer(buf, device._kind), a.shape, a.dtype, a.weak_type)
-    out = _kiln.transfer(buf, device._kind, device.id)
+    out = _kiln.transfer(buf, device._kind, device._ordinal)
     return a if out is a._buf else Array(out, a.shape, a.dtype, a.weak_type)
 
 

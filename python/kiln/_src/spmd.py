@@ -82,7 +82,7 @@ def _put_host(piece, device):
     from kiln._src.array import from_numpy
     a = from_numpy(np.ascontiguousarray(piece))
     return api._put_leaf(a, device) if device._kind == 1 or len(api._cpus) == 1 else \
-        Array(_kiln.transfer(a._buf, 0, device.id), a.shape, a.dtype, a.weak_type)
+        Array(_kiln.transfer(a._buf, 0, device._ordinal), a.shape, a.dtype, a.weak_type)
 
 
 def _make_sharded(shards, sharding, shape, dtype, weak=False, whole=None):
@@ -102,8 +102,16 @@ def _make_sharded(shards, sharding, shape, dtype, weak=False, whole=None):
     return out
 
 
+def _check_local_mesh(mesh, what):
+    """Raises the remote-device NotImplementedError when the mesh holds another process's device."""
+    for d in mesh.devices.flat:
+        api._check_local(d, what)
+
+
 def shard_array(a, sharding, what="device_put"):
     """a split over sharding's mesh (device_put(x, NamedSharding(...)))."""
+    if getattr(sharding, "mesh", None) is not None:
+        _check_local_mesh(sharding.mesh, what)
     if isinstance(a, Tracer):
         raise NotImplementedError(f"{what}: placing a traced value on a NamedSharding inside jit/grad/vmap is not "
                                   "supported yet by kiln (with_sharding_constraint is the traced form: a no-op)")
@@ -244,6 +252,7 @@ class ShardMapped:
             raise TypeError(f"{self._name}: pass the arguments positionally (in_specs describes them in order); got "
                             f"keyword arguments {sorted(kwargs)}")
         mesh = self._the_mesh()
+        _check_local_mesh(mesh, self._name)
         leaves, tree = tree_util.tree_flatten(args)
         if any(isinstance(x, Tracer) for x in leaves) or core.tracing():
             raise NotImplementedError(
@@ -284,7 +293,7 @@ class ShardMapped:
         consts = [c._buf for c in entry.consts]
         for row in per:
             row.extend(consts)
-        outs = entry.exe.launch_group([d.id for d in devs], per)
+        outs = entry.exe.launch_group([d._ordinal for d in devs], per)
         results = []
         for j, ((shape, dtype, weak), s) in enumerate(zip(entry.out_avals, entry.out_specs)):
             shards = {d: Array(outs[p][j], shape, dtype, weak) for p, d in enumerate(devs)}

@@ -53,16 +53,19 @@ float0 = np.dtype([("float0", np.void, 0)])
 
 
 def process_index():
-    """This process's index among the processes of a run: kiln runs in one process."""
-    return 0
+    """This process's index among the processes of a run (0 unless kiln.distributed.initialize
+    joined it to several)."""
+    from kiln._src import distributed
+    return distributed.global_state.process_id
 
 
 def process_count():
-    return 1
+    from kiln._src import distributed
+    return distributed.global_state.num_processes
 
 
 def process_indices():
-    return [0]
+    return list(range(process_count()))
 
 
 host_id = process_index
