@@ -592,9 +592,10 @@ def _randint(key, shape, minval, maxval, dtype):
     span = lax.convert_element_type(maxval - minval, udt)
     span = jnp.where(maxval <= minval, np.array(1, udt), span)  # maxval <= minval gives minval
     span = jnp.where(maxval_out_of_range & (maxval > minval), span + np.array(1, udt), span)
-    span = jnp.broadcast_to(span, shape)
+    # the multiplier from the span before either is broadcast: two remainders per draw fewer
     multiplier = lax.rem(np.array(2 ** (nbits // 2), udt), span)
     multiplier = lax.rem(multiplier * multiplier, span)
+    span, multiplier = jnp.broadcast_to(span, shape), jnp.broadcast_to(multiplier, shape)
     offset = lax.rem(lax.rem(higher, span) * multiplier + lax.rem(lower, span), span)
     return minval + lax.convert_element_type(offset, dtype)
 
