@@ -11,6 +11,7 @@
 
 #include "../ir/status.h"
 #include "cuda.h"
+#include "libfind.h"
 
 typedef void *cublasHandle_t;
 enum { OP_N = 0, OP_T = 1, R_32F = 0, R_64F = 1, R_16F = 2, R_16BF = 14, COMPUTE_32F = 68, COMPUTE_64F = 70,
@@ -35,9 +36,7 @@ static cublasHandle_t handle;
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 static void *workspace; /* cuBLAS's, for the life of the process */
 static int (*p_set_ws)(cublasHandle_t, void *, size_t);
-static char extra[8][512];
-static int nextra;
-static char lib_path[512];
+static kl_libfind find = KL_LIBFIND_INIT; /* registered candidates, the path opened */
 static void *lib; /* the dlopen handle, for kl_cublas_symbol */
 /* A handle and workspace per GPU (a handle belongs to the context it was made in); handle and
  * workspace above are the calling thread's GPU's while mu is held (select_gpu). */
@@ -45,21 +44,10 @@ static cublasHandle_t handles[KL_CUDA_MAX_GPUS];
 static void *workspaces[KL_CUDA_MAX_GPUS];
 
 int kl_cublas_add_search_path(const char *path) {
-  pthread_mutex_lock(&mu);
-  int ok = nextra < 8;
-  if (ok) snprintf(extra[nextra++], sizeof extra[0], "%s", path);
-  pthread_mutex_unlock(&mu);
-  return ok;
+  return kl_libfind_add(&find, path);
 }
 
-static void *try_open(const char *path) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h) {
-    strncpy(lib_path, path, sizeof lib_path - 1);
-    lib_path[sizeof lib_path - 1] = 0;
-  }
-  return h;
-}
+static void *try_open(const char *path) { return kl_libfind_open(&find, path); }
 
 static void open_cublas(void) {
   tried = 1;
@@ -77,7 +65,7 @@ static void open_cublas(void) {
       h = try_open(p);
     }
   }
-  for (int i = 0; !h && i < nextra; i++) h = try_open(extra[i]);
+  for (int i = 0; !h && i < find.nextra; i++) h = try_open(find.extra[i]);
   if (!h) {
     snprintf(why, sizeof why, "cuBLAS not found (tried libcublas.so.13/.12, $CUDA_HOME, /usr/local/cuda and the "
                               "nvidia-cublas wheel; set KILN_CUBLAS_LIB to its path)");
@@ -92,7 +80,7 @@ static void open_cublas(void) {
   *(void **)&p_sscal = dlsym(h, "cublasSscal_v2"); /* optional: kl_cublas_scal (cuFFT's inverses) */
   *(void **)&p_dscal = dlsym(h, "cublasDscal_v2");
   if (!p_create || !p_set_stream || !p_gemm) {
-    snprintf(why, sizeof why, "%.400s lacks the cuBLAS functions kiln needs", lib_path);
+    snprintf(why, sizeof why, "%.400s lacks the cuBLAS functions kiln needs", find.path);
     return;
   }
   int rc = p_create(&handle);
@@ -148,7 +136,7 @@ int kl_cublas_available(char *reason, size_t n) {
   return ok;
 }
 
-const char *kl_cublas_library(void) { return ready ? lib_path : ""; }
+const char *kl_cublas_library(void) { return ready ? find.path : ""; }
 
 /* Points the handle at stream s (cuBLAS then forgets a workspace given before: given again). */
 static int handle_to(void *s) {
@@ -244,7 +232,7 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
 int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t errlen) {
   if (!kl_cublas_available(err, errlen)) return -1;
   if (dbl ? !p_dscal : !p_sscal)
-    return kl_error(err, errlen, KL_ERR_INTERNAL, "%.400s lacks cublas%cscal", lib_path, dbl ? 'D' : 'S');
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "%.400s lacks cublas%cscal", find.path, dbl ? 'D' : 'S');
   if (n <= 0) return 0;
   float alpha32 = (float)alpha;
   const int64_t piece = (int64_t)1 << 30;

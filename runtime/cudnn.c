@@ -13,6 +13,7 @@
 
 #include "../ir/status.h"
 #include "cuda.h"
+#include "libfind.h"
 
 /* cuDNN's types and the enum values kiln uses (cudnn_graph.h / cudnn_cnn.h of cuDNN 9). */
 typedef void *cudnnHandle_t, *cudnnTensorDescriptor_t, *cudnnFilterDescriptor_t, *cudnnConvolutionDescriptor_t;
@@ -88,26 +89,13 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int tried, ready;
 static cudnnHandle_t handle;
 static char why[512];
-static char extra[8][512];
-static int nextra;
-static char lib_path[512];
+static kl_libfind find = KL_LIBFIND_INIT; /* registered candidates, the path opened */
 
 int kl_cudnn_add_search_path(const char *path) {
-  pthread_mutex_lock(&mu);
-  int ok = nextra < 8;
-  if (ok) snprintf(extra[nextra++], sizeof extra[0], "%s", path);
-  pthread_mutex_unlock(&mu);
-  return ok;
+  return kl_libfind_add(&find, path);
 }
 
-static void *try_open(const char *path) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h) {
-    strncpy(lib_path, path, sizeof lib_path - 1);
-    lib_path[sizeof lib_path - 1] = 0;
-  }
-  return h;
-}
+static void *try_open(const char *path) { return kl_libfind_open(&find, path); }
 
 static void *try_folder(const char *dir, const char *sub) {
   char p[4400];
@@ -131,9 +119,9 @@ static void open_cudnn(void) {
   for (int i = 0; !h && i < 3; i++)
     if (homes[i] && *homes[i] && !(h = try_folder(homes[i], "lib64/"))) h = try_folder(homes[i], "targets/x86_64-linux/lib/");
   const char *wheel_subs[] = {"", "nvidia/cudnn/lib/"};
-  for (int i = 0; !h && i < nextra; i++) {
-    h = try_open(extra[i]);
-    for (int s = 0; !h && s < 2; s++) h = try_folder(extra[i], wheel_subs[s]);
+  for (int i = 0; !h && i < find.nextra; i++) {
+    h = try_open(find.extra[i]);
+    for (int s = 0; !h && s < 2; s++) h = try_folder(find.extra[i], wheel_subs[s]);
   }
   if (!h) {
     snprintf(why, sizeof why, "cuDNN not found (tried libcudnn.so.9, $CUDA_HOME, /usr/local/cuda and the nvidia-cudnn "
@@ -165,7 +153,7 @@ static void open_cudnn(void) {
   SYM(p_run[1], "cudnnConvolutionBackwardData");
   SYM(p_run[2], "cudnnConvolutionBackwardFilter");
   if (missing) {
-    snprintf(why, sizeof why, "%.400s lacks %s (kiln needs cuDNN 9's legacy convolution API)", lib_path, missing);
+    snprintf(why, sizeof why, "%.400s lacks %s (kiln needs cuDNN 9's legacy convolution API)", find.path, missing);
     return;
   }
   *(void **)&p_exchange_capture_mode = kl_cuda_driver_symbol("cuThreadExchangeStreamCaptureMode");
@@ -191,7 +179,7 @@ int kl_cudnn_available(char *reason, size_t n) {
   return ok;
 }
 
-const char *kl_cudnn_library(void) { return ready ? lib_path : ""; }
+const char *kl_cudnn_library(void) { return ready ? find.path : ""; }
 
 /* "conv_bwd_data of x[8,56,56,64] w[64,3,3,64] y[8,56,56,64] float32 (groups 1)", for messages. */
 static const char *describe(char *buf, size_t len, int kind, int dtype, const kl_conv_geom *g) {

@@ -11,6 +11,7 @@
 
 #include "../ir/status.h"
 #include "cuda.h"
+#include "libfind.h"
 
 typedef int cufftHandle;
 enum { T_C2C = 0x29, T_R2C = 0x2a, T_C2R = 0x2c, T_Z2Z = 0x69, T_D2Z = 0x6a, T_Z2D = 0x6c, FORWARD = -1, INVERSE = 1,
@@ -63,27 +64,14 @@ static unsigned long long clock_now;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int tried, ready;
 static char why[512];
-static char extra[8][512];
-static int nextra;
-static char lib_path[512];
+static kl_libfind find = KL_LIBFIND_INIT; /* registered candidates, the path opened */
 
 /* A candidate library file, or a folder to look in (a site-packages, a CUDA lib folder). */
 int kl_cufft_add_search_path(const char *path) {
-  pthread_mutex_lock(&mu);
-  int ok = nextra < 8;
-  if (ok) snprintf(extra[nextra++], sizeof extra[0], "%s", path);
-  pthread_mutex_unlock(&mu);
-  return ok;
+  return kl_libfind_add(&find, path);
 }
 
-static void *try_open(const char *path) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h) {
-    strncpy(lib_path, path, sizeof lib_path - 1);
-    lib_path[sizeof lib_path - 1] = 0;
-  }
-  return h;
-}
+static void *try_open(const char *path) { return kl_libfind_open(&find, path); }
 
 /* libcufft.so.12 (CUDA 12.x and 13.x ship cuFFT 11.x and 12.x), .11, then .13, in dir. */
 static const int versions[] = {12, 11, 13};
@@ -113,9 +101,9 @@ static void open_cufft(void) {
     if (homes[i] && *homes[i] && !(h = try_folder(homes[i], "lib64/"))) h = try_folder(homes[i], "targets/x86_64-linux/lib/");
   /* a registered path: the library itself, or a folder holding it or the nvidia-cufft wheel */
   const char *wheel_subs[] = {"", "nvidia/cufft/lib/", "nvidia/cu13/lib/"};
-  for (int i = 0; !h && i < nextra; i++) {
-    h = try_open(extra[i]);
-    for (int s = 0; !h && s < 3; s++) h = try_folder(extra[i], wheel_subs[s]);
+  for (int i = 0; !h && i < find.nextra; i++) {
+    h = try_open(find.extra[i]);
+    for (int s = 0; !h && s < 3; s++) h = try_folder(find.extra[i], wheel_subs[s]);
   }
   if (!h) {
     snprintf(why, sizeof why, "cuFFT not found (tried libcufft.so.12/.11/.13, $CUDA_HOME, /usr/local/cuda and the "
@@ -130,7 +118,7 @@ static void open_cufft(void) {
   *(void **)&p_exec = dlsym(h, "cufftXtExec");
   *(void **)&p_destroy = dlsym(h, "cufftDestroy");
   if (!p_create || !p_set_auto_alloc || !p_make_plan || !p_set_work_area || !p_set_stream || !p_exec || !p_destroy) {
-    snprintf(why, sizeof why, "%.400s lacks the cuFFT functions kiln needs", lib_path);
+    snprintf(why, sizeof why, "%.400s lacks the cuFFT functions kiln needs", find.path);
     return;
   }
   *(void **)&p_exchange_capture_mode = kl_cuda_driver_symbol("cuThreadExchangeStreamCaptureMode");
@@ -153,7 +141,7 @@ int kl_cufft_available(char *reason, size_t n) {
   return ok;
 }
 
-const char *kl_cufft_library(void) { return ready ? lib_path : ""; }
+const char *kl_cufft_library(void) { return ready ? find.path : ""; }
 
 /* cuFFT's name for status r ("CUFFT_ALLOC_FAILED"), or its number in buf for one newer than this list. */
 static const char *result_name(int r, char *buf, size_t len) {

@@ -28,6 +28,7 @@
 
 #include "../ir/status.h"
 #include "cuda.h"
+#include "libfind.h"
 #include "cusolver.h"
 
 typedef void *solver_handle;
@@ -99,26 +100,13 @@ static void *k_strided, *k_fix, *k_perm, *k_ptrs; /* cusolver_ptx.c's kernels */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int tried, ready;
 static char why[512];
-static char extra[8][512];
-static int nextra;
-static char lib_path[512];
+static kl_libfind find = KL_LIBFIND_INIT; /* registered candidates, the path opened */
 
 int kl_cusolver_add_search_path(const char *path) {
-  pthread_mutex_lock(&mu);
-  int ok = nextra < 8;
-  if (ok) snprintf(extra[nextra++], sizeof extra[0], "%s", path);
-  pthread_mutex_unlock(&mu);
-  return ok;
+  return kl_libfind_add(&find, path);
 }
 
-static void *try_open(const char *path) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h) {
-    strncpy(lib_path, path, sizeof lib_path - 1);
-    lib_path[sizeof lib_path - 1] = 0;
-  }
-  return h;
-}
+static void *try_open(const char *path) { return kl_libfind_open(&find, path); }
 
 /* libcusolver.so.12 (CUDA 12.x and 13.x ship cuSOLVER 11.x and 12.x), then .11, in dir. */
 static const int versions[] = {12, 11};
@@ -162,7 +150,7 @@ static void open_cusolver(void) {
   const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
   for (int i = 0; !h && i < 3; i++)
     if (homes[i] && *homes[i] && !(h = try_folder(homes[i], "lib64/"))) h = try_folder(homes[i], "targets/x86_64-linux/lib/");
-  for (int i = 0; !h && i < nextra; i++) h = try_registered(extra[i]);
+  for (int i = 0; !h && i < find.nextra; i++) h = try_registered(find.extra[i]);
   if (!h) {
     snprintf(why, sizeof why, "cuSOLVER not found (tried libcusolver.so.12/.11, $CUDA_HOME, /usr/local/cuda and the "
                               "nvidia-cusolver wheel; set KILN_CUSOLVER_LIB to its path)");
@@ -190,7 +178,7 @@ static void open_cusolver(void) {
       if (!(blas_fn[p][b] = kl_cublas_symbol(name))) missing = name;
     }
   if (missing) {
-    snprintf(why, sizeof why, "%.400s (or cuBLAS) lacks %s", lib_path, missing);
+    snprintf(why, sizeof why, "%.400s (or cuBLAS) lacks %s", find.path, missing);
     return;
   }
   *(void **)&p_exchange_capture_mode = kl_cuda_driver_symbol("cuThreadExchangeStreamCaptureMode");
@@ -234,7 +222,7 @@ int kl_cusolver_available(char *reason, size_t n) {
   return ok;
 }
 
-const char *kl_cusolver_library(void) { return ready ? lib_path : ""; }
+const char *kl_cusolver_library(void) { return ready ? find.path : ""; }
 
 /* ---------------------------------------------------------------- the calls */
 
