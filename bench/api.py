@@ -81,8 +81,12 @@ def main():
         key = top.random.PRNGKey(42)
         sync = lambda x: x.block_until_ready()  # noqa: E731
         for w, (f, extra) in samplers(top, n).items():
+            t0 = time.perf_counter()
             draws[name, w] = np.asarray(f(key, *extra))
+            first = time.perf_counter() - t0
             times[name, w] = timed(lambda: f(key, *extra), sync, args.reps)
+            print(f"  {name} {w}: first call {first * 1e3:.0f} ms, then {times[name, w] * 1e3:.2f} ms",
+                  file=sys.stderr, flush=True)
         x = top.numpy.arange(16.0)
         p = top.jit(lambda x: (top.debug.print("{}", x[0]), x + 1)[1])
         q = top.jit(lambda x: x + 1)

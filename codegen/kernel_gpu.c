@@ -280,10 +280,11 @@ static void emit_header(kl_str *out, const char *name, const kg_arg *args, int n
 /* The transpose value read in place by root's elementwise expression (the first found) whose
  * operand is a buffer of a 4-byte or 8-byte type and whose permutation moves the last axis; -1
  * when there is none or the output is small. */
-static int find_transpose(const kl_plan *plan, int v, const kl_aval *oa, int depth) {
+static int find_transpose(const kl_plan *plan, int v, const kl_aval *oa, int depth, unsigned char *seen) {
   const kl_program *pg = plan->pg;
   const kl_value *val = &pg->vals[v];
-  if (val->producer < 0 || depth > 64 || val->aval.ndim != oa->ndim) return -1;
+  if (val->producer < 0 || depth > 64 || val->aval.ndim != oa->ndim || seen[v]) return -1;
+  seen[v] = 1; /* each value once: a DAG of shared subexpressions (threefry's rounds) is not a tree */
   for (int i = 0; i < oa->ndim; i++)
     if (val->aval.dims[i] != oa->dims[i]) return -1;
   const kl_eqn *e = &pg->eqns[val->producer];
@@ -299,7 +300,7 @@ static int find_transpose(const kl_plan *plan, int v, const kl_aval *oa, int dep
   for (int i = 0; i < e->nin; i++) {
     int in = e->ins[i];
     if (pg->vals[in].aval.ndim == 0 || plan->materialized[in]) continue; /* a plain buffer read */
-    int t = find_transpose(plan, in, oa, depth + 1);
+    int t = find_transpose(plan, in, oa, depth + 1, seen);
     if (t >= 0) return t;
   }
   return -1;
@@ -309,7 +310,11 @@ static int transposed_read(const kl_plan *plan, int root) {
   const kl_aval *oa = &plan->pg->vals[root].aval;
   const char *env = getenv("KILN_GPU_TILED_TRANSPOSE"); /* 0: off */
   if (oa->ndim < 2 || kl_aval_size(oa) < (1 << 16) || (env && *env == '0')) return -1;
-  return find_transpose(plan, root, oa, 0);
+  unsigned char *seen = calloc((size_t)plan->pg->nvals, 1);
+  if (!seen) return -1; /* the plain read is always correct */
+  int t = find_transpose(plan, root, oa, 0, seen);
+  free(seen);
+  return t;
 }
 
 static void emit_tiled(kctx *k, const kl_plan *plan, int root, int tv, kl_gpu_kernel_info *info) {

@@ -75,6 +75,27 @@ def test_elementwise_kernel_reads_through_the_noncoherent_cache():
     assert "ld.global.nc.f32" in ptx
 
 
+def test_kernel_planning_is_linear_in_a_deep_shared_dag():
+    """Threefry's rounds reuse every value twice: a fused kernel is a DAG whose paths number 2^rounds.
+    The GPU planner's walks must visit each value once (a categorical draw under jit hung in the
+    search for a transposed read). Run in a child so a regression fails rather than hangs."""
+    code = (
+        "import numpy as np, kiln, kiln.numpy as jnp\n"
+        "def f(x):\n"
+        "    a, b = x, x * 3 + 1\n"
+        "    for i in range(48):\n"
+        "        a = a + b\n"
+        "        b = ((b << 13) | (b >> 19)) ^ a\n"
+        "    return (a ^ b).astype(jnp.float32) + x.T.astype(jnp.float32)\n"
+        "x = np.arange(512 * 512, dtype=np.uint32).reshape(512, 512)\n"
+        "ptx = kiln.make_jaxpr(f)(x)._traced.builder.gpu_ptx(90)\n"
+        "assert '.entry' in ptx\n"
+    )
+    env = dict(os.environ, KILN_PLATFORM="cpu")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def test_ptx_for_other_compute_capabilities():
     assert ".target sm_80" in _ptx(lambda x: jnp.exp(x), np.ones(8, np.float32), cc=80)
 
