@@ -397,8 +397,25 @@ static void chain_release(chain *c) {
   for (int j = 0; j < c->nnodes - 1; j++) Py_DECREF((PyObject *)c->node[j]);
 }
 
+/* A subclass whose buffer is made on first use (a sharded Array's gathered value: class attribute
+ * _lazy true, its _buf a Python property) gets it made before C reads a->buf. */
+static int fill_lazy(ArrayObject *a) {
+  if (a->buf || Py_TYPE((PyObject *)a) == array_type) return 0;
+  PyObject *lz = PyObject_GetAttrString((PyObject *)Py_TYPE((PyObject *)a), "_lazy");
+  if (!lz) {
+    PyErr_Clear();
+    return 0;
+  }
+  int on = PyObject_IsTrue(lz);
+  Py_DECREF(lz);
+  if (on <= 0) return on;
+  PyObject *b = PyObject_GetAttrString((PyObject *)a, "_buf");
+  Py_XDECREF(b);
+  return b ? 0 : -1;
+}
+
 static int materialize(ArrayObject *a) {
-  if (!a->pl) return 0;
+  if (!a->pl) return fill_lazy(a);
   chain c;
   c.nleaves = c.nnodes = 0;
   walk(&c, a);
@@ -523,7 +540,7 @@ static PyObject *donate_call(PyObject *self, PyObject *args) {
       PyErr_SetString(PyExc_SystemError, "internal: bad donated argument");
       goto done;
     }
-    if (a->pl && materialize(a)) goto done;
+    if (materialize(a)) goto done;
     if (a->buf && a->buf == deleted) {
       deleted_error(a);
       goto done;

@@ -35,10 +35,39 @@ def is_sharding(s):
 # ---------------------------------------------------------------------------------------------------------
 # Sharded arrays
 
+_base_buf = _kiln.ArrayBase.__dict__["_buf"]
+
+
 class ShardedArray(Array):
     """An Array split over the devices of a mesh (a NamedSharding). Reads as an ordinary array (its
-    gathered value); its shards are its pieces on each device."""
-    __slots__ = ("_shards", "_sharding")
+    gathered value); its shards are its pieces on each device. The gathered value is made on first
+    use (_gather), so shard_map and pmap results that only feed the next shard_map never leave
+    their devices; a fully replicated array's is its replica-0 shard itself."""
+    __slots__ = ("_shards", "_sharding", "_gather")
+    _lazy = True  # python/ext/array.c: C asks for _buf before reading it
+
+    @property
+    def _buf(self):
+        b = _base_buf.__get__(self)
+        if b is None:
+            g = getattr(self, "_gather", None)
+            if g is not None:
+                b = g()
+                _base_buf.__set__(self, b)
+                self._gather = None
+        return b
+
+    @_buf.setter
+    def _buf(self, v):
+        _base_buf.__set__(self, v)
+
+    def block_until_ready(self):
+        for a in self._shards.values():
+            a.block_until_ready()
+        return self
+
+    def is_ready(self):
+        return all(a.is_ready() for a in self._shards.values())
 
     @property
     def sharding(self):
@@ -88,18 +117,33 @@ def _put_host(piece, device):
 def _make_sharded(shards, sharding, shape, dtype, weak=False, whole=None):
     """A ShardedArray from {device: Array} (each of the sharding's shard shape); whole: an Array
     already holding the global value, else it is gathered from the replica-0 shards."""
-    if whole is None:
-        host = np.empty(shape, dtype)
-        idx, rid = sharding.devices_indices_map(shape), sharding._replica_ids(len(shape))
-        for d, a in shards.items():
-            if rid[d] == 0:
-                host[idx[d]] = np.asarray(a)
-        from kiln._src.array import from_numpy
-        whole = from_numpy(host, weak)
-    out = ShardedArray(whole._buf, tuple(shape), np.dtype(dtype), weak)
+    gather = None
+    if whole is not None:
+        buf = whole._buf
+    elif sharding.is_fully_replicated:
+        buf = shards[next(iter(sharding.mesh.devices.flat))]._buf  # replica 0 is the whole value
+    else:
+        buf = None
+
+        def gather():
+            host = np.empty(shape, dtype)
+            idx, rid = sharding.devices_indices_map(shape), sharding._replica_ids(len(shape))
+            for d, a in shards.items():
+                if rid[d] == 0:
+                    host[idx[d]] = np.asarray(a)
+            from kiln._src.array import from_numpy
+            return from_numpy(host, weak)._buf
+    out = ShardedArray(buf, tuple(shape), np.dtype(dtype), weak)
     out._shards = shards
     out._sharding = sharding
+    out._gather = gather
     return out
+
+
+def _same_layout(s1, s2, ndim):
+    """Whether two NamedShardings place an ndim array's pieces alike (P() and P(None) are one)."""
+    from kiln.sharding import _spec_axes
+    return s1.mesh == s2.mesh and _spec_axes(s1.spec, ndim, s1.mesh) == _spec_axes(s2.spec, ndim, s2.mesh)
 
 
 def _check_local_mesh(mesh, what):
@@ -115,7 +159,7 @@ def shard_array(a, sharding, what="device_put"):
     if isinstance(a, Tracer):
         raise NotImplementedError(f"{what}: placing a traced value on a NamedSharding inside jit/grad/vmap is not "
                                   "supported yet by kiln (with_sharding_constraint is the traced form: a no-op)")
-    if isinstance(a, ShardedArray) and a._sharding == sharding:
+    if isinstance(a, ShardedArray) and _same_layout(a._sharding, sharding, a.ndim):
         return a
     shape = tuple(a.shape)
     idx = sharding.devices_indices_map(shape)  # raises when the spec does not fit the shape
@@ -281,13 +325,15 @@ class ShardMapped:
             self._cache[key] = entry
         devs = list(mesh.devices.flat)
         per = [[] for _ in devs]
+        from kiln.sharding import NamedSharding
         for a, s in zip(arrs, specs):
-            if all(p is None or p == () for p in s):  # replicated: every device reads the one value
-                for row in per:
+            want = NamedSharding(mesh, s)
+            if all(p is None or p == () for p in s) and not (
+                    isinstance(a, ShardedArray) and _same_layout(a._sharding, want, a.ndim)):
+                for row in per:  # replicated: every device reads the one value
                     row.append(a._buf)
                 continue
-            from kiln.sharding import NamedSharding
-            sa = shard_array(a, NamedSharding(mesh, s), self._name)
+            sa = shard_array(a, want, self._name)
             for row, d in zip(per, devs):
                 row.append(sa._shards[d]._buf)
         consts = [c._buf for c in entry.consts]
