@@ -203,7 +203,8 @@ typedef enum {
   X(REDUCE_SCATTER, "reduce_scatter", COLLECTIVE, NONE, NUM, collective)           \
   X(PPERMUTE, "ppermute", COLLECTIVE, NONE, ANY, collective)                       \
   X(ALL_TO_ALL, "all_to_all", COLLECTIVE, NONE, ANY, collective)                   \
-  X(AXIS_INDEX, "axis_index", COLLECTIVE, NONE, ANY, collective)
+  X(AXIS_INDEX, "axis_index", COLLECTIVE, NONE, ANY, collective)                   \
+  X(PVARY, "pvary", COLLECTIVE, NONE, ANY, collective)
 
 typedef enum {
 #define KL_PRIM_ENUM(e, n, f, o, a, s) KL_P_##e,
@@ -449,6 +450,9 @@ typedef struct {
       int tiled;           /* all_gather / reduce_scatter: chunks joined along `axis` (else stacked on a
                               new axis / the axis of extent G removed); all_to_all is always tiled */
       kl_ivec perm;        /* ppermute: (source, destination) pairs of group positions, flattened */
+      int invariant;       /* psum: shard_map's check_vma typing (JAX's psum_invariant): the result is
+                              the same on every participant of the group and the transpose is pvary;
+                              0: "unmapped" semantics, the transpose a psum */
     } collective;
   };
 } kl_params;

@@ -91,8 +91,8 @@ def test_make_array_from_callback_and_single_device_arrays():
 
 # ---- collectives in shard_map ----
 
-def _smap(f, mesh, in_specs, out_specs):
-    return kiln.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+def _smap(f, mesh, in_specs, out_specs, check_vma=True):
+    return kiln.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma)
 
 
 def _blocks(x, mesh, names):
@@ -138,7 +138,9 @@ def test_axis_index_and_size():
 def test_all_gather(shape, names, tiled):
     mesh = kiln.make_mesh(shape, names)
     x = _rand(16, 3)
-    f = _smap(lambda a: lax.all_gather(a, names, axis=1 if tiled else 0, tiled=tiled), mesh, P(names), P())
+    # all_gather's result is typed varying (as in JAX): replicated out_specs need check_vma=False
+    f = _smap(lambda a: lax.all_gather(a, names, axis=1 if tiled else 0, tiled=tiled), mesh, P(names), P(),
+              check_vma=False)
     got = np.asarray(f(jnp.asarray(x)))
     blocks = x.reshape(8, 2, 3)
     want = np.concatenate(list(blocks), axis=1) if tiled else blocks
@@ -242,11 +244,74 @@ def test_vmap_inside_a_shard_map_body():
 
     def body(a):  # a: (2, 3, 5)
         return kiln.vmap(lambda r: lax.psum(r, "y") + lax.all_gather(r, "y", tiled=True)[:3])(a)
-    f = _smap(body, mesh, P(None, "y"), P(None, None))
+    f = _smap(body, mesh, P(None, "y"), P(None, None), check_vma=False)
     got = np.asarray(f(jnp.asarray(x)))
     blocks = x.reshape(2, 4, 3, 5)
     want = blocks.sum(1) + blocks[:, 0]
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+# ---- check_vma typing (shard_map's default): gradients of replicated values are summed over devices ----
+
+def _local_loss_grad(w, xb):
+    """d/dw of sum(tanh(xb @ w)) + 0.1 sum(w^2), in float64."""
+    t = np.tanh(xb @ w)
+    return xb.T @ (1 - t ** 2) + 0.2 * w
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_grad_of_a_replicated_parameter_follows_check_vma(check_vma):
+    # JAX: with check_vma=True a replicated w meets the batch-split x through an implicit pvary, whose
+    # transpose sums the devices' gradients; with check_vma=False (and in pmap) each device keeps its own
+    mesh = kiln.make_mesh((4,), ("d",))
+    w, x = _rand(8, 3), _rand(16, 8, seed=1)
+
+    def loss(wv, xv):
+        return jnp.sum(jnp.tanh(xv @ wv)) + 0.1 * jnp.sum(wv ** 2)
+    per_device = [_local_loss_grad(w, xb) for xb in x.reshape(4, 4, 8)]
+    g = _smap(lambda wv, xv: kiln.grad(loss)(wv, xv)[None], mesh, (P(), P("d")), P("d"), check_vma=check_vma)(
+        jnp.asarray(w), jnp.asarray(x))
+    want = [sum(per_device)] * 4 if check_vma else per_device
+    np.testing.assert_allclose(np.asarray(g), np.stack(want), rtol=1e-5, atol=1e-6)
+    # pmean of a gradient that is already summed (check_vma) leaves it as it is; of the per-device ones, averages
+    gm = _smap(lambda wv, xv: lax.pmean(kiln.grad(loss)(wv, xv), "d"), mesh, (P(), P("d")), P(),
+               check_vma=check_vma)(jnp.asarray(w), jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(gm), sum(per_device) / (1 if check_vma else 4), rtol=1e-5, atol=1e-6)
+
+
+def test_check_vma_second_derivative_and_psum_of_a_replicated_value():
+    mesh = kiln.make_mesh((4,), ("d",))
+    w, x = _rand(8, 3), _rand(16, 8, seed=1)
+
+    def loss(wv, xv):
+        return jnp.sum(jnp.tanh(xv @ wv)) + 0.1 * jnp.sum(wv ** 2)
+
+    # psum of a replicated value is n times it; the gradient of psum(loss) is the sum of the devices'
+    f = _smap(lambda wv, xv: (lax.psum(wv, "d"), kiln.grad(lambda v: lax.psum(loss(v, xv), "d"))(wv)), mesh,
+              (P(), P("d")), (P(), P()))
+    s, g = f(jnp.asarray(w), jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(s), 4 * w, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(g), sum(_local_loss_grad(w, xb) for xb in x.reshape(4, 4, 8)), rtol=1e-5,
+                               atol=1e-6)
+    # grad of grad: the inner gradient (summed over devices) is itself differentiated; finite differences
+    h = _smap(lambda wv, xv: kiln.grad(lambda v: jnp.sum(kiln.grad(loss)(v, xv) ** 2))(wv), mesh, (P(), P("d")), P())
+    got = np.asarray(h(jnp.asarray(w), jnp.asarray(x)))
+    total = lambda wv: np.sum(sum(_local_loss_grad(wv, xb) for xb in x.reshape(4, 4, 8)) ** 2)  # noqa: E731
+    np.testing.assert_allclose(got, _fd_grad(total, w), rtol=1e-4, atol=1e-4)
+
+
+def test_check_vma_rejects_a_varying_result_with_a_replicated_out_spec():
+    mesh = kiln.make_mesh((4,), ("d",))
+    x = jnp.asarray(_rand(8, 2))
+    with pytest.raises(ValueError, match=r"out_specs which require replication.*'d'.*check_vma=False"):
+        _smap(lambda a: a * 2, mesh, P("d"), P())(x)
+    # reduced over the axis first, or with check_vma=False (replica 0's value), it is accepted
+    np.testing.assert_allclose(np.asarray(_smap(lambda a: lax.psum(a, "d"), mesh, P("d"), P())(x)),
+                               np.asarray(x).reshape(4, 2, 2).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(_smap(lambda a: a * 2, mesh, P("d"), P(), check_vma=False)(x)),
+                               2 * np.asarray(x)[:2], rtol=1e-12)
+    assert _smap(lambda a: a * 2, mesh, P("d"), P())  # the library keeps working
+    np.testing.assert_allclose(np.asarray(_smap(lambda a: a + 1, mesh, P("d"), P("d"))(x)), np.asarray(x) + 1)
 
 
 # ---- pmap ----

@@ -1,6 +1,8 @@
 /* collective.c: the collective family's params and shape rule: operations across the participants
  * of an SPMD launch over a mesh (shard_map, pmap): psum pmax pmin (all-reduce), all_gather,
- * reduce_scatter (psum_scatter), ppermute, all_to_all (tiled), axis_index. Every participant runs
+ * reduce_scatter (psum_scatter), ppermute, all_to_all (tiled), axis_index, and pvary (the identity on
+ * values: marks a value the same on every participant as varying over axes, for check_vma's
+ * differentiation; legalize drops it). Every participant runs
  * the same program on its own shard; a collective's group is fixed by the mesh axes it runs over.
  * Also the group arithmetic the lowerings share. Depends only on ir/. */
 #include "prims.h"
@@ -10,7 +12,7 @@
 const kl_param_field kl_fields_collective[] = {
     KL_FIELD(collective, mesh_shape, IVEC), KL_FIELD(collective, axes, IVEC),  KL_FIELD(collective, axis, INT),
     KL_FIELD(collective, concat_axis, INT), KL_FIELD(collective, tiled, INT32), KL_FIELD(collective, perm, IVEC),
-    {NULL, 0, 0}};
+    KL_FIELD(collective, invariant, INT32), {NULL, 0, 0}};
 
 int64_t kl_collective_mesh_size(const kl_params *p) {
   int64_t n = 1;
@@ -129,7 +131,7 @@ int kl_infer_collective(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int ni
     }
     break;
   }
-  default: break; /* psum pmax pmin: the operand's type */
+  default: break; /* psum pmax pmin pvary: the operand's type */
   }
   y.weak = x->weak;
   outs[0] = y;

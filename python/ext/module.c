@@ -878,14 +878,19 @@ static PyObject *params_dict(const kl_eqn *e) {
 /* equations() -> list of (prim, ins, outs, params); inputs() / outputs() -> tuples of ids. */
 static PyObject *builder_equations(PyObject *self, PyObject *unused) {
   (void)unused;
-  kl_program *pg = ((BuilderObject *)self)->pg;
-  PyObject *l = PyList_New(pg->neqns);
-  for (int k = 0; k < pg->neqns; k++) {
+  return kl_py_program_equations(((BuilderObject *)self)->pg, 0);
+}
+
+PyObject *kl_py_program_equations(const kl_program *pg, int from) {
+  if (from < 0 || from > pg->neqns) from = pg->neqns;
+  PyObject *l = PyList_New(pg->neqns - from);
+  if (!l) return NULL;
+  for (int k = from; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
     PyObject *ins = PyTuple_New(e->nin), *outs = PyTuple_New(e->nout);
     for (int i = 0; i < e->nin; i++) PyTuple_SetItem(ins, i, PyLong_FromLong(e->ins[i]));
     for (int i = 0; i < e->nout; i++) PyTuple_SetItem(outs, i, PyLong_FromLong(e->outs[i]));
-    PyList_SetItem(l, k, Py_BuildValue("(sNNN)", kl_prim_get(e->prim)->name, ins, outs, params_dict(e)));
+    PyList_SetItem(l, k - from, Py_BuildValue("(sNNN)", kl_prim_get(e->prim)->name, ins, outs, params_dict(e)));
   }
   return l;
 }

@@ -54,6 +54,9 @@ PyObject *kl_py_body_key(PyObject *v);
  * returns NULL. The class comes from the status, never from the text. */
 PyObject *kl_py_raise(const char *prefix, const char *msg);
 PyObject *kl_py_builder_wrap(kl_program *pg);
+/* The equations of pg from index `from` on, as Builder.equations() lists them: (prim name, input
+ * ids, output ids, params dict) each. */
+PyObject *kl_py_program_equations(const kl_program *pg, int from);
 
 /* tracer.c: the trace state's binding (Trace, TracerBase, trace_bind...); adds them to the
  * module. kl_py_tracing: whether a trace is live (the eager fast paths run only when not). */

@@ -411,6 +411,26 @@ static PyObject *trace_take_builder(PyObject *self, PyObject *unused) {
   return kl_py_builder_wrap(pg);
 }
 
+/* equations(from=0): the equations recorded so far (from index `from` on), like Builder.equations();
+ * input_ids(): the program's input value ids so far (new inputs, then lifted values, in order). */
+static PyObject *trace_equations(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  long from = 0;
+  if (nargs > 1) return PyErr_Format(PyExc_TypeError, "equations(from=0)");
+  if (nargs == 1 && (from = PyLong_AsLong(args[0])) == -1 && PyErr_Occurred()) return NULL;
+  kl_program *pg = kl_trace_program(((TraceObject *)self)->t);
+  if (!pg) return PyErr_Format(PyExc_RuntimeError, "internal: the trace's program was taken already");
+  return kl_py_program_equations(pg, (int)from);
+}
+
+static PyObject *trace_input_ids(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_program *pg = kl_trace_program(((TraceObject *)self)->t);
+  if (!pg) return PyErr_Format(PyExc_RuntimeError, "internal: the trace's program was taken already");
+  PyObject *t = PyTuple_New(pg->ninputs);
+  for (int i = 0; t && i < pg->ninputs; i++) PyTuple_SetItem(t, i, PyLong_FromLong(pg->inputs[i]));
+  return t;
+}
+
 static PyObject *trace_get_alive(PyObject *self, void *unused) {
   (void)unused;
   return PyBool_FromLong(kl_trace_alive(((TraceObject *)self)->t));
@@ -440,6 +460,9 @@ static PyMethodDef trace_methods[] = {
     {"vid_of", trace_vid_of, METH_O, "vid_of(x) -> value id (lifting outer values and constants)"},
     {"set_outputs", trace_set_outputs, METH_O, "set_outputs(ids)"},
     {"take_builder", trace_take_builder, METH_NOARGS, "take_builder() -> Builder of the traced program"},
+    {"equations", (PyCFunction)(void (*)(void))trace_equations, METH_FASTCALL,
+     "equations(from=0) -> the equations recorded so far, as Builder.equations() lists them"},
+    {"input_ids", trace_input_ids, METH_NOARGS, "input value ids of the program so far"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef trace_getset[] = {

@@ -21,7 +21,7 @@ static const kl_prim linear[] = {
     KL_P_SCATTER,     KL_P_TRIANGULAR_SOLVE, KL_P_CUSTOM_VJP_LIN, KL_P_REAL, KL_P_IMAG,
     KL_P_CONJ,        KL_P_COMPLEX,    KL_P_FFT,         KL_P_CONV,          KL_P_CONV_BWD_DATA,
     KL_P_CONV_BWD_FILTER, KL_P_PSUM,     KL_P_ALL_GATHER,  KL_P_REDUCE_SCATTER, KL_P_PPERMUTE,
-    KL_P_ALL_TO_ALL,
+    KL_P_ALL_TO_ALL,  KL_P_PVARY,
 };
 
 /* Deliberate holes, each with its reason (the error it gives is a NotImplementedError). */
@@ -42,6 +42,8 @@ static const struct {
     {KL_P_REAL, "cpu", SPLIT}, {KL_P_REAL, "gpu", SPLIT}, {KL_P_IMAG, "cpu", SPLIT}, {KL_P_IMAG, "gpu", SPLIT},
     {KL_P_CONJ, "cpu", SPLIT}, {KL_P_CONJ, "gpu", SPLIT}, {KL_P_COMPLEX, "cpu", SPLIT}, {KL_P_COMPLEX, "gpu", SPLIT},
 #undef SPLIT
+    {KL_P_PVARY, "cpu", "the identity on values: legalize drops it before code generation"},
+    {KL_P_PVARY, "gpu", "the identity on values: legalize drops it before code generation"},
 };
 
 static int is_linear(kl_prim p) {

@@ -1,7 +1,8 @@
 /* collective.c: the transformation rules of the collective family, JAX's rules for shard_map's
  * "unmapped" semantics (a program's value differs per participant; a gradient is that of the sum
  * over participants): psum, all_gather, reduce_scatter, ppermute and all_to_all are linear, their
- * JVP the collective of the tangent; transposes: psum -> psum, all_gather <-> reduce_scatter (same
+ * JVP the collective of the tangent; transposes: psum -> psum (check_vma's invariant psum <->
+ * pvary, JAX's typed rules), all_gather <-> reduce_scatter (same
  * axis, tiled), ppermute -> ppermute with the pairs reversed, all_to_all -> all_to_all with
  * split and concat axes swapped. pmax/pmin: the tangent of the participants holding the extreme,
  * averaged over ties. axis_index has no operand. Batching (vmap inside a shard_map body, over an
@@ -31,9 +32,25 @@ static int extreme_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *t
   return 0;
 }
 
+/* psum -> psum ("unmapped"); check_vma's invariant psum -> pvary, whose transpose is the
+ * invariant psum again (JAX's psum_invariant and pvary). */
 static int psum_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   (void)i;
-  return collective_of(c->a, KL_P_PSUM, ct, &e->p);
+  return collective_of(c->a, e->p.collective.invariant ? KL_P_PVARY : KL_P_PSUM, ct, &e->p);
+}
+
+static int pvary_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
+  (void)i;
+  kl_params q = e->p;
+  q.collective.invariant = 1;
+  return kl_build_op(c->a, KL_P_PSUM, &ct, 1, &q);
+}
+
+/* pvary is the identity on values: compiled programs read its operand. */
+static int pvary_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) {
+  (void)b, (void)e;
+  ys[0] = xs[0];
+  return 1;
 }
 
 static int all_gather_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
@@ -85,4 +102,5 @@ const kl_rule_row kl_rules_collective[] = {
     {KL_P_PPERMUTE, linear_jvp, ppermute_transpose, collective_batch, NULL, NULL, NULL},
     {KL_P_ALL_TO_ALL, linear_jvp, all_to_all_transpose, collective_batch, NULL, NULL, NULL},
     {KL_P_AXIS_INDEX, kl_jvp_zero, NULL, collective_batch, NULL, NULL, NULL},
+    {KL_P_PVARY, linear_jvp, pvary_transpose, collective_batch, NULL, NULL, pvary_legalize},
     KL_RULES_END};

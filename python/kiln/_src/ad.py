@@ -80,12 +80,17 @@ def _leaves_as_arrays(leaves, what):
 def _trace_flat(fun, args, kwargs):
     leaves, tree = tree_util.tree_flatten((args, kwargs))
     arrs = _leaves_as_arrays(leaves, "argument")
+    from kiln._src import spmd
+    vmas = spmd.vma_inputs(arrs)  # inside a check_vma=True shard_map body: the inputs' mesh-axis types
     core._ad_depth[0] += 1  # lets custom_jvp/custom_vjp refuse to be differentiated silently
     try:
         # Outside jit (every input has a value) the trace is concrete: Python control flow on
         # values, float(x) and printing work inside the function, as in JAX.
         concrete = all(not isinstance(a, Tracer) or a._cval is not None for a in arrs)
-        traced = api._trace(fun, None, None, arrs, tree, concrete=concrete)
+        traced = api._trace(fun if vmas is None else spmd.vma_wrap(fun, vmas), None, None, arrs, tree,
+                            concrete=concrete)
+        if vmas is not None:
+            traced = spmd.insert_pvary(traced, arrs, vmas)
     finally:
         core._ad_depth[0] -= 1
     return arrs, tree, traced

@@ -10,8 +10,15 @@ global value, built from the shards when the array is made (the replicated piece
 copy whose coordinates on the unnamed mesh axes are 0, as JAX's replica 0).
 
 pmap is shard_map over a 1-D mesh of the first n devices (the mapped axis squeezed inside).
-Collectives follow shard_map's "unmapped" semantics for differentiation (psum's transpose is psum;
-the gradient inside a body is that of the sum of every device's result), like JAX's check_vma=False.
+
+Differentiation inside a body follows JAX's two modes. With check_vma=True (shard_map's default)
+every value has a type of the mesh axes it varies over (its vma: inputs vary over the axes their
+in_specs name, collectives add or remove axes, other operations take the union of their
+operands'); where an operation mixes a value with one that varies over more axes, a `pvary` is
+inserted before differentiation (the identity on values, its transpose a psum), and psum is the
+invariant psum (its transpose a pvary). So the gradient of a loss with respect to a replicated
+parameter is summed over the devices, as in JAX. With check_vma=False, and in pmap (as in JAX),
+the "unmapped" rules hold: psum's transpose is psum and nothing is inserted.
 """
 
 import functools
@@ -321,6 +328,7 @@ class ShardMapped:
                core.config_generation[0])
         entry = self._cache.get(key)
         if entry is None:
+            self._leaf_specs = specs
             entry = self._compile(mesh, tree, arrs, shard_shapes)
             self._cache[key] = entry
         devs = list(mesh.devices.flat)
@@ -355,8 +363,22 @@ class ShardMapped:
         avals = [api.ShapeDtypeStruct(sh, a.dtype, a.weak_type) for sh, a in zip(shard_shapes, arrs)]
         fun = self._fun
 
+        vma = self._check_vma and not callable(self._out_specs)
+        name = getattr(fun, "__name__", "f")
+        out_specs = self._out_specs
+
         def body(*a, **k):
-            return fun(*a, **k)
+            if not vma:
+                return fun(*a, **k)
+            in_vmas = [_spec_names(s) for s in self._leaf_specs]
+            trace = core.current_trace()
+            _vma_register(trace, mesh, in_vmas)
+            try:
+                out = fun(*a, **k)
+                _check_out_vma(out, out_specs, name)
+            finally:
+                _vma_unregister(trace)
+            return out
         _axis_stack.append(mesh)
         try:
             traced = api._trace(body, None, None, avals, tree_util.tree_structure((tree_util.tree_unflatten(
@@ -572,7 +594,8 @@ def _reduce(prim, what):
         def one(v):
             if prim == "psum" and not isinstance(v, Tracer) and isinstance(v, (int, float)):
                 return v * _group_size(mesh, params)  # psum(1, 'i') is the axis size, as in JAX
-            return bind1(prim, [_traced(v, params)], params)
+            p = {**params, "invariant": 1} if prim == "psum" and _vma_active() else params
+            return bind1(prim, [_traced(v, p)], p)
         return tree_util.tree_map(one, x)
     fn.__name__ = what
     return fn
@@ -681,8 +704,227 @@ def pbroadcast(x, axis_name, source):
 
 
 def pvary(x, axis_name):
-    """x, marked as varying over axis_name (kiln tracks no replication: x itself)."""
-    return x
+    """x, marked as varying over axis_name (check_vma's typing: the identity on values, its
+    transpose a psum). Outside a check_vma=True body: x itself."""
+    if not _vma_active():
+        return x
+    mesh, params = _resolve(axis_name, "pvary")
+    names = frozenset(_names(axis_name))
+
+    def one(v):
+        if not isinstance(v, Tracer):
+            v = _traced(v, params)
+        have = _vma_of(v) or frozenset()
+        add = names - have
+        return _bind_pvary(v, add, mesh) if add else v
+    return tree_util.tree_map(one, x)
 
 
-pcast = lambda x, axis_name, *, to=None: x  # noqa: E731  (kiln tracks no replication)
+def pcast(x, axis_name, *, to=None):
+    """jax.lax.pcast: to='varying' is pvary; other targets leave x as it is (kiln tracks no
+    other manual axis types)."""
+    return pvary(x, axis_name) if to in (None, "varying") else x
+
+
+# ---------------------------------------------------------------------------------------------------------
+# check_vma typing: which mesh axes each value of a shard_map body (or of a trace inside one) varies over
+
+class _VmaScope:
+    __slots__ = ("trace", "mesh", "in_vmas", "vma", "ninputs", "neqns")
+
+
+_vma_scopes = {}  # id(Trace) -> _VmaScope, for the live traces of check_vma=True bodies and of grads inside
+
+
+def _vma_register(trace, mesh, in_vmas):
+    sc = _VmaScope()
+    sc.trace, sc.mesh, sc.in_vmas = trace, mesh, [frozenset(v) for v in in_vmas]
+    sc.vma, sc.ninputs, sc.neqns = {}, 0, 0
+    _vma_scopes[id(trace)] = sc
+
+
+def _vma_unregister(trace):
+    _vma_scopes.pop(id(trace), None)
+
+
+def _vma_active():
+    t = core.current_trace()
+    return t is not None and id(t) in _vma_scopes
+
+
+def _spec_names(spec):
+    return frozenset(n for p in spec if p is not None for n in ((p,) if isinstance(p, str) else p))
+
+
+def _axes_names(mesh, params):
+    return frozenset(mesh.axis_names[i] for i in params["axes"])
+
+
+_VMA_REMOVE = ("psum", "pmax", "pmin")
+_VMA_ADD = ("all_gather", "reduce_scatter", "ppermute", "all_to_all", "pvary")
+
+
+def _vma_rule(prim, in_vmas, params, mesh):
+    """The vma of an equation's results from its operands' (JAX's rules; control flow and calls:
+    the union, which may call a value varying that JAX's typed bodies would find invariant)."""
+    if prim in _VMA_REMOVE:
+        return in_vmas[0] - _axes_names(mesh, params)
+    if prim in _VMA_ADD:
+        return in_vmas[0] | _axes_names(mesh, params)
+    if prim == "axis_index":
+        return _axes_names(mesh, params)
+    return frozenset().union(*in_vmas) if in_vmas else frozenset()
+
+
+def _scope_update(sc):
+    """Brings sc.vma up to the equations traced so far."""
+    ids = sc.trace.input_ids()
+    if len(ids) > sc.ninputs:
+        consts = sc.trace.consts
+        nreg = len(sc.in_vmas)
+        for i in range(sc.ninputs, len(ids)):
+            if i < nreg:
+                sc.vma[ids[i]] = sc.in_vmas[i]
+            else:  # a value lifted from an enclosing trace, or a constant
+                sc.vma[ids[i]] = _vma_of(consts[i - nreg]) or frozenset()
+        sc.ninputs = len(ids)
+    eqs = sc.trace.equations(sc.neqns)
+    for prim, ins, outs, params in eqs:
+        v = _vma_rule(prim, [sc.vma.get(i, frozenset()) for i in ins], params, sc.mesh)
+        for o in outs:
+            sc.vma[o] = v
+    sc.neqns += len(eqs)
+
+
+def _vma_of(x):
+    """The mesh axes x varies over; frozenset() for a constant; None when x belongs to a trace
+    with no check_vma typing."""
+    if not isinstance(x, Tracer):
+        return frozenset()
+    sc = _vma_scopes.get(id(x._trace))
+    if sc is None:
+        return None
+    _scope_update(sc)
+    return sc.vma.get(x._vid, frozenset())
+
+
+def _pvary_params(mesh, names):
+    return {"mesh_shape": tuple(mesh.axis_sizes), "axes": tuple(sorted(mesh.axis_names.index(n) for n in names))}
+
+
+def _bind_pvary(v, names, mesh):
+    return bind1("pvary", [v], _pvary_params(mesh, names))
+
+
+def _check_out_vma(out, out_specs, name):
+    """JAX's check: a result whose out_spec leaves a mesh axis unnamed (replicated over it) must not
+    vary over that axis."""
+    leaves = tree_util.tree_leaves(out)
+    specs = _broadcast_prefix(out_specs, out, _is_spec_leaf, "shard_map: out_specs") if leaves else []
+    for i, (o, s) in enumerate(zip(leaves, specs)):
+        v = _vma_of(o)
+        if not v:
+            continue
+        from kiln.sharding import PartitionSpec
+        extra = v - _spec_names(PartitionSpec() if s is None else s)
+        if extra:
+            raise ValueError(
+                f"shard_map applied to the function {name!r} was given out_specs which require replication which "
+                f"can't be statically inferred given the mesh axis names: result {i} (out_spec {s!r}) varies over "
+                f"the mesh axes {sorted(extra)}. Name them in its out_spec, reduce over them first (psum, pmean, "
+                "all_gather), or pass check_vma=False.")
+
+
+def vma_inputs(arrs):
+    """Per input of a differentiation inside a check_vma=True body: the axes it varies over; None
+    when no such body is being traced (nothing to do)."""
+    t = core.current_trace()
+    if t is None or id(t) not in _vma_scopes:
+        return None
+    out = []
+    for a in arrs:
+        v = _vma_of(a)
+        out.append(frozenset() if v is None else v)
+    return out
+
+
+def vma_wrap(fun, in_vmas):
+    """fun, its trace typed with in_vmas (for the collectives and grads inside it)."""
+    mesh = _vma_scopes[id(core.current_trace())].mesh
+
+    def wrapped(*a, **k):
+        trace = core.current_trace()
+        _vma_register(trace, mesh, in_vmas)
+        try:
+            return fun(*a, **k)
+        finally:
+            _vma_unregister(trace)
+    return wrapped
+
+
+def insert_pvary(traced, arrs, in_vmas):
+    """traced (a program of inputs arrs, in_vmas their vma) with a pvary before every operand an
+    equation reads that varies over fewer mesh axes than the equation's result (and before a
+    collective's operand that does not vary over its axes), as JAX's check_vma typing inserts them;
+    the program itself when none is needed."""
+    mesh = _vma_scopes[id(core.current_trace())].mesh
+    b = traced.builder
+    ids = b.inputs()
+    nreg = len(in_vmas)
+    base = {vid: (in_vmas[i] if i < nreg else (_vma_of(traced.consts[i - nreg]) or frozenset()))
+            for i, vid in enumerate(ids)}
+    eqs = b.equations()
+
+    def plan(vma):
+        """Per equation, the axes to add to each operand (None: nothing)."""
+        adds, any_ = [], False
+        for prim, ins, outs, params in eqs:
+            iv = [vma.get(i, frozenset()) for i in ins]
+            if prim in _VMA_REMOVE or prim in _VMA_ADD[:-1]:
+                want = iv[0] | _axes_names(mesh, params)
+            else:
+                want = frozenset().union(*iv) if iv else frozenset()
+            add = [want - v for v in iv]
+            if any(add):
+                any_ = True
+                adds.append(add)
+            else:
+                adds.append(None)
+            r = _vma_rule(prim, [want] * len(iv) if iv else [], params, mesh)
+            for o in outs:
+                vma[o] = r
+        return adds, any_
+
+    adds, needed = plan(dict(base))
+    if not needed:
+        return traced
+
+    def replay(*inputs):
+        env = dict(zip(ids, list(inputs) + list(traced.consts)))
+        for (prim, ins, outs, params), add in zip(eqs, adds):
+            if prim == "literal":
+                dt = core._np_dtype(params["dtype"])
+                val = params["int_value"] if dt.kind in "biu" else params["value"]
+                if dt.kind == "c":
+                    val = complex(val, params.get("imag", 0.0))
+                res = (core.scalar_constant(val, dt, bool(params["weak_type"])),)
+            else:
+                xs = [env[i] for i in ins]
+                if add is not None:
+                    xs = [_bind_pvary(_traced(x, _pvary_params(mesh, a)), a, mesh) if a else x
+                          for x, a in zip(xs, add)]
+                res = core.bind(prim, xs, params)
+            for o, r in zip(outs, res):
+                env[o] = r
+        return [env[o] for o in b.outputs()]
+
+    from kiln._src import api
+    flat = tree_util.tree_flatten((tuple(arrs), {}))[1]
+    new = api._trace(vma_wrap(replay, in_vmas), None, None, list(arrs), flat)
+    if len(new.consts) != len(traced.consts):
+        raise NotImplementedError("differentiation inside a shard_map body with check_vma=True: kiln could not "
+                                  "type this program's values by mesh axis; pass check_vma=False")
+    new.out_tree = traced.out_tree
+    new.out_avals = traced.out_avals
+    new.out_literal = getattr(traced, "out_literal", None)
+    return new
