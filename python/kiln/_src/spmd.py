@@ -278,7 +278,7 @@ def _spec_parts(spec, ndim, mesh, what):
 # shard_map
 
 class _Entry:
-    __slots__ = ("exe", "consts", "out_tree", "out_avals", "out_specs")
+    __slots__ = ("exe", "consts", "dev_consts", "out_tree", "out_avals", "out_specs")
 
 
 class ShardMapped:
@@ -334,18 +334,25 @@ class ShardMapped:
         devs = list(mesh.devices.flat)
         per = [[] for _ in devs]
         from kiln.sharding import NamedSharding
+        gpus = len(devs) > 1 and devs[0]._kind == 1
         for a, s in zip(arrs, specs):
             want = NamedSharding(mesh, s)
             if all(p is None or p == () for p in s) and not (
                     isinstance(a, ShardedArray) and _same_layout(a._sharding, want, a.ndim)):
+                if gpus:  # a copy on each GPU, made here: a participant must not wait on another GPU's queue
+                    for row, d in zip(per, devs):
+                        row.append(api._put_leaf(a, d)._buf)
+                    continue
                 for row in per:  # replicated: every device reads the one value
                     row.append(a._buf)
                 continue
             sa = shard_array(a, want, self._name)
             for row, d in zip(per, devs):
                 row.append(sa._shards[d]._buf)
-        consts = [c._buf for c in entry.consts]
-        for row in per:
+        if entry.dev_consts is None:  # the body's constants, on each GPU once (see above); else shared
+            entry.dev_consts = [[api._put_leaf(c, d)._buf for c in entry.consts] for d in devs] if gpus else \
+                [[c._buf for c in entry.consts]] * len(devs)
+        for row, consts in zip(per, entry.dev_consts):
             row.extend(consts)
         outs = entry.exe.launch_group([d._ordinal for d in devs], per)
         results = []
@@ -388,6 +395,7 @@ class ShardMapped:
         e = _Entry()
         e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, ())  # for the mesh's kind of device
         e.consts = traced.consts
+        e.dev_consts = None
         e.out_tree = traced.out_tree
         e.out_avals = traced.out_avals
         outs = tree_util.tree_unflatten(traced.out_tree, list(range(len(traced.out_avals))))
