@@ -602,6 +602,11 @@ def _reduce(prim, what):
         def one(v):
             if prim == "psum" and not isinstance(v, Tracer) and isinstance(v, (int, float)):
                 return v * _group_size(mesh, params)  # psum(1, 'i') is the axis size, as in JAX
+            if _vma_active():
+                have = _vma_of(v)
+                if have is not None and not (have & _axes_names(mesh, params)):
+                    # the same on every device of the group (typed invariant): no communication
+                    return v * _group_size(mesh, params) if prim == "psum" else v
             p = {**params, "invariant": 1} if prim == "psum" and _vma_active() else params
             return bind1(prim, [_traced(v, p)], p)
         return tree_util.tree_map(one, x)
