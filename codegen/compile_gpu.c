@@ -148,6 +148,12 @@ static int sort_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return kl_gpusort_run(g, ptrs, ptrs + g->nin, ptrs[2 * g->nin], err, errlen);
 }
 
+/* KILN_NCCL_OVERLAP=0: collectives on the queue itself (an A/B switch for the side stream). */
+static int nccl_overlap_wanted(void) {
+  const char *e = getenv("KILN_NCCL_OVERLAP");
+  return !(e && *e == '0');
+}
+
 static int collective_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   return kl_lower_collective_gpu(ctx, ptrs, err, errlen);
 }
@@ -648,6 +654,7 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         st->is_library = 1;
         st->on_host = 0;
         st->synchronizes = 1; /* no CUDA graph around NCCL's calls */
+        st->side_stream = nccl_overlap_wanted();
       }
       kl_conv_geom cg;
       int ckind;

@@ -64,6 +64,7 @@ enum {
   X(cuStreamSynchronize, (CUstream))                                                                        \
   X(cuStreamWaitEvent, (CUstream, CUevent, unsigned))                                                       \
   X(cuEventCreate, (CUevent *, unsigned))                                                                   \
+  X(cuEventDestroy, (CUevent))                                                                              \
   X(cuEventRecord, (CUevent, CUstream))                                                                     \
   X(cuEventQuery, (CUevent))                                                                                \
   X(cuEventSynchronize, (CUevent))                                                                          \
@@ -118,6 +119,7 @@ typedef struct gpu {
   CUcontext ctx;               /* its primary context */
   CUstream stream;             /* kiln's queue on it */
   CUstream copy_stream;        /* host reads: waits on the one event a buffer needs, not the queue */
+  CUstream comm_stream;        /* collectives (NCCL), overlapping the queue's later work; made on first use */
   int cc_major, cc_minor, num_sms;
   char name[128];
   size_t total_mem;
@@ -1092,6 +1094,58 @@ static struct {
   long steps, kerns, libs, launches;
 } hp;
 
+/* Collectives on the side stream (kl_step.side_stream): each waits for the queue's work before it
+ * (an event), then runs on the GPU's comm_stream while the queue goes on; pend[slot] is the event
+ * after the last collective touching the slot, which the queue waits for before its next use of
+ * the slot (and before freeing it: such slots are freed at the launch's end). */
+typedef struct {
+  CUevent *pend; /* per slot, or NULL */
+  CUevent *ev;   /* every event made, destroyed at the end */
+  int nev, capev;
+} comm_state;
+
+static int comm_event(comm_state *cm, CUevent *e, char *err, size_t errlen) {
+  if (cm->nev == cm->capev) {
+    int cap = cm->capev ? 2 * cm->capev : 16;
+    CUevent *ev = realloc(cm->ev, sizeof *ev * (size_t)cap);
+    if (!ev) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory queueing a collective");
+    cm->ev = ev, cm->capev = cap;
+  }
+  CUresult r = p_cuEventCreate(e, EVENT_DISABLE_TIMING);
+  if (r) return kl_error(err, errlen, KL_ERR_INTERNAL, "cuEventCreate failed: %s", cu_msg(r));
+  cm->ev[cm->nev++] = *e;
+  return 0;
+}
+
+static int comm_step(comm_state *cm, const kl_exec *x, const kl_step *st, void **ptrs, char *err, size_t errlen) {
+  CUresult r = CUDA_SUCCESS;
+  if (!G->comm_stream && (r = p_cuStreamCreate(&G->comm_stream, STREAM_NON_BLOCKING)))
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "cuStreamCreate failed: %s", cu_msg(r));
+  if (!cm->pend && !(cm->pend = calloc((size_t)x->nslots, sizeof *cm->pend)))
+    return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory queueing a collective");
+  CUevent before, after;
+  if (comm_event(cm, &before, err, errlen)) return -1;
+  if ((r = p_cuEventRecord(before, stream0)) || (r = p_cuStreamWaitEvent(G->comm_stream, before, 0)))
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "ordering a collective after the queue failed: %s", cu_msg(r));
+  side = G->comm_stream;
+  int rc = st->run_checked(st->ctx, ptrs, err, errlen);
+  side = NULL;
+  if (rc) return -1;
+  if (comm_event(cm, &after, err, errlen)) return -1;
+  if ((r = p_cuEventRecord(after, G->comm_stream)))
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "cuEventRecord failed: %s", cu_msg(r));
+  for (int i = 0; i < st->nslots; i++) cm->pend[st->slots[i]] = after;
+  return 0;
+}
+
+static void comm_join(comm_state *cm) {
+  if (cm->nev) p_cuStreamWaitEvent(stream0, cm->ev[cm->nev - 1], 0); /* the comm stream is in order: its last event covers all */
+  for (int i = 0; i < cm->nev; i++) p_cuEventDestroy(cm->ev[i]);
+  cm->nev = 0;
+  if (cm->pend) free(cm->pend);
+  cm->pend = NULL;
+}
+
 static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
                             size_t errlen) {
   static int profile = -1;
@@ -1108,6 +1162,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
   if (!bufs) return kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a GPU program");
   memset(bufs, 0, sizeof *bufs * (size_t)x->nslots);
   int rc = 0;
+  comm_state cm = {0};
   for (int i = 0; i < x->ninputs; i++) {
     kl_buffer *b = inputs[i];
     if (b->device != KL_DEV_CUDA) {
@@ -1154,6 +1209,12 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
   const int *live = graphed ? NULL : kl_exec_live(x), *last = live ? live + x->nslots : NULL; /* freed after the last step */
   for (int s = 0; s < x->nsteps && !rc && !graphed; s++) {
     const kl_step *st = &x->steps[s];
+    if (cm.pend) /* a slot a collective still reads or writes on the side stream: the queue waits for it here */
+      for (int i = 0; i < st->nslots && !st->side_stream; i++)
+        if (cm.pend[st->slots[i]]) {
+          p_cuStreamWaitEvent(stream0, cm.pend[st->slots[i]], 0);
+          cm.pend[st->slots[i]] = NULL;
+        }
     void *psmall[64];
     size_t bsmall[64];
     void **ptrs = st->nslots <= 64 ? psmall : malloc(sizeof(void *) * (size_t)st->nslots);
@@ -1170,7 +1231,8 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
     }
     double t0 = profile == 1 ? sync_now() : hprof ? wall_now() : 0;
     if (hprof) hp.alloc += t0 - a0;
-    if (!rc) rc = st->on_host ? run_host_step(st, ptrs, bytes, err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen);
+    if (!rc && st->side_stream && !side) rc = comm_step(&cm, x, st, ptrs, err, errlen);
+    else if (!rc) rc = st->on_host ? run_host_step(st, ptrs, bytes, err, errlen) : st->run_checked(st->ctx, ptrs, err, errlen);
     if (hprof) {
       int k = !st->is_library;
       double t1 = wall_now();
@@ -1186,11 +1248,13 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
     for (int i = 0; last && !rc && i < st->nslots; i++) { /* freed in stream order: after the step's work */
       int sl = st->slots[i];
       if (last[sl] == s && bufs[sl]) {
+        if (cm.pend && cm.pend[sl]) continue; /* a collective still reads it: freed at the end, after it */
         kl_buf_release(bufs[sl]);
         bufs[sl] = NULL;
       }
     }
   }
+  if (cm.nev) comm_join(&cm); /* the queue waits for every collective before the outputs' event */
   /* outputs that are inputs, or values nobody wrote (size 0), still need a buffer */
   for (int i = 0; i < x->noutputs && !rc; i++) {
     int sl = x->out_slots[i];
@@ -1217,6 +1281,9 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
     event_release(ev);
   }
 done:
+  if (cm.nev) comm_join(&cm);
+  free(cm.pend);
+  free(cm.ev);
   for (int i = 0; i < x->nslots; i++) kl_buf_release(bufs[i]); /* temporaries are freed in stream order */
   if (bufs != small) free(bufs);
   if (hprof) {

@@ -62,6 +62,8 @@ typedef struct {
   int host_nin;        /* ...of which the first host_nin are inputs (copied down), the rest outputs */
   int is_library;      /* GPU executables: a library call (cuBLAS) rather than a kernel launch */
   int synchronizes;    /* GPU executables: a loop whose host reads device memory (no CUDA graph) */
+  int side_stream;     /* GPU executables: queued on the GPU's communication stream (NCCL collectives),
+                          so that the work after it overlaps it until something reads its slots */
   int if_node;         /* GPU executables: a cond (or a loop holding one) that, in a captured graph,
                           becomes conditional nodes instead of reading its predicate */
   int64_t launches;    /* GPU executables: launches the step makes (a scan's: trips x its body's);
