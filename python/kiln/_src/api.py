@@ -603,6 +603,12 @@ class JitWrapped(_kiln.JitBase):
         if core.tracing() or config.jax_disable_jit:  # nested under another trace, or disable_jit: as it is
             return self._fun(*args, **kwargs)
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        if any(type(a) is not Array for a in arrs):
+            from kiln._src import partition
+            if partition.wants(arrs):  # split over a mesh: partitioned, one piece per device
+                out = partition.call(self, None, None, args, kwargs)
+                if out is not partition.FALLBACK:
+                    return out
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(statics, arrs, tree, nargs)
