@@ -70,6 +70,9 @@ def test_elementwise_conflict_the_operand_on_more_devices_wins():
     assert out.sharding.spec == P(None, "y")  # split 4 ways beats split 2 ways
     assert plan.collectives == [("all_gather", "add", ("x",))]
     _close(out, x + y)
+    out, plan = _run(lambda a, b: (a + b, a * b - b), _put(x, mesh, "x"), _put(y, mesh, None, "y"))
+    assert plan.collectives == [("all_gather", "add", ("x",))]  # a is resharded once for both uses
+    _close(out[1], x * y - y)
     out, plan = _run(lambda a, b: a * b, _put(x, mesh, "y"), _put(y, mesh, None, "y"))
     assert out.sharding.spec == P("y")  # a tie: the leftmost operand
     _close(out, x * y)
@@ -321,3 +324,20 @@ def test_static_arguments_keywords_and_closed_over_constants():
     assert partition.stats["partitioned"] == before + 2 and out.sharding.spec == P("i")
     _close(out, x * 4 + c)
     _close(out2, out)
+
+
+def test_slice_pad_concatenate_rev_argmax_keep_the_split_of_untouched_axes():
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    x = _rand(8, 16)
+
+    def f(a):
+        return (a[:, 2:10], jnp.pad(a, ((0, 0), (1, 2))), jnp.concatenate([a, a * 2], axis=1), jnp.flip(a, 1),
+                jnp.argmax(a, axis=1), a[1:5], jnp.flip(a, 0))
+    out, plan = _run(f, _put(x, mesh, "x", "y"))
+    wants = (x[:, 2:10], np.pad(x, ((0, 0), (1, 2))), np.concatenate([x, x * 2], axis=1), x[:, ::-1],
+             np.argmax(x, axis=1), x[1:5], x[::-1])
+    for o, w in zip(out, wants):
+        _close(o, w)
+    # the rows stay split where only the columns are touched, and the other way round
+    assert [o.sharding.spec for o in out] == [P("x"), P("x"), P("x"), P("x"), P("x"), P(None, "y"), P(None, "y")]
+    assert plan.replicated == []

@@ -95,13 +95,24 @@ class _Lowering:
 
     def __init__(self, mesh, plan):
         self.mesh, self.plan = mesh, plan
+        self._memo = {}  # (id of a piece, its new layout) -> (the piece, kept alive; the resharded piece)
 
     def reshard(self, x, shape, src, dst):
         """x (a local piece of layout src of a global `shape` array) as its piece of layout dst: every
         axis whose split changes is gathered whole first (one mesh axis at a time, the minor first,
-        so pieces concatenate in order), then cut to this device's piece of dst."""
-        if tuple(src) == tuple(dst):
+        so pieces concatenate in order), then cut to this device's piece of dst. A value read in one
+        layout by several equations is resharded once."""
+        src, dst = tuple(src), tuple(dst)
+        if src == dst:
             return x
+        hit = self._memo.get((id(x), dst))
+        if hit is not None:
+            return hit[1]
+        y = self._reshard(x, src, dst)
+        self._memo[(id(x), dst)] = (x, y)
+        return y
+
+    def _reshard(self, x, src, dst):
         for d, (a, b) in enumerate(zip(src, dst)):
             if a != b and a:
                 for name in reversed(a):
