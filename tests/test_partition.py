@@ -341,3 +341,51 @@ def test_slice_pad_concatenate_rev_argmax_keep_the_split_of_untouched_axes():
     # the rows stay split where only the columns are touched, and the other way round
     assert [o.sharding.spec for o in out] == [P("x"), P("x"), P("x"), P("x"), P("x"), P(None, "y"), P(None, "y")]
     assert plan.replicated == []
+
+
+def test_dot_general_conflicts_are_resolved_by_gathering():
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    x, w = _rand(8, 16), _rand(16, 8, seed=1)
+    # both free axes split over "y": the lhs keeps it, the rhs's is gathered
+    out, plan = _run(lambda a, b: a @ b, _put(x, mesh, "y"), _put(w, mesh, None, "y"))
+    assert out.sharding.spec == P("y") and plan.collectives == [("all_gather", "dot_general", ("y",))]
+    _close(out, x.astype(np.float64) @ w)
+    # contracting axes split differently: the lhs's split wins, the rhs is gathered and cut to it
+    out, plan = _run(lambda a, b: a @ b, _put(x, mesh, None, "x"), _put(w, mesh, "y"))
+    assert plan.collectives == [("all_gather", "dot_general", ("y",)), ("psum", "dot_general", ("x",))]
+    assert out.sharding.spec == P()
+    _close(out, x.astype(np.float64) @ w)
+    # batch axes split differently
+    a, b = _rand(4, 3, 8), _rand(4, 8, 2, seed=1)
+    out, plan = _run(lambda u, v: jnp.einsum("bij,bjk->bik", u, v), _put(a, mesh, "x"), _put(b, mesh, "y"))
+    assert out.sharding.spec == P("x")
+    _close(out, np.einsum("bij,bjk->bik", a.astype(np.float64), b))
+
+
+def test_an_axis_split_over_two_mesh_axes_in_either_order():
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    x = _rand(32, 3)
+    for names in (("x", "y"), ("y", "x")):
+        xs = _put(x, mesh, names)
+        out, plan = _run(lambda a: a.reshape(8, 4, 3) * 2, xs)
+        assert out.sharding.spec == P(names) and plan.collectives == []
+        for sh in out.addressable_shards:
+            _close(sh.data, 2 * x.reshape(8, 4, 3)[sh.index])
+        out, plan = _run(lambda a: a + 1, xs, out_shardings=NamedSharding(mesh, P()))
+        assert plan.collectives == [("all_gather", "output", names)]
+        for sh in out.addressable_shards:
+            _close(sh.data, x + 1)
+
+
+def test_gather_indexing_and_random_bits_run_whole_and_stay_correct():
+    mesh = kiln.make_mesh((4,), ("i",))
+    x = _rand(8, 16)
+    out, plan = _run(lambda a: a[jnp.array([0, 3, 5])] * 2, _put(x, mesh, "i"))
+    assert plan.replicated == ["take"] and out.sharding.spec == P()
+    _close(out, x[[0, 3, 5]] * 2)
+
+    def noisy(a):
+        return a + kiln.random.normal(kiln.random.PRNGKey(0), a.shape)
+    out, plan = _run(noisy, _put(x, mesh, "i"))
+    assert out.sharding.spec == P("i") and plan.collectives == []
+    _close(out, kiln.jit(noisy)(jnp.asarray(x)))

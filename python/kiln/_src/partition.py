@@ -322,7 +322,13 @@ def _rule_dot_general(lw, prim, ins, params, outs):
     return [(r, out)]
 
 
+def _rule_source(lw, prim, ins, params, outs):
+    """iota: made whole on every device (no operand to take a layout from; a consumer cuts it)."""
+    return [(_bind(prim, [], params)[0], _replicated(len(outs[0])))]
+
+
 _RULES = {
+    "iota": _rule_source,
     "broadcast_in_dim": _rule_broadcast_in_dim,
     "reshape": _rule_reshape,
     "transpose": _rule_transpose,
