@@ -66,16 +66,25 @@ def test_elementwise_chain_keeps_the_split_and_needs_no_collective(shape, names)
 def test_elementwise_conflict_the_operand_on_more_devices_wins():
     mesh = kiln.make_mesh((2, 4), ("x", "y"))
     x, y = _rand(8, 8), _rand(8, 8, seed=1)
-    out, plan = _run(lambda a, b: a + b, _put(x, mesh, "x"), _put(y, mesh, None, "y"))
-    assert out.sharding.spec == P(None, "y")  # split 4 ways beats split 2 ways
+    out, plan = _run(lambda a, b: a + b, _put(x, mesh, "x"), _put(y, mesh, "y"))
+    assert out.sharding.spec == P("y")  # split 4 ways beats split 2 ways
     assert plan.collectives == [("all_gather", "add", ("x",))]
     _close(out, x + y)
-    out, plan = _run(lambda a, b: (a + b, a * b - b), _put(x, mesh, "x"), _put(y, mesh, None, "y"))
+    out, plan = _run(lambda a, b: (a + b, a * b - b), _put(x, mesh, "x"), _put(y, mesh, "y"))
     assert plan.collectives == [("all_gather", "add", ("x",))]  # a is resharded once for both uses
     _close(out[1], x * y - y)
     out, plan = _run(lambda a, b: a * b, _put(x, mesh, "y"), _put(y, mesh, None, "y"))
-    assert out.sharding.spec == P("y")  # a tie: the leftmost operand
+    assert out.sharding.spec == P("y")  # a tie: the leftmost operand; b's "y" is taken: gathered
+    assert plan.collectives == [("all_gather", "mul", ("y",))]
     _close(out, x * y)
+
+
+def test_elementwise_splits_on_different_axes_merge_without_communication():
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    x, y = _rand(8, 8), _rand(8, 8, seed=1)
+    out, plan = _run(lambda a, b: a + b, _put(x, mesh, "x"), _put(y, mesh, None, "y"))
+    assert out.sharding.spec == P("x", "y") and plan.collectives == []  # as JAX: P('x', 'y')
+    _close(out, x + y)
 
 
 def test_replicated_operand_is_cut_locally_without_communication():
@@ -389,3 +398,16 @@ def test_gather_indexing_and_random_bits_run_whole_and_stay_correct():
     out, plan = _run(noisy, _put(x, mesh, "i"))
     assert out.sharding.spec == P("i") and plan.collectives == []
     _close(out, kiln.jit(noisy)(jnp.asarray(x)))
+
+
+def test_a_rule_failure_warns_and_falls_back_with_the_right_answer(monkeypatch):
+    def broken(lw, prim, ins, params, outs):
+        raise RuntimeError("a rule that fails")
+    monkeypatch.setitem(partition._RULES, "sin", broken)
+    mesh = kiln.make_mesh((4,), ("i",))
+    x = _rand(8, 4)
+    before = partition.stats["fallback"]
+    with pytest.warns(RuntimeWarning, match="a rule that fails"):
+        out = kiln.jit(lambda a: jnp.sin(a) + 1)(_put(x, mesh, "i"))
+    assert partition.stats["fallback"] == before + 1
+    _close(out, np.sin(x) + 1)

@@ -153,14 +153,23 @@ def _rule_replicated(lw, prim, ins, params, outs):
 
 
 def _winner(lw, ins, candidates):
-    """Among the operands at positions `candidates`, the layout of the one split over the most
-    devices (the leftmost on a tie)."""
+    """The layout operands at positions `candidates` meet in: that of the one split over the most
+    devices (the leftmost on a tie), then, axis by axis, the split of another operand (left to
+    right) on an axis it leaves whole, where that split's mesh axes are still free, so operands
+    split on different axes ((x, -) and (-, y)) meet in (x, y) by cutting, without communication."""
     best, score = None, -1
     for i in candidates:
         sc = _devices_used(lw.mesh, ins[i][1])
         if sc > score:
             best, score = ins[i][1], sc
-    return best
+    merged = list(best)
+    used = {n for names in merged for n in names}
+    for i in candidates:
+        for d, names in enumerate(ins[i][1]):
+            if names and not merged[d] and not set(names) & used:
+                merged[d] = names
+                used |= set(names)
+    return tuple(merged)
 
 
 def _rule_elementwise(lw, prim, ins, params, outs):
@@ -444,13 +453,25 @@ def call(wrapped, in_shardings, out_shardings, args, kwargs):
             layouts.append(_replicated(a.ndim))
     cache = _plans.setdefault(wrapped, {})
     pkey = (key, tuple(layouts), mesh, out_shardings is not None)
-    if pkey not in cache:
+    fresh = pkey not in cache
+    if fresh:
         cache[pkey] = _plan(wrapped, statics, arrs, tree, nargs, mesh, layouts, out_shardings)
     plan = cache[pkey]
     if plan is None:
         stats["fallback"] += 1
         return FALLBACK
-    leaves = plan.smap(*(list(arrs) + plan.consts))
+    try:
+        leaves = plan.smap(*(list(arrs) + plan.consts))
+    except Exception as e:  # the function traced whole, so this is the partitioner's failure: say so, stay correct
+        if not fresh:
+            raise
+        import warnings
+        warnings.warn(f"jit: partitioning {getattr(wrapped._fun, '__name__', 'the function')} over the mesh failed "
+                      f"({type(e).__name__}: {e}); it runs on the gathered values instead (please report this)",
+                      RuntimeWarning, stacklevel=3)
+        cache[pkey] = None
+        stats["fallback"] += 1
+        return FALLBACK
     stats["partitioned"] += 1
     last_plan = plan
     leaves = [x if s is None else api.device_put(x, s) for x, s in zip(leaves, plan.out_put)]
