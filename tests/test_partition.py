@@ -411,3 +411,11 @@ def test_a_rule_failure_warns_and_falls_back_with_the_right_answer(monkeypatch):
         out = kiln.jit(lambda a: jnp.sin(a) + 1)(_put(x, mesh, "i"))
     assert partition.stats["fallback"] == before + 1
     _close(out, np.sin(x) + 1)
+
+
+def test_weights_split_over_the_data_axis_are_gathered_not_the_batch():
+    mesh = kiln.make_mesh((4,), ("i",))
+    x, w = _rand(16, 8), _rand(8, 4, seed=1)
+    out, plan = _run(lambda a, b: a @ b, _put(x, mesh, "i"), _put(w, mesh, "i"))
+    assert plan.collectives == [("all_gather", "dot_general", ("i",))] and out.sharding.spec == P("i")
+    _close(out, x.astype(np.float64) @ w)

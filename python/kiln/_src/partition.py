@@ -15,7 +15,6 @@ import weakref
 
 from kiln._src import api, core, spmd, tree_util
 from kiln._src.config import config
-from kiln._src.core import Array
 
 FALLBACK = object()  # what call() returns when the conservative path must run instead
 
@@ -45,9 +44,16 @@ _REDUCE_COLLECTIVE = {"reduce_sum": spmd.psum, "reduce_max": spmd.pmax, "reduce_
 class Plan:
     """What partitioning one jit signature decided; `collectives` and `replicated` record, in program
     order, each collective inserted (kind, primitive it serves, mesh axes) and each primitive run on
-    gathered operands, so tests can check the structure and not only the values."""
-    __slots__ = ("smap", "mesh", "in_layouts", "out_want", "out_layouts", "out_specs", "out_after", "out_put", "out_tree", "consts",
-                 "collectives", "replicated", "builder")
+    gathered operands, so tests can check the structure and not only the values.
+    smap: the ShardMapped running the per-device replay; mesh; builder: the program traced on global
+    shapes; in_layouts: per input (arguments, then the trace's constants) its layout; consts: those
+    constants; out_tree: the results' tree; out_want: per result the layout out_shardings asks for
+    (None: as the rules give); out_after: per result the spec it is assembled with (None: from
+    its layout); out_put: per result a sharding to device_put it on afterwards (another mesh, one
+    device), else None; out_layouts / out_specs: the results' layouts and specs, known once the
+    replay has been traced."""
+    __slots__ = ("smap", "mesh", "builder", "in_layouts", "consts", "out_tree", "out_want", "out_after", "out_put",
+                 "out_layouts", "out_specs", "collectives", "replicated")
 
     def __repr__(self):
         return (f"Plan(in={self.in_layouts}, out={self.out_layouts}, collectives={self.collectives}, "
@@ -298,7 +304,9 @@ def _rule_dot_general(lw, prim, ins, params, outs):
     """Batch axes: split alike on both sides (the lhs's split if it has one, else the rhs's).
     Contracting axes: split alike on both sides (the lhs's split if it has one, else the rhs's: a
     replicated side is cut locally, a differently split one gathered and cut), the local product
-    then psum over their mesh axes. Free axes keep their splits, unless their mesh axes are taken
+    then psum over their mesh axes; but where the side to be cut already uses those mesh axes on
+    another axis, the split side is gathered instead (x split by rows @ w split by rows over the
+    same mesh axis gathers w, as FSDP does, not x). Free axes keep their splits, unless their mesh axes are taken
     already (by the batch or contracting axes, or the lhs's free axes): then gathered."""
     (a, la, sa), (b, lb, sb) = ins
     lc, rc, lbt, rbt = params["lhs_contracting"], params["rhs_contracting"], params["lhs_batch"], params["rhs_batch"]
@@ -312,7 +320,9 @@ def _rule_dot_general(lw, prim, ins, params, outs):
         used |= set(n)
     for i, j in zip(lc, rc):
         n = la[i] or lb[j]
-        if n and not set(n) & used:
+        other, od = (lb, j) if la[i] else (la, i)  # the side cut (or resharded) to n
+        elsewhere = {m for d, names in enumerate(other) if d != od for m in names}
+        if n and not set(n) & used and (la[i] == lb[j] or not set(n) & elsewhere):
             wa[i] = wb[j] = n
             summed.extend(n)
             used |= set(n)
