@@ -603,6 +603,12 @@ class JitWrapped(_kiln.JitBase):
         if core.tracing() or config.jax_disable_jit:  # nested under another trace, or disable_jit: as it is
             return self._fun(*args, **kwargs)
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        if any(type(a) is not Array for a in arrs):
+            from kiln._src import partition
+            if partition.wants(arrs):  # split over a mesh: partitioned, one piece per device
+                out = partition.call(self, None, None, args, kwargs)
+                if out is not partition.FALLBACK:
+                    return out
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(statics, arrs, tree, nargs)
@@ -810,9 +816,9 @@ def jit(fun=None, *, in_shardings=None, out_shardings=None, static_argnums=None,
         donate_argnums=None, donate_argnames=None, keep_unused=False, device=None, backend=None, inline=False):
     """Compiles `fun` with kiln (traced once per signature, cached).
 
-    in_shardings / out_shardings (kiln's conservative rule, see the README): sharded arguments are
-    computed on from their gathered value on one device, and the results are then placed by
-    out_shardings (device_put); no sharding propagation or collectives inside the program yet.
+    in_shardings / out_shardings, or arguments split over a mesh: the program is partitioned over
+    the mesh (partition.py; the rules are in the README), or, for what it cannot partition, run on
+    the gathered values on one device and its results placed by out_shardings (device_put).
     jit of a shard_map or pmap function is that function (already compiled once per signature)."""
     if fun is None:
         return lambda f: jit(f, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static_argnums,

@@ -545,9 +545,11 @@ def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_
 # jit with shardings (kiln's conservative rule)
 
 class ShardedJit:
-    """jit(f, in_shardings=..., out_shardings=..., device=...): f runs on the arguments' gathered
-    values on one device (sharded arguments are read whole), and its results are placed by
-    out_shardings. Correct, not scalable: no sharding propagation yet."""
+    """jit(f, in_shardings=..., out_shardings=..., device=...): with NamedShardings over one mesh
+    (asked or the arguments'), f is partitioned over it (partition.py: sharding propagation, one
+    piece per device, collectives where needed); otherwise (or with device=, or for programs with
+    control flow or callbacks) f runs on the arguments' gathered values on one device and its
+    results are placed by out_shardings."""
 
     def __init__(self, wrapped, in_shardings, out_shardings, device):
         self._wrapped, self._in, self._out, self._device = wrapped, in_shardings, out_shardings, device
@@ -558,6 +560,11 @@ class ShardedJit:
         functools.update_wrapper(self, wrapped._fun)
 
     def __call__(self, *args, **kwargs):
+        if self._device is None:
+            from kiln._src import partition
+            out = partition.call(self._wrapped, self._in, self._out, args, kwargs)
+            if out is not partition.FALLBACK:
+                return out
         if self._device is not None:
             args, kwargs = api.device_put((args, kwargs), self._device)
         out = self._wrapped(*args, **kwargs)
