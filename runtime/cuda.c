@@ -142,7 +142,10 @@ static _Thread_local int ctx_ord = -1;
 /* While a conditional node's branch is captured (cuda_graph.c), the work it queues goes to a side
  * stream capturing into the node's body graph; stream0 is capturing the enclosing graph. */
 static _Thread_local CUstream side;
-static CUstream cur(void) { return side ? side : stream0; }
+/* While a collective is queued on the GPU's communication stream (comm_step), its work, and the
+ * memory it allocates and frees, go there. */
+static _Thread_local CUstream comm_q;
+static CUstream cur(void) { return side ? side : comm_q ? comm_q : stream0; }
 
 static const char *cu_msg(CUresult r) {
   const char *s = NULL;
@@ -421,7 +424,7 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
   size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
   /* while a graph is captured, memory comes from (and goes back to) the graph's own nodes: a
    * cached block would be baked into the graph and handed out again */
-  if (n <= SMALL_MAX && !kl_cuda_capturing()) {
+  if (n <= SMALL_MAX && !kl_cuda_capturing() && !comm_q) {
     pthread_mutex_lock(&small_mu);
     for (int i = nsmall - 1; i >= 0 && !p; i--)
       if (small[i].n == n) {
@@ -430,11 +433,11 @@ int kl_cuda_alloc(size_t nbytes, void **ptr, char *err, size_t errlen) {
       }
     pthread_mutex_unlock(&small_mu);
   }
-  CUresult r = p ? CUDA_SUCCESS : p_cuMemAllocAsync(&p, n, stream0);
+  CUresult r = p ? CUDA_SUCCESS : p_cuMemAllocAsync(&p, n, comm_q ? comm_q : stream0);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) { /* freed blocks may still be queued or cached: release, retry */
     flush_small();
     p_cuStreamSynchronize(stream0);
-    r = p_cuMemAllocAsync(&p, n, stream0);
+    r = p_cuMemAllocAsync(&p, n, comm_q ? comm_q : stream0);
   }
   if (r) {
     size_t fr = 0, tot = 0;
@@ -452,6 +455,10 @@ void kl_cuda_free(void *ptr, size_t nbytes) {
   if (!ptr || enter()) return;
   size_t n = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
   kl_mem_count_free(&counts, n);
+  if (comm_q) { /* after the collective's work, on its stream (the small cache serves the queue) */
+    p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, comm_q);
+    return;
+  }
   if (n <= SMALL_MAX && !kl_cuda_capturing()) {
     pthread_mutex_lock(&small_mu);
     int kept = nsmall < SMALL_SLOTS;
@@ -1127,9 +1134,9 @@ static int comm_step(comm_state *cm, const kl_exec *x, const kl_step *st, void *
   if (comm_event(cm, &before, err, errlen)) return -1;
   if ((r = p_cuEventRecord(before, stream0)) || (r = p_cuStreamWaitEvent(G->comm_stream, before, 0)))
     return kl_error(err, errlen, KL_ERR_INTERNAL, "ordering a collective after the queue failed: %s", cu_msg(r));
-  side = G->comm_stream;
+  comm_q = G->comm_stream;
   int rc = st->run_checked(st->ctx, ptrs, err, errlen);
-  side = NULL;
+  comm_q = NULL;
   if (rc) return -1;
   if (comm_event(cm, &after, err, errlen)) return -1;
   if ((r = p_cuEventRecord(after, G->comm_stream)))
