@@ -320,6 +320,24 @@ def test_check_vma_second_derivative_and_psum_of_a_replicated_value():
     np.testing.assert_allclose(got, _fd_grad(total, w), rtol=1e-4, atol=1e-4)
 
 
+def test_check_vma_typing_reaches_jit_and_vmap_inside_the_body():
+    # the traces of a jit or vmap inside the body are typed from the values they take
+    mesh = kiln.make_mesh((4,), ("d",))
+    w, x = _rand(8, 3), _rand(16, 8, seed=1)
+
+    def loss(wv, xv):
+        return jnp.sum(jnp.tanh(xv @ wv)) + 0.1 * jnp.sum(wv ** 2)
+    t = np.tanh(x @ w)
+    data = x.T @ (1 - t ** 2)  # the sum over all rows of the data term's gradient
+    bodies = {  # body, its JAX value (the vmap's: 16 per-row gradients, each with the 0.2 w term, summed)
+        "jit": (lambda wv, xv: kiln.jit(kiln.grad(loss))(wv, xv), data + 4 * 0.2 * w),
+        "vmap": (lambda wv, xv: kiln.vmap(lambda r: kiln.grad(loss)(wv, r[None]))(xv).sum(0), data + 16 * 0.2 * w),
+    }
+    for name, (body, want) in bodies.items():
+        got = _smap(body, mesh, (P(), P("d")), P())(jnp.asarray(w), jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_check_vma_rejects_a_varying_result_with_a_replicated_out_spec():
     mesh = kiln.make_mesh((4,), ("d",))
     x = jnp.asarray(_rand(8, 2))

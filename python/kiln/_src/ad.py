@@ -87,8 +87,7 @@ def _trace_flat(fun, args, kwargs):
         # Outside jit (every input has a value) the trace is concrete: Python control flow on
         # values, float(x) and printing work inside the function, as in JAX.
         concrete = all(not isinstance(a, Tracer) or a._cval is not None for a in arrs)
-        traced = api._trace(fun if vmas is None else spmd.vma_wrap(fun, vmas), None, None, arrs, tree,
-                            concrete=concrete)
+        traced = api._trace(fun, None, None, arrs, tree, concrete=concrete)  # typed too (spmd.vma_nest)
         if vmas is not None:
             traced = spmd.insert_pvary(traced, arrs, vmas)
     finally:

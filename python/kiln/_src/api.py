@@ -341,12 +341,17 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a tr
     values are in_leaves, arrays or concrete tracers). refs_in: (what the trace is, whether its
     caller threads the outer Refs it touches through it: then `ref_touched`/`ref_written` of the
     result list them, see refs.py; otherwise writing one raises)."""
+    from kiln._src import spmd
+    outer = core.current_trace() if spmd._vma_scopes else None
     trace = core.push_trace(concrete)
+    typed = outer is not None and spmd.vma_nest(outer, trace, in_leaves)  # inside a check_vma shard_map body
     ref_scope = refs.scope(*refs_in)
     try:
         with ref_scope:
             out = _trace_body(fun, trace, in_leaves, in_tree, concrete)
     finally:
+        if typed:
+            spmd._vma_unregister(trace)
         core.pop_trace(trace)
     out_tree, avals = out
     t = _Traced()

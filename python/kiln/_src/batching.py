@@ -18,13 +18,15 @@ from kiln._src.ad import _run
 
 
 class _Aval:
-    """A per-example input as the tracer needs it (shape, dtype, weak type)."""
-    __slots__ = ("shape", "dtype", "weak_type")
+    """A per-example input as the tracer needs it (shape, dtype, weak type), and the batched value
+    it stands for (shard_map's check_vma typing, spmd.vma_nest)."""
+    __slots__ = ("shape", "dtype", "weak_type", "vma_src")
 
-    def __init__(self, shape, dtype, weak_type):
+    def __init__(self, shape, dtype, weak_type, vma_src=None):
         self.shape = shape
         self.dtype = dtype
         self.weak_type = weak_type
+        self.vma_src = vma_src
 
 
 def _is_none(x):
@@ -193,7 +195,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         per_example = []
         for x, a in zip(arrs, axes):
             shape = tuple(x.shape) if a is None else tuple(x.shape[:a]) + tuple(x.shape[a + 1:])
-            per_example.append(_Aval(shape, x.dtype, x.weak_type))
+            per_example.append(_Aval(shape, x.dtype, x.weak_type, x))
         traced = api._trace(fun, None, None, per_example, tree)
         prog_axes = [-1 if a is None else a for a in axes] + [-1] * len(traced.consts)
         batched_builder, out_batched = traced.builder.vmap(prog_axes, size)

@@ -36,10 +36,11 @@ def _avals(leaves):
 
 
 class _Aval:
-    __slots__ = ("shape", "dtype", "weak_type")
+    __slots__ = ("shape", "dtype", "weak_type", "vma_src")
 
     def __init__(self, x):
         self.shape, self.dtype, self.weak_type = tuple(x.shape), x.dtype, x.weak_type
+        self.vma_src = x  # the value it stands for (shard_map's check_vma typing, spmd.vma_nest)
 
 
 def _has_value(x):

@@ -874,6 +874,20 @@ def _check_out_vma(out, out_specs, name):
                 "all_gather), or pass check_vma=False.")
 
 
+def vma_nest(outer, trace, in_leaves):
+    """A trace started inside a typed one (vmap, jit, grad, checkpoint... inside a check_vma=True
+    body) is typed too, its inputs by the values they come from. Returns whether it was."""
+    sc = _vma_scopes.get(id(outer))
+    if sc is None:
+        return False
+    in_vmas = []
+    for a in in_leaves:
+        v = _vma_of(getattr(a, "vma_src", a))
+        in_vmas.append(frozenset() if v is None else v)
+    _vma_register(trace, sc.mesh, in_vmas)
+    return True
+
+
 def vma_inputs(arrs):
     """Per input of a differentiation inside a check_vma=True body: the axes it varies over; None
     when no such body is being traced (nothing to do)."""
@@ -885,20 +899,6 @@ def vma_inputs(arrs):
         v = _vma_of(a)
         out.append(frozenset() if v is None else v)
     return out
-
-
-def vma_wrap(fun, in_vmas):
-    """fun, its trace typed with in_vmas (for the collectives and grads inside it)."""
-    mesh = _vma_scopes[id(core.current_trace())].mesh
-
-    def wrapped(*a, **k):
-        trace = core.current_trace()
-        _vma_register(trace, mesh, in_vmas)
-        try:
-            return fun(*a, **k)
-        finally:
-            _vma_unregister(trace)
-    return wrapped
 
 
 def insert_pvary(traced, arrs, in_vmas):
@@ -959,7 +959,7 @@ def insert_pvary(traced, arrs, in_vmas):
 
     from kiln._src import api
     flat = tree_util.tree_flatten((tuple(arrs), {}))[1]
-    new = api._trace(vma_wrap(replay, in_vmas), None, None, list(arrs), flat)
+    new = api._trace(replay, None, None, list(arrs), flat)
     if len(new.consts) != len(traced.consts):
         raise NotImplementedError("differentiation inside a shard_map body with check_vma=True: kiln could not "
                                   "type this program's values by mesh axis; pass check_vma=False")
