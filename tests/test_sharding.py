@@ -271,6 +271,22 @@ def test_repeated_calls_on_sharded_results_take_their_shards_directly():
     np.testing.assert_allclose(np.asarray(a2), a0 * 2, rtol=1e-12)
 
 
+def test_jit_of_a_function_calling_shard_map_runs_it_as_written():
+    mesh = kiln.make_mesh((8,), ("i",))
+    x = _rand(16, 3)
+    inner = _smap(lambda a: lax.psum(jnp.sin(a), "i"), mesh, P("i"), P())
+
+    @kiln.jit
+    def step(v):
+        return inner(v) * 2 + v[:2].sum()
+    want = np.sin(x).reshape(8, 2, 3).sum(0) * 2 + x[:2].sum()
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(step(jnp.asarray(x))), want, rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="shard_map inside a traced function.*grad or vmap inside its body"):
+        kiln.grad(lambda v: inner(v).sum())(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(inner(jnp.asarray(x))), np.sin(x).reshape(8, 2, 3).sum(0), rtol=1e-12)
+
+
 # ---- check_vma typing (shard_map's default): gradients of replicated values are summed over devices ----
 
 def _local_loss_grad(w, xb):

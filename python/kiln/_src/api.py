@@ -607,17 +607,26 @@ class JitWrapped(_kiln.JitBase):
     def _call(self, *args, **kwargs):
         if core.tracing() or config.jax_disable_jit:  # nested under another trace, or disable_jit: as it is
             return self._fun(*args, **kwargs)
+        if self.__dict__.get("_spmd_eager"):
+            return self._fun(*args, **kwargs)
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
-        if any(type(a) is not Array for a in arrs):
-            from kiln._src import partition
-            if partition.wants(arrs):  # split over a mesh: partitioned, one piece per device
-                out = partition.call(self, None, None, args, kwargs)
-                if out is not partition.FALLBACK:
-                    return out
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._compile(statics, arrs, tree, nargs)
-            self._cache[key] = entry
+        from kiln._src import spmd
+        try:
+            if any(type(a) is not Array for a in arrs):
+                from kiln._src import partition
+                if partition.wants(arrs):  # split over a mesh: partitioned, one piece per device
+                    out = partition.call(self, None, None, args, kwargs)
+                    if out is not partition.FALLBACK:
+                        return out
+            entry = self._cache.get(key)
+            if entry is None:
+                entry = self._compile(statics, arrs, tree, nargs)
+                self._cache[key] = entry
+        except spmd.ShardMapInTrace:
+            # f calls shard_map/pmap, which kiln cannot trace into a larger program yet: f runs as
+            # written, each shard_map compiled and launched on its own (the same values, more launches)
+            self._spmd_eager = True
+            return self._fun(*args, **kwargs)
         if entry.refs:  # the Refs' values go in, the written ones come back
             arrs = list(arrs) + refs.values(entry.refs)
             out, finals = entry.run_donating(arrs, self._donated_leaves(args, kwargs, arrs, entry))

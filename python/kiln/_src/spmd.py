@@ -277,6 +277,11 @@ def _spec_parts(spec, ndim, mesh, what):
 # ---------------------------------------------------------------------------------------------------------
 # shard_map
 
+class ShardMapInTrace(NotImplementedError):
+    """shard_map (or pmap) called while a function is traced; a jit whose function does this runs
+    the function as written instead (JitWrapped._call)."""
+
+
 class _Entry:
     __slots__ = ("exe", "consts", "dev_consts", "out_tree", "out_avals", "out_specs", "out_shardings")
 
@@ -316,10 +321,10 @@ class ShardMapped:
                 return self._launch(entry, devs, per)
         _check_local_mesh(mesh, self._name)
         if any(isinstance(x, Tracer) for x in leaves) or core.tracing():
-            raise NotImplementedError(
-                f"{self._name} inside a traced function (jit, grad, vmap, make_jaxpr) is not supported yet by kiln: "
-                f"call it on concrete arrays (jit({self._name}(f)) is {self._name}(f) itself), and put grad or vmap "
-                "inside its body")
+            raise ShardMapInTrace(
+                f"{self._name} inside a traced function (grad, vmap, make_jaxpr, a loop body) is not supported yet by "
+                f"kiln: call it on concrete arrays and put grad or vmap inside its body (a jit-compiled function "
+                f"that calls {self._name} runs as written, its {self._name} calls compiled on their own)")
         paths = _leaf_paths(args)
         specs = _broadcast_prefix(self._in_specs, args, _is_spec_leaf, f"{self._name}: in_specs") if leaves else []
         arrs = [api._leaf_to_array(x, f"{self._name} argument {p}") for x, p in zip(leaves, paths)]
