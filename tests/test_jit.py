@@ -653,3 +653,43 @@ def test_lower_compile_ahead_of_time():
     np.testing.assert_allclose(np.asarray(compiled(x, 3)), np.sin(x) * 3, rtol=1e-6)
     with pytest.raises(TypeError, match="other types"):
         compiled(np.ones(4, np.float32), 3)
+
+
+def test_calls_with_containers_of_arrays_take_the_c_path_and_stay_correct():
+    # a jitted function of dicts/lists/tuples of arrays is called again through the C fast path
+    # (keyed by the tree and the leaves' avals); any change of tree, shape, dtype or leaf kind is a
+    # different key or the Python road, never a stale executable
+    rng = np.random.default_rng(11)
+    calls = []
+
+    def f(p, xs, extra):
+        calls.append(1)
+        return {"y": p["w"] @ xs[0] + p["b"], "z": xs[1] * 2 if extra is None else xs[1] + extra[0]}
+    g = kiln.jit(f)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    w, b, x0, x1 = r(3, 4), r(3), r(4), r(2)
+    close = lambda a, b: np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6)  # noqa: E731
+    p = {"w": jnp.asarray(w), "b": jnp.asarray(b)}
+    for _ in range(3):
+        out = g(p, [jnp.asarray(x0), jnp.asarray(x1)], None)
+        close(out["y"], w @ x0 + b)
+        close(out["z"], x1 * 2)
+    assert len(calls) == 1 and len(g._fast) == 1
+    # a tuple instead of the list, a leaf in place of None, another shape, another dtype: new traces
+    close(g(p, (jnp.asarray(x0), jnp.asarray(x1)), None)["z"], x1 * 2)
+    close(g(p, [jnp.asarray(x0), jnp.asarray(x1)], (jnp.asarray(x1),))["z"], x1 * 2)
+    assert len(calls) == 3
+    w2 = r(3, 4)
+    close(g({"w": jnp.asarray(w2), "b": jnp.asarray(b)}, [jnp.asarray(x0), jnp.asarray(x1)], None)["y"], w2 @ x0 + b)
+    assert len(calls) == 3  # the same key, new values
+    close(g({"w": jnp.asarray(w2[:, :3]), "b": jnp.asarray(b)}, [jnp.asarray(x0[:3]), jnp.asarray(x1)], None)["y"],
+          w2[:, :3] @ x0[:3] + b)
+    out = g({"w": jnp.asarray(w, jnp.bfloat16), "b": jnp.asarray(b)}, [jnp.asarray(x0), jnp.asarray(x1)], None)
+    assert len(calls) == 5
+    # dict key order does not matter (sorted, as tree_util does); a NumPy leaf takes the Python road
+    close(g({"b": jnp.asarray(b), "w": jnp.asarray(w)}, [jnp.asarray(x0), x1], None)["y"], w @ x0 + b)
+    assert len(calls) == 5
+    # non-str keys are the Python road too
+    h = kiln.jit(lambda d: d[1] + d[2])
+    for _ in range(2):
+        close(h({2: jnp.asarray(x1), 1: jnp.asarray(x1)}), 2 * x1)

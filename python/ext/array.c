@@ -1038,6 +1038,99 @@ static void jit_dealloc(PyObject *self) {
   Py_DECREF(tp);
 }
 
+/* The arguments' key for `fast`: per array leaf its (shape, dtype, weak_type), in tree_flatten's
+ * order, and for every container a token ("(" or "[" and its length; "{", its length and its keys;
+ * "N" for None), so two calls share a key only when their trees and avals match. Only exact
+ * tuples, lists, dicts with str keys (sorted, as tree_util sorts them) and None are walked; any
+ * other node, or a leaf that is not a computed kiln.Array, returns 0 (the Python road). The leaves'
+ * Buffers are appended to bufs (borrowed). -1: an error. */
+typedef struct {
+  PyObject *key;   /* list */
+  PyObject **bufs; /* `small` (the caller's) until it grows onto the heap */
+  Py_ssize_t n, cap;
+  PyObject **small;
+} fast_walk;
+
+static PyObject *tok_tuple, *tok_list, *tok_dict, *tok_none;
+
+static int walk_add(fast_walk *w, PyObject *o) { return PyList_Append(w->key, o); }
+
+static int walk_args(fast_walk *w, PyObject *o, int depth) {
+  if (depth > 32) return 0;
+  if (o == Py_None) return walk_add(w, tok_none) ? -1 : 1;
+  if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+    int is_tuple = PyTuple_CheckExact(o);
+    Py_ssize_t n = is_tuple ? PyTuple_Size(o) : PyList_Size(o);
+    if (depth > 0) {
+      PyObject *len = PyLong_FromSsize_t(n);
+      int rc = !len || walk_add(w, is_tuple ? tok_tuple : tok_list) || walk_add(w, len);
+      Py_XDECREF(len);
+      if (rc) return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      int r = walk_args(w, is_tuple ? PyTuple_GetItem(o, i) : PyList_GetItem(o, i), depth + 1);
+      if (r <= 0) return r;
+    }
+    return 1;
+  }
+  if (PyDict_CheckExact(o)) {
+    PyObject *keys = PyDict_Keys(o);
+    if (!keys) return -1;
+    Py_ssize_t n = PyList_Size(keys);
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (!PyUnicode_CheckExact(PyList_GetItem(keys, i))) {
+        Py_DECREF(keys);
+        return 0;
+      }
+    PyObject *len = PyLong_FromSsize_t(n);
+    int rc = !len || PyList_Sort(keys) || walk_add(w, tok_dict) || walk_add(w, len);
+    Py_XDECREF(len);
+    for (Py_ssize_t i = 0; !rc && i < n; i++) rc = walk_add(w, PyList_GetItem(keys, i));
+    if (rc) {
+      Py_DECREF(keys);
+      return -1;
+    }
+    int r = 1;
+    for (Py_ssize_t i = 0; r > 0 && i < n; i++) {
+      PyObject *v = PyDict_GetItemWithError(o, PyList_GetItem(keys, i));
+      r = v ? walk_args(w, v, depth + 1) : PyErr_Occurred() ? -1 : 0;
+    }
+    Py_DECREF(keys);
+    return r;
+  }
+  if (!is_kiln_array(o)) return 0;
+  ArrayObject *x = (ArrayObject *)o;
+  if (materialize(x)) return -1;
+  if (!x->buf || !PyObject_TypeCheck(x->buf, (PyTypeObject *)BufferType)) return 0; /* deleted */
+  if (w->n == w->cap - 32) { /* room for the constants kept */
+    Py_ssize_t cap = w->cap * 2;
+    PyObject **b = w->bufs == w->small ? PyMem_Malloc(sizeof *b * (size_t)cap) : PyMem_Realloc(w->bufs, sizeof *b * (size_t)cap);
+    if (!b) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    if (w->bufs == w->small) memcpy(b, w->small, sizeof *b * (size_t)w->n);
+    w->bufs = b, w->cap = cap;
+  }
+  w->bufs[w->n++] = x->buf;
+  return walk_add(w, x->shape) || walk_add(w, x->dtype) || walk_add(w, x->weak) ? -1 : 1;
+}
+
+/* The key of args (a tuple) as jit_fast builds it, or None when the call is not the fast path's
+ * kind (the Python half stores entries under it). */
+static PyObject *jit_key(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *a;
+  if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &a)) return NULL;
+  PyObject *small[96];
+  fast_walk w = {PyList_New(0), small, 0, 96, small};
+  int r = w.key ? walk_args(&w, a, 0) : -1;
+  PyObject *res = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None) : PyList_AsTuple(w.key);
+  Py_XDECREF(w.key);
+  if (w.bufs != small) PyMem_Free(w.bufs);
+  return res;
+}
+
 /* The result of a call found in `fast`, or NULL: with an error set when it failed, without one
  * when the call belongs to the Python road. */
 static PyObject *jit_fast(JitObject *j, PyObject *args) {
@@ -1047,33 +1140,22 @@ static PyObject *jit_fast(JitObject *j, PyObject *args) {
     j->gen = config_gen;
     return NULL;
   }
-  Py_ssize_t n = PyTuple_Size(args);
-  if (n > 64) return NULL;
-  PyObject *key = PyTuple_New(3 * n);
-  if (!key) return NULL;
-  PyObject *bufs[96];
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *a = PyTuple_GetItem(args, i);
-    if (!is_kiln_array(a)) {
-      Py_DECREF(key);
-      return NULL;
-    }
-    ArrayObject *x = (ArrayObject *)a;
-    if (materialize(x)) {
-      Py_DECREF(key);
-      return NULL;
-    }
-    PyTuple_SetItem(key, 3 * i, Py_NewRef(x->shape));
-    PyTuple_SetItem(key, 3 * i + 1, Py_NewRef(x->dtype));
-    PyTuple_SetItem(key, 3 * i + 2, Py_NewRef(x->weak));
-    bufs[i] = x->buf;
+  PyObject *small_bufs[96];
+  fast_walk w = {PyList_New(0), small_bufs, 0, 96, small_bufs};
+  if (!w.key) return NULL;
+  int r = walk_args(&w, args, 0);
+  PyObject *key = r > 0 ? PyList_AsTuple(w.key) : NULL;
+  Py_DECREF(w.key);
+  PyObject **bufs = w.bufs;
+  Py_ssize_t n = w.n;
+  PyObject *entry = key ? PyDict_GetItemWithError(j->fast, key) : NULL;
+  Py_XDECREF(key);
+  PyObject *consts = entry ? PyTuple_GetItem(entry, 1) : NULL, *avals = entry ? PyTuple_GetItem(entry, 2) : NULL;
+  Py_ssize_t nc = entry ? PyTuple_Size(consts) : 0, no = entry ? PyTuple_Size(avals) : 0;
+  if (!entry || no > 64 || nc > 32) { /* not found (or an error), or too many to run here */
+    if (bufs != small_bufs) PyMem_Free(bufs);
+    return NULL;
   }
-  PyObject *entry = PyDict_GetItemWithError(j->fast, key);
-  Py_DECREF(key);
-  if (!entry) return NULL;
-  PyObject *consts = PyTuple_GetItem(entry, 1), *avals = PyTuple_GetItem(entry, 2);
-  Py_ssize_t nc = PyTuple_Size(consts), no = PyTuple_Size(avals);
-  if (n + nc > 96 || no > 64) return NULL;
   for (Py_ssize_t i = 0; i < nc; i++) bufs[n + i] = PyTuple_GetItem(consts, i);
   Py_INCREF(entry);
   kl_buffer *outs[64];
@@ -1096,6 +1178,7 @@ static PyObject *jit_fast(JitObject *j, PyObject *args) {
 done:
   Py_XDECREF(list);
   Py_DECREF(entry);
+  if (bufs != small_bufs) PyMem_Free(bufs);
   return res;
 }
 
@@ -1172,6 +1255,7 @@ static PyMethodDef array_functions[] = {
     {"eager_setup", eager_setup, METH_VARARGS, "connects ArrayBase's eager fast path to kiln's Python core"},
     {"config_changed", config_changed, METH_NOARGS, "a setting changed: drop the executables cached in C"},
     {"jit_setup", jit_setup, METH_O, "gives JitBase tree_unflatten"},
+    {"jit_key", jit_key, METH_VARARGS, "jit_key(args) -> the fast path's key of a call's positional arguments, or None"},
     {"array_delete", array_delete, METH_O, "array_delete(a): drops a's buffer; a raises when used"},
     {"donate_call", donate_call, METH_VARARGS, "donate_call(exe, bufs, donated): a call that may reuse donated buffers"},
     {"array_is_deleted", array_is_deleted, METH_O, "array_is_deleted(a): whether a was deleted (or donated)"},
@@ -1212,6 +1296,9 @@ void kl_py_array_get_aval(PyObject *o, PyObject **shape, PyObject **dtype, PyObj
 }
 
 int kl_py_array_init(PyObject *m) {
+  if (!(tok_tuple = PyUnicode_InternFromString("(")) || !(tok_list = PyUnicode_InternFromString("[")) ||
+      !(tok_dict = PyUnicode_InternFromString("{")) || !(tok_none = PyUnicode_InternFromString("N")))
+    return -1;
   PyObject *t = PyType_FromSpec(&array_spec);
   if (!t || PyModule_AddObject(m, "ArrayBase", t)) return -1;
   PyObject *j = PyType_FromSpec(&jit_spec);

@@ -576,7 +576,7 @@ class JitWrapped(_kiln.JitBase):
             raise ValueError(f"jit: argument {min(both)} is both static and donated; a static argument is not an "
                              "array and cannot be donated")
         self._cache = {}
-        # positional-Array-only calls, run by JitBase: (shape, dtype, weak_type, ...) -> entry.fast;
+        # calls of positional arrays (or containers of them), run by JitBase: _kiln.jit_key(args) -> entry.fast;
         # calls that donate run here (their arrays are deleted after the call)
         donating = self._donate_argnums or self._donate_argnames
         self._fast = None if (self._static_argnums or self._static_argnames or donating) else {}
@@ -633,8 +633,10 @@ class JitWrapped(_kiln.JitBase):
             refs.store(entry.ref_written, finals)
             return out
         checking = config.jax_debug_nans or config.jax_debug_infs
-        if self._fast is not None and not kwargs and all(type(a) is Array for a in args) and not checking:
-            self._fast[tuple(x for a in args for x in (a.shape, a.dtype, a.weak_type))] = entry.fast
+        if self._fast is not None and not kwargs and not checking:
+            fast_key = _kiln.jit_key(args)  # positional arrays, or tuples/lists/str-keyed dicts of them
+            if fast_key is not None:
+                self._fast[fast_key] = entry.fast
         if self._donate_argnums or self._donate_argnames:
             donated = self._donated_leaves(args, kwargs, arrs, entry)
             if donated:
