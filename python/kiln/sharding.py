@@ -266,5 +266,40 @@ def make_single_device_sharding(device):
     return SingleDeviceSharding(device)
 
 
+def get_abstract_mesh():
+    """The mesh set by jax.set_mesh or `with mesh:` (kiln's abstract mesh is the mesh itself), or
+    an empty mesh when none is."""
+    from kiln._src import spmd
+    if spmd._context_meshes:
+        return spmd._context_meshes[-1]
+    return _EMPTY_MESH
+
+
+class _EmptyMesh:
+    """The mesh of no axes (jax's empty AbstractMesh): what get_abstract_mesh gives with none set."""
+    axis_names = ()
+    axis_sizes = ()
+    shape = collections.OrderedDict()
+    size = 0
+    empty = True
+    devices = np.empty((0,), dtype=object)
+
+    def __repr__(self):
+        return "AbstractMesh((), axis_names=())"
+
+
+_EMPTY_MESH = _EmptyMesh()
+
+
+def use_mesh(mesh):
+    """jax.sharding.use_mesh (older name of jax.set_mesh): a context manager setting the mesh."""
+    from kiln._src.toplevel import set_mesh
+    return set_mesh(mesh)
+
+
+from kiln._src.toplevel import reshard  # noqa: E402
+
+
 __all__ = ["make_single_device_sharding", "Sharding", "SingleDeviceSharding", "PartitionSpec", "P", "Mesh",
-           "NamedSharding", "AbstractMesh", "AxisType", "Shard", "PositionalSharding", "UNCONSTRAINED"]
+           "NamedSharding", "AbstractMesh", "AxisType", "Shard", "PositionalSharding", "UNCONSTRAINED",
+           "get_abstract_mesh", "use_mesh", "reshard"]

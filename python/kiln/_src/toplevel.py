@@ -97,10 +97,73 @@ def _multi_device(name):
 
 from kiln._src.spmd import (pmap, shard_map, make_array_from_callback,  # noqa: E402,F401
                             make_array_from_single_device_arrays)
-smap = _multi_device("smap")
-set_mesh = _multi_device("set_mesh")
-reshard = _multi_device("reshard")
-make_array_from_process_local_data = _multi_device("make_array_from_process_local_data")
+def smap(f=None, /, *, in_axes=0, out_axes=0, axis_name=None):
+    raise NotImplementedError("smap is not supported yet by kiln: write it as shard_map over the mesh axis "
+                              "(jax.shard_map(f, mesh=..., in_specs=P(axis_name), out_specs=P(axis_name)))")
+
+
+class set_mesh:
+    """jax.set_mesh(mesh): mesh becomes the one shard_map (and P-only shardings) use when none is
+    given; usable as a context manager, which restores the previous one on exit."""
+
+    def __init__(self, mesh):
+        from kiln._src import spmd
+        from kiln.sharding import Mesh
+        if mesh is not None and not isinstance(mesh, Mesh):
+            raise TypeError(f"set_mesh: expected a Mesh, got {type(mesh).__name__}")
+        self._prev = list(spmd._context_meshes)
+        spmd._context_meshes[:] = [] if mesh is None else [mesh]
+        self.mesh = mesh
+
+    def __enter__(self):
+        return self.mesh
+
+    def __exit__(self, *exc):
+        from kiln._src import spmd
+        spmd._context_meshes[:] = self._prev
+        return False
+
+
+def _current_mesh(what):
+    from kiln._src import spmd
+    if not spmd._context_meshes:
+        raise ValueError(f"{what}: a PartitionSpec needs a mesh: pass a NamedSharding, or set one with "
+                         "jax.set_mesh(mesh) or `with mesh:`")
+    return spmd._context_meshes[-1]
+
+
+def reshard(xs, out_shardings):
+    """xs placed by out_shardings (NamedShardings, or PartitionSpecs over the current mesh); inside
+    a traced function the values as they are (kiln's jit decides layouts itself)."""
+    from kiln._src import api, core
+    from kiln.sharding import NamedSharding, PartitionSpec
+
+    def one(x, s):
+        if isinstance(x, core.Tracer):
+            return x
+        if isinstance(s, PartitionSpec):
+            s = NamedSharding(_current_mesh("reshard"), s)
+        return api.device_put(x, s)
+    if isinstance(out_shardings, (PartitionSpec, NamedSharding)) or not isinstance(out_shardings, (tuple, list, dict)):
+        from kiln._src import tree_util
+        return tree_util.tree_map(lambda x: one(x, out_shardings), xs)
+    from kiln._src import tree_util
+    return tree_util.tree_map(one, xs, out_shardings, is_leaf=lambda v: isinstance(v, (PartitionSpec, NamedSharding)))
+
+
+def make_array_from_process_local_data(sharding, local_data, global_shape=None):
+    """A global Array from this process's piece of the data (jax.make_array_from_process_local_data).
+    With one process the local data are the whole array."""
+    from kiln._src import api
+    from kiln._src.distributed import global_state
+    local = np.asarray(local_data)
+    if global_shape is not None and tuple(global_shape) != local.shape and global_state.num_processes == 1:
+        raise ValueError(f"make_array_from_process_local_data: with one process the local data (shape "
+                         f"{local.shape}) are the whole array, but global_shape is {tuple(global_shape)}")
+    if global_state.num_processes > 1:
+        raise NotImplementedError("make_array_from_process_local_data across processes is not supported yet by "
+                                  "kiln: use jax.make_array_from_callback with the global index")
+    return api.device_put(local, sharding)
 
 
 def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None):
