@@ -36,6 +36,8 @@ def test_visualize_array_sharding_draws_the_blocks(capsys):
     assert row == ["|" + "|".join(f"CPU {i},{i + 4}".center(9) for i in range(4)) + "|"]
     seen = []
     kiln.debug.inspect_array_sharding(x, callback=seen.append)
+    kiln.debug.visualize_sharding((8,), NamedSharding(mesh, P(("x", "y"))))
+    assert capsys.readouterr().out.count("CPU") == 8
     assert seen == [x.sharding]
     with pytest.raises(ValueError, match="1-D and 2-D"):
         kiln.debug.visualize_array_sharding(kiln.numpy.ones((2, 2, 2)))

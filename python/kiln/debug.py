@@ -30,22 +30,25 @@ def visualize_array_sharding(arr, *, use_color=True, scale=1.0, min_width=9, max
     """Prints which devices hold which block of a 1-D or 2-D array, one cell per block (jax.debug's
     table, drawn in plain text: kiln has no rich console)."""
     del use_color, scale, color_map
-    import builtins
-    builtins.print(_sharding_table(arr, min_width, max_width))
-
-
-def _sharding_table(arr, min_width=9, max_width=80):
-    import numpy as np
     from kiln._src import core
     if isinstance(arr, core.Tracer):
         raise TypeError("visualize_array_sharding: needs a concrete array, not a traced value (use "
                         "jax.debug.inspect_array_sharding's callback form outside jit)")
-    shape = tuple(arr.shape)
+    import builtins
+    builtins.print(_sharding_table(tuple(arr.shape), arr.sharding, min_width, max_width))
+
+
+def visualize_sharding(shape, sharding, *, use_color=True, scale=1.0, min_width=9, max_width=80, color_map=None):
+    """Prints which devices hold which block of an array of `shape` placed by `sharding`."""
+    del use_color, scale, color_map
+    import builtins
+    builtins.print(_sharding_table(tuple(shape), sharding, min_width, max_width))
+
+
+def _sharding_table(shape, sharding, min_width=9, max_width=80):
     if len(shape) not in (1, 2):
         raise ValueError(f"visualize_array_sharding: only 1-D and 2-D arrays can be drawn, got shape {shape}")
-    sharding = arr.sharding
-    idx = sharding.devices_indices_map(shape) if hasattr(sharding, "devices_indices_map") else \
-        {next(iter(arr.devices())): tuple(slice(None) for _ in shape)}
+    idx = sharding.devices_indices_map(shape)
     two = shape if len(shape) == 2 else (1,) + shape
     blocks = {}
     for dev, ix in idx.items():
@@ -79,4 +82,5 @@ def inspect_array_sharding(value, *, callback):
     callback(value.sharding)
 
 
-__all__ = ["callback", "print", "breakpoint", "log", "visualize_array_sharding", "inspect_array_sharding"]
+__all__ = ["callback", "print", "breakpoint", "log", "visualize_array_sharding", "visualize_sharding",
+           "inspect_array_sharding"]

@@ -291,6 +291,17 @@ class _EmptyMesh:
 _EMPTY_MESH = _EmptyMesh()
 
 
+def get_mesh():
+    """The mesh set by jax.set_mesh or `with mesh:`, or the empty mesh."""
+    return get_abstract_mesh()
+
+
+def set_mesh(mesh):
+    """jax.sharding.set_mesh: jax.set_mesh."""
+    from kiln._src.toplevel import set_mesh as _set
+    return _set(mesh)
+
+
 def use_mesh(mesh):
     """jax.sharding.use_mesh (older name of jax.set_mesh): a context manager setting the mesh."""
     from kiln._src.toplevel import set_mesh
@@ -302,4 +313,4 @@ from kiln._src.toplevel import reshard  # noqa: E402
 
 __all__ = ["make_single_device_sharding", "Sharding", "SingleDeviceSharding", "PartitionSpec", "P", "Mesh",
            "NamedSharding", "AbstractMesh", "AxisType", "Shard", "PositionalSharding", "UNCONSTRAINED",
-           "get_abstract_mesh", "use_mesh", "reshard"]
+           "get_abstract_mesh", "get_mesh", "set_mesh", "use_mesh", "reshard"]
