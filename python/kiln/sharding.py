@@ -88,6 +88,14 @@ class Mesh:
         self.size = devs.size
         self.device_ids = np.vectorize(lambda d: d.id, otypes=[int])(devs) if devs.size else np.zeros(devs.shape, int)
         self._stack_token = None
+        # every device this process's (a device of another process stays one: its Device has no ordinal)
+        self._all_local = all(d._ordinal is not None for d in flat)
+        self._span = None  # spmd._mesh_span's answer, once asked
+
+    @property
+    def is_multi_process(self):
+        """Whether the mesh holds devices of other processes (kiln.distributed)."""
+        return not self._all_local
 
     @property
     def shape_tuple(self):
@@ -188,6 +196,19 @@ class NamedSharding(Sharding):
     @property
     def is_fully_replicated(self):
         return all(p is None or p == () for p in self.spec)
+
+    @property
+    def is_fully_addressable(self):
+        """Whether every device of the mesh is this process's (else an array of this sharding holds
+        only this process's pieces)."""
+        return self.mesh._all_local
+
+    @property
+    def addressable_devices(self):
+        return {d for d in self.mesh.devices.flat if d._ordinal is not None}
+
+    def addressable_devices_indices_map(self, global_shape):
+        return {d: i for d, i in self.devices_indices_map(global_shape).items() if d._ordinal is not None}
 
     def _parts(self, ndim):
         """Per array axis, the number of pieces it is cut into."""
