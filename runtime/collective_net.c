@@ -168,8 +168,8 @@ static int dial(const char *host, int port, double deadline) {
   }
 }
 
-int kl_net_connect(int my_id, int n, const char *const *hosts, const int *ports, double timeout, char *err,
-                   size_t errlen) {
+int kl_net_connect(int my_id, int n, const char *const *hosts, const int *ports, double timeout,
+                   double exchange_timeout, char *err, size_t errlen) {
   pthread_mutex_lock(&net_mu);
   double deadline = now_s() + timeout;
   int rc = 0, lfd = listen_fd;
@@ -184,7 +184,7 @@ int kl_net_connect(int my_id, int n, const char *const *hosts, const int *ports,
   recv_seq = calloc((size_t)n, sizeof *recv_seq);
   me = my_id;
   nprocs = n;
-  timeout_s = timeout;
+  timeout_s = exchange_timeout;
   broken[0] = 0;
   if (!fds || !sent_seq || !recv_seq) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "kiln.distributed: out of host memory connecting the processes");

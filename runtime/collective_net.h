@@ -14,10 +14,10 @@ int kl_net_listen(const char *host, char *err, size_t errlen);
 
 /* Connects this process (id me of nprocs) to every other: it connects to the processes of lower
  * id (hosts[p]:ports[p]) and accepts the connections of those of higher id on the socket of
- * kl_net_listen, all within timeout_s seconds. timeout_s also bounds each later exchange's wait
- * for a peer that sends nothing. 0, or -1 with a message (nothing stays open). */
-int kl_net_connect(int me, int nprocs, const char *const *hosts, const int *ports, double timeout_s, char *err,
-                   size_t errlen);
+ * kl_net_listen, all within timeout_s seconds. exchange_timeout_s bounds each later exchange's
+ * wait for a peer that sends nothing. 0, or -1 with a message (nothing stays open). */
+int kl_net_connect(int me, int nprocs, const char *const *hosts, const int *ports, double timeout_s,
+                   double exchange_timeout_s, char *err, size_t errlen);
 
 /* Closes every connection and the listening socket (after which exchanges fail). */
 void kl_net_close(void);

@@ -1464,8 +1464,8 @@ static PyObject *mod_net_connect(PyObject *self, PyObject *args) {
   (void)self;
   int me;
   PyObject *hosts_o, *ports_o;
-  double timeout;
-  if (!PyArg_ParseTuple(args, "iOOd", &me, &hosts_o, &ports_o, &timeout)) return NULL;
+  double timeout, exchange_timeout;
+  if (!PyArg_ParseTuple(args, "iOOdd", &me, &hosts_o, &ports_o, &timeout, &exchange_timeout)) return NULL;
   Py_ssize_t n = 0, nh = PySequence_Size(hosts_o);
   int *ports = int_array(ports_o, &n, "net_connect: ports");
   if (!ports) return NULL;
@@ -1487,7 +1487,7 @@ static PyObject *mod_net_connect(PyObject *self, PyObject *args) {
   char err[512];
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = kl_net_connect(me, (int)n, hosts, ports, timeout, err, sizeof err);
+  rc = kl_net_connect(me, (int)n, hosts, ports, timeout, exchange_timeout, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (rc) kl_py_raise(NULL, err);
   else res = Py_NewRef(Py_None);
@@ -1510,7 +1510,7 @@ static PyObject *mod_net_close(PyObject *self, PyObject *unused) {
 static PyMethodDef mod_methods[] = {
     {"net_listen", mod_net_listen, METH_VARARGS, "net_listen(host) -> port: this process's socket for collectives"},
     {"net_connect", mod_net_connect, METH_VARARGS,
-     "net_connect(me, hosts, ports, timeout): connects to every other process (collectives across processes)"},
+     "net_connect(me, hosts, ports, timeout, collective_timeout): connects to every other process (collectives across processes)"},
     {"net_close", mod_net_close, METH_NOARGS, "closes the connections between processes"},
     {"gpu_libdevice", mod_gpu_libdevice, METH_NOARGS, "the libdevice file GPU math calls, or None"},
     {"from_buffer", mod_from_buffer, METH_VARARGS, "from_buffer(obj, device=-1): copy a contiguous buffer to a device"},

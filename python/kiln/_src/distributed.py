@@ -263,8 +263,7 @@ def _connect_collectives(client, pid, n, timeout):
     port = _kiln.net_listen(host)
     client.set(f"kiln/net/{pid}", f"{host}:{port}")
     addrs = [client.get(f"kiln/net/{p}", timeout).decode().rpartition(":") for p in range(n)]
-    # the slower of the two waits: a peer that connects late, or one whose collectives start late
-    _kiln.net_connect(pid, [a[0] for a in addrs], [int(a[2]) for a in addrs], max(timeout, collective_timeout()))
+    _kiln.net_connect(pid, [a[0] for a in addrs], [int(a[2]) for a in addrs], timeout, collective_timeout())
 
 
 def is_initialized():
