@@ -305,6 +305,20 @@ static void fail_locked(const char *why, peer *qs, int npeers) {
   }
 }
 
+/* A connection to q failed: its message, or the reason of an abort q sent after the frame of
+ * this exchange (it failed, then closed: this process's send found the connection gone). */
+static int lost(peer *q, const char *what, char *err, size_t errlen) {
+  unsigned char b[HDR + ABORT_MAX + 1];
+  header h;
+  ssize_t k = q->got == q->rtotal ? recv(fds[q->proc], b, sizeof b - 1, MSG_DONTWAIT) : -1;
+  if (k >= HDR && !decode(b, &h) && h.kind == FRAME_ABORT) {
+    b[k] = 0;
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "process %d failed: %s", q->proc, (char *)b + HDR);
+  }
+  return kl_error(err, errlen, KL_ERR_INTERNAL, "lost the connection to process %d (%s): did it exit or fail?", q->proc,
+                  what);
+}
+
 /* Checks a peer's header against what this process expects; 0, or -1 with a message. */
 static int check_header(peer *q, int n, size_t nbytes, char *err, size_t errlen) {
   header *h = &q->h;
@@ -401,8 +415,7 @@ int kl_net_exchange(int n, const int *procs, const void **posts, size_t nbytes, 
       if (q->got < q->rtotal && (re & (POLLIN | POLLHUP | POLLERR))) {
         ssize_t got = recv_some(q, slot, recv, nbytes);
         if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-          rc = kl_error(err, errlen, KL_ERR_INTERNAL, "lost the connection to process %d (%s): did it exit or fail?",
-                        q->proc, got == 0 ? "closed by it" : strerror(errno));
+          rc = lost(q, got == 0 ? "closed by it" : strerror(errno), err, errlen);
           break;
         }
         if (got > 0) {
@@ -418,8 +431,7 @@ int kl_net_exchange(int n, const int *procs, const void **posts, size_t nbytes, 
       if (!rc && q->sent < q->stotal && (re & (POLLOUT | POLLERR))) {
         ssize_t s = send_some(q, mine, nmine, posts, nbytes);
         if (s < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          rc = kl_error(err, errlen, KL_ERR_INTERNAL, "lost the connection to process %d (%s): did it exit or fail?",
-                        q->proc, strerror(errno));
+          rc = lost(q, strerror(errno), err, errlen);
           break;
         }
         if (s > 0) {

@@ -278,6 +278,7 @@ COMPUTE = textwrap.dedent("""
         pm = jax.pmap(lambda v: (v - lax.pmean(v, "i"), lax.psum(v, "i")), axis_name="i", out_axes=(0, None))(mine)
         check("pmap mapped result", pm[0], mine - g.mean(0))
         check("pmap replicated result", pm[1], g.sum(0))
+        check("jit partitioned over the mesh", jax.jit(lambda v: jnp.sum(v * 2, axis=0))(x), 2 * g.sum(0))
     elif a["case"] == "sgd":
         rng = np.random.default_rng(0)
         B, D = 8 * N, 5
@@ -340,7 +341,8 @@ def _compute(n, k, case, extra_env=None, expect_rc=None):
 
 COLLECTIVE_CHECKS = ["asarray raises", "psum", "pmean", "pmax", "all_gather", "all_gather stacked", "psum_scatter",
                      "ppermute", "all_to_all", "axis_index", "psum over one axis of a 2-D mesh",
-                     "device_put + replicated input", "pmap mapped result", "pmap replicated result"]
+                     "device_put + replicated input", "pmap mapped result", "pmap replicated result",
+                     "jit partitioned over the mesh"]
 
 
 @pytest.mark.parametrize("n,k", [(2, 1), (2, 2), (4, 1), (4, 2)])
@@ -371,3 +373,17 @@ def test_a_silent_process_times_out_the_collective():
     assert r["seconds"] < 5
     (r,) = reports[1]  # it comes back to connections the failure closed
     assert r["error"].startswith("psum: ") and ("process 0" in r["error"] or "earlier failure" in r["error"]), r
+
+
+def test_gpu_mesh_spanning_processes_raises_not_implemented():
+    """NCCL across processes is not built: a GPU mesh holding another process's GPU says so."""
+    from kiln._src import api, spmd
+    here, there = api.Device(0, "gpu", "H100"), api.Device(1, "gpu", "H100", process_index=1)
+    here._kind = there._kind = 1
+    there._ordinal = None  # as kiln.distributed numbers another process's device
+    mesh = kiln.sharding.Mesh([here, there], ("x",))
+    assert mesh.is_multi_process and not kiln.sharding.NamedSharding(mesh, kiln.P("x")).is_fully_addressable
+    with pytest.raises(NotImplementedError, match="NCCL across processes"):
+        spmd._mesh_span(mesh, "shard_map")
+    with pytest.raises(NotImplementedError, match="NCCL across processes"):
+        kiln.shard_map(lambda a: a, mesh=mesh, in_specs=kiln.P("x"), out_specs=kiln.P("x"))(kiln.numpy.ones(2))

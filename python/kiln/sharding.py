@@ -109,7 +109,17 @@ class Mesh:
 
     @property
     def local_mesh(self):
-        return self
+        """This process's devices of the mesh as a mesh with the same axis names: the mesh itself
+        when it does not span processes, else the block of the mesh they form."""
+        if self._all_local:
+            return self
+        coords = np.argwhere(np.vectorize(lambda d: d._ordinal is not None, otypes=[bool])(self.devices))
+        if not len(coords):
+            raise ValueError("Mesh.local_mesh: no device of the mesh belongs to this process")
+        lo, hi = coords.min(0), coords.max(0) + 1
+        if int(np.prod(hi - lo)) != len(coords):
+            raise ValueError("Mesh.local_mesh: this process's devices do not form a block of the mesh")
+        return Mesh(self.devices[tuple(slice(a, b) for a, b in zip(lo, hi))], self.axis_names)
 
     @property
     def empty(self):

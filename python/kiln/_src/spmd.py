@@ -11,6 +11,16 @@ copy whose coordinates on the unnamed mesh axes are 0, as JAX's replica 0).
 
 pmap is shard_map over a 1-D mesh of the first n devices (the mapped axis squeezed inside).
 
+Meshes of CPU devices may span processes (after kiln.distributed.initialize): each process runs
+the body on its own devices of the mesh, as ranks of one group of every device (runtime: a
+kl_span), and the collectives exchange the other processes' data over TCP
+(runtime/collective_net.c). Arrays over such a mesh hold this process's shards only (JAX's not
+fully addressable arrays): made by make_array_from_callback / make_array_from_single_device_arrays
+/ device_put(global value, NamedSharding) in every process; a fully replicated one reads as a
+whole (its local replica), others raise when read whole. pmap over every process's devices maps
+each process's own slices (its local device count). GPU meshes spanning processes raise
+NotImplementedError (no NCCL across processes yet).
+
 Differentiation inside a body follows JAX's two modes. With check_vma=True (shard_map's default)
 every value has a type of the mesh axes it varies over (its vma: inputs vary over the axes their
 in_specs name, collectives add or remove axes, other operations take the union of their
