@@ -49,6 +49,8 @@ static int *fds;                          /* per process, -1 for this one and fo
 static uint64_t *sent_seq, *recv_seq;     /* data frames sent to / received from each process */
 static double timeout_s = 300;
 static char broken[320];                  /* why the connections are unusable; "" while they work */
+static int connected_as = -1;             /* me while connected, else -1 (read without net_mu: a launch
+                                             asks while an exchange may hold the lock for long) */
 
 static double now_s(void) {
   struct timespec ts;
@@ -117,6 +119,7 @@ static void close_all_locked(void) {
   fds = NULL;
   sent_seq = recv_seq = NULL;
   me = -1;
+  __atomic_store_n(&connected_as, -1, __ATOMIC_RELEASE);
   nprocs = 0;
 }
 
@@ -220,6 +223,7 @@ int kl_net_connect(int my_id, int n, const char *const *hosts, const int *ports,
 out:
   if (lfd >= 0) close(lfd);
   if (rc) close_all_locked();
+  else __atomic_store_n(&connected_as, my_id, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&net_mu);
   return rc;
 }
@@ -230,12 +234,7 @@ void kl_net_close(void) {
   pthread_mutex_unlock(&net_mu);
 }
 
-int kl_net_process(void) {
-  pthread_mutex_lock(&net_mu);
-  int p = fds ? me : -1;
-  pthread_mutex_unlock(&net_mu);
-  return p;
-}
+int kl_net_process(void) { return __atomic_load_n(&connected_as, __ATOMIC_ACQUIRE); }
 
 /* ---- the exchange ---- */
 
