@@ -371,8 +371,11 @@ def test_a_silent_process_times_out_the_collective():
     (r,) = reports[0]
     assert r["error"].startswith("psum: timed out after 1.5 s waiting for process(es) 1"), r
     assert r["seconds"] < 5
-    (r,) = reports[1]  # it comes back to connections the failure closed
-    assert r["error"].startswith("psum: ") and ("process 0" in r["error"] or "earlier failure" in r["error"]), r
+    # process 1 comes back to connections the failure closed: it raises naming process 0, unless
+    # its send still went into its socket and it read process 0's whole frame (sent before the
+    # timeout), which completes its psum with the right value
+    for r in reports[1]:
+        assert r["error"].startswith("psum: ") and ("process 0" in r["error"] or "earlier failure" in r["error"]), r
 
 
 def test_gpu_mesh_spanning_processes_raises_not_implemented():
