@@ -2,7 +2,10 @@
  * over the group's participants, with a board of posted pointers. Each collective is two barriers:
  * after posting (everyone's data is there) and after reading (nobody still reads it). Participants
  * run one program in one order, so the k-th barrier of each is the same collective: the barrier's
- * generation is the sequence number. Knows nothing of the IR, MLIR or Python. */
+ * generation is the sequence number. A group spanning processes has a board of all its ranks; the
+ * last of this process's participants to post runs the network exchange (collective_net.h) before
+ * the barrier opens, which fills the other processes' posts in. Knows nothing of the IR, MLIR or
+ * Python. */
 #include "collective.h"
 
 #include <pthread.h>
@@ -12,9 +15,11 @@
 #include <string.h>
 
 #include "../ir/status.h"
+#include "collective_net.h"
 
 struct kl_coll_group {
-  int n;                   /* participants */
+  int n;                   /* participants, in every process */
+  int nlocal;              /* participants this process runs (n unless the group spans processes) */
   int refcount;            /* atomic */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -23,6 +28,10 @@ struct kl_coll_group {
   int aborted;             /* a participant failed */
   const void **posts;      /* n pointers */
   int *ordinals;           /* n devices, or NULL */
+  int *procs;              /* per rank, its process; NULL for a group of this process alone */
+  char *recv;              /* the other processes' posts of the current exchange (owned) */
+  size_t recv_cap;         /* bytes at recv */
+  char why[320];           /* why the group failed, when the network said; "" otherwise */
 };
 
 static _Thread_local kl_coll_group *current;
@@ -34,7 +43,7 @@ kl_coll_group *kl_coll_group_new(int n) {
     free(g);
     return NULL;
   }
-  g->n = n;
+  g->n = g->nlocal = n;
   g->refcount = 1;
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv, NULL);
@@ -49,7 +58,22 @@ void kl_coll_group_release(kl_coll_group *g) {
   pthread_cond_destroy(&g->cv);
   free(g->posts);
   free(g->ordinals);
+  free(g->procs);
+  free(g->recv);
   free(g);
+}
+
+kl_coll_group *kl_coll_group_new_spanning(int n, const int *procs, int me) {
+  kl_coll_group *g = kl_coll_group_new(n);
+  if (!g) return NULL;
+  if (!(g->procs = malloc(sizeof(int) * (size_t)n))) {
+    kl_coll_group_release(g);
+    return NULL;
+  }
+  memcpy(g->procs, procs, sizeof(int) * (size_t)n);
+  g->nlocal = 0;
+  for (int r = 0; r < n; r++) g->nlocal += procs[r] == me;
+  return g;
 }
 
 int kl_coll_group_set_ordinals(kl_coll_group *g, const int *ordinals) {
@@ -72,11 +96,35 @@ kl_coll_group *kl_coll_current(int *rank) {
   return current;
 }
 
-/* Waits for the other participants at the next barrier; 0, or -1 when the group was aborted. */
-static int barrier(kl_coll_group *g, char *err, size_t errlen) {
+/* The other processes' posts of nbytes each, brought in over the network (the last participant of
+ * this process to post, g->mu not held, the others waiting). 0, or -1 with g->why set. */
+static int exchange_remote(kl_coll_group *g, size_t nbytes) {
+  size_t need = (size_t)(g->n - g->nlocal) * nbytes;
+  if (need > g->recv_cap) {
+    char *r = realloc(g->recv, need);
+    if (!r) {
+      snprintf(g->why, sizeof g->why, "out of host memory receiving %zu bytes from the other processes", need);
+      kl_net_abort(g->n, g->procs, g->why);
+      return -1;
+    }
+    g->recv = r;
+    g->recv_cap = need;
+  }
+  return kl_net_exchange(g->n, g->procs, g->posts, nbytes, g->recv, g->why, sizeof g->why) ? -1 : 0;
+}
+
+/* Waits for this process's other participants at the next barrier (the last to arrive first runs
+ * the network exchange of nbytes per post when `remote`); 0, or -1 when the group was aborted. */
+static int barrier(kl_coll_group *g, int remote, size_t nbytes, char *err, size_t errlen) {
   pthread_mutex_lock(&g->mu);
   unsigned long gen = g->generation;
-  if (!g->aborted && ++g->arrived == g->n) {
+  if (!g->aborted && ++g->arrived == g->nlocal) {
+    if (remote) { /* the others wait on the generation meanwhile */
+      pthread_mutex_unlock(&g->mu);
+      int rc = exchange_remote(g, nbytes);
+      pthread_mutex_lock(&g->mu);
+      if (rc) g->aborted = 1;
+    }
     g->arrived = 0;
     g->generation++;
     pthread_cond_broadcast(&g->cv);
@@ -84,21 +132,26 @@ static int barrier(kl_coll_group *g, char *err, size_t errlen) {
   while (!g->aborted && g->generation == gen) pthread_cond_wait(&g->cv, &g->mu);
   int failed = g->aborted;
   pthread_mutex_unlock(&g->mu);
-  if (failed)
-    kl_error(err, errlen, KL_ERR_INTERNAL, "collective: another device of this computation failed before reaching it");
+  if (failed && g->why[0]) kl_error(err, errlen, KL_ERR_INTERNAL, "%s", g->why);
+  else if (failed)
+    kl_error(err, errlen, KL_ERR_INTERNAL, "another device of this computation failed before reaching it");
   return failed ? -1 : 0;
 }
 
-const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, char *err, size_t errlen) {
+const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, size_t nbytes, char *err,
+                                    size_t errlen) {
   g->posts[rank] = mine;
-  return barrier(g, err, errlen) ? NULL : g->posts;
+  return barrier(g, g->procs != NULL, nbytes, err, errlen) ? NULL : g->posts;
 }
 
-int kl_coll_release_posts(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, err, errlen); }
+int kl_coll_release_posts(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, 0, 0, err, errlen); }
 
-void kl_coll_abort(kl_coll_group *g) {
+void kl_coll_abort(kl_coll_group *g, const char *why) {
   pthread_mutex_lock(&g->mu);
+  int first = !g->aborted;
   g->aborted = 1;
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
+  if (first && g->procs) /* the other processes must not wait for this one either */
+    kl_net_abort(g->n, g->procs, why && *why ? why : "a device of this computation failed");
 }

@@ -1,7 +1,8 @@
 /* collective.h: the participants of one SPMD launch (an executable launched once per device of a
  * mesh, runtime.h's kl_exec_launch_group) and their rendezvous: simulated CPU devices exchange
  * buffer pointers in process (the collective lowerings, codegen/lower/collective.c, then reduce,
- * gather or permute over them); GPUs will go through NCCL (runtime/nccl.h). Knows nothing of the
+ * gather or permute over them); a group may span processes (CPU only: the other processes' posts
+ * come over TCP, collective_net.h); GPUs go through NCCL (runtime/nccl.h). Knows nothing of the
  * IR, MLIR or Python. */
 #ifndef KL_COLLECTIVE_H
 #define KL_COLLECTIVE_H
@@ -12,6 +13,10 @@ typedef struct kl_coll_group kl_coll_group;
 
 /* A new group of n >= 1 participants with one reference; NULL when out of host memory. */
 kl_coll_group *kl_coll_group_new(int n);
+/* A group of n ranks spanning processes: rank r runs in process procs[r] (copied), this process
+ * (id me, collective_net.h's) runs those of procs[r] == me. Exchanges bring the other processes'
+ * posts over the network. NULL when out of host memory. */
+kl_coll_group *kl_coll_group_new_spanning(int n, const int *procs, int me);
 void kl_coll_group_retain(kl_coll_group *g);
 void kl_coll_group_release(kl_coll_group *g);
 int kl_coll_group_size(const kl_coll_group *g);
@@ -27,13 +32,17 @@ void kl_coll_set_current(kl_coll_group *g, int rank);
 /* The calling thread's group (borrowed) and its rank, or NULL when it runs no group's launch. */
 kl_coll_group *kl_coll_current(int *rank);
 
-/* Participant `rank` posts `mine` and waits until every participant has posted: returns the n
- * posted pointers (borrowed, valid until kl_coll_release_posts), or NULL with a message when the
- * group was aborted (a participant failed: the others must not wait for it forever). */
-const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, char *err, size_t errlen);
+/* Participant `rank` posts `mine` (nbytes; every participant posts as many) and waits until every
+ * participant has posted: returns the n posted pointers (borrowed, valid until
+ * kl_coll_release_posts; those of other processes' ranks point at copies received), or NULL with a
+ * message when the group was aborted (a participant failed: the others must not wait for it
+ * forever) or the network failed (a peer process died, aborted, or was silent for the timeout). */
+const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, size_t nbytes, char *err,
+                                    size_t errlen);
 /* Waits until every participant is done reading the posts (then they may be overwritten and
  * their memory reused). 0, or -1 with a message when aborted. */
 int kl_coll_release_posts(kl_coll_group *g, char *err, size_t errlen);
-/* Marks g failed and wakes every waiter: later exchanges fail at once. */
-void kl_coll_abort(kl_coll_group *g);
+/* Marks g failed and wakes every waiter: later exchanges fail at once. A group spanning processes
+ * also tells the other processes (why: the message they raise; NULL: a generic one). */
+void kl_coll_abort(kl_coll_group *g, const char *why);
 #endif

@@ -14,6 +14,7 @@
 
 #include "../ir/status.h"
 #include "collective.h"
+#include "collective_net.h"
 #include "device.h"
 #include "hostla.h"
 
@@ -336,6 +337,7 @@ typedef struct launch {
   struct launch **members; /* owned, or NULL */
   int nmembers;
   kl_coll_group *group;    /* one reference */
+  int *ranks;              /* per member, its rank in the group (owned), or NULL: member p is rank p */
 } launch;
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -421,7 +423,7 @@ static void execute(launch *l) {
   }
   int rank;
   kl_coll_group *grp = kl_coll_current(&rank);
-  if (failed && grp) kl_coll_abort(grp); /* the others must not wait for this one at a collective */
+  if (failed && grp) kl_coll_abort(grp, err); /* the others must not wait for this one at a collective */
   char small_out[256], *is_out = x->nslots <= 256 ? small_out : calloc((size_t)x->nslots, 1);
   if (is_out) {
     memset(is_out, 0, (size_t)x->nslots);
@@ -665,17 +667,17 @@ static void run_group(launch *l) {
   pthread_t *threads = calloc((size_t)n, sizeof *threads);
   char *started = calloc((size_t)n, 1);
   if (!runs || !threads || !started) { /* out of host memory: no member runs */
-    kl_coll_abort(l->group);
+    kl_coll_abort(l->group, "out of host memory starting a computation's devices");
     for (int p = 0; p < n; p++) {
-      kl_coll_set_current(l->group, p);
+      kl_coll_set_current(l->group, l->ranks ? l->ranks[p] : p);
       execute(l->members[p]); /* each fails at its first collective, marking its outputs failed */
     }
     kl_coll_set_current(NULL, 0);
   } else {
-    for (int p = 0; p < n; p++) runs[p] = (member_run){l->members[p], l->group, p};
+    for (int p = 0; p < n; p++) runs[p] = (member_run){l->members[p], l->group, l->ranks ? l->ranks[p] : p};
     for (int p = 1; p < n; p++) started[p] = pthread_create(&threads[p], NULL, member_main, &runs[p]) == 0;
     for (int p = 1; p < n; p++)
-      if (!started[p]) kl_coll_abort(l->group); /* the others would wait for it forever */
+      if (!started[p]) kl_coll_abort(l->group, "cannot start a thread for a device of a computation"); /* the others would wait for it forever */
     member_main(&runs[0]);
     for (int p = 1; p < n; p++) {
       if (started[p]) pthread_join(threads[p], NULL);
@@ -687,18 +689,31 @@ static void run_group(launch *l) {
   free(started);
   kl_coll_group_release(l->group);
   free(l->members);
+  free(l->ranks);
   free(l);
 }
 
-static int cpu_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
-                            size_t errlen) {
+static int cpu_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                            kl_buffer **outs, char *err, size_t errlen) {
   (void)ordinals; /* simulated devices share the host */
+  int me = span ? kl_net_process() : 0;
+  if (me < 0)
+    return kl_error(err, errlen, KL_ERR_VALUE, "a computation over the devices of several processes needs the processes "
+                    "connected: call kiln.distributed.initialize() first");
+  int local = 0;
+  for (int r = 0; span && r < span->size; r++) local += span->procs[r] == me;
+  if (span && local != n)
+    return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch of %d devices, but its group gives this process (%d) %d",
+                    n, me, local);
   backpressure();
   launch *g = calloc(1, sizeof *g);
   launch **members = calloc((size_t)n, sizeof *members);
-  kl_coll_group *grp = kl_coll_group_new(n);
+  kl_coll_group *grp = span ? kl_coll_group_new_spanning(span->size, span->procs, me) : kl_coll_group_new(n);
+  int *ranks = span ? malloc(sizeof(int) * (size_t)n) : NULL;
+  if (ranks) memcpy(ranks, span->ranks, sizeof(int) * (size_t)n);
   int made = 0;
-  if (!g || !members || !grp) kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a program on %d devices", n);
+  if (!g || !members || !grp || (span && !ranks))
+    kl_error(err, errlen, KL_ERR_NOMEM, "out of host memory launching a program on %d devices", n);
   else
     for (; made < n; made++) {
       members[made] = prepare(x, inputs + (size_t)made * (size_t)x->ninputs, NULL, outs + (size_t)made * (size_t)x->noutputs, err, errlen);
@@ -715,9 +730,11 @@ static int cpu_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **
     }
     free(g);
     free(members);
+    free(ranks);
     kl_coll_group_release(grp);
     return -1;
   }
+  g->ranks = ranks;
   g->members = members;
   g->nmembers = n;
   g->group = grp;

@@ -1327,15 +1327,18 @@ static void *run_participant(void *arg) {
   in_group = 1;
   p->rc = cuda_launch_exec(p->x, p->in, NULL, p->out, p->err, sizeof p->err);
   if (p->rc) p->status = kl_status_last();
-  if (p->rc) kl_coll_abort(p->grp); /* the others must not wait for it at a host rendezvous */
+  if (p->rc) kl_coll_abort(p->grp, p->err); /* the others must not wait for it at a host rendezvous */
   in_group = 0;
   kl_coll_set_current(NULL, 0);
   kl_cuda_use(old);
   return NULL;
 }
 
-static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
-                             size_t errlen) {
+static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                             kl_buffer **outs, char *err, size_t errlen) {
+  if (span)
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "collectives between the GPUs of several processes (NCCL across "
+                    "processes) are not supported yet by kiln; CPU devices of several processes are");
   if (enter()) {
     snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
@@ -1360,7 +1363,7 @@ static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer *
   for (; started < n; started++)
     if (pthread_create(&th[started], NULL, run_participant, &ps[started])) break;
   if (started < n) { /* no thread: the rest cannot meet the others; abort the group */
-    kl_coll_abort(grp);
+    kl_coll_abort(grp, NULL);
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "cannot start a thread for participant %d of an SPMD launch", started);
   }
   run_participant(&ps[0]);

@@ -243,15 +243,17 @@ int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset
   return 0;
 }
 
-int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
-                         size_t errlen) {
+int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                         kl_buffer **outs, char *err, size_t errlen) {
   const kl_device *d = devices[x->device];
   if (n < 1) return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch needs at least one participant");
   if (!d->launch_group)
     return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "launching one program on several %s devices is not supported yet "
                     "by kiln", d->name);
   if (x->nupdates && check_donated_updates(x, NULL, err, errlen)) return -1;
-  if (d->launch_group(x, n, ordinals, inputs, outs, err, errlen)) return -1;
+  if (span && (span->size < n || !span->ranks || !span->procs))
+    return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch of %d participants in a group of %d", n, span->size);
+  if (d->launch_group(x, n, ordinals, span, inputs, outs, err, errlen)) return -1;
   for (int p = 0; p < n; p++)
     place_outputs(x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p], 1);
   return 0;

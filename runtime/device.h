@@ -92,8 +92,8 @@ typedef struct kl_device {
   int (*launch)(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err, size_t errlen);
   /* kl_exec_launch_group for executables of this device (outputs' ordinals set by the caller), or
    * NULL where the device cannot run groups yet. */
-  int (*launch_group)(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
-                      size_t errlen);
+  int (*launch_group)(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                      kl_buffer **outs, char *err, size_t errlen);
   /* Devices of a kind that has several real ones (CUDA), else NULL. use_ordinal makes `ordinal`
    * the calling thread's device of the kind for the allocations, frees, uploads and launches that
    * follow (ordinal < 0: unchanged) and returns the one before; copy copies src's bytes into dst,

@@ -145,12 +145,23 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
 int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
                         size_t errlen);
 
+/* Where the participants of an SPMD launch sit in a group that spans processes (CPU devices
+ * only; the processes connected by collective_net.h). */
+typedef struct kl_span {
+  int size;         /* ranks in the group, in every process */
+  const int *ranks; /* per participant of this launch, its rank in the group */
+  const int *procs; /* per rank, the process running it */
+} kl_span;
+
 /* An SPMD launch: x once per participant p < n, on device ordinal ordinals[p] of x's kind, over
  * inputs[p * x->ninputs ...], outputs into outs[p * x->noutputs ...] (committed to their
  * participant's device). The launches run concurrently (each simulated CPU device on a thread of
- * its own) and meet at their collectives (runtime/collective.h). 0, or -1 with a message. */
-int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, kl_buffer **inputs, kl_buffer **outs, char *err,
-                         size_t errlen);
+ * its own) and meet at their collectives (runtime/collective.h). span NULL: the group is the n
+ * participants, ranks 0..n-1; else they are span->ranks of a group of span->size ranks over
+ * several processes, the others run by the other processes' launches of the same program. 0, or
+ * -1 with a message. */
+int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                         kl_buffer **outs, char *err, size_t errlen);
 
 /* Waits until every launched piece of work is finished, on every available device. */
 void kl_rt_synchronize(void);

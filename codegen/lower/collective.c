@@ -70,10 +70,14 @@ static int run_collective(const kl_libcall *c, void *const *ptrs, char *err, siz
     return 0;
   }
   const void *alone = ptrs[0];
-  const void *const *posts = grp ? kl_coll_exchange(grp, rank, ptrs[0], err, errlen) : &alone;
+  char why[400];
+  const void *const *posts =
+      grp ? kl_coll_exchange(grp, rank, ptrs[0], tail_bytes(&c->avals[0], 0, kl_dtype_size(c->avals[0].dtype)), why,
+                             sizeof why)
+          : &alone;
   if (!posts) {
     free(members);
-    return -1;
+    return kl_error(err, errlen, kl_status_last(), "%s: %s", name, why);
   }
   const void **src = malloc(sizeof(void *) * (size_t)g);
   int rc = 0;

@@ -1031,14 +1031,55 @@ done:
   return res;
 }
 
-/* launch_group(ordinals, per_participant) -> list of tuples of Buffers: an SPMD launch, participant
- * p on device ordinals[p] over the Buffers per_participant[p] (kl_exec_launch_group). */
+/* A sequence of n ints as a PyMem_Malloc'd array (NULL with an exception set otherwise). */
+static int *int_array(PyObject *seq, Py_ssize_t *n, const char *what) {
+  *n = PySequence_Size(seq);
+  if (*n < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s: expected a sequence of ints", what);
+    return NULL;
+  }
+  int *a = PyMem_Malloc(sizeof(int) * (size_t)(*n + 1));
+  for (Py_ssize_t i = 0; a && i < *n; i++) {
+    PyObject *it = PySequence_GetItem(seq, i);
+    long v = it ? PyLong_AsLong(it) : -1;
+    Py_XDECREF(it);
+    if (v == -1 && PyErr_Occurred()) {
+      PyMem_Free(a);
+      a = NULL;
+      break;
+    }
+    a[i] = (int)v;
+  }
+  if (!a && !PyErr_Occurred()) PyErr_NoMemory();
+  return a;
+}
+
+/* launch_group(ordinals, per_participant, ranks=None, procs=None) -> list of tuples of Buffers: an
+ * SPMD launch, participant p on device ordinals[p] over the Buffers per_participant[p]
+ * (kl_exec_launch_group); with ranks and procs, participant p is rank ranks[p] of a group of
+ * len(procs) ranks spanning processes, rank r run by process procs[r]. */
 static PyObject *exec_launch_group(PyObject *self, PyObject *args) {
   ExecObject *o = (ExecObject *)self;
-  PyObject *ords, *per;
-  if (!PyArg_ParseTuple(args, "OO", &ords, &per)) return NULL;
+  PyObject *ords, *per, *ranks_o = Py_None, *procs_o = Py_None;
+  if (!PyArg_ParseTuple(args, "OO|OO", &ords, &per, &ranks_o, &procs_o)) return NULL;
   Py_ssize_t n = PySequence_Size(ords);
   if (n < 1 || PySequence_Size(per) != n) return PyErr_Format(PyExc_ValueError, "launch_group: one tuple of buffers per device");
+  kl_span span_v, *span = NULL;
+  int *ranks = NULL, *procs = NULL;
+  if (ranks_o != Py_None || procs_o != Py_None) {
+    Py_ssize_t nr = 0, np = 0;
+    ranks = int_array(ranks_o, &nr, "launch_group: ranks");
+    procs = ranks ? int_array(procs_o, &np, "launch_group: procs") : NULL;
+    if (procs && nr != n) PyErr_Format(PyExc_ValueError, "launch_group: one rank per device");
+    if (!procs || nr != n) {
+      PyMem_Free(ranks);
+      PyMem_Free(procs);
+      return NULL;
+    }
+    span_v = (kl_span){(int)np, ranks, procs};
+    span = &span_v;
+  }
   int *ordinals = PyMem_Malloc(sizeof(int) * (size_t)n);
   kl_buffer **ins = PyMem_Malloc(sizeof(kl_buffer *) * ((size_t)n * (size_t)o->ninputs + 1));
   kl_buffer **outs = PyMem_Malloc(sizeof(kl_buffer *) * ((size_t)n * (size_t)o->noutputs + 1));
@@ -1070,7 +1111,7 @@ static PyObject *exec_launch_group(PyObject *self, PyObject *args) {
   char err[512];
   int rc;
   Py_BEGIN_ALLOW_THREADS
-  rc = kl_exec_launch_group(o->x, (int)n, ordinals, ins, outs, err, sizeof err);
+  rc = kl_exec_launch_group(o->x, (int)n, ordinals, span, ins, outs, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (rc) {
     kl_py_raise(NULL, err);
@@ -1086,12 +1127,15 @@ done:
   PyMem_Free(ordinals);
   PyMem_Free(ins);
   PyMem_Free(outs);
+  PyMem_Free(ranks);
+  PyMem_Free(procs);
   return res;
 }
 
 static PyMethodDef exec_methods[] = {
     {"launch_group", exec_launch_group, METH_VARARGS,
-     "launch_group(ordinals, per_participant) -> list of tuples of Buffers (an SPMD launch)"},
+     "launch_group(ordinals, per_participant, ranks=None, procs=None) -> list of tuples of Buffers (an SPMD "
+     "launch; with ranks and procs, of a group spanning processes)"},
     {NULL, NULL, 0, NULL}};
 
 static PyObject *exec_steps(PyObject *self, void *unused) {
@@ -1402,7 +1446,72 @@ static PyObject *mod_gpu_libdevice(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(p);
 }
 
+/* ---- the connections between processes (kiln.distributed; runtime/collective_net.h) ---- */
+
+static PyObject *mod_net_listen(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *host;
+  if (!PyArg_ParseTuple(args, "s", &host)) return NULL;
+  char err[512];
+  int port;
+  Py_BEGIN_ALLOW_THREADS
+  port = kl_net_listen(host, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  return port < 0 ? kl_py_raise(NULL, err) : PyLong_FromLong(port);
+}
+
+static PyObject *mod_net_connect(PyObject *self, PyObject *args) {
+  (void)self;
+  int me;
+  PyObject *hosts_o, *ports_o;
+  double timeout, exchange_timeout;
+  if (!PyArg_ParseTuple(args, "iOOdd", &me, &hosts_o, &ports_o, &timeout, &exchange_timeout)) return NULL;
+  Py_ssize_t n = 0, nh = PySequence_Size(hosts_o);
+  int *ports = int_array(ports_o, &n, "net_connect: ports");
+  if (!ports) return NULL;
+  const char **hosts = PyMem_Calloc((size_t)n + 1, sizeof *hosts);
+  PyObject *keep = PyList_New(0), *res = NULL;
+  if (!hosts || !keep || nh != n) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "net_connect: one host and one port per process");
+    goto done;
+  }
+  for (Py_ssize_t p = 0; p < n; p++) {
+    PyObject *h = PySequence_GetItem(hosts_o, p);
+    if (!h || PyList_Append(keep, h)) { /* the list keeps the strings alive */
+      Py_XDECREF(h);
+      goto done;
+    }
+    Py_DECREF(h);
+    if (!(hosts[p] = PyUnicode_AsUTF8AndSize(PyList_GetItem(keep, p), NULL))) goto done;
+  }
+  char err[512];
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = kl_net_connect(me, (int)n, hosts, ports, timeout, exchange_timeout, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (rc) kl_py_raise(NULL, err);
+  else res = Py_NewRef(Py_None);
+done:
+  PyMem_Free(ports);
+  PyMem_Free(hosts);
+  Py_XDECREF(keep);
+  return res;
+}
+
+static PyObject *mod_net_close(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  Py_BEGIN_ALLOW_THREADS
+  kl_net_close();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef mod_methods[] = {
+    {"net_listen", mod_net_listen, METH_VARARGS, "net_listen(host) -> port: this process's socket for collectives"},
+    {"net_connect", mod_net_connect, METH_VARARGS,
+     "net_connect(me, hosts, ports, timeout, collective_timeout): connects to every other process (collectives across processes)"},
+    {"net_close", mod_net_close, METH_NOARGS, "closes the connections between processes"},
     {"gpu_libdevice", mod_gpu_libdevice, METH_NOARGS, "the libdevice file GPU math calls, or None"},
     {"from_buffer", mod_from_buffer, METH_VARARGS, "from_buffer(obj, device=-1): copy a contiguous buffer to a device"},
     {"transfer", mod_transfer, METH_VARARGS,

@@ -88,6 +88,14 @@ class Mesh:
         self.size = devs.size
         self.device_ids = np.vectorize(lambda d: d.id, otypes=[int])(devs) if devs.size else np.zeros(devs.shape, int)
         self._stack_token = None
+        # every device this process's (a device of another process stays one: its Device has no ordinal)
+        self._all_local = all(d._ordinal is not None for d in flat)
+        self._span = None  # spmd._mesh_span's answer, once asked
+
+    @property
+    def is_multi_process(self):
+        """Whether the mesh holds devices of other processes (kiln.distributed)."""
+        return not self._all_local
 
     @property
     def shape_tuple(self):
@@ -101,7 +109,17 @@ class Mesh:
 
     @property
     def local_mesh(self):
-        return self
+        """This process's devices of the mesh as a mesh with the same axis names: the mesh itself
+        when it does not span processes, else the block of the mesh they form."""
+        if self._all_local:
+            return self
+        coords = np.argwhere(np.vectorize(lambda d: d._ordinal is not None, otypes=[bool])(self.devices))
+        if not len(coords):
+            raise ValueError("Mesh.local_mesh: no device of the mesh belongs to this process")
+        lo, hi = coords.min(0), coords.max(0) + 1
+        if int(np.prod(hi - lo)) != len(coords):
+            raise ValueError("Mesh.local_mesh: this process's devices do not form a block of the mesh")
+        return Mesh(self.devices[tuple(slice(a, b) for a, b in zip(lo, hi))], self.axis_names)
 
     @property
     def empty(self):
@@ -188,6 +206,19 @@ class NamedSharding(Sharding):
     @property
     def is_fully_replicated(self):
         return all(p is None or p == () for p in self.spec)
+
+    @property
+    def is_fully_addressable(self):
+        """Whether every device of the mesh is this process's (else an array of this sharding holds
+        only this process's pieces)."""
+        return self.mesh._all_local
+
+    @property
+    def addressable_devices(self):
+        return {d for d in self.mesh.devices.flat if d._ordinal is not None}
+
+    def addressable_devices_indices_map(self, global_shape):
+        return {d: i for d, i in self.devices_indices_map(global_shape).items() if d._ordinal is not None}
 
     def _parts(self, ndim):
         """Per array axis, the number of pieces it is cut into."""

@@ -203,7 +203,8 @@ def _is_local(device):
 
 
 def _check_local(device, what):
-    """Raises the remote-device NotImplementedError when device belongs to another process."""
+    """Raises when device belongs to another process (a process computes on its own devices; meshes
+    that span processes go through spmd._mesh_span)."""
     if device._ordinal is None:
         from kiln._src import distributed
         raise distributed.remote_device_error(device, what)

@@ -1,10 +1,16 @@
 """Multi-process start-up (jax.distributed): which process this is, where the coordinator is, and
-the global device list, exchanged through the coordination service (coordination.py).
+the global device list, exchanged through the coordination service (coordination.py); then the
+connections the collectives of the CPU devices use across processes.
 
 Arguments come from the caller, else the environment: KILN_/JAX_COORDINATOR_ADDRESS, then the
-launcher that started the process (torchrun, Open MPI, Slurm). Computation stays per process:
-devices of other processes are listed but cannot be computed on yet (cross-process collectives
-are the next step); `remote_device_error` is the one message for that.
+launcher that started the process (torchrun, Open MPI, Slurm). With several processes, each opens
+a listening socket on the address it reaches the coordinator from, publishes host:port in the
+coordination store and connects to every other process (a full mesh of TCP connections,
+runtime/collective_net.c): shard_map and pmap over a mesh of CPU devices of several processes then
+run the body on this process's devices, their collectives meeting the other processes' over those
+connections (each collective waits at most KILN_COLLECTIVE_TIMEOUT seconds, default 300, for a
+silent peer; a peer that exits or fails makes the others raise at once). GPU meshes that span
+processes (NCCL across processes) are not supported yet: `remote_device_error` says so.
 """
 
 import atexit
@@ -220,11 +226,44 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None, lo
         if service is not None:
             service.stop()
         raise
+    if n > 1:
+        try:
+            _connect_collectives(client, pid, n, timeout)
+        except BaseException:
+            client.close()
+            if service is not None:
+                service.stop()
+            raise
     api._set_global_devices(tables, pid, local_device_ids)
     global_state.process_id, global_state.num_processes, global_state.local_rank = pid, n, local_rank
     global_state.coordinator_address = f"{host}:{port}"
     global_state.service, global_state.client, global_state.launcher = service, client, launcher
     global_state.shutdown_timeout = 60.0 if shutdown_timeout_seconds is None else float(shutdown_timeout_seconds)
+
+
+def collective_timeout():
+    """Seconds a collective across processes waits for a silent peer (KILN_COLLECTIVE_TIMEOUT)."""
+    v = os.environ.get("KILN_COLLECTIVE_TIMEOUT", "").strip()
+    try:
+        t = float(v) if v else 300.0
+    except ValueError:
+        raise ValueError(f"KILN_COLLECTIVE_TIMEOUT={v!r}: expected a number of seconds") from None
+    if t <= 0:
+        raise ValueError(f"KILN_COLLECTIVE_TIMEOUT={v!r}: expected a positive number of seconds")
+    return t
+
+
+def _connect_collectives(client, pid, n, timeout):
+    """Connects this process to every other for the collectives (runtime/collective_net.c): it
+    listens on the address its connection to the coordinator leaves from (an address the other
+    processes can reach when they reach the coordinator), publishes it, and connects; process p
+    dials the processes < p and accepts those > p."""
+    from kiln import _kiln
+    host = client._sock.getsockname()[0]
+    port = _kiln.net_listen(host)
+    client.set(f"kiln/net/{pid}", f"{host}:{port}")
+    addrs = [client.get(f"kiln/net/{p}", timeout).decode().rpartition(":") for p in range(n)]
+    _kiln.net_connect(pid, [a[0] for a in addrs], [int(a[2]) for a in addrs], timeout, collective_timeout())
 
 
 def is_initialized():
@@ -239,11 +278,18 @@ def shutdown(timeout=None):
     client, service = global_state.client, global_state.service
     if client is None:
         return
+    from kiln import _kiln
     try:
+        # this process's part of its last collectives first (the others wait for it); then its
+        # connections close before the barrier, so that the collectives of others still waiting
+        # for this one (a process leaving after an error) fail at once rather than at the timeout
+        _kiln.synchronize()
+        _kiln.net_close()
         client.barrier("kiln/shutdown", global_state.shutdown_timeout if timeout is None else timeout)
     except (coordination.CoordinationError, TimeoutError):
         pass  # a peer is gone: leave anyway
     finally:
+        _kiln.net_close()
         client.close()
         if service is not None:
             service.stop()
@@ -263,8 +309,15 @@ def client():
 
 
 def remote_device_error(device, what):
-    return NotImplementedError(
+    """What computing on another process's device raises where kiln cannot (a single device of
+    another process; GPUs of several processes)."""
+    if device.platform == "gpu":
+        return NotImplementedError(
+            f"{what}: {device!r} belongs to process {device.process_index}, not to this one (process "
+            f"{global_state.process_id}); collectives between the GPUs of several processes (NCCL across processes) "
+            "are not supported yet by kiln: use a mesh of this process's GPUs (kiln.local_devices()), or CPU "
+            "devices (KILN_PLATFORM=cpu), whose meshes may span processes")
+    return ValueError(
         f"{what}: {device!r} belongs to process {device.process_index}, not to this one (process "
-        f"{global_state.process_id}); computing on another process's devices needs cross-process collectives, "
-        "not supported yet by kiln (the next step after kiln.distributed start-up): use "
-        "kiln.local_devices() and a mesh of this process's devices")
+        f"{global_state.process_id}); a process computes only on its own devices: put data on a mesh that spans "
+        "processes with a NamedSharding (each process gives its own pieces), or use kiln.local_devices()")

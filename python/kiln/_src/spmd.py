@@ -11,6 +11,16 @@ copy whose coordinates on the unnamed mesh axes are 0, as JAX's replica 0).
 
 pmap is shard_map over a 1-D mesh of the first n devices (the mapped axis squeezed inside).
 
+Meshes of CPU devices may span processes (after kiln.distributed.initialize): each process runs
+the body on its own devices of the mesh, as ranks of one group of every device (runtime: a
+kl_span), and the collectives exchange the other processes' data over TCP
+(runtime/collective_net.c). Arrays over such a mesh hold this process's shards only (JAX's not
+fully addressable arrays): made by make_array_from_callback / make_array_from_single_device_arrays
+/ device_put(global value, NamedSharding) in every process; a fully replicated one reads as a
+whole (its local replica), others raise when read whole. pmap over every process's devices maps
+each process's own slices (its local device count). GPU meshes spanning processes raise
+NotImplementedError (no NCCL across processes yet).
+
 Differentiation inside a body follows JAX's two modes. With check_vma=True (shard_map's default)
 every value has a type of the mesh axes it varies over (its vma: inputs vary over the axes their
 in_specs name, collectives add or remove axes, other operations take the union of their
@@ -49,7 +59,9 @@ class ShardedArray(Array):
     """An Array split over the devices of a mesh (a NamedSharding). Reads as an ordinary array (its
     gathered value); its shards are its pieces on each device. The gathered value is made on first
     use (_gather), so shard_map and pmap results that only feed the next shard_map never leave
-    their devices; a fully replicated array's is its replica-0 shard itself."""
+    their devices; a fully replicated array's is its replica-0 shard itself. Over a mesh that
+    spans processes it holds this process's shards only (not fully addressable, as in JAX): it
+    reads as a whole only when fully replicated (its local replica); otherwise reading it raises."""
     __slots__ = ("_shards", "_sharding", "_gather")
     _lazy = True  # python/ext/array.c: C asks for _buf before reading it
 
@@ -96,16 +108,24 @@ class ShardedArray(Array):
 
     @property
     def addressable_shards(self):
+        """This process's shards (every shard unless the mesh spans processes)."""
+        return [s for s in self.global_shards if s.data is not None]
+
+    @property
+    def global_shards(self):
+        """Every device's shard; those of other processes' devices have data None."""
         from kiln.sharding import Shard
         s = self._sharding
         idx, rid = s.devices_indices_map(self.shape), s._replica_ids(self.ndim)
-        return [Shard(d, idx[d], rid[d], self._shards[d]) for d in s.mesh.devices.flat]
-
-    global_shards = addressable_shards
+        return [Shard(d, idx[d], rid[d], self._shards.get(d)) for d in s.mesh.devices.flat]
 
     @property
     def is_fully_replicated(self):
         return self._sharding.is_fully_replicated
+
+    @property
+    def is_fully_addressable(self):
+        return self._sharding.mesh._all_local
 
 
 def global_buf(a):
@@ -121,14 +141,30 @@ def _put_host(piece, device):
         Array(_kiln.transfer(a._buf, 0, device._ordinal), a.shape, a.dtype, a.weak_type)
 
 
+def _not_addressable(shape, sharding):
+    return RuntimeError(
+        f"Fetching the value of an Array of shape {tuple(shape)} that spans non-addressable devices (devices of other "
+        f"processes: {sharding!r}) is not possible: this process holds only its own pieces. Read them through "
+        ".addressable_shards, or make the value fully replicated first (a shard_map with out_specs P() after a psum "
+        "or all_gather)")
+
+
 def _make_sharded(shards, sharding, shape, dtype, weak=False, whole=None):
-    """A ShardedArray from {device: Array} (each of the sharding's shard shape); whole: an Array
-    already holding the global value, else it is gathered from the replica-0 shards."""
+    """A ShardedArray from {device: Array} (each of the sharding's shard shape; over a mesh that
+    spans processes, this process's devices only); whole: an Array already holding the global
+    value, else it is gathered from the replica-0 shards (over several processes: a fully
+    replicated array's local replica; others cannot be read whole)."""
     gather = None
-    if whole is not None:
+    local = sharding.mesh._all_local
+    if whole is not None and local:
         buf = whole._buf
-    elif sharding.is_fully_replicated:
-        buf = shards[next(iter(sharding.mesh.devices.flat))]._buf  # replica 0 is the whole value
+    elif sharding.is_fully_replicated:  # replica 0 (or this process's first) is the whole value
+        buf = shards[next(iter(sharding.mesh.devices.flat)) if local else next(iter(shards))]._buf
+    elif not local:
+        buf = None
+
+        def gather():
+            raise _not_addressable(shape, sharding)
     else:
         buf = None
 
@@ -153,16 +189,33 @@ def _same_layout(s1, s2, ndim):
     return s1.mesh == s2.mesh and _spec_axes(s1.spec, ndim, s1.mesh) == _spec_axes(s2.spec, ndim, s2.mesh)
 
 
-def _check_local_mesh(mesh, what):
-    """Raises the remote-device NotImplementedError when the mesh holds another process's device."""
-    for d in mesh.devices.flat:
-        api._check_local(d, what)
+def _mesh_span(mesh, what):
+    """None when every device of the mesh is this process's; else (ranks, procs) of an SPMD launch
+    over it (runtime.h's kl_span): the mesh positions of this process's devices, and per position
+    the process that runs it. Raises for meshes kiln cannot run across processes (GPUs)."""
+    if mesh._all_local:
+        return None
+    if mesh._span is None:
+        flat = list(mesh.devices.flat)
+        for d in flat:
+            if d.platform == "gpu" and not api._is_local(d):
+                from kiln._src import distributed
+                raise distributed.remote_device_error(d, what)
+        ranks = [i for i, d in enumerate(flat) if api._is_local(d)]
+        if not ranks:
+            from kiln._src import distributed
+            raise ValueError(f"{what}: no device of the mesh belongs to this process (process "
+                             f"{distributed.global_state.process_id}); every process of a multi-process computation "
+                             "runs it on its own devices of the mesh")
+        mesh._span = (ranks, [d.process_index for d in flat])
+    return mesh._span
 
 
 def shard_array(a, sharding, what="device_put"):
-    """a split over sharding's mesh (device_put(x, NamedSharding(...)))."""
+    """a split over sharding's mesh (device_put(x, NamedSharding(...))); over a mesh that spans
+    processes, a holds the global value and this process keeps its own devices' pieces."""
     if getattr(sharding, "mesh", None) is not None:
-        _check_local_mesh(sharding.mesh, what)
+        _mesh_span(sharding.mesh, what)
     if isinstance(a, Tracer):
         raise NotImplementedError(f"{what}: placing a traced value on a NamedSharding inside jit/grad/vmap is not "
                                   "supported yet by kiln (with_sharding_constraint is the traced form: a no-op)")
@@ -171,20 +224,22 @@ def shard_array(a, sharding, what="device_put"):
     shape = tuple(a.shape)
     idx = sharding.devices_indices_map(shape)  # raises when the spec does not fit the shape
     host = np.asarray(a)
-    shards = {d: _put_host(host[i], d) for d, i in idx.items()}
+    shards = {d: _put_host(host[i], d) for d, i in idx.items() if api._is_local(d)}
     return _make_sharded(shards, sharding, shape, a.dtype, a.weak_type, whole=a)
 
 
 def make_array_from_callback(shape, sharding, data_callback, dtype=None):
     """An Array of global `shape` whose piece on each device of `sharding` is
-    data_callback(index) (index: a tuple of slices into the global array)."""
+    data_callback(index) (index: a tuple of slices into the global array); over a mesh that spans
+    processes, called for this process's devices only."""
     shape = tuple(shape)
     if isinstance(sharding, api.SingleDeviceSharding):
         full = tuple(slice(None) for _ in shape)
         return _put_host(np.asarray(data_callback(full), dtype=dtype), sharding.device)
     shard_shape = sharding.shard_shape(shape)
+    _mesh_span(sharding.mesh, "make_array_from_callback")
     shards = {}
-    for d, i in sharding.devices_indices_map(shape).items():
+    for d, i in sharding.addressable_devices_indices_map(shape).items():
         piece = np.asarray(data_callback(i), dtype=dtype)
         if piece.shape != shard_shape:
             raise ValueError(f"make_array_from_callback: the callback returned shape {piece.shape} for device {d} at "
@@ -196,7 +251,8 @@ def make_array_from_callback(shape, sharding, data_callback, dtype=None):
 
 def make_array_from_single_device_arrays(shape, sharding, arrays, *, dtype=None):
     """An Array of global `shape` from one single-device Array per device of `sharding` (each on
-    its device, of the sharding's shard shape)."""
+    its device, of the sharding's shard shape); over a mesh that spans processes, one per device
+    of this process."""
     shape = tuple(shape)
     arrays = list(arrays)
     if isinstance(sharding, api.SingleDeviceSharding):
@@ -205,10 +261,12 @@ def make_array_from_single_device_arrays(shape, sharding, arrays, *, dtype=None)
                              f"{len(arrays)}")
         return arrays[0]
     shard_shape = sharding.shard_shape(shape)
-    devs = list(sharding.mesh.devices.flat)
+    _mesh_span(sharding.mesh, "make_array_from_single_device_arrays")
+    devs = [d for d in sharding.mesh.devices.flat if api._is_local(d)]
     if len(arrays) != len(devs):
-        raise ValueError(f"make_array_from_single_device_arrays: the sharding has {len(devs)} devices but "
-                         f"{len(arrays)} arrays were given; give one per device")
+        mine = "" if sharding.mesh._all_local else " of this process"
+        raise ValueError(f"make_array_from_single_device_arrays: the sharding has {len(devs)} devices{mine} but "
+                         f"{len(arrays)} arrays were given; give one per device{mine}")
     shards = {}
     for a in arrays:
         d = a.device
@@ -283,7 +341,7 @@ class ShardMapInTrace(NotImplementedError):
 
 
 class _Entry:
-    __slots__ = ("exe", "consts", "dev_consts", "out_tree", "out_avals", "out_specs", "out_shardings")
+    __slots__ = ("exe", "consts", "dev_consts", "out_tree", "out_avals", "out_specs", "out_shardings", "span")
 
 
 class ShardMapped:
@@ -319,7 +377,7 @@ class ShardMapped:
                     x.dtype == dt and x.weak_type == w for x, (s, sh, dt, w) in zip(leaves, want)):
                 per = [[x._shards[d]._buf for x in leaves] + consts for d, consts in zip(devs, entry.dev_consts)]
                 return self._launch(entry, devs, per)
-        _check_local_mesh(mesh, self._name)
+        span = _mesh_span(mesh, self._name)
         if any(isinstance(x, Tracer) for x in leaves) or core.tracing():
             raise ShardMapInTrace(
                 f"{self._name} inside a traced function (grad, vmap, make_jaxpr, a loop body) is not supported yet by "
@@ -346,7 +404,8 @@ class ShardMapped:
             self._leaf_specs = specs
             entry = self._compile(mesh, tree, arrs, shard_shapes)
             self._cache[key] = entry
-        devs = list(mesh.devices.flat)
+        # this process's devices of the mesh (all of them unless it spans processes)
+        devs = list(mesh.devices.flat) if span is None else [d for d in mesh.devices.flat if api._is_local(d)]
         per = [[] for _ in devs]
         from kiln.sharding import NamedSharding
         gpus = len(devs) > 1 and devs[0]._kind == 1
@@ -367,6 +426,7 @@ class ShardMapped:
             direct = direct and sa is a
             for row, d in zip(per, devs):
                 row.append(sa._shards[d]._buf)
+        entry.span = span
         if entry.dev_consts is None:  # the body's constants, on each GPU once (see above); else shared
             entry.dev_consts = [[api._put_leaf(c, d)._buf for c in entry.consts] for d in devs] if gpus else \
                 [[c._buf for c in entry.consts]] * len(devs)
@@ -382,7 +442,9 @@ class ShardMapped:
         return self._launch(entry, devs, per)
 
     def _launch(self, entry, devs, per):
-        outs = entry.exe.launch_group([d._ordinal for d in devs], per)
+        ords = [d._ordinal for d in devs]
+        outs = entry.exe.launch_group(ords, per) if entry.span is None else \
+            entry.exe.launch_group(ords, per, entry.span[0], entry.span[1])
         results = []
         for j, ((shape, dtype, weak), (sharding, gshape)) in enumerate(zip(entry.out_avals, entry.out_shardings)):
             shards = {d: Array(outs[p][j], shape, dtype, weak) for p, d in enumerate(devs)}
@@ -420,6 +482,7 @@ class ShardMapped:
         e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, ())  # for the mesh's kind of device
         e.consts = traced.consts
         e.dev_consts = None
+        e.span = None
         e.out_tree = traced.out_tree
         e.out_avals = traced.out_avals
         outs = tree_util.tree_unflatten(traced.out_tree, list(range(len(traced.out_avals))))
@@ -494,6 +557,9 @@ class PmapWrapped:
             sizes = {self._axis_size}
         n = sizes.pop()
         devs = list(self._devices) if self._devices is not None else api.devices()
+        local = [d for d in devs if api._is_local(d)]
+        if len(local) < len(devs):
+            return self._call_multiprocess(statics, n, axes, devs, local, dyn, leaves)
         if n > len(devs):
             raise ValueError(f"compiling computation that requires {n} logical devices, but only {len(devs)} devices "
                              f"are available (num_replicas={n}); with simulated CPU devices set "
@@ -504,6 +570,45 @@ class PmapWrapped:
             sm = self._shard_map(statics, n, axes, devs[:n], dyn)
             self._cache[key] = sm
         return sm(*[api._leaf_to_array(x) for x in leaves])
+
+    def _call_multiprocess(self, statics, n, axes, devs, local, dyn, leaves):
+        """pmap over the devices of several processes (as JAX's multi-process pmap): each process
+        gives the slices for its own devices (mapped axes of its local device count), the body
+        runs on every device, the collectives span the processes; a mapped result is this
+        process's slices (an Array on the host), an unmapped one (out_axes None) the replicated
+        value."""
+        if n != len(local):
+            raise ValueError(f"pmap over the devices of {len({d.process_index for d in devs})} processes: each process "
+                             f"maps over its own {len(local)} device(s), so the mapped axes must have extent "
+                             f"{len(local)} (this process's slices), not {n}")
+        key = (statics, "multiprocess", tuple(axes), tuple(id(d) for d in devs))
+        sm = self._cache.get(key)
+        if sm is None:
+            sm = self._shard_map(statics, len(devs), axes, devs, dyn)
+            self._cache[key] = sm
+        from kiln.sharding import NamedSharding, PartitionSpec
+        mesh, name = sm._mesh, sm._mesh.axis_names[0]
+        args = []
+        for x, ax in zip(leaves, axes):
+            x = api._leaf_to_array(x)
+            if ax is None:
+                args.append(x)
+                continue
+            host = np.asarray(x)
+            gshape = host.shape[:ax] + (len(devs),) + host.shape[ax + 1:]
+            shards = {d: _put_host(np.take(host, [k], axis=ax), d) for k, d in enumerate(local)}
+            sh = NamedSharding(mesh, PartitionSpec(*([None] * ax + [name])))
+            args.append(_make_sharded(shards, sh, gshape, host.dtype, x.weak_type))
+        out = sm(*args)
+
+        def mine(r):
+            spec = tuple(r._sharding.spec)
+            if name not in spec:
+                return r  # replicated: readable whole
+            ax = spec.index(name)
+            from kiln._src.array import from_numpy
+            return from_numpy(np.concatenate([np.asarray(r._shards[d]) for d in local], axis=ax), r.weak_type)
+        return tree_util.tree_map(mine, out)
 
     def _shard_map(self, statics, n, axes, devs, dyn):
         from kiln.sharding import Mesh, PartitionSpec

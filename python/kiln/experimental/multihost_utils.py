@@ -38,22 +38,33 @@ def _exchange(name, value):
     return out
 
 
-def _host(x):
+def _global(x):
+    """For an array split over several processes: its replica-0 pieces here, with their indices."""
     from kiln._src.spmd import ShardedArray
     if isinstance(x, ShardedArray) and not getattr(x, "is_fully_addressable", True):
-        return np.concatenate([np.asarray(s.data).ravel() for s in x.addressable_shards])
-    return np.asarray(x)
+        pieces = [(tuple((s.start, s.stop) for s in sh.index), np.asarray(sh.data))
+                  for sh in x.addressable_shards if sh.replica_id == 0]
+        return ("global", tuple(x.shape), np.dtype(x.dtype).str, pieces)
+    return ("local", np.asarray(x))
 
 
 def process_allgather(in_tree, tiled=False):
     """Every process's values of in_tree's leaves, as NumPy arrays: stacked on a new leading axis
-    of size process_count() (tiled: concatenated along axis 0)."""
+    of size process_count() (tiled: concatenated along axis 0). An array split over several
+    processes comes back whole (its global value), as in JAX."""
     leaves, tree = tree_util.tree_flatten(in_tree)
-    mine = [_host(x) for x in leaves]
-    every = _exchange("process_allgather", mine)
+    every = _exchange("process_allgather", [_global(x) for x in leaves])
     out = []
     for i in range(len(leaves)):
-        parts = [np.asarray(e[i]) for e in every]
+        if every[0][i][0] == "global":
+            _, shape, dt, _ = every[0][i]
+            whole = np.empty(shape, np.dtype(dt))
+            for e in every:
+                for idx, data in e[i][3]:
+                    whole[tuple(slice(a, b) for a, b in idx)] = data
+            out.append(whole)
+            continue
+        parts = [np.asarray(e[i][1]) for e in every]
         out.append(np.concatenate([np.atleast_1d(p) for p in parts], axis=0) if tiled else np.stack(parts))
     return tree_util.tree_unflatten(tree, out)
 
