@@ -32,7 +32,7 @@ KILN_PYTHON = os.path.join(os.path.dirname(HERE), "python")
 if KILN_PYTHON not in sys.path:
     sys.path.insert(0, KILN_PYTHON)
 
-ALL = ["selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "dispatch", "eager", "compile",
+ALL = ["selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "dispatch", "dispatch_tree", "eager", "compile",
        "mlp_step", "vmap_matvec", "vmap_dispatch", "chain", "transformer"]
 
 
@@ -351,6 +351,31 @@ def bench_dispatch(libs, cfg):
     if libs.jax is not None:
         attempt(row, "jax", lambda: run(libs.jax, libs.jjnp, False))
     attempt(row, "numpy", lambda: time_loop(lambda: x + 1, n, 1, cfg.loop_repeats))
+    return row
+
+
+def bench_dispatch_tree(libs, cfg):
+    """jit of a function of a parameter dict (two layers of weight and bias) and two arrays, called
+    back to back: the dispatch of a training step's usual arguments."""
+    row = Row("dispatch jit(params dict, x, y)", "<=0.5x jax", 0.5)
+    rng = np.random.default_rng(3)
+    shapes = {"hidden": {"w": (16, 32), "b": (32,)}, "out": {"w": (32, 4), "b": (4,)}}
+    host = {k: {n: rng.standard_normal(s).astype(np.float32) for n, s in v.items()} for k, v in shapes.items()}
+    x, y = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((8, 4)).astype(np.float32)
+    n = cfg.loop_n
+
+    def run(mod, jnp, check):
+        f = mod.jit(lambda p, xb, yb: (p["out"]["b"] * 0.5 + yb[0], p["hidden"]["w"][0] + xb[0, :1]))
+        p = {k: {m: block(jnp.asarray(a)) for m, a in v.items()} for k, v in host.items()}
+        xa, ya = block(jnp.asarray(x)), block(jnp.asarray(y))
+        if check:
+            out = f(p, xa, ya)
+            checked(row, np.asarray(block(out[0])), host["out"]["b"].astype(np.float64) * 0.5 + y[0], 1e-6)
+        return time_loop(lambda: f(p, xa, ya)[0], n, 1, cfg.loop_repeats)
+    if libs.kiln is not None:
+        attempt(row, "kiln", lambda: run(libs.kiln, libs.knp, True))
+    if libs.jax is not None:
+        attempt(row, "jax", lambda: run(libs.jax, libs.jjnp, False))
     return row
 
 
@@ -729,7 +754,7 @@ def main(argv=None):
         "selu": bench_selu, "sumsq": bench_sumsq, "softmax": bench_softmax,
         "matmul_highest": lambda l, c: bench_matmul(l, c, "HIGHEST"),
         "matmul_default": lambda l, c: bench_matmul(l, c, "DEFAULT"),
-        "dispatch": bench_dispatch, "eager": bench_eager, "compile": bench_compile,
+        "dispatch": bench_dispatch, "dispatch_tree": bench_dispatch_tree, "eager": bench_eager, "compile": bench_compile,
         "mlp_step": bench_mlp, "vmap_matvec": bench_vmap, "vmap_dispatch": bench_vmap_dispatch,
         "chain": bench_chain, "transformer": bench_transformer,
     }
