@@ -282,9 +282,73 @@ def test_jit_of_a_function_calling_shard_map_runs_it_as_written():
     want = np.sin(x).reshape(8, 2, 3).sum(0) * 2 + x[:2].sum()
     for _ in range(2):
         np.testing.assert_allclose(np.asarray(step(jnp.asarray(x))), want, rtol=1e-12)
-    with pytest.raises(NotImplementedError, match="shard_map inside a traced function.*grad or vmap inside its body"):
-        kiln.grad(lambda v: inner(v).sum())(jnp.asarray(x))
+    g = kiln.grad(lambda v: inner(v).sum())(jnp.asarray(x))  # grad around it: the mesh's program traced
+    np.testing.assert_allclose(np.asarray(g), np.cos(x), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(inner(jnp.asarray(x))), np.sin(x).reshape(8, 2, 3).sum(0), rtol=1e-12)
+
+
+# ---- shard_map inside a traced function (grad, vmap, make_jaxpr around it): the mesh's program traced ----
+
+_EMU_MESH_CASES = {
+    "psum": (lambda a: lax.psum(jnp.sin(a), "y"), P("x", "y"), P("x"), True),
+    "pmax over both axes": (lambda a: lax.pmax(a * a, ("x", "y")), P("x", "y"), P(), True),
+    "all_gather tiled": (lambda a: lax.all_gather(jnp.tanh(a), "y", axis=1, tiled=True) * 2, P("x", "y"), P("x"), False),
+    "all_gather stacked": (lambda a: lax.all_gather(a, "x", axis=0) + 1, P("x", "y"), P(None, None, "y"), False),
+    "psum_scatter": (lambda a: lax.psum_scatter(a * a, "y", scatter_dimension=0, tiled=True), P(None, "y"), P("y"), True),
+    "ppermute": (lambda a: lax.ppermute(jnp.sin(a), "y", [(i, (i + 1) % 4) for i in range(3)]), P("x", "y"),
+                 P("x", "y"), True),
+    "all_to_all": (lambda a: lax.all_to_all(a * a, "y", 0, 1, tiled=True), P("x", "y"), P("x", "y"), True),
+    "axis_index": (lambda a: a * lax.axis_index("y"), P("x", "y"), P("x", "y"), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EMU_MESH_CASES))
+def test_grad_vmap_and_make_jaxpr_around_shard_map(name):
+    body, ins, outs, check = _EMU_MESH_CASES[name]
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    f = kiln.shard_map(body, mesh=mesh, in_specs=ins, out_specs=outs, check_vma=check)
+    x = _rand(8, 12)
+    with kiln.experimental.enable_x64():
+        xa = jnp.asarray(x)
+        concrete = np.asarray(f(xa))  # the real launch on the 8 devices
+        primal, pullback = kiln.vjp(f, xa)  # traced: the mesh's program, replayed
+        np.testing.assert_allclose(np.asarray(primal), concrete, rtol=1e-12, atol=1e-12)
+        loss = lambda v: jnp.sum(f(v) ** 2)  # noqa: E731
+        g = np.asarray(kiln.grad(loss)(xa))
+        d = _rand(8, 12, seed=5)
+        eps = 1e-6
+        fd = (float(loss(jnp.asarray(x + eps * d))) - float(loss(jnp.asarray(x - eps * d)))) / (2 * eps)
+        np.testing.assert_allclose(np.sum(g * d), fd, rtol=1e-6, atol=1e-8)
+        batch = np.stack([x, 2 * x, -x])
+        got = np.asarray(kiln.vmap(f)(jnp.asarray(batch)))
+        want = np.stack([np.asarray(f(jnp.asarray(b))) for b in batch])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        assert "reduce" in str(kiln.make_jaxpr(f)(xa)) or name in ("ppermute", "all_to_all", "axis_index",
+                                                                    "all_gather tiled", "all_gather stacked")
+
+
+def test_grad_around_shard_map_with_check_vma_and_a_closure():
+    # the body's grad (check_vma: summed over devices) inside, an outer grad around, and a body that
+    # closes over the outer function's traced value
+    mesh = kiln.make_mesh((8,), ("d",))
+    x, w = _rand(16, 3), _rand(3, 2, seed=1)
+
+    def outer(wv):
+        inner = kiln.shard_map(lambda a: lax.psum(jnp.sum(jnp.tanh(a @ wv)), "d"), mesh=mesh, in_specs=P("d"),
+                               out_specs=P())
+        return inner(jnp.asarray(x))
+    with kiln.experimental.enable_x64():
+        for scale in (1.0, 2.0):  # the closure's tracer is not kept between traces
+            wv = jnp.asarray(scale * w)
+            t = np.tanh(x @ (scale * w))
+            np.testing.assert_allclose(np.asarray(kiln.grad(outer)(wv)), x.T @ (1 - t ** 2), rtol=1e-10)
+        f = kiln.shard_map(lambda a, v: kiln.grad(lambda u: jnp.sum(jnp.tanh(a @ u)))(v), mesh=mesh,
+                           in_specs=(P("d"), P()), out_specs=P())
+        h = kiln.jacfwd(lambda v: f(jnp.asarray(x), v))(jnp.asarray(w))
+        eps = 1e-6
+        col = (np.asarray(f(jnp.asarray(x), jnp.asarray(w + eps * np.eye(3)[:, :1] * np.array([[1, 0]])))) -
+               np.asarray(f(jnp.asarray(x), jnp.asarray(w - eps * np.eye(3)[:, :1] * np.array([[1, 0]]))))) / (2 * eps)
+        np.testing.assert_allclose(np.asarray(h)[:, :, 0, 0], col, rtol=1e-5, atol=1e-7)
 
 
 # ---- check_vma typing (shard_map's default): gradients of replicated values are summed over devices ----
@@ -431,7 +495,7 @@ def test_error_messages_name_the_argument_and_the_fix():
         kiln.pmap(lambda a: a)(jnp.ones((9, 2)))
     with pytest.raises(ValueError, match="needs 16 devices"):
         kiln.make_mesh((4, 4), ("x", "y"))
-    with pytest.raises(NotImplementedError, match="shard_map inside a traced function"):
-        kiln.grad(lambda v: _smap(lambda a: a, mesh, P("x"), P("x"))(v).sum())(jnp.ones(4))
+    np.testing.assert_array_equal(np.asarray(kiln.grad(lambda v: _smap(lambda a: a, mesh, P("x"), P("x"))(v).sum())(
+        jnp.ones(4))), np.ones(4))
     with pytest.raises(NameError, match="unbound axis name"):
         lax.psum(jnp.ones(3), "i")

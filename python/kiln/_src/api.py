@@ -612,6 +612,7 @@ class JitWrapped(_kiln.JitBase):
             return self._fun(*args, **kwargs)
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
         from kiln._src import spmd
+        spmd._jit_compiling[0] += 1
         try:
             if any(type(a) is not Array for a in arrs):
                 from kiln._src import partition
@@ -624,10 +625,12 @@ class JitWrapped(_kiln.JitBase):
                 entry = self._compile(statics, arrs, tree, nargs)
                 self._cache[key] = entry
         except spmd.ShardMapInTrace:
-            # f calls shard_map/pmap, which kiln cannot trace into a larger program yet: f runs as
-            # written, each shard_map compiled and launched on its own (the same values, more launches)
+            # f calls shard_map/pmap among other work: f runs as written, each shard_map compiled and
+            # launched on its own across the devices (the same values, more launches)
             self._spmd_eager = True
             return self._fun(*args, **kwargs)
+        finally:
+            spmd._jit_compiling[0] -= 1
         if entry.refs:  # the Refs' values go in, the written ones come back
             arrs = list(arrs) + refs.values(entry.refs)
             out, finals = entry.run_donating(arrs, self._donated_leaves(args, kwargs, arrs, entry))

@@ -335,13 +335,17 @@ def _spec_parts(spec, ndim, mesh, what):
 # ---------------------------------------------------------------------------------------------------------
 # shard_map
 
+_jit_compiling = [0]  # jit is tracing a function to compile it (a shard_map inside makes it run as written)
+
+
 class ShardMapInTrace(NotImplementedError):
     """shard_map (or pmap) called while a function is traced; a jit whose function does this runs
     the function as written instead (JitWrapped._call)."""
 
 
 class _Entry:
-    __slots__ = ("exe", "consts", "dev_consts", "out_tree", "out_avals", "out_specs", "out_shardings", "span")
+    __slots__ = ("exe", "builder", "consts", "dev_consts", "out_tree", "out_avals", "out_specs", "out_shardings",
+                 "span")
 
 
 class ShardMapped:
@@ -378,6 +382,9 @@ class ShardMapped:
                 per = [[x._shards[d]._buf for x in leaves] + consts for d, consts in zip(devs, entry.dev_consts)]
                 return self._launch(entry, devs, per)
         span = _mesh_span(mesh, self._name)
+        if (any(isinstance(x, Tracer) for x in leaves) or core.tracing()) and not _jit_compiling[0]:
+            from kiln._src import spmd_emulate  # grad, vmap, make_jaxpr around it: the mesh's program, traced
+            return spmd_emulate.call(self, mesh, args)
         if any(isinstance(x, Tracer) for x in leaves) or core.tracing():
             raise ShardMapInTrace(
                 f"{self._name} inside a traced function (grad, vmap, make_jaxpr, a loop body) is not supported yet by "
@@ -451,7 +458,7 @@ class ShardMapped:
             results.append(_make_sharded(shards, sharding, gshape, dtype, weak))
         return tree_util.tree_unflatten(entry.out_tree, results)
 
-    def _compile(self, mesh, tree, arrs, shard_shapes):
+    def _compile(self, mesh, tree, arrs, shard_shapes, build=True):
         from kiln.sharding import PartitionSpec
         avals = [api.ShapeDtypeStruct(sh, a.dtype, a.weak_type) for sh, a in zip(shard_shapes, arrs)]
         fun = self._fun
@@ -479,7 +486,8 @@ class ShardMapped:
         finally:
             _axis_stack.pop()
         e = _Entry()
-        e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, ())  # for the mesh's kind of device
+        e.builder = traced.builder
+        e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, ()) if build else None  # for the mesh's kind
         e.consts = traced.consts
         e.dev_consts = None
         e.span = None

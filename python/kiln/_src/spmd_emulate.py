@@ -1,0 +1,269 @@
+"""shard_map inside a traced function (grad, vmap, make_jaxpr around it): the body's per-device
+program, replayed on *stacked* values in the enclosing trace.
+
+Every value of the body that differs per device is held as one array of shape (N, *local), N the
+mesh's devices in row-major order of their coordinates; values the same everywhere stay as they
+are. Ordinary primitives run on the stacked values through vmap (one equation at a time); each
+collective becomes the operations on the stacked array that give every device its result (psum:
+a sum over the group's devices and a broadcast back; all_gather: the group's pieces joined; ...).
+The enclosing trace thus records the whole mesh's computation as one global program, exactly the
+function shard_map computes, which grad differentiates and vmap batches like any other (and which
+jit's partitioner can split over a mesh again). The body is the one shard_map traces for a launch
+(check_vma's typing included), so its values are JAX's.
+"""
+import math
+
+import numpy as np
+
+from kiln._src import core, tree_util
+from kiln._src.core import Tracer
+
+
+class _Stacked:
+    """A body value that differs per device: arr holds every device's, shape (N, *local)."""
+    __slots__ = ("arr",)
+
+    def __init__(self, arr):
+        self.arr = arr
+
+
+def _jnp():
+    import kiln.numpy as jnp
+    return jnp
+
+
+def _mesh_axes_of(spec, ndim, mesh):
+    from kiln.sharding import _spec_axes
+    return _spec_axes(spec, ndim, mesh)
+
+
+def to_stacked(x, spec, mesh):
+    """A global array as every device's piece under spec: (N, *local)."""
+    jnp = _jnp()
+    names = list(mesh.axis_names)
+    sizes = dict(zip(names, mesh.axis_sizes))
+    axes = _mesh_axes_of(spec, x.ndim, mesh)
+    # split every array dimension d into (its mesh axes' sizes..., local_d)
+    shape, order_mesh, order_local = [], {}, []
+    for d, (n, ax) in enumerate(zip(x.shape, axes)):
+        k = math.prod(sizes[a] for a in ax)
+        for a in ax:
+            order_mesh[a] = len(shape)
+            shape.append(sizes[a])
+        order_local.append(len(shape))
+        shape.append(n // k)
+    y = jnp.reshape(x, shape)
+    # mesh axes first, in the mesh's order; those the spec does not name are broadcast
+    present = [a for a in names if a in order_mesh]
+    y = jnp.transpose(y, [order_mesh[a] for a in present] + order_local)
+    full = []
+    for a in names:
+        full.append(sizes[a] if a in order_mesh else 1)
+    y = jnp.reshape(y, tuple(full) + tuple(y.shape[len(present):]))
+    y = jnp.broadcast_to(y, tuple(mesh.axis_sizes) + tuple(y.shape[len(names):]))
+    return jnp.reshape(y, (math.prod(mesh.axis_sizes),) + tuple(y.shape[len(names):]))
+
+
+def from_stacked(s, spec, mesh):
+    """Every device's piece (N, *local) as the global array out_spec describes (the pieces over
+    mesh axes the spec does not name: those of coordinate 0)."""
+    jnp = _jnp()
+    names = list(mesh.axis_names)
+    local = tuple(s.shape[1:])
+    y = jnp.reshape(s, tuple(mesh.axis_sizes) + local)
+    axes = _mesh_axes_of(spec, len(local), mesh)
+    used = [a for ax in axes for a in ax]
+    idx = tuple(slice(None) if a in used else 0 for a in names)
+    y = y[idx]
+    kept = [a for a in names if a in used]  # the remaining leading axes, in mesh order
+    # bring each array dimension's mesh axes in front of it (in the spec's order) and merge them
+    perm, out_shape = [], []
+    for d, ax in enumerate(axes):
+        for a in ax:
+            perm.append(kept.index(a))
+        perm.append(len(kept) + d)
+        out_shape.append(local[d] * math.prod(mesh.shape[a] for a in ax))
+    return jnp.reshape(jnp.transpose(y, perm), out_shape)
+
+
+# ---- the collectives on stacked values ----
+
+def _group_view(arr, mesh, axes):
+    """arr (N, *local) as (rest, g, *local): the devices grouped by their coordinates off `axes`
+    (rest, row-major) and on them (g, row-major), with the permutation to undo it."""
+    jnp = _jnp()
+    ms = tuple(mesh.axis_sizes)
+    local = tuple(arr.shape[1:])
+    y = jnp.reshape(arr, ms + local)
+    rest = [i for i in range(len(ms)) if i not in axes]
+    perm = rest + list(axes) + list(range(len(ms), len(ms) + len(local)))
+    y = jnp.transpose(y, perm)
+    r = math.prod(ms[i] for i in rest)
+    g = math.prod(ms[i] for i in axes)
+    return jnp.reshape(y, (r, g) + local), perm
+
+
+def _ungroup(y, mesh, axes, perm):
+    """The inverse of _group_view for a result (rest, g, *local')."""
+    jnp = _jnp()
+    ms = tuple(mesh.axis_sizes)
+    rest = [i for i in range(len(ms)) if i not in axes]
+    local = tuple(y.shape[2:])
+    y = jnp.reshape(y, tuple(ms[i] for i in rest) + tuple(ms[i] for i in axes) + local)
+    inv = list(np.argsort(perm[:len(ms)])) + list(range(len(ms), len(ms) + len(local)))
+    y = jnp.transpose(y, inv)
+    return jnp.reshape(y, (math.prod(ms),) + local)
+
+
+def _stack_const(v, n):
+    jnp = _jnp()
+    return jnp.broadcast_to(v, (n,) + tuple(np.shape(v)))
+
+
+def _collective(prim, x, params, mesh):
+    """prim's result for every device, from x (a _Stacked, or a value the same on every device)."""
+    jnp = _jnp()
+    from kiln import lax
+    n = math.prod(mesh.axis_sizes)
+    axes = list(params["axes"])
+    if prim == "axis_index":
+        coords = np.indices(tuple(mesh.axis_sizes)).reshape(len(mesh.axis_sizes), -1)
+        pos = np.zeros(n, np.int64)
+        for a in axes:
+            pos = pos * mesh.axis_sizes[a] + coords[a]
+        return _Stacked(jnp.asarray(pos.astype(np.int32)))
+    if prim == "pvary":
+        return x
+    arr = x.arr if isinstance(x, _Stacked) else _stack_const(x, n)
+    grouped, perm = _group_view(arr, mesh, axes)  # (rest, g, *local)
+    g = grouped.shape[1]
+    if prim in ("psum", "pmax", "pmin"):
+        red = {"psum": jnp.sum, "pmax": jnp.max, "pmin": jnp.min}[prim](grouped, axis=1, keepdims=True)
+        out = jnp.broadcast_to(red, grouped.shape)
+    elif prim == "all_gather":
+        a, tiled = params["axis"], params["tiled"]
+        moved = jnp.moveaxis(grouped, 1, 1 + a)  # (rest, *local[:a], g, *local[a:]): the members' pieces
+        if tiled:  # joined along a
+            shp = list(moved.shape)
+            moved = jnp.reshape(moved, shp[:1 + a] + [shp[1 + a] * shp[2 + a]] + shp[3 + a:])
+        out = jnp.broadcast_to(moved[:, None], (moved.shape[0], g) + tuple(moved.shape[1:]))
+    elif prim == "reduce_scatter":
+        a, tiled = params["axis"], params["tiled"]
+        total = jnp.sum(grouped, axis=1)  # (rest, *local)
+        if tiled:
+            shp = list(total.shape)
+            split = jnp.reshape(total, shp[:1 + a] + [g, shp[1 + a] // g] + shp[2 + a:])
+            out = jnp.moveaxis(split, 1 + a, 1)  # (rest, g, *chunk)
+        else:
+            out = jnp.moveaxis(total, 1 + a, 1)  # axis a of extent g becomes the member axis
+    elif prim == "ppermute":
+        flat = list(params["perm"])
+        src = np.zeros(g, np.int64)
+        recv = np.zeros(g, bool)
+        for k in range(0, len(flat), 2):
+            src[flat[k + 1]] = flat[k]
+            recv[flat[k + 1]] = True
+        moved = jnp.take(grouped, jnp.asarray(src.astype(np.int32)), axis=1)
+        mask = jnp.asarray(recv).reshape((1, g) + (1,) * (grouped.ndim - 2))
+        out = jnp.where(mask, moved, jnp.zeros_like(moved))
+    elif prim == "all_to_all":
+        s, c = params["axis"], params["concat_axis"]
+        shp = list(grouped.shape)  # (rest, g_src, *local)
+        split = jnp.reshape(grouped, shp[:2 + s] + [g, shp[2 + s] // g] + shp[3 + s:])  # chunk number at 2+s
+        # member j receives chunk j of every source i: swap the source axis and the chunk number
+        sw = jnp.swapaxes(split, 1, 2 + s)  # (rest, j, *local[:s], i, chunk, *local[s+1:])
+        # the sources joined, in order, along the concat axis c: i put just before dim c, then merged
+        moved = jnp.moveaxis(sw, 2 + s, 2 + c)
+        ms = list(moved.shape)
+        out = jnp.reshape(moved, ms[:2 + c] + [ms[2 + c] * ms[3 + c]] + ms[4 + c:])
+    else:
+        raise NotImplementedError(f"shard_map inside a traced function: the collective {prim} is not supported "
+                                  "there yet by kiln")
+    return _Stacked(_ungroup(out, mesh, axes, perm))
+
+
+_COLLECTIVES = ("psum", "pmax", "pmin", "all_gather", "reduce_scatter", "ppermute", "all_to_all", "axis_index",
+                "pvary")
+
+
+def _has_collective(params):
+    """Whether a body held in params (a loop's, a call's) runs collectives."""
+    from kiln._src import api
+    for v in params.values():
+        if hasattr(v, "equations") and hasattr(v, "inputs"):
+            for prim, _, _, p in v.equations():
+                if prim in _COLLECTIVES or _has_collective(p):
+                    return True
+    return False
+
+
+def run_body(builder, mesh, inputs, consts):
+    """The body's outputs (each a _Stacked or a value the same on every device) from its inputs
+    (_Stacked) and constants (plain), replayed in the enclosing trace."""
+    import kiln
+    env = dict(zip(builder.inputs(), list(inputs) + list(consts)))
+    for prim, ins, outs, params in builder.equations():
+        if prim == "literal":
+            dt = core._np_dtype(params["dtype"])
+            val = params["int_value"] if dt.kind in "biu" else params["value"]
+            if dt.kind == "c":
+                val = complex(val, params.get("imag", 0.0))
+            res = (core.scalar_constant(val, dt, bool(params["weak_type"])),)
+        elif prim in _COLLECTIVES:
+            res = (_collective(prim, env[ins[0]] if ins else None, params, mesh),)
+        else:
+            xs = [env[i] for i in ins]
+            if _has_collective(params):
+                raise NotImplementedError(f"shard_map inside a traced function: a {prim} whose body runs collectives "
+                                          "is not supported there yet by kiln (call the shard_map on concrete "
+                                          "arrays, with grad or vmap inside its body)")
+            if not any(isinstance(x, _Stacked) for x in xs):
+                res = core.bind(prim, xs, params)
+            else:
+                axes = [0 if isinstance(x, _Stacked) else None for x in xs]
+                vals = [x.arr if isinstance(x, _Stacked) else x for x in xs]
+                out = kiln.vmap(lambda *a: tuple(core.bind(prim, list(a), params)), in_axes=axes)(*vals)
+                res = tuple(_Stacked(o) for o in out)
+        for o, r in zip(outs, res):
+            env[o] = r
+    return [env[o] for o in builder.outputs()]
+
+
+def call(smapped, mesh, args):
+    """smapped(*args) (a ShardMapped) inside a trace: its global results."""
+    from kiln._src import api, spmd
+    from kiln.sharding import PartitionSpec
+    if getattr(mesh, "is_multi_process", False):
+        raise NotImplementedError(f"{smapped._name} inside a traced function over a mesh spanning processes is not "
+                                  "supported yet by kiln: call it on concrete arrays")
+    leaves, tree = tree_util.tree_flatten(args)
+    paths = spmd._leaf_paths(args)
+    specs = spmd._broadcast_prefix(smapped._in_specs, args, spmd._is_spec_leaf,
+                                   f"{smapped._name}: in_specs") if leaves else []
+    specs = [PartitionSpec() if s is None else s for s in specs]
+    arrs = [x if isinstance(x, (Tracer, core.Array)) else api._leaf_to_array(x, f"{smapped._name} argument {p}")
+            for x, p in zip(leaves, paths)]
+    shard_shapes = []
+    for a, s, p in zip(arrs, specs, paths):
+        parts = spmd._spec_parts(s, a.ndim, mesh, f"{smapped._name}: in_specs for argument {p}")
+        for i, (d, k) in enumerate(zip(a.shape, parts)):
+            if d % k:
+                raise ValueError(f"{smapped._name}: argument {p} of shape {tuple(a.shape)} is split along axis {i} "
+                                 f"by in_specs {s!r} over {k} devices, which does not divide {d}")
+        shard_shapes.append(tuple(d // k for d, k in zip(a.shape, parts)))
+    key = (tree, tuple((sh, a.dtype, a.weak_type) for sh, a in zip(shard_shapes, arrs)), tuple(specs), mesh,
+           core.config_generation[0], "traced")
+    entry = smapped._cache.get(key)
+    if entry is None:
+        smapped._leaf_specs = specs
+        entry = smapped._compile(mesh, tree, arrs, shard_shapes, build=False)
+        if not any(isinstance(c, Tracer) for c in entry.consts):  # (values of this trace: not for the next)
+            smapped._cache[key] = entry
+    stacked = [_Stacked(to_stacked(a, s, mesh)) for a, s in zip(arrs, specs)]
+    outs = run_body(entry.builder, mesh, stacked, entry.consts)
+    n = math.prod(mesh.axis_sizes)
+    results = []
+    for o, s, (shape, dtype, weak) in zip(outs, entry.out_specs, entry.out_avals):
+        arr = o.arr if isinstance(o, _Stacked) else _stack_const(o, n)
+        results.append(from_stacked(arr, s, mesh))
+    return tree_util.tree_unflatten(entry.out_tree, results)
