@@ -28,17 +28,22 @@ def _check_holomorphic_inputs(name, arrs):
                             f"{x.dtype.name}")
 
 
+def literal(params):
+    """The value of a `literal` equation (its params as Builder.equations() gives them)."""
+    dt = core._np_dtype(params["dtype"])
+    val = params["int_value"] if dt.kind in "biu" else params["value"]
+    if dt.kind == "c":
+        val = complex(val, params.get("imag", 0.0))
+    return core.scalar_constant(val, dt, bool(params["weak_type"]))
+
+
 def _inline(builder, inputs, after=None):
     """Replays builder's equations on `inputs` (arrays or tracers) through core.bind; returns
     the output values. after(prim, results), if given, sees each equation's results."""
     env = dict(zip(builder.inputs(), inputs))
     for prim, ins, outs, params in builder.equations():
         if prim == "literal":
-            dt = core._np_dtype(params["dtype"])
-            val = params["int_value"] if dt.kind in "biu" else params["value"]
-            if dt.kind == "c":
-                val = complex(val, params.get("imag", 0.0))
-            res = (core.scalar_constant(val, dt, bool(params["weak_type"])),)
+            res = (literal(params),)
         else:
             res = core.bind(prim, [env[i] for i in ins], params)
             if after is not None:

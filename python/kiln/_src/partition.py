@@ -370,11 +370,8 @@ def _rule_of(prim):
 
 
 def _literal(params):
-    dt = core._np_dtype(params["dtype"])
-    val = params["int_value"] if dt.kind in "biu" else params["value"]
-    if dt.kind == "c":
-        val = complex(val, params.get("imag", 0.0))
-    return core.scalar_constant(val, dt, bool(params["weak_type"]))
+    from kiln._src import ad
+    return ad.literal(params)
 
 
 def _body(plan):

@@ -1060,11 +1060,8 @@ def insert_pvary(traced, arrs, in_vmas):
         env = dict(zip(ids, list(inputs) + list(traced.consts)))
         for (prim, ins, outs, params), add in zip(eqs, adds):
             if prim == "literal":
-                dt = core._np_dtype(params["dtype"])
-                val = params["int_value"] if dt.kind in "biu" else params["value"]
-                if dt.kind == "c":
-                    val = complex(val, params.get("imag", 0.0))
-                res = (core.scalar_constant(val, dt, bool(params["weak_type"])),)
+                from kiln._src import ad
+                res = (ad.literal(params),)
             else:
                 xs = [env[i] for i in ins]
                 if add is not None:

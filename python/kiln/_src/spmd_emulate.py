@@ -204,11 +204,8 @@ def run_body(builder, mesh, inputs, consts):
     env = dict(zip(builder.inputs(), list(inputs) + list(consts)))
     for prim, ins, outs, params in builder.equations():
         if prim == "literal":
-            dt = core._np_dtype(params["dtype"])
-            val = params["int_value"] if dt.kind in "biu" else params["value"]
-            if dt.kind == "c":
-                val = complex(val, params.get("imag", 0.0))
-            res = (core.scalar_constant(val, dt, bool(params["weak_type"])),)
+            from kiln._src import ad
+            res = (ad.literal(params),)
         elif prim in _COLLECTIVES:
             res = (_collective(prim, env[ins[0]] if ins else None, params, mesh),)
         else:
