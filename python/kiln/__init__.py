@@ -59,8 +59,8 @@ from kiln._src.toplevel import (enable_x64, debug_nans, debug_infs, default_matm
                                 print_environment_info, pmap, shard_map, smap, make_mesh, set_mesh, reshard,
                                 make_array_from_callback, make_array_from_single_device_arrays,
                                 make_array_from_process_local_data, copy_to_host_async, enable_custom_prng, ds,
-                                fwd_and_bwd, make_user_context)
-from kiln import ad, custom_batching, memory, distributed  # noqa: F401
+                                fwd_and_bwd, make_user_context, auto_pcast, remove_size_one_mesh_axis_from_type)
+from kiln import ad, custom_batching, memory, distributed, monitoring, export, ffi  # noqa: F401
 from kiln.sharding import NamedSharding, PartitionSpec as P, Shard  # noqa: F401
 
 version = __version__

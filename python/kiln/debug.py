@@ -26,6 +26,15 @@ def log(fmt, *args, level=20, logger="kiln", **kwargs):
     callback(emit, *args, **kwargs)
 
 
+class DebugEffect:
+    """jax.debug's effect type of an unordered callback (kiln's programs carry no effect types:
+    its callbacks are ordered as their launches are)."""
+
+
+class OrderedDebugEffect(DebugEffect):
+    """jax.debug's effect type of an ordered callback."""
+
+
 def visualize_array_sharding(arr, *, use_color=True, scale=1.0, min_width=9, max_width=80, color_map=None):
     """Prints which devices hold which block of a 1-D or 2-D array, one cell per block (jax.debug's
     table, drawn in plain text: kiln has no rich console)."""
@@ -83,4 +92,4 @@ def inspect_array_sharding(value, *, callback):
 
 
 __all__ = ["callback", "print", "breakpoint", "log", "visualize_array_sharding", "visualize_sharding",
-           "inspect_array_sharding"]
+           "inspect_array_sharding", "DebugEffect", "OrderedDebugEffect"]

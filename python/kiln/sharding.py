@@ -333,6 +333,59 @@ def set_mesh(mesh):
     return _set(mesh)
 
 
+def use_abstract_mesh(mesh):
+    """jax.sharding.use_abstract_mesh: kiln's abstract mesh is the mesh; as jax.set_mesh."""
+    return use_mesh(mesh)
+
+
+class AbstractDevice:
+    """A device described by its kind (jax.sharding.AbstractDevice)."""
+
+    def __init__(self, device_kind, num_cores=None):
+        self.device_kind, self.num_cores = device_kind, num_cores
+
+    def __repr__(self):
+        return f"AbstractDevice(device_kind={self.device_kind!r}, num_cores={self.num_cores})"
+
+    def __eq__(self, other):
+        return isinstance(other, AbstractDevice) and (self.device_kind, self.num_cores) == (other.device_kind,
+                                                                                             other.num_cores)
+
+    def __hash__(self):
+        return hash((self.device_kind, self.num_cores))
+
+
+class ManualAxisType:
+    """How a value is typed along a manual (shard_map) mesh axis (jax.sharding.ManualAxisType): kiln's
+    check_vma typing knows varying and invariant."""
+    Varying = "varying"
+    Invariant = "invariant"
+
+
+def auto_axes(f=None, /, *, axes=None, out_sharding=None):
+    """jax.sharding.auto_axes: f with the mesh axes in Auto mode. kiln's axes are always decided by
+    its partitioner, so f runs as it is; out_sharding, if given, places the results (reshard)."""
+    def wrap(fun):
+        def run(*args, **kwargs):
+            out = fun(*args, **kwargs)
+            return out if out_sharding is None else reshard(out, out_sharding)
+        return run
+    return wrap if f is None else wrap(f)
+
+
+def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
+    """jax.sharding.explicit_axes: f with the mesh axes in Explicit mode; in kiln the arguments are
+    placed by in_sharding (reshard) and f runs as it is."""
+    def wrap(fun):
+        def run(*args, **kwargs):
+            if in_sharding is not None:
+                args = reshard(args, in_sharding) if not isinstance(in_sharding, (tuple, list)) else \
+                    tuple(reshard(a, s) for a, s in zip(args, in_sharding))
+            return fun(*args, **kwargs)
+        return run
+    return wrap if f is None else wrap(f)
+
+
 def use_mesh(mesh):
     """jax.sharding.use_mesh (older name of jax.set_mesh): a context manager setting the mesh."""
     from kiln._src.toplevel import set_mesh
@@ -344,4 +397,5 @@ from kiln._src.toplevel import reshard  # noqa: E402
 
 __all__ = ["make_single_device_sharding", "Sharding", "SingleDeviceSharding", "PartitionSpec", "P", "Mesh",
            "NamedSharding", "AbstractMesh", "AxisType", "Shard", "PositionalSharding", "UNCONSTRAINED",
-           "get_abstract_mesh", "get_mesh", "set_mesh", "use_mesh", "reshard"]
+           "get_abstract_mesh", "get_mesh", "set_mesh", "use_mesh", "reshard", "use_abstract_mesh", "AbstractDevice",
+           "ManualAxisType", "auto_axes", "explicit_axes"]

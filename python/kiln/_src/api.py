@@ -5,6 +5,7 @@ static values, x64 mode) into a Program, compiles it, and caches the executable.
 with a seen signature does no tracing: flatten, look up, launch.
 """
 
+import time
 import contextlib
 import functools
 import inspect
@@ -622,8 +623,11 @@ class JitWrapped(_kiln.JitBase):
                         return out
             entry = self._cache.get(key)
             if entry is None:
+                t0 = time.perf_counter()
                 entry = self._compile(statics, arrs, tree, nargs)
                 self._cache[key] = entry
+                from kiln import monitoring
+                monitoring._compiled(time.perf_counter() - t0)
         except spmd.ShardMapInTrace:
             # f calls shard_map/pmap among other work: f runs as written, each shard_map compiled and
             # launched on its own across the devices (the same values, more launches)

@@ -47,6 +47,9 @@ numpy_dtype_promotion = numpy_rank_promotion = softmax_custom_jvp = allow_f16_re
 debug_key_reuse = legacy_prng_key = default_prng_impl = array_garbage_collection_guard = _accepted
 transfer_guard = transfer_guard_host_to_device = transfer_guard_device_to_host = _accepted
 transfer_guard_device_to_device = thread_guard = no_tracing = no_execution = enable_custom_prng = _accepted
+# mesh-typing options of JAX's explicit-sharding mode: kiln's check_vma typing inserts pvary where
+# needed (auto_pcast on) and keeps size-1 mesh axes (their collectives are copies)
+auto_pcast = remove_size_one_mesh_axis_from_type = _accepted
 
 # jax.dtypes.float0: the dtype of integer inputs' tangents in JAX (kiln gives zeros of the input's dtype)
 float0 = np.dtype([("float0", np.void, 0)])
