@@ -123,7 +123,6 @@ def _stack_const(v, n):
 def _collective(prim, x, params, mesh):
     """prim's result for every device, from x (a _Stacked, or a value the same on every device)."""
     jnp = _jnp()
-    from kiln import lax
     n = math.prod(mesh.axis_sizes)
     axes = list(params["axes"])
     if prim == "axis_index":
@@ -188,7 +187,6 @@ _COLLECTIVES = ("psum", "pmax", "pmin", "all_gather", "reduce_scatter", "ppermut
 
 def _has_collective(params):
     """Whether a body held in params (a loop's, a call's) runs collectives."""
-    from kiln._src import api
     for v in params.values():
         if hasattr(v, "equations") and hasattr(v, "inputs"):
             for prim, _, _, p in v.equations():
