@@ -186,13 +186,14 @@ _COLLECTIVES = ("psum", "pmax", "pmin", "all_gather", "reduce_scatter", "ppermut
 
 
 def _has_collective(params):
-    """Whether a body held in params (a loop's, a call's) runs collectives."""
-    for v in params.values():
+    """Whether a body held in params (a loop's, a call's, a cond's branches) runs collectives."""
+    def body_has(v):
+        if isinstance(v, (tuple, list)):
+            return any(body_has(b) for b in v)
         if hasattr(v, "equations") and hasattr(v, "inputs"):
-            for prim, _, _, p in v.equations():
-                if prim in _COLLECTIVES or _has_collective(p):
-                    return True
-    return False
+            return any(prim in _COLLECTIVES or _has_collective(p) for prim, _, _, p in v.equations())
+        return False
+    return any(body_has(v) for v in params.values())
 
 
 def run_body(builder, mesh, inputs, consts):
