@@ -351,6 +351,15 @@ def test_grad_around_shard_map_with_check_vma_and_a_closure():
         np.testing.assert_allclose(np.asarray(h)[:, :, 0, 0], col, rtol=1e-5, atol=1e-7)
 
 
+def test_grad_around_a_shard_map_whose_loop_runs_collectives_names_the_limit():
+    mesh = kiln.make_mesh((8,), ("d",))
+    f = _smap(lambda a: lax.fori_loop(0, 2, lambda i, c: lax.psum(c, "d") * 0.5, a), mesh, P("d"), P("d"))
+    x = jnp.asarray(_rand(8))
+    np.testing.assert_allclose(np.asarray(f(x)), np.full(8, np.asarray(x).sum() * 0.5 * 8 * 0.5), rtol=1e-5)
+    with pytest.raises(NotImplementedError, match="scan whose body runs collectives.*concrete arrays"):
+        kiln.grad(lambda v: f(v).sum())(x)
+
+
 # ---- check_vma typing (shard_map's default): gradients of replicated values are summed over devices ----
 
 def _local_loss_grad(w, xb):
