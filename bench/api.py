@@ -16,22 +16,12 @@ Prints one line per workload: the median time of each library and JAX's ratio to
 import argparse
 import contextlib
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 
-
-def timed(fn, sync, reps, warm=2):
-    for _ in range(warm):
-        sync(fn())
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        sync(fn())
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import timed
 
 
 @contextlib.contextmanager

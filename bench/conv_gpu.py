@@ -10,21 +10,10 @@ float32 (at `highest`) or to TF32's tolerance before it is timed. Prints one lin
 median time in ms and each peer's ratio to kiln's.
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
-
-def timed(fn, sync, reps, warm=3):
-    for _ in range(warm):
-        sync(fn())
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        sync(fn())
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import timed
 
 
 def main():
@@ -61,7 +50,7 @@ def main():
         for wl, (fn, _) in fns.items():
             a = (xd, wd) if wl == "fwd" else (xd, wd, gd)
             outs[name, wl] = np.asarray(fn(*a))
-            times[name, wl] = timed(lambda: fn(*a), sync, args.reps)
+            times[name, wl] = timed(lambda: fn(*a), sync, args.reps, warm=3)
     try:
         import torch
         if torch.cuda.is_available():
@@ -87,7 +76,7 @@ def main():
             with torch.no_grad():
                 for wl, fn in tf.items():
                     outs["torch", wl] = back[wl](fn()).cpu().numpy()
-                    times["torch", wl] = timed(fn, sync, args.reps)
+                    times["torch", wl] = timed(fn, sync, args.reps, warm=3)
             libs["torch"] = torch
     except ImportError:
         pass

@@ -10,10 +10,10 @@ per device count the median step time of each library and kiln's weak-scaling ef
 """
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
+
+from timing import timed
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
@@ -33,17 +33,6 @@ def make_step(lib, jnp, lax, shard_map, mesh, P):
         return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, g)]
 
     return lib.jit(shard_map(local, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))
-
-
-def timed(f, args, sync, reps):
-    for _ in range(3):
-        sync(f(*args))
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        sync(f(*args))
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def run(name, lib, devices, sizes, rows, reps, rng_seed=0):
@@ -74,7 +63,7 @@ def run(name, lib, devices, sizes, rows, reps, rng_seed=0):
     f = make_step(lib, jnp, lax, shard_map, mesh, P)
     out = f(p, xs, ys)
     first = [np.asarray(w) for w, _ in out]
-    t = timed(f, (p, xs, ys), lib.block_until_ready, reps)
+    t = timed(lambda: f(p, xs, ys), lib.block_until_ready, reps, warm=3)
     return t, first
 
 

@@ -12,21 +12,10 @@ Each result is checked against NumPy's before it is timed. Prints one line per w
 the median time in ms and the ratio to kiln's.
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
-
-def timed(fn, sync, reps, warm=2):
-    for _ in range(warm):
-        sync(fn())
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        sync(fn())
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import timed
 
 
 def main():

@@ -14,21 +14,10 @@ Prints one line per workload: kiln's median time in ms, and each peer's with its
 (--numpy adds NumPy on the CPU as a peer; slow at 4096).
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
-
-def timed(fn, sync, reps, warm=2):
-    for _ in range(warm):
-        sync(fn())
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        sync(fn())
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import timed
 
 
 def spd(rng, shape):

@@ -18,22 +18,12 @@ Each result is checked against the other library's before it is timed.
 """
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
 import numpy as np
 
-
-def timed(fn, sync, reps, warm=2):
-    for _ in range(warm):
-        sync(fn())
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        sync(fn())
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import timed
 
 
 def workloads(lib, jnp, lax):

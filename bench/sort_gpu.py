@@ -14,21 +14,10 @@ permutations of the input. Prints one line per workload: the median time in ms o
 and its ratio to kiln's (above 1: kiln is faster).
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
-
-def timed(fn, sync, reps, warm=2):
-    for _ in range(warm):
-        sync(fn())
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        sync(fn())
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from timing import timed
 
 
 def check(name, w, x, got, want_sorted, want_perm):
