@@ -50,17 +50,28 @@ static void all_to_all(const kl_aval *x, const kl_aval *y, int a, int c, int64_t
   }
 }
 
-static int run_collective(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
+/* The group this participant runs c in (NULL on a mesh of one device) and its rank there, checked
+ * against c's mesh: 0, or -1 with a message naming c. */
+static int current_group(const kl_libcall *c, kl_coll_group **grp, int *rank, char *err, size_t errlen) {
   const char *name = kl_prim_get(c->prim)->name;
-  int rank = 0;
-  kl_coll_group *grp = kl_coll_current(&rank);
-  int64_t n = kl_collective_mesh_size(&c->p), g = kl_collective_group_size(&c->p);
-  if (!grp && n != 1)
+  int64_t n = kl_collective_mesh_size(&c->p);
+  *rank = 0;
+  *grp = kl_coll_current(rank);
+  if (!*grp && n != 1)
     return kl_error(err, errlen, KL_ERR_VALUE, "%s: a collective over a mesh of %lld devices runs only inside shard_map "
                     "or pmap over that mesh", name, (long long)n);
-  if (grp && kl_coll_group_size(grp) != n)
+  if (*grp && kl_coll_group_size(*grp) != n)
     return kl_error(err, errlen, KL_ERR_INTERNAL, "%s: launched on %d devices, but its mesh has %lld", name,
-                    kl_coll_group_size(grp), (long long)n);
+                    kl_coll_group_size(*grp), (long long)n);
+  return 0;
+}
+
+static int run_collective(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
+  const char *name = kl_prim_get(c->prim)->name;
+  int rank;
+  kl_coll_group *grp;
+  if (current_group(c, &grp, &rank, err, errlen)) return -1;
+  int64_t g = kl_collective_group_size(&c->p);
   int64_t *members = malloc(sizeof(int64_t) * (size_t)g);
   if (!members) return kl_error(err, errlen, KL_ERR_NOMEM, "%s: out of host memory", name);
   int64_t pos = kl_collective_group(&c->p, rank, members);
@@ -174,15 +185,10 @@ static int regroup(char *dst, const char *src, int64_t g, int64_t rows, size_t b
 
 int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
   const char *name = kl_prim_get(c->prim)->name;
-  int rank = 0;
-  kl_coll_group *grp = kl_coll_current(&rank);
-  int64_t n = kl_collective_mesh_size(&c->p), g = kl_collective_group_size(&c->p);
-  if (!grp && n != 1)
-    return kl_error(err, errlen, KL_ERR_VALUE, "%s: a collective over a mesh of %lld devices runs only inside shard_map "
-                    "or pmap over that mesh", name, (long long)n);
-  if (grp && kl_coll_group_size(grp) != n)
-    return kl_error(err, errlen, KL_ERR_INTERNAL, "%s: launched on %d devices, but its mesh has %lld", name,
-                    kl_coll_group_size(grp), (long long)n);
+  int rank;
+  kl_coll_group *grp;
+  if (current_group(c, &grp, &rank, err, errlen)) return -1;
+  int64_t g = kl_collective_group_size(&c->p);
   const int *group_ords = grp ? kl_coll_group_ordinals(grp) : NULL;
   if (grp && !group_ords)
     return kl_error(err, errlen, KL_ERR_INTERNAL, "%s: an SPMD launch without its GPUs", name);
