@@ -746,12 +746,13 @@ def _reduce(prim, what):
         def one(v):
             if prim == "psum" and not isinstance(v, Tracer) and isinstance(v, (int, float)):
                 return v * _group_size(mesh, params)  # psum(1, 'i') is the axis size, as in JAX
-            if _vma_active():
+            typed = _vma_active()
+            if typed:
                 have = _vma_of(v)
                 if have is not None and not (have & _axes_names(mesh, params)):
                     # the same on every device of the group (typed invariant): no communication
                     return v * _group_size(mesh, params) if prim == "psum" else v
-            p = {**params, "invariant": 1} if prim == "psum" and _vma_active() else params
+            p = {**params, "invariant": 1} if prim == "psum" and typed else params
             return bind1(prim, [_traced(v, p)], p)
         return tree_util.tree_map(one, x)
     fn.__name__ = what
@@ -998,25 +999,23 @@ def vma_nest(outer, trace, in_leaves):
     sc = _vma_scopes.get(id(outer))
     if sc is None:
         return False
-    in_vmas = []
-    for a in in_leaves:
-        v = _vma_of(getattr(a, "vma_src", a))
-        in_vmas.append(frozenset() if v is None else v)
-    _vma_register(trace, sc.mesh, in_vmas)
+    _vma_register(trace, sc.mesh, _vmas_of(in_leaves))
     return True
+
+
+def _vmas_of(values):
+    """Each value's vma (a batching aval's: that of the value it stands for; untyped: none)."""
+    out = []
+    for a in values:
+        v = _vma_of(getattr(a, "vma_src", a))
+        out.append(frozenset() if v is None else v)
+    return out
 
 
 def vma_inputs(arrs):
     """Per input of a differentiation inside a check_vma=True body: the axes it varies over; None
     when no such body is being traced (nothing to do)."""
-    t = core.current_trace()
-    if t is None or id(t) not in _vma_scopes:
-        return None
-    out = []
-    for a in arrs:
-        v = _vma_of(a)
-        out.append(frozenset() if v is None else v)
-    return out
+    return _vmas_of(arrs) if _vma_active() else None
 
 
 def insert_pvary(traced, arrs, in_vmas):
