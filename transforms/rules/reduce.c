@@ -1,5 +1,6 @@
 /* reduce.c: the transformation rules of the reduce family (reduce_* over axes, argmax/argmin):
- * JVP, the transpose of reduce_sum, batching. Depends only on ir/ and transforms/. */
+ * JVP, the transpose of reduce_sum, batching, and argmax/argmin legalized as a packed
+ * max-reduction. Depends only on ir/ and transforms/. */
 #include <math.h>
 #include <string.h>
 
@@ -121,6 +122,62 @@ static int reduce_batch(kl_build *b, rule_args *r) {
   return kl_batch_all(b, r, &p);
 }
 
+/* ---- legalize -------------------------------------------------------------------------------- */
+
+/* v (an integer literal of dtype t) broadcast to shape like's. */
+static int full(kl_build *b, int64_t v, kl_dtype t, const kl_aval *like) {
+  int x = kl_build_ilit(b, v, t);
+  return x < 0 || like->ndim == 0 ? x : kl_build_broadcast(b, x, like->dims, like->ndim, NULL);
+}
+
+/* argmax/argmin of operands of 32 bits or fewer as one max-reduction, which fuses with the
+ * operand's producer (a categorical draw's 10^9 Gumbel samples are never stored): each element
+ * becomes the uint64 (key << 32) | ~index, key an order-preserving uint32 of the value (negated
+ * for argmin; NaN above all, as the library step's walk: the first NaN wins; -0 equal to +0), so
+ * the largest is the first position of the extreme value. Wider operands keep the library step. */
+static int arg_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) {
+  const kl_aval xv = *kl_build_aval(b, xs[0]), *xa = &xv; /* a copy: building moves the program's values */
+  kl_dtype t = xa->dtype;
+  int axis = (int)e->p.arg.axes.v[0], fl = t == KL_F32 || t == KL_F16 || t == KL_BF16;
+  int sg = t == KL_I8 || t == KL_I16 || t == KL_I32, un = t == KL_BOOL || t == KL_U8 || t == KL_U16 || t == KL_U32;
+  if ((!fl && !sg && !un) || xa->dims[axis] == 0 || xa->dims[axis] >= ((int64_t)1 << 32)) return 0;
+  kl_aval like = *xa;
+  kl_params p;
+  int x = xs[0], key, nan = -1;
+  if (fl) {
+    x = kl_build_convert(b, x, KL_F32);
+    like.dtype = KL_F32;
+    int zero = kl_build_zeros(b, &like);
+    x = kl_build_select(b, kl_build_bin(b, KL_P_EQ, x, zero), x, zero); /* -0 as +0 */
+    nan = kl_build_bin(b, KL_P_NE, x, x);
+    kl_params_init(&p, KL_P_BITCAST);
+    p.convert.new_dtype = KL_U32;
+    int bits = kl_build_op(b, KL_P_BITCAST, &x, 1, &p);
+    int neg = kl_build_bin(b, KL_P_NE, kl_build_bin(b, KL_P_SHR_LOGICAL, bits, full(b, 31, KL_U32, &like)),
+                           full(b, 0, KL_U32, &like));
+    key = kl_build_select(b, neg, kl_build_bin(b, KL_P_OR, bits, full(b, 0x80000000, KL_U32, &like)),
+                          kl_build_un(b, KL_P_NOT, bits));
+  } else if (sg) {
+    x = kl_build_convert(b, x, KL_I32);
+    kl_params_init(&p, KL_P_BITCAST);
+    p.convert.new_dtype = KL_U32;
+    key = kl_build_bin(b, KL_P_XOR, kl_build_op(b, KL_P_BITCAST, &x, 1, &p), full(b, 0x80000000, KL_U32, &like));
+  } else {
+    key = kl_build_convert(b, x, KL_U32);
+  }
+  if (e->prim == KL_P_ARGMIN) key = kl_build_un(b, KL_P_NOT, key);
+  if (nan >= 0) key = kl_build_select(b, nan, key, full(b, 0xFFFFFFFF, KL_U32, &like));
+  int idx = kl_build_un(b, KL_P_NOT, kl_build_iota(b, KL_U32, xa->dims, xa->ndim, axis));
+  int packed = kl_build_bin(b, KL_P_OR, kl_build_bin(b, KL_P_SHL, kl_build_convert(b, key, KL_U64), full(b, 32, KL_U64, &like)),
+                            kl_build_convert(b, idx, KL_U64));
+  kl_params_init(&p, KL_P_REDUCE_MAX);
+  int64_t ax = axis;
+  p.reduce.axes = (kl_ivec){&ax, 1};
+  int m = kl_build_op(b, KL_P_REDUCE_MAX, &packed, 1, &p);
+  ys[0] = kl_build_convert(b, kl_build_un(b, KL_P_NOT, kl_build_convert(b, m, KL_U32)), (kl_dtype)e->p.arg.index_dtype);
+  return ys[0] < 0 ? -1 : 1;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_reduce[] = {
@@ -130,6 +187,6 @@ const kl_rule_row kl_rules_reduce[] = {
     {KL_P_REDUCE_MIN, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL},
     {KL_P_REDUCE_AND, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL}, /* bool: never reached by a tangent */
     {KL_P_REDUCE_OR, reduce_jvp, NULL, reduce_batch, NULL, NULL, NULL},
-    {KL_P_ARGMAX, kl_jvp_zero, NULL, reduce_batch, NULL, NULL, NULL},
-    {KL_P_ARGMIN, kl_jvp_zero, NULL, reduce_batch, NULL, NULL, NULL},
+    {KL_P_ARGMAX, kl_jvp_zero, NULL, reduce_batch, NULL, NULL, arg_legalize},
+    {KL_P_ARGMIN, kl_jvp_zero, NULL, reduce_batch, NULL, NULL, arg_legalize},
     KL_RULES_END};
