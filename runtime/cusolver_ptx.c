@@ -39,33 +39,44 @@ static const char ptx[] =
     "  bra L_next;\n"
     "L_4:\n  ld.global.u32 %r7, [%rd18];\n  st.global.u32 [%rd19], %r7;\n"
     "L_next:\n  add.u64 %rd1, %rd1, %rd2;\n  bra L_loop;\nL_end:\n  ret;\n}\n\n"
-    /* data: total real scalars (float32, or float64 when dbl), per of them for each matrix. A
-     * matrix whose info (int32 each; none when info is 0) is nonzero becomes NaN; otherwise, with
-     * tri 1 the elements (nc scalars each, cols to a row) above the diagonal become 0, with tri 2
-     * those below it */
-    ".visible .entry kl_sol_fix(.param .u64 data, .param .u64 info, .param .u64 total, .param .u64 per,\n"
+    /* data: nrows rows of cols elements (nc real scalars each: float32, or float64 when dbl),
+     * rows of them to a matrix; a block a row (a grid-stride loop over rows, the block's threads
+     * along it: no division per element). A matrix whose info (int32 each; none when info is 0)
+     * is nonzero becomes NaN; otherwise, with tri 1 the elements above the diagonal become 0,
+     * with tri 2 those below it (only those are written) */
+    ".visible .entry kl_sol_fix(.param .u64 data, .param .u64 info, .param .u64 nrows, .param .u64 rows,\n"
     "    .param .u64 cols, .param .u64 nc, .param .u64 tri, .param .u64 dbl)\n{\n"
-    "  .reg .pred %p<8>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<32>;\n" PROLOGUE
+    "  .reg .pred %p<8>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<32>;\n"
+    "  mov.u32 %r1, %ctaid.x;\n  mov.u32 %r2, %nctaid.x;\n  mov.u32 %r3, %tid.x;\n  mov.u32 %r4, %ntid.x;\n"
+    "  cvt.u64.u32 %rd1, %r1;\n  cvt.u64.u32 %rd2, %r2;\n  cvt.u64.u32 %rd26, %r3;\n  cvt.u64.u32 %rd27, %r4;\n"
     "  ld.param.u64 %rd3, [data];\n  cvta.to.global.u64 %rd3, %rd3;\n  ld.param.u64 %rd4, [info];\n"
-    "  ld.param.u64 %rd5, [total];\n  ld.param.u64 %rd6, [per];\n  ld.param.u64 %rd7, [cols];\n"
+    "  ld.param.u64 %rd5, [nrows];\n  ld.param.u64 %rd6, [rows];\n  ld.param.u64 %rd7, [cols];\n"
     "  ld.param.u64 %rd8, [nc];\n  ld.param.u64 %rd9, [tri];\n  ld.param.u64 %rd10, [dbl];\n"
     "  setp.ne.u64 %p5, %rd4, 0;\n  cvta.to.global.u64 %rd11, %rd4;\n  setp.ne.u64 %p6, %rd10, 0;\n"
-    "  selp.u64 %rd20, 8, 4, %p6;\n  mov.u32 %r3, 0;\n  mov.u64 %rd21, 0;\n"
-    "  mov.b32 %r4, 0x7fc00000;\n  mov.b64 %rd22, 0x7ff8000000000000;\n"
-    "L_loop:\n  setp.ge.u64 %p1, %rd1, %rd5;\n  @%p1 bra L_end;\n"
+    "  selp.u64 %rd20, 8, 4, %p6;\n  mul.lo.u64 %rd21, %rd20, %rd8;\n  mul.lo.u64 %rd28, %rd7, %rd8;\n"
+    "  mov.u32 %r6, 0;\n  mov.u64 %rd23, 0;\n  mov.b32 %r5, 0x7fc00000;\n  mov.b64 %rd22, 0x7ff8000000000000;\n"
+    "  setp.eq.u64 %p3, %rd9, 1;\n"
+    "L_row:\n  setp.ge.u64 %p1, %rd1, %rd5;\n  @%p1 bra L_end;\n"
     "  div.u64 %rd12, %rd1, %rd6;\n  mul.lo.u64 %rd13, %rd12, %rd6;\n  sub.u64 %rd13, %rd1, %rd13;\n"
-    "  mul.lo.u64 %rd14, %rd1, %rd20;\n  add.u64 %rd14, %rd3, %rd14;\n"
+    "  mul.lo.u64 %rd14, %rd1, %rd28;\n  mul.lo.u64 %rd14, %rd14, %rd20;\n  add.u64 %rd14, %rd3, %rd14;\n"
     "  @!%p5 bra L_tri;\n  shl.b64 %rd15, %rd12, 2;\n  add.u64 %rd15, %rd11, %rd15;\n"
-    "  ld.global.u32 %r1, [%rd15];\n  setp.eq.s32 %p2, %r1, 0;\n  @%p2 bra L_tri;\n"
-    "  @%p6 bra L_nan64;\n  st.global.u32 [%rd14], %r4;\n  bra L_next;\n"
-    "L_nan64:\n  st.global.u64 [%rd14], %rd22;\n  bra L_next;\n"
+    "  ld.global.u32 %r7, [%rd15];\n  setp.ne.s32 %p2, %r7, 0;\n  @%p2 bra L_nan;\n"
     "L_tri:\n  setp.eq.u64 %p2, %rd9, 0;\n  @%p2 bra L_next;\n"
-    "  div.u64 %rd17, %rd13, %rd8;\n  div.u64 %rd18, %rd17, %rd7;\n  mul.lo.u64 %rd19, %rd18, %rd7;\n"
-    "  sub.u64 %rd19, %rd17, %rd19;\n  setp.eq.u64 %p3, %rd9, 1;\n  setp.gt.u64 %p4, %rd19, %rd18;\n"
-    "  @%p3 bra L_test;\n  setp.lt.u64 %p4, %rd19, %rd18;\n"
-    "L_test:\n  @!%p4 bra L_next;\n  @%p6 bra L_zero64;\n  st.global.u32 [%rd14], %r3;\n  bra L_next;\n"
-    "L_zero64:\n  st.global.u64 [%rd14], %rd21;\n"
-    "L_next:\n  add.u64 %rd1, %rd1, %rd2;\n  bra L_loop;\nL_end:\n  ret;\n}\n\n"
+    /* tri 1: columns r+1 .. cols; tri 2: columns 0 .. min(r, cols) */
+    "  add.u64 %rd16, %rd13, 1;\n  selp.u64 %rd17, %rd16, 0, %p3;\n  min.u64 %rd18, %rd13, %rd7;\n"
+    "  selp.u64 %rd19, %rd7, %rd18, %p3;\n  add.u64 %rd24, %rd17, %rd26;\n"
+    "L_zero:\n  setp.ge.u64 %p4, %rd24, %rd19;\n  @%p4 bra L_next;\n"
+    "  mul.lo.u64 %rd25, %rd24, %rd21;\n  add.u64 %rd25, %rd14, %rd25;\n"
+    "  setp.eq.u64 %p7, %rd21, 4;\n  @%p7 st.global.u32 [%rd25], %r6;\n"
+    "  setp.ge.u64 %p7, %rd21, 8;\n  @%p7 st.global.u64 [%rd25], %rd23;\n"
+    "  setp.eq.u64 %p7, %rd21, 16;\n  @%p7 st.global.u64 [%rd25+8], %rd23;\n"
+    "  add.u64 %rd24, %rd24, %rd27;\n  bra L_zero;\n"
+    "L_nan:\n  mov.u64 %rd24, %rd26;\n"
+    "L_nan_loop:\n  setp.ge.u64 %p4, %rd24, %rd28;\n  @%p4 bra L_next;\n"
+    "  mul.lo.u64 %rd25, %rd24, %rd20;\n  add.u64 %rd25, %rd14, %rd25;\n"
+    "  @%p6 st.global.u64 [%rd25], %rd22;\n  @!%p6 st.global.u32 [%rd25], %r5;\n"
+    "  add.u64 %rd24, %rd24, %rd27;\n  bra L_nan_loop;\n"
+    "L_next:\n  add.u64 %rd1, %rd1, %rd2;\n  bra L_row;\nL_end:\n  ret;\n}\n\n"
     /* one thread per matrix: piv (k int32 each, LAPACK's 1-based rows) made 0-based, perm (m
      * each) the permutation those row swaps make, starting from the identity; a pivot out of
      * range (none from a sound factorization) is skipped */
