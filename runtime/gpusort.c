@@ -16,7 +16,9 @@
  *   free), ks_scatter (a stable rank inside the tile from warp ballots, an exchange through
  *   shared memory, coalesced writes), ping-ponging between two buffers. On contiguous rows the
  *   first pass reads the codes off the operand and, with one key of one word, the last writes
- *   operand 0's output decoded from them (no gather: an argsort's sorted keys come free). A
+ *   operand 0's output decoded from them (no gather: an argsort's sorted keys come free), and a
+ *   second operand of 4 bytes (sort_key_val's value, a shuffle's) rides along in place of the
+ *   permutation, its output written by the last pass too. A
  *   one-operand sort of a key of at most 32 bits moves the codes alone (no permutation). Float
  *   rows that held -0 or NaNs other than the canonical one get them back from ks_fixup.
  * Scratch memory is the caller's (a slot of the executable: nothing is allocated here, so graph
@@ -87,7 +89,7 @@ static int key_words(const kl_gpusort_call *c, key_word *w) {
 
 typedef struct {
   int64_t rows, total, T, cmax;
-  int small, it, tit, keys_only, fix, need_perm, nw, fuse, dec0;
+  int small, it, tit, keys_only, fix, need_perm, nw, fuse, dec0, carry;
   key_word w[2 * KL_GPUSORT_MAX_OPERANDS];
   size_t keys[2], perm[2], counts, partials, flags, bytes; /* offsets into the scratch */
 } layout;
@@ -112,6 +114,9 @@ static void plan(const kl_gpusort_call *c, layout *L) {
    * the codes (no gather through the permutation: a random read of every element) */
   L->dec0 = !L->small && L->fuse && L->nw == 1;
   L->fix = (L->keys_only || L->dec0) && L->w[0].cls == CLS_FLOAT;
+  /* with that, a second operand of 4 bytes rides along itself (or, an iota, as the positions) and
+   * the last pass writes its output: no gather through the permutation */
+  L->carry = L->dec0 && c->nin == 2 && c->num_keys == 1 && kl_dtype_size((kl_dtype)c->dtype[1]) == 4;
   size_t at = 0, t4 = (size_t)L->total * 4;
   if (L->small) {
     L->need_perm = c->nin > 1 || L->nw > 1;
@@ -234,9 +239,11 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
       run(q, "ks_scan_up", (int64_t)P, up, 3);
       run(q, "ks_scan_mid", 1, mid, 2);
       run(q, "ks_scan_down", (int64_t)P, up, 3);
-      uint64_t sc[] = {ARG(keys[side]), ARG(perm[side]), ARG(dec ? out[0] : keys[!side]), ARG(perm[!side]), ARG(counts),
-                       n, T, (uint64_t)shift, pb, ARG(in[w->op]), w->esz, w->cls, w->sign, w->mask, w->inf,
-                       (uint64_t)w->word, w->canon, mode};
+      int val = L->carry && enc && !c->iota[1]; /* the first pass reads operand 1's values */
+      uint64_t sc[] = {ARG(keys[side]), ARG(val ? in[1] : perm[side]), ARG(dec ? out[0] : keys[!side]),
+                       ARG(L->carry && dec ? out[1] : perm[!side]), ARG(counts), n, T, (uint64_t)shift, pb,
+                       ARG(in[w->op]), w->esz, w->cls, w->sign, w->mask, w->inf, (uint64_t)w->word, w->canon,
+                       mode | (uint64_t)val << 2};
       run(q, scat, L->rows * L->T, sc, 18);
       side = !side;
     }
@@ -252,7 +259,7 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
                     (uint64_t)w->word, w->canon};
     run(q, "ks_fixup", L->rows, f, 12);
   }
-  if (!L->keys_only) outputs(q, c, L, in, out, perm[side], L->dec0);
+  if (!L->keys_only && !L->carry) outputs(q, c, L, in, out, perm[side], L->dec0);
 }
 
 int kl_gpusort_run_with(const kl_gpusort_call *c, void *const *in, void *const *out, void *scratch,
@@ -290,7 +297,8 @@ const char *kl_gpusort_describe(const kl_gpusort_call *c, char *buf, size_t n) {
   for (int i = 0; i < L.nw; i++) passes += (L.w[i].bits + 7) / 8;
   snprintf(buf, n, "radix sort, %d key word%s (%d passes), %lld row%s of %lld, %s%s", L.nw, L.nw == 1 ? "" : "s", passes,
            (long long)L.rows, L.rows == 1 ? "" : "s", (long long)c->n,
-           L.small ? "one block a row" : "tiled passes", L.keys_only ? ", codes only" : L.dec0 ? ", keys decoded" : "");
+           L.small ? "one block a row" : "tiled passes",
+           L.keys_only ? ", codes only" : L.carry ? ", keys decoded, values carried" : L.dec0 ? ", keys decoded" : "");
   return buf;
 }
 

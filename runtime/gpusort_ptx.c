@@ -277,10 +277,12 @@ static void tile_coords(kl_str *s, int it) {
 /* The mode parameter of the pass kernels: bit 0 (%penc) the keys are the codes of operand src
  * (rows contiguous: inner 1), encoded as they are read, the first pass of the first word; bit 1
  * (%pdec) the scatter writes values decoded from the codes (elements of esz bytes) instead of the
- * codes, the last pass of a one-operand sort. */
+ * codes, the last pass of a one-operand sort; bit 2 (%pval) the values ride along from vin even in
+ * the first pass (a 4-byte operand carried itself instead of the permutation). */
 static void mode_preds(kl_str *s) {
-  E("  .reg .pred %%penc, %%pdec;\n  and.b64 %%u9, %%a_mode, 1;\n  setp.ne.u64 %%penc, %%u9, 0;\n"
-    "  and.b64 %%u9, %%a_mode, 2;\n  setp.ne.u64 %%pdec, %%u9, 0;\n");
+  E("  .reg .pred %%penc, %%pdec, %%pval, %%pvload;\n  and.b64 %%u9, %%a_mode, 1;\n  setp.ne.u64 %%penc, %%u9, 0;\n"
+    "  and.b64 %%u9, %%a_mode, 2;\n  setp.ne.u64 %%pdec, %%u9, 0;\n  and.b64 %%u9, %%a_mode, 4;\n"
+    "  setp.ne.u64 %%pval, %%u9, 0;\n  not.pred %%pvload, %%penc;\n  or.pred %%pvload, %%pvload, %%pval;\n");
 }
 
 /* Item i's key in %k<i> (its validity %pi<i> set): the code at kin[%base + e], or, with %penc, the
@@ -418,7 +420,8 @@ static void k_scan(kl_str *s) {
 
 /* One radix pass over a tile (the block's): kout/vout[position] = kin/vin[i], stably by digit
  * (kin >> shift) & (2^bits - 1), positions from the scanned counts; has_v: values ride along (the
- * permutation; with mode bit 0 they start as the row positions). Mode bits as mode_preds says. */
+ * permutation; with mode bit 0 they start as the row positions unless bit 2 is set). Mode bits as
+ * mode_preds says. */
 static void k_scatter(kl_str *s, int it, int has_v) {
   char name[32];
   snprintf(name, sizeof name, "ks_scatter_%s_%d", has_v ? "kv" : "k", it);
@@ -441,9 +444,9 @@ static void k_scatter(kl_str *s, int it, int has_v) {
   load_items(s, it, "%wb", 32, "%a_kin");
   for (int i = 0; has_v && i < it; i++) /* the values: vin's, or the row positions */
     E("  add.u32 %%t1, %%wb, %d;\n  add.u32 %%v%d, %%t1, %%tb;\n  add.u32 %%t1, %%t1, %%base;\n  mul.wide.u32 %%u1, %%t1, 4;\n"
-      "  add.u64 %%u2, %%u1, %%a_vin;\n  and.pred %%p2, %%pi%d, %%penc;\n  xor.pred %%p2, %%p2, %%pi%d;\n"
+      "  add.u64 %%u2, %%u1, %%a_vin;\n  and.pred %%p2, %%pi%d, %%pvload;\n"
       "  @%%p2 ld.global.u32 %%v%d, [%%u2];\n",
-      i * 32, i, i, i, i);
+      i * 32, i, i, i);
   rank_pass(s, it, 1, has_v);
   for (int i = 0; i < it; i++) {
     E("  add.u32 %%t11, %%tx, %d;\n  setp.lt.u32 %%pj, %%t11, %%len;\n  @!%%pj bra L_done;\n  shl.b32 %%t12, %%t11, 2;\n"

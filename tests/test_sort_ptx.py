@@ -147,12 +147,12 @@ def test_long_float_row_sorts_codes_only_and_fixes_zeros_and_nans():
     assert_same_bits(got, np_sort([x])[0])
 
 
-def test_argsort_of_a_long_row_writes_the_iota_from_the_permutation():
+def test_argsort_of_a_long_row_writes_the_iota_from_the_last_pass():
     rng = np.random.default_rng(2)
     x = floats(rng, 2 * 4096 + 17, np.float32)
     idx = np.arange(x.size, dtype=np.int32)
     (sx, si), ks = gpu_sort([x, idx], iota=(1,))
-    assert "ks_iota" in ks and "ks_gather" not in ks and "ks_fixup" in ks and ks.count("ks_scatter_kv_16") == 4
+    assert "ks_iota" not in ks and "ks_gather" not in ks and "ks_fixup" in ks and ks.count("ks_scatter_kv_16") == 4
     want = np_sort([x, idx])
     assert_same_bits(sx, want[0])
     assert_same_bits(si, want[1])
@@ -163,6 +163,23 @@ def test_batched_rows_longer_than_a_tile_sort_each_row():
     x = rng.integers(-50, 50, (3, 4100)).astype(np.int32)
     v = rng.standard_normal((3, 4100)).astype(np.float32)
     (sx, sv), ks = gpu_sort([x, v])
+    assert "ks_gather" not in ks  # the 4-byte values ride along in place of the permutation
+    want = np_sort([x, v])
+    assert_same_bits(sx, want[0])
+    assert_same_bits(sv, want[1])
+
+
+@pytest.mark.parametrize("kdt,vdt,carried", [(np.int8, np.int32, True), (np.bool_, np.float32, True),
+                                             (np.float32, np.uint32, True), (np.float32, np.int16, False),
+                                             (np.float64, np.int32, False), (np.uint32, np.float64, False)])
+def test_sort_key_val_carries_a_four_byte_value_through_the_passes(kdt, vdt, carried):
+    rng = np.random.default_rng(11)
+    n = 4096 + 300
+    x = (floats(rng, 2 * n, np.float32 if kdt != np.float64 else np.float64).astype(kdt) if np.dtype(kdt).kind == "f"
+         else rng.integers(0, 2, 2 * n).astype(np.bool_) if kdt == np.bool_ else ints(rng, 2 * n, kdt)).reshape(2, n)
+    v = (rng.standard_normal(2 * n).astype(vdt) if np.dtype(vdt).kind == "f" else ints(rng, 2 * n, vdt)).reshape(2, n)
+    (sx, sv), ks = gpu_sort([x, v])
+    assert ("ks_gather" not in ks) == carried, ks
     want = np_sort([x, v])
     assert_same_bits(sx, want[0])
     assert_same_bits(sv, want[1])
