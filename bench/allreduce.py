@@ -14,12 +14,12 @@ def busbw(n, nbytes, seconds):
     return 2 * (n - 1) / n * nbytes / seconds / 1e9
 
 
-def bench_kiln(mib, iters):
+def bench_kiln(mib, iters, ngpus=None):
     import numpy as np
     import kiln
     from kiln import lax
     from kiln.sharding import Mesh, NamedSharding, PartitionSpec as P
-    gpus = kiln.devices("gpu")
+    gpus = kiln.devices("gpu")[:ngpus]
     n = len(gpus)
     per = mib * (1 << 20) // 4
     mesh = Mesh(np.array(gpus), ("x",))
@@ -68,8 +68,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--gpus", type=int, default=None, help="the first N GPUs (default: all)")
     args = ap.parse_args()
-    n, dt, bw = bench_kiln(args.mib, args.iters)
+    n, dt, bw = bench_kiln(args.mib, args.iters, args.gpus)
     print(f"kiln  psum (shard_map, jit) {args.mib} MiB f32 over {n} GPUs: {dt * 1e3:.2f} ms, bus bandwidth {bw:.1f} GB/s")
     try:
         tdt, tbw = bench_torch(n, args.mib, args.iters)

@@ -418,6 +418,18 @@ static unsigned grid_for(int64_t work, int block) {
   return (unsigned)g;
 }
 
+/* The longest rows of 8-byte values a reduction hands one thread each when there are many rows
+ * (an argmax's packed words over a categorical draw's classes): 128, KILN_GPU_THREAD_ROWS=N to
+ * experiment (0: never). */
+static int64_t thread_rows(void) {
+  static int64_t most = -1;
+  if (most < 0) {
+    const char *ev = getenv("KILN_GPU_THREAD_ROWS");
+    most = ev && *ev ? atoll(ev) : 128;
+  }
+  return most;
+}
+
 /* Row kernels whose rows are short enough keep them in registers: each thread holds the
  * elements tid, tid + block, ... of its row, computed once (the element memo is shared by the
  * stages and the output, all in one straight-line body), so every operand is read from memory
@@ -613,7 +625,10 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   else if (rowk == 0) mode = 3;
   else if (rowk > 0 && (row_len > 16 || st->nstages)) mode = 1;
   else mode = 2;
-  if (mode == 2 && kl_aval_size(space) / (kl_aval_size(oa) ? kl_aval_size(oa) : 1) >= 64) mode = 4;
+  if (mode == 1 && !st->nstages && kl_dtype_size(oa->dtype) == 8 && row_len <= thread_rows() &&
+      kl_aval_size(oa) >= 65536)
+    mode = 2; /* many short rows of 8-byte values (no warp shuffles: the tree would sync per row) a thread each */
+  else if (mode == 2 && kl_aval_size(space) / (kl_aval_size(oa) ? kl_aval_size(oa) : 1) >= 64) mode = 4;
   if (mode == 1 && st->nstages) row_len = prod(oa->dims, rowk, oa->ndim);
 
   kl_str body;

@@ -484,6 +484,11 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
       if (!kl_eqn_fusible(traits, pg, e) || kl_prim_get(e->prim)->form == KL_FORM_REDUCE) continue;
       int small_k = kl_inline_reads(traits, pg, e), reads = small_k ? small_k : 1; /* operand reads per element */
       int c = small_k ? 2 * small_k : traits[e->prim].weight;
+      if (e->prim == KL_P_BROADCAST_IN_DIM && pg->vals[e->ins[0]].aval.ndim == 0 &&
+          (m[e->ins[0]] || (pg->vals[e->ins[0]].producer >= 0 && pg->eqns[pg->vals[e->ins[0]].producer].prim == KL_P_CONST))) {
+        cost[e->outs[0]] = 0; /* a scalar everywhere: free in every consumer, however many (threefry's rotations) */
+        continue;
+      }
       for (int i = 0; i < e->nin; i++)
         if (!m[e->ins[i]] && home[e->ins[i]] < 0) c += reads * cost[e->ins[i]];
       for (int i = 0; i < e->nout; i++) {
