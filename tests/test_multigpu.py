@@ -69,9 +69,9 @@ def test_all_gather(n, axis):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("axis", [0, 1])
 def test_psum_scatter(n, axis):
-    x = np.random.default_rng(1).standard_normal((n * 2, n * 4)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((n * n, n * 4)).astype(np.float32)  # local blocks (n, 4 n)
     f = smap(lambda v: lax.psum_scatter(v, "x", scatter_dimension=axis, tiled=True), mesh_of(n), P("x"), P("x"))
-    total = x.reshape(n, 2, n * 4).sum(0)
+    total = x.reshape(n, n, n * 4).sum(0)
     want = np.concatenate(np.split(total, n, axis=axis), axis=0)
     np.testing.assert_allclose(np.asarray(f(x)), want, rtol=1e-5, atol=1e-5)
 

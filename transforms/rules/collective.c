@@ -53,6 +53,17 @@ static int pvary_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) 
   return 1;
 }
 
+/* psum/pmax/pmin over a group of one participant (every named axis of extent 1: a data-parallel
+ * step on one device) are the identity: compiled programs read the operand, with no copy. */
+static int reduce_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) {
+  (void)b;
+  int64_t g = 1;
+  for (int i = 0; i < e->p.collective.axes.n; i++) g *= e->p.collective.mesh_shape.v[e->p.collective.axes.v[i]];
+  if (g != 1) return 0;
+  ys[0] = xs[0];
+  return 1;
+}
+
 static int all_gather_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   (void)i;
   return collective_of(c->a, KL_P_REDUCE_SCATTER, ct, &e->p);
@@ -94,9 +105,9 @@ static int collective_batch(kl_build *b, rule_args *r) {
 }
 
 const kl_rule_row kl_rules_collective[] = {
-    {KL_P_PSUM, linear_jvp, psum_transpose, collective_batch, NULL, NULL, NULL},
-    {KL_P_PMAX, extreme_jvp, NULL, collective_batch, NULL, NULL, NULL},
-    {KL_P_PMIN, extreme_jvp, NULL, collective_batch, NULL, NULL, NULL},
+    {KL_P_PSUM, linear_jvp, psum_transpose, collective_batch, NULL, NULL, reduce_legalize},
+    {KL_P_PMAX, extreme_jvp, NULL, collective_batch, NULL, NULL, reduce_legalize},
+    {KL_P_PMIN, extreme_jvp, NULL, collective_batch, NULL, NULL, reduce_legalize},
     {KL_P_ALL_GATHER, linear_jvp, all_gather_transpose, collective_batch, NULL, NULL, NULL},
     {KL_P_REDUCE_SCATTER, linear_jvp, reduce_scatter_transpose, collective_batch, NULL, NULL, NULL},
     {KL_P_PPERMUTE, linear_jvp, ppermute_transpose, collective_batch, NULL, NULL, NULL},
