@@ -352,6 +352,8 @@ static void *b_tensor(int64_t uid, int dt, int64_t n, int64_t c, const int64_t *
 /* Whether an engine configuration may run p: not one needing run-time compilation (seconds on
  * first use), and at precision HIGHEST on float32 none that rounds operands to TF32. */
 static int engine_allowed(const plan *p, void *cfg) {
+  static int rtc = -1;
+  if (rtc < 0) rtc = getenv("KILN_CUDNN_RTC") && *getenv("KILN_CUDNN_RTC") == '1'; /* experiments */
   void *eng = NULL;
   int ok = 0;
   int64_t count = 0;
@@ -360,7 +362,7 @@ static int engine_allowed(const plan *p, void *cfg) {
     int notes[32];
     ok = 1;
     if (!b_get(eng, BA_ENGINE_BEHAVIOR_NOTE, BT_BEHAVIOR_NOTE, 32, &count, notes))
-      for (int i = 0; i < count; i++) ok &= notes[i] != NOTE_RUNTIME_COMPILATION;
+      for (int i = 0; i < count; i++) ok &= rtc || notes[i] != NOTE_RUNTIME_COMPILATION;
     if (p->dtype == KL_F32 && p->precision >= 2 &&
         !b_get(eng, BA_ENGINE_NUMERICAL_NOTE, BT_NUMERICAL_NOTE, 32, &count, notes))
       for (int i = 0; i < count; i++) ok &= notes[i] != NOTE_TENSOR_CORE && notes[i] != NOTE_DOWN_CONVERT;
@@ -393,7 +395,8 @@ static double now_s(void) {
 /* Picks the fastest of the candidate plans cand[0..n) by running each over scratch operands of
  * p's shapes on a stream of its own (measure_algo's rules: the real operands are never touched);
  * returns its index, 0 (the heuristics' first) when it cannot measure. KILN_CUDNN_FIND=0 skips it. */
-static int time_plans(const plan *p, void *const *cand, const int64_t *work, int n, const int64_t nelem[3]) {
+static int time_plans(const plan *p, void *const *cand, const int64_t *work, int n, const int64_t nelem[3],
+                      double *times, int capturing) {
   const char *env = getenv("KILN_CUDNN_FIND");
   if (n < 2 || (env && *env == '0') || !p_mem_alloc || !p_mem_free || !p_memset8 || !p_stream_create || !p_stream_sync)
     return 0;
@@ -412,13 +415,22 @@ static int time_plans(const plan *p, void *const *cand, const int64_t *work, int
   if (!rc) rc = p_set_stream(handle, find_stream);
   double best_t = 1e30;
   void *ptrs[3] = {(void *)(uintptr_t)buf[0], (void *)(uintptr_t)buf[1], (void *)(uintptr_t)buf[2]};
+  /* the GPU idle first (work queued before this plan would slow the first candidates), unless a
+   * graph is being captured; each candidate's best of 5 runs after one to warm up */
+  if (!rc && !capturing) p_stream_sync(kl_cuda_stream());
   for (int i = 0; i < n && !rc; i++) {
     if (b_run(cand[i], ptrs, (void *)(uintptr_t)wbuf) || p_stream_sync(find_stream)) continue; /* warm up */
-    double t0 = now_s();
-    int bad = 0;
-    for (int r = 0; r < 3 && !bad; r++) bad = b_run(cand[i], ptrs, (void *)(uintptr_t)wbuf);
-    if (bad || p_stream_sync(find_stream)) continue;
-    double t = now_s() - t0;
+    double t = 1e30;
+    for (int r = 0; r < 5; r++) {
+      double t0 = now_s();
+      if (b_run(cand[i], ptrs, (void *)(uintptr_t)wbuf) || p_stream_sync(find_stream)) {
+        t = 1e30;
+        break;
+      }
+      double dt = now_s() - t0;
+      t = dt < t ? dt : t;
+    }
+    times[i] = t;
     if (t < best_t) best_t = t, best = i;
   }
   p_stream_sync(find_stream);
@@ -432,7 +444,7 @@ static int time_plans(const plan *p, void *const *cand, const int64_t *work, int
  * engine configurations (up to 8 that finalize and are allowed), the fastest of them measured;
  * its work area size in *work. -1 (nothing kept) when cuDNN refuses any step: the legacy entry
  * points run it then. KILN_CUDNN_BACKEND=0 always refuses (an A/B switch). */
-static int make_backend(plan *p, size_t *work) {
+static int make_backend(plan *p, size_t *work, int capturing) {
   const char *env = getenv("KILN_CUDNN_BACKEND");
   if ((env && *env == '0') || !b_create) return -1;
   const kl_conv_geom *g = &p->g;
@@ -479,7 +491,10 @@ static int make_backend(plan *p, size_t *work) {
   int64_t ncfg = 0;
   for (int i = 0; !rc && i < 16; i++) rc = b_create(BD_ENGINECFG, &cfg[i]);
   if (!rc) rc = b_get(hr, BA_HEUR_RESULTS, BT_DESCRIPTOR, 16, &ncfg, cfg);
-  for (int i = 0; !rc && i < ncfg && i < 16 && ncand < 8; i++) {
+  static int most = -1;
+  if (most < 0) most = getenv("KILN_CUDNN_CANDIDATES") && atoi(getenv("KILN_CUDNN_CANDIDATES")) > 0 ? atoi(getenv("KILN_CUDNN_CANDIDATES")) : 8;
+  if (most > 8) most = 8;
+  for (int i = 0; !rc && i < ncfg && i < 16 && ncand < most; i++) {
     void *bp = NULL;
     if (!engine_allowed(p, cfg[i]) || b_create(BD_PLAN, &bp)) continue;
     int64_t ws = 0, got = 0;
@@ -493,9 +508,17 @@ static int make_backend(plan *p, size_t *work) {
   if (!rc && ncand) {
     int64_t nelem[3] = {g->n * g->c, (g->c / g->g) * g->o, g->n * g->o}; /* x, w, y */
     for (int i = 0; i < g->nd; i++) nelem[0] *= g->in[i], nelem[1] *= g->k[i], nelem[2] *= g->out[i];
-    int best = time_plans(p, cand, cwork, ncand, nelem);
+    double times[8] = {0};
+    int best = time_plans(p, cand, cwork, ncand, nelem, times, capturing);
     p->bplan = cand[best], cand[best] = NULL;
     *work = (size_t)cwork[best];
+    if (getenv("KILN_LOG_COMPILES")) { /* the library's choice, visible as kernel choices are */
+      char shape[320];
+      fprintf(stderr, "kiln: cuDNN %s: backend engine config %d of %d (heuristics order), work area %lld bytes; "
+              "measured (us):", describe(shape, sizeof shape, p->kind, p->dtype, g), best + 1, ncand, (long long)*work);
+      for (int i = 0; i < ncand; i++) fprintf(stderr, " %.1f", times[i] < 1 ? times[i] * 1e6 : -1.0);
+      fprintf(stderr, "\n");
+    }
   }
   for (int i = 0; i < ncand; i++)
     if (cand[i]) b_destroy(cand[i]);
@@ -530,7 +553,7 @@ static int make_plan(plan *p, int capturing, char *err, size_t errlen) {
     rc = p_create(&handle);
   }
   size_t work = 0;
-  if (!rc && !make_backend(p, &work)) goto work_area; /* else the legacy entry points */
+  if (!rc && !make_backend(p, &work, capturing)) goto work_area; /* else the legacy entry points */
   if (!rc) rc = p_create_tensor(&p->x);
   if (!rc) rc = p_create_tensor(&p->y);
   if (!rc) rc = p_create_filter(&p->w);
