@@ -21,6 +21,7 @@
 #include "collective.h"
 #include "cuda.h"
 #include "cusolver.h"
+#include "nccl.h"
 
 /* ---- the few driver types and constants kiln uses (values from the driver ABI) ---- */
 typedef int CUresult;
@@ -1391,13 +1392,14 @@ void kl_cuda_context_lost(void) { ctx_ord = -1; }
 
 /* ---- the device interface ---- */
 
-/* A library python/ found (a wheel's): cuDNN's to cuDNN, a libcusolver to runtime/cusolver.c, anything
+/* A library python/ found (a wheel's): cuDNN's to cuDNN, a libnccl to runtime/nccl.c, a libcusolver to runtime/cusolver.c, anything
  * else to cuBLAS's search, and cuSOLVER also looks beside a libcublas (the nvidia-cu13 wheel holds both
  * in one folder). */
 static int cuda_library_add_path(const char *path) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   if (strstr(path, "cudnn")) return kl_cudnn_add_search_path(path) ? 0 : -1;
+  if (strstr(base, "libnccl")) return kl_nccl_add_search_path(path) ? 0 : -1;
   if (strstr(base, "cusolver")) return kl_cusolver_add_search_path(path) ? 0 : -1;
   kl_cusolver_add_search_path(path);
   return kl_cublas_add_search_path(path) ? 0 : -1;

@@ -1,6 +1,6 @@
-/* nccl.c: NCCL opened at run time (nccl.h). The library's types are declared here as NCCL's ABI
- * has them (opaque communicators, int enums), so kiln builds with no NCCL headers. Written
- * against NCCL's documented ABI; not yet run on a machine with several GPUs. Knows nothing of the IR, MLIR or Python. */
+/* nccl.c: NCCL opened at run time (nccl.h): the newest of the system's and the nvidia-nccl
+ * wheel's. The library's types are declared here as NCCL's ABI has them (opaque communicators,
+ * int enums), so kiln builds with no NCCL headers. Knows nothing of the IR, MLIR or Python. */
 #define _GNU_SOURCE
 #include "nccl.h"
 
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../ir/status.h"
+#include "libfind.h"
 
 typedef void *nccl_comm;
 typedef int nccl_result;
@@ -30,13 +31,60 @@ static struct {
 static pthread_once_t open_once = PTHREAD_ONCE_INIT;
 static char open_error[256];
 
+static kl_libfind find = KL_LIBFIND_INIT; /* the nvidia-nccl wheel's library, registered by python/ */
+static int version;                       /* ncclGetVersion of the one opened (e.g. 22703 for 2.27.3) */
+
+int kl_nccl_add_search_path(const char *path) { return kl_libfind_add(&find, path); }
+
+const char *kl_nccl_library(int *v) {
+  if (v) *v = version;
+  return nc.comm_init_all ? find.path : "";
+}
+
+/* The NCCL version a handle reports (0: none). */
+static int version_of(void *h) {
+  int (*get)(int *) = h ? (int (*)(int *))dlsym(h, "ncclGetVersion") : NULL;
+  int v = 0;
+  return get && !get(&v) ? v : 0;
+}
+
+/* KILN_NCCL_LIB when set; otherwise the newest of the system's libnccl.so.2 and the registered
+ * wheels' (PyTorch brings its own, often newer than the system's). */
+static void *open_best(void) {
+  const char *env = getenv("KILN_NCCL_LIB");
+  if (env && *env) return kl_libfind_open(&find, env);
+  void *best = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  char best_path[512] = "libnccl.so.2";
+  int best_v = version_of(best);
+  pthread_mutex_lock(&find.mu);
+  int n = find.nextra;
+  pthread_mutex_unlock(&find.mu);
+  for (int i = 0; i < n; i++) {
+    void *h = dlopen(find.extra[i], RTLD_NOW | RTLD_LOCAL);
+    int v = version_of(h);
+    if (h && (!best || v > best_v)) {
+      if (best) dlclose(best);
+      best = h, best_v = v;
+      snprintf(best_path, sizeof best_path, "%s", find.extra[i]);
+    } else if (h) {
+      dlclose(h);
+    }
+  }
+  if (best) snprintf(find.path, sizeof find.path, "%s", best_path);
+  version = best_v;
+  return best;
+}
+
 static void open_nccl(void) {
   setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink SHARP multicast off unless the user says otherwise */
-  void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  void *h = open_best();
   if (!h) {
-    snprintf(open_error, sizeof open_error, "libnccl.so.2 not found (%s)", dlerror());
+    snprintf(open_error, sizeof open_error, "libnccl.so.2 not found (%s; the nvidia-nccl wheel or KILN_NCCL_LIB=path "
+             "would do)", dlerror());
     return;
   }
+  if (getenv("KILN_LOG_COMPILES"))
+    fprintf(stderr, "kiln: NCCL %d.%d.%d from %s\n", version / 10000, version / 100 % 100, version % 100, find.path);
 #define SYM(field, name)                                                                      \
   if (!(*(void **)&nc.field = dlsym(h, name))) {                                              \
     snprintf(open_error, sizeof open_error, "libnccl.so.2 lacks %s", name);                   \

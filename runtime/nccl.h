@@ -13,8 +13,13 @@ enum { KL_NCCL_I8 = 0, KL_NCCL_U8 = 1, KL_NCCL_I32 = 2, KL_NCCL_U32 = 3, KL_NCCL
 enum { KL_NCCL_SUM = 0, KL_NCCL_PROD = 1, KL_NCCL_MAX = 2, KL_NCCL_MIN = 3 };
 
 /* Opens NCCL (once; sets NCCL_NVLS_ENABLE=0 first unless the environment sets it): 1, or 0 with
- * the reason in why. */
+ * the reason in why. KILN_NCCL_LIB=path wins; otherwise the newest (ncclGetVersion) of the
+ * system's libnccl.so.2 and the files registered with kl_nccl_add_search_path. */
 int kl_nccl_available(char *why, size_t n);
+/* Records a candidate libnccl.so.2 (a wheel's): 1, or 0 when the list is full. */
+int kl_nccl_add_search_path(const char *path);
+/* The path opened ("" before or without one) and its version (NCCL's number, 22703 = 2.27.3). */
+const char *kl_nccl_library(int *version);
 
 /* The communicators of the GPUs ordinals[0..n) (borrowed, cached for the process's life): rank r
  * is ordinals[r]. NULL with a message. */

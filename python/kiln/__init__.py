@@ -108,7 +108,8 @@ del _find_blas
 
 
 def _find_cublas():
-    """Tells the runtime where a pip-installed cuBLAS (the nvidia-cublas wheel) and cuDNN (nvidia-cudnn) are."""
+    """Tells the runtime where a pip-installed cuBLAS (the nvidia-cublas wheel), cuDNN (nvidia-cudnn),
+    cuSOLVER and NCCL (nvidia-nccl) are."""
     import glob
     import os
     import sys
@@ -120,6 +121,8 @@ def _find_cublas():
                 _kiln.cublas_search_path(path)
         for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cudnn", "lib", "libcudnn.so.9"))):
             _kiln.cublas_search_path(path)  # (the runtime hands a cuDNN path to cuDNN)
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "nccl", "lib", "libnccl.so.2"))):
+            _kiln.cublas_search_path(path)  # (and a libnccl to NCCL: the newest of it and the system's is used)
         # cuSOLVER (runtime/cusolver.c): the nvidia-cusolver wheel, or the one CUDA 13 wheel folder
         for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cusolver", "lib", "libcusolver.so.*")) +
                            sorted(glob.glob(os.path.join(base or ".", "nvidia", "cu*", "lib", "libcusolver.so.*")))):
