@@ -86,6 +86,8 @@ const int *kl_coll_group_ordinals(const kl_coll_group *g) { return g->ordinals; 
 
 int kl_coll_group_size(const kl_coll_group *g) { return g->n; }
 
+int kl_coll_group_spans(const kl_coll_group *g) { return g->procs != NULL; }
+
 void kl_coll_set_current(kl_coll_group *g, int rank) {
   current = g;
   current_rank = rank;

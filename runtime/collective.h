@@ -1,8 +1,9 @@
 /* collective.h: the participants of one SPMD launch (an executable launched once per device of a
  * mesh, runtime.h's kl_exec_launch_group) and their rendezvous: simulated CPU devices exchange
  * buffer pointers in process (the collective lowerings, codegen/lower/collective.c, then reduce,
- * gather or permute over them); a group may span processes (CPU only: the other processes' posts
- * come over TCP, collective_net.h); GPUs go through NCCL (runtime/nccl.h). Knows nothing of the
+ * gather or permute over them); a group may span processes (the other processes' posts come over
+ * TCP, collective_net.h); GPUs go through NCCL (runtime/nccl.h), whose communicators between
+ * processes get their ids through such an exchange. Knows nothing of the
  * IR, MLIR or Python. */
 #ifndef KL_COLLECTIVE_H
 #define KL_COLLECTIVE_H
@@ -20,6 +21,8 @@ kl_coll_group *kl_coll_group_new_spanning(int n, const int *procs, int me);
 void kl_coll_group_retain(kl_coll_group *g);
 void kl_coll_group_release(kl_coll_group *g);
 int kl_coll_group_size(const kl_coll_group *g);
+/* Whether g's ranks run in several processes. */
+int kl_coll_group_spans(const kl_coll_group *g);
 /* The devices (ordinals of one kind) of the participants, for collectives that need them (NCCL's
  * communicators): set copies n of them (0, or -1 out of memory); get returns them (borrowed) or
  * NULL where none were set. */

@@ -19,6 +19,7 @@
 
 #include "../ir/status.h"
 #include "collective.h"
+#include "collective_net.h"
 #include "cuda.h"
 #include "cusolver.h"
 #include "nccl.h"
@@ -1337,9 +1338,15 @@ static void *run_participant(void *arg) {
 
 static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
                              kl_buffer **outs, char *err, size_t errlen) {
-  if (span)
-    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "collectives between the GPUs of several processes (NCCL across "
-                    "processes) are not supported yet by kiln; CPU devices of several processes are");
+  int me = span ? kl_net_process() : 0, total = span ? span->size : n;
+  if (me < 0)
+    return kl_error(err, errlen, KL_ERR_VALUE, "a computation over the devices of several processes needs the processes "
+                    "connected: call kiln.distributed.initialize() first");
+  int local = 0;
+  for (int r = 0; span && r < span->size; r++) local += span->procs[r] == me;
+  if (span && local != n)
+    return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch of %d GPUs, but its group gives this process (%d) %d", n,
+                    me, local);
   if (enter()) {
     snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
@@ -1349,8 +1356,13 @@ static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_sp
       return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch on GPU %d, but this machine has %d GPUs", ordinals[p], ngpus);
   participant *ps = calloc((size_t)n, sizeof *ps);
   pthread_t *th = calloc((size_t)n, sizeof *th);
-  kl_coll_group *grp = kl_coll_group_new(n);
-  if (!ps || !th || !grp || kl_coll_group_set_ordinals(grp, ordinals)) {
+  /* a group spanning processes: its ranks are global, the GPUs of other processes' ranks unknown here (-1) */
+  kl_coll_group *grp = span ? kl_coll_group_new_spanning(span->size, span->procs, me) : kl_coll_group_new(n);
+  int *gords = malloc(sizeof(int) * (size_t)total);
+  for (int r = 0; gords && r < total; r++) gords[r] = span ? -1 : ordinals[r];
+  for (int p = 0; gords && span && p < n; p++) gords[span->ranks[p]] = ordinals[p];
+  if (!ps || !th || !grp || !gords || kl_coll_group_set_ordinals(grp, gords)) {
+    free(gords);
     free(ps);
     free(th);
     kl_coll_group_release(grp);
@@ -1358,8 +1370,10 @@ static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_sp
   }
   int rc = 0;
   for (int p = 0; p < n; p++) {
-    ps[p] = (participant){x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p], p, 0, 0, grp, ""};
+    ps[p] = (participant){x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p],
+                          span ? span->ranks[p] : p, 0, 0, grp, ""};
   }
+  free(gords);
   int started = 1; /* participant 0 runs on this thread */
   for (; started < n; started++)
     if (pthread_create(&th[started], NULL, run_participant, &ps[started])) break;

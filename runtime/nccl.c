@@ -15,6 +15,9 @@
 
 typedef void *nccl_comm;
 typedef int nccl_result;
+typedef struct {
+  char internal[128]; /* ncclUniqueId (NCCL_UNIQUE_ID_BYTES), passed by value to ncclCommInitRank */
+} nccl_unique_id;
 
 static struct {
   nccl_result (*comm_init_all)(nccl_comm *comms, int ndev, const int *devlist);
@@ -26,6 +29,8 @@ static struct {
   nccl_result (*group_start)(void);
   nccl_result (*group_end)(void);
   const char *(*error_string)(nccl_result);
+  nccl_result (*get_unique_id)(nccl_unique_id *); /* optional: groups spanning processes */
+  nccl_result (*comm_init_rank)(nccl_comm *, int, nccl_unique_id, int);
 } nc;
 
 static pthread_once_t open_once = PTHREAD_ONCE_INIT;
@@ -101,6 +106,8 @@ static void open_nccl(void) {
   SYM(group_end, "ncclGroupEnd")
   SYM(error_string, "ncclGetErrorString")
 #undef SYM
+  *(void **)&nc.get_unique_id = dlsym(h, "ncclGetUniqueId");
+  *(void **)&nc.comm_init_rank = dlsym(h, "ncclCommInitRank");
 }
 
 int kl_nccl_available(char *why, size_t n) {
@@ -115,7 +122,9 @@ int kl_nccl_available(char *why, size_t n) {
 struct kl_nccl_comms {
   int n;
   int ordinals[MAX_RANKS];
-  nccl_comm comms[MAX_RANKS];
+  nccl_comm comms[MAX_RANKS]; /* a set spanning processes: this process's ranks' only */
+  int span;                   /* a group spanning processes, keyed by its members' global ranks */
+  int64_t key[MAX_RANKS];
 };
 static kl_nccl_comms sets[MAX_SETS];
 static int nsets;
@@ -139,7 +148,7 @@ const kl_nccl_comms *kl_nccl_comms_for(const int *ordinals, int n, char *err, si
   pthread_mutex_lock(&sets_mu);
   kl_nccl_comms *c = NULL;
   for (int i = 0; i < nsets && !c; i++)
-    if (sets[i].n == n && !memcmp(sets[i].ordinals, ordinals, sizeof(int) * (size_t)n)) c = &sets[i];
+    if (!sets[i].span && sets[i].n == n && !memcmp(sets[i].ordinals, ordinals, sizeof(int) * (size_t)n)) c = &sets[i];
   if (!c && nsets == MAX_SETS) kl_error(err, errlen, KL_ERR_UNSUPPORTED, "NCCL: more than %d device sets", MAX_SETS);
   else if (!c) {
     kl_nccl_comms *s = &sets[nsets];
@@ -198,4 +207,66 @@ int kl_nccl_send_recv(const kl_nccl_comms *c, int rank, const void *send, int to
   if (!r && from >= 0) r = nc.recv(recv, count, dtype, from, c->comms[rank], stream);
   nccl_result g = nc.group_end();
   return check(r ? r : g, "send/recv", err, errlen);
+}
+
+int kl_nccl_unique_id(void *id, char *err, size_t errlen) {
+  char why[256];
+  if (!kl_nccl_available(why, sizeof why))
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "collectives between GPUs need NCCL: %s", why);
+  if (!nc.get_unique_id || !nc.comm_init_rank)
+    return kl_error(err, errlen, KL_ERR_UNSUPPORTED, "NCCL at %s lacks ncclGetUniqueId/ncclCommInitRank (needed "
+                    "between processes)", find.path);
+  nccl_unique_id u;
+  if (check(nc.get_unique_id(&u), "ncclGetUniqueId", err, errlen)) return -1;
+  memcpy(id, &u, sizeof u);
+  return 0;
+}
+
+/* The set of a spanning group (sets_mu held), added when missing and add is set; NULL when absent
+ * or the table is full. */
+static kl_nccl_comms *span_entry(const int64_t *key, int n, int add) {
+  for (int i = 0; i < nsets; i++)
+    if (sets[i].span && sets[i].n == n && !memcmp(sets[i].key, key, sizeof(int64_t) * (size_t)n)) return &sets[i];
+  if (!add || nsets == MAX_SETS) return NULL;
+  kl_nccl_comms *s = &sets[nsets++];
+  memset(s, 0, sizeof *s);
+  s->span = 1;
+  s->n = n;
+  memcpy(s->key, key, sizeof(int64_t) * (size_t)n);
+  return s;
+}
+
+const kl_nccl_comms *kl_nccl_span_find(const int64_t *key, int n, int pos) {
+  if (n < 1 || n > MAX_RANKS || pos < 0 || pos >= n) return NULL;
+  pthread_mutex_lock(&sets_mu);
+  kl_nccl_comms *s = span_entry(key, n, 0);
+  const kl_nccl_comms *c = s && s->comms[pos] ? s : NULL;
+  pthread_mutex_unlock(&sets_mu);
+  return c;
+}
+
+const kl_nccl_comms *kl_nccl_span_join(const int64_t *key, int n, int pos, const void *id, char *err, size_t errlen) {
+  if (n < 1 || n > MAX_RANKS || pos < 0 || pos >= n) {
+    kl_error(err, errlen, KL_ERR_VALUE, "NCCL: a group of %d GPUs (1 to %d)", n, MAX_RANKS);
+    return NULL;
+  }
+  if (!nc.comm_init_rank) {
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "NCCL at %s lacks ncclCommInitRank (needed between processes)", find.path);
+    return NULL;
+  }
+  pthread_mutex_lock(&sets_mu);
+  kl_nccl_comms *s = span_entry(key, n, 1);
+  pthread_mutex_unlock(&sets_mu);
+  if (!s) {
+    kl_error(err, errlen, KL_ERR_UNSUPPORTED, "NCCL: more than %d device sets", MAX_SETS);
+    return NULL;
+  }
+  nccl_unique_id u;
+  memcpy(&u, id, sizeof u);
+  nccl_comm comm = NULL; /* blocks until every rank of the group joins (the others' threads and processes) */
+  if (check(nc.comm_init_rank(&comm, n, u, pos), "ncclCommInitRank", err, errlen)) return NULL;
+  pthread_mutex_lock(&sets_mu);
+  s->comms[pos] = comm;
+  pthread_mutex_unlock(&sets_mu);
+  return s;
 }

@@ -1,11 +1,13 @@
 /* nccl.h: collectives between GPUs through NCCL, opened at run time (libnccl.so.2): one
- * communicator per GPU of a device set (ncclCommInitAll), cached per set; each operation enqueued
+ * communicator per GPU of a device set (ncclCommInitAll; ncclCommInitRank for a group whose GPUs
+ * are in several processes), cached per set; each operation enqueued
  * on the stream of its device's launch. For the GPU half of runtime/collective.h's rendezvous
  * (simulated CPU devices exchange pointers in process instead). Driven by codegen/lower/collective.c for
  * the participants of a CUDA SPMD launch (runtime/cuda.c, one thread per GPU). Knows nothing of the IR, MLIR or Python. */
 #ifndef KL_NCCL_H
 #define KL_NCCL_H
 #include <stddef.h>
+#include <stdint.h>
 
 /* Element types and reductions, NCCL's numbering (ncclDataType_t, ncclRedOp_t). */
 enum { KL_NCCL_I8 = 0, KL_NCCL_U8 = 1, KL_NCCL_I32 = 2, KL_NCCL_U32 = 3, KL_NCCL_I64 = 4, KL_NCCL_U64 = 5,
@@ -25,6 +27,16 @@ const char *kl_nccl_library(int *version);
  * is ordinals[r]. NULL with a message. */
 typedef struct kl_nccl_comms kl_nccl_comms;
 const kl_nccl_comms *kl_nccl_comms_for(const int *ordinals, int n, char *err, size_t errlen);
+
+/* A group spanning processes (one communicator per group, its ranks in several processes, made
+ * with ncclCommInitRank): kl_nccl_unique_id writes a new group's 128-byte id (its first rank makes
+ * it, the others receive it); kl_nccl_span_join makes rank pos's communicator of the group keyed
+ * by key[0..n) (its members' global ranks), blocking until every rank joins; kl_nccl_span_find
+ * returns the set once rank pos has joined (NULL before). Sets are cached for the process's life;
+ * the set's other ranks' communicators are NULL unless this process runs them too. */
+int kl_nccl_unique_id(void *id, char *err, size_t errlen);
+const kl_nccl_comms *kl_nccl_span_join(const int64_t *key, int n, int pos, const void *id, char *err, size_t errlen);
+const kl_nccl_comms *kl_nccl_span_find(const int64_t *key, int n, int pos);
 
 /* Rank `rank`'s part of a collective, enqueued on `stream` (a CUstream). 0, or -1 with a message. */
 int kl_nccl_all_reduce(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t count, int dtype,

@@ -145,8 +145,8 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
 int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
                         size_t errlen);
 
-/* Where the participants of an SPMD launch sit in a group that spans processes (CPU devices
- * only; the processes connected by collective_net.h). */
+/* Where the participants of an SPMD launch sit in a group that spans processes (the processes
+ * connected by collective_net.h; GPUs' collectives through NCCL communicators between them). */
 typedef struct kl_span {
   int size;         /* ranks in the group, in every process */
   const int *ranks; /* per participant of this launch, its rank in the group */

@@ -401,15 +401,15 @@ def test_a_silent_process_times_out_the_collective():
         assert r["error"].startswith("psum: ") and ("process 0" in r["error"] or "earlier failure" in r["error"]), r
 
 
-def test_gpu_mesh_spanning_processes_raises_not_implemented():
-    """NCCL across processes is not built: a GPU mesh holding another process's GPU says so."""
+def test_gpu_mesh_spanning_processes_is_a_span_of_local_ranks():
+    """A GPU mesh holding another process's GPU runs as a span (NCCL between the processes,
+    tests/test_distributed_gpu.py): this process's mesh positions, and per position its process."""
     from kiln._src import api, spmd
     here, there = api.Device(0, "gpu", "H100"), api.Device(1, "gpu", "H100", process_index=1)
     here._kind = there._kind = 1
     there._ordinal = None  # as kiln.distributed numbers another process's device
     mesh = kiln.sharding.Mesh([here, there], ("x",))
     assert mesh.is_multi_process and not kiln.sharding.NamedSharding(mesh, kiln.P("x")).is_fully_addressable
-    with pytest.raises(NotImplementedError, match="NCCL across processes"):
-        spmd._mesh_span(mesh, "shard_map")
-    with pytest.raises(NotImplementedError, match="NCCL across processes"):
-        kiln.shard_map(lambda a: a, mesh=mesh, in_specs=kiln.P("x"), out_specs=kiln.P("x"))(kiln.numpy.ones(2))
+    assert spmd._mesh_span(mesh, "shard_map") == ([0], [0, 1])
+    with pytest.raises(ValueError, match="belongs to process 1"):
+        api._check_local(there, "device_put")

@@ -183,6 +183,28 @@ static int regroup(char *dst, const char *src, int64_t g, int64_t rows, size_t b
   return 0;
 }
 
+/* The communicator set of this participant's group when the launch spans processes: made the first
+ * time the group meets (every participant of the launch is at this collective then, so all of them
+ * exchange: the group's first member posts a new NCCL id, the others read it, then each joins), cached
+ * after. */
+static const kl_nccl_comms *span_comms(kl_coll_group *grp, int rank, const int64_t *members, int64_t g, int64_t pos,
+                                       char *err, size_t errlen) {
+  const kl_nccl_comms *c = kl_nccl_span_find(members, (int)g, (int)pos);
+  if (c) return c;
+  char id[128];
+  memset(id, 0, sizeof id);
+  if (pos == 0 && kl_nccl_unique_id(id, err, errlen)) {
+    kl_coll_abort(grp, err); /* the others must not wait for this id */
+    return NULL;
+  }
+  const void *const *posts = kl_coll_exchange(grp, rank, id, sizeof id, err, errlen);
+  if (!posts) return NULL;
+  memcpy(id, posts[members[0]], sizeof id);
+  if (kl_coll_release_posts(grp, err, errlen)) return NULL;
+  kl_cuda_queue_stream(); /* this participant's GPU current: NCCL takes the communicator's device from it */
+  return kl_nccl_span_join(members, (int)g, (int)pos, id, err, errlen);
+}
+
 int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, size_t errlen) {
   const char *name = kl_prim_get(c->prim)->name;
   int rank;
@@ -228,7 +250,8 @@ int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, s
     goto out;
   }
   size_t ebytes = es / mult; /* bytes of one NCCL element */
-  comms = kl_nccl_comms_for(ords, (int)g, err, errlen);
+  comms = grp && kl_coll_group_spans(grp) ? span_comms(grp, rank, members, g, pos, err, errlen)
+                                          : kl_nccl_comms_for(ords, (int)g, err, errlen);
   kl_cuda_context_lost();
   stream = kl_cuda_queue_stream(); /* (the thread's GPU's context current again) */
   if (!comms) {

@@ -160,7 +160,10 @@ def _local_device_table(local_device_ids=None):
 
 
 def _selected(devs, local_device_ids):
-    if local_device_ids is None:
+    """The devices local_device_ids picks: of the default backend's platform (as in JAX: the GPUs
+    where there are some); the other platform's devices all take part."""
+    default = "gpu" if _gpu is not None else "cpu"
+    if local_device_ids is None or (devs and devs[0].platform != default):
         return list(devs)
     ids = [local_device_ids] if isinstance(local_device_ids, int) else list(local_device_ids)
     bad = [i for i in ids if not 0 <= i < len(devs)]

@@ -10,7 +10,8 @@ runtime/collective_net.c): shard_map and pmap over a mesh of CPU devices of seve
 run the body on this process's devices, their collectives meeting the other processes' over those
 connections (each collective waits at most KILN_COLLECTIVE_TIMEOUT seconds, default 300, for a
 silent peer; a peer that exits or fails makes the others raise at once). GPU meshes that span
-processes (NCCL across processes) are not supported yet: `remote_device_error` says so.
+processes run the same way, their collectives through NCCL (one communicator per collective group,
+its id passed over those connections: codegen/lower/collective.c).
 """
 
 import atexit
@@ -309,14 +310,7 @@ def client():
 
 
 def remote_device_error(device, what):
-    """What computing on another process's device raises where kiln cannot (a single device of
-    another process; GPUs of several processes)."""
-    if device.platform == "gpu":
-        return NotImplementedError(
-            f"{what}: {device!r} belongs to process {device.process_index}, not to this one (process "
-            f"{global_state.process_id}); collectives between the GPUs of several processes (NCCL across processes) "
-            "are not supported yet by kiln: use a mesh of this process's GPUs (kiln.local_devices()), or CPU "
-            "devices (KILN_PLATFORM=cpu), whose meshes may span processes")
+    """What computing on another process's device alone raises (a single device of another process)."""
     return ValueError(
         f"{what}: {device!r} belongs to process {device.process_index}, not to this one (process "
         f"{global_state.process_id}); a process computes only on its own devices: put data on a mesh that spans "

@@ -18,8 +18,9 @@ kl_span), and the collectives exchange the other processes' data over TCP
 fully addressable arrays): made by make_array_from_callback / make_array_from_single_device_arrays
 / device_put(global value, NamedSharding) in every process; a fully replicated one reads as a
 whole (its local replica), others raise when read whole. pmap over every process's devices maps
-each process's own slices (its local device count). GPU meshes spanning processes raise
-NotImplementedError (no NCCL across processes yet).
+each process's own slices (its local device count). GPU meshes may span processes too: each
+collective's group gets one NCCL communicator (ncclCommInitRank), its id made by the group's first
+member and passed to the others through the same inter-process exchange, the first time it meets.
 
 Differentiation inside a body follows JAX's two modes. With check_vma=True (shard_map's default)
 every value has a type of the mesh axes it varies over (its vma: inputs vary over the axes their
@@ -192,15 +193,11 @@ def _same_layout(s1, s2, ndim):
 def _mesh_span(mesh, what):
     """None when every device of the mesh is this process's; else (ranks, procs) of an SPMD launch
     over it (runtime.h's kl_span): the mesh positions of this process's devices, and per position
-    the process that runs it. Raises for meshes kiln cannot run across processes (GPUs)."""
+    the process that runs it (GPUs of several processes meet through NCCL, CPU devices over TCP)."""
     if mesh._all_local:
         return None
     if mesh._span is None:
         flat = list(mesh.devices.flat)
-        for d in flat:
-            if d.platform == "gpu" and not api._is_local(d):
-                from kiln._src import distributed
-                raise distributed.remote_device_error(d, what)
         ranks = [i for i, d in enumerate(flat) if api._is_local(d)]
         if not ranks:
             from kiln._src import distributed
