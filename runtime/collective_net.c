@@ -236,6 +236,19 @@ void kl_net_close(void) {
 
 int kl_net_process(void) { return __atomic_load_n(&connected_as, __ATOMIC_ACQUIRE); }
 
+int kl_net_span_process(int size, const int *procs, int n, const char *what, char *err, size_t errlen) {
+  int me = kl_net_process();
+  if (me < 0)
+    return kl_error(err, errlen, KL_ERR_VALUE, "a computation over the devices of several processes needs the processes "
+                    "connected: call kiln.distributed.initialize() first");
+  int local = 0;
+  for (int r = 0; r < size; r++) local += procs[r] == me;
+  if (local != n)
+    return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch of %d %s, but its group gives this process (%d) %d", n,
+                    what, me, local);
+  return me;
+}
+
 /* ---- the exchange ---- */
 
 typedef struct {

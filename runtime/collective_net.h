@@ -24,6 +24,10 @@ void kl_net_close(void);
 
 /* This process's id, or -1 when not connected. */
 int kl_net_process(void);
+/* For an SPMD launch of n devices in a group of `size` ranks, rank r run by process procs[r]:
+ * this process's id, or -1 with a message when the processes are not connected or the group gives
+ * this process other than n ranks (`what` names the devices: "devices", "GPUs"). */
+int kl_net_span_process(int size, const int *procs, int n, const char *what, char *err, size_t errlen);
 
 /* One exchange of a group of n ranks, rank r run by process procs[r]: posts[r] (nbytes each) is
  * set for this process's ranks; the other processes' posts are received into recv (room for

@@ -696,15 +696,8 @@ static void run_group(launch *l) {
 static int cpu_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
                             kl_buffer **outs, char *err, size_t errlen) {
   (void)ordinals; /* simulated devices share the host */
-  int me = span ? kl_net_process() : 0;
-  if (me < 0)
-    return kl_error(err, errlen, KL_ERR_VALUE, "a computation over the devices of several processes needs the processes "
-                    "connected: call kiln.distributed.initialize() first");
-  int local = 0;
-  for (int r = 0; span && r < span->size; r++) local += span->procs[r] == me;
-  if (span && local != n)
-    return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch of %d devices, but its group gives this process (%d) %d",
-                    n, me, local);
+  int me = span ? kl_net_span_process(span->size, span->procs, n, "devices", err, errlen) : 0;
+  if (me < 0) return -1;
   backpressure();
   launch *g = calloc(1, sizeof *g);
   launch **members = calloc((size_t)n, sizeof *members);

@@ -1338,15 +1338,8 @@ static void *run_participant(void *arg) {
 
 static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
                              kl_buffer **outs, char *err, size_t errlen) {
-  int me = span ? kl_net_process() : 0, total = span ? span->size : n;
-  if (me < 0)
-    return kl_error(err, errlen, KL_ERR_VALUE, "a computation over the devices of several processes needs the processes "
-                    "connected: call kiln.distributed.initialize() first");
-  int local = 0;
-  for (int r = 0; span && r < span->size; r++) local += span->procs[r] == me;
-  if (span && local != n)
-    return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch of %d GPUs, but its group gives this process (%d) %d", n,
-                    me, local);
+  int me = span ? kl_net_span_process(span->size, span->procs, n, "GPUs", err, errlen) : 0, total = span ? span->size : n;
+  if (me < 0) return -1;
   if (enter()) {
     snprintf(err, errlen, "no GPU: %s", cuda_ok ? gpu_error : init_error);
     return -1;
