@@ -110,6 +110,52 @@ def test_argmax_argmin(request, name, axis, dtype_name):
     np.testing.assert_array_equal(np.asarray(kept), getattr(np, name)(x, axis=axis, keepdims=True))
 
 
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16", "int8", "int16", "int32", "uint8",
+                                        "uint16", "uint32", "bool", "float64"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_argmax_argmin_of_specials_and_ties_along_either_axis(request, dtype_name, jit):
+    """argmax/argmin of operands of 32 bits or fewer run as one max-reduction over packed (order key,
+    ~index) words (transforms/rules/reduce.c): the first index of the extreme value, NaN winning
+    (its first), -0 equal to +0, every integer order (signed, unsigned, bool), against NumPy."""
+    dtype = _dtype(request, dtype_name)
+    rng = np.random.default_rng(7)
+    if dtype.kind == "b":
+        x = rng.random((9, 13)) < 0.5
+    elif dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, (9, 13), endpoint=True).astype(dtype)
+        x[:, 5] = info.max  # ties at the extremes
+        x[:, 7] = info.max
+        x[2, :] = info.min
+    else:
+        x = np.round(rng.standard_normal((9, 13)) * 2).astype(np.float32)  # many ties
+        x[0, 3], x[0, 8] = np.nan, np.nan
+        x[1, 0], x[1, 4] = -0.0, 0.0
+        x[1, :] = np.where(x[1] == 0, x[1], -1.0)  # row 1: -0 and +0 are the largest, tied
+        x[3, :] = np.inf
+        x[4, 6] = -np.inf
+        x = x.astype(dtype)
+    ref = x.astype(np.float64) if dtype.kind == "V" or dtype_name == "bfloat16" else x
+    for name in ("argmax", "argmin"):
+        for axis in (0, 1):
+            f = (lambda a, name=name, axis=axis: getattr(jnp, name)(a, axis=axis))
+            got = np.asarray(kiln.jit(f)(x) if jit else f(x))
+            np.testing.assert_array_equal(got, getattr(np, name)(ref, axis=axis), err_msg=f"{name} axis {axis}")
+
+
+def test_argmax_of_a_categorical_draw_is_one_fused_reduction_on_the_gpu():
+    """categorical's argmax over Gumbel draws plus logits fuses with them: the draws are never
+    stored (one kernel computes and reduces them, a thread a row of 100 classes, no barrier)."""
+    lg = np.random.default_rng(1).standard_normal(100).astype(np.float32)
+    f = lambda k, lg: kiln.random.categorical(k, lg, shape=(100000,))  # noqa: E731
+    ptx = kiln.make_jaxpr(f)(kiln.random.PRNGKey(0), lg)._traced.builder.gpu_ptx(90)
+    kernels = ptx.split(".entry ")[1:]
+    reducing = [k for k in kernels if "max.u64" in k]
+    assert len(reducing) == 1, "not one kernel reducing the packed words"
+    assert "bar.sync" not in reducing[0] and reducing[0].count("st.global") == 1  # only the indices are stored
+    assert len(kernels) <= 2  # the key's split and the fused draw-and-reduce
+
+
 def test_argmax_finds_first_nan_and_nanargmax_skips_it():
     x = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan], [2.0, 5.0, 4.0]], np.float32)
     np.testing.assert_array_equal(np.asarray(jnp.argmax(x, axis=1)), np.argmax(x, axis=1))
