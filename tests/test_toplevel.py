@@ -47,10 +47,10 @@ def test_process_facts_modules_and_refs(capsys):
     assert kiln.copy_to_host_async(x) is x
 
 
-def test_smap_is_not_built_yet_and_says_what_to_write():
-    # pmap, shard_map, make_mesh, Mesh, set_mesh, reshard and the array builders exist now
-    # (tests/test_sharding.py, tests/test_mesh_utils.py)
-    with pytest.raises(NotImplementedError, match=r"smap is not supported yet by kiln.*shard_map"):
+def test_smap_needs_out_axes_and_axis_name_and_set_mesh_a_mesh():
+    # smap, pmap, shard_map, make_mesh, Mesh, set_mesh, reshard and the array builders exist
+    # (tests/test_smap.py, tests/test_sharding.py, tests/test_mesh_utils.py)
+    with pytest.raises(TypeError, match="out_axes|axis_name"):
         kiln.smap(lambda x: x)
     with pytest.raises(TypeError, match="set_mesh: expected a Mesh"):
         kiln.set_mesh(lambda x: x)

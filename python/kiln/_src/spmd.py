@@ -520,7 +520,63 @@ def shard_map(f=None, /, *, out_specs, in_specs=None, mesh=None, axis_names=None
     return ShardMapped(f, mesh, in_specs, out_specs, check_vma if check_rep is None else check_rep, axis_names)
 
 
-smap = None  # set below
+class _Infer:
+    def __repr__(self):
+        return "Infer"
+
+
+Infer = _Infer()  # smap's default in_axes: inferred from the arguments' shardings (JAX's Explicit mode)
+
+
+def _axis_spec(axis, ndim, axis_name, what):
+    """The PartitionSpec mapping axis `axis` of an ndim array over mesh axis axis_name (None: P())."""
+    from kiln.sharding import PartitionSpec as P
+    if axis is None:
+        return P()
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise TypeError(f"smap: {what} entries must be int or None, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"smap: {what} {axis} is out of range for an array of {ndim} dimension(s)")
+    return P(*([None] * (int(axis) % ndim)), axis_name)
+
+
+def smap(f=None, /, *, in_axes=Infer, out_axes, axis_name):
+    """jax.smap: shard_map of f over the one mesh axis axis_name of the context mesh (jax.set_mesh /
+    use_mesh / `with mesh:`), each argument split along its in_axes entry (None: every instance
+    reads it whole), each result joined along its out_axes entry (None: one instance's copy). The
+    mesh's other axes are not split (kiln computes the same instance on each of their devices,
+    where JAX leaves them to its partitioner; the values are the same)."""
+    if f is None:
+        return lambda g: smap(g, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name)
+    if not callable(f):
+        raise TypeError(f"smap: expected a callable, got {type(f).__name__}")
+
+    @functools.wraps(f)
+    def mapped(*args, **kwargs):
+        if kwargs:
+            raise TypeError(f"smap: pass the arguments positionally (in_axes describes them in order); got keyword "
+                            f"arguments {sorted(kwargs)}")
+        if in_axes is Infer:
+            raise NotImplementedError("smap: in_axes inferred from the arguments' shardings (JAX's Explicit mode) is not "
+                                      "supported by kiln; give in_axes (an int, None, or one entry per argument)")
+        axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(axes) != len(args):
+            raise ValueError(f"smap: in_axes has {len(axes)} entries for {len(args)} positional arguments")
+        none_leaf = lambda x: x is None  # noqa: E731  (None maps no axis: a leaf here)
+        per_leaf = tree_util.tree_leaves(tree_util.tree_broadcast(list(axes), list(args), is_leaf=none_leaf),
+                                         is_leaf=none_leaf)
+        leaves, treedef = tree_util.tree_flatten(list(args))
+        specs = [_axis_spec(a, np.ndim(x), axis_name, "in_axes") for a, x in zip(per_leaf, leaves)]
+        in_specs = tuple(treedef.unflatten(specs))
+        def out_spec(a):  # the results' ranks are not known before tracing: axes counted from the front
+            if isinstance(a, (int, np.integer)) and not isinstance(a, bool) and a < 0:
+                raise NotImplementedError("smap: negative out_axes are not supported yet by kiln; give the axis "
+                                          "counted from the front")
+            return _axis_spec(a, (a + 1) if isinstance(a, (int, np.integer)) else 0, axis_name, "out_axes")
+        out_specs = tree_util.tree_map(out_spec, out_axes, is_leaf=none_leaf)
+        return shard_map(f, mesh=None, in_specs=in_specs, out_specs=out_specs, axis_names={axis_name})(*args)
+
+    return mapped
 
 
 # ---------------------------------------------------------------------------------------------------------

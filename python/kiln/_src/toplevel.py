@@ -98,11 +98,8 @@ def _multi_device(name):
     return fn
 
 
-from kiln._src.spmd import (pmap, shard_map, make_array_from_callback,  # noqa: E402,F401
+from kiln._src.spmd import (pmap, shard_map, smap, make_array_from_callback,  # noqa: E402,F401
                             make_array_from_single_device_arrays)
-def smap(f=None, /, *, in_axes=0, out_axes=0, axis_name=None):
-    raise NotImplementedError("smap is not supported yet by kiln: write it as shard_map over the mesh axis "
-                              "(jax.shard_map(f, mesh=..., in_specs=P(axis_name), out_specs=P(axis_name)))")
 
 
 class set_mesh:
