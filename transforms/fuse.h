@@ -39,6 +39,10 @@ int kl_inline_calls(kl_program *pg, char *err, size_t errlen);
 /* Puts each equation whose primitive has a legalize rule in the form its lowering takes
  * (transforms/legalize.c: dot_general operands in GEMM form). 0, or -1 with a message. */
 int kl_legalize(kl_program *pg, char *err, size_t errlen);
+/* Joins psums of one dtype over the same mesh axes whose results are first read after the last of
+ * them into one psum (transforms/combine.c), when KILN_COMBINE_COLLECTIVES=1 (an experiment).
+ * 0, or -1 with a message. */
+int kl_combine_collectives(kl_program *pg, char *err, size_t errlen);
 /* Whether equation e runs for an effect (an effect callback, in it or in its bodies). */
 int kl_eqn_has_effect(const kl_eqn *e);
 /* The complex pass (transforms/complex.c): complex values become real ones (parts, or packed as

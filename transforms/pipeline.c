@@ -17,6 +17,8 @@ static int run_complex(kl_program *pg, char *err, size_t errlen) { return kl_com
 
 static int run_legalize(kl_program *pg, char *err, size_t errlen) { return kl_legalize(pg, err, errlen); }
 
+static int run_combine(kl_program *pg, char *err, size_t errlen) { return kl_combine_collectives(pg, err, errlen); }
+
 static int run_simplify(kl_program *pg, char *err, size_t errlen) {
   (void)err, (void)errlen;
   kl_simplify(pg);
@@ -46,6 +48,7 @@ static const struct {
     {"inline", 0, IN_COMPILE, run_inline},                  /* call equations -> their bodies */
     {"complex", 0, IN_COMPILE, run_complex},                /* complex values -> real parts / packed pairs */
     {"legalize", 0, IN_COMPILE, run_legalize},              /* equations as their lowerings take them */
+    {"combine", 1, IN_COMPILE, run_combine},                 /* psums joined (KILN_COMBINE_COLLECTIVES=1 only) */
     {"simplify", 1, IN_COMPILE | IN_OPTIMIZE, run_simplify}, /* algebraic identities, forwarding */
     {"cse", 1, IN_COMPILE | IN_OPTIMIZE, run_cse},           /* equal equations computed once */
     {"dce", 1, IN_COMPILE | IN_OPTIMIZE, run_dce},           /* unused equations dropped */

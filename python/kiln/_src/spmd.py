@@ -1108,8 +1108,22 @@ def insert_pvary(traced, arrs, in_vmas):
     if not needed:
         return traced
 
+    # an operand that is a broadcast gets its pvary before the broadcast (the identity either way):
+    # pvary's transpose, a psum, then moves the broadcast's reduced cotangent (a bias's gradient:
+    # its features, not the batch's rows times them)
+    bcast = {outs[0]: (ins[0], params) for prim, ins, outs, params in eqs if prim == "broadcast_in_dim" and len(ins) == 1}
+
+    def pvaried(i, x, a):
+        if i in bcast:
+            src, params = bcast[i]
+            return core.bind("broadcast_in_dim", [pvaried(src, env_[0][src], a)], params)[0]
+        return _bind_pvary(_traced(x, _pvary_params(mesh, a)), a, mesh)
+
+    env_ = [None]
+
     def replay(*inputs):
         env = dict(zip(ids, list(inputs) + list(traced.consts)))
+        env_[0] = env
         for (prim, ins, outs, params), add in zip(eqs, adds):
             if prim == "literal":
                 from kiln._src import ad
@@ -1117,8 +1131,7 @@ def insert_pvary(traced, arrs, in_vmas):
             else:
                 xs = [env[i] for i in ins]
                 if add is not None:
-                    xs = [_bind_pvary(_traced(x, _pvary_params(mesh, a)), a, mesh) if a else x
-                          for x, a in zip(xs, add)]
+                    xs = [pvaried(i, x, a) if a else x for i, x, a in zip(ins, xs, add)]
                 res = core.bind(prim, xs, params)
             for o, r in zip(outs, res):
                 env[o] = r
