@@ -31,6 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 KILN_PYTHON = os.path.join(os.path.dirname(HERE), "python")
 if KILN_PYTHON not in sys.path:
     sys.path.insert(0, KILN_PYTHON)
+sys.path.insert(0, HERE)
+from timing import timed  # noqa: E402  (bench/timing.py: the timing loop the standalone scripts share)
 
 ALL = ["selu", "sumsq", "softmax", "matmul_highest", "matmul_default", "dispatch", "dispatch_tree", "eager", "compile",
        "mlp_step", "vmap_matvec", "vmap_dispatch", "chain", "transformer"]
@@ -106,14 +108,7 @@ def time_calls(fn, warmup, repeats):
     first lets the previous library's worker threads (which spin for a while after work) go idle,
     so libraries measured one after the other in this process do not slow each other down."""
     time.sleep(0.3)
-    for _ in range(warmup):
-        block(fn())
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        block(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return timed(fn, block, repeats, warm=warmup)
 
 
 def time_loop(fn, n, warmup, repeats):

@@ -3,17 +3,15 @@ elsewhere; kiln compiles through its own IR to native code and PTX and has no St
 so exporting raises NotImplementedError (kiln's compiled programs are cached on disk by
 KILN_CACHE_DIR instead)."""
 
+from kiln._src.toplevel import unsupported
+
 maximum_supported_calling_convention_version = 10
 minimum_supported_calling_convention_version = 9
 
 
 def _no(name):
-    def fn(*args, **kwargs):
-        raise NotImplementedError(f"jax.export.{name} is not supported by kiln: it serializes StableHLO for XLA, and "
-                                  "kiln compiles to native code and PTX without XLA (kiln caches compiled programs "
-                                  "on disk instead: KILN_CACHE_DIR)")
-    fn.__name__ = name
-    return fn
+    return unsupported(f"jax.export.{name}", "it serializes StableHLO for XLA, and kiln compiles to native code and "
+                       "PTX without XLA (kiln caches compiled programs on disk instead: KILN_CACHE_DIR)")
 
 
 export = _no("export")

@@ -4,12 +4,12 @@ from a program use kiln.pure_callback (or kiln.debug.callback); kiln's own C API
 (include/kiln.h) builds programs from C."""
 
 
+from kiln._src.toplevel import unsupported
+
+
 def _no(name):
-    def fn(*args, **kwargs):
-        raise NotImplementedError(f"jax.ffi.{name} is not supported by kiln: XLA FFI custom calls need XLA, which kiln "
-                                  "does not use; call host code with kiln.pure_callback instead")
-    fn.__name__ = name
-    return fn
+    return unsupported(f"jax.ffi.{name}", "XLA FFI custom calls need XLA, which kiln does not use; call host code "
+                       "with kiln.pure_callback instead")
 
 
 ffi_call = _no("ffi_call")

@@ -1113,17 +1113,14 @@ def insert_pvary(traced, arrs, in_vmas):
     # its features, not the batch's rows times them)
     bcast = {outs[0]: (ins[0], params) for prim, ins, outs, params in eqs if prim == "broadcast_in_dim" and len(ins) == 1}
 
-    def pvaried(i, x, a):
+    def pvaried(i, env, a):
         if i in bcast:
             src, params = bcast[i]
-            return core.bind("broadcast_in_dim", [pvaried(src, env_[0][src], a)], params)[0]
-        return _bind_pvary(_traced(x, _pvary_params(mesh, a)), a, mesh)
-
-    env_ = [None]
+            return core.bind("broadcast_in_dim", [pvaried(src, env, a)], params)[0]
+        return _bind_pvary(_traced(env[i], _pvary_params(mesh, a)), a, mesh)
 
     def replay(*inputs):
         env = dict(zip(ids, list(inputs) + list(traced.consts)))
-        env_[0] = env
         for (prim, ins, outs, params), add in zip(eqs, adds):
             if prim == "literal":
                 from kiln._src import ad
@@ -1131,7 +1128,7 @@ def insert_pvary(traced, arrs, in_vmas):
             else:
                 xs = [env[i] for i in ins]
                 if add is not None:
-                    xs = [pvaried(i, x, a) if a else x for i, x, a in zip(ins, xs, add)]
+                    xs = [pvaried(i, env, a) if a else x for i, x, a in zip(ins, xs, add)]
                 res = core.bind(prim, xs, params)
             for o, r in zip(outs, res):
                 env[o] = r

@@ -89,12 +89,12 @@ def print_environment_info(return_string=False):
     return None
 
 
-def _multi_device(name):
+def unsupported(qualname, reason):
+    """A function named after qualname's last part that raises NotImplementedError saying
+    "<qualname> is not supported by kiln: <reason>" (the names kiln keeps without their feature)."""
     def fn(*args, **kwargs):
-        raise NotImplementedError(f"{name} is not supported yet by kiln: it needs several devices (meshes, shardings, "
-                                  "collectives), kiln's next piece of work; single-device programs need no "
-                                  f"{name}")
-    fn.__name__ = name
+        raise NotImplementedError(f"{qualname} is not supported by kiln: {reason}")
+    fn.__name__ = qualname.rsplit(".", 1)[-1]
     return fn
 
 
