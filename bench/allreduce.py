@@ -1,10 +1,15 @@
 """All-reduce of 1 GiB of float32 over every GPU: kiln (psum inside a jitted shard_map, NCCL) against
 PyTorch's torch.distributed.all_reduce (NCCL, one process per GPU). Prints the bus bandwidth,
 2 (n - 1) / n * bytes / time, of each. Run on a machine with two or more GPUs:
-    PYTHONPATH=python python3 bench/allreduce.py [--mib 1024] [--iters 20]"""
+    PYTHONPATH=python python3 bench/allreduce.py [--mib 1024] [--iters 20] [--gpus N] [--processes]
+--processes runs kiln as N processes of one GPU (kiln.distributed over loopback), as PyTorch runs."""
 
 import argparse
+import json
 import os
+import socket
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -14,12 +19,12 @@ def busbw(n, nbytes, seconds):
     return 2 * (n - 1) / n * nbytes / seconds / 1e9
 
 
-def bench_kiln(mib, iters, ngpus=None):
+def bench_kiln(mib, iters, ngpus=None, platform="gpu"):
     import numpy as np
     import kiln
     from kiln import lax
     from kiln.sharding import Mesh, NamedSharding, PartitionSpec as P
-    gpus = kiln.devices("gpu")[:ngpus]
+    gpus = kiln.devices(platform)[:ngpus]
     n = len(gpus)
     per = mib * (1 << 20) // 4
     mesh = Mesh(np.array(gpus), ("x",))
@@ -33,6 +38,38 @@ def bench_kiln(mib, iters, ngpus=None):
     kiln.block_until_ready(out)
     dt = (time.perf_counter() - t0) / iters
     return n, dt, busbw(n, per * 4, dt)
+
+
+CHILD = """
+import json, sys
+sys.path.insert(0, {here!r})
+import allreduce, kiln
+from kiln import distributed
+a = json.loads(sys.argv[1])
+mib, iters, platform = a.pop("mib"), a.pop("iters"), a.pop("platform")
+distributed.initialize(**a, initialization_timeout=60)
+n, dt, bw = allreduce.bench_kiln(mib, iters, platform=platform)
+if kiln.process_index() == 0:
+    print(json.dumps([n, dt, bw]), flush=True)
+distributed.shutdown()
+"""
+
+
+def bench_kiln_processes(n, mib, iters, platform="gpu"):
+    """kiln's psum over n processes of one device each (process 0's timing)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD.format(here=here), json.dumps(
+        {"coordinator_address": f"127.0.0.1:{port}", "num_processes": n, "process_id": p, "local_device_ids": [p],
+         "mib": mib, "iters": iters, "platform": platform})],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(n)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        if p.returncode:
+            raise RuntimeError(f"a process failed:\n{err[-2000:]}")
+    return json.loads(outs[0][0].strip().splitlines()[-1])
 
 
 def _torch_worker(rank, n, mib, iters, port, q):
@@ -69,9 +106,16 @@ def main():
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--gpus", type=int, default=None, help="the first N GPUs (default: all)")
+    ap.add_argument("--processes", action="store_true", help="kiln as one process per GPU")
     args = ap.parse_args()
-    n, dt, bw = bench_kiln(args.mib, args.iters, args.gpus)
-    print(f"kiln  psum (shard_map, jit) {args.mib} MiB f32 over {n} GPUs: {dt * 1e3:.2f} ms, bus bandwidth {bw:.1f} GB/s")
+    if args.processes:
+        import kiln
+        n, dt, bw = bench_kiln_processes(args.gpus or len(kiln.devices("gpu")), args.mib, args.iters)
+        how = "processes"
+    else:
+        n, dt, bw = bench_kiln(args.mib, args.iters, args.gpus)
+        how = "GPUs, one process"
+    print(f"kiln  psum (shard_map, jit) {args.mib} MiB f32 over {n} {how}: {dt * 1e3:.2f} ms, bus bandwidth {bw:.1f} GB/s")
     try:
         tdt, tbw = bench_torch(n, args.mib, args.iters)
         print(f"torch dist.all_reduce        {args.mib} MiB f32 over {n} GPUs: {tdt * 1e3:.2f} ms, bus bandwidth {tbw:.1f} GB/s")

@@ -3,13 +3,15 @@
 The GPU MLP workload of bench/gpu.py (1024 -> 4096 -> 4096 -> 10, tanh/relu, mean squared error,
 SGD) with a batch of 4096 rows per device (weak scaling): parameters replicated, the batch split
 over a 1-D mesh, the step a jitted shard_map whose gradients are `pmean`'d over the mesh. Prints
-per device count the median step time of each library and kiln's weak-scaling efficiency
-(time on 1 device / time on k). Run on a machine with two or more GPUs:
+per device count the median step time of each library (each step waited for) and its weak-scaling
+efficiency (time on 1 device / time on k), then the same for a training loop's steps, each taking the
+last one's parameters with nothing waited for in between ("pipelined"). Run on a machine with two or more GPUs:
     PYTHONPATH=python python3 bench/dp_mlp.py [--reps 20] [--rows 4096]
 (--small: 64 -> 128 -> 128 -> 10 with 256 rows per device, for a CPU with KILN_NUM_CPU_DEVICES.)
 """
 import argparse
 import os
+import time
 
 import numpy as np
 
@@ -64,7 +66,14 @@ def run(name, lib, devices, sizes, rows, reps, rng_seed=0):
     out = f(p, xs, ys)
     first = [np.asarray(w) for w, _ in out]
     t = timed(lambda: f(p, xs, ys), lib.block_until_ready, reps, warm=3)
-    return t, first
+    # a training loop: each step's parameters the last one's, nothing waited for in between
+    q = f(p, xs, ys)
+    lib.block_until_ready(q)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        q = f(q, xs, ys)
+    lib.block_until_ready(q)
+    return t, (time.perf_counter() - t0) / reps, first
 
 
 def main():
@@ -94,15 +103,17 @@ def main():
             devs = lib.devices()[:k]
             if len(devs) < k:
                 continue
-            t, w = run(name, lib, devs, sizes, rows, args.reps)
+            t, tp, w = run(name, lib, devs, sizes, rows, args.reps)
             if ref is None:
                 ref = w
             else:  # the same step from the same data: the same weights (float32, TF32 products)
                 err = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, w))
                 line.append(f"max|w_kiln - w_{name}| {err:.1e}")
-            base.setdefault(name, t)
+            base.setdefault(name, (t, tp))
+            b, bp = base[name]
             line.insert(len(line) - (1 if len(line) and line[-1].startswith("max") else 0),
-                        f"{name} {t * 1e3:7.3f} ms (eff {base[name] / t * 100:5.1f}%)")
+                        f"{name} {t * 1e3:7.3f} ms (eff {b / t * 100:5.1f}%), pipelined {tp * 1e3:7.3f} ms "
+                        f"(eff {bp / tp * 100:5.1f}%)")
         print(f"{k} device(s): " + "  ".join(line), flush=True)
 
 

@@ -26,6 +26,7 @@ struct kl_coll_group {
   int arrived;             /* participants at the current barrier */
   unsigned long generation; /* barriers passed */
   int aborted;             /* a participant failed */
+  int careful;             /* the participants meet around every collective (kl_coll_group_set_careful) */
   const void **posts;      /* n pointers */
   int *ordinals;           /* n devices, or NULL */
   int *procs;              /* per rank, its process; NULL for a group of this process alone */
@@ -147,6 +148,12 @@ const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine
 }
 
 int kl_coll_release_posts(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, 0, 0, err, errlen); }
+
+int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, 0, 0, err, errlen); }
+
+void kl_coll_group_set_careful(kl_coll_group *g, int on) { g->careful = on; }
+
+int kl_coll_group_careful(const kl_coll_group *g) { return g->careful; }
 
 void kl_coll_abort(kl_coll_group *g, const char *why) {
   pthread_mutex_lock(&g->mu);

@@ -45,6 +45,16 @@ const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine
 /* Waits until every participant is done reading the posts (then they may be overwritten and
  * their memory reused). 0, or -1 with a message when aborted. */
 int kl_coll_release_posts(kl_coll_group *g, char *err, size_t errlen);
+/* Waits until this process's every participant is here (the others' processes are not waited for).
+ * 0, or -1 with a message when aborted. */
+int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen);
+/* Whether the participants meet (kl_coll_rendezvous) before and after each collective: a launch's
+ * first on its GPUs. There a participant's thread may load a library's kernels lazily (cuBLAS's:
+ * CUDA waits for the GPU to drain, holding a lock every thread of the process needs) while another
+ * GPU's NCCL kernel waits for this thread's: a deadlock. Meeting around the collectives orders the
+ * first launch's loading and NCCL's calls; later launches have nothing left to load. */
+void kl_coll_group_set_careful(kl_coll_group *g, int on);
+int kl_coll_group_careful(const kl_coll_group *g);
 /* Marks g failed and wakes every waiter: later exchanges fail at once. A group spanning processes
  * also tells the other processes (why: the message they raise; NULL: a generic one). */
 void kl_coll_abort(kl_coll_group *g, const char *why);

@@ -29,19 +29,22 @@ static int (*p_dgeam)(cublasHandle_t, int, int, int, int, const double *, const 
 static int (*p_sscal)(cublasHandle_t, int, const float *, float *, int);
 static int (*p_dscal)(cublasHandle_t, int, const double *, double *, int);
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* opening the library */
 static int tried, ready;
 static char why[512];
-static cublasHandle_t handle;
 #define WORKSPACE_BYTES ((size_t)32 << 20)
-static void *workspace; /* cuBLAS's, for the life of the process */
 static int (*p_set_ws)(cublasHandle_t, void *, size_t);
 static kl_libfind find = KL_LIBFIND_INIT; /* registered candidates, the path opened */
 static void *lib; /* the dlopen handle, for kl_cublas_symbol */
-/* A handle and workspace per GPU (a handle belongs to the context it was made in); handle and
- * workspace above are the calling thread's GPU's while mu is held (select_gpu). */
-static cublasHandle_t handles[KL_CUDA_MAX_GPUS];
-static void *workspaces[KL_CUDA_MAX_GPUS];
+/* A handle and workspace (cuBLAS's, for the life of the process) per GPU: a handle belongs to the
+ * context it was made in. Calls on one GPU are serialized by its lock (they only enqueue work);
+ * the participants of a launch over several GPUs call at once. */
+typedef struct {
+  cublasHandle_t h;
+  void *ws;
+} gpu_handle;
+static gpu_handle gpus[KL_CUDA_MAX_GPUS];
+static pthread_mutex_t gpu_mu[KL_CUDA_MAX_GPUS];
 
 int kl_cublas_add_search_path(const char *path) {
   return kl_libfind_add(&find, path);
@@ -83,49 +86,53 @@ static void open_cublas(void) {
     snprintf(why, sizeof why, "%.400s lacks the cuBLAS functions kiln needs", find.path);
     return;
   }
-  int rc = p_create(&handle);
-  if (!rc) rc = p_set_stream(handle, kl_cuda_stream());
+  *(void **)&p_set_ws = dlsym(h, "cublasSetWorkspace_v2");
+  for (int g = 0; g < KL_CUDA_MAX_GPUS; g++) pthread_mutex_init(&gpu_mu[g], NULL);
+  cublasHandle_t probe;
+  int rc = p_create(&probe); /* (the first GPU's handle is made here, to say why when it cannot be) */
+  if (!rc) rc = p_set_stream(probe, kl_cuda_stream());
   if (rc) {
     snprintf(why, sizeof why, "cublasCreate failed (status %d)", rc);
     return;
   }
+  gpus[kl_cuda_ordinal()].h = probe;
   /* a workspace of its own (NVIDIA's size for Hopper): without one cuBLAS allocates under stream
    * capture, which a loop body captured into a conditional graph node may not do */
-  *(void **)&p_set_ws = dlsym(h, "cublasSetWorkspace_v2");
+  gpu_handle *H = &gpus[kl_cuda_ordinal()];
   char werr[256];
-  if (p_set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &workspace, werr, sizeof werr) &&
-      p_set_ws(handle, workspace, WORKSPACE_BYTES)) {
-    kl_cuda_free(workspace, WORKSPACE_BYTES);
-    workspace = NULL;
+  if (p_set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &H->ws, werr, sizeof werr) && p_set_ws(H->h, H->ws, WORKSPACE_BYTES)) {
+    kl_cuda_free(H->ws, WORKSPACE_BYTES);
+    H->ws = NULL;
   }
-  handles[kl_cuda_ordinal()] = handle;
-  workspaces[kl_cuda_ordinal()] = workspace;
   ready = 1;
 }
 
-/* Under mu: points handle and workspace at the calling thread's GPU's, made on first use there.
- * 0, or a cuBLAS status. */
-static int select_gpu(void) {
+/* The calling thread's GPU's handle and workspace, its lock held (made on first use there), or
+ * NULL with *status cuBLAS's (the lock not held). */
+static gpu_handle *lock_gpu(int *status) {
   int g = kl_cuda_ordinal();
-  if (!handles[g]) {
+  gpu_handle *H = &gpus[g];
+  pthread_mutex_lock(&gpu_mu[g]);
+  if (!H->h) {
     void *s = kl_cuda_stream(); /* (makes the GPU's context current) */
-    int rc = p_create(&handles[g]);
-    if (!rc) rc = p_set_stream(handles[g], s);
+    int rc = p_create(&H->h);
+    if (!rc) rc = p_set_stream(H->h, s);
     if (rc) {
-      handles[g] = NULL;
-      return rc ? rc : -1;
+      H->h = NULL;
+      pthread_mutex_unlock(&gpu_mu[g]);
+      *status = rc;
+      return NULL;
     }
     char werr[256];
-    if (p_set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &workspaces[g], werr, sizeof werr) &&
-        p_set_ws(handles[g], workspaces[g], WORKSPACE_BYTES)) {
-      kl_cuda_free(workspaces[g], WORKSPACE_BYTES);
-      workspaces[g] = NULL;
+    if (p_set_ws && !kl_cuda_alloc(WORKSPACE_BYTES, &H->ws, werr, sizeof werr) && p_set_ws(H->h, H->ws, WORKSPACE_BYTES)) {
+      kl_cuda_free(H->ws, WORKSPACE_BYTES);
+      H->ws = NULL;
     }
   }
-  handle = handles[g];
-  workspace = workspaces[g];
-  return 0;
+  return H;
 }
+
+static void unlock_gpu(gpu_handle *H) { pthread_mutex_unlock(&gpu_mu[H - gpus]); }
 
 int kl_cublas_available(char *reason, size_t n) {
   pthread_mutex_lock(&mu);
@@ -138,10 +145,10 @@ int kl_cublas_available(char *reason, size_t n) {
 
 const char *kl_cublas_library(void) { return ready ? find.path : ""; }
 
-/* Points the handle at stream s (cuBLAS then forgets a workspace given before: given again). */
-static int handle_to(void *s) {
-  int rc = p_set_stream(handle, s);
-  if (!rc && workspace) rc = p_set_ws(handle, workspace, WORKSPACE_BYTES);
+/* Points H's handle at stream s (cuBLAS then forgets a workspace given before: given again). */
+static int handle_to(gpu_handle *H, void *s) {
+  int rc = p_set_stream(H->h, s);
+  if (!rc && H->ws) rc = p_set_ws(H->h, H->ws, WORKSPACE_BYTES);
   return rc;
 }
 
@@ -181,16 +188,15 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
   const void *beta = t == KL_F64 ? (const void *)&zero64 : (const void *)&zero32;
   if (m == 0 || n == 0) return 0;
   if (k == 0) return kl_cuda_memset0(c, (size_t)(batch * m * n) * kl_dtype_size(t));
-  pthread_mutex_lock(&mu); /* one handle per GPU: calls are serialized (they only enqueue work) */
-  if (select_gpu()) {
-    pthread_mutex_unlock(&mu);
-    return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS: no handle on GPU %d", kl_cuda_ordinal());
-  }
+  int status = 0;
+  gpu_handle *H = lock_gpu(&status);
+  if (!H) return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS: no handle on GPU %d (status %d)", kl_cuda_ordinal(), status);
+  cublasHandle_t handle = H->h;
   /* a branch being captured into a conditional node queues on a stream of its own */
   void *q = kl_cuda_queue_stream();
   int moved = q && q != kl_cuda_stream();
-  if (moved && handle_to(q)) {
-    pthread_mutex_unlock(&mu);
+  if (moved && handle_to(H, q)) {
+    unlock_gpu(H);
     return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS could not queue a product on a branch's stream");
   }
   void *at = NULL;
@@ -217,8 +223,8 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
                   (int)(transr ? k : n), (long long)(k * n), a, dt, (int)(transl ? m : k), (long long)(m * k), beta, c, dt,
                   (int)n, (long long)(m * n), (int)batch, ct, GEMM_DEFAULT);
   if (at) kl_cuda_free(at, at_bytes); /* in stream order: after the product */
-  if (moved) handle_to(kl_cuda_stream());
-  pthread_mutex_unlock(&mu);
+  if (moved) handle_to(H, kl_cuda_stream());
+  unlock_gpu(H);
   if (rc) {
     snprintf(err, errlen, "cuBLAS gemm (%lld x %lld x %lld, batch %lld) failed with status %d", (long long)m, (long long)n,
              (long long)k, (long long)batch, rc);
@@ -236,17 +242,16 @@ int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t 
   if (n <= 0) return 0;
   float alpha32 = (float)alpha;
   const int64_t piece = (int64_t)1 << 30;
-  pthread_mutex_lock(&mu);
   void *q = kl_cuda_queue_stream();
-  int moved = q && q != kl_cuda_stream();
-  int rc = select_gpu();
-  if (!rc && moved) rc = handle_to(q);
-  for (int64_t at = 0; !rc && at < n; at += piece) {
+  int moved = q && q != kl_cuda_stream(), rc = 0;
+  gpu_handle *H = lock_gpu(&rc);
+  if (H && moved) rc = handle_to(H, q);
+  for (int64_t at = 0; H && !rc && at < n; at += piece) {
     int len = (int)(n - at < piece ? n - at : piece);
-    rc = dbl ? p_dscal(handle, len, &alpha, (double *)x + at, 1) : p_sscal(handle, len, &alpha32, (float *)x + at, 1);
+    rc = dbl ? p_dscal(H->h, len, &alpha, (double *)x + at, 1) : p_sscal(H->h, len, &alpha32, (float *)x + at, 1);
   }
-  if (moved) handle_to(kl_cuda_stream());
-  pthread_mutex_unlock(&mu);
+  if (H && moved) handle_to(H, kl_cuda_stream());
+  if (H) unlock_gpu(H);
   if (rc)
     return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS scal of %lld %s failed with status %d", (long long)n,
                     dbl ? "float64" : "float32", rc);
@@ -256,17 +261,17 @@ int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t 
 void *kl_cublas_symbol(const char *name) { return kl_cublas_available(NULL, 0) ? dlsym(lib, name) : NULL; }
 
 /* The handle lent to runtime/cusolver.c for its batched cuBLAS routines: fn(handle, ctx) runs
- * under mu with the handle on the stream this thread queues to (a branch's, when one is captured),
+ * under the GPU's lock with the handle on the stream this thread queues to (a branch's, when one is captured),
  * its workspace kept. */
 int kl_cublas_with_handle(int (*fn)(void *handle, void *ctx), void *ctx, char *err, size_t errlen) {
   if (!kl_cublas_available(err, errlen)) return -1;
-  pthread_mutex_lock(&mu);
   void *q = kl_cuda_queue_stream();
-  int moved = q && q != kl_cuda_stream();
-  int rc = select_gpu();
-  if (!rc && moved) rc = handle_to(q);
-  if (!rc) rc = fn(handle, ctx);
-  if (moved) handle_to(kl_cuda_stream());
-  pthread_mutex_unlock(&mu);
+  int moved = q && q != kl_cuda_stream(), rc = 0;
+  gpu_handle *H = lock_gpu(&rc);
+  if (!H) return rc ? rc : -1;
+  if (moved) rc = handle_to(H, q);
+  if (!rc) rc = fn(H->h, ctx);
+  if (moved) handle_to(H, kl_cuda_stream());
+  unlock_gpu(H);
   return rc;
 }

@@ -1367,6 +1367,14 @@ static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_sp
                           span ? span->ranks[p] : p, 0, 0, grp, ""};
   }
   free(gords);
+  uint64_t mask = 0;
+  int careful = 0;
+  for (int p = 0; p < n; p++) {
+    if (ordinals[p] >= 64) careful = 1;
+    else mask |= (uint64_t)1 << ordinals[p];
+  }
+  careful = careful || (__atomic_load_n(&x->group_warm, __ATOMIC_ACQUIRE) & mask) != mask;
+  kl_coll_group_set_careful(grp, careful);
   int started = 1; /* participant 0 runs on this thread */
   for (; started < n; started++)
     if (pthread_create(&th[started], NULL, run_participant, &ps[started])) break;
@@ -1378,6 +1386,7 @@ static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_sp
   for (int p = 1; p < started; p++) pthread_join(th[p], NULL);
   for (int p = 0; p < started && !rc; p++)
     if (ps[p].rc) rc = kl_error(err, errlen, ps[p].status ? ps[p].status : KL_ERR_INTERNAL, "GPU %d: %s", ordinals[p], ps[p].err);
+  if (!rc && careful) __atomic_fetch_or(&x->group_warm, mask, __ATOMIC_RELEASE);
   if (rc) /* outputs of the participants that did launch are dropped */
     for (int p = 0; p < started; p++)
       if (!ps[p].rc)

@@ -18,7 +18,7 @@ def test_dump_writes_the_ir_after_every_pass(tmp_path, monkeypatch):
     x = np.linspace(-1, 1, 7).astype(np.float32)
     np.testing.assert_allclose(np.asarray(f(x)), 2 * np.sin(x), rtol=1e-6)
     passes, names = _passes(tmp_path)
-    assert passes == ["traced", "inline", "complex", "legalize", "combine", "simplify", "cse", "dce"]
+    assert passes == ["traced", "inline", "complex", "legalize", "combine", "simplify", "cse", "dce", "hoist"]
     text = {p: (tmp_path / n).read_text() for p, n in zip(passes, names)}
     assert text["traced"].count("sin") == 2 and "mul" in text["traced"]
     assert "add b e" in text["simplify"]  # sin(x) * 1.0 is sin(x): its uses are redirected
@@ -35,7 +35,7 @@ def test_an_optional_pass_can_be_turned_off(tmp_path, monkeypatch):
     x = np.linspace(-1, 1, 5).astype(np.float32)
     np.testing.assert_allclose(np.asarray(f(x)), 2 * np.cos(x), rtol=1e-6)
     passes, names = _passes(tmp_path)
-    assert passes == ["traced", "inline", "complex", "legalize", "combine", "simplify", "dce"]
+    assert passes == ["traced", "inline", "complex", "legalize", "combine", "simplify", "dce", "hoist"]
     assert (tmp_path / names[-1]).read_text().count("cos") == 2
 
 

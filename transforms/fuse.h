@@ -43,6 +43,13 @@ int kl_legalize(kl_program *pg, char *err, size_t errlen);
  * them into one psum (transforms/combine.c), when KILN_COMBINE_COLLECTIVES=1 (an experiment).
  * 0, or -1 with a message. */
 int kl_combine_collectives(kl_program *pg, char *err, size_t errlen);
+/* The compiler's hoist pass (transforms/combine.c): each collective moves up to just after the
+ * equation that computes the last of its operands (after the other collectives placed there, in
+ * their order), so that on the GPU its NCCL call starts as soon as its operand exists and overlaps
+ * the work after it (a data-parallel step's gradient all-reduces overlap the backward pass).
+ * Every participant runs the same program, so they still meet in the same order. 0, or -1 with a
+ * message when out of memory. */
+int kl_hoist_collectives(kl_program *pg, char *err, size_t errlen);
 /* Whether equation e runs for an effect (an effect callback, in it or in its bodies). */
 int kl_eqn_has_effect(const kl_eqn *e);
 /* The complex pass (transforms/complex.c): complex values become real ones (parts, or packed as

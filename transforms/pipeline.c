@@ -19,6 +19,8 @@ static int run_legalize(kl_program *pg, char *err, size_t errlen) { return kl_le
 
 static int run_combine(kl_program *pg, char *err, size_t errlen) { return kl_combine_collectives(pg, err, errlen); }
 
+static int run_hoist(kl_program *pg, char *err, size_t errlen) { return kl_hoist_collectives(pg, err, errlen); }
+
 static int run_simplify(kl_program *pg, char *err, size_t errlen) {
   (void)err, (void)errlen;
   kl_simplify(pg);
@@ -52,6 +54,7 @@ static const struct {
     {"simplify", 1, IN_COMPILE | IN_OPTIMIZE, run_simplify}, /* algebraic identities, forwarding */
     {"cse", 1, IN_COMPILE | IN_OPTIMIZE, run_cse},           /* equal equations computed once */
     {"dce", 1, IN_COMPILE | IN_OPTIMIZE, run_dce},           /* unused equations dropped */
+    {"hoist", 1, IN_COMPILE, run_hoist},                     /* collectives as early as their operands allow */
 };
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))
 

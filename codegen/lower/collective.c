@@ -250,6 +250,13 @@ int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, s
     goto out;
   }
   size_t ebytes = es / mult; /* bytes of one NCCL element */
+  /* a launch's first on these GPUs: nobody calls NCCL before every participant is here, nobody goes
+   * on (to load kernels lazily, CUDA waiting for its GPU) before every one has queued its part */
+  int careful = grp && kl_coll_group_careful(grp);
+  if (careful && kl_coll_rendezvous(grp, err, errlen)) {
+    rc = -1;
+    goto out;
+  }
   comms = grp && kl_coll_group_spans(grp) ? span_comms(grp, rank, members, g, pos, err, errlen)
                                           : kl_nccl_comms_for(ords, (int)g, err, errlen);
   kl_cuda_context_lost();
@@ -332,6 +339,7 @@ int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, s
     rc = kl_lower_missing(c->prim, "GPU (NCCL)", err, errlen);
     break;
   }
+  if (!rc && careful && kl_coll_rendezvous(grp, err, errlen)) rc = -1;
 out:
   if (comms) kl_cuda_context_lost(); /* NCCL sets the runtime's device as it likes */
   free(members);
