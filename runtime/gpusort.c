@@ -10,7 +10,10 @@
  *   permutation, gathering operand 0 through it when the word is the last one: a one-key sort of
  *   such rows is one launch, however many rows.
  * - Longer rows: tiles of 4096 elements (rows split into T tiles, never sharing one), 8-bit
- *   digits, per pass: ks_hist (each tile's digit counts, laid out [row][digit][tile]), the
+ *   digits. Onesweep (rows under 2^30): per key word one ks_digits counts every pass's digits of
+ *   every row in one read, then per pass one ks_scatter whose tiles find their digits' global
+ *   starts by decoupled look-back over the earlier tiles' published counts (gpusort_ptx.c's
+ *   look_back). Otherwise (KILN_GPU_SORT_LOOKBACK=0) per pass: ks_hist (each tile's digit counts, laid out [row][digit][tile]), the
  *   exclusive scan of those counts (ks_scan_up/mid/down: each entry becomes the absolute position
  *   of a tile's first key of a digit, rows included: the row is the most significant digit for
  *   free), ks_scatter (a stable rank inside the tile from warp ballots, an exchange through
@@ -36,6 +39,7 @@
 #define SMALL_MAX 4096     /* rows up to this long: one block a row (ks_small_<it>, 256 x it <= 4096) */
 #define SCAN_CHUNK 4096    /* counts a scan block handles (NT * 16) */
 #define GRID_STRIDE_MAX 16384
+
 
 /* ---- the plan ---- */
 
@@ -89,15 +93,30 @@ static int key_words(const kl_gpusort_call *c, key_word *w) {
 
 typedef struct {
   int64_t rows, total, T, cmax;
-  int small, it, tit, keys_only, fix, need_perm, nw, fuse, dec0, carry;
+  int small, it, tit, keys_only, fix, need_perm, nw, fuse, dec0, carry, lookback;
   key_word w[2 * KL_GPUSORT_MAX_OPERANDS];
   size_t keys[2], perm[2], counts, partials, flags, bytes; /* offsets into the scratch */
+  size_t gcounts, status, pass_bytes; /* onesweep: per pass a counter (256 bytes before gcounts), digit
+                                         counts [row][pass][256], per pass [tile][256] status words */
 } layout;
 
 static size_t take(size_t *at, size_t bytes) {
   size_t o = *at;
   *at += (bytes + 255) & ~(size_t)255;
   return o;
+}
+
+/* Onesweep passes (KILN_GPU_SORT_LOOKBACK=0: the per-pass histogram and scan instead). */
+static int lookback_wanted(void) {
+  const char *e = getenv("KILN_GPU_SORT_LOOKBACK");
+  return !(e && *e == '0');
+}
+
+/* ks_digits' blocks at most (each counts every grid-th tile); KILN_GPU_SORT_DIGITS_GRID sets it. */
+static int64_t digits_grid(void) {
+  const char *e = getenv("KILN_GPU_SORT_DIGITS_GRID");
+  long v = e ? strtol(e, NULL, 10) : 0;
+  return v > 0 ? v : 1024;
 }
 
 static void plan(const kl_gpusort_call *c, layout *L) {
@@ -131,8 +150,16 @@ static void plan(const kl_gpusort_call *c, layout *L) {
       L->perm[0] = take(&at, t4);
       L->perm[1] = take(&at, t4);
     }
-    L->counts = take(&at, (size_t)L->cmax * 4);
-    L->partials = take(&at, (size_t)((L->cmax + SCAN_CHUNK - 1) / SCAN_CHUNK) * 4);
+    /* a status word holds a count below 2^30 (two flag bits above) */
+    L->lookback = lookback_wanted() && c->n < ((int64_t)1 << 30);
+    if (L->lookback) { /* the counters then gcounts, contiguous: one zeroing a word (ks_digits zeroes status) */
+      L->pass_bytes = (size_t)L->rows * (size_t)L->T * 1024;
+      L->gcounts = take(&at, 256 + (size_t)L->rows * 4096) + 256;
+      L->status = take(&at, 4 * L->pass_bytes);
+    } else {
+      L->counts = take(&at, (size_t)L->cmax * 4);
+      L->partials = take(&at, (size_t)((L->cmax + SCAN_CHUNK - 1) / SCAN_CHUNK) * 4);
+    }
     if (L->fix) L->flags = take(&at, (size_t)L->rows * 4);
   }
   L->bytes = at ? at : 256;
@@ -215,8 +242,9 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
     uint64_t a[] = {ARG(flags), (uint64_t)L->rows};
     run(q, "ks_zero", stride_grid(L->rows), a, 2);
   }
-  char hist[32], scat[32];
+  char hist[32], scat[32], digits[32];
   snprintf(hist, sizeof hist, "ks_hist_%d", L->tit);
+  snprintf(digits, sizeof digits, "ks_digits_%d", L->tit);
   snprintf(scat, sizeof scat, "ks_scatter_%s_%d", L->keys_only ? "k" : "kv", L->tit);
   int side = 0;
   for (int i = 0; i < L->nw; i++) {
@@ -227,24 +255,38 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
                       w->mask, w->inf, (uint64_t)w->word, i == 0, ARG(flags), w->canon};
       run(q, "ks_encode", stride_grid(L->total), a, 15);
     }
+    char *gcounts = L->lookback ? sc + L->gcounts : NULL;
+    if (gcounts) { /* every pass's digit counts from one read of the word, the status words zeroed */
+      uint64_t words = 64 + (uint64_t)L->rows * 1024;
+      uint64_t z[] = {ARG(gcounts - 256), words};
+      run(q, "ks_zero", stride_grid((int64_t)words), z, 2);
+      uint64_t d[] = {ARG(keys[side]), ARG(gcounts), n, T, (uint64_t)w->bits, ARG(in[w->op]), w->esz, w->cls, w->sign,
+                      w->mask, w->inf, (uint64_t)w->word, w->canon, ARG(fused ? flags : NULL), (uint64_t)fused,
+                      (uint64_t)(L->rows * L->T), ARG(sc + L->status)};
+      int64_t dg = digits_grid();
+      run(q, digits, L->rows * L->T < dg ? L->rows * L->T : dg, d, 17);
+    }
     for (int shift = 0; shift < w->bits; shift += 8) {
       uint64_t pb = (uint64_t)(w->bits - shift < 8 ? w->bits - shift : 8);
       uint64_t C = (uint64_t)L->rows * ((uint64_t)1 << pb) * T, P = (C + SCAN_CHUNK - 1) / SCAN_CHUNK;
       int enc = fused && shift == 0, dec = L->dec0 && shift + 8 >= w->bits;
       uint64_t mode = (uint64_t)(enc | dec << 1);
-      uint64_t h[] = {ARG(keys[side]), ARG(counts), n, T, (uint64_t)shift, pb, ARG(in[w->op]), w->esz, w->cls,
-                      w->sign, w->mask, w->inf, (uint64_t)w->word, w->canon, ARG(enc ? flags : NULL), mode & 1};
-      run(q, hist, L->rows * L->T, h, 16);
-      uint64_t up[] = {ARG(counts), ARG(partials), C}, mid[] = {ARG(partials), P};
-      run(q, "ks_scan_up", (int64_t)P, up, 3);
-      run(q, "ks_scan_mid", 1, mid, 2);
-      run(q, "ks_scan_down", (int64_t)P, up, 3);
+      char *status = gcounts ? sc + L->status + (size_t)(shift / 8) * L->pass_bytes : NULL;
+      if (!gcounts) {
+        uint64_t h[] = {ARG(keys[side]), ARG(counts), n, T, (uint64_t)shift, pb, ARG(in[w->op]), w->esz, w->cls,
+                        w->sign, w->mask, w->inf, (uint64_t)w->word, w->canon, ARG(enc ? flags : NULL), mode & 1};
+        run(q, hist, L->rows * L->T, h, 16);
+        uint64_t up[] = {ARG(counts), ARG(partials), C}, mid[] = {ARG(partials), P};
+        run(q, "ks_scan_up", (int64_t)P, up, 3);
+        run(q, "ks_scan_mid", 1, mid, 2);
+        run(q, "ks_scan_down", (int64_t)P, up, 3);
+      }
       int val = L->carry && enc && !c->iota[1]; /* the first pass reads operand 1's values */
       uint64_t sc[] = {ARG(keys[side]), ARG(val ? in[1] : perm[side]), ARG(dec ? out[0] : keys[!side]),
                        ARG(L->carry && dec ? out[1] : perm[!side]), ARG(counts), n, T, (uint64_t)shift, pb,
                        ARG(in[w->op]), w->esz, w->cls, w->sign, w->mask, w->inf, (uint64_t)w->word, w->canon,
-                       mode | (uint64_t)val << 2};
-      run(q, scat, L->rows * L->T, sc, 18);
+                       mode | (uint64_t)val << 2, ARG(status), ARG(gcounts)};
+      run(q, scat, L->rows * L->T, sc, 20);
       side = !side;
     }
   }
@@ -297,7 +339,7 @@ const char *kl_gpusort_describe(const kl_gpusort_call *c, char *buf, size_t n) {
   for (int i = 0; i < L.nw; i++) passes += (L.w[i].bits + 7) / 8;
   snprintf(buf, n, "radix sort, %d key word%s (%d passes), %lld row%s of %lld, %s%s", L.nw, L.nw == 1 ? "" : "s", passes,
            (long long)L.rows, L.rows == 1 ? "" : "s", (long long)c->n,
-           L.small ? "one block a row" : "tiled passes",
+           L.small ? "one block a row" : L.lookback ? "tiled onesweep passes" : "tiled passes",
            L.keys_only ? ", codes only" : L.carry ? ", keys decoded, values carried" : L.dec0 ? ", keys decoded" : "");
   return buf;
 }
@@ -305,7 +347,7 @@ const char *kl_gpusort_describe(const kl_gpusort_call *c, char *buf, size_t n) {
 /* ---- the module ---- */
 
 static const char *const kernel_names[] = {
-    "ks_encode",  "ks_hist_8",  "ks_hist_16", "ks_scatter_k_8", "ks_scatter_k_16", "ks_scatter_kv_8", "ks_scatter_kv_16",
+    "ks_encode",  "ks_hist_8",  "ks_hist_16", "ks_digits_8", "ks_digits_16", "ks_scatter_k_8", "ks_scatter_k_16", "ks_scatter_kv_8", "ks_scatter_kv_16",
     "ks_scan_up", "ks_scan_mid", "ks_scan_down", "ks_small_1", "ks_small_2", "ks_small_4", "ks_small_8", "ks_small_16",
     "ks_gather",  "ks_iota",    "ks_decode",  "ks_fixup",       "ks_zero"};
 #define NKERNELS (int)(sizeof kernel_names / sizeof *kernel_names)

@@ -183,6 +183,34 @@ static void rank_shared(kl_str *s, int cap, int has_v) {
   if (has_v) E("  mov.u32 %%sxv, s_xv;\n");
 }
 
+/* The tile's digit starts by decoupled look-back (a onesweep pass: no per-pass histogram or scan),
+ * thread tx for digit tx, its count in the tile %t8 and its local start %t10: the digit's global
+ * start is row * n + (the row's keys of lower digits: an exclusive scan of gcounts, the whole row's
+ * digit counts of this pass, made up front by ks_digits) + (its keys in the row's earlier tiles).
+ * Each tile publishes per digit a word of status[tile][digit]: 0 not yet, 1 << 30 | its own count,
+ * 2 << 30 | the inclusive count over tiles 0..it; a tile walks back over its predecessors' words,
+ * adding own counts until it meets an inclusive one (waiting where a word is still 0), then
+ * publishes its inclusive count. Tiles take their numbers in the order blocks start (an atomic
+ * counter before gcounts), so every tile waited for is held by a running block. Leaves s_gd[tx] =
+ * global start - local start. Uses %t1-%t6 (block_scan), %t12-%t21, %u6-%u8, %p6, %p9, %p10. */
+static void look_back(kl_str *s) {
+  E("L_lookback:\n  shr.u32 %%t12, %%sh, 3;\n  mad.lo.u32 %%t12, %%row, 4, %%t12;\n  shl.b32 %%t12, %%t12, 8;\n"
+    "  add.u32 %%t12, %%t12, %%tx;\n  mul.wide.u32 %%u6, %%t12, 4;\n  add.u64 %%u6, %%u6, %%a_gcounts;\n"
+    "  ld.global.u32 %%t13, [%%u6];\n");
+  block_scan(s, "%t13", "%t14", "%t15");
+  E("  mad.lo.u32 %%t16, %%row, %%T32, %%tile;\n  shl.b32 %%t16, %%t16, 8;\n  add.u32 %%t16, %%t16, %%tx;\n"
+    "  mul.wide.u32 %%u7, %%t16, 4;\n  add.u64 %%u7, %%u7, %%a_status;\n  setp.eq.u32 %%p9, %%tile, 0;\n"
+    "  selp.b32 %%t17, 0x80000000, 0x40000000, %%p9;\n  or.b32 %%t17, %%t17, %%t8;\n"
+    "  st.volatile.global.u32 [%%u7], %%t17;\n  mov.u32 %%t18, 0;\n  @%%p9 bra L_lbdone;\n  mov.u64 %%u8, %%u7;\n"
+    "L_lbnext:\n  sub.u64 %%u8, %%u8, 1024;\nL_lbspin:\n  ld.volatile.global.u32 %%t19, [%%u8];\n"
+    "  shr.u32 %%t20, %%t19, 30;\n  setp.eq.u32 %%p10, %%t20, 0;\n  @%%p10 bra L_lbspin;\n"
+    "  and.b32 %%t21, %%t19, 0x3fffffff;\n  add.u32 %%t18, %%t18, %%t21;\n  setp.eq.u32 %%p10, %%t20, 1;\n"
+    "  @%%p10 bra L_lbnext;\n  add.u32 %%t17, %%t18, %%t8;\n  or.b32 %%t17, %%t17, 0x80000000;\n"
+    "  st.volatile.global.u32 [%%u7], %%t17;\nL_lbdone:\n  mad.lo.u32 %%t19, %%row, %%n32, %%t14;\n"
+    "  add.u32 %%t19, %%t19, %%t18;\n  sub.u32 %%t19, %%t19, %%t10;\n  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%t2, %%sgd, %%t1;\n"
+    "  st.shared.u32 [%%t2], %%t19;\n");
+}
+
 /* One stable counting pass inside a block over it items a thread: item i of the thread is
  * element wid*32*it + i*32 + lane of the block's run (keys %k<i>, values %v<i> with has_v); the
  * digit is (key >> %sh) & %bm. Afterwards element e of the run, in sorted order, is at s_xk[e]
@@ -218,10 +246,14 @@ static void rank_pass(kl_str *s, int it, int tile_base, int has_v) {
       w * 1024);
   block_scan(s, "%t8", "%t10", "%t11");
   E("  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%t2, %%slst, %%t1;\n  st.shared.u32 [%%t2], %%t10;\n");
-  if (tile_base)
+  if (tile_base) {
+    E("  @%%plb bra L_lookback;\n");
     E("  setp.le.u32 %%p8, %%tx, %%bm;\n  mad.lo.u32 %%t2, %%tx, %%gstep, %%gidx;\n  mul.wide.u32 %%u6, %%t2, 4;\n"
       "  add.u64 %%u6, %%u6, %%a_counts;\n  mov.u32 %%t3, 0;\n  @%%p8 ld.global.u32 %%t3, [%%u6];\n"
-      "  sub.u32 %%t3, %%t3, %%t10;\n  add.u32 %%t2, %%sgd, %%t1;\n  st.shared.u32 [%%t2], %%t3;\n");
+      "  sub.u32 %%t3, %%t3, %%t10;\n  add.u32 %%t2, %%sgd, %%t1;\n  st.shared.u32 [%%t2], %%t3;\n  bra L_based;\n");
+    look_back(s);
+    E("L_based:\n");
+  }
   E("  bar.sync 0;\n");
   for (int i = 0; i < it; i++) {
     E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%t1, %%t1, %%bm;\n  shl.b32 %%t1, %%t1, 2;\n  add.u32 %%t2, %%slst, %%t1;\n"
@@ -264,14 +296,14 @@ static void k_encode(kl_str *s) {
   grid_loop_close(s);
 }
 
-/* The tile of the block: %row = bx / T, %tile = bx % T, %len its keys, %base its first key's flat
- * index, %tb its first key's position in the row (tiles of NT * it keys). */
-static void tile_coords(kl_str *s, int it) {
+/* The tile of block number b (a register): %row = b / T, %tile = b % T, %len its keys, %base its
+ * first key's flat index, %tb its first key's position in the row (tiles of NT * it keys). */
+static void tile_coords(kl_str *s, int it, const char *b) {
   E("  .reg .b32 %%row, %%tile, %%len, %%base, %%tb;\n"
-    "  div.u32 %%row, %%bx, %%T32;\n  mul.lo.u32 %%t1, %%row, %%T32;\n  sub.u32 %%tile, %%bx, %%t1;\n"
+    "  div.u32 %%row, %s, %%T32;\n  mul.lo.u32 %%t1, %%row, %%T32;\n  sub.u32 %%tile, %s, %%t1;\n"
     "  mul.lo.u32 %%tb, %%tile, %d;\n  sub.u32 %%len, %%n32, %%tb;\n  min.u32 %%len, %%len, %d;\n"
     "  mad.lo.u32 %%base, %%row, %%n32, %%tb;\n",
-    NT * it, NT * it);
+    b, b, NT * it, NT * it);
 }
 
 /* The mode parameter of the pass kernels: bit 0 (%penc) the keys are the codes of operand src
@@ -322,7 +354,7 @@ static void k_hist(kl_str *s, int it) {
   narrow(s, "n T shift bits esz");
   key_setup(s);
   mode_preds(s);
-  tile_coords(s, it);
+  tile_coords(s, it, "%bx");
   E("  .shared .align 16 .b8 s_h[1024];\n  .reg .b32 %%bm, %%sh_h, %%hp, %%k<%d>;\n  .reg .pred %%pi<%d>, %%pflag;\n"
     "  .reg .b64 %%raw, %%addr, %%fl;\n  setp.ne.u64 %%pflag, %%a_flags, 0;\n  and.pred %%pflag, %%pflag, %%pcf;\n"
     "  mul.wide.u32 %%fl, %%row, 4;\n  add.u64 %%fl, %%fl, %%a_flags;\n"
@@ -339,6 +371,60 @@ static void k_hist(kl_str *s, int it) {
     "  add.u32 %%t4, %%bm, 1;\n  mad.lo.u32 %%t4, %%row, %%t4, %%tx;\n  mad.lo.u32 %%t4, %%t4, %%T32, %%tile;\n"
     "  mul.wide.u32 %%u2, %%t4, 4;\n  add.u64 %%u2, %%u2, %%a_counts;\n  st.global.u32 [%%u2], %%t3;\n"
     "L_done:\n  ret;\n}\n\n");
+}
+
+/* gcounts[(row * 4 + p) * 256 + d] += how many keys of the rows have digit d in pass p (bits
+ * 8p..8p+7 of the code), for every pass p < ceil(bits / 8) of a word: a onesweep sort's histograms,
+ * one read of the keys for all passes (gcounts zeroed before). Each block takes every grid-th tile
+ * (tiles of a row in order, rows in order), counting in shared memory and adding its counts to
+ * gcounts when its next tile is another row's and at its end: few global atomics on the 1024
+ * counters of a row (a block a tile measured 65 us for 10^7 keys on an H100). Unless status is 0,
+ * each tile's status words of every pass (status + p * tiles KB) are zeroed for the scatters. Mode
+ * bit 0 and flags as ks_hist. */
+static void k_digits(kl_str *s, int it) {
+  char name[32];
+  snprintf(name, sizeof name, "ks_digits_%d", it);
+  entry(s, name, "keys gcounts n T bits src esz cls sign mask inf word canon flags mode tiles status");
+  narrow(s, "n T bits esz tiles");
+  key_setup(s);
+  mode_preds(s);
+  E("  .shared .align 16 .b8 s_h[4096];\n  .reg .b32 %%sh_h, %%hp, %%np, %%vb, %%cur, %%k<%d>;\n"
+    "  .reg .pred %%pi<%d>, %%pflag;\n  .reg .b32 %%row, %%tile, %%len, %%base, %%tb;\n"
+    "  .reg .b64 %%raw, %%addr, %%fl;\n  setp.ne.u64 %%pflag, %%a_flags, 0;\n  and.pred %%pflag, %%pflag, %%pcf;\n"
+    "  add.u32 %%np, %%bits32, 7;\n  shr.u32 %%np, %%np, 3;\n"
+    "  mov.u32 %%sh_h, s_h;\n  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%hp, %%sh_h, %%t1;\n  mov.u32 %%vb, %%bx;\n",
+    it, it);
+  /* (counters per warp, against contention, measured the same on an H100: 58 us for 10^7 keys) */
+  for (int p = 0; p < 4; p++) E("  st.shared.u32 [%%hp+%d], 0;\n", 1024 * p);
+  E("  div.u32 %%cur, %%vb, %%T32;\n  bar.sync 0;\n"
+    "L_tile:\n  setp.ge.u32 %%p21, %%vb, %%tiles32;\n  div.u32 %%row, %%vb, %%T32;\n"
+    "  setp.ne.or.u32 %%p21, %%row, %%cur, %%p21;\n  @!%%p21 bra L_same;\n");
+  /* the counts so far are row cur's: added to gcounts, then zeroed */
+  E("  bar.sync 0;\n  shl.b32 %%t4, %%cur, 10;\n  add.u32 %%t4, %%t4, %%tx;\n  mul.wide.u32 %%u2, %%t4, 4;\n"
+    "  add.u64 %%u2, %%u2, %%a_gcounts;\n");
+  for (int p = 0; p < 4; p++)
+    E("  setp.gt.u32 %%p20, %%np, %d;\n  ld.shared.u32 %%t3, [%%hp+%d];\n  setp.ne.and.u32 %%p20, %%t3, 0, %%p20;\n"
+      "  @%%p20 red.global.add.u32 [%%u2+%d], %%t3;\n  st.shared.u32 [%%hp+%d], 0;\n",
+      p, 1024 * p, 1024 * p, 1024 * p);
+  E("  bar.sync 0;\n  mov.u32 %%cur, %%row;\n  setp.ge.u32 %%p21, %%vb, %%tiles32;\n  @%%p21 bra L_done;\n"
+    "L_same:\n  mul.lo.u32 %%t1, %%row, %%T32;\n  sub.u32 %%tile, %%vb, %%t1;\n"
+    "  mul.lo.u32 %%tb, %%tile, %d;\n  sub.u32 %%len, %%n32, %%tb;\n  min.u32 %%len, %%len, %d;\n"
+    "  mad.lo.u32 %%base, %%row, %%n32, %%tb;\n  mul.wide.u32 %%fl, %%row, 4;\n  add.u64 %%fl, %%fl, %%a_flags;\n",
+    NT * it, NT * it);
+  /* the tile's status words of every pass zeroed for the scatters' look-back (passes tiles * 1 KB apart) */
+  E("  setp.ne.u64 %%p22, %%a_status, 0;\n  shl.b32 %%t1, %%vb, 8;\n  add.u32 %%t1, %%t1, %%tx;\n  mul.wide.u32 %%u3, %%t1, 4;\n"
+    "  add.u64 %%u3, %%u3, %%a_status;\n  mul.wide.u32 %%u4, %%tiles32, 1024;\n");
+  for (int p = 0; p < 4; p++)
+    E("  setp.gt.and.u32 %%p23, %%np, %d, %%p22;\n  @%%p23 st.global.u32 [%%u3], 0;\n  add.u64 %%u3, %%u3, %%u4;\n", p);
+  load_items(s, it, "%tx", NT, "%a_keys");
+  for (int p = 0; p < 4; p++) {
+    E("  setp.le.u32 %%p20, %%np, %d;\n  @%%p20 bra L_counted;\n", p);
+    for (int i = 0; i < it; i++)
+      E("  shr.b32 %%t2, %%k%d, %d;\n  and.b32 %%t2, %%t2, 255;\n  shl.b32 %%t2, %%t2, 2;\n"
+        "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%pi%d red.shared.add.u32 [%%t2+%d], 1;\n",
+        i, 8 * p, i, 1024 * p);
+  }
+  E("L_counted:\n  mov.u32 %%t1, %%nctaid.x;\n  add.u32 %%vb, %%vb, %%t1;\n  bra L_tile;\nL_done:\n  ret;\n}\n\n");
 }
 
 /* The exclusive scan of counts[0..C) in place, in three launches: ks_scan_up (block b sums its
@@ -425,13 +511,22 @@ static void k_scan(kl_str *s) {
 static void k_scatter(kl_str *s, int it, int has_v) {
   char name[32];
   snprintf(name, sizeof name, "ks_scatter_%s_%d", has_v ? "kv" : "k", it);
-  /* the keys-only scatter of 16 items fits 80 registers without spilling: 3 blocks a multiprocessor */
-  entry_with(s, name, "kin vin kout vout counts n T shift bits src esz cls sign mask inf word canon mode",
-             !has_v && it == 16 ? ".maxnreg 80\n" : "");
+  /* 16 items a thread in 80 registers: 3 blocks a multiprocessor (the kv scatter of a permutation
+   * of 10^7 on an H100: 106 us a pass, against 115 us uncapped; 64, 72 and 96 were slower) */
+  entry_with(s, name, "kin vin kout vout counts n T shift bits src esz cls sign mask inf word canon mode status gcounts",
+             it == 16 ? ".maxnreg 80\n" : "");
   narrow(s, "n T shift bits esz");
   key_setup(s);
   mode_preds(s);
-  tile_coords(s, it);
+  /* with status (a onesweep pass, look_back): the tile is the block's number from the pass's
+   * counter (the words 256 bytes before gcounts, one a pass), in the order blocks start; else the
+   * block index */
+  E("  .shared .align 4 .b8 s_tile[4];\n  .reg .b32 %%vb;\n  .reg .pred %%plb;\n  mov.u32 %%vb, %%bx;\n"
+    "  setp.ne.u64 %%plb, %%a_status, 0;\n  @!%%plb bra L_numbered;\n  setp.eq.u32 %%p11, %%tx, 0;\n"
+    "  shr.u32 %%t1, %%shift32, 3;\n  mul.wide.u32 %%u9, %%t1, 4;\n  add.u64 %%u9, %%u9, %%a_gcounts;\n"
+    "  sub.u64 %%u9, %%u9, 256;\n  @%%p11 atom.global.add.u32 %%t1, [%%u9], 1;\n  mov.u32 %%t2, s_tile;\n"
+    "  @%%p11 st.shared.u32 [%%t2], %%t1;\n  bar.sync 0;\n  ld.shared.u32 %%vb, [%%t2];\nL_numbered:\n");
+  tile_coords(s, it, "%vb");
   rank_shared(s, NT * it, has_v);
   item_regs(s, it, has_v);
   E("  .reg .b32 %%wb, %%gidx, %%gstep;\n  .reg .b64 %%raw, %%addr, %%fl;\n  .reg .pred %%pj, %%pflag;\n"
@@ -638,6 +733,7 @@ static void write_module(void) {
   k_encode(s);
   for (int it = 8; it <= TILE_IT; it *= 2) {
     k_hist(s, it);
+    k_digits(s, it);
     k_scatter(s, it, 0);
     k_scatter(s, it, 1);
   }

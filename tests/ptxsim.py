@@ -8,8 +8,9 @@ divergent branches reconverge and warp collectives see whole warps (asserted). G
 the host memory of NumPy arrays registered as regions; every access is bounds- and
 alignment-checked and two threads storing to one address in one instruction is an error, so a
 wrong index fails loudly instead of corrupting memory. Blocks run one after another, which is
-one of the schedules a GPU may pick: kernels that need blocks to run concurrently (spin waits)
-would hang here, and kiln's sort has none.
+one of the schedules a GPU may pick: a block that waits for a later one (a spin wait) would hang
+here; the sort's look-back waits only for earlier tiles, numbered in the order blocks start, so
+here it never waits. Memory-ordering qualifiers (volatile, relaxed, ...) are accepted and ignored.
 """
 import re
 
@@ -73,6 +74,9 @@ def _split_operands(s):
     return out
 
 
+_ORDERING = {"volatile", "relaxed", "acquire", "release", "gpu", "sys", "cta"}
+
+
 def _parse_ins(line):
     line = line.rstrip(";").strip()
     pred = neg = None
@@ -81,7 +85,7 @@ def _parse_ins(line):
         neg = g.startswith("@!")
         pred = g[2:] if neg else g[1:]
     parts = line.split(None, 1)
-    op = parts[0].split(".")
+    op = [q for q in parts[0].split(".") if q not in _ORDERING]  # (one block at a time: nothing to order)
     ops = _split_operands(parts[1]) if len(parts) > 1 else []
     return (pred, neg, op, ops, line)
 

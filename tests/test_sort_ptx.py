@@ -147,7 +147,17 @@ def test_long_float_row_sorts_codes_only_and_fixes_zeros_and_nans():
     assert_same_bits(got, np_sort([x])[0])
 
 
-def test_argsort_of_a_long_row_writes_the_iota_from_the_last_pass():
+@pytest.fixture(params=["onesweep", "scan"])
+def passes(request, monkeypatch):
+    """Both ways of a tiled pass: onesweep (look-back) and per-pass histogram + scan."""
+    if request.param == "scan":
+        monkeypatch.setenv("KILN_GPU_SORT_LOOKBACK", "0")
+    else:
+        monkeypatch.delenv("KILN_GPU_SORT_LOOKBACK", raising=False)
+    return request.param
+
+
+def test_argsort_of_a_long_row_writes_the_iota_from_the_last_pass(passes):
     rng = np.random.default_rng(2)
     x = floats(rng, 2 * 4096 + 17, np.float32)
     idx = np.arange(x.size, dtype=np.int32)
@@ -215,7 +225,7 @@ def test_every_key_dtype_in_a_small_row(dtype):
     assert_same_bits(got, np_sort([x])[0])
 
 
-def test_lexicographic_keys_over_several_words_in_tiles():
+def test_lexicographic_keys_over_several_words_in_tiles(passes):
     rng = np.random.default_rng(6)
     n = 4096 + 300
     a = rng.integers(-3, 3, n).astype(np.int16)
@@ -256,11 +266,14 @@ def test_tiled_rows_along_an_inner_axis_encode_and_decode_in_kernels_of_their_ow
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.bool_])
-def test_one_pass_keys_encode_and_decode_in_the_same_scatter(dtype):
+def test_one_pass_keys_encode_and_decode_in_the_same_scatter(dtype, passes):
     rng = np.random.default_rng(9)
     x = ints(rng, 6000, np.int8) if dtype == np.int8 else rng.integers(0, 2, 6000).astype(np.bool_)
     (got,), ks = gpu_sort([x])
-    assert ks == ["ks_hist_16", "ks_scan_up", "ks_scan_mid", "ks_scan_down", "ks_scatter_k_16"]
+    if passes == "scan":
+        assert ks == ["ks_hist_16", "ks_scan_up", "ks_scan_mid", "ks_scan_down", "ks_scatter_k_16"]
+    else:
+        assert ks == ["ks_zero", "ks_digits_16", "ks_scatter_k_16"]
     assert_same_bits(got, np_sort([x])[0])
 
 
@@ -294,9 +307,78 @@ def test_the_counts_scan_over_several_blocks():
     np.testing.assert_array_equal(counts, want)
 
 
-def test_many_rows_of_two_tiles_scan_counts_over_several_blocks():
+def test_many_rows_of_two_tiles_scan_counts_over_several_blocks(passes):
     rng = np.random.default_rng(12)
     x = ints(rng, (12, 4200), np.int16)
     (got,), ks = gpu_sort([x])
     assert ks.count("ks_scatter_k_16") == 2
     assert_same_bits(got, np_sort([x])[0])
+
+
+def test_onesweep_sorts_a_long_row_in_one_histogram_and_four_scatters():
+    rng = np.random.default_rng(13)
+    x = rng.integers(0, 2**32, 5 * 4096 + 3, dtype=np.uint64).astype(np.uint32)
+    v = rng.standard_normal(x.size).astype(np.float32)
+    (sx, sv), ks = gpu_sort([x, v])
+    assert ks == ["ks_zero", "ks_digits_16"] + ["ks_scatter_kv_16"] * 4
+    want = np_sort([x, v])
+    assert_same_bits(sx, want[0])
+    assert_same_bits(sv, want[1])
+
+
+def test_look_back_adds_earlier_tiles_counts_until_an_inclusive_one():
+    """The interpreter runs blocks in order, so a whole sort only ever meets inclusive counts. Here
+    the tiles before the block's are published by hand (tile 0 inclusive, tile 1 its own count
+    only), the counter says tile 2 is next, and one block's scatter must place tile 2's keys where
+    the whole pass places them and publish tile 2's inclusive counts."""
+    rng = np.random.default_rng(14)
+    T, n = 3, 3 * 4096
+    keys = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    digit = keys & 255
+    per_tile = np.stack([np.bincount(digit[t * 4096:(t + 1) * 4096], minlength=256) for t in range(T)]).astype(np.uint32)
+    g = np.zeros(64 + 4 * 256, np.uint32)  # the passes' counters (256 bytes), then gcounts [pass][digit]
+    gcounts = g[64:].reshape(4, 256)
+    gcounts[0] = per_tile.sum(0)
+    order = np.argsort(digit, kind="stable")
+    want = keys[order]
+    g[0] = 2  # pass 0's counter: tile 2 is next
+    status = np.zeros(T * 256, np.uint32)  # [tile][digit]
+    st = status.reshape(T, 256)
+    st[0] = (2 << 30) | per_tile[0]
+    st[1] = (1 << 30) | per_tile[1]
+    kout = np.full(n, 0xDEADBEEF, np.uint32)
+    mem = ptxsim.Memory()
+    for a in (keys, kout, g, status):
+        mem.add(a)
+    args = [keys.ctypes.data, 0, kout.ctypes.data, 0, 0, n, T, 0, 8, 0, 4, 0, 1 << 31, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0, 0,
+            status.ctypes.data, gcounts.ctypes.data]
+    ptxsim.run_kernel(_KERNELS["ks_scatter_k_16"], mem, args, 1, 256)
+    mine = np.zeros(n, bool)
+    mine[np.nonzero(order >= 2 * 4096)[0]] = True  # the places tile 2's keys go
+    np.testing.assert_array_equal(kout[mine], want[mine])
+    assert (kout[~mine] == 0xDEADBEEF).all()
+    np.testing.assert_array_equal(st[2], (2 << 30) | per_tile.sum(0))
+    assert g[0] == 3
+
+
+def test_digit_counts_of_every_pass_with_blocks_taking_tiles_of_several_rows():
+    """ks_digits with fewer blocks than tiles: each block takes every fourth tile, across rows
+    (flushing its counts at each change of row); gcounts must hold each row's digits of each pass,
+    and every tile's status words of every pass must be zeroed."""
+    rng = np.random.default_rng(15)
+    rows, n = 5, 2 * 4096 + 100  # 3 tiles a row
+    keys = rng.integers(0, 2**32, rows * n, dtype=np.uint64).astype(np.uint32)
+    keys[:n] &= 0x00FF00FF  # a row with empty digits
+    gcounts = np.zeros((rows, 4, 256), np.uint32)
+    status = np.full((4, rows * 3, 256), 7, np.uint32)  # garbage, as on a GPU: zeroed by the kernel
+    mem = ptxsim.Memory()
+    for a in (keys, gcounts, status):
+        mem.add(a)
+    args = [keys.ctypes.data, gcounts.ctypes.data, n, 3, 32, 0, 4, 0, 1 << 31, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0, 0, 0,
+            rows * 3, status.ctypes.data]
+    ptxsim.run_kernel(_KERNELS["ks_digits_16"], mem, args, 4, 256)
+    k = keys.reshape(rows, n)
+    for p in range(4):
+        want = np.stack([np.bincount((r >> np.uint32(8 * p)) & 255, minlength=256) for r in k])
+        np.testing.assert_array_equal(gcounts[:, p], want)
+    assert not status.any()

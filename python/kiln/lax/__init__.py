@@ -442,9 +442,11 @@ def broadcasted_iota(dtype, shape, dimension):
 def full(shape, fill_value, dtype=None):
     shape = _shape(shape)
     v = fill_value if isinstance(fill_value, Array) else core.asarray(fill_value)
-    if not isinstance(fill_value, Array) and not isinstance(v, Tracer) and v.shape == () and shape:
+    if not isinstance(fill_value, Array) and not isinstance(v, Tracer) and v.shape == ():
         # inside a trace the fill is a literal, so the broadcast is an equation the kernels
-        # compute (as JAX stages it), never a constant array of the whole shape in memory
+        # compute (as JAX stages it), never a constant array of the whole shape in memory, and a
+        # 0-d fill is no constant input of the compiled program (threefry's 36 were, each copied
+        # in at every launch)
         v = core.scalar_constant(v._value()[()], v.dtype, v.weak_type)
     if dtype is not None:
         v = convert_element_type(v, dtype)
