@@ -423,6 +423,8 @@ class ShardMapped:
                     for row, d in zip(per, devs):
                         row.append(api._put_leaf(a, d)._buf)
                     continue
+                if a._buf.device != devs[0]._kind:  # (a NumPy argument went to the default backend)
+                    a = api._put_leaf(a, devs[0])
                 for row in per:  # replicated: every device reads the one value
                     row.append(a._buf)
                 continue
@@ -433,7 +435,8 @@ class ShardMapped:
         entry.span = span
         if entry.dev_consts is None:  # the body's constants, on each GPU once (see above); else shared
             entry.dev_consts = [[api._put_leaf(c, d)._buf for c in entry.consts] for d in devs] if gpus else \
-                [[c._buf for c in entry.consts]] * len(devs)
+                [[c._buf if c._buf.device == devs[0]._kind else api._put_leaf(c, devs[0])._buf
+                  for c in entry.consts]] * len(devs)
             entry.out_shardings = []
             for (shape, _, _), s in zip(entry.out_avals, entry.out_specs):
                 parts = _spec_parts(s, len(shape), mesh, f"{self._name}: out_specs")
