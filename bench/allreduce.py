@@ -69,7 +69,7 @@ def bench_kiln_processes(n, mib, iters, platform="gpu"):
     for p, (_, err) in zip(procs, outs):
         if p.returncode:
             raise RuntimeError(f"a process failed:\n{err[-2000:]}")
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    return json.loads([ln for ln in outs[0][0].strip().splitlines() if ln.startswith("[")][-1])  # (NCCL may print too)
 
 
 def _torch_worker(rank, n, mib, iters, port, q):

@@ -105,7 +105,7 @@ def processes(k):
     for p, (_, err) in zip(procs, outs):
         if p.returncode:
             raise RuntimeError(f"a process failed:\n{err[-2000:]}")
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    return json.loads([ln for ln in outs[0][0].strip().splitlines() if ln.startswith("[")][-1])  # (NCCL may print too)
 
 
 def main():

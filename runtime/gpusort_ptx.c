@@ -246,14 +246,6 @@ static void rank_pass(kl_str *s, int it, int tile_base, int has_v) {
       w * 1024);
   block_scan(s, "%t8", "%t10", "%t11");
   E("  shl.b32 %%t1, %%tx, 2;\n  add.u32 %%t2, %%slst, %%t1;\n  st.shared.u32 [%%t2], %%t10;\n");
-  if (tile_base) {
-    E("  @%%plb bra L_lookback;\n");
-    E("  setp.le.u32 %%p8, %%tx, %%bm;\n  mad.lo.u32 %%t2, %%tx, %%gstep, %%gidx;\n  mul.wide.u32 %%u6, %%t2, 4;\n"
-      "  add.u64 %%u6, %%u6, %%a_counts;\n  mov.u32 %%t3, 0;\n  @%%p8 ld.global.u32 %%t3, [%%u6];\n"
-      "  sub.u32 %%t3, %%t3, %%t10;\n  add.u32 %%t2, %%sgd, %%t1;\n  st.shared.u32 [%%t2], %%t3;\n  bra L_based;\n");
-    look_back(s);
-    E("L_based:\n");
-  }
   E("  bar.sync 0;\n");
   for (int i = 0; i < it; i++) {
     E("  shr.b32 %%t1, %%k%d, %%sh;\n  and.b32 %%t1, %%t1, %%bm;\n  shl.b32 %%t1, %%t1, 2;\n  add.u32 %%t2, %%slst, %%t1;\n"
@@ -261,6 +253,16 @@ static void rank_pass(kl_str *s, int it, int tile_base, int has_v) {
       "  add.u32 %%t3, %%t3, %%q%d;\n  shl.b32 %%t3, %%t3, 2;\n  add.u32 %%t4, %%sxk, %%t3;\n  st.shared.u32 [%%t4], %%k%d;\n",
       i, i, i);
     if (has_v) E("  add.u32 %%t4, %%sxv, %%t3;\n  st.shared.u32 [%%t4], %%v%d;\n", i);
+  }
+  /* the tile's global digit starts, once the items are in shared memory (their registers free for
+   * the look-back's) */
+  if (tile_base) {
+    E("  shl.b32 %%t1, %%tx, 2;\n  @%%plb bra L_lookback;\n");
+    E("  setp.le.u32 %%p8, %%tx, %%bm;\n  mad.lo.u32 %%t2, %%tx, %%gstep, %%gidx;\n  mul.wide.u32 %%u6, %%t2, 4;\n"
+      "  add.u64 %%u6, %%u6, %%a_counts;\n  mov.u32 %%t3, 0;\n  @%%p8 ld.global.u32 %%t3, [%%u6];\n"
+      "  sub.u32 %%t3, %%t3, %%t10;\n  add.u32 %%t2, %%sgd, %%t1;\n  st.shared.u32 [%%t2], %%t3;\n  bra L_based;\n");
+    look_back(s);
+    E("L_based:\n");
   }
   E("  bar.sync 0;\n");
 }

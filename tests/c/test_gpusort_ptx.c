@@ -1,6 +1,7 @@
 /* test_gpusort_ptx.c: the GPU sort's PTX (runtime/gpusort_ptx.c: encode, histogram, scans,
  * scatter, the small-row kernels, gathers, decode, fix-up) has every kernel the driver launches
- * and assembles with ptxas for sm_90 without spilling, where a ptxas is found (on PATH or in
+ * and assembles with ptxas for sm_90 without spilling (one word allowed where a register cap
+ * was measured faster), where a ptxas is found (on PATH or in
  * /usr/local/cuda/bin); otherwise the test says so and passes. tests/test_sort_ptx.py runs the
  * kernels themselves on an interpreter. */
 #include <stdio.h>
@@ -34,7 +35,11 @@ int main(void) {
   CHECK(kl_gpusort_check(&c) == 0 && kl_gpusort_launches(&c) == 1, "short rows: %d launches", kl_gpusort_launches(&c));
   CHECK(kl_gpusort_scratch_bytes(&c) > 0, "no scratch");
   c.outer = 1, c.n = 1 << 24;
-  CHECK(kl_gpusort_launches(&c) == 2 + 4 * 5, "2^24 floats: %d launches", kl_gpusort_launches(&c)); /* zero, fixup */
+  /* the flags' zeroing and the fix-up, then onesweep's: the counts' zeroing, the digit counts, 4 scatters */
+  CHECK(kl_gpusort_launches(&c) == 2 + 2 + 4, "2^24 floats: %d launches", kl_gpusort_launches(&c));
+  setenv("KILN_GPU_SORT_LOOKBACK", "0", 1); /* per pass: a histogram, 3 scan launches, a scatter */
+  CHECK(kl_gpusort_launches(&c) == 2 + 4 * 5, "2^24 floats without look-back: %d launches", kl_gpusort_launches(&c));
+  unsetenv("KILN_GPU_SORT_LOOKBACK");
   c.n = (int64_t)1 << 31; /* too many elements for 32-bit indices: the host's */
   CHECK(kl_gpusort_check(&c) != 0, "2^31 elements accepted");
   c.n = 10, c.dtype[0] = KL_C64;
@@ -60,11 +65,18 @@ int main(void) {
   CHECK(rc == 0, "ptxas rejected the GPU sort's PTX (%s)", cmd);
   FILE *l = fopen(log, "r");
   char line[512];
+  char fn[128] = "";
   while (l && fgets(line, sizeof line, l)) {
+    const char *cf = strstr(line, "Compiling entry function '");
+    if (cf) sscanf(cf + 26, "%127[^']", fn);
     const char *sp = strstr(line, "stack frame, ");
     int spilled = 0;
-    CHECK(!sp || (sscanf(sp + 13, "%d bytes spill stores", &spilled) == 1 && spilled == 0), "a sort kernel spills: %s",
-          line);
+    /* the 16-item scatters are capped at 80 registers (3 blocks a multiprocessor) and spill one
+     * word there since the look-back: measured faster on an H100 (the kv one 106 us a pass of 10^7
+     * keys, 115 uncapped; a sort of 2^24 floats through the k one 0.64 ms, as before) */
+    int allowed = !strncmp(fn, "ks_scatter_k", 12) && strstr(fn, "_16") ? 8 : 0;
+    CHECK(!sp || (sscanf(sp + 13, "%d bytes spill stores", &spilled) == 1 && spilled <= allowed),
+          "sort kernel %s spills: %s", fn, line);
   }
   if (l) fclose(l);
   unlink(src);
