@@ -5,11 +5,7 @@ PyTorch's torch.distributed.all_reduce (NCCL, one process per GPU). Prints the b
 --processes runs kiln as N processes of one GPU (kiln.distributed over loopback), as PyTorch runs."""
 
 import argparse
-import json
 import os
-import socket
-import subprocess
-import sys
 import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -57,19 +53,9 @@ distributed.shutdown()
 
 def bench_kiln_processes(n, mib, iters, platform="gpu"):
     """kiln's psum over n processes of one device each (process 0's timing)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from timing import loopback_processes
     here = os.path.dirname(os.path.abspath(__file__))
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD.format(here=here), json.dumps(
-        {"coordinator_address": f"127.0.0.1:{port}", "num_processes": n, "process_id": p, "local_device_ids": [p],
-         "mib": mib, "iters": iters, "platform": platform})],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(n)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        if p.returncode:
-            raise RuntimeError(f"a process failed:\n{err[-2000:]}")
-    return json.loads([ln for ln in outs[0][0].strip().splitlines() if ln.startswith("[")][-1])  # (NCCL may print too)
+    return loopback_processes(CHILD.format(here=here), n, {"mib": mib, "iters": iters, "platform": platform})
 
 
 def _torch_worker(rank, n, mib, iters, port, q):

@@ -10,11 +10,8 @@ processes) instead of one process driving k GPUs; then only the timing is printe
 """
 import argparse
 import collections
-import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -95,17 +92,8 @@ distributed.shutdown()
 
 
 def processes(k):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD.format(here=HERE), json.dumps(
-        {"coordinator_address": f"127.0.0.1:{port}", "num_processes": k, "process_id": p, "local_device_ids": [p]})],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(k)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        if p.returncode:
-            raise RuntimeError(f"a process failed:\n{err[-2000:]}")
-    return json.loads([ln for ln in outs[0][0].strip().splitlines() if ln.startswith("[")][-1])  # (NCCL may print too)
+    from timing import loopback_processes
+    return loopback_processes(CHILD.format(here=HERE), k, timeout=300)
 
 
 def main():
