@@ -147,8 +147,6 @@ const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine
   return barrier(g, g->procs != NULL, nbytes, err, errlen) ? NULL : g->posts;
 }
 
-int kl_coll_release_posts(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, 0, 0, err, errlen); }
-
 int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, 0, 0, err, errlen); }
 
 void kl_coll_group_set_careful(kl_coll_group *g, int on) { g->careful = on; }

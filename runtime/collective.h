@@ -37,16 +37,14 @@ kl_coll_group *kl_coll_current(int *rank);
 
 /* Participant `rank` posts `mine` (nbytes; every participant posts as many) and waits until every
  * participant has posted: returns the n posted pointers (borrowed, valid until
- * kl_coll_release_posts; those of other processes' ranks point at copies received), or NULL with a
+ * kl_coll_rendezvous; those of other processes' ranks point at copies received), or NULL with a
  * message when the group was aborted (a participant failed: the others must not wait for it
  * forever) or the network failed (a peer process died, aborted, or was silent for the timeout). */
 const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, size_t nbytes, char *err,
                                     size_t errlen);
-/* Waits until every participant is done reading the posts (then they may be overwritten and
+/* Waits until this process's every participant is here (the other processes' are not waited for):
+ * after an exchange, until every one is done reading the posts (then they may be overwritten and
  * their memory reused). 0, or -1 with a message when aborted. */
-int kl_coll_release_posts(kl_coll_group *g, char *err, size_t errlen);
-/* Waits until this process's every participant is here (the others' processes are not waited for).
- * 0, or -1 with a message when aborted. */
 int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen);
 /* Whether the participants meet (kl_coll_rendezvous) before and after each collective: a launch's
  * first on its GPUs. There a participant's thread may load a library's kernels lazily (cuBLAS's:

@@ -1099,7 +1099,7 @@ static double wall_now(void) {
 /* KILN_GPU_PROFILE=2: host time per launch split into buffer allocation, kernel launches,
  * library calls and the rest, printed every 20 launches of programs of 20 or more steps. */
 static struct {
-  double alloc, kern, lib, total, comm_ev, comm_call; /* comm_*: of lib, the side-stream collectives' events and calls */
+  double alloc, kern, lib, total, comm, comm_call; /* of lib: the side-stream collectives, and their NCCL calls */
   long steps, kerns, libs, launches, comms;
 } hp;
 
@@ -1147,7 +1147,7 @@ static int comm_step(comm_state *cm, const kl_exec *x, const kl_step *st, void *
   if ((r = p_cuEventRecord(after, G->comm_stream)))
     return kl_error(err, errlen, KL_ERR_INTERNAL, "cuEventRecord failed: %s", cu_msg(r));
   for (int i = 0; i < st->nslots; i++) cm->pend[st->slots[i]] = after;
-  if (hprof) hp.comm_ev += wall_now() - t0;
+  if (hprof) hp.comm += wall_now() - t0;
   return 0;
 }
 
@@ -1306,7 +1306,7 @@ done:
               "(of which %ld side-stream collectives %.1f: their calls %.1f), other %.1f\n",
               hp.launches, hp.total / hp.launches * 1e6, hp.alloc / hp.launches * 1e6, hp.kerns / hp.launches,
               hp.kern / hp.launches * 1e6, hp.libs / hp.launches, hp.lib / hp.launches * 1e6, hp.comms / hp.launches,
-              (hp.comm_ev) / hp.launches * 1e6, hp.comm_call / hp.launches * 1e6,
+              hp.comm / hp.launches * 1e6, hp.comm_call / hp.launches * 1e6,
               (hp.total - hp.alloc - hp.kern - hp.lib) / hp.launches * 1e6);
       memset(&hp, 0, sizeof hp);
     }
@@ -1325,7 +1325,6 @@ typedef struct {
   kl_buffer **in, **out;
   int ordinal, rank, rc, status;
   kl_coll_group *grp;
-  int finished; /* (a worker's job: set under the worker's lock) */
   char err[512];
 } participant;
 
@@ -1341,75 +1340,6 @@ static void *run_participant(void *arg) {
   kl_coll_set_current(NULL, 0);
   kl_cuda_use(old);
   return NULL;
-}
-
-/* KILN_GPU_WORKERS=1 (an experiment, not yet run on GPUs): a thread per GPU that queues
- * participants of SPMD launches, kept for the process's life, instead of a new thread per launch.
- * The suspicion it tests: new threads find the libraries' per-thread state cold every time (in a
- * 2-GPU data-parallel step's participants, 7 cuBLAS calls took about 400 us of host time, some
- * 57 us each, against about 5 on one GPU's long-lived thread; KILN_GPU_PROFILE=2). A worker busy
- * with another launch's participant is not waited for: a thread of its own runs it instead. */
-typedef struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  participant *job; /* the participant it runs, or NULL when idle */
-  int started;
-  pid_t pid; /* the process that started it (a forked child has no such thread) */
-} worker;
-static worker workers[KL_CUDA_MAX_GPUS];
-static pthread_mutex_t workers_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void *worker_main(void *arg) {
-  worker *w = arg;
-  pthread_mutex_lock(&w->mu);
-  for (;;) {
-    while (!w->job) pthread_cond_wait(&w->cv, &w->mu);
-    participant *p = w->job;
-    pthread_mutex_unlock(&w->mu);
-    run_participant(p);
-    pthread_mutex_lock(&w->mu);
-    p->finished = 1;
-    w->job = NULL;
-    pthread_cond_broadcast(&w->cv);
-  }
-  return NULL;
-}
-
-/* Hands p to GPU ordinal's worker (started on first use): 1, or 0 when it is busy or cannot start. */
-static int worker_take(int ordinal, participant *p) {
-  static int wanted = -1;
-  if (wanted < 0) wanted = getenv("KILN_GPU_WORKERS") && *getenv("KILN_GPU_WORKERS") == '1';
-  if (!wanted || ordinal < 0 || ordinal >= KL_CUDA_MAX_GPUS) return 0;
-  worker *w = &workers[ordinal];
-  pthread_mutex_lock(&workers_mu);
-  if (!w->started || w->pid != getpid()) {
-    pthread_t th;
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    w->job = NULL;
-    w->started = !pthread_create(&th, NULL, worker_main, w);
-    if (w->started) pthread_detach(th);
-    w->pid = getpid();
-  }
-  int ok = w->started;
-  pthread_mutex_unlock(&workers_mu);
-  if (!ok) return 0;
-  pthread_mutex_lock(&w->mu);
-  ok = !w->job;
-  if (ok) {
-    p->finished = 0;
-    w->job = p;
-    pthread_cond_broadcast(&w->cv);
-  }
-  pthread_mutex_unlock(&w->mu);
-  return ok;
-}
-
-static void worker_wait(int ordinal, participant *p) {
-  worker *w = &workers[ordinal];
-  pthread_mutex_lock(&w->mu);
-  while (!p->finished) pthread_cond_wait(&w->cv, &w->mu);
-  pthread_mutex_unlock(&w->mu);
 }
 
 static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
@@ -1440,33 +1370,22 @@ static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_sp
   int rc = 0;
   for (int p = 0; p < n; p++) {
     ps[p] = (participant){x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p],
-                          span ? span->ranks[p] : p, 0, 0, grp, 0, ""};
+                          span ? span->ranks[p] : p, 0, 0, grp, ""};
   }
   free(gords);
-  uint64_t mask = 0;
-  int careful = 0;
-  for (int p = 0; p < n; p++) {
-    if (ordinals[p] >= 64) careful = 1;
-    else mask |= (uint64_t)1 << ordinals[p];
-  }
-  careful = careful || (__atomic_load_n(&x->group_warm, __ATOMIC_ACQUIRE) & mask) != mask;
+  uint64_t mask = 0; /* (ordinals < KL_CUDA_MAX_GPUS) */
+  for (int p = 0; p < n; p++) mask |= (uint64_t)1 << ordinals[p];
+  int careful = (__atomic_load_n(&x->group_warm, __ATOMIC_ACQUIRE) & mask) != mask;
   kl_coll_group_set_careful(grp, careful);
   int started = 1; /* participant 0 runs on this thread */
-  char *by_worker = calloc((size_t)n, 1);
-  for (; by_worker && started < n; started++) { /* (a busy worker: this launch's or another's) */
-    if (worker_take(ordinals[started], &ps[started])) by_worker[started] = 1;
-    else if (pthread_create(&th[started], NULL, run_participant, &ps[started])) break;
-  }
+  for (; started < n; started++)
+    if (pthread_create(&th[started], NULL, run_participant, &ps[started])) break;
   if (started < n) { /* no thread: the rest cannot meet the others; abort the group */
     kl_coll_abort(grp, NULL);
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "cannot start a thread for participant %d of an SPMD launch", started);
   }
   run_participant(&ps[0]);
-  for (int p = 1; p < started; p++) {
-    if (by_worker[p]) worker_wait(ordinals[p], &ps[p]);
-    else pthread_join(th[p], NULL);
-  }
-  free(by_worker);
+  for (int p = 1; p < started; p++) pthread_join(th[p], NULL);
   for (int p = 0; p < started && !rc; p++)
     if (ps[p].rc) rc = kl_error(err, errlen, ps[p].status ? ps[p].status : KL_ERR_INTERNAL, "GPU %d: %s", ordinals[p], ps[p].err);
   if (!rc && careful) __atomic_fetch_or(&x->group_warm, mask, __ATOMIC_RELEASE);

@@ -23,6 +23,7 @@ typedef struct {
   int32_t dtype[KL_GPUSORT_MAX_OPERANDS]; /* kl_dtype of each operand */
   int32_t iota[KL_GPUSORT_MAX_OPERANDS];
   int32_t tile_items; /* items a thread of the tiled passes: 16 (or 0), or 8 (an experiment) */
+  int32_t scan_passes; /* 1: tiled passes by a histogram and a scan each, not onesweep (an A/B switch) */
 } kl_gpusort_call;
 
 /* Whether these kernels take c (real dtypes, at most KL_GPUSORT_MAX_OPERANDS operands, fewer

@@ -109,7 +109,7 @@ typedef struct kl_exec {
   void *owner;        /* compiled code and contexts, freed by destroy */
   void (*destroy)(void *owner);
   int refcount;       /* atomic */
-  uint64_t group_warm; /* atomic: the GPUs (ordinals < 64) where an SPMD launch of x has queued every
+  uint64_t group_warm; /* atomic: the GPUs (bits by ordinal) where an SPMD launch of x has queued every
                           step: later launches there skip the first's rendezvous around collectives
                           (collective.h's kl_coll_group_set_careful) */
 } kl_exec;

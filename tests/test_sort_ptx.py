@@ -26,7 +26,7 @@ if not hasattr(_lib, "kl_gpusort_run_with"):
 class _Call(ctypes.Structure):
     _fields_ = [("nin", ctypes.c_int32), ("num_keys", ctypes.c_int32), ("outer", ctypes.c_int64),
                 ("n", ctypes.c_int64), ("inner", ctypes.c_int64), ("dtype", ctypes.c_int32 * 16),
-                ("iota", ctypes.c_int32 * 16), ("tile_items", ctypes.c_int32)]
+                ("iota", ctypes.c_int32 * 16), ("tile_items", ctypes.c_int32), ("scan_passes", ctypes.c_int32)]
 
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint,
@@ -48,6 +48,9 @@ if ml_dtypes is not None:
     _DT[np.dtype(ml_dtypes.bfloat16)] = 10
 
 
+_scan_passes = [0]  # the tiled passes by histogram and scan (the `passes` fixture sets it)
+
+
 def gpu_sort(operands, num_keys=1, axis=-1, iota=(), tile_items=16):
     """lax.sort(operands, dimension=axis, num_keys=num_keys) by the GPU kernels on the interpreter;
     also returns the kernels launched."""
@@ -55,7 +58,8 @@ def gpu_sort(operands, num_keys=1, axis=-1, iota=(), tile_items=16):
     shape = ins[0].shape
     axis %= len(shape)
     call = _Call(nin=len(ins), num_keys=num_keys, outer=int(np.prod(shape[:axis], dtype=np.int64)), n=shape[axis],
-                 inner=int(np.prod(shape[axis + 1:], dtype=np.int64)), tile_items=tile_items)
+                 inner=int(np.prod(shape[axis + 1:], dtype=np.int64)), tile_items=tile_items,
+                 scan_passes=_scan_passes[0])
     for k, a in enumerate(ins):
         call.dtype[k] = _DT[a.dtype]
         call.iota[k] = int(k in iota)
@@ -148,13 +152,12 @@ def test_long_float_row_sorts_codes_only_and_fixes_zeros_and_nans():
 
 
 @pytest.fixture(params=["onesweep", "scan"])
-def passes(request, monkeypatch):
-    """Both ways of a tiled pass: onesweep (look-back) and per-pass histogram + scan."""
-    if request.param == "scan":
-        monkeypatch.setenv("KILN_GPU_SORT_LOOKBACK", "0")
-    else:
-        monkeypatch.delenv("KILN_GPU_SORT_LOOKBACK", raising=False)
-    return request.param
+def passes(request):
+    """Both ways of a tiled pass: onesweep (look-back) and per-pass histogram + scan (the call's
+    scan_passes, gpu_sort's default while the fixture is in use)."""
+    _scan_passes[0] = int(request.param == "scan")
+    yield request.param
+    _scan_passes[0] = 0
 
 
 def test_argsort_of_a_long_row_writes_the_iota_from_the_last_pass(passes):

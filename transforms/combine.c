@@ -1,8 +1,8 @@
 /* combine.c: where collectives go. The hoist pass moves each up to just after its operands'
  * last producer (kl_hoist_collectives, fuse.h). The combine pass (KILN_COMBINE_COLLECTIVES=1, an
- * experiment; off by default) joins psums of one dtype over the same mesh axes whose results are first read after the
- * last of them become one psum of their operands flattened and joined, its result sliced back,
- * at the last one's place (a data-parallel step's gradient psums: one NCCL all-reduce, or one
+ * experiment; off by default) joins psums of one dtype over the same mesh axes whose results are
+ * first read after the last of them: one psum of their operands flattened and joined, its result
+ * sliced back, at the last one's place (a data-parallel step's gradient psums: one NCCL all-reduce, or one
  * rendezvous of simulated devices, instead of one each). Depends only on ir/ and transforms/. */
 #include <limits.h>
 #include <stdlib.h>
@@ -119,56 +119,46 @@ out:
   return rc;
 }
 
-static int is_collective(kl_prim p) {
-  return p == KL_P_PSUM || p == KL_P_PMAX || p == KL_P_PMIN || p == KL_P_ALL_GATHER || p == KL_P_REDUCE_SCATTER ||
-         p == KL_P_PPERMUTE || p == KL_P_ALL_TO_ALL;
+/* An equation's place in the hoisted order: after equation `anchor` (-1: the program's start),
+ * collectives after the equation itself, then in their original order. */
+typedef struct {
+  int anchor, coll, k;
+} place;
+
+static int place_cmp(const void *a, const void *b) {
+  const place *x = a, *y = b;
+  return x->anchor != y->anchor ? (x->anchor > y->anchor) - (x->anchor < y->anchor)
+         : x->coll != y->coll   ? x->coll - y->coll
+                                : (x->k > y->k) - (x->k < y->k);
 }
 
 int kl_hoist_collectives(kl_program *pg, char *err, size_t errlen) {
-  int n = pg->neqns, moved = 0;
-  for (int k = 0; k < n; k++) moved |= is_collective(pg->eqns[k].prim);
-  if (!moved) return 0;
-  /* anchor[k]: the equation (not a collective) k follows, -1 for the program's start: k itself
-   * unless a collective, else the latest anchor of its operands' producers */
-  int *anchor = kl_malloc(sizeof(int) * ((size_t)n + 1)), *order = kl_malloc(sizeof(int) * ((size_t)n + 1));
-  int *head = kl_malloc(sizeof(int) * ((size_t)n + 1)), *tail = kl_malloc(sizeof(int) * ((size_t)n + 1));
-  int *next = kl_malloc(sizeof(int) * ((size_t)n + 1));
+  int n = pg->neqns, any = 0;
+  for (int k = 0; k < n; k++) any |= kl_prim_get(pg->eqns[k].prim)->family == KL_FAM_COLLECTIVE;
+  if (!any) return 0;
+  place *at = kl_malloc(sizeof(place) * ((size_t)n + 1));
   kl_eqn *eqns = kl_malloc(sizeof(kl_eqn) * ((size_t)n + 1));
-  if (!anchor || !order || !eqns || !head || !tail || !next) {
-    free(anchor), free(order), free(eqns), free(head), free(tail), free(next);
+  if (!at || !eqns) {
+    free(at), free(eqns);
     return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass hoist");
   }
+  /* a collective's anchor: the latest anchor of its operands' producers (a collective's producer
+   * moved up too); any other equation is its own */
   for (int k = 0; k < n; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    anchor[k] = k;
-    if (!is_collective(e->prim)) continue;
-    anchor[k] = -1;
+    at[k] = (place){k, 0, k};
+    if (kl_prim_get(e->prim)->family != KL_FAM_COLLECTIVE) continue;
+    at[k] = (place){-1, 1, k};
     for (int i = 0; i < e->nin; i++) {
       int p = pg->vals[e->ins[i]].producer;
-      if (p >= 0 && p < k && anchor[p] > anchor[k]) anchor[k] = anchor[p];
+      if (p >= 0 && p < k && at[p].anchor > at[k].anchor) at[k].anchor = at[p].anchor;
     }
   }
-  for (int k = 0; k <= n; k++) head[k] = tail[k] = -1;
-  for (int k = 0; k < n; k++) { /* per anchor, its collectives in order */
-    next[k] = -1;
-    if (anchor[k] == k) continue;
-    int a = anchor[k] + 1;
-    if (tail[a] < 0) head[a] = k;
-    else next[tail[a]] = k;
-    tail[a] = k;
-  }
-  /* the new order: the collectives anchored at the start, then each other equation followed by
-   * those anchored at it, in their original order (k < j anchored at one place keep k first) */
-  int m = 0;
-  for (int a = -1; a < n; a++) {
-    if (a >= 0 && anchor[a] != a) continue; /* a collective: placed with its anchor */
-    if (a >= 0) order[m++] = a;
-    for (int k = head[a + 1]; k >= 0; k = next[k]) order[m++] = k;
-  }
-  for (int k = 0; k < n; k++) eqns[k] = pg->eqns[order[k]];
+  qsort(at, (size_t)n, sizeof *at, place_cmp);
+  for (int k = 0; k < n; k++) eqns[k] = pg->eqns[at[k].k];
   memcpy(pg->eqns, eqns, sizeof(kl_eqn) * (size_t)n);
   for (int k = 0; k < n; k++)
     for (int i = 0; i < pg->eqns[k].nout; i++) pg->vals[pg->eqns[k].outs[i]].producer = k;
-  free(anchor), free(order), free(eqns), free(head), free(tail), free(next);
+  free(at), free(eqns);
   return 0;
 }

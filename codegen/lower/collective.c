@@ -142,7 +142,7 @@ static int run_collective(const kl_libcall *c, void *const *ptrs, char *err, siz
   free(src);
   free(members);
   char late[256];
-  if (grp && kl_coll_release_posts(grp, rc ? late : err, rc ? sizeof late : errlen)) rc = -1;
+  if (grp && kl_coll_rendezvous(grp, rc ? late : err, rc ? sizeof late : errlen)) rc = -1;
   return rc;
 }
 
@@ -200,7 +200,7 @@ static const kl_nccl_comms *span_comms(kl_coll_group *grp, int rank, const int64
   const void *const *posts = kl_coll_exchange(grp, rank, id, sizeof id, err, errlen);
   if (!posts) return NULL;
   memcpy(id, posts[members[0]], sizeof id);
-  if (kl_coll_release_posts(grp, err, errlen)) return NULL;
+  if (kl_coll_rendezvous(grp, err, errlen)) return NULL;
   kl_cuda_queue_stream(); /* this participant's GPU current: NCCL takes the communicator's device from it */
   return kl_nccl_span_join(members, (int)g, (int)pos, id, err, errlen);
 }

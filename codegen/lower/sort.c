@@ -77,6 +77,8 @@ int kl_lower_sort_layout(const kl_program *pg, const kl_eqn *e, const kl_libcall
   kl_lc_split_axis(&c->avals[0], dim, &g->outer, &g->n, &g->inner);
   const char *knob = getenv("KILN_GPU_SORT_TILE"); /* an experiment knob: 8 items a thread, not 16 */
   g->tile_items = knob && atoi(knob) == 8 ? 8 : 16;
+  const char *lb = getenv("KILN_GPU_SORT_LOOKBACK"); /* an A/B switch: 0 sorts by a histogram and a scan a pass */
+  g->scan_passes = lb && *lb == '0';
   for (int k = 0; k < c->nin; k++) {
     g->dtype[k] = (int32_t)c->avals[k].dtype;
     /* an integer iota along the axis (argsort's): its output is the permutation itself */

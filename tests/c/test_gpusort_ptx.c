@@ -37,9 +37,9 @@ int main(void) {
   c.outer = 1, c.n = 1 << 24;
   /* the flags' zeroing and the fix-up, then onesweep's: the counts' zeroing, the digit counts, 4 scatters */
   CHECK(kl_gpusort_launches(&c) == 2 + 2 + 4, "2^24 floats: %d launches", kl_gpusort_launches(&c));
-  setenv("KILN_GPU_SORT_LOOKBACK", "0", 1); /* per pass: a histogram, 3 scan launches, a scatter */
+  c.scan_passes = 1; /* per pass: a histogram, 3 scan launches, a scatter */
   CHECK(kl_gpusort_launches(&c) == 2 + 4 * 5, "2^24 floats without look-back: %d launches", kl_gpusort_launches(&c));
-  unsetenv("KILN_GPU_SORT_LOOKBACK");
+  c.scan_passes = 0;
   c.n = (int64_t)1 << 31; /* too many elements for 32-bit indices: the host's */
   CHECK(kl_gpusort_check(&c) != 0, "2^31 elements accepted");
   c.n = 10, c.dtype[0] = KL_C64;
