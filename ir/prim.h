@@ -308,6 +308,7 @@ typedef struct {
     struct {
       int64_t dimension; /* the axis sorted */
       int64_t num_keys;  /* leading operands compared lexicographically; the rest follow */
+      int random_keys;   /* a hint: the one key holds independent uniform random bits (a shuffle's) */
     } sort;
     /* ---- dot (ir/prims/dot.c) ---- */
     struct {
@@ -466,7 +467,9 @@ typedef enum {
   KL_PF_FLOAT_NZ, /* double, printed only when it is not +0 (a complex literal's imaginary part) */
   KL_PF_IVEC,    /* kl_ivec */
   KL_PF_PROGRAM, /* struct kl_program *, a reference */
-  KL_PF_LOC      /* int: a source location (ir/loc.h), 0 for none; hashed and compared, never printed */
+  KL_PF_LOC,     /* int: a source location (ir/loc.h), 0 for none; hashed and compared, never printed */
+  KL_PF_HINT     /* int: a fact about the operands a lowering may use (how, not what, it computes); hashed and
+                    compared, never printed */
 } kl_param_kind;
 
 /* One named field of a param struct; a row's list ends with a NULL name. */

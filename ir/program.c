@@ -212,7 +212,7 @@ void kl_params_print(kl_str *s, kl_prim prim, const kl_params *p, int indent) {
   int first = 1;
   for (const kl_param_field *f = kl_prim_get(prim)->fields; f->name; f++) {
     const void *at = kl_param_cptr(p, f);
-    if (f->kind == KL_PF_LOC) continue; /* where the user wrote it: not part of what it computes */
+    if (f->kind == KL_PF_LOC || f->kind == KL_PF_HINT) continue; /* not part of what it computes */
     if (f->kind == KL_PF_FLOAT_NZ) {
       double z = 0.0;
       if (!memcmp(at, &z, sizeof z)) continue;
@@ -241,7 +241,7 @@ void kl_params_print(kl_str *s, kl_prim prim, const kl_params *p, int indent) {
       else kl_str_append(s, "None");
       break;
     }
-    case KL_PF_LOC: break;
+    case KL_PF_LOC: case KL_PF_HINT: break;
     }
   }
   if (!first) kl_str_append(s, "]");
@@ -386,7 +386,7 @@ uint64_t kl_params_hash(uint64_t h, kl_prim prim, const kl_params *p) {
     const void *at = kl_param_cptr(p, f);
     switch (f->kind) {
     case KL_PF_INT: h = mix(h, at, sizeof(int64_t)); break;
-    case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: h = mix(h, at, sizeof(int)); break;
+    case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: case KL_PF_HINT: h = mix(h, at, sizeof(int)); break;
     case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: h = mix(h, at, sizeof(double)); break;
     case KL_PF_IVEC: {
       const kl_ivec *v = at;
@@ -410,7 +410,7 @@ int kl_params_equal(kl_prim prim, const kl_params *a, const kl_params *b) {
     const void *x = kl_param_cptr(a, f), *y = kl_param_cptr(b, f);
     switch (f->kind) {
     case KL_PF_INT: if (memcmp(x, y, sizeof(int64_t))) return 0; break;
-    case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: if (memcmp(x, y, sizeof(int))) return 0; break;
+    case KL_PF_INT32: case KL_PF_DTYPE: case KL_PF_LOC: case KL_PF_HINT: if (memcmp(x, y, sizeof(int))) return 0; break;
     case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: if (memcmp(x, y, sizeof(double))) return 0; break; /* bitwise: -0.0 is not 0.0 */
     case KL_PF_IVEC: {
       const kl_ivec *u = x, *v = y;

@@ -1325,6 +1325,7 @@ typedef struct {
   kl_buffer **in, **out;
   int ordinal, rank, rc, status;
   kl_coll_group *grp;
+  int finished; /* queued to a worker: set under its lock once run */
   char err[512];
 } participant;
 
@@ -1340,6 +1341,78 @@ static void *run_participant(void *arg) {
   kl_coll_set_current(NULL, 0);
   kl_cuda_use(old);
   return NULL;
+}
+
+/* Long-lived participant threads, one a GPU: a launch hands its participants after the first to
+ * them rather than to new threads, so that per-thread state (the CUDA runtime's, the libraries'
+ * behind cuBLAS calls) stays warm from launch to launch. A new thread a launch costs each of those
+ * calls tens of microseconds. A worker already busy (two launches at once from two threads, or a
+ * participant's host callback launching again) is not waited for: that participant gets a thread
+ * of its own, as before. */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  participant *job; /* handed over, not yet taken */
+  int busy;         /* a participant handed over and not finished */
+  pid_t pid;        /* the process the thread runs in (0: none started; a fork's child starts its own) */
+} worker;
+static worker workers[KL_CUDA_MAX_GPUS];
+static pthread_mutex_t workers_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    while (!w->job) pthread_cond_wait(&w->go, &w->mu);
+    participant *p = w->job;
+    w->job = NULL;
+    pthread_mutex_unlock(&w->mu);
+    run_participant(p);
+    pthread_mutex_lock(&w->mu);
+    p->finished = 1;
+    w->busy = 0;
+    pthread_cond_broadcast(&w->done);
+  }
+  return NULL;
+}
+
+/* Hands p to its GPU's worker (started on first use): 1, or 0 when the worker is busy or cannot start. */
+static int worker_take(participant *p) {
+  worker *w = &workers[p->ordinal];
+  pthread_mutex_lock(&workers_mu);
+  if (w->pid != getpid()) { /* first use in this process */
+    pthread_t t;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->go, NULL);
+    pthread_cond_init(&w->done, NULL);
+    w->job = NULL;
+    w->busy = 0;
+    w->pid = 0;
+    if (!pthread_create(&t, NULL, worker_main, w)) {
+      pthread_detach(t);
+      w->pid = getpid();
+    }
+  }
+  int ok = w->pid == getpid();
+  pthread_mutex_unlock(&workers_mu);
+  if (!ok) return 0;
+  pthread_mutex_lock(&w->mu);
+  ok = !w->busy;
+  if (ok) {
+    w->busy = 1;
+    p->finished = 0;
+    w->job = p;
+    pthread_cond_signal(&w->go);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return ok;
+}
+
+static void worker_wait(participant *p) {
+  worker *w = &workers[p->ordinal];
+  pthread_mutex_lock(&w->mu);
+  while (!p->finished) pthread_cond_wait(&w->done, &w->mu);
+  pthread_mutex_unlock(&w->mu);
 }
 
 static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
@@ -1370,22 +1443,30 @@ static int cuda_launch_group(kl_exec *x, int n, const int *ordinals, const kl_sp
   int rc = 0;
   for (int p = 0; p < n; p++) {
     ps[p] = (participant){x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p],
-                          span ? span->ranks[p] : p, 0, 0, grp, ""};
+                          span ? span->ranks[p] : p, 0, 0, grp, 0, ""};
   }
   free(gords);
   uint64_t mask = 0; /* (ordinals < KL_CUDA_MAX_GPUS) */
   for (int p = 0; p < n; p++) mask |= (uint64_t)1 << ordinals[p];
   int careful = (__atomic_load_n(&x->group_warm, __ATOMIC_ACQUIRE) & mask) != mask;
   kl_coll_group_set_careful(grp, careful);
-  int started = 1; /* participant 0 runs on this thread */
-  for (; started < n; started++)
-    if (pthread_create(&th[started], NULL, run_participant, &ps[started])) break;
+  const char *wk = getenv("KILN_GPU_WORKERS"); /* an A/B switch: 0 starts a thread a participant a launch */
+  int no_workers = wk && *wk == '0';
+  int started = 1; /* participant 0 runs on this thread; the others on their GPU's worker, or a thread of their own */
+  char *own = calloc((size_t)n, 1);
+  for (; own && started < n; started++)
+    if (!(no_workers ? 0 : worker_take(&ps[started])) && !(own[started] = !pthread_create(&th[started], NULL, run_participant, &ps[started])))
+      break;
   if (started < n) { /* no thread: the rest cannot meet the others; abort the group */
     kl_coll_abort(grp, NULL);
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "cannot start a thread for participant %d of an SPMD launch", started);
   }
   run_participant(&ps[0]);
-  for (int p = 1; p < started; p++) pthread_join(th[p], NULL);
+  for (int p = 1; p < started; p++) {
+    if (own[p]) pthread_join(th[p], NULL);
+    else worker_wait(&ps[p]);
+  }
+  free(own);
   for (int p = 0; p < started && !rc; p++)
     if (ps[p].rc) rc = kl_error(err, errlen, ps[p].status ? ps[p].status : KL_ERR_INTERNAL, "GPU %d: %s", ordinals[p], ps[p].err);
   if (!rc && careful) __atomic_fetch_or(&x->group_warm, mask, __ATOMIC_RELEASE);

@@ -39,6 +39,7 @@
 #define SMALL_MAX 4096     /* rows up to this long: one block a row (ks_small_<it>, 256 x it <= 4096) */
 #define SCAN_CHUNK 4096    /* counts a scan block handles (NT * 16) */
 #define GRID_STRIDE_MAX 16384
+#define RUN_TILE 4096     /* elements a block of ks_runs (gpusort_ptx.c's RUN_TILE) */
 #define DIGITS_GRID 1024   /* ks_digits' blocks at most, each counting every 1024th tile (an H100, 10^7
                               keys: 58 us, against 100 with 256 blocks and 65 with a block a tile) */
 
@@ -94,7 +95,7 @@ static int key_words(const kl_gpusort_call *c, key_word *w) {
 
 typedef struct {
   int64_t rows, total, T, cmax;
-  int small, it, tit, keys_only, fix, need_perm, nw, fuse, dec0, carry, lookback;
+  int small, it, tit, keys_only, fix, need_perm, nw, fuse, dec0, carry, lookback, runs;
   key_word w[2 * KL_GPUSORT_MAX_OPERANDS];
   size_t keys[2], perm[2], counts, partials, flags, bytes; /* offsets into the scratch */
   size_t gcounts, status, pass_bytes; /* onesweep: per pass a counter (256 bytes before gcounts), digit
@@ -149,6 +150,8 @@ static void plan(const kl_gpusort_call *c, layout *L) {
       L->partials = take(&at, (size_t)((L->cmax + SCAN_CHUNK - 1) / SCAN_CHUNK) * 4);
     }
     if (L->fix) L->flags = take(&at, (size_t)L->rows * 4);
+    /* random unsigned 32-bit keys carrying a value: passes over the high 24 bits, ks_runs the rest */
+    L->runs = c->random_keys && L->carry && L->lookback && L->w[0].cls == CLS_UINT && L->w[0].esz == 4;
   }
   L->bytes = at ? at : 256;
 }
@@ -234,7 +237,7 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
   snprintf(hist, sizeof hist, "ks_hist_%d", L->tit);
   snprintf(digits, sizeof digits, "ks_digits_%d", L->tit);
   snprintf(scat, sizeof scat, "ks_scatter_%s_%d", L->keys_only ? "k" : "kv", L->tit);
-  int side = 0;
+  int side = 0, low = L->runs ? 8 : 0; /* the lowest bit the passes sort by */
   for (int i = 0; i < L->nw; i++) {
     const key_word *w = &L->w[i];
     int fused = L->fuse && i == 0; /* codes read off the operand by the first pass */
@@ -250,13 +253,13 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
       run(q, "ks_zero", stride_grid((int64_t)words), z, 2);
       uint64_t d[] = {ARG(keys[side]), ARG(gcounts), n, T, (uint64_t)w->bits, ARG(in[w->op]), w->esz, w->cls, w->sign,
                       w->mask, w->inf, (uint64_t)w->word, w->canon, ARG(fused ? flags : NULL), (uint64_t)fused,
-                      (uint64_t)(L->rows * L->T), ARG(sc + L->status)};
-      run(q, digits, L->rows * L->T < DIGITS_GRID ? L->rows * L->T : DIGITS_GRID, d, 17);
+                      (uint64_t)(L->rows * L->T), ARG(sc + L->status), (uint64_t)low / 8};
+      run(q, digits, L->rows * L->T < DIGITS_GRID ? L->rows * L->T : DIGITS_GRID, d, 18);
     }
-    for (int shift = 0; shift < w->bits; shift += 8) {
+    for (int shift = low; shift < w->bits; shift += 8) {
       uint64_t pb = (uint64_t)(w->bits - shift < 8 ? w->bits - shift : 8);
       uint64_t C = (uint64_t)L->rows * ((uint64_t)1 << pb) * T, P = (C + SCAN_CHUNK - 1) / SCAN_CHUNK;
-      int enc = fused && shift == 0, dec = L->dec0 && shift + 8 >= w->bits;
+      int enc = fused && shift == low, dec = L->dec0 && !L->runs && shift + 8 >= w->bits;
       uint64_t mode = (uint64_t)(enc | dec << 1);
       char *status = gcounts ? sc + L->status + (size_t)(shift / 8) * L->pass_bytes : NULL;
       if (!gcounts) {
@@ -276,6 +279,11 @@ static void run_tiles(queue *q, const kl_gpusort_call *c, const layout *L, void 
       run(q, scat, L->rows * L->T, sc, 20);
       side = !side;
     }
+  }
+  if (L->runs) { /* the low byte inside runs of equal high bits; keys[!side] is free */
+    uint64_t r[] = {ARG(keys[side]), ARG(perm[side]), c->keys_unused ? 0 : ARG(out[0]), ARG(out[1]), n, total,
+                    ARG(keys[!side])};
+    run(q, "ks_runs", (L->total + RUN_TILE - 1) / RUN_TILE, r, 7);
   }
   const key_word *w = &L->w[0];
   if (L->keys_only && !L->dec0) {
@@ -324,10 +332,12 @@ const char *kl_gpusort_describe(const kl_gpusort_call *c, char *buf, size_t n) {
   plan(c, &L);
   int passes = 0;
   for (int i = 0; i < L.nw; i++) passes += (L.w[i].bits + 7) / 8;
-  snprintf(buf, n, "radix sort, %d key word%s (%d passes), %lld row%s of %lld, %s%s", L.nw, L.nw == 1 ? "" : "s", passes,
+  if (L.runs) passes--;
+  snprintf(buf, n, "radix sort, %d key word%s (%d passes), %lld row%s of %lld, %s%s%s", L.nw, L.nw == 1 ? "" : "s", passes,
            (long long)L.rows, L.rows == 1 ? "" : "s", (long long)c->n,
            L.small ? "one block a row" : L.lookback ? "tiled onesweep passes" : "tiled passes",
-           L.keys_only ? ", codes only" : L.carry ? ", keys decoded, values carried" : L.dec0 ? ", keys decoded" : "");
+           L.keys_only ? ", codes only" : L.carry ? ", keys decoded, values carried" : L.dec0 ? ", keys decoded" : "",
+           L.runs ? ", the low byte inside runs (random keys)" : "");
   return buf;
 }
 
@@ -336,7 +346,7 @@ const char *kl_gpusort_describe(const kl_gpusort_call *c, char *buf, size_t n) {
 static const char *const kernel_names[] = {
     "ks_encode",  "ks_hist_8",  "ks_hist_16", "ks_digits_8", "ks_digits_16", "ks_scatter_k_8", "ks_scatter_k_16", "ks_scatter_kv_8", "ks_scatter_kv_16",
     "ks_scan_up", "ks_scan_mid", "ks_scan_down", "ks_small_1", "ks_small_2", "ks_small_4", "ks_small_8", "ks_small_16",
-    "ks_gather",  "ks_iota",    "ks_decode",  "ks_fixup",       "ks_zero"};
+    "ks_gather",  "ks_iota",    "ks_decode",  "ks_fixup",       "ks_runs",        "ks_zero"};
 #define NKERNELS (int)(sizeof kernel_names / sizeof *kernel_names)
 static void *functions[NKERNELS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

@@ -24,6 +24,10 @@ typedef struct {
   int32_t iota[KL_GPUSORT_MAX_OPERANDS];
   int32_t tile_items; /* items a thread of the tiled passes: 16 (or 0), or 8 (an experiment) */
   int32_t scan_passes; /* 1: tiled passes by a histogram and a scan each, not onesweep (an A/B switch) */
+  int32_t random_keys; /* the one key holds uniform random bits (a shuffle's): a 32-bit unsigned key with one
+                          4-byte value may sort by its high 24 bits, then finish inside runs of equal ones
+                          (ks_runs), short for such keys; any keys still sort right, long runs slowly */
+  int32_t keys_unused; /* nothing reads operand 0's output (a shuffle's keys): ks_runs leaves it unwritten */
 } kl_gpusort_call;
 
 /* Whether these kernels take c (real dtypes, at most KL_GPUSORT_MAX_OPERANDS operands, fewer

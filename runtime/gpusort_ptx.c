@@ -382,12 +382,12 @@ static void k_hist(kl_str *s, int it) {
  * gcounts when its next tile is another row's and at its end: few global atomics on the 1024
  * counters of a row (a block a tile measured 65 us for 10^7 keys on an H100). Unless status is 0,
  * each tile's status words of every pass (status + p * tiles KB) are zeroed for the scatters. Mode
- * bit 0 and flags as ks_hist. */
+ * bit 0 and flags as ks_hist. Passes below low are not counted (a sort that skips them: ks_runs). */
 static void k_digits(kl_str *s, int it) {
   char name[32];
   snprintf(name, sizeof name, "ks_digits_%d", it);
-  entry(s, name, "keys gcounts n T bits src esz cls sign mask inf word canon flags mode tiles status");
-  narrow(s, "n T bits esz tiles");
+  entry(s, name, "keys gcounts n T bits src esz cls sign mask inf word canon flags mode tiles status low");
+  narrow(s, "n T bits esz tiles low");
   key_setup(s);
   mode_preds(s);
   E("  .shared .align 16 .b8 s_h[4096];\n  .reg .b32 %%sh_h, %%hp, %%np, %%vb, %%cur, %%k<%d>;\n"
@@ -420,11 +420,13 @@ static void k_digits(kl_str *s, int it) {
     E("  setp.gt.and.u32 %%p23, %%np, %d, %%p22;\n  @%%p23 st.global.u32 [%%u3], 0;\n  add.u64 %%u3, %%u3, %%u4;\n", p);
   load_items(s, it, "%tx", NT, "%a_keys");
   for (int p = 0; p < 4; p++) {
-    E("  setp.le.u32 %%p20, %%np, %d;\n  @%%p20 bra L_counted;\n", p);
+    E("  setp.le.u32 %%p20, %%np, %d;\n  @%%p20 bra L_counted;\n  setp.gt.u32 %%p20, %%low32, %d;\n"
+      "  @%%p20 bra L_pass%d;\n", p, p, p);
     for (int i = 0; i < it; i++)
       E("  shr.b32 %%t2, %%k%d, %d;\n  and.b32 %%t2, %%t2, 255;\n  shl.b32 %%t2, %%t2, 2;\n"
         "  add.u32 %%t2, %%t2, %%sh_h;\n  @%%pi%d red.shared.add.u32 [%%t2+%d], 1;\n",
         i, 8 * p, i, 1024 * p);
+    E("L_pass%d:\n", p);
   }
   E("L_counted:\n  mov.u32 %%t1, %%nctaid.x;\n  add.u32 %%vb, %%vb, %%t1;\n  bra L_tile;\nL_done:\n  ret;\n}\n\n");
 }
@@ -716,6 +718,120 @@ static void k_fixup(kl_str *s) {
     NT);
 }
 
+/* The last digit of a sort by 32-bit codes whose passes sorted the rows (contiguous, of n) by the
+ * codes' high 24 bits: each run of equal high bits put in order of the low 8, stably, from
+ * keys/vals into kout/vout (kout 0: not written). A block takes RUN_TILE elements, its keys and
+ * RUN_HALO more each side in shared memory (runs reaching further read global memory). A run of
+ * at most RUN_MAX codes (random keys': about 1.6 long at 10^7) is done by its elements, each
+ * counting where it goes among its run's (pos = i - the earlier ones with a larger low byte + the
+ * later ones with a smaller); a longer one serially by its first element, by a counting sort whose
+ * 256 counters are in free (keys' free buffer, the run's own stretch: it is longer than 256). */
+#define RUN_MAX 256
+#define RUN_TILE (NT * 16)
+#define RUN_HALO 64
+static void k_runs(kl_str *s) {
+  entry(s, "ks_runs", "keys vals kout vout n total free");
+  narrow(s, "n total");
+  E("  .shared .align 16 .b8 s_k[%d];\n  .shared .align 16 .b8 s_v[%d];\n"
+    "  .reg .b32 %%rs, %%re, %%k, %%h, %%d, %%pos, %%cnt, %%bc, %%kj, %%e, %%run, %%i, %%j, %%row, %%q, %%lo, %%hi, %%sk;\n"
+    "  .reg .b32 %%rA, %%rB, %%rC, %%jmin, %%jmax, %%pb, %%pf, %%hb, %%hl, %%first, %%last;\n"
+    "  .reg .pred %%pv, %%palive, %%pst, %%pgen;\n"
+    "  .reg .pred %%pko;\n  setp.ne.u64 %%pko, %%a_kout, 0;\n  mov.u32 %%sk, s_k;\n"
+    "  mul.lo.u32 %%t1, %%bx, %d;\n  sub.u32 %%lo, %%t1, %d;\n  setp.lt.u32 %%p1, %%t1, %d;\n  @%%p1 mov.u32 %%lo, 0;\n"
+    "  add.u32 %%hi, %%t1, %d;\n  min.u32 %%hi, %%hi, %%total32;\n"
+    /* the tile's rows (rows are longer than a tile: it meets two at most): rA, rB, their ends rB, rC */
+    "  div.u32 %%t2, %%t1, %%n32;\n  mul.lo.u32 %%rA, %%t2, %%n32;\n  add.u32 %%rB, %%rA, %%n32;\n  add.u32 %%rC, %%rB, %%n32;\n",
+    (RUN_TILE + 2 * RUN_HALO) * 4, RUN_TILE * 4, RUN_TILE, RUN_HALO, RUN_HALO, RUN_TILE + RUN_HALO);
+  /* the keys of [lo, hi) into s_k and the tile's values into s_v (loaded late, each would stall its
+   * element), coalesced, every load of a batch issued before the first store */
+  E("  .reg .b32 %%ld<17>;\n  shl.b32 %%t7, %%tx, 2;\n  add.u32 %%t9, %%t7, %%sk;\n  mov.u32 %%t8, s_v;\n  add.u32 %%t8, %%t7, %%t8;\n");
+  for (int q = 0; q < RUN_TILE / NT; q++)
+    E("  add.u32 %%j, %%t1, %d;\n  add.u32 %%j, %%j, %%tx;\n  setp.lt.u32 %%p%d, %%j, %%total32;\n  mul.wide.u32 %%u3, %%j, 4;\n"
+      "  add.u64 %%u3, %%u3, %%a_vals;\n  @%%p%d ld.global.u32 %%ld%d, [%%u3];\n",
+      q * NT, 6 + q, 6 + q, q);
+  for (int q = 0; q < RUN_TILE / NT; q++) E("  @%%p%d st.shared.u32 [%%t8+%d], %%ld%d;\n", 6 + q, q * NT * 4, q);
+  for (int q = 0; q * NT < RUN_TILE + 2 * RUN_HALO; q++)
+    E("  add.u32 %%j, %%lo, %d;\n  add.u32 %%j, %%j, %%tx;\n  setp.lt.u32 %%p%d, %%j, %%hi;\n  mul.wide.u32 %%u3, %%j, 4;\n"
+      "  add.u64 %%u3, %%u3, %%a_keys;\n  @%%p%d ld.global.u32 %%ld%d, [%%u3];\n",
+      q * NT, 6 + q, 6 + q, q);
+  for (int q = 0; q * NT < RUN_TILE + 2 * RUN_HALO; q++) E("  @%%p%d st.shared.u32 [%%t9+%d], %%ld%d;\n", 6 + q, q * NT * 4, q);
+  E("  bar.sync 0;\n  mov.u32 %%q, 0;\n"
+    "L_elem:\n  mul.lo.u32 %%i, %%bx, %d;\n  mad.lo.u32 %%i, %%q, %d, %%i;\n  add.u32 %%i, %%i, %%tx;\n"
+    "  setp.lt.u32 %%pv, %%i, %%total32;\n",
+    RUN_TILE, NT);
+  /* The common case first: the element's run found in s_k, within RUN_MAX each side and no
+   * longer than RUN_MAX. The high bits sorted, the codes tell it all: an earlier code is the
+   * run's when at least its first (hb), a later one when at most its last (hl), and among the
+   * run's the low bytes compare as the codes do. The warp steps out both ways together (a step
+   * while any lane's run goes on: lanes on loops of their own ran a third of a warp wide), every
+   * lane through every element (pv: the element exists). Anything else (the run reaching past
+   * s_k, or long: pgen) goes the general way below, from the start. */
+  E("  setp.ge.u32 %%p1, %%i, %%rB;\n  selp.b32 %%rs, %%rB, %%rA, %%p1;\n  selp.b32 %%re, %%rC, %%rB, %%p1;\n"
+    "  max.u32 %%jmin, %%rs, %%lo;\n  sub.u32 %%t2, %%i, %d;\n  setp.ge.u32 %%p1, %%i, %d;\n  @%%p1 max.u32 %%jmin, %%jmin, %%t2;\n"
+    "  sub.u32 %%jmax, %%re, 1;\n  sub.u32 %%t2, %%hi, 1;\n  min.u32 %%jmax, %%jmax, %%t2;\n  add.u32 %%t2, %%i, %d;\n"
+    "  min.u32 %%jmax, %%jmax, %%t2;\n  sub.u32 %%pb, %%i, %%lo;\n  shl.b32 %%pb, %%pb, 2;\n  add.u32 %%pb, %%pb, %%sk;\n"
+    "  mov.u32 %%pf, %%pb;\n  mov.u32 %%k, 0;\n  @%%pv ld.shared.u32 %%k, [%%pb];\n  and.b32 %%hb, %%k, 0xFFFFFF00;\n"
+    "  or.b32 %%hl, %%hb, 255;\n  mov.u32 %%pos, %%i;\n  mov.u32 %%j, %%i;\n  mov.u32 %%first, %%i;\n  mov.u32 %%last, %%i;\n"
+    "  mov.pred %%palive, %%pv;\n  setp.ne.u32 %%pgen, %%tx, %%tx;\n"
+    "L_fb:\n  setp.gt.and.u32 %%pst, %%j, %%jmin, %%palive;\n  not.pred %%p3, %%pst;\n  and.pred %%p3, %%p3, %%palive;\n"
+    "  setp.ne.and.u32 %%p3, %%j, %%rs, %%p3;\n  or.pred %%pgen, %%pgen, %%p3;\n"
+    "  @%%pst sub.u32 %%j, %%j, 1;\n  @%%pst sub.u32 %%pb, %%pb, 4;\n  @%%pst ld.shared.u32 %%kj, [%%pb];\n"
+    "  setp.ge.and.u32 %%palive, %%kj, %%hb, %%pst;\n  setp.gt.and.u32 %%p2, %%kj, %%k, %%palive;\n"
+    "  @%%p2 sub.u32 %%pos, %%pos, 1;\n  @%%palive mov.u32 %%first, %%j;\n"
+    "  vote.sync.ballot.b32 %%t5, %%palive, -1;\n  setp.ne.u32 %%p2, %%t5, 0;\n  @%%p2 bra L_fb;\n"
+    "  mov.u32 %%j, %%i;\n  mov.pred %%palive, %%pv;\n  sub.u32 %%t6, %%re, 1;\n"
+    "L_ff:\n  setp.lt.and.u32 %%pst, %%j, %%jmax, %%palive;\n  not.pred %%p3, %%pst;\n  and.pred %%p3, %%p3, %%palive;\n"
+    "  setp.ne.and.u32 %%p3, %%j, %%t6, %%p3;\n  or.pred %%pgen, %%pgen, %%p3;\n"
+    "  @%%pst add.u32 %%j, %%j, 1;\n  @%%pst add.u32 %%pf, %%pf, 4;\n  @%%pst ld.shared.u32 %%kj, [%%pf];\n"
+    "  setp.le.and.u32 %%palive, %%kj, %%hl, %%pst;\n  setp.lt.and.u32 %%p2, %%kj, %%k, %%palive;\n"
+    "  @%%p2 add.u32 %%pos, %%pos, 1;\n  @%%palive mov.u32 %%last, %%j;\n"
+    "  vote.sync.ballot.b32 %%t5, %%palive, -1;\n  setp.ne.u32 %%p2, %%t5, 0;\n  @%%p2 bra L_ff;\n"
+    "  sub.u32 %%t2, %%last, %%first;\n  setp.ge.u32 %%p3, %%t2, %d;\n  or.pred %%pgen, %%pgen, %%p3;\n"
+    "  @!%%pv bra L_next;\n  @%%pgen bra L_general;\n"
+    "  shl.b32 %%t3, %%q, %d;\n  add.u32 %%t3, %%t3, %%tx;\n  shl.b32 %%t3, %%t3, 2;\n  mov.u32 %%t4, s_v;\n  add.u32 %%t3, %%t3, %%t4;\n"
+    "  ld.shared.u32 %%t3, [%%t3];\n  mul.wide.u32 %%u5, %%pos, 4;\n  add.u64 %%u6, %%u5, %%a_vout;\n  st.global.u32 [%%u6], %%t3;\n"
+    "  add.u64 %%u6, %%u5, %%a_kout;\n  @%%pko st.global.u32 [%%u6], %%k;\n  bra L_next;\nL_general:\n",
+    RUN_MAX, RUN_MAX, RUN_MAX, RUN_MAX, 8 /* log2 NT */);
+  /* the code at j in %kj (from s_k when j is in [lo, hi)), branching to out when j's high bits are another run's */
+#define RUN_LOAD(out) "  setp.ge.u32 %%p3, %%j, %%lo;\n  setp.lt.and.u32 %%p3, %%j, %%hi, %%p3;\n  sub.u32 %%t7, %%j, %%lo;\n" \
+                      "  shl.b32 %%t7, %%t7, 2;\n  add.u32 %%t7, %%t7, %%sk;\n  @%%p3 ld.shared.u32 %%kj, [%%t7];\n" \
+                      "  mul.wide.u32 %%u3, %%j, 4;\n  add.u64 %%u3, %%u3, %%a_keys;\n  @!%%p3 ld.global.u32 %%kj, [%%u3];\n" \
+                      "  shr.u32 %%t1, %%kj, 8;\n  setp.ne.u32 %%p1, %%t1, %%h;\n  @%%p1 bra " out ";\n"
+  E("  div.u32 %%row, %%i, %%n32;\n  mul.lo.u32 %%rs, %%row, %%n32;\n  add.u32 %%re, %%rs, %%n32;\n"
+    "  mul.wide.u32 %%u1, %%i, 4;\n  mov.u32 %%j, %%i;\n" RUN_LOAD("L_self") "L_self:\n  mov.u32 %%k, %%kj;\n"
+    "  shr.u32 %%h, %%k, 8;\n  and.b32 %%d, %%k, 255;\n  mov.u32 %%pos, %%i;\n  mov.u32 %%cnt, 0;\n  mov.u32 %%bc, -1;\n"
+    "L_back:\n  setp.le.u32 %%p1, %%j, %%rs;\n  @%%p1 bra L_bend;\n  sub.u32 %%j, %%j, 1;\n" RUN_LOAD("L_bend")
+    "  add.u32 %%cnt, %%cnt, 1;\n  setp.ge.u32 %%p1, %%cnt, %d;\n  @%%p1 bra L_long;\n"
+    "  and.b32 %%t2, %%kj, 255;\n  setp.gt.u32 %%p2, %%t2, %%d;\n  @%%p2 sub.u32 %%pos, %%pos, 1;\n  bra L_back;\n"
+    "L_bend:\n  mov.u32 %%bc, %%cnt;\n  mov.u32 %%j, %%i;\n"
+    "L_fwd:\n  add.u32 %%j, %%j, 1;\n  setp.ge.u32 %%p1, %%j, %%re;\n  @%%p1 bra L_short;\n" RUN_LOAD("L_short")
+    "  add.u32 %%cnt, %%cnt, 1;\n  setp.ge.u32 %%p1, %%cnt, %d;\n  @%%p1 bra L_long;\n"
+    "  and.b32 %%t2, %%kj, 255;\n  setp.lt.u32 %%p2, %%t2, %%d;\n  @%%p2 add.u32 %%pos, %%pos, 1;\n  bra L_fwd;\n"
+    "L_short:\n  add.u64 %%u4, %%u1, %%a_vals;\n  ld.global.u32 %%t3, [%%u4];\n  mul.wide.u32 %%u5, %%pos, 4;\n"
+    "  add.u64 %%u6, %%u5, %%a_vout;\n  st.global.u32 [%%u6], %%t3;\n  add.u64 %%u6, %%u5, %%a_kout;\n"
+    "  @%%pko st.global.u32 [%%u6], %%k;\n  bra L_next;\n",
+    RUN_MAX, RUN_MAX);
+  /* a long run: its first element counts its low bytes, scans the counts, places the run */
+  E("L_long:\n  setp.ne.u32 %%p1, %%bc, 0;\n  @%%p1 bra L_next;\n  mul.wide.u32 %%u7, %%i, 4;\n  add.u64 %%u7, %%u7, %%a_free;\n"
+    "  mov.u32 %%t4, 0;\nL_hz:\n  mul.wide.u32 %%u8, %%t4, 4;\n  add.u64 %%u8, %%u8, %%u7;\n  st.global.u32 [%%u8], 0;\n"
+    "  add.u32 %%t4, %%t4, 1;\n  setp.lt.u32 %%p1, %%t4, 256;\n  @%%p1 bra L_hz;\n  mov.u32 %%j, %%i;\n"
+    "L_hc:\n  setp.ge.u32 %%p1, %%j, %%re;\n  @%%p1 bra L_hcend;\n" RUN_LOAD("L_hcend")
+    "  and.b32 %%t2, %%kj, 255;\n  mul.wide.u32 %%u8, %%t2, 4;\n  add.u64 %%u8, %%u8, %%u7;\n  ld.global.u32 %%t3, [%%u8];\n"
+    "  add.u32 %%t3, %%t3, 1;\n  st.global.u32 [%%u8], %%t3;\n  add.u32 %%j, %%j, 1;\n  bra L_hc;\n"
+    "L_hcend:\n  mov.u32 %%e, %%j;\n  mov.u32 %%run, %%i;\n  mov.u32 %%t4, 0;\n"
+    "L_hs:\n  mul.wide.u32 %%u8, %%t4, 4;\n  add.u64 %%u8, %%u8, %%u7;\n  ld.global.u32 %%t3, [%%u8];\n"
+    "  st.global.u32 [%%u8], %%run;\n  add.u32 %%run, %%run, %%t3;\n  add.u32 %%t4, %%t4, 1;\n"
+    "  setp.lt.u32 %%p1, %%t4, 256;\n  @%%p1 bra L_hs;\n  mov.u32 %%j, %%i;\n"
+    "L_hw:\n  setp.ge.u32 %%p1, %%j, %%e;\n  @%%p1 bra L_next;\n  mul.wide.u32 %%u3, %%j, 4;\n  add.u64 %%u4, %%u3, %%a_keys;\n"
+    "  ld.global.u32 %%kj, [%%u4];\n  and.b32 %%t2, %%kj, 255;\n  mul.wide.u32 %%u8, %%t2, 4;\n  add.u64 %%u8, %%u8, %%u7;\n"
+    "  ld.global.u32 %%t3, [%%u8];\n  add.u32 %%t5, %%t3, 1;\n  st.global.u32 [%%u8], %%t5;\n  add.u64 %%u4, %%u3, %%a_vals;\n"
+    "  ld.global.u32 %%t6, [%%u4];\n  mul.wide.u32 %%u5, %%t3, 4;\n  add.u64 %%u6, %%u5, %%a_vout;\n  st.global.u32 [%%u6], %%t6;\n"
+    "  add.u64 %%u6, %%u5, %%a_kout;\n  @%%pko st.global.u32 [%%u6], %%kj;\n  add.u32 %%j, %%j, 1;\n  bra L_hw;\n"
+    "L_next:\n  add.u32 %%q, %%q, 1;\n  setp.lt.u32 %%p1, %%q, %d;\n  @%%p1 bra L_elem;\nL_done:\n  ret;\n}\n\n",
+    RUN_TILE / NT);
+#undef RUN_LOAD
+}
+
 /* ptr[0..total) = 0 (u32 words). */
 static void k_zero(kl_str *s) {
   entry(s, "ks_zero", "ptr total");
@@ -745,6 +861,7 @@ static void write_module(void) {
   k_iota(s);
   k_decode(s);
   k_fixup(s);
+  k_runs(s);
   k_zero(s);
   if (t.failed) kl_str_free(&t);
   module_text = t.data; /* NULL when out of memory */

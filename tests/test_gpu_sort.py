@@ -230,3 +230,45 @@ def test_the_host_routine_stays_behind_a_switch():
     log = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KILN_LOG_COMPILES="1"),
                          capture_output=True, text=True, check=True)
     assert "[]" in log.stdout and "sort: radix sort" in log.stderr, log.stderr
+
+
+@gpu
+def test_permutation_sorts_by_random_keys_as_numpy_does():
+    """random.permutation's sorts carry the random-keys hint: passes over the keys' high 24 bits,
+    then ks_runs inside runs of equal ones. Each round must equal NumPy's stable sort by the same
+    keys, rows of a vmap too."""
+    from kiln import random as kr
+    n = 3 * 10 ** 5
+    key = kr.PRNGKey(3)
+    got = np.asarray(kiln.jit(lambda k: kr.permutation(k, n))(key))
+    want = np.arange(n, dtype=got.dtype)
+    rounds = int(np.ceil(3 * np.log(n) / np.log(np.iinfo(np.uint32).max)))
+    k = key
+    for _ in range(rounds):
+        sp = np.asarray(kr._split(k))
+        k = sp[0]
+        bits = np.asarray(kr._random_bits(sp[1], 32, (n,)))
+        want = want[np.argsort(bits, kind="stable")]
+    np.testing.assert_array_equal(got, want)
+    keys = kr.split(kr.PRNGKey(4), 3)
+    rows = np.asarray(kiln.jit(kiln.vmap(lambda k: kr.permutation(k, 9000)))(keys))
+    for r, kk in zip(rows, keys):
+        np.testing.assert_array_equal(r, np.asarray(kr.permutation(kk, 9000)))
+        assert sorted(r) == list(range(9000))
+
+
+@gpu
+@pytest.mark.parametrize("highs", [2 ** 24, 300, 2])
+def test_the_random_keys_hint_sorts_any_keys_right(highs):
+    """The hint only makes ks_runs' work longer when keys are not random: runs of equal high bits
+    of any length (up to the whole row, done serially) still sort stably."""
+    from kiln import lax
+    rng = np.random.default_rng(highs)
+    n = 50_000
+    hi = rng.integers(0, highs, n, dtype=np.uint64) * np.uint64(0x9E3779) & np.uint64(0xFFFFFF)
+    x = (hi << np.uint64(8) | rng.integers(0, 7, n, dtype=np.uint64)).astype(np.uint32)
+    v = rng.standard_normal(n).astype(np.float32)
+    sx, sv = _run(lambda a, b: lax._sort_key_val_random(a, b, 0), x, v)
+    (wx, wv), _ = _np_sort([x, v])
+    _same_bits(sx, wx)
+    _same_bits(sv, wv)

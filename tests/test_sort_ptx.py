@@ -26,7 +26,8 @@ if not hasattr(_lib, "kl_gpusort_run_with"):
 class _Call(ctypes.Structure):
     _fields_ = [("nin", ctypes.c_int32), ("num_keys", ctypes.c_int32), ("outer", ctypes.c_int64),
                 ("n", ctypes.c_int64), ("inner", ctypes.c_int64), ("dtype", ctypes.c_int32 * 16),
-                ("iota", ctypes.c_int32 * 16), ("tile_items", ctypes.c_int32), ("scan_passes", ctypes.c_int32)]
+                ("iota", ctypes.c_int32 * 16), ("tile_items", ctypes.c_int32), ("scan_passes", ctypes.c_int32),
+                ("random_keys", ctypes.c_int32), ("keys_unused", ctypes.c_int32)]
 
 
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint,
@@ -51,7 +52,7 @@ if ml_dtypes is not None:
 _scan_passes = [0]  # the tiled passes by histogram and scan (the `passes` fixture sets it)
 
 
-def gpu_sort(operands, num_keys=1, axis=-1, iota=(), tile_items=16):
+def gpu_sort(operands, num_keys=1, axis=-1, iota=(), tile_items=16, random_keys=0, keys_unused=0):
     """lax.sort(operands, dimension=axis, num_keys=num_keys) by the GPU kernels on the interpreter;
     also returns the kernels launched."""
     ins = [np.ascontiguousarray(o) for o in operands]
@@ -59,7 +60,7 @@ def gpu_sort(operands, num_keys=1, axis=-1, iota=(), tile_items=16):
     axis %= len(shape)
     call = _Call(nin=len(ins), num_keys=num_keys, outer=int(np.prod(shape[:axis], dtype=np.int64)), n=shape[axis],
                  inner=int(np.prod(shape[axis + 1:], dtype=np.int64)), tile_items=tile_items,
-                 scan_passes=_scan_passes[0])
+                 scan_passes=_scan_passes[0], random_keys=random_keys, keys_unused=keys_unused)
     for k, a in enumerate(ins):
         call.dtype[k] = _DT[a.dtype]
         call.iota[k] = int(k in iota)
@@ -364,7 +365,8 @@ def test_look_back_adds_earlier_tiles_counts_until_an_inclusive_one():
     assert g[0] == 3
 
 
-def test_digit_counts_of_every_pass_with_blocks_taking_tiles_of_several_rows():
+@pytest.mark.parametrize("low", [0, 1])
+def test_digit_counts_of_every_pass_with_blocks_taking_tiles_of_several_rows(low):
     """ks_digits with fewer blocks than tiles: each block takes every fourth tile, across rows
     (flushing its counts at each change of row); gcounts must hold each row's digits of each pass,
     and every tile's status words of every pass must be zeroed."""
@@ -378,10 +380,64 @@ def test_digit_counts_of_every_pass_with_blocks_taking_tiles_of_several_rows():
     for a in (keys, gcounts, status):
         mem.add(a)
     args = [keys.ctypes.data, gcounts.ctypes.data, n, 3, 32, 0, 4, 0, 1 << 31, 0xFFFFFFFF, 0xFFFFFFFF, 0, 0, 0, 0,
-            rows * 3, status.ctypes.data]
+            rows * 3, status.ctypes.data, low]
     ptxsim.run_kernel(_KERNELS["ks_digits_16"], mem, args, 4, 256)
     k = keys.reshape(rows, n)
     for p in range(4):
         want = np.stack([np.bincount((r >> np.uint32(8 * p)) & 255, minlength=256) for r in k])
-        np.testing.assert_array_equal(gcounts[:, p], want)
+        np.testing.assert_array_equal(gcounts[:, p], want if p >= low else 0)
     assert not status.any()
+
+
+def runs_keys(rng, rows, n, highs):
+    """uint32 keys whose high 24 bits take `highs` values (runs of equal ones about n / highs long)
+    and whose low byte has few values (equal keys, to check stability)."""
+    hi = rng.integers(0, highs, (rows, n), dtype=np.uint64) * np.uint64(0x9E3779)
+    return ((hi & np.uint64(0xFFFFFF)) << np.uint64(8) | rng.integers(0, 6, (rows, n), dtype=np.uint64)).astype(np.uint32)
+
+
+@pytest.mark.parametrize("highs", [2**24, 3000, 400])
+def test_random_keys_sort_by_their_high_bits_and_finish_inside_runs(highs):
+    """With the random-keys hint, a uint32 key carrying a 4-byte value is sorted by its high 24 bits
+    in three onesweep passes, then ks_runs orders each run of equal high bits by the low byte."""
+    rng = np.random.default_rng(16)
+    x = runs_keys(rng, 2, 3 * 4096 + 77, highs)
+    x[1, :40] = x[0, -40:]  # a run across the rows' boundary must stay two runs
+    v = rng.integers(-2**31, 2**31, x.shape, dtype=np.int64).astype(np.int32)
+    (sx, sv), ks = gpu_sort([x, v], random_keys=1)
+    assert ks == ["ks_zero", "ks_digits_16"] + ["ks_scatter_kv_16"] * 3 + ["ks_runs"]
+    want = np_sort([x, v])
+    assert_same_bits(sx, want[0])
+    assert_same_bits(sv, want[1])
+
+
+def test_random_keys_hint_with_long_runs_and_an_iota_value():
+    """Runs longer than ks_runs' per-element limit (256) go through the serial counting sort of
+    their first element; an iota value rides as the positions. Keys that are not random still
+    sort right. Sorted keys nobody reads are not written."""
+    rng = np.random.default_rng(17)
+    n = 2 * 4096 + 5
+    x = runs_keys(rng, 1, n, 2**24)[0]
+    x[100:400] = (x[100:400] & np.uint32(0xFF)) | np.uint32(0xABCDEF00)  # a run of 300
+    x[1000:1500] = (x[1000:1500] & np.uint32(0xFF)) | np.uint32(0x80000000)  # one of 500 across the tiles' boundary
+    v = np.arange(n, dtype=np.int32)
+    (sx, sv), ks = gpu_sort([x, v], iota=(1,), random_keys=1)
+    assert ks[-1] == "ks_runs"
+    want = np_sort([x, v])
+    assert_same_bits(sx, want[0])
+    assert_same_bits(sv, want[1])
+    (sx, sv), ks = gpu_sort([x, v], iota=(1,), random_keys=1, keys_unused=1)
+    assert (sx.view(np.uint8) == 0x5A).all()
+    assert_same_bits(sv, want[1])
+
+
+@pytest.mark.parametrize("kdt,vdt", [(np.int32, np.int32), (np.uint32, np.float64), (np.float32, np.uint32)])
+def test_random_keys_hint_is_ignored_where_it_does_not_apply(kdt, vdt):
+    rng = np.random.default_rng(18)
+    x = ints(rng, 4096 + 9, kdt) if np.dtype(kdt).kind in "iu" else floats(rng, 4096 + 9, kdt)
+    v = ints(rng, x.size, vdt) if np.dtype(vdt).kind in "iu" else rng.standard_normal(x.size).astype(vdt)
+    (sx, sv), ks = gpu_sort([x, v], random_keys=1)
+    assert "ks_runs" not in ks
+    want = np_sort([x, v])
+    assert_same_bits(sx, want[0])
+    assert_same_bits(sv, want[1])

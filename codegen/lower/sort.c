@@ -79,6 +79,15 @@ int kl_lower_sort_layout(const kl_program *pg, const kl_eqn *e, const kl_libcall
   g->tile_items = knob && atoi(knob) == 8 ? 8 : 16;
   const char *lb = getenv("KILN_GPU_SORT_LOOKBACK"); /* an A/B switch: 0 sorts by a histogram and a scan a pass */
   g->scan_passes = lb && *lb == '0';
+  const char *rk = getenv("KILN_GPU_SORT_RUNS"); /* an A/B switch: 0 ignores the random-keys hint */
+  g->random_keys = c->p.sort.random_keys && !(rk && *rk == '0');
+  if (pg && e) { /* whether anything reads the sorted keys */
+    int v = e->outs[0], used = 0;
+    for (int i = 0; !used && i < pg->noutputs; i++) used = pg->outputs[i] == v;
+    for (int q = 0; !used && q < pg->neqns; q++)
+      for (int k = 0; !used && k < pg->eqns[q].nin; k++) used = pg->eqns[q].ins[k] == v;
+    g->keys_unused = !used;
+  }
   for (int k = 0; k < c->nin; k++) {
     g->dtype[k] = (int32_t)c->avals[k].dtype;
     /* an integer iota along the axis (argsort's): its output is the permutation itself */

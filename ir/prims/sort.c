@@ -2,7 +2,8 @@
  * along one axis, ordered by the leading num_keys operands. Depends only on ir/. */
 #include "prims.h"
 
-const kl_param_field kl_fields_sort[] = {KL_FIELD(sort, dimension, INT), KL_FIELD(sort, num_keys, INT), {NULL, 0, 0}};
+const kl_param_field kl_fields_sort[] = {KL_FIELD(sort, dimension, INT), KL_FIELD(sort, num_keys, INT),
+                                     KL_FIELD(sort, random_keys, HINT), {NULL, 0, 0}};
 
 int kl_infer_sort(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
                   int *nout) {

@@ -517,7 +517,7 @@ static int parse_params(kl_prim prim, PyObject *dict, kl_params *p, int64_t stor
       *(kl_ivec *)at = (kl_ivec){dst, (int)m};
       break;
     }
-    case KL_PF_INT: case KL_PF_INT32: case KL_PF_LOC: {
+    case KL_PF_INT: case KL_PF_INT32: case KL_PF_LOC: case KL_PF_HINT: {
       long long v = PyLong_AsLongLong(val);
       if (v == -1 && PyErr_Occurred()) return -1;
       if (f->kind == KL_PF_INT) *(int64_t *)at = v;
@@ -848,7 +848,7 @@ static PyObject *params_dict(const kl_eqn *e) {
       break;
     }
     case KL_PF_INT: val = PyLong_FromLongLong(*(const int64_t *)at); break;
-    case KL_PF_INT32: case KL_PF_LOC: val = PyLong_FromLong(*(const int *)at); break;
+    case KL_PF_INT32: case KL_PF_LOC: case KL_PF_HINT: val = PyLong_FromLong(*(const int *)at); break;
     case KL_PF_FLOAT: case KL_PF_FLOAT_NZ: val = PyFloat_FromDouble(*(const double *)at); break;
     case KL_PF_DTYPE: {
       int dt = *(const int *)at;

@@ -70,10 +70,16 @@ def _bits2(key, shape):
 
 
 def _split(key, shape=(2,)):
-    """uint32[*shape, 2] keys from one raw key (JAX's fold-like split)."""
+    """uint32[*shape, 2] keys from one raw key (JAX's fold-like split). Threefry runs over the
+    [*shape, 2] layout itself (each pair of words computed twice) and a select picks the word:
+    one elementwise root, so the whole split fuses into one kernel (the two words as separate
+    outputs made some twenty tiny kernels)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    b1, b2 = _bits2(key, shape)
-    return lax.concatenate([lax.expand_dims(b1, (len(shape),)), lax.expand_dims(b2, (len(shape),))], len(shape))
+    full = shape + (2,)
+    hi, lo = _counts(shape)
+    dims = tuple(range(len(shape)))
+    b1, b2 = _threefry(key[0], key[1], lax.broadcast_in_dim(hi, full, dims), lax.broadcast_in_dim(lo, full, dims))
+    return lax.select(lax.eq(lax.broadcasted_iota(_U32, full, len(shape)), lax.full(full, np.uint32(0), _U32)), b1, b2)
 
 
 def _random_bits(key, width, shape):
@@ -620,7 +626,7 @@ def _shuffle(key, x, axis):
     for _ in range(rounds):
         k = _split(key)
         key, subkey = k[0], k[1]
-        _, x = lax.sort_key_val(_random_bits(subkey, 32, x.shape), x, axis)
+        _, x = lax._sort_key_val_random(_random_bits(subkey, 32, x.shape), x, axis)
     return x
 
 

@@ -589,6 +589,15 @@ def sort_key_val(keys, values, dimension=-1, is_stable=True):
     return sort((keys, values), dimension, is_stable, 1)
 
 
+def _sort_key_val_random(keys, values, dimension):
+    """sort_key_val where keys are fresh uniform random bits (random.permutation's): the same
+    result, with a hint the GPU sort uses (it may finish the last digit inside runs of equal
+    higher digits, short for such keys); never printed."""
+    ops = _args("sort", keys, values)
+    dim = _axes(ops[0], (dimension,), "sort")[0]
+    return tuple(bind("sort", ops, {"dimension": dim, "num_keys": 1, "random_keys": 1}))
+
+
 # ---------------------------------------------------------------------------
 # Contractions
 
