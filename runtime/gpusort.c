@@ -21,7 +21,9 @@
  *   first pass reads the codes off the operand and, with one key of one word, the last writes
  *   operand 0's output decoded from them (no gather: an argsort's sorted keys come free), and a
  *   second operand of 4 bytes (sort_key_val's value, a shuffle's) rides along in place of the
- *   permutation, its output written by the last pass too. A
+ *   permutation, its output written by the last pass too. With the call's random_keys (a shuffle's
+ *   uint32 keys), the passes sort by the high 24 bits and ks_runs orders each run of equal ones by
+ *   the low byte: one pass's reads and writes, and a quarter of ks_digits' counting, saved. A
  *   one-operand sort of a key of at most 32 bits moves the codes alone (no permutation). Float
  *   rows that held -0 or NaNs other than the canonical one get them back from ks_fixup.
  * Scratch memory is the caller's (a slot of the executable: nothing is allocated here, so graph

@@ -474,8 +474,11 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
   /* Values computed once in a single kernel (home >= 0) are never recomputed, whatever their
    * number of uses, and never cut: a DAG of elementwise operations over one shape is one kernel.
    * Materializing a value can give values above it a home, so the decisions repeat (a few
-   * rounds; the set of materialized values only grows). */
-  for (int round = 0; round < 4 && !nofuse; round++) {
+   * rounds; the set of materialized values only grows). A first round (-1) materializes only
+   * costly values that every consumer reads other than in place (slices of a threefry split:
+   * each would recompute the whole expression), so that the values feeding them in place get
+   * their home before the cost rule cuts them one by one. */
+  for (int round = -1; round < 4 && !nofuse; round++) {
     plan_homes(pg, m, home);
     int changed = 0;
     memset(cost, 0, sizeof(int) * ((size_t)pg->nvals + 1));
@@ -495,15 +498,16 @@ int kl_plan_build(const kl_program *pg, kl_plan *plan, const kl_fuse_traits *tra
         int v = e->outs[i];
         cost[v] = c > EXPR_LIMIT * 4 ? EXPR_LIMIT * 4 : c;
         if (m[v] || home[v] >= 0) continue;
-        if (c > EXPR_LIMIT ||
-            (uses[v] > 1 && (long)c * (uses[v] - 1) > recompute_budget() && !row_stashed(uses, row_reads, other_reads, v))) {
+        if (round < 0 ? uses[v] > 1 && other_reads[v] == uses[v] && (long)c * (uses[v] - 1) > recompute_budget()
+                      : c > EXPR_LIMIT || (uses[v] > 1 && (long)c * (uses[v] - 1) > recompute_budget() &&
+                                           !row_stashed(uses, row_reads, other_reads, v))) {
           m[v] = 1;
           cost[v] = 0;
           changed = 1;
         }
       }
     }
-    if (!changed) break;
+    if (!changed && round >= 0) break;
   }
   /* A kernel's arguments are bounded (the GPU takes at most 4 KB of kernel parameters): a value
    * whose expression would read more than KERNEL_MAX_READS buffers gets its widest operand
