@@ -62,6 +62,7 @@ enum {
   X(cuDeviceTotalMem, (size_t *, CUdevice))                                                                 \
   X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                      \
   X(cuCtxSetCurrent, (CUcontext))                                                                           \
+  X(cuCtxGetCurrent, (CUcontext *))                                                                         \
   X(cuStreamCreate, (CUstream *, unsigned))                                                                 \
   X(cuStreamSynchronize, (CUstream))                                                                        \
   X(cuStreamWaitEvent, (CUstream, CUevent, unsigned))                                                       \
@@ -263,12 +264,16 @@ static int switch_context(void) {
   return 0;
 }
 
-/* The thread's GPU's context must be current on every thread that calls the driver: one compare
- * while it stays the same GPU. */
+/* The thread's GPU's context must be current on every thread that calls the driver: a compare
+ * while it stays the same GPU, and a look at the driver's current context, which another library
+ * of the process may have changed on this thread (JAX or PyTorch making another GPU's current:
+ * kiln's launches then failed with "invalid resource handle"). */
 static inline int enter(void) {
   pthread_once(&init_once, cuda_init);
   if (!cuda_ok) return -1;
   if (ctx_ord != ord) return switch_context();
+  CUcontext c = NULL;
+  if (p_cuCtxGetCurrent(&c) || c != gpus[ord].ctx) return switch_context();
   return 0;
 }
 

@@ -86,6 +86,12 @@ def test_hoist_puts_each_psum_right_after_its_operand(monkeypatch, tmp_path):
     # the first layer's weight gradient is the last matmul; the others' psums come before it
     dots = [i for i, ln in enumerate(lines) if "dot_general" in ln]
     assert sum(p < dots[-1] for p in psums) >= 4
+    # a weight gradient's matmul moves up with its psum, ahead of the activation gradient beside it
+    # (the middle layer's dW, f32[7,6], and its psum before dh of the first layer, f32[2,7])
+    dw2 = next(i for i in dots if ":f32[7,6] = " in lines[i])
+    dh1 = max(i for i in dots if ":f32[2,7] = " in lines[i])
+    psum_dw2 = next(i for i in psums if lines[i].split("] ")[-1].split()[0] == lines[dw2].split(":")[0])
+    assert dw2 < psum_dw2 < dh1, (dw2, psum_dw2, dh1)
     # the step against NumPy in float64: under check_vma the gradient of the replicated parameters
     # is already summed over the shards (pvary's transpose), so pmean leaves the sum of the
     # per-shard means' gradients
@@ -106,3 +112,53 @@ def test_hoist_puts_each_psum_right_after_its_operand(monkeypatch, tmp_path):
     for (gw, gb), (ww, wb) in zip(got, want):
         np.testing.assert_allclose(np.asarray(gw), ww, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(np.asarray(gb), wb, rtol=1e-5, atol=1e-5)
+
+
+def weight_first_step(params, x, y):
+    """mlp_step with each layer written w^T h^T (the activation gradient's matmul then comes
+    before the weight gradient's in the traced backward pass)."""
+    def loss(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = lax.dot_general(w, h, (((0,), (1,)), ((), ()))).T + b
+            if i < len(params) - 1:
+                h = kiln.numpy.tanh(h)
+        return ((h - y) ** 2).mean()
+
+    g = lax.pmean(kiln.grad(loss)(params, x, y), "d")
+    return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, g)]
+
+
+@pytest.mark.parametrize("leads", ["1", "0"])
+def test_hoist_moves_a_weight_gradient_up_with_its_psum(monkeypatch, tmp_path, leads):
+    """The weight gradient's matmul (and what scales or sums it) moves up with its psum, ahead of
+    the activation gradient traced before it, so that the all-reduce overlaps that matmul
+    (KILN_HOIST_LEADS=0 moves the psums alone: the activation gradient then stays first). The
+    step's bits do not change."""
+    rng = np.random.default_rng(3)
+    sizes = (5, 7, 6, 3)
+    params = [(rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32))
+              for m, n in zip(sizes[:-1], sizes[1:])]
+    x = rng.standard_normal((8, 5)).astype(np.float32)
+    y = rng.standard_normal((8, 3)).astype(np.float32)
+    mesh = Mesh(np.array(CPUS[:4]), ("d",))
+    monkeypatch.setenv("KILN_HOIST_LEADS", leads)
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    got = kiln.jit(kiln.shard_map(weight_first_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(
+        params, x, y)
+    lines = [ln.strip() for ln in open(sorted(glob.glob(str(tmp_path / "*-hoist.txt")))[-1]).read().splitlines()
+             if " = " in ln]
+    dw2 = next(i for i, ln in enumerate(lines) if ":f32[7,6] = dot_general" in ln)
+    dh1 = next(i for i, ln in enumerate(lines) if ":f32[2,7] = dot_general" in ln)  # (the forward's are [7,2])
+    psum_dw2 = next(i for i, ln in enumerate(lines) if " = psum[" in ln and ln.split("] ")[-1].split()[0] ==
+                    lines[dw2].split(":")[0])
+    if leads == "1":
+        assert dw2 < psum_dw2 < dh1, (dw2, psum_dw2, dh1)
+    else:
+        assert dh1 < dw2 < psum_dw2, (dw2, psum_dw2, dh1)
+    monkeypatch.setenv("KILN_HOIST_LEADS", "0" if leads == "1" else "1")
+    other = kiln.jit(kiln.shard_map(weight_first_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(
+        params, x + 0, y)
+    for (w, b), (w2, b2) in zip(got, other):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(w2))
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(b2))

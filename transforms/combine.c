@@ -119,46 +119,113 @@ out:
   return rc;
 }
 
-/* An equation's place in the hoisted order: after equation `anchor` (-1: the program's start),
- * collectives after the equation itself, then in their original order. */
+/* An equation's place in the hoisted order, compared field by field: after equation `anchor` (-1:
+ * the program's start); then, among the equations that moved up to it, by the collective they
+ * lead to (`serve`: its index; -1 for the anchor itself, which comes first); then in the original
+ * order k; a collective takes its latest producer's place with after = 1 + its own index, so
+ * that it comes right after that producer. */
 typedef struct {
-  int anchor, coll, k;
+  int anchor, serve, k, after, eqn;
 } place;
+
+static int cmp_int(int a, int b) { return (a > b) - (a < b); }
 
 static int place_cmp(const void *a, const void *b) {
   const place *x = a, *y = b;
-  return x->anchor != y->anchor ? (x->anchor > y->anchor) - (x->anchor < y->anchor)
-         : x->coll != y->coll   ? x->coll - y->coll
-                                : (x->k > y->k) - (x->k < y->k);
+  return x->anchor != y->anchor ? cmp_int(x->anchor, y->anchor)
+         : x->serve != y->serve ? cmp_int(x->serve, y->serve)
+         : x->k != y->k         ? cmp_int(x->k, y->k)
+                                : cmp_int(x->after, y->after);
+}
+
+static int is_collective(const kl_eqn *e) { return kl_prim_get(e->prim)->family == KL_FAM_COLLECTIVE; }
+
+#define LEAD_MAX 16 /* equations a collective's operand leads up with it, at most */
+
+/* serve[k] = 1 + the first collective (in program order) that equation k moves up with, or 0:
+ * back from a collective's operands through elementwise, shape and reduction equations, up to and
+ * including the first contraction (a weight gradient's matmul and what scales or sums it), a few
+ * at most, never past another collective. Computed as soon as their operands allow, a backward
+ * pass's weight gradient and its all-reduce come before an activation gradient that another,
+ * later collective waits for, and the all-reduce overlaps it. */
+static void mark_leads(const kl_program *pg, int *serve) {
+  int stack[LEAD_MAX];
+  for (int k = 0; k < pg->neqns; k++) {
+    const kl_eqn *c = &pg->eqns[k];
+    if (!is_collective(c)) continue;
+    int top = 0, taken = 0;
+    for (int i = 0; i < c->nin && top < LEAD_MAX; i++) stack[top++] = pg->vals[c->ins[i]].producer;
+    while (top > 0 && taken < LEAD_MAX) {
+      int p = stack[--top];
+      if (p < 0 || serve[p] || is_collective(&pg->eqns[p])) continue;
+      const kl_eqn *e = &pg->eqns[p];
+      kl_family f = kl_prim_get(e->prim)->family;
+      if (f != KL_FAM_ELEMENTWISE && f != KL_FAM_SHAPE && f != KL_FAM_REDUCE && f != KL_FAM_DOT) continue;
+      serve[p] = 1 + k;
+      taken++;
+      if (f == KL_FAM_DOT) continue; /* the contraction ends the lead */
+      for (int i = 0; i < e->nin && top < LEAD_MAX; i++) stack[top++] = pg->vals[e->ins[i]].producer;
+    }
+  }
+}
+
+/* The places: an equation that moves up (serve) or a collective goes just after the latest of
+ * its operands' producers' places (producers moved up too); any other stays where it is. */
+static void places(const kl_program *pg, const int *serve, place *at) {
+  for (int k = 0; k < pg->neqns; k++) {
+    const kl_eqn *e = &pg->eqns[k];
+    int coll = is_collective(e);
+    at[k] = (place){k, -1, k, 0, k};
+    if (!coll && !(serve && serve[k])) continue;
+    place last = {-1, -1, -1, 0, -1};
+    for (int i = 0; i < e->nin; i++) {
+      int p = pg->vals[e->ins[i]].producer;
+      if (p >= 0 && p < k && place_cmp(&at[p], &last) > 0) last = at[p];
+    }
+    if (coll) at[k] = (place){last.anchor, last.serve, last.k, 1 + k, k};
+    else at[k] = (place){last.anchor, last.serve > serve[k] - 1 ? last.serve : serve[k] - 1, k, 0, k};
+  }
+}
+
+/* The order qsort gives `at`; 0, or -1 where an equation would come before a producer of its
+ * operands (then nothing is changed; by construction it does not happen). */
+static int reorder(kl_program *pg, place *at, kl_eqn *eqns, int *pos) {
+  int n = pg->neqns;
+  qsort(at, (size_t)n, sizeof *at, place_cmp);
+  for (int k = 0; k < n; k++) pos[at[k].eqn] = k;
+  for (int k = 0; k < n; k++) {
+    const kl_eqn *e = &pg->eqns[at[k].eqn];
+    for (int i = 0; i < e->nin; i++) {
+      int p = pg->vals[e->ins[i]].producer;
+      if (p >= 0 && pos[p] >= k) return -1;
+    }
+  }
+  for (int k = 0; k < n; k++) eqns[k] = pg->eqns[at[k].eqn];
+  memcpy(pg->eqns, eqns, sizeof(kl_eqn) * (size_t)n);
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < pg->eqns[k].nout; i++) pg->vals[pg->eqns[k].outs[i]].producer = k;
+  return 0;
 }
 
 int kl_hoist_collectives(kl_program *pg, char *err, size_t errlen) {
   int n = pg->neqns, any = 0;
-  for (int k = 0; k < n; k++) any |= kl_prim_get(pg->eqns[k].prim)->family == KL_FAM_COLLECTIVE;
+  for (int k = 0; k < n; k++) any |= is_collective(&pg->eqns[k]);
   if (!any) return 0;
   place *at = kl_malloc(sizeof(place) * ((size_t)n + 1));
   kl_eqn *eqns = kl_malloc(sizeof(kl_eqn) * ((size_t)n + 1));
-  if (!at || !eqns) {
-    free(at), free(eqns);
+  int *pos = kl_malloc(sizeof(int) * ((size_t)n + 1));
+  int *serve = kl_calloc((size_t)n + 1, sizeof(int));
+  if (!at || !eqns || !pos || !serve) {
+    free(at), free(eqns), free(pos), free(serve);
     return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass hoist");
   }
-  /* a collective's anchor: the latest anchor of its operands' producers (a collective's producer
-   * moved up too); any other equation is its own */
-  for (int k = 0; k < n; k++) {
-    const kl_eqn *e = &pg->eqns[k];
-    at[k] = (place){k, 0, k};
-    if (kl_prim_get(e->prim)->family != KL_FAM_COLLECTIVE) continue;
-    at[k] = (place){-1, 1, k};
-    for (int i = 0; i < e->nin; i++) {
-      int p = pg->vals[e->ins[i]].producer;
-      if (p >= 0 && p < k && at[p].anchor > at[k].anchor) at[k].anchor = at[p].anchor;
-    }
+  const char *knob = getenv("KILN_HOIST_LEADS"); /* an A/B switch: 0 moves the collectives alone */
+  if (!(knob && *knob == '0')) mark_leads(pg, serve);
+  places(pg, serve, at);
+  if (reorder(pg, at, eqns, pos)) {
+    places(pg, NULL, at);
+    reorder(pg, at, eqns, pos);
   }
-  qsort(at, (size_t)n, sizeof *at, place_cmp);
-  for (int k = 0; k < n; k++) eqns[k] = pg->eqns[at[k].k];
-  memcpy(pg->eqns, eqns, sizeof(kl_eqn) * (size_t)n);
-  for (int k = 0; k < n; k++)
-    for (int i = 0; i < pg->eqns[k].nout; i++) pg->vals[pg->eqns[k].outs[i]].producer = k;
-  free(at), free(eqns);
+  free(at), free(eqns), free(pos), free(serve);
   return 0;
 }
