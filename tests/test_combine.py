@@ -57,15 +57,19 @@ def mlp_step(params, x, y):
     return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, g)]
 
 
-def test_hoist_puts_each_psum_right_after_its_operand(monkeypatch, tmp_path):
-    """A data-parallel step's gradient psums follow the equations computing their operands (the
-    backward pass's later matmuls come after them), and the step computes what NumPy does."""
-    rng = np.random.default_rng(2)
+def mlp_problem(seed):
+    """Parameters of a 5 -> 7 -> 6 -> 3 MLP and a batch of 8 (2 rows a device of 4)."""
+    rng = np.random.default_rng(seed)
     sizes = (5, 7, 6, 3)
     params = [(rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32))
               for m, n in zip(sizes[:-1], sizes[1:])]
-    x = rng.standard_normal((8, 5)).astype(np.float32)
-    y = rng.standard_normal((8, 3)).astype(np.float32)
+    return params, rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
+
+
+def test_hoist_puts_each_psum_right_after_its_operand(monkeypatch, tmp_path):
+    """A data-parallel step's gradient psums follow the equations computing their operands (the
+    backward pass's later matmuls come after them), and the step computes what NumPy does."""
+    params, x, y = mlp_problem(2)
     monkeypatch.setenv("KILN_DUMP", str(tmp_path))
     mesh = Mesh(np.array(CPUS[:4]), ("d",))
     f = kiln.jit(kiln.shard_map(mlp_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))
@@ -135,12 +139,7 @@ def test_hoist_moves_a_weight_gradient_up_with_its_psum(monkeypatch, tmp_path, l
     the activation gradient traced before it, so that the all-reduce overlaps that matmul
     (KILN_HOIST_LEADS=0 moves the psums alone: the activation gradient then stays first). The
     step's bits do not change."""
-    rng = np.random.default_rng(3)
-    sizes = (5, 7, 6, 3)
-    params = [(rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32))
-              for m, n in zip(sizes[:-1], sizes[1:])]
-    x = rng.standard_normal((8, 5)).astype(np.float32)
-    y = rng.standard_normal((8, 3)).astype(np.float32)
+    params, x, y = mlp_problem(3)
     mesh = Mesh(np.array(CPUS[:4]), ("d",))
     monkeypatch.setenv("KILN_HOIST_LEADS", leads)
     monkeypatch.setenv("KILN_DUMP", str(tmp_path))
