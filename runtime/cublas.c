@@ -34,6 +34,7 @@ static int tried, ready;
 static char why[512];
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 static int (*p_set_ws)(cublasHandle_t, void *, size_t);
+static int (*p_set_sms)(cublasHandle_t, int);
 static kl_libfind find = KL_LIBFIND_INIT; /* registered candidates, the path opened */
 static void *lib; /* the dlopen handle, for kl_cublas_symbol */
 /* A handle and workspace (cuBLAS's, for the life of the process) per GPU: a handle belongs to the
@@ -42,6 +43,7 @@ static void *lib; /* the dlopen handle, for kl_cublas_symbol */
 typedef struct {
   cublasHandle_t h;
   void *ws;
+  int sm_target; /* what cublasSetSmCountTarget was last given (0: every multiprocessor) */
 } gpu_handle;
 static gpu_handle gpus[KL_CUDA_MAX_GPUS];
 static pthread_mutex_t gpu_mu[KL_CUDA_MAX_GPUS];
@@ -87,6 +89,7 @@ static void open_cublas(void) {
     return;
   }
   *(void **)&p_set_ws = dlsym(h, "cublasSetWorkspace_v2");
+  *(void **)&p_set_sms = dlsym(h, "cublasSetSmCountTarget"); /* optional: room for a collective beside a product */
   for (int g = 0; g < KL_CUDA_MAX_GPUS; g++) pthread_mutex_init(&gpu_mu[g], NULL);
   cublasHandle_t probe;
   int rc = p_create(&probe); /* (the first GPU's handle is made here, to say why when it cannot be) */
@@ -219,6 +222,8 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
       }
     }
   }
+  int sms = kl_cuda_gemm_sm_target();
+  if (p_set_sms && sms != H->sm_target && !p_set_sms(handle, sms)) H->sm_target = sms;
   int rc = p_gemm(handle, transr ? OP_T : OP_N, transl ? OP_T : OP_N, (int)n, (int)m, (int)k, alpha, b, dt,
                   (int)(transr ? k : n), (long long)(k * n), a, dt, (int)(transl ? m : k), (long long)(m * k), beta, c, dt,
                   (int)n, (long long)(m * n), (int)batch, ct, GEMM_DEFAULT);

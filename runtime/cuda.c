@@ -1133,6 +1133,32 @@ static int comm_event(comm_state *cm, CUevent *e, char *err, size_t errlen) {
   return 0;
 }
 
+/* The library product queued next after a big collective on the side stream leaves it room:
+ * cuBLAS's big products keep every multiprocessor to the end (one block a multiprocessor looping
+ * over tiles), so an all-reduce queued just before one started only at its last tiles, its peer
+ * GPU's all-reduce spinning meanwhile (a data-parallel MLP's 64 MB gradient all-reduce ran 250 us
+ * late). KILN_NCCL_SM_RESERVE: how many multiprocessors (default 24, NCCL's channels on an NVLink
+ * H100 pair; 0: none); collectives of at least BIG_COMM bytes. */
+#define BIG_COMM (4u << 20)
+static _Thread_local int comm_room; /* a big collective was queued: the next product leaves room */
+
+static int sm_reserve(void) {
+  static int r = -1;
+  if (r < 0) {
+    const char *e = getenv("KILN_NCCL_SM_RESERVE");
+    r = e && *e ? atoi(e) : 24;
+    if (r < 0) r = 0;
+  }
+  return r;
+}
+
+int kl_cuda_gemm_sm_target(void) {
+  if (!comm_room || enter()) return 0;
+  comm_room = 0;
+  int left = G->num_sms - sm_reserve();
+  return !sm_reserve() ? 0 : left >= G->num_sms / 2 ? left : G->num_sms / 2;
+}
+
 /* KILN_NCCL_PRIORITY=0: the collectives' stream at the default priority (an A/B switch). */
 static int low_comm_priority(void) {
   const char *e = getenv("KILN_NCCL_PRIORITY");
@@ -1167,12 +1193,18 @@ static int comm_step(comm_state *cm, const kl_exec *x, const kl_step *st, void *
   if (comm_event(cm, &after, err, errlen)) return -1;
   if ((r = p_cuEventRecord(after, G->comm_stream)))
     return kl_error(err, errlen, KL_ERR_INTERNAL, "cuEventRecord failed: %s", cu_msg(r));
-  for (int i = 0; i < st->nslots; i++) cm->pend[st->slots[i]] = after;
+  size_t bytes = 0;
+  for (int i = 0; i < st->nslots; i++) {
+    cm->pend[st->slots[i]] = after;
+    bytes += x->slot_bytes[st->slots[i]];
+  }
+  if (bytes >= 2 * (size_t)BIG_COMM) comm_room = 1; /* (operand and result) */
   if (hprof) hp.comm += wall_now() - t0;
   return 0;
 }
 
 static void comm_join(comm_state *cm) {
+  comm_room = 0;
   if (cm->nev) p_cuStreamWaitEvent(stream0, cm->ev[cm->nev - 1], 0); /* the comm stream is in order: its last event covers all */
   for (int i = 0; i < cm->nev; i++) p_cuEventDestroy(cm->ev[i]);
   cm->nev = 0;

@@ -22,6 +22,9 @@ int kl_cuda_use(int ordinal);
 int kl_cuda_ordinal(void);
 int kl_cuda_count(void);
 int kl_cuda_in_group(void);
+/* How many multiprocessors the library product about to be queued should use: 0 for all of them,
+ * fewer for the first one after a big collective queued on the side stream (runtime/cuda.c). */
+int kl_cuda_gemm_sm_target(void);
 /* Says that a library using CUDA's runtime API (NCCL) may have made another context current on
  * this thread: the next call makes the thread's GPU's current again. */
 void kl_cuda_context_lost(void);
