@@ -1105,7 +1105,7 @@ static double wall_now(void) {
 
 /* KILN_GPU_PROFILE=2: host time per launch split into buffer allocation, kernel launches,
  * library calls and the rest, printed every 20 launches of programs of 20 or more steps. */
-static struct {
+static _Thread_local struct { /* per thread: each participant of an SPMD launch reports its own */
   double alloc, kern, lib, total, comm, comm_call; /* of lib: the side-stream collectives, and their NCCL calls */
   long steps, kerns, libs, launches, comms;
 } hp;
