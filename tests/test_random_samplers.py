@@ -428,3 +428,16 @@ def test_gamma_family_gradients_are_jax_s():
     assert float(kiln.grad(lambda a: kr.gamma(key, a, (3,)).sum())(2.0)) == pytest.approx(2.7869484, rel=2e-6)
     assert float(kiln.grad(lambda a: kr.loggamma(key, a, (3,)).sum())(2.0)) == pytest.approx(1.8973668, rel=2e-6)
     assert float(kiln.grad(lambda a: kr.beta(key, a, 3.0, (3,)).sum())(2.0)) == pytest.approx(0.4338452, rel=2e-6)
+
+
+def test_permutation_sorts_carry_a_hint_make_jaxpr_does_not_print():
+    """permutation's sorts say their keys are random (a hint the GPU sort uses); the program text
+    is JAX's sort all the same, and its result is a stable sort by those keys."""
+    text = str(kiln.make_jaxpr(lambda k: kr.permutation(k, 9))(kr.PRNGKey(1)))
+    assert "sort[dimension=0 num_keys=1]" in text and "random" not in text
+    keys = np.random.default_rng(5).integers(0, 4, 50).astype(np.uint32)  # many ties: stability shows
+    vals = np.arange(50, dtype=np.int32)
+    sk, sv = kiln.jit(lambda a, b: lax._sort_key_val_random(a, b, 0))(keys, vals)
+    order = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(np.asarray(sk), keys[order])
+    np.testing.assert_array_equal(np.asarray(sv), vals[order])

@@ -261,6 +261,26 @@ static void test_shape_rule_errors(void) {
   CHECK(pf && pf->kind == KL_PF_DTYPE && pf->offset == offsetof(kl_params, dot.preferred_element_type),
         "field of a dtype param");
   CHECK(kl_prim_param(prim("add"), "axes") == NULL, "add has no axes");
+  /* a hint (sort's random_keys) is never printed, but hashed and compared: a program using it
+   * compiles apart from one that does not */
+  pf = kl_prim_param(prim("sort"), "random_keys");
+  CHECK(pf && pf->kind == KL_PF_HINT, "sort's random_keys is a hint");
+  kl_params s0, s1;
+  kl_params_init(&s0, KL_P_SORT);
+  s0.sort.num_keys = 1;
+  s1 = s0;
+  s1.sort.random_keys = 1;
+  kl_str t0, t1;
+  kl_str_init(&t0);
+  kl_str_init(&t1);
+  kl_params_print(&t0, KL_P_SORT, &s0, 0);
+  kl_params_print(&t1, KL_P_SORT, &s1, 0);
+  CHECK(t0.data && t1.data && strcmp(t0.data, t1.data) == 0 && !strstr(t1.data, "random"), "a hint is not printed: %s",
+        t1.data ? t1.data : "(null)");
+  CHECK(kl_params_hash(0, KL_P_SORT, &s0) != kl_params_hash(0, KL_P_SORT, &s1), "a hint is hashed");
+  CHECK(!kl_params_equal(KL_P_SORT, &s0, &s1), "a hint is compared");
+  kl_str_free(&t0);
+  kl_str_free(&t1);
 }
 
 static void test_printer(void) {

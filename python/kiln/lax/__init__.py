@@ -577,11 +577,15 @@ cummax = _cumulative("cummax")
 cummin = _cumulative("cummin")
 
 
+def _sort(operands, dimension, num_keys, **hints):
+    ops = _args("sort", *operands)
+    dim = _axes(ops[0], (dimension,), "sort")[0]
+    return bind("sort", ops, {"dimension": dim, "num_keys": operator.index(num_keys), **hints})
+
+
 def sort(operand, dimension=-1, is_stable=True, num_keys=1):
     single = not isinstance(operand, (tuple, list))
-    ops = _args("sort", *([operand] if single else operand))
-    dim = _axes(ops[0], (dimension,), "sort")[0]
-    outs = bind("sort", ops, {"dimension": dim, "num_keys": operator.index(num_keys)})
+    outs = _sort([operand] if single else operand, dimension, num_keys)
     return outs[0] if single else tuple(outs)
 
 
@@ -593,9 +597,7 @@ def _sort_key_val_random(keys, values, dimension):
     """sort_key_val where keys are fresh uniform random bits (random.permutation's): the same
     result, with a hint the GPU sort uses (it may finish the last digit inside runs of equal
     higher digits, short for such keys); never printed."""
-    ops = _args("sort", keys, values)
-    dim = _axes(ops[0], (dimension,), "sort")[0]
-    return tuple(bind("sort", ops, {"dimension": dim, "num_keys": 1, "random_keys": 1}))
+    return tuple(_sort((keys, values), dimension, 1, random_keys=1))
 
 
 # ---------------------------------------------------------------------------
