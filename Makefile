@@ -5,7 +5,7 @@ BUILD ?= build
 LLVM_PREFIX ?= /usr/lib/llvm-19
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := llvm-19-dev libmlir-19-dev mlir-19-tools cmake gcc g++ libopenblas0 zlib1g-dev libzstd-dev libtinfo-dev python3-dev
-PIP_PACKAGES := numpy pytest ml_dtypes
+PIP_PACKAGES := numpy pytest ml_dtypes scipy
 
 .PHONY: all deps build test test-c test-py demo wheel asan bench clean
 
@@ -17,7 +17,7 @@ $(BUILD)/.deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "kiln: installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; fi
-	@$(PYTHON) -c "import numpy, pytest, ml_dtypes" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
+	@$(PYTHON) -c "import numpy, pytest, ml_dtypes, scipy" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
 	@touch $@
 
 build: deps

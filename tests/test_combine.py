@@ -161,3 +161,63 @@ def test_hoist_moves_a_weight_gradient_up_with_its_psum(monkeypatch, tmp_path, l
     for (w, b), (w2, b2) in zip(got, other):
         np.testing.assert_array_equal(np.asarray(w), np.asarray(w2))
         np.testing.assert_array_equal(np.asarray(b), np.asarray(b2))
+
+
+def psum_keys(lines):
+    """Per equation of a dumped program: the index of the latest psum it depends on (-1: none)."""
+    latest, keys = {}, []
+    for i, ln in enumerate(lines):
+        outs, rhs = ln.split(" = ", 1)
+        args = rhs.split("] ")[-1].split() if "[" in rhs.split()[0] else rhs.split()[1:]
+        keys.append(max([latest.get(a, -1) for a in args] + [-1]))
+        for name in outs.split():
+            latest[name.split(":")[0]] = i if rhs.startswith("psum[") else keys[-1]
+    return keys
+
+
+@pytest.mark.parametrize("sink", ["1", "0"])
+def test_sink_puts_readers_of_a_psum_after_the_work_that_needs_none(monkeypatch, tmp_path, sink):
+    """The waits sink (on by default; KILN_SINK_WAITS=0 turns it off): equations that read no
+    psum's result come before any that does, and those that do are ordered by the latest psum they
+    wait for, so the last all-reduce of a data-parallel step overlaps the other parameters' updates
+    (with it off, the updates stay in the parameters' order, the first layer's first). Same bits."""
+    params, x, y = mlp_problem(4)
+    mesh = Mesh(np.array(CPUS[:4]), ("d",))
+    monkeypatch.setenv("KILN_SINK_WAITS", sink)
+    monkeypatch.setenv("KILN_DUMP", str(tmp_path))
+    got = kiln.jit(kiln.shard_map(mlp_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(params, x, y)
+    lines = [ln.strip() for ln in open(sorted(glob.glob(str(tmp_path / "*-hoist.txt")))[-1]).read().splitlines()
+             if " = " in ln]
+    keys = psum_keys(lines)
+    updates = [i for i, ln in enumerate(lines) if " = sub " in ln and keys[i] >= 0]
+    shapes = [lines[i].split(":")[1].split(" ")[0] for i in updates]
+    if sink == "1":
+        assert keys == sorted(keys), "a reader of a psum comes before work that needs none"
+        assert shapes[-1] == "f32[5,7]", shapes  # the first layer's weight, whose psum is the last
+    else:
+        assert keys != sorted(keys)
+        assert shapes[0] == "f32[5,7]", shapes
+    monkeypatch.setenv("KILN_SINK_WAITS", "0" if sink == "1" else "1")
+    other = kiln.jit(kiln.shard_map(mlp_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(
+        params, x + 0, y)
+    for (w, b), (w2, b2) in zip(got, other):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(w2))
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(b2))
+
+
+def test_sink_keeps_the_order_of_effects(capfd):
+    """A print that reads a psum's result and a later one that reads none print in program order."""
+    def body(v):
+        s = lax.psum(v, "d")
+        kiln.debug.print("first {}", s.sum())
+        kiln.debug.print("second {}", (v * 2).sum())
+        return s
+
+    mesh = Mesh(np.array(CPUS[:4]), ("d",))
+    x = np.arange(8, dtype=np.float32).reshape(8, 1)
+    out = kiln.jit(kiln.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))(x)
+    kiln.block_until_ready(out)
+    printed = [ln for ln in capfd.readouterr().out.splitlines() if ln.startswith(("first", "second"))]
+    assert printed and printed[0].startswith("first")
+    for a, b in zip(printed[::2], printed[1::2]):
+        assert a.startswith("first") and b.startswith("second"), printed

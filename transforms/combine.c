@@ -1,5 +1,6 @@
 /* combine.c: where collectives go. The hoist pass moves each up to just after its operands'
- * last producer (kl_hoist_collectives, fuse.h). The combine pass (KILN_COMBINE_COLLECTIVES=1, an
+ * last producer, and the equations waiting for a collective's result down past the work that
+ * needs none (kl_hoist_collectives, fuse.h). The combine pass (KILN_COMBINE_COLLECTIVES=1, an
  * experiment; off by default) joins psums of one dtype over the same mesh axes whose results are
  * first read after the last of them: one psum of their operands flattened and joined, its result
  * sliced back, at the last one's place (a data-parallel step's gradient psums: one NCCL all-reduce, or one
@@ -207,6 +208,33 @@ static int reorder(kl_program *pg, place *at, kl_eqn *eqns, int *pos) {
   return 0;
 }
 
+/* The waits sink: keyed by the latest collective it depends on (its index in the hoisted order;
+ * -1 for none), each equation moves after every equation of a lower key, the order otherwise kept.
+ * Work that needs no collective's result comes before work that waits for one, and what waits for
+ * a later collective after what waits for an earlier one: a data-parallel step's last all-reduce
+ * then overlaps the updates of the parameters whose gradients arrived before it, instead of
+ * blocking them. A dependency never has a higher key than its reader (a collective's readers have
+ * at least its index, above its own key), so the sorted order is a valid one; effects keep their
+ * order (each has at least the key of the effect before it). */
+static void sink_waits(const kl_program *pg, place *at) {
+  int last_effect = -1;
+  for (int k = 0; k < pg->neqns; k++) {
+    const kl_eqn *e = &pg->eqns[k];
+    int key = -1;
+    for (int i = 0; i < e->nin; i++) {
+      int p = pg->vals[e->ins[i]].producer;
+      if (p < 0 || p >= k) continue;
+      if (at[p].anchor > key) key = at[p].anchor;
+      if (is_collective(&pg->eqns[p]) && p > key) key = p;
+    }
+    if (kl_eqn_has_effect(e)) {
+      if (last_effect > key) key = last_effect;
+      last_effect = key;
+    }
+    at[k] = (place){key, -1, k, 0, k};
+  }
+}
+
 int kl_hoist_collectives(kl_program *pg, char *err, size_t errlen) {
   int n = pg->neqns, any = 0;
   for (int k = 0; k < n; k++) any |= is_collective(&pg->eqns[k]);
@@ -225,6 +253,11 @@ int kl_hoist_collectives(kl_program *pg, char *err, size_t errlen) {
   if (reorder(pg, at, eqns, pos)) {
     places(pg, NULL, at);
     reorder(pg, at, eqns, pos);
+  }
+  const char *sink = getenv("KILN_SINK_WAITS"); /* an A/B switch: 0 leaves the readers in place */
+  if (!(sink && *sink == '0')) {
+    sink_waits(pg, at);
+    reorder(pg, at, eqns, pos); /* valid by construction; on -1 nothing changes */
   }
   free(at), free(eqns), free(pos), free(serve);
   return 0;

@@ -47,8 +47,10 @@ int kl_combine_collectives(kl_program *pg, char *err, size_t errlen);
  * equation that computes the last of its operands (after the other collectives placed there, in
  * their order), so that on the GPU its NCCL call starts as soon as its operand exists and overlaps
  * the work after it (a data-parallel step's gradient all-reduces overlap the backward pass).
- * Every participant runs the same program, so they still meet in the same order. 0, or -1 with a
- * message when out of memory. */
+ * Every participant runs the same program, so they still meet in the same order. Then the
+ * equations that wait for a collective's result move after those that need none, ordered by the
+ * latest collective they wait for (KILN_SINK_WAITS=0: not), so that the last all-reduce overlaps
+ * the work that does not wait for it. 0, or -1 with a message when out of memory. */
 int kl_hoist_collectives(kl_program *pg, char *err, size_t errlen);
 /* Whether equation e runs for an effect (an effect callback, in it or in its bodies). */
 int kl_eqn_has_effect(const kl_eqn *e);
