@@ -454,6 +454,12 @@ typedef struct {
       int invariant;       /* psum: shard_map's check_vma typing (JAX's psum_invariant): the result is
                               the same on every participant of the group and the transpose is pvary;
                               0: "unmapped" semantics, the transpose a psum */
+      kl_ivec groups;      /* JAX's axis_index_groups (psum pmax pmin all_gather reduce_scatter
+                              all_to_all), flattened: the positions along `axes` (0 .. A-1, each once),
+                              group_size at a time; the group is then the participants whose
+                              positions share this one's index group, ordered as listed. Empty: the
+                              whole group along `axes` */
+      int64_t group_size;  /* with groups: the size of each index group (0 without) */
     } collective;
   };
 } kl_params;
@@ -524,7 +530,8 @@ int kl_prim_infer(kl_prim p, const kl_aval *ins, int nin, const kl_params *param
  * and *transposed says which (ir/prims/dot.c). */
 int kl_dot_gemm_layout(const kl_aval *a, const kl_ivec *batch, const kl_ivec *contract, int rhs, int64_t *perm,
                        int *transposed);
-/* A collective's group size: the product of mesh_shape over axes (ir/prims/collective.c). */
+/* A collective's group size: the product of mesh_shape over axes, or group_size with index
+ * groups (ir/prims/collective.c). */
 int64_t kl_collective_group_size(const kl_params *p);
 /* The mesh's participants (the product of mesh_shape). */
 int64_t kl_collective_mesh_size(const kl_params *p);

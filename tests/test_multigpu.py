@@ -100,6 +100,24 @@ def test_all_to_all(n):
     np.testing.assert_array_equal(np.asarray(f(x)), want)
 
 
+@pytest.mark.parametrize("n", SIZES)
+def test_axis_index_groups(n):
+    """Groups listed out of order (each NCCL communicator set ranks its GPUs as the group lists
+    them): pairs [1, 0], [3, 2], ... (one reversed pair on 2 GPUs) and, from 4 GPUs, evens and odds."""
+    x = np.random.default_rng(2).standard_normal((n * 2, 3)).astype(np.float32)
+    blocks = x.reshape(n, 2, 3)
+    layouts = [[[k + 1, k] for k in range(0, n, 2)]] + ([[list(range(0, n, 2)), list(range(1, n, 2))]] if n >= 4 else [])
+    for groups in layouts:
+        where = {p: (g, k) for g in groups for k, p in enumerate(g)}
+        f = smap(lambda v: lax.psum(v, "x", axis_index_groups=groups), mesh_of(n), P("x"), P("x"), check_vma=False)
+        want = np.concatenate([blocks[where[d][0]].sum(0) for d in range(n)])
+        np.testing.assert_allclose(np.asarray(f(x)), want, rtol=1e-5, atol=1e-5)
+        f = smap(lambda v: lax.all_gather(v, "x", axis_index_groups=groups, tiled=True), mesh_of(n), P("x"), P("x"),
+                 check_vma=False)
+        want = np.concatenate([np.concatenate(list(blocks[where[d][0]])) for d in range(n)])
+        np.testing.assert_array_equal(np.asarray(f(x)), want)
+
+
 def test_axis_index():
     n = len(GPUS)
     f = smap(lambda v: v + lax.axis_index("x"), mesh_of(n), P("x"), P("x"))

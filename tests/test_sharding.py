@@ -195,6 +195,135 @@ def test_all_to_all(tiled):
         np.testing.assert_allclose(got, blocks.transpose(1, 0, 2))
 
 
+# ---- axis_index_groups: the collective runs within each group of positions ----
+
+GROUPS = [[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 2, 4, 6], [1, 3, 5, 7]], [[7, 0], [3, 4], [1, 6], [2, 5]]
+
+
+def _group_of(groups, n):
+    """Per position: (its group's members in order, its place there)."""
+    out = [None] * n
+    for g in groups:
+        for k, p in enumerate(g):
+            out[p] = (g, k)
+    return out
+
+
+@pytest.mark.parametrize("groups", GROUPS)
+@pytest.mark.parametrize("op,ref", [("psum", np.sum), ("pmax", np.max), ("pmin", np.min), ("pmean", np.mean)])
+def test_reductions_within_axis_index_groups(groups, op, ref):
+    mesh = kiln.make_mesh((8,), ("i",))
+    x = _rand(16, 3, seed=5)
+    f = _smap(lambda a: getattr(lax, op)(a, "i", axis_index_groups=groups), mesh, P("i"), P("i"), check_vma=False)
+    blocks = x.reshape(8, 2, 3)
+    want = np.concatenate([ref(blocks[g], axis=0) for g, _ in _group_of(groups, 8)])
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("groups", GROUPS)
+@pytest.mark.parametrize("tiled", [True, False])
+def test_all_gather_and_psum_scatter_within_axis_index_groups(groups, tiled):
+    mesh = kiln.make_mesh((8,), ("i",))
+    m = len(groups[0])
+    x = _rand(8 * m, 2, seed=6)  # each device: m rows
+    blocks = x.reshape(8, m, 2)
+    gat = _smap(lambda a: lax.all_gather(a, "i", axis_index_groups=groups, tiled=tiled), mesh, P("i"), P("i"),
+                check_vma=False)
+    got = np.asarray(gat(jnp.asarray(x))).reshape(8, -1)
+    want = np.stack([blocks[g].reshape(-1) for g, _ in _group_of(groups, 8)])
+    np.testing.assert_allclose(got, want)
+    sc = _smap(lambda a: lax.psum_scatter(a if tiled else a.reshape(m, 1, 2), "i", axis_index_groups=groups,
+                                          tiled=tiled), mesh, P("i"), P("i"), check_vma=False)
+    got = np.asarray(sc(jnp.asarray(x))).reshape(8, 2)
+    want = np.stack([blocks[g].sum(0)[k] for g, k in _group_of(groups, 8)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_all_to_all_within_axis_index_groups():
+    mesh = kiln.make_mesh((8,), ("i",))
+    groups = [[0, 3], [1, 2], [4, 7], [5, 6]]
+    x = _rand(8 * 2, 3, seed=7)  # device d: rows 2d, 2d+1; chunk j of a device goes to member j of its group
+    f = _smap(lambda a: lax.all_to_all(a, "i", 0, 0, axis_index_groups=groups, tiled=True), mesh, P("i"), P("i"),
+              check_vma=False)
+    blocks = x.reshape(8, 2, 3)
+    want = np.stack([np.stack([blocks[s, k] for s in g]) for g, k in _group_of(groups, 8)])
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))).reshape(8, 2, 3), want)
+
+
+def test_axis_index_groups_over_two_mesh_axes_and_under_grad():
+    """Groups over the positions of (x, y) on a 2 x 4 mesh, and the gradient of a grouped psum
+    (its transpose: the same grouped psum) against finite differences."""
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    groups = [[0, 5], [1, 4], [2, 7], [3, 6]]
+    x = _rand(8, 2, seed=8)
+    w = _rand(8, 2, seed=9)
+    f = _smap(lambda a: lax.psum(a, ("x", "y"), axis_index_groups=groups), mesh, P(("x", "y")), P(("x", "y")),
+              check_vma=False)
+    want = np.concatenate([x.reshape(8, 1, 2)[g].sum(0) for g, _ in _group_of(groups, 8)])
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))), want, rtol=1e-12)
+
+    def local(a, wv):
+        return jnp.sum((lax.psum(jnp.sin(a), ("x", "y"), axis_index_groups=groups) * wv) ** 2)
+
+    g = _smap(lambda a, wv: kiln.grad(local)(a, wv), mesh, (P(("x", "y")), P(("x", "y"))), P(("x", "y")),
+              check_vma=False)(jnp.asarray(x), jnp.asarray(w))
+
+    def total(xv):
+        s = np.sin(xv).reshape(8, 1, 2)
+        return sum(np.sum((s[gr].sum(0) * w[d]) ** 2) for d, (gr, _) in enumerate(_group_of(groups, 8)))
+    np.testing.assert_allclose(np.asarray(g), _fd_grad(total, x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["psum", "all_gather", "psum_scatter", "all_to_all"])
+def test_axis_index_groups_under_grad_and_make_jaxpr_around_shard_map(op):
+    """shard_map traced inside grad or make_jaxpr runs as the mesh's program on one device: grouped
+    collectives there give the values they give on the devices, and their gradients."""
+    mesh = kiln.make_mesh((2, 4), ("x", "y"))
+    groups = [[3, 0], [1, 2]]  # positions along y
+
+    def body(a):
+        if op == "psum":
+            return lax.psum(jnp.sin(a), "y", axis_index_groups=groups)
+        if op == "all_gather":
+            return lax.all_gather(jnp.sin(a), "y", axis_index_groups=groups, tiled=True)[1:]
+        if op == "psum_scatter":
+            return lax.psum_scatter(jnp.sin(a), "y", axis_index_groups=groups, tiled=True)
+        return lax.all_to_all(jnp.sin(a), "y", 0, 0, axis_index_groups=groups, tiled=True)
+
+    f = _smap(body, mesh, P(("x", "y")), P(("x", "y")), check_vma=False)
+    x = _rand(16, 2, seed=10)
+    on_devices = np.asarray(f(jnp.asarray(x)))
+    traced = kiln.make_jaxpr(f)(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(kiln.jit(lambda a: f(a) * 1.0)(jnp.asarray(x))), on_devices, rtol=1e-12)
+    assert traced is not None
+    w = _rand(*on_devices.shape, seed=11)
+    g = kiln.grad(lambda a: jnp.sum(f(a) * w))(jnp.asarray(x))
+
+    def total(xv):
+        return float(np.sum(np.asarray(f(jnp.asarray(xv))) * w))
+    np.testing.assert_allclose(np.asarray(g), _fd_grad(total, x), rtol=1e-5, atol=1e-6)
+    # the emulated program (under grad: same values) against the devices' run
+    np.testing.assert_allclose(np.asarray(kiln.vmap(lambda a: f(a), in_axes=None, axis_size=1)(jnp.asarray(x))[0]),
+                               on_devices, rtol=1e-12)
+
+
+def test_axis_index_groups_errors():
+    mesh = kiln.make_mesh((8,), ("i",))
+    x = jnp.asarray(_rand(8, 2))
+
+    def run(groups, op=lax.psum):
+        return _smap(lambda a: op(a, "i", axis_index_groups=groups), mesh, P("i"), P("i"), check_vma=False)(x)
+    with pytest.raises(ValueError, match="psum: axis_index_groups must cover all indices exactly once"):
+        run([[0, 1], [2, 3]])
+    with pytest.raises(ValueError, match="exactly once"):
+        run([[0, 1, 2, 3], [3, 4, 5, 6, 7]])
+    with pytest.raises(NotImplementedError, match="pmax: axis_index_groups of different sizes"):
+        run([[0, 1, 2], [3, 4, 5, 6, 7]], lax.pmax)
+    with pytest.raises(TypeError, match="list of lists of int"):
+        run([[0.5, 1]])
+    np.testing.assert_allclose(np.asarray(run([[i] for i in range(8)])), np.asarray(x))  # groups of one: itself
+
+
 # ---- gradients (unmapped semantics: the gradient of the sum over devices) ----
 
 def _fd_grad(total, x, eps=1e-6):

@@ -57,9 +57,7 @@ static int pvary_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) 
  * step on one device) are the identity: compiled programs read the operand, with no copy. */
 static int reduce_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) {
   (void)b;
-  int64_t g = 1;
-  for (int i = 0; i < e->p.collective.axes.n; i++) g *= e->p.collective.mesh_shape.v[e->p.collective.axes.v[i]];
-  if (g != 1) return 0;
+  if (kl_collective_group_size(&e->p) != 1) return 0;
   ys[0] = xs[0];
   return 1;
 }

@@ -34,6 +34,7 @@ the "unmapped" rules hold: psum's transpose is psum and nothing is inserted.
 
 import functools
 import math
+import operator
 
 import numpy as np
 
@@ -774,7 +775,7 @@ def _resolve(axis_name, what):
 
 
 def _group_size(mesh, params):
-    return math.prod(mesh.axis_sizes[i] for i in params["axes"])
+    return params.get("group_size") or math.prod(mesh.axis_sizes[i] for i in params["axes"])
 
 
 def _traced(x, params):
@@ -782,22 +783,38 @@ def _traced(x, params):
     x = core.asarray(x) if not isinstance(x, Array) else x
     if isinstance(x, Tracer):
         return x
-    idx = bind1("axis_index", [], params)
+    idx = bind1("axis_index", [], {k: v for k, v in params.items() if k not in ("groups", "group_size")})
     from kiln import lax
     return lax.add(x, lax.convert_element_type(lax.mul(idx, 0), x.dtype)) if x.ndim == 0 else \
         lax.add(x, lax.broadcast(lax.convert_element_type(lax.mul(idx, 0), x.dtype), x.shape))
 
 
-def _check_groups(axis_index_groups, what):
-    if axis_index_groups is not None:
-        raise NotImplementedError(f"{what}: axis_index_groups is not supported yet by kiln (split the mesh into more "
-                                  "axes instead)")
+def _with_groups(axis_index_groups, axis_name, mesh, params, what):
+    """params with JAX's axis_index_groups: lists of positions along axis_name that each run the
+    collective apart (e.g. [[0, 1], [2, 3]] over an axis of 4); None: params themselves."""
+    if axis_index_groups is None:
+        return params
+    try:
+        groups = [[operator.index(i) for i in g] for g in axis_index_groups]
+    except TypeError:
+        raise TypeError(f"{what}: axis_index_groups must be a list of lists of int positions, got "
+                        f"{axis_index_groups!r}") from None
+    n = _group_size(mesh, params)
+    flat = [i for g in groups for i in g]
+    if sorted(flat) != list(range(n)):
+        raise ValueError(f"{what}: axis_index_groups must cover all indices exactly once: the {n} positions 0..{n - 1} "
+                         f"along {axis_name!r}, got {axis_index_groups!r}")
+    sizes = sorted({len(g) for g in groups})
+    if len(sizes) != 1:
+        raise NotImplementedError(f"{what}: axis_index_groups of different sizes {sizes} are not supported by kiln "
+                                  "(JAX needs one size on TPUs and for all_gather too); split into groups of one size")
+    return {**params, "groups": tuple(flat), "group_size": sizes[0]}
 
 
 def _reduce(prim, what):
     def fn(x, axis_name, *, axis_index_groups=None):
-        _check_groups(axis_index_groups, what)
         mesh, params = _resolve(axis_name, what)
+        params = _with_groups(axis_index_groups, axis_name, mesh, params, what)
 
         def one(v):
             if prim == "psum" and not isinstance(v, Tracer) and isinstance(v, (int, float)):
@@ -822,10 +839,9 @@ pmin = _reduce("pmin", "pmin")
 
 def pmean(x, axis_name, *, axis_index_groups=None):
     """psum(x) / the number of devices along axis_name."""
-    _check_groups(axis_index_groups, "pmean")
     mesh, params = _resolve(axis_name, "pmean")
-    n = _group_size(mesh, params)
-    return tree_util.tree_map(lambda v: psum(v, axis_name) / n, x)
+    n = _group_size(mesh, _with_groups(axis_index_groups, axis_name, mesh, params, "pmean"))
+    return tree_util.tree_map(lambda v: psum(v, axis_name, axis_index_groups=axis_index_groups) / n, x)
 
 
 def axis_index(axis_name):
@@ -848,8 +864,8 @@ def _norm_axis(a, ndim, what):
 
 def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
     """Every device's x along `axis` (tiled: concatenated; else stacked on a new axis)."""
-    _check_groups(axis_index_groups, "all_gather")
-    _, params = _resolve(axis_name, "all_gather")
+    mesh, params = _resolve(axis_name, "all_gather")
+    params = _with_groups(axis_index_groups, axis_name, mesh, params, "all_gather")
 
     def one(v):
         v = _traced(v, params)
@@ -861,8 +877,8 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
 def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
     """psum, each device keeping its piece along scatter_dimension (tiled: a 1/n slice; else the
     axis of extent n is removed)."""
-    _check_groups(axis_index_groups, "psum_scatter")
-    _, params = _resolve(axis_name, "psum_scatter")
+    mesh, params = _resolve(axis_name, "psum_scatter")
+    params = _with_groups(axis_index_groups, axis_name, mesh, params, "psum_scatter")
 
     def one(v):
         v = _traced(v, params)
@@ -890,8 +906,8 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None,
     """Splits x along split_axis into one chunk per device, sends chunk j to device j, and joins
     what arrives along concat_axis (tiled=False: split_axis must be n long; it is removed and a
     new axis of n inserted at concat_axis)."""
-    _check_groups(axis_index_groups, "all_to_all")
     mesh, params = _resolve(axis_name, "all_to_all")
+    params = _with_groups(axis_index_groups, axis_name, mesh, params, "all_to_all")
     n = _group_size(mesh, params)
 
     def one(v):

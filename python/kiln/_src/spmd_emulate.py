@@ -135,6 +135,11 @@ def _collective(prim, x, params, mesh):
         return x
     arr = x.arr if isinstance(x, _Stacked) else _stack_const(x, n)
     grouped, perm = _group_view(arr, mesh, axes)  # (rest, g, *local)
+    index_groups, r = tuple(params.get("groups") or ()), grouped.shape[0]
+    if index_groups:  # axis_index_groups: (rest * groups, group size, *local), members in the groups' order
+        grouped = jnp.take(grouped, jnp.asarray(np.asarray(index_groups, np.int32)), axis=1)
+        grouped = jnp.reshape(grouped, (r * (len(index_groups) // params["group_size"]), params["group_size"]) +
+                              tuple(grouped.shape[2:]))
     g = grouped.shape[1]
     if prim in ("psum", "pmax", "pmin"):
         red = {"psum": jnp.sum, "pmax": jnp.max, "pmin": jnp.min}[prim](grouped, axis=1, keepdims=True)
@@ -178,6 +183,9 @@ def _collective(prim, x, params, mesh):
     else:
         raise NotImplementedError(f"shard_map inside a traced function: the collective {prim} is not supported "
                                   "there yet by kiln")
+    if index_groups:
+        out = jnp.reshape(out, (r, len(index_groups)) + tuple(out.shape[2:]))
+        out = jnp.take(out, jnp.asarray(np.argsort(index_groups).astype(np.int32)), axis=1)
     return _Stacked(_ungroup(out, mesh, axes, perm))
 
 
