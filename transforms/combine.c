@@ -225,7 +225,8 @@ static void sink_waits(const kl_program *pg, place *at) {
       int p = pg->vals[e->ins[i]].producer;
       if (p < 0 || p >= k) continue;
       if (at[p].anchor > key) key = at[p].anchor;
-      if (is_collective(&pg->eqns[p]) && p > key) key = p;
+      kl_prim q = pg->eqns[p].prim; /* (axis_index and pvary exchange nothing) */
+      if (is_collective(&pg->eqns[p]) && q != KL_P_AXIS_INDEX && q != KL_P_PVARY && p > key) key = p;
     }
     if (kl_eqn_has_effect(e)) {
       if (last_effect > key) key = last_effect;

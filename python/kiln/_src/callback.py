@@ -134,8 +134,8 @@ def debug_print(fmt, *args, ordered=False, **kwargs):
     if not isinstance(fmt, str):
         raise TypeError(f"debug.print: the format must be a string, got {type(fmt).__name__}")
 
-    def show(*a, **k):
-        print(fmt.format(*a, **k), flush=True)
+    def show(*a, **k):  # one write: the lines of devices printing at once do not mix
+        print(fmt.format(*a, **k) + "\n", end="", flush=True)
     debug_callback(show, *args, ordered=ordered, **kwargs)
 
 
