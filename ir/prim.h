@@ -460,6 +460,10 @@ typedef struct {
                               positions share this one's index group, ordered as listed. Empty: the
                               whole group along `axes` */
       int64_t group_size;  /* with groups: the size of each index group (0 without) */
+      int64_t frame;       /* 0: over the axes of a mesh; k > 0: over the batch axis of the k-th vmap
+                              with an axis_name being traced (mesh_shape its size, axes (0,)), which
+                              replays the program on the batch (python/kiln/_src/batching.py); never
+                              compiled */
     } collective;
   };
 } kl_params;

@@ -118,6 +118,14 @@ def test_hoist_puts_each_psum_right_after_its_operand(monkeypatch, tmp_path):
         np.testing.assert_allclose(np.asarray(gb), wb, rtol=1e-5, atol=1e-5)
 
 
+def assert_same_step(step, mesh, params, x, y, got):
+    """step traced afresh (x + 0: shard_map compiles per call site) gives got's bits."""
+    other = kiln.jit(kiln.shard_map(step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(params, x + 0, y)
+    for (w, b), (w2, b2) in zip(got, other):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(w2))
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(b2))
+
+
 def weight_first_step(params, x, y):
     """mlp_step with each layer written w^T h^T (the activation gradient's matmul then comes
     before the weight gradient's in the traced backward pass)."""
@@ -156,11 +164,7 @@ def test_hoist_moves_a_weight_gradient_up_with_its_psum(monkeypatch, tmp_path, l
     else:
         assert dh1 < dw2 < psum_dw2, (dw2, psum_dw2, dh1)
     monkeypatch.setenv("KILN_HOIST_LEADS", "0" if leads == "1" else "1")
-    other = kiln.jit(kiln.shard_map(weight_first_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(
-        params, x + 0, y)
-    for (w, b), (w2, b2) in zip(got, other):
-        np.testing.assert_array_equal(np.asarray(w), np.asarray(w2))
-        np.testing.assert_array_equal(np.asarray(b), np.asarray(b2))
+    assert_same_step(weight_first_step, mesh, params, x, y, got)
 
 
 def psum_keys(lines):
@@ -198,11 +202,7 @@ def test_sink_puts_readers_of_a_psum_after_the_work_that_needs_none(monkeypatch,
         assert keys != sorted(keys)
         assert shapes[0] == "f32[5,7]", shapes
     monkeypatch.setenv("KILN_SINK_WAITS", "0" if sink == "1" else "1")
-    other = kiln.jit(kiln.shard_map(mlp_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P()))(
-        params, x + 0, y)
-    for (w, b), (w2, b2) in zip(got, other):
-        np.testing.assert_array_equal(np.asarray(w), np.asarray(w2))
-        np.testing.assert_array_equal(np.asarray(b), np.asarray(b2))
+    assert_same_step(mlp_step, mesh, params, x, y, got)
 
 
 def test_sink_keeps_the_order_of_effects(capfd):

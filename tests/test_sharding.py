@@ -307,6 +307,19 @@ def test_axis_index_groups_under_grad_and_make_jaxpr_around_shard_map(op):
                                on_devices, rtol=1e-12)
 
 
+def test_vmap_with_an_axis_name_inside_a_shard_map_body():
+    """Inside a body: a psum over the mesh axis and a pmean over the vmap's axis, side by side."""
+    mesh = kiln.make_mesh((4,), ("d",), devices=kiln.devices()[:4])
+    x = _rand(8, 4, seed=12)
+
+    def body(a):  # (2, 4) a device
+        return kiln.vmap(lambda v: lax.psum(v, "d") - lax.pmean(v, "b"), axis_name="b")(a)
+    got = np.asarray(kiln.jit(_smap(body, mesh, P("d"), P("d"), check_vma=False))(jnp.asarray(x)))
+    blocks = x.reshape(4, 2, 4)
+    want = np.concatenate([blocks.sum(0) - blocks[d].mean(0, keepdims=True) for d in range(4)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_axis_index_groups_errors():
     mesh = kiln.make_mesh((8,), ("i",))
     x = jnp.asarray(_rand(8, 2))

@@ -56,6 +56,9 @@ static int current_group(const kl_libcall *c, kl_coll_group **grp, int *rank, ch
   const char *name = kl_prim_get(c->prim)->name;
   int64_t n = kl_collective_mesh_size(&c->p);
   *rank = 0;
+  if (c->p.collective.frame)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "%s over a vmap axis name reached the compiler (vmap replays it on "
+                    "the batch)", name);
   *grp = kl_coll_current(rank);
   if (!*grp && n != 1)
     return kl_error(err, errlen, KL_ERR_VALUE, "%s: a collective over a mesh of %lld devices runs only inside shard_map "

@@ -14,7 +14,7 @@ const kl_param_field kl_fields_collective[] = {
     KL_FIELD(collective, mesh_shape, IVEC), KL_FIELD(collective, axes, IVEC),  KL_FIELD(collective, axis, INT),
     KL_FIELD(collective, concat_axis, INT), KL_FIELD(collective, tiled, INT32), KL_FIELD(collective, perm, IVEC),
     KL_FIELD(collective, invariant, INT32), KL_FIELD(collective, groups, IVEC), KL_FIELD(collective, group_size, INT),
-    {NULL, 0, 0}};
+    KL_FIELD(collective, frame, INT), {NULL, 0, 0}};
 
 int64_t kl_collective_mesh_size(const kl_params *p) {
   int64_t n = 1;

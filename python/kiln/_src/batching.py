@@ -151,6 +151,24 @@ def _apply_out_axis(y, batched, axis, size, where):
     return lax.transpose(y, perm)
 
 
+def _names_frame(builder, frame):
+    """Whether the traced program (or a body in it) runs a collective over vmap frame `frame`."""
+    from kiln._src import spmd_emulate
+    return spmd_emulate._has_collective({"program": builder}, spmd_emulate._ours(frame))
+
+
+def _replay_on_batch(traced, frame, arrs, axes):
+    """The per-example program replayed on the batch's stacked values, its collectives over the
+    vmap's axis_name computed across the batch (as shard_map's program is across a mesh's devices
+    in spmd_emulate): (outputs, whether each is batched at axis 0)."""
+    from kiln._src import spmd_emulate
+    from kiln import numpy as jnp
+    ins = [x if a is None else spmd_emulate._Stacked(jnp.moveaxis(x, a, 0)) for x, a in zip(arrs, axes)]
+    outs = spmd_emulate.run_body(traced.builder, frame, ins, traced.consts, frame=frame.id)
+    return ([o.arr if isinstance(o, spmd_emulate._Stacked) else o for o in outs],
+            [isinstance(o, spmd_emulate._Stacked) for o in outs])
+
+
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """Vectorizes `fun` over the axes `in_axes` of its arguments; results carry the mapped axis
     at `out_axes`. in_axes/out_axes: int, None, or pytree prefixes of the (positional) arguments
@@ -196,12 +214,24 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         for x, a in zip(arrs, axes):
             shape = tuple(x.shape) if a is None else tuple(x.shape[:a]) + tuple(x.shape[a + 1:])
             per_example.append(_Aval(shape, x.dtype, x.weak_type, x))
-        traced = api._trace(fun, None, None, per_example, tree)
-        prog_axes = [-1 if a is None else a for a in axes] + [-1] * len(traced.consts)
-        batched_builder, out_batched = traced.builder.vmap(prog_axes, size)
-        inputs = arrs + list(traced.consts)
-        key = (batched_builder.hash(), tuple((x.shape, x.dtype, x.weak_type) for x in inputs))
-        outs = _run(batched_builder, inputs, cache, key)
+        frame = None
+        if axis_name is not None:  # collectives may name the batch axis
+            from kiln._src import spmd
+            frame = spmd.VmapFrame(axis_name, size)
+            spmd._axis_stack.append(frame)
+        try:
+            traced = api._trace(fun, None, None, per_example, tree)
+        finally:
+            if frame is not None:
+                spmd._axis_stack.pop()
+        if frame is not None and _names_frame(traced.builder, frame.id):
+            outs, out_batched = _replay_on_batch(traced, frame, arrs, axes)
+        else:
+            prog_axes = [-1 if a is None else a for a in axes] + [-1] * len(traced.consts)
+            batched_builder, out_batched = traced.builder.vmap(prog_axes, size)
+            inputs = arrs + list(traced.consts)
+            key = (batched_builder.hash(), tuple((x.shape, x.dtype, x.weak_type) for x in inputs))
+            outs = _run(batched_builder, inputs, cache, key)
         out = tree_util.tree_unflatten(traced.out_tree, outs)
         if isinstance(out_axes, (int, type(None))):
             out_ax = [out_axes] * len(outs)

@@ -758,16 +758,48 @@ def _names(axis_name):
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
 
 
+class VmapFrame:
+    """The axis of a vmap with an axis_name while its function is traced (batching.py): a mesh of
+    one axis, its size the batch's, whose collectives carry `frame` (the vmap replays them on the
+    batch)."""
+    def __init__(self, name, size):
+        # numbered by depth (1 + the vmap frames around it): a program traced again gets the same
+        self.id = 1 + sum(isinstance(f, VmapFrame) for f in _axis_stack)
+        self.axis_names = (name,)
+        self.axis_sizes = (size,)
+
+
 def _resolve(axis_name, what):
-    """(mesh, params naming the mesh axes) for a collective over axis_name."""
-    mesh = _axis_stack[-1] if _axis_stack else None
+    """(mesh, params naming the mesh axes) for a collective over axis_name: the innermost frame
+    (vmap axis or mesh) naming its first axis; a mesh hides the frames outside it (its body is a
+    program of its own)."""
     names = _names(axis_name)
+    mesh, visible = None, []
+    for f in reversed(_axis_stack):
+        visible += [n for n in f.axis_names if n not in visible]
+        if mesh is None and names and names[0] in f.axis_names:
+            mesh = f
+        if not isinstance(f, VmapFrame):
+            break
+    if isinstance(mesh, VmapFrame):
+        for n in names:
+            if n not in mesh.axis_names:
+                if n in visible:
+                    raise NotImplementedError(f"{what}: a collective over the axes {names!r} of different vmaps or of "
+                                              "a vmap and a mesh is not supported yet by kiln: reduce over one at a "
+                                              "time")
+                raise NameError(f"unbound axis name: {n}. The following axis names (e.g. defined by pmap, shard_map "
+                                f"or vmap) are available to collective operations: {visible}")
+        return mesh, {"mesh_shape": tuple(mesh.axis_sizes), "axes": (0,), "frame": mesh.id}
     known = list(mesh.axis_names) if mesh is not None else []
     for n in names:
+        if n in visible and n not in known:
+            raise NotImplementedError(f"{what}: a collective over the axes {names!r} of different vmaps or of a "
+                                      "vmap and a mesh is not supported yet by kiln: reduce over one at a time")
         if n not in known:
-            raise NameError(f"unbound axis name: {n}. The following axis names (e.g. defined by pmap or shard_map) "
-                            f"are available to collective operations: {known} ({what} runs only inside a shard_map "
-                            "or pmap body over a mesh with that axis)")
+            raise NameError(f"unbound axis name: {n}. The following axis names (e.g. defined by pmap, shard_map or "
+                            f"vmap) are available to collective operations: {visible} ({what} runs only inside a "
+                            "shard_map or pmap body over a mesh with that axis, or a vmap with that axis_name)")
     axes = sorted(known.index(n) for n in names)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{what}: axis_name {axis_name!r} names a mesh axis twice")
@@ -819,7 +851,7 @@ def _reduce(prim, what):
         def one(v):
             if prim == "psum" and not isinstance(v, Tracer) and isinstance(v, (int, float)):
                 return v * _group_size(mesh, params)  # psum(1, 'i') is the axis size, as in JAX
-            typed = _vma_active()
+            typed = _vma_active() and not isinstance(mesh, VmapFrame)
             if typed:
                 have = _vma_of(v)
                 if have is not None and not (have & _axes_names(mesh, params)):
@@ -939,6 +971,8 @@ def pvary(x, axis_name):
     if not _vma_active():
         return x
     mesh, params = _resolve(axis_name, "pvary")
+    if isinstance(mesh, VmapFrame):  # (vma typing follows meshes' axes only)
+        return x
     names = frozenset(_names(axis_name))
 
     def one(v):

@@ -193,34 +193,47 @@ _COLLECTIVES = ("psum", "pmax", "pmin", "all_gather", "reduce_scatter", "ppermut
                 "pvary")
 
 
-def _has_collective(params):
+def _ours(frame):
+    """Whether an equation (prim, params) is a collective the replay computes: any of a shard_map
+    body's (frame 0), or those over the axis of vmap frame `frame`."""
+    return lambda prim, params: prim in _COLLECTIVES and params.get("frame", 0) == frame
+
+
+def _has_collective(params, ours=_ours(0)):
     """Whether a body held in params (a loop's, a call's, a cond's branches) runs collectives."""
     def body_has(v):
         if isinstance(v, (tuple, list)):
             return any(body_has(b) for b in v)
         if hasattr(v, "equations") and hasattr(v, "inputs"):
-            return any(prim in _COLLECTIVES or _has_collective(p) for prim, _, _, p in v.equations())
+            return any(ours(prim, p) or _has_collective(p, ours) for prim, _, _, p in v.equations())
         return False
     return any(body_has(v) for v in params.values())
 
 
-def run_body(builder, mesh, inputs, consts):
+def run_body(builder, mesh, inputs, consts, frame=0):
     """The body's outputs (each a _Stacked or a value the same on every device) from its inputs
-    (_Stacked) and constants (plain), replayed in the enclosing trace."""
+    (_Stacked) and constants (plain), replayed in the enclosing trace. frame > 0: the program of a
+    vmap with an axis_name (mesh its VmapFrame; the "devices" the batch's elements), whose other
+    collectives (a mesh's) run as they are on the stacked values."""
     import kiln
+    ours = _ours(frame)
     env = dict(zip(builder.inputs(), list(inputs) + list(consts)))
     for prim, ins, outs, params in builder.equations():
         if prim == "literal":
             from kiln._src import ad
             res = (ad.literal(params),)
-        elif prim in _COLLECTIVES:
+        elif ours(prim, params):
             res = (_collective(prim, env[ins[0]] if ins else None, params, mesh),)
         else:
             xs = [env[i] for i in ins]
-            if _has_collective(params):
-                raise NotImplementedError(f"shard_map inside a traced function: a {prim} whose body runs collectives "
+            if _has_collective(params, ours):
+                where = "vmap with an axis_name" if frame else "shard_map inside a traced function"
+                raise NotImplementedError(f"{where}: a {prim} whose body runs collectives "
                                           "is not supported there yet by kiln (call the shard_map on concrete "
-                                          "arrays, with grad or vmap inside its body)")
+                                          "arrays, with grad or vmap inside its body)" if not frame else
+                                          f"{where}: a {prim} whose body runs collectives over the vmap's axis is "
+                                          "not supported yet by kiln (write the loop in Python, or run it in a shard_map "
+                                          "over a mesh)")
             if not any(isinstance(x, _Stacked) for x in xs):
                 res = core.bind(prim, xs, params)
             else:
