@@ -493,13 +493,52 @@ def test_grad_around_shard_map_with_check_vma_and_a_closure():
         np.testing.assert_allclose(np.asarray(h)[:, :, 0, 0], col, rtol=1e-5, atol=1e-7)
 
 
-def test_grad_around_a_shard_map_whose_loop_runs_collectives_names_the_limit():
-    mesh = kiln.make_mesh((8,), ("d",))
-    f = _smap(lambda a: lax.fori_loop(0, 2, lambda i, c: lax.psum(c, "d") * 0.5, a), mesh, P("d"), P("d"))
-    x = jnp.asarray(_rand(8))
-    np.testing.assert_allclose(np.asarray(f(x)), np.full(8, np.asarray(x).sum() * 0.5 * 8 * 0.5), rtol=1e-5)
-    with pytest.raises(NotImplementedError, match="scan whose body runs collectives.*concrete arrays"):
-        kiln.grad(lambda v: f(v).sum())(x)
+@pytest.mark.parametrize("kind", ["fori_ring", "scan_xs", "while_per_device", "cond_shared", "cond_per_device",
+                                  "checkpoint"])
+def test_grad_vmap_and_jaxpr_around_a_shard_map_whose_loops_run_collectives(kind):
+    """Loops, conds and checkpoints whose bodies run collectives, under grad (against finite
+    differences of the devices' own run), vmap and make_jaxpr around the shard_map: the replay
+    builds the same construct over stacked values."""
+    mesh = kiln.make_mesh((4,), ("d",), devices=kiln.devices()[:4])
+    ring = [(k, (k + 1) % 4) for k in range(4)]
+
+    def body(a):  # a: (2, 3) a device
+        if kind == "fori_ring":  # a ring pass, as collective matmuls write it
+            return lax.fori_loop(0, 3, lambda i, c: jnp.sin(lax.ppermute(c, "d", ring)) + c * i, a)
+        if kind == "scan_xs":
+            def step(c, x):
+                s = lax.psum(c * x, "d")
+                return c + jnp.tanh(s), s.sum()
+            c, ys = lax.scan(step, a[0], a)
+            return c[None] + ys[:, None]
+        if kind == "while_per_device":  # a condition computed per device (the same on all: SPMD)
+            limit = 3.0 + 0.0 * lax.axis_index("d")
+
+            def cond(cv):
+                return cv[0] < limit
+
+            def step(cv):
+                return cv[0] + 1.0, cv[1] * 0.5 + jnp.sin(lax.pmean(cv[1], "d"))
+            return lax.while_loop(cond, step, (jnp.zeros(()), a))[1]
+        if kind == "cond_shared":
+            return lax.cond(lax.psum(a.sum(), "d") > 0, lambda v: lax.psum(v * v, "d"), lambda v: -v, a)
+        if kind == "cond_per_device":  # a predicate computed per device (the same on all: SPMD)
+            pred = lax.psum(a.sum(), "d") * (1.0 + 0.0 * lax.axis_index("d")) > 0
+            return lax.cond(pred, lambda v: lax.psum(jnp.sin(v), "d"), lambda v: lax.pmax(v, "d") * v, a)
+        return kiln.checkpoint(lambda v: jnp.sin(lax.psum(v, "d")) * v)(a)
+
+    f = _smap(body, mesh, P("d"), P("d"), check_vma=False)
+    x = _rand(8, 3, seed=13)
+    on_devices = np.asarray(f(jnp.asarray(x)))
+    w = _rand(*on_devices.shape, seed=14)
+    g = kiln.grad(lambda a: jnp.sum(f(a) * w))(jnp.asarray(x))
+
+    def total(xv):
+        return float(np.sum(np.asarray(f(jnp.asarray(xv))) * w))
+    np.testing.assert_allclose(np.asarray(g), _fd_grad(total, x), rtol=1e-5, atol=1e-6)
+    replayed = kiln.vmap(lambda a: f(a), in_axes=None, axis_size=1)(jnp.asarray(x))[0]
+    np.testing.assert_allclose(np.asarray(replayed), on_devices, rtol=1e-12)
+    assert kiln.make_jaxpr(f)(jnp.asarray(x)) is not None
 
 
 # ---- check_vma typing (shard_map's default): gradients of replicated values are summed over devices ----

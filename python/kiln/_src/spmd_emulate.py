@@ -210,6 +210,80 @@ def _has_collective(params, ours=_ours(0)):
     return any(body_has(v) for v in params.values())
 
 
+_CONTROL = ("scan", "while", "cond", "checkpoint")
+
+
+def _lift(v, n):
+    """v as a stacked array (N, *local) (a value the same everywhere broadcast)."""
+    return v.arr if isinstance(v, _Stacked) else _stack_const(v, n)
+
+
+def _where_devices(pred, a, b):
+    """Per device: a where its pred holds, else b (pred a _Stacked bool (N,))."""
+    jnp = _jnp()
+    return jnp.where(jnp.reshape(pred.arr, (pred.arr.shape[0],) + (1,) * (a.ndim - 1)), a, b)
+
+
+def _control(prim, xs, params, mesh, frame):
+    """A loop, cond or checkpoint whose body runs collectives, replayed in the enclosing trace as
+    the same construct over stacked values: every carry stacked; a condition that differs per
+    device runs the loop while any device's holds, the others keeping their carries (as vmap's
+    batched while), and a cond computes both branches, each device taking its own."""
+    import kiln
+    jnp = _jnp()
+    n = math.prod(mesh.axis_sizes)
+
+    def replay(body, vals):
+        return run_body(body, mesh, list(vals), [], frame)
+
+    if prim == "checkpoint":  # (the recomputation policy does not change values)
+        return tuple(replay(params["body"], xs))
+    if prim == "scan":
+        nc, nk, _ = params["counts"]
+        consts, init, seqs = xs[:nc], xs[nc:nc + nk], xs[nc + nk:]
+        stacked_x = [isinstance(v, _Stacked) for v in seqs]
+        stacked_y = []
+
+        def step(carry, x):
+            x = () if x is None else x
+            outs = replay(params["body"], list(consts) + [_Stacked(c) for c in carry] +
+                          [_Stacked(v) if s else v for v, s in zip(x, stacked_x)])
+            stacked_y[:] = [isinstance(y, _Stacked) for y in outs[nk:]]
+            return tuple(_lift(o, n) for o in outs[:nk]), tuple(y.arr if isinstance(y, _Stacked) else y
+                                                                 for y in outs[nk:])
+        carry, ys = kiln.lax.scan(step, tuple(_lift(v, n) for v in init),
+                                  tuple(jnp.moveaxis(v.arr, 1, 0) if s else v for v, s in zip(seqs, stacked_x)),
+                                  length=params["length"], reverse=bool(params["reverse"]))
+        return tuple(_Stacked(c) for c in carry) + tuple(_Stacked(jnp.moveaxis(y, 0, 1)) if s else y
+                                                         for y, s in zip(ys, stacked_y))
+    if prim == "while":
+        nc, nb, _ = params["counts"]
+        cconsts, bconsts, init = xs[:nc], xs[nc:nc + nb], xs[nc + nb:]
+
+        def pred_of(carry):
+            return replay(params["cond"], [_Stacked(c) for c in carry] + list(cconsts))[0]
+
+        def cond_fun(carry):
+            p = pred_of(carry)
+            return jnp.any(p.arr) if isinstance(p, _Stacked) else p
+
+        def body_fun(carry):
+            p = pred_of(carry)
+            new = tuple(_lift(o, n) for o in replay(params["body"], [_Stacked(c) for c in carry] + list(bconsts)))
+            return tuple(_where_devices(p, a, c) for a, c in zip(new, carry)) if isinstance(p, _Stacked) else new
+        return tuple(_Stacked(c) for c in kiln.lax.while_loop(cond_fun, body_fun, tuple(_lift(v, n) for v in init)))
+    nf, nt, _ = params["counts"]  # cond
+    pred, fconsts, tconsts, ops = xs[0], xs[1:1 + nf], xs[1 + nf:1 + nf + nt], xs[1 + nf + nt:]
+
+    def branch(body, consts):
+        return tuple(_lift(o, n) for o in replay(body, list(ops) + list(consts)))
+    if isinstance(pred, _Stacked):
+        t, f = branch(params["true_branch"], tconsts), branch(params["false_branch"], fconsts)
+        return tuple(_Stacked(_where_devices(pred, a, b)) for a, b in zip(t, f))
+    return tuple(_Stacked(o) for o in kiln.lax.cond(pred, lambda: branch(params["true_branch"], tconsts),
+                                                    lambda: branch(params["false_branch"], fconsts)))
+
+
 def run_body(builder, mesh, inputs, consts, frame=0):
     """The body's outputs (each a _Stacked or a value the same on every device) from its inputs
     (_Stacked) and constants (plain), replayed in the enclosing trace. frame > 0: the program of a
@@ -226,6 +300,11 @@ def run_body(builder, mesh, inputs, consts, frame=0):
             res = (_collective(prim, env[ins[0]] if ins else None, params, mesh),)
         else:
             xs = [env[i] for i in ins]
+            if prim in _CONTROL and _has_collective(params, ours):
+                res = _control(prim, xs, params, mesh, frame)
+                for o, r in zip(outs, res):
+                    env[o] = r
+                continue
             if _has_collective(params, ours):
                 where = "vmap with an axis_name" if frame else "shard_map inside a traced function"
                 raise NotImplementedError(f"{where}: a {prim} whose body runs collectives "
