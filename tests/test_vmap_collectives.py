@@ -109,3 +109,21 @@ def test_errors_name_the_axis_and_the_limit():
         kiln.vmap(kiln.vmap(lambda v: lax.pmax(v, ("b", "c")), axis_name="b"), axis_name="c")(jnp.ones((2, 3)))
     # the library keeps working, and a vmap whose function names no collective takes the batched path
     np.testing.assert_allclose(np.asarray(kiln.vmap(lambda v: v * 2, axis_name="b")(jnp.ones(3))), 2.0)
+
+
+def test_pshuffle_and_pswapaxes():
+    """pshuffle (sources per destination) and pswapaxes (all_to_all of one axis), over a vmap's
+    axis and a mesh's."""
+    x = _rand(4, 4, 3, seed=7)
+    got = kiln.vmap(lambda v: lax.pshuffle(v, "b", [2, 0, 3, 1]), axis_name="b")(x)
+    np.testing.assert_allclose(np.asarray(got), x[[2, 0, 3, 1]])
+    sw = kiln.vmap(lambda v: lax.pswapaxes(v, "b", 0), axis_name="b")(x)
+    np.testing.assert_allclose(np.asarray(sw), x.transpose(1, 0, 2))  # element b's row j: x[j, b]
+    with pytest.raises(ValueError, match="pshuffle: `perm` does not represent a permutation"):
+        kiln.vmap(lambda v: lax.pshuffle(v, "b", [0, 0, 1, 2]), axis_name="b")(x)
+    cpus = kiln.devices("cpu")
+    if len(cpus) >= 4:
+        from kiln.sharding import Mesh, PartitionSpec as P
+        mesh = Mesh(np.array(cpus[:4]), ("d",))
+        f = kiln.shard_map(lambda v: lax.pswapaxes(v[0], "d", 0)[None], mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+        np.testing.assert_allclose(np.asarray(f(kiln.device_put(x, cpus[0]))), x.transpose(1, 0, 2))

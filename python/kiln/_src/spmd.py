@@ -934,6 +934,21 @@ def ppermute(x, axis_name, perm):
     return tree_util.tree_map(lambda v: bind1("ppermute", [_traced(v, params)], {**params, "perm": tuple(flat)}), x)
 
 
+def pshuffle(x, axis_name, perm):
+    """ppermute with the permutation as sources: the result at position i along axis_name is x
+    of position perm[i] (every position once)."""
+    perm = [operator.index(p) for p in perm]
+    if sorted(perm) != list(range(len(perm))):
+        raise ValueError(f"pshuffle: `perm` does not represent a permutation: {perm}")
+    return ppermute(x, axis_name, list(zip(perm, range(len(perm)))))
+
+
+def pswapaxes(x, axis_name, axis, *, axis_index_groups=None):
+    """Swaps the mapped axis axis_name with x's axis `axis` (whose extent must be the group
+    size): all_to_all(x, axis_name, axis, axis)."""
+    return all_to_all(x, axis_name, axis, axis, axis_index_groups=axis_index_groups)
+
+
 def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
     """Splits x along split_axis into one chunk per device, sends chunk j to device j, and joins
     what arrives along concat_axis (tiled=False: split_axis must be n long; it is removed and a

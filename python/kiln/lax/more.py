@@ -26,7 +26,8 @@ __all__ = ["DotAlgorithm", "DotAlgorithmPreset", "AccuracyMode", "Tolerance", "s
     "bessel_i0e", "bessel_i1e", "broadcast_shapes", "broadcast_to_rank", "broadcast_like", "collapse", "tile",
     "split", "stack", "unstack", "empty", "dtype", "shape_as_value", "stage", "dce_sink", "composite",
     "platform_dependent", "with_sharding_constraint", "psum", "pmean", "pmax", "pmin", "all_gather",
-    "psum_scatter", "ppermute", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pvary", "pcast",
+    "psum_scatter", "ppermute", "all_to_all", "axis_index", "axis_size", "pbroadcast", "pvary", "pcast", "pshuffle",
+    "pswapaxes",
     "ragged_all_to_all", "ragged_dot", "ragged_dot_general",
     "RaggedDotDimensionNumbers", "DotDimensionNumbers", "ConvGeneralDilatedDimensionNumbers", "PrecisionLike",
     "RandomAlgorithm", "rng_uniform", "rng_bit_generator", "create_token", "after_all",
@@ -804,7 +805,7 @@ def with_sharding_constraint(x, shardings):
 
 
 from kiln._src.spmd import (psum, pmean, pmax, pmin, all_gather, psum_scatter, ppermute,  # noqa: E402,F401
-                            all_to_all, axis_index, axis_size, pbroadcast, pvary, pcast)
+                            all_to_all, axis_index, axis_size, pbroadcast, pvary, pcast, pshuffle, pswapaxes)
 
 
 def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name,
