@@ -157,16 +157,29 @@ def _names_frame(builder, frame):
     return spmd_emulate._has_collective({"program": builder}, spmd_emulate._ours(frame))
 
 
-def _replay_on_batch(traced, frame, arrs, axes):
+def _replay_on_batch(traced, frame, arrs, axes, cache):
     """The per-example program replayed on the batch's stacked values, its collectives over the
     vmap's axis_name computed across the batch (as shard_map's program is across a mesh's devices
-    in spmd_emulate): (outputs, whether each is batched at axis 0)."""
+    in spmd_emulate): (outputs, whether each is batched at axis 0). Called eagerly, the replay is
+    one jitted program, cached by the traced program and the inputs' types."""
     from kiln._src import spmd_emulate
     from kiln import numpy as jnp
-    ins = [x if a is None else spmd_emulate._Stacked(jnp.moveaxis(x, a, 0)) for x, a in zip(arrs, axes)]
-    outs = spmd_emulate.run_body(traced.builder, frame, ins, traced.consts, frame=frame.id)
-    return ([o.arr if isinstance(o, spmd_emulate._Stacked) else o for o in outs],
-            [isinstance(o, spmd_emulate._Stacked) for o in outs])
+    builder, flags = traced.builder, []
+
+    def replay(xs, consts):
+        ins = [x if a is None else spmd_emulate._Stacked(jnp.moveaxis(x, a, 0)) for x, a in zip(xs, axes)]
+        outs = spmd_emulate.run_body(builder, frame, ins, consts, frame=frame.id)
+        flags[:] = [isinstance(o, spmd_emulate._Stacked) for o in outs]
+        return [o.arr if isinstance(o, spmd_emulate._Stacked) else o for o in outs]
+    if core.tracing() or any(isinstance(c, core.Tracer) for c in traced.consts):
+        outs = replay(arrs, traced.consts)
+        return outs, flags
+    key = ("replay", builder.hash(), tuple((x.shape, x.dtype, x.weak_type) for x in arrs), tuple(axes),
+           tuple((c.shape, c.dtype) for c in traced.consts))
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = (api.jit(replay), flags)
+    return hit[0](list(arrs), list(traced.consts)), hit[1]
 
 
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
@@ -225,7 +238,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             if frame is not None:
                 spmd._axis_stack.pop()
         if frame is not None and _names_frame(traced.builder, frame.id):
-            outs, out_batched = _replay_on_batch(traced, frame, arrs, axes)
+            outs, out_batched = _replay_on_batch(traced, frame, arrs, axes, cache)
         else:
             prog_axes = [-1 if a is None else a for a in axes] + [-1] * len(traced.consts)
             batched_builder, out_batched = traced.builder.vmap(prog_axes, size)
