@@ -320,6 +320,36 @@ def test_vmap_with_an_axis_name_inside_a_shard_map_body():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_all_gather_to_invarying_types_and_transposes_as_jax():
+    """all_gather(to="invarying"): the result may leave through a replicated out_spec under
+    check_vma, and its transpose is each device's slice of the (same) cotangent, where the varying
+    one's is a reduce_scatter (the sum over devices: 8 times as much here)."""
+    mesh = kiln.make_mesh((8,), ("x",))
+    a = _rand(64, 2, seed=15)
+    w = _rand(8, 2, seed=16)
+    s = a.reshape(8, 8, 2).sum(0)
+
+    def inner(v, to):
+        return lax.all_gather(jnp.sin(lax.psum_scatter(v, "x", tiled=True)), "x", tiled=True, to=to)
+    f = kiln.jit(_smap(lambda v: inner(v, "invarying"), mesh, P("x"), P()))
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(a))), np.sin(s), rtol=1e-12)
+    with pytest.raises(ValueError, match="out_specs which require replication"):
+        kiln.jit(_smap(lambda v: inner(v, "varying"), mesh, P("x"), P()))(jnp.asarray(a))
+    for to, scale in (("invarying", 1), ("varying", 8)):
+        g = kiln.jit(_smap(lambda v, wv: kiln.grad(lambda u: jnp.sum(inner(u, to) * wv))(v), mesh, (P("x"), P()),
+                           P("x")))(jnp.asarray(a), jnp.asarray(w))
+        np.testing.assert_allclose(np.asarray(g), np.tile(scale * np.cos(s) * w, (8, 1)), rtol=1e-10)
+    # untiled along axis 1: (1, 8, 2); the transpose takes this device's (1, 1, 2) and drops the axis
+    g = kiln.jit(_smap(lambda v, wv: kiln.grad(lambda u: jnp.sum(lax.all_gather(
+        jnp.sin(lax.psum_scatter(u, "x", tiled=True)), "x", axis=1, to="invarying")[0] * wv))(v), mesh,
+        (P("x"), P()), P("x")))(jnp.asarray(a), jnp.asarray(w))
+    np.testing.assert_allclose(np.asarray(g), np.tile(np.cos(s) * w, (8, 1)), rtol=1e-10)
+    with pytest.raises(NotImplementedError, match="to='reduced'"):
+        _smap(lambda v: lax.all_gather(v, "x", to="reduced"), mesh, P("x"), P("x"))(jnp.asarray(a))
+    with pytest.raises(ValueError, match="unexpected `to` value 'both'"):
+        _smap(lambda v: lax.all_gather(v, "x", to="both"), mesh, P("x"), P("x"))(jnp.asarray(a))
+
+
 def test_axis_index_groups_errors():
     mesh = kiln.make_mesh((8,), ("i",))
     x = jnp.asarray(_rand(8, 2))

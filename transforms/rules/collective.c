@@ -3,7 +3,7 @@
  * over participants): psum, all_gather, reduce_scatter, ppermute and all_to_all are linear, their
  * JVP the collective of the tangent; transposes: psum -> psum (check_vma's invariant psum <->
  * pvary, JAX's typed rules), all_gather <-> reduce_scatter (same
- * axis, tiled), ppermute -> ppermute with the pairs reversed, all_to_all -> all_to_all with
+ * axis, tiled; the invariant all_gather -> this participant's slice), ppermute -> ppermute with the pairs reversed, all_to_all -> all_to_all with
  * split and concat axes swapped. pmax/pmin: the tangent of the participants holding the extreme,
  * averaged over ties. axis_index has no operand. Batching (vmap inside a shard_map body, over an
  * axis no collective names): the batch axis leads, the dimensions named by params shift by one.
@@ -62,9 +62,32 @@ static int reduce_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys)
   return 1;
 }
 
+/* all_gather -> reduce_scatter; the invariant one (check_vma's all_gather(to="invarying"), the
+ * same cotangent on every participant) -> this participant's piece of it (JAX's dynamic_slice). */
 static int all_gather_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
-  (void)i;
-  return collective_of(c->a, KL_P_REDUCE_SCATTER, ct, &e->p);
+  if (!e->p.collective.invariant) return collective_of(c->a, KL_P_REDUCE_SCATTER, ct, &e->p);
+  kl_build *a = c->a;
+  const kl_aval *x = &c->j->vals[e->ins[i]].aval;
+  int64_t ax = e->p.collective.axis, sizes[KL_MAX_RANK];
+  int tiled = e->p.collective.tiled, rank = x->ndim + (tiled ? 0 : 1), ins[KL_MAX_RANK + 1];
+  kl_params q = e->p;
+  q.collective.invariant = 0;
+  q.collective.groups = (kl_ivec){NULL, 0};
+  q.collective.group_size = 0;
+  int pos = kl_build_op(a, KL_P_AXIS_INDEX, NULL, 0, &q);
+  if (tiled) pos = kl_build_bin(a, KL_P_MUL, pos, kl_build_ilit(a, x->dims[ax], KL_I32));
+  ins[0] = ct;
+  for (int d = 0, k = 0; d < rank; d++) {
+    int here = d == ax;
+    sizes[d] = here && !tiled ? 1 : x->dims[k];
+    if (!(here && !tiled)) k++;
+    ins[1 + d] = here ? pos : kl_build_ilit(a, 0, KL_I32);
+  }
+  kl_params p;
+  kl_params_init(&p, KL_P_DYNAMIC_SLICE);
+  p.dynamic_slice.slice_sizes = (kl_ivec){sizes, rank};
+  int piece = kl_build_op(a, KL_P_DYNAMIC_SLICE, ins, 1 + rank, &p);
+  return tiled ? piece : kl_build_reshape(a, piece, x->dims, x->ndim);
 }
 
 static int reduce_scatter_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {

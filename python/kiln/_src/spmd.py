@@ -894,10 +894,21 @@ def _norm_axis(a, ndim, what):
     return a % ndim
 
 
-def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
-    """Every device's x along `axis` (tiled: concatenated; else stacked on a new axis)."""
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to="varying"):
+    """Every device's x along `axis` (tiled: concatenated; else stacked on a new axis). to:
+    "varying" (JAX's default: the result typed varying over axis_name under check_vma) or
+    "invarying" (typed the same on every device, its transpose each device's slice)."""
+    if to not in ("varying", "invarying", "reduced"):
+        raise ValueError(f"all_gather: got unexpected `to` value {to!r}; allowed values are 'varying', 'invarying' "
+                         "and 'reduced'")
+    if to == "reduced" or (to == "invarying" and axis_index_groups is not None):
+        raise NotImplementedError(f"all_gather(to={to!r}"
+                                  f"{', axis_index_groups=...' if to == 'invarying' else ''}) is not supported "
+                                  "(by kiln, as by JAX for the groups)")
     mesh, params = _resolve(axis_name, "all_gather")
     params = _with_groups(axis_index_groups, axis_name, mesh, params, "all_gather")
+    if to == "invarying":
+        params = {**params, "invariant": 1}
 
     def one(v):
         v = _traced(v, params)
@@ -1046,7 +1057,7 @@ _VMA_ADD = ("all_gather", "reduce_scatter", "ppermute", "all_to_all", "pvary")
 def _vma_rule(prim, in_vmas, params, mesh):
     """The vma of an equation's results from its operands' (JAX's rules; control flow and calls:
     the union, which may call a value varying that JAX's typed bodies would find invariant)."""
-    if prim in _VMA_REMOVE:
+    if prim in _VMA_REMOVE or (prim == "all_gather" and params.get("invariant")):
         return in_vmas[0] - _axes_names(mesh, params)
     if prim in _VMA_ADD:
         return in_vmas[0] | _axes_names(mesh, params)
