@@ -27,7 +27,10 @@ struct kl_coll_group {
   unsigned long generation; /* barriers passed */
   int aborted;             /* a participant failed */
   int careful;             /* the participants meet around every collective (kl_coll_group_set_careful) */
+  int done;                /* this process's participants that finished their program */
   const void **posts;      /* n pointers */
+  const char **whats;      /* n: what each posted (a collective's name), NULL: unchecked */
+  size_t *sizes;           /* n: its bytes */
   int *ordinals;           /* n devices, or NULL */
   int *procs;              /* per rank, its process; NULL for a group of this process alone */
   char *recv;              /* the other processes' posts of the current exchange (owned) */
@@ -40,7 +43,9 @@ static _Thread_local int current_rank;
 
 kl_coll_group *kl_coll_group_new(int n) {
   kl_coll_group *g = calloc(1, sizeof *g);
-  if (!g || n < 1 || !(g->posts = calloc((size_t)n, sizeof *g->posts))) {
+  if (!g || n < 1 || !(g->posts = calloc((size_t)n, sizeof *g->posts)) ||
+      !(g->whats = calloc((size_t)n, sizeof *g->whats)) || !(g->sizes = calloc((size_t)n, sizeof *g->sizes))) {
+    if (g) free(g->posts), free(g->whats);
     free(g);
     return NULL;
   }
@@ -58,6 +63,8 @@ void kl_coll_group_release(kl_coll_group *g) {
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
   free(g->posts);
+  free(g->whats);
+  free(g->sizes);
   free(g->ordinals);
   free(g->procs);
   free(g->recv);
@@ -116,12 +123,50 @@ static int exchange_remote(kl_coll_group *g, size_t nbytes) {
   return kl_net_exchange(g->n, g->procs, g->posts, nbytes, g->recv, g->why, sizeof g->why) ? -1 : 0;
 }
 
+/* Fails the group (g->mu held) with `why` unless it failed already. */
+static void fail_locked(kl_coll_group *g, const char *why) {
+  if (g->aborted) return;
+  g->aborted = 1;
+  snprintf(g->why, sizeof g->why, "%s", why);
+  pthread_cond_broadcast(&g->cv);
+}
+
+/* Every participant still running waits at a barrier that a finished one will never reach (g->mu
+ * held): the devices took different paths through the program. */
+static void check_stranded(kl_coll_group *g) {
+  if (g->done && g->arrived && g->arrived + g->done == g->nlocal)
+    fail_locked(g, "a device of this computation finished its program while the others wait at a collective: the "
+                "devices took different paths (a loop trip count or cond branch that differs per device must not "
+                "hold collectives)");
+}
+
+/* Whether this process's posts of the current exchange agree (g->mu held; the last to arrive):
+ * the same collective, the same bytes. A disagreement fails the group naming the two. */
+static void check_posts(kl_coll_group *g) {
+  int first = -1;
+  for (int r = 0; r < g->n; r++) {
+    if (g->procs || !g->whats[r]) continue;
+    if (first < 0) {
+      first = r;
+      continue;
+    }
+    if (strcmp(g->whats[r], g->whats[first]) || g->sizes[r] != g->sizes[first]) {
+      char why[320];
+      snprintf(why, sizeof why, "the devices of this computation reached different collectives at once: device %d: "
+               "%s of %zu bytes, device %d: %s of %zu bytes (a cond branch that differs per device must not hold "
+               "collectives)", first, g->whats[first], g->sizes[first], r, g->whats[r], g->sizes[r]);
+      fail_locked(g, why);
+      return;
+    }
+  }
+}
+
 /* Waits for this process's other participants at the next barrier (the last to arrive first runs
  * the network exchange of nbytes per post when `remote`); 0, or -1 when the group was aborted. */
 static int barrier(kl_coll_group *g, int remote, size_t nbytes, char *err, size_t errlen) {
   pthread_mutex_lock(&g->mu);
   unsigned long gen = g->generation;
-  if (!g->aborted && ++g->arrived == g->nlocal) {
+  if (!g->aborted && ++g->arrived == g->nlocal && (check_posts(g), !g->aborted)) {
     if (remote) { /* the others wait on the generation meanwhile */
       pthread_mutex_unlock(&g->mu);
       int rc = exchange_remote(g, nbytes);
@@ -132,6 +177,7 @@ static int barrier(kl_coll_group *g, int remote, size_t nbytes, char *err, size_
     g->generation++;
     pthread_cond_broadcast(&g->cv);
   }
+  check_stranded(g);
   while (!g->aborted && g->generation == gen) pthread_cond_wait(&g->cv, &g->mu);
   int failed = g->aborted;
   pthread_mutex_unlock(&g->mu);
@@ -141,13 +187,27 @@ static int barrier(kl_coll_group *g, int remote, size_t nbytes, char *err, size_
   return failed ? -1 : 0;
 }
 
-const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, size_t nbytes, char *err,
-                                    size_t errlen) {
+const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, size_t nbytes, const char *what,
+                                    char *err, size_t errlen) {
   g->posts[rank] = mine;
+  g->whats[rank] = what;
+  g->sizes[rank] = nbytes;
   return barrier(g, g->procs != NULL, nbytes, err, errlen) ? NULL : g->posts;
 }
 
-int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, 0, 0, err, errlen); }
+int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen) {
+  int rank;
+  if (kl_coll_current(&rank) == g && rank >= 0 && rank < g->n) g->whats[rank] = NULL; /* (no post to check) */
+  return barrier(g, 0, 0, err, errlen);
+}
+
+void kl_coll_finish(kl_coll_group *g) {
+  if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  g->done++;
+  check_stranded(g);
+  pthread_mutex_unlock(&g->mu);
+}
 
 void kl_coll_group_set_careful(kl_coll_group *g, int on) { g->careful = on; }
 

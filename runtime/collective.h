@@ -35,13 +35,15 @@ void kl_coll_set_current(kl_coll_group *g, int rank);
 /* The calling thread's group (borrowed) and its rank, or NULL when it runs no group's launch. */
 kl_coll_group *kl_coll_current(int *rank);
 
-/* Participant `rank` posts `mine` (nbytes; every participant posts as many) and waits until every
+/* Participant `rank` posts `mine` (nbytes; every participant posts as many, for the same `what`: a
+ * collective's name, static; this process's participants are checked to agree, and the group fails
+ * naming both when they do not) and waits until every
  * participant has posted: returns the n posted pointers (borrowed, valid until
  * kl_coll_rendezvous; those of other processes' ranks point at copies received), or NULL with a
  * message when the group was aborted (a participant failed: the others must not wait for it
  * forever) or the network failed (a peer process died, aborted, or was silent for the timeout). */
-const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, size_t nbytes, char *err,
-                                    size_t errlen);
+const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine, size_t nbytes, const char *what,
+                                    char *err, size_t errlen);
 /* Waits until this process's every participant is here (the other processes' are not waited for):
  * after an exchange, until every one is done reading the posts (then they may be overwritten and
  * their memory reused). 0, or -1 with a message when aborted. */
@@ -56,4 +58,8 @@ int kl_coll_group_careful(const kl_coll_group *g);
 /* Marks g failed and wakes every waiter: later exchanges fail at once. A group spanning processes
  * also tells the other processes (why: the message they raise; NULL: a generic one). */
 void kl_coll_abort(kl_coll_group *g, const char *why);
+/* A participant of this process finished its program: when every other one still running waits at
+ * a barrier it will never reach, the group fails (the devices took different paths) instead of
+ * waiting forever. */
+void kl_coll_finish(kl_coll_group *g);
 #endif

@@ -655,6 +655,7 @@ static void *member_main(void *arg) {
   on_executor = 1;
   kl_coll_set_current(m->group, m->rank);
   execute(m->l);
+  kl_coll_finish(m->group); /* the others must not wait at a collective this one never reaches */
   kl_coll_set_current(NULL, 0);
   return NULL;
 }

@@ -1390,6 +1390,7 @@ static void *run_participant(void *arg) {
   p->rc = cuda_launch_exec(p->x, p->in, NULL, p->out, p->err, sizeof p->err);
   if (p->rc) p->status = kl_status_last();
   if (p->rc) kl_coll_abort(p->grp, p->err); /* the others must not wait for it at a host rendezvous */
+  kl_coll_finish(p->grp);
   in_group = 0;
   kl_coll_set_current(NULL, 0);
   kl_cuda_use(old);

@@ -350,6 +350,29 @@ def test_all_gather_to_invarying_types_and_transposes_as_jax():
         _smap(lambda v: lax.all_gather(v, "x", to="both"), mesh, P("x"), P("x"))(jnp.asarray(a))
 
 
+def test_devices_taking_different_paths_raise_instead_of_hanging():
+    """SPMD programs whose devices reach different collectives (a trip count or branch that differs
+    per device) raise naming the cause, where they would wait forever; the library keeps working."""
+    mesh = kiln.make_mesh((4,), ("d",), devices=kiln.devices()[:4])
+
+    def loop(a):
+        limit = 1.0 + lax.axis_index("d")
+        return lax.while_loop(lambda c: c[0] < limit, lambda c: (c[0] + 1.0, lax.psum(c[1], "d")),
+                              (jnp.zeros(()), a))[1]
+
+    def branch(a):
+        return lax.cond(lax.axis_index("d") % 2 == 0, lambda v: lax.psum(v, "d"),
+                        lambda v: lax.all_gather(v, "d", tiled=True)[:1], a)
+    x = jnp.asarray(_rand(4, 2))
+    with pytest.raises(RuntimeError, match="finished its program while the others wait at a collective"):
+        np.asarray(kiln.jit(_smap(loop, mesh, P("d"), P("d"), check_vma=False))(x))  # (raised when waited for)
+    with pytest.raises(RuntimeError, match="reached different collectives at once: device 0: psum of 16 bytes, "
+                                           "device 1: all_gather of 16 bytes"):
+        np.asarray(kiln.jit(_smap(branch, mesh, P("d"), P("d"), check_vma=False))(x))
+    np.testing.assert_allclose(np.asarray(_smap(lambda a: lax.psum(a, "d"), mesh, P("d"), P("d"))(x)),
+                               np.tile(np.asarray(x).sum(0), (4, 1)), rtol=1e-12)
+
+
 def test_axis_index_groups_errors():
     mesh = kiln.make_mesh((8,), ("i",))
     x = jnp.asarray(_rand(8, 2))

@@ -86,8 +86,8 @@ static int run_collective(const kl_libcall *c, void *const *ptrs, char *err, siz
   const void *alone = ptrs[0];
   char why[400];
   const void *const *posts =
-      grp ? kl_coll_exchange(grp, rank, ptrs[0], tail_bytes(&c->avals[0], 0, kl_dtype_size(c->avals[0].dtype)), why,
-                             sizeof why)
+      grp ? kl_coll_exchange(grp, rank, ptrs[0], tail_bytes(&c->avals[0], 0, kl_dtype_size(c->avals[0].dtype)), name,
+                             why, sizeof why)
           : &alone;
   if (!posts) {
     free(members);
@@ -200,7 +200,7 @@ static const kl_nccl_comms *span_comms(kl_coll_group *grp, int rank, const int64
     kl_coll_abort(grp, err); /* the others must not wait for this id */
     return NULL;
   }
-  const void *const *posts = kl_coll_exchange(grp, rank, id, sizeof id, err, errlen);
+  const void *const *posts = kl_coll_exchange(grp, rank, id, sizeof id, "NCCL id exchange", err, errlen);
   if (!posts) return NULL;
   memcpy(id, posts[members[0]], sizeof id);
   if (kl_coll_rendezvous(grp, err, errlen)) return NULL;
