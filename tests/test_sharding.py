@@ -373,6 +373,17 @@ def test_devices_taking_different_paths_raise_instead_of_hanging():
                                np.tile(np.asarray(x).sum(0), (4, 1)), rtol=1e-12)
 
 
+def test_collectives_over_a_vmap_axis_inside_a_pmap_body_under_that_vmap():
+    """vmap(pmap(f), axis_name="v") whose f reduces over both the pmap's axis and the vmap's, and
+    pmap(vmap(f)) the other way round: JAX's values."""
+    x = _rand(2, 4, seed=17)
+    body = lambda v: lax.psum(v, "p") - lax.pmean(v, "v")  # noqa: E731
+    got = kiln.vmap(kiln.pmap(body, axis_name="p"), axis_name="v")(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), x.sum(1, keepdims=True) - x.mean(0, keepdims=True), rtol=1e-12)
+    got = kiln.pmap(kiln.vmap(body, axis_name="v"), axis_name="p")(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), x.sum(0, keepdims=True) - x.mean(1, keepdims=True), rtol=1e-12)
+
+
 def test_axis_index_groups_errors():
     mesh = kiln.make_mesh((8,), ("i",))
     x = jnp.asarray(_rand(8, 2))

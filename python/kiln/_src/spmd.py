@@ -486,6 +486,15 @@ class ShardMapped:
                 tree, list(range(len(avals)))), {})))
         finally:
             _axis_stack.pop()
+        if build:
+            from kiln._src import spmd_emulate
+            for f in _axis_stack:
+                if isinstance(f, VmapFrame) and spmd_emulate._has_collective({"body": traced.builder},
+                                                                             spmd_emulate._ours(f.id)):
+                    raise NotImplementedError(
+                        f"{self._name}: a collective over the vmap axis {f.axis_names[0]!r} inside a body that runs "
+                        "compiled on the devices (its arguments concrete) is not supported yet by kiln: pass the "
+                        "values through the vmapped function's arguments")
         e = _Entry()
         e.builder = traced.builder
         e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, ()) if build else None  # for the mesh's kind
@@ -771,16 +780,18 @@ class VmapFrame:
 
 def _resolve(axis_name, what):
     """(mesh, params naming the mesh axes) for a collective over axis_name: the innermost frame
-    (vmap axis or mesh) naming its first axis; a mesh hides the frames outside it (its body is a
-    program of its own)."""
+    (vmap axis or mesh) naming its first axis; a mesh hides the meshes outside it (its body is a
+    program of its own), not the vmaps (a body traced inside a vmap is replayed there)."""
     names = _names(axis_name)
-    mesh, visible = None, []
+    mesh, visible, inner_mesh = None, [], True
     for f in reversed(_axis_stack):
+        if not isinstance(f, VmapFrame):  # only the innermost mesh: a body's own
+            if not inner_mesh:
+                continue
+            inner_mesh = False
         visible += [n for n in f.axis_names if n not in visible]
         if mesh is None and names and names[0] in f.axis_names:
             mesh = f
-        if not isinstance(f, VmapFrame):
-            break
     if isinstance(mesh, VmapFrame):
         for n in names:
             if n not in mesh.axis_names:
