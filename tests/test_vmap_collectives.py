@@ -127,3 +127,15 @@ def test_pshuffle_and_pswapaxes():
         mesh = Mesh(np.array(cpus[:4]), ("d",))
         f = kiln.shard_map(lambda v: lax.pswapaxes(v[0], "d", 0)[None], mesh=mesh, in_specs=P("d"), out_specs=P("d"))
         np.testing.assert_allclose(np.asarray(f(kiln.device_put(x, cpus[0]))), x.transpose(1, 0, 2))
+
+
+def test_reductions_and_gathers_over_the_whole_batch_are_unmapped():
+    """As JAX's batching rules: psum/pmax/pmin and all_gather over the vmap's axis give the same
+    value to every element, unmapped, so out_axes=None may take them."""
+    x = _rand(3, 2, seed=8)
+    s = kiln.vmap(lambda v: lax.psum(v, "b"), axis_name="b", out_axes=None)(x)
+    np.testing.assert_allclose(np.asarray(s), x.sum(0), rtol=1e-6)
+    g = kiln.vmap(lambda v: lax.all_gather(v, "b"), axis_name="b", out_axes=None)(x)
+    np.testing.assert_allclose(np.asarray(g), x)
+    with pytest.raises(ValueError, match="mapped output but out_axes is None"):
+        kiln.vmap(lambda v: lax.psum(v, "b") + v, axis_name="b", out_axes=None)(x)

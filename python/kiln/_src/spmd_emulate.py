@@ -141,8 +141,11 @@ def _collective(prim, x, params, mesh):
         grouped = jnp.reshape(grouped, (r * (len(index_groups) // params["group_size"]), params["group_size"]) +
                               tuple(grouped.shape[2:]))
     g = grouped.shape[1]
+    whole = r == 1 and not index_groups  # one group of every device: its result is the same on all
     if prim in ("psum", "pmax", "pmin"):
         red = {"psum": jnp.sum, "pmax": jnp.max, "pmin": jnp.min}[prim](grouped, axis=1, keepdims=True)
+        if whole:  # (as JAX's batching rule: unmapped over a vmap's axis)
+            return red[0, 0]
         out = jnp.broadcast_to(red, grouped.shape)
     elif prim == "all_gather":
         a, tiled = params["axis"], params["tiled"]
@@ -150,6 +153,8 @@ def _collective(prim, x, params, mesh):
         if tiled:  # joined along a
             shp = list(moved.shape)
             moved = jnp.reshape(moved, shp[:1 + a] + [shp[1 + a] * shp[2 + a]] + shp[3 + a:])
+        if whole:
+            return moved[0]
         out = jnp.broadcast_to(moved[:, None], (moved.shape[0], g) + tuple(moved.shape[1:]))
     elif prim == "reduce_scatter":
         a, tiled = params["axis"], params["tiled"]
