@@ -382,6 +382,9 @@ def test_collectives_over_a_vmap_axis_inside_a_pmap_body_under_that_vmap():
     np.testing.assert_allclose(np.asarray(got), x.sum(1, keepdims=True) - x.mean(0, keepdims=True), rtol=1e-12)
     got = kiln.pmap(kiln.vmap(body, axis_name="v"), axis_name="p")(jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(got), x.sum(0, keepdims=True) - x.mean(1, keepdims=True), rtol=1e-12)
+    both = kiln.vmap(kiln.pmap(lambda v: lax.pmax(v, ("p", "v")) + lax.psum(1, ("v", "p")), axis_name="p"),
+                     axis_name="v")(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(both), np.full(x.shape, x.max() + 8), rtol=1e-12)
 
 
 def test_axis_index_groups_errors():

@@ -97,16 +97,24 @@ def test_nested_vmaps_name_their_own_axes():
     f = kiln.vmap(kiln.vmap(lambda v: lax.psum(v, "j") + 10 * lax.psum(v, "i"), axis_name="i"), axis_name="j")
     want = x.sum(0)[None, :] + 10 * x.sum(1)[:, None]
     np.testing.assert_allclose(np.asarray(f(x)), want, rtol=1e-5)
-    with pytest.raises(NotImplementedError, match="different vmaps"):
-        kiln.vmap(kiln.vmap(lambda v: lax.psum(v, ("i", "j")), axis_name="i"), axis_name="j")(x)
+    # a reduction over both: one after the other (pmean divides by both sizes)
+    both = kiln.vmap(kiln.vmap(lambda v: lax.psum(v, ("i", "j")) + lax.pmean(v, ("j", "i")) * 0 +
+                               lax.axis_size(("i", "j")), axis_name="i"), axis_name="j")(x)
+    np.testing.assert_allclose(np.asarray(both), np.full(x.shape, x.sum() + 6), rtol=1e-5)
+    mean = kiln.vmap(kiln.vmap(lambda v: lax.pmean(v, ("i", "j")), axis_name="i"), axis_name="j")(x)
+    np.testing.assert_allclose(np.asarray(mean), np.full(x.shape, x.mean()), rtol=1e-5)
 
 
 def test_errors_name_the_axis_and_the_limit():
-    """An unknown name, and a collective over two vmaps' axes at once (not supported)."""
+    """An unknown name, and a gather (or grouped reduction) over two vmaps' axes at once (not
+    supported; plain reductions are)."""
     with pytest.raises(NameError, match="unbound axis name: c"):
         kiln.vmap(lambda v: lax.psum(v, "c"), axis_name="b")(jnp.ones(3))
     with pytest.raises(NotImplementedError, match="different vmaps or of a vmap and a mesh"):
-        kiln.vmap(kiln.vmap(lambda v: lax.pmax(v, ("b", "c")), axis_name="b"), axis_name="c")(jnp.ones((2, 3)))
+        kiln.vmap(kiln.vmap(lambda v: lax.all_gather(v, ("b", "c")), axis_name="b"), axis_name="c")(jnp.ones((2, 3)))
+    with pytest.raises(NotImplementedError, match="axis_index_groups over the axes of both"):
+        kiln.vmap(kiln.vmap(lambda v: lax.psum(v, ("b", "c"), axis_index_groups=[[0, 1]]), axis_name="b"),
+                  axis_name="c")(jnp.ones((2, 3)))
     # the library keeps working, and a vmap whose function names no collective takes the batched path
     np.testing.assert_allclose(np.asarray(kiln.vmap(lambda v: v * 2, axis_name="b")(jnp.ones(3))), 2.0)
 

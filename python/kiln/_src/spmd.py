@@ -854,8 +854,33 @@ def _with_groups(axis_index_groups, axis_name, mesh, params, what):
     return {**params, "groups": tuple(flat), "group_size": sizes[0]}
 
 
+def _frame_parts(axis_name):
+    """axis_name's names split by the frame naming each (vmap axes, the innermost mesh), innermost
+    first, when they span more than one frame; else None."""
+    names, frames, inner_mesh = _names(axis_name), [], True
+    for f in reversed(_axis_stack):
+        if not isinstance(f, VmapFrame):
+            if not inner_mesh:
+                continue
+            inner_mesh = False
+        mine = tuple(n for n in names if n in f.axis_names)
+        if mine:
+            frames.append(mine)
+    if len(frames) < 2 or sum(len(m) for m in frames) != len(names):
+        return None
+    return frames
+
+
 def _reduce(prim, what):
     def fn(x, axis_name, *, axis_index_groups=None):
+        parts = _frame_parts(axis_name)
+        if parts is not None:  # over a vmap's axis and a mesh's (or two vmaps'): one after the other
+            if axis_index_groups is not None:
+                raise NotImplementedError(f"{what}: axis_index_groups over the axes of both a vmap and a mesh (or "
+                                          "two vmaps) is not supported yet by kiln")
+            for names in parts:
+                x = fn(x, names)
+            return x
         mesh, params = _resolve(axis_name, what)
         params = _with_groups(axis_index_groups, axis_name, mesh, params, what)
 
@@ -882,6 +907,10 @@ pmin = _reduce("pmin", "pmin")
 
 def pmean(x, axis_name, *, axis_index_groups=None):
     """psum(x) / the number of devices along axis_name."""
+    parts = _frame_parts(axis_name)
+    if parts is not None:
+        return tree_util.tree_map(lambda v: psum(v, axis_name, axis_index_groups=axis_index_groups) /
+                                  axis_size(axis_name), x)
     mesh, params = _resolve(axis_name, "pmean")
     n = _group_size(mesh, _with_groups(axis_index_groups, axis_name, mesh, params, "pmean"))
     return tree_util.tree_map(lambda v: psum(v, axis_name, axis_index_groups=axis_index_groups) / n, x)
@@ -895,6 +924,9 @@ def axis_index(axis_name):
 
 def axis_size(axis_name):
     """The number of devices along axis_name (a Python int)."""
+    parts = _frame_parts(axis_name)
+    if parts is not None:
+        return math.prod(axis_size(names) for names in parts)
     mesh, params = _resolve(axis_name, "axis_size")
     return _group_size(mesh, params)
 
