@@ -537,6 +537,9 @@ int kl_dot_gemm_layout(const kl_aval *a, const kl_ivec *batch, const kl_ivec *co
 /* A collective's group size: the product of mesh_shape over axes, or group_size with index
  * groups (ir/prims/collective.c). */
 int64_t kl_collective_group_size(const kl_params *p);
+/* Whether a collective primitive exchanges data between participants (axis_index and pvary do
+ * not: nothing waits for them). */
+int kl_collective_communicates(kl_prim prim);
 /* The mesh's participants (the product of mesh_shape). */
 int64_t kl_collective_mesh_size(const kl_params *p);
 /* Participant `rank`'s position in its group of a collective with params p (its axis_index), and

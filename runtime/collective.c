@@ -29,7 +29,8 @@ struct kl_coll_group {
   int careful;             /* the participants meet around every collective (kl_coll_group_set_careful) */
   int done;                /* this process's participants that finished their program */
   const void **posts;      /* n pointers */
-  const char **whats;      /* n: what each posted (a collective's name), NULL: unchecked */
+  const char **whats;      /* n: what each posted to the current exchange (a collective's name), NULL:
+                              nothing (cleared as each barrier opens) */
   size_t *sizes;           /* n: its bytes */
   int *ordinals;           /* n devices, or NULL */
   int *procs;              /* per rank, its process; NULL for a group of this process alone */
@@ -167,6 +168,7 @@ static int barrier(kl_coll_group *g, int remote, size_t nbytes, char *err, size_
   pthread_mutex_lock(&g->mu);
   unsigned long gen = g->generation;
   if (!g->aborted && ++g->arrived == g->nlocal && (check_posts(g), !g->aborted)) {
+    memset(g->whats, 0, sizeof *g->whats * (size_t)g->n); /* (a rendezvous posts nothing to check) */
     if (remote) { /* the others wait on the generation meanwhile */
       pthread_mutex_unlock(&g->mu);
       int rc = exchange_remote(g, nbytes);
@@ -195,11 +197,7 @@ const void *const *kl_coll_exchange(kl_coll_group *g, int rank, const void *mine
   return barrier(g, g->procs != NULL, nbytes, err, errlen) ? NULL : g->posts;
 }
 
-int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen) {
-  int rank;
-  if (kl_coll_current(&rank) == g && rank >= 0 && rank < g->n) g->whats[rank] = NULL; /* (no post to check) */
-  return barrier(g, 0, 0, err, errlen);
-}
+int kl_coll_rendezvous(kl_coll_group *g, char *err, size_t errlen) { return barrier(g, 0, 0, err, errlen); }
 
 void kl_coll_finish(kl_coll_group *g) {
   if (!g) return;

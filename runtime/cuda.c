@@ -1142,13 +1142,15 @@ static int comm_event(comm_state *cm, CUevent *e, char *err, size_t errlen) {
 #define BIG_COMM (4u << 20)
 static _Thread_local int comm_room; /* a big collective was queued: the next product leaves room */
 
+int kl_cuda_env_count(const char *name, int dflt) {
+  const char *e = getenv(name);
+  int n = e && *e ? atoi(e) : dflt;
+  return n < 0 ? 0 : n;
+}
+
 static int sm_reserve(void) {
   static int r = -1;
-  if (r < 0) {
-    const char *e = getenv("KILN_NCCL_SM_RESERVE");
-    r = e && *e ? atoi(e) : 24;
-    if (r < 0) r = 0;
-  }
+  if (r < 0) r = kl_cuda_env_count("KILN_NCCL_SM_RESERVE", 24);
   return r;
 }
 

@@ -22,6 +22,9 @@ int kl_cuda_use(int ordinal);
 int kl_cuda_ordinal(void);
 int kl_cuda_count(void);
 int kl_cuda_in_group(void);
+/* A count from environment variable `name`: dflt when unset or empty, 0 when negative (the GPU
+ * runtime's tuning knobs; runtime/cuda.c). */
+int kl_cuda_env_count(const char *name, int dflt);
 /* How many multiprocessors the library product about to be queued should use: 0 for all of them,
  * fewer for the first one after a big collective queued on the side stream (runtime/cuda.c). */
 int kl_cuda_gemm_sm_target(void);

@@ -78,11 +78,7 @@ void kl_cuda_graph_free(void *p) {
 
 static int graph_min_steps(void) {
   static int n = -1;
-  if (n < 0) {
-    const char *e = getenv("KILN_GPU_GRAPH_MIN_STEPS");
-    n = e && *e ? atoi(e) : 32;
-    if (n < 0) n = 0;
-  }
+  if (n < 0) n = kl_cuda_env_count("KILN_GPU_GRAPH_MIN_STEPS", 32);
   return n;
 }
 

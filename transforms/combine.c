@@ -225,8 +225,7 @@ static void sink_waits(const kl_program *pg, place *at) {
       int p = pg->vals[e->ins[i]].producer;
       if (p < 0 || p >= k) continue;
       if (at[p].anchor > key) key = at[p].anchor;
-      kl_prim q = pg->eqns[p].prim; /* (axis_index and pvary exchange nothing) */
-      if (is_collective(&pg->eqns[p]) && q != KL_P_AXIS_INDEX && q != KL_P_PVARY && p > key) key = p;
+      if (kl_collective_communicates(pg->eqns[p].prim) && p > key) key = p;
     }
     if (kl_eqn_has_effect(e)) {
       if (last_effect > key) key = last_effect;

@@ -22,6 +22,10 @@ int64_t kl_collective_mesh_size(const kl_params *p) {
   return n;
 }
 
+int kl_collective_communicates(kl_prim prim) {
+  return kl_prim_get(prim)->family == KL_FAM_COLLECTIVE && prim != KL_P_AXIS_INDEX && prim != KL_P_PVARY;
+}
+
 /* The participants along `axes` (A: the product of mesh_shape over them). */
 static int64_t axes_size(const kl_params *p) {
   int64_t g = 1;

@@ -2,9 +2,9 @@
  * "unmapped" semantics (a program's value differs per participant; a gradient is that of the sum
  * over participants): psum, all_gather, reduce_scatter, ppermute and all_to_all are linear, their
  * JVP the collective of the tangent; transposes: psum -> psum (check_vma's invariant psum <->
- * pvary, JAX's typed rules), all_gather <-> reduce_scatter (same
- * axis, tiled; the invariant all_gather -> this participant's slice), ppermute -> ppermute with the pairs reversed, all_to_all -> all_to_all with
- * split and concat axes swapped. pmax/pmin: the tangent of the participants holding the extreme,
+ * pvary, JAX's typed rules), all_gather <-> reduce_scatter (same axis, tiled; the invariant
+ * all_gather -> this participant's slice), ppermute -> ppermute with the pairs reversed,
+ * all_to_all -> all_to_all with split and concat axes swapped. pmax/pmin: the tangent of the participants holding the extreme,
  * averaged over ties. axis_index has no operand. Batching (vmap inside a shard_map body, over an
  * axis no collective names): the batch axis leads, the dimensions named by params shift by one.
  * Depends only on ir/ and transforms/. */
@@ -68,26 +68,22 @@ static int all_gather_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   if (!e->p.collective.invariant) return collective_of(c->a, KL_P_REDUCE_SCATTER, ct, &e->p);
   kl_build *a = c->a;
   const kl_aval *x = &c->j->vals[e->ins[i]].aval;
-  int64_t ax = e->p.collective.axis, sizes[KL_MAX_RANK];
-  int tiled = e->p.collective.tiled, rank = x->ndim + (tiled ? 0 : 1), ins[KL_MAX_RANK + 1];
-  kl_params q = e->p;
+  kl_aval piece = *kl_build_aval(a, ct); /* the gathered shape, the gathered axis cut to one piece */
+  int64_t ax = e->p.collective.axis;
+  int tiled = e->p.collective.tiled, ins[KL_MAX_RANK + 1];
+  piece.dims[ax] = tiled ? x->dims[ax] : 1;
+  kl_params q = e->p; /* this participant's position along the axes (no index groups with it) */
   q.collective.invariant = 0;
   q.collective.groups = (kl_ivec){NULL, 0};
   q.collective.group_size = 0;
-  int pos = kl_build_op(a, KL_P_AXIS_INDEX, NULL, 0, &q);
-  if (tiled) pos = kl_build_bin(a, KL_P_MUL, pos, kl_build_ilit(a, x->dims[ax], KL_I32));
+  int pos = kl_build_op(a, KL_P_AXIS_INDEX, NULL, 0, &q), zero = kl_build_ilit(a, 0, KL_I32);
   ins[0] = ct;
-  for (int d = 0, k = 0; d < rank; d++) {
-    int here = d == ax;
-    sizes[d] = here && !tiled ? 1 : x->dims[k];
-    if (!(here && !tiled)) k++;
-    ins[1 + d] = here ? pos : kl_build_ilit(a, 0, KL_I32);
-  }
+  for (int d = 0; d < piece.ndim; d++)
+    ins[1 + d] = d != ax ? zero : tiled ? kl_build_bin(a, KL_P_MUL, pos, kl_build_ilit(a, piece.dims[ax], KL_I32)) : pos;
   kl_params p;
   kl_params_init(&p, KL_P_DYNAMIC_SLICE);
-  p.dynamic_slice.slice_sizes = (kl_ivec){sizes, rank};
-  int piece = kl_build_op(a, KL_P_DYNAMIC_SLICE, ins, 1 + rank, &p);
-  return tiled ? piece : kl_build_reshape(a, piece, x->dims, x->ndim);
+  p.dynamic_slice.slice_sizes = (kl_ivec){piece.dims, piece.ndim};
+  return kl_build_reshape(a, kl_build_op(a, KL_P_DYNAMIC_SLICE, ins, 1 + piece.ndim, &p), x->dims, x->ndim);
 }
 
 static int reduce_scatter_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {

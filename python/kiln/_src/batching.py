@@ -151,12 +151,6 @@ def _apply_out_axis(y, batched, axis, size, where):
     return lax.transpose(y, perm)
 
 
-def _names_frame(builder, frame):
-    """Whether the traced program (or a body in it) runs a collective over vmap frame `frame`."""
-    from kiln._src import spmd_emulate
-    return spmd_emulate._has_collective({"program": builder}, spmd_emulate._ours(frame))
-
-
 def _replay_on_batch(traced, frame, arrs, axes, cache):
     """The per-example program replayed on the batch's stacked values, its collectives over the
     vmap's axis_name computed across the batch (as shard_map's program is across a mesh's devices
@@ -237,7 +231,8 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         finally:
             if frame is not None:
                 spmd._axis_stack.pop()
-        if frame is not None and _names_frame(traced.builder, frame.id):
+        from kiln._src import spmd_emulate
+        if frame is not None and spmd_emulate.runs_collectives(traced.builder, frame.id):
             outs, out_batched = _replay_on_batch(traced, frame, arrs, axes, cache)
         else:
             prog_axes = [-1 if a is None else a for a in axes] + [-1] * len(traced.consts)

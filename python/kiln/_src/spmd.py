@@ -489,8 +489,7 @@ class ShardMapped:
         if build:
             from kiln._src import spmd_emulate
             for f in _axis_stack:
-                if isinstance(f, VmapFrame) and spmd_emulate._has_collective({"body": traced.builder},
-                                                                             spmd_emulate._ours(f.id)):
+                if isinstance(f, VmapFrame) and spmd_emulate.runs_collectives(traced.builder, f.id):
                     raise NotImplementedError(
                         f"{self._name}: a collective over the vmap axis {f.axis_names[0]!r} inside a body that runs "
                         "compiled on the devices (its arguments concrete) is not supported yet by kiln: pass the "
@@ -778,20 +777,27 @@ class VmapFrame:
         self.axis_sizes = (size,)
 
 
-def _resolve(axis_name, what):
-    """(mesh, params naming the mesh axes) for a collective over axis_name: the innermost frame
-    (vmap axis or mesh) naming its first axis; a mesh hides the meshes outside it (its body is a
-    program of its own), not the vmaps (a body traced inside a vmap is replayed there)."""
-    names = _names(axis_name)
-    mesh, visible, inner_mesh = None, [], True
+def _visible_frames():
+    """The frames whose axes collectives may name, innermost first: every vmap's and the innermost
+    mesh's (a mesh hides the meshes outside it: its body is a program of its own; not the vmaps:
+    a body traced inside a vmap is replayed there)."""
+    out, mesh_seen = [], False
     for f in reversed(_axis_stack):
-        if not isinstance(f, VmapFrame):  # only the innermost mesh: a body's own
-            if not inner_mesh:
+        if not isinstance(f, VmapFrame):
+            if mesh_seen:
                 continue
-            inner_mesh = False
-        visible += [n for n in f.axis_names if n not in visible]
-        if mesh is None and names and names[0] in f.axis_names:
-            mesh = f
+            mesh_seen = True
+        out.append(f)
+    return out
+
+
+def _resolve(axis_name, what):
+    """(mesh, params naming the mesh axes) for a collective over axis_name: the innermost visible
+    frame (vmap axis or mesh) naming its first axis."""
+    names = _names(axis_name)
+    frames = _visible_frames()
+    visible = [n for f in frames for n in f.axis_names]
+    mesh = next((f for f in frames if names and names[0] in f.axis_names), None)
     if isinstance(mesh, VmapFrame):
         for n in names:
             if n not in mesh.axis_names:
@@ -855,20 +861,11 @@ def _with_groups(axis_index_groups, axis_name, mesh, params, what):
 
 
 def _frame_parts(axis_name):
-    """axis_name's names split by the frame naming each (vmap axes, the innermost mesh), innermost
-    first, when they span more than one frame; else None."""
-    names, frames, inner_mesh = _names(axis_name), [], True
-    for f in reversed(_axis_stack):
-        if not isinstance(f, VmapFrame):
-            if not inner_mesh:
-                continue
-            inner_mesh = False
-        mine = tuple(n for n in names if n in f.axis_names)
-        if mine:
-            frames.append(mine)
-    if len(frames) < 2 or sum(len(m) for m in frames) != len(names):
-        return None
-    return frames
+    """axis_name's names split by the frame naming each, innermost first, when they span more
+    than one frame; else None."""
+    names = _names(axis_name)
+    parts = [p for p in (tuple(n for n in names if n in f.axis_names) for f in _visible_frames()) if p]
+    return parts if len(parts) > 1 and sum(map(len, parts)) == len(names) else None
 
 
 def _reduce(prim, what):

@@ -215,6 +215,11 @@ def _has_collective(params, ours=_ours(0)):
     return any(body_has(v) for v in params.values())
 
 
+def runs_collectives(builder, frame):
+    """Whether a traced program (or a body in it) runs a collective over vmap frame `frame`."""
+    return _has_collective({"program": builder}, _ours(frame))
+
+
 _CONTROL = ("scan", "while", "cond", "checkpoint")
 
 
@@ -303,21 +308,16 @@ def run_body(builder, mesh, inputs, consts, frame=0):
             res = (ad.literal(params),)
         elif ours(prim, params):
             res = (_collective(prim, env[ins[0]] if ins else None, params, mesh),)
+        elif _has_collective(params, ours):
+            if prim in _CONTROL:
+                res = _control(prim, [env[i] for i in ins], params, mesh, frame)
+            else:
+                where = "vmap with an axis_name" if frame else "shard_map inside a traced function"
+                raise NotImplementedError(f"{where}: a {prim} whose body runs collectives is not supported there yet "
+                                          "by kiln (call its function outside the custom rule, or the shard_map on "
+                                          "concrete arrays)")
         else:
             xs = [env[i] for i in ins]
-            if prim in _CONTROL and _has_collective(params, ours):
-                res = _control(prim, xs, params, mesh, frame)
-                for o, r in zip(outs, res):
-                    env[o] = r
-                continue
-            if _has_collective(params, ours):
-                where = "vmap with an axis_name" if frame else "shard_map inside a traced function"
-                raise NotImplementedError(f"{where}: a {prim} whose body runs collectives "
-                                          "is not supported there yet by kiln (call the shard_map on concrete "
-                                          "arrays, with grad or vmap inside its body)" if not frame else
-                                          f"{where}: a {prim} whose body runs collectives over the vmap's axis is "
-                                          "not supported yet by kiln (write the loop in Python, or run it in a shard_map "
-                                          "over a mesh)")
             if not any(isinstance(x, _Stacked) for x in xs):
                 res = core.bind(prim, xs, params)
             else:
