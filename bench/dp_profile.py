@@ -3,7 +3,7 @@ and with 30 steps queued) and profiled with PyTorch's profiler (CUDA activity of
 steps queued): per GPU the kernels' busy time, the span from first to last kernel, and each NCCL
 call's duration in a step. Needs PyTorch; run on a machine with several GPUs:
 
-    PYTHONPATH=python python3 bench/dp_profile.py [--gpus 1 2 4] [--processes]
+    PYTHONPATH=python python3 bench/dp_profile.py [--gpus 1 2 4] [--processes] [--timeline]
 
 --processes runs each k as k processes of one GPU (kiln.distributed over loopback, NCCL across
 processes) instead of one process driving k GPUs; then only the timing is printed (process 0's).
@@ -56,7 +56,7 @@ def timing(f, args):
     return statistics.median(ts), (time.perf_counter() - t) / 30
 
 
-def profile(f, args, steps=10):
+def profile(f, args, steps=10, timeline=False):
     import kiln
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile as torch_profile
@@ -74,6 +74,11 @@ def profile(f, args, steps=10):
         last = sorted(round(v) for v in nccl[-len(nccl) // steps:]) if nccl else []
         print(f"  gpu{d}: busy {sum(b - a for a, b, _ in ev) / steps:.0f} us/step, span "
               f"{(ev[-1][1] - ev[0][0]) / steps:.0f} us/step, NCCL calls of the last step (us) {last}", flush=True)
+        if timeline:  # the last step's kernels and copies: start (us after its first), duration, name
+            step = ev[-(len(ev) // steps):]
+            t0 = step[0][0]
+            for a, b, n in step:
+                print(f"    {a - t0:8.1f} {b - a:7.1f}  {n[:70]}")
 
 
 CHILD = """
@@ -100,6 +105,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--processes", action="store_true")
+    ap.add_argument("--timeline", action="store_true", help="print the last profiled step's GPU activity")
     args = ap.parse_args()
     import kiln
     for k in args.gpus:
@@ -111,7 +117,7 @@ def main():
         synced, queued = timing(f, a)
         print(f"1 process x {k} GPU(s): synced {synced * 1e3:.3f} ms, queued {queued * 1e3:.3f} ms/step", flush=True)
         if not args.processes:
-            profile(f, a)
+            profile(f, a, timeline=args.timeline)
 
 
 if __name__ == "__main__":

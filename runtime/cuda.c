@@ -101,7 +101,10 @@ enum {
   X(cuMemcpyPeerAsync, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))                  \
   X(cuMemcpy2DAsync, (const void *, CUstream))                                                              \
   X(cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))                                                     \
-  X(cuMemPoolSetAccess, (CUmemoryPool, const void *, size_t))
+  X(cuMemPoolSetAccess, (CUmemoryPool, const void *, size_t))                                                \
+  X(cuMemHostAlloc, (void **, size_t, unsigned))                                                            \
+  X(cuStreamWaitValue32, (CUstream, CUdeviceptr, uint32_t, unsigned))                                       \
+  X(cuStreamWriteValue32, (CUstream, CUdeviceptr, uint32_t, unsigned))
 
 #define DECLARE(name, args) static CUresult(*p_##name) args;
 CU_FUNCS(DECLARE)
@@ -960,6 +963,47 @@ int kl_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, si
   return 0;
 }
 
+/* For runtime/peer.c. */
+int kl_cuda_can_reach(int a, int b) {
+  int ab = 0, ba = 0, old = ord, up;
+  if (enter() || a < 0 || b < 0 || a >= ngpus || b >= ngpus || a == b) return 0;
+  ord = a, up = !enter(); /* both set up (by whichever thread asks first: the answer is the same) */
+  ord = b, up = up && !enter();
+  ord = old;
+  if (enter() || !up) return 0;
+  return !p_cuDeviceCanAccessPeer(&ab, gpus[a].dev, gpus[b].dev) && ab &&
+         !p_cuDeviceCanAccessPeer(&ba, gpus[b].dev, gpus[a].dev) && ba;
+}
+
+int kl_cuda_copy_from(void *dst, const void *src, int src_ordinal, size_t n, char *err, size_t errlen) {
+  if (src_ordinal < 0 || src_ordinal >= ngpus || !gpus[src_ordinal].ready)
+    return kl_error(err, errlen, KL_ERR_INTERNAL, "a copy from GPU %d, which is not set up", src_ordinal);
+  CUresult r = n ? p_cuMemcpyPeerAsync((CUdeviceptr)(uintptr_t)dst, G->ctx, (CUdeviceptr)(uintptr_t)src,
+                                       gpus[src_ordinal].ctx, n, cur())
+                 : CUDA_SUCCESS;
+  if (r) return kl_error(err, errlen, KL_ERR_INTERNAL, "GPU copy of %zu bytes between GPUs failed: %s", n, cu_msg(r));
+  return 0;
+}
+
+uint32_t *kl_cuda_host_words(size_t n) {
+  void *p = NULL;
+  if (enter() || p_cuMemHostAlloc(&p, n * sizeof(uint32_t), 1 /* portable */ | 2 /* device-mapped */)) return NULL;
+  memset(p, 0, n * sizeof(uint32_t));
+  return p;
+}
+
+int kl_cuda_flag_set(uint32_t *word, uint32_t v, char *err, size_t errlen) {
+  CUresult r = p_cuStreamWriteValue32(cur(), (CUdeviceptr)(uintptr_t)word, v, 0 /* after the work before it */);
+  if (r) return kl_error(err, errlen, KL_ERR_INTERNAL, "cuStreamWriteValue32 failed: %s", cu_msg(r));
+  return 0;
+}
+
+int kl_cuda_flag_wait(const uint32_t *word, uint32_t v, char *err, size_t errlen) {
+  CUresult r = p_cuStreamWaitValue32(cur(), (CUdeviceptr)(uintptr_t)word, v, 0 /* GEQ, cyclically */);
+  if (r) return kl_error(err, errlen, KL_ERR_INTERNAL, "cuStreamWaitValue32 failed: %s", cu_msg(r));
+  return 0;
+}
+
 /* Copies src's bytes into dst (same size, GPUs dst->ordinal and src->ordinal) and returns once
  * they are there: the copy waits for src's producer, and nothing queued later on either GPU needs
  * to wait for it. Peer to peer where the driver can (it goes through the host by itself where the
@@ -1141,6 +1185,9 @@ static int comm_event(comm_state *cm, CUevent *e, char *err, size_t errlen) {
  * H100 pair; 0: none); collectives of at least BIG_COMM bytes. */
 #define BIG_COMM (4u << 20)
 static _Thread_local int comm_room; /* a big collective was queued: the next product leaves room */
+static _Thread_local int comm_sm_free; /* the collective being queued runs on copy engines: no room needed */
+
+void kl_cuda_comm_on_copy_engines(void) { comm_sm_free = 1; }
 
 int kl_cuda_env_count(const char *name, int dflt) {
   const char *e = getenv(name);
@@ -1187,6 +1234,7 @@ static int comm_step(comm_state *cm, const kl_exec *x, const kl_step *st, void *
   if ((r = p_cuEventRecord(before, stream0)) || (r = p_cuStreamWaitEvent(G->comm_stream, before, 0)))
     return kl_error(err, errlen, KL_ERR_INTERNAL, "ordering a collective after the queue failed: %s", cu_msg(r));
   comm_q = G->comm_stream;
+  comm_sm_free = 0;
   if (hprof) t1 = wall_now();
   int rc = st->run_checked(st->ctx, ptrs, err, errlen);
   comm_q = NULL;
@@ -1200,7 +1248,7 @@ static int comm_step(comm_state *cm, const kl_exec *x, const kl_step *st, void *
     cm->pend[st->slots[i]] = after;
     bytes += x->slot_bytes[st->slots[i]];
   }
-  if (bytes >= 2 * (size_t)BIG_COMM) comm_room = 1; /* (operand and result) */
+  if (bytes >= 2 * (size_t)BIG_COMM && !comm_sm_free) comm_room = 1; /* (operand and result) */
   if (hprof) hp.comm += wall_now() - t0;
   return 0;
 }

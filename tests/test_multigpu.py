@@ -160,3 +160,32 @@ def test_pmap_data_parallel_grad_step(n):
     g = np.mean([np.asarray(kiln.grad(loss)(w, xs[k], ys[k])) for k in range(n)], axis=0)
     for k in range(n):
         np.testing.assert_allclose(np.asarray(out[k]), w - 0.1 * g, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,mib", [(np.float32, 5), (np.float32, 17), (np.float64, 5)])
+def test_big_psum_on_copy_engines(dtype, mib, request):
+    """Sums of 4 MiB or more over two GPUs of one process go over their copy engines
+    (runtime/peer.c; up to 16 MiB the sum kernel also stores into the other GPU, above it a second
+    copy brings the other half): odd lengths, several in one program between small NCCL ones, one
+    feeding the next, repeated calls; both GPUs get the same bits, equal to the pairwise sum."""
+    if dtype == np.float64:
+        request.getfixturevalue("x64")
+    rng = np.random.default_rng(7)
+    m = (mib << 20) // np.dtype(dtype).itemsize + 3  # just over mib MiB, not a multiple of 64
+    a = rng.standard_normal((2, m)).astype(dtype)
+    b = rng.standard_normal((2, 7)).astype(dtype)
+
+    def body(u, v):
+        s = lax.psum(u, "x")
+        t = lax.psum(v, "x")
+        return lax.psum(s * 2 + u, "x"), t, lax.pmean(u, "x")
+    f = kiln.jit(smap(body, mesh_of(2), (P("x"), P("x")), (P("x"), P("x"), P("x"))))
+    s = a[0] + a[1]
+    want = (s * 2 + a[0]) + (s * 2 + a[1])
+    for _ in range(3):
+        out, small, mean = (np.asarray(o) for o in f(a, b))
+        np.testing.assert_array_equal(out[0], out[1])
+        np.testing.assert_allclose(out[0], want, rtol=1e-6)
+        np.testing.assert_allclose(small, np.tile(b.sum(0), (2, 1)), rtol=1e-6)
+        np.testing.assert_array_equal(mean[0], mean[1])
+        np.testing.assert_allclose(mean[0], s / 2, rtol=1e-6)

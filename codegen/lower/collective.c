@@ -3,15 +3,16 @@
  * launch runs on its own thread); the participants post their operands, each computes its own
  * result over its group's posts (reduced with the reductions' host combiners, gathered, permuted
  * or exchanged), then waits until nobody reads its operand any more. A program run alone (no
- * group) over a mesh of one device computes the same. On the GPU the step runs on the host over
- * copies for now (one GPU: groups of one); NCCL is runtime/nccl.c's. Depends on lower.h and
- * runtime/collective.h. */
+ * group) over a mesh of one device computes the same. On GPUs the step queues NCCL's collectives
+ * (runtime/nccl.c), or, for a big float sum over two GPUs of this process, the copy engines'
+ * (runtime/peer.c). Depends on lower.h and runtime/collective.h. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../runtime/collective.h"
 #include "../../runtime/cuda.h"
 #include "../../runtime/nccl.h"
+#include "../../runtime/peer.h"
 #include "lower.h"
 
 /* Bytes of a's dims from `from` on, elements of es bytes. */
@@ -258,6 +259,12 @@ int kl_lower_collective_gpu(const kl_libcall *c, void *const *ptrs, char *err, s
   int careful = grp && kl_coll_group_careful(grp);
   if (careful && kl_coll_rendezvous(grp, err, errlen)) {
     rc = -1;
+    goto out;
+  }
+  if (c->prim == KL_P_PSUM && grp && !kl_coll_group_spans(grp) && kl_peer_all_reduce_ok(ords, (int)g, x->dtype, xbytes)) {
+    rc = kl_peer_all_reduce(grp, rank, (int)members[1 - pos], ords, (int)pos, src, dst, xbytes / es, x->dtype, err,
+                            errlen); /* two GPUs' copy engines (runtime/peer.c) */
+    if (!rc && careful && kl_coll_rendezvous(grp, err, errlen)) rc = -1;
     goto out;
   }
   comms = grp && kl_coll_group_spans(grp) ? span_comms(grp, rank, members, g, pos, err, errlen)
