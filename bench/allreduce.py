@@ -1,4 +1,5 @@
-"""All-reduce of 1 GiB of float32 over every GPU: kiln (psum inside a jitted shard_map, NCCL) against
+"""All-reduce of 1 GiB of float32 over every GPU: kiln (psum inside a jitted shard_map: NCCL, or the
+copy engines on two GPUs of one process; KILN_PEER_ALLREDUCE_MIB=0 for NCCL there too) against
 PyTorch's torch.distributed.all_reduce (NCCL, one process per GPU). Prints the bus bandwidth,
 2 (n - 1) / n * bytes / time, of each. Run on a machine with two or more GPUs:
     PYTHONPATH=python python3 bench/allreduce.py [--mib 1024] [--iters 20] [--gpus N] [--processes]
