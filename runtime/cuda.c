@@ -103,6 +103,7 @@ enum {
   X(cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))                                                     \
   X(cuMemPoolSetAccess, (CUmemoryPool, const void *, size_t))                                                \
   X(cuMemHostAlloc, (void **, size_t, unsigned))                                                            \
+  X(cuStreamIsCapturing, (CUstream, int *))                                                                 \
   X(cuStreamWaitValue32, (CUstream, CUdeviceptr, uint32_t, unsigned))                                       \
   X(cuStreamWriteValue32, (CUstream, CUdeviceptr, uint32_t, unsigned))
 
@@ -983,6 +984,11 @@ int kl_cuda_copy_from(void *dst, const void *src, int src_ordinal, size_t n, cha
                  : CUDA_SUCCESS;
   if (r) return kl_error(err, errlen, KL_ERR_INTERNAL, "GPU copy of %zu bytes between GPUs failed: %s", n, cu_msg(r));
   return 0;
+}
+
+int kl_cuda_queue_capturing(void) {
+  int status = 0;
+  return !enter() && !p_cuStreamIsCapturing(cur(), &status) && status != 0;
 }
 
 uint32_t *kl_cuda_host_words(size_t n) {

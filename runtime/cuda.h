@@ -41,13 +41,16 @@ int kl_cuda_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, si
  * pinned host memory that every GPU reads and writes (kept for the process; NULL without); and,
  * on the thread's queue, setting such a word to v once the work before is done, and waiting until
  * it reaches v (compared cyclically: (int32_t)(word - v) >= 0). kl_cuda_comm_on_copy_engines says
- * that the collective being queued needs no multiprocessors left to it. 0, or -1 with a message. */
+ * that the collective being queued needs no multiprocessors left to it; kl_cuda_queue_capturing,
+ * whether the thread's queue is being captured into a graph (a loop's body). 0, or -1 with a
+ * message. */
 int kl_cuda_can_reach(int a, int b);
 int kl_cuda_copy_from(void *dst, const void *src, int src_ordinal, size_t n, char *err, size_t errlen);
 uint32_t *kl_cuda_host_words(size_t n);
 int kl_cuda_flag_set(uint32_t *word, uint32_t v, char *err, size_t errlen);
 int kl_cuda_flag_wait(const uint32_t *word, uint32_t v, char *err, size_t errlen);
 void kl_cuda_comm_on_copy_engines(void);
+int kl_cuda_queue_capturing(void);
 /* 1 if a GPU is usable; else 0 with the reason in why (KILN_PLATFORM=cpu, no driver...). */
 int kl_cuda_available(char *why, size_t n);
 /* Device memory (stream-ordered); freeing waits for the work queued before it. */

@@ -36,6 +36,7 @@ typedef struct pair {
   int ords[2];
   uint32_t *flags;
   uint32_t seq[2]; /* each touched only by its member's thread */
+  int reach;       /* the two GPUs reach each other's memory */
   int broken;      /* a member failed between its flag steps: the words are out of step, NCCL from now on */
   struct pair *next;
 } pair;
@@ -52,6 +53,7 @@ static pair *pair_for(const int *ords) {
       p = NULL;
     } else {
       p->ords[0] = ords[0], p->ords[1] = ords[1];
+      p->reach = kl_cuda_can_reach(ords[0], ords[1]);
       p->next = pairs;
       pairs = p;
     }
@@ -176,9 +178,9 @@ static size_t min_bytes(void) {
 
 int kl_peer_all_reduce_ok(const int *ords, int g, kl_dtype dt, size_t bytes) {
   if (g != 2 || (dt != KL_F32 && dt != KL_F64) || !min_bytes() || bytes < min_bytes()) return 0;
-  if (!kl_cuda_can_reach(ords[0], ords[1])) return 0;
+  if (kl_cuda_queue_capturing()) return 0; /* a graph would replay one sum's flag values and addresses: NCCL there */
   pair *p = pair_for(ords);
-  return p && !p->broken;
+  return p && p->reach && !p->broken;
 }
 
 /* Queues its stage's flag, waits for the other's: 0, or -1 with a message. */

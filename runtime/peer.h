@@ -9,7 +9,8 @@
 
 /* Whether the all-reduce of `bytes` bytes of dt over GPUs ords[0..g) (member order) goes this
  * way: two GPUs that reach each other's memory, float32 or float64, at least
- * KILN_PEER_ALLREDUCE_MIB MiB (default 4; 0: never). Every member decides the same. */
+ * KILN_PEER_ALLREDUCE_MIB MiB (default 4; 0: never), not while the queue is captured into a graph
+ * (a loop's body). Every member decides the same. */
 int kl_peer_all_reduce_ok(const int *ords, int g, kl_dtype dt, size_t bytes);
 /* Queues dst = src + the other member's src (count elements of dt) on the thread's queue, for
  * member pos (0 or 1) of the pair ords, running as participant `rank` of launch group grp, the

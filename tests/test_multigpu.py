@@ -189,3 +189,23 @@ def test_big_psum_on_copy_engines(dtype, mib, request):
         np.testing.assert_allclose(small, np.tile(b.sum(0), (2, 1)), rtol=1e-6)
         np.testing.assert_array_equal(mean[0], mean[1])
         np.testing.assert_allclose(mean[0], s / 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("host_loop", [False, True])
+def test_big_psum_in_a_loop(host_loop, monkeypatch):
+    """A 5 MiB psum in a fori_loop's body on two GPUs: in a device-side loop (a captured graph,
+    where the sum goes through NCCL) and in a loop run from the host (each trip's sum on the copy
+    engines), against NumPy."""
+    if host_loop:
+        monkeypatch.setenv("KILN_GPU_HOST_WHILE", "1")
+    rng = np.random.default_rng(8)
+    m = (5 << 20) // 4 + 3
+    a = rng.standard_normal((2, m)).astype(np.float32)
+
+    def body(u):
+        return lax.fori_loop(0, 3, lambda i, v: lax.psum(v, "x") * 0.5 + i.astype(v.dtype), u)
+    f = kiln.jit(smap(body, mesh_of(2), P("x"), P("x")))
+    out = np.asarray(f(a)).reshape(2, m)
+    want = (a[0] + a[1]) * 0.5 + 3
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=1e-5)
