@@ -560,6 +560,84 @@ def test_grad_around_shard_map_with_check_vma_and_a_closure():
         np.testing.assert_allclose(np.asarray(h)[:, :, 0, 0], col, rtol=1e-5, atol=1e-7)
 
 
+def test_grad_around_a_shard_map_of_megatron_custom_vjps():
+    """Megatron's tensor-parallel pair: f (identity forward, psum backward) and g (psum forward,
+    identity backward) as custom_vjps in a check_vma=False shard_map, grad around it. JAX's
+    convention there: a replicated output's cotangent reaches every device divided by their count,
+    each runs the bwd rules, and a replicated input's cotangents are summed (the reference below
+    reproduces JAX 0.10's numbers to 1e-6)."""
+    n = 4
+    mesh = kiln.make_mesh((n,), ("d",), devices=kiln.devices()[:n])
+
+    @kiln.custom_vjp
+    def g(v):
+        return lax.psum(v, "d")
+    g.defvjp(lambda v: (lax.psum(v, "d"), None), lambda _, ct: (ct,))
+
+    @kiln.custom_vjp
+    def f(v):
+        return v
+    f.defvjp(lambda v: (v, None), lambda _, ct: (lax.psum(ct, "d"),))
+
+    def body(xv, wv):  # a column-parallel then a row-parallel product
+        return g(jnp.tanh(f(xv) @ wv) @ wv.T)
+    x, w, c = _rand(3, 4, seed=21), _rand(4, 2 * n, seed=22), _rand(3, 4, seed=23)
+    sm = _smap(body, mesh, (P(), P(None, "d")), P(), check_vma=False)
+    gx, gw = kiln.grad(lambda a, b: jnp.sum(sm(a, b) * c), argnums=(0, 1))(jnp.asarray(x), jnp.asarray(w))
+    s, gws = 0, []
+    for k in range(n):
+        wk = w[:, 2 * k:2 * k + 2]
+        a = np.tanh(x @ wk)
+        ch = (c / n @ wk) * (1 - a ** 2)
+        gws.append((c / n).T @ a + x.T @ ch)
+        s = s + ch @ wk.T
+    np.testing.assert_allclose(np.asarray(gw), np.concatenate(gws, 1), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(gx), n * s, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(sm(x, w)), sum(np.tanh(x @ w[:, 2 * k:2 * k + 2]) @ w[:, 2 * k:2 * k + 2].T
+                                                          for k in range(n)), rtol=1e-10)
+    # f alone before a plain psum: JAX gives the same with and without check_vma (checked against
+    # JAX 0.10 in float64), and so does kiln (with check_vma its grad runs the body's own transpose)
+    s, gws = 0, []
+    for k in range(n):
+        wk = w[:, 2 * k:2 * k + 2]
+        a = np.tanh(x @ wk)
+        ch = (c @ wk) * (1 - a ** 2)
+        gws.append(c.T @ a + x.T @ ch)
+        s = s + ch @ wk.T
+    for check_vma in (True, False):
+        sm = _smap(lambda xv, wv: lax.psum(jnp.tanh(f(xv) @ wv) @ wv.T, "d"), mesh, (P(), P(None, "d")), P(),
+                   check_vma=check_vma)
+        gx, gw = kiln.grad(lambda a, b: jnp.sum(sm(a, b) * c), argnums=(0, 1))(jnp.asarray(x), jnp.asarray(w))
+        np.testing.assert_allclose(np.asarray(gw), np.concatenate(gws, 1), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(gx), n * s, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_grad_and_jvp_around_a_shard_map_of_a_custom_jvp_with_collectives(check_vma):
+    """A global norm as a custom_jvp whose function and rule psum over the mesh: x / |x| split over
+    four devices, reverse and forward mode around the shard_map, against the closed form."""
+    mesh = kiln.make_mesh((4,), ("d",), devices=kiln.devices()[:4])
+
+    @kiln.custom_jvp
+    def norm(v):
+        return jnp.sqrt(lax.psum(jnp.sum(v * v), "d"))
+
+    @norm.defjvp
+    def norm_jvp(primals, tangents):
+        (v,), (dv,) = primals, tangents
+        r = norm(v)
+        return r, lax.psum(jnp.sum(v * dv), "d") / r
+    sm = _smap(lambda v: v / norm(v), mesh, P("d"), P("d"), check_vma=check_vma)
+    x, c, t = _rand(8, seed=24), _rand(8, seed=25), _rand(8, seed=26)
+    r = np.linalg.norm(x)
+    y = x / r
+    np.testing.assert_allclose(np.asarray(sm(jnp.asarray(x))), y, rtol=1e-12)
+    g = kiln.grad(lambda v: jnp.sum(sm(v) * c))(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(g), (c - y * (y @ c)) / r, rtol=1e-10, atol=1e-12)
+    _, tan = kiln.jvp(sm, (jnp.asarray(x),), (jnp.asarray(t),))
+    np.testing.assert_allclose(np.asarray(tan), (t - y * (y @ t)) / r, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["fori_ring", "scan_xs", "while_per_device", "cond_shared", "cond_per_device",
                                   "checkpoint"])
 def test_grad_vmap_and_jaxpr_around_a_shard_map_whose_loops_run_collectives(kind):

@@ -64,9 +64,23 @@ def to_stacked(x, spec, mesh):
     return jnp.reshape(y, (math.prod(mesh.axis_sizes),) + tuple(y.shape[len(names):]))
 
 
-def from_stacked(s, spec, mesh):
+def _first_spread(y, idx, unnamed):
+    """y[idx] (coordinate 0 along the mesh axes the out_spec leaves unnamed), whose cotangent goes
+    to every device divided by their count, as JAX's shard_map transpose does without check_vma
+    (a custom_vjp's bwd rule inside then sees the cotangents JAX's would)."""
+    import kiln
+    jnp = _jnp()
+    n = math.prod(y.shape[i] for i in unnamed)
+    pick = kiln.custom_vjp(lambda v: v[idx])
+    pick.defvjp(lambda v: (v[idx], None),
+                lambda _, ct: (jnp.broadcast_to(jnp.expand_dims(ct / n, tuple(unnamed)), y.shape),))
+    return pick(y)
+
+
+def from_stacked(s, spec, mesh, spread=False):
     """Every device's piece (N, *local) as the global array out_spec describes (the pieces over
-    mesh axes the spec does not name: those of coordinate 0)."""
+    mesh axes the spec does not name: those of coordinate 0; spread: their cotangent spread over
+    those devices, _first_spread)."""
     jnp = _jnp()
     names = list(mesh.axis_names)
     local = tuple(s.shape[1:])
@@ -74,7 +88,8 @@ def from_stacked(s, spec, mesh):
     axes = _mesh_axes_of(spec, len(local), mesh)
     used = [a for ax in axes for a in ax]
     idx = tuple(slice(None) if a in used else 0 for a in names)
-    y = y[idx]
+    unnamed = [i for i, a in enumerate(names) if a not in used]
+    y = _first_spread(y, idx, unnamed) if spread and unnamed and jnp.issubdtype(y.dtype, jnp.inexact) else y[idx]
     kept = [a for a in names if a in used]  # the remaining leading axes, in mesh order
     # bring each array dimension's mesh axes in front of it (in the spec's order) and merge them
     perm, out_shape = [], []
@@ -234,7 +249,7 @@ def _where_devices(pred, a, b):
     return jnp.where(jnp.reshape(pred.arr, (pred.arr.shape[0],) + (1,) * (a.ndim - 1)), a, b)
 
 
-def _control(prim, xs, params, mesh, frame):
+def _control(prim, xs, params, mesh, frame, custom_ok=False):
     """A loop, cond or checkpoint whose body runs collectives, replayed in the enclosing trace as
     the same construct over stacked values: every carry stacked; a condition that differs per
     device runs the loop while any device's holds, the others keeping their carries (as vmap's
@@ -244,7 +259,7 @@ def _control(prim, xs, params, mesh, frame):
     n = math.prod(mesh.axis_sizes)
 
     def replay(body, vals):
-        return run_body(body, mesh, list(vals), [], frame)
+        return run_body(body, mesh, list(vals), [], frame, custom_ok)
 
     if prim == "checkpoint":  # (the recomputation policy does not change values)
         return tuple(replay(params["body"], xs))
@@ -294,11 +309,54 @@ def _control(prim, xs, params, mesh, frame):
                                                     lambda: branch(params["false_branch"], fconsts)))
 
 
-def run_body(builder, mesh, inputs, consts, frame=0):
+def _custom_vjp(xs, params, mesh, frame):
+    """A custom_vjp call whose bwd rule runs collectives, on stacked values: the forward rule's
+    outputs (already replayed) pass through a custom_vjp of the stacked arrays whose bwd replays the
+    per-device bwd rule on the stacked residuals and cotangents. Values the same on every device
+    enter broadcast, so their cotangents sum over the devices."""
+    import kiln
+    n = math.prod(mesh.axis_sizes)
+    n_out, n_res, n_c, _ = params["counts"]
+    outs = tuple(_lift(o, n) for o in xs[:n_out])
+    res = tuple(_lift(r, n) for r in xs[n_out:n_out + n_res])
+    consts, x = xs[n_out + n_res:n_out + n_res + n_c], xs[n_out + n_res + n_c:]
+
+    def bwd(r, ct):
+        cts = run_body(params["bwd"], mesh, [_Stacked(v) for v in r] + [_Stacked(c) for c in ct], consts, frame, True)
+        return tuple(_lift(c, n) for c in cts)
+    stacked = kiln.custom_vjp(lambda *_: outs)
+    stacked.defvjp(lambda *_: (outs, res), bwd)
+    return tuple(_Stacked(y) for y in stacked(*[_lift(v, n) for v in x]))
+
+
+def _custom_jvp(xs, params, mesh, custom_ok):
+    """A custom_jvp call whose function or rule runs collectives, on stacked values: a custom_jvp of
+    the stacked arrays whose function and rule replay the per-device ones. Tangents are per-device
+    values under either convention of cotangents, so this holds with check_vma too."""
+    import kiln
+    n = math.prod(mesh.axis_sizes)
+    n_x, n_f, _ = params["counts"]
+    x, fconsts, rconsts = xs[:n_x], xs[n_x:n_x + n_f], xs[n_x + n_f:]
+
+    def replay(body, vals, consts):
+        return [_lift(o, n) for o in run_body(body, mesh, [_Stacked(v) for v in vals], consts, 0, custom_ok)]
+    stacked = kiln.custom_jvp(lambda *a: tuple(replay(params["fun"], a, fconsts)))
+
+    def rule(primals, tangents):
+        outs = replay(params["jvp"], list(primals) + list(tangents), rconsts)
+        return tuple(outs[:len(outs) // 2]), tuple(outs[len(outs) // 2:])
+    stacked.defjvp(rule)
+    return tuple(_Stacked(y) for y in stacked(*[_lift(v, n) for v in x]))
+
+
+def run_body(builder, mesh, inputs, consts, frame=0, custom_ok=False):
     """The body's outputs (each a _Stacked or a value the same on every device) from its inputs
     (_Stacked) and constants (plain), replayed in the enclosing trace. frame > 0: the program of a
     vmap with an axis_name (mesh its VmapFrame; the "devices" the batch's elements), whose other
-    collectives (a mesh's) run as they are on the stacked values."""
+    collectives (a mesh's) run as they are on the stacked values. custom_ok: custom_vjp calls whose
+    bwd rules run collectives are replayed (a shard_map without check_vma: JAX's bwd rules there
+    see per-device cotangents as the replay gives them; with check_vma JAX's typed cotangents of
+    values the same on every device would need converting)."""
     import kiln
     ours = _ours(frame)
     env = dict(zip(builder.inputs(), list(inputs) + list(consts)))
@@ -310,12 +368,18 @@ def run_body(builder, mesh, inputs, consts, frame=0):
             res = (_collective(prim, env[ins[0]] if ins else None, params, mesh),)
         elif _has_collective(params, ours):
             if prim in _CONTROL:
-                res = _control(prim, [env[i] for i in ins], params, mesh, frame)
+                res = _control(prim, [env[i] for i in ins], params, mesh, frame, custom_ok)
+            elif prim == "custom_vjp_call" and custom_ok:
+                res = _custom_vjp([env[i] for i in ins], params, mesh, frame)
+            elif prim == "custom_jvp_call" and not frame:
+                res = _custom_jvp([env[i] for i in ins], params, mesh, custom_ok)
             else:
                 where = "vmap with an axis_name" if frame else "shard_map inside a traced function"
+                hint = (" (a custom_vjp's is, in a shard_map with check_vma=False)" if prim == "custom_vjp_call" and
+                        not frame else "")
                 raise NotImplementedError(f"{where}: a {prim} whose body runs collectives is not supported there yet "
-                                          "by kiln (call its function outside the custom rule, or the shard_map on "
-                                          "concrete arrays)")
+                                          f"by kiln{hint}: call its function outside the custom rule, or the "
+                                          "shard_map on concrete arrays")
         else:
             xs = [env[i] for i in ins]
             if not any(isinstance(x, _Stacked) for x in xs):
@@ -361,10 +425,11 @@ def call(smapped, mesh, args):
         if not any(isinstance(c, Tracer) for c in entry.consts):  # (values of this trace: not for the next)
             smapped._cache[key] = entry
     stacked = [_Stacked(to_stacked(a, s, mesh)) for a, s in zip(arrs, specs)]
-    outs = run_body(entry.builder, mesh, stacked, entry.consts)
+    loose = not smapped._check_vma
+    outs = run_body(entry.builder, mesh, stacked, entry.consts, custom_ok=loose)
     n = math.prod(mesh.axis_sizes)
     results = []
     for o, s, (shape, dtype, weak) in zip(outs, entry.out_specs, entry.out_avals):
         arr = o.arr if isinstance(o, _Stacked) else _stack_const(o, n)
-        results.append(from_stacked(arr, s, mesh))
+        results.append(from_stacked(arr, s, mesh, spread=loose))
     return tree_util.tree_unflatten(entry.out_tree, results)
