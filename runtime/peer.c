@@ -137,6 +137,7 @@ const char *kl_peer_ptx(void) {
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static void *module, *add_fn[4];
 static char load_err[400];
+static _Atomic int loaded_on[KL_CUDA_MAX_GPUS]; /* the kernels are loaded on that GPU */
 
 static void load(void) {
   void *image = NULL;
@@ -151,10 +152,13 @@ static void load(void) {
 /* The kernels, loaded on the thread's GPU now: before any stream waits for the other GPU (a module
  * loaded later, while the other GPU's stream waits on this one, could wait for it). 0, or -1. */
 static int load_here(char *err, size_t errlen) {
+  int gpu = kl_cuda_ordinal();
+  if (loaded_on[gpu]) return 0;
   pthread_once(&load_once, load);
   if (!module) return kl_error(err, errlen, KL_ERR_INTERNAL, "the peer all-reduce's kernels: %s", load_err);
   for (int i = 0; i < 4; i++)
     if (kl_cuda_function(module, kernels[i].name, &add_fn[i], err, errlen)) return -1;
+  loaded_on[gpu] = 1;
   return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "../../runtime/gpusort.h"
 #include "check.h"
+#include "ptxas.h"
 
 int main(void) {
   const char *ptx = kl_gpusort_ptx();
@@ -44,9 +45,7 @@ int main(void) {
   CHECK(kl_gpusort_check(&c) != 0, "2^31 elements accepted");
   c.n = 10, c.dtype[0] = KL_C64;
   CHECK(kl_gpusort_check(&c) != 0, "complex keys accepted");
-  const char *ptxas = !system("command -v ptxas >/dev/null 2>&1") ? "ptxas"
-                      : !access("/usr/local/cuda/bin/ptxas", X_OK) ? "/usr/local/cuda/bin/ptxas"
-                                                                  : NULL;
+  const char *ptxas = find_ptxas();
   if (!ptxas) {
     printf("no ptxas here: the GPU sort's PTX is not assembled\n");
     return failures != 0;

@@ -10,23 +10,7 @@
 #include "../../runtime/cuda.h"
 #include "../../runtime/peer.h"
 #include "check.h"
-
-static int assemble(const char *what, const char *ptx, const char *ptxas) {
-  char src[] = "/tmp/kl_graph_ptx_XXXXXX";
-  int fd = mkstemp(src);
-  CHECK(fd >= 0, "mkstemp failed");
-  if (fd < 0) return 1;
-  FILE *f = fdopen(fd, "w");
-  fputs(ptx, f);
-  fclose(f);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "%s -arch=sm_90 %s -o /dev/null", ptxas, src);
-  int rc = system(cmd);
-  CHECK(rc == 0, "ptxas rejected %s's PTX (%s)", what, cmd);
-  unlink(src);
-  printf("%s: the PTX assembles (%zu bytes)\n", what, strlen(ptx));
-  return rc;
-}
+#include "ptxas.h"
 
 int main(void) {
   const char *ptx = kl_cuda_graph_ptx();
@@ -35,9 +19,7 @@ int main(void) {
         "the graph kernels' PTX lacks an entry");
   CHECK(strstr(kl_peer_ptx(), ".entry kl_peer_add_f32") && strstr(kl_peer_ptx(), ".entry kl_peer_add_f64"),
         "the peer all-reduce's PTX lacks an entry");
-  const char *ptxas = !system("command -v ptxas >/dev/null 2>&1") ? "ptxas"
-                      : !access("/usr/local/cuda/bin/ptxas", X_OK) ? "/usr/local/cuda/bin/ptxas"
-                                                                  : NULL;
+  const char *ptxas = find_ptxas();
   if (!ptxas) {
     printf("no ptxas here: the hand-written kernels' PTX is not assembled\n");
     return failures != 0;
