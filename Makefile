@@ -36,13 +36,14 @@ test: test-c test-py
 demo: build
 	PYTHONPATH=$(CURDIR)/python $(PYTHON) examples/demo.py
 
-# ASan/UBSan build of the core and extension, then the Python suite under it.
+# ASan/UBSan build of the core and extension, then the Python suite under it, with LLVM's IR
+# verifier around every CPU kernel's passes (KILN_LLVM_VERIFY=1: broken IR fails its compile).
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DPython3_EXECUTABLE=$$(command -v $(PYTHON)) >/dev/null
 	cmake --build build-asan -j$$(nproc)
 	cd build-asan && ctest --output-on-failure
 	mkdir -p build-asan/pkg && rm -rf build-asan/pkg/kiln && cp -r python/kiln build-asan/pkg/kiln && cp build-asan/_kiln.abi3.so build-asan/pkg/kiln/
-	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0 KILN_LLVM_VERIFY=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  PYTHONPATH=$(CURDIR)/build-asan/pkg $(PYTHON) -m pytest -q -x tests -p no:cacheprovider
 
 # One abi3 wheel with MLIR/LLVM linked statically (needs only libc, libm, libstdc++-free).

@@ -22,6 +22,7 @@
 #include "../ir/status.h"
 #include "../transforms/fuse.h"
 #include "cpujit.h"
+#include "fatal.h"
 #include "mlirctx.h"
 #include "kernel.h"
 #include "libcall.h"
@@ -96,6 +97,21 @@ static struct {
 } pms[PM_CACHE];
 static int npms;
 
+/* Runs pm on m: 0, 1 when a pass failed. A fatal error inside a pass lands here (fatal.h): the
+ * pass managers made so far may hold the failed run's state, so they are forgotten (leaked) and
+ * made again; -1 with the message. */
+static int run_guarded(MlirPassManager pm, MlirModule m, char *err, size_t errlen) {
+  kl_fatal_guard g;
+  kl_fatal_push(&g, "an MLIR module");
+  if (setjmp(g.jb)) {
+    npms = 0;
+    return kl_fatal_message(&g, err, errlen);
+  }
+  int failed = mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m)));
+  kl_fatal_pop(&g);
+  return failed ? 1 : 0;
+}
+
 int kl_mlir_run_pipeline(MlirModule m, const char *pipeline, char *err, size_t errlen) {
   MlirPassManager pm = {NULL};
   for (int i = 0; i < npms && !pm.ptr; i++)
@@ -125,7 +141,7 @@ int kl_mlir_run_pipeline(MlirModule m, const char *pipeline, char *err, size_t e
     pms[npms].pipeline = copy;
     pms[npms++].pm = pm;
   }
-  return mlirLogicalResultIsFailure(mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(m))) ? 1 : 0;
+  return run_guarded(pm, m, err, errlen);
 }
 
 void kl_compile_note(double seconds) {
@@ -313,10 +329,18 @@ static int build_kernels(cpu_module *cm, kl_exec **xs, int nxs, int nextra, kl_k
   const char *passes = cost < 32768 && (largest > ((size_t)256 << 10) || outlined) ? "function(early-cse,simplifycfg)"
                        : cost < 32768 ? "default<O1>"
                        : strstr(mod->data, "iter_args")
-                           ? "function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
-                             "licm),indvars,loop-vectorize,loop-unroll,instcombine,simplifycfg)"
-                           : "function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
-                             "licm),indvars,loop-vectorize,instcombine,simplifycfg)";
+                           ? "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
+                             "licm),indvars,loop-vectorize,loop-unroll,instcombine<no-verify-fixpoint>,simplifycfg)"
+                           : "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,"
+                             "licm),indvars,loop-vectorize,instcombine<no-verify-fixpoint>,simplifycfg)";
+  /* KILN_LLVM_VERIFY=1 (the ASan build's suite): LLVM's verifier before and after the passes, so a
+   * kernel whose IR is broken fails its compile (fatal.h) instead of miscompiling quietly. */
+  char verified[640];
+  const char *verify = getenv("KILN_LLVM_VERIFY");
+  if (verify && *verify == '1') {
+    snprintf(verified, sizeof verified, "verify,%s,verify", passes);
+    passes = verified;
+  }
   kl_str_printf(mod, "// llvm: %s\n", passes);
   if (mod->failed) return kl_error(err, errlen, KL_ERR_NOMEM, "out of memory writing the kernels' MLIR text");
   uint64_t key = kl_cpujit_key(mod->data);

@@ -27,6 +27,7 @@
 
 #include "../ir/alloc.h"
 #include "../ir/status.h"
+#include "fatal.h"
 
 #define CACHE_VERSION "kiln-cpu-obj-2"
 static const char MAGIC[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '2'};
@@ -303,7 +304,7 @@ typedef struct {
   const char *passes;
   long fast_above;     /* functions of more instructions: the fast code generator */
   LLVMMemoryBufferRef obj;
-  char err[256];
+  char err[1024];
 } part_job;
 
 static long count_instrs(LLVMValueRef f) {
@@ -320,8 +321,7 @@ static int is_kernel(LLVMValueRef f, const char *prefix) {
   return !LLVMIsDeclaration(f) && len >= pl && !memcmp(name, prefix, pl);
 }
 
-static void *compile_part(void *arg) {
-  part_job *j = arg;
+static void compile_part_unguarded(part_job *j) {
   LLVMContextRef ctx = LLVMContextCreate();
   LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(j->bitcode, j->bitlen, "kiln-part");
   LLVMModuleRef m = NULL;
@@ -370,6 +370,20 @@ out:
   if (m) LLVMDisposeModule(m);
   LLVMDisposeMemoryBuffer(buf);
   LLVMContextDispose(ctx);
+}
+
+/* One part behind a fatal-error guard of its thread (fatal.h): a fatal error fails the part. */
+static void *compile_part(void *arg) {
+  part_job *j = arg;
+  kl_fatal_guard g;
+  kl_fatal_push(&g, j->prefix);
+  if (setjmp(g.jb)) {
+    kl_fatal_message(&g, j->err, sizeof j->err);
+    j->obj = NULL;
+    return NULL;
+  }
+  compile_part_unguarded(j);
+  kl_fatal_pop(&g);
   return NULL;
 }
 
@@ -455,27 +469,23 @@ done:
   return out;
 }
 
-int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns,
-                      const char *passes, char *err, size_t errlen) {
-  pthread_mutex_lock(&jit_mu);
-  int rc = jit_init(err, errlen);
-  LLVMContextRef ctx = NULL;
-  LLVMModuleRef mod = NULL;
-  LLVMMemoryBufferRef obj = NULL;
-  if (rc) goto done;
-  if (is_loaded(key)) { /* another thread compiled the same module since our lookup missed */
-    rc = lookup_all(prefix, n, fns, err, errlen);
-    goto done;
-  }
-  if ((rc = reserve_loaded(err, errlen))) goto done;
-  struct timespec q0, q1, q2, q3, q4;
+#define MS(a, b) ((double)((b).tv_sec - (a).tv_sec) * 1e3 + (double)((b).tv_nsec - (a).tv_nsec) * 1e-6)
+
+/* Translates module to LLVM IR, optimizes it and generates machine code: malloc'd bytes (*len),
+ * one object or, when *parts, a container of parts (compile_parts); NULL with a message. The
+ * caller holds jit_mu and guards the call against LLVM's fatal errors (build_object). */
+static char *build_object_unguarded(MlirModule module, const char *prefix, const char *passes, size_t *len, int *parts,
+                                    char *err, size_t errlen) {
+  int log = getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2';
+  struct timespec q0, q1, q2, q3;
   clock_gettime(CLOCK_MONOTONIC, &q0);
-  ctx = LLVMContextCreate();
-  mod = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), ctx);
+  char *out = NULL;
+  LLVMMemoryBufferRef obj = NULL;
+  LLVMContextRef ctx = LLVMContextCreate();
+  LLVMModuleRef mod = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), ctx);
   clock_gettime(CLOCK_MONOTONIC, &q1);
   if (!mod) {
     snprintf(err, errlen, "internal error: translation of the kernels to LLVM IR failed");
-    rc = -1;
     goto done;
   }
   LLVMSetTarget(mod, host_triple);
@@ -486,50 +496,33 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
   long fast_above = thr && *thr ? atol(thr) : 4000;
   const char *pipeline = getenv("KILN_LLVM_PASSES");
   if (pipeline && *pipeline) passes = pipeline;
-  {
-    /* many kernels, enough work: in parallel (each part gets the whole pipeline) */
-    int nk = 0, nthreads = compile_threads();
-    long instrs = 0;
-    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
-      if (is_kernel(f, prefix)) nk++, instrs += count_instrs(f);
-    int nparts = nk < nthreads ? nk : nthreads;
-    if (nparts > 1 && instrs >= 2000) {
-      size_t len = 0;
-      char *data = compile_parts(mod, prefix, passes, fast_above, nparts, &len, err, errlen);
-      clock_gettime(CLOCK_MONOTONIC, &q2);
-      if (!data) {
-        rc = -1;
-        goto done;
-      }
-      rc = add_objects(data, len, err, errlen);
-      if (!rc) {
-        mark_loaded(key);
-        n_compiled++;
-        cache_write(key, data, len);
-        rc = lookup_all(prefix, n, fns, err, errlen);
-      }
-      free(data);
-      clock_gettime(CLOCK_MONOTONIC, &q4);
-      if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2') {
-        double a = (double)(q1.tv_sec - q0.tv_sec) * 1e3 + (double)(q1.tv_nsec - q0.tv_nsec) * 1e-6;
-        double b = (double)(q2.tv_sec - q1.tv_sec) * 1e3 + (double)(q2.tv_nsec - q1.tv_nsec) * 1e-6;
-        fprintf(stderr, "kiln: llvm: translate %.1f ms, optimize + codegen on %d threads %.1f ms (%d kernels, %ld instructions)\n",
-                a, nparts, b, nk, instrs);
-      }
-      goto done;
-    }
+  /* many kernels, enough work: in parallel (each part gets the whole pipeline) */
+  int nk = 0, nthreads = compile_threads();
+  long instrs = 0;
+  for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+    if (is_kernel(f, prefix)) nk++, instrs += count_instrs(f);
+  int nparts = nk < nthreads ? nk : nthreads;
+  if (nparts > 1 && instrs >= 2000) {
+    out = compile_parts(mod, prefix, passes, fast_above, nparts, len, err, errlen);
+    *parts = 1;
+    clock_gettime(CLOCK_MONOTONIC, &q2);
+    if (log)
+      fprintf(stderr, "kiln: llvm: translate %.1f ms, optimize + codegen on %d threads %.1f ms (%d kernels, %ld instructions)\n",
+              MS(q0, q1), nparts, MS(q1, q2), nk, instrs);
+    goto done;
   }
+  *parts = 0;
   LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
   LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
   LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
-  rc = take_error(LLVMRunPasses(mod, passes, tm, opts), "LLVM optimization", err, errlen);
+  int rc = take_error(LLVMRunPasses(mod, passes, tm, opts), "LLVM optimization", err, errlen);
   LLVMDisposePassBuilderOptions(opts);
   clock_gettime(CLOCK_MONOTONIC, &q2);
   if (rc) goto done;
   const char *dump_dir = getenv("KILN_DUMP");
   if (dump_dir && *dump_dir) { /* the optimized LLVM IR, to check vectorization */
     char path[1024];
-    snprintf(path, sizeof path, "%s/%016llx.ll", dump_dir, (unsigned long long)key);
+    snprintf(path, sizeof path, "%s/%s.ll", dump_dir, prefix);
     char *text = LLVMPrintModuleToString(mod);
     FILE *f = fopen(path, "w");
     if (f) {
@@ -545,38 +538,72 @@ int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n
    * generator, linear in size (KILN_FAST_CODEGEN_INSTRS sets the size). */
   long largest = 0;
   for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
-    long ninstr = 0;
-    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
-      for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) ninstr++;
-    if (ninstr > largest) largest = ninstr;
+    long c = count_instrs(f);
+    if (c > largest) largest = c;
   }
   LLVMTargetMachineRef use = largest > fast_above ? tm_fast : tm;
   if (LLVMTargetMachineEmitToMemoryBuffer(use, mod, LLVMObjectFile, &msg, &obj)) {
     snprintf(err, errlen, "internal error: machine code generation failed: %s", msg ? msg : "");
     LLVMDisposeMessage(msg);
-    rc = -1;
+    obj = NULL;
     goto done;
   }
-  const char *data = LLVMGetBufferStart(obj);
-  size_t len = LLVMGetBufferSize(obj);
+  *len = LLVMGetBufferSize(obj);
+  out = kl_malloc(*len ? *len : 1);
+  if (!out) kl_error(err, errlen, KL_ERR_NOMEM, "out of memory copying %zu bytes of machine code", *len);
+  else memcpy(out, LLVMGetBufferStart(obj), *len);
   clock_gettime(CLOCK_MONOTONIC, &q3);
-  rc = add_object(data, len, err, errlen);
-  if (rc) goto done;
-  mark_loaded(key);
-  n_compiled++;
-  cache_write(key, data, len);
-  rc = lookup_all(prefix, n, fns, err, errlen);
-  clock_gettime(CLOCK_MONOTONIC, &q4);
-  if (getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") == '2') {
-#define MS(a, b) ((double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) * 1e-6)
-    fprintf(stderr, "kiln: llvm: translate %.1f ms, optimize %.1f ms, codegen %.1f ms, link %.1f ms\n", MS(q0, q1),
-            MS(q1, q2), MS(q2, q3), MS(q3, q4));
-#undef MS
-  }
+  if (log)
+    fprintf(stderr, "kiln: llvm: translate %.1f ms, optimize %.1f ms, codegen %.1f ms\n", MS(q0, q1), MS(q1, q2),
+            MS(q2, q3));
 done:
   if (obj) LLVMDisposeMemoryBuffer(obj);
   if (mod) LLVMDisposeModule(mod);
-  if (ctx) LLVMContextDispose(ctx);
+  LLVMContextDispose(ctx);
+  return out;
+}
+
+/* build_object_unguarded behind a fatal-error guard (fatal.h): an LLVM fatal error is a failed
+ * compile naming the kernels, not the end of the process. */
+static char *build_object(MlirModule module, const char *prefix, const char *passes, size_t *len, int *parts, char *err,
+                          size_t errlen) {
+  kl_fatal_guard g;
+  kl_fatal_push(&g, prefix);
+  if (setjmp(g.jb)) {
+    kl_fatal_message(&g, err, errlen);
+    return NULL;
+  }
+  char *out = build_object_unguarded(module, prefix, passes, len, parts, err, errlen);
+  kl_fatal_pop(&g);
+  return out;
+}
+
+int kl_cpujit_compile(MlirModule module, uint64_t key, const char *prefix, int n, kl_kernel_fn *fns,
+                      const char *passes, char *err, size_t errlen) {
+  pthread_mutex_lock(&jit_mu);
+  int rc = jit_init(err, errlen);
+  if (rc) goto done;
+  if (is_loaded(key)) { /* another thread compiled the same module since our lookup missed */
+    rc = lookup_all(prefix, n, fns, err, errlen);
+    goto done;
+  }
+  if ((rc = reserve_loaded(err, errlen))) goto done;
+  size_t len = 0;
+  int parts = 0;
+  char *data = build_object(module, prefix, passes, &len, &parts, err, errlen);
+  if (!data) {
+    rc = -1;
+    goto done;
+  }
+  rc = parts ? add_objects(data, len, err, errlen) : add_object(data, len, err, errlen);
+  if (!rc) {
+    mark_loaded(key);
+    n_compiled++;
+    cache_write(key, data, len);
+    rc = lookup_all(prefix, n, fns, err, errlen);
+  }
+  free(data);
+done:
   pthread_mutex_unlock(&jit_mu);
   return rc;
 }

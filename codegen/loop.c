@@ -527,7 +527,7 @@ static int while_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   }
   while (!rc && !l->driver) {
     unsigned char go = 0;
-    if ((rc = body_run(bound[2 * cur], err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
+    if ((rc = kl_rt_stop_check(err, errlen)) || (rc = body_run(bound[2 * cur], err, errlen)) || (rc = t->read(&go, pred, 1, err, errlen)) || !go) break;
     if ((rc = body_run(bound[2 * cur + 1], err, errlen))) break;
     cur = !cur; /* the new carries become the current ones */
   }
@@ -740,7 +740,7 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
       pointed[r][w] = 1;
     }
     if (whole && it == 2 && l->length - 2 > it) it = l->length - 2;
-    else if (!rc && !whole) rc = body_run(bound[r][w], err, errlen);
+    else if (!rc && !whole && !(rc = kl_rt_stop_check(err, errlen))) rc = body_run(bound[r][w], err, errlen);
   }
   if (whole && !rc) {
     void *sl[2 * SCAN_WHOLE_MAX_SLICES + 1], *native[9]; /* slices_pointable's bound */
@@ -751,7 +751,7 @@ static int scan_run(void *ctx, void **ptrs, char *err, size_t errlen) {
     for (int k = 0; k < 9 && !rc; k++) native[k] = bound[k / 3][k % 3] ? bound[k / 3][k % 3]->native : NULL;
     if (!rc) rc = l->t->drive(l->driver, 1, NULL, l->body, native, l->length, sl, nx + ny, NULL, err, errlen);
   }
-  for (int64_t it = 0; !fixed && !l->driver && it < l->length && !rc; it++) {
+  for (int64_t it = 0; !fixed && !l->driver && it < l->length && !rc && !(rc = kl_rt_stop_check(err, errlen)); it++) {
     int64_t t = l->reverse ? l->length - 1 - it : it;
     memcpy(args + nk, it ? set[(it - 1) & 1] : init, sizeof(void *) * (size_t)n);
     for (int j = 0; j < nx && !rc; j++) {

@@ -23,7 +23,7 @@
 #include "compile.h"
 #include "loop.h"
 
-enum { TAB_TRAMP, TAB_CTX, TAB_PRED, TAB_PARITY, TAB_GROUPS };
+enum { TAB_TRAMP, TAB_CTX, TAB_PRED, TAB_PARITY, TAB_STOP, TAB_GROUPS }; /* TAB_STOP: kl_rt_stop_flag() */
 enum { TAB_STEP = 3 }; /* per step: its argument pointers, its binding, a compiled cond's plan */
 
 static int group_size(const kl_exec *x) { return TAB_STEP * x->nsteps + 2 * x->noutputs; }
@@ -265,13 +265,17 @@ static int group_base(emitter *m, const char *p, int64_t size, int64_t off) {
   return k;
 }
 
-/* How the loop reads whether a step failed: from the run's context when a step can (one runs
- * through the runtime), else the constant 0. */
+/* How each trip reads whether to stop, as %fl (i32, nonzero: stop): the process's stop flag
+ * (Ctrl-C, runtime.h), read volatile so that it is read every trip, or'ed with whether a step
+ * failed when one can (one runs through the runtime: the run's context says). */
 static const char *failed_flag(const kl_loop_shape *sh, int n) {
   for (int k = 0; k < n; k++)
     for (int s = 0; s < sh[k].x->nsteps; s++)
-      if (sh[k].fn[s] == -1) return "llvm.load %ctx : !llvm.ptr -> i32";
-  return "arith.constant 0 : i32";
+      if (sh[k].fn[s] == -1)
+        return "    %fs = llvm.load volatile %stop : !llvm.ptr -> i32\n"
+               "    %fc = llvm.load %ctx : !llvm.ptr -> i32\n"
+               "    %fl = arith.ori %fs, %fc : i32\n";
+  return "    %fl = llvm.load volatile %stop : !llvm.ptr -> i32\n";
 }
 
 void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl_str *mod) {
@@ -288,8 +292,11 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl
                 "    %%v0 = arith.constant 0 : i64\n",
                 name);
   m.n = 1;
-  int t = load_at(&m, 0, TAB_TRAMP), c = load_at(&m, 0, TAB_CTX);
-  kl_str_printf(mod, "    %%tramp = llvm.bitcast %%v%d : !llvm.ptr to !llvm.ptr\n    %%ctx = llvm.bitcast %%v%d : !llvm.ptr to !llvm.ptr\n", t, c);
+  int t = load_at(&m, 0, TAB_TRAMP), c = load_at(&m, 0, TAB_CTX), st = load_at(&m, 0, TAB_STOP);
+  kl_str_printf(mod,
+                "    %%tramp = llvm.bitcast %%v%d : !llvm.ptr to !llvm.ptr\n    %%ctx = llvm.bitcast %%v%d : !llvm.ptr to !llvm.ptr\n"
+                "    %%stop = llvm.bitcast %%v%d : !llvm.ptr to !llvm.ptr\n",
+                t, c, st);
   if (!scan) {
     int pr = load_at(&m, 0, TAB_PRED), pa = load_at(&m, 0, TAB_PARITY);
     int gc = group_size(sh[0].x), gb = group_size(sh[1].x);
@@ -309,7 +316,7 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl
     snprintf(pname, sizeof pname, pw >= 0 ? "%%w%d" : "%%v%d", pw >= 0 ? pw : pr);
     kl_str_printf(mod,
                   "    %%pv = llvm.load %s : !llvm.ptr -> i8\n"
-                  "    %%fl = %s\n"
+                  "%s"
                   "    %%g1 = arith.cmpi ne, %%pv, %%z8 : i8\n"
                   "    %%g2 = arith.cmpi eq, %%fl, %%z32 : i32\n"
                   "    %%go = arith.andi %%g1, %%g2 : i1\n"
@@ -354,7 +361,7 @@ void kl_loop_driver_emit(int scan, const kl_loop_shape *sh, const char *name, kl
                 "    %%Lm1 = arith.subi %%L, %%k1 : i64\n"
                 "    %%end = scf.while (%%it = %%k0) : (i64) -> i64 {\n"
                 "    %%c1 = arith.cmpi slt, %%it, %%L : i64\n"
-                "    %%fl = %s\n"
+                "%s"
                 "    %%c2 = arith.cmpi eq, %%fl, %%z32 : i32\n"
                 "    %%go = arith.andi %%c1, %%c2 : i1\n"
                 "    scf.condition(%%go) %%it : i64\n"
@@ -523,6 +530,7 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
   memcpy(&tab[TAB_TRAMP], &tr, sizeof tr);
   tab[TAB_CTX] = &r;
   tab[TAB_PARITY] = &fin;
+  tab[TAB_STOP] = (void *)kl_rt_stop_flag();
   for (int g = 0; g < ngroups; g++) {
     void **at = tab + TAB_GROUPS + (size_t)g * (size_t)(gc + gb);
     if (scan) { /* an unused binding: any bound one's pointers (the driver loads them all) */
@@ -550,6 +558,7 @@ static int cpu_drive(void *driver, int scan, const kl_exec *xfirst, const kl_exe
   free_mem(&dm);
   if (tab != small) free(tab);
   if (parity) *parity = (int)fin;
+  if (!rc && !r.failed && kl_rt_stop_check(err, errlen)) return -1;
   return rc || r.failed ? -1 : 0;
 }
 

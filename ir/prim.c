@@ -72,6 +72,15 @@ int64_t kl_aval_size(const kl_aval *a) {
   return n;
 }
 
+int64_t kl_aval_nbytes(const kl_aval *a) {
+  int64_t n = (int64_t)kl_dtype_size(a->dtype);
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->dims[i] < 0) return -1;
+    if (__builtin_mul_overflow(n, a->dims[i], &n)) return -1;
+  }
+  return n;
+}
+
 int kl_aval_same_shape(const kl_aval *a, const kl_aval *b) {
   if (a->ndim != b->ndim) return 0;
   for (int i = 0; i < a->ndim; i++)
@@ -176,5 +185,12 @@ int kl_prim_infer(kl_prim prim, const kl_aval *ins, int nin, const kl_params *p,
   if (want < 0 && nin < 1 && pi->family != KL_FAM_CONTROL && pi->family != KL_FAM_CALLBACK && prim != KL_P_AXIS_INDEX)
     return kl_rule_fail(&e, KL_ERR_VALUE, "%s: expects at least one operand", pi->name);
   *nout = 1;
-  return family_rules[pi->family](&e, prim, ins, nin, p, outs, nout);
+  if (family_rules[pi->family](&e, prim, ins, nin, p, outs, nout)) return -1;
+  for (int i = 0; i < *nout; i++)
+    if (kl_aval_nbytes(&outs[i]) < 0) {
+      char buf[160];
+      return kl_rule_fail(&e, KL_ERR_VALUE, "%s: the result %s is larger than any buffer can be (2^63 bytes or more)",
+                          pi->name, kl_rule_shape_str(&outs[i], buf, sizeof buf));
+    }
+  return 0;
 }

@@ -22,6 +22,8 @@ typedef struct {
 } kl_aval;
 
 int64_t kl_aval_size(const kl_aval *a); /* number of elements */
+/* bytes of a buffer of a's shape and dtype; -1 when a dimension is negative or the count overflows int64 */
+int64_t kl_aval_nbytes(const kl_aval *a);
 int kl_aval_equal(const kl_aval *a, const kl_aval *b);
 int kl_aval_same_shape(const kl_aval *a, const kl_aval *b); /* dims alone */
 

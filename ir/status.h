@@ -15,7 +15,8 @@ typedef enum {
   KL_ERR_UNSUPPORTED, /* a valid request kiln cannot do yet (NotImplementedError) */
   KL_ERR_NOMEM,       /* an allocation failed (MemoryError); the library stays usable */
   KL_ERR_INTERNAL,    /* a broken invariant or a failing library (RuntimeError) */
-  KL_ERR_COPY         /* an update would copy while copies are forbidden (kiln.errors.CopyError) */
+  KL_ERR_COPY,        /* an update would copy while copies are forbidden (kiln.errors.CopyError) */
+  KL_ERR_INTERRUPTED  /* a run stopped at a stop request: Ctrl-C (KeyboardInterrupt) */
 } kl_status;
 
 /* Writes the message into buf (len bytes), records status as this thread's last one; returns

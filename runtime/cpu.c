@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../ir/status.h"
@@ -167,6 +168,21 @@ static int cpu_wait(kl_buffer *b) {
   while (atomic_load((_Atomic int *)&b->state) == KL_BUF_PENDING) pthread_cond_wait(&ready_cv, &ready_mu);
   pthread_mutex_unlock(&ready_mu);
   return b->state;
+}
+
+static int cpu_wait_for(kl_buffer *b, double seconds) {
+  int s = atomic_load((_Atomic int *)&b->state);
+  if (s != KL_BUF_PENDING) return s;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  long ns = until.tv_nsec + (long)(seconds * 1e9);
+  until.tv_sec += ns / 1000000000L;
+  until.tv_nsec = ns % 1000000000L;
+  pthread_mutex_lock(&ready_mu);
+  while (atomic_load((_Atomic int *)&b->state) == KL_BUF_PENDING)
+    if (pthread_cond_timedwait(&ready_cv, &ready_mu, &until)) break; /* timed out */
+  pthread_mutex_unlock(&ready_mu);
+  return atomic_load((_Atomic int *)&b->state);
 }
 
 /* ---- worker pool: splits one step's range across threads ---- */
@@ -855,6 +871,7 @@ const kl_device kl_device_cpu = {
     .read = cpu_read,
     .is_ready = cpu_is_ready,
     .wait = cpu_wait,
+    .wait_for = cpu_wait_for,
     .event_release = cpu_event_release,
     .stream = cpu_stream,
     .stream_wait = cpu_stream_wait,

@@ -98,6 +98,23 @@ int kl_buf_is_ready(const kl_buffer *b) { return devices[b->device]->is_ready(b)
 
 int kl_buf_wait(kl_buffer *b) { return devices[b->device]->wait(b); }
 
+int kl_buf_wait_for(kl_buffer *b, double seconds) {
+  const kl_device *d = devices[b->device];
+  return d->wait_for ? d->wait_for(b, seconds) : d->wait(b);
+}
+
+static volatile int32_t stop_flag; /* written with atomics, read by generated code as volatile */
+
+void kl_rt_stop_request(void) { __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST); }
+void kl_rt_stop_clear(void) { __atomic_store_n(&stop_flag, 0, __ATOMIC_SEQ_CST); }
+int kl_rt_stop_requested(void) { return __atomic_load_n(&stop_flag, __ATOMIC_RELAXED) != 0; }
+volatile int32_t *kl_rt_stop_flag(void) { return &stop_flag; }
+
+int kl_rt_stop_check(char *err, size_t errlen) {
+  if (!kl_rt_stop_requested()) return 0;
+  return kl_error(err, errlen, KL_ERR_INTERRUPTED, "interrupted: a loop stopped at Ctrl-C (KeyboardInterrupt)");
+}
+
 /* ---- executables ---- */
 
 void kl_exec_retain(kl_exec *x) { atomic_fetch_add((_Atomic int *)&x->refcount, 1); }

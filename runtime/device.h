@@ -77,6 +77,9 @@ typedef struct kl_device {
   int (*is_ready)(const kl_buffer *b);
   /* Blocks until b is ready or failed; returns its kl_buf_state. */
   int (*wait)(kl_buffer *b);
+  /* The same for at most `seconds`: KL_BUF_PENDING when the time ran out. NULL: the device
+   * cannot bound a wait (kl_buf_wait_for then blocks). */
+  int (*wait_for)(kl_buffer *b, double seconds);
   /* Drops one reference to an event (a buffer's b->event), when the buffer goes. */
   void (*event_release)(struct kl_event *e);
   /* Frees an executable's dev_state (NULL: the device keeps none). */

@@ -41,6 +41,20 @@ void kl_buf_retain(kl_buffer *b);
 void kl_buf_release(kl_buffer *b);
 /* Blocks until b is ready or failed; returns its state. */
 int kl_buf_wait(kl_buffer *b);
+/* The same for at most `seconds` where the device can bound a wait (the CPU): KL_BUF_PENDING when
+ * the time ran out, so a waiter can look for Ctrl-C between waits. */
+int kl_buf_wait_for(kl_buffer *b, double seconds);
+
+/* Ctrl-C: a process-wide stop request. Loops check it each trip (the CPU's compiled loop drivers
+ * read kl_rt_stop_flag() with a volatile load) and fail with "interrupted"; the waiter that saw
+ * the KeyboardInterrupt requests the stop, waits for what it waited on, then clears it. */
+void kl_rt_stop_request(void);
+void kl_rt_stop_clear(void);
+int kl_rt_stop_requested(void);
+volatile int32_t *kl_rt_stop_flag(void);
+/* 0, or -1 with KL_ERR_INTERRUPTED and "interrupted" in err while a stop is requested: what a
+ * loop run by the host calls between trips. */
+int kl_rt_stop_check(char *err, size_t errlen);
 int kl_buf_is_ready(const kl_buffer *b);
 
 /* One step of an executable: run(ctx, ptrs, lo, hi) over the parallel range [lo, hi) of

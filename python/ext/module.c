@@ -3,6 +3,8 @@
  * Executable (a compiled Program); array.c adds ArrayBase, the C half of kiln.Array. Python
  * refcounts stop here. */
 #include "module.h"
+
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -48,15 +50,27 @@ static void buffer_dealloc(PyObject *self) {
   Py_DECREF(tp);
 }
 
-/* Waits for the buffer; raises if its computation failed. */
+/* Waits for the buffer; raises if its computation failed. The wait looks for Ctrl-C every 100 ms
+ * (where the device can bound a wait: the CPU): a KeyboardInterrupt asks the loops running to stop
+ * (they fail at their next trip), waits for b to settle, clears the request and raises. */
 static int buffer_wait(kl_buffer *b) {
   int st;
   if (kl_buf_is_ready(b)) st = b->state;
-  else {
-    Py_BEGIN_ALLOW_THREADS
-    st = kl_buf_wait(b);
-    Py_END_ALLOW_THREADS
-  }
+  else
+    for (;;) {
+      Py_BEGIN_ALLOW_THREADS
+      st = kl_buf_wait_for(b, 0.1);
+      Py_END_ALLOW_THREADS
+      if (st != KL_BUF_PENDING) break;
+      if (PyErr_CheckSignals()) {
+        kl_rt_stop_request();
+        Py_BEGIN_ALLOW_THREADS
+        kl_buf_wait(b);
+        Py_END_ALLOW_THREADS
+        kl_rt_stop_clear();
+        return -1;
+      }
+    }
   if (st == KL_BUF_FAILED) {
     PyErr_SetString(PyExc_RuntimeError, b->error ? b->error : "kiln: the computation producing this array failed");
     return -1;
@@ -662,8 +676,8 @@ static PyObject *builder_simplify(PyObject *self, PyObject *args) {
 /* The pass pipeline then code generation: an executable (owned) or NULL with a message. The
  * traced program is left as it is. ptx_cc > 0: the PTX for that compute capability instead
  * (*ptx, malloc'd). */
-static kl_exec *compile_program(const kl_program *traced, int device, int ptx_cc, char **ptx, const char *donatable,
-                                char *err, size_t errlen) {
+static kl_exec *compile_program_locked(const kl_program *traced, int device, int ptx_cc, char **ptx,
+                                       const char *donatable, char *err, size_t errlen) {
   kl_program *pg = kl_pipeline_run(traced, KL_PIPE_COMPILE, err, errlen);
   if (!pg) return NULL;
   kl_exec *x = NULL;
@@ -674,6 +688,20 @@ static kl_exec *compile_program(const kl_program *traced, int device, int ptx_cc
     x = NULL;
   }
   kl_program_free(pg);
+  return x;
+}
+
+/* Compiles run without the GIL, one at a time: the pass pipeline and the kernel writers keep
+ * per-compile state in a few statics (the GPU writer's workgroup size, lazily read knobs), and
+ * MLIR and LLVM are serialized underneath anyway. Threads that meet new shapes at once wait here,
+ * not on Python. */
+static pthread_mutex_t compile_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static kl_exec *compile_program(const kl_program *traced, int device, int ptx_cc, char **ptx, const char *donatable,
+                                char *err, size_t errlen) {
+  pthread_mutex_lock(&compile_mu);
+  kl_exec *x = compile_program_locked(traced, device, ptx_cc, ptx, donatable, err, errlen);
+  pthread_mutex_unlock(&compile_mu);
   return x;
 }
 
@@ -1573,6 +1601,7 @@ PyObject *kl_py_raise(const char *prefix, const char *msg) {
   case KL_ERR_INDEX: cls = PyExc_IndexError; break;
   case KL_ERR_UNSUPPORTED: cls = PyExc_NotImplementedError; break;
   case KL_ERR_NOMEM: cls = PyExc_MemoryError; break;
+  case KL_ERR_INTERRUPTED: cls = PyExc_KeyboardInterrupt; break;
   case KL_ERR_COPY: { /* kiln.errors.CopyError (a RuntimeError) */
     PyObject *mod = PyImport_ImportModule("kiln.errors");
     PyObject *c = mod ? PyObject_GetAttrString(mod, "CopyError") : NULL;

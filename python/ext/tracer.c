@@ -6,6 +6,7 @@
  * object's address is its key for lifting, the handle's `lifted` list keeps those objects alive. */
 #include "module.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <string.h>
 #include <structmember.h>
@@ -18,7 +19,33 @@
     Py_XDECREF(old_);                   \
   } while (0)
 
-static kl_trace_stack *stack; /* the one stack of this interpreter */
+/* Trace state is per thread, as JAX keeps it: threads that trace at once (grad, vmap, jit meeting
+ * a new shape) each push and pop their own stack. Made on a thread's first use; freed when the
+ * thread ends (pthread key), or leaked if traces were somehow left live on it. */
+static _Thread_local kl_trace_stack *stack;
+static pthread_key_t stack_key;
+static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
+static kl_trace_value_fn value_hook_fn;
+
+static void stack_at_exit(void *s) {
+  if (s && kl_trace_depth(s) == 0) kl_trace_stack_free(s);
+}
+
+static void make_stack_key(void) { (void)pthread_key_create(&stack_key, stack_at_exit); }
+
+/* The calling thread's stack, made on first use; NULL with MemoryError set. */
+static kl_trace_stack *thread_stack(void) {
+  if (stack) return stack;
+  kl_trace_stack *s = kl_trace_stack_new();
+  if (!s) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  kl_trace_stack_set_value_hook(s, value_hook_fn, NULL);
+  pthread_once(&stack_key_once, make_stack_key);
+  (void)pthread_setspecific(stack_key, s);
+  return stack = s;
+}
 
 typedef struct {
   PyObject_HEAD
@@ -587,7 +614,7 @@ done:
 
 /* The dispatcher: prim on concrete arrays runs eagerly (array.c: one executable cache with the
  * fast path), anything else is recorded into a trace. */
-static int compile_time_eval; /* ensure_compile_time_eval: nullary primitives run now, not staged */
+static _Thread_local int compile_time_eval; /* ensure_compile_time_eval (per thread): nullary primitives run now */
 
 static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
   for (Py_ssize_t i = 0; i < n; i++)
@@ -641,6 +668,7 @@ static PyObject *mod_trace_push(PyObject *self, PyObject *const *args, Py_ssize_
   (void)self;
   int concrete = nargs > 0 ? PyObject_IsTrue(args[0]) : 0;
   if (concrete < 0) return NULL;
+  if (!thread_stack()) return NULL;
   kl_trace *t = kl_trace_push(stack, concrete);
   if (!t) return PyErr_NoMemory();
   PyObject *h = trace_wrap(t);
@@ -655,7 +683,7 @@ static PyObject *mod_trace_push(PyObject *self, PyObject *const *args, Py_ssize_
 /* trace_pop(trace): ends the innermost trace (AssertionError if `trace` is not it). */
 static PyObject *mod_trace_pop(PyObject *self, PyObject *arg) {
   (void)self;
-  if (!PyObject_TypeCheck(arg, TraceType) || kl_trace_pop(stack, ((TraceObject *)arg)->t)) {
+  if (!PyObject_TypeCheck(arg, TraceType) || !stack || kl_trace_pop(stack, ((TraceObject *)arg)->t)) {
     PyErr_SetString(PyExc_AssertionError, "trace_pop: not the innermost trace");
     return NULL;
   }
@@ -667,7 +695,7 @@ static PyObject *mod_trace_pop(PyObject *self, PyObject *arg) {
 static PyObject *mod_current_trace(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  kl_trace *t = kl_trace_current(stack);
+  kl_trace *t = stack ? kl_trace_current(stack) : NULL;
   return Py_NewRef(t ? (PyObject *)kl_trace_client(t) : Py_None);
 }
 
@@ -708,13 +736,7 @@ static PyMethodDef tracer_functions[] = {
     {NULL, NULL, 0, NULL}};
 
 int kl_py_tracer_init(PyObject *m) {
-  if (!stack) {
-    if (!(stack = kl_trace_stack_new())) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    kl_trace_stack_set_value_hook(stack, value_hook, NULL);
-  }
+  value_hook_fn = value_hook;
   if (!prim_codes && !(prim_codes = PyDict_New())) return -1;
   ArrayBaseType = (PyTypeObject *)PyObject_GetAttrString(m, "ArrayBase");
   if (!ArrayBaseType) return -1;

@@ -19,9 +19,10 @@ Imports core; api.py, custom.py and lax use it.
 
 from kiln._src import core, tree_util
 from kiln._src.core import Array
+from kiln._src.thread_state import Stack
 from kiln.errors import UnexpectedTracerError
 
-_scopes = []   # the live scopes, innermost last
+_scopes = Stack()   # this thread's live scopes, innermost last
 _created = [0]  # Refs made so far in this process (scopes are skipped while none exists)
 
 

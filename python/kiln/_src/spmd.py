@@ -41,9 +41,10 @@ import numpy as np
 from kiln import _kiln
 from kiln._src import api, core, tree_util
 from kiln._src.core import Array, Tracer, bind1
+from kiln._src.thread_state import Cell, Stack
 
-_context_meshes = []  # `with mesh:` blocks, innermost last
-_axis_stack = []      # meshes whose shard_map bodies are being traced, innermost last
+_context_meshes = Stack()  # this thread's `with mesh:` blocks, innermost last
+_axis_stack = Stack()      # meshes whose shard_map bodies this thread traces, innermost last
 
 
 def is_sharding(s):
@@ -333,7 +334,7 @@ def _spec_parts(spec, ndim, mesh, what):
 # ---------------------------------------------------------------------------------------------------------
 # shard_map
 
-_jit_compiling = [0]  # jit is tracing a function to compile it (a shard_map inside makes it run as written)
+_jit_compiling = Cell(0)  # this thread's jit is tracing a function to compile it (a shard_map inside makes it run as written)
 
 
 class ShardMapInTrace(NotImplementedError):

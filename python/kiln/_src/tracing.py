@@ -7,6 +7,7 @@ Imports array.py only; dispatch.py (bind) builds on it.
 
 from kiln import _kiln
 from kiln._src.array import Array, scalar_array
+from kiln._src.thread_state import Cell
 from kiln.errors import (ConcretizationTypeError, TracerArrayConversionError,
                          TracerBoolConversionError, TracerIntegerConversionError)
 
@@ -15,7 +16,7 @@ Trace = _kiln.Trace  # a handle on one C trace: new_input, literal_tracer, vid_o
 current_trace = _kiln.current_trace  # the innermost live Trace, or None
 tracing = _kiln.tracing              # whether any trace is live
 
-_ad_depth = [0]  # > 0 while a function is being traced for differentiation
+_ad_depth = Cell(0)  # > 0 while this thread traces a function for differentiation
 
 
 def ad_tracing():
@@ -117,7 +118,7 @@ def concrete_or_error(x, what="the value"):
 
 # ensure_compile_time_eval's flag: constants stay concrete arrays under a trace, so operations on
 # them compute now (bind runs eagerly when no operand is a tracer)
-compile_time_eval = [False]
+compile_time_eval = Cell(False)  # per thread, as the C flag it mirrors
 
 
 def scalar_constant(value, dtype, weak):

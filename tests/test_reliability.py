@@ -1,0 +1,283 @@
+"""Reliability: no abort, segfault or hang reachable from Python (issue 32).
+
+- LLVM's fatal errors become exceptions naming the kernels, and the library keeps working;
+- shapes whose byte count overflows are refused where arrays are made (ValueError);
+- threads that trace, compile and run at the same time each get their own trace state.
+
+Each test that could take the process down runs its program in a subprocess, so a regression is
+a failed test, not a dead suite.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.join(os.path.dirname(HERE), "python")
+
+
+def run_py(code, env=None, timeout=300):
+    """Runs code in a fresh interpreter with kiln importable; (returncode, stdout, stderr)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = PYTHON_DIR + os.pathsep + e.get("PYTHONPATH", "")
+    e.setdefault("KILN_PLATFORM", "cpu")
+    e.update(env or {})
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+# The Gaussian-process loss of issue 32: its gradient's kernels made LLVM 19's instcombine stop
+# with "did not reach a fixpoint", which ended the Python process.
+GP = """
+import numpy as np, kiln as jax, kiln.numpy as jnp, kiln.scipy.linalg as sl
+X = jnp.asarray(np.linspace(-3, 3, 40, dtype=np.float32)); y = jnp.sin(X)
+def nll(ls):
+    K = jnp.exp(-0.5 * (X[:, None] - X[None, :]) ** 2 / jnp.exp(2.0 * ls)) + 0.04 * jnp.eye(40)
+    L = jnp.linalg.cholesky(K)
+    return 0.5 * y @ sl.cho_solve((L, True), y) + jnp.sum(jnp.log(jnp.diag(L)))
+"""
+
+
+def test_gp_gradient_through_cholesky_compiles(tmp_path):
+    """Regression (issue 32): the plain instcombine of kiln's CPU pipeline verified its fixpoint
+    and aborted the process on this gradient; the value is JAX 0.10.2's."""
+    rc, out, err = run_py(GP + "print(float(jax.grad(nll)(0.0)))", env={"KILN_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err[-2000:]
+    assert float(out.split()[-1]) == pytest.approx(-9.668718, rel=1e-4)
+
+
+def test_llvm_fatal_error_is_an_exception(tmp_path):
+    """A fatal error inside LLVM (forced here: the fixpoint-verifying instcombine on the kernels
+    above) fails that compile with RuntimeError naming the kernels; the process lives on and
+    compiles and runs the next program."""
+    passes = ("function(sroa,early-cse,instcombine,simplifycfg,loop-simplify,lcssa,loop-mssa(loop-rotate,licm),"
+              "indvars,loop-vectorize,instcombine,simplifycfg)")
+    code = GP + """
+try:
+    jax.grad(nll)(0.0)
+    print("NO-ERROR")
+except RuntimeError as e:
+    print("RAISED", str(e).replace(chr(10), " "))
+print("AFTER", float(jnp.sum(jnp.arange(10.0) * 2)), float(jax.jit(lambda a: (a * a).sum())(jnp.ones(7))))
+"""
+    rc, out, err = run_py(code, env={"KILN_CACHE_DIR": str(tmp_path), "KILN_LLVM_PASSES": passes})
+    assert rc == 0, err[-2000:]
+    raised = [ln for ln in out.splitlines() if ln.startswith("RAISED")]
+    assert raised, out
+    assert "LLVM stopped with a fatal error while compiling kl_" in raised[0]
+    assert "did not reach a fixpoint" in raised[0] and "KILN_DUMP" in raised[0]
+    assert "AFTER 90.0 7.0" in out
+
+
+def test_llvm_verifier_build_passes_the_gp_program(tmp_path):
+    """KILN_LLVM_VERIFY=1 (what the ASan suite runs with) puts LLVM's IR verifier around the
+    optimization passes: the kernels kiln writes are valid IR."""
+    rc, out, err = run_py(GP + "print(float(jax.grad(nll)(0.0)))",
+                          env={"KILN_CACHE_DIR": str(tmp_path), "KILN_LLVM_VERIFY": "1"})
+    assert rc == 0, err[-2000:]
+    assert float(out.split()[-1]) == pytest.approx(-9.668718, rel=1e-4)
+
+
+# ---- sizes ----
+
+HUGE = [((1 << 31, 1 << 31), jnp.float32), ((1 << 31,) * 3, jnp.float32), ((1 << 40, 1 << 23), jnp.float32),
+        ((1 << 61,), jnp.float32), ((1 << 62, 2), jnp.uint8), ((1 << 62,), jnp.complex64), ((2**63 - 1, 2), jnp.bool_)]
+
+
+@pytest.mark.parametrize("shape,dtype", HUGE)
+@pytest.mark.parametrize("make", ["ones", "zeros", "empty", "full", "jit", "broadcast_to"])
+def test_overflowing_shapes_raise_value_error(shape, dtype, make):
+    """Regression (issue 32): shapes of 2^63 bytes or more were made with a tiny buffer; the
+    first read crashed or corrupted the heap. Now ValueError names the shape at creation."""
+    fns = {"ones": lambda: jnp.ones(shape, dtype), "zeros": lambda: jnp.zeros(shape, dtype),
+           "empty": lambda: jnp.empty(shape, dtype), "full": lambda: jnp.full(shape, 1, dtype),
+           "jit": lambda: kiln.jit(lambda: jnp.ones(shape, dtype))(),
+           "broadcast_to": lambda: jnp.broadcast_to(jnp.ones((), dtype), shape)}
+    with pytest.raises(ValueError, match=r"larger than any buffer can be") as ei:
+        fns[make]()
+    assert ",".join(str(d) for d in shape) in str(ei.value)
+    assert float(jnp.sum(jnp.ones((3, 4)))) == 12.0  # the library keeps working
+
+
+@pytest.mark.parametrize("shape,dtype", [((2**63 - 1,), jnp.bool_), ((2**61 - 1,), jnp.float32), ((1 << 40, 1 << 20), jnp.uint8)])
+def test_shapes_at_the_int64_edge_are_out_of_memory(shape, dtype):
+    """Just under 2^63 bytes a shape is valid and the allocation is what fails: MemoryError."""
+    with pytest.raises(MemoryError):
+        jnp.zeros(shape, dtype).block_until_ready()
+    assert float(jnp.sum(jnp.ones((3, 4)))) == 12.0
+
+
+def test_overflow_inside_a_trace_raises_at_trace_time():
+    """Under jit, an intermediate of an overflowing shape fails the trace (ValueError), before
+    any compile or allocation."""
+    def f(x):
+        big = jnp.broadcast_to(x, (1 << 40, 1 << 30))
+        return big.sum()
+    with pytest.raises(ValueError, match="larger than any buffer"):
+        kiln.jit(f)(jnp.float32(1.0))
+    with pytest.raises(ValueError, match="larger than any buffer"):
+        kiln.make_jaxpr(f)(1.0)
+
+
+# ---- threads ----
+
+STRESS = r"""
+import sys, threading, time, traceback, collections
+import numpy as np
+import kiln as jax, kiln.numpy as jnp
+from kiln import lax
+secs, nthreads = float(sys.argv[1]), int(sys.argv[2])
+errors = collections.Counter(); first = {}; calls = [0]
+
+def f(w, x):
+    return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+def worker(k):
+    rng = np.random.default_rng(k)
+    end = time.time() + secs
+    i = 0
+    while time.time() < end:
+        i += 1
+        kind = (k + i) % 8
+        try:
+            n = int(rng.integers(1, 6))
+            w = rng.standard_normal((3, 2)).astype(np.float32)
+            x = rng.standard_normal((n, 3)).astype(np.float32)
+            t = np.tanh(x @ w)
+            if kind == 0:                                    # grad outside jit (concrete tracing)
+                g = jax.grad(f)(w, x)
+                assert np.allclose(g, x.T @ (2 * t * (1 - t ** 2)), rtol=1e-4, atol=1e-5), "grad"
+            elif kind == 1:                                  # vmap of grad
+                g = jax.vmap(jax.grad(f), in_axes=(None, 0))(w, x[:, None, :])
+                ref = np.stack([x[j:j + 1].T @ (2 * t[j:j + 1] * (1 - t[j:j + 1] ** 2)) for j in range(n)])
+                assert g.shape == (n, 3, 2) and np.allclose(g, ref, rtol=1e-4, atol=1e-5), "vmap(grad)"
+            elif kind == 2:                                  # jit meeting new shapes (compiles)
+                m = int(rng.integers(1, 400))
+                y = jax.jit(lambda a: jnp.cumsum(a * 2.0) + 1)(jnp.arange(m, dtype=jnp.float32))
+                assert np.allclose(y, np.cumsum(np.arange(m) * 2.0) + 1), "jit"
+            elif kind == 3:                                  # make_jaxpr
+                assert "tanh" in str(jax.make_jaxpr(f)(w, x)), "make_jaxpr"
+            elif kind == 4:                                  # jvp
+                _, dt = jax.jvp(lambda a: jnp.sin(a) * a, (jnp.asarray(x),), (jnp.ones_like(x),))
+                assert np.allclose(dt, np.cos(x) * x + np.sin(x), rtol=1e-4, atol=1e-5), "jvp"
+            elif kind == 5:                                  # jit of grad through a loop
+                out = jax.jit(jax.grad(lambda c: lax.fori_loop(0, n, lambda j, v: v * 1.01, c).sum()))(jnp.asarray(x))
+                assert np.allclose(out, 1.01 ** n, rtol=1e-4), "jit(grad(fori))"
+            elif kind == 6:                                  # eager ops
+                a = jnp.asarray(x)
+                assert np.allclose((a * 2 + 1).sum(axis=0), (x * 2 + 1).sum(axis=0), rtol=1e-5, atol=1e-5), "eager"
+            else:                                            # jit of vmap with a fresh batch size
+                b = int(rng.integers(1, 300))
+                v = jax.jit(jax.vmap(lambda r: jnp.dot(r, r)))(jnp.ones((b, 3)))
+                assert v.shape == (b,) and np.allclose(v, 3.0), "jit(vmap)"
+            calls[0] += 1
+        except Exception as e:
+            key = f"{type(e).__name__}: {str(e)[:160]}"
+            errors[key] += 1
+            first.setdefault(key, traceback.format_exc())
+
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(nthreads)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("CALLS", calls[0], "ERRORS", sum(errors.values()))
+for k, v in errors.most_common(5):
+    print(v, k)
+    print(first[k][-1500:])
+"""
+
+
+def test_threads_trace_compile_and_run_at_once(tmp_path):
+    """Regression (issue 32): one trace stack per process let threads that traced at once pop
+    each other's traces ('trace_pop: not the innermost trace', UnexpectedTracerError, wrong
+    shapes) and segfault. 8 threads mixing grad, vmap, jvp, make_jaxpr, eager ops and jit of new
+    shapes: zero errors, every value checked (KILN_STRESS_SECONDS makes it longer)."""
+    secs = os.environ.get("KILN_STRESS_SECONDS", "6")
+    script = tmp_path / "stress.py"
+    script.write_text(STRESS)
+    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
+    p = subprocess.run([sys.executable, "-X", "faulthandler", str(script), secs, "8"], env=e, capture_output=True,
+                       text=True, timeout=float(secs) + 300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("CALLS")][0]
+    assert line.endswith("ERRORS 0"), p.stdout[-4000:]
+    assert int(line.split()[1]) > 100
+
+
+def test_trace_state_is_per_thread():
+    """A thread tracing a function does not see the traces of another thread: inside a trace on
+    this thread, another thread's eager code runs eagerly (JAX keeps trace state per thread)."""
+    import threading
+    seen = {}
+    started, release = threading.Event(), threading.Event()
+
+    def other():
+        started.wait()
+        y = jnp.ones(3) * 2  # eager here, though the main thread is inside a jit trace
+        seen["type"] = type(y).__name__
+        seen["tracing"] = kiln._kiln.tracing()
+        release.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+
+    def f(x):
+        started.set()
+        release.wait(30)
+        return x + 1
+
+    out = kiln.jit(f)(jnp.zeros(3))
+    t.join()
+    np.testing.assert_array_equal(np.asarray(out), np.ones(3))
+    assert seen == {"type": "Array", "tracing": False}
+
+
+# ---- Ctrl-C ----
+
+SIGINT = r"""
+import os, signal, sys, threading, time
+import kiln as jax, kiln.numpy as jnp
+from kiln import lax
+kind = sys.argv[1]
+loops = {
+    "while": lambda x: lax.while_loop(lambda c: c[0] < 2_000_000_000, lambda c: (c[0] + 1, c[1] * 1.0000001), (0, x))[1],
+    "fori": lambda x: lax.fori_loop(0, 2_000_000_000, lambda i, c: c * 1.0000001 + jnp.sin(c) * 1e-9, x),
+    "scan": lambda x: lax.scan(lambda c, _: (c * 1.0000001, None), x, None, length=2_000_000_000)[0],
+}
+f = jax.jit(loops[kind])
+sent = []
+
+def fire():
+    time.sleep(1.5)
+    sent.append(time.time())
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=fire, daemon=True).start()
+try:
+    f(jnp.ones(4)).block_until_ready()
+    print("FINISHED")
+except KeyboardInterrupt:
+    print("INTERRUPTED %.3f" % (time.time() - sent[0]))
+print("AFTER", float(jax.jit(lambda a: lax.fori_loop(0, 5, lambda i, c: c * 2, a))(jnp.ones(3)).sum()))
+"""
+
+
+@pytest.mark.parametrize("kind", ["while", "fori", "scan"])
+def test_ctrl_c_stops_a_long_jitted_loop(kind, tmp_path):
+    """Issue 32: a SIGINT stops a long jitted loop on the CPU within a second and raises
+    KeyboardInterrupt (the loop checks the stop request each trip); the next program runs."""
+    script = tmp_path / "sigint.py"
+    script.write_text(SIGINT)
+    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
+    p = subprocess.run([sys.executable, str(script), kind], env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("INTERRUPTED")]
+    assert line, p.stdout
+    assert float(line[0].split()[1]) < 1.0
+    assert "AFTER 96.0" in p.stdout
