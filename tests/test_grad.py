@@ -1074,3 +1074,63 @@ def test_arguments_not_differentiated_reach_the_function_as_they_are():
     assert float(kiln.grad(f)(2.0, 4, scale=0.5)) == 3.0
     g = kiln.grad(lambda x, w: jnp.sum(jnp.zeros(x.shape[0]) + w * x), argnums=1)
     assert float(g(np.arange(3.0), 2.0)) == 3.0
+
+
+# ---- issue 32: wrong gradients (expected values pinned from JAX 0.10.2) ----
+
+def test_min_max_gradient_of_a_nan_result_is_zero_for_both_operands():
+    # guards issue 32: a NaN result equals neither operand, so JAX gives neither a tangent;
+    # kiln gave the whole tangent to one of them
+    nan = np.nan
+    for f in (jnp.minimum, jnp.maximum, lax.min, lax.max):
+        for a, b, want in [(3.0, nan, (0.0, 0.0)), (nan, 3.0, (0.0, 0.0)), (nan, nan, (0.0, 0.0)),
+                           (2.0, 2.0, (0.5, 0.5)), (np.inf, np.inf, (0.5, 0.5))]:
+            got = kiln.grad(f, argnums=(0, 1))(a, b)
+            assert_close(np.array(got), want, what=f"{f.__name__}({a}, {b})")
+    # cummax/cummin use the same rule over their running result
+    g = kiln.grad(lambda x: jnp.sum(lax.cummax(x)))(np.array([1.0, nan, 2.0, 3.0, 3.0]))
+    assert_close(g, [1.0, 0.0, 0.0, 0.0, 0.0])
+
+
+def test_scatter_min_max_gradient_at_nan_positions():
+    # guards issue 32: x.at[i].min(v)'s gradient was NaN (0/0) at positions no update touches
+    # whose value is NaN, and at touched positions where a NaN won
+    x = np.array([3.0, np.nan, 2.0, np.nan])
+    for op, want in [("min", [0.0, 1.0, 1.0, 1.0]), ("max", [1.0, 1.0, 0.0, 1.0])]:
+        g = kiln.grad(lambda x: jnp.sum(getattr(x.at[jnp.array([0, 2])], op)(jnp.array([1.0, 5.0]))))(x)
+        assert_close(g, want, what=op)
+        g = kiln.jit(kiln.grad(lambda x: jnp.sum(getattr(x.at[0], op)(x[1]))))(x)  # a NaN update wins
+        assert_close(g, [0.0, 1.0, 1.0, 1.0], what=op)
+        g = kiln.grad(lambda v: jnp.sum(getattr(jnp.array([3.0, np.nan, 2.0, 0.0]).at[jnp.array([0, 3])], op)(v)))(
+            np.array([3.0, np.nan]))
+        assert_close(g, [0.5, 0.0], what=op)
+
+
+LOOP_X = np.array([2.0, np.inf, -1.0])
+_LOOP_CASES = {
+    # name: (f, JAX's gradient at LOOP_X)
+    "scan result unused": (lambda x: (lax.scan(lambda c, y: (c * y, c), 1.0, x), jnp.sum(x))[1], [1.0, 1.0, 1.0]),
+    "scan ys unused": (lambda x: lax.scan(lambda c, y: (c * y, c * y), 1.0, x)[0] + jnp.sum(x),
+                       [-np.inf, -1.0, np.inf]),
+    "scan carry unused": (lambda x: jnp.sum(lax.scan(lambda c, y: (c * y, y * 2.0), 1.0, x)[1]), [2.0, 2.0, 2.0]),
+    "scan one of the ys unused": (lambda x: jnp.sum(lax.scan(lambda c, y: (c, (y * 2.0, c * y)), 1.0, x)[1][0]),
+                                  [2.0, 2.0, 2.0]),
+    "fori result unused": (lambda x: (lax.fori_loop(0, 3, lambda i, c: c * x[i], 1.0), jnp.sum(x))[1],
+                           [1.0, 1.0, 1.0]),
+    "fori one carry unused": (lambda x: lax.fori_loop(0, 3, lambda i, c: (c[0] * x[i], c[1] + x[i]), (1.0, 0.0))[1],
+                              [1.0, 1.0, 1.0]),
+    "cond result unused": (lambda x: (lax.cond(True, lambda x: x * x[1], lambda x: x, x), jnp.sum(x))[1],
+                           [1.0, 1.0, 1.0]),
+    "cond one result unused": (lambda x: jnp.sum(lax.cond(True, lambda x: (x * x[1], x * 2.0), lambda x: (x, x), x)[1]),
+                               [2.0, 2.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("name", list(_LOOP_CASES))
+def test_loop_outputs_without_cotangent_do_not_poison_the_gradient(name):
+    # guards issue 32: the zero cotangents of unused loop outputs were materialized and
+    # multiplied into the residuals (0 * inf = NaN); they are symbolic zeros now, and carries that
+    # feed only such outputs are left out of the transposed loop (JAX's scan DCE)
+    f, want = _LOOP_CASES[name]
+    assert_close(kiln.grad(f)(LOOP_X), want, what=name)
+    assert_close(kiln.jit(kiln.grad(f))(LOOP_X), want, what=f"jit {name}")

@@ -43,4 +43,8 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
 /* VJP of pg: inputs (primal inputs..., one cotangent per output), outputs (primal outputs...,
  * one cotangent per input i with wants[i]). Owned program or NULL with a message. */
 kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t errlen);
+/* kl_vjp where the cotangent of output i is a symbolic zero unless seeded[i] (NULL: all seeded):
+ * its input is still there but ignored, so no 0 * inf of a residual turns into a NaN (JAX's
+ * ad.Zero). The control family's transposes pass the zero cotangents of loop outputs this way. */
+kl_program *kl_vjp_ex(const kl_program *pg, const char *wants, const char *seeded, char *err, size_t errlen);
 #endif

@@ -66,6 +66,10 @@ int kl_tr_prim_of(kl_tctx *c, int jv) {
 }
 
 kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t errlen) {
+  return kl_vjp_ex(pg, wants, NULL, err, errlen);
+}
+
+kl_program *kl_vjp_ex(const kl_program *pg, const char *wants, const char *seeded, char *err, size_t errlen) {
   char *jtag = NULL;
   kl_program *j = kl_jvp_ex(pg, wants, &jtag, 1, err, errlen);
   if (!j) return NULL;
@@ -111,6 +115,7 @@ kl_program *kl_vjp(const kl_program *pg, const char *wants, char *err, size_t er
   /* seed: the cotangents of the tangent outputs */
   for (int i = 0; i < pg->noutputs && !a.failed; i++) {
     int tv = j->outputs[pg->noutputs + i];
+    if (seeded && !seeded[i]) continue; /* a symbolic zero: nothing downstream of it is transposed */
     if ((jtag[tv] & KL_TAG_TANGENT) && kl_dtype_is_inexact(j->vals[tv].aval.dtype)) kl_tr_accumulate(&c, tv, ct_in[i]);
   }
   /* the linear part, backwards */

@@ -107,11 +107,16 @@ done:
 
 /* Splices into in's program the VJP of `body` with respect to the inputs `wants` marks (those of
  * a float type): prim[i] is the value of body input i (a linear body's transpose takes zeros for
- * its linear inputs: their values do not matter), ct[j] the cotangent of output j. cts[i]
- * receives the cotangent of each wanted input i (-1 elsewhere). 0, or -1 (in failed). */
+ * its linear inputs: their values do not matter), ct[j] the cotangent of output j, -1 for a
+ * symbolic zero (never multiplied into anything). cts[i] receives the cotangent of each wanted
+ * input i (-1 elsewhere). 0, or -1 (in failed). */
 static int splice_vjp(kl_build *in, const kl_program *body, const char *wants, const int *prim, const int *ct, int *cts) {
   int nin = body->ninputs, nout = body->noutputs;
-  kl_program *v = kl_vjp(body, wants, in->err, in->errlen);
+  char *seeded = kl_malloc((size_t)nout + 1);
+  if (!seeded) return kl_build_oom(in);
+  for (int j = 0; j < nout; j++) seeded[j] = ct[j] >= 0;
+  kl_program *v = kl_vjp_ex(body, wants, seeded, in->err, in->errlen);
+  free(seeded);
   int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *vout = v ? kl_malloc(sizeof(int) * ((size_t)v->noutputs + 1)) : NULL;
   if (!v) in->failed = 1;
   else if (!vin || !vout) kl_build_oom(in);
@@ -528,27 +533,78 @@ done:
   return a->failed ? -1 : rc;
 }
 
+/* Whether body input `input` reaches (through any equation, conservatively) an output o with
+ * live[o]. 0, 1, or -1 out of memory. */
+static int reaches_live(const kl_program *body, int input, const char *live) {
+  char *mark = kl_calloc((size_t)body->nvals + 1, 1);
+  if (!mark) return -1;
+  mark[body->inputs[input]] = 1;
+  for (int k = 0; k < body->neqns; k++) {
+    const kl_eqn *q = &body->eqns[k];
+    int any = 0;
+    for (int i = 0; i < q->nin && !any; i++) any = mark[q->ins[i]];
+    for (int o = 0; any && o < q->nout; o++) mark[q->outs[o]] = 1;
+  }
+  int hit = 0;
+  for (int o = 0; o < body->noutputs && !hit; o++) hit = live[o] && mark[body->outputs[o]];
+  free(mark);
+  return hit;
+}
+
+/* Which outputs of a linear scan carry a cotangent that is not zero at some iteration (JAX's DCE
+ * of a scan, a fixpoint over the carries): a y or carry whose outer cotangent is given, and a
+ * carry whose value reaches such an output in the body. The cotangents of the others are zero
+ * all along: the transpose leaves them out rather than multiplying zeros into the residuals
+ * (0 * inf would be a NaN). Returns how many are live, or -1 out of memory. */
+static int scan_live_outputs(kl_tctx *c, const kl_eqn *e, scan_split s, char *live) {
+  const kl_program *body = e->p.scan.body;
+  int nlive = 0, grew = 1;
+  for (int o = 0; o < e->nout; o++) nlive += live[o] = c->ct[e->outs[o]] >= 0;
+  while (grew) {
+    grew = 0;
+    for (int i = 0; i < s.n; i++) {
+      if (live[i]) continue;
+      int r = reaches_live(body, s.nk + i, live);
+      if (r < 0) return -1;
+      if (r) live[i] = 1, nlive++, grew = 1;
+    }
+  }
+  return nlive;
+}
+
 /* scan, transpose: a linear scan (the linear part of reverse mode) is linear in its carries and in
  * the consts and xs tagged tangent; the rest are residuals. Its transpose is a scan the other way
- * whose carries are the carries' cotangents plus an accumulator per linear const, whose xs are the
- * residual xs and the ys' cotangents, and whose body is the body's VJP with respect to the linear
- * inputs; its ys are the linear xs' cotangents. */
+ * whose carries are the live carries' cotangents (scan_live_outputs) plus an accumulator per
+ * linear const, whose xs are the residual xs and the live ys' cotangents, and whose body is the
+ * body's VJP with respect to the linear inputs, the dead outputs' cotangents symbolic zeros; its
+ * ys are the linear xs' cotangents. With no live output it contributes nothing. */
 int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   (void)operand, (void)ct; /* the whole equation at once */
   kl_build *a = c->a;
   scan_split s = split_of(e);
   const kl_program *body = e->p.scan.body;
   int nin = e->nin, nout = e->nout, rc = -1;
-  char *lin = kl_calloc((size_t)nin + 1, 1);
+  char *lin = kl_calloc((size_t)nin + 1, 1), *live = kl_calloc((size_t)nout + 1, 1);
   int *vin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *ops = kl_malloc(sizeof(int) * (2 * (size_t)(nin + nout) + 1));
   int *tin = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1)), *touts = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1));
   int *res = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1));
   kl_program *tb = kl_program_new();
-  if (!lin || !vin || !ops || !tin || !touts || !res || !tb) {
+  if (!lin || !live || !vin || !ops || !tin || !touts || !res || !tb) {
     kl_build_oom(a);
     goto done;
   }
-  int nlk = 0;
+  int nlive = scan_live_outputs(c, e, s, live);
+  if (nlive < 0) {
+    kl_build_oom(a);
+    goto done;
+  }
+  if (nlive == 0) { /* every cotangent is zero: so are the operands' */
+    rc = 0;
+    goto done;
+  }
+  int nlk = 0, nlc = 0, nly = 0;
+  for (int i = 0; i < s.n; i++) nlc += live[i];
+  for (int j = 0; j < s.ny; j++) nly += live[s.n + j];
   for (int i = 0; i < nin; i++) {
     const kl_aval *av = &body->vals[body->inputs[i]].aval;
     int carry = i >= s.nk && i < s.nk + s.n;
@@ -557,27 +613,30 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
       kl_build_fail(a, KL_ERR_INTERNAL, "internal error: a linear scan with a %s carry", kl_dtype_name(av->dtype));
       goto done;
     }
-    if (!kl_dtype_is_inexact(av->dtype)) lin[i] = 0;
+    if (!kl_dtype_is_inexact(av->dtype) || (carry && !live[i - s.nk])) lin[i] = 0;
     if (lin[i] && i < s.nk) nlk++;
   }
-  { /* the transposed body: (residual consts; carry cotangents, const accumulators; residual xs, y cotangents) */
+  { /* the transposed body: (residual consts; live carry cotangents, const accumulators; residual
+     * xs, live y cotangents) */
     kl_build in = {.pg = tb, .err = a->err, .errlen = a->errlen, .who = a->who};
     int *acc = tin; /* the accumulators' input ids */
     int nrk = 0, nrx = 0;
     for (int j = 0; j < s.nk; j++)
       if (!lin[j]) vin[j] = kl_program_add_input(tb, &body->vals[body->inputs[j]].aval), nrk++;
-    for (int i = 0; i < s.n; i++) vin[nin + i] = kl_program_add_input(tb, &body->vals[body->outputs[i]].aval);
+    for (int i = 0; i < s.n; i++) vin[nin + i] = live[i] ? kl_program_add_input(tb, &body->vals[body->outputs[i]].aval) : -1;
     for (int j = 0, q = 0; j < s.nk; j++)
       if (lin[j]) acc[q++] = kl_program_add_input(tb, &body->vals[body->inputs[j]].aval);
     for (int j = s.nk + s.n; j < nin; j++)
       if (!lin[j]) vin[j] = kl_program_add_input(tb, &body->vals[body->inputs[j]].aval), nrx++;
-    for (int j = 0; j < s.ny; j++) vin[nin + s.n + j] = kl_program_add_input(tb, &body->vals[body->outputs[s.n + j]].aval);
+    for (int j = 0; j < s.ny; j++)
+      vin[nin + s.n + j] = live[s.n + j] ? kl_program_add_input(tb, &body->vals[body->outputs[s.n + j]].aval) : -1;
     for (int i = 0; i < nin; i++)
       if (lin[i] || (i >= s.nk && i < s.nk + s.n)) vin[i] = kl_build_zeros(&in, &body->vals[body->inputs[i]].aval);
     int *cts = res; /* per body input: its cotangent in tb, or -1 */
     if (!in.failed && !splice_vjp(&in, body, lin, vin, vin + nin, cts)) {
       int k = 0;
-      for (int i = 0; i < s.n; i++) touts[k++] = cts[s.nk + i];
+      for (int i = 0; i < s.n; i++)
+        if (live[i]) touts[k++] = cts[s.nk + i];
       for (int j = 0, q = 0; j < s.nk; j++)
         if (lin[j]) touts[k++] = kl_build_add(&in, acc[q++], cts[j]);
       for (int j = s.nk + s.n; j < nin; j++)
@@ -594,22 +653,21 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
       if (!lin[j]) ops[k++] = kl_tr_prim_of(c, e->ins[j]);
     for (int i = 0; i < s.n; i++) {
       int o = e->outs[i];
-      ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
+      if (live[i]) ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
     }
     for (int j = 0; j < s.nk; j++)
       if (lin[j]) ops[k++] = kl_build_zeros(a, &body->vals[body->inputs[j]].aval);
     for (int j = s.nk + s.n; j < nin; j++)
       if (!lin[j]) ops[k++] = kl_tr_prim_of(c, e->ins[j]);
-    for (int j = 0; j < s.ny; j++) {
-      int o = e->outs[s.n + j];
-      ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
-    }
-    if (a->failed || kl_ctl_emit_scan(a, e, tb, nrk, s.n + nlk, nrx + s.ny, ops, 1, res) < 0) goto done;
+    for (int j = 0; j < s.ny; j++)
+      if (live[s.n + j]) ops[k++] = c->ct[e->outs[s.n + j]];
+    if (a->failed || kl_ctl_emit_scan(a, e, tb, nrk, nlc + nlk, nrx + nly, ops, 1, res) < 0) goto done;
   }
-  { /* the cotangents: of the initial carries, the linear consts, the linear xs */
+  { /* the cotangents: of the live initial carries, the linear consts, the linear xs */
     int k = 0;
-    for (int i = 0; i < s.n; i++, k++)
-      if (kl_tr_is_tangent(c, e->ins[s.nk + i])) kl_tr_accumulate(c, e->ins[s.nk + i], res[k]);
+    for (int i = 0; i < s.n; i++)
+      if (live[i] && kl_tr_is_tangent(c, e->ins[s.nk + i])) kl_tr_accumulate(c, e->ins[s.nk + i], res[k++]);
+      else if (live[i]) k++;
     for (int j = 0; j < s.nk; j++)
       if (lin[j]) kl_tr_accumulate(c, e->ins[j], res[k++]);
     for (int j = s.nk + s.n; j < nin; j++)
@@ -618,6 +676,7 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   rc = 0;
 done:
   free(lin);
+  free(live);
   free(vin);
   free(ops);
   free(tin);
@@ -630,7 +689,9 @@ done:
 /* cond, transpose: a linear cond (reverse mode's) is linear in the operands and consts tagged
  * tangent. Its transpose is a cond on the same predicate whose branches are the branches' VJPs:
  * (residual operands, result cotangents, own residual consts) -> cotangents of the linear
- * operands, of the false branch's linear consts, of the true branch's (zeros in the other). */
+ * operands, of the false branch's linear consts, of the true branch's (zeros in the other). A
+ * result without a cotangent is a symbolic zero in the VJPs (no 0 * inf NaN); with none, the
+ * cond contributes nothing. */
 int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   (void)operand, (void)ct;
   kl_build *a = c->a;
@@ -646,6 +707,12 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
     goto done;
   }
   for (int i = 1; i < nin; i++) nlin += lin[i] = kl_tr_is_tangent(c, e->ins[i]) && kl_dtype_is_inexact(c->j->vals[e->ins[i]].aval.dtype);
+  int nct = 0; /* results with a cotangent; the others' are symbolic zeros in the branches' VJPs */
+  for (int i = 0; i < nout; i++) nct += c->ct[e->outs[i]] >= 0;
+  if (nct == 0) { /* every cotangent is zero: so are the operands' */
+    rc = 0;
+    goto done;
+  }
   int nrf = 0, nrt = 0, nro = 0;
   for (int i = 0; i < s.nf; i++) nrf += !lin[1 + i];
   for (int i = 0; i < s.nt; i++) nrt += !lin[1 + s.nf + i];
@@ -661,7 +728,8 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
     const int *bi = br[b]->inputs;
     for (int i = 0; i < s.no; i++)
       if (!want[i]) vin[i] = kl_program_add_input(tb[b], &br[b]->vals[bi[i]].aval);
-    for (int i = 0; i < nout; i++) vin[nb_in + i] = kl_program_add_input(tb[b], &br[b]->vals[br[b]->outputs[i]].aval);
+    for (int i = 0; i < nout; i++)
+      vin[nb_in + i] = c->ct[e->outs[i]] >= 0 ? kl_program_add_input(tb[b], &br[b]->vals[br[b]->outputs[i]].aval) : -1;
     for (int i = s.no; i < nb_in; i++)
       if (!want[i]) vin[i] = kl_program_add_input(tb[b], &br[b]->vals[bi[i]].aval);
     for (int i = 0; i < nb_in; i++)
@@ -690,11 +758,9 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
       if (!lin[i]) ops[k++] = kl_tr_prim_of(c, e->ins[i]);
     for (int i = 0; i < s.no; i++)
       if (!lin[1 + s.nf + s.nt + i]) ops[k++] = kl_tr_prim_of(c, e->ins[1 + s.nf + s.nt + i]);
-    for (int i = 0; i < nout; i++) {
-      int o = e->outs[i];
-      ops[k++] = c->ct[o] >= 0 ? c->ct[o] : kl_build_zeros(a, &c->j->vals[o].aval);
-    }
-    int64_t c3[3] = {nrf, nrt, nro + nout};
+    for (int i = 0; i < nout; i++)
+      if (c->ct[e->outs[i]] >= 0) ops[k++] = c->ct[e->outs[i]];
+    int64_t c3[3] = {nrf, nrt, nro + nct};
     kl_params p = e->p;
     p.cond.counts = (kl_ivec){c3, 3};
     p.cond.false_branch = tb[0];

@@ -20,10 +20,11 @@ static int scan_jvp(kl_build *a, kl_prim comb, int x, int t, int axis, int rever
   for (int64_t s = 1; s < n && !a->failed; s *= 2) {
     int64_t lo = reverse ? -s : s;
     int ps = kl_ad_pad_axis(a, p, fill_p, axis, lo, -lo), ts = kl_ad_pad_axis(a, t, fill_t, axis, lo, -lo);
+    int pn = kl_build_bin(a, comb, ps, p);
     int ce = p, cl = ps; /* coefficients of the earlier (shifted) and later tangents */
-    if (comb != KL_P_MUL) kl_jvp_binary_coefs(a, comb, ps, p, p, &ce, &cl);
+    if (comb != KL_P_MUL) kl_jvp_binary_coefs(a, comb, ps, p, pn, &ce, &cl);
     t = add(a, mul(a, ts, ce), mul(a, t, cl));
-    p = kl_build_bin(a, comb, ps, p);
+    p = pn;
   }
   return t;
 }

@@ -86,6 +86,16 @@ static int integer_pow_jvp(kl_build *a, const kl_eqn *e, int x, int t) {
   return mul(a, t, mul(a, lit(a, (double)n, x), pw));
 }
 
+/* The share of min/max's tangent an operand takes: hit / (1 + other_hit), hits being bools. */
+static int balanced_share(kl_build *a, int hit, int other_hit, int out) {
+  int o[KL_MAX_OUTS];
+  int num[3] = {hit, lit(a, 0, out), lit(a, 1, out)}, den[3] = {other_hit, lit(a, 1, out), lit(a, 2, out)};
+  if (kl_build_emit(a, KL_P_SELECT_N, num, 3, NULL, o) < 0) return -1;
+  int n = o[0];
+  if (kl_build_emit(a, KL_P_SELECT_N, den, 3, NULL, o) < 0) return -1;
+  return dv(a, n, o[0]);
+}
+
 /* kl_jvp_binary_coefs (rules.h): returns 0, or -2 if there is no rule. */
 int kl_jvp_binary_coefs(kl_build *a, kl_prim p, int x, int y, int out, int *da, int *db) {
   switch (p) {
@@ -115,18 +125,12 @@ int kl_jvp_binary_coefs(kl_build *a, kl_prim p, int x, int y, int out, int *da, 
     *db = un(a, KL_P_NEG, mul(a, un(a, KL_P_SIGN, q), un(a, KL_P_FLOOR, un(a, KL_P_ABS, q))));
     return 0;
   }
-  case KL_P_MAX: case KL_P_MIN: { /* ties split the tangent evenly, as JAX does */
-    int win = kl_build_bin(a, p == KL_P_MAX ? KL_P_GT : KL_P_LT, x, y);
-    int tie = kl_build_bin(a, KL_P_EQ, x, y);
-    int o[KL_MAX_OUTS];
-    int half = lit(a, 0.5, out), one = lit(a, 1, out), zero = lit(a, 0, out);
-    int s1[3] = {tie, zero, half};
-    if (kl_build_emit(a, KL_P_SELECT_N, s1, 3, NULL, o) < 0) return -1;
-    int lose_or_tie = o[0];
-    int s2[3] = {win, lose_or_tie, one};
-    if (kl_build_emit(a, KL_P_SELECT_N, s2, 3, NULL, o) < 0) return -1;
-    *da = o[0];
-    *db = sub(a, one, *da);
+  case KL_P_MAX: case KL_P_MIN: {
+    /* JAX's balanced rule: an operand equal to the result takes the tangent, halved on a tie; a
+     * NaN result equals neither operand, so neither takes any (not one of them picked at random). */
+    int xhit = kl_build_bin(a, KL_P_EQ, x, out), yhit = kl_build_bin(a, KL_P_EQ, y, out);
+    *da = balanced_share(a, xhit, yhit, out);
+    *db = balanced_share(a, yhit, xhit, out);
     return 0;
   }
   default: return -2;

@@ -76,10 +76,15 @@ static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const in
     cu = mul(a, kl_build_select(a, dup, TAKE(x), dv(a, TAKE(y), u)), inb);
     break;
   }
-  case KL_SCATTER_MIN: case KL_SCATTER_MAX: { /* ties share the tangent evenly */
-    int ex = kl_build_convert(a, kl_build_bin(a, KL_P_EQ, x, y), xa.dtype);
+  case KL_SCATTER_MIN: case KL_SCATTER_MAX: {
+    /* Ties share the tangent evenly (JAX's rule). A position no update reaches keeps its tangent
+     * whatever its value (NaN != NaN must not make it 0/0), and a position whose result equals
+     * none of its contenders (a NaN won) gets no tangent instead of 0/0. */
+    int refs = SCAT(KL_SCATTER_ADD, zx, inb);
+    int kept = kl_build_bin(a, KL_P_OR, kl_build_bin(a, KL_P_EQ, x, y), kl_build_bin(a, KL_P_EQ, refs, lit(a, 0, x)));
+    int ex = kl_build_convert(a, kept, xa.dtype);
     int eu = mul(a, kl_build_convert(a, kl_build_bin(a, KL_P_EQ, u, TAKE(y)), xa.dtype), inb);
-    int cnt = add(a, ex, SCAT(KL_SCATTER_ADD, zx, eu));
+    int cnt = kl_build_bin(a, KL_P_MAX, add(a, ex, SCAT(KL_SCATTER_ADD, zx, eu)), lit(a, 1, x));
     cx = dv(a, ex, cnt);
     cu = dv(a, eu, TAKE(cnt));
     break;
