@@ -132,7 +132,7 @@ typedef enum {
   X(POW, "pow", ELEMENTWISE, BINARY, INEXACT, none)                                  \
   X(MAX, "max", ELEMENTWISE, BINARY, ANY, none)                                    \
   X(MIN, "min", ELEMENTWISE, BINARY, ANY, none)                                    \
-  X(ATAN2, "atan2", ELEMENTWISE, BINARY, FLOAT, none)                              \
+  X(ATAN2, "atan2", ELEMENTWISE, BINARY, INEXACT, none)                            \
   X(COMPLEX, "complex", ELEMENTWISE, BINARY, FLOAT, none)                          \
   X(AND, "and", ELEMENTWISE, BINARY, INTBOOL, none)                                \
   X(OR, "or", ELEMENTWISE, BINARY, INTBOOL, none)                                  \

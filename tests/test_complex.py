@@ -645,3 +645,113 @@ def test_ordered_ops_jax_rejects(fn):
     with pytest.raises(TypeError, match="complex"):
         fn(x, x)
     check(x + 1, np.array([2 + 2j, 4 - 1j], np.complex64))  # kiln still works
+
+
+# Issue 32: complex inputs JAX computes on that kiln refused. Values pinned from JAX 0.10.2 (CPU).
+_X32 = np.array([1 + 2j, 3 - 1j, 0.5 + 0j, 7 + 1j, -2 + 0.5j], np.complex64)
+_Y32 = np.array([1 + 3j, 2 - 1j, 0.5 + 0j, 7 - 1j, -2 + 5j], np.complex64)
+
+
+def test_complex_ordering_with_a_real_operand():
+    # bug: x < True, jnp.minimum(x, 7), fmin/fmax with a real operand raised NotImplementedError
+    # (the complex/complex fast path worked); JAX orders complex numbers real part first
+    x = jnp.asarray(_X32)
+    assert np.asarray(x < 7).tolist() == [True, True, True, False, True]
+    assert np.asarray(x <= True).tolist() == [False, False, True, False, True]
+    assert np.asarray(x > jnp.asarray(np.array([1, 3, 0.5, 8, -2], np.float32))).tolist() == \
+        [True, False, False, False, True]
+    assert np.asarray(jnp.less_equal(7, x)).tolist() == [False, False, False, True, False]
+    check(jnp.minimum(x, 7), np.array([1 + 2j, 3 - 1j, 0.5, 7, -2 + 0.5j], np.complex64))
+    check(jnp.maximum(x, 7), np.array([7, 7, 7, 7 + 1j, 7], np.complex64))
+    check(jnp.fmin(x, 0.5), np.array([0.5, 0.5, 0.5, 0.5, -2 + 0.5j], np.complex64))
+    check(jnp.fmax(3, x), np.array([3, 3, 3, 7 + 1j, 3], np.complex64))
+    with pytest.raises(ValueError, match="complex"):  # JAX: complex values cannot be clipped
+        jnp.clip(x, 1, 5)
+
+
+def test_complex_rounding_angles_and_logaddexp():
+    # bug: rint, round, deg2rad, rad2deg, logaddexp(2), arctan2 and nan_to_num raised TypeError
+    # or NotImplementedError on complex inputs, which JAX computes
+    x, y = jnp.asarray(_X32), jnp.asarray(_Y32)
+    check(jnp.rint(x * 1.5), np.array([2 + 3j, 4 - 2j, 1, 10 + 2j, -3 + 1j], np.complex64))
+    check(jnp.round(x / 3, 1), np.array([0.3 + 0.7j, 1 - 0.3j, 0.2, 2.3 + 0.3j, -0.7 + 0.2j], np.complex64))
+    check(jnp.deg2rad(x), _X32.astype(np.complex128) * np.pi / 180, np.complex64)
+    check(jnp.rad2deg(x), _X32.astype(np.complex128) * 180 / np.pi, np.complex64, tol=1e-4)
+    check(jnp.logaddexp(x, y), np.array([1.5625629425048828 + 2.500000238418579j, 3.3132617473602295 - 1j,
+                                         1.1931471824645996, 7.077520847320557,
+                                         -1.7717914581298828 - 0.39159321784973145j], np.complex64))
+    check(jnp.logaddexp2(x, y), np.array([1.9115643501281738 + 2.5j, 3.5849623680114746 - 1j, 1.5,
+                                          7.621503829956055, -7.478435516357422 + 2.7499990463256836j],
+                                         np.complex64), tol=1e-4)
+    check(jnp.arctan2(x, y), np.array([0.6138862371444702 - 0.06706592440605164j,
+                                       0.9569101929664612 + 0.06706608831882477j, 0.7853981852531433,
+                                       0.7853981852531433 + 0.14384113252162933j,
+                                       -2.8997700214385986 + 0.30303409695625305j], np.complex64))
+    big = np.finfo(np.float32).max
+    z = jnp.asarray(np.array([complex(np.nan, np.inf), complex(-np.inf, 1)], np.complex64))
+    check(jnp.nan_to_num(z), np.array([complex(0, big), complex(-big, 1)], np.complex64))
+
+
+def test_complex_activations_logsumexp_and_searches():
+    # bug: kiln.nn's piecewise activations compared with lax.le (TypeError for complex), logsumexp and
+    # cumlogsumexp called is_finite on complex, searchsorted/digitize/histogram used lax.lt, isclose and
+    # nancumsum refused complex; JAX computes all of them (complex order: real part first)
+    x, y = jnp.asarray(_X32), jnp.asarray(_Y32)
+    check(kiln.nn.relu(x), np.array([1 + 2j, 3 - 1j, 0.5, 7 + 1j, 0], np.complex64))
+    check(kiln.nn.hard_tanh(x), np.array([1, 1, 0.5, 1, -1], np.complex64))
+    check(kiln.nn.leaky_relu(x), np.array([1 + 2j, 3 - 1j, 0.5, 7 + 1j, -0.02 + 0.005j], np.complex64))
+    check(kiln.nn.elu(x), np.array([1 + 2j, 3 - 1j, 0.5, 7 + 1j,
+                                    -0.8812321424484253 + 0.06488318741321564j], np.complex64))
+    check(kiln.nn.softplus(x), np.array([0.9063237905502319 + 1.623828649520874j,
+                                         3.027376174926758 - 0.9592256546020508j, 0.9740769863128662,
+                                         7.000493049621582 + 0.9992330074310303j,
+                                         0.1139068678021431 + 0.05793023109436035j], np.complex64))
+    from kiln.scipy.special import logsumexp
+    check(logsumexp(x), np.complex64(6.9947509765625 + 0.9840229153633118j))
+    check(logsumexp(x, b=y), np.complex64(8.951311111450195 + 0.8546222448348999j))
+    check(lax.cumlogsumexp(x), np.array([1 + 2.000000238418579j, 2.8563947677612305 - 0.9779503345489502j,
+                                         2.910763740539551 - 0.9034497737884521j,
+                                         6.994641304016113 + 0.9840805530548096j,
+                                         6.9947509765625 + 0.984022855758667j], np.complex64), tol=1e-4)
+    bins = jnp.sort(y)
+    assert np.asarray(jnp.digitize(x, bins)).tolist() == [2, 4, 2, 5, 0]
+    assert np.asarray(jnp.searchsorted(bins, x, side="right")).tolist() == [2, 4, 2, 5, 0]
+    counts, edges = jnp.histogram(x, bins=3)
+    check(counts, np.array([3, 1, 1], np.complex64))
+    check(edges, np.array([-2 + 0.5j, 1.000000238418579 + 0.6666666269302368j,
+                           4.000000476837158 + 0.8333333730697632j, 7 + 1j], np.complex64))
+    assert np.asarray(jnp.isclose(x, x + 1e-6j)).all()
+    assert np.asarray(jnp.isclose(x, y)).tolist() == [False, False, True, False, False]
+    assert bool(jnp.allclose(x, x))
+    w = jnp.asarray(np.array([1 + 1j, complex(np.nan, 1), 2 - 1j], np.complex64))
+    check(jnp.nancumsum(w), np.array([1 + 1j, 1 + 1j, 3], np.complex64))
+
+
+def test_complex_refusals_match_jax():
+    # bug: lax.top_k ranked complex numbers (JAX raises ValueError); median/quantile raised
+    # NotImplementedError where JAX raises ValueError
+    x = jnp.asarray(_X32)
+    with pytest.raises(ValueError, match="complex"):
+        lax.top_k(x, 2)
+    for fn in (jnp.median, lambda v: jnp.quantile(v, 0.5), lambda v: jnp.percentile(v, 50)):
+        with pytest.raises(ValueError, match="complex"):
+            fn(x)
+
+
+def test_complex_scatter_multiply_divide_min_max():
+    # bug: x.at[i].multiply/divide/power/min/max on complex x raised NotImplementedError ("only set and
+    # add combine complex updates"); JAX multiplies duplicates together and orders min/max
+    # lexicographically (here two updates at index 2 share its real part 1, the operand's too)
+    x = jnp.asarray(np.array([1 + 2j, 3 - 1j, 1 + 5j, 7 + 1j], np.complex64))
+    u = jnp.asarray(np.array([1 + 7j, 1 - 2j, 2 + 1j, 0.5 - 0.5j], np.complex64))
+    idx = np.array([2, 2, 0, 9])  # 9 is out of range: dropped
+    check(x.at[idx].multiply(u), np.array([5j, 3 - 1j, -10 + 80j, 7 + 1j], np.complex64))
+    check(x.at[idx].divide(u), np.array([0.8 + 0.6j, 3 - 1j, 0.16 + 0.28j, 7 + 1j], np.complex64))
+    check(x.at[idx].min(u), np.array([1 + 2j, 3 - 1j, 1 - 2j, 7 + 1j], np.complex64))
+    check(x.at[idx].max(u), np.array([2 + 1j, 3 - 1j, 1 + 7j, 7 + 1j], np.complex64))
+    check(x.at[idx].power(u), np.array([-1.6401009559631348 + 0.20205019414424896j, 3 - 1j,
+                                        -37995192 - 19392038j, 7 + 1j], np.complex64), tol=1e-4)
+    check(kiln.jit(lambda a, b: a.at[idx].multiply(b))(x, u), np.array([5j, 3 - 1j, -10 + 80j, 7 + 1j], np.complex64))
+    # the gradient through a complex scatter-multiply (its duplicate-count test compared complex numbers)
+    g = kiln.grad(lambda v: jnp.abs(x.at[np.array([2, 1])].multiply(v)).sum())(u[:2])
+    assert g.dtype == np.complex64 and np.isfinite(np.asarray(g)).all()

@@ -420,6 +420,12 @@ static int elementwise(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
     return 0;
   }
   case KL_P_LOGISTIC: *out = cdivx(b, cone(b, x.r), cadd(b, cone(b, x.r), cexpx(b, cneg(b, x)))); return 0;
+  case KL_P_ATAN2: { /* atan2(y, x) = -i log((x + i y) / sqrt(x^2 + y^2)), XLA's complex atan2 (JAX's) */
+    cx w = operand(s, e, 1);
+    cx r = csqrtx(b, cadd(b, cmulx(b, w, w), cmulx(b, x, x)));
+    *out = cdiv_i(b, clogx(b, cdivx(b, cadd(b, w, ctimes_i(b, x)), r)));
+    return 0;
+  }
   case KL_P_POW: { /* exp(y log x); 0^0 = 1, 0^y = 0 */
     cx y = operand(s, e, 1);
     cx p = cexpx(b, cmulx(b, y, clogx(b, x)));
@@ -456,6 +462,51 @@ static int per_part(split_ctx *s, const kl_eqn *e, int *ys) {
     ys[k] = o[0];
   }
   free(ins);
+  return b->failed ? -1 : 0;
+}
+
+/* A real scatter with e's axis (and source line) and combiner op. */
+static int scatter_real(kl_build *b, const kl_eqn *e, int op, int operand, int idx, int updates) {
+  kl_params p = e->p;
+  p.scatter.op = op;
+  return kl_build_op(b, KL_P_SCATTER, (int[]){operand, idx, updates}, 3, &p);
+}
+
+/* scatter of complex numbers combined by min, max or mul (x.at[i].min/max/multiply/divide/power).
+ * min/max in JAX's lexicographic order: the real parts' extreme first, then the imaginary parts'
+ * extreme among the candidates (operand and updates) whose real part reached it. mul: each slot's
+ * product of its updates (the update itself where one lands, exactly; where several do, |u|
+ * multiplied and arg u summed, to a few ulps) times the operand; slots no update reaches keep the
+ * operand unchanged. */
+static int scatter_combine(split_ctx *s, const kl_eqn *e, cx *out) {
+  kl_build *b = &s->b;
+  cx x = parts_of(s, e->ins[0]), u = parts_of(s, e->ins[2]);
+  int idx = s->map[e->ins[1]], op = e->p.scatter.op;
+  kl_aval xa = *kl_build_aval(b, x.r), ua = *kl_build_aval(b, u.r); /* copies: building moves avals */
+  kl_params tp;
+  kl_params_init(&tp, KL_P_TAKE);
+  tp.take.axis = e->p.scatter.axis;
+#define SCAT(m, opnd, upd) scatter_real(b, e, (m), (opnd), idx, (upd))
+  if (op == KL_SCATTER_MIN || op == KL_SCATTER_MAX) {
+    int re = SCAT(op, x.r, u.r);
+    int worst = lit_like(b, op == KL_SCATTER_MAX ? -INFINITY : INFINITY, x.i);
+    int re_at_u = kl_build_op(b, KL_P_TAKE, (int[]){re, idx}, 2, &tp);
+    int xi = sel(b, cmp(b, KL_P_EQ, x.r, re), x.i, worst);
+    int ui = sel(b, cmp(b, KL_P_EQ, u.r, re_at_u), u.i, worst);
+    *out = mk(re, SCAT(op, xi, ui));
+    return b->failed ? -1 : 0;
+  }
+  int zeros = kl_build_zeros(b, &xa);
+  int ones_x = kl_build_broadcast(b, lit_like(b, 1, x.r), xa.dims, xa.ndim, NULL);
+  int ones_u = kl_build_broadcast(b, lit_like(b, 1, u.r), ua.dims, ua.ndim, NULL);
+  int count = SCAT(KL_SCATTER_ADD, zeros, ones_u);
+  cx single = mk(SCAT(KL_SCATTER_ADD, zeros, u.r), SCAT(KL_SCATTER_ADD, zeros, u.i));
+  int mag = SCAT(KL_SCATTER_MUL, ones_x, cabsx(b, u));
+  int arg = SCAT(KL_SCATTER_ADD, zeros, kl_build_bin(b, KL_P_ATAN2, u.i, u.r));
+  cx polar = mk(mul(b, mag, un(b, KL_P_COS, arg)), mul(b, mag, un(b, KL_P_SIN, arg)));
+  cx prod = cmulx(b, x, cpick(b, cmp(b, KL_P_EQ, count, lit_like(b, 1, count)), single, polar));
+  *out = cpick(b, cmp(b, KL_P_EQ, count, lit_like(b, 0, count)), x, prod);
+#undef SCAT
   return b->failed ? -1 : 0;
 }
 
@@ -659,8 +710,10 @@ static int rewrite(split_ctx *s, const kl_eqn *e) {
   }
   case KL_P_SORT: return sort_parts(s, e);
   case KL_P_SCATTER: {
-    if (e->p.scatter.op != KL_SCATTER_SET && e->p.scatter.op != KL_SCATTER_ADD)
-      return unsupported(s, e, "only set and add combine complex updates");
+    if (e->p.scatter.op != KL_SCATTER_SET && e->p.scatter.op != KL_SCATTER_ADD) {
+      if (scatter_combine(s, e, &out)) return -1;
+      break;
+    }
     int r[2];
     if (per_part(s, e, r)) return -1;
     out = mk(r[0], r[1]);

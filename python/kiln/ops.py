@@ -2,7 +2,7 @@
 through one scatter (ids outside [0, num_segments) are dropped, as JAX's FILL_OR_DROP)."""
 import numpy as np
 
-from kiln._src import core
+from kiln._src import core, dtypes
 
 __all__ = ["segment_sum", "segment_prod", "segment_max", "segment_min"]
 
@@ -28,12 +28,12 @@ def _segment(name, data, segment_ids, num_segments, how, fill):
 
 def _lowest(dt):
     dt = np.dtype(dt)
-    return -np.inf if dt.kind in "fc" else (False if dt.kind == "b" else np.iinfo(dt).min)
+    return -np.inf if dtypes.issubdtype(dt, np.inexact) else (False if dt.kind == "b" else np.iinfo(dt).min)
 
 
 def _highest(dt):
     dt = np.dtype(dt)
-    return np.inf if dt.kind in "fc" else (True if dt.kind == "b" else np.iinfo(dt).max)
+    return np.inf if dtypes.issubdtype(dt, np.inexact) else (True if dt.kind == "b" else np.iinfo(dt).max)
 
 
 def segment_sum(data, segment_ids, num_segments=None, indices_are_sorted=False, unique_indices=False,

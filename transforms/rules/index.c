@@ -72,7 +72,10 @@ static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const in
     cx = SCAT(KL_SCATTER_MUL, kl_build_broadcast(a, lit(a, 1, x), xa.dims, xa.ndim, NULL), u);
     /* d/du_i = x * prod of the other updates at its position: x itself for a unique index,
      * y / u_i for a duplicated one (not exact when a duplicated update is 0) */
-    int dup = kl_build_bin(a, KL_P_GT, TAKE(SCAT(KL_SCATTER_ADD, zx, inb)), lit(a, 1, x));
+    kl_aval ca = xa; /* counts in the real dtype: complex numbers have no order to compare by */
+    if (kl_dtype_is_complex(ca.dtype)) ca.dtype = kl_dtype_real_part(ca.dtype);
+    int count = SCAT(KL_SCATTER_ADD, kl_build_zeros(a, &ca), kl_build_convert(a, inb, ca.dtype));
+    int dup = kl_build_bin(a, KL_P_GT, TAKE(count), kl_build_lit(a, 1, ca.dtype));
     cu = mul(a, kl_build_select(a, dup, TAKE(x), dv(a, TAKE(y), u)), inb);
     break;
   }

@@ -336,6 +336,9 @@ def top_k(operand, k, *, axis=-1):
     """The k largest entries along `axis` (the last by default) in descending order, and their indices
     (int32); ties keep the lower index first, NaN counts as the largest."""
     operand = _array(operand, "top_k")
+    if operand.dtype.kind == "c":  # as JAX: complex numbers have no order to rank by
+        raise ValueError(f"top_k is not compatible with complex inputs (got {operand.dtype}); rank their real "
+                         "parts or their magnitudes (abs) instead")
     k = _static_int(k, "top_k: k")
     if k < 0:
         raise ValueError(f"k argument to top_k must be nonnegative, got {k}")
@@ -357,15 +360,12 @@ def _approx_k(name, largest):
     def fn(operand, k, reduction_dimension=-1, recall_target=0.95, reduction_input_size_override=-1,
            aggregate_to_topk=True):
         operand = _array(operand, name)
+        if not dtypes.is_float_dtype(operand.dtype):  # as JAX
+            raise ValueError(f"{name}: operand must be a floating type, got {operand.dtype}")
         if largest:
             return top_k(operand, k, axis=reduction_dimension)
-        if operand.dtype.kind == "f":
-            vals, idx = top_k(_lax.neg(operand), k, axis=reduction_dimension)
-            return _lax.neg(vals), idx
-        ax = _lax._axes(operand, (reduction_dimension,), name)[0]
-        iota = _lax.broadcasted_iota(np.int32, operand.shape, ax)
-        vals, idx = _lax.sort((operand, iota), dimension=ax, num_keys=2)
-        return _lax.slice_in_dim(vals, 0, k, axis=ax), _lax.slice_in_dim(idx, 0, k, axis=ax)
+        vals, idx = top_k(_lax.neg(operand), k, axis=reduction_dimension)
+        return _lax.neg(vals), idx
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"The k {'largest' if largest else 'smallest'} entries along reduction_dimension and their "
                   "indices. kiln computes them exactly (recall 1), as JAX does on CPU.")
@@ -416,9 +416,12 @@ def dynamic_update_index_in_dim(operand, update, index, axis, *, allow_negative_
 def cumlogsumexp(operand, axis=0, reverse=False):
     """log(cumsum(exp(operand))) along `axis`, computed stably (shifted by the axis maximum)."""
     operand = _array(operand, "cumlogsumexp")
-    if operand.dtype.kind not in "fc":
+    if not dtypes.issubdtype(operand.dtype, np.inexact):
         raise TypeError(f"cumlogsumexp: operand must be floating point, got {operand.dtype}")
     ax = _lax._axes(operand, (axis,), "cumlogsumexp")[0]
+    if operand.dtype.kind == "c":  # complex: jnp.logaddexp's complex rule, as JAX's combine
+        from kiln._src.numpy.ufuncs import logaddexp as complex_logaddexp
+        return _lax.associative_scan(complex_logaddexp, operand, reverse=reverse, axis=ax)
 
     def logaddexp(a, b):  # max + log1p(exp(-|a - b|)); the max itself where it is infinite or NaN
         hi = _lax.max(a, b)
@@ -434,7 +437,7 @@ def cumlogsumexp(operand, axis=0, reverse=False):
 
 def _same_float(opname, x, y):
     x, y = _lax._args(opname, x, y)
-    if x.dtype != y.dtype or x.dtype.kind != "f":
+    if x.dtype != y.dtype or not dtypes.is_float_dtype(x.dtype):
         raise TypeError(f"{opname}: operands must share a floating dtype, got {x.dtype} and {y.dtype}")
     return x, y
 
@@ -550,7 +553,7 @@ def reduce_precision(operand, exponent_bits, mantissa_bits):
     operand = _array(operand, "reduce_precision")
     eb = _static_int(exponent_bits, "reduce_precision: exponent_bits")
     mb = _static_int(mantissa_bits, "reduce_precision: mantissa_bits")
-    if operand.dtype.kind != "f":
+    if not dtypes.is_float_dtype(operand.dtype):
         raise TypeError(f"reduce_precision: operand must be floating point, got {operand.dtype}")
     if eb < 1 or mb < 0:
         raise ValueError(f"reduce_precision: needs exponent_bits >= 1 and mantissa_bits >= 0, got {eb}, {mb}")
@@ -604,7 +607,7 @@ def _special(name, scipy_name):
 
 def _float_args(opname, *xs):
     xs = _lax._args(opname, *xs)
-    if any(x.dtype != xs[0].dtype for x in xs) or xs[0].dtype.kind != "f":
+    if any(x.dtype != xs[0].dtype for x in xs) or not dtypes.is_float_dtype(xs[0].dtype):
         raise TypeError(f"{opname}: operands must share a floating dtype, got {[str(x.dtype) for x in xs]}")
     return xs
 

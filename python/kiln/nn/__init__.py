@@ -44,13 +44,13 @@ def identity(x):
 def relu(x):
     """max(x, 0), with gradient 0 at 0 and nan passed through."""
     x = _as_array("relu", x)
-    return lax.select(lax.le(x, _c(x, 0)), _c(x, 0), x)
+    return lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), x)
 
 
 def relu6(x):
     """min(max(x, 0), 6), in a float dtype (JAX's compares with the float 6.); gradient 0 at both kinks."""
     x = _float("relu6", x)
-    return lax.select(lax.le(x, _c(x, 0)), _c(x, 0), lax.select(lax.ge(x, _c(x, 6)), _c(x, 6), x))
+    return lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), lax.select(ufuncs.order_ge(x, _c(x, 6)), _c(x, 6), x))
 
 
 def sigmoid(x):
@@ -76,7 +76,7 @@ def sparse_plus(x):
     x = _float("sparse_plus", x)
     one = _c(x, 1)
     middle = lax.mul(lax.integer_pow(lax.add(x, one), 2), _c(x, 0.25))
-    return lax.select(lax.le(x, _c(x, -1)), _c(x, 0), lax.select(lax.ge(x, one), x, middle))
+    return lax.select(ufuncs.order_le(x, _c(x, -1)), _c(x, 0), lax.select(ufuncs.order_ge(x, one), x, middle))
 
 
 def sparse_sigmoid(x):
@@ -92,7 +92,7 @@ def log1mexp(x):
     x = _float("log1mexp", x)
     small = lax.log(lax.neg(lax.expm1(lax.neg(x))))
     large = lax.log1p(lax.neg(lax.exp(lax.neg(x))))
-    return lax.select(lax.lt(x, _c(x, math.log(2))), small, large)
+    return lax.select(ufuncs.order_lt(x, _c(x, math.log(2))), small, large)
 
 
 log1mexp.defjvps(lambda g, ans, x: ufuncs.divide(g, lax.expm1(_float("log1mexp", x))))
@@ -126,7 +126,7 @@ def gelu(x, approximate=True):
 def elu(x, alpha=1.0):
     """x for x > 0, alpha * (exp(x) - 1) otherwise."""
     x = _float("elu", x)
-    positive = lax.gt(x, _c(x, 0))
+    positive = ufuncs.order_gt(x, _c(x, 0))
     neg = ufuncs.multiply(alpha, lax.expm1(lax.select(positive, _c(x, 0), x)))
     return ufuncs.where(positive, x, neg)
 
@@ -134,7 +134,7 @@ def elu(x, alpha=1.0):
 def celu(x, alpha=1.0):
     """max(x, 0) + alpha * min(exp(x / alpha) - 1, 0)."""
     x = _float("celu", x)
-    positive = lax.gt(x, _c(x, 0))
+    positive = ufuncs.order_gt(x, _c(x, 0))
     neg = ufuncs.multiply(alpha, lax.expm1(ufuncs.divide(lax.select(positive, _c(x, 0), x), alpha)))
     return ufuncs.where(positive, x, neg)
 
@@ -152,13 +152,13 @@ def selu(x):
 def leaky_relu(x, negative_slope=0.01):
     """x for x >= 0, negative_slope * x otherwise."""
     x = _float("leaky_relu", x)
-    return ufuncs.where(lax.ge(x, _c(x, 0)), x, ufuncs.multiply(negative_slope, x))
+    return ufuncs.where(ufuncs.order_ge(x, _c(x, 0)), x, ufuncs.multiply(negative_slope, x))
 
 
 def hard_tanh(x):
     """x clipped to [-1, 1]."""
     x = _as_array("hard_tanh", x)
-    return lax.select(lax.gt(x, _c(x, 1)), _c(x, 1), lax.select(lax.lt(x, _c(x, -1)), _c(x, -1), x))
+    return lax.select(ufuncs.order_gt(x, _c(x, 1)), _c(x, 1), lax.select(ufuncs.order_lt(x, _c(x, -1)), _c(x, -1), x))
 
 
 def hard_sigmoid(x):

@@ -85,21 +85,27 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=Non
     else:
         a, b = promote_args_inexact("logsumexp", a, b)
     axes = util.canonicalize_axes(axis, a.ndim, "logsumexp")
-    amax = reductions.max(a, axes, keepdims=True, where=where, initial=-np.inf)
+    is_complex = a.dtype.kind == "c"
+    # complex a: the real parts' maximum is factored out, and the sum's log keeps its phase (as JAX)
+    amax = reductions.max(lax.real(a) if is_complex else a, axes, keepdims=True, where=where, initial=-np.inf)
     amax = lax.stop_gradient(lax.select(lax.is_finite(amax), amax, _c(amax, 0)))
     amax_b = util.broadcast_to_shape(amax, a.shape, "logsumexp")
+    if is_complex:
+        amax_b = lax.convert_element_type(amax_b, a.dtype)
     exp_a = lax.exp(lax.sub(a, amax_b))
     if b is not None:
         exp_a = lax.mul(exp_a, b)
     total = reductions.sum(exp_a, axes, keepdims=keepdims, where=where)
     sign = lax.sign(total)
-    if b is not None or return_sign:
+    if return_sign or (b is not None and not is_complex):
         total = lax.abs(total)
     shift = amax if keepdims else lax.reshape(amax, tuple(total.shape))
+    if total.dtype != shift.dtype:
+        shift = lax.convert_element_type(shift, total.dtype)
     out = lax.add(lax.log(total), shift)
     if return_sign:
         return out, sign
-    if b is not None:
+    if b is not None and not is_complex:
         out = lax.select(lax.lt(sign, _c(sign, 0)), _c(out, np.nan), out)
     return out
 

@@ -7,7 +7,7 @@ import numpy as np
 from kiln import lax
 from kiln._src import core
 from kiln._src.numpy import util
-from kiln._src.numpy.util import full_like_scalar as _c, is_inexact_dtype, is_complex_dtype
+from kiln._src.numpy.util import full_like_scalar as _c, is_inexact_dtype
 
 __all__ = ["isclose", "allclose", "array_equal", "array_equiv", "isscalar", "ndim", "shape", "size"]
 
@@ -19,14 +19,13 @@ def _all(x):
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a - b| <= atol + rtol * |b| element-wise; infinities are close only to themselves."""
     a, b = util.promote_args("isclose", a, b)
-    if is_complex_dtype(a.dtype):
-        raise NotImplementedError("isclose: complex inputs are not supported by kiln yet")
     if not is_inexact_dtype(a.dtype):
         return lax.eq(a, b)
-    tol = lax.add(_c(b, atol), lax.mul(_c(b, rtol), lax.abs(b)))
+    abs_b = lax.abs(b)  # real for complex b: the tolerances are real, as in JAX
+    tol = lax.add(_c(abs_b, atol), lax.mul(_c(abs_b, rtol), abs_b))
     close = lax.le(lax.abs(lax.sub(a, b)), tol)
-    inf = _c(a, np.inf)
-    either_inf = lax.or_(lax.eq(lax.abs(a), inf), lax.eq(lax.abs(b), inf))
+    inf = _c(abs_b, np.inf)
+    either_inf = lax.or_(lax.eq(lax.abs(a), inf), lax.eq(abs_b, inf))
     close = lax.select(either_inf, lax.eq(a, b), close)
     if equal_nan:
         close = lax.or_(close, lax.and_(lax.ne(a, a), lax.ne(b, b)))

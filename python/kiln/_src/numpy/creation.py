@@ -221,33 +221,37 @@ def arange(start, stop=None, step=None, dtype=None):
 
 
 def _linspace_core(opname, start, stop, num, endpoint, axis, dtype):
-    """Returns (samples along a new leading axis moved to `axis`, step, compute dtype, target dtype)."""
+    """Returns (samples along a new leading axis moved to `axis`, step, target dtype). JAX's formula,
+    start * (1 - t) + stop * t with t = i / div in the target's inexact dtype, so the samples agree with
+    JAX's to the last bit (NumPy's start + i * step can differ by an ulp, and a histogram's bins with it)."""
     num = util.concrete_int(num, f"{opname}: num")
     if num < 0:
         raise ValueError(f"{opname}: number of samples, {num}, must be non-negative")
     start, stop = util.promote_dtypes_inexact(opname, start, stop)
-    comp = start.dtype
-    target = util.dtype_arg(dtype) if dtype is not None else comp
-    if is_inexact_dtype(target) and np.dtype(target).itemsize > np.dtype(comp).itemsize:
-        comp = target
-        start, stop = _cast(start, comp), _cast(stop, comp)
+    target = util.dtype_arg(dtype) if dtype is not None else start.dtype
+    comp = util.to_inexact_dtype(target)
+    start, stop = _cast(start, comp), _cast(stop, comp)
     bshape = util.broadcast_shapes(start.shape, stop.shape, opname=opname)
     start = util.broadcast_to_shape(start, bshape, opname)
     stop = util.broadcast_to_shape(stop, bshape, opname)
     full_shape = (num,) + bshape
-    div = (num - 1) if endpoint else num
-    delta = lax.sub(stop, start)
-    step = lax.div(delta, lax.full(bshape, div, comp)) if div > 0 else lax.full(bshape, np.nan, comp)
     dims = tuple(range(1, len(full_shape)))
-    i = lax.broadcasted_iota(comp, full_shape, 0)
-    start_b = lax.broadcast_in_dim(start, full_shape, dims)
-    if div > 0:
-        out = lax.add(start_b, lax.mul(i, lax.broadcast_in_dim(step, full_shape, dims)))
+    div = (num - 1) if endpoint else num
+    if num > 1:
+        step = lax.div(lax.sub(stop, start), lax.full(bshape, div, comp))
+        real = np.dtype(dtypes.finfo(comp).dtype)
+        # i / div, as XLA computes JAX's division by the constant div: i * (1 / div)
+        t = lax.mul(lax.broadcasted_iota(real, (div,) + bshape, 0),
+                    lax.full((div,) + bshape, np.array(1, real) / np.array(div, real), real))
+        t = _cast(t, comp)
+        one = lax.full(t.shape, 1, comp)
+        out = lax.add(lax.mul(lax.broadcast_in_dim(start, t.shape, dims), lax.sub(one, t)),
+                      lax.mul(lax.broadcast_in_dim(stop, t.shape, dims), t))
+        if endpoint:
+            out = lax.concatenate([out, lax.reshape(stop, (1,) + bshape)], 0)
     else:
-        out = start_b
-    if endpoint and num > 1:
-        last = lax.eq(i, _c(i, num - 1))
-        out = lax.select(last, lax.broadcast_in_dim(stop, full_shape, dims), out)
+        step = lax.full(bshape, np.nan, comp) if endpoint or num == 0 else lax.sub(stop, start)
+        out = lax.broadcast_in_dim(start, full_shape, dims)
     ax = util.canonicalize_axis(axis, len(full_shape), opname)
     if ax != 0:
         perm = tuple(range(1, ax + 1)) + (0,) + tuple(range(ax + 1, len(full_shape)))
@@ -269,7 +273,11 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 
 
 def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
-    """base ** linspace(start, stop, ...)."""
+    """base ** linspace(start, stop, ...); start and stop are first converted to dtype's inexact dtype, as
+    in JAX (complex ends with a real dtype keep their real parts)."""
+    if dtype is not None:
+        comp = util.to_inexact_dtype(util.dtype_arg(dtype))
+        start, stop = (_cast(util.asarray_arg("logspace", v), comp) for v in (start, stop))
     out, _, target = _linspace_core("logspace", start, stop, num, endpoint, axis, None)
     b = util.asarray_arg("logspace", base)
     out, b = util.promote_args_inexact("logspace", out, b)

@@ -153,7 +153,8 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):
         edges.append(e)
     nbins = tuple(e.shape[0] + 1 for e in edges)  # with one overflow bin each side
     flat = ravel_multi_index(tuple(idx), nbins, mode="clip")
-    hist = bincount(flat, w, length=math.prod(nbins)).reshape(nbins)
+    # no weights: integer counts, as JAX (histogram's counts stay floats, as JAX's do)
+    hist = bincount(flat, None if weights is None else w, length=math.prod(nbins)).reshape(nbins)
     hist = hist[(builtins.slice(1, -1),) * d]
     if density:
         hist = hist / hist.sum()

@@ -393,8 +393,9 @@ def _quantile(opname, a, q, axis, method, keepdims, ignore_nan, scale=1.0):
     if method not in _METHODS:
         raise ValueError(f"{opname}: method must be one of {_METHODS}, got {method!r}")
     a = util.asarray_arg(opname, a)
-    if is_complex_dtype(a.dtype):
-        raise NotImplementedError(f"{opname}: complex inputs are not supported")
+    if is_complex_dtype(a.dtype):  # (JAX raises ValueError too)
+        raise ValueError(f"{opname}: complex inputs are not supported, as the operation is poorly defined; "
+                         "apply it to the real and imaginary parts (real, imag) or to abs")
     q = util.asarray_arg(opname, q)
     axes = util.canonicalize_axes(axis, a.ndim, opname)
     in_shape = a.shape
@@ -527,8 +528,6 @@ def _cumulative(opname, lax_fn, nan_fill=None):
     def fn(a, axis=None, dtype=None, out=None):
         util.check_no_out(opname, out)
         a = util.asarray_arg(opname, a)
-        if is_complex_dtype(a.dtype) and opname not in ("cumsum", "cumprod"):
-            raise NotImplementedError(f"{opname}: complex inputs are not supported by kiln yet")
         if nan_fill is not None and is_inexact_dtype(a.dtype):
             a = lax.select(lax.ne(a, a), _c(a, nan_fill), a)
         if axis is None:

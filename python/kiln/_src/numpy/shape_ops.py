@@ -1069,7 +1069,12 @@ def lexsort(keys, axis=-1):
 
 
 def _nan_lt(x, y, inexact):
-    """x < y in the order sort uses (NaN after everything)."""
+    """x < y in the order sort uses (NaN after everything; complex numbers by real part, then
+    imaginary part, as JAX's sort and searchsorted)."""
+    if x.dtype.kind == "c":
+        xr, yr = lax.real(x), lax.real(y)
+        same_re = lax.or_(lax.eq(xr, yr), lax.and_(lax.ne(xr, xr), lax.ne(yr, yr)))
+        return lax.or_(_nan_lt(xr, yr, True), lax.and_(same_re, _nan_lt(lax.imag(x), lax.imag(y), True)))
     lt = lax.lt(x, y)
     if not inexact:
         return lt

@@ -42,29 +42,27 @@ def _name(fn, name, doc):
     return fn
 
 
-# Functions defined on complex numbers (as JAX computes them); ordered ones reject them (TypeError),
-# the rest raise NotImplementedError for complex inputs.
-_COMPLEX_OK = frozenset("""
-add subtract multiply divide true_divide power exp exp2 expm1 log log2 log10 log1p sin cos tan arcsin
-arccos arctan sinh cosh tanh arcsinh arccosh arctanh sqrt square reciprocal absolute sign conjugate real
-imag equal not_equal isnan isinf isfinite sinc
-""".split())
+# Functions JAX refuses complex inputs for (TypeError). Every other function computes on complex numbers as
+# JAX does: ordering ones (less, maximum, fmin, ...) lexicographically, real part first; rounding ones
+# (rint, round) on each part.
 _REAL_ONLY = frozenset("""
-floor ceil trunc rint fix round around arctan2 hypot cbrt copysign
-heaviside floor_divide remainder mod fmod fabs signbit isposinf isneginf deg2rad rad2deg logaddexp
-logaddexp2 nextafter spacing
+floor ceil trunc fix hypot cbrt copysign heaviside floor_divide remainder mod fmod fabs signbit isposinf
+isneginf nextafter spacing
 """.split())
 
 
 def _reject_complex(opname, *xs):
-    if opname in _COMPLEX_OK:
+    if opname not in _REAL_ONLY:
         return
     for x in xs:
         if is_complex_dtype(x.dtype):
-            if opname in _REAL_ONLY:
-                raise TypeError(f"{opname} does not accept complex inputs (got {x.dtype}); "
-                                "apply it to the real and imaginary parts (real, imag) or to abs")
-            raise NotImplementedError(f"{opname}: complex inputs ({x.dtype}) are not supported by kiln yet")
+            raise TypeError(f"{opname} does not accept complex inputs (got {x.dtype}); "
+                            "apply it to the real and imaginary parts (real, imag) or to abs")
+
+
+def _per_part(rule):
+    """A real rule applied to a complex number's real and imaginary parts (JAX's rint and round)."""
+    return lambda x: lax.complex(rule(lax.real(x)), rule(lax.imag(x)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -353,9 +351,21 @@ def _hypot(x1, x2):
 hypot = _binary_inexact("hypot", _hypot)
 
 
+def _wrap_between(x, a):
+    """x wrapped into [-a, a) (JAX's rule for the imaginary part of a complex logaddexp)."""
+    r = lax.rem(lax.add(x, _c(x, a)), _c(x, 2 * a))
+    return lax.sub(lax.select(lax.lt(r, _c(r, 0)), lax.add(r, _c(r, 2 * a)), r), _c(r, a))
+
+
 def _logaddexp_rule(exp_rule, log_scale):
     def rule(x1, x2):
-        amax = lax.max(x1, x2)
+        amax = lax.max(x1, x2)  # complex: lexicographic, as JAX
+        if is_complex_dtype(x1.dtype):  # JAX's formula: amax + log1p(exp(x1 + x2 - 2 amax))
+            tail = lax.log1p(exp_rule(lax.sub(lax.add(x1, x2), lax.mul(amax, _c(amax, 2)))))
+            if log_scale != 1.0:
+                tail = lax.div(tail, _c(tail, log_scale))
+            out = lax.add(amax, tail)
+            return lax.complex(lax.real(out), _wrap_between(lax.imag(out), math.pi / log_scale))
         delta = lax.sub(x1, x2)
         tail = lax.log1p(exp_rule(lax.neg(lax.abs(delta))))
         if log_scale != 1.0:
@@ -432,7 +442,7 @@ floor = _unary_keep_int("floor", lax.floor)
 ceil = _unary_keep_int("ceil", lax.ceil)
 trunc = _unary_keep_int("trunc", _trunc)
 fix = _unary_keep_int("fix", _trunc)
-rint = _unary_inexact("rint", lambda x: lax.round(x, 1))
+rint = _unary_inexact("rint", lambda x: lax.round(x, 1), _per_part(lambda x: lax.round(x, 1)))
 
 
 def _round_int(x, decimals):
@@ -455,15 +465,21 @@ def _round_int(x, decimals):
 
 
 def round(a, decimals=0, out=None):
-    """Rounds half to even to `decimals` decimal places (negative decimals round to tens, hundreds...)."""
+    """Rounds half to even to `decimals` decimal places (negative decimals round to tens, hundreds...);
+    complex numbers round each part."""
     util.check_no_out("round", out)
     decimals = util.concrete_int(decimals, "round: decimals")
     a = util.asarray_arg("round", a)
-    _reject_complex("round", a)
     if is_bool_dtype(a.dtype) or (is_int_dtype(a.dtype) and decimals >= 0):
         return a
     if is_int_dtype(a.dtype):
         return _round_int(a, decimals)
+    if is_complex_dtype(a.dtype):
+        return _per_part(lambda part: _round_float(part, decimals))(a)
+    return _round_float(a, decimals)
+
+
+def _round_float(a, decimals):
     if decimals == 0:
         return lax.round(a, 1)
     if decimals > 0:
@@ -497,7 +513,8 @@ fmax = _binary("fmax", _nan_ignoring(lambda a, b: lax.or_(a, b) if is_bool_dtype
 
 
 def clip(a, a_min=None, a_max=None, *, min=None, max=None):
-    """Limits `a` to [min, max]; either bound may be None. `a_min`/`a_max` are NumPy's older names."""
+    """Limits `a` to [min, max]; either bound may be None. `a_min`/`a_max` are NumPy's older names.
+    Complex values raise ValueError, as in JAX (they have no order to clip by)."""
     if a_min is not None and min is not None:
         raise TypeError("clip: pass the lower bound once, as a_min (second positional) or min=")
     if a_max is not None and max is not None:
@@ -505,6 +522,9 @@ def clip(a, a_min=None, a_max=None, *, min=None, max=None):
     lo = min if a_min is None else a_min
     hi = max if a_max is None else a_max
     out = util.asarray_arg("clip", a)
+    if any(v is not None and np.dtype(dtypes.dtype_of(v)).kind == "c" for v in (out, lo, hi)):
+        raise ValueError("clip: complex values have no ordering and cannot be clipped; clip their real "
+                         "or imaginary parts (real, imag) instead")
     if lo is not None:
         out = maximum(out, lo)
     if hi is not None:
@@ -542,7 +562,7 @@ def _classify(name, float_rule, int_value):
     def fn(x, /):
         x = util.asarray_arg(name, x)
         _reject_complex(name, x)
-        if is_complex_dtype(x.dtype):  # (only the names of _COMPLEX_OK get here)
+        if is_complex_dtype(x.dtype):  # (isnan, isinf, isfinite: _REAL_ONLY names raised above)
             re, im = lax.real(x), lax.imag(x)
             return (lax.and_ if name == "isfinite" else lax.or_)(float_rule(re), float_rule(im))
         if is_inexact_dtype(x.dtype):
@@ -573,9 +593,10 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """Replaces nan by `nan`, +inf by `posinf` (default: the dtype's max) and -inf by `neginf`."""
     del copy
     x = util.asarray_arg("nan_to_num", x)
-    _reject_complex("nan_to_num", x)
     if not is_inexact_dtype(x.dtype):
         return x
+    if is_complex_dtype(x.dtype):  # each part on its own, as JAX
+        return _per_part(lambda part: nan_to_num(part, nan=nan, posinf=posinf, neginf=neginf))(x)
     info = np.finfo(x.dtype)
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
@@ -656,10 +677,14 @@ def _ordered(strict, weak):
     return rule
 
 
-less = _binary("less", _ordered(lax.lt, lax.lt))
-less_equal = _binary("less_equal", _ordered(lax.lt, lax.le))
-greater = _binary("greater", _ordered(lax.gt, lax.gt))
-greater_equal = _binary("greater_equal", _ordered(lax.gt, lax.ge))
+# The comparison rules on operands of one dtype, complex ones in JAX's order (kiln.nn's piecewise
+# activations compare with these).
+order_lt, order_le = _ordered(lax.lt, lax.lt), _ordered(lax.lt, lax.le)
+order_gt, order_ge = _ordered(lax.gt, lax.gt), _ordered(lax.gt, lax.ge)
+less = _binary("less", order_lt)
+less_equal = _binary("less_equal", order_le)
+greater = _binary("greater", order_gt)
+greater_equal = _binary("greater_equal", order_ge)
 
 
 # ---------------------------------------------------------------------------------------------------------
