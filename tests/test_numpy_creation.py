@@ -243,3 +243,27 @@ def test_indices(dims):
     _same(jnp.indices(dims), np.indices(dims), _int())
     for g, w in zip(jnp.indices(dims, sparse=True), np.indices(dims, sparse=True)):
         _same(g, w, _int())
+
+
+def test_python_ints_convert_straight_to_the_requested_dtype():
+    # bug (issue 32): jnp.take on uint32 data raised OverflowError (its fill value 2**32 - 1 went
+    # through int32 in lax.full); jnp.array(300, int8) wrapped to 44 where JAX raises OverflowError
+    from kiln import lax
+    assert np.asarray(lax.full((2,), 2**32 - 1, np.uint32)).tolist() == [4294967295] * 2
+    assert np.asarray(jnp.full((2,), 2**31, np.int32)).tolist() == [-2147483648] * 2  # wraps, as JAX
+    assert np.asarray(jnp.full((1,), 300, np.int8)).tolist() == [44]
+    assert np.asarray(jnp.asarray(2**32 - 1, np.uint32)) == 4294967295
+    for value, dtype in [(300, np.int8), ([300, 1], np.int8), (-1, np.uint32), (-1.0, np.uint8),
+                         ((1, 2**31), np.int32)]:
+        with pytest.raises(OverflowError):
+            jnp.array(value, dtype=dtype)
+    data = jnp.asarray(np.arange(12, dtype=np.uint32).reshape(3, 4))
+    idx = jnp.asarray(np.array([0, 2], np.int32))
+    assert np.asarray(jnp.take(data, idx, axis=1)).tolist() == [[0, 2], [4, 6], [8, 10]]
+    assert np.asarray(jnp.take_along_axis(data, jnp.asarray(np.array([[0], [2], [1]])), axis=1)).ravel().tolist() == [0, 6, 9]
+    # a Python int operand must fit the default int first (JAX raises OverflowError, x64 off)
+    x = jnp.zeros(2, np.uint32)
+    for op in (lambda: x + (2**32 - 1), lambda: x * 2**31, lambda: jnp.add(x, 2**32 - 1)):
+        with pytest.raises(OverflowError):
+            op()
+    assert np.asarray(jnp.zeros(1, np.uint8) + 300).tolist() == [44]

@@ -226,7 +226,9 @@ static PyObject *scalar_operand(PyObject *v, ArrayObject *like, char kind, int i
       int bits = itemsize * 8;
       long long lo = kind == 'u' ? 0 : (bits >= 64 ? LLONG_MIN : -(1LL << (bits - 1)));
       long long hi = bits >= 64 ? LLONG_MAX : (kind == 'u' ? (1LL << bits) - 1 : (1LL << (bits - 1)) - 1);
-      if (n < lo || n > hi) return NULL;
+      /* beyond int32 the slow road decides: JAX converts a Python int to the default int first, so
+       * uint32 + (2**32 - 1) raises OverflowError unless x64 is on */
+      if (n < lo || n > hi || n < INT32_MIN || n > INT32_MAX) return NULL;
       value = Py_NewRef(v);
     }
   } else

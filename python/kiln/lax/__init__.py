@@ -441,6 +441,12 @@ def broadcasted_iota(dtype, shape, dimension):
 
 def full(shape, fill_value, dtype=None):
     shape = _shape(shape)
+    if dtype is not None and type(fill_value) is int:
+        # a Python int goes straight to dtype, wrapping as JAX's conversion does (full((2,), 2**32 - 1,
+        # uint32) never passes through the default int)
+        dtype = dtypes.canonicalize_dtype(dtype)
+        v = core.scalar_constant(np.array(fill_value).astype(dtype)[()], dtype, False)
+        return broadcast_in_dim(v, shape, ())
     v = fill_value if isinstance(fill_value, Array) else core.asarray(fill_value)
     if not isinstance(fill_value, Array) and not isinstance(v, Tracer) and v.shape == ():
         # inside a trace the fill is a literal, so the broadcast is an equation the kernels

@@ -70,16 +70,39 @@ def array(object, dtype=None, copy=True, order="K", ndmin=0):
         out = _stack_nested(object)
     else:
         try:
-            out = object if isinstance(object, core.Array) else core.asarray(object)
+            if isinstance(object, core.Array):
+                out = object
+            elif type(object) is int and dtype is not None and dtype.kind in "iu":
+                _check_python_ints_fit(object, dtype)
+                out = core.asarray(object, dtype)  # straight to dtype: 2**32 - 1 fits uint32, not int32
+            else:
+                out = core.asarray(object)
         except (TypeError, ValueError) as e:
             raise type(e)(f"array: cannot convert {type(object).__name__} to an array: {e}") from None
     if dtype is not None:
+        if dtype.kind in "iu" and not isinstance(object, (core.Array, np.ndarray, np.generic)):
+            _check_python_ints_fit(object, dtype)
         out = _cast(out, dtype)
     ndmin = operator.index(ndmin)
     if out.ndim < ndmin:
         shape = (1,) * (ndmin - out.ndim) + tuple(out.shape)
         out = lax.reshape(out, shape)
     return out
+
+
+def _check_python_ints_fit(obj, dtype):
+    """OverflowError for Python numbers outside an integer dtype's range (JAX's jnp.array(300, int8)
+    raises; a float counts by its integer part, as NumPy converts it)."""
+    values = np.asarray(obj)
+    if values.dtype.kind not in "iuf" or values.size == 0:
+        return
+    finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values
+    if finite.size == 0:
+        return
+    info = np.iinfo(dtype)
+    for v in (int(finite.min()), int(finite.max())):
+        if not info.min <= v <= info.max:
+            raise OverflowError(f"array: Python integer {v} out of bounds for {dtype.name}")
 
 
 def asarray(a, dtype=None, order=None, *, copy=None):

@@ -278,10 +278,13 @@ def _scalar_fits(value, dtype):
         return type(value) is float or abs(value) < 2 ** 53
     if dtype.kind not in "iu" or type(value) is not int:
         return False
-    r = _int_ranges.get(dtype)
+    default = dtypes.default_int_dtype()
+    r = _int_ranges.get((dtype, default))
     if r is None:
-        info = np.iinfo(dtype)
-        r = _int_ranges[dtype] = (int(info.min), int(info.max))
+        # a Python int must also fit the default int (int32 unless x64): JAX converts it to that first,
+        # so uint32 + (2**32 - 1) raises OverflowError (on the general path) as it does in JAX
+        info, dinfo = np.iinfo(dtype), np.iinfo(default)
+        r = _int_ranges[(dtype, default)] = (max(int(info.min), int(dinfo.min)), min(int(info.max), int(dinfo.max)))
     return r[0] <= value <= r[1]
 
 
