@@ -70,7 +70,7 @@ def _run(builder, inputs, cache=None, key=None):
     entry = _compiled.get(key)
     if entry is None:
         if len(_compiled) >= _COMPILED_MAX:
-            _compiled.pop(next(iter(_compiled)))
+            _compiled.pop(next(iter(_compiled), None), None)  # (another thread may evict it first)
         entry = (builder.compile(), [builder.aval(o) for o in builder.outputs()])
         _compiled[key] = entry
     exe, out_avals = entry
