@@ -236,3 +236,19 @@ def test_apply_runs_once_per_occurrence_as_jax():
     np.testing.assert_array_equal(np.asarray(jnp.zeros(3).at[jnp.array([0, 0, 1])].apply(lambda v: v + 1)), [2, 1, 0])
     f = kiln.jit(lambda x, i: x.at[i].apply(lambda v: v * 2 + 1))
     np.testing.assert_array_equal(np.asarray(f(jnp.ones(4), jnp.array([3, 3, 3, 0]))), [3, 1, 1, 15])
+
+
+def test_at_power_on_integer_and_bool_arrays():
+    # bug (issue 32): x.at[i].power(v) on int/uint arrays raised "pow requires a floating dtype" (it
+    # called lax.pow; JAX uses jnp.power's integer rules); bool updates into bool arrays add or
+    # multiply only where JAX raises TypeError
+    x = jnp.asarray(np.array([2, 3, 1, 0], np.int32))
+    got = x.at[np.array([0, 1, 1])].power(jnp.asarray(np.array([3, 2, 2], np.int32)))
+    assert got.dtype == np.int32 and np.asarray(got).tolist() == [8, 81, 1, 0]
+    got = jnp.asarray(np.array([2, 3, 1, 0], np.uint8)).at[:].power(3)
+    assert got.dtype == np.uint8 and np.asarray(got).tolist() == [8, 27, 1, 0]
+    b = jnp.asarray(np.array([True, False, True]))
+    for op in ("add", "multiply", "divide", "power"):
+        with pytest.raises(TypeError, match="bool"):
+            getattr(b.at[np.array([0, 1])], op)(True)
+    assert np.asarray(b.at[np.array([0, 1])].max(True)).tolist() == [True, True, True]

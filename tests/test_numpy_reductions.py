@@ -373,3 +373,14 @@ def test_reductions_under_jit():
     x = _rand(np.random.default_rng(91), (4, 5), np.float32)
     f = lambda a: jnp.var(a, axis=1) + jnp.median(a, axis=1) + jnp.max(a, axis=1)  # noqa: E731
     np.testing.assert_allclose(np.asarray(kiln.jit(f)(x)), np.asarray(f(x)), rtol=1e-6)
+
+
+def test_sum_and_prod_with_dtype_bool():
+    # bug (issue 32): jnp.prod/sum/cumsum/cumprod(x, dtype=bool) raised "requires a numeric (non-bool)
+    # dtype"; JAX reduces bools with or (sum) and and (prod)
+    f = np.array([[0., 1, 2], [3, 0, 5]], np.float32)
+    assert bool(jnp.prod(f, dtype=bool)) is False and bool(jnp.sum(f, dtype=bool)) is True
+    assert np.asarray(jnp.prod(f, axis=1, dtype=bool)).tolist() == [False, False]
+    got = jnp.cumsum(f, axis=1, dtype=bool)
+    assert got.dtype == np.bool_ and np.asarray(got).tolist() == [[False, True, True], [True, True, True]]
+    assert np.asarray(jnp.cumprod(f, axis=0, dtype=bool)).tolist() == [[False, True, True], [False, False, True]]

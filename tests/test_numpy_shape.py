@@ -284,3 +284,13 @@ def test_errors(fn, exc, match):
     x = jnp.asarray(np.zeros((2, 3, 4), np.float32))
     with pytest.raises(exc, match=match):
         fn(x)
+
+
+def test_diagonal_of_tall_matrices():
+    # bug (issue 32): jnp.trace of a non-square (4, 3) matrix and jnp.diag of an (n, 1) array raised
+    # "slice: invalid range" (the k == 0 case sliced the short axis to the long one's length)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert float(jnp.trace(a.T)) == 15.0 and float(jnp.trace(a.T, -1)) == 18.0
+    assert np.asarray(jnp.diag(a[:, :1])).tolist() == [0.0]
+    assert np.asarray(jnp.diagonal(a.T, 1)).tolist() == [4.0, 9.0]
+    assert np.asarray(jnp.linalg.diagonal(a.T)).tolist() == [0.0, 5.0, 10.0]

@@ -315,6 +315,8 @@ def _combine(op, old, vals):
         return vals
     if op == "apply":
         return core.asarray(vals(old))
+    if np.dtype(old.dtype) == np.bool_ and op == "mul":  # as the scatter combines bools: and
+        return lax.and_(old, vals)
     fn = {"add": lax.add, "mul": lax.mul, "min": lax.min, "max": lax.max}[op]
     return fn(old, vals)
 
@@ -342,11 +344,17 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
         raise ValueError(f"{opname}: invalid mode {mode!r}; expected 'drop', 'fill', 'clip' "
                          "or 'promise_in_bounds'")
     clip = mode in ("clip", "promise_in_bounds")
+    if op in ("add", "mul", "divide", "power") and np.dtype(arr.dtype) == np.bool_ and \
+            np.dtype(dtypes.dtype_of(values)) == np.bool_:
+        # as JAX: the update combines in the operands' promoted dtype, and bools do not add or multiply
+        raise TypeError(f"{opname}: bool arrays do not take bool updates (add and multiply need numbers); "
+                        "use .set, .min (and) or .max (or), or convert the array to an integer dtype")
     if op in ("divide", "power"):
         # As JAX: duplicates multiply their values first, then one elementwise op.
         factor = update(lax.full(arr.shape, 1, arr.dtype), idx, values, "mul", mode)
-        if op == "power":
-            return lax.pow(arr, factor)
+        if op == "power":  # jnp.power's rules: integer and bool bases too (lax.pow takes floats only)
+            from kiln._src.numpy.ufuncs import power
+            return power(arr, factor)
         if not dtypes.issubdtype(arr.dtype, np.inexact):
             fdt = dtypes.default_float_dtype()
             arr, factor = _s._convert(arr, fdt), _s._convert(factor, fdt)

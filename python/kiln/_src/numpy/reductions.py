@@ -141,8 +141,9 @@ def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=
     a = util.asarray_arg("sum", a)
     dtype = util.dtype_arg(dtype) or (_sum_dtype(a.dtype) if promote_integers else a.dtype)
     comp = _compute_float(dtype)
-    r = _reduction("sum", a, axis, keepdims, where, initial, reducer=lax.reduce_sum, combine=lax.add,
-                   identity=0, dtype=comp, out=out)
+    is_bool = is_bool_dtype(comp)  # dtype=bool: a logical or, as JAX's bool sum
+    r = _reduction("sum", a, axis, keepdims, where, initial, reducer=lax.reduce_or if is_bool else lax.reduce_sum,
+                   combine=lax.or_ if is_bool else lax.add, identity=0, dtype=comp, out=out)
     return _cast(r, dtype)
 
 
@@ -151,8 +152,9 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where
     a = util.asarray_arg("prod", a)
     dtype = util.dtype_arg(dtype) or (_sum_dtype(a.dtype) if promote_integers else a.dtype)
     comp = _compute_float(dtype)
-    r = _reduction("prod", a, axis, keepdims, where, initial, reducer=lax.reduce_prod, combine=lax.mul,
-                   identity=1, dtype=comp, out=out)
+    is_bool = is_bool_dtype(comp)  # dtype=bool: a logical and, as JAX's bool product
+    r = _reduction("prod", a, axis, keepdims, where, initial, reducer=lax.reduce_and if is_bool else lax.reduce_prod,
+                   combine=lax.and_ if is_bool else lax.mul, identity=1, dtype=comp, out=out)
     return _cast(r, dtype)
 
 
@@ -538,12 +540,15 @@ def _cumulative(opname, lax_fn, nan_fill=None):
         if dt is None:
             dt = _default_int() if is_bool_dtype(a.dtype) else a.dtype
         comp = _compute_float(dt)
-        return _cast(lax_fn(_cast(a, comp), axis=ax), dt)
+        fn_ = _BOOL_CUMULATIVE.get(lax_fn, lax_fn) if is_bool_dtype(comp) else lax_fn
+        return _cast(fn_(_cast(a, comp), axis=ax), dt)
     fn.__name__ = fn.__qualname__ = opname
     fn.__doc__ = f"Cumulative {opname} along `axis` (None: over the flattened array)."
     return fn
 
 
+# dtype=bool: a running or (sum) or and (product), as JAX's
+_BOOL_CUMULATIVE = {lax.cumsum: lax.cummax, lax.cumprod: lax.cummin}
 cumsum = _cumulative("cumsum", lax.cumsum)
 cumprod = _cumulative("cumprod", lax.cumprod)
 nancumsum = _cumulative("nancumsum", lax.cumsum, nan_fill=0)

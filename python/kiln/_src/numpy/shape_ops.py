@@ -775,9 +775,9 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     a = moveaxis(a, (i, j), (-2, -1))
     nd = a.ndim
     n, m = a.shape[-2:]
-    if k >= 0:
-        a = _slice_axis(a, 0, n, nd - 1) if k == 0 else _slice_axis(a, builtins.min(k, m), m, nd - 1)
-    else:
+    if k > 0:  # (k == 0 slices nothing here: the square corner below is the diagonal's box)
+        a = _slice_axis(a, builtins.min(k, m), m, nd - 1)
+    elif k < 0:
         a = _slice_axis(a, builtins.min(-k, n), n, nd - 2)
     p, q = a.shape[-2:]
     L = builtins.min(p, q)
