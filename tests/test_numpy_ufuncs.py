@@ -446,3 +446,20 @@ def test_float32_trig_of_large_arguments_is_accurate(name):
     want = getattr(np, name)(x.astype(np.float64))
     ulp = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert ulp.max() <= 4.0
+
+
+def test_shifts_outer_and_einsum_on_bools():
+    # bug (issue 32): `>>`/`<<` on bool arrays raised TypeError (JAX shifts them as the default int),
+    # jnp.outer of bools and einsum reductions of bools ('ij->i') raised "requires a numeric (non-bool)
+    # dtype" (JAX multiplies bools with and, sums them with or)
+    b = jnp.asarray(np.array([True, False, True]))
+    got = b >> b
+    assert got.dtype == np.int32 and np.asarray(got).tolist() == [0, 0, 0]
+    got = b << 1
+    assert got.dtype == np.int32 and got.weak_type and np.asarray(got).tolist() == [2, 0, 2]
+    assert (b >> jnp.asarray(np.array([1, 0, 1], np.int8))).dtype == np.int8
+    got = jnp.outer(np.array([True, False]), np.array([True, True]))
+    assert got.dtype == np.bool_ and np.asarray(got).tolist() == [[True, True], [False, False]]
+    x = (np.arange(12).reshape(3, 4) % 3).astype(bool)
+    assert np.asarray(jnp.einsum('ij->i', x)).tolist() == [True, True, True]
+    assert bool(jnp.einsum('ij->', x)) and jnp.einsum('ij->j', x).dtype == np.bool_

@@ -145,7 +145,8 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
 def outer(a, b, out=None):
     a, b = _s._promote("outer", _s.ravel(a), _s.ravel(b))
     shape = (a.shape[0], b.shape[0])
-    return lax.mul(_s._bcast_dims(a, shape, (0,)), _s._bcast_dims(b, shape, (1,)))
+    times = lax.and_ if a.dtype == np.bool_ else lax.mul  # bools multiply as jnp.multiply does: and
+    return times(_s._bcast_dims(a, shape, (0,)), _s._bcast_dims(b, shape, (1,)))
 
 
 def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):

@@ -191,6 +191,8 @@ def _reduce(kind, x, axes):
     axes = tuple(axes)
     if not axes:
         return x
+    if x.dtype == np.bool_:  # bools sum with or and multiply with and, as JAX's (einsum's 'ij->i')
+        kind = {"sum": "or", "prod": "and"}.get(kind, kind)
     fn = {"sum": lax.reduce_sum, "prod": lax.reduce_prod, "max": lax.reduce_max,
           "min": lax.reduce_min, "or": lax.reduce_or, "and": lax.reduce_and}[kind]
     return fn(x, axes)

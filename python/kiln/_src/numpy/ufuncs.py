@@ -645,8 +645,8 @@ def _shift_right(x1, x2):
 
 def _shift(name, rule):
     def shift_rule(x1, x2):
-        if is_bool_dtype(x1.dtype):
-            raise TypeError(f"{name}: bool inputs are not supported; convert to an integer dtype first")
+        if is_bool_dtype(x1.dtype):  # bools shift as the default int (JAX's numeric promotion)
+            x1, x2 = (lax.convert_element_type(v, dtypes.default_int_dtype()) for v in (x1, x2))
         return rule(x1, x2)
     return _binary_integer(name, shift_rule)
 
