@@ -388,3 +388,46 @@ def test_unsupported_and_api_only_names():
     assert lax.with_sharding_constraint(3, None) == 3
     assert lax.platform_dependent(1.0, cpu=lambda v: v + 1, cuda=lambda v: v + 2, default=lambda v: v) in (2.0, 3.0)
     assert float(lax.composite(lambda v: v * 2, "double")(np.float32(3))) == 6.0
+
+
+def test_bitcast_convert_type_across_widths():
+    # bug (issue 32): bitcast_convert_type refused every width change and float16/bfloat16; JAX adds a
+    # trailing axis of the width ratio going narrower (low byte first) and removes it going wider
+    one = lax.bitcast_convert_type(jnp.float32(1.0), np.uint8)
+    assert one.dtype == np.uint8 and np.asarray(one).tolist() == [0, 0, 128, 63]
+    back = lax.bitcast_convert_type(jnp.asarray(np.array([[0, 0, 128, 63], [0, 0, 0, 192]], np.uint8)), np.float32)
+    assert back.dtype == np.float32 and np.asarray(back).tolist() == [1.0, -2.0]
+    x = np.array([1.5, -3.25, 7e-3], np.float32)
+    for dt in (np.int16, np.float16, jnp.bfloat16, np.int8):
+        out = lax.bitcast_convert_type(x, dt)
+        np.testing.assert_array_equal(np.asarray(out).view(np.uint8).ravel(), x.view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(lax.bitcast_convert_type(out, np.float32)), x)
+    h = lax.bitcast_convert_type(jnp.asarray(np.array([1.0, -0.5], np.float16)), np.uint16)
+    assert np.asarray(h).tolist() == [15360, 47104]
+    assert kiln.jit(kiln.vmap(lambda v: lax.bitcast_convert_type(v, np.uint16)))(jnp.ones((2, 3))).shape == (2, 3, 2)
+    with pytest.raises(ValueError):
+        lax.bitcast_convert_type(jnp.zeros((3, 2), np.uint8), np.float32)
+    with pytest.raises(TypeError):
+        lax.bitcast_convert_type(jnp.zeros((3,), np.float32), np.bool_)
+
+
+def test_float16_and_bfloat16_bit_tricks():
+    # bug (issue 32): spacing/nextafter/reduce_precision in float16 failed in bitcast_convert_type, and in
+    # bfloat16 (numpy kind "V", not "f") cumlogsumexp, nextafter and segment_max refused the dtype
+    x = jnp.asarray(np.array([1.0, -2.5, 0.0, 3e-3, np.inf], np.float32))
+    f16, bf16 = np.float16, jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(jnp.spacing(x.astype(f16))).astype(np.float64),
+                                  [0.0009765625, 0.001953125, 5.960464477539063e-08, 1.9073486328125e-06, np.nan])
+    np.testing.assert_array_equal(np.asarray(jnp.nextafter(x.astype(f16), jnp.asarray(10, f16))).astype(np.float64),
+                                  [1.0009765625, -2.498046875, 5.960464477539063e-08, 0.003002166748046875, 65504.0])
+    np.testing.assert_array_equal(np.asarray(jnp.spacing(x.astype(bf16))).astype(np.float64),
+                                  [0.0078125, -0.015625, 9.183549615799121e-41, 1.52587890625e-05, np.nan])
+    np.testing.assert_array_equal(np.asarray(jnp.nextafter(x.astype(bf16), jnp.asarray(10, bf16))).astype(np.float64),
+                                  [1.0078125, -2.484375, 9.183549615799121e-41, 0.003021240234375, 3.3895313892515355e+38])
+    got = lax.cumlogsumexp(jnp.asarray([1., 2, 3], bf16))
+    assert got.dtype == bf16 and np.asarray(got).astype(float).tolist() == [1.0, 2.3125, 3.40625]
+    got = kiln.ops.segment_max(jnp.asarray([1., 2, 3], bf16), jnp.asarray([0, 0, 2]), 3)
+    assert np.asarray(got).astype(float).tolist() == [2.0, -np.inf, 3.0]
+    assert np.asarray(lax.reduce_precision(jnp.asarray([1.2345, 70000.], f16), 5, 2)).astype(float).tolist() == [1.25, np.inf]
+    with pytest.raises(ValueError, match="floating"):  # as JAX: approx_min_k/approx_max_k take floats only
+        lax.approx_min_k(jnp.asarray([3, 1, 2]), 1)

@@ -398,12 +398,24 @@ static char *scalar_convert(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out
   return emit_convert(k, k->pg->vals[e->ins[0]].aval.dtype, k->pg->vals[v].aval.dtype, a, out);
 }
 
+/* Reinterprets the stored bits: float16/bfloat16, computed on as f32, go back to their 16 bits
+ * first (exact: the value is one of theirs) and come out of them after. */
 static char *scalar_bitcast(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out) {
   kl_dtype t = k->pg->vals[v].aval.dtype, from = k->pg->vals[e->ins[0]].aval.dtype;
-  ssa a;
+  ssa a, narrow, cast;
   kk_emit_value(k, e->ins[0], idx, a);
-  if (!strcmp(kl_compute_type(from), kl_compute_type(t))) snprintf(out, sizeof(ssa), "%s", a);
-  else kk_line(k, "%s = arith.bitcast %s : %s to %s", kk_fresh(k, out), a, kl_compute_type(from), kl_compute_type(t));
+  if (!kk_is_low_float(from) && !kk_is_low_float(t)) {
+    if (!strcmp(kl_compute_type(from), kl_compute_type(t))) snprintf(out, sizeof(ssa), "%s", a);
+    else kk_line(k, "%s = arith.bitcast %s : %s to %s", kk_fresh(k, out), a, kl_compute_type(from), kl_compute_type(t));
+    return out;
+  }
+  const char *fs = kl_storage_type(from), *ts = kl_storage_type(t);
+  if (kk_is_low_float(from)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, narrow), a, fs);
+  else snprintf(narrow, sizeof(ssa), "%s", a);
+  if (strcmp(fs, ts)) kk_line(k, "%s = arith.bitcast %s : %s to %s", kk_fresh(k, cast), narrow, fs, ts);
+  else snprintf(cast, sizeof(ssa), "%s", narrow);
+  if (kk_is_low_float(t)) kk_line(k, "%s = arith.extf %s : %s to f32", kk_fresh(k, out), cast, ts);
+  else snprintf(out, sizeof(ssa), "%s", cast);
   return out;
 }
 

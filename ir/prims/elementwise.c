@@ -85,12 +85,14 @@ static int rule_convert(kl_rule_err *e, kl_prim prim, const kl_aval *x, const kl
   kl_dtype from = x->dtype, to = (kl_dtype)p->convert.new_dtype;
   *out = *x;
   out->dtype = to;
-  if (prim == KL_P_BITCAST) { /* same width; 32- and 64-bit types (and 8/16-bit integers) */
-    int low = from == KL_F16 || from == KL_BF16 || to == KL_F16 || to == KL_BF16 || from == KL_BOOL || to == KL_BOOL ||
-              kl_dtype_is_complex(from) || kl_dtype_is_complex(to);
-    if (kl_dtype_size(from) != kl_dtype_size(to) || (low && from != to))
-      return kl_rule_fail(e, KL_ERR_TYPE, "bitcast_convert_type: cannot reinterpret %s as %s (kiln supports same-width "
-                                  "integer and 32/64-bit float types)", kl_dtype_name(from), kl_dtype_name(to));
+  if (prim == KL_P_BITCAST) { /* same width (lax.bitcast_convert_type changes widths around this) */
+    int odd = from == KL_BOOL || to == KL_BOOL || kl_dtype_is_complex(from) || kl_dtype_is_complex(to);
+    if (odd && from != to)
+      return kl_rule_fail(e, KL_ERR_TYPE, "bitcast_convert_type: bool and complex values reinterpret only as their "
+                                          "own dtype (got %s to %s), as in JAX", kl_dtype_name(from), kl_dtype_name(to));
+    if (kl_dtype_size(from) != kl_dtype_size(to))
+      return kl_rule_fail(e, KL_ERR_TYPE, "bitcast_convert_type: %s and %s differ in width; the primitive reinterprets "
+                                          "same-width types", kl_dtype_name(from), kl_dtype_name(to));
     out->weak = 0;
     return 0;
   }

@@ -9,7 +9,7 @@ import enum
 import numpy as np
 
 from kiln import numpy as jnp
-from kiln._src import core
+from kiln._src import core, dtypes
 
 __all__ = ["ResizeMethod", "resize", "scale_and_translate"]
 
@@ -77,7 +77,7 @@ def _method(method):
 
 def _as_float(image):
     image = core.asarray(image)
-    if image.dtype.kind not in "fc":
+    if not dtypes.issubdtype(image.dtype, np.inexact):  # (bfloat16's numpy kind is "V")
         image = image.astype(jnp.result_type(image.dtype, jnp.float32))
     return image
 

@@ -205,12 +205,41 @@ def convert_element_type(operand, new_dtype, weak_type=False):
 
 
 def bitcast_convert_type(operand, new_dtype):
-    """Reinterprets the bits of each element as new_dtype (same width)."""
+    """Reinterprets the bits of each element as new_dtype. As in JAX, a narrower new_dtype adds a
+    trailing axis of the width ratio (float32 -> uint8: [..., 4], the low byte first) and a wider one
+    takes that axis away (uint8[..., 4] -> float32). The primitive reinterprets same-width types; the
+    width changes are unsigned shifts around it."""
     (operand,) = _args("bitcast_convert_type", operand)
     new_dtype = dtypes.canonicalize_dtype(new_dtype)
-    if operand.dtype == new_dtype:
+    old_dtype = np.dtype(operand.dtype)
+    if old_dtype == new_dtype:
         return operand
-    return bind1("bitcast_convert_type", [operand], {"new_dtype": new_dtype.name})
+    wide, narrow = old_dtype.itemsize, new_dtype.itemsize
+    if narrow > wide and (operand.ndim == 0 or operand.shape[-1] != narrow // wide):
+        n = narrow // wide
+        raise ValueError(f"Attempting to convert array of shape {tuple(operand.shape)} from {old_dtype} of size "
+                         f"{8 * wide} bits to {new_dtype} of size {8 * narrow} bits, but the last axis must "
+                         f"have {n} elements ({n} * {8 * wide} = {8 * narrow})")
+    if any(d == np.bool_ or d.kind == "c" for d in (old_dtype, new_dtype)):
+        raise TypeError("lax.bitcast_convert_type does not support bool or complex values unless the operand "
+                        f"and destination types match (got {old_dtype} to {new_dtype})")
+    if wide == narrow:
+        return bind1("bitcast_convert_type", [operand], {"new_dtype": new_dtype.name})
+    u_old, u_new = np.dtype(f"uint{8 * wide}"), np.dtype(f"uint{8 * narrow}")
+    bits = bind1("bitcast_convert_type", [operand], {"new_dtype": u_old.name}) if old_dtype != u_old else operand
+    if wide > narrow:
+        n = wide // narrow
+        parts = [convert_element_type(shift_right_logical(bits, _to_array(8 * narrow * k, bits)), u_new)
+                 for k in builtins.range(n)]
+        out = concatenate([expand_dims(p, (p.ndim,)) for p in parts], operand.ndim)
+    else:
+        n = narrow // wide
+        out = None
+        for k in builtins.range(n):
+            part = convert_element_type(index_in_dim(bits, k, operand.ndim - 1, keepdims=False), u_new)
+            part = shift_left(part, _to_array(8 * wide * k, part)) if k else part
+            out = part if out is None else or_(out, part)
+    return out if new_dtype == out.dtype else bind1("bitcast_convert_type", [out], {"new_dtype": new_dtype.name})
 
 
 def _convert_weak(operand, new_dtype, weak_type):
