@@ -232,3 +232,22 @@ def test_long_axes_not_last_and_large_lengths():
     _close(jnp.fft.rfft(x, axis=0), np.fft.rfft(x.astype(np.float64), axis=0), 5e-5)
     z = _c((2, 65537))
     _close(jnp.fft.ifft(z), np.fft.ifft(z.astype(np.complex128)), 5e-5)
+
+
+def test_transforms_over_zero_length_axes_are_empty():
+    # bug (issue 32): FFTs over a zero-length axis raised "fft_lengths must be positive" (and irfft of an
+    # empty last axis "invalid number of data points -2"); JAX returns empty arrays of the result's shape
+    cases = [(jnp.fft.fft, (0,), {}, (0,), np.complex64), (jnp.fft.ifft, (3, 0), {}, (3, 0), np.complex64),
+             (jnp.fft.irfft, (0,), {}, (0,), np.float32), (jnp.fft.hfft, (3, 0), {}, (3, 0), np.float32),
+             (jnp.fft.fft2, (0, 3), {}, (0, 3), np.complex64), (jnp.fft.rfft2, (2, 0, 4), {}, (2, 0, 3), np.complex64),
+             (jnp.fft.irfftn, (2, 0, 4), {}, (2, 0, 6), np.float32), (jnp.fft.fft, (0, 3), {"axis": 0}, (0, 3), np.complex64)]
+    for fn, shape, kw, want_shape, want_dtype in cases:
+        got = fn(jnp.zeros(shape), **kw)
+        assert got.shape == want_shape and got.dtype == want_dtype, (fn.__name__, shape, got.shape, got.dtype)
+    got = kiln.lax.fft(jnp.zeros((2, 0), np.complex64), "fft", (0,))
+    assert got.shape == (2, 0) and got.dtype == np.complex64
+    assert np.asarray(jnp.fft.irfft(jnp.zeros((0,)), n=4)).tolist() == [0.0] * 4
+    with pytest.raises(ValueError):  # as JAX: an explicit length must be positive
+        jnp.fft.fft(jnp.ones(3), n=0)
+    with pytest.raises(ValueError, match="2 axes"):
+        jnp.fft.fft2(jnp.zeros((3, 4)), axes=(0,))

@@ -252,3 +252,21 @@ def test_at_power_on_integer_and_bool_arrays():
         with pytest.raises(TypeError, match="bool"):
             getattr(b.at[np.array([0, 1])], op)(True)
     assert np.asarray(b.at[np.array([0, 1])].max(True)).tolist() == [True, True, True]
+
+
+def test_updates_and_takes_on_zero_size_axes():
+    # bug (issue 32): x.at[idx].set/add with an index array into a zero-size axis raised "take: cannot index
+    # axis 0 of size 0" (JAX drops every update); jnp.where(c, size=n) raised NotImplementedError
+    for shape in [(0,), (0, 3)]:
+        a = jnp.zeros(shape)
+        for op in ("set", "add", "multiply", "min", "max"):
+            got = getattr(a.at[jnp.asarray(np.array([0, 1]))], op)(1.0)
+            assert got.shape == shape
+        with pytest.raises(IndexError):  # an int index into an empty axis raises, as JAX
+            a.at[0].set(1.0)
+        with pytest.raises(IndexError):  # as JAX, whatever the mode
+            jnp.take(a, jnp.asarray(np.array([0, 1])), axis=0, mode="clip")
+    assert kiln.ops.segment_sum(jnp.ones((2, 3)), jnp.asarray(np.array([0, 1])), 0).shape == (0, 3)
+    assert jnp.zeros((3, 0)).at[:, jnp.asarray(np.array([0]))].add(1.0).shape == (3, 0)
+    got = jnp.where(jnp.asarray(np.array([0., 2, 0, 3])) > 0, size=3, fill_value=-1)
+    assert np.asarray(got[0]).tolist() == [1, 3, -1]

@@ -162,6 +162,18 @@ def fft(x, fft_type, fft_lengths):
     fft_type = FftType(_int(fft_type))
     (x,) = _args("fft", x)
     lengths = tuple(operator.index(n) for n in fft_lengths)
+    k, real_in, real_out = len(lengths), fft_type == FftType.RFFT, fft_type == FftType.IRFFT
+    if (0 in lengths or 0 in x.shape) and 0 < k <= x.ndim and all(n >= 0 for n in lengths) \
+            and (np.dtype(x.dtype).kind == "f") == real_in and not (real_in and lengths[-1] == 0) \
+            and tuple(x.shape[x.ndim - k:x.ndim - real_out]) == lengths[:k - real_out]:
+        # a transform over a zero-length axis, or of an empty array, is empty (JAX's result; JAX cannot
+        # lower an rfft of length 0 either); no library plans a zero-length transform, so it is made here
+        wide = np.dtype(x.dtype) in (np.float64, np.complex128)
+        if real_out:
+            return full(x.shape[:x.ndim - k] + lengths, 0, np.float64 if wide else np.float32)
+        if real_in:
+            return full(x.shape[:-1] + (lengths[-1] // 2 + 1,), 0, np.complex128 if wide else np.complex64)
+        return full(x.shape, 0, x.dtype)
     return bind1("fft", [x], {"fft_type": _int(fft_type), "fft_lengths": lengths})
 
 

@@ -103,12 +103,15 @@ def _core(name, kind, a, s, axes, norm, nd_default):
     _check_norm(name, norm)
     x = _as_input(name, a, kind == _RFFT)
     axes, s = _axes_and_sizes(name, x, s, axes, nd_default)
+    if nd_default == 2 and len(axes) != 2:  # as JAX's fft2 family
+        raise ValueError(f"{name} only supports 2 axes, got axes={axes}")
     if not axes:
         return x
     if kind == _IRFFT:
+        empty = s is None and x.shape[axes[-1]] == 0  # an empty result, as JAX's
         if s is None:
-            s = tuple(x.shape[a] for a in axes[:-1]) + (2 * (x.shape[axes[-1]] - 1),)
-        if s[-1] < 1:
+            s = tuple(x.shape[a] for a in axes[:-1]) + (0 if empty else 2 * (x.shape[axes[-1]] - 1),)
+        if s[-1] < 1 and not empty:
             raise ValueError(f"{name}: invalid number of data points {s[-1]} for the last axis")
         for a, n in zip(axes[:-1], s[:-1]):
             x = _fit(x, a, n)

@@ -363,6 +363,11 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
     if masked is not None:
         return masked
     entries = _parse(arr.shape, idx, "indexing", check_ints=False)
+    if arr.size == 0:  # nothing to update: index arrays drop every update, an int index raises (as JAX)
+        for e in entries:
+            if e.kind in ("int", "dyn") and arr.shape[e.dim] == 0:
+                raise IndexError(f"{opname}: index is out of bounds for axis {e.dim} with size 0")
+        return arr
     if all(e.kind in ("int", "none") or (e.kind == "slice" and e.value.indices(arr.shape[e.dim])[2] in (1, -1))
            for e in entries):
         return _update_box(arr, entries, values, op, opname)

@@ -862,9 +862,9 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
     out_shape = a.shape[:ax] + idx.shape + a.shape[ax + 1:]
     fill = _default_fill(a.dtype) if fill_value is None else fill_value
     if n == 0:
-        if mode in ("fill", "drop"):
-            return _full(out_shape, fill, a.dtype)
-        raise IndexError(f"take: cannot do a non-empty take from an empty axis (shape {a.shape})")
+        if idx.size:  # (as JAX, whatever the mode)
+            raise IndexError(f"take: cannot do a non-empty take from an empty axis (shape {a.shape})")
+        return _full(out_shape, fill, a.dtype)
     norm, valid = _normalize_index(idx, n, mode, "take")
     res = lax._take(a, norm, ax)
     if valid is None:

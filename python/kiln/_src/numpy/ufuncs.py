@@ -538,10 +538,10 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
     The one-argument form (= nonzero) needs concrete input since its shape depends on the values.
     """
     if x is None and y is None:
-        if size is not None:
-            raise NotImplementedError("where(condition, size=...) is not supported yet; "
-                                      "pass x and y for the element-wise form")
         cond = util.asarray_arg("where", condition)
+        if size is not None:  # = nonzero(condition, size=..., fill_value=...), as JAX
+            from kiln._src.numpy.shape_ops import nonzero
+            return nonzero(cond, size=size, fill_value=fill_value)
         value = core.concrete_or_error(
             cond, "where(condition) with one argument, whose output shape depends on the values of "
                   "`condition` (use the three-argument form where(condition, x, y) under jit)")
