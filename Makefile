@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := llvm-19-dev libmlir-19-dev mlir-19-tools cmake gcc g++ libopenblas0 zlib1g-dev libzstd-dev libtinfo-dev python3-dev
 PIP_PACKAGES := numpy pytest ml_dtypes scipy
 
-.PHONY: all deps build test test-c test-py demo wheel asan bench clean
+.PHONY: all deps build test test-c test-py demo wheel asan bench clean fuzz
 
 all: build
 
@@ -54,6 +54,13 @@ wheel: deps
 
 bench: build
 	PYTHONPATH=$(CURDIR)/python $(PYTHON) bench/run.py
+
+# Differential fuzzing against JAX (needs jax): FUZZ_N programs from seed FUZZ_SEED, counts by
+# class, report in tests/fuzz/last_report.md, one regressions/*.json per signature (tests/fuzz/README.md).
+FUZZ_N ?= 2000
+FUZZ_SEED ?= 0
+fuzz: build
+	PYTHONPATH=$(CURDIR)/python nice -n 5 $(PYTHON) -m tests.fuzz -n $(FUZZ_N) --seed $(FUZZ_SEED) --save-regressions
 
 clean:
 	rm -rf $(BUILD) build-asan build-wheel dist python/kiln/_kiln.abi3.so

@@ -1,0 +1,30 @@
+"""Disagreements with JAX that the fuzzer knows about. tests/test_fuzz.py fails on any signature
+found in its seeds that no entry here matches; an entry that no longer reproduces is reported as
+stale (a warning), and should then be deleted.
+
+Each entry: the signature (op, transformation, dtype, class) as fnmatch patterns ('*' matches
+anything), its status ('open': a kiln defect to fix; 'deliberate': kiln differs on purpose) and
+the reason. When you fix a defect, delete its entries; when you add one, say why."""
+import fnmatch
+from collections import namedtuple
+
+Known = namedtuple("Known", "op transform dtype cls status reason")
+
+KNOWN = [
+    Known("lax.reduce_precision", "jit(grad)", "float16", "wrong_value", "open",
+          "kiln's gradient of lax.reduce_precision is 0; JAX passes the cotangent through "
+          "(grad(lambda a: jnp.sum(lax.reduce_precision(a, 5, 10)))(x) is ones)"),
+    Known("lax.reduce_precision", "jit(vmap(grad))", "float16", "wrong_value", "open",
+          "as above, batched"),
+]
+
+
+def matches(entry, sig):
+    op, transform, dtype, cls = sig
+    return all(fnmatch.fnmatchcase(v, p) for v, p in
+               ((op, entry.op), (transform, entry.transform), (dtype, entry.dtype), (cls, entry.cls)))
+
+
+def match(sig):
+    """The first entry matching signature `sig`, or None."""
+    return next((k for k in KNOWN if matches(k, sig)), None)

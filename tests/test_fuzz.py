@@ -1,0 +1,65 @@
+"""Differential fuzzing against JAX, the CI subset (issue 32): a fixed set of seeds of
+tests/fuzz's random programs, each run in JAX and kiln under eager, jit, grad, vmap and their
+compositions. Fails on any disagreement whose signature (op, transformation, dtype, class) is not
+in tests/fuzz/known.py, and on a saved regression (tests/fuzz/regressions/) that disagrees again
+after its known.py entry was removed. Known entries that no longer reproduce are warnings.
+The long campaign is `make fuzz` (tests/fuzz/README.md)."""
+import os
+import sys
+import warnings
+
+import pytest
+
+pytest.importorskip("jax")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from tests.fuzz import known  # noqa: E402
+from tests.fuzz.campaign import Campaign, replay, short_repro  # noqa: E402
+
+# 1-3 minutes on two cores; programs are a function of the seed (and of JAX's version)
+CI_SEEDS = range(0, 90)
+
+
+@pytest.fixture(scope="module")
+def campaign():
+    return Campaign(workers=1, shrink=False).run(CI_SEEDS)
+
+
+def _describe(camp, sigs):
+    out = []
+    for s in sigs:
+        d = camp.defects[s]
+        out.append(f"{'/'.join(s)} (seeds {d.seeds}): JAX {d.jax[:200]!r}, kiln {d.kiln[:200]!r}\n"
+                   f"{short_repro(d)}")
+    return "\n\n".join(out)
+
+
+def test_fuzz_seeds_have_no_new_disagreement(campaign):
+    """Every disagreement of the CI seeds is listed in known.py (new ones fail here: fix the
+    defect, or list it with a reason); known entries matched by nothing are reported."""
+    stale = campaign.stale()
+    if stale:
+        warnings.warn("known.py entries not seen in the CI seeds (fixed? delete them if `make fuzz` "
+                      "agrees): " + ", ".join("/".join(k[:4]) for k in stale))
+    new = campaign.unknown()
+    assert campaign.programs > len(CI_SEEDS) // 2, "the generator rejected most seeds"
+    assert not new, f"{len(new)} new disagreement(s) with JAX:\n\n{_describe(campaign, new)}"
+
+
+def test_fuzz_fixed_regressions_stay_fixed():
+    """A saved regression whose signature left known.py (its defect was fixed) agrees with JAX."""
+    back = [(path, sig, cls) for path, sig, cls, _ in replay()
+            if cls != "ok" and known.match(sig) is None]
+    assert not back, "regressions disagree with JAX again: " + ", ".join(
+        f"{os.path.basename(p)} ({cls})" for p, _, cls in back)
+
+
+def test_fuzz_known_entries_are_well_formed():
+    for k in known.KNOWN:
+        assert k.status in ("open", "deliberate"), k
+        assert k.reason.strip(), k
+        assert k.cls in ("wrong_value", "wrong_dtype", "wrong_shape", "wrong_weak_type", "kiln_raises",
+                         "jax_raises", "exc_class", "crash", "*"), k
