@@ -536,6 +536,13 @@ int kl_prim_infer(kl_prim p, const kl_aval *ins, int nin, const kl_params *param
  * and *transposed says which (ir/prims/dot.c). */
 int kl_dot_gemm_layout(const kl_aval *a, const kl_ivec *batch, const kl_ivec *contract, int rhs, int64_t *perm,
                        int *transposed);
+/* The dtype a dot_general of operands of dtype o with preferred_element_type t computes in, JAX's
+ * (XLA's) results: t where o converts into it exactly (bool into anything; an integer into a wider
+ * integer, a float or a complex; a float into a wider float or complex; float16 into bfloat16), else
+ * o, the product then
+ * converted to t (a float product truncated to an integer, a complex one's real part taken).
+ * (ir/prims/dot.c) */
+kl_dtype kl_dot_compute_dtype(kl_dtype o, kl_dtype t);
 /* A collective's group size: the product of mesh_shape over axes, or group_size with index
  * groups (ir/prims/collective.c). */
 int64_t kl_collective_group_size(const kl_params *p);

@@ -249,6 +249,29 @@ def test_complex_power(cdt):
     check(lax.pow(jnp.asarray(a), jnp.asarray(b)), a128 ** b128, cdt, tol=2e-5 if cdt is np.complex64 else 1e-11)
 
 
+def test_complex_power_special_values_as_jax():
+    """Issue 32: x ** 0 is 1 for every x (kiln gave NaN for inf ** 0.0, exp(0 * log inf)), 1 ** y is 1,
+    inf ** c is inf / 0 for real c > 0 / < 0, 0 ** y is NaN unless y is real and >= 0. Pinned from JAX 0.10.2
+    (XLA's complex pow: |x|^c e^(-d arg x) (cos q + i sin q), q = c arg x + d log|x|)."""
+    inf, nan = np.inf, np.nan
+    cases = [  # (x, y, JAX's x ** y)
+        (complex(inf, 0), 0, 1), (complex(inf, inf), 0, 1), (complex(nan, nan), 0, 1), (complex(0, inf), 0, 1),
+        (complex(-inf, 0), 0, 1), (1, complex(nan, 0), 1), (1, complex(inf, 0), 1),
+        (complex(inf, 0), 0.5, complex(inf, 0)), (complex(inf, 0), inf, complex(inf, 0)), (complex(inf, 0), -1, 0),
+        (0, 0, 1), (0, 0.5, 0), (0, -1, complex(nan, nan)), (0, 1j, complex(nan, nan)),
+        (0, 1.5 + 0.5j, complex(nan, nan)), (complex(-0.0, 0), -0.5, complex(nan, nan)),
+    ]
+    x = jnp.array([c[0] for c in cases], jnp.complex64)
+    y = jnp.array([c[1] for c in cases], jnp.complex64)
+    want = np.array([c[2] for c in cases], np.complex64)
+    for got in (lax.pow(x, y), kiln.jit(lax.pow)(x, y)):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert complex(jnp.power(jnp.complex64(complex(inf, 0)), 0.0)) == 1  # the issue's case
+    got = jnp.power(jnp.array([2 + 3j], jnp.complex64), jnp.array([1.5 + 0.5j, -2j], jnp.complex64))
+    np.testing.assert_allclose(np.asarray(got), [-2.1700148582458496 + 3.5824015140533447j,
+                                                 -5.984694004058838 - 3.892334461212158j], rtol=1e-6)
+
+
 def test_compare_and_classify():
     a = np.array([1 + 2j, 3 - 1j, np.inf + 0j, 1 + np.nan * 1j, -np.inf * 1j, 0j], np.complex64)
     b = np.array([1 + 2j, 3 + 1j, np.inf + 0j, 1 + 2j, 2 + 0j, -0.0 + 0j], np.complex64)

@@ -1134,3 +1134,25 @@ def test_loop_outputs_without_cotangent_do_not_poison_the_gradient(name):
     f, want = _LOOP_CASES[name]
     assert_close(kiln.grad(f)(LOOP_X), want, what=name)
     assert_close(kiln.jit(kiln.grad(f))(LOOP_X), want, what=f"jit {name}")
+
+
+def test_floor_divide_has_zero_gradient():
+    # guards issue 32: grad(x // 0.) was inf (the x2 == 0 branch's x1 / x2 leaked its tangent) and
+    # grad wrt a tiny divisor NaN; floor_divide is piecewise constant: 0 everywhere, as JAX
+    for a, b in [(1.0, 0.0), (1.0, -0.0), (0.0, 0.0), (3.0, 2.0), (-2.5, 1e-30), (7.0, np.nan)]:
+        g = kiln.grad(jnp.floor_divide, argnums=(0, 1))(a, b)
+        assert [float(v) for v in g] == [0.0, 0.0], (a, b, g)
+    assert float(kiln.grad(lambda x: x // 0.0)(1.0)) == 0.0
+    assert float(kiln.jit(kiln.grad(lambda x: jnp.divmod(x, 0.0)[0]))(1.0)) == 0.0
+
+
+def test_ldexp_and_frexp_gradients():
+    # guards issue 32: frexp's bit manipulation had no derivative, so grad of ldexp and of frexp's
+    # mantissa was 0; JAX's frexp rule gives the mantissa 2 ** -exponent (and ldexp 2 ** e through it)
+    x = np.array([1.5, -3.0, 0.0, 1e-30, np.inf, -0.3])
+    g = kiln.vmap(kiln.grad(lambda v: jnp.frexp(v)[0]))(x)
+    assert_close(g, [0.5, 0.25, 1.0, 2.0 ** 99, 1.0, 2.0], rtol=1e-12)
+    for e, scale in [(3, 8.0), (-2, 0.25)]:
+        g = kiln.vmap(kiln.grad(lambda v: jnp.ldexp(v, e)))(x)
+        assert_close(g, [scale, scale, 1.0, scale, 1.0, scale], rtol=1e-12)
+    assert float(kiln.grad(lambda x: jnp.ldexp(x, 3))(1.5)) == 8.0

@@ -270,3 +270,29 @@ def test_updates_and_takes_on_zero_size_axes():
     assert jnp.zeros((3, 0)).at[:, jnp.asarray(np.array([0]))].add(1.0).shape == (3, 0)
     got = jnp.where(jnp.asarray(np.array([0., 2, 0, 3])) > 0, size=3, fill_value=-1)
     assert np.asarray(got[0]).tolist() == [1, 3, -1]
+
+
+def test_updates_combine_in_the_promoted_dtype_as_jax():
+    # guards issue 32: int arrays with float updates converted each update first, so
+    # zeros(int).at[[0, 0, 1]].add(1.7) gave [2, 1, 0]; JAX promotes the array and the updates together,
+    # scatters in that dtype and converts back (pinned from JAX 0.10.2)
+    i32 = jnp.zeros(3, np.int32)
+    dup = jnp.array([0, 0, 1])
+    cases = [
+        (i32.at[dup].add(1.7), [3, 1, 0]),
+        (jnp.ones(3, np.int32).at[dup].multiply(1.7), [2, 1, 1]),
+        (jnp.array([5, 0, 3]).at[jnp.array([1, 1])].add(jnp.array([1.7, -2.6])), [5, 0, 3]),
+        (jnp.array([5, 0, 3]).at[jnp.array([1, 1])].multiply(jnp.array([1.7, -2.6])), [5, 0, 3]),
+        (jnp.array([5, 0, 3]).at[jnp.array([1, 1])].subtract(1.7), [5, -3, 3]),
+        (jnp.array([5, 0, 3], np.uint8).at[0].subtract(True), [4, 0, 3]),
+        (jnp.array([True, False]).at[0].add(2), [True, False]),
+        (jnp.array([True, False]).at[1].multiply(0.5), [True, False]),
+        (kiln.jit(lambda a: a.at[dup].add(1.7))(i32), [3, 1, 0]),
+        (kiln.lax.fori_loop(0, 3, lambda i, a: a.at[i].add(0.6), jnp.array([5, 0, 3])), [5, 0, 3]),
+    ]
+    for got, want in cases:
+        assert np.asarray(got).tolist() == want
+        assert got.dtype == (np.bool_ if isinstance(want[0], bool) else np.int32) or got.dtype == np.uint8
+    # float16 arrays take float32 updates in float32
+    h = jnp.array([1.0, 2.0], np.float16).at[jnp.array([0, 0, 0])].add(jnp.array([1e-3] * 3, np.float32))
+    assert h.dtype == np.float16 and float(h[0]) == float(np.float16(1.003))

@@ -957,6 +957,40 @@ def test_dot_general_small_dtypes(dtype):
         check(out, want, np.float32, scale=10)
 
 
+def test_dot_general_preferred_element_type_as_jax():
+    """Issue 32: preferred_element_type is the type of the result, computed the way JAX (XLA) does. Complex
+    operands with a real type gave the complex product's bytes (the buffer held complex values); float
+    operands with an integer type were truncated before the product. Values pinned from JAX 0.10.2."""
+    dn = (((1,), (0,)), ((), ()))
+    a = jnp.array([[1 + 2j, 0.5 - 1j], [2.25 + 0j, -1 + 1j]], jnp.complex64)
+    b = jnp.array([[1 - 1j, 2 + 0.5j], [0.5 + 1j, 1j]], jnp.complex64)
+    out = lax.dot_general(a, b, dn, preferred_element_type=jnp.float32)  # the real part
+    assert out.dtype == np.float32 and host(out).tolist() == [[4.25, 2.0], [0.75, 3.5]]
+    out = kiln.jit(lambda a: lax.dot_general(a, a, dn, preferred_element_type=jnp.int32))(a)
+    assert out.dtype == np.int32 and host(out).tolist() == [[-1, 3], [0, 1]]
+    x = np.array([[1.7, 2.6], [0.4, -1.6]], np.float32)
+    for t in (np.int32, np.int16, np.int8, np.uint8):  # float products truncated after the product
+        out = lax.dot_general(to_kiln(x), to_kiln(x), dn, preferred_element_type=t)
+        assert out.dtype == t and host(out).tolist() == [[3, 0], [0, 3]], t
+    assert host(lax.dot_general(to_kiln(x), to_kiln(x), dn, preferred_element_type=np.bool_)).tolist() == \
+        [[True, True], [True, True]]
+    # a narrower float: the float32 product rounded (not the float16 product of rounded operands)
+    out = lax.dot_general(to_kiln(x), to_kiln(x), dn, preferred_element_type=np.float16)
+    assert host(out).tolist() == [[3.9296875, 0.260009765625], [0.040008544921875, 3.599609375]]
+    xh = jnp.asarray(x, jnp.float16)  # float16 into bfloat16 and back compute in bfloat16, as XLA
+    want = [[3.9375, 0.263671875], [0.040771484375, 3.609375]]
+    assert host(lax.dot_general(xh, xh, dn, preferred_element_type=jnp.bfloat16)).astype(float).tolist() == want
+    xb = jnp.asarray(x, jnp.bfloat16)
+    assert host(lax.dot_general(xb, xb, dn, preferred_element_type=np.float16)).astype(float).tolist() == want
+    u = to_kiln(np.array([[200, 100], [3, 5]], np.uint8))  # integers wrap in the wider type
+    assert host(lax.dot_general(u, u, dn, preferred_element_type=np.int16)).tolist() == [[-25236, 20500], [615, 325]]
+    # JAX refuses to narrow a non-float product
+    for ops, t in [((a, a), np.float16), ((a, a), np.int16), ((to_kiln(x.astype(np.int32)),) * 2, np.int8),
+                   ((u, u), np.bool_)]:
+        with pytest.raises(TypeError, match="must not be narrower"):
+            lax.dot_general(*ops, dn, preferred_element_type=t)
+
+
 def test_dot_and_precision():
     a, b, v = (rng().normal(size=s).astype(np.float32) for s in [(3, 4), (4, 5), (4,)])
     for prec in (None, lax.Precision.DEFAULT, lax.Precision.HIGHEST, "highest"):

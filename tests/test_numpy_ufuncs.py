@@ -247,7 +247,7 @@ def test_int_power_negative_exponent_and_bool():
     base = jnp.asarray(np.array([-2, -1, 0, 1, 2, 3], np.int32))
     got = jnp.power(base, jnp.asarray(np.array([-1, -3, 2, -5, 10, 0], np.int32)))
     np.testing.assert_array_equal(np.asarray(got), [0, -1, 0, 1, 1024, 1])
-    with pytest.raises(ValueError, match="power"):
+    with pytest.raises(TypeError, match="power"):  # JAX's error type
         jnp.power(base, -1)
     np.testing.assert_array_equal(np.asarray(jnp.power(base, 3)), np.asarray(base) ** 3)
 
@@ -446,6 +446,81 @@ def test_float32_trig_of_large_arguments_is_accurate(name):
     want = getattr(np, name)(x.astype(np.float64))
     ulp = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert ulp.max() <= 4.0
+
+
+# ---- issue 32: silent wrong answers and dtypes (expected values pinned from JAX 0.10.2) ----
+
+def test_float_power_keeps_the_promoted_inexact_dtype():
+    # guards issue 32: float_power converted to float32 (float64 under x64) as NumPy does, so a complex
+    # base lost its imaginary part (float_power(1+2j, 2) gave 1.0) and float16/bfloat16 became float32
+    got = jnp.float_power(1 + 2j, 2)
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(complex(got), -3 + 4j, rtol=1e-6)
+    for dt in (np.float16, jnp.bfloat16):
+        got = jnp.float_power(jnp.asarray([2.0, 3.0], dt), 2)
+        assert got.dtype == np.dtype(dt) and np.asarray(got).astype(float).tolist() == [4.0, 9.0]
+    assert jnp.float_power(jnp.array([1, 2], np.int8), 2).dtype == np.float32
+    assert jnp.float_power(jnp.array([1.5], np.float16), 2 + 0j).dtype == np.complex64
+
+
+def test_heaviside_of_nan_is_nan():
+    # guards issue 32: heaviside(nan, h) gave h
+    got = np.asarray(jnp.heaviside(jnp.array([np.nan, 0.0, -np.inf, 2.0]), jnp.array([0.5, np.nan, 1.0, 0.5])))
+    np.testing.assert_array_equal(got, [np.nan, np.nan, 0.0, 1.0])
+
+
+_B = np.array([True, False])
+_BOOL_NUMERIC = [  # name, f, JAX's values (all int32: JAX computes bools as int32 here)
+    ("power", lambda a, b: jnp.power(a, b), [1, 0]),
+    ("power by int", lambda a, b: jnp.power(a, 2), [1, 0]),
+    ("power by 0", lambda a, b: a ** 0, [1, 1]),
+    ("floor_divide", lambda a, b: a // b, [1, 0]),
+    ("divmod", lambda a, b: jnp.divmod(a, b)[1], [0, 0]),
+    ("remainder", lambda a, b: jnp.remainder(a, b), [0, 0]),
+    ("fmod", lambda a, b: jnp.fmod(a, b), [0, 0]),
+]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in _BOOL_NUMERIC])
+def test_bool_arithmetic_computes_in_int32(name):
+    # guards issue 32: bool power stayed bool, floor_divide/divmod/remainder gave int8, fmod raised
+    f, want = {c[0]: c[1:] for c in _BOOL_NUMERIC}[name]
+    got = f(jnp.asarray(_B), jnp.asarray(np.array([True, True])))
+    assert got.dtype == np.int32 and np.asarray(got).tolist() == want
+
+
+def test_integer_division_by_zero_as_jax():
+    # guards issue 32: JAX gives x % 0 == 0 (remainder, fmod) and x // 0 == -1 - (x != 0) for signed ints;
+    # kiln gave x and -1
+    for dt in (np.int8, np.int32):
+        x, z = jnp.array([5, -5, 0], dt), jnp.zeros(3, dt)
+        assert np.asarray(x // z).tolist() == [-2, -2, -1]
+        assert np.asarray(x % z).tolist() == [0, 0, 0]
+        assert np.asarray(jnp.fmod(x, z)).tolist() == [0, 0, 0]
+    u = jnp.array([5, 0], np.uint8)
+    assert np.asarray(u // jnp.zeros(2, np.uint8)).tolist() == [255, 255]
+    assert np.asarray(u % jnp.zeros(2, np.uint8)).tolist() == [0, 0]
+    assert np.asarray(jnp.array([3, 1, 2], np.int8) % jnp.array([True, False, True])).tolist() == [0, 0, 0]
+
+
+def test_power_dtypes_as_jax():
+    # guards issue 32: a concrete integer exponent promotes the base alone (bool -> int32); an int base
+    # with a negative concrete exponent raises TypeError, as in JAX
+    assert jnp.power(True, 2).dtype == np.int32
+    assert jnp.power(jnp.array([True, False]), np.int8(3)).dtype == np.int32
+    assert jnp.power(jnp.array([2, 3], np.int8), 2).dtype == np.int8
+    assert np.asarray(jnp.power(jnp.array([2.0, 0.0]), jnp.int32(3))).tolist() == [8.0, 0.0]
+    assert np.asarray(jnp.power(jnp.array([True, False]), 2.0)).tolist() == [1.0, 0.0]
+    with pytest.raises(TypeError):
+        jnp.power(jnp.int32(2), -1)
+
+
+def test_ldexp_with_a_bool_exponent():
+    # guards issue 32: the exponent was added to frexp's in its own dtype (bool: `or`), so ldexp(3, True)
+    # gave 1.5; JAX converts it to the result's float type first
+    got = jnp.ldexp(jnp.array([3, 1, 2], np.int8), jnp.array([True, False, True]))
+    assert got.dtype == np.float32 and np.asarray(got).tolist() == [6.0, 1.0, 4.0]
+    assert np.asarray(jnp.ldexp(1.5, jnp.array([True, False]))).tolist() == [3.0, 1.5]
 
 
 def test_shifts_outer_and_einsum_on_bools():

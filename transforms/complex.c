@@ -284,6 +284,29 @@ static cx cscan(kl_build *b, cx x, int axis, int reverse, kl_prim op) {
 
 /* ---- the two forms of a complex value ------------------------------------------------------ */
 
+/* x^y as JAX computes it (XLA's lowering, MLIR's complex.pow): with y = c + di,
+ * |x|^c e^(-d arg x) (cos q + i sin q), q = c arg x + d log|x|, and its special cases, the later
+ * ones winning: 0^c = 0 (c > 0 real; 0^0 = 1), x^0 = 1 (inf and nan too), 1^y = 1 (y nan too),
+ * inf^c = inf (c > 0 real), inf^c = 0 (c < 0 real). */
+static cx cpowx(kl_build *b, cx x, cx y) {
+  int c = y.r, d = y.i, zero = lit_like(b, 0, c), one = lit_like(b, 1, c), inf = lit_like(b, INFINITY, c);
+  int ab = cabsx(b, x), arg = kl_build_bin(b, KL_P_ATAN2, x.i, x.r);
+  int coeff = mul(b, kl_build_bin(b, KL_P_POW, ab, c), un(b, KL_P_EXP, mul(b, neg(b, d), arg)));
+  int q = add(b, mul(b, c, arg), mul(b, d, un(b, KL_P_LOG, ab)));
+  cx out = mk(mul(b, coeff, un(b, KL_P_COS, q)), mul(b, coeff, un(b, KL_P_SIN, q)));
+#define AND(p, q) kl_build_bin(b, KL_P_AND, (p), (q))
+  int d0 = cmp(b, KL_P_EQ, d, zero), c0 = cmp(b, KL_P_EQ, c, zero), b0 = cmp(b, KL_P_EQ, x.i, zero);
+  int x0 = AND(cmp(b, KL_P_EQ, ab, zero), AND(d0, cmp(b, KL_P_LE, zero, c)));
+  out = cpick(b, x0, mk(sel(b, c0, one, zero), zero), out);
+  out = cpick(b, AND(c0, d0), cre(b, one), out);
+  out = cpick(b, AND(cmp(b, KL_P_EQ, x.r, one), b0), cre(b, one), out);
+  int xinf = AND(AND(cmp(b, KL_P_EQ, x.r, inf), b0), d0);
+  out = cpick(b, AND(xinf, cmp(b, KL_P_GT, c, zero)), cre(b, inf), out);
+  out = cpick(b, AND(xinf, cmp(b, KL_P_LT, c, zero)), cre(b, zero), out);
+#undef AND
+  return out;
+}
+
 static int is_cx(const kl_aval *a) { return kl_dtype_is_complex(a->dtype); }
 
 /* The packed aval of a complex one: real dtype, shape + [2]. */
@@ -426,15 +449,7 @@ static int elementwise(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
     *out = cdiv_i(b, clogx(b, cdivx(b, cadd(b, w, ctimes_i(b, x)), r)));
     return 0;
   }
-  case KL_P_POW: { /* exp(y log x); 0^0 = 1, 0^y = 0 */
-    cx y = operand(s, e, 1);
-    cx p = cexpx(b, cmulx(b, y, clogx(b, x)));
-    int x0 = kl_build_bin(b, KL_P_AND, cmp(b, KL_P_EQ, x.r, lit_like(b, 0, x.r)), cmp(b, KL_P_EQ, x.i, lit_like(b, 0, x.i)));
-    int y0 = kl_build_bin(b, KL_P_AND, cmp(b, KL_P_EQ, y.r, lit_like(b, 0, y.r)), cmp(b, KL_P_EQ, y.i, lit_like(b, 0, y.i)));
-    int zr = sel(b, y0, lit_like(b, 1, p.r), lit_like(b, 0, p.r));
-    *out = mk(sel(b, x0, zr, p.r), sel(b, x0, lit_like(b, 0, p.i), p.i));
-    return 0;
-  }
+  case KL_P_POW: *out = cpowx(b, x, operand(s, e, 1)); return 0;
   case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER:
     *out = mk(un(b, e->prim, x.r), un(b, e->prim, x.i));
     return 0;
@@ -541,22 +556,30 @@ static int sort_parts(split_ctx *s, const kl_eqn *e) {
   return 0;
 }
 
-/* dot_general of complex operands: four real products (a real operand has no imaginary one). */
-static int dot(split_ctx *s, const kl_eqn *e, cx *out) {
+/* dot_general of complex operands: four real products (a real operand has no imaginary one).
+ * With a real preferred_element_type (complex64 operands, float32 or int32 result) the result is
+ * the real part of the complex product converted to it, as JAX gives: *real gets it. */
+static int dot(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
   kl_build *b = &s->b;
   const kl_aval *la = &s->src->vals[e->ins[0]].aval, *ra = &s->src->vals[e->ins[1]].aval;
+  kl_dtype t = s->src->vals[e->outs[0]].aval.dtype;
   cx x = is_cx(la) ? parts_of(s, e->ins[0]) : mk(s->map[e->ins[0]], -1);
   cx y = is_cx(ra) ? parts_of(s, e->ins[1]) : mk(s->map[e->ins[1]], -1);
   kl_params p = e->p;
-  if (p.dot.preferred_element_type >= 0) p.dot.preferred_element_type = (int)kl_dtype_real_part((kl_dtype)p.dot.preferred_element_type);
+  if (p.dot.preferred_element_type >= 0)
+    p.dot.preferred_element_type = kl_dtype_is_complex(t) ? (int)kl_dtype_real_part(t) : -1;
   int o[KL_MAX_OUTS];
 #define PROD(l, r) (kl_build_emit(b, KL_P_DOT_GENERAL, (int[]){(l), (r)}, 2, &p, o) < 0 ? -1 : o[0])
   int rr = PROD(x.r, y.r);
   int ii = x.i >= 0 && y.i >= 0 ? PROD(x.i, y.i) : -1;
+  out->r = ii >= 0 ? sub(b, rr, ii) : rr;
+  if (!kl_dtype_is_complex(t)) {
+    *real = kl_build_convert(b, out->r, t);
+    return b->failed ? -1 : 0;
+  }
   int ri = y.i >= 0 ? PROD(x.r, y.i) : -1;
   int ir = x.i >= 0 ? PROD(x.i, y.r) : -1;
 #undef PROD
-  out->r = ii >= 0 ? sub(b, rr, ii) : rr;
   out->i = kl_build_add(b, ri, ir);
   if (out->i < 0 && !b->failed) out->i = kl_build_zeros(b, kl_build_aval(b, rr));
   return b->failed ? -1 : 0;
@@ -688,7 +711,7 @@ static int rewrite(split_ctx *s, const kl_eqn *e) {
     break;
   }
   case KL_P_DOT_GENERAL:
-    if (dot(s, e, &out)) return -1;
+    if (dot(s, e, &out, &real)) return -1;
     break;
   case KL_P_REDUCE_SUM: case KL_P_CUMSUM: case KL_P_BROADCAST_IN_DIM: case KL_P_RESHAPE: case KL_P_TRANSPOSE:
   case KL_P_REV: case KL_P_SLICE: case KL_P_PAD: case KL_P_CONCATENATE: case KL_P_DYNAMIC_SLICE:

@@ -9,6 +9,23 @@ const kl_param_field kl_fields_dot[] = {
     KL_FIELD(dot, rhs_batch, IVEC),       KL_FIELD(dot, precision, INT32),      KL_FIELD(dot, preferred_element_type, DTYPE),
     {NULL, 0, 0}};
 
+/* Bits of a dtype as JAX's _bit_width counts them: 1 for bool, a complex type's real part's. */
+static int bit_width(kl_dtype t) {
+  if (t == KL_BOOL) return 1;
+  return (int)kl_dtype_size(kl_dtype_real_part(t)) * 8;
+}
+
+kl_dtype kl_dot_compute_dtype(kl_dtype o, kl_dtype t) {
+  if (o == t || o == KL_BOOL) return t;
+  if (kl_dtype_is_int(o)) {
+    if (kl_dtype_is_int(t)) return bit_width(t) >= bit_width(o) ? t : o;
+    return t == KL_BOOL ? o : t;
+  }
+  /* a float or complex product; float16 into bfloat16 computes in bfloat16 too (XLA's result) */
+  if (kl_dtype_is_inexact(t) && kl_dtype_is_complex(t) >= kl_dtype_is_complex(o) && bit_width(t) > bit_width(o)) return t;
+  return o == KL_F16 && t == KL_BF16 ? t : o;
+}
+
 int kl_infer_dot(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
                  int *nout) {
   (void)prim;
@@ -40,7 +57,14 @@ int kl_infer_dot(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, cons
   kl_aval *out = &outs[0];
   *out = *l;
   out->weak = l->weak && r->weak;
-  if (p->dot.preferred_element_type >= 0) out->dtype = (kl_dtype)p->dot.preferred_element_type;
+  if (p->dot.preferred_element_type >= 0) {
+    kl_dtype t = (kl_dtype)p->dot.preferred_element_type;
+    /* JAX's (XLA's MaybeUpcast) check: only a float product may narrow */
+    if (!kl_dtype_is_float(l->dtype) && t != l->dtype && bit_width(t) < bit_width(l->dtype))
+      return kl_rule_fail(e, KL_ERR_TYPE, "dot_general: `preferred_element_type` must not be narrower than the original type, "
+                          "got preferred_element_type of %s for result type of %s", kl_dtype_name(t), kl_dtype_name(l->dtype));
+    out->dtype = t;
+  }
   out->ndim = 0;
   for (int i = 0; i < lb->n; i++) out->dims[out->ndim++] = l->dims[lb->v[i]];
   for (int side = 0; side < 2; side++) {

@@ -154,6 +154,15 @@ static int dot_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) {
   const kl_params *p = &e->p;
   kl_aval l = *kl_build_aval(b, xs[0]), r = *kl_build_aval(b, xs[1]);
   kl_dtype t = p->dot.preferred_element_type >= 0 ? (kl_dtype)p->dot.preferred_element_type : l.dtype;
+  kl_dtype c = kl_dot_compute_dtype(l.dtype, t);
+  if (c != t) { /* computed in the operands' dtype, then converted (float -> int: after the product) */
+    kl_eqn inner = *e; /* the product, legalized in turn */
+    inner.p.dot.preferred_element_type = -1;
+    int z, rc = dot_legalize(b, &inner, xs, &z);
+    if (rc == 0) z = kl_build_op(b, KL_P_DOT_GENERAL, xs, 2, &inner.p);
+    ys[0] = rc < 0 || z < 0 ? -1 : kl_build_convert(b, z, t);
+    return ys[0] < 0 ? -1 : 1;
+  }
   if (l.dtype == t && r.dtype == t &&
       kl_dot_gemm_layout(&l, &p->dot.lhs_batch, &p->dot.lhs_contracting, 0, NULL, NULL) >= 0 &&
       kl_dot_gemm_layout(&r, &p->dot.rhs_batch, &p->dot.rhs_contracting, 1, NULL, NULL) >= 0)

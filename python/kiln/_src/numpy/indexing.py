@@ -349,6 +349,15 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
         # as JAX: the update combines in the operands' promoted dtype, and bools do not add or multiply
         raise TypeError(f"{opname}: bool arrays do not take bool updates (add and multiply need numbers); "
                         "use .set, .min (and) or .max (or), or convert the array to an integer dtype")
+    if op in ("set", "add", "mul", "min", "max"):
+        # As JAX: the array and the values are promoted together, the scatter runs in that dtype and
+        # its result is converted back, so int x.at[i].add(1.7) at a duplicated i adds 3.4, not 1 + 1
+        # (and, as in JAX, an int32 array round-trips through float32 for float values)
+        pdt = np.dtype(dtypes.result_type(arr, values))
+        if pdt != np.dtype(arr.dtype):
+            out = update(lax.convert_element_type(arr, pdt, arr.weak_type), idx, values, op, mode,
+                         indices_are_sorted, unique_indices)
+            return lax.convert_element_type(out, arr.dtype, arr.weak_type)
     if op in ("divide", "power"):
         # As JAX: duplicates multiply their values first, then one elementwise op.
         factor = update(lax.full(arr.shape, 1, arr.dtype), idx, values, "mul", mode)
@@ -528,7 +537,8 @@ class _IndexUpdateRef:
         return self._do(values, "add", mode)
 
     def subtract(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
-        v = _s._convert(values, self.array.dtype)
+        # negated in the promoted dtype (as JAX's scatter_sub there): int x.at[i].subtract(1.7) takes 1.7
+        v = _s._convert(values, dtypes.result_type(self.array, values))
         return self._do(lax.neg(v), "add", mode)
 
     def multiply(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):

@@ -877,12 +877,7 @@ def unique_values(x, /, *, size=None, fill_value=None):
 # ---------------------------------------------------------------------------------------------------------
 # Float bits: frexp, ldexp, nextafter, spacing, modf; bitwise_count, sort_complex
 
-def frexp(x, /):
-    """(mantissa, exponent): x = mantissa * 2 ** exponent with |mantissa| in [0.5, 1) (0, inf, NaN kept
-    with exponent 0); the exponent is int32."""
-    x, = util.promote_dtypes_inexact("frexp", x)
-    if util.is_complex_dtype(x.dtype):
-        raise TypeError("frexp does not support complex-valued inputs")
+def _frexp_value(x):
     info = np.finfo(x.dtype)
     nmant, nexp = int(info.nmant), int(info.nexp)
     it = np.dtype(f"int{x.dtype.itemsize * 8}")
@@ -901,14 +896,40 @@ def frexp(x, /):
     return _u.where(keep, x, mant), _u.where(keep, 0, e).astype(np.int32)
 
 
+def _frexp_jvp(primals, tangents):
+    """The mantissa's derivative is 2 ** -exponent (JAX's rule; the bit twiddling has none)."""
+    x, = primals
+    t, = tangents
+    m, e = _frexp_value(x)
+    return (m, e), (t * _u.exp2(-e.astype(t.dtype)), lax.full(e.shape, 0, e.dtype))
+
+
+_frexp = None
+
+
+def frexp(x, /):
+    """(mantissa, exponent): x = mantissa * 2 ** exponent with |mantissa| in [0.5, 1) (0, inf, NaN kept
+    with exponent 0); the exponent is int32. The mantissa is differentiable (so is ldexp, built on it)."""
+    global _frexp
+    x, = util.promote_dtypes_inexact("frexp", x)
+    if util.is_complex_dtype(x.dtype):
+        raise TypeError("frexp does not support complex-valued inputs")
+    if _frexp is None:
+        from kiln._src.custom import custom_jvp
+        _frexp = custom_jvp(_frexp_value)
+        _frexp.defjvp(_frexp_jvp)
+    return _frexp(x)
+
+
 def ldexp(x1, x2, /):
     """x1 * 2 ** x2 (x2 integer), without overflow in the intermediate power."""
     x1, x2 = util.asarray_arg("ldexp", x1), util.asarray_arg("ldexp", x2)
     if util.is_complex_dtype(x1.dtype) or util.is_inexact_dtype(x2.dtype):
         raise ValueError(f"ldexp not supported for input types {(x1.dtype, x2.dtype)}")
     x1, = util.promote_dtypes_inexact("ldexp", x1)
+    x2 = lax.convert_element_type(x2, x1.dtype)  # as JAX: a bool exponent counts 1, not `or`
     m, e = frexp(x1)
-    e = (e.astype(x2.dtype) + x2).astype(x1.dtype)
+    e = e.astype(x2.dtype) + x2
     m = _u.where(e > 0, m * 2, m)  # an exponent one past the range may still give a finite result
     e = _u.where(e > 0, e - 1, e)
     out = m * _u.exp2(e)

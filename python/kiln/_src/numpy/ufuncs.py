@@ -167,12 +167,24 @@ divide = _binary_inexact("divide", lax.div)
 true_divide = _binary_inexact("true_divide", lax.div)
 
 
+def _as_numeric(x1, x2):
+    """Bool operands computed on as int32 (JAX's promote_args_numeric: True // True is int32 1)."""
+    if is_bool_dtype(x1.dtype):
+        return tuple(lax.convert_element_type(v, np.int32) for v in (x1, x2))
+    return x1, x2
+
+
+def _nonzero_divisor(x2):
+    """An integer divisor with 0 replaced by 1: JAX's remainder and fmod give 0 for x % 0."""
+    return lax.select(lax.eq(x2, _c(x2, 0)), _c(x2, 1), x2)
+
+
 def _int_floor_divide(x1, x2):
     if x1.dtype.kind == "u":
         return lax.div(x1, x2)
-    zero = _c(x1, 0)
     q = lax.div(x1, x2)  # rounds toward zero
-    adjust = lax.and_(lax.ne(lax.lt(x1, zero), lax.lt(x2, zero)), lax.ne(lax.rem(x1, x2), zero))
+    # JAX compares signs (not x < 0), so x // 0 is lax.div's -1, less one where x != 0
+    adjust = lax.and_(lax.ne(lax.sign(x1), lax.sign(x2)), lax.ne(lax.rem(x1, x2), _c(x1, 0)))
     return lax.select(adjust, lax.sub(q, _c(q, 1)), q)
 
 
@@ -187,21 +199,23 @@ def _float_divmod(x1, x2):
     floordiv = lax.floor(div)
     floordiv = lax.select(lax.gt(lax.sub(div, floordiv), _c(div, 0.5)), lax.add(floordiv, _c(div, 1)),
                           floordiv)
-    # x2 == 0: NumPy gives x1 / 0 (inf or nan) for the quotient and nan for the remainder.
+    # x2 == 0: NumPy gives x1 / 0 (inf or nan) for the quotient and nan for the remainder. The
+    # quotient is piecewise constant, so its derivative is 0 as in JAX: floor (which keeps inf and
+    # nan) drops x1 / x2's tangent, whose 1 / x2**2 would turn the select's zero into inf or nan.
     x2_zero = lax.eq(x2, zero)
-    floordiv = lax.select(x2_zero, lax.div(x1, x2), floordiv)
+    floordiv = lax.select(x2_zero, lax.floor(lax.div(x1, x2)), floordiv)
     return floordiv, mod
 
 
 def _floor_divide(x1, x2):
-    if is_bool_dtype(x1.dtype):
-        x1, x2 = (lax.convert_element_type(v, np.int8) for v in (x1, x2))
+    x1, x2 = _as_numeric(x1, x2)
     if is_int_dtype(x1.dtype):
         return _int_floor_divide(x1, x2)
     return _float_divmod(x1, x2)[0]
 
 
 def _int_mod(x1, x2):
+    x2 = _nonzero_divisor(x2)
     r = lax.rem(x1, x2)
     if x1.dtype.kind == "u":
         return r
@@ -211,8 +225,7 @@ def _int_mod(x1, x2):
 
 
 def _mod(x1, x2):
-    if is_bool_dtype(x1.dtype):
-        x1, x2 = (lax.convert_element_type(v, np.int8) for v in (x1, x2))
+    x1, x2 = _as_numeric(x1, x2)
     if is_int_dtype(x1.dtype):
         return _int_mod(x1, x2)
     return _float_divmod(x1, x2)[1]
@@ -221,7 +234,12 @@ def _mod(x1, x2):
 floor_divide = _binary("floor_divide", _floor_divide)
 remainder = _binary("remainder", _mod)
 mod = _binary("mod", _mod)
-fmod = _binary("fmod", lambda x1, x2: lax.rem(x1, x2))
+def _fmod(x1, x2):
+    x1, x2 = _as_numeric(x1, x2)
+    return lax.rem(x1, _nonzero_divisor(x2) if is_int_dtype(x1.dtype) else x2)
+
+
+fmod = _binary("fmod", _fmod)
 
 
 def divmod(x1, x2, /):
@@ -249,21 +267,30 @@ def _int_power(base, exponent):
     return lax.select(negative, neg_result, acc)
 
 
+def _static_int_exponent(x2):
+    """x2 as a Python int where JAX takes it as a concrete integer scalar power (integer_pow: repeated
+    multiplication, the base promoted alone), else None."""
+    if isinstance(x2, (int, np.integer, np.bool_)):
+        return int(x2)
+    if isinstance(x2, (np.ndarray, core.Array)) and not isinstance(x2, core.Tracer) and x2.ndim == 0 \
+            and np.dtype(x2.dtype).kind in "iub":
+        return int(x2)
+    return None
+
+
 def power(x1, x2, /):
-    """x1 ** x2 element-wise (JAX rules: a Python int exponent uses repeated multiplication)."""
-    if type(x2) is int:
-        x1, = util.promote_dtypes("power", x1, x2)[:1]
-        _reject_complex("power", x1)
-        if x2 < 0 and not is_inexact_dtype(x1.dtype):
-            raise ValueError(f"power: integers cannot be raised to negative integer powers "
-                             f"(got {x1.dtype} ** {x2}); convert the base to a float first")
+    """x1 ** x2 element-wise with JAX's rules: a concrete integer scalar exponent multiplies repeatedly;
+    integer bases with integer exponents stay integers, bools computing as int32; the rest use lax.pow."""
+    n = _static_int_exponent(x2)
+    if n is not None:
+        x1 = util.asarray_arg("power", x1)
         if is_bool_dtype(x1.dtype):
-            return x1 if x2 > 0 else lax.full(x1.shape, True, x1.dtype)
-        return lax.integer_pow(x1, x2)
-    x1, x2 = promote_args("power", x1, x2)
-    _reject_complex("power", x1)
-    if is_bool_dtype(x1.dtype):
-        return lax.or_(x1, lax.not_(x2))
+            x1 = lax.convert_element_type(x1, np.int32)
+        if n < 0 and not is_inexact_dtype(x1.dtype):
+            raise TypeError(f"power: integers cannot be raised to negative integer powers "
+                            f"(got {x1.dtype} ** {n}); convert the base to a float first")
+        return lax.integer_pow(x1, n)
+    x1, x2 = _as_numeric(*promote_args("power", x1, x2))
     if is_int_dtype(x1.dtype):
         return _int_power(x1, x2)
     return lax.pow(x1, x2)
@@ -273,11 +300,9 @@ pow = power
 
 
 def float_power(x1, x2, /):
-    """x1 ** x2 computed in the widest float kiln has enabled (float64 under x64, else float32)."""
-    x1, x2 = promote_args_inexact("float_power", x1, x2)
-    target = np.dtype(dtypes.canonicalize_dtype(np.float64))
-    x1, x2 = (lax.convert_element_type(v, target) if v.dtype != target else v for v in (x1, x2))
-    return lax.pow(x1, x2)
+    """x1 ** x2 on the promoted inexact dtype, as JAX (not NumPy's float64: float16 stays float16,
+    complex stays complex)."""
+    return lax.pow(*promote_args_inexact("float_power", x1, x2))
 
 
 def negative(x, /):
@@ -618,7 +643,8 @@ def heaviside(x1, x2, /):
     x1, x2 = promote_args_inexact("heaviside", x1, x2)
     _reject_complex("heaviside", x1)
     zero = _c(x1, 0)
-    return lax.select(lax.lt(x1, zero), zero, lax.select(lax.gt(x1, zero), _c(x1, 1), x2))
+    at_zero = lax.select(lax.ne(x1, x1), x1, x2)  # NaN stays NaN, as in JAX and NumPy
+    return lax.select(lax.lt(x1, zero), zero, lax.select(lax.gt(x1, zero), _c(x1, 1), at_zero))
 
 
 # ---------------------------------------------------------------------------------------------------------
