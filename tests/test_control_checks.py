@@ -146,3 +146,48 @@ def test_a_weak_typed_initial_carry_takes_the_bodys_dtype():
     carry, ys = lax.scan(lambda c, x: (c + x, c), 0, jnp.arange(3.0))
     assert float(carry) == 3.0
     np.testing.assert_array_equal(np.asarray(ys), [0.0, 0.0, 1.0])
+
+
+def test_eager_control_flow_hands_arrays_to_its_functions():
+    # bug (issue 32): eager cond/switch/while/fori/scan passed NumPy operands to the user's functions
+    # as they were (AttributeError: 'numpy.ndarray' object has no attribute 'at'), and Python scalars
+    # came back as Python floats (float64 to NumPy); JAX's functions always see arrays
+    import kiln
+    import kiln.numpy as jnp
+    from kiln import lax
+    got = lax.fori_loop(0, 1, lambda i, c: c.at[0].add(1), np.ones(3))
+    assert got.dtype == np.float32 and np.asarray(got).tolist() == [2.0, 1.0, 1.0]
+    got = lax.fori_loop(0, 3, lambda i, c: c + i, 1.0)
+    assert isinstance(got, kiln.Array) and got.dtype == np.float32 and float(got) == 4.0
+    assert np.asarray(lax.while_loop(lambda c: c[0] < 3, lambda c: c.at[0].add(1), np.zeros(2))).tolist() == [3, 0]
+    assert np.asarray(lax.cond(True, lambda x: x.at[0].set(5), lambda x: x, np.zeros(2))).tolist() == [5, 0]
+    assert np.asarray(lax.switch(1, [lambda x: x.at[0].set(5), lambda x: x.at[1].set(6)], np.zeros(2))).tolist() == [0, 6]
+    carry, ys = lax.scan(lambda c, x: (c.at[0].add(x), c.sum()), np.zeros(2), np.arange(3.0))
+    assert np.asarray(carry).tolist() == [3, 0] and np.asarray(ys).tolist() == [0, 0, 1]
+    # fori_loop's index is weakly typed under jit too (JAX's int(lower)): an int8 carry plus it stays int8
+    got = kiln.jit(lambda c: lax.fori_loop(0, 3, lambda i, c: c + i, c))(np.int8(1))
+    assert got.dtype == np.int8 and int(got) == 4
+    got = kiln.jit(lambda: lax.fori_loop(0, 3, lambda i, c: c + i * jnp.ones((), jnp.int8), jnp.zeros((), jnp.int8)))()
+    assert got.dtype == np.int8 and int(got) == 3
+
+
+def test_predicates_and_indices_are_checked_as_jax():
+    # bug (issue 32): an eager while_loop accepted a float predicate (JAX: TypeError), a non-scalar
+    # cond/while predicate raised ValueError (JAX: TypeError), switch took a float index
+    import kiln.numpy as jnp
+    from kiln import lax
+    with pytest.raises(TypeError, match="boolean scalar"):
+        lax.while_loop(lambda c: (c < 1).astype(jnp.float32), lambda c: c + 1, jnp.asarray(0))
+    with pytest.raises(TypeError, match="boolean scalar"):
+        lax.while_loop(lambda c: jnp.stack([c < 1, c < 1]), lambda c: c + 1, jnp.asarray(0))
+    with pytest.raises(TypeError, match="scalar"):
+        lax.cond(jnp.asarray([True, False]), lambda x: x + 1, lambda x: x, 1.0)
+    with pytest.raises(TypeError, match="boolean or number"):
+        lax.cond(1 + 0j, lambda: 0, lambda: 1)
+    with pytest.raises(TypeError, match="integer"):
+        lax.switch(1.0, [lambda x: x, lambda x: x + 1], 1.0)
+    with pytest.raises(TypeError, match="integer"):
+        lax.switch(True, [lambda x: x, lambda x: x + 1], 1.0)
+    with pytest.raises(TypeError, match="scalar"):
+        lax.switch(jnp.asarray([1]), [lambda x: x, lambda x: x + 1], 1.0)
+    assert float(lax.cond(1.0, lambda x: x + 1, lambda x: x, 1.0)) == 2.0  # numbers are fine, as in JAX

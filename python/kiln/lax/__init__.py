@@ -727,10 +727,47 @@ def _has_value(x):
     return not isinstance(x, Tracer) or x._cval is not None
 
 
+def _as_arrays(tree):
+    """tree with its leaves as arrays, as JAX's control flow hands them to its functions, also when
+    kiln runs those eagerly: NumPy values always, Python scalars (weakly typed) outside a trace. Under
+    one, a Python scalar stays one, so a loop counter keeps deciding a concrete predicate (how kiln
+    differentiates a while_loop nested in a scan)."""
+    from kiln._src import tree_util
+    tracing = core.tracing()
+
+    def leaf(x):
+        if isinstance(x, Array) or (tracing and isinstance(x, (_bool, _int, _float, _complex_t))):
+            return x
+        return core.asarray(x)
+    return tree_util.tree_map(leaf, tree)
+
+
+def _check_pred(name, pred):
+    """pred, after JAX's checks: a scalar (TypeError otherwise) of bool or number type. Returned as
+    given (a Python bool stays one: under a trace an array made of it would be a tracer)."""
+    if isinstance(pred, (str, bytes)) or pred is None:
+        raise TypeError(f"{name}: Pred must be a scalar, got {pred!r} of type {type(pred)}")
+    t = pred if isinstance(pred, Array) else np.asarray(pred)
+    if t.shape != ():
+        raise TypeError(f"{name}: Pred must be a scalar, got shape {tuple(t.shape)}")
+    if np.dtype(t.dtype).kind == "c" or np.dtype(t.dtype).kind not in "biuf" and np.dtype(t.dtype) != dtypes.bfloat16:
+        raise TypeError(f"{name}: Pred type must be either boolean or number, got {t.dtype}")
+    return pred
+
+
+def _check_index(index):
+    """switch's index, after JAX's checks: an integer scalar (TypeError otherwise); returned as given."""
+    t = index if isinstance(index, Array) else np.asarray(index)
+    if t.shape != ():
+        raise TypeError(f"switch: Branch index must be scalar, got shape {tuple(t.shape)}")
+    if np.dtype(t.dtype).kind not in "iu":
+        raise TypeError(f"switch: Index type must be an integer, got {t.dtype}")
+    return index
+
+
 def _as_bool_scalar(name, pred):
+    pred = _check_pred(name, pred)
     pred = core.asarray(pred) if not isinstance(pred, Array) else pred
-    if pred.shape != ():
-        raise TypeError(f"{name}: the predicate must be a scalar, got shape {pred.shape}")
     return pred if pred.dtype == np.bool_ else ne(pred, _to_array(0, pred))
 
 
@@ -812,7 +849,8 @@ def cond(pred, true_fun, false_fun, *operands):
     branch its predicate names (under vmap with a batched predicate, both, selected per example)."""
     from kiln._src import control_checks, tree_util
     if _has_value(pred):
-        taken = _bool(pred)
+        taken = _bool(_check_pred("cond", pred))
+        operands = _as_arrays(operands)  # the branches see arrays, as JAX's do
         out = true_fun(*operands) if taken else false_fun(*operands)
         other = _untaken_output(false_fun if taken else true_fun, operands)
         if other is not None:
@@ -841,7 +879,8 @@ def switch(index, branches, *operands):
     if not branches:
         raise ValueError("switch: needs at least one branch")
     if _has_value(index):
-        i = builtins.min(builtins.max(_int(index), 0), len(branches) - 1)
+        i = builtins.min(builtins.max(_int(_check_index(index)), 0), len(branches) - 1)
+        operands = _as_arrays(operands)  # the branches see arrays, as JAX's do
         out = branches[i](*operands)
         outs = [out if j == i else _untaken_output(b, operands) for j, b in enumerate(branches)]
         for j in builtins.range(1, len(branches)):
@@ -849,9 +888,8 @@ def switch(index, branches, *operands):
                 control_checks.check_branches("switch", "branch 0", branches[0], outs[0], f"branch{j}", branches[j],
                                               outs[j])
         return out
-    idx = core.asarray(index) if not isinstance(index, Array) else index
-    if idx.shape != () or idx.dtype.kind not in "iu":
-        raise TypeError(f"switch: the index must be an integer scalar, got {idx.dtype.name}{list(idx.shape)}")
+    idx = _check_index(index)
+    idx = core.asarray(idx) if not isinstance(idx, Array) else idx
     if len(branches) == 1:
         return branches[0](*operands)
     leaves, tree = _operand_leaves(operands)
@@ -903,15 +941,18 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
         return _fori_equation(lower, upper, body_fun, init_val)
     lo, hi = _int(lower), _int(upper)
     if core.tracing() and hi > lo and not (unroll is True or (unroll is not None and _int(unroll) >= hi - lo)):
-        # static bounds under a trace: a scan over (i, val), as JAX makes it
-        i0 = core.asarray(lower) if isinstance(lower, Array) else core.asarray(np.int32(lo))
+        # static bounds under a trace: a scan over (i, val), as JAX makes it, i a weakly typed int
+        # (JAX's int(lower)): an int8 carry plus i stays int8
+        i0 = core.asarray(lo)
 
         def step(loop_carry, _):  # the name JAX's messages give the carry
             i, x = loop_carry
             return (add(i, _to_array(1, i)), body_fun(i, x)), None
 
         return scan(step, (i0, init_val), None, length=hi - lo, unroll=1 if unroll in (None, False) else unroll)[0][1]
-    val = init_val
+    # the body sees arrays, as JAX's; its index stays a Python int (JAX's is a weakly typed int32 array:
+    # the same arithmetic, without a device scalar made at every step)
+    val = _as_arrays(init_val)
     for i in builtins.range(lo, hi):
         out = body_fun(i, val)
         # checked as JAX checks the scan it makes of a loop with static bounds, carry (i, val)
@@ -980,9 +1021,15 @@ def while_loop(cond_fun, body_fun, init_val):
     where such a loop's first _WHILE_UNROLL_MAX trips run as Python (reverse mode through a while
     nested in a scan is not supported) and the rest is a while equation."""
     from kiln._src import control_checks
-    val, checked, trips = init_val, False, 0
+    val, checked, trips = _as_arrays(init_val), False, 0  # the functions see arrays, as JAX's
     while True:
         c = cond_fun(val) if not core.tracing() or core.ad_tracing() else None
+        if c is not None:  # as JAX (and _while_equation): a boolean scalar, not a number
+            t = c if isinstance(c, Array) else np.asarray(c)  # (a Python bool stays one)
+            if t.shape != () or t.dtype != np.bool_:
+                t_dtype = np.dtype(dtypes.canonicalize_dtype(t.dtype))
+                raise TypeError("cond_fun must return a boolean scalar, but got output type(s) "
+                                f"[ShapedArray({t_dtype.name}[{','.join(str(d) for d in t.shape)}])].")
         if c is None or not _has_value(c) or (trips >= _WHILE_UNROLL_MAX and core.tracing()):
             return _while_equation(cond_fun, body_fun, val)
         trips += 1
@@ -1019,7 +1066,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
         if k > 1:
             return _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k)
         return _scan_equation(f, init, x_leaves, x_tree, n, reverse)
-    carry, ys = init, []
+    carry, ys = _as_arrays(init), []  # the body sees arrays, as JAX's
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks
     for step, i in enumerate(order):
