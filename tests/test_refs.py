@@ -145,3 +145,37 @@ def test_a_ref_update_under_jit_is_in_place(capfd):
     want = np.zeros(n, np.float32)
     want[:100] = np.arange(100)
     np.testing.assert_array_equal(np.asarray(r[...]), want)
+
+
+def test_ref_writes_are_checked_as_jax():
+    # bug (issue 32): Ref writes of the wrong dtype were converted, of the wrong shape broadcast, and at an
+    # out-of-range index dropped (reads clamped); JAX raises ValueError for all of them, converting only
+    # weakly typed floats into float Refs and integers into integer Refs
+    import kiln.numpy as jnp
+    r = kiln.new_ref(jnp.zeros(2, jnp.int32))
+    with pytest.raises(ValueError, match="Invalid dtype for `swap`"):
+        r[...] = jnp.asarray([1.5, 2.5])
+    with pytest.raises(ValueError, match="Invalid dtype for `swap`"):
+        r[0] = 1.5
+    with pytest.raises(ValueError, match="Invalid dtype for `addupdate`"):
+        r.addupdate(jnp.asarray([1.5, 2.5]))
+    r[...] = jnp.ones(2, jnp.int8)  # integers convert
+    f = kiln.new_ref(jnp.zeros((2, 3)))
+    with pytest.raises(ValueError, match="Invalid dtype"):
+        f[...] = jnp.ones((2, 3), jnp.int32)
+    f[0, 1] = 3.0  # a weakly typed float converts
+    with pytest.raises(ValueError, match="Invalid shape for `swap`"):
+        f[...] = 1.0
+    with pytest.raises(ValueError, match="Invalid shape for `swap`"):
+        f[0] = jnp.ones(1)
+    with pytest.raises(ValueError, match="Out of bound"):
+        f[2] = jnp.ones(3)
+    with pytest.raises(ValueError, match="Out of bound"):
+        f[0, 5]
+    with pytest.raises(ValueError, match="Invalid shape for `addupdate`"):
+        f.addupdate(1.0, 0)
+    f[1:5] = jnp.ones((1, 3))  # slices clip, as NumPy's
+    f.addupdate(jnp.ones(3), 0)
+    assert np.asarray(f[...]).tolist() == [[1.0, 4.0, 1.0], [1.0, 1.0, 1.0]]
+    with pytest.raises(ValueError, match="Invalid dtype"):
+        kiln.jit(lambda: r.__setitem__(..., jnp.asarray([1.5, 2.5])))()

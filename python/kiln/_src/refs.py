@@ -126,15 +126,43 @@ class Ref:
         else:
             self._value = v
 
-    def _value_like(self, v):
-        """v as a value of this Ref: its dtype, broadcast to its shape."""
-        from kiln import numpy as jnp
+    def _indexed_shape(self, idx):
+        """The shape ref[idx] has, or None where a traced index leaves it to the trace. Integer indices
+        past the end raise ValueError, as JAX's Ref indexing does (slices clip, as NumPy's)."""
+        import numpy as np
+        shape = tuple(self._get().shape)
+        if idx is Ellipsis or (isinstance(idx, tuple) and not idx):
+            return shape
+        items = idx if isinstance(idx, tuple) else (idx,)
+        static = []
+        for i in items:
+            if isinstance(i, Array):
+                if isinstance(i, core.Tracer):
+                    return None
+                i = np.asarray(i)
+            static.append(i)
+        try:
+            return np.broadcast_to(np.empty((), bool), shape)[tuple(static)].shape
+        except IndexError as e:
+            raise ValueError(f"Out of bound indexer: {e} (Ref shape {shape})") from None
+
+    def _checked(self, idx, value, what):
+        """value as written to ref[idx] by `what`: exactly the Ref's dtype and the indexed shape (JAX
+        converts and broadcasts nothing: ValueError)."""
+        from kiln._src import dtypes
+        import numpy as np
         cur = self._get()
-        v = core.asarray(v) if not isinstance(v, Array) else v
+        v = value if isinstance(value, Array) else core.asarray(value)
+        floating = [dtypes.issubdtype(d, np.floating) for d in (cur.dtype, v.dtype)]
+        integer = [dtypes.issubdtype(d, np.integer) for d in (cur.dtype, v.dtype)]
+        if v.dtype != cur.dtype and ((v.weak_type and all(floating)) or all(integer)):
+            v = v.astype(cur.dtype)  # JAX's implicit casts: weak floats to floats, integers to integers
         if v.dtype != cur.dtype:
-            v = v.astype(cur.dtype)
-        if tuple(v.shape) != tuple(cur.shape):
-            v = jnp.broadcast_to(v, cur.shape)
+            raise ValueError(f"Invalid dtype for `{what}`. Ref dtype: {cur.dtype}. Value dtype: {v.dtype}.")
+        want = self._indexed_shape(idx)
+        if want is not None and tuple(v.shape) != want:
+            raise ValueError(f"Invalid shape for `{what}`. Ref shape: {tuple(cur.shape)}. Expected shape: {want}. "
+                             f"Value shape: {tuple(v.shape)}.")
         return v
 
     # -- JAX's interface --
@@ -156,16 +184,21 @@ class Ref:
 
     def __getitem__(self, idx):
         v = self._get()
+        self._indexed_shape(idx)  # (out-of-bound integer indices raise)
         if idx is Ellipsis or (isinstance(idx, tuple) and not idx):
             # a copy outside traces: the Ref keeps its buffer to itself (jit calls donate it)
             return v if isinstance(v, core.Tracer) else core.asarray(v).copy()
         return v[idx]
 
     def __setitem__(self, idx, value):
+        self._write(idx, value, "swap")
+
+    def _write(self, idx, value, what):
+        v = self._checked(idx, value, what)
         if idx is Ellipsis or (isinstance(idx, tuple) and not idx):
-            self._put(self._value_like(value))
+            self._put(v)
         else:
-            self._put(self._get().at[idx].set(value))
+            self._put(self._get().at[idx].set(v))
 
     def get(self, idx=Ellipsis):
         return self[idx]
@@ -174,8 +207,9 @@ class Ref:
         self[idx] = value
 
     def addupdate(self, x, idx=Ellipsis):
+        x = self._checked(idx, x, "addupdate")
         if idx is Ellipsis or (isinstance(idx, tuple) and not idx):
-            self._put(self._value_like(self._get() + x))
+            self._put(self._get() + x)
         else:
             self._put(self._get().at[idx].add(x))
 
