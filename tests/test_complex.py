@@ -272,6 +272,35 @@ def test_complex_power_special_values_as_jax():
                                                  -5.984694004058838 - 3.892334461212158j], rtol=1e-6)
 
 
+def test_division_and_sqrt_special_values_as_jax():
+    """Issue 32: Smith's division gave NaN + NaN i where JAX (XLA through MLIR's complex division, C99
+    Annex G) gives a value: over a zero divisor, an infinite dividend, an infinite divisor; and sqrt(0)
+    was NaN (so were asin(1), acos(1), acosh(1), asinh(1j), built on it). Pinned from JAX 0.10.2."""
+    inf, nan = np.inf, np.nan
+    cases = [  # (x, y, JAX's x / y)
+        (1, 0, complex(inf, nan)), (1, complex(-0.0, 0), complex(-inf, nan)), (3 + 0.5j, 0, complex(inf, inf)),
+        (3 + 0.5j, complex(-0.0, 0), complex(-inf, -inf)), (1j, 0, complex(nan, inf)), (-2 - 1j, 0, complex(-inf, -inf)),
+        (complex(inf, inf), 1, complex(inf, inf)), (complex(inf, inf), 1j, complex(inf, -inf)),
+        (complex(-inf, 1), 0, complex(-inf, inf)), (3 + 0.5j, complex(inf, inf), 0j), (0, complex(inf, inf), 0j),
+        (complex(nan, nan), 0, complex(nan, nan)), (2 + 2j, 1 + 1j, 2 + 0j),
+    ]
+    x = jnp.array([c[0] for c in cases], jnp.complex64)
+    y = jnp.array([c[1] for c in cases], jnp.complex64)
+    want = np.array([c[2] for c in cases], np.complex64)
+    for got in (x / y, kiln.jit(lax.div)(x, y)):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(np.asarray(1 / jnp.array([0j, complex(inf, inf)], jnp.complex64)),
+                                  np.array([complex(inf, nan), 0j], np.complex64))
+    z = jnp.array([0j, complex(0, inf), complex(inf, inf), complex(-inf, 1), 4 + 0j], jnp.complex64)
+    np.testing.assert_array_equal(np.asarray(jnp.sqrt(z)), np.array(
+        [0j, complex(inf, inf), complex(inf, inf), complex(0, inf), 2 + 0j], np.complex64))
+    one = jnp.array([1 + 0j], jnp.complex64)
+    np.testing.assert_allclose(np.asarray(jnp.arcsin(one)), [np.pi / 2], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jnp.arccos(one)), [0], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(jnp.arccosh(one)), [0], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(jnp.arcsinh(jnp.array([1j], jnp.complex64))), [np.pi / 2 * 1j], rtol=1e-6)
+
+
 def test_compare_and_classify():
     a = np.array([1 + 2j, 3 - 1j, np.inf + 0j, 1 + np.nan * 1j, -np.inf * 1j, 0j], np.complex64)
     b = np.array([1 + 2j, 3 + 1j, np.inf + 0j, 1 + 2j, 2 + 0j, -0.0 + 0j], np.complex64)

@@ -56,15 +56,51 @@ static cx cre(kl_build *b, int r) { return mk(r, lit_like(b, 0, r)); }   /* r + 
 static cx ctimes_i(kl_build *b, cx x) { return mk(neg(b, x.i), x.r); }     /* i z */
 static cx cdiv_i(kl_build *b, cx x) { return mk(x.i, neg(b, x.r)); }       /* z / i = -i z */
 
+/* v (0 or 1) with x's sign, -0.0 counted negative (x's NaN counts positive). */
+static int signed_unit(kl_build *b, int v, int x) {
+  int zero = lit_like(b, 0, x);
+  int neg = kl_build_bin(b, KL_P_OR, cmp(b, KL_P_LT, x, zero),
+                         kl_build_bin(b, KL_P_AND, cmp(b, KL_P_EQ, x, zero), cmp(b, KL_P_LT, dv(b, lit_like(b, 1, x), x), zero)));
+  return sel(b, neg, un(b, KL_P_NEG, v), v);
+}
+
 /* Smith's division: the larger of the divisor's parts divides the other, no overflow from the
- * squared norm. */
+ * squared norm. Where that gives NaN in both parts, the corner cases JAX gives (XLA through
+ * MLIR's complex division, as C99's Annex G): over a zero divisor, inf with the divisor's real
+ * part's sign times the dividend (unless the dividend is all NaN); an infinite dividend over a
+ * finite divisor, infinities; a finite dividend over an infinite divisor, zeros. */
 static cx cdivx(kl_build *b, cx x, cx y) {
   int big = cmp(b, KL_P_GE, un(b, KL_P_ABS, y.r), un(b, KL_P_ABS, y.i));
   int q1 = dv(b, y.i, y.r), d1 = add(b, y.r, mul(b, y.i, q1));
   int r1 = dv(b, add(b, x.r, mul(b, x.i, q1)), d1), i1 = dv(b, sub(b, x.i, mul(b, x.r, q1)), d1);
   int q2 = dv(b, y.r, y.i), d2 = add(b, y.i, mul(b, y.r, q2));
   int r2 = dv(b, add(b, mul(b, x.r, q2), x.i), d2), i2 = dv(b, sub(b, mul(b, x.i, q2), x.r), d2);
-  return mk(sel(b, big, r1, r2), sel(b, big, i1, i2));
+  cx smith = mk(sel(b, big, r1, r2), sel(b, big, i1, i2));
+#define AND(p, q) kl_build_bin(b, KL_P_AND, (p), (q))
+#define OR(p, q) kl_build_bin(b, KL_P_OR, (p), (q))
+  int zero = lit_like(b, 0, x.r), one = lit_like(b, 1, x.r), inf = lit_like(b, INFINITY, x.r);
+  int axr = un(b, KL_P_ABS, x.r), axi = un(b, KL_P_ABS, x.i), ayr = un(b, KL_P_ABS, y.r), ayi = un(b, KL_P_ABS, y.i);
+  /* a zero divisor: 1 / y.r is inf with y.r's sign */
+  int yzero = AND(cmp(b, KL_P_EQ, ayr, zero), cmp(b, KL_P_EQ, ayi, zero));
+  int case1 = AND(yzero, OR(cmp(b, KL_P_EQ, x.r, x.r), cmp(b, KL_P_EQ, x.i, x.i)));
+  int sinf = dv(b, one, y.r);
+  cx c1 = mk(mul(b, sinf, x.r), mul(b, sinf, x.i));
+  /* an infinite dividend, a finite divisor */
+  int xrinf = cmp(b, KL_P_EQ, axr, inf), xiinf = cmp(b, KL_P_EQ, axi, inf);
+  int case2 = AND(OR(xrinf, xiinf), AND(cmp(b, KL_P_LT, ayr, inf), cmp(b, KL_P_LT, ayi, inf)));
+  int sr = signed_unit(b, sel(b, xrinf, one, zero), x.r), si = signed_unit(b, sel(b, xiinf, one, zero), x.i);
+  cx c2 = mk(mul(b, inf, add(b, mul(b, sr, y.r), mul(b, si, y.i))), mul(b, inf, sub(b, mul(b, si, y.r), mul(b, sr, y.i))));
+  /* a finite dividend, an infinite divisor */
+  int yrinf = cmp(b, KL_P_EQ, ayr, inf), yiinf = cmp(b, KL_P_EQ, ayi, inf);
+  int case3 = AND(OR(yrinf, yiinf), AND(cmp(b, KL_P_LT, axr, inf), cmp(b, KL_P_LT, axi, inf)));
+  int tr = signed_unit(b, sel(b, yrinf, one, zero), y.r), ti = signed_unit(b, sel(b, yiinf, one, zero), y.i);
+  cx c3 = mk(mul(b, zero, add(b, mul(b, x.r, tr), mul(b, x.i, ti))), mul(b, zero, sub(b, mul(b, x.i, tr), mul(b, x.r, ti))));
+  cx special = mk(sel(b, case1, c1.r, sel(b, case2, c2.r, sel(b, case3, c3.r, smith.r))),
+                  sel(b, case1, c1.i, sel(b, case2, c2.i, sel(b, case3, c3.i, smith.i))));
+  int both_nan = AND(cmp(b, KL_P_NE, smith.r, smith.r), cmp(b, KL_P_NE, smith.i, smith.i));
+#undef AND
+#undef OR
+  return mk(sel(b, both_nan, special.r, smith.r), sel(b, both_nan, special.i, smith.i));
 }
 
 /* |z| = m sqrt(1 + (n/m)^2), m = max(|re|, |im|), n = min: no overflow or underflow; 0 at 0,
@@ -112,8 +148,12 @@ static cx csqrtx(kl_build *b, cx x) {
   int negim = cmp(b, KL_P_LT, x.i, lit_like(b, 0, x.i));
   int r = sel(b, pos, t, mul(b, un(b, KL_P_ABS, x.i), half));
   int i = sel(b, pos, mul(b, x.i, half), sel(b, negim, neg(b, t), t));
-  int zero = cmp(b, KL_P_EQ, t, lit_like(b, 0, t));
-  return mk(sel(b, zero, t, r), sel(b, zero, x.i, i));
+  /* sqrt(+-0 + 0i) = 0 with im's sign (m == 0 made t 0 * nan); an infinite imaginary part gives
+   * inf + i im whatever the real part (C99, JAX) */
+  int zero = cmp(b, KL_P_EQ, m, lit_like(b, 0, m)), im_inf = cmp(b, KL_P_EQ, ai, lit_like(b, INFINITY, ai));
+  r = sel(b, im_inf, ai, sel(b, zero, m, r));
+  i = sel(b, im_inf, x.i, sel(b, zero, x.i, i));
+  return mk(r, i);
 }
 
 static cx csinx(kl_build *b, cx x) {
