@@ -54,3 +54,24 @@ def test_smap_needs_out_axes_and_axis_name_and_set_mesh_a_mesh():
         kiln.smap(lambda x: x)
     with pytest.raises(TypeError, match="set_mesh: expected a Mesh"):
         kiln.set_mesh(lambda x: x)
+
+
+def test_debug_nans_sees_eager_grad_vjp_jvp_and_vmap():
+    # bug (issue 32): jax_debug_nans missed NaNs made in eager grad's backward pass, jvp's tangents and eager
+    # vmap's batch (compiled programs run unchecked); JAX runs those op by op and raises at the first NaN.
+    # Placeholder zero cotangents (vjp's primal run, linearize) must not trip it (0 * inf).
+    import numpy as np
+    import kiln.numpy as jnp
+    x = jnp.asarray([0.0, 1.0])
+    with kiln.debug_nans(True):
+        for f in (lambda: kiln.grad(lambda v: jnp.sum(jnp.where(v > 0, jnp.sqrt(v), 0.0)))(x),
+                  lambda: kiln.jvp(jnp.sqrt, (x,), (jnp.zeros(2),)),
+                  lambda: kiln.vmap(lambda v: jnp.log(v - 2))(x),
+                  lambda: kiln.jacrev(lambda v: jnp.where(v > 0, jnp.sqrt(v), 0.0))(x)):
+            with pytest.raises(FloatingPointError, match="nan"):
+                f()
+        out, f_vjp = kiln.vjp(jnp.sqrt, x)
+        assert np.asarray(f_vjp(jnp.ones(2))[0]).tolist() == [np.inf, 0.5]
+        out, f_jvp = kiln.linearize(jnp.sqrt, x)
+        assert np.asarray(f_jvp(jnp.ones(2))).tolist() == [np.inf, 0.5]
+    assert np.isnan(np.asarray(kiln.vmap(lambda v: jnp.log(v - 2))(x))).all()  # off again: no check

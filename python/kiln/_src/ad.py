@@ -60,11 +60,17 @@ _compiled = {}
 _COMPILED_MAX = 256
 
 
-def _run(builder, inputs, cache=None, key=None):
+def _run(builder, inputs, cache=None, key=None, checked=True):
     """Runs the transformed program on `inputs`: inlined into the enclosing trace when any
     input is a tracer, else compiled once per distinct program and launched. (cache and key
-    are accepted for older callers and unused: the structural hash is the key.)"""
+    are accepted for older callers and unused: the structural hash is the key.) checked=False:
+    a run for the primal results alone, on placeholder zero (co)tangents that jax_debug_nans
+    must not look at (0 * inf)."""
     if any(isinstance(x, Tracer) for x in inputs):
+        return _inline(builder, inputs)
+    if checked and (api.config.jax_debug_nans or api.config.jax_debug_infs):
+        # checked as JAX checks these passes outside jit: one primitive at a time, the first that makes
+        # a NaN (inf) raising FloatingPointError (eager vmap's batch and grad's backward pass too)
         return _inline(builder, inputs)
     key = (builder.hash(), builder.counts())
     entry = _compiled.get(key)
@@ -233,7 +239,7 @@ def _jvp_program(fun, primals, name="jvp"):
     jb.simplify()
     n = len(traced.out_avals)
 
-    def run(tangents):
+    def run(tangents, checked=True):
         from kiln import lax
         if not isinstance(tangents, (tuple, list)):
             raise TypeError(f"{name}: tangents must be a tuple or list of arguments, got {type(tangents).__name__}")
@@ -248,7 +254,7 @@ def _jvp_program(fun, primals, name="jvp"):
                 raise ValueError(f"{name}: tangent shape {t.shape} does not match primal shape {p.shape}")
         t_in = [lax.convert_element_type(t, p.dtype) if t.dtype != p.dtype else t
                 for p, t in zip(arrs, t_arrs) if _is_float(p.dtype)]
-        outs = _run(jb, arrs + list(traced.consts) + t_in)
+        outs = _run(jb, arrs + list(traced.consts) + t_in, checked=checked)
         return (tree_util.tree_unflatten(traced.out_tree, outs[:n]),
                 tree_util.tree_unflatten(traced.out_tree, outs[n:]))
     return run
@@ -268,7 +274,7 @@ def linearize(fun, *primals):
     """(fun(*primals), f_jvp) where f_jvp(*tangents) evaluates the JVP at `primals` (the
     function is traced and transformed once)."""
     run = _jvp_program(fun, primals, "linearize")
-    out, _ = run(tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals))
+    out, _ = run(tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals), checked=False)
 
     def f_jvp(*tangents):
         return run(tangents)[1]
@@ -283,7 +289,7 @@ def vjp(fun, *primals, has_aux=False):
     vb = traced.builder.vjp(wants)
     vb.simplify()
     zeros = [_zeros(s, d) for s, d, _ in traced.out_avals]
-    outs = _run(vb, arrs + list(traced.consts) + zeros)
+    outs = _run(vb, arrs + list(traced.consts) + zeros, checked=False)  # (the primal results alone)
     primal_out = tree_util.tree_unflatten(traced.out_tree, outs[:n])
     if has_aux:
         main_tree, _ = _split_pair(traced.out_tree)
