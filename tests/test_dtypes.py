@@ -391,3 +391,55 @@ def test_scalar_types_construct_arrays():
     assert z.dtype == CODES["bf"] and float(np.asarray(z).astype(np.float32)) == 1.5
     # The public names are these objects.
     assert knp.float32(2).dtype == np.float32
+
+
+# ---- issue 32: dtypes and weak types of kiln.numpy results (pinned from JAX 0.10.2) ----
+
+def test_reductions_return_strong_types_and_like_functions_keep_weak_ones():
+    # guards issue 32: sum/max/cumsum... of a weakly typed array stayed weak (JAX converts to a strong
+    # result dtype), so sum(int8 * 1.5) + float16 gave float16 where JAX gives float32; zeros_like(w) and
+    # full_like(w, v) lost w's weak type
+    import kiln.numpy as jnp
+    w = jnp.array([1, 2, 3], np.int8) + 1.5
+    assert w.dtype == np.float32 and w.weak_type
+    for f in (jnp.sum, jnp.prod, jnp.max, jnp.min, jnp.amax, jnp.ptp, jnp.cumsum, jnp.cumprod, jnp.mean,
+              jnp.cumulative_sum, jnp.nansum):
+        assert not f(w).weak_type, f.__name__
+    assert not jnp.sum(1.5).weak_type
+    assert (jnp.sum(w) + jnp.float16(1)).dtype == np.float32
+    for r in (jnp.zeros_like(w), jnp.ones_like(w), jnp.empty_like(w), jnp.full_like(w, 2.0), jnp.zeros_like(1.5),
+              jnp.zeros_like(w, shape=(2,)), jnp.abs(w), w.reshape(3, 1)):
+        assert r.dtype == np.float32 and r.weak_type
+    assert not jnp.full_like(w, 2, dtype=np.float32).weak_type
+
+
+def test_structural_functions_promote_with_weak_types():
+    # guards issue 32: concatenate/stack/dot/outer/append... promoted through a helper that dropped
+    # JAX's weak flag (jnp.append(int8 array, 1.5) is a weak float32 in JAX)
+    import kiln.numpy as jnp
+    a = jnp.array([1, 2, 3], np.int8)
+    w = a + 1.5
+    for r in (jnp.append(a, 1.5), jnp.dot(a, 1.5), jnp.dot(w, 1.5), jnp.outer(a, 1.5), jnp.concatenate([w, a]),
+              jnp.stack([w, a]), jnp.hstack([a, 1.5]), jnp.kron(a, 1.5), jnp.select([a > 1], [a], 1.5)):
+        assert r.dtype == np.float32 and r.weak_type
+    assert (jnp.append(a, 1.5) + jnp.ones(4, np.float16)).dtype == np.float16
+    assert not jnp.concatenate([a, jnp.array([1.5])]).weak_type
+
+
+def test_searchsorted_and_digitize_return_int32_under_x64(x64):
+    # guards issue 32: searchsorted counted in the default int (int64 under x64); JAX gives int32
+    import kiln.numpy as jnp
+    a = jnp.array([1.0, 2.0, 3.0])
+    assert jnp.searchsorted(a, jnp.array([0.5, 2.5])).dtype == np.int32
+    assert np.asarray(jnp.searchsorted(a, jnp.array([0.5, 2.5]))).tolist() == [0, 2]
+    assert jnp.digitize(jnp.array([0.5, 2.5]), a).dtype == np.int32
+
+
+def test_cumulative_sum_widens_like_sum(x64):
+    # guards issue 32: cumulative_sum(int8) stayed int8; JAX promotes like sum (cumsum does not)
+    import kiln.numpy as jnp
+    want = np.int64 if x64 else np.int32
+    for dt in (np.int8, np.int16, np.bool_):
+        assert jnp.cumulative_sum(jnp.array([1, 0, 1], dt)).dtype == want
+    assert jnp.cumulative_sum(jnp.array([1, 2], np.uint8)).dtype == (np.uint64 if x64 else np.uint32)
+    assert jnp.cumsum(jnp.array([1, 2], np.int8)).dtype == np.int8

@@ -315,7 +315,10 @@ def test_cumulative(request, name, ref, dtype_name, axis):
 def test_cumsum_keeps_narrow_ints_and_cumulative_sum_initial():
     x = np.arange(1, 7, dtype=np.int8).reshape(2, 3)
     assert jnp.cumsum(x).dtype == np.int8
-    _assert_close(jnp.cumulative_sum(x, axis=1, include_initial=True), [[0, 1, 3, 6], [0, 4, 9, 15]], np.int8)
+    # issue 32: cumulative_sum widens narrow ints like sum (JAX 0.10.2), cumsum does not
+    _assert_close(jnp.cumulative_sum(x, axis=1, include_initial=True), [[0, 1, 3, 6], [0, 4, 9, 15]], _int())
+    assert jnp.cumulative_sum(x.astype(np.uint8), axis=1).dtype == (np.uint64 if _x64() else np.uint32)
+    assert jnp.cumulative_prod(x, axis=1).dtype == np.int8
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

@@ -168,28 +168,35 @@ def _like(opname, a, dtype, shape):
     return out_shape, out_dtype
 
 
+def _keep_weak(a, dtype, out):
+    """out weakly typed when a is and no dtype was given, as JAX (zeros_like(1.5) is a weak float32)."""
+    if dtype is None and (util.is_python_scalar(a) or getattr(a, "weak_type", False)) and not out.weak_type:
+        return lax.convert_element_type(out, out.dtype, weak_type=True)
+    return out
+
+
 def zeros_like(a, dtype=None, shape=None):
     """zeros with a's shape and dtype unless given."""
-    shape, dtype = _like("zeros_like", a, dtype, shape)
-    return _fill("zeros_like", shape, 0, dtype)
+    out_shape, out_dtype = _like("zeros_like", a, dtype, shape)
+    return _keep_weak(a, dtype, _fill("zeros_like", out_shape, 0, out_dtype))
 
 
 def ones_like(a, dtype=None, shape=None):
     """ones with a's shape and dtype unless given."""
-    shape, dtype = _like("ones_like", a, dtype, shape)
-    return _fill("ones_like", shape, 1, dtype)
+    out_shape, out_dtype = _like("ones_like", a, dtype, shape)
+    return _keep_weak(a, dtype, _fill("ones_like", out_shape, 1, out_dtype))
 
 
 def empty_like(prototype, dtype=None, shape=None):
     """As zeros_like."""
-    shape, dtype = _like("empty_like", prototype, dtype, shape)
-    return _fill("empty_like", shape, 0, dtype)
+    out_shape, out_dtype = _like("empty_like", prototype, dtype, shape)
+    return _keep_weak(prototype, dtype, _fill("empty_like", out_shape, 0, out_dtype))
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
     """full with a's shape and dtype unless given."""
-    shape, dtype = _like("full_like", a, dtype, shape)
-    return _fill("full_like", shape, fill_value, dtype)
+    out_shape, out_dtype = _like("full_like", a, dtype, shape)
+    return _keep_weak(a, dtype, _fill("full_like", out_shape, fill_value, out_dtype))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -55,8 +55,10 @@ def _compute_float(dtype):
 
 
 def _cast(x, dtype):
+    """x as a strong-typed `dtype`: JAX's reductions convert to their result dtype with weak_type=False, so
+    sum(int8 array * 1.5) is a float32 that a float16 then promotes to float32, not to float16."""
     dtype = np.dtype(dtype)
-    return x if x.dtype == dtype else lax.convert_element_type(x, dtype)
+    return x if x.dtype == dtype and not x.weak_type else lax.convert_element_type(x, dtype)
 
 
 def _reduced_shape(shape, axes, keepdims):
@@ -126,7 +128,7 @@ def _reduction(opname, a, axis, keepdims, where, initial, *, reducer, combine, i
     out_ = reducer(a, axes)
     if initial is not None:
         out_ = combine(out_, lax.full(out_.shape, initial, out_.dtype))
-    return _keep(out_, axes, keepdims, a.shape)
+    return _keep(_cast(out_, out_.dtype), axes, keepdims, a.shape)
 
 
 def _bool_or(reducer_bool, reducer):
@@ -555,7 +557,7 @@ nancumsum = _cumulative("nancumsum", lax.cumsum, nan_fill=0)
 nancumprod = _cumulative("nancumprod", lax.cumprod, nan_fill=1)
 
 
-def _cumulative_with_initial(opname, base, identity):
+def _cumulative_with_initial(opname, base, identity, promote_integers=False):
     def fn(x, /, *, axis=None, dtype=None, include_initial=False):
         x = util.asarray_arg(opname, x)
         if axis is None:
@@ -563,6 +565,8 @@ def _cumulative_with_initial(opname, base, identity):
                 raise ValueError(f"{opname}: axis must be given for arrays of more than one dimension "
                                  f"(got shape {tuple(x.shape)})")
             axis = 0
+        if dtype is None and promote_integers:  # as JAX: cumulative_sum widens small ints as sum does
+            dtype = _sum_dtype(x.dtype)
         r = base(x, axis=axis, dtype=dtype)
         if not include_initial:
             return r
@@ -575,7 +579,7 @@ def _cumulative_with_initial(opname, base, identity):
     return fn
 
 
-cumulative_sum = _cumulative_with_initial("cumulative_sum", cumsum, 0)
+cumulative_sum = _cumulative_with_initial("cumulative_sum", cumsum, 0, promote_integers=True)
 cumulative_prod = _cumulative_with_initial("cumulative_prod", cumprod, 1)
 
 

@@ -76,23 +76,31 @@ def _result_dtype(opname, *xs):
         raise TypeError(f"{opname}: cannot promote the dtypes of its arguments: {e}") from e
 
 
+def _promote_weak(opname, *xs):
+    """JAX's promoted dtype of xs and whether it is weak (every input weakly typed or a Python scalar)."""
+    try:
+        dt, weak = dtypes.result_type(*xs, return_weak_type_flag=True)
+    except Exception as e:  # noqa: BLE001 - re-raised with the op's name
+        raise TypeError(f"{opname}: cannot promote the dtypes of its arguments: {e}") from e
+    return np.dtype(dt), bool(weak)
+
+
 def _promote(opname, *xs):
-    """Arrays with one common (JAX-promoted) dtype."""
-    dt = _result_dtype(opname, *xs)
+    """Arrays with one common (JAX-promoted) dtype, weakly typed where JAX's promote_dtypes leaves them
+    so (concatenate([int8 array, 1.5]) is a weak float32, which a later float16 operand wins over)."""
+    dt, weak = _promote_weak(opname, *xs)
     out = []
     for x in xs:
-        if isinstance(x, core.Array):
-            out.append(x if x.dtype == dt else lax.convert_element_type(x, dt))
-        else:
-            out.append(core.asarray(x, dtype=dt))
+        x = x if isinstance(x, core.Array) else core.asarray(x, dtype=dt)
+        out.append(x if x.dtype == dt and x.weak_type == weak else lax.convert_element_type(x, dt, weak))
     return out
 
 
 def _promote_inexact(opname, *xs):
-    dt = _result_dtype(opname, *xs)
+    dt, weak = _promote_weak(opname, *xs)
     if not dtypes.issubdtype(dt, np.inexact):
         dt = np.dtype(dtypes.default_float_dtype())
-    return [lax.convert_element_type(_asarray(x), dt) for x in xs]
+    return [lax.convert_element_type(_asarray(x), dt, weak) for x in xs]
 
 
 def _convert(x, dt):
@@ -1098,7 +1106,8 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
     inexact = dtypes.issubdtype(a.dtype, np.inexact)
     # left: count of a[i] < v; right: count of a[i] <= v, i.e. not (v < a[i]).
     before = _nan_lt(A, V, inexact) if side == "left" else lax.not_(_nan_lt(V, A, inexact))
-    return _reduce("sum", _convert(before, _default_int()), (v.ndim,))
+    # int32 as JAX (also under x64), int64 only when a's length needs it
+    return _reduce("sum", _convert(before, _index_dtype(n + 1)), (v.ndim,))
 
 
 # ----------------------------------------------------------------------------
