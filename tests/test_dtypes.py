@@ -424,6 +424,9 @@ def test_structural_functions_promote_with_weak_types():
         assert r.dtype == np.float32 and r.weak_type
     assert (jnp.append(a, 1.5) + jnp.ones(4, np.float16)).dtype == np.float16
     assert not jnp.concatenate([a, jnp.array([1.5])]).weak_type
+    # an array made of a sequence is strong whatever its elements (and cross builds one)
+    for r in (jnp.array([w, w]), jnp.asarray([w[0], 1.5]), jnp.cross(w, w)):
+        assert r.dtype == np.float32 and not r.weak_type
 
 
 def test_searchsorted_and_digitize_return_int32_under_x64(x64):

@@ -68,6 +68,8 @@ def array(object, dtype=None, copy=True, order="K", ndmin=0):
                         f"kiln arrays hold numbers and booleans only")
     if _contains_array(object) and not isinstance(object, core.Array):
         out = _stack_nested(object)
+        if out.weak_type:  # as JAX: an array made of a sequence is strongly typed, whatever its elements
+            out = lax.convert_element_type(out, out.dtype, weak_type=False)
     else:
         try:
             if isinstance(object, core.Array):

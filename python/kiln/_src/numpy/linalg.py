@@ -216,7 +216,8 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     if a.shape[-1] == 2 and b.shape[-1] == 2:
         return z
     c = _s.broadcast_arrays(term(a1, b2, a2, b1), term(a2, b0, a0, b2), z)
-    return _s.stack(c, axis=_s._axis(axisc, c[0].ndim + 1, "cross"))
+    out = _s.stack(c, axis=_s._axis(axisc, c[0].ndim + 1, "cross"))
+    return lax.convert_element_type(out, out.dtype, weak_type=False)  # JAX builds it with array(): strong
 
 
 def _no_complex(opname, *xs):
