@@ -29,9 +29,9 @@ B = np.array([True, False, True])
 GET = [
     0, -1, (1, 2), (2, -1, 0), slice(None), slice(None, None, -1), (slice(1, None, 2), None, Ellipsis, -2),
     (Ellipsis, slice(4, 0, -3)), (slice(-100, 100, 2),), (slice(10, None),), (None, None),
-    Ellipsis, (), (Ellipsis, None, 1), [0, 2], [[0, 1], [2, 2]], (slice(None), [0, 1], [1, 2]),
+    Ellipsis, (), (Ellipsis, None, 1), np.array([0, 2]), np.array([[0, 1], [2, 2]]), (slice(None), [0, 1], [1, 2]),
     (slice(None), 0, [1, 2]), (0, slice(None), [1, 2]), ([[0], [1]], None, [0, 2, 1]),
-    ([0], None, 0), ([0, 1], [0, 1], [0, 1]), (Ellipsis, [4, -1]), ([-3, -1],), [],
+    ([0], None, 0), ([0, 1], [0, 1], [0, 1]), (Ellipsis, [4, -1]), ([-3, -1],), np.array([], np.int32),
     (slice(None, None, -2), [1, 3], slice(3, 0, -1)), np.array([2, 0]), (np.int32(1), np.int64(-2)),
     B, (slice(None), np.array([True, False, False, True])), (B, slice(1, 3), [4, 0]),
     (1, np.ones((4, 5), bool)), ([[0, 2]], slice(None), [[1], [3]]),
@@ -111,7 +111,8 @@ BAD = [
     ((0, 0, 0, 0), IndexError, "too many indices"),
     ((Ellipsis, 0, Ellipsis), IndexError, "single ellipsis"),
     (1.5, IndexError, "valid indices"),
-    ([1.0], IndexError, "integer or boolean"),
+    (np.array([1.0]), IndexError, "integer or boolean"),
+    ([0, 1], TypeError, "non-tuple sequence"),  # as JAX: x[[0, 1]] is refused (x[np.array([0, 1])] is fine)
     (np.array([True, False]), IndexError, "boolean index did not match"),
     ("a", IndexError, "valid indices"),
 ]
@@ -129,7 +130,7 @@ def test_bad_indices(access, idx, exc, match):
 
 UPD = [
     0, -1, (1, 2), (slice(None, None, -1),), (slice(1, None, 2), None, Ellipsis, -2),
-    (slice(3, 0, -1), slice(None), slice(None, None, -1)), (slice(None, None, 2), 1), [0, 2],
+    (slice(3, 0, -1), slice(None), slice(None, None, -1)), (slice(None, None, 2), 1), np.array([0, 2]),
     (slice(None), [0, 1], [1, 2]), (slice(None), 0, [1, 2]), (0, slice(None), [1, 2]),
     ([[0], [1]], None, [0, 2, 1]), (Ellipsis, [4, -1, 4]), ([0, 0, 2],),
     (slice(None), np.array([True, False, True, True])), Ellipsis,
@@ -166,12 +167,12 @@ def test_update_broadcasts_and_casts_values(access):
     exp = x.copy()
     exp[:, 1:3] = 7
     np.testing.assert_array_equal(np.asarray(out), exp)
-    out = at(jnp.asarray(x))[[0, 2]].add(np.arange(4, dtype=np.int32))
+    out = at(jnp.asarray(x))[np.array([0, 2])].add(np.arange(4, dtype=np.int32))
     exp = x.copy()
     exp[[0, 2]] += np.arange(4)
     np.testing.assert_array_equal(np.asarray(out), exp)
     with pytest.raises(ValueError, match=r"\(3, 3\).*\(3, 4\)"):
-        at(jnp.asarray(x))[[0, 1, 2]].set(np.ones((3, 3), np.int32))
+        at(jnp.asarray(x))[np.array([0, 1, 2])].set(np.ones((3, 3), np.int32))
 
 
 def test_update_out_of_bounds_dropped(x64, access):

@@ -337,7 +337,8 @@ def test_diff(n, axis):
 def test_ediff1d():
     x = np.random.default_rng(81).integers(-20, 20, (3, 4)).astype(np.int32)
     _assert_close(jnp.ediff1d(x), np.ediff1d(x), np.int32)
-    _assert_close(jnp.ediff1d(x, to_end=[7, 8], to_begin=-1), np.ediff1d(x, to_end=[7, 8], to_begin=-1), np.int32)
+    _assert_close(jnp.ediff1d(x, to_end=np.array([7, 8]), to_begin=-1), np.ediff1d(x, to_end=[7, 8], to_begin=-1),
+                  np.int32)  # (JAX refuses a list to_end)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -387,3 +388,23 @@ def test_sum_and_prod_with_dtype_bool():
     got = jnp.cumsum(f, axis=1, dtype=bool)
     assert got.dtype == np.bool_ and np.asarray(got).tolist() == [[False, True, True], [True, True, True]]
     assert np.asarray(jnp.cumprod(f, axis=0, dtype=bool)).tolist() == [[False, True, True], [False, False, True]]
+
+
+def test_list_arguments_raise_as_jax():
+    # bug (issue 32): jnp.sum([1, 2, 3]) and every other kiln.numpy function took lists and tuples where
+    # JAX's check_arraylike raises TypeError (so do lax functions, x[[0, 1]] and x == [1, 2]); sequences
+    # of arrays (stack, concatenate, select, r_) and array constructors still take them
+    from kiln import lax
+    x = jnp.ones(2)
+    for f in (lambda: jnp.sum([1, 2, 3]), lambda: jnp.add([1], [2]), lambda: jnp.where([True, False], 1, 2),
+              lambda: jnp.outer([1, 2], [3, 4]), lambda: jnp.take(x, [0, 1]), lambda: jnp.insert(x, [0], 1.0),
+              lambda: jnp.stack([[1, 2], [3, 4]]), lambda: lax.add([1.0], [2.0]), lambda: x[[0, 1]],
+              lambda: x == [1, 2], lambda: x + [1, 2], lambda: jnp.linalg.norm([1.0, 2.0]),
+              lambda: jnp.fft.fft([1.0, 2.0])):
+        with pytest.raises(TypeError):
+            f()
+    assert np.asarray(jnp.stack([x, jnp.zeros(2)])).shape == (2, 2)
+    assert np.asarray(jnp.concatenate([x, jnp.zeros(1)])).shape == (3,)
+    assert np.asarray(jnp.r_[[1, 2], [3]]).tolist() == [1, 2, 3]
+    assert np.asarray(jnp.array([1, 2])).tolist() == [1, 2] and int(jnp.sum(jnp.asarray([1, 2, 3]))) == 6
+    assert np.asarray(x[np.array([0, 1])]).shape == (2,) and np.asarray(jnp.ones((2, 2))[:, [0, 1]]).shape == (2, 2)

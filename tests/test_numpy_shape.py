@@ -105,9 +105,9 @@ CASES = [
     ("append", lambda m, x, y: m.append(x, y), [(2, 3), (4,)]),
     ("append_axis", lambda m, x, y: m.append(x, y, axis=0), [(2, 3), (1, 3)]),
     ("insert_scalar", lambda m, x: m.insert(x, 1, 7.0, axis=1), [(2, 3)]),
-    ("insert_multi", lambda m, x: m.insert(x, [0, 2, 2, -1], [1.0, 2.0, 3.0, 4.0]), [(5,)]),
+    ("insert_multi", lambda m, x: m.insert(x, np.array([0, 2, 2, -1]), np.array([1.0, 2.0, 3.0, 4.0])), [(5,)]),
     ("insert_rows", lambda m, x, v: m.insert(x, 2, v, axis=0), [(3, 2), (2,)]),
-    ("delete", lambda m, x: m.delete(x, [0, -1], axis=1), [(2, 4)]),
+    ("delete", lambda m, x: m.delete(x, np.array([0, -1]), axis=1), [(2, 4)]),
     ("delete_slice", lambda m, x: m.delete(x, slice(1, None, 2)), [(2, 4)]),
     ("resize_grow", lambda m, x: m.resize(x, (3, 4)), [(5,)]),
     ("resize_shrink", lambda m, x: m.resize(x, (2,)), [(2, 3)]),
@@ -275,7 +275,7 @@ ERRORS = [
     (lambda x: jnp.repeat(x, [1, 2], axis=1), ValueError, "repeats"),
     (lambda x: jnp.select([x > 0], [x, x]), ValueError, "same length"),
     (lambda x: jnp.insert(x, 9, 0.0, axis=0), IndexError, "out of bounds"),
-    (lambda x: jnp.delete(x, [4], axis=1), IndexError, "out of bounds"),
+    (lambda x: jnp.delete(x, np.array([4]), axis=1), IndexError, "out of bounds"),
 ]
 
 

@@ -71,8 +71,9 @@ def test_bitcast_convert_type():
     b = lax.bitcast_convert_type(jnp.asarray(x), jnp.uint32)
     np.testing.assert_array_equal(np.asarray(b), x.view(np.uint32))
     np.testing.assert_array_equal(np.asarray(kiln.jit(lambda v: lax.bitcast_convert_type(v, jnp.float32))(b)), x)
+    assert lax.bitcast_convert_type(jnp.ones(2), jnp.int8).shape == (2, 4)  # a narrower dtype: a new axis (JAX)
     with pytest.raises(TypeError, match="bitcast_convert_type"):
-        lax.bitcast_convert_type(jnp.ones(2), jnp.int8)
+        lax.bitcast_convert_type(jnp.ones(2), jnp.bool_)
 
 
 def test_draws_take_the_default_float_width_as_jax_does(x64):

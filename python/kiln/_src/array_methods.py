@@ -21,6 +21,9 @@ def _install(jnp):
 
         def op(self, other):
             if not isinstance(other, known) and not hasattr(other, "__jax_array__"):
+                if isinstance(other, (list, tuple, set, dict)):  # as JAX (== would else be identity)
+                    raise TypeError(f"unsupported operand type(s) for {f.__name__}: 'Array' and "
+                                    f"'{type(other).__name__}'; convert it with kiln.numpy.asarray first")
                 return NotImplemented  # lets the other operand decide (or Python raise TypeError)
             return f(self, other)
         return op

@@ -51,7 +51,10 @@ def _to_array(x, like=None, opname="lax"):
             return core.literal(x, like.dtype, True, like)
         dt = dtypes.dtype_of(x)
         return core.literal(x, dt, not isinstance(x, _bool))
-    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+    if isinstance(x, (list, tuple)):  # as JAX: lax takes arrays and scalars, not sequences
+        raise TypeError(f"{opname}: Error interpreting an argument as an array: got a {type(x).__name__}; "
+                        "convert it with kiln.numpy.asarray first")
+    if isinstance(x, (np.ndarray, np.generic)):
         return core.asarray(x)
     if hasattr(x, "__jax_array__"):
         return core.asarray(x)

@@ -112,6 +112,9 @@ def _parse(shape, idx, opname, check_ints):
     check_ints: a static int out of range is clamped into range (getitem, as JAX: x[11] of 10
     elements is x[9], x[-12] is x[0]); otherwise it becomes a 'dyn' entry so the caller's
     clip/fill/drop rule applies."""
+    if isinstance(idx, list):  # as JAX (NumPy's old reading of x[[0, 1]] as x[0, 1] made it ambiguous)
+        raise TypeError(f"{opname}: Using a non-tuple sequence for multidimensional indexing is not allowed; use "
+                        "`arr[array(seq)]` instead of `arr[seq]` (or `arr[tuple(seq)]`)")
     items = list(idx) if isinstance(idx, tuple) else [idx]
     parsed, mask_sizes, n_ellipsis = [], {}, 0
     for item in items:

@@ -658,8 +658,8 @@ class _Concatenator:
                 continue
             if isinstance(item, builtins.slice):
                 arr = _grid_axis(item, self.name)
-            else:
-                arr = util.asarray_arg(self.name, item)
+            else:  # (lists are items here, as in JAX's r_/c_)
+                arr = util.asarray_arg(self.name, core.asarray(item) if type(item) in (list, tuple) else item)
             if arr.ndim < ndmin:
                 k2 = ndmin - arr.ndim  # NumPy's rule: the new leading 1s move to trans1d
                 arr = arr.reshape((1,) * k2 + arr.shape)

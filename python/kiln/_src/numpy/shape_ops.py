@@ -29,6 +29,12 @@ __all__ = [
 # Private helpers shared with indexing.py and linalg.py.
 
 def _asarray(x):
+    """An array-valued argument of a kiln.numpy function as an Array (a list or tuple raises TypeError
+    naming the function, as JAX's check_arraylike does)."""
+    if type(x) in (list, tuple):
+        import sys
+        from kiln._src.numpy import util
+        util.raise_sequence_arg(sys._getframe(1).f_code.co_name, x)
     return core.asarray(x)
 
 
@@ -1127,6 +1133,9 @@ def append(arr, values, axis=None):
 def _static_positions(obj, n, opname):
     if isinstance(obj, slice):
         return np.arange(n)[obj], False
+    if type(obj) in (list, tuple):  # as JAX's check_arraylike
+        from kiln._src.numpy import util
+        util.raise_sequence_arg(opname, obj, 1)
     o = np.asarray(core.concrete_or_error(obj, f"{opname}: obj")
                    if isinstance(obj, core.Array) else obj)
     if o.dtype == np.bool_:

@@ -42,6 +42,8 @@ def asarray_arg(opname, x, position=None):
     """Converts one argument of `opname` to an Array, with an error naming the operation."""
     if isinstance(x, core.Array):
         return x
+    if type(x) in (list, tuple):
+        raise_sequence_arg(opname, x, position)
     where = "" if position is None else f" at position {position}"
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{opname}: expected an array or a number{where}, got {type(x).__name__} {x!r}")
@@ -50,6 +52,13 @@ def asarray_arg(opname, x, position=None):
     except (TypeError, ValueError) as e:
         raise type(e)(f"{opname}: cannot convert argument{where} of type {type(x).__name__} "
                       f"to an array: {e}") from None
+
+
+def raise_sequence_arg(opname, x, position=None):
+    """The TypeError JAX's check_arraylike raises for a list or tuple given where an array goes (jnp.sum([1,
+    2]) is refused: the conversion of a long list is slow and easily done by accident; jnp.asarray makes one)."""
+    raise TypeError(f"{opname} requires ndarray or scalar arguments, got {type(x)} at position "
+                    f"{position or 0}; convert it with kiln.numpy.asarray first (as JAX requires)")
 
 
 def dtype_arg(dtype):
