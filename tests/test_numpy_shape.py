@@ -294,3 +294,15 @@ def test_diagonal_of_tall_matrices():
     assert np.asarray(jnp.diag(a[:, :1])).tolist() == [0.0]
     assert np.asarray(jnp.diagonal(a.T, 1)).tolist() == [4.0, 9.0]
     assert np.asarray(jnp.linalg.diagonal(a.T)).tolist() == [0.0, 5.0, 10.0]
+
+
+def test_tril_triu_need_2d_and_dtype_arguments_are_no_arrays():
+    # bug (issue 32): jnp.tril/triu of a 1-d array broadcast it to a square (NumPy's rule; JAX raises
+    # ValueError), and dtype=<an array> was read as the array's dtype (JAX raises ValueError)
+    for fn in (jnp.tril, jnp.triu):
+        with pytest.raises(ValueError, match="2D"):
+            fn(jnp.ones(3))
+    x = jnp.ones(2)
+    for f in (lambda: x.astype(x), lambda: jnp.zeros_like(x, dtype=x), lambda: jnp.asarray(x, dtype=np.ones(1))):
+        with pytest.raises(ValueError, match="dtype"):
+            f()

@@ -764,10 +764,8 @@ def _tri_mask(shape, k, lower):
 
 def _tri(m, k, lower, opname):
     m = _asarray(m)
-    if m.ndim == 0:
-        raise ValueError(f"{opname}: input must be at least 1-d")
-    if m.ndim == 1:
-        m = broadcast_to(m, (m.shape[0], m.shape[0]))
+    if m.ndim < 2:  # as JAX (NumPy would broadcast a 1-d row to a square)
+        raise ValueError(f"Argument to {opname} must be at least 2D, got shape {tuple(m.shape)}")
     k = _static_int(k, f"{opname}: k")
     return lax.select(_tri_mask(m.shape, k, lower), m, _full(m.shape, 0, m.dtype))
 

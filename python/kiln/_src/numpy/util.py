@@ -65,6 +65,9 @@ def dtype_arg(dtype):
     """Normalises a user `dtype=` (np.dtype, type, string, kiln scalar type) to a canonical dtype."""
     if dtype is None:
         return None
+    if isinstance(dtype, (core.Array, np.ndarray)):  # as JAX: an array is no dtype
+        raise ValueError("Passing an array as a dtype argument is no longer supported; instead of dtype=arr use "
+                         "dtype=arr.dtype")
     try:
         dt = np.dtype(dtype)
     except TypeError:
