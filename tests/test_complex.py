@@ -807,3 +807,15 @@ def test_complex_scatter_multiply_divide_min_max():
     # the gradient through a complex scatter-multiply (its duplicate-count test compared complex numbers)
     g = kiln.grad(lambda v: jnp.abs(x.at[np.array([2, 1])].multiply(v)).sum())(u[:2])
     assert g.dtype == np.complex64 and np.isfinite(np.asarray(g)).all()
+
+
+def test_numpy_complex_scalar_literal_keeps_its_imaginary_part():
+    """Regression (issue 32): a NumPy complex64 scalar made a trace literal through float(), so
+    lax.full((2,), np.complex64(1+2j)) under jit was 1+0j (with a ComplexWarning)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = kiln.jit(lambda x: x + lax.full((2,), np.complex64(1 + 2j), jnp.complex64))(jnp.zeros(2, jnp.complex64))
+        np.testing.assert_array_equal(np.asarray(out), np.array([1 + 2j, 1 + 2j], np.complex64))
+        out = kiln.jit(lambda x: x * np.complex64(3 - 1j))(jnp.ones(2, jnp.complex64))
+        np.testing.assert_array_equal(np.asarray(out), np.array([3 - 1j, 3 - 1j], np.complex64))

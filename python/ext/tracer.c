@@ -360,9 +360,12 @@ static PyObject *trace_literal_tracer(PyObject *self, PyObject *const *args, Py_
   if (kl_dtype_kind(d) == KL_KIND_FLOAT) {
     fval = PyFloat_AsDouble(args[0]);
     if (fval == -1.0 && PyErr_Occurred()) return NULL;
-  } else if (kl_dtype_is_complex(d)) {
-    fval = PyComplex_RealAsDouble(args[0]);
-    fimag = PyComplex_ImagAsDouble(args[0]);
+  } else if (kl_dtype_is_complex(d)) { /* through complex(): a NumPy complex64 is no Python complex */
+    PyObject *c = PyComplex_Check(args[0]) ? Py_NewRef(args[0]) : PyObject_CallFunctionObjArgs((PyObject *)&PyComplex_Type, args[0], NULL);
+    if (!c) return NULL;
+    fval = PyComplex_RealAsDouble(c);
+    fimag = PyComplex_ImagAsDouble(c);
+    Py_DECREF(c);
     if (PyErr_Occurred()) return NULL;
   } else {
     PyObject *n = PyNumber_Long(args[0]);
