@@ -446,3 +446,21 @@ def test_cumulative_sum_widens_like_sum(x64):
         assert jnp.cumulative_sum(jnp.array([1, 0, 1], dt)).dtype == want
     assert jnp.cumulative_sum(jnp.array([1, 2], np.uint8)).dtype == (np.uint64 if x64 else np.uint32)
     assert jnp.cumsum(jnp.array([1, 2], np.int8)).dtype == np.int8
+
+
+def test_integer_data_computes_in_float32_under_x64_where_jax_does(x64):
+    # guards issue 32: to_inexact_dtype gave the default float (float64 under x64) for int32 data, so
+    # linalg.norm and fft of int32 were float64/complex128 where JAX gives float32/complex64; rint and
+    # angle follow their own JAX rule (the default float) and were float32 under x64
+    import kiln.numpy as jnp
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64 if x64 else np.float32)
+    i32 = jnp.array([1, 0, 2], np.int32)
+    assert dtypes.to_inexact_dtype(np.int32) == f32 and dtypes.to_inexact_dtype(np.bool_) == f32
+    assert jnp.linalg.norm(i32).dtype == f32 and jnp.linalg.norm(jnp.array([1, 2], np.int8)).dtype == f32
+    assert jnp.fft.fft(i32).dtype == np.complex64 and jnp.fft.rfft(i32).dtype == np.complex64
+    assert jnp.sqrt(i32).dtype == f32
+    assert jnp.rint(i32).dtype == f64 and jnp.rint(jnp.array([True])).dtype == f64
+    assert jnp.angle(i32).dtype == f64 and jnp.angle(jnp.float16(2)).dtype == f64
+    assert jnp.angle(jnp.array([1.0, 2.0], np.float16)).dtype == np.float16
+    if x64:
+        assert jnp.fft.fft(jnp.array([1, 2], np.int64)).dtype == np.complex128

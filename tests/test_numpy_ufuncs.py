@@ -107,7 +107,7 @@ KEEP_DTYPE = [
     ("positive", lambda x: x.copy(), ["float32", "int32", "bool"]),
     ("absolute", np.absolute, ["float32", "float64", "int32", "bool"]),
     ("abs", np.abs, ["float32", "int32"]),
-    ("square", np.square, ["float32", "float64", "int32", "bool"]),
+    ("square", np.square, ["float32", "float64", "int32"]),  # bool: int32, as JAX (test below)
     ("sign", np.sign, ["float32", "float64", "int32"]),
     ("floor", np.floor, ["float32", "float64", "int32", "bool"]),
     ("ceil", np.ceil, ["float32", "float64", "int32", "bool"]),
@@ -538,3 +538,14 @@ def test_shifts_outer_and_einsum_on_bools():
     x = (np.arange(12).reshape(3, 4) % 3).astype(bool)
     assert np.asarray(jnp.einsum('ij->i', x)).tolist() == [True, True, True]
     assert bool(jnp.einsum('ij->', x)) and jnp.einsum('ij->j', x).dtype == np.bool_
+
+
+def test_square_of_bool_and_any_all_of_complex_as_jax():
+    # guards issue 32: square(bool) stayed bool (JAX: int32); any/all of complex tested both parts, where
+    # JAX converts to bool, which reads the real part only (any(1j) is False)
+    got = jnp.square(jnp.array([True, False]))
+    assert got.dtype == np.int32 and np.asarray(got).tolist() == [1, 0]
+    assert not bool(jnp.any(jnp.array([1j])))
+    assert not bool(jnp.all(jnp.array([1 + 1j, 0.5j])))
+    assert np.asarray(jnp.any(jnp.array([[1j, 0], [2, 0]]), axis=1)).tolist() == [False, True]
+    assert bool(jnp.array([1j]).astype(bool)[0])  # astype tests != 0 (as JAX's)

@@ -108,11 +108,13 @@ def _default_dtype_of_kind(dt):
 
 
 def to_inexact_dtype(dt):
-    """`dt` if floating or complex, else the default float (for mean, sqrt of ints...)."""
+    """`dt` if floating or complex, else the float integer/bool data is computed in, JAX's rule (mean,
+    sqrt, fft, norm of ints): float32 for bool and integers of up to 32 bits, float64 for 64-bit ones
+    (float32 again unless x64 is on): int32 data under x64 gives float32, not the default float64."""
     dt = canonicalize_dtype(dt)
     if dt.kind in "fc" or dt in _custom_float_dtypes:
         return dt
-    return default_float_dtype()
+    return canonicalize_dtype(np.float64 if dt.itemsize > 4 else np.float32)
 
 
 def is_float_dtype(dt):

@@ -184,6 +184,8 @@ min = amin = _minmax("min", lax.reduce_min, lax.reduce_and, lax.min, lax.and_)
 def _logical(opname, reducer, identity):
     def fn(a, axis=None, out=None, keepdims=False, *, where=None):
         a = util.asarray_arg(opname, a)
+        if is_complex_dtype(a.dtype):  # as JAX: converted to bool, which takes the real part (any(1j) is False)
+            a = lax.real(a)
         b = a if is_bool_dtype(a.dtype) else lax.ne(a, _c(a, 0))
         return _reduction(opname, b, axis, keepdims, where, None, reducer=reducer, combine=None,
                           identity=identity, out=out)

@@ -104,8 +104,7 @@ def _promote(opname, *xs):
 
 def _promote_inexact(opname, *xs):
     dt, weak = _promote_weak(opname, *xs)
-    if not dtypes.issubdtype(dt, np.inexact):
-        dt = np.dtype(dtypes.default_float_dtype())
+    dt = np.dtype(dtypes.to_inexact_dtype(dt))  # int32 -> float32 under x64 too, as JAX
     return [lax.convert_element_type(_asarray(x), dt, weak) for x in xs]
 
 

@@ -349,10 +349,12 @@ cbrt = _unary_inexact("cbrt", lax.cbrt)
 
 
 def square(x, /):
-    """x * x element-wise (dtype kept; bool stays bool as in NumPy)."""
+    """x * x element-wise (dtype kept; bools compute as int32, as JAX's promote_dtypes_numeric)."""
     x = util.asarray_arg("square", x)
     _reject_complex("square", x)
-    return x if is_bool_dtype(x.dtype) else lax.square(x)
+    if is_bool_dtype(x.dtype):
+        x = lax.convert_element_type(x, np.int32)
+    return lax.square(x)
 
 
 reciprocal = _unary_inexact("reciprocal", lambda x: lax.div(_c(x, 1), x))
@@ -467,7 +469,15 @@ floor = _unary_keep_int("floor", lax.floor)
 ceil = _unary_keep_int("ceil", lax.ceil)
 trunc = _unary_keep_int("trunc", _trunc)
 fix = _unary_keep_int("fix", _trunc)
-rint = _unary_inexact("rint", lambda x: lax.round(x, 1), _per_part(lambda x: lax.round(x, 1)))
+def rint(x, /):
+    """Rounds half to even; bool and integer inputs become the default float (float64 under x64, JAX's
+    rule for rint, not sqrt's int32 -> float32), complex numbers round each part."""
+    x = util.asarray_arg("rint", x)
+    if is_bool_dtype(x.dtype) or is_int_dtype(x.dtype):
+        return lax.convert_element_type(x, dtypes.default_float_dtype())
+    if is_complex_dtype(x.dtype):
+        return _per_part(lambda part: lax.round(part, 1))(x)
+    return lax.round(x, 1)
 
 
 def _round_int(x, decimals):
@@ -740,11 +750,11 @@ def imag(val, /):
 def angle(z, deg=False):
     """The argument of z (atan2(imag, real)); in degrees when deg is True. Real inputs give 0 or pi."""
     x = util.asarray_arg("angle", z)
-    if is_complex_dtype(x.dtype):
-        re, im = lax.real(x), lax.imag(x)
-    else:
-        x, = promote_args_inexact("angle", x)
-        re, im = x, lax.full(x.shape, 0, x.dtype)
+    re, im = (lax.real(x), lax.imag(x)) if is_complex_dtype(x.dtype) else (x, lax.full(x.shape, 0, x.dtype))
+    if not is_inexact_dtype(re.dtype) or (x.dtype.kind == "f" or x.dtype == dtypes.bfloat16) and x.ndim == 0:
+        # JAX's rule: the default float (float64 under x64) for integers, bools and real scalars
+        dt = dtypes.default_float_dtype()
+        re, im = lax.convert_element_type(re, dt), lax.convert_element_type(im, dt)
     out = lax.atan2(im, re)
     return lax.mul(out, _c(out, 180 / math.pi)) if deg else out
 
