@@ -6,6 +6,8 @@ LLVM_PREFIX ?= /usr/lib/llvm-19
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := llvm-19-dev libmlir-19-dev mlir-19-tools cmake gcc g++ libopenblas0 zlib1g-dev libzstd-dev libtinfo-dev python3-dev
 PIP_PACKAGES := numpy pytest ml_dtypes scipy
+# the reference the differential fuzzer compares against (tests/fuzz): CPU JAX, the version issue 32 names
+JAX_PACKAGE := jax==0.10.2
 
 .PHONY: all deps build test test-c test-py demo wheel asan bench clean fuzz
 
@@ -18,6 +20,7 @@ $(BUILD)/.deps:
 	if [ -n "$$missing" ]; then echo "kiln: installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; fi
 	@$(PYTHON) -c "import numpy, pytest, ml_dtypes, scipy" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
+	@$(PYTHON) -c "import jax" 2>/dev/null || $(PYTHON) -m pip install -q "$(JAX_PACKAGE)" || echo "kiln: JAX not installed: the differential tests against it (tests/test_fuzz.py) will be skipped"
 	@touch $@
 
 build: deps
