@@ -276,6 +276,23 @@ def test_reduce_precision_rounds_like_a_narrower_float(x64):
     assert np.isnan(got[3]) and got[4] == np.inf
 
 
+def test_reduce_precision_gradient_rounds_the_cotangent():
+    # bug (issue 32, fuzzer): the bit-level rounding had a zero gradient; JAX treats reduce_precision as
+    # linear, so grad is the cotangent rounded the same way (values pinned from JAX 0.10.2)
+    x = np.array([-1.084, 0.524, 3.0], np.float32)
+    w = np.array([1.0, 1.1, 1.3], np.float32)
+
+    def f(x):
+        return jnp.sum(lax.reduce_precision(x, 5, 10) * w)
+
+    want = [1.0, 1.0996094, 1.2998047]
+    for g in (kiln.grad(f), kiln.jit(kiln.grad(f)), kiln.grad(kiln.jit(f))):
+        np.testing.assert_array_equal(np.asarray(g(x)), np.array(want, np.float32))
+    np.testing.assert_array_equal(np.asarray(kiln.vmap(kiln.grad(f))(x[None]))[0], np.array(want, np.float32))
+    _, t = kiln.jvp(lambda x: lax.reduce_precision(x, 8, 7), (x,), (x * 3.3,))
+    np.testing.assert_array_equal(np.asarray(t), np.array([-3.578125, 1.7265625, 9.875], np.float32))
+
+
 def test_reduce_xor_over_axes():
     x = np.random.default_rng(8).integers(0, 1000, size=(3, 5)).astype(np.int32)
     np.testing.assert_array_equal(np.asarray(lax.reduce_xor(x, (1,))), np.bitwise_xor.reduce(x, axis=1))

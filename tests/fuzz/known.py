@@ -11,11 +11,6 @@ from collections import namedtuple
 Known = namedtuple("Known", "op transform dtype cls status reason")
 
 KNOWN = [
-    Known("lax.reduce_precision", "jit(grad)", "float16", "wrong_value", "open",
-          "kiln's gradient of lax.reduce_precision is 0; JAX passes the cotangent through "
-          "(grad(lambda a: jnp.sum(lax.reduce_precision(a, 5, 10)))(x) is ones)"),
-    Known("lax.reduce_precision", "jit(vmap(grad))", "float16", "wrong_value", "open",
-          "as above, batched"),
 ]
 
 

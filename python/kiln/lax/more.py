@@ -557,6 +557,35 @@ def reduce_precision(operand, exponent_bits, mantissa_bits):
         raise TypeError(f"reduce_precision: operand must be floating point, got {operand.dtype}")
     if eb < 1 or mb < 0:
         raise ValueError(f"reduce_precision: needs exponent_bits >= 1 and mantissa_bits >= 0, got {eb}, {mb}")
+    global _reduce_precision
+    if _reduce_precision is None:
+        from kiln._src.custom import custom_jvp
+        _reduce_precision = custom_jvp(_reduce_precision_value, nondiff_argnums=(1, 2))
+        _reduce_precision.defjvp(_reduce_precision_jvp)
+    return _reduce_precision(operand, eb, mb)
+
+
+def _reduce_precision_jvp(eb, mb, primals, tangents):
+    """JAX's rule: reduce_precision is linear, the tangent (and so the cotangent) is rounded the same way
+    (bug, issue 32: the bit-level rounding gave a zero gradient). The rounding must stay transposable, so
+    it is a round trip through the float format of (eb, mb) when there is one (float16, bfloat16,
+    float32); formats of no dtype pass the tangent unrounded, and so do values under the format's normal
+    range (the round trip keeps its subnormals, reduce_precision flushes them)."""
+    (x,), (t,) = primals, tangents
+    info = dtypes.finfo(x.dtype)
+    if eb < int(info.nexp) or mb < int(info.nmant):
+        for narrow in (np.float16, dtypes.bfloat16, np.float32):
+            ni = dtypes.finfo(narrow)
+            if (int(ni.nexp), int(ni.nmant)) == (eb, mb):
+                t = _lax.convert_element_type(_lax.convert_element_type(t, narrow), x.dtype)
+                break
+    return _reduce_precision(x, eb, mb), t
+
+
+_reduce_precision = None  # made on first use (custom_jvp lives in kiln._src.custom, imported lazily)
+
+
+def _reduce_precision_value(operand, eb, mb):
     info = dtypes.finfo(operand.dtype)
     nmant, nexp = int(info.nmant), int(info.nexp)
     ut = _uint_of(operand.dtype)
