@@ -297,3 +297,23 @@ def test_updates_combine_in_the_promoted_dtype_as_jax():
     # float16 arrays take float32 updates in float32
     h = jnp.array([1.0, 2.0], np.float16).at[jnp.array([0, 0, 0])].add(jnp.array([1e-3] * 3, np.float32))
     assert h.dtype == np.float16 and float(h[0]) == float(np.float16(1.003))
+
+
+def test_getitem_out_of_bounds_array_index_passes_no_gradient():
+    # bug (issue 32, fuzzer): x[i] with an out-of-range index array read the clamped element (right)
+    # and sent the gradient there too; JAX's getitem gathers in promise_in_bounds mode, whose
+    # transpose drops out-of-range positions, so their gradient is 0 (values pinned from JAX 0.10.2).
+    # mode='clip' and traced scalar indices (dynamic_slice) still send it to the clamped element.
+    x = jnp.asarray(np.array([[1.6, 2.0], [3.0, 4.0]], np.float32))
+
+    def g(f, *a):
+        return np.asarray(kiln.jit(kiln.grad(f))(x, *a)).tolist()
+
+    assert g(lambda x, i: jnp.sum(x[:, i]), jnp.array([6, 0, -1, -3])) == [[1, 1], [1, 1]]
+    assert g(lambda x, i: jnp.sum(x[i, jnp.array([0, 5])]), jnp.array([1, 0])) == [[0, 0], [1, 0]]
+    assert g(lambda x, i: jnp.sum(x.at[i].get(mode="promise_in_bounds")), jnp.array([1, 5])) == [[0, 0], [1, 1]]
+    assert g(lambda x, i: jnp.sum(x.at[i].get(mode="clip")), jnp.array([1, 5])) == [[0, 0], [2, 2]]
+    assert g(lambda x, i: jnp.sum(x[i]), jnp.int32(6)) == [[0, 0], [1, 1]]
+    vg = kiln.vmap(kiln.grad(lambda x, i: jnp.sum(x[i])), in_axes=(None, 0))(x[0], np.array([[6], [6], [1]]))
+    assert np.asarray(vg).tolist() == [[0, 0], [0, 0], [0, 1]]
+    assert np.asarray(x[jnp.array([6, -6])]).tolist() == np.asarray(x)[[1, 0]].tolist()  # reads clamp

@@ -23,11 +23,12 @@ class _Entry:
 
     kind: 'slice' (value: slice), 'int' (value: static int), 'dyn' (value: 0-d
     integer Array), 'array' (value: integer Array), 'none' (a new axis).
-    dim: the input dimension it consumes (None for 'none')."""
-    __slots__ = ("kind", "value", "dim")
+    dim: the input dimension it consumes (None for 'none').
+    static: an 'array' entry's values as a NumPy array when they are known at trace time, else None."""
+    __slots__ = ("kind", "value", "dim", "static")
 
-    def __init__(self, kind, value=None, dim=None):
-        self.kind, self.value, self.dim = kind, value, dim
+    def __init__(self, kind, value=None, dim=None, static=None):
+        self.kind, self.value, self.dim, self.static = kind, value, dim, static
 
 
 def _is_int_scalar(x):
@@ -54,7 +55,7 @@ def _mask_entries(mask, opname):
     if mask.ndim == 0:
         raise IndexError(f"{opname}: scalar boolean indices (x[True], x[False]) are not "
                          "supported; use x[None] or kiln.numpy.where")
-    return [(_Entry("array", core.asarray(i.astype(np.int32 if mask.size < 2**31 else np.int64))),
+    return [(_Entry("array", core.asarray(i.astype(np.int32 if mask.size < 2**31 else np.int64)), static=i),
              mask.shape[k]) for k, i in enumerate(np.nonzero(mask))]
 
 
@@ -101,7 +102,7 @@ def _convert_item(item, opname):
             return [_Entry("int", int(arr))]
         if arr.dtype.itemsize == 8 and np.all((arr >= -2**31) & (arr < 2**31)):
             arr = arr.astype(np.int32)
-        return [_Entry("array", core.asarray(arr))]
+        return [_Entry("array", core.asarray(arr), static=arr)]
     raise IndexError(f"{opname}: only {_VALID_KINDS} are valid indices; got "
                      f"{type(item).__name__} {item!r}")
 
@@ -173,7 +174,9 @@ def _index_int(x):
 
 def _gather(arr, entries, mode, fill_value):
     """arr indexed by parsed entries. mode 'clip': out-of-bounds indices clamp;
-    'fill': positions selected by an out-of-bounds index become fill_value."""
+    'fill': positions selected by an out-of-bounds index become fill_value; 'promise' (JAX's
+    promise_in_bounds, getitem's default): an out-of-bounds array index reads the clamped position,
+    as 'clip', but passes no gradient back (JAX's gather transposes to a scatter that drops it)."""
     shape = arr.shape
     nd = arr.ndim
     # 1. Static slices and ints: one rev and one strided slice.
@@ -197,6 +200,10 @@ def _gather(arr, entries, mode, fill_value):
     if starts != [0] * nd or limits != list(shape) or strides != [1] * nd:
         x = lax.slice(x, starts, limits, strides)
     valid = None
+    # bug (issue 32, fuzzer): 'promise' read the clamped element and sent its gradient there too
+    # (grad of x[i] with i out of range was 1 where JAX's is 0). Its in-bounds mask gates the gradient.
+    grad_valid = None
+    differentiable = dtypes.issubdtype(arr.dtype, np.inexact)
     # Negative indices wrap, then clamp; 'fill' also yields the in-bounds mask.
     norm_mode = "fill" if mode == "fill" else "promise_in_bounds"
 
@@ -238,8 +245,12 @@ def _gather(arr, entries, mode, fill_value):
             lin = None
             stride = 1
             for e, n in reversed(list(zip(adv, asizes))):
+                gate = mode == "promise" and differentiable and not (
+                    e.static is not None and bool(np.all((e.static >= -n) & (e.static < n))))
                 i, ok = _s._normalize_index(_index_int(_s.broadcast_to(e.value, bshape)), n,
-                                            norm_mode, "indexing")
+                                            "fill" if gate else norm_mode, "indexing")
+                if gate:
+                    grad_valid = both(grad_valid, ok)
                 i = _s._convert(i, ldt)
                 if stride != 1:
                     i = lax.mul(i, lax.full((), stride, ldt))
@@ -287,7 +298,10 @@ def _gather(arr, entries, mode, fill_value):
         x = lax.transpose(x, tuple(perm))
     if tuple(out_shape) != x.shape:
         x = lax.reshape(x, tuple(out_shape))
-    # 5. Out-of-bounds positions take the fill value.
+    # 5. Out-of-bounds positions take the fill value ('promise': pass no gradient).
+    if grad_valid is not None:
+        mask = lax.broadcast_in_dim(grad_valid, tuple(out_shape), tuple(range(bpos, bpos + len(bshape))))
+        x = lax.select(mask, x, lax.stop_gradient(x))
     if valid is not None:
         dims = () if valid.ndim == 0 else tuple(range(bpos, bpos + len(bshape)))
         mask = lax.broadcast_in_dim(valid, tuple(out_shape), dims)
@@ -296,7 +310,7 @@ def _gather(arr, entries, mode, fill_value):
     return x
 
 
-_GET_MODES = {None: "clip", "clip": "clip", "promise_in_bounds": "clip", "fill": "fill",
+_GET_MODES = {None: "promise", "clip": "clip", "promise_in_bounds": "promise", "fill": "fill",
               "drop": "fill"}
 
 
