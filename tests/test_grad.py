@@ -1156,3 +1156,30 @@ def test_ldexp_and_frexp_gradients():
         g = kiln.vmap(kiln.grad(lambda v: jnp.ldexp(v, e)))(x)
         assert_close(g, [scale, scale, 1.0, scale, 1.0, scale], rtol=1e-12)
     assert float(kiln.grad(lambda x: jnp.ldexp(x, 3))(1.5)) == 8.0
+
+
+def test_gradients_at_kinks_and_nan_as_jax():
+    # guards issue 32 (siblings of the min/max NaN case, found by sweeping grad against JAX 0.10.2 at
+    # 0, +-inf and NaN): abs's JVP is JAX's select(x >= 0, t, -t) (sign(0) stopped the tangent); fmax/fmin
+    # are JAX's selects (a tie gives x2 the gradient); relu/relu6 pass no tangent at NaN; xlogy/xlog1py's
+    # derivative in x at x == 0 is log(y); logaddexp/logaddexp2 (softplus) have JAX's custom JVP; hypot and
+    # the max-based norms follow JAX's formulas at 0
+    from kiln.scipy import special
+    g = kiln.vmap(kiln.grad(jnp.abs))(np.array([0.0, -0.0, np.nan, -2.0]))
+    assert_close(g, [1.0, 1.0, -1.0, -1.0])
+    assert_close(kiln.grad(jnp.fmax, argnums=(0, 1))(0.0, 0.0), [0.0, 1.0])
+    assert_close(kiln.grad(jnp.fmin, argnums=(0, 1))(1.0, 1.0), [0.0, 1.0])
+    assert_close(kiln.grad(jnp.fmax, argnums=(0, 1))(np.nan, 1.0), [0.0, 1.0])
+    for f in (kiln.nn.relu, kiln.nn.relu6, kiln.nn.hard_sigmoid):
+        assert float(kiln.grad(f)(np.nan)) == 0.0, f.__name__
+    assert float(kiln.grad(kiln.nn.relu)(2.0)) == 1.0 and float(kiln.grad(kiln.nn.relu)(0.0)) == 0.0
+    assert_close(kiln.grad(special.xlogy, argnums=(0, 1))(0.0, 2.0), [np.log(2.0), 0.0])
+    assert_close(kiln.grad(special.xlog1py)(0.0, 2.0), np.log(3.0))
+    assert np.isnan(float(special.xlogy(0.0, np.nan)))  # NaN y propagates (scipy's rule)
+    g = kiln.vmap(kiln.grad(special.entr))(np.array([0.0, 0.5, -1.0]))
+    assert float(g[0]) == np.inf and abs(float(g[1]) + np.log(0.5) + 1) < 1e-12 and np.isnan(float(g[2]))
+    for f in (jnp.logaddexp, lambda x: jnp.logaddexp2(x, 0.0), kiln.nn.softplus):
+        f2 = (lambda x: jnp.logaddexp(x, 0.0)) if f is jnp.logaddexp else f
+        assert_close(kiln.grad(f2)(0.0), 0.5)
+    assert_close(kiln.grad(jnp.hypot, argnums=(0, 1))(0.0, 0.0), [0.5, 0.5])
+    assert_close(kiln.grad(lambda x: jnp.linalg.norm(x, np.inf))(np.zeros(3)), [1 / 6] * 3)

@@ -60,7 +60,6 @@ static int unary_coef(kl_build *a, kl_prim p, int x, int y) {
   case KL_P_SQRT: return dv(a, lit(a, 0.5, x), y);
   case KL_P_RSQRT: return mul(a, lit(a, -0.5, x), dv(a, y, x));
   case KL_P_CBRT: return dv(a, lit(a, 1.0 / 3.0, x), sq(a, y));
-  case KL_P_ABS: return un(a, KL_P_SIGN, x);
   case KL_P_ERF: return mul(a, lit(a, 2.0 / sqrt(M_PI), x), un(a, KL_P_EXP, un(a, KL_P_NEG, sq(a, x))));
   case KL_P_ERFC: return mul(a, lit(a, -2.0 / sqrt(M_PI), x), un(a, KL_P_EXP, un(a, KL_P_NEG, sq(a, x))));
   case KL_P_ERF_INV: return mul(a, lit(a, sqrt(M_PI) / 2.0, x), un(a, KL_P_EXP, sq(a, y)));
@@ -159,7 +158,9 @@ static int unary_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts,
       touts[0] = un(a, KL_P_REAL, mul(a, t, dv(a, un(a, KL_P_CONJ, x), den)));
       return 0;
     }
-    break;
+    /* JAX's select(x >= 0, t, -t): the tangent passes at 0 (sign(x) would stop it), negated for NaN */
+    touts[0] = kl_build_select(a, kl_build_bin(a, KL_P_GE, x, lit(a, 0, x)), un(a, KL_P_NEG, t), t);
+    return 0;
   default: break;
   }
   int d = unary_coef(a, e->prim, x, y);

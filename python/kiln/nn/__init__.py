@@ -41,16 +41,31 @@ def identity(x):
     return _as_array("identity", x)
 
 
+def _zero_outside(inside):
+    """A JVP rule passing the tangent where inside(x) holds, 0 elsewhere: at the kinks and for nan too
+    (JAX's rules for relu and relu6; a select on x alone would pass nan's tangent through)."""
+    return lambda g, ans, x: lax.select(inside(x), g, lax.full(g.shape, 0, g.dtype))
+
+
+@custom_jvp
 def relu(x):
-    """max(x, 0), with gradient 0 at 0 and nan passed through."""
+    """max(x, 0); nan passes through, its derivative (and at 0) is 0."""
     x = _as_array("relu", x)
     return lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), x)
 
 
+relu.defjvps(_zero_outside(lambda x: lax.gt(x, _c(x, 0))))
+
+
+@custom_jvp
 def relu6(x):
-    """min(max(x, 0), 6), in a float dtype (JAX's compares with the float 6.); gradient 0 at both kinks."""
+    """min(max(x, 0), 6), in a float dtype (JAX's compares with the float 6.); derivative 0 at both kinks
+    and for nan."""
     x = _float("relu6", x)
     return lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), lax.select(ufuncs.order_ge(x, _c(x, 6)), _c(x, 6), x))
+
+
+relu6.defjvps(_zero_outside(lambda x: lax.and_(lax.gt(x, _c(x, 0)), lax.lt(x, _c(x, 6)))))
 
 
 def sigmoid(x):

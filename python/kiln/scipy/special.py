@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from kiln import lax
+from kiln._src.custom import custom_jvp
 from kiln._src.numpy import util, reductions
 from kiln._src.numpy.util import promote_args_inexact, full_like_scalar as _c
 from kiln.scipy._special_common import real_args as _real_args
@@ -49,30 +50,44 @@ logit = _unary("logit", lambda x: lax.log(lax.div(x, lax.sub(_c(x, 1), x))))
 ndtr = _unary("ndtr", lambda x: lax.mul(_c(x, 0.5), lax.erfc(lax.mul(x, _c(x, -_SQRT1_2)))))
 
 
-def _x_log(name, log_rule):
+def _x_log(name, log_rule, log_rule_derivative):
+    """x * log_rule(y), JAX's way: 0 where x == 0 (even where the log is -inf) unless y is NaN (scipy's
+    rule), and a custom JVP, tx log_rule(y) + ty x log_rule'(y), so that the derivative in x at x == 0 is
+    log_rule(y) (the select alone would give 0)."""
+    def value(x, y):
+        keep = lax.or_(lax.ne(x, _c(x, 0)), lax.ne(y, y))
+        return lax.select(keep, lax.mul(x, log_rule(y)), _c(x, 0))
+
+    def jvp(primals, tangents):
+        (x, y), (tx, ty) = primals, tangents
+        return rule(x, y), lax.add(lax.mul(tx, log_rule(y)), lax.mul(ty, lax.mul(x, log_rule_derivative(y))))
+
+    rule = custom_jvp(value)
+    rule.defjvp(jvp)
+
     def fn(x, y, /):
         x, y = promote_args_inexact(name, x, y)
-        zero = _c(x, 0)
-        x_zero = lax.eq(x, zero)
-        # x == 0 gives 0 even where log(y) is -inf; y is made safe there so gradients stay finite.
-        safe_y = lax.select(x_zero, _c(y, 1) if log_rule is lax.log else zero, y)
-        return lax.select(x_zero, zero, lax.mul(x, log_rule(safe_y)))
+        return rule(x, y)
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"x * {'log(y)' if log_rule is lax.log else 'log1p(y)'}, defined as 0 where x == 0."
+    fn.__doc__ = f"x * {'log(y)' if log_rule is lax.log else 'log1p(y)'}, defined as 0 where x == 0 (NaN y kept)."
     return fn
 
 
-xlogy = _x_log("xlogy", lax.log)
-xlog1py = _x_log("xlog1py", lax.log1p)
+xlogy = _x_log("xlogy", lax.log, lambda y: lax.div(_c(y, 1), y))
+xlog1py = _x_log("xlog1py", lax.log1p, lambda y: lax.div(_c(y, 1), lax.add(_c(y, 1), y)))
+
+
+_xlogx = custom_jvp(lambda x: xlogy(x, x))
+_xlogx.defjvp(lambda primals, tangents: (_xlogx(primals[0]), lax.mul(
+    tangents[0], lax.add(lax.log(primals[0]), _c(primals[0], 1)))))  # JAX's: log x + 1, inf at 0
 
 
 def entr(x, /):
-    """-x log x for x > 0, 0 at 0, -inf for x < 0."""
+    """-x log x for x > 0, 0 at 0, -inf for x < 0 (derivative -(log x + 1) through JAX's xlogx rule)."""
     x, = promote_args_inexact("entr", x)
-    zero = _c(x, 0)
-    safe = lax.select(lax.gt(x, zero), x, _c(x, 1))
-    val = lax.neg(lax.mul(x, lax.log(safe)))
-    return lax.select(lax.lt(x, zero), _c(x, -np.inf), lax.select(lax.eq(x, zero), zero, val))
+    if util.is_complex_dtype(x.dtype):
+        raise ValueError("entr does not support complex-valued inputs.")
+    return lax.select(lax.lt(x, _c(x, 0)), _c(x, -np.inf), lax.neg(_xlogx(x)))
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):

@@ -435,9 +435,13 @@ def _sum(x, axis, keepdims=False):
     return _s.expand_dims(out, axes) if keepdims and axes else out
 
 
-def _max(x, axis, keepdims=False, kind="max"):
+def _max(x, axis, keepdims=False, kind="max", initial=None):
+    """max (or min) over axis; `initial` folds in one more value, as JAX's max(..., initial=0) of its norms
+    (which also halves the gradient of an all-zero input's tie with it)."""
     axes = _s._axes(axis, x.ndim, kind)
     out = _s._reduce(kind, x, axes)
+    if initial is not None:
+        out = lax.max(out, lax.full(out.shape, initial, out.dtype))
     return _s.expand_dims(out, axes) if keepdims and axes else out
 
 
@@ -724,7 +728,7 @@ def _vector_norm(x, ord, axes, keepdims):
     if ord is None or ord == 2:
         out = lax.sqrt(_sum(lax.mul(x, x), ax, keepdims))
     elif ord == np.inf:
-        out = _max(ab, ax, keepdims) if x.size else _sum(ab, ax, keepdims)
+        out = _max(ab, ax, keepdims, initial=0)
     elif ord == -np.inf:
         out = _max(ab, ax, keepdims, kind="min")
     elif ord == 0:
@@ -749,14 +753,14 @@ def _matrix_norm(x, ord, axes, keepdims):
         inner_ax, outer_ax = (r, c) if ord in (1, -1) else (c, r)
         kind = "max" if ord in (1, np.inf) else "min"
         s = _sum(_abs(x), inner_ax, keepdims=True)
-        out = _max(s, outer_ax, keepdims=True, kind=kind)
+        out = _max(s, outer_ax, keepdims=True, kind=kind, initial=0 if kind == "max" else None)
         return out if keepdims else _s.squeeze(out, axes)
     if ord in ("nuc", 2, -2):
         y = svd(_s.moveaxis(x, axes, (-2, -1)), compute_uv=False)
         if ord == "nuc":
             y = _sum(y, -1)
         else:
-            y = _max(y, -1, kind="max" if ord == 2 else "min")
+            y = _max(y, -1, kind="max", initial=0) if ord == 2 else _max(y, -1, kind="min")
         return _s.expand_dims(y, axes) if keepdims else y
     raise ValueError(f"linalg.norm: invalid norm order {ord!r} for matrices")
 

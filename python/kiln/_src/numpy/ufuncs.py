@@ -364,13 +364,14 @@ arctan2 = atan2 = _binary_inexact("arctan2", lax.atan2)
 
 
 def _hypot(x1, x2):
+    """big sqrt(1 + (small / big)^2), JAX's formula, so its gradient too: at (0, 0) big's max splits the
+    tangent and big itself (not 0) is returned, giving 1/2 to each operand as JAX does."""
     x1, x2 = lax.abs(x1), lax.abs(x2)
     big, small = lax.max(x1, x2), lax.min(x1, x2)
     zero = _c(big, 0)
-    safe_big = lax.select(lax.eq(big, zero), _c(big, 1), big)
-    ratio = lax.div(small, safe_big)
-    r = lax.mul(big, lax.sqrt(lax.add(_c(ratio, 1), lax.mul(ratio, ratio))))
-    r = lax.select(lax.eq(big, zero), zero, r)
+    big_zero = lax.eq(big, zero)
+    ratio = lax.div(small, lax.select(big_zero, _c(big, 1), big))
+    r = lax.select(big_zero, big, lax.mul(big, lax.sqrt(lax.add(_c(ratio, 1), lax.mul(ratio, ratio)))))
     either_inf = lax.or_(lax.eq(x1, _c(x1, np.inf)), lax.eq(x2, _c(x2, np.inf)))
     return lax.select(either_inf, _c(r, np.inf), r)
 
@@ -384,8 +385,14 @@ def _wrap_between(x, a):
     return lax.sub(lax.select(lax.lt(r, _c(r, 0)), lax.add(r, _c(r, 2 * a)), r), _c(r, a))
 
 
+def _replace_inf(x):
+    """x with +inf (in the real part) replaced by 0: exp(x - out) of JAX's logaddexp JVP is then 1."""
+    re = lax.real(x) if is_complex_dtype(x.dtype) else x
+    return lax.select(lax.eq(re, _c(re, math.inf)), _c(x, 0), x)
+
+
 def _logaddexp_rule(exp_rule, log_scale):
-    def rule(x1, x2):
+    def value(x1, x2):
         amax = lax.max(x1, x2)  # complex: lexicographic, as JAX
         if is_complex_dtype(x1.dtype):  # JAX's formula: amax + log1p(exp(x1 + x2 - 2 amax))
             tail = lax.log1p(exp_rule(lax.sub(lax.add(x1, x2), lax.mul(amax, _c(amax, 2)))))
@@ -399,6 +406,23 @@ def _logaddexp_rule(exp_rule, log_scale):
             tail = lax.div(tail, _c(tail, log_scale))
         # delta is nan for equal infinities (and for nan inputs): x1 + x2 gives the right answer there.
         return lax.select(lax.ne(delta, delta), lax.add(x1, x2), lax.add(amax, tail))
+
+    def jvp(primals, tangents):
+        # JAX's rule: t1 exp(x1 - out) + t2 exp(x2 - out) (exp2 for logaddexp2), not the derivative of
+        # the formula above, whose |x1 - x2| has a kink where x1 == x2
+        (x1, x2), (t1, t2) = primals, tangents
+        out = made[0](x1, x2)
+        share = [exp_rule(lax.sub(_replace_inf(x), _replace_inf(out))) for x in (x1, x2)]
+        return out, lax.add(lax.mul(t1, share[0]), lax.mul(t2, share[1]))
+
+    made = [None]  # the custom_jvp function, made on first use (kiln._src.custom is imported lazily)
+
+    def rule(x1, x2):
+        if made[0] is None:
+            from kiln._src.custom import custom_jvp
+            made[0] = custom_jvp(value)
+            made[0].defjvp(jvp)
+        return made[0](x1, x2)
     return rule
 
 
@@ -534,17 +558,20 @@ minimum = _binary("minimum", lambda a, b: lax.and_(a, b) if is_bool_dtype(a.dtyp
 maximum = _binary("maximum", lambda a, b: lax.or_(a, b) if is_bool_dtype(a.dtype) else lax.max(a, b))
 
 
-def _nan_ignoring(pick):
+def _fminmax(wins, bool_rule, int_rule):
+    """JAX's fmin/fmax: x1 where it wins strictly or x2 is NaN, else x2 (a tie gives x2 the whole
+    gradient and the value's zero sign; NaN only when both are)."""
     def rule(a, b):
+        if is_bool_dtype(a.dtype):
+            return bool_rule(a, b)
         if not is_inexact_dtype(a.dtype):
-            return pick(a, b)
-        a_nan, b_nan = lax.ne(a, a), lax.ne(b, b)
-        return lax.select(b_nan, a, lax.select(a_nan, b, pick(a, b)))
+            return int_rule(a, b)
+        return lax.select(lax.or_(wins(a, b), lax.ne(b, b)), a, b)
     return rule
 
 
-fmin = _binary("fmin", _nan_ignoring(lambda a, b: lax.and_(a, b) if is_bool_dtype(a.dtype) else lax.min(a, b)))
-fmax = _binary("fmax", _nan_ignoring(lambda a, b: lax.or_(a, b) if is_bool_dtype(a.dtype) else lax.max(a, b)))
+fmin = _binary("fmin", _fminmax(lambda a, b: order_lt(a, b), lax.and_, lax.min))
+fmax = _binary("fmax", _fminmax(lambda a, b: order_gt(a, b), lax.or_, lax.max))
 
 
 def clip(a, a_min=None, a_max=None, *, min=None, max=None):
