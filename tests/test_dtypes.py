@@ -464,3 +464,22 @@ def test_integer_data_computes_in_float32_under_x64_where_jax_does(x64):
     assert jnp.angle(jnp.array([1.0, 2.0], np.float16)).dtype == np.float16
     if x64:
         assert jnp.fft.fft(jnp.array([1, 2], np.int64)).dtype == np.complex128
+
+
+def test_comparisons_and_full_like_keep_weak_type():
+    import kiln
+    import kiln.numpy
+    # bug (issue 32, fuzzer): a comparison's bool was never weak, and lax.full_like dropped x's weak
+    # type; JAX's rule: weak when all (promoted) operands are weak (weak types pinned from JAX 0.10.2)
+    from kiln import lax
+    i8 = kiln.numpy.asarray(np.array([[4, -1]], np.int8))
+    f32 = kiln.numpy.asarray(np.array([[4.0, -1.0]], np.float32))
+    w = i8 + 0.5  # weak float32
+    assert w.weak_type
+    for r, weak in [(i8 >= -1.5, True), (0.5 <= i8, True), (i8 < 2.0, True), (i8 == 2, False),
+                    (f32 >= 1.5, False), (lax.is_finite(w), True), (lax.ge(w, w), True),
+                    (lax.ge(w, f32), False), (lax.full_like(w, 1), True), (lax.full_like(w, 1, shape=()), True),
+                    (lax.full_like(w, 1, dtype=np.float32), False), (lax.full_like(f32, 1), False)]:
+        assert r.weak_type == weak, r
+    assert kiln.jit(lambda x: x >= -1.5)(np.array([6, 3], np.uint32)).weak_type
+    assert np.asarray(i8 >= -1.5).tolist() == [[True, True]]

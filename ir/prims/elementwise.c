@@ -41,10 +41,9 @@ static int rule_math(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, 
   out->dtype = ins[0].dtype;
   out->weak = 1;
   for (int i = 0; i < nin; i++) out->weak &= ins[i].weak;
-  if (pi->form == KL_FORM_COMPARE || prim == KL_P_IS_FINITE) {
-    out->dtype = KL_BOOL;
-    out->weak = 0;
-  }
+  /* A comparison's bool keeps the operands' weak type, as JAX's (all operands weak: int8 array >= 1.5
+   * compares two weak float32 and gives a weak bool; bug, issue 32: it was never weak). */
+  if (pi->form == KL_FORM_COMPARE || prim == KL_P_IS_FINITE) out->dtype = KL_BOOL;
   if (prim == KL_P_ABS || prim == KL_P_REAL || prim == KL_P_IMAG) out->dtype = kl_dtype_real_part(ins[0].dtype);
   if (prim == KL_P_COMPLEX) {
     if (ins[0].dtype != KL_F32 && ins[0].dtype != KL_F64)

@@ -484,12 +484,17 @@ def broadcasted_iota(dtype, shape, dimension):
 
 
 def full(shape, fill_value, dtype=None):
+    return _full(shape, fill_value, dtype, False)
+
+
+def _full(shape, fill_value, dtype, weak_type):
+    """full(); weak_type (with a dtype): the result is weakly typed, as full_like's of a weak x."""
     shape = _shape(shape)
     if dtype is not None and type(fill_value) is int:
         # a Python int goes straight to dtype, wrapping as JAX's conversion does (full((2,), 2**32 - 1,
         # uint32) never passes through the default int)
         dtype = dtypes.canonicalize_dtype(dtype)
-        v = core.scalar_constant(np.array(fill_value).astype(dtype)[()], dtype, False)
+        v = core.scalar_constant(np.array(fill_value).astype(dtype)[()], dtype, weak_type)
         return broadcast_in_dim(v, shape, ())
     v = fill_value if isinstance(fill_value, Array) else core.asarray(fill_value)
     if not isinstance(fill_value, Array) and not isinstance(v, Tracer) and v.shape == ():
@@ -499,14 +504,17 @@ def full(shape, fill_value, dtype=None):
         # in at every launch)
         v = core.scalar_constant(v._value()[()], v.dtype, v.weak_type)
     if dtype is not None:
-        v = convert_element_type(v, dtype)
+        v = convert_element_type(v, dtype, weak_type)
     if v.shape != ():
         raise TypeError(f"full: fill_value must be a scalar, got shape {v.shape}")
     return broadcast_in_dim(v, shape, ())
 
 
 def full_like(x, fill_value, dtype=None, shape=None):
-    return full(x.shape if shape is None else shape, fill_value, dtype or x.dtype)
+    """As JAX's: without a dtype the result keeps x's dtype and weak type (bug, issue 32: constants
+    made this way inside composite ops turned a weak operand's result strong: int8 array // 2.0)."""
+    return _full(x.shape if shape is None else shape, fill_value, dtype or x.dtype,
+                 dtype is None and bool(getattr(x, "weak_type", False)))
 
 
 def zeros_like_array(x):
