@@ -244,3 +244,21 @@ def test_the_strategy_is_logged(capfd, monkeypatch):
     lax.conv_general_dilated(np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32), (1, 1), "SAME")
     assert "kiln: conv of the padded float32[1, 10, 10, 3] input (channels last) by a [4, 3, 3, 3] kernel: im2col" in \
         capfd.readouterr().err
+
+
+def test_preferred_element_type_checked_as_jax():
+    # guards issue 32: a float convolution with an integer preferred_element_type (or a complex one with a
+    # float type) computed where JAX 0.10.2 raises TypeError; widening types still compute
+    x = np.array([[[1.7, 2.6, -0.4, 1.2]]], np.float32)
+    w = np.array([[[0.5, -1.6]]], np.float32)
+    conv = lambda a, b, t: lax.conv_general_dilated(jnp.asarray(a), jnp.asarray(b), (1,), "VALID",  # noqa: E731
+                                                     preferred_element_type=t)
+    for a, b, t in [(x, w, np.int32), (x, w, np.float16), (x + 0j, w + 0j, np.float32),
+                    ((x * 10).astype(np.int32), (w * 10).astype(np.int32), np.int8)]:
+        with pytest.raises(TypeError, match="preferred_element_type"):
+            conv(a, b, t)
+    got = conv((x * 10).astype(np.int8), (w * 10).astype(np.int8), np.int32)
+    assert got.dtype == np.int32 and np.asarray(got).tolist() == [[[-331, 194, -212]]]
+    got = conv(x.astype(np.float16), w.astype(np.float16), np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), [[[-3.3083, 1.9395, -2.1198]]], atol=2e-3)

@@ -27,7 +27,7 @@ import operator
 
 import numpy as np
 
-from kiln._src import core
+from kiln._src import core, dtypes
 
 import os
 import sys
@@ -225,6 +225,25 @@ def _conv_prim(lhs, rhs, dn, nd, strides, pads, lhs_dil, rhs_dil, G, B, precisio
     return lax.transpose(y, tuple(perm))
 
 
+def _check_preferred_element_type(dt, pet):
+    """JAX's check of a convolution's preferred_element_type (stricter than dot_general's): integers may
+    widen to integers or floats, floats to floats, complex to complex, never narrower (issue 32: a float
+    convolution with an int type, or a complex one with a float type, computed where JAX refuses)."""
+    kinds = {"i": "integral", "u": "integral", "f": "floating", "c": "complex"}
+    kind = lambda d: "f" if d == dtypes.bfloat16 else d.kind  # noqa: E731
+    if not (kind(dt) in "iu" and kind(pet) == "f"):
+        if kinds.get(kind(dt)) != kinds.get(kind(pet)):
+            raise TypeError("conv_general_dilated: input type is incompatible with `preferred_element_type`: "
+                            f"{dt.name} and {pet.name}; the compatible combinations are (integral, integral), "
+                            "(integral, floating), (floating, floating), (complex, complex)")
+        if kind(dt) == "i" and kind(pet) != "i":
+            raise TypeError(f"conv_general_dilated: `preferred_element_type` {pet.name} must have the same "
+                            f"signedness as the input type {dt.name}")
+    if pet.itemsize < dt.itemsize:
+        raise TypeError(f"conv_general_dilated: `preferred_element_type` {pet.name} must not be narrower than the "
+                        f"input type {dt.name}")
+
+
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                          dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
                          preferred_element_type=None):
@@ -245,6 +264,8 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
         from kiln import numpy as jnp
         dt = jnp.result_type(lhs, rhs)
         lhs, rhs = lhs.astype(dt), rhs.astype(dt)
+    if preferred_element_type is not None:
+        _check_preferred_element_type(np.dtype(lhs.dtype), np.dtype(preferred_element_type))
     x = lax.transpose(lhs, (dn.lhs_spec[0],) + tuple(dn.lhs_spec[2:]) + (dn.lhs_spec[1],))  # (N, S..., C)
     w = lax.transpose(rhs, dn.rhs_spec)  # (O, I, K...)
     N, C = x.shape[0], x.shape[-1]
