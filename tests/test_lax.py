@@ -1256,3 +1256,22 @@ def test_large_elementwise_and_cumsum():
     check(lax.cumsum(to_kiln(ints), reverse=True), np.cumsum(ints[::-1])[::-1].astype(np.int32), np.int32)
     s = host(lax.sort(to_kiln(h[:200_000])))
     np.testing.assert_array_equal(s, np.sort(h[:200_000]))
+
+
+def test_dot_general_of_two_dtypes_computes_in_the_higher_one():
+    # bug (issue 32, fuzzer): operands of two dtypes raised TypeError; JAX (XLA's HigherPrecisionType)
+    # computes in the higher dtype, the other operand converted (values pinned from JAX 0.10.2)
+    dn = (((0,), (0,)), ((), ()))
+    r = lax.dot_general(np.array([-3, -2, -4], np.int8), np.array([6, 1, 8], np.uint32), dn)
+    assert r.dtype == np.uint32 and int(r) == 4294967244
+    r = lax.dot_general(np.array([1], np.uint8), np.array([5], np.int8), dn)
+    assert r.dtype == np.int8 and int(r) == 5
+    r = lax.dot_general(np.array([2.0, 3.0], np.float32), np.array([4, 5], np.int16), dn,
+                        preferred_element_type=np.float64)
+    assert r.dtype == np.float32 and float(r) == 23.0
+    r = lax.dot_general(np.array([2.0, 3.0], np.float16), np.array([1 + 1j, 2], np.complex64), dn)
+    assert r.dtype == np.complex64 and complex(r) == 8 + 2j
+    gx, gy = kiln.grad(lambda x, y: lax.dot_general(x, y, dn), argnums=(0, 1))(
+        np.array([1.5, 2.0], np.float32), np.array([0.5, 3.0], np.float16))
+    assert (gx.dtype, gy.dtype) == (np.float32, np.float16)
+    assert np.asarray(gx).tolist() == [0.5, 3.0] and np.asarray(gy).tolist() == [1.5, 2.0]

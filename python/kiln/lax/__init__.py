@@ -678,8 +678,27 @@ def _precision_code(precision):
     return Precision(precision).value
 
 
+def _dot_type_rank(dt):
+    """XLA's HigherPrecisionType order (JAX's dot_general dtype rule): complex, then exponent range,
+    mantissa, bit width, signed over unsigned."""
+    dt = np.dtype(dt)
+    c = np.dtype(dtypes.finfo(dt).dtype) if dt.kind == "c" else dt
+    fl = dtypes.is_float_dtype(c)
+    return (dt.kind == "c", int(dtypes.finfo(c).maxexp) if fl else -1, int(dtypes.finfo(c).nmant) if fl else -1,
+            1 if c == np.bool_ else c.itemsize * 8, c.kind != "u")
+
+
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     lhs, rhs = _args("dot_general", lhs, rhs)
+    if lhs.dtype != rhs.dtype:
+        # bug (issue 32, fuzzer): operands of two dtypes were refused; JAX computes in the higher of
+        # the two by XLA's order (int8 x uint32 -> uint32, uint8 x int8 -> int8, float32 x int16 ->
+        # float32), the other operand converted to it
+        lr, rr = _dot_type_rank(lhs.dtype), _dot_type_rank(rhs.dtype)
+        if lr == rr:
+            raise TypeError(f"lax.dot_general argument type error: {lhs.dtype}, {rhs.dtype}")
+        to = lhs.dtype if lr > rr else rhs.dtype
+        lhs, rhs = convert_element_type(lhs, to), convert_element_type(rhs, to)
     (lc, rc), (lb, rb) = dimension_numbers
     params = {"lhs_contracting": tuple(lc), "rhs_contracting": tuple(rc), "lhs_batch": tuple(lb),
               "rhs_batch": tuple(rb), "precision": _precision_code(precision)}
