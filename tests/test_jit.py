@@ -693,3 +693,16 @@ def test_calls_with_containers_of_arrays_take_the_c_path_and_stay_correct():
     h = kiln.jit(lambda d: d[1] + d[2])
     for _ in range(2):
         close(h({2: jnp.asarray(x1), 1: jnp.asarray(x1)}), 2 * x1)
+
+
+def test_uint64_literal_past_int64_max_under_jit(x64):
+    # bug (issue 32, fuzzer): a uint64 constant of 2**63 or more (take_along_axis's fill value, a NumPy
+    # uint64 scalar) raised OverflowError while tracing; values pinned from JAX 0.10.2
+    x0 = np.array([[[8, 6], [5, 1], [8, 7]], [[0, 6], [2, 9], [5, 5]]], dtype=np.uint64)
+    x1 = np.array([[[0, -1], [0, 1], [1, -1]]], dtype=np.int64)
+    got = kiln.jit(lambda a, i: kiln.numpy.take_along_axis(a, i, axis=0))(x0, x1)
+    assert np.asarray(got).tolist() == [[[8, 6], [5, 9], [5, 5]]]
+    big = np.uint64(2**64 - 3)
+    assert np.asarray(kiln.jit(lambda x: x + big)(np.array([1, 2], np.uint64))).tolist() == [2**64 - 2, 2**64 - 1]
+    got = kiln.jit(lambda x: x // np.uint64(2**63 + 1))(np.array([2**64 - 1, 5], np.uint64))
+    assert np.asarray(got).tolist() == [1, 0]

@@ -371,6 +371,14 @@ static PyObject *trace_literal_tracer(PyObject *self, PyObject *const *args, Py_
     PyObject *n = PyNumber_Long(args[0]);
     if (!n) return NULL;
     ival = PyLong_AsLongLong(n);
+    if (ival == -1 && PyErr_Occurred() && kl_dtype_kind(d) == KL_KIND_UINT && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+      /* a uint64 past INT64_MAX: its bits (bug, issue 32: a uint64 literal of 2**63 or more raised
+       * OverflowError under jit) */
+      PyErr_Clear();
+      unsigned long long u = PyLong_AsUnsignedLongLong(n);
+      ival = (int64_t)u;
+      if (u == (unsigned long long)-1 && PyErr_Occurred()) ival = -1;
+    }
     Py_DECREF(n);
     if (ival == -1 && PyErr_Occurred()) return NULL;
   }
