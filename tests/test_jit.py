@@ -706,3 +706,16 @@ def test_uint64_literal_past_int64_max_under_jit(x64):
     assert np.asarray(kiln.jit(lambda x: x + big)(np.array([1, 2], np.uint64))).tolist() == [2**64 - 2, 2**64 - 1]
     got = kiln.jit(lambda x: x // np.uint64(2**63 + 1))(np.array([2**64 - 1, 5], np.uint64))
     assert np.asarray(got).tolist() == [1, 0]
+
+
+def test_jit_nested_under_grad_sees_numpy_arguments_as_arrays():
+    # bug (issue 32, fuzzer): jit inside grad ran its function on the raw arguments, so a NumPy array
+    # argument had no .at (AttributeError) where a compiled call sees an Array
+    def f(x0, i, x):
+        return x * x0.at[i].get(mode="clip").astype(x.dtype).sum()
+
+    x0, i = np.array([[3]], np.int8), np.array(-2, np.int32)
+    g = kiln.grad(lambda *a: jnp.sum(kiln.jit(f)(*a)), argnums=2)(x0, i, np.array([0.8], np.float32))
+    assert np.asarray(g).tolist() == [3.0]
+    g = kiln.grad(lambda x, n: kiln.jit(lambda x, n: x * n, static_argnums=1)(x, n))(np.float32(2), 3)
+    assert float(g) == 3.0

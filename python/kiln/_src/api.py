@@ -609,8 +609,22 @@ class JitWrapped(_kiln.JitBase):
 
     # Calling: JitBase (C) runs calls of positional arrays whose signature is in self._fast and
     # calls _call for everything else.
+    def _inline_args(self, args, kwargs):
+        """args and kwargs with the NumPy arrays and scalars among the dynamic leaves made Arrays, as the
+        function sees them when compiled (bug, issue 32: jit nested under grad passed a NumPy argument
+        through, so x.at[...] raised AttributeError)."""
+        def conv(v):
+            return tree_util.tree_map(lambda l: core.asarray(l) if isinstance(l, (np.ndarray, np.generic)) else l, v)
+
+        n = len(args)
+        args = tuple(a if (i in self._static_argnums or i - n in self._static_argnums) else conv(a)
+                     for i, a in enumerate(args))
+        return args, {k: v if k in self._static_argnames else conv(v) for k, v in kwargs.items()}
+
     def _call(self, *args, **kwargs):
         if core.tracing() or config.jax_disable_jit:  # nested under another trace, or disable_jit: as it is
+            if core.tracing():
+                args, kwargs = self._inline_args(args, kwargs)
             return self._fun(*args, **kwargs)
         if self.__dict__.get("_spmd_eager"):
             return self._fun(*args, **kwargs)
