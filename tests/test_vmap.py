@@ -390,3 +390,18 @@ def test_unmapped_python_values_pass_through_unchanged():
 def test_matmul_shape_mismatch_is_a_type_error():
     with pytest.raises(TypeError, match="matmul"):
         jnp.ones((2, 3)) @ jnp.ones((2, 3))
+
+
+def test_unmapped_concrete_array_stays_concrete_inside():
+    # bug (issue 32, fuzzer): an in_axes=None array became a tracer of the vmap trace, so using it as a
+    # boolean index raised NonConcreteBooleanIndexError; JAX passes unmapped arguments through as they
+    # are (values pinned from JAX 0.10.2)
+    x0 = np.array([[5, 2], [2, 5], [5, 2]], dtype=np.uint32)
+    mask = kiln.numpy.asarray(np.array([True, False]))
+    got = kiln.vmap(lambda x, m: x[m], in_axes=(0, None))(x0, mask)
+    assert np.asarray(got).tolist() == [[5], [2], [5]]
+    v = np.array([[1.8, 0.5], [0.5, 1.8]], dtype=np.float32)
+    g = kiln.vmap(kiln.grad(lambda a, m: kiln.numpy.sum(a[m])), in_axes=(0, None))(v, mask)
+    assert np.asarray(g).tolist() == [[1, 0], [1, 0]]
+    got = kiln.jit(kiln.vmap(lambda a, b: a + b, in_axes=(None, 0)))(kiln.numpy.ones(2), v)
+    np.testing.assert_allclose(np.asarray(got), v + 1)

@@ -200,10 +200,14 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         names = _leaf_names(fun, args, kwargs)
         if len(names) != len(leaves):
             names = [f"leaf {i}" for i in range(len(leaves))]
-        # as JAX: an unmapped (in_axes None) leaf that is not an array reaches fun as it is (a
-        # Python int stays an int, usable as a static argument inside)
-        static = [a is None and not isinstance(x, (core.Array, np.ndarray, np.generic)) for x, a in zip(leaves, axes)]
+        # as JAX: an unmapped (in_axes None) leaf reaches fun as it is (a Python int stays an int, usable
+        # as a static argument inside; a concrete array stays concrete, so it can be a boolean index:
+        # bug, issue 32, it became a tracer and x[mask] raised NonConcreteBooleanIndexError). NumPy
+        # arrays become (concrete) Arrays; a tracer of an enclosing trace stays an input.
+        static = [a is None and not core.is_tracer(x) for x, a in zip(leaves, axes)]
         if any(static):
+            leaves = [core.asarray(x) if st and isinstance(x, (np.ndarray, np.generic)) else x
+                      for x, st in zip(leaves, static)]
             keep = [i for i in range(len(leaves)) if not static[i]]
 
             def with_statics(*dyn):
