@@ -15,6 +15,12 @@ KNOWN = [
           "JAX subtracts the max in the unsigned dtype before converting, so x - max wraps "
           "(softmax(uint8 [8, 7]) is [0, nan], log_softmax [-inf, -inf]); kiln converts to float "
           "first and gives the softmax ([0.731, 0.269])"),
+] + [
+    Known(op, "*", "*complex*", "wrong_value", "deliberate",
+          "with inf operands, which non-finite value a complex product inside a matmul gives is the "
+          "kernel's: XLA's Eigen gemm gives nan+nanj, OpenBLAS nan+infj, the textbook sum (kiln, and "
+          "JAX itself for a single column) -inf+infj; finite results agree to float rounding")
+    for op in ("jnp.matmul", "jnp.dot", "lax.dot_general")
 ]
 
 
