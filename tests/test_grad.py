@@ -227,10 +227,11 @@ def test_max_min_ties_split_the_gradient_evenly():
 
 
 def test_pow_edge_cases():
-    # d/dx x^0 = 0 even at x = 0; d/dy 0^y = 0 (not nan); d/dx x^2 at 0 = 0
+    # as JAX: d/dx x^0 at x = 0 is 0 * 0^-1 = nan (a float exponent has no special case, issue 32);
+    # d/dy 0^y = log(1) 0^y = 0; d/dx x^2 at 0 = 0
     g = kiln.grad(lambda x, y: lax.pow(x, y), argnums=(0, 1))
     gx, gy = g(0.0, 0.0)
-    assert float(gx) == 0.0 and float(gy) == 0.0
+    assert np.isnan(float(gx)) and float(gy) == 0.0
     gx, gy = g(0.0, 2.0)
     assert float(gx) == 0.0 and float(gy) == 0.0
     gx, gy = g(2.0, 3.0)
@@ -1183,3 +1184,19 @@ def test_gradients_at_kinks_and_nan_as_jax():
         assert_close(kiln.grad(f2)(0.0), 0.5)
     assert_close(kiln.grad(jnp.hypot, argnums=(0, 1))(0.0, 0.0), [0.5, 0.5])
     assert_close(kiln.grad(lambda x: jnp.linalg.norm(x, np.inf))(np.zeros(3)), [1 / 6] * 3)
+
+
+def test_pow_gradient_has_jax_nans_at_zero():
+    # bug (issue 32, fuzzer): pow's JVP zeroed d/dx where y == 0 and d/dy where x == 0, hiding JAX's
+    # NaN of 0 * inf; JAX: d/dx = y x^(y-1), d/dy = log(x, 1 at 0) x^y (values pinned from JAX 0.10.2)
+    a = np.array([0.0, -0.0, 0.0, 2.0, -2.0, 0.0], np.float32)
+    b = np.array([0.0, -7.0, 2.5, 0.0, 3.0, -1.0], np.float32)
+    ga, gb = kiln.grad(lambda a, b: jnp.sum(jnp.power(a, b)), argnums=(0, 1))(a, b)
+    np.testing.assert_array_equal(np.asarray(ga), np.array([np.nan, -np.inf, 0, 0, 12, -np.inf], np.float32))
+    np.testing.assert_allclose(np.asarray(gb), np.array([0, np.nan, 0, 0.6931472, np.nan, np.nan], np.float32),
+                               rtol=1e-6)
+    # an integer exponent (lax.pow accepts one, as JAX): derivative 0 where y == 0, also at x == 0
+    y = np.array([0, -1, 3, 0], np.int32)
+    x = np.array([0.0, 2.0, -2.0, np.nan], np.float32)
+    assert np.asarray(kiln.grad(lambda x: lax.pow(x, y).sum())(x)).tolist() == [0.0, -0.25, 12.0, 0.0]
+    np.testing.assert_array_equal(np.asarray(lax.pow(x, y)), np.array([1, 0.5, -8, 1], np.float32))

@@ -101,15 +101,12 @@ int kl_jvp_binary_coefs(kl_build *a, kl_prim p, int x, int y, int out, int *da, 
   case KL_P_MUL: *da = y; *db = x; return 0;
   case KL_P_DIV: *da = dv(a, lit(a, 1, x), y); *db = un(a, KL_P_NEG, dv(a, out, y)); return 0;
   case KL_P_POW: {
-    int z = lit(a, 0, x);
-    int pw = kl_build_bin(a, KL_P_POW, x, sub(a, y, lit(a, 1, y)));
-    int dxv = mul(a, y, pw);
-    /* d/dx = y x^(y-1), taken as 0 where y == 0; d/dy = log(x) x^y, taken as 0 where x == 0 */
-    int ins[3] = {kl_build_bin(a, KL_P_EQ, y, lit(a, 0, y)), dxv, z};
-    int o[KL_MAX_OUTS];
-    *da = kl_build_emit(a, KL_P_SELECT_N, ins, 3, NULL, o) < 0 ? -1 : o[0];
-    int ins2[3] = {kl_build_bin(a, KL_P_EQ, x, z), mul(a, un(a, KL_P_LOG, x), out), lit(a, 0, x)};
-    *db = kl_build_emit(a, KL_P_SELECT_N, ins2, 3, NULL, o) < 0 ? -1 : o[0];
+    /* JAX's rules for a float or complex exponent: d/dx = y x^(y-1) and d/dy = log(x or 1 where x == 0)
+     * x^y, with no other special case (bug, issue 32: zeroing them where y == 0 or x == 0 hid JAX's
+     * NaN of 0 * inf, as d/dy of 0^-7 and d/dx of 0^0) */
+    *da = mul(a, y, kl_build_bin(a, KL_P_POW, x, sub(a, y, lit(a, 1, y))));
+    int safe = kl_build_select(a, kl_build_bin(a, KL_P_EQ, x, lit(a, 0, x)), x, lit(a, 1, x));
+    *db = mul(a, un(a, KL_P_LOG, safe), out);
     return 0;
   }
   case KL_P_ATAN2: {

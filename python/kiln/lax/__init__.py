@@ -183,6 +183,25 @@ def fft(x, fft_type, fft_lengths):
 for _n in ("add sub mul div rem pow max min atan2 shift_left shift_right_logical "
            "shift_right_arithmetic eq ne lt le gt ge").split():
     globals()[_n] = _binary(_n)
+_pow_same = _binary("pow")
+
+
+def pow(x, y):
+    """x ** y elementwise. As JAX, an integer exponent may raise a float or complex x (bug, issue 32: it
+    raised TypeError): computed in x's dtype, with JAX's derivative for it, 0 where y == 0."""
+    if (isinstance(y, (Array, np.ndarray, np.generic)) and np.dtype(y.dtype).kind in "iu"
+            and isinstance(x, (Array, np.ndarray, np.generic)) and np.dtype(x.dtype).kind in "fc"):
+        x = x if isinstance(x, Array) else core.asarray(x)
+        y = y if isinstance(y, Array) else core.asarray(y)
+        y0 = eq(y, full((), 0, y.dtype))
+        # x ** 1 where y == 0, so its derivative (1) is finite where the select discards it
+        out = _pow_same(x, convert_element_type(select(y0, full(y.shape, 1, y.dtype), y), x.dtype))
+        if y0.shape != out.shape:
+            y0 = broadcast_in_dim(y0, out.shape, ())
+        return select(y0, full(out.shape, 1, out.dtype), out)
+    return _pow_same(x, y)
+
+
 and_ = _binary("and_", "and")
 or_ = _binary("or_", "or")
 xor = _binary("xor")
