@@ -549,3 +549,19 @@ def test_square_of_bool_and_any_all_of_complex_as_jax():
     assert not bool(jnp.all(jnp.array([1 + 1j, 0.5j])))
     assert np.asarray(jnp.any(jnp.array([[1j, 0], [2, 0]]), axis=1)).tolist() == [False, True]
     assert bool(jnp.array([1j]).astype(bool)[0])  # astype tests != 0 (as JAX's)
+
+
+def test_weak_operands_give_jax_weak_results(x64):
+    # bug (issue 32, fuzzer): floor_divide (and reciprocal, imag and angle of reals, nextafter) turned a
+    # weakly typed operand's result strong through their constants; JAX keeps it weak there, and is
+    # strong for log2, hypot, heaviside, logical_and (weak types pinned from JAX 0.10.2)
+    w = jnp.asarray(np.array([1, 2, -3], np.int8)) + 0.5
+    assert w.weak_type and w.dtype == np.float64
+    for f, weak in [(lambda x: x // 2.0, True), (lambda x: jnp.floor_divide(x, x), True), (jnp.reciprocal, True),
+                    (jnp.imag, True), (jnp.angle, True), (lambda x: jnp.nextafter(x, 2.0), True),
+                    (jnp.log2, False), (lambda x: jnp.hypot(x, 2.0), False), (lambda x: jnp.heaviside(x, 2.0), False),
+                    (lambda x: jnp.logical_and(x, x), False), (lambda x: x % 2.0, True), (jnp.sum, False)]:
+        assert f(w).weak_type == weak, f
+    got = jnp.asarray(np.array([[-3]], np.int32)) // jnp.asarray(np.array(4, np.uint64))
+    assert got.dtype == np.float64 and got.weak_type and np.asarray(got).tolist() == [[-1.0]]
+    assert np.asarray(w // 2.0).tolist() == [0.0, 1.0, -2.0]

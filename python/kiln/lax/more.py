@@ -466,7 +466,9 @@ def nextafter(x1, x2):
     out = _lax.bitcast_convert_type(_lax.select(zero, from_zero, stepped), x1.dtype)
     nan = _lax.or_(_lax.ne(x1, x1), _lax.ne(x2, x2))
     out = _lax.select(_lax.eq(x1, x2), x2, out)
-    return _lax.select(nan, _lax.full((), np.nan, x1.dtype), out)  # the quiet NaN NumPy gives, on either backend
+    out = _lax.select(nan, _lax.full((), np.nan, x1.dtype), out)  # the quiet NaN NumPy gives, on either backend
+    # weak when both operands are, as JAX's nextafter primitive (the bit-level steps above are strong)
+    return _lax.convert_element_type(out, out.dtype, weak_type=x1.weak_type and x2.weak_type)
 
 
 def _int_operand(opname, x):

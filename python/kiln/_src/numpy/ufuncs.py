@@ -195,10 +195,10 @@ def _float_divmod(x1, x2):
     div = lax.div(lax.sub(x1, mod), x2)
     fix = lax.and_(lax.ne(mod, zero), lax.ne(lax.lt(x2, zero), lax.lt(mod, zero)))
     mod = lax.select(fix, lax.add(mod, x2), mod)
-    div = lax.select(fix, lax.sub(div, _c(div, 1)), div)
+    one = lax.full_like(div, 1)
+    div = lax.select(fix, lax.sub(div, one), div)
     floordiv = lax.floor(div)
-    floordiv = lax.select(lax.gt(lax.sub(div, floordiv), _c(div, 0.5)), lax.add(floordiv, _c(div, 1)),
-                          floordiv)
+    floordiv = lax.select(lax.gt(lax.sub(div, floordiv), _c(div, 0.5)), lax.add(floordiv, one), floordiv)
     # x2 == 0: NumPy gives x1 / 0 (inf or nan) for the quotient and nan for the remainder. The
     # quotient is piecewise constant, so its derivative is 0 as in JAX: floor (which keeps inf and
     # nan) drops x1 / x2's tangent, whose 1 / x2**2 would turn the select's zero into inf or nan.
@@ -357,7 +357,10 @@ def square(x, /):
     return lax.square(x)
 
 
-reciprocal = _unary_inexact("reciprocal", lambda x: lax.div(_c(x, 1), x))
+# The constants of reciprocal, imag, angle and floor_divide keep a weak operand's result weak, as JAX's
+# integer_pow, full_like and Python-scalar constants do there (bug, issue 32: x // 2.0 of an int8 array
+# was strong); elsewhere JAX's constants are strong and so are kiln's (_c).
+reciprocal = _unary_inexact("reciprocal", lambda x: lax.div(lax.full_like(x, 1), x))
 deg2rad = radians = _unary_inexact("deg2rad", lambda x: lax.mul(x, _c(x, math.pi / 180)))
 rad2deg = degrees = _unary_inexact("rad2deg", lambda x: lax.mul(x, _c(x, 180 / math.pi)))
 arctan2 = atan2 = _binary_inexact("arctan2", lax.atan2)
@@ -771,13 +774,13 @@ def real(val, /):
 def imag(val, /):
     """Imaginary part; zeros on real inputs."""
     x = util.asarray_arg("imag", val)
-    return lax.imag(x) if is_complex_dtype(x.dtype) else lax.full(x.shape, 0, x.dtype)
+    return lax.imag(x) if is_complex_dtype(x.dtype) else lax.full_like(x, 0)
 
 
 def angle(z, deg=False):
     """The argument of z (atan2(imag, real)); in degrees when deg is True. Real inputs give 0 or pi."""
     x = util.asarray_arg("angle", z)
-    re, im = (lax.real(x), lax.imag(x)) if is_complex_dtype(x.dtype) else (x, lax.full(x.shape, 0, x.dtype))
+    re, im = (lax.real(x), lax.imag(x)) if is_complex_dtype(x.dtype) else (x, lax.full_like(x, 0))
     if not is_inexact_dtype(re.dtype) or (x.dtype.kind == "f" or x.dtype == dtypes.bfloat16) and x.ndim == 0:
         # JAX's rule: the default float (float64 under x64) for integers, bools and real scalars
         dt = dtypes.default_float_dtype()
