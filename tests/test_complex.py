@@ -819,3 +819,23 @@ def test_numpy_complex_scalar_literal_keeps_its_imaginary_part():
         np.testing.assert_array_equal(np.asarray(out), np.array([1 + 2j, 1 + 2j], np.complex64))
         out = kiln.jit(lambda x: x * np.complex64(3 - 1j))(jnp.ones(2, jnp.complex64))
         np.testing.assert_array_equal(np.asarray(out), np.array([3 - 1j, 3 - 1j], np.complex64))
+
+
+def test_inverse_trig_on_the_branch_cuts_take_jax_side():
+    # bug (issue 32, fuzzer): asinh(0 - 1.9i) gave -1.257 - 1.571i (JAX: +1.257) and asin(1.5 + 0i)
+    # 1.571 - 0.962i (JAX: + 0.962i): kiln's sqrt, as XLA's, ignores a zero imaginary part's sign,
+    # which the formula relied on. JAX's side: a zero's sign is ignored, taken as +0 (values pinned
+    # from JAX 0.10.2)
+    z = np.array([0.0 - 1.9j, complex(-0.0, -1.9), 0.0 + 1.9j, 1e-3 - 1.9j, -1e-3 - 1.9j], np.complex64)
+    want = np.array([1.2571958 - 1.5707964j, 1.2571958 - 1.5707964j, 1.2571958 + 1.5707964j,
+                     1.2571961 - 1.5701773j, -1.2571961 - 1.5701773j], np.complex64)
+    for f in (jnp.arcsinh, kiln.jit(jnp.arcsinh)):
+        np.testing.assert_allclose(np.asarray(f(z)), want, rtol=2e-6)
+    x = np.array([3 + 0j, complex(3, -0.0), -3 + 0j, complex(-3, -0.0), 1.5 + 0j, 0.5 + 0j], np.complex64)
+    np.testing.assert_allclose(np.asarray(jnp.arcsin(x)),
+                               np.array([1.5707964 + 1.7627472j, 1.5707964 + 1.7627472j, -1.5707964 + 1.7627472j,
+                                         -1.5707964 + 1.7627472j, 1.5707964 + 0.9624237j, 0.5235988 + 0j],
+                                        np.complex64), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(jnp.arccos(x[:4])),
+                               np.array([-1.7627472j, -1.7627472j, 3.1415927 - 1.7627472j, 3.1415927 - 1.7627472j],
+                                        np.complex64), rtol=2e-6, atol=1e-7)

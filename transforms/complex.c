@@ -201,14 +201,21 @@ static int big_arg(kl_build *b, cx x) {
 /* asinh(z) = log1p(z + z^2 / (1 + sqrt(1 + z^2))) (the same as log(z + sqrt(z^2 + 1)), accurate
  * near 0), taken on the right half plane (asinh(-z) = -asinh(z)) where nothing cancels; for huge
  * |z|, log(2 z). */
-static cx casinhx(kl_build *b, cx x) {
-  int flip = cmp(b, KL_P_LT, x.r, lit_like(b, 0, x.r));
+static cx casinhx(kl_build *b, cx x, int zero_re_negative) {
+  int zero = lit_like(b, 0, x.r), flip = cmp(b, KL_P_LT, x.r, zero);
+  /* on the cut (re = +-0, |im| > 1) JAX ignores the zero's sign: asinh takes the side of re > 0, asin
+   * and acos (through asinh(i z), whose re is -im z) that of im z > 0, i.e. re(i z) < 0 */
+  if (zero_re_negative) flip = kl_build_bin(b, KL_P_OR, flip, cmp(b, KL_P_EQ, x.r, zero));
   cx w = mk(sel(b, flip, neg(b, x.r), x.r), sel(b, flip, neg(b, x.i), x.i));
   cx w2 = cmulx(b, w, w), one = cone(b, x.r);
   cx s = clog1px(b, cadd(b, w, cdivx(b, w2, cadd(b, one, csqrtx(b, cadd(b, one, w2))))));
   cx l = clogx(b, w);
   int big = big_arg(b, x);
   s = mk(sel(b, big, add(b, l.r, lit_like(b, M_LN2, l.r)), s.r), sel(b, big, l.i, s.i));
+  /* asinh maps the right half-plane into itself: |re| puts w = +-0 + iy, |y| > 1 (the cut) on JAX's
+   * side, the limit from re > 0 (bug, issue 32: csqrt, as XLA's, ignores the sign of a zero imaginary
+   * part, so w^2 = -y^2 - 0i landed on the other side: asinh(-1.9i) gave -1.257 - 1.571i) */
+  s.r = un(b, KL_P_ABS, s.r);
   return mk(sel(b, flip, neg(b, s.r), s.r), sel(b, flip, neg(b, s.i), s.i));
 }
 /* acosh(z) = log(z + sqrt(z + 1) sqrt(z - 1)); for huge |z|, log(2 z). */
@@ -472,13 +479,13 @@ static int elementwise(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
   case KL_P_SINH: *out = csinhx(b, x); return 0;
   case KL_P_COSH: *out = ccoshx(b, x); return 0;
   case KL_P_TANH: *out = ctanhx(b, x); return 0;
-  case KL_P_ASINH: *out = casinhx(b, x); return 0;
+  case KL_P_ASINH: *out = casinhx(b, x, 0); return 0;
   case KL_P_ACOSH: *out = cacoshx(b, x); return 0;
   case KL_P_ATANH: *out = catanhx(b, x); return 0;
-  case KL_P_ASIN: *out = cdiv_i(b, casinhx(b, ctimes_i(b, x))); return 0; /* asin z = -i asinh(i z) */
+  case KL_P_ASIN: *out = cdiv_i(b, casinhx(b, ctimes_i(b, x), 1)); return 0; /* asin z = -i asinh(i z) */
   case KL_P_ATAN: *out = cdiv_i(b, catanhx(b, ctimes_i(b, x))); return 0; /* atan z = -i atanh(i z) */
   case KL_P_ACOS: { /* acos z = pi/2 - asin z */
-    cx a = cdiv_i(b, casinhx(b, ctimes_i(b, x)));
+    cx a = cdiv_i(b, casinhx(b, ctimes_i(b, x), 1));
     *out = mk(sub(b, lit_like(b, M_PI / 2, x.r), a.r), neg(b, a.i));
     return 0;
   }
