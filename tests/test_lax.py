@@ -1275,3 +1275,23 @@ def test_dot_general_of_two_dtypes_computes_in_the_higher_one():
         np.array([1.5, 2.0], np.float32), np.array([0.5, 3.0], np.float16))
     assert (gx.dtype, gy.dtype) == (np.float32, np.float16)
     assert np.asarray(gx).tolist() == [0.5, 3.0] and np.asarray(gy).tolist() == [1.5, 2.0]
+
+
+def test_dot_general_of_two_dtypes_with_a_preferred_type_converts_both(x64):
+    # bug (issue 32, fuzzer): with a preferred_element_type, operands of two dtypes are each converted to
+    # it (XLA's operand upcasting) before the product; a narrower integer type raises (values pinned
+    # from JAX 0.10.2)
+    dn = (((0,), (0,)), ((), ()))
+    a, u = np.array([-1.7, 2.6], np.float32), np.array([3, 1], np.uint32)
+    r = lax.dot_general(a, u, dn, preferred_element_type=np.int32)
+    assert r.dtype == np.int32 and int(r) == -1
+    r = lax.dot_general(np.array([-3, 2], np.int8), np.array([6, 1], np.uint32), dn, preferred_element_type=np.int64)
+    assert int(r) == -16
+    r = lax.dot_general(np.array([200, 3], np.uint8), np.array([5, 1], np.int8), dn, preferred_element_type=np.uint32)
+    assert int(r) == 1003
+    with pytest.raises(TypeError):
+        lax.dot_general(np.array([-3, 2], np.int8), np.array([6, 1], np.uint32), dn, preferred_element_type=np.int16)
+    assert int(lax.dot_general(a, a, dn, preferred_element_type=np.int32)) == 9  # one dtype: product, then convert
+    for f in (jnp.dot, jnp.matmul, jnp.vdot, jnp.inner):
+        assert int(f(a, u, preferred_element_type=np.int32)) == -1, f
+    assert np.asarray(jnp.matmul(np.array([-1.7]), np.array([[3]], np.uint64), preferred_element_type=np.int64)).tolist() == [-3]

@@ -712,11 +712,19 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     if lhs.dtype != rhs.dtype:
         # bug (issue 32, fuzzer): operands of two dtypes were refused; JAX computes in the higher of
         # the two by XLA's order (int8 x uint32 -> uint32, uint8 x int8 -> int8, float32 x int16 ->
-        # float32), the other operand converted to it
+        # float32), the other operand converted to it, or, given a preferred_element_type, with both
+        # converted to that (XLA's operand upcasting: float32 [-1.7] x uint32 [3] as int32 is -3)
         lr, rr = _dot_type_rank(lhs.dtype), _dot_type_rank(rhs.dtype)
         if lr == rr:
             raise TypeError(f"lax.dot_general argument type error: {lhs.dtype}, {rhs.dtype}")
         to = lhs.dtype if lr > rr else rhs.dtype
+        if preferred_element_type is not None:
+            pet = np.dtype(dtypes.canonicalize_dtype(preferred_element_type))
+            width = np.dtype(to).itemsize // (2 if np.dtype(to).kind == "c" else 1)  # JAX's _bit_width
+            if not dtypes.is_float_dtype(to) and pet.itemsize < width:
+                raise TypeError("`preferred_element_type` must not be narrower than the original type, got "
+                                f"preferred_element_type of {pet} for result type of {np.dtype(to)}.")
+            to = pet
         lhs, rhs = convert_element_type(lhs, to), convert_element_type(rhs, to)
     (lc, rc), (lb, rb) = dimension_numbers
     params = {"lhs_contracting": tuple(lc), "rhs_contracting": tuple(rc), "lhs_batch": tuple(lb),

@@ -64,6 +64,17 @@ def _dg(a, b, contract, batch, precision, pet):
     return lax.dot_general(a, b, dn, precision=precision, preferred_element_type=pet)
 
 
+def _operands(opname, a, b, pet):
+    """The operands of a contraction, as JAX: promoted to one dtype; but given a preferred_element_type,
+    operands of two dtypes are each converted to it (JAX passes them as they are to dot_general, whose
+    XLA upcasting does that: float32 [-1.7] . uint32 [3] as int32 is -3, not int32(-5.1))."""
+    if pet is not None:
+        xs = [x if isinstance(x, core.Array) else _s._promote(opname, x)[0] for x in (a, b)]
+        if xs[0].dtype != xs[1].dtype:
+            return tuple(_s._convert(x, pet) for x in xs)
+    return _s._promote(opname, a, b)
+
+
 def _finish(x, pet):
     return x if pet is None else _s._convert(x, pet)
 
@@ -72,8 +83,8 @@ def _finish(x, pet):
 # Products.
 
 def dot(a, b, *, precision=None, preferred_element_type=None):
-    a, b = _s._promote("dot", a, b)
     pet = _pet(preferred_element_type)
+    a, b = _operands("dot", a, b, pet)
     if a.ndim == 0 or b.ndim == 0:
         return _finish(_mul(a, b), pet)
     bax = 0 if b.ndim == 1 else b.ndim - 2
@@ -84,8 +95,8 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
 
 
 def matmul(a, b, *, precision=None, preferred_element_type=None):
-    a, b = _s._promote("matmul", a, b)
     pet = _pet(preferred_element_type)
+    a, b = _operands("matmul", a, b, pet)
     for k, x in enumerate((a, b)):
         if x.ndim == 0:
             raise ValueError(f"matmul: input operand {k} does not have enough dimensions "
@@ -132,8 +143,8 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
 
 
 def inner(a, b, *, precision=None, preferred_element_type=None):
-    a, b = _s._promote("inner", a, b)
     pet = _pet(preferred_element_type)
+    a, b = _operands("inner", a, b, pet)
     if a.ndim == 0 or b.ndim == 0:
         return _finish(_mul(a, b), pet)
     if a.shape[-1] != b.shape[-1]:
@@ -150,7 +161,7 @@ def outer(a, b, out=None):
 
 
 def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
-    a, b = _s._promote("tensordot", a, b)
+    a, b = _operands("tensordot", a, b, _pet(preferred_element_type))
     if isinstance(axes, (int, np.integer)):
         n = int(axes)
         if n < 0 or n > builtins.min(a.ndim, b.ndim):
