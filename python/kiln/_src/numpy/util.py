@@ -266,8 +266,17 @@ def check_no_out(opname, out):
 def _broadcast_nonscalar(opname, arrays):
     """Broadcasts arrays to their common shape, leaving rank-0 arrays as they are (lax's
     elementwise primitives broadcast rank-0 operands themselves, which saves materializing
-    a filled array in eager mode). Returns (arrays, common shape)."""
-    shape = broadcast_shapes(*(x.shape for x in arrays), opname=opname)
+    a filled array in eager mode). Returns (arrays, common shape).
+
+    Incompatible shapes raise JAX's class: TypeError where every non-scalar operand has one rank (JAX
+    hands those to lax unbroadcast, whose shape rule raises it), ValueError otherwise (its broadcast;
+    bug, issue 32: always ValueError)."""
+    try:
+        shape = broadcast_shapes(*(x.shape for x in arrays), opname=opname)
+    except ValueError as e:
+        if len({x.ndim for x in arrays if x.ndim}) == 1:
+            raise TypeError(str(e)) from None
+        raise
     return [x if x.shape == () else broadcast_to_shape(x, shape, opname) for x in arrays], shape
 
 
