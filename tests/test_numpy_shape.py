@@ -306,3 +306,14 @@ def test_tril_triu_need_2d_and_dtype_arguments_are_no_arrays():
     for f in (lambda: x.astype(x), lambda: jnp.zeros_like(x, dtype=x), lambda: jnp.asarray(x, dtype=np.ones(1))):
         with pytest.raises(ValueError, match="dtype"):
             f()
+
+
+def test_numpy_int64_operands_are_canonicalized_before_promotion():
+    # bug (issue 32, fuzzer): without x64, an int64 NumPy operand of matmul/concatenate went straight to
+    # the promoted float32, keeping 4e9, where JAX first makes it int32 (wrapping), as jnp.add does
+    # (values pinned from JAX 0.10.2)
+    b = np.array([7, 4000000000], np.int64)
+    a = np.array([1.5, 0.25], np.float32)
+    assert float(jnp.matmul(a, b)) == -73741816.0
+    assert np.asarray(jnp.concatenate([a, b])).tolist() == [1.5, 0.25, 7.0, -294967296.0]
+    assert np.asarray(jnp.add(a, b)).tolist() == [8.5, -294967296.0]

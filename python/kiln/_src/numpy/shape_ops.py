@@ -97,6 +97,10 @@ def _promote(opname, *xs):
     dt, weak = _promote_weak(opname, *xs)
     out = []
     for x in xs:
+        if isinstance(x, (np.ndarray, np.generic)):
+            # canonicalized first, as JAX (bug, issue 32: an int64 NumPy array went straight to the
+            # promoted float32 without x64, where JAX wraps it to int32 first: matmul differed)
+            x = core.asarray(x)
         x = x if isinstance(x, core.Array) else core.asarray(x, dtype=dt)
         out.append(x if x.dtype == dt and x.weak_type == weak else lax.convert_element_type(x, dt, weak))
     return out
