@@ -839,3 +839,16 @@ def test_inverse_trig_on_the_branch_cuts_take_jax_side():
     np.testing.assert_allclose(np.asarray(jnp.arccos(x[:4])),
                                np.array([-1.7627472j, -1.7627472j, 3.1415927 - 1.7627472j, 3.1415927 - 1.7627472j],
                                         np.complex64), rtol=2e-6, atol=1e-7)
+
+
+def test_hyperbolic_and_trig_keep_zeros_and_huge_imaginary_parts():
+    # bug (issue 32, fuzzer): sinh(inf + 0i) gave inf + nan i (cosh(inf) * sin(0)), and tanh(-2.5 + 3e38i)
+    # nan (2 * 3e38 overflowed before the sine); values pinned from JAX 0.10.2
+    z = np.array([complex(np.inf, 0.0), complex(-np.inf, 0.0)], np.complex64)
+    assert np.asarray(jnp.sinh(z)).tolist() == [complex(np.inf, 0), complex(-np.inf, 0)]
+    assert np.asarray(jnp.cosh(z)).tolist() == [complex(np.inf, 0), complex(np.inf, 0)]
+    zi = np.array([complex(0.0, np.inf), complex(0.0, -np.inf)], np.complex64)
+    assert np.asarray(jnp.sin(zi)).tolist() == [complex(0, np.inf), complex(0, -np.inf)]
+    got = np.asarray(lax.tanh(jnp.asarray(np.array([complex(-2.5, 3e38), complex(1, 1e30)], np.complex64))))
+    np.testing.assert_allclose(got, np.array([-1.0071143 - 0.01150156j, 1.0332003 + 0.27568984j], np.complex64),
+                               rtol=1e-5)

@@ -156,31 +156,45 @@ static cx csqrtx(kl_build *b, cx x) {
   return mk(r, i);
 }
 
+/* The products below of a sine (0 at 0) by a cosh or sinh (inf for a huge argument) keep the zero
+ * where the sine's argument is 0, as C99 and JAX (bug, issue 32: sinh(inf + 0i) gave inf + nan i). */
+static int zero_times(kl_build *b, int arg, int prod, int zero) {
+  return sel(b, cmp(b, KL_P_EQ, arg, lit_like(b, 0, arg)), zero, prod);
+}
 static cx csinx(kl_build *b, cx x) {
-  return mk(mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_COSH, x.i)), mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_SINH, x.i)));
+  return mk(zero_times(b, x.r, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_COSH, x.i)), x.r),
+            mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_SINH, x.i)));
 }
 static cx ccosx(kl_build *b, cx x) {
-  return mk(mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_COSH, x.i)), neg(b, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_SINH, x.i))));
+  return mk(mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_COSH, x.i)),
+            zero_times(b, x.r, neg(b, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_SINH, x.i))),
+                       neg(b, mul(b, x.r, un(b, KL_P_SIGN, x.i)))));
 }
 static cx csinhx(kl_build *b, cx x) {
-  return mk(mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_COS, x.i)), mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_SIN, x.i)));
+  return mk(mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_COS, x.i)),
+            zero_times(b, x.i, mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_SIN, x.i)), x.i));
 }
 static cx ccoshx(kl_build *b, cx x) {
-  return mk(mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_COS, x.i)), mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_SIN, x.i)));
+  return mk(mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_COS, x.i)),
+            zero_times(b, x.i, mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_SIN, x.i)), mul(b, x.i, un(b, KL_P_SIGN, x.r))));
 }
 
 /* tanh(a + bi) = (sinh 2a + i sin 2b) / (cosh 2a + cos 2b); beyond |a| > 20 (where that would
- * overflow and tanh a is +-1 in any precision) (sign a, 4 sin b cos b e^(-2|a|)). */
+ * overflow and tanh a is +-1 in any precision) (sign a, 4 sin b cos b e^(-2|a|)). sin 2b and cos 2b
+ * come from sin b and cos b, so a huge b does not overflow 2b (bug, issue 32: tanh(-2.5 + 3e38i) was
+ * nan). */
 static cx ctanhx(kl_build *b, cx x) {
-  int a2 = scl(b, 2, x.r), b2 = scl(b, 2, x.i);
-  int d = add(b, un(b, KL_P_COSH, a2), un(b, KL_P_COS, b2));
+  int a2 = scl(b, 2, x.r);
+  int sb = un(b, KL_P_SIN, x.i), cb = un(b, KL_P_COS, x.i);
+  int sin2b = scl(b, 2, mul(b, sb, cb)), cos2b = mul(b, sub(b, cb, sb), add(b, cb, sb));
+  int d = add(b, un(b, KL_P_COSH, a2), cos2b);
   int big = cmp(b, KL_P_GT, un(b, KL_P_ABS, x.r), lit_like(b, 20, x.r));
   /* e^(-2|a|) underflows long before sin(2b) of a huge b stops being computable: 0 then */
   int decay = un(b, KL_P_EXP, neg(b, scl(b, 2, un(b, KL_P_ABS, x.r))));
   int gone = cmp(b, KL_P_EQ, decay, lit_like(b, 0, decay));
-  int far_i = sel(b, gone, mul(b, decay, lit_like(b, 0, decay)), mul(b, scl(b, 2, un(b, KL_P_SIN, b2)), decay));
+  int far_i = sel(b, gone, mul(b, decay, lit_like(b, 0, decay)), mul(b, scl(b, 2, sin2b), decay));
   return mk(sel(b, big, un(b, KL_P_SIGN, x.r), dv(b, un(b, KL_P_SINH, a2), d)),
-            sel(b, big, far_i, dv(b, un(b, KL_P_SIN, b2), d)));
+            sel(b, big, far_i, dv(b, sin2b, d)));
 }
 
 static cx cone(kl_build *b, int like) { return cre(b, lit_like(b, 1, like)); }
