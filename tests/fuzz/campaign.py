@@ -18,7 +18,7 @@ import numpy as np
 from . import known as known_mod
 from .compare import CLASSES
 from .pool import Crash, FuzzerError, Worker
-from .program import Program, Stmt, literal, repro
+from .program import Program, Stmt, compact_repro, literal, repro
 from .shrink import isolate, outcome, shrink_inputs, signature
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,11 +69,13 @@ class Campaign:
         self.rejected = 0
         self.fuzzer_errors = 0
         self.started = None
+        self.kiln_version = "unknown commit"
         self.elapsed = 0.0
 
     # --- driving ----------------------------------------------------------------------------------
     def run(self, seeds, time_limit=None):
         self.started = time.monotonic()
+        self.kiln_version = _kiln_version()     # workers import kiln once, at their start
         q = queue.Queue()
         for s in seeds:
             q.put(s)
@@ -216,7 +218,7 @@ class Campaign:
                  f"{self.programs} programs ({self.rejected} generations rejected, {self.fuzzer_errors} "
                  f"fuzzer errors), {self.checks} checks "
                  f"(program x transformation), {self.elapsed:.0f} s, {self.n_workers} worker(s); "
-                 f"kiln at {_kiln_version()}.", "",
+                 f"kiln at {self.kiln_version} (at the start).", "",
                  "| class | failing checks | distinct signatures |", "|---|---|---|"]
         by_cls = collections.Counter(d.cls for d in self.defects.values())
         for c in CLASSES:
@@ -238,9 +240,17 @@ class Campaign:
         return "\n".join(lines) + "\n"
 
     def save_regressions(self, directory=REGRESSIONS):
+        """One file per (class, op): its signature with the smallest program (the other
+        dtypes and transformations of a defect are in the report; the files stay few and small)."""
         os.makedirs(directory, exist_ok=True)
-        written = []
+        best = {}
         for d in self.defects.values():
+            size = sum(v.size for v in d.prog.inputs.values()) + 10 * len(d.prog.stmts)
+            key = (d.cls, d.op)
+            if key not in best or size < best[key][0]:
+                best[key] = (size, d)
+        written = []
+        for _, d in best.values():
             path = os.path.join(directory, regression_name(d.sig) + ".json")
             with open(path, "w") as f:
                 json.dump(to_json(d), f, indent=1)
@@ -267,17 +277,7 @@ def _one_line(s):
 
 def short_repro(d):
     """A few lines: inputs as literals and the transformed call (full script: regressions/)."""
-    p = d.prog
-    wrap = "jnp.asarray({})" if d.transform == "eager" else "{}"
-    lines = [f"{n} = {wrap.format(literal(v))}" for n, v in p.inputs.items()]
-    if len(p.stmts) == 1 and d.transform in ("eager", "jit"):
-        s = p.stmts[0]
-        call = s.expr if d.transform == "eager" else \
-            f"jax.jit(lambda {', '.join(p.inputs)}: {s.expr})({', '.join(p.inputs)})"
-        lines.append(call + (f"   # x64" if p.x64 else ""))
-        return "\n".join(lines)
-    body = repro(p, d.transform).split("\n")
-    return "\n".join(body[3:])    # drop the import lines (in every regression file)
+    return compact_repro(d.prog, d.transform)
 
 
 def regression_name(sig):
@@ -292,7 +292,7 @@ def to_json(d):
         "class": d.cls, "transform": d.transform, "x64": p.x64, "seed": p.seed, "count": d.count,
         "isolated": d.isolated,
         "inputs": {n: literal(v) for n, v in p.inputs.items()},
-        "stmts": [[s.out, s.op, s.expr, s.args, s.kind] for s in p.stmts],
+        "stmts": [[s.out, s.op, s.expr, s.args, s.kind, s.dtype] for s in p.stmts],
         "out": p.out, "in_axes": p.in_axes, "batch": p.batch, "grad_args": p.grad_args,
         "out_shape": list(p.out_shape), "out_dtype": p.out_dtype,
         "detail": d.detail, "jax": d.jax[:600], "kiln": d.kiln[:600], "kiln_exc": d.kexc,

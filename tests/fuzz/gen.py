@@ -282,6 +282,7 @@ class Ctx:
         exact = all(a.exact or not is_inexact(a.dtype) for a in args)
         if kind in ("arith", "domain") and is_inexact(str(value.dtype)):
             exact = False
+        self.stmts[-1].dtype = str(value.dtype)
         v = Var(name, tuple(value.shape), str(value.dtype), bool(value.weak_type), exact)
         self.vars.append(v)
         self.values[name] = value

@@ -2,10 +2,10 @@
 found in its seeds that no entry here matches; an entry that no longer reproduces is reported as
 stale (a warning), and should then be deleted.
 
-Each entry: the signature (op, transformation, dtype, class) as fnmatch patterns ('*' matches
-anything), its status ('open': a kiln defect to fix; 'deliberate': kiln differs on purpose) and
+Each entry: the signature (op, transformation, dtype, class) as patterns ('*' matches anything,
+the only wildcard), its status ('open': a kiln defect to fix; 'deliberate': kiln differs on purpose) and
 the reason. When you fix a defect, delete its entries; when you add one, say why."""
-import fnmatch
+import re
 from collections import namedtuple
 
 Known = namedtuple("Known", "op transform dtype cls status reason")
@@ -21,12 +21,60 @@ KNOWN = [
           "kernel's: XLA's Eigen gemm gives nan+nanj, OpenBLAS nan+infj, the textbook sum (kiln, and "
           "JAX itself for a single column) -inf+infj; finite results agree to float rounding")
     for op in ("jnp.matmul", "jnp.dot", "lax.dot_general")
+] + [
+    # reverse mode where JAX raises (README, "Deliberate differences from JAX")
+    Known("lax.while_loop", "*grad*", "*", "jax_raises", "deliberate",
+          "kiln differentiates while_loop in reverse mode; JAX raises ValueError (reverse-mode "
+          "differentiation does not work for lax.while_loop)"),
+    Known("lax.fori_loop", "*grad*", "*", "jax_raises", "deliberate",
+          "fori_loop with a traced trip count is a while_loop: kiln differentiates it, JAX raises ValueError"),
+    Known("*nextafter", "*grad*", "*", "jax_raises", "deliberate",
+          "kiln gives nextafter a zero derivative; JAX raises NotImplementedError (no differentiation rule)"),
+    Known("at.mul", "*grad*", "*", "jax_raises", "deliberate",
+          "kiln differentiates x.at[i].multiply(v) with duplicate indices; JAX raises NotImplementedError "
+          "(scatter_mul gradients only with unique_indices=True)"),
+] + [
+    # lax's dtype strictness: JAX raises TypeError where kiln converts
+    Known(op, "*", "*", "jax_raises", "open",
+          "lax binary ops take operands of different dtypes: a Python scalar whose default dtype differs "
+          "(lax.add(uint16 array, 1); lax.sub(float16 array, 3.25) with x64; lax.pow(complex64, complex "
+          "scalar) with x64) or two arrays; JAX raises TypeError 'requires arguments to have the same "
+          "dtypes', kiln converts the scalar")
+    for op in ("lax.add", "lax.sub", "lax.mul", "lax.eq", "lax.pow", "lax.nextafter", "*lax.clamp")
+] + [
+    Known(op, "*", "*", "jax_raises", "open",
+          "start indices of different integer dtypes (an int32 array and a Python int, which is int64 "
+          "with x64): JAX raises TypeError 'index arguments ... must be integers of the same type', "
+          "kiln computes")
+    for op in ("lax.dynamic_slice", "lax.dynamic_update_slice")
+] + [
+    Known("getitem[int array]", "*jit*", "*bool*", "jax_raises", "open",
+          "a boolean mask passed as an argument of a jit nested in grad or vmap (grad(jit(f)), "
+          "vmap(jit(f)) with the mask unbatched): JAX traces it and raises NonConcreteBooleanIndexError, "
+          "kiln indexes with its value (the inner jit specializes on a non-differentiated argument)"),
+    Known("jnp.cos", "*", "int64", "wrong_value", "open",
+          "float64 cos (and sin) of huge arguments: jnp.cos(9.2e18) is -8.2e27 in kiln (0.8946 in JAX), "
+          "jnp.cos(1e300) NaN; the argument reduction breaks above ~1e18 (found through int64 max, x64)"),
+    Known("lax.div", "*grad*", "complex*", "wrong_value", "open",
+          "derivative of complex lax.div(x, y) with respect to y when x has an infinite component: "
+          "JAX inf+infj, kiln nan+nanj"),
+    Known("transpose", "vmap", "int32", "wrong_dtype", "open",
+          "x64 off, vmap(lambda a: a.T) of an int64 NumPy argument: JAX returns int64 (the argument "
+          "uncanonicalized, a JAX quirk), kiln int32 as x64=False promises; probably deliberate"),
+    Known("getitem", "vmap", "uint32", "wrong_dtype", "open",
+          "x64 off, vmap(lambda a: a[-3:]) of a uint64 NumPy argument: JAX uint64 (uncanonicalized), kiln "
+          "uint32; the same JAX quirk as transpose/vmap/int32"),
 ]
+
+
+def _glob(value, pattern):
+    """fnmatch with '*' the only wildcard (op names hold brackets: 'getitem[int array]')."""
+    return re.fullmatch(".*".join(re.escape(p) for p in pattern.split("*")), value) is not None
 
 
 def matches(entry, sig):
     op, transform, dtype, cls = sig
-    return all(fnmatch.fnmatchcase(v, p) for v, p in
+    return all(_glob(v, p) for v, p in
                ((op, entry.op), (transform, entry.transform), (dtype, entry.dtype), (cls, entry.cls)))
 
 

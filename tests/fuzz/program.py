@@ -40,6 +40,7 @@ class Stmt:
     expr: str     # Python expression over jnp/lax/jax and earlier variables
     args: list    # the variables the expression reads
     kind: str = "arith"   # 'arith' (inexact result), 'keep' (exact in, exact out), 'disc'
+    dtype: str = ""       # the result's dtype when generated (sets the comparison tolerance)
 
 
 @dataclass
@@ -66,6 +67,14 @@ class Program:
         lines += [f"    {s.out} = {s.expr}" for s in self.stmts]
         lines.append(f"    return {self.out}")
         return "\n".join(lines)
+
+    def dtypes(self):
+        """Every dtype the program computes in: inputs, statements, output."""
+        out = {canonical("bfloat16" if v.dtype == np_dtype("bfloat16") else v.dtype.name, self.x64)
+               for v in self.inputs.values()}
+        out |= {s.dtype for s in self.stmts if s.dtype}
+        out.add(self.out_dtype)
+        return out
 
     def n_arith(self):
         return sum(1 for s in self.stmts if s.kind == "arith")
@@ -178,7 +187,50 @@ def repro(prog, transform):
     if "vmap" in transform:
         axes = tuple(prog.in_axes.get(n) for n in names)
         lines.append(f"in_axes = {axes}")
-        lines.append(f"bargs = [a if ax is None else np.stack([np.roll(a.reshape(-1), k).reshape(a.shape) "
+        lines.append(f"bargs = [jnp.asarray(a) if ax is None else np.stack([np.roll(a.reshape(-1), k).reshape(a.shape) "
                      f"for k in range({prog.batch})], axis=ax) for a, ax in zip(args, in_axes)]")
     lines.append(f"print({TRANSFORM_TEXT[transform]})")
+    return "\n".join(lines)
+
+
+def compact_repro(prog, transform):
+    """The shortest form: literal inputs (vmap's already batched), then one call line, e.g.
+    `jax.jit(jax.vmap(lambda x0: jnp.sort(x0), in_axes=(0,)))(x0)`. A longer program keeps its
+    `def f`."""
+    names = list(prog.inputs)
+    chain = transform.replace(")", "").split("(")
+    vals = dict(prog.inputs)
+    if "vmap" in chain:
+        vals = dict(zip(names, prog.batched_inputs()))
+    def wrap(n):
+        if chain == ["eager"] or ("vmap" in chain and prog.in_axes.get(n) is None):
+            return f"jnp.asarray({literal(vals[n])})"
+        return literal(vals[n])
+    lines = [f"{n} = {wrap(n)}" for n in names]
+    if prog.x64:
+        lines.insert(0, "jax.config.update('jax_enable_x64', True)")
+    params = ", ".join(names)
+    if len(prog.stmts) == 1 and prog.stmts[0].out == prog.out:
+        body = prog.stmts[0].expr
+    else:
+        lines.append(prog.source())
+        body = f"f({params})"
+    if chain == ["eager"]:
+        lines.append(body)
+        return "\n".join(lines)
+    fn = f"lambda {params}: {body}"
+    if "grad" in chain:
+        lines.append(f"w = {literal(prog.grad_weights())}")
+    real = "jnp.real({})" if prog.out_dtype in COMPLEX else "{}"
+    for step in reversed(chain):
+        if step == "grad":
+            argnums = tuple(names.index(n) for n in prog.grad_args)
+            fn = f"jax.grad(lambda {params}: jnp.sum({real.format(f'({body}) * w')}), argnums={argnums})" \
+                if fn.startswith("lambda") else \
+                f"jax.grad(lambda *a: jnp.sum({real.format(f'{fn}(*a) * w')}), argnums={argnums})"
+        elif step == "jit":
+            fn = f"jax.jit({fn})"
+        elif step == "vmap":
+            fn = f"jax.vmap({fn}, in_axes={tuple(prog.in_axes.get(n) for n in names)})"
+    lines.append(f"{fn}({params})")
     return "\n".join(lines)

@@ -4,7 +4,7 @@ import argparse
 import os
 import sys
 
-from .campaign import HERE, Campaign, replay
+from .campaign import HERE, REGRESSIONS, Campaign, replay
 from .compare import CLASSES
 
 
@@ -18,10 +18,16 @@ def main(argv=None):
     ap.add_argument("--max-stmts", type=int, default=4)
     ap.add_argument("--no-shrink", action="store_true", help="isolate signatures only, keep input shapes")
     ap.add_argument("--report", default=os.path.join(HERE, "last_report.md"))
-    ap.add_argument("--save-regressions", action="store_true", help="write one regressions/*.json per signature")
+    ap.add_argument("--save-regressions", action="store_true", help="write regressions/*.json, one per (class, op)")
+    ap.add_argument("--regressions-dir", default=None, help="where --save-regressions writes (default tests/fuzz/regressions)")
     ap.add_argument("--replay", action="store_true", help="re-check tests/fuzz/regressions/*.json and exit")
+    ap.add_argument("--triage", action="store_true", help="print the saved regressions grouped by (class, op)")
     args = ap.parse_args(argv)
 
+    if args.triage:
+        from .triage import load, markdown
+        print(markdown(load()))
+        return 0
     if args.replay:
         fixed = 0
         for path, sig, cls, res in replay():
@@ -43,7 +49,8 @@ def main(argv=None):
         f.write(camp.report())
     print(f"report: {args.report}")
     if args.save_regressions:
-        print(f"{len(camp.save_regressions())} regression files in tests/fuzz/regressions/")
+        out = args.regressions_dir or REGRESSIONS
+        print(f"{len(camp.save_regressions(out))} regression files in {out}")
     new = camp.unknown()
     if new:
         print(f"{len(new)} signatures not in tests/fuzz/known.py")
