@@ -67,38 +67,33 @@ def main():
 
 
 def _serve(proto, req, compare, generate, Reject, ROWS):
-    if True:
-        kind = req[0]
-        if kind == "campaign":
-            _, seed, x64, opts = req
-            compare.set_x64(x64)
-            try:
-                prog = generate(seed, x64, compare.library("jax")["jax"], ROWS, **opts)
-            except Reject:
-                _send(proto, ("done", None, []))
-                return
-            results = []
-            for t in prog.transforms:
-                _send(proto, ("progress", t))
-                results.append((t,) + compare.check(prog, t))
-            _send(proto, ("done", prog, results))
-        elif kind == "generate":
-            _, seed, x64, opts = req
-            compare.set_x64(x64)
-            try:
-                prog = generate(seed, x64, compare.library("jax")["jax"], ROWS, **opts)
-            except Reject:
-                prog = None
+    kind = req[0]
+    if kind in ("campaign", "generate"):
+        _, seed, x64, opts = req
+        compare.set_x64(x64)
+        try:
+            prog = generate(seed, x64, compare.library("jax")["jax"], ROWS, **opts)
+        except Reject:
+            prog = None
+        if kind == "generate":
             _send(proto, ("done", prog))
-        elif kind == "check":
-            _, prog, transform = req
-            _send(proto, ("progress", transform))
-            _send(proto, ("done", compare.check(prog, transform)))
-        elif kind == "values":
-            _send(proto, ("done", compare.jax_values(req[1])))
-        else:
-            _send(proto, ("error", f"unknown request {kind!r}"))
-
+            return
+        if prog is None:
+            _send(proto, ("done", None, []))
+            return
+        results = []
+        for t in prog.transforms:
+            _send(proto, ("progress", t))
+            results.append((t,) + compare.check(prog, t))
+        _send(proto, ("done", prog, results))
+    elif kind == "check":
+        _, prog, transform = req
+        _send(proto, ("progress", transform))
+        _send(proto, ("done", compare.check(prog, transform)))
+    elif kind == "values":
+        _send(proto, ("done", compare.jax_values(req[1])))
+    else:
+        _send(proto, ("error", f"unknown request {kind!r}"))
 
 if __name__ == "__main__":
     main()
