@@ -281,3 +281,85 @@ def test_ctrl_c_stops_a_long_jitted_loop(kind, tmp_path):
     assert line, p.stdout
     assert float(line[0].split()[1]) < 1.0
     assert "AFTER 96.0" in p.stdout
+
+
+# ---- agreement with JAX: fuzzer defects (tests/fuzz/TRIAGE.md, issue 32) ----
+
+from kiln import lax  # noqa: E402
+from kiln._src import ad  # noqa: E402
+from kiln.errors import ConcretizationTypeError, NonConcreteBooleanIndexError  # noqa: E402
+
+
+def test_nested_jit_traces_a_boolean_mask_argument():
+    """D5: a mask passed as an argument of a jit nested in grad or vmap is abstract inside it, so
+    x[m] raises NonConcreteBooleanIndexError as in JAX (kiln indexed by the mask's value)."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((1, 2)).astype(np.float32)
+    m = np.array([[False, True]])
+    with pytest.raises(NonConcreteBooleanIndexError):
+        kiln.grad(lambda x, m: jnp.sum(kiln.jit(lambda x, m: x[m])(x, m)))(x, m)
+    v = rng.integers(0, 9, (2, 1, 2)).astype(np.uint32)
+    with pytest.raises(NonConcreteBooleanIndexError):
+        kiln.vmap(kiln.jit(lambda v, m: v[m]), in_axes=(0, None))(v, jnp.asarray(np.array([[True, True]])))
+    with pytest.raises(NonConcreteBooleanIndexError):
+        kiln.jit(lambda x: kiln.jit(lambda x, m: x[m])(x, np.array([[True, False]])))(x)
+    # without the inner jit the mask is a concrete non-differentiated argument and indexes, as in JAX
+    assert np.array_equal(kiln.grad(lambda x, m: jnp.sum(x[m]))(x, m), m.astype(np.float32))
+
+
+def test_nested_jit_arguments_are_abstract_static_ones_are_not():
+    """D5: inside a jit nested in grad, float(x) and range(n) on a dynamic argument raise as in JAX;
+    a static_argnums argument stays a Python value."""
+    x = np.float32(np.random.default_rng().uniform(0.5, 2.0))
+    with pytest.raises(ConcretizationTypeError):
+        kiln.grad(lambda x: kiln.jit(lambda x: x * float(x))(x))(x)
+    with pytest.raises(TypeError):  # TracerIntegerConversionError
+        kiln.grad(lambda x, n: kiln.jit(lambda x, n: sum(x for _ in range(n)))(x, n))(x, 3)
+    g = kiln.grad(lambda x, n: kiln.jit(lambda x, n: sum(x * x for _ in range(n)), static_argnums=1)(x, n))(x, 3)
+    np.testing.assert_allclose(g, 6 * np.float64(x), rtol=1e-6)
+
+
+def test_grad_of_nested_jit_with_index_arguments_compiles_once():
+    """D5: grad(jit(f)) with NumPy integer and boolean arguments gives JAX's gradient for each value
+    (x[i] * where(m, 2, 1)), from one compiled gradient program (nothing specializes on the values)."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal(5).astype(np.float32)
+    f = kiln.grad(lambda x, i, m: jnp.sum(kiln.jit(lambda x, i, m: x[i] * jnp.where(m, 2.0, 1.0))(x, i, m)))
+    sizes = []
+    for i in rng.permutation(5)[:4]:
+        m = bool(rng.integers(2))
+        want = np.zeros(5, np.float32)
+        want[i] = 2.0 if m else 1.0
+        np.testing.assert_array_equal(f(x, np.int32(i), np.array(m)), want)
+        sizes.append(len(ad._compiled))
+    assert sizes[1:] == sizes[:1] * 3, sizes
+
+
+def test_complex_div_gradient_keeps_infinities():
+    """D2: d/dy real(x / y) is JAX's ((ct y^-2) x), negated: an infinite x gives inf+infj (kiln gave
+    nan+nanj through ct * (-(x / y) / y)); values hard-coded from JAX 0.10.2."""
+    inf, nan = np.inf, np.nan
+    x = np.array([complex(-0.4, inf), complex(inf, 0.5), 0j, complex(2, -1), complex(-inf, 0)], np.complex64)
+    y = np.array([complex(-1.1, 2.0), complex(0.3, -0.7), complex(inf, nan), 0j, complex(1.5, 0.25)], np.complex64)
+
+    def f(x, y):
+        return jnp.sum(jnp.real(lax.div(x, y)))
+    want_x = np.array([-0.21113244 - 0.38387716j, 0.5172414 + 1.2068965j, 0j, complex(inf, nan),
+                       0.6486487 - 0.10810811j], np.complex64)
+    want_y = np.array([complex(inf, inf), complex(inf, -inf), complex(nan, nan), complex(nan, nan),
+                       complex(inf, -inf)], np.complex64)
+    for g in (kiln.grad(f, argnums=(0, 1)), kiln.jit(kiln.grad(f, argnums=(0, 1))), kiln.grad(kiln.jit(f), (0, 1))):
+        gx, gy = g(x, y)
+        np.testing.assert_allclose(gx, want_x, rtol=1e-6)
+        np.testing.assert_array_equal(gy, want_y)
+    # float32: JAX's y^-2 = 1 / (y y) overflows for y = 1e-30, 0 * inf is nan (kiln gave -0.)
+    gy = kiln.grad(lambda x, y: jnp.sum(lax.div(x, y)), argnums=1)(np.float32([0.0, -inf]), np.float32([1e-30, 2.0]))
+    np.testing.assert_array_equal(gy, np.float32([nan, inf]))
+    # finite values: -x / y^2 in float64
+    rng = np.random.default_rng()
+    xs = (rng.standard_normal(6) + 1j * rng.standard_normal(6)).astype(np.complex64)
+    ys = (rng.uniform(0.5, 2, 6) * np.exp(1j * rng.uniform(-3, 3, 6))).astype(np.complex64)
+    gx, gy = kiln.grad(f, argnums=(0, 1))(xs, ys)
+    y64 = ys.astype(np.complex128)
+    np.testing.assert_allclose(gx, 1 / y64, rtol=1e-5)
+    np.testing.assert_allclose(gy, -xs.astype(np.complex128) / y64 ** 2, rtol=1e-5)

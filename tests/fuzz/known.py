@@ -48,22 +48,17 @@ KNOWN = [
           "kiln computes")
     for op in ("lax.dynamic_slice", "lax.dynamic_update_slice")
 ] + [
-    Known("getitem[int array]", "*jit*", "*bool*", "jax_raises", "open",
-          "a boolean mask passed as an argument of a jit nested in grad or vmap (grad(jit(f)), "
-          "vmap(jit(f)) with the mask unbatched): JAX traces it and raises NonConcreteBooleanIndexError, "
-          "kiln indexes with its value (the inner jit specializes on a non-differentiated argument)"),
     Known("jnp.cos", "*", "int64", "wrong_value", "open",
           "float64 cos (and sin) of huge arguments: jnp.cos(9.2e18) is -8.2e27 in kiln (0.8946 in JAX), "
           "jnp.cos(1e300) NaN; the argument reduction breaks above ~1e18 (found through int64 max, x64)"),
-    Known("lax.div", "*grad*", "complex*", "wrong_value", "open",
-          "derivative of complex lax.div(x, y) with respect to y when x has an infinite component: "
-          "JAX inf+infj, kiln nan+nanj"),
-    Known("transpose", "vmap", "int32", "wrong_dtype", "open",
-          "x64 off, vmap(lambda a: a.T) of an int64 NumPy argument: JAX returns int64 (the argument "
-          "uncanonicalized, a JAX quirk), kiln int32 as x64=False promises; probably deliberate"),
-    Known("getitem", "vmap", "uint32", "wrong_dtype", "open",
-          "x64 off, vmap(lambda a: a[-3:]) of a uint64 NumPy argument: JAX uint64 (uncanonicalized), kiln "
-          "uint32; the same JAX quirk as transpose/vmap/int32"),
+    # x64 off, JAX's vmap hands back the NumPy argument itself when f only moves axes
+    Known("transpose", "vmap", "int32", "wrong_dtype", "deliberate",
+          "x64 off, vmap(lambda a: a.T) of an int64 NumPy argument: JAX returns the argument "
+          "uncanonicalized, as a numpy.ndarray of int64, when f only transposes, slices or returns it "
+          "(any computation gives int32); kiln returns an int32 Array, as x64=False promises"),
+    Known("getitem", "vmap", "uint32", "wrong_dtype", "deliberate",
+          "x64 off, vmap(lambda a: a[-3:]) of a uint64 NumPy argument: JAX returns a uint64 numpy.ndarray "
+          "(uncanonicalized), kiln a uint32 Array; the same JAX quirk as transpose/vmap/int32"),
 ]
 
 

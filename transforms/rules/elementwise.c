@@ -183,6 +183,20 @@ static int binary_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts
     touts[0] = fit(a, kl_build_add(a, fit(a, ta, y), fit(a, nb, y)), y);
     return 0;
   }
+  if (e->prim == KL_P_DIV) {
+    /* JAX's order of operations, t / y and ((-t) x) y^-2, not t * coefficient: transposed, the
+     * cotangent meets y^-2 before x, so an infinite x gives JAX's inf+infj where ct * (-(x / y) / y)
+     * made (1 + 0i)(inf + inf i) = nan (bug, issue 32) */
+    int ca = ta >= 0 ? fit(a, dv(a, ta, w), y) : -1, cb = -1;
+    if (tb >= 0) {
+      kl_params p;
+      kl_params_init(&p, KL_P_INTEGER_POW);
+      p.integer_pow.y = -2;
+      cb = fit(a, mul(a, mul(a, un(a, KL_P_NEG, tb), x), kl_build_op(a, KL_P_INTEGER_POW, &w, 1, &p)), y);
+    }
+    touts[0] = kl_build_add(a, ca, cb);
+    return 0;
+  }
   int da = -1, db = -1;
   int rc = kl_jvp_binary_coefs(a, e->prim, x, w, y, &da, &db);
   if (rc == -2) return kl_jvp_unsupported(a, e);

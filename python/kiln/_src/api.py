@@ -609,23 +609,29 @@ class JitWrapped(_kiln.JitBase):
 
     # Calling: JitBase (C) runs calls of positional arrays whose signature is in self._fast and
     # calls _call for everything else.
-    def _inline_args(self, args, kwargs):
-        """args and kwargs with the NumPy arrays and scalars among the dynamic leaves made Arrays, as the
-        function sees them when compiled (bug, issue 32: jit nested under grad passed a NumPy argument
-        through, so x.at[...] raised AttributeError)."""
-        def conv(v):
-            return tree_util.tree_map(lambda l: core.asarray(l) if isinstance(l, (np.ndarray, np.generic)) else l, v)
-
-        n = len(args)
-        args = tuple(a if (i in self._static_argnums or i - n in self._static_argnums) else conv(a)
-                     for i, a in enumerate(args))
-        return args, {k: v if k in self._static_argnames else conv(v) for k, v in kwargs.items()}
+    def _nested(self, args, kwargs):
+        """A call under another trace (grad(jit(f)), vmap(jit(f)), jit(jit(f))): as JAX, every dynamic
+        argument (arrays, NumPy values, Python scalars; not static_argnums/argnames) reaches f as an
+        abstract value, so a boolean mask indexes only when it is static, and Python control flow
+        on an argument's value raises (bug, issue 32: f was called on the arguments as they were,
+        so an unbatched or non-differentiated mask indexed by value). f is traced into its own
+        program, whose equations are then replayed into the enclosing trace, the arguments' values
+        (or tracers) as its inputs; nothing compiles here, so no value is specialized on."""
+        key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
+        traced = _trace(fun, None, None, arrs, tree, refs_in=("a jit-compiled function", True))
+        if traced.ref_touched:  # it reads or writes an outer Ref: f called on the values (the Refs act in place)
+            dyn_args, dyn_kwargs = tree_util.tree_unflatten(tree, list(arrs))
+            return fun(*dyn_args, **dyn_kwargs)
+        from kiln._src import ad
+        outs = ad._inline(traced.builder, list(arrs) + list(traced.consts))
+        return tree_util.tree_unflatten(traced.out_tree, outs)
 
     def _call(self, *args, **kwargs):
-        if core.tracing() or config.jax_disable_jit:  # nested under another trace, or disable_jit: as it is
-            if core.tracing():
-                args, kwargs = self._inline_args(args, kwargs)
+        if config.jax_disable_jit:
             return self._fun(*args, **kwargs)
+        if core.tracing():
+            return self._nested(args, kwargs)
         if self.__dict__.get("_spmd_eager"):
             return self._fun(*args, **kwargs)
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
