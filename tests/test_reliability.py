@@ -363,3 +363,47 @@ def test_complex_div_gradient_keeps_infinities():
     y64 = ys.astype(np.complex128)
     np.testing.assert_allclose(gx, 1 / y64, rtol=1e-5)
     np.testing.assert_allclose(gy, -xs.astype(np.complex128) / y64 ** 2, rtol=1e-5)
+
+
+def _assert_same_special(got, want, rtol):
+    """Complex values equal to rtol, NaN where want is NaN, and zeros with want's sign."""
+    got = np.asarray(got)
+    for part in (np.real, np.imag):
+        g, w = part(got).astype(np.float64), np.asarray([part(complex(*v)) for v in want])
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_allclose(g[~np.isnan(w)], w[~np.isnan(w)], rtol=rtol)
+        zero = w == 0
+        np.testing.assert_array_equal(np.signbit(g[zero]), np.signbit(w[zero]))
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_tanh_and_tan_special_values(dtype, x64):
+    """tanh(a + bi) with an infinite or NaN b is NaN + NaN i for every finite a (kiln gave 1 + 0i for
+    |a| > 20), +-1 + 0i for an infinite a, and b == +-0 gives +0i; tan is -i tanh(iz). cosh(nan + 0i)
+    and cos(0 + nan i) are nan + 0i. Values from JAX 0.10.2."""
+    inf, nan = np.inf, np.nan
+    rtol = 1e-6 if dtype == np.complex64 else 1e-14
+    z = [(400, inf), (400, -inf), (-2.5, nan), (1e30, inf), (0, inf), (inf, inf), (-inf, nan), (inf, 3.0), (nan, 0),
+         (nan, -0.0), (20.5, -0.0), (0.5, 1.0), (-30, 2.0), (400, -1.0)]
+    want = [(nan, nan)] * 5 + [(1.0, 0.0), (-1.0, 0.0), (1.0, -0.0), (nan, 0.0), (nan, 0.0), (1.0, 0.0),
+                               (1.042830728344361, 0.806877412163085), (-1.0, -1.3253898390798914e-26), (1.0, -0.0)]
+    x = np.array([complex(a, b) for a, b in z], dtype)
+    _assert_same_special(jnp.tanh(jnp.asarray(x)), want, rtol)
+    _assert_same_special(kiln.jit(jnp.tanh)(x), want, rtol)
+    z = [(inf, 400), (-inf, 400), (nan, -2.5), (inf, 1e30), (inf, 0), (0, nan), (-0.0, nan), (3.0, inf), (nan, -inf),
+         (1.0, 0.5), (2.0, -30), (-1.0, 400)]
+    want = [(nan, nan)] * 5 + [(0.0, nan), (0.0, nan), (-0.0, 1.0), (0.0, -1.0), (0.806877412163085, 1.042830728344361),
+                               (-1.3253898390798914e-26, -1.0), (-0.0, 1.0)]
+    x = np.array([complex(a, b) for a, b in z], dtype)
+    _assert_same_special(jnp.tan(jnp.asarray(x)), want, rtol)
+    _assert_same_special(kiln.jit(jnp.tan)(x), want, rtol)
+    _assert_same_special(jnp.cosh(jnp.asarray(np.array([complex(nan, 0), complex(nan, -0.0)], dtype))),
+                         [(nan, 0.0), (nan, 0.0)], rtol)
+    _assert_same_special(jnp.cos(jnp.asarray(np.array([complex(0, nan), complex(-0.0, nan)], dtype))),
+                         [(nan, 0.0), (nan, 0.0)], rtol)
+    # finite values against NumPy in float64
+    rng = np.random.default_rng()
+    v = (rng.uniform(-30, 30, 16) + 1j * rng.uniform(-10, 10, 16)).astype(dtype)
+    np.testing.assert_allclose(jnp.tanh(jnp.asarray(v)), np.tanh(v.astype(np.complex128)), rtol=4 * rtol, atol=1e-30)
+    np.testing.assert_allclose(jnp.tan(jnp.asarray(v / 3)), np.tan((v / 3).astype(np.complex128)), rtol=4 * rtol,
+                               atol=1e-30)

@@ -116,9 +116,10 @@ static int cabsx(kl_build *b, cx x) {
 
 static cx cexpx(kl_build *b, cx x) {
   int e = un(b, KL_P_EXP, x.r);
-  /* exp(r + 0i) = exp(r) exactly (inf * cos 0 would still be inf, but inf * sin 0 is nan) */
+  /* exp(r + 0i) = exp(r) + 0i exactly (inf * cos 0 would still be inf, but inf * sin 0 is nan);
+   * +0 for -0 too, as XLA */
   int zero_im = cmp(b, KL_P_EQ, x.i, lit_like(b, 0, x.i));
-  return mk(mul(b, e, un(b, KL_P_COS, x.i)), sel(b, zero_im, x.i, mul(b, e, un(b, KL_P_SIN, x.i))));
+  return mk(mul(b, e, un(b, KL_P_COS, x.i)), sel(b, zero_im, lit_like(b, 0, x.i), mul(b, e, un(b, KL_P_SIN, x.i))));
 }
 
 /* log|z| = log m + log1p(q^2) / 2 (m = max(|re|, |im|), q = min / m): no overflow where |z| would. */
@@ -156,45 +157,49 @@ static cx csqrtx(kl_build *b, cx x) {
   return mk(r, i);
 }
 
-/* The products below of a sine (0 at 0) by a cosh or sinh (inf for a huge argument) keep the zero
- * where the sine's argument is 0, as C99 and JAX (bug, issue 32: sinh(inf + 0i) gave inf + nan i). */
-static int zero_times(kl_build *b, int arg, int prod, int zero) {
-  return sel(b, cmp(b, KL_P_EQ, arg, lit_like(b, 0, arg)), zero, prod);
+/* The products below of a sine (0 at 0) by a cosh or sinh (inf for a huge argument) are +0 where
+ * the sine's argument is +-0, as JAX (XLA keeps no sign there; bug, issue 32: sinh(inf + 0i) gave
+ * inf + nan i, cosh(nan + 0i) nan + nan i where JAX gives nan + 0i). */
+static int zero_times(kl_build *b, int arg, int prod) {
+  return sel(b, cmp(b, KL_P_EQ, arg, lit_like(b, 0, arg)), lit_like(b, 0, prod), prod);
 }
 static cx csinx(kl_build *b, cx x) {
-  return mk(zero_times(b, x.r, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_COSH, x.i)), x.r),
+  return mk(zero_times(b, x.r, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_COSH, x.i))),
             mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_SINH, x.i)));
 }
 static cx ccosx(kl_build *b, cx x) {
   return mk(mul(b, un(b, KL_P_COS, x.r), un(b, KL_P_COSH, x.i)),
-            zero_times(b, x.r, neg(b, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_SINH, x.i))),
-                       neg(b, mul(b, x.r, un(b, KL_P_SIGN, x.i)))));
+            zero_times(b, x.r, neg(b, mul(b, un(b, KL_P_SIN, x.r), un(b, KL_P_SINH, x.i)))));
 }
 static cx csinhx(kl_build *b, cx x) {
   return mk(mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_COS, x.i)),
-            zero_times(b, x.i, mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_SIN, x.i)), x.i));
+            zero_times(b, x.i, mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_SIN, x.i))));
 }
 static cx ccoshx(kl_build *b, cx x) {
   return mk(mul(b, un(b, KL_P_COSH, x.r), un(b, KL_P_COS, x.i)),
-            zero_times(b, x.i, mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_SIN, x.i)), mul(b, x.i, un(b, KL_P_SIGN, x.r))));
+            zero_times(b, x.i, mul(b, un(b, KL_P_SINH, x.r), un(b, KL_P_SIN, x.i))));
 }
 
-/* tanh(a + bi) = (sinh 2a + i sin 2b) / (cosh 2a + cos 2b); beyond |a| > 20 (where that would
- * overflow and tanh a is +-1 in any precision) (sign a, 4 sin b cos b e^(-2|a|)). sin 2b and cos 2b
- * come from sin b and cos b, so a huge b does not overflow 2b (bug, issue 32: tanh(-2.5 + 3e38i) was
- * nan). */
+/* tanh(a + bi) = (sinh 2a + i sin 2b) / (cosh 2a + cos 2b), with XLA's terms and special values:
+ * 2 sinh 2a = expm1(2a) - expm1(-2a), the denominator expm1(2a) + expm1(-2a) + 4 cos^2 b and the
+ * imaginary numerator 4 sin b cos b (from sin b and cos b, so a huge b does not overflow 2b: bug,
+ * issue 32, tanh(-2.5 + 3e38i) was nan). Where the cosh term overflows the real part is sign(a).
+ * An infinite or NaN b gives NaN + NaN i for every finite a (tanh(400 + inf i) is not 1), an
+ * infinite a gives +-1 + 0i whatever b, and b == 0 gives a +0 imaginary part (XLA drops -0's sign;
+ * bug, issue 32: kiln took tanh a for |a| > 20, whatever b). */
 static cx ctanhx(kl_build *b, cx x) {
-  int a2 = scl(b, 2, x.r);
+  int up = un(b, KL_P_EXPM1, scl(b, 2, x.r)), down = un(b, KL_P_EXPM1, scl(b, -2, x.r));
   int sb = un(b, KL_P_SIN, x.i), cb = un(b, KL_P_COS, x.i);
-  int sin2b = scl(b, 2, mul(b, sb, cb)), cos2b = mul(b, sub(b, cb, sb), add(b, cb, sb));
-  int d = add(b, un(b, KL_P_COSH, a2), cos2b);
-  int big = cmp(b, KL_P_GT, un(b, KL_P_ABS, x.r), lit_like(b, 20, x.r));
-  /* e^(-2|a|) underflows long before sin(2b) of a huge b stops being computable: 0 then */
-  int decay = un(b, KL_P_EXP, neg(b, scl(b, 2, un(b, KL_P_ABS, x.r))));
-  int gone = cmp(b, KL_P_EQ, decay, lit_like(b, 0, decay));
-  int far_i = sel(b, gone, mul(b, decay, lit_like(b, 0, decay)), mul(b, scl(b, 2, sin2b), decay));
-  return mk(sel(b, big, un(b, KL_P_SIGN, x.r), dv(b, un(b, KL_P_SINH, a2), d)),
-            sel(b, big, far_i, dv(b, sin2b, d)));
+  int cosh_part = add(b, up, down); /* 2 cosh 2a - 2 */
+  int d = add(b, cosh_part, scl(b, 4, mul(b, cb, cb)));
+  int num_i = scl(b, 4, mul(b, cb, sb));
+  int huge = cmp(b, KL_P_EQ, cosh_part, lit_like(b, INFINITY, cosh_part));
+  int re = sel(b, huge, un(b, KL_P_SIGN, x.r), dv(b, sub(b, up, down), d));
+  int a_inf = cmp(b, KL_P_EQ, un(b, KL_P_ABS, x.r), lit_like(b, INFINITY, x.r));
+  int im_nan = cmp(b, KL_P_NE, num_i, num_i);
+  re = sel(b, kl_build_bin(b, KL_P_AND, im_nan, un(b, KL_P_NOT, a_inf)), lit_like(b, NAN, re), re);
+  int im_zero = kl_build_bin(b, KL_P_OR, cmp(b, KL_P_EQ, x.i, lit_like(b, 0, x.i)), kl_build_bin(b, KL_P_AND, a_inf, im_nan));
+  return mk(re, sel(b, im_zero, lit_like(b, 0, num_i), dv(b, num_i, d)));
 }
 
 static cx cone(kl_build *b, int like) { return cre(b, lit_like(b, 1, like)); }
