@@ -553,34 +553,129 @@ static V trig_reduce_big(C *c, V x, V *q4) {
   return emitv(c, "arith.truncf %s : f64 to f32", r.s);
 }
 
+/* 2/pi's bits after the point, most significant first, 64 to a word, after 24 zero bits (the
+ * zeros stand for the bits of weight >= 1, which 2/pi lacks): 1192 bits, what the largest double
+ * needs (its exponent, 53 bits of mantissa, and 192 bits of window). */
+static const unsigned long long k_2opi_words[] = {
+    0x000000a2f9836e4eULL, 0x441529fc2757d1f5ULL, 0x34ddc0db6295993cULL, 0x439041fe5163abdeULL,
+    0xbbc561b7246e3a42ULL, 0x4dd2e006492eea09ULL, 0xd1921cfe1deb1cb1ULL, 0x29a73ee88235f52eULL,
+    0xbb4484e99c7026b4ULL, 0x5f7e413991d63983ULL, 0x5339f49c845f8bbdULL, 0xf9283b1ff897ffdeULL,
+    0x05980fef2f118b5aULL, 0x0a6d1f6d367ecf27ULL, 0xcb09b74f463f669eULL, 0x5fea2d7527bac7ebULL,
+    0xe5f17b3d0739f78aULL, 0x5292ea6bfb5fb11fULL, 0x8d5d0856033046fcULL,
+};
+/* Below this the three-part Cody-Waite reduction of f64 is exact enough (q < 2^30: every fma but the
+ * last is exact); from it on, trig_reduce_huge. */
+#define TRIG_HUGE64 1073741824.0
+
+static V isel(C *c, V cond, V a, V b) {
+  return emitv(c, "arith.select %s, %s, %s : %s", cond.s, a.s, b.s, c->ity);
+}
+static V ishr(C *c, V a, int n) { return iop(c, "arith.shrui", a, KI(c, n)); }
+static V iand(C *c, V a, long long m) { return iop(c, "arith.andi", a, KI(c, m)); }
+static V iadd(C *c, V a, V b) { return iop(c, "arith.addi", a, b); }
+
+/* f64 x (finite, |x| >= 2^30) = q pi/2 + r, exactly (Payne-Hanek, K.C. Ng's "Argument reduction for
+ * huge arguments"), in 64-bit integers and without memory: |x| = m 2^(E-1075) (m: 53 bits), and the
+ * bits of 2/pi of weight above 2^(E-1077) give multiples of 4, so x 2/pi mod 4 = m W 2^-190 mod 4,
+ * W the 192 bits of 2/pi from there on (a barrel shift of k_2opi_words by the exponent: 27 selects,
+ * then a funnel shift). m W is summed in 32-bit columns, only the four that make bits 64..191 of the
+ * product (the lower ones change the result by < 2^-125, while |r| >= 2^-62 for every double): its
+ * top 2 bits, rounded, are q mod 4, the next 126 the fraction, converted to a double-double and
+ * multiplied by pi/2. The error in r is below one ulp. */
+static V trig_reduce_huge(C *c, V x, V *q4) {
+  V u = f2bits(c, fabs_(c, x));
+  V mask = KI(c, 0xffffffffLL);
+  V m = iop(c, "arith.ori", iand(c, u, (1LL << 52) - 1), KI(c, 1LL << 52));
+  V mh = ishr(c, m, 32), ml = iop(c, "arith.andi", m, mask);
+  V s = iop(c, "arith.subi", ishr(c, u, 52), KI(c, 1053)); /* the window's first bit in the table */
+  V wi = ishr(c, s, 6), sh = iand(c, s, 63);
+  enum { NW = sizeof k_2opi_words / sizeof *k_2opi_words };
+  V w[NW];
+  for (int i = 0; i < NW; i++) w[i] = KI(c, (long long)k_2opi_words[i]);
+  /* w[0..3] = words wi..wi+3 (wi <= 15): shift by 8, 4, 2, 1 where wi has that bit; each step
+   * keeps only the words the later ones can still reach */
+  for (int b = 3; b >= 0; b--) {
+    V bit = emitv(c, "arith.cmpi ne, %s, %s : %s", iand(c, wi, 1LL << b).s, KI(c, 0).s, c->ity);
+    for (int i = 0; i < 4 + (1 << b) - 1; i++) w[i] = isel(c, bit, w[i + (1 << b)], w[i]);
+  }
+  V sh63 = iop(c, "arith.subi", KI(c, 63), sh), v[6];
+  for (int i = 0; i < 3; i++) { /* the 192 bits from bit sh of w[0..3]; (w >> 1) >> (63 - sh): no shift by 64 */
+    V t = iop(c, "arith.ori", iop(c, "arith.shli", w[i], sh), iop(c, "arith.shrui", ishr(c, w[i + 1], 1), sh63));
+    v[2 * i] = ishr(c, t, 32);
+    v[2 * i + 1] = iop(c, "arith.andi", t, mask);
+  }
+  /* column k (weight 2^32k) of m W = mh:ml times v0..v5 (v0 of weight 2^160): ml v[5-k], mh v[6-k] */
+  V col[6], carry = KI(c, 0);
+  for (int k = 1; k <= 5; k++) col[k] = carry;
+  for (int k = 1; k <= 5; k++) {
+    V pl = iop(c, "arith.muli", ml, v[5 - k]), ph = iop(c, "arith.muli", mh, v[6 - k]);
+    if (k >= 2) { /* column 1 gives only its carries into column 2 */
+      col[k] = iadd(c, col[k], iadd(c, iop(c, "arith.andi", pl, mask), iop(c, "arith.andi", ph, mask)));
+    }
+    if (k <= 4) col[k + 1] = iadd(c, ishr(c, pl, 32), ishr(c, ph, 32));
+  }
+  for (int k = 2; k <= 5; k++) { /* carries */
+    col[k] = iadd(c, col[k], carry);
+    carry = ishr(c, col[k], 32);
+  }
+  V hi = iop(c, "arith.ori", iop(c, "arith.shli", col[5], KI(c, 32)), iop(c, "arith.andi", col[4], mask));
+  V lo = iop(c, "arith.ori", iop(c, "arith.shli", col[3], KI(c, 32)), iop(c, "arith.andi", col[2], mask));
+  /* hi: 2 bits of integer, 62 of fraction; adding 1/2 and taking the top 2 bits rounds to q; the
+   * fraction, less 1/2, is x 2/pi - q. Integers become doubles through the mantissa of 2^52 (x86
+   * without AVX-512 has no vector conversion of 64-bit integers): u < 2^32 times 2^-k is
+   * fma(bits(2^52 + u), 2^-k, -2^(52-k)), exactly. */
+  V hr = iadd(c, hi, KI(c, 1LL << 61));
+  V q = ishr(c, hr, 62);
+  V g = iand(c, hr, (1LL << 62) - 1), two52 = KI(c, 0x4330000000000000LL);
+#define U32_TIMES(u, k) fma3(c, bits2f(c, iop(c, "arith.ori", u, two52)), K(c, ldexp(1.0, -(k))), K(c, -ldexp(1.0, 52 - (k))))
+  V fa = fma3(c, U32_TIMES(ishr(c, g, 32), 0), K(c, 0x1p-30), K(c, -0.5)); /* exact */
+  V fx = add(c, fa, U32_TIMES(iop(c, "arith.andi", g, mask), 62)); /* exact below 2^-9 */
+  V fy = add(c, U32_TIMES(ishr(c, lo, 32), 94), U32_TIMES(iop(c, "arith.andi", lo, mask), 126));
+#undef U32_TIMES
+  V f = add(c, fx, fy), fl = sub(c, fy, sub(c, f, fx)); /* fx is 0 or above 2^-62 > |fy|: Fast2Sum */
+  V pio2 = K(c, 1.5707963267948966), rh = mul(c, f, pio2);
+  V rl = fma3(c, f, K(c, 6.123233995736766e-17), fma3(c, fl, pio2, fma3(c, f, pio2, neg(c, rh))));
+  V r = add(c, rh, rl);
+  V xneg = cmpk(c, "olt", x, 0.0); /* x = -|x|: q and r change sign */
+  q = isel(c, xneg, iand(c, iop(c, "arith.subi", KI(c, 0), q), 3), q);
+  *q4 = sub(c, bits2f(c, iop(c, "arith.ori", q, two52)), K(c, 0x1p52));
+  return sel(c, xneg, neg(c, r), r);
+}
+
+/* The exact reduction of x where |x| passes `limit` (f32: 1e5, f64: 2^30), else the fast one: under
+ * an scf.if where the emitter allows branches (the exact one runs only where an element needs it),
+ * else both, merged by selects. */
+static V trig_reduce_any(C *c, V xs, V *q4) {
+  V r = trig_reduce(c, xs, q4);
+  V big = cmpk(c, "oge", fabs_(c, xs), c->f64 ? TRIG_HUGE64 : 1e5);
+  V (*exact)(C *, V, V *) = c->f64 ? trig_reduce_huge : trig_reduce_big;
+  if (c->e->branches) {
+    char ind[64];
+    snprintf(ind, sizeof ind, "%s  ", c->ind);
+    V res;
+    kl_emit_fresh(c->e, res.s);
+    kl_str_printf(c->e->out, "%s%s:2 = scf.if %s -> (%s, %s) {\n", c->ind, res.s, big.s, c->ty, c->ty);
+    C in = *c;
+    in.ind = ind;
+    V q4b, rb = exact(&in, xs, &q4b);
+    kl_str_printf(c->e->out, "%sscf.yield %s, %s : %s, %s\n%s} else {\n%sscf.yield %s, %s : %s, %s\n%s}\n", ind, rb.s,
+                  q4b.s, c->ty, c->ty, c->ind, ind, r.s, q4->s, c->ty, c->ty, c->ind);
+    size_t n = strlen(res.s); /* "%t123" and a result number: well within the name's room */
+    memcpy(r.s, res.s, n);
+    memcpy(q4->s, res.s, n);
+    memcpy(r.s + n, "#0", 3);
+    memcpy(q4->s + n, "#1", 3);
+    return r;
+  }
+  V q4b, rb = exact(c, xs, &q4b);
+  *q4 = sel(c, big, q4b, *q4);
+  return sel(c, big, rb, r);
+}
+
 static V trig(C *c, V x, kl_mathfn fn) {
   V fin = cmpk(c, "olt", fabs_(c, x), INFINITY);
   V xs = sel(c, fin, x, K(c, 0.0));
-  V q4, r = trig_reduce(c, xs, &q4);
-  if (!c->f64) { /* beyond 1e5 the three-part pi/2 loses bits: the exact reduction */
-    V big = cmpk(c, "ogt", fabs_(c, xs), 1e5);
-    if (c->e->branches) { /* only where an element needs it */
-      char ind[64];
-      snprintf(ind, sizeof ind, "%s  ", c->ind);
-      V res;
-      kl_emit_fresh(c->e, res.s);
-      kl_str_printf(c->e->out, "%s%s:2 = scf.if %s -> (f32, f32) {\n", c->ind, res.s, big.s);
-      C in = *c;
-      in.ind = ind;
-      V q4b, rb = trig_reduce_big(&in, xs, &q4b);
-      kl_str_printf(c->e->out, "%sscf.yield %s, %s : f32, f32\n%s} else {\n%sscf.yield %s, %s : f32, f32\n%s}\n", ind,
-                    rb.s, q4b.s, c->ind, ind, r.s, q4.s, c->ind);
-      size_t n = strlen(res.s); /* "%t123" and a result number: well within the name's room */
-      memcpy(r.s, res.s, n);
-      memcpy(q4.s, res.s, n);
-      memcpy(r.s + n, "#0", 3);
-      memcpy(q4.s + n, "#1", 3);
-    } else {
-      V q4b, rb = trig_reduce_big(c, xs, &q4b);
-      r = sel(c, big, rb, r);
-      q4 = sel(c, big, q4b, q4);
-    }
-  }
+  V q4, r = trig_reduce_any(c, xs, &q4);
   V s = sin_kernel(c, r), co = cos_kernel(c, r);
   V odd = cmpk(c, "oeq", sub(c, q4, mulk(c, floor_(c, mulk(c, q4, 0.5)), 2.0)), 1.0);
   V v;

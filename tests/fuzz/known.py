@@ -48,9 +48,6 @@ KNOWN = [
           "kiln computes")
     for op in ("lax.dynamic_slice", "lax.dynamic_update_slice")
 ] + [
-    Known("jnp.cos", "*", "int64", "wrong_value", "open",
-          "float64 cos (and sin) of huge arguments: jnp.cos(9.2e18) is -8.2e27 in kiln (0.8946 in JAX), "
-          "jnp.cos(1e300) NaN; the argument reduction breaks above ~1e18 (found through int64 max, x64)"),
     # x64 off, JAX's vmap hands back the NumPy argument itself when f only moves axes
     Known("transpose", "vmap", "int32", "wrong_dtype", "deliberate",
           "x64 off, vmap(lambda a: a.T) of an int64 NumPy argument: JAX returns the argument "
