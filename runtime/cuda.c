@@ -404,6 +404,21 @@ static void event_wait(struct kl_event *e) {
 
 static int cuda_is_ready(const kl_buffer *b) { return event_query(b->event); }
 
+/* At most `seconds` (so the caller can look for Ctrl-C): the event is queried back to back for
+ * the first 200 us (most waits are short), then every 100 us, which bounds the added latency of
+ * a long wait at 100 us and its cost at a query per wake-up. */
+static int cuda_wait_for(kl_buffer *b, double seconds) {
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    if (event_query(b->event)) return b->state;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double waited = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (waited >= seconds) return KL_BUF_PENDING;
+    if (waited > 2e-4) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+  }
+}
+
 static int cuda_wait(kl_buffer *b) {
   event_wait(b->event);
   return b->state;
@@ -1635,6 +1650,7 @@ const kl_device kl_device_cuda = {
     .read = cuda_read,
     .is_ready = cuda_is_ready,
     .wait = cuda_wait,
+    .wait_for = cuda_wait_for,
     .event_release = event_release,
     .exec_state_free = kl_cuda_graph_free,
     .stream = kl_cuda_stream,

@@ -41,7 +41,7 @@ void kl_buf_retain(kl_buffer *b);
 void kl_buf_release(kl_buffer *b);
 /* Blocks until b is ready or failed; returns its state. */
 int kl_buf_wait(kl_buffer *b);
-/* The same for at most `seconds` where the device can bound a wait (the CPU): KL_BUF_PENDING when
+/* The same for at most `seconds` where the device can bound a wait (the CPU, CUDA): KL_BUF_PENDING when
  * the time ran out, so a waiter can look for Ctrl-C between waits. */
 int kl_buf_wait_for(kl_buffer *b, double seconds);
 

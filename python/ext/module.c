@@ -51,7 +51,7 @@ static void buffer_dealloc(PyObject *self) {
 }
 
 /* Waits for the buffer; raises if its computation failed. The wait looks for Ctrl-C every 100 ms
- * (where the device can bound a wait: the CPU): a KeyboardInterrupt asks the loops running to stop
+ * (where the device can bound a wait: the CPU, CUDA): a KeyboardInterrupt asks the loops running to stop
  * (they fail at their next trip), waits for b to settle, clears the request and raises. */
 static int buffer_wait(kl_buffer *b) {
   int st;
