@@ -462,7 +462,7 @@ def test_dynamic_slice():
     check(lambda x: lax.dynamic_slice(x, (1, 2), (2, 2)), normal(*S))
     # clamped start
     check(lambda x: lax.dynamic_slice(x, (2, 3), (2, 3)), normal(*S))
-    check(lambda x, i: lax.dynamic_slice(x, (i.astype(np.int32), 1), (2, 2)), normal(*S), np.array(1.0), diff=(0,))
+    check(lambda x, i: lax.dynamic_slice(x, (i.astype(np.int32), np.int32(1)), (2, 2)), normal(*S), np.array(1.0), diff=(0,))
 
 
 def test_dynamic_slice_traced_start():

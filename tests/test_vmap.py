@@ -178,8 +178,8 @@ def test_dynamic_slice_unbatched_and_batched_indices():
     i = np.array([0, 4, 9], np.int32)      # 9 is clamped to 6 - 3
     j = np.array([-3, 1, 2], np.int32)     # -3 is clamped to 0
     check(lambda a, p, q: lax.dynamic_slice(a, (p, q), (3, 2)), x, i, j)
-    check(lambda a, p: lax.dynamic_slice(a, (p, 1), (3, 2)), x[0], i, in_axes=(None, 0))
-    check(lambda a, p: lax.dynamic_slice(a, (p, 1), (3, 4)), x, i, in_axes=(0, 0))
+    check(lambda a, p: lax.dynamic_slice(a, (p, np.int32(1)), (3, 2)), x[0], i, in_axes=(None, 0))
+    check(lambda a, p: lax.dynamic_slice(a, (p, np.int32(1)), (3, 4)), x, i, in_axes=(0, 0))
 
 
 def test_batched_indices_of_wide_or_unsigned_dtypes_do_not_wrap():
@@ -199,7 +199,7 @@ def test_dynamic_update_slice_unbatched_and_batched_indices():
     check(lambda a, v: lax.dynamic_update_slice(a, v, (1, 2)), x[0], u, in_axes=(None, 0))
     i = np.array([5, 0, 2], np.int32)
     check(lambda a, v, p: lax.dynamic_update_slice(a, v, (p, p)), x, u, i)
-    check(lambda a, v, p: lax.dynamic_update_slice(a, v, (p, 0)), x[0], u[0], i, in_axes=(None, None, 0))
+    check(lambda a, v, p: lax.dynamic_update_slice(a, v, (p, np.int32(0))), x[0], u[0], i, in_axes=(None, None, 0))
 
 
 # ---- take / scatter (integer-array indexing) ----

@@ -1,5 +1,6 @@
 """kiln.lax: the primitives, with jax.lax's names and semantics. Operands of n-ary ops must
-share a dtype; Python scalars are weakly typed and take the other operand's dtype."""
+share a dtype, as in JAX: a Python scalar has its kind's default dtype (weakly typed), nothing is
+promoted (kiln.numpy promotes)."""
 
 import builtins
 import enum
@@ -62,13 +63,65 @@ def _to_array(x, like=None, opname="lax"):
 
 
 def _args(opname, *xs):
-    """Arrays for n-ary ops: scalars adopt the dtype of the first array operand."""
+    """Arrays for kiln's own calls of the primitives: scalars adopt the dtype of the first array
+    operand. The public n-ary functions take their operands through _same_dtype_args instead."""
     like = next((x for x in xs if isinstance(x, Array)), None)
     if like is None:
         like = next((x for x in xs if isinstance(x, (np.ndarray, np.generic))), None)
         if like is not None:
             like = core.asarray(like)
     return [_to_array(x, like, opname) for x in xs]  # rank-0 operands broadcast in the primitive
+
+
+# ---------------------------------------------------------------------------
+# lax's dtype rule, as JAX's: each operand of an n-ary op keeps its own dtype (a Python scalar has its
+# kind's default dtype, int32/float32/complex64 or their 64-bit forms with x64, weakly typed; a NumPy
+# value its canonical dtype) and the dtypes must be equal; nothing is converted (bug, issue 32: a
+# scalar took the other operand's dtype, so lax.add(uint16 array, 1) computed where JAX raises). The
+# public functions check it here, once; kiln's own library code makes its constants in the dtype
+# wanted (_to_array(value, like), full) and passes operands it has already promoted.
+
+# The kiln.numpy function that promotes instead, named in the error as JAX's tip does.
+_JNP_EQUIVALENT = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "max": "maximum",
+                   "min": "minimum", "atan2": "arctan2", "nextafter": "nextafter", "pow": "float_power",
+                   "eq": "equal", "ne": "not_equal", "shift_left": "left_shift",
+                   "shift_right_logical": "right_shift", "shift_right_arithmetic": "right_shift",
+                   "select": "where", "concatenate": "concatenate"}
+
+
+def _own_dtype(x, like, opname):
+    """x as an Array of its own dtype (JAX's conversion of a lax operand); `like`, a Tracer or None,
+    only says which trace a scalar's literal belongs to."""
+    if isinstance(x, Array):
+        return x
+    if isinstance(x, (_bool, _int, _float, _complex_t)):
+        dt = dtypes.dtype_of(x)
+        if isinstance(x, _int) and not isinstance(x, _bool):
+            info = np.iinfo(dt)
+            if not info.min <= x <= info.max:
+                raise OverflowError(f"{opname}: Python int {x} too large to convert to {dt.name}")
+        return core.literal(x, dt, not isinstance(x, _bool), like)
+    return _to_array(x, None, opname)
+
+
+def _check_same_dtypes(opname, arrays):
+    """TypeError unless every array has the first one's dtype (weak types do not matter)."""
+    dt = arrays[0].dtype
+    for a in arrays[1:]:
+        if a.dtype != dt:
+            tip = _JNP_EQUIVALENT.get(opname)
+            raise TypeError(f"lax.{opname} requires arguments to have the same dtypes, got "
+                            f"{', '.join(str(b.dtype) for b in arrays)}."
+                            + (f" (Tip: jnp.{tip} is a similar function that does automatic type promotion "
+                               "on inputs)." if tip else ""))
+
+
+def _same_dtype_args(opname, *xs):
+    """The operands of the public n-ary op `opname` as Arrays, under lax's dtype rule."""
+    like = next((x for x in xs if isinstance(x, Tracer)), None)
+    arrays = [_own_dtype(x, like, opname) for x in xs]
+    _check_same_dtypes(opname, arrays)
+    return arrays
 
 
 _eager_apply = _kiln.eager_apply  # the C fast path (and eager fusion) of common elementwise ops
@@ -100,9 +153,7 @@ def _binary(name, prim=None):
             r = _eager_apply(code, x, y)
             if r is not None:
                 return r
-        if not (isinstance(x, Array) and isinstance(y, Array)):
-            x, y = _args(name, x, y)
-        return bind1(prim, [x, y])
+        return bind1(prim, _same_dtype_args(prim, x, y))
     op.__name__ = name
     op.__doc__ = f"Elementwise {name}."
     return op
@@ -186,19 +237,28 @@ for _n in ("add sub mul div rem pow max min atan2 shift_left shift_right_logical
 _pow_same = _binary("pow")
 
 
+def _is_inexact(dt):
+    return dtypes.is_float_dtype(dt) or dtypes.is_complex_dtype(dt)
+
+
 def pow(x, y):
-    """x ** y elementwise. As JAX, an integer exponent may raise a float or complex x (bug, issue 32: it
-    raised TypeError): computed in x's dtype, with JAX's derivative for it, 0 where y == 0."""
-    if (isinstance(y, (Array, np.ndarray, np.generic)) and np.dtype(y.dtype).kind in "iu"
-            and isinstance(x, (Array, np.ndarray, np.generic)) and np.dtype(x.dtype).kind in "fc"):
-        x = x if isinstance(x, Array) else core.asarray(x)
-        y = y if isinstance(y, Array) else core.asarray(y)
+    """x ** y elementwise: x float or complex, y of x's dtype or any integer dtype (JAX's rule). An
+    integer exponent is computed in x's dtype, with JAX's derivative for it, 0 where y == 0."""
+    like = x if isinstance(x, Tracer) else y if isinstance(y, Tracer) else None
+    x, y = _own_dtype(x, like, "pow"), _own_dtype(y, like, "pow")
+    x_inexact = _is_inexact(x.dtype)
+    if x_inexact and y.dtype.kind in "iu":
         y0 = eq(y, full((), 0, y.dtype))
         # x ** 1 where y == 0, so its derivative (1) is finite where the select discards it
         out = _pow_same(x, convert_element_type(select(y0, full(y.shape, 1, y.dtype), y), x.dtype))
         if y0.shape != out.shape:
             y0 = broadcast_in_dim(y0, out.shape, ())
-        return select(y0, full(out.shape, 1, out.dtype), out)
+        out = select(y0, full(out.shape, 1, out.dtype), out)
+        return convert_element_type(out, out.dtype, True) if x.weak_type and y.weak_type else out
+    if not (x_inexact and x.dtype == y.dtype):
+        raise TypeError("the first argument to pow must have an inexact dtype (float or complex), and the second "
+                        "argument must have an inexact or integer dtype, and two inexact dtypes must match, but "
+                        f"got {x.dtype} and {y.dtype} respectively.")
     return _pow_same(x, y)
 
 
@@ -281,15 +341,18 @@ def _convert_weak(operand, new_dtype, weak_type):
 
 
 def select_n(which, *cases):
+    """cases[which] elementwise; which is bool (two cases) or any integer dtype, the cases share a dtype."""
     if not cases:
         raise ValueError("select_n: needs at least one case")
-    arrs = _args("select_n", *cases)
+    arrs = _same_dtype_args("select", *cases)
     (which,) = _args("select_n", which)
     if len(arrs) == 1:
         return arrs[0]
-    if which.dtype != np.bool_ and which.dtype != np.int32:
-        raise TypeError(f"select_n: which must be bool or int32, got {which.dtype}")
+    if which.dtype != np.bool_ and which.dtype.kind not in "iu":
+        raise TypeError(f"select `which` must be boolean or integer type, got {which.dtype}.")
     if len(arrs) == 2:
+        if which.dtype != np.bool_ and which.dtype != np.int32:
+            which = ne(which, _to_array(0, which))
         return bind1("select_n", [which, arrs[0], arrs[1]])
     out = arrs[-1]
     for i in builtins.range(len(arrs) - 2, -1, -1):
@@ -302,11 +365,14 @@ def select(pred, on_true, on_false):
 
 
 def clamp(min, x, max):
-    x, lo, hi = _args("clamp", x, min, max)
-    if lo.shape != x.shape:
-        lo = broadcast_in_dim(lo, x.shape, ()) if lo.shape == () else lo
-    if hi.shape != x.shape:
-        hi = broadcast_in_dim(hi, x.shape, ()) if hi.shape == () else hi
+    """min <= x <= max elementwise; min and max are scalars or of x's shape, all three of one dtype."""
+    lo, x, hi = _same_dtype_args("clamp", min, x, max)
+    for what, a in (("min", lo), ("max", hi)):
+        if a.shape != x.shape and a.shape != ():
+            raise TypeError(f"clamp requires {what}.shape == operand.shape or {what}.shape == (), got "
+                            f"{what}.shape={a.shape}, operand.shape={x.shape}.")
+    lo = broadcast_in_dim(lo, x.shape, ()) if lo.shape != x.shape else lo
+    hi = broadcast_in_dim(hi, x.shape, ()) if hi.shape != x.shape else hi
     return bind1("min", [bind1("max", [x, lo]), hi])
 
 
@@ -421,22 +487,24 @@ def index_in_dim(operand, index, axis=0, keepdims=True):
 
 
 def _index_scalars(opname, idx, dims=None):
-    """Scalar integer start indices; with dims, a negative one counts from the end (as JAX's
-    dynamic_slice / dynamic_update_slice; the primitive then clamps into range)."""
-    out = []
-    for k, i in enumerate(idx):
-        if dims is not None and isinstance(i, (_int, np.integer)) and i < 0:
-            i = _int(i) + dims[k]
-        a = _to_array(i, None, opname) if not isinstance(i, Array) else i
+    """Scalar integer start indices, all of one dtype (JAX's rule; a Python int has the default int
+    dtype); with dims, a negative one counts from the end (as JAX's dynamic_slice /
+    dynamic_update_slice; the primitive then clamps into range)."""
+    out = [_own_dtype(i, None, opname) for i in idx]
+    for a in out:
         if a.shape != ():
             raise TypeError(f"{opname}: start indices must be scalars, got shape {a.shape}")
-        if a.dtype.kind not in "iu":
-            raise TypeError(f"{opname}: start indices must be integers, got {a.dtype}")
+    if out and (out[0].dtype.kind not in "iu" or any(a.dtype != out[0].dtype for a in out)):
+        raise TypeError(f"index arguments to {opname} must be integers of the same type, got"
+                        f"{':' if opname == 'dynamic_slice' else ''} {', '.join(str(a.dtype) for a in out)}")
+    for k, a in enumerate(out):
+        if dims is not None and isinstance(idx[k], (_int, np.integer)) and idx[k] < 0:
+            a = _to_array(_int(idx[k]) + dims[k], None, opname)
         if a.dtype != np.int32 and a.dtype != np.int64:
             a = convert_element_type(a, np.int32)
-        if dims is not None and not isinstance(i, (_int, np.integer)) and a.dtype.kind == "i":
+        if dims is not None and not isinstance(idx[k], (_int, np.integer)) and a.dtype.kind == "i":
             a = select(lt(a, _to_array(0, a)), add(a, _to_array(dims[k], a)), a)
-        out.append(a)
+        out[k] = a
     return out
 
 
@@ -448,18 +516,32 @@ def dynamic_slice(operand, start_indices, slice_sizes):
     return bind1("dynamic_slice", [operand] + idx, {"slice_sizes": _shape(slice_sizes, "slice_sizes")})
 
 
+def _starts_in_dim(ndim, start_index, axis):
+    """Start indices all 0 but start_index at axis, the zeros of start_index's dtype (JAX's, so an
+    int8 index passes the same-dtype rule)."""
+    zero = start_index.dtype.type(0) if isinstance(start_index, np.generic) else \
+        _to_array(0, start_index) if isinstance(start_index, Array) else 0
+    starts = [zero] * ndim
+    starts[axis] = start_index
+    return starts
+
+
 def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0):
     (operand,) = _args("dynamic_slice_in_dim", operand)
     axis = operator.index(axis) % operand.ndim
-    starts = [0] * operand.ndim
-    starts[axis] = start_index
     sizes = list(operand.shape)
     sizes[axis] = slice_size
-    return dynamic_slice(operand, starts, sizes)
+    return dynamic_slice(operand, _starts_in_dim(operand.ndim, start_index, axis), sizes)
 
 
 def dynamic_update_slice(operand, update, start_indices):
-    operand, update = _args("dynamic_update_slice", operand, update)
+    operand, update = _same_dtype_args("dynamic_update_slice", operand, update)
+    if update.ndim != operand.ndim:
+        raise TypeError(f"dynamic_update_slice update must have the same rank as operand, got update shape "
+                        f"{update.shape} for operand shape {operand.shape}.")
+    if any(u > o for u, o in zip(update.shape, operand.shape)):
+        raise TypeError(f"dynamic_update_slice update shape must be smaller than operand shape, got update "
+                        f"shape {update.shape} for operand shape {operand.shape}.")
     if len(start_indices) != operand.ndim:
         raise ValueError(f"dynamic_update_slice: got {len(start_indices)} start indices for an operand of rank {operand.ndim}")
     idx = _index_scalars("dynamic_update_slice", start_indices, operand.shape)
@@ -469,13 +551,11 @@ def dynamic_update_slice(operand, update, start_indices):
 def dynamic_update_slice_in_dim(operand, update, start_index, axis):
     (operand,) = _args("dynamic_update_slice_in_dim", operand)
     axis = operator.index(axis) % operand.ndim
-    starts = [0] * operand.ndim
-    starts[axis] = start_index
-    return dynamic_update_slice(operand, update, starts)
+    return dynamic_update_slice(operand, update, _starts_in_dim(operand.ndim, start_index, axis))
 
 
 def concatenate(operands, dimension):
-    ops = _args("concatenate", *operands)
+    ops = _same_dtype_args("concatenate", *operands) if len(operands) > 1 else _args("concatenate", *operands)
     if not ops:
         raise ValueError("concatenate: needs at least one operand")
     if len(ops) == 1:
@@ -485,7 +565,9 @@ def concatenate(operands, dimension):
 
 def pad(operand, padding_value, padding_config):
     (operand,) = _args("pad", operand)
-    pv = _to_array(padding_value, operand, "pad")
+    pv = _own_dtype(padding_value, operand if isinstance(operand, Tracer) else None, "pad")
+    if pv.dtype != operand.dtype:
+        raise TypeError(f"pad operand and padding_value must be same dtype: got {operand.dtype} and {pv.dtype}.")
     cfg = [tuple(operator.index(v) for v in c) for c in padding_config]
     if len(cfg) != operand.ndim or any(len(c) != 3 for c in cfg):
         raise ValueError(f"pad: padding_config needs one (low, high, interior) triple per dimension of {operand.shape}")

@@ -222,9 +222,7 @@ def gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_ind
 def _scatter(opname, operand, scatter_indices, updates, dimension_numbers, mode, op):
     operand = _array(operand, opname)
     indices = _indices_arg(opname, scatter_indices)
-    updates = _lax._to_array(updates, operand, opname)
-    if updates.dtype != operand.dtype:
-        raise TypeError(f"{opname}: updates must have the operand's dtype {operand.dtype}, got {updates.dtype}")
+    updates = _lax._same_dtype_args("scatter", operand, updates)[1]
     dn = ScatterDimensionNumbers(*dimension_numbers) \
         if not isinstance(dimension_numbers, ScatterDimensionNumbers) else dimension_numbers
     mode = GatherScatterMode.from_any(mode)
@@ -271,7 +269,7 @@ def _scatter_op(name, op, doc):
     def fn(operand, scatter_indices, updates, dimension_numbers, *, indices_are_sorted=False,
            unique_indices=False, mode=None):
         if op == "sub":
-            u = _lax._to_array(updates, _array(operand, name), name)
+            u = _lax._same_dtype_args("scatter", operand, updates)[1]
             return _scatter(name, operand, scatter_indices, _lax.neg(u), dimension_numbers, mode, "add")
         return _scatter(name, operand, scatter_indices, updates, dimension_numbers, mode, op)
     fn.__name__ = fn.__qualname__ = name
@@ -436,8 +434,8 @@ def cumlogsumexp(operand, axis=0, reverse=False):
 # Bit-level ops
 
 def _same_float(opname, x, y):
-    x, y = _lax._args(opname, x, y)
-    if x.dtype != y.dtype or not dtypes.is_float_dtype(x.dtype):
+    x, y = _lax._same_dtype_args(opname, x, y)
+    if not dtypes.is_float_dtype(x.dtype):
         raise TypeError(f"{opname}: operands must share a floating dtype, got {x.dtype} and {y.dtype}")
     return x, y
 
@@ -521,8 +519,8 @@ def clz(x):
 
 def mulhi(x, y, /):
     """The high half of the double-width product x * y (signed or unsigned as the dtype)."""
-    x, y = _lax._args("mulhi", x, y)
-    if x.dtype != y.dtype or x.dtype.kind not in "iu":
+    x, y = _lax._same_dtype_args("mulhi", x, y)
+    if x.dtype.kind not in "iu":
         raise TypeError(f"mulhi: operands must share an integer dtype, got {x.dtype} and {y.dtype}")
     ut = _uint_of(x.dtype)
     h = ut.itemsize * 4
@@ -637,8 +635,10 @@ def _special(name, scipy_name):
 
 
 def _float_args(opname, *xs):
-    xs = _lax._args(opname, *xs)
-    if any(x.dtype != xs[0].dtype for x in xs) or not dtypes.is_float_dtype(xs[0].dtype):
+    """Operands of a special function: one floating dtype, lax's rule (JAX names betainc's
+    primitive regularized_incomplete_beta)."""
+    xs = _lax._same_dtype_args("regularized_incomplete_beta" if opname == "betainc" else opname, *xs)
+    if not dtypes.is_float_dtype(xs[0].dtype):
         raise TypeError(f"{opname}: operands must share a floating dtype, got {[str(x.dtype) for x in xs]}")
     return xs
 
@@ -755,7 +755,7 @@ def split(operand, sizes, axis=0):
 
 def stack(operands, axis=0):
     """The operands (one shape and dtype) stacked along a new axis."""
-    ops = _lax._args("stack", *operands)
+    ops = _lax._same_dtype_args("stack", *operands) if len(operands) > 1 else _lax._args("stack", *operands)
     if not ops:
         raise ValueError("stack: needs at least one operand")
     ax = operator.index(axis) % (ops[0].ndim + 1)
