@@ -34,20 +34,6 @@ KNOWN = [
           "kiln differentiates x.at[i].multiply(v) with duplicate indices; JAX raises NotImplementedError "
           "(scatter_mul gradients only with unique_indices=True)"),
 ] + [
-    # lax's dtype strictness: JAX raises TypeError where kiln converts
-    Known(op, "*", "*", "jax_raises", "open",
-          "lax binary ops take operands of different dtypes: a Python scalar whose default dtype differs "
-          "(lax.add(uint16 array, 1); lax.sub(float16 array, 3.25) with x64; lax.pow(complex64, complex "
-          "scalar) with x64) or two arrays; JAX raises TypeError 'requires arguments to have the same "
-          "dtypes', kiln converts the scalar")
-    for op in ("lax.add", "lax.sub", "lax.mul", "lax.eq", "lax.pow", "lax.nextafter", "*lax.clamp")
-] + [
-    Known(op, "*", "*", "jax_raises", "open",
-          "start indices of different integer dtypes (an int32 array and a Python int, which is int64 "
-          "with x64): JAX raises TypeError 'index arguments ... must be integers of the same type', "
-          "kiln computes")
-    for op in ("lax.dynamic_slice", "lax.dynamic_update_slice")
-] + [
     # x64 off, JAX's vmap hands back the NumPy argument itself when f only moves axes
     Known("transpose", "vmap", "int32", "wrong_dtype", "deliberate",
           "x64 off, vmap(lambda a: a.T) of an int64 NumPy argument: JAX returns the argument "
