@@ -629,10 +629,13 @@ static V trig_reduce_huge(C *c, V x, V *q4) {
   V g = iand(c, hr, (1LL << 62) - 1), two52 = KI(c, 0x4330000000000000LL);
 #define U32_TIMES(u, k) fma3(c, bits2f(c, iop(c, "arith.ori", u, two52)), K(c, ldexp(1.0, -(k))), K(c, -ldexp(1.0, 52 - (k))))
   V fa = fma3(c, U32_TIMES(ishr(c, g, 32), 0), K(c, 0x1p-30), K(c, -0.5)); /* exact */
-  V fx = add(c, fa, U32_TIMES(iop(c, "arith.andi", g, mask), 62)); /* exact below 2^-9 */
+  V fb = U32_TIMES(iop(c, "arith.andi", g, mask), 62);
   V fy = add(c, U32_TIMES(ishr(c, lo, 32), 94), U32_TIMES(iop(c, "arith.andi", lo, mask), 126));
 #undef U32_TIMES
-  V f = add(c, fx, fy), fl = sub(c, fy, sub(c, f, fx)); /* fx is 0 or above 2^-62 > |fy|: Fast2Sum */
+  /* f + fl = fa + fb + fy by two Fast2Sums: fa is 0 or at least 2^-30 > fb, and fa + fb is 0 or at
+   * least 2^-62 > fy */
+  V fx = add(c, fa, fb), fxl = sub(c, fb, sub(c, fx, fa));
+  V f = add(c, fx, fy), fl = add(c, sub(c, fy, sub(c, f, fx)), fxl);
   V pio2 = K(c, 1.5707963267948966), rh = mul(c, f, pio2);
   V rl = fma3(c, f, K(c, 6.123233995736766e-17), fma3(c, fl, pio2, fma3(c, f, pio2, neg(c, rh))));
   V r = add(c, rh, rl);
