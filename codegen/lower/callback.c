@@ -1,6 +1,6 @@
 /* callback.c: lowering of the callback family: a library step that calls the client's callback
  * function (kl_set_callback_fn, compile.h) on host memory; on the GPU over host copies (a host
- * step). An effect callback's token result is written 0. Depends on lower.h only. */
+ * step). An effect callback's token result is written 0 (io_callback's results are the function's). Depends on lower.h only. */
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -18,7 +18,7 @@ static int run_callback(const kl_libcall *c, void *const *ptrs, char *err, size_
              "runs only inside its client, e.g. Python)");
     return -1;
   }
-  int effect = c->p.callback.effect;
+  int effect = c->p.callback.effect == 1; /* a token result (io_callback's, 2, are real) */
   if (effect) *(int32_t *)ptrs[c->nin] = 0; /* the token */
   return fn(c->p.callback.id, c->nin, c->avals, ptrs, effect ? 0 : c->nout, c->avals + c->nin, ptrs + c->nin, err,
             errlen);

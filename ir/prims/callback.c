@@ -1,6 +1,7 @@
 /* callback.c: the callback family's params and shape rule: a host function called on its operands
  * (jax.debug.callback / debug.print, jax.pure_callback). The results' types are params (the host
- * function promises them); an effect callback has one int32[] token result that nothing reads.
+ * function promises them); an effect callback (effect 1) has one int32[] token result that nothing reads; an
+ * io_callback (effect 2) runs for its effect and has the declared results.
  * After the complex pass (`packed`), complex operands and results are real [..., 2]. Depends only
  * on ir/. */
 #include "prims.h"
@@ -16,7 +17,7 @@ int kl_infer_callback(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin,
                       int *nout) {
   (void)prim, (void)ins, (void)nin;
   const kl_ivec *dt = &p->callback.out_dtypes, *rk = &p->callback.out_ranks, *dims = &p->callback.out_dims;
-  if (p->callback.effect) {
+  if (p->callback.effect == 1) {
     if (dt->n) return kl_rule_fail(e, KL_ERR_VALUE, "callback: an effect callback has no results");
     memset(outs, 0, sizeof *outs);
     outs[0].dtype = KL_I32;

@@ -10,8 +10,7 @@ def is_weakly_typed(x):
     return w(x)
 
 
-class TypePromotionError(ValueError):
-    """Raised when two dtypes cannot be promoted together (kiln raises TypeError naming the operation)."""
+from kiln._src.dtypes import TypePromotionError  # noqa: F401,E402  (jax_numpy_dtype_promotion='strict')
 
 
 class extended:

@@ -39,13 +39,28 @@ class Sharding:
 from kiln._src.api import SingleDeviceSharding  # noqa: E402  (what Array.sharding gives)
 
 
+class _Unconstrained:
+    """PartitionSpec.UNCONSTRAINED: an axis whose split the compiler may choose (kiln keeps such an
+    axis as it is, which is what an unsplit axis is)."""
+
+    def __repr__(self):
+        return "UNCONSTRAINED"
+
+    def __reduce__(self):
+        return "UNCONSTRAINED"
+
+
+UNCONSTRAINED = _Unconstrained()
+
+
 class PartitionSpec(tuple):
     """Per array axis, the mesh axis (or tuple of axes, or None: not split) it is split over
     (jax.sharding.PartitionSpec); axes beyond its length are not split."""
 
     def __new__(cls, *parts):
         for p in parts:
-            if not (p is None or isinstance(p, str) or (isinstance(p, tuple) and all(isinstance(q, str) for q in p))):
+            if not (p is None or p is UNCONSTRAINED or isinstance(p, str) or
+                    (isinstance(p, tuple) and all(isinstance(q, str) for q in p))):
                 raise TypeError(f"PartitionSpec entries are mesh axis names, tuples of them or None; got {p!r}")
         return super().__new__(cls, parts)
 
@@ -57,7 +72,7 @@ class PartitionSpec(tuple):
 
 
 P = PartitionSpec
-UNCONSTRAINED = object()
+PartitionSpec.UNCONSTRAINED = UNCONSTRAINED
 
 
 class Mesh:
@@ -166,7 +181,7 @@ def _spec_axes(spec, ndim, mesh, what="NamedSharding"):
                          f"axes; give at most one entry per axis")
     out, seen = [], set()
     for p in tuple(spec) + (None,) * (ndim - len(spec)):
-        names = () if p is None else (p,) if isinstance(p, str) else tuple(p)
+        names = () if p is None or p is UNCONSTRAINED else (p,) if isinstance(p, str) else tuple(p)
         for n in names:
             if n not in mesh.shape:
                 raise ValueError(f"{what}: the PartitionSpec {spec!r} names the axis {n!r}, which the mesh does not "
@@ -320,6 +335,14 @@ class _EmptyMesh:
 
 
 _EMPTY_MESH = _EmptyMesh()
+
+
+def _unsharded(ndim):
+    """The sharding of an abstract value outside any mesh (jax.typeof(x).sharding): a NamedSharding
+    over the empty mesh, every axis unsplit."""
+    sh = NamedSharding.__new__(NamedSharding)
+    sh.mesh, sh.spec, sh.memory_kind = _EMPTY_MESH, PartitionSpec(*(None,) * ndim), None
+    return sh
 
 
 def get_mesh():

@@ -12,7 +12,10 @@
 
 static int callback_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   (void)xs, (void)ys, (void)touts, (void)ts;
-  if (e->p.callback.effect) return 0; /* the primal call is emitted by the driver; nothing to differentiate */
+  if (e->p.callback.effect == 1) return 0; /* the primal call is emitted by the driver; nothing to differentiate */
+  if (e->p.callback.effect == 2)
+    return kl_build_fail(a, KL_ERR_VALUE, "io_callback is not differentiable: define its derivative with "
+                         "custom_jvp or custom_vjp around the call (as in JAX)");
   return kl_build_fail(a, KL_ERR_UNSUPPORTED,
                        "pure_callback is not differentiable: define its derivative with custom_jvp or custom_vjp around "
                        "the call (as in JAX)");
@@ -43,6 +46,9 @@ static int callback_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   const kl_params *p = &e->p;
   int nin = e->nin, rc = 0;
+  if (p->callback.effect == 2 && p->callback.vmap_method < 0)
+    return kl_build_fail(b, KL_ERR_VALUE, "vmap of an ordered io_callback: its calls would run once per batch "
+                         "element, which JAX refuses too; pass ordered=False to io_callback");
   if (!p->callback.effect && p->callback.vmap_method < 0)
     return kl_build_fail(b, KL_ERR_UNSUPPORTED, "vmap of pure_callback needs its vmap_method: pass vmap_method="
                          "'sequential', 'expand_dims' or 'broadcast_all' to pure_callback (as in JAX)");

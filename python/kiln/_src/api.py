@@ -900,12 +900,40 @@ def make_jaxpr(fun, static_argnums=(), return_shape=False):
 
 
 class ShapeDtypeStruct:
-    __slots__ = ("shape", "dtype", "weak_type")
+    """An array's shape, dtype, weak type and (optionally) sharding, with no data
+    (jax.ShapeDtypeStruct)."""
+    __slots__ = ("shape", "dtype", "weak_type", "sharding")
 
-    def __init__(self, shape, dtype, weak_type=False):
-        self.shape = tuple(shape)
+    def __init__(self, shape, dtype, weak_type=False, *, sharding=None, manual_axis_type=None, is_ref=False):
+        del manual_axis_type
+        if is_ref:
+            raise NotImplementedError("ShapeDtypeStruct(is_ref=True): kiln describes Refs by their values' "
+                                      "ShapeDtypeStruct")
+        self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
-        self.weak_type = weak_type
+        self.weak_type = bool(weak_type)
+        self.sharding = sharding
+
+    @classmethod
+    def like(cls, x):
+        """The ShapeDtypeStruct of x (an array, tracer, scalar or anything with .shape and .dtype),
+        with x's sharding where x has one."""
+        if isinstance(x, (core.Array, core.Tracer)) or not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            a = x if isinstance(x, (core.Array, core.Tracer)) else core.asarray(x)
+            # (as JAX: only an array placed on purpose, by device_put or a sharded computation,
+            # hands its sharding on)
+            sharding = a.sharding if isinstance(a, core.Array) and getattr(a, "committed", False) else None
+            return cls(a.shape, a.dtype, bool(getattr(a, "weak_type", False)), sharding=sharding)
+        return cls(x.shape, x.dtype, bool(getattr(x, "weak_type", False)), sharding=getattr(x, "sharding", None))
+
+    def update(self, **kwargs):
+        """A copy with the given fields (shape, dtype, weak_type, sharding) replaced."""
+        fields = {"shape": self.shape, "dtype": self.dtype, "weak_type": self.weak_type, "sharding": self.sharding}
+        unknown = set(kwargs) - set(fields)
+        if unknown:
+            raise TypeError(f"ShapeDtypeStruct.update: unknown fields {sorted(unknown)}")
+        fields.update(kwargs)
+        return type(self)(fields["shape"], fields["dtype"], fields["weak_type"], sharding=fields["sharding"])
 
     @property
     def ndim(self):
@@ -916,13 +944,17 @@ class ShapeDtypeStruct:
         return int(np.prod(self.shape))
 
     def __repr__(self):
-        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+        extra = f", sharding={self.sharding!r}" if self.sharding is not None else ""
+        extra += ", weak_type=True" if self.weak_type else ""
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{extra})"
 
     def __eq__(self, other):
-        return isinstance(other, ShapeDtypeStruct) and (self.shape, self.dtype) == (other.shape, other.dtype)
+        # JAX compares the weak type and sharding too
+        return isinstance(other, ShapeDtypeStruct) and (self.shape, self.dtype, self.weak_type) == \
+            (other.shape, other.dtype, other.weak_type) and self.sharding == other.sharding
 
     def __hash__(self):
-        return hash((self.shape, self.dtype))
+        return hash((self.shape, self.dtype, self.weak_type))
 
 
 def eval_shape(fun, *args, **kwargs):

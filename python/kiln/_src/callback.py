@@ -145,42 +145,61 @@ def pure_callback(callback, result_shape_dtypes, *args, sharding=None, vmap_meth
     (result_shape_dtypes: a pytree of objects with .shape and .dtype). Not differentiable (wrap it
     in custom_jvp); under vmap as vmap_method says ('sequential', 'expand_dims', 'broadcast_all')."""
     del sharding
-    if not callable(callback):
-        raise TypeError(f"pure_callback: expects a callable, got {type(callback).__name__}")
     if vectorized is not None and vmap_method is None:
         vmap_method = "legacy_vectorized" if vectorized else "sequential"
     if vmap_method is not None and vmap_method not in _VMAP_METHODS:
         raise ValueError(f"pure_callback: vmap_method must be one of {sorted(_VMAP_METHODS)}, got {vmap_method!r}")
+    return _value_callback("pure_callback", 0, _VMAP_METHODS.get(vmap_method, -1), callback,
+                           result_shape_dtypes, args, kwargs)
+
+
+def io_callback(callback, result_shape_dtypes, *args, sharding=None, ordered=False, **kwargs):
+    """callback(*args, **kwargs) run on the host for its effect, returning arrays of the declared
+    types (result_shape_dtypes; None for no results), as jax.experimental.io_callback: each call
+    runs (never removed or merged, in program order), under vmap once per element in order
+    (ordered=True refuses vmap, as in JAX); not differentiable."""
+    del sharding
+    specs = tree_util.tree_leaves(result_shape_dtypes)
+    if not specs:  # nothing back: an effect callback, whose (None) result is the declared one
+        debug_callback(lambda *a, **k: callback(*a, **k), *args, **kwargs)
+        return result_shape_dtypes
+    return _value_callback("io_callback", 2, -2 if ordered else _VMAP_METHODS["sequential"], callback,
+                           result_shape_dtypes, args, kwargs)
+
+
+def _value_callback(name, effect, vmap_method, callback, result_shape_dtypes, args, kwargs):
+    """A callback with results (pure_callback: effect 0; io_callback: effect 2)."""
+    if not callable(callback):
+        raise TypeError(f"{name}: expects a callable, got {type(callback).__name__}")
     specs, out_tree = tree_util.tree_flatten(result_shape_dtypes)
     if not specs:
-        raise ValueError("pure_callback: result_shape_dtypes has no arrays; use debug.callback for effects")
+        raise ValueError(f"{name}: result_shape_dtypes has no arrays; use debug.callback for effects")
     out_specs = []
     for s in specs:
         if not (hasattr(s, "shape") and hasattr(s, "dtype")):
-            raise TypeError(f"pure_callback: result_shape_dtypes leaves need .shape and .dtype, got {s!r}")
+            raise TypeError(f"{name}: result_shape_dtypes leaves need .shape and .dtype, got {s!r}")
         out_specs.append((tuple(int(d) for d in s.shape), dtypes.canonicalize_dtype(s.dtype)))
-    arrs, tree = _leaves("pure_callback", args, kwargs)
+    arrs, tree = _leaves(name, args, kwargs)
     if not _tracing(arrs):
         a, k = _numpy_args(arrs, tree)
         res = callback(*a, **k)
         leaves, t = tree_util.tree_flatten(res)
         if t != out_tree:
-            raise TypeError(f"pure_callback: the callback returned a pytree of structure {t}, but "
+            raise TypeError(f"{name}: the callback returned a pytree of structure {t}, but "
                             f"result_shape_dtypes declared {out_tree}")
         outs = []
         for k_, (leaf, (shape, dt)) in enumerate(zip(leaves, out_specs)):
             a_ = np.asarray(leaf)
             if a_.shape != shape or a_.dtype != dt:
-                raise TypeError(f"pure_callback: result {k_} of the callback has type {a_.dtype}{list(a_.shape)}, "
+                raise TypeError(f"{name}: result {k_} of the callback has type {a_.dtype}{list(a_.shape)}, "
                                 f"but {dt}{list(shape)} was declared (result_shape_dtypes)")
             outs.append(core.asarray(a_))
         return tree_util.tree_unflatten(out_tree, outs)
     ops, extra = _operands(arrs)
     site = _Site(callback, tree, [a.dtype.kind == "c" for a in arrs], extra, out_tree, out_specs)
-    params = {"id": _register(site), "effect": 0, "vmap_method": _VMAP_METHODS.get(vmap_method, -1),
+    params = {"id": _register(site), "effect": effect, "vmap_method": vmap_method,
               "out_dtypes": tuple(dtypes.supported_dtypes.index(dt) for _, dt in out_specs),
               "out_ranks": tuple(len(s) for s, _ in out_specs),
               "out_dims": tuple(d for s, _ in out_specs for d in s)}
     outs = core.bind("callback", ops, params)
     return tree_util.tree_unflatten(out_tree, list(outs))
-

@@ -341,7 +341,27 @@ def result_type(*args, return_weak_type_flag=False):
         dt, weak = cache[pairs]
     except KeyError:
         dt, weak = cache[pairs] = _join_values(pairs)
+    if config.jax_numpy_dtype_promotion == "strict" and len(pairs) > 1:
+        _check_strict(args, pairs, dt)
     return (dt, weak) if return_weak_type_flag else dt
+
+
+class TypePromotionError(ValueError):
+    """Dtypes that have no implicit promotion (under jax_numpy_dtype_promotion='strict')."""
+
+
+def _check_strict(args, pairs, dt):
+    """jax_numpy_dtype_promotion='strict': the strongly typed operands share one dtype, which is the
+    result (weakly typed values join it only where they do not change it: 2 joins float32, 2.5 does
+    not join int32)."""
+    strong = {d for d, w in pairs if not w}
+    if strong and (len(strong) > 1 or dt not in strong):
+        names = ", ".join(repr(str(type(a))) if type(a) in (int, float, complex) else repr(str(d))
+                          for a, (d, _) in zip(args, pairs))
+        raise TypePromotionError(
+            f"Input dtypes ({names}) have no available implicit dtype promotion path when "
+            f"jax_numpy_dtype_promotion=strict. Try explicitly casting inputs to the desired output "
+            f"type, or set jax_numpy_dtype_promotion=standard.")
 
 
 def _leaves_of_nested(x, out):

@@ -108,6 +108,17 @@ class ShapedArray(ShapeDtypeStruct):
     def __init__(self, shape, dtype, weak_type=False):
         super().__init__(shape, dtype, bool(weak_type))
 
+    @property
+    def sharding(self):
+        """A NamedSharding over the empty mesh, every axis unsplit (jax.typeof(x).sharding outside
+        a mesh)."""
+        from kiln.sharding import _unsharded
+        return _unsharded(len(self.shape))
+
+    @sharding.setter
+    def sharding(self, value):
+        del value  # (ShapeDtypeStruct's constructor sets it; an abstract value's is the one above)
+
     def str_short(self):
         return f"{self.dtype.name}[{','.join(str(d) for d in self.shape)}]"
 

@@ -34,22 +34,53 @@ default_matmul_precision = _option_context("jax_default_matmul_precision",
                                            "Within the block, matmuls default to this precision.")
 
 
-@contextlib.contextmanager
-def _accepted(*args, **kwargs):
-    """A JAX configuration context kiln accepts and has nothing to do for."""
-    del args, kwargs
-    yield
+def _recorded_context(name):
+    return _option_context(name, f"Within the block, config.{name} is the value given (recorded: kiln "
+                                 f"reads it where it has the behaviour).")
 
 
-# configuration contexts whose subject kiln does not have (or always does): accepted as no-ops
-check_tracer_leaks = enable_checks = log_compiles = explain_cache_misses = threefry_partitionable = _accepted
-numpy_dtype_promotion = numpy_rank_promotion = softmax_custom_jvp = allow_f16_reductions = _accepted
-debug_key_reuse = legacy_prng_key = default_prng_impl = array_garbage_collection_guard = _accepted
-transfer_guard = transfer_guard_host_to_device = transfer_guard_device_to_host = _accepted
-transfer_guard_device_to_device = thread_guard = no_tracing = no_execution = enable_custom_prng = _accepted
+# configuration contexts of options kiln records (jax.config.values); where kiln has the behaviour
+# the modules concerned read the option
+check_tracer_leaks = _recorded_context("jax_check_tracer_leaks")
+enable_checks = _recorded_context("jax_enable_checks")
+log_compiles = _recorded_context("jax_log_compiles")
+explain_cache_misses = _recorded_context("jax_explain_cache_misses")
+threefry_partitionable = _recorded_context("jax_threefry_partitionable")
+numpy_dtype_promotion = _recorded_context("jax_numpy_dtype_promotion")
+numpy_rank_promotion = _recorded_context("jax_numpy_rank_promotion")
+softmax_custom_jvp = _recorded_context("jax_softmax_custom_jvp")
+allow_f16_reductions = _recorded_context("jax_allow_f16_reductions")
+debug_key_reuse = _recorded_context("jax_debug_key_reuse")
+legacy_prng_key = _recorded_context("jax_legacy_prng_key")
+default_prng_impl = _recorded_context("jax_default_prng_impl")
+array_garbage_collection_guard = _recorded_context("jax_array_garbage_collection_guard")
+transfer_guard_host_to_device = _recorded_context("jax_transfer_guard_host_to_device")
+transfer_guard_device_to_host = _recorded_context("jax_transfer_guard_device_to_host")
+transfer_guard_device_to_device = _recorded_context("jax_transfer_guard_device_to_device")
+thread_guard = _recorded_context("jax_thread_guard")
+no_tracing = _recorded_context("jax_no_tracing")
+no_execution = _recorded_context("jax_no_execution")
+enable_custom_prng = _recorded_context("jax_enable_custom_prng")
 # mesh-typing options of JAX's explicit-sharding mode: kiln's check_vma typing inserts pvary where
 # needed (auto_pcast on) and keeps size-1 mesh axes (their collectives are copies)
-auto_pcast = remove_size_one_mesh_axis_from_type = _accepted
+auto_pcast = _recorded_context("jax_auto_pcast")
+remove_size_one_mesh_axis_from_type = _recorded_context("jax_remove_size_one_mesh_axis_from_type")
+
+
+@contextlib.contextmanager
+def transfer_guard(new_value):
+    """Within the block, the three transfer guards are new_value (as jax.transfer_guard)."""
+    names = ("jax_transfer_guard_host_to_device", "jax_transfer_guard_device_to_host",
+             "jax_transfer_guard_device_to_device")
+    old = [getattr(config, n) for n in names]
+    for n in names:
+        config.update(n, new_value)
+    try:
+        yield
+    finally:
+        for n, v in zip(names, old):
+            config.update(n, v)
+
 
 # jax.dtypes.float0: the dtype of integer inputs' tangents in JAX (kiln gives zeros of the input's dtype)
 float0 = np.dtype([("float0", np.void, 0)])

@@ -616,7 +616,7 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
         raise TypeError("where: either both x and y or neither must be given")
     cond = _to_bool(util.asarray_arg("where", condition))
     x, y = util.promote_dtypes("where", x, y)
-    cond, x, y = util._broadcast_all("where", [cond, x, y])
+    cond, x, y = util._broadcast_all("where", [cond, x, y], rank_promotion=False)
     return lax.select(cond, x, y)
 
 

@@ -17,12 +17,14 @@ Contract of the helpers used across modules (part A and part B):
 """
 
 import operator
+import warnings
 
 import numpy as np
 
 from kiln import lax
 from kiln._src import core
 from kiln._src import dtypes
+from kiln._src.config import config
 
 try:  # NumPy >= 1.25
     from numpy.exceptions import AxisError
@@ -132,6 +134,8 @@ def _convert(opname, original, arr, dtype, weak):
 def _result_dtype(opname, arrays):
     try:
         return dtypes.result_type(*arrays, return_weak_type_flag=True)
+    except dtypes.TypePromotionError:
+        raise
     except (TypeError, ValueError) as e:
         listed = ", ".join(str(np.dtype(a.dtype)) for a in arrays)
         raise TypeError(f"{opname}: cannot promote dtypes ({listed}): {e}") from None
@@ -164,7 +168,25 @@ def to_inexact_dtype(dtype):
     return np.dtype(dtypes.canonicalize_dtype(np.float64 if dtype.itemsize > 4 else np.float32))
 
 
-def _broadcast_all(opname, arrays):
+def _check_rank_promotion(opname, arrays):
+    """jax_numpy_rank_promotion 'warn'/'raise': operands of different nonzero ranks (rank 0 always
+    broadcasts) warn or raise ValueError, as in JAX."""
+    mode = config.jax_numpy_rank_promotion
+    if mode == "allow" or len({x.ndim for x in arrays if x.ndim}) < 2:
+        return
+    shapes = " ".join(str(tuple(x.shape)) for x in arrays)
+    if mode == "raise":
+        raise ValueError(f"Operands could not be broadcast together for {opname} on shapes {shapes} and with "
+                         f"the config option jax_numpy_rank_promotion='raise'. For more information, see "
+                         f"https://docs.jax.dev/en/latest/rank_promotion_warning.html.")
+    warnings.warn(f"Following NumPy automatic rank promotion for {opname} on shapes {shapes}. Set the "
+                  f"jax_numpy_rank_promotion config option to 'allow' to disable this warning; for more "
+                  f"information, see https://docs.jax.dev/en/latest/rank_promotion_warning.html.", stacklevel=4)
+
+
+def _broadcast_all(opname, arrays, rank_promotion=True):
+    if rank_promotion:  # (JAX checks its ufuncs' operands, not where's)
+        _check_rank_promotion(opname, arrays)
     shape = broadcast_shapes(*(x.shape for x in arrays), opname=opname)
     return [broadcast_to_shape(x, shape, opname) for x in arrays]
 
@@ -271,6 +293,7 @@ def _broadcast_nonscalar(opname, arrays):
     Incompatible shapes raise JAX's class: TypeError where every non-scalar operand has one rank (JAX
     hands those to lax unbroadcast, whose shape rule raises it), ValueError otherwise (its broadcast;
     bug, issue 32: always ValueError)."""
+    _check_rank_promotion(opname, arrays)
     try:
         shape = broadcast_shapes(*(x.shape for x in arrays), opname=opname)
     except ValueError as e:
