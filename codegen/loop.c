@@ -1177,7 +1177,7 @@ int kl_compile_loop_step(const kl_program *pg, const kl_eqn *e, const int *slot_
     for (int i = 0; i < l->nb; i++) {
       const kl_aval *av = &body->vals[body->inputs[i]].aval;
       l->xbytes[i] = aval_bytes(av);
-      l->n += kl_dtype_is_float(av->dtype) != 0;
+      l->n += kl_dtype_is_inexact(av->dtype) != 0; /* the carries with cotangents: float and complex */
     }
     l->ny = e->nout - l->n;
   } else if (e->prim == KL_P_COND) {

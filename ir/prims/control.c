@@ -156,8 +156,9 @@ static int rule_while_ad(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int n
   int nb = (int)c->v[0], n = (int)c->v[1], nfc = 0, nfk = 0;
   if (!body || body->ninputs != n + nb || body->noutputs != n)
     return kl_rule_fail(e, KL_ERR_VALUE, "%s: the body must take %d inputs and return %d carries", name, n + nb, n);
-  for (int i = 0; i < n; i++) nfc += kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype) != 0;
-  for (int j = 0; j < nb; j++) nfk += kl_dtype_is_float(body->vals[body->inputs[n + j]].aval.dtype) != 0;
+  /* tangents travel for the inexact (float and complex) carries and consts, as the JVP emits them */
+  for (int i = 0; i < n; i++) nfc += kl_dtype_is_inexact(body->vals[body->inputs[i]].aval.dtype) != 0;
+  for (int j = 0; j < nb; j++) nfk += kl_dtype_is_inexact(body->vals[body->inputs[n + j]].aval.dtype) != 0;
   int want_in = nb + n + 1 + (prim == KL_P_WHILE_LIN ? nfc + nfk : nfc);
   if (nin != want_in) return kl_rule_fail(e, KL_ERR_VALUE, "%s: %d operands, expected %d", name, nin, want_in);
   if (prim == KL_P_WHILE_BWD && !p->while_ad.vjp) return kl_rule_fail(e, KL_ERR_VALUE, "%s: no vjp program", name);
@@ -173,9 +174,9 @@ static int rule_while_ad(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int n
     return kl_rule_fail(e, KL_ERR_VALUE, "%s: %d results (at most %d)", name, nfc + nfk, KL_MAX_OUTS);
   int k = 0;
   for (int i = 0; i < n; i++)
-    if (kl_dtype_is_float(body->vals[body->inputs[i]].aval.dtype)) outs[k++] = body->vals[body->inputs[i]].aval;
+    if (kl_dtype_is_inexact(body->vals[body->inputs[i]].aval.dtype)) outs[k++] = body->vals[body->inputs[i]].aval;
   for (int j = 0; prim == KL_P_WHILE_BWD && j < nb; j++)
-    if (kl_dtype_is_float(body->vals[body->inputs[n + j]].aval.dtype)) outs[k++] = body->vals[body->inputs[n + j]].aval;
+    if (kl_dtype_is_inexact(body->vals[body->inputs[n + j]].aval.dtype)) outs[k++] = body->vals[body->inputs[n + j]].aval;
   *nout = k;
   return 0;
 }

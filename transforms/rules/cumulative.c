@@ -10,12 +10,16 @@
 
 /* Tangent of an inclusive scan of x along `axis` with combiner comb (MUL, MAX, MIN): recursive
  * doubling on (primal, tangent) pairs, log2(n) rounds of shifts. Exact with zeros in a
- * product (no division), ties of max/min split as in the binary rule. */
+ * product (no division), ties of max/min split as in the binary rule. In round s the first s
+ * positions have no earlier element and pass through unchanged: combining them with the
+ * identity padding would tie an -inf with max's -inf fill (halving its tangent) and drop a
+ * NaN's tangent (bug, issue 32: cummax([nan, 1]) gave d/dx0 = 0, cummax([-inf, ...]) 1/2). */
 static int scan_jvp(kl_build *a, kl_prim comb, int x, int t, int axis, int reverse) {
   kl_aval xa = *kl_build_aval(a, x);
   int64_t n = xa.dims[axis];
   double ident = comb == KL_P_MUL ? 1 : comb == KL_P_MAX ? -INFINITY : INFINITY;
   int fill_p = kl_build_lit(a, ident, xa.dtype), fill_t = kl_build_lit(a, 0, xa.dtype);
+  int pos = kl_build_iota(a, KL_I32, xa.dims, xa.ndim, axis);
   int p = x;
   for (int64_t s = 1; s < n && !a->failed; s *= 2) {
     int64_t lo = reverse ? -s : s;
@@ -23,8 +27,11 @@ static int scan_jvp(kl_build *a, kl_prim comb, int x, int t, int axis, int rever
     int pn = kl_build_bin(a, comb, ps, p);
     int ce = p, cl = ps; /* coefficients of the earlier (shifted) and later tangents */
     if (comb != KL_P_MUL) kl_jvp_binary_coefs(a, comb, ps, p, pn, &ce, &cl);
-    t = add(a, mul(a, ts, ce), mul(a, t, cl));
-    p = pn;
+    int tn = add(a, mul(a, ts, ce), mul(a, t, cl));
+    int has_earlier = reverse ? kl_build_bin(a, KL_P_LT, pos, kl_build_ilit(a, n - s, KL_I32))
+                              : kl_build_bin(a, KL_P_GE, pos, kl_build_ilit(a, s, KL_I32));
+    t = kl_build_select(a, has_earlier, t, tn);
+    p = kl_build_select(a, has_earlier, p, pn);
   }
   return t;
 }

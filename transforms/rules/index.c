@@ -55,7 +55,8 @@ static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const in
   int64_t bd[KL_MAX_RANK];
   for (int k = 0; k < ia.ndim; k++) bd[k] = axis + k;
   int inb_b = kl_build_bin(a, KL_P_LT, idx, kl_build_lit(a, (double)xa.dims[axis], ia.dtype));
-  int inb = kl_build_convert(a, kl_build_broadcast(a, inb_b, ua.dims, ua.ndim, bd), xa.dtype);
+  int inb_u = kl_build_broadcast(a, inb_b, ua.dims, ua.ndim, bd);
+  int inb = kl_build_convert(a, inb_u, xa.dtype);
   int zx = kl_build_zeros(a, &xa), cx = -1, cu = -1;
   switch (mode) {
   case KL_SCATTER_ADD: cu = inb; break;
@@ -76,7 +77,9 @@ static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const in
     if (kl_dtype_is_complex(ca.dtype)) ca.dtype = kl_dtype_real_part(ca.dtype);
     int count = SCAT(KL_SCATTER_ADD, kl_build_zeros(a, &ca), kl_build_convert(a, inb, ca.dtype));
     int dup = kl_build_bin(a, KL_P_GT, TAKE(count), kl_build_lit(a, 1, ca.dtype));
-    cu = mul(a, kl_build_select(a, dup, TAKE(x), dv(a, TAKE(y), u)), inb);
+    /* a dropped update's coefficient is 0 by selection, not by multiplying by 0: the operand it
+     * would have read (clamped) may be inf or NaN */
+    cu = kl_build_select(a, inb_u, kl_build_zeros(a, &ua), kl_build_select(a, dup, TAKE(x), dv(a, TAKE(y), u)));
     break;
   }
   case KL_SCATTER_MIN: case KL_SCATTER_MAX: {

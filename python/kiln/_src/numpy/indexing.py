@@ -523,6 +523,12 @@ def _update_dynamic_box(arr, entries, values, op, opname, clip):
         new = _combine(op, old, values)
     else:
         vals = lax.reshape(_fit_values(values, out_shape, arr.dtype, opname), tuple(box))
+        if valid is not None and op == "mul":
+            # a dropped factor becomes 1 before the product (not the product undone after it), so its
+            # derivative is 0 even where the old value is inf or NaN, as JAX's scatter-mul
+            # (bug, issue 32: grad of x.at[i].multiply(v, mode='drop') at a dropped i was 0 * nan)
+            vals = lax.select(_s._bcast_dims(valid, tuple(box), ()), vals, lax.full_like(vals, 1))
+            valid = None
         new = vals if op == "set" else _combine(op, old, vals)
     new = _s._convert(new, arr.dtype)
     if valid is not None:

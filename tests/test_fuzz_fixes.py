@@ -1,0 +1,127 @@
+"""Regression tests for the disagreements with JAX found by the fuzz campaign of issue 32 (seeds
+40000-46095): each test names the bug it guards; expected values are JAX 0.10.2's, hard-coded, or
+NumPy float64 formulas."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.lax as lax
+import kiln.numpy as jnp
+
+nan, inf = np.nan, np.inf
+rng = np.random.default_rng()
+
+
+# ---- scans: the identity padding of recursive doubling took part in the tangent ------------------
+
+def test_cummax_grad_nan_first_keeps_its_tangent():
+    # cummax([nan, 3, 2])[0] is x[0] itself: JAX [1, 0, 0], kiln gave [0, 0, 0] (nan == nan failed)
+    w = np.array([1, 1.25, 1.5], np.float32)
+    g = kiln.grad(lambda x: jnp.sum(lax.cummax(x, axis=0) * w))(np.array([nan, 3.0, 2.0], np.float32))
+    np.testing.assert_array_equal(np.asarray(g), [1, 0, 0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+def test_cummax_grad_minus_inf_does_not_tie_with_the_padding(dtype):
+    # -inf tied max's -inf fill and lost half its tangent; JAX 0.10.2 [1.625, 0.625, 3.25, 0]
+    import ml_dtypes
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    w = np.array([1, 1.25, 1.5, 1.75], dt)
+    x = np.array([-inf, -inf, 0.5, 0.25], dt)
+    g = kiln.jit(kiln.grad(lambda x: jnp.sum(lax.cummax(x, axis=0) * w)))(x)
+    np.testing.assert_array_equal(np.asarray(g).astype(np.float32), [1.625, 0.625, 3.25, 0])
+
+
+def test_cummin_reverse_and_cumprod_with_inf():
+    g = kiln.grad(lambda x: jnp.sum(lax.cummin(x, axis=0, reverse=True) * np.array([1, 1.25, 1.5, 1.75], np.float32)))(
+        np.array([0.5, 2.0, inf, inf], np.float32))
+    np.testing.assert_array_equal(np.asarray(g), [1, 1.25, 0.75, 2.5])       # JAX 0.10.2
+    g = kiln.grad(lambda x: jnp.sum(lax.cumprod(x, axis=0)))(np.array([inf, 2.0, 3.0], np.float32))
+    np.testing.assert_array_equal(np.asarray(g), [9, inf, inf])              # was [nan, ...]: 0 * inf
+
+
+# ---- x.at[i].multiply(v, mode='drop'): a dropped update's derivative was 0 * operand --------------
+
+@pytest.mark.parametrize("transform", ["grad", "jit"])
+def test_at_multiply_dropped_update_has_zero_derivative_over_nan(transform):
+    v = rng.standard_normal((2, 2)).astype(np.float32)
+    v[1, 0] = nan   # the (clamped) position a dropped update would have read
+    v[0, 1] = inf
+    u = rng.standard_normal(2).astype(np.float32)
+    w = rng.standard_normal((2, 2)).astype(np.float32)
+
+    def row(v, u):       # one traced index, whole rows: the scatter path
+        return jnp.sum(v.at[np.int32(5)].multiply(u, mode="drop") * w)
+
+    def elem(v, u, i, j):   # traced indices of a box: the dynamic_update_slice path
+        return jnp.sum(v.at[i, j].multiply(u[0], mode="drop") * w)
+
+    g_row = kiln.grad(row, argnums=(0, 1))
+    g_elem = kiln.grad(elem, argnums=(0, 1))
+    if transform == "jit":
+        g_row, g_elem = kiln.jit(g_row), kiln.jit(g_elem)
+    gv, gu = g_row(v, u)
+    np.testing.assert_array_equal(np.asarray(gv), w)
+    np.testing.assert_array_equal(np.asarray(gu), [0, 0])   # JAX 0.10.2; kiln gave [0, nan]
+    gv, gu = g_elem(v, u, np.int32(-4), np.int32(0))
+    np.testing.assert_array_equal(np.asarray(gv), w)
+    np.testing.assert_array_equal(np.asarray(gu), [0, 0])
+
+
+# ---- reverse mode through while_loop with a complex carry under jit -------------------------------
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_while_loop_complex_carry_reverse_mode(jit):
+    # while_lin's shape rule counted only float carries (complex ones have tangents too):
+    # "while_lin: 4 operands, expected 3" under jit(grad) and vmap(grad)
+    z = (rng.standard_normal(2) + 1j * rng.standard_normal(2)).astype(np.complex64)
+    y = rng.standard_normal(2).astype(np.float32)
+    a, c = 0.5 + 0.25j, 1 - 2j
+
+    def f(z, y, n):
+        def body(s):
+            i, p, q = s
+            return i + 1, p * a + q, q * y
+        return jnp.sum(jnp.real(lax.while_loop(lambda s: s[0] < n, body, (0, z, y.astype(jnp.complex64)))[1] * c))
+
+    g = kiln.grad(f, argnums=(0, 1))
+    if jit:
+        g = kiln.jit(g)
+    gz, gy = g(z, y, np.int32(3))
+    # after 3 trips p = a^3 z + (a^2 + a + 1) y... with q_k = y^(k+1): p = a^3 z + a^2 y + a y^2 + y^3
+    # grad of Re(c p) for complex z is c a^3 in JAX's convention (0.375+0.109375j); d/dy is real
+    np.testing.assert_allclose(np.asarray(gz), np.full(2, c * a ** 3), rtol=1e-6)
+    dy = np.real(c * (a ** 2 + 2 * a * y + 3 * y.astype(np.float64) ** 2))
+    np.testing.assert_allclose(np.asarray(gy), dy, rtol=1e-5)
+    gv = kiln.jit(kiln.vmap(kiln.grad(f, argnums=(0, 1)), in_axes=(0, 0, None)))(z[None], y[None], np.int32(3))
+    np.testing.assert_allclose(np.asarray(gv[0])[0], np.asarray(gz), rtol=1e-6)
+
+
+# ---- jax.nn activations of bool and integer inputs: dtype and weak type of JAX's expressions -----
+
+@pytest.mark.parametrize("name, bool_weak, int_weak", [
+    ("softplus", True, False), ("soft_sign", True, False), ("mish", True, False),
+    ("elu", True, True), ("celu", True, True), ("selu", True, True), ("relu6", True, True),
+    ("hard_sigmoid", True, True), ("hard_swish", True, True), ("sparse_plus", True, True)])
+def test_activation_of_bool_and_int_weak_type(name, bool_weak, int_weak):
+    # JAX 0.10.2: softplus(bool) is logaddexp(x, 0), a weak float32 (kiln gave a strong one)
+    fn = getattr(kiln.nn, name)
+    b = fn(jnp.asarray(np.array([True, False])))
+    i = fn(jnp.asarray(np.array([1, -2], np.int16)))
+    f = fn(jnp.asarray(np.array([1, -2], np.float16)))
+    assert (b.dtype, bool(b.weak_type)) == (np.float32, bool_weak)
+    assert (i.dtype, bool(i.weak_type)) == (np.float32, int_weak)
+    assert (f.dtype, bool(f.weak_type)) == (np.float16, False)
+
+
+def test_softplus_bool_value():
+    np.testing.assert_allclose(np.asarray(kiln.nn.softplus(jnp.asarray(np.array([[False, True]])))),
+                               [[np.log(2), np.log1p(np.e)]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "silu", "swish", "glu"])
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.bool_])
+def test_logistic_activations_reject_integers(name, dtype):
+    # JAX: "logistic does not accept dtype int16" (TypeError); kiln computed a float32
+    with pytest.raises(TypeError, match="logistic"):
+        getattr(kiln.nn, name)(jnp.asarray(np.array([1, 0], dtype)))
