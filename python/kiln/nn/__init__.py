@@ -36,6 +36,32 @@ def _float(name, x):
     return x
 
 
+# JAX's activations are jnp expressions, so a bool or integer input takes the dtype and weak type
+# of that expression: softplus is logaddexp(x, 0) (a bool gives a weak float32 through the Python
+# int, an int16 a float32), elu is where(x > 0, x, alpha * expm1(...)) with Python floats (every
+# integer gives a weak float32), sigmoid is lax.logistic(x) (no integers at all). Each helper is
+# one of those rules; a float input is kept as it is by all of them (bug, issue 32: softplus(bool)
+# was a strong float32, sigmoid(int16) computed where JAX raises TypeError).
+
+def _float_with(name, x, partner):
+    """x in the dtype jnp promotes x and the Python scalar `partner` to (then inexact)."""
+    return util.promote_dtypes_inexact(name, x, partner)[0]
+
+
+def _weak_as(x, out):
+    """out with x's weak type: the activation's jnp expression keeps the promoted input's."""
+    return out if bool(out.weak_type) == bool(x.weak_type) else lax.convert_element_type(out, out.dtype, x.weak_type)
+
+
+def _float_only(name, x):
+    """x, which must be inexact: lax.logistic's TypeError otherwise, as JAX."""
+    x = _as_array(name, x)
+    if not util.is_inexact_dtype(x.dtype):
+        raise TypeError(f"{name}: logistic does not accept dtype {x.dtype}; accepted dtypes are floating and "
+                        f"complex types (convert the input first, e.g. x.astype(jnp.float32))")
+    return x
+
+
 def identity(x):
     """x itself, as an array."""
     return _as_array("identity", x)
@@ -61,8 +87,8 @@ relu.defjvps(_zero_outside(lambda x: lax.gt(x, _c(x, 0))))
 def relu6(x):
     """min(max(x, 0), 6), in a float dtype (JAX's compares with the float 6.); derivative 0 at both kinks
     and for nan."""
-    x = _float("relu6", x)
-    return lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), lax.select(ufuncs.order_ge(x, _c(x, 6)), _c(x, 6), x))
+    x = _float_with("relu6", x, 0.0)
+    return _weak_as(x, lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), lax.select(ufuncs.order_ge(x, _c(x, 6)), _c(x, 6), x)))
 
 
 relu6.defjvps(_zero_outside(lambda x: lax.and_(lax.gt(x, _c(x, 0)), lax.lt(x, _c(x, 6)))))
@@ -70,13 +96,13 @@ relu6.defjvps(_zero_outside(lambda x: lax.and_(lax.gt(x, _c(x, 0)), lax.lt(x, _c
 
 def sigmoid(x):
     """1 / (1 + exp(-x))."""
-    return lax.logistic(_float("sigmoid", x))
+    return lax.logistic(_float_only("sigmoid", x))
 
 
 def softplus(x):
     """log(1 + exp(x)), stably."""
-    x = _float("softplus", x)
-    return ufuncs.logaddexp(x, _c(x, 0))
+    x = _float_with("softplus", x, 0)
+    return _weak_as(x, ufuncs.logaddexp(x, _c(x, 0)))
 
 
 def squareplus(x, b=4):
@@ -88,10 +114,10 @@ def squareplus(x, b=4):
 
 def sparse_plus(x):
     """0 for x <= -1, (x + 1)^2 / 4 for -1 < x < 1, x for x >= 1: softplus's piecewise-quadratic twin."""
-    x = _float("sparse_plus", x)
+    x = _float_with("sparse_plus", x, 0.0)
     one = _c(x, 1)
     middle = lax.mul(lax.integer_pow(lax.add(x, one), 2), _c(x, 0.25))
-    return lax.select(ufuncs.order_le(x, _c(x, -1)), _c(x, 0), lax.select(ufuncs.order_ge(x, one), x, middle))
+    return _weak_as(x, lax.select(ufuncs.order_le(x, _c(x, -1)), _c(x, 0), lax.select(ufuncs.order_ge(x, one), x, middle)))
 
 
 def sparse_sigmoid(x):
@@ -121,7 +147,7 @@ def log_sigmoid(x):
 
 def silu(x):
     """x * sigmoid(x)."""
-    x = _float("silu", x)
+    x = _float_only("silu", x)
     return lax.mul(x, lax.logistic(x))
 
 
@@ -140,18 +166,18 @@ def gelu(x, approximate=True):
 
 def elu(x, alpha=1.0):
     """x for x > 0, alpha * (exp(x) - 1) otherwise."""
-    x = _float("elu", x)
+    x = _float_with("elu", x, 0.0)
     positive = ufuncs.order_gt(x, _c(x, 0))
     neg = ufuncs.multiply(alpha, lax.expm1(lax.select(positive, _c(x, 0), x)))
-    return ufuncs.where(positive, x, neg)
+    return _weak_as(x, ufuncs.where(positive, x, neg))
 
 
 def celu(x, alpha=1.0):
     """max(x, 0) + alpha * min(exp(x / alpha) - 1, 0)."""
-    x = _float("celu", x)
+    x = _float_with("celu", x, 0.0)
     positive = ufuncs.order_gt(x, _c(x, 0))
     neg = ufuncs.multiply(alpha, lax.expm1(ufuncs.divide(lax.select(positive, _c(x, 0), x), alpha)))
-    return ufuncs.where(positive, x, neg)
+    return _weak_as(x, ufuncs.where(positive, x, neg))
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -160,13 +186,13 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def selu(x):
     """scale * elu(x, alpha) with the self-normalising constants."""
-    x = _float("selu", x)
-    return lax.mul(_c(x, _SELU_SCALE), elu(x, _SELU_ALPHA))
+    x = _float_with("selu", x, 0.0)
+    return _weak_as(x, lax.mul(_c(x, _SELU_SCALE), elu(x, _SELU_ALPHA)))
 
 
 def leaky_relu(x, negative_slope=0.01):
     """x for x >= 0, negative_slope * x otherwise."""
-    x = _float("leaky_relu", x)
+    x = _float_with("leaky_relu", x, 0.0)
     return ufuncs.where(ufuncs.order_ge(x, _c(x, 0)), x, ufuncs.multiply(negative_slope, x))
 
 
@@ -178,14 +204,14 @@ def hard_tanh(x):
 
 def hard_sigmoid(x):
     """relu6(x + 3) / 6."""
-    x = _float("hard_sigmoid", x)
-    return lax.div(relu6(lax.add(x, _c(x, 3))), _c(x, 6))
+    x = _float_with("hard_sigmoid", x, 0.0)
+    return _weak_as(x, lax.div(relu6(lax.add(x, _c(x, 3))), _c(x, 6)))
 
 
 def hard_silu(x):
     """x * hard_sigmoid(x)."""
-    x = _float("hard_silu", x)
-    return lax.mul(x, hard_sigmoid(x))
+    x = _float_with("hard_silu", x, 0.0)
+    return _weak_as(x, lax.mul(x, hard_sigmoid(x)))
 
 
 hard_swish = hard_silu
@@ -193,19 +219,19 @@ hard_swish = hard_silu
 
 def soft_sign(x):
     """x / (|x| + 1)."""
-    x = _float("soft_sign", x)
-    return lax.div(x, lax.add(lax.abs(x), _c(x, 1)))
+    x = _float_with("soft_sign", x, 0)
+    return _weak_as(x, lax.div(x, lax.add(lax.abs(x), _c(x, 1))))
 
 
 def mish(x):
     """x * tanh(softplus(x))."""
-    x = _float("mish", x)
-    return lax.mul(x, lax.tanh(softplus(x)))
+    x = _float_with("mish", x, 0)
+    return _weak_as(x, lax.mul(x, lax.tanh(softplus(x))))
 
 
 def glu(x, axis=-1):
     """Gated linear unit: first half * sigmoid(second half) along `axis` (whose size must be even)."""
-    x = _float("glu", x)
+    x = _float_only("glu", x)
     ax = util.canonicalize_axis(axis, x.ndim, "glu")
     n = x.shape[ax]
     if n % 2:
