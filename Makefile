@@ -67,3 +67,14 @@ fuzz: build
 
 clean:
 	rm -rf $(BUILD) build-asan build-wheel dist python/kiln/_kiln.abi3.so
+
+# How much of JAX's library ecosystem (optax, chex, flax, equinox, diffrax, numpyro, distrax,
+# dm-haiku, blackjax) runs on kiln unmodified: each library's own tests on JAX and on kiln
+# (tests/ecosystem/README.md). Downloads into build/ecosystem/ (git-ignored); report.md there.
+# ECO_LIBS: libraries to measure (default all); ECO_SAMPLE: fraction of each suite run.
+.PHONY: ecosystem
+ECO_LIBS ?=
+ECO_SAMPLE ?= 0.1
+ecosystem: build
+	@$(PYTHON) -c "import jax" 2>/dev/null || $(PYTHON) -m pip install -q "$(JAX_PACKAGE)"
+	nice -n 10 $(PYTHON) -m tests.ecosystem $(ECO_LIBS) --eco-sample $(ECO_SAMPLE)
