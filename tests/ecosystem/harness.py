@@ -60,10 +60,12 @@ def pytest_config(src):
     return EMPTY_INI
 
 
-def _pytest_cmd(lib, src, args):
-    cmd = [sys.executable, "-m", "pytest", "-p", "ecoplugin", "-p", "pytest_timeout",
-           "-p", "no:cacheprovider", f"--rootdir={src}", "-c", pytest_config(src),
-           "-q", "--no-header", "-rN", "--color=no", f"--timeout={lib.timeout}"]
+def _pytest_cmd(lib, src, site, args):
+    cmd = [sys.executable, "-m", "pytest", "-p", "ecoplugin", "-p", "no:cacheprovider",
+           f"--rootdir={src}", "-c", pytest_config(src), "-q", "--no-header", "-rN",
+           "--color=no"]
+    if os.path.exists(os.path.join(site, "pytest_timeout.py")):
+        cmd += ["-p", "pytest_timeout", f"--timeout={lib.timeout}"]
     for path in lib.ignore:
         cmd.append(f"--ignore={path}")
     return cmd + list(lib.extra_args) + list(args)
@@ -105,8 +107,8 @@ def collect(lib, src, site, work):
     events_path = os.path.join(work, "collect.jsonl")
     if os.path.exists(events_path):
         os.remove(events_path)
-    cmd = _pytest_cmd(lib, src, ["--collect-only", "--eco-collect", f"--eco-out={events_path}",
-                            *lib.paths])
+    cmd = _pytest_cmd(lib, src, site, ["--collect-only", "--eco-collect",
+                                       f"--eco-out={events_path}", *lib.paths])
     log_path = os.path.join(work, "collect.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -143,7 +145,8 @@ def run_side(lib, side, ids, src, site, work):
                 f.write("\n".join(pending) + "\n")
             if os.path.exists(events_path):
                 os.remove(events_path)
-            cmd = _pytest_cmd(lib, src, [f"--eco-ids={ids_path}", f"--eco-out={events_path}", path])
+            cmd = _pytest_cmd(lib, src, site,
+                              [f"--eco-ids={ids_path}", f"--eco-out={events_path}", path])
             rc, hung = _run_watched(cmd, src, env, events_path,
                                     os.path.join(work, f"{side}.log"), lib.timeout + GRACE_S)
             if rc == 4:  # pytest's usage error: the harness's fault, not the library's
