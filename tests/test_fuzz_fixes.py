@@ -125,3 +125,33 @@ def test_logistic_activations_reject_integers(name, dtype):
     # JAX: "logistic does not accept dtype int16" (TypeError); kiln computed a float32
     with pytest.raises(TypeError, match="logistic"):
         getattr(kiln.nn, name)(jnp.asarray(np.array([1, 0], dtype)))
+
+
+# ---- reductions with an explicit float16 dtype compute in it (JAX upcasts only for dtype=None) ----
+
+def test_prod_with_float16_dtype_differentiates_in_float16():
+    # JAX 0.10.2: [800, 600, inf, inf] (300 * 400 overflows float16); kiln gave 120000, 240000
+    x = np.array([300.0, 400.0, 2.0, 1.0], np.float32)
+    g = kiln.grad(lambda x: jnp.prod(x, dtype=jnp.float16).astype(jnp.float32))(x)
+    np.testing.assert_array_equal(np.asarray(g), [800, 600, inf, inf])
+    z = np.array([[1.5 - 2j, -40 + 1j], [30 + 0.5j, 2 - 1j]], np.complex64)
+    gz = kiln.grad(lambda z: jnp.sum(jnp.prod(z, axis=0, dtype=jnp.float16)).astype(jnp.float32))(z)
+    np.testing.assert_array_equal(np.asarray(gz), [[30, 2], [1.5, -40]])
+    # dtype=None still accumulates float16 in float32 (as JAX): 1 + ... + 1 (4096 of them) is 4096
+    assert float(jnp.sum(np.ones(4096, np.float16))) == 4096
+
+
+def test_nan_to_num_bfloat16_does_not_ask_numpy_finfo(monkeypatch):
+    # kiln called np.finfo(bfloat16), which some NumPy/ml_dtypes versions reject ("data type
+    # dtype(bfloat16) not compatible with finfo"); limits come from ml_dtypes.finfo
+    import ml_dtypes
+    real_finfo = np.finfo
+
+    def strict_finfo(dt):
+        if np.dtype(dt) == np.dtype(ml_dtypes.bfloat16):
+            raise ValueError("data type dtype(bfloat16) not compatible with finfo")
+        return real_finfo(dt)
+    monkeypatch.setattr(np, "finfo", strict_finfo)
+    x = np.array([nan, inf, -inf, rng.standard_normal()], ml_dtypes.bfloat16)
+    big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    np.testing.assert_array_equal(np.asarray(jnp.nan_to_num(x)).astype(np.float64), [0, big, -big, float(x[3])])

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from kiln._src import dtypes as _dtypes  # finfo that knows bfloat16 on every NumPy (ml_dtypes.finfo)
+
 from kiln import lax
 from kiln import numpy as jnp
 from kiln.lax import linalg as lax_linalg
@@ -299,7 +301,7 @@ def _givens_rsf2csf(t, z):
     nonzero subdiagonal is triangularized by the rotation that maps its eigenvector (eigenvalue
     with positive imaginary part first, as LAPACK orders them) onto e1."""
     n = t.shape[-1]
-    eps = float(np.finfo(t.dtype).eps)
+    eps = float(_dtypes.finfo(t.dtype).eps)
     idx = np.arange(n)
 
     def step(i, tz):

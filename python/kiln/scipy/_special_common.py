@@ -5,6 +5,8 @@ kiln.numpy only; nothing here is public API.
 
 import numpy as np
 
+from kiln._src import dtypes as _dtypes  # finfo that knows bfloat16 on every NumPy (ml_dtypes.finfo)
+
 from kiln import lax
 from kiln import numpy as jnp
 from kiln._src.numpy.util import promote_args_inexact, is_complex_dtype
@@ -28,7 +30,7 @@ def float_only(name, x):
 
 
 def eps(x):
-    return float(np.finfo(x.dtype).eps)
+    return float(_dtypes.finfo(x.dtype).eps)
 
 
 def horner(coeffs, x):

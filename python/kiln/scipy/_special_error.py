@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from kiln._src import dtypes as _dtypes  # finfo that knows bfloat16 on every NumPy (ml_dtypes.finfo)
+
 from kiln import lax
 from kiln import numpy as jnp
 from kiln._src.custom import custom_jvp
@@ -165,7 +167,7 @@ _ERFCX_ASYMPTOTIC = [7918.06640625, -1055.7421875, 162.421875, -29.53125, 6.5625
 
 def _erfcx_impl(x):
     terms = 9 if x.dtype == np.float64 else 5
-    large = x > math.sqrt(math.log(np.finfo(x.dtype).max))
+    large = x > math.sqrt(math.log(_dtypes.finfo(x.dtype).max))
     xs = safe(~large, x, 1.0)
     direct = jnp.exp(xs * xs) * lax.erfc(xs)
     xl = safe(large, x, 1e10)

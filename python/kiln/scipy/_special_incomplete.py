@@ -5,6 +5,8 @@ regularized_incomplete_beta. Built on kiln.lax and kiln.numpy; re-exported by ki
 
 import numpy as np
 
+from kiln._src import dtypes as _dtypes  # finfo that knows bfloat16 on every NumPy (ml_dtypes.finfo)
+
 from kiln import lax
 from kiln import numpy as jnp
 from kiln._src.ad import jvp
@@ -85,7 +87,7 @@ def _continued_fraction(ax, x, a, active, derivative):
 def _prefactor(a, x):
     """x^a e^-x / gamma(a) and whether it underflows (then the loops are skipped: the result is 0 or 1)."""
     log_ax = a * jnp.log(x) - x - lax.lgamma(a)
-    return jnp.exp(log_ax), log_ax < -np.log(np.finfo(x.dtype).max)
+    return jnp.exp(log_ax), log_ax < -np.log(_dtypes.finfo(x.dtype).max)
 
 
 def _igamma(a, x, upper):
@@ -170,7 +172,7 @@ def _betainc_value(a, b, x):
     """I_x(a, b); the fraction is evaluated at x < (a + 1) / (a + b + 2) and reflected (1 - I_{1-x}(b, a))
     above, where it converges fastest."""
     dt = x.dtype
-    tiny = float(np.finfo(dt).eps / 2)
+    tiny = float(_dtypes.finfo(dt).eps / 2)
     steps = 600 if dt == np.float64 else 200
     a_zero = (a == 0) | (b == np.inf)
     b_zero = (b == 0) | (a == np.inf)

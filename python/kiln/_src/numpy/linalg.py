@@ -404,7 +404,7 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
 # linalg
 
 def _eps(dt):
-    return float(np.finfo(np.dtype(dt)).eps)
+    return float(dtypes.finfo(np.dtype(dt)).eps)
 
 
 def _matrix(opname, a, square=False):

@@ -73,7 +73,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     i = _u.clip(_s.searchsorted(xp, x, side="right"), 1, n - 1)
     x_lo, x_hi, f_lo, f_hi = xp[i - 1], xp[i], fp[i - 1], fp[i]
     dx = x_hi - x_lo
-    flat = _u.abs(dx) <= np.spacing(np.finfo(xp.dtype).eps)  # a zero-width segment: no NaN, no NaN gradient
+    flat = _u.abs(dx) <= np.spacing(dtypes.finfo(xp.dtype).eps)  # a zero-width segment: no NaN, no NaN gradient
     f = _u.where(flat, f_lo, f_lo + ((x - x_lo) / _u.where(flat, 1, dx)) * (f_hi - f_lo))
     if period is None:
         if not extrapolate["left"]:
@@ -533,7 +533,7 @@ def polydiv(u, v, *, trim_leading_zeros=False):
         q = q.at[k].set(d)
         u = u.at[k:k + n + 1].add(-d * v)
     if trim_leading_zeros:
-        tol = math.sqrt(float(np.finfo(u.dtype).eps))
+        tol = math.sqrt(float(dtypes.finfo(u.dtype).eps))
         keep = np.nonzero(np.abs(np.asarray(core.concrete_or_error(u, "polydiv: trim_leading_zeros"))) > tol)[0]
         u = u[int(keep[0]):] if keep.size else u[u.shape[0]:]
     return q, u
@@ -598,7 +598,7 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
         raise TypeError("expected x and y to have same length")
     x, y = util.promote_dtypes_inexact("polyfit", x, y)
     if rcond is None:
-        rcond = x.shape[0] * float(np.finfo(x.dtype).eps)
+        rcond = x.shape[0] * float(dtypes.finfo(x.dtype).eps)
     lhs, rhs = vander(x, order), y
     if w is not None:
         w, = util.promote_dtypes_inexact("polyfit", w)
@@ -878,7 +878,7 @@ def unique_values(x, /, *, size=None, fill_value=None):
 # Float bits: frexp, ldexp, nextafter, spacing, modf; bitwise_count, sort_complex
 
 def _frexp_value(x):
-    info = np.finfo(x.dtype)
+    info = dtypes.finfo(x.dtype)
     nmant, nexp = int(info.nmant), int(info.nexp)
     it = np.dtype(f"int{x.dtype.itemsize * 8}")
     bias = (1 << (nexp - 1)) - 1
@@ -953,7 +953,7 @@ def spacing(x, /):
     if x.dtype == np.float16:
         return lax.nextafter(x, lax.broadcast_in_dim(inf, x.shape, ())) - x
     out = lax.nextafter(x, _u.copysign(inf, x)) - x
-    return _u.where(out == 0, _u.copysign(_scalar(x, float(np.finfo(x.dtype).smallest_subnormal)), x), out)
+    return _u.where(out == 0, _u.copysign(_scalar(x, float(dtypes.finfo(x.dtype).smallest_subnormal)), x), out)
 
 
 def modf(x, /, out=None):

@@ -46,10 +46,13 @@ def _sum_dtype(dtype):
     return dtype
 
 
-def _compute_float(dtype):
-    """float16/bfloat16 are accumulated in float32 (as JAX does) and cast back."""
+def _compute_float(dtype, user_dtype=None):
+    """float16/bfloat16 are accumulated in float32 and cast back, unless the caller named the dtype:
+    JAX's sum, prod and mean upcast only when dtype=None (upcast_f16_for_computation), so
+    prod(x, dtype=float16) multiplies, and differentiates, in float16 (bug, issue 32: its gradient
+    was finite where JAX's overflows to inf)."""
     dtype = np.dtype(dtype)
-    if is_inexact_dtype(dtype) and dtype.itemsize < 4:
+    if user_dtype is None and is_inexact_dtype(dtype) and dtype.itemsize < 4:
         return np.dtype(np.float32)
     return dtype
 
@@ -141,8 +144,9 @@ def _bool_or(reducer_bool, reducer):
 def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, promote_integers=True):
     """Sum over `axis` (None: all). Bool and narrow integers accumulate in the default int, as JAX."""
     a = util.asarray_arg("sum", a)
-    dtype = util.dtype_arg(dtype) or (_sum_dtype(a.dtype) if promote_integers else a.dtype)
-    comp = _compute_float(dtype)
+    user = util.dtype_arg(dtype)
+    dtype = user or (_sum_dtype(a.dtype) if promote_integers else a.dtype)
+    comp = _compute_float(dtype, user)
     is_bool = is_bool_dtype(comp)  # dtype=bool: a logical or, as JAX's bool sum
     r = _reduction("sum", a, axis, keepdims, where, initial, reducer=lax.reduce_or if is_bool else lax.reduce_sum,
                    combine=lax.or_ if is_bool else lax.add, identity=0, dtype=comp, out=out)
@@ -152,8 +156,9 @@ def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=
 def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, promote_integers=True):
     """Product over `axis` (None: all); same dtype rules as sum."""
     a = util.asarray_arg("prod", a)
-    dtype = util.dtype_arg(dtype) or (_sum_dtype(a.dtype) if promote_integers else a.dtype)
-    comp = _compute_float(dtype)
+    user = util.dtype_arg(dtype)
+    dtype = user or (_sum_dtype(a.dtype) if promote_integers else a.dtype)
+    comp = _compute_float(dtype, user)
     is_bool = is_bool_dtype(comp)  # dtype=bool: a logical and, as JAX's bool product
     r = _reduction("prod", a, axis, keepdims, where, initial, reducer=lax.reduce_and if is_bool else lax.reduce_prod,
                    combine=lax.and_ if is_bool else lax.mul, identity=1, dtype=comp, out=out)
@@ -222,8 +227,9 @@ def _mean_dtype(opname, a, dtype):
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     """Arithmetic mean over `axis`; integer inputs give the default float."""
     a = util.asarray_arg("mean", a)
+    user = dtype
     dtype = _mean_dtype("mean", a, dtype)
-    comp = _compute_float(dtype)
+    comp = _compute_float(dtype, user)
     axes = util.canonicalize_axes(axis, a.ndim, "mean")
     total = sum(_cast(a, comp), axis, comp, out, keepdims, where=where)
     w = _where_arg("mean", where, a.shape)

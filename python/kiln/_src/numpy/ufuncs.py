@@ -662,7 +662,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
         return x
     if is_complex_dtype(x.dtype):  # each part on its own, as JAX
         return _per_part(lambda part: nan_to_num(part, nan=nan, posinf=posinf, neginf=neginf))(x)
-    info = np.finfo(x.dtype)
+    info = dtypes.finfo(x.dtype)
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
     out = lax.select(lax.ne(x, x), _c(x, nan), x)
