@@ -155,3 +155,37 @@ def test_nan_to_num_bfloat16_does_not_ask_numpy_finfo(monkeypatch):
     x = np.array([nan, inf, -inf, rng.standard_normal()], ml_dtypes.bfloat16)
     big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
     np.testing.assert_array_equal(np.asarray(jnp.nan_to_num(x)).astype(np.float64), [0, big, -big, float(x[3])])
+
+
+# ---- top_k ranks by IEEE total order; bitcast of bfloat16 keeps a NaN's sign ----------------------
+
+def test_top_k_total_order_of_nan_signs_and_zeros():
+    # JAX 0.10.2 (XLA TopK): +NaN > +inf > ... > +0 > -0 > ... > -inf > -NaN; kiln put every NaN first
+    x = np.array([0.7, -np.float32(nan), 1.1, nan, -inf, inf], np.float32)
+    vals, idx = lax.top_k(x, 6)
+    np.testing.assert_array_equal(np.asarray(idx), [3, 5, 2, 0, 4, 1])
+    assert np.signbit(np.asarray(vals)[5]) and not np.signbit(np.asarray(vals)[0])
+    vals, idx = kiln.jit(lambda x: lax.top_k(x, 3))(np.array([-0.0, 0.0, -0.0], np.float32))
+    np.testing.assert_array_equal(np.asarray(idx), [1, 0, 2])
+    import ml_dtypes
+    _, idx = lax.top_k(np.array([1, -np.nan, -inf], ml_dtypes.bfloat16), 3)
+    np.testing.assert_array_equal(np.asarray(idx), [0, 2, 1])
+    # random finite rows agree with a stable descending argsort
+    r = rng.standard_normal((3, 7)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(lax.top_k(r, 4)[1]), np.argsort(-r, axis=-1, kind="stable")[:, :4])
+
+
+def test_top_k_indices_take_the_operand_weak_type():
+    # JAX 0.10.2: top_k(weak float)[1] is a weak int32 (its abstract eval updates the operand's aval)
+    weak = lax.convert_element_type(np.array([0.5, 2.0, 1.0], np.float32), np.float32, True)
+    assert lax.top_k(weak, 2)[1].weak_type and lax.top_k(weak, 2)[0].weak_type
+    assert not lax.top_k(np.array([0.5, 2.0], np.float32), 1)[1].weak_type
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_bitcast_bfloat16_keeps_nan_sign(jit):
+    import ml_dtypes
+    x = np.array([1, -nan, -inf, nan, -0.0, rng.standard_normal()], ml_dtypes.bfloat16)
+    f = (lambda a: lax.bitcast_convert_type(a, jnp.uint16))
+    got = (kiln.jit(f) if jit else f)(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(got), x.view(np.uint16))   # -NaN is 0xffc0, as JAX

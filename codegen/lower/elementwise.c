@@ -410,7 +410,16 @@ static char *scalar_bitcast(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out
     return out;
   }
   const char *fs = kl_storage_type(from), *ts = kl_storage_type(t);
-  if (kk_is_low_float(from)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, narrow), a, fs);
+  if (from == KL_BF16) {
+    /* bfloat16 is the top half of its f32: take those bits, not truncf, whose bf16 lowering turns
+     * every NaN into 0x7fc0 (bug, issue 32: bitcast of -NaN gave 0x7fc0, JAX 0xffc0) */
+    ssa wide, sixteen, top, bits;
+    kk_line(k, "%s = arith.bitcast %s : f32 to i32", kk_fresh(k, wide), a);
+    kk_line(k, "%s = arith.constant 16 : i32", kk_fresh(k, sixteen));
+    kk_line(k, "%s = arith.shrui %s, %s : i32", kk_fresh(k, top), wide, sixteen);
+    kk_line(k, "%s = arith.trunci %s : i32 to i16", kk_fresh(k, bits), top);
+    kk_line(k, "%s = arith.bitcast %s : i16 to %s", kk_fresh(k, narrow), bits, fs);
+  } else if (kk_is_low_float(from)) kk_line(k, "%s = arith.truncf %s : f32 to %s", kk_fresh(k, narrow), a, fs);
   else snprintf(narrow, sizeof(ssa), "%s", a);
   if (strcmp(fs, ts)) kk_line(k, "%s = arith.bitcast %s : %s to %s", kk_fresh(k, cast), narrow, fs, ts);
   else snprintf(cast, sizeof(ssa), "%s", narrow);

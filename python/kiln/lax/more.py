@@ -346,12 +346,25 @@ def top_k(operand, k, *, axis=-1):
     n = operand.shape[ax]
     if k > n:
         raise TypeError(f"top_k: k={k} is larger than the size {n} of axis {ax}")
-    # ascending sort on (value, -index), then reversed: descending values, lower index first on ties
+    # ascending sort on (key, -index), then reversed: descending keys, lower index first on ties
     neg_iota = _lax.neg(_lax.broadcasted_iota(np.int32, operand.shape, ax))
-    vals, idx = _lax.sort((operand, neg_iota), dimension=ax, num_keys=2)
+    _, idx, vals = _lax.sort((_total_order_key(operand), neg_iota, operand), dimension=ax, num_keys=2)
     vals = _lax.slice_in_dim(_lax.rev(vals, (ax,)), 0, k, axis=ax)
     idx = _lax.neg(_lax.slice_in_dim(_lax.rev(idx, (ax,)), 0, k, axis=ax))
-    return vals, idx
+    # as JAX's abstract evaluation: the indices take the operand's weak type
+    return vals, _lax.convert_element_type(idx, np.int32, bool(operand.weak_type))
+
+
+def _total_order_key(x):
+    """A signed integer key ranking floats as XLA's TopK does, by IEEE total order: -NaN < -inf <
+    ... < -0.0 < +0.0 < ... < +inf < +NaN (bug, issue 32: kiln's top_k ranked every NaN first, JAX
+    a -NaN last). Its bits with the magnitude bits of negatives flipped; integers are their own key."""
+    if not dtypes.is_float_dtype(x.dtype):
+        return x
+    ikey = np.dtype(f"int{8 * np.dtype(x.dtype).itemsize}")
+    bits = _lax.bitcast_convert_type(x, ikey)
+    negative = _lax.shift_right_arithmetic(bits, _lax.full((), 8 * ikey.itemsize - 1, ikey))
+    return _lax.bitwise_xor(bits, _lax.shift_right_logical(negative, _lax.full((), 1, ikey)))
 
 
 def _approx_k(name, largest):
