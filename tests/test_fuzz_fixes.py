@@ -189,3 +189,23 @@ def test_bitcast_bfloat16_keeps_nan_sign(jit):
     f = (lambda a: lax.bitcast_convert_type(a, jnp.uint16))
     got = (kiln.jit(f) if jit else f)(jnp.asarray(x))
     np.testing.assert_array_equal(np.asarray(got), x.view(np.uint16))   # -NaN is 0xffc0, as JAX
+
+
+# ---- exception classes as JAX's ----------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", ["hypot", "signbit"])
+def test_complex_hypot_and_signbit_raise_value_error(fn):
+    # JAX 0.10.2: "jnp.hypot is not well defined for complex-valued inputs" (ValueError); kiln TypeError
+    z = jnp.asarray(rng.standard_normal(2) + 1j)
+    args = (z, np.int32(3)) if fn == "hypot" else (z,)
+    with pytest.raises(ValueError, match="complex"):
+        getattr(jnp, fn)(*args)
+    with pytest.raises(TypeError, match="complex"):   # the other real-only ops keep JAX's TypeError
+        jnp.copysign(z, 1.0)
+
+
+@pytest.mark.parametrize("args", [(1,), (0, 3), (2,)])
+def test_arange_bool_raises_type_error(args):
+    # JAX 0.10.2: "iota does not accept dtype bool"; kiln computed a bool range
+    with pytest.raises(TypeError, match="iota does not accept dtype bool"):
+        jnp.arange(*args, dtype=jnp.bool_)

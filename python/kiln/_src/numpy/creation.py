@@ -239,6 +239,9 @@ def arange(start, stop=None, step=None, dtype=None):
             for v in args if v is not None)
         dtype = _default_float() if is_float else np.dtype(dtypes.default_int_dtype())
     dtype = util.dtype_arg(dtype)
+    if dtype == np.bool_:  # as JAX, whose arange is an iota (bug, issue 32: kiln computed [False, True])
+        raise TypeError("arange: iota does not accept dtype bool; accepted dtypes are integer, floating and "
+                        "complex types (compare an integer arange instead, e.g. jnp.arange(n) > 0)")
     length = max(int(np.ceil((stop - start) / step)), 0)
     if is_int_dtype(dtype) and all(isinstance(v, (bool, int)) for v in (start, stop, step)):
         out = lax.iota(dtype, length)

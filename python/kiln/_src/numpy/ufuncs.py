@@ -51,12 +51,18 @@ isneginf nextafter spacing
 """.split())
 
 
+# the real-only ops whose complex inputs JAX rejects with ValueError ("not well defined for
+# complex-valued inputs"); the others raise TypeError, as JAX's dtype checks (bug, issue 32:
+# hypot raised TypeError)
+_COMPLEX_VALUE_ERROR = frozenset({"hypot", "signbit"})
+
+
 def _reject_complex(opname, *xs):
     if opname not in _REAL_ONLY:
         return
     for x in xs:
         if is_complex_dtype(x.dtype):
-            raise TypeError(f"{opname} does not accept complex inputs (got {x.dtype}); "
+            raise (ValueError if opname in _COMPLEX_VALUE_ERROR else TypeError)(f"{opname} does not accept complex inputs (got {x.dtype}); "
                             "apply it to the real and imaginary parts (real, imag) or to abs")
 
 
