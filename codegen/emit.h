@@ -13,6 +13,11 @@ typedef struct {
   int next_id;
   int branches; /* 1: may emit scf.if around a rarely taken path (a GPU thread's scalar code);
                    0: straight-line selects only (a CPU loop that must vectorize) */
+  int rare_ok;  /* 1: the caller reruns the elements that need a rare path (kernel.c's CPU loops):
+                   with branches 0 the path is left out, and either way its need is ORed into rare */
+  char rare[24];        /* i1 SSA name: this element needs the rare path ("" while none did) */
+  const char *rare_ind; /* the indentation of the ops that defined rare (its block, for the caller) */
+  int rare_mixed;       /* 1: needs were noted at several indentations, so rare is unusable */
 } kl_emitter;
 
 /* Writes a fresh SSA name ("%t17") into buf (>= 24 bytes) and returns buf. */

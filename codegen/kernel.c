@@ -557,6 +557,111 @@ static int reads_transposed(const kl_program *pg, const kl_plan *plan, int v, ch
   return 0;
 }
 
+/* Appends each line of text to out, indented by n spaces. */
+static void append_indented(kl_str *out, const kl_str *text, int n) {
+  const char *p = text->data;
+  while (p && *p) {
+    const char *nl = strchr(p, '\n');
+    if (!nl) nl = p + strlen(p);
+    kl_str_printf(out, "%*s%.*s\n", n, "", (int)(nl - p), p);
+    p = *nl ? nl + 1 : nl;
+  }
+  if (text->failed) out->failed = 1;
+}
+
+/* Appends the lines storing v (compute type of rt) at target ("name[indices] : memref type"):
+ * bools as i8, float16/bfloat16 narrowed from f32. keep (an i1 name or NULL): where it is true the
+ * element keeps what memory holds; only (likewise): stores only where it is true. sfx ends the
+ * names of the values it defines (two stores in one scope). */
+static void store_lines(kl_str *s, kl_dtype rt, const char *v, const char *target, const char *keep, const char *only,
+                        const char *sfx) {
+  const char *ty = kl_compute_type(rt);
+  char sv[32], sk[32];
+  snprintf(sv, sizeof sv, "%%st%s", sfx);
+  snprintf(sk, sizeof sk, "%%skeep%s", sfx);
+  if (only) kl_str_printf(s, "scf.if %s {\n", only);
+  if (rt == KL_BOOL) {
+    kl_str_printf(s, "%s = arith.extui %s : i1 to i8\n", sv, v);
+    v = sv;
+    ty = "i8";
+  } else if (kk_is_low_float(rt)) {
+    kl_str_printf(s, "%s = arith.truncf %s : f32 to %s\n", sv, v, kl_storage_type(rt));
+    v = sv;
+    ty = kl_storage_type(rt);
+  }
+  if (keep) {
+    kl_str_printf(s, "%%sold%s = memref.load %s\n", sfx, target);
+    kl_str_printf(s, "%s = arith.select %s, %%sold%s, %s : %s\n", sk, keep, sfx, v, ty);
+    v = sk;
+  }
+  kl_str_printf(s, "memref.store %s, %s\n", v, target);
+  if (only) kl_str_append(s, "}\n");
+}
+
+/* The kernel's value emitted again into b, with a fresh memo and the names going on from k's:
+ * branches and rare_ok as given. Its SSA name goes into val, its rare flag (or "") into rare. */
+static void reemit(kctx *k, kl_str *b, int branches, int rare_ok, int v, ssa *idx, char *val, char *rare) {
+  kctx k2 = *k;
+  k2.body = b;
+  k2.em = (kl_emitter){.out = b, .next_id = k->em.next_id, .branches = branches, .rare_ok = rare_ok};
+  k2.memo = NULL;
+  k2.nmemo = k2.capmemo = 0;
+  memset(k2.mathuses, 0, sizeof k2.mathuses);
+  kk_emit_value(&k2, v, idx, val);
+  for (int i = 0; i < k2.nmemo; i++) free(k2.memo[i].key);
+  free(k2.memo);
+  if (k2.nargs != k->nargs && !k2.failed) kk_kfail(&k2, "internal error: a kernel's second body read other buffers");
+  k->args = k2.args;
+  k->nargs = k2.nargs;
+  k->capargs = k2.capargs;
+  k->em.next_id = k2.em.next_id;
+  k->failed |= k2.failed;
+  snprintf(rare, sizeof(ssa), "%s", k2.em.rare_mixed ? "" : k2.em.rare);
+}
+
+/* The loop nest of an elementwise kernel whose body flags (rare, an i1) the elements that need a
+ * rare exact path its fast code left out (sin/cos/tan of huge arguments, codegen/mathfn.c): the
+ * nest (vectorized) stores every element (store1 keeps a flagged element's old memory where the
+ * output shares its buffer with an operand the second nest reads) and ORs the flags; if any was
+ * up, a second nest with the exact body (body2, scalar, with branches) stores the elements it
+ * flags (rare2). */
+static void emit_rare_nest(kl_str *out, int nkept, const int *order, const kl_str *body, const char *rare,
+                           const kl_str *store1, const kl_str *body2, const kl_str *store2) {
+  kl_str_append(out, "    %rfalse = arith.constant false\n");
+  for (int l = 0; l < nkept; l++) {
+    char prev[24], hi[24];
+    if (l) {
+      snprintf(prev, sizeof prev, "%%rin%d", l - 1);
+      snprintf(hi, sizeof hi, "%%n%d", l);
+    } else {
+      snprintf(prev, sizeof prev, "%%rfalse");
+      snprintf(hi, sizeof hi, "%%hi");
+    }
+    kl_str_printf(out, "%*s%%rany%d = scf.for %%i%d = %s to %s step %%c1 iter_args(%%rin%d = %s) -> (i1) {\n", 4 + 2 * l, "", l,
+                  order[l], l ? "%c0" : "%lo", hi, l, prev);
+  }
+  kk_append_text(out, body);
+  append_indented(out, store1, 4 + 2 * nkept);
+  if (nkept) kl_str_printf(out, "%*s%%rnew = arith.ori %%rin%d, %s : i1\n", 4 + 2 * nkept, "", nkept - 1, rare);
+  else kl_str_printf(out, "    %%rnew = arith.ori %%rfalse, %s : i1\n", rare);
+  if (nkept) kl_str_printf(out, "%*sscf.yield %%rnew : i1\n", 4 + 2 * nkept, "");
+  for (int l = nkept - 1; l >= 0; l--) {
+    kl_str_printf(out, "%*s}\n", 4 + 2 * l, "");
+    if (l) kl_str_printf(out, "%*sscf.yield %%rany%d : i1\n", 2 + 2 * l, "", l);
+  }
+  kl_str_printf(out, "    scf.if %s {\n", nkept ? "%rany0" : "%rnew");
+  for (int l = 0; l < nkept; l++) {
+    char iv[24], n[24];
+    snprintf(iv, sizeof iv, "%%i%d", order[l]);
+    snprintf(n, sizeof n, "%%n%d", l);
+    open_loop(out, 2 + l, iv, l ? "%c0" : "%lo", l ? n : "%hi");
+  }
+  kk_append_text(out, body2);
+  append_indented(out, store2, 4 + 2 * nkept);
+  for (int l = nkept - 1; l >= 0; l--) kl_str_printf(out, "%*s}\n", 4 + 2 * l, "");
+  kl_str_append(out, "    }\n");
+}
+
 int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out, kl_kernel_info *info,
                    uint64_t *outlined, char *err, size_t errlen) {
   const kl_program *pg = plan->pg;
@@ -587,11 +692,12 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     for (int i = 0; i < e->p.reduce.axes.n; i++) last_reduced |= e->p.reduce.axes.v[i] == space->ndim - 1;
     if (!last_reduced) return emit_column_reduce(plan, step, name, out, info, err, errlen);
   }
-  kl_str body, loops, store; /* store: the text of the result's store */
+  kl_str body, loops, store, target; /* store: the text of the result's store, at target */
   kl_str_init(&body);
   kl_str_init(&loops);
   kl_str_init(&store);
-  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0, 0}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1,
+  kl_str_init(&target);
+  kctx k = {.pg = pg, .plan = plan, .em = {.out = &body}, .body = &body, .err = err, .errlen = errlen, .root = is_reduce ? -1 : st->root, .stash = -1,
             .outlined = kl_aval_size(space) < 32768 ? outlined : NULL}; /* big arrays: inline (vectorized) math */
   char indent[64];
   memset(info, 0, sizeof *info);
@@ -659,6 +765,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     k.em.out = &body;
     k.ind = indent;
   }
+  k.em.rare_ok = !is_reduce && !st->nstages; /* an elementwise nest can rerun flagged elements */
   kk_emit_value(&k, emitted, idx, val);
   /* Blocked sums: float32 partial sums over blocks of KL_SUM_BLOCK elements (vectorized), added
    * into a float64 total per block: pairwise-like accuracy at float32 speed. */
@@ -699,6 +806,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     } else if (nred) kk_line(&k, "scf.yield %s : %s", nv, rcty);
     snprintf(val, sizeof val, "%s", nv);
   }
+  int nread = k.nargs; /* the buffers the body reads: the output's may be one of them */
   int out_arg = kk_arg_index(&k, st->root);
   if (k.failed) goto fail;
 
@@ -714,35 +822,22 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     kk_emit_reinterpret_as(out, "    ", out_name, out_arg, space->ndim, space->dims, kl_storage_type(oa->dtype));
   }
 
-  /* store text of the result (in registers -> memory) */
-  {
-    ssa sv;
-    const char *v = val;
-    if (rt == KL_BOOL) {
-      snprintf(sv, sizeof sv, "%%st");
-      kl_str_printf(&store, "%%st = arith.extui %s : i1 to i8\n", v);
-      v = sv;
-    } else if (kk_is_low_float(rt)) {
-      snprintf(sv, sizeof sv, "%%st");
-      kl_str_printf(&store, "%%st = arith.truncf %s : f32 to %s\n", v, kl_storage_type(rt));
-      v = sv;
-    }
-    kl_str_printf(&store, "memref.store %s, %s", v, out_name);
-    if (stored.ndim == 0) kl_str_append(&store, "[%c0]");
-    else {
-      kl_str_append(&store, "[");
-      int first = 1;
-      for (int i = 0; i < space->ndim; i++)
-        if (!reduced[i]) {
-          kl_str_printf(&store, first ? "%s" : ", %s", idx[i]);
-          first = 0;
-        }
-      kl_str_append(&store, "]");
-    }
-    kl_str_append(&store, " : ");
-    kk_memref_type(&store, &stored);
-    kl_str_append(&store, "\n");
+  /* where the result goes: "name[indices] : memref type" */
+  kl_str_append(&target, out_name);
+  if (stored.ndim == 0) kl_str_append(&target, "[%c0]");
+  else {
+    kl_str_append(&target, "[");
+    int first = 1;
+    for (int i = 0; i < space->ndim; i++)
+      if (!reduced[i]) {
+        kl_str_printf(&target, first ? "%s" : ", %s", idx[i]);
+        first = 0;
+      }
+    kl_str_append(&target, "]");
   }
+  kl_str_append(&target, " : ");
+  kk_memref_type(&target, &stored);
+  store_lines(&store, rt, val, target.data, NULL, NULL, ""); /* store text of the result (in registers -> memory) */
 
   /* loops: kept loops, then (for reductions) the init and reduced loops with iter_args. A 2-D
    * elementwise kernel reading an operand transposed walks 32x32 tiles, so both the rows it
@@ -759,6 +854,32 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     }
     tiled = reads_transposed(pg, plan, st->root, seen);
     free(seen);
+  }
+  if (k.em.rare[0]) { /* elements flagged for a rare exact path: a second nest redoes them */
+    ssa v2, rare2 = "";
+    kl_str body2, store1, store2;
+    kl_str_init(&body2);
+    kl_str_init(&store1);
+    kl_str_init(&store2);
+    int usable = !tiled && !k.em.rare_mixed && k.em.rare_ind == indent;
+    if (usable) reemit(&k, &body2, 1, 1, emitted, idx, v2, rare2);
+    if (!usable || !rare2[0]) { /* else one body that computes every path itself */
+      kl_str_clear(&body);
+      reemit(&k, &body, 0, 0, emitted, idx, val, rare2);
+      kl_str_clear(&store);
+      store_lines(&store, rt, val, target.data, NULL, NULL, "");
+      usable = 0;
+    } else {
+      store_lines(&store1, rt, val, target.data, out_arg < nread ? k.em.rare : NULL, NULL, "");
+      store_lines(&store2, rt, v2, target.data, NULL, rare2, "2");
+      emit_rare_nest(out, nkept, order, &body, k.em.rare, &store1, &body2, &store2);
+    }
+    if (body2.failed || store1.failed || store2.failed) kk_nomem(&k);
+    kl_str_free(&body2);
+    kl_str_free(&store1);
+    kl_str_free(&store2);
+    if (k.failed) goto fail;
+    if (usable) goto nest_done;
   }
   if (tiled) {
     int a = nkept - 2;
@@ -881,12 +1002,14 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   }
   for (lvl = nkept - 1; lvl >= 0; lvl--) kl_str_printf(out, "%*s}\n", 4 + 2 * lvl, "");
   if (tiled) kl_str_append(out, "    }\n    }\n");
+nest_done:
   kl_str_append(out, "    return\n  }\n");
-  if (store.failed || out->failed || k.failed) {
+  if (store.failed || target.failed || out->failed || k.failed) {
     kk_nomem(&k);
     goto fail;
   }
   kl_str_free(&store);
+  kl_str_free(&target);
   kl_str_free(&ini);
   kl_str_free(&pre);
   info->args = k.args;
@@ -898,6 +1021,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
   return 0;
 fail:
   kl_str_free(&store);
+  kl_str_free(&target);
   kl_str_free(&ini);
   kl_str_free(&pre);
   for (int i = 0; i < k.nmemo; i++) free(k.memo[i].key);
@@ -925,7 +1049,7 @@ static int emit_column_reduce(const kl_plan *plan, int step, const char *name, k
   kl_str_init(&body);
   char indent[64];
   snprintf(indent, sizeof indent, "%*s", 4 + 2 * depth, "");
-  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0, 0}, .body = &body, .ind = indent, .err = err, .errlen = errlen, .root = -1};
+  kctx k = {.pg = pg, .plan = plan, .em = {.out = &body}, .body = &body, .ind = indent, .err = err, .errlen = errlen, .root = -1};
   memset(info, 0, sizeof *info);
   ssa idx[KL_MAX_RANK], kept[KL_MAX_RANK];
   int nkept = 0;

@@ -633,7 +633,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
 
   kl_str body;
   kl_str_init(&body);
-  kctx k = {.pg = pg, .plan = plan, .em = {&body, 0, 1}, .body = &body, .ind = "      ", .err = err, .errlen = errlen, .gpu = 1,
+  kctx k = {.pg = pg, .plan = plan, .em = {.out = &body, .branches = 1}, .body = &body, .ind = "      ", .err = err, .errlen = errlen, .gpu = 1,
             .root = is_reduce ? -1 : st->root, .stash = -1, .libdevice = libdevice};
   memset(info, 0, sizeof *info);
   kl_dtype rt = oa->dtype;
@@ -888,7 +888,7 @@ int kl_kernel_emit_gpu(const kl_plan *plan, int step, const char *name, kl_str *
   if (info->partials) { /* the combining kernel: name_f(partials, output) */
     kl_str b2;
     kl_str_init(&b2);
-    kctx k2 = {.pg = pg, .plan = plan, .em = {&b2, 0, 1}, .body = &b2, .ind = "      ", .err = err, .errlen = errlen, .root = -1,
+    kctx k2 = {.pg = pg, .plan = plan, .em = {.out = &b2, .branches = 1}, .body = &b2, .ind = "      ", .err = err, .errlen = errlen, .root = -1,
                .stash = -1};
     const char *ty = shared_type(rt);
     ssa init, tot, part2, res2, is0;
@@ -1040,7 +1040,7 @@ int kl_kernel_emit_gpu_move(const kl_libcall *c, const char *name, kl_str *out, 
   for (int i = 0; i < nargs; i++) flat_arg(&m.args[i], &c->avals[i], i < c->nin);
   m.st = m.args[0].storage;
   kl_str_init(&m.body);
-  m.k = (kctx){.em = {&m.body, 0, 1}, .body = &m.body, .ind = "      ", .err = err, .errlen = errlen, .root = -1, .stash = -1,
+  m.k = (kctx){.em = {.out = &m.body, .branches = 1}, .body = &m.body, .ind = "      ", .err = err, .errlen = errlen, .root = -1, .stash = -1,
                .gpu = 1};
   block[0] = block[1] = GK_BLOCK;
   int nk = emit(&m);

@@ -645,13 +645,23 @@ static V trig_reduce_huge(C *c, V x, V *q4) {
   return sel(c, xneg, neg(c, r), r);
 }
 
-/* The exact reduction of x where |x| passes `limit` (f32: 1e5, f64: 2^30), else the fast one: under
+/* The exact reduction of x (ax = |x|) where |x| passes `limit` (f32: 1e5, f64: 2^30), else the fast one: under
  * an scf.if where the emitter allows branches (the exact one runs only where an element needs it),
  * else both, merged by selects. */
-static V trig_reduce_any(C *c, V xs, V *q4) {
+static V trig_reduce_any(C *c, V xs, V ax, V *q4) {
   V r = trig_reduce(c, xs, q4);
-  V big = cmpk(c, "oge", fabs_(c, xs), c->f64 ? TRIG_HUGE64 : 1e5);
+  V big = cmpk(c, "oge", ax, c->f64 ? TRIG_HUGE64 : 1e5); /* inf too: harmless, its result is NaN */
   V (*exact)(C *, V, V *) = c->f64 ? trig_reduce_huge : trig_reduce_big;
+  if (c->e->rare_ok) { /* the caller reruns the elements flagged here */
+    kl_emitter *e = c->e;
+    if (!e->rare[0]) e->rare_ind = c->ind;
+    e->rare_mixed |= e->rare_ind != c->ind;
+    V prev;
+    memcpy(prev.s, e->rare, sizeof prev.s);
+    V any = e->rare[0] ? lor(c, prev, big) : big;
+    memcpy(e->rare, any.s, sizeof e->rare);
+    if (!c->e->branches) return r; /* wrong where big: those elements are redone */
+  }
   if (c->e->branches) {
     char ind[64];
     snprintf(ind, sizeof ind, "%s  ", c->ind);
@@ -676,9 +686,9 @@ static V trig_reduce_any(C *c, V xs, V *q4) {
 }
 
 static V trig(C *c, V x, kl_mathfn fn) {
-  V fin = cmpk(c, "olt", fabs_(c, x), INFINITY);
+  V ax = fabs_(c, x), fin = cmpk(c, "olt", ax, INFINITY);
   V xs = sel(c, fin, x, K(c, 0.0));
-  V q4, r = trig_reduce_any(c, xs, &q4);
+  V q4, r = trig_reduce_any(c, xs, ax, &q4);
   V s = sin_kernel(c, r), co = cos_kernel(c, r);
   V odd = cmpk(c, "oeq", sub(c, q4, mulk(c, floor_(c, mulk(c, q4, 0.5)), 2.0)), 1.0);
   V v;

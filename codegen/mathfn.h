@@ -22,8 +22,10 @@ typedef enum { KL_MF2_POW, KL_MF2_ATAN2, KL_MF2_COUNT } kl_mathfn2;
  * Accuracy (measured by tests/c/test_mathfn.c against long double libm): f32 within a few ulp,
  * f64 within ~1e-14 relative; erf_inv, lgamma and digamma within 1e-5 (f32) away from their zeros.
  * sin/cos/tan reduce with a 3-part Cody-Waite pi/2, and exactly (Payne-Hanek) beyond |x| = 1e5 (f32,
- * in f64) or 2^30 (f64, in 64-bit integers): both are accurate over their whole finite range. Where
- * e->branches is 0 both reductions run and a select picks one. digamma returns NaN at the poles
+ * in f64) or 2^30 (f64, in 64-bit integers): both are accurate over their whole finite range. With
+ * e->branches the exact one sits under an scf.if; without, both run and a select picks one, unless
+ * e->rare_ok: then only the fast one runs and e->rare flags the elements the caller must redo with
+ * branches (kernel.c's CPU loops, which stay vectorized). digamma returns NaN at the poles
  * (nonpositive integers), lgamma +inf there. */
 char *kl_math_emit(kl_emitter *e, kl_mathfn fn, const char *x, const char *ty, const char *indent,
                    char *out);

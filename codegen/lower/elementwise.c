@@ -80,7 +80,7 @@ void kl_math_define_outlined(uint64_t used, kl_str *out) {
       const char *ty = is64 ? "f64" : "f32";
       kl_str_printf(out, "  func.func @KLPFXmf_%s_%s(%%x: %s) -> %s attributes {passthrough = [\"noinline\"]} {\n",
                     kl_math_name((kl_mathfn)f), ty, ty, ty);
-      kl_emitter em = {out, 0, 0};
+      kl_emitter em = {.out = out};
       char r[32];
       kl_math_emit(&em, (kl_mathfn)f, "%x", ty, "    ", r);
       kl_str_printf(out, "    return %s : %s\n  }\n", r, ty);

@@ -240,7 +240,7 @@ static void emit_kernel(kl_str *s, const char *name, const char *ty, int fn, int
   kl_str_printf(s, "    scf.for %%i = %%c0 to %%n step %%c1 {\n");
   kl_str_printf(s, "      %%x = memref.load %%a[%%i] : memref<?x%s>\n", ty);
   kl_str_printf(s, "      %%y = memref.load %%b[%%i] : memref<?x%s>\n", ty);
-  kl_emitter e = {s, 0, 0};
+  kl_emitter e = {.out = s};
   char out[24];
   char *r = fn2 >= 0 ? kl_math_emit2(&e, (kl_mathfn2)fn2, "%x", "%y", ty, "      ", out)
                      : kl_math_emit(&e, (kl_mathfn)fn, "%x", ty, "      ", out);
