@@ -209,3 +209,14 @@ def test_arange_bool_raises_type_error(args):
     # JAX 0.10.2: "iota does not accept dtype bool"; kiln computed a bool range
     with pytest.raises(TypeError, match="iota does not accept dtype bool"):
         jnp.arange(*args, dtype=jnp.bool_)
+
+
+def test_var_gradient_overflows_as_jax():
+    # JAX squares the centered values with lax.square, whose derivative 2x * t overflows to inf near
+    # the float max; kiln's x * x gave the finite -3.755e37 (JAX 0.10.2: [-inf, nan, -inf, -inf])
+    import ml_dtypes
+    x = np.array([0.5, 3.00406e38, -1.29688, -0.800781], ml_dtypes.bfloat16)
+    g = kiln.grad(lambda x: jnp.var(x).astype(jnp.float32))(x)
+    np.testing.assert_array_equal(np.asarray(g).astype(np.float32), [-inf, nan, -inf, -inf])
+    r = rng.standard_normal(5)
+    np.testing.assert_allclose(np.asarray(kiln.grad(jnp.var)(r.astype(np.float32))), 2 * (r - r.mean()) / 5, rtol=1e-5)

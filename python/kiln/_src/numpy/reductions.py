@@ -254,8 +254,8 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
         re, im = lax.real(centered), lax.imag(centered)
         squares = lax.add(lax.mul(re, re), lax.mul(im, im))
         comp, dtype = dtypes.real_of(comp), dtypes.real_of(dtype)
-    else:
-        squares = lax.mul(centered, centered)
+    else:  # square, as JAX: its derivative 2x * t overflows where JAX's does (x * t + t * x did not)
+        squares = lax.square(centered)
     total = sum(squares, axes, comp, keepdims=keepdims, where=where)
     w = _where_arg("var", where, a.shape)
     count = _count("var", a.shape, axes, w, keepdims, comp)
