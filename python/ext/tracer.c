@@ -623,18 +623,53 @@ done:
   return res;
 }
 
+/* The bind hook (kiln.experimental.checkify's automatic checks): when set, called as
+ * hook(prim, operands, params, results) after each equation is recorded, never re-entered by the
+ * equations it records itself. NULL (the usual case) costs one pointer test per equation. */
+static PyObject *bind_hook;
+static _Thread_local int in_bind_hook;
+
+static PyObject *after_record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, PyObject *params, PyObject *res) {
+  if (!res || !bind_hook || in_bind_hook) return res;
+  PyObject *ops = PyTuple_New(n);
+  if (!ops) {
+    Py_DECREF(res);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) PyTuple_SetItem(ops, i, Py_NewRef(xs[i]));
+  in_bind_hook = 1;
+  PyObject *r = PyObject_CallFunctionObjArgs(bind_hook, prim_name, ops, params ? params : Py_None, res, NULL);
+  in_bind_hook = 0;
+  Py_DECREF(ops);
+  if (!r) {
+    Py_DECREF(res);
+    return NULL;
+  }
+  Py_DECREF(r);
+  return res;
+}
+
+/* set_bind_hook(fn or None) -> the previous hook (None if none) */
+static PyObject *mod_set_bind_hook(PyObject *self, PyObject *arg) {
+  (void)self;
+  PyObject *old = bind_hook ? bind_hook : Py_NewRef(Py_None);
+  bind_hook = arg == Py_None ? NULL : Py_NewRef(arg);
+  return old;
+}
+
 /* The dispatcher: prim on concrete arrays runs eagerly (array.c: one executable cache with the
  * fast path), anything else is recorded into a trace. */
 static _Thread_local int compile_time_eval; /* ensure_compile_time_eval (per thread): nullary primitives run now */
 
 static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
   for (Py_ssize_t i = 0; i < n; i++)
-    if (!kl_py_is_array(xs[i])) return record(prim, xs, n, params, NULL);
+    if (!kl_py_is_array(xs[i])) return after_record(prim, xs, n, params, record(prim, xs, n, params, NULL));
   /* A primitive without operands (iota) inside an abstract trace (jit, make_jaxpr) is staged
    * into it, as JAX does: a causal mask built from iota stays an expression the kernels compute,
    * never a constant array in memory. Concrete traces (grad outside jit) compute it at once. */
   kl_trace *cur = n == 0 && stack && !compile_time_eval ? kl_trace_current(stack) : NULL;
-  if (cur && !kl_trace_is_concrete(cur) && kl_trace_client(cur)) return record(prim, xs, n, params, cur);
+  if (cur && !kl_trace_is_concrete(cur) && kl_trace_client(cur))
+    return after_record(prim, xs, n, params, record(prim, xs, n, params, cur));
   return kl_py_eager_bind(prim, xs, n, params);
 }
 
@@ -742,6 +777,7 @@ static PyMethodDef tracer_functions[] = {
     {"current_trace", mod_current_trace, METH_NOARGS, "the innermost live Trace, or None"},
     {"tracing", mod_tracing, METH_NOARGS, "whether a trace is live"},
     {"tracer_setup", mod_tracer_setup, METH_VARARGS, "connects the trace binding to kiln's Python core"},
+    {"set_bind_hook", mod_set_bind_hook, METH_O, "set_bind_hook(fn or None) -> the previous hook"},
     {"set_compile_time_eval", mod_set_compile_time_eval, METH_O,
      "set_compile_time_eval(on) -> previous: nullary primitives run now even under a trace"},
     {NULL, NULL, 0, NULL}};

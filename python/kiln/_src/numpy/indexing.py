@@ -164,6 +164,16 @@ def _parse(shape, idx, opname, check_ints):
     return parsed
 
 
+# kiln.experimental.checkify's index checks: when set, hook(shape, dim, index) sees each traced index
+# into axis `dim` of an array of `shape` before it is wrapped and clamped (None, the usual case: no cost)
+index_hook = [None]
+
+
+def _note_index(shape, dim, i):
+    if index_hook[0] is not None:
+        index_hook[0](tuple(shape), dim, i)
+
+
 def _index_int(x):
     """An index Array as int32 (int64 kept where x64 allows it)."""
     dt = np.dtype(x.dtype)
@@ -219,6 +229,7 @@ def _gather(arr, entries, mode, fill_value):
             n = shape[e.dim]
             if n == 0:
                 raise IndexError(f"index is out of bounds for axis {e.dim} with size 0")
+            _note_index(shape, e.dim, e.value)
             i, ok = _s._normalize_index(_index_int(e.value), n, norm_mode, "indexing")
             dstarts[e.dim] = lax.convert_element_type(i, np.int32)
             sizes[e.dim] = 1
@@ -244,6 +255,8 @@ def _gather(arr, entries, mode, fill_value):
             ldt = _s._index_dtype(total)
             lin = None
             stride = 1
+            for e in adv:
+                _note_index(shape, e.dim, e.value)
             for e, n in reversed(list(zip(adv, asizes))):
                 gate = mode == "promise" and differentiable and not (
                     e.static is not None and bool(np.all((e.static >= -n) & (e.static < n))))
@@ -495,6 +508,7 @@ def _update_dynamic_box(arr, entries, values, op, opname, clip):
         # of one slice along that axis, which drops an out-of-range index by itself
         d, n = dyn[0].dim, arr.shape[dyn[0].dim]
         i = _index_int(dyn[0].value)
+        _note_index(arr.shape, d, i)
         if clip:
             i, _ = _s._normalize_index(i, n, "promise_in_bounds", opname)
         else:  # negative indices count from the end; others out of range stay so (dropped)
@@ -509,6 +523,7 @@ def _update_dynamic_box(arr, entries, values, op, opname, clip):
         if e.kind == "int":
             starts[e.dim], box[e.dim] = np.int32(e.value if e.value >= 0 else e.value + n), 1
         elif e.kind == "dyn":
+            _note_index(arr.shape, e.dim, e.value)
             i, ok = _s._normalize_index(_index_int(e.value), n, "promise_in_bounds" if clip else "drop", opname)
             starts[e.dim], box[e.dim] = lax.convert_element_type(i, np.int32), 1
             valid = ok if valid is None else lax.and_(valid, ok)

@@ -880,6 +880,9 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
         if idx.size:  # (as JAX, whatever the mode)
             raise IndexError(f"take: cannot do a non-empty take from an empty axis (shape {a.shape})")
         return _full(out_shape, fill, a.dtype)
+    if mode != "wrap":  # (checkify's index checks see the gather's indices, as JAX's)
+        from kiln._src.numpy.indexing import _note_index
+        _note_index(a.shape, ax, idx)
     norm, valid = _normalize_index(idx, n, mode, "take")
     res = lax._take(a, norm, ax)
     if valid is None:
