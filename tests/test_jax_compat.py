@@ -149,3 +149,130 @@ def test_partition_spec_unconstrained():
     spec = P(None, P.UNCONSTRAINED)
     assert spec[1] is kiln.sharding.UNCONSTRAINED and repr(spec) == "PartitionSpec(None, UNCONSTRAINED)"
     assert pickle.loads(pickle.dumps(spec)) == spec
+
+
+# ---- jax.core, jax.extend, jax.interpreters (issue 33, parts 2-4) ----
+
+import kiln.core  # noqa: E402
+import kiln.extend.core as ext_core  # noqa: E402
+from kiln.interpreters import ad as kad, batching as kbatching, mlir as kmlir  # noqa: E402
+
+
+def test_make_jaxpr_is_a_closed_jaxpr_view_that_eval_jaxpr_runs():
+    rng = np.random.default_rng()
+    c = jnp.asarray(rng.standard_normal(3).astype(np.float32))
+    x = jnp.asarray(rng.standard_normal(3).astype(np.float32))
+
+    def f(x, y):
+        return kiln.lax.cond(y > 0, lambda x: jnp.sin(x) * y + c, lambda x: x, x)
+    closed = kiln.make_jaxpr(f)(x, 2.0)
+    assert isinstance(closed, kiln.core.ClosedJaxpr) and isinstance(closed.jaxpr, kiln.core.Jaxpr)
+    assert [str(e.primitive) for e in closed.jaxpr.eqns] == ["gt", "cond"]  # the literal 0.0 is a Literal operand
+    assert isinstance(closed.jaxpr.eqns[0].invars[1], kiln.core.Literal)
+    assert len(closed.jaxpr.invars) == 2 and len(closed.jaxpr.constvars) == 1 and len(closed.consts) == 1
+    assert closed.in_avals[0] == kiln.core.ShapedArray((3,), np.float32)
+    assert any(isinstance(j, kiln.core.Jaxpr) for j in kiln.core.subjaxprs(closed.jaxpr))
+    want = np.sin(np.asarray(x)) * 2 + np.asarray(c)
+    np.testing.assert_allclose(np.asarray(kiln.core.eval_jaxpr(closed.jaxpr, closed.consts, x, 2.0)[0]), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(kiln.core.eval_jaxpr(closed.jaxpr, closed.consts, x, -1.0)[0]), np.asarray(x))
+    np.testing.assert_allclose(np.asarray(ext_core.jaxpr_as_fun(closed)(x, 2.0)[0]), want, rtol=1e-6)
+    # under transformations the evaluation traces like any kiln code
+    g = kiln.grad(lambda v: jnp.sum(kiln.core.eval_jaxpr(closed.jaxpr, closed.consts, v, 2.0)[0]))(x)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.cos(np.asarray(x)), rtol=1e-5)
+    out = kiln.jit(kiln.vmap(lambda v: kiln.core.eval_jaxpr(closed.jaxpr, closed.consts, v, 2.0)[0]))(jnp.stack([x, x]))
+    np.testing.assert_allclose(np.asarray(out), np.stack([want, want]), rtol=1e-6)
+
+
+def test_tracers_and_trace_tokens():
+    seen = []
+
+    def f(x):
+        seen.append((isinstance(x, kiln.core.Tracer), ext_core.get_opaque_trace_state() ==
+                     ext_core.get_opaque_trace_state(), ext_core.get_opaque_trace_state()))
+        return x * 2
+    kiln.jit(f)(jnp.ones(2))
+    f(jnp.ones(2))
+    assert [s[:2] for s in seen] == [(True, True), (False, True)]
+    assert seen[0][2] != seen[1][2]  # another trace: another token
+    assert not isinstance(jnp.ones(2), kiln.core.Tracer)
+    assert isinstance(kiln.typeof(jnp.ones(2)), kiln.core.AbstractValue)
+    assert ext_core.mapped_aval(4, 0, kiln.core.ShapedArray((4, 3), np.float32)) == kiln.core.ShapedArray((3,), np.float32)
+    assert ext_core.valid_jaxtype(1.0) and not ext_core.valid_jaxtype("a")
+
+
+def _square_primitive(name):
+    p = ext_core.Primitive(name)
+
+    def impl(x, *, scale):
+        return scale * x * x
+    p.def_impl(impl)
+    p.def_abstract_eval(lambda x, *, scale: kiln.core.ShapedArray(x.shape, x.dtype))
+    kmlir.register_lowering(p, kmlir.lower_fun(impl, multiple_results=False))
+    return p
+
+
+def test_library_primitive_impl_lowering_and_jvp_rule():
+    """A primitive defined as equinox and lineax define theirs: computed by its impl eagerly, its
+    lowering's function under jit, differentiated by its JVP rule; vmap without a batching rule
+    raises JAX's NotImplementedError (kiln does not yet call user batching rules either)."""
+    p = _square_primitive("kiln_test_square")
+    calls = []
+
+    def jvp(primals, tangents, *, scale):
+        calls.append(1)
+        (x,), (t,) = primals, tangents
+        return p.bind(x, scale=scale), 20 * scale * x * kad.instantiate_zeros(t)  # (10x: the rule is used)
+    kad.primitive_jvps[p] = jvp
+    x = np.random.default_rng().standard_normal(4).astype(np.float32)
+    f = lambda v: p.bind(v, scale=3.0)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(f(x)), 3 * x * x, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(kiln.jit(f)(x)), 3 * x * x, rtol=1e-6)
+    for g in (kiln.grad(lambda v: jnp.sum(f(v))), kiln.jit(kiln.grad(lambda v: jnp.sum(f(v))))):
+        np.testing.assert_allclose(np.asarray(g(x)), 60 * x, rtol=1e-5)
+    assert calls
+    with pytest.raises(NotImplementedError, match="Batching rule for 'kiln_test_square' not implemented"):
+        kiln.vmap(f)(np.ones((2, 3), np.float32))
+    kbatching.primitive_batchers[p] = lambda args, dims, **params: (p.bind(*args, **params), dims[0])
+    with pytest.raises(NotImplementedError, match="batching rules"):
+        kiln.vmap(f)(np.ones((2, 3), np.float32))
+    q = ext_core.Primitive("kiln_test_no_impl")
+    with pytest.raises(NotImplementedError, match="Evaluation rule for 'kiln_test_no_impl' not implemented"):
+        q.bind(jnp.ones(2))
+
+
+def test_jax_private_glue_names():
+    from kiln._src import traceback_util, flatten_util as private_flatten
+    from kiln.extend import linear_util as lu
+    assert traceback_util.api_boundary(len) is len
+    traceback_util.register_exclusion("/nowhere")
+    assert private_flatten.ravel_pytree is flatten_util.ravel_pytree
+    assert kiln.lax.stop_gradient_p is kiln.lax.stop_gradient_p and str(kiln.lax.add_p) == "add"
+
+    @lu.transformation_with_aux
+    def double_and_count(*args):
+        out = yield args, {}
+        return (2 * out, len(args))
+    wrapped, aux = double_and_count(lu.wrap_init(lambda a, b: a + b))
+    assert wrapped.call_wrapped(1, 2) == 6 and aux() == 2
+
+
+# ---- jax.scipy.fft ----
+
+@pytest.mark.parametrize("norm", [None, "ortho"])
+def test_dct_against_scipy(norm):
+    sfft = pytest.importorskip("scipy.fft")
+    import kiln.scipy.fft as kfft
+    rng = np.random.default_rng()
+    for n in (1, 2, 5, 8):
+        x = rng.standard_normal((3, n)).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(kfft.dct(x, norm=norm)), sfft.dct(x.astype(np.float64), norm=norm),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(kfft.idct(x, norm=norm)),
+                                   sfft.idct(x.astype(np.float64), norm=norm), rtol=1e-5, atol=1e-5)
+    y = rng.standard_normal((4, 6)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(kfft.dctn(y, norm=norm)), sfft.dctn(y.astype(np.float64), norm=norm),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(kfft.dct(y, n=8, axis=0)), sfft.dct(y.astype(np.float64), n=8, axis=0),
+                               rtol=1e-5, atol=1e-4)
+    with pytest.raises(NotImplementedError, match="type 2"):
+        kfft.dct(y, type=3)

@@ -5,6 +5,7 @@
 """
 
 __version__ = "0.1.0"
+__version_info__ = (0, 1, 0)
 
 from kiln._src.config import config  # noqa: F401
 from kiln import errors  # noqa: F401
@@ -61,6 +62,7 @@ from kiln._src.toplevel import (enable_x64, debug_nans, debug_infs, default_matm
                                 make_array_from_process_local_data, copy_to_host_async, enable_custom_prng, ds,
                                 fwd_and_bwd, make_user_context, auto_pcast, remove_size_one_mesh_axis_from_type)
 from kiln import ad, custom_batching, memory, distributed, monitoring, export, ffi  # noqa: F401
+from kiln import core, extend, interpreters, flatten_util, test_util, api_util  # noqa: F401,E402  (jax.core, ...)
 from kiln.sharding import NamedSharding, PartitionSpec as P, Shard  # noqa: F401
 
 version = __version__

@@ -37,3 +37,12 @@ def linear_call(callee, transpose, residual_args, linear_args):
     given transpose is not used; for a callee linear in linear_args the results are the same)."""
     del transpose
     return callee(residual_args, linear_args)
+
+
+def __getattr__(name):
+    """The primitives of custom derivatives (custom_jvp_call_p, custom_vjp_call_p), for comparisons
+    with a jaxpr's eqn.primitive."""
+    if name in ("custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p"):
+        from kiln._src.primitive import primitive_named
+        return primitive_named(name[:-2])
+    raise AttributeError(f"module 'kiln.custom_derivatives' has no attribute {name!r}")

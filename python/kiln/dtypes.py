@@ -13,12 +13,7 @@ def is_weakly_typed(x):
 from kiln._src.dtypes import TypePromotionError  # noqa: F401,E402  (jax_numpy_dtype_promotion='strict')
 
 
-class extended:
-    """The abstract type of JAX's extended dtypes (typed PRNG keys are kiln's only such values)."""
-
-
-class prng_key(extended):
-    """The abstract type of typed PRNG key dtypes."""
+from kiln._src.dtypes import extended, prng_key  # noqa: F401,E402  (the abstract extended dtypes)
 
 
 def itemsize_bits(dtype):

@@ -391,30 +391,6 @@ def _trace_body(fun, trace, in_leaves, in_tree, concrete):
     return out_tree, avals
 
 
-class ClosedJaxpr:
-    """What make_jaxpr returns: prints as the program's text."""
-
-    def __init__(self, traced):
-        self._traced = traced
-        self.in_avals = traced.in_avals
-        self.out_avals = traced.out_avals
-        self.consts = [np.asarray(c) for c in traced.consts]
-        n_in, n_eqns, n_out = traced.builder.counts()
-        self.num_eqns = n_eqns
-
-    @property
-    def eqns(self):
-        return [line for line in self._traced.text().splitlines()[1:-1]]
-
-    def __str__(self):
-        return self._traced.text()
-
-    __repr__ = __str__
-
-    def pretty_print(self):
-        return str(self)
-
-
 def _normalize_static(fun, static_argnums, static_argnames):
     if static_argnums is None:
         static_argnums = ()
@@ -891,7 +867,8 @@ def make_jaxpr(fun, static_argnums=(), return_shape=False):
         f = _rebuild_call(fun, statics, static_nums, len(args)) if statics else fun
         traced = _trace(f, None, None, arrs, tree)
         traced.builder.simplify()  # show the program as it is compiled: simplified, no dead or repeated work
-        jaxpr = ClosedJaxpr(traced)
+        from kiln._src import jaxpr as jaxpr_view
+        jaxpr = jaxpr_view.view(traced.builder, list(traced.consts), len(arrs), text=traced.text())
         if return_shape:
             shapes = [ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in traced.out_avals]
             return jaxpr, tree_util.tree_unflatten(traced.out_tree, shapes)

@@ -15,6 +15,9 @@ import numpy as np
 
 from kiln._src import api, core, tree_util
 from kiln._src.ad import _run
+from kiln._src.thread_state import Cell
+
+vmap_depth = Cell(0)  # > 0 while this thread traces a function to batch it (library primitives read it)
 
 
 class _Aval:
@@ -230,9 +233,11 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             from kiln._src import spmd
             frame = spmd.VmapFrame(axis_name, size)
             spmd._axis_stack.append(frame)
+        vmap_depth[0] += 1
         try:
             traced = api._trace(fun, None, None, per_example, tree)
         finally:
+            vmap_depth[0] -= 1
             if frame is not None:
                 spmd._axis_stack.pop()
         from kiln._src import spmd_emulate

@@ -15,3 +15,15 @@ from kiln._src.tracing import (Trace, Tracer, _ad_depth, ad_tracing, concrete_or
                                is_tracer, literal, pop_trace, push_trace, scalar_constant, tracing)
 from kiln._src.dispatch import (_eager_entry, _fused_exe, _on_config_change, bind, bind1,  # noqa: F401
                                 config_generation)
+
+
+def __getattr__(name):
+    """jax._src.core's public names that libraries reach for (flax: core.ShapedArray) are
+    jax.core's (kiln.core)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    import kiln.core as public
+    try:
+        return getattr(public, name)
+    except AttributeError:
+        raise AttributeError(f"module 'kiln._src.core' has no attribute {name!r}") from None

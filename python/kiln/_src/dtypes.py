@@ -543,3 +543,25 @@ integer = np.integer
 signedinteger = np.signedinteger
 unsignedinteger = np.unsignedinteger
 
+
+
+class extended:
+    """The abstract type of JAX's extended dtypes (typed PRNG keys are kiln's only such values)."""
+
+
+class prng_key(extended):
+    """The abstract type of typed PRNG key dtypes."""
+
+
+DType = np.dtype
+
+
+class ExtendedDType:
+    """The base of extended (non-NumPy) dtypes a library defines (flax's fp8 meta dtype): it names
+    its abstract type (`type`) and rules; kiln computes with no extended dtype but typed PRNG keys,
+    so arrays of a library's extended dtype are not supported."""
+    type = extended
+
+    @property
+    def name(self):
+        return type(self).__name__

@@ -138,6 +138,10 @@ class ShapedArray(ShapeDtypeStruct):
 
 def typeof(x):
     """The abstract value (ShapedArray) of an array, tracer or Python scalar."""
+    from kiln._src.refs import Ref
+    if isinstance(x, Ref):
+        from kiln._src.state.types import AbstractRef
+        return AbstractRef(ShapedArray(x.shape, x.dtype, False))
     a = x if isinstance(x, (core.Array, core.Tracer)) else core.asarray(x)
     return ShapedArray(a.shape, a.dtype, bool(getattr(a, "weak_type", False)))
 

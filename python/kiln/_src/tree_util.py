@@ -250,6 +250,7 @@ _DEFAULTDICT = _NodeType(
 _kinds = {t.type: t for t in (_TUPLE, _LIST, _DICT, _NONE, _ORDERED_DICT, _DEFAULTDICT)}
 # The subset of _kinds that users registered or that are builtin.
 _registered = dict(_kinds)
+_registry = _registered  # (JAX's name: flax nnx asks whether a type is registered)
 
 
 def _classify(t):

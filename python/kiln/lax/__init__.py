@@ -1425,3 +1425,12 @@ from kiln.lax.conv import (ConvDimensionNumbers, conv, conv_dimension_numbers, c
                            conv_general_dilated_patches, conv_transpose, conv_with_general_padding, padtype_to_pads,
                            reduce_window)
 from kiln.lax.more import *  # noqa: E402,F401,F403
+
+
+def __getattr__(name):
+    """JAX's primitive objects (lax.add_p, lax.stop_gradient_p, ...): the Primitive of kiln's
+    primitive of that name, for comparisons with a jaxpr's eqn.primitive and for binding."""
+    if name.endswith("_p") and not name.startswith("_"):
+        from kiln._src.primitive import primitive_named
+        return primitive_named(name[:-2])
+    raise AttributeError(f"module 'kiln.lax' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""jax._src.state's names libraries import (flax nnx: AbstractRef)."""

@@ -1,0 +1,153 @@
+"""jax.interpreters.ad: derivative rules of library primitives (primitive_jvps, primitive_transposes),
+symbolic zeros (Zero) and helpers. kiln uses a primitive's JVP rule when the primitive is bound under
+grad/jvp (see kiln/_src/primitive.py); transposition is kiln's own, of what the JVP rule computes."""
+import numpy as np
+
+from kiln._src.primitive import primitive_jvps, primitive_transposes  # noqa: F401
+
+
+class Zero:
+    """A symbolic zero tangent of abstract value aval."""
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    @staticmethod
+    def from_primal_value(x):
+        from kiln._src.primitive import aval_of
+        return Zero(aval_of(x))
+
+    def __repr__(self):
+        return f"Zero({self.aval})"
+
+
+class UndefinedPrimal:
+    """A linear input of a transpose rule (its value is not known)."""
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    def __repr__(self):
+        return f"UndefinedPrimal({self.aval})"
+
+
+def is_undefined_primal(x):
+    return isinstance(x, UndefinedPrimal)
+
+
+def instantiate_zeros(t):
+    """A dense array for a symbolic Zero (other tangents as they are)."""
+    if isinstance(t, Zero):
+        import kiln.numpy as jnp
+        return jnp.zeros(t.aval.shape, t.aval.dtype)
+    return t
+
+
+def zeros_like_aval(aval):
+    import kiln.numpy as jnp
+    return jnp.zeros(aval.shape, aval.dtype)
+
+
+def add_tangents(x, y):
+    if isinstance(x, Zero):
+        return y
+    if isinstance(y, Zero):
+        return x
+    return x + y
+
+
+add_jaxvals = add_tangents
+
+
+def defjvp(primitive, *jvprules):
+    """primitive's JVP from one rule per operand: rule(tangent, *primals, **params) -> its output
+    tangent (None: that operand has no derivative)."""
+    def jvp(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        total = None
+        for rule, t in zip(jvprules, tangents):
+            if rule is None or isinstance(t, Zero):
+                continue
+            term = rule(t, *primals, **params)
+            total = term if total is None else total + term
+        if total is None:
+            total = Zero.from_primal_value(out)
+        return out, total
+    primitive_jvps[primitive] = jvp
+
+
+def defjvp2(primitive, *jvprules):
+    """As defjvp, the rules also taking the primal output: rule(tangent, out, *primals, **params)."""
+    def jvp(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        total = None
+        for rule, t in zip(jvprules, tangents):
+            if rule is None or isinstance(t, Zero):
+                continue
+            term = rule(t, out, *primals, **params)
+            total = term if total is None else total + term
+        if total is None:
+            total = Zero.from_primal_value(out)
+        return out, total
+    primitive_jvps[primitive] = jvp
+
+
+def defjvp_zero(primitive):
+    def jvp(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        return out, Zero.from_primal_value(out)
+    primitive_jvps[primitive] = jvp
+
+
+def deflinear(primitive, transpose_rule):
+    """A linear primitive: its JVP applies it to the tangents; its transpose is transpose_rule."""
+    def jvp(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        t_out = primitive.bind(*[instantiate_zeros(t) for t in tangents], **params)
+        return out, t_out
+    primitive_jvps[primitive] = jvp
+    primitive_transposes[primitive] = lambda ct, *args, **params: transpose_rule(ct, **params)
+
+
+def deflinear2(primitive, transpose_rule):
+    def jvp(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        return out, primitive.bind(*[instantiate_zeros(t) for t in tangents], **params)
+    primitive_jvps[primitive] = jvp
+    primitive_transposes[primitive] = transpose_rule
+
+
+def defbilinear(primitive, lhs_rule, rhs_rule):
+    defjvp(primitive, lambda t, x, y, **p: primitive.bind(t, y, **p), lambda t, x, y, **p: primitive.bind(x, t, **p))
+    primitive_transposes[primitive] = lambda ct, x, y, **p: [
+        lhs_rule(ct, x, y, **p) if is_undefined_primal(x) else None,
+        rhs_rule(ct, x, y, **p) if is_undefined_primal(y) else None]
+
+
+def get_primitive_transpose(p):
+    try:
+        return primitive_transposes[p]
+    except KeyError:
+        raise NotImplementedError(f"Transpose rule (for reverse-mode differentiation) for '{p}' not implemented") \
+            from None
+
+
+def jvp(fun, has_aux=False, instantiate=True, transform_stack=True):
+    raise NotImplementedError("jax.interpreters.ad.jvp (on a linear_util.WrappedFun): use kiln.jvp")
+
+
+def linearize(traceable, *primals, **kwargs):
+    raise NotImplementedError("jax.interpreters.ad.linearize: use kiln.linearize")
+
+
+class JVPTrace:
+    """The type of JVP traces (kiln's grad is a program transformation: no JVPTrace objects exist)."""
+
+
+class JVPTracer:
+    """The type of JVP tracers (kiln's tracers are kiln.core.Tracer)."""
+
+
+add_jaxvals_p = None
+annotations = None
+_ = np

@@ -1,0 +1,57 @@
+"""jax.interpreters.batching: batching rules of library primitives. kiln's vmap does not yet call
+them (see kiln/_src/primitive.py: binding such a primitive under vmap raises NotImplementedError)."""
+from kiln._src.primitive import primitive_batchers  # noqa: F401
+
+axis_primitive_batchers = {}
+fancy_primitive_batchers = {}
+
+
+class NotMapped:
+    def __repr__(self):
+        return "not_mapped"
+
+
+not_mapped = None
+
+
+def defvectorized(prim):
+    """prim works elementwise on a leading batch axis: its batching rule applies it as it is."""
+    def rule(args, dims, **params):
+        return prim.bind(*args, **params), dims[0]
+    primitive_batchers[prim] = rule
+
+
+def defbroadcasting(prim):
+    def rule(args, dims, **params):
+        from kiln._src import core
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        moved = [bdim_at_front(a, d, size) for a, d in zip(args, dims)]
+        del core
+        return prim.bind(*moved, **params), 0
+    primitive_batchers[prim] = rule
+
+
+def defreducer(prim, ident):
+    del ident
+    raise NotImplementedError(f"batching.defreducer({prim}): not supported by kiln")
+
+
+def bdim_at_front(x, bdim, size):
+    import kiln.numpy as jnp
+    if bdim is None:
+        return jnp.broadcast_to(x, (size,) + tuple(x.shape))
+    return jnp.moveaxis(x, bdim, 0)
+
+
+def broadcast(x, sz, axis, mesh_axis=None):
+    del mesh_axis
+    import kiln.numpy as jnp
+    return jnp.broadcast_to(jnp.expand_dims(x, axis), tuple(x.shape[:axis]) + (sz,) + tuple(x.shape[axis:]))
+
+
+def register_vmappable(*args, **kwargs):
+    raise NotImplementedError("batching.register_vmappable: kiln does not batch user-defined container types")
+
+
+def unregister_vmappable(*args, **kwargs):
+    raise NotImplementedError("batching.unregister_vmappable: kiln does not batch user-defined container types")
