@@ -299,6 +299,41 @@ def test_index_checks():
     assert checkify.checkify(lambda v, k: v[k])(x, jnp.int32(i))[0].get() is None  # user_checks only
 
 
+def test_index_checks_on_constants_and_other_gathers():
+    # closed-over arrays: kiln computes ops on constants at once, JAX stages them; both check them
+    m = jnp.arange(12.).reshape(3, 4)
+    i = int(rng.integers(4, 20))
+    cases = [(lambda: m[:, jnp.int32(i)], oob((3, 4), i, 1, 4)),
+             (lambda: m[jnp.int32(2), jnp.int32(i)], oob((3, 4), i, 1, 4)),
+             (lambda: m[jnp.int32(-i - 3), jnp.int32(2)], oob((3, 4), -i, 0, 3)),
+             (lambda: lax.dynamic_slice_in_dim(m, jnp.int32(2), 2, axis=0), oob((3, 4), 2, 0, 3)),
+             (lambda: lax.dynamic_index_in_dim(m, jnp.int32(i), axis=1), oob((3, 4), i, 1, 4)),
+             (lambda: jnp.take_along_axis(m, jnp.array([[0], [i], [1]]), axis=1), oob((3, 4), i, 1, 4)),
+             (lambda: m.at[jnp.int32(2), jnp.int32(i)].set(0.), oob((3, 4), i, 1, 4)),
+             (lambda: m[jnp.array([0, 1]), jnp.array([1, i])], oob((3, 4), i, 1, 4)),
+             (lambda: lax.dynamic_update_slice(m, jnp.ones((2, 2)), (jnp.int32(2), jnp.int32(2))),
+              oob((3, 4), 2, 0, 3)),
+             (lambda: m[1:5], None), (lambda: jnp.take(m, jnp.array([i]), mode="wrap"), None)]
+    for f, want in cases:
+        assert checkify.checkify(f, errors=checkify.index_checks)()[0].get() == want
+
+
+def test_checks_under_remat_map_and_disable_jit():
+    m = jnp.asarray(rng.uniform(-10, 10, size=(3, 4)).astype(np.float32))
+    first = np.asarray(m)[0, 0]
+    err, _ = checkify.checkify(lambda: kiln.checkpoint(
+        lambda v: (checkify.check(v[0, 0] > 10, "remat {}", v[0, 0]), v)[1])(m))()
+    assert err.get() == f"remat {first} (`check` failed)"
+    rows = np.asarray(m)[:, 0]
+    err, _ = checkify.checkify(lambda: lax.map(lambda r: (checkify.check(r[0] > 10, "row {}", r[0]), r)[1], m))()
+    assert err.get() == f"row {rows[0]} (`check` failed)"
+    x = neg()
+    with kiln.disable_jit():
+        err, _ = checkify.checkify(lambda v: (checkify.check(v > 0, "dj {}", v), lax.cond(
+            v < 0, lambda: jnp.log(v), lambda: v))[1], errors=checkify.all_checks)(jnp.float32(x))
+    assert err.get() == f"dj {x} (`check` failed)"
+
+
 def test_user_checks_win_over_automatic_ones():
     def log_then_check(x):  # JAX numbers user checks first, whatever their place
         y = jnp.log(x)

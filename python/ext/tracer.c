@@ -624,7 +624,8 @@ done:
 }
 
 /* The bind hook (kiln.experimental.checkify's automatic checks): when set, called as
- * hook(prim, operands, params, results) after each equation is recorded, never re-entered by the
+ * hook(prim, operands, params, results) after each equation is recorded or run by bind (not by
+ * array.c's fused fast path), never re-entered by the
  * equations it records itself. NULL (the usual case) costs one pointer test per equation. */
 static PyObject *bind_hook;
 static _Thread_local int in_bind_hook;
@@ -670,7 +671,7 @@ static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyO
   kl_trace *cur = n == 0 && stack && !compile_time_eval ? kl_trace_current(stack) : NULL;
   if (cur && !kl_trace_is_concrete(cur) && kl_trace_client(cur))
     return after_record(prim, xs, n, params, record(prim, xs, n, params, cur));
-  return kl_py_eager_bind(prim, xs, n, params);
+  return after_record(prim, xs, n, params, kl_py_eager_bind(prim, xs, n, params));
 }
 
 /* bind(prim, args, params=None) -> tuple of results (kiln's core.bind): arrays when every

@@ -914,6 +914,9 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None):
     n = a.shape[ax]
     if n == 0:
         return _full(out_shape, fill, a.dtype)
+    if mode != "wrap":  # (checkify's index checks see the gather's indices, as JAX's)
+        from kiln._src.numpy.indexing import _note_index
+        _note_index(a.shape, ax, idx)
     # Broadcast a over the non-axis dims, then gather with one linear index.
     ashape = list(out_shape)
     ashape[ax] = n
