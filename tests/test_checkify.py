@@ -161,6 +161,24 @@ def test_checkify_of_grad():
     assert err.get() == f"x must be positive, got {xs[3]} (`check` failed)"
 
 
+def test_vmap_of_checkify_of_grad_is_not_supported():
+    # kiln reads checks inside grad back through a host callback, which a vmap around checkify
+    # would run once per element without knowing which (JAX gives one error per element)
+    with pytest.raises(NotImplementedError, match="checkify under vmap"):
+        kiln.vmap(checkify.checkify(kiln.grad(positive_log)))(jnp.asarray([pos(), neg()]))
+
+
+def test_checkify_of_vmap_with_a_loop_is_not_supported():
+    # the host callbacks of a check inside vmap cannot tell elements of different iterations apart
+    def loop(x):
+        return lax.fori_loop(0, 4, lambda i, c: (checkify.check(c < 3, "c {}", c), c + 1.)[1], x)
+    with pytest.raises(NotImplementedError, match="a check inside vmap with a loop"):
+        checkify.checkify(kiln.vmap(loop))(jnp.asarray([0., 5.]))
+    with pytest.raises(NotImplementedError, match="a check inside vmap with a loop"):
+        checkify.checkify(lambda xs: lax.fori_loop(0, 3, lambda i, c: c + kiln.vmap(positive_log)(xs), xs))(
+            jnp.asarray([pos(), neg()]))
+
+
 def test_checks_in_loop_bodies_keep_the_first_failing_iteration():
     limit = float(rng.integers(2, 6))
 

@@ -26,6 +26,7 @@ traced, its automatic ones afterwards).
 import dataclasses
 import functools
 import itertools
+import sys
 import threading
 
 import numpy as np
@@ -319,10 +320,22 @@ def _record_on_host(frame, eff, failed, code, payload):
     _read_host gives them back to checkify's trace."""
     from kiln._src import batching
     from kiln._src.callback import debug_callback
+    if frame.vmap_depth:  # the read-back would run once per element, the records not knowing theirs
+        raise NotImplementedError(
+            "checkify under vmap (vmap(checkify(f))) with a check inside grad, vmap, a custom_jvp/custom_vjp "
+            "rule or checkpoint within f is not supported yet by kiln: put the vmap inside checkify "
+            "(checkify(vmap(f)), one error for the batch), or make the check outside that transformation")
     key = (frame.token, code)
     # inside a vmap the callback runs once per element, in order: the last failing element is
     # kept (JAX reduces a batched check so); elsewhere (grad, loops) the first failure
     last = batching.vmap_depth[0] > frame.vmap_depth
+    if last and _in_loop():
+        # a loop around or inside the vmap runs the callback for every element of every iteration,
+        # which kiln cannot tell apart; JAX keeps each element's first failing iteration
+        raise NotImplementedError(
+            "checkify: a check inside vmap with a loop (while_loop, fori_loop, scan, map) around or inside the vmap, "
+            "within checkify, is not supported yet by kiln: put checkify inside the vmap (vmap(checkify(f))) or "
+            "the check outside the vmap")
 
     def note(failed_now, *vals):
         if bool(np.any(failed_now)):
@@ -332,6 +345,23 @@ def _record_on_host(frame, eff, failed, code, payload):
     debug_callback(note, failed, *payload)
     if all(c != code for c, _ in frame.host):
         frame.host.append((code, eff))
+
+
+def _loop_codes():
+    from kiln import lax
+    return {lax.while_loop.__code__, lax.scan.__code__, _checked_call.__code__}
+
+
+def _in_loop():
+    """Whether a kiln loop (while_loop, scan, and those built on them) is tracing a body between
+    this point and the innermost checkify."""
+    codes = _loop_codes()
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code in codes:
+            return f.f_code is not _checked_call.__code__
+        f = f.f_back
+    return False
 
 
 def _read_host(frame):
