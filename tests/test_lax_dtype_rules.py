@@ -277,3 +277,83 @@ def test_kiln_numpy_still_promotes(x64, x64_mode):
     assert x[jnp.asarray(np.int8(1)):].shape == (3, 5)
     assert jnp.take(x, jnp.asarray(np.int8(2)), axis=1).shape == (4,)
     assert kiln.jit(lambda v, i: v[i, 1:3])(x, jnp.asarray(np.int8(1))).shape == (2,)
+
+
+def test_einsum_contracts_operands_of_two_dtypes_as_jax(x64_mode):
+    """JAX's einsum does not promote its operands: each contraction is a dot_general with the result
+    type (preferred_element_type, else the operands' promotion), which converts operands of other
+    dtypes to it before multiplying. Bug (issue 32): kiln promoted first, so float32 . float16 as
+    int32 computed in float32 and truncated only the sum."""
+    x64_mode(False)
+    a = rng.uniform(-4, 4, (2, 3)).astype(np.float32)
+    b = rng.uniform(-4, 4, (3, 2)).astype(np.float16)
+    ka, kb = jnp.asarray(a), jnp.asarray(b)
+    out = jnp.einsum("ij,jk->ik", ka, kb, preferred_element_type=np.int32)
+    assert out.dtype == np.int32 and not out.weak_type
+    np.testing.assert_array_equal(np.asarray(out), np.trunc(a).astype(np.int32) @ np.trunc(b).astype(np.int32))
+    v = rng.uniform(-4, 4, 3).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(jnp.einsum("ij,j->i", kb.T, jnp.asarray(v), preferred_element_type=np.int8)),
+                                  (np.trunc(b.T).astype(np.int8) @ np.trunc(v).astype(np.int8)).astype(np.int8))
+    # the same dtype twice computes in it and converts the sum (dot_general's own rule)
+    a2 = rng.uniform(-4, 4, (3, 2)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(jnp.einsum("ij,jk->ik", ka, jnp.asarray(a2), preferred_element_type=np.int32)),
+                                  np.trunc((a.astype(np.float64) @ a2)).astype(np.int32))
+    # no preferred type: the promotion, the narrow operand converted exactly
+    i8 = rng.integers(-3, 4, (3, 2)).astype(np.int8)
+    out = jnp.einsum("ij,jk->ik", ka, jnp.asarray(i8))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(out), a.astype(np.float64) @ i8, rtol=1e-5, atol=1e-5)
+    # int8 x uint8 as int8: JAX computes (the uint8 operand wraps into int8); kiln raised TypeError
+    s8, u8 = rng.integers(-3, 4, (2, 3)).astype(np.int8), rng.integers(0, 4, (3, 2)).astype(np.uint8)
+    np.testing.assert_array_equal(np.asarray(jnp.einsum("ij,jk->ik", jnp.asarray(s8), jnp.asarray(u8),
+                                                        preferred_element_type=np.int8)),
+                                  (s8.astype(np.int64) @ u8.astype(np.int64)).astype(np.int8))
+    # a later contraction of the int8 result with an int32 operand narrows: TypeError, as JAX
+    i32 = rng.integers(-3, 4, (2, 2)).astype(np.int32)
+    with pytest.raises(TypeError, match="must not be narrower"):
+        jnp.einsum("ij,jk,kl->il", jnp.asarray(rng.integers(-3, 4, (2, 3)).astype(np.int32)),
+                   jnp.asarray(a2), jnp.asarray(i32), preferred_element_type=np.int8)
+    # a sum over one operand converts it first when the result type is wider: bools count
+    m = rng.integers(0, 2, (3, 4)).astype(bool)
+    for pet in (np.float32, np.int8, np.float16):
+        out = jnp.einsum("ij->i", jnp.asarray(m), preferred_element_type=pet)
+        assert out.dtype == np.dtype(pet)
+        np.testing.assert_array_equal(np.asarray(out), m.sum(1).astype(pet))
+    out = jnp.einsum("ij->i", jnp.asarray(m))  # bool result: any, as JAX's
+    assert out.dtype == np.bool_
+    np.testing.assert_array_equal(np.asarray(out), m.any(1))
+
+
+def test_dot_general_preferred_bool_is_narrower_than_an_integer_operand():
+    x, y = jnp.asarray(rng.integers(0, 3, (2, 2)).astype(np.int8)), jnp.asarray(rng.integers(0, 3, (2, 2)).astype(np.uint8))
+    dn = (((1,), (0,)), ((), ()))
+    with pytest.raises(TypeError, match="preferred_element_type of bool for result type of int8"):
+        lax.dot_general(x, y, dn, preferred_element_type=np.bool_)
+    with pytest.raises(TypeError, match="narrower"):
+        lax.dot_general(x, y.astype(bool), dn, preferred_element_type=np.bool_)
+    f = jnp.asarray(rng.uniform(-2, 2, (2, 2)).astype(np.float32))  # a float operand: allowed, as JAX
+    assert lax.dot_general(f, y, dn, preferred_element_type=np.bool_).dtype == np.bool_
+
+
+def test_complex_to_bool():
+    """JAX: Array.astype(bool) and jnp.astype test both parts for nonzero; lax.convert_element_type,
+    jnp.asarray(..., bool), jnp.array and jnp.bool_ of a complex array take the real part (0+1j is
+    False), while a NumPy or Python complex host value converts by NumPy's rule (1j is True)."""
+    re = rng.uniform(-2, 2, 8) * (rng.random(8) < 0.5)
+    im = rng.uniform(-2, 2, 8) * (rng.random(8) < 0.5)
+    re[:2], im[:2] = 0.0, [0.0, 1.5]
+    host = (re + 1j * im).astype(np.complex64)
+    c = jnp.asarray(host)
+    either, real_part = host != 0, host.real != 0
+    for got in (c.astype(bool), c.astype(jnp.bool_), jnp.astype(c, bool), kiln.jit(lambda v: v.astype(bool))(c),
+                kiln.vmap(lambda v: v.astype(bool))(c), jnp.logical_not(jnp.logical_not(c))):
+        np.testing.assert_array_equal(np.asarray(got), either)
+    for got in (lax.convert_element_type(c, bool), lax.convert_element_type(c, np.bool_), jnp.bool_(c),
+                jnp.asarray(c, dtype=bool), jnp.array(c, dtype=bool), kiln.jit(lambda v: lax.convert_element_type(v, bool))(c),
+                kiln.vmap(lambda v: lax.convert_element_type(v, bool))(c), jnp.zeros(8, bool).at[:].set(c)):
+        np.testing.assert_array_equal(np.asarray(got), real_part)
+    assert not bool(jnp.bool_(c[1])) and bool(c[1].astype(bool))
+    assert bool(lax.convert_element_type(np.complex64(1j), bool)) and bool(lax.convert_element_type(1j, bool))
+    # the derivative through the real part: where(convert(x * 1j, bool), x, 0) is 0 everywhere
+    g = kiln.grad(lambda x: jnp.sum(jnp.where(lax.convert_element_type(x * 1j, bool), x, 0.0)))(jnp.ones(3))
+    np.testing.assert_array_equal(np.asarray(g), np.zeros(3, np.float32))

@@ -288,11 +288,19 @@ def reciprocal(x):
 
 
 def convert_element_type(operand, new_dtype, weak_type=False):
+    """operand in new_dtype. As JAX's, a complex array becomes real through its real part, bool
+    included (0+1j is False; Array.astype(bool) and kiln.numpy.astype test both parts instead); a
+    host value is converted by NumPy's rule first (np.complex64(1j) is True)."""
     new_dtype = dtypes.canonicalize_dtype(new_dtype)
     if not isinstance(operand, Array):
         if isinstance(operand, (_bool, _int, _float)):
             return core.literal(operand, new_dtype, weak_type)
+        if new_dtype == np.bool_ and isinstance(operand, (_complex_t, np.ndarray, np.generic)) \
+                and np.iscomplexobj(operand):
+            operand = np.asarray(operand) != 0
         operand = core.asarray(operand)
+    if new_dtype == np.bool_ and operand.dtype.kind == "c":
+        operand = real(operand)
     if operand.dtype == new_dtype and operand.weak_type == _bool(weak_type):
         return operand
     return bind1("convert_element_type", [operand], {"new_dtype": new_dtype.name, "weak_type": _int(_bool(weak_type))})
@@ -802,8 +810,9 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
         to = lhs.dtype if lr > rr else rhs.dtype
         if preferred_element_type is not None:
             pet = np.dtype(dtypes.canonicalize_dtype(preferred_element_type))
-            width = np.dtype(to).itemsize // (2 if np.dtype(to).kind == "c" else 1)  # JAX's _bit_width
-            if not dtypes.is_float_dtype(to) and pet.itemsize < width:
+            def bits(dt):  # JAX's _bit_width: bool is 1 bit, a complex type its part's width
+                return 1 if dt == np.bool_ else 8 * dt.itemsize // (2 if dt.kind == "c" else 1)
+            if not dtypes.is_float_dtype(to) and bits(pet) < bits(np.dtype(to)):
                 raise TypeError("`preferred_element_type` must not be narrower than the original type, got "
                                 f"preferred_element_type of {pet} for result type of {np.dtype(to)}.")
             to = pet

@@ -58,7 +58,9 @@ def _pet(preferred_element_type):
 def _dg(a, b, contract, batch, precision, pet):
     dn = ((tuple(contract[0]), tuple(contract[1])), (tuple(batch[0]), tuple(batch[1])))
     if a.ndim == 0 or b.ndim == 0:  # a scaling: no dims to contract (kiln's dot_general
-        return _finish(_mul(a, b), pet)  # gave wrong shapes for 0-d operands)
+        if pet is not None and a.dtype != b.dtype:  # gave wrong shapes for 0-d operands); operands
+            a, b = _s._convert(a, pet), _s._convert(b, pet)  # of two dtypes go to pet, as dot_general's
+        return _finish(_mul(a, b), pet)
     if pet is None:
         return lax.dot_general(a, b, dn, precision=precision)
     return lax.dot_general(a, b, dn, precision=precision, preferred_element_type=pet)
@@ -275,8 +277,17 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
         subscripts, operands = _interleaved_to_str((subscripts,) + operands)
     if not operands:
         raise ValueError("einsum: at least one operand is required")
-    ops = _s._promote("einsum", *operands)
-    pet = _pet(preferred_element_type)
+    # As JAX's einsum: the operands keep their dtypes; every contraction is a dot_general with the
+    # result type (preferred_element_type, else the operands' promotion), which converts operands of
+    # other dtypes to it; a sum over one operand's axis converts only when that type is wider; the
+    # result is converted to the result type at the end (bug, issue 32: the operands were promoted
+    # first, so a float32 . float16 einsum as int32 computed in float32 and truncated only the sum)
+    ops = [_s._asarray(x) for x in operands]
+    if preferred_element_type is None:
+        pet, weak = dtypes.result_type(*ops, return_weak_type_flag=True)
+        pet = np.dtype(pet)
+    else:
+        pet, weak = _pet(preferred_element_type), False
     spec = subscripts.replace(" ", "")
     if spec.count("->") > 1:
         raise ValueError(f"einsum: subscripts {subscripts!r} contain more than one '->'")
@@ -355,12 +366,17 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
         return set(out_labels).union(*[set(t[1]) for i, t in enumerate(terms_)
                                        if i != k and i not in extra])
 
+    def sum_axes(op, axes):
+        if axes and np.dtype(dtypes.result_type(op, pet)) != op.dtype:
+            op = lax.convert_element_type(op, pet)
+        return _s._reduce("sum", op, axes)
+
     def sum_unneeded(k):
         op, ls = terms_[k]
         keep = needed(k)
         axes = [i for i, c in enumerate(ls) if c not in keep]
         if axes:
-            terms_[k] = [_s._reduce("sum", op, axes), [c for c in ls if c in keep]]
+            terms_[k] = [sum_axes(op, axes), [c for c in ls if c in keep]]
 
     for k in range(len(terms_)):
         sum_unneeded(k)
@@ -383,21 +399,21 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
         contract = [c for c in both if c not in keep]
         res = _dg(a, b, ([la.index(c) for c in contract], [lb.index(c) for c in contract]),
                            ([la.index(c) for c in batch], [lb.index(c) for c in batch]),
-                           precision, pet)
+                           precision, None if a.dtype == b.dtype == pet else pet)
         rl = batch + [c for c in la if c not in lb] + [c for c in lb if c not in la]
         terms_ = [t for k, t in enumerate(terms_) if k not in (i, j)] + [[res, rl]]
         sum_unneeded(len(terms_) - 1)
     op, ls = terms_[0]
     axes = [i for i, c in enumerate(ls) if c not in out_labels]
     if axes:
-        op = _s._reduce("sum", op, axes)
+        op = sum_axes(op, axes)
         ls = [c for c in ls if c in out_labels]
     for c in out_labels:  # labels only seen with size 1 everywhere were squeezed away
         if c not in ls:
             op = lax.reshape(op, op.shape + (1,))
             ls = ls + [c]
     op = _s.transpose(op, [ls.index(c) for c in out_labels])
-    return _finish(op, pet)
+    return lax.convert_element_type(op, pet, weak_type=weak)
 
 
 # ----------------------------------------------------------------------------
