@@ -9,18 +9,27 @@ How kiln threads the error (JAX rewrites its jaxpr; kiln's programs are built by
   writes `pred |= failed`, keeping the first failure's code and payload. kiln's Refs are threaded
   through nested jit, cond, while, fori_loop and scan (refs.py), so checks inside them need
   nothing more.
-- a check inside a trace that cannot carry Ref writes (grad, vmap, custom rules) reports through
-  a host callback instead: it records a failure when the program runs, and checkify's trace reads
-  the records back (io_callback) before it returns the error. Under vmap the last failing element
-  is kept, as JAX's reduction of a batched check does (in a loop inside a vmap, too: JAX keeps
-  each element's first failing iteration there), elsewhere the first failure.
-- automatic checks: a hook on every recorded equation (python/ext/tracer.c set_bind_hook) and on
-  every traced index of kiln.numpy indexing (indexing.index_hook); both are None, costing one
-  test, unless a checkify that enables them is tracing.
+- a check inside a trace that cannot carry Ref writes (grad, vmap, custom rules, checkpoint)
+  reports through a host callback instead: it records a failure when the program runs, and
+  checkify's trace reads the records back (io_callback) before it returns the error. Under vmap
+  the last failing element is kept, as JAX's reduction of a batched check does; elsewhere the
+  first failure. What the records cannot tell apart raises NotImplementedError: a check inside
+  vmap with a loop around or inside the vmap (JAX keeps each element's first failing iteration),
+  and vmap(checkify(f)) with such a check in f (the read-back would run once per element).
+- automatic checks: a hook on every equation bind records or runs (python/ext/tracer.c
+  set_bind_hook) and on every traced index of kiln.numpy indexing, take and take_along_axis
+  (indexing.index_hook); both are None, costing one test, unless a checkify that enables them
+  is tracing. As JAX's: NaN checks look at the results of JAX's list of primitives (a NaN input
+  that flows through also fails), division checks at `div` of any dtype, index checks at
+  gathers, scatters and dynamic slices (the index reported after one wrap of negatives).
 
-Codes number checks in the order they are traced; the smallest failing code wins, and user checks
-win over automatic ones within one checkify, as in JAX (whose user checks are numbered when f is
-traced, its automatic ones afterwards).
+A failure sticks (the first in run order); across kinds the smallest code wins. Codes number
+checks in the order they are traced, user checks before automatic ones within one checkify, as in
+JAX (whose user checks are numbered when f is traced, its automatic ones afterwards).
+
+Outside checkify, a check on concrete values raises JaxRuntimeError now (eagerly, or under grad
+outside jit); under jit it raises JAX's ValueError, and so it does under vmap (JAX runs vmap
+eagerly there and raises JaxRuntimeError; kiln's vmap traces).
 """
 
 import dataclasses
