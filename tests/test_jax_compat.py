@@ -276,3 +276,15 @@ def test_dct_against_scipy(norm):
                                rtol=1e-5, atol=1e-4)
     with pytest.raises(NotImplementedError, match="type 2"):
         kfft.dct(y, type=3)
+
+
+def test_eval_shape_allocates_nothing():
+    """eval_shape traces on abstract values: a 40 GB parameter's ShapeDtypeStruct is fine (flax and
+    equinox initialize models through eval_shape), and values are abstract inside (as in JAX)."""
+    w = kiln.ShapeDtypeStruct((100_000, 100_000), jnp.float32)
+    out = kiln.eval_shape(lambda w, x: (x @ w).sum(0), w, kiln.ShapeDtypeStruct((8, 100_000), jnp.float32))
+    assert out == kiln.ShapeDtypeStruct((100_000,), jnp.float32)
+    assert kiln.eval_shape(lambda x: x * 2, 1.0) == kiln.ShapeDtypeStruct((), jnp.float32, weak_type=True)
+    assert kiln.eval_shape(lambda x: x, kiln.ShapeDtypeStruct((2,), np.float64)).dtype == np.float32  # x64 off
+    with pytest.raises(kiln.errors.ConcretizationTypeError):
+        kiln.eval_shape(lambda x: float(x), jnp.ones(()))

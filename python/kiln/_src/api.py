@@ -938,8 +938,11 @@ def eval_shape(fun, *args, **kwargs):
     leaves, tree = tree_util.tree_flatten((args, kwargs))
     arrs = []
     for leaf in leaves:
-        if isinstance(leaf, ShapeDtypeStruct):
-            arrs.append(core.from_numpy(np.zeros(leaf.shape, leaf.dtype)))
+        if isinstance(leaf, (Array, ShapeDtypeStruct)) or (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            # abstract: nothing is allocated, whatever the size (a model's parameter shapes)
+            from kiln._src.batching import _Aval
+            arrs.append(_Aval(tuple(int(d) for d in leaf.shape), np.dtype(dtypes.canonicalize_dtype(leaf.dtype)),
+                              bool(getattr(leaf, "weak_type", False))))
         else:
             arrs.append(_leaf_to_array(leaf))
     traced = _trace(fun, None, None, arrs, tree)
