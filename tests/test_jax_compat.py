@@ -288,3 +288,14 @@ def test_eval_shape_allocates_nothing():
     assert kiln.eval_shape(lambda x: x, kiln.ShapeDtypeStruct((2,), np.float64)).dtype == np.float32  # x64 off
     with pytest.raises(kiln.errors.ConcretizationTypeError):
         kiln.eval_shape(lambda x: float(x), jnp.ones(()))
+
+
+def test_concrete_cond_and_switch_return_arrays():
+    """JAX's cond returns arrays (weak for Python scalars) also for a concrete predicate (optax's
+    line searches call .astype on them)."""
+    out = kiln.lax.cond(True, lambda: 3, lambda: 4)
+    assert isinstance(out, kiln.Array) and out.dtype == np.int32 and out.weak_type and int(out) == 3
+    out = kiln.lax.switch(1, [lambda: 1.0, lambda: 2.0])
+    assert isinstance(out, kiln.Array) and out.weak_type and float(out) == 2.0
+    out = kiln.lax.cond(False, lambda: np.float32(1), lambda: np.float32(2))
+    assert isinstance(out, kiln.Array) and out.dtype == np.float32 and not out.weak_type

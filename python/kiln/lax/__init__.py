@@ -875,6 +875,18 @@ def _has_value(x):
     return not isinstance(x, Tracer) or x._cval is not None
 
 
+def _results_as_arrays(tree):
+    """A control-flow result with Python scalars and NumPy values as arrays (JAX's cond returns
+    arrays, weakly typed for Python scalars, also when its predicate is concrete)."""
+    from kiln._src import tree_util
+
+    def leaf(x):
+        if isinstance(x, (_bool, _int, _float, _complex_t, np.ndarray, np.generic)) and not isinstance(x, Array):
+            return core.asarray(x)
+        return x
+    return tree_util.tree_map(leaf, tree)
+
+
 def _as_arrays(tree):
     """tree with its leaves as arrays, as JAX's control flow hands them to its functions, also when
     kiln runs those eagerly: NumPy values always, Python scalars (weakly typed) outside a trace. Under
@@ -1004,7 +1016,7 @@ def cond(pred, true_fun, false_fun, *operands):
         if other is not None:
             t_out, f_out = (out, other) if taken else (other, out)
             control_checks.check_branches("cond", "true_fun", true_fun, t_out, "false_fun", false_fun, f_out)
-        return out
+        return _results_as_arrays(out)
     p = _as_bool_scalar("cond", pred)
     leaves, tree = _operand_leaves(operands)
     touched = []
@@ -1035,7 +1047,7 @@ def switch(index, branches, *operands):
             if outs[0] is not None and outs[j] is not None:
                 control_checks.check_branches("switch", "branch 0", branches[0], outs[0], f"branch{j}", branches[j],
                                               outs[j])
-        return out
+        return _results_as_arrays(out)
     idx = _check_index(index)
     idx = core.asarray(idx) if not isinstance(idx, Array) else idx
     if len(branches) == 1:
