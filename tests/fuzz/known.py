@@ -30,6 +30,9 @@ KNOWN = [
           "fori_loop with a traced trip count is a while_loop: kiln differentiates it, JAX raises ValueError"),
     Known("*nextafter", "*grad*", "*", "jax_raises", "deliberate",
           "kiln gives nextafter a zero derivative; JAX raises NotImplementedError (no differentiation rule)"),
+    Known("*nextafter+*", "*grad*", "*", "exc_class", "deliberate",
+          "a program that differentiates nextafter and then fails (softmax of a 0-d array): JAX raises "
+          "NotImplementedError at nextafter, kiln differentiates it (README) and raises the later error"),
     Known("at.mul", "*grad*", "*", "jax_raises", "deliberate",
           "kiln differentiates x.at[i].multiply(v) with duplicate indices; JAX raises NotImplementedError "
           "(scatter_mul gradients only with unique_indices=True)"),

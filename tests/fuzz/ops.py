@@ -63,7 +63,7 @@ def _axis(g, rank, none_p=0.25, tuple_p=0.2):
 # ---- builders -------------------------------------------------------------------------------------
 
 def b_unary(g, r):
-    x = g.pick(r.dts(g), exact=r.disc, kind=r.p.get("xkind"))
+    x = g.pick(r.dts(g), exact=r.disc or r.p.get("exact_in", False), kind=r.p.get("xkind"))
     return r.fmt.format(x=x.name), [x]
 
 
@@ -178,7 +178,9 @@ def b_astype(g, r):
 
 
 def b_bitcast(g, r):
-    x = g.pick(NUM if r.dtypes is NUM else r.dts(g))
+    # bits of exact operands only: ulp-level differences and the sign and payload of a NaN that
+    # arithmetic makes (XLA's log1p(nan) is 0xffffffff, kiln's 0x7fc00000) are not the libraries' contract
+    x = g.pick(NUM if r.dtypes is NUM else r.dts(g), exact=True)
     width = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
              "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
              "complex64": 8, "complex128": 16, "bool": 1}
@@ -369,6 +371,11 @@ def b_at(g, r):
     else:
         idx, ivars = "1:", []
     modes = ["None", "'drop'", "'clip'"] + (["'promise_in_bounds'"] if not oob else [])
+    if oob and op in ("min", "max"):
+        # JAX's scatter-max/min JVP counts contenders with a scatter-add that drops the clamped
+        # out-of-bounds index (mode is not passed on): grad gives the update inf and the operand
+        # the full tangent (JAX 0.10.2 bug; kiln's derivative is the clamped update's)
+        modes.remove("'clip'")
     if op == "get":
         modes = ["None", "'fill'", "'clip'"]
     mode = g.choice(modes)
@@ -468,7 +475,10 @@ def b_dot(g, r):
 
 
 def b_sort(g, r):
-    x = g.pick(r.dts(g), min_rank=1, exact=r.disc, max_rank=1 if r.name == "jnp.searchsorted" else 3)
+    # top_k's values also read exact operands: its total order ranks -NaN last and +NaN first, and
+    # the sign of a NaN that arithmetic makes is the hardware's (XLA's x86 NaN is negative)
+    x = g.pick(r.dts(g), min_rank=1, exact=r.disc or r.name.startswith("lax.top_k"),
+               max_rank=1 if r.name == "jnp.searchsorted" else 3)
     ax = int(g.rng.integers(-x.rank, x.rank))
     if r.name in ("jnp.sort", "jnp.argsort"):
         kw = {"axis": ax}
@@ -633,10 +643,13 @@ ROWS = [
     U("jnp.trunc", REAL, "disc"), U("jnp.rint", REAL, "disc"),
     U("jnp.sqrt", NUM, "domain", w=1.2), U("jnp.cbrt", REAL), U("jnp.exp", NUM), U("jnp.exp2", REAL),
     U("jnp.expm1", NUM), U("jnp.log", NUM, "domain"), U("jnp.log1p", NUM, "domain"), U("jnp.log2", REAL, "domain"),
-    U("jnp.sin", NUM), U("jnp.cos", NUM), U("jnp.tan", NUM), U("jnp.tanh", NUM), U("jnp.sinh", NUM),
+    # sin/cos/tan/sinc read exact operands: one ulp of a large argument (cosh(37) is 5.9e15 in
+    # float32, an ulp of 5e8) is many periods, so ulp-level differences upstream decide the result
+    U("jnp.sin", NUM, exact_in=True), U("jnp.cos", NUM, exact_in=True), U("jnp.tan", NUM, exact_in=True),
+    U("jnp.tanh", NUM), U("jnp.sinh", NUM),
     U("jnp.cosh", NUM), U("jnp.arctan", NUM), U("jnp.arcsin", NUM, "domain"), U("jnp.arccos", REAL, "domain"),
     U("jnp.arcsinh", NUM), U("jnp.arctanh", REAL, "domain"), U("jnp.square", NUM), U("jnp.reciprocal", INEXACT),
-    U("jnp.sinc", FLOAT), U("jnp.logical_not", BOOL + INT, "disc"), U("jnp.invert", BOOL + INT, "keep"),
+    U("jnp.sinc", FLOAT, exact_in=True), U("jnp.logical_not", BOOL + INT, "disc"), U("jnp.invert", BOOL + INT, "keep"),
     U("jnp.isnan", INEXACT, "disc"), U("jnp.isinf", INEXACT, "disc"), U("jnp.isfinite", INEXACT, "disc"),
     U("jnp.conj", NUM, "keep"), U("jnp.real", NUM, "keep"), U("jnp.imag", NUM, "keep"),
     U("jnp.angle", FLOAT + COMPLEX, "domain"), U("jnp.nan_to_num", INEXACT, "keep"),

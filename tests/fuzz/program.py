@@ -126,8 +126,8 @@ def literal(arr):
 def _flt(v, dt=None):
     """The shortest text that rounds back to v in its own dtype."""
     f = float(v)
-    if math.isnan(f):
-        return "nan"
+    if math.isnan(f):  # the sign of a NaN shows through bitcasts and top_k's total order
+        return "-nan" if math.copysign(1.0, f) < 0 else "nan"
     if math.isinf(f):
         return "inf" if f > 0 else "-inf"
     if dt is not None and dt != np.float64:
