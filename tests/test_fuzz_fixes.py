@@ -220,3 +220,14 @@ def test_var_gradient_overflows_as_jax():
     np.testing.assert_array_equal(np.asarray(g).astype(np.float32), [-inf, nan, -inf, -inf])
     r = rng.standard_normal(5)
     np.testing.assert_allclose(np.asarray(kiln.grad(jnp.var)(r.astype(np.float32))), 2 * (r - r.mean()) / 5, rtol=1e-5)
+
+
+def test_logical_ops_of_a_weak_scalar_are_weak():
+    # JAX 0.10.2 compares with lax._const(x, 0), a weak Python scalar when x is a weak 0-d array:
+    # logical_and(0.5, int32 scalar) is a weak bool, with an int32 vector a strong one
+    s = jnp.asarray(np.array(int(rng.integers(1, 9)), np.int32))
+    v = jnp.asarray(rng.integers(0, 2, 3).astype(np.int32))
+    assert jnp.logical_and(0.5, s).weak_type and jnp.logical_or(s, 0.5).weak_type
+    assert not jnp.logical_and(0.5, v).weak_type
+    assert not jnp.logical_xor(s, 2).weak_type          # int32 scalar and a weak int: int32, strong
+    assert bool(jnp.logical_and(0.5, s)) is True

@@ -129,7 +129,15 @@ def _binary_integer(name, rule):
 
 
 def _to_bool(x):
-    return x if is_bool_dtype(x.dtype) else lax.ne(x, _c(x, 0))
+    """x != 0 against JAX's lax._const(x, 0): weak (a Python scalar) for a weak 0-d x, else strong, so
+    logical_and(0.5, int32 scalar) is a weak bool and logical_and(0.5, int32 vector) is not (JAX's;
+    bug, issue 32: kiln's were never weak)."""
+    if is_bool_dtype(x.dtype):
+        return x
+    zero = _c(x, 0)
+    if x.weak_type and x.ndim == 0:
+        zero = lax.convert_element_type(zero, zero.dtype, True)
+    return lax.ne(x, zero)
 
 
 def _binary_logical(name, rule):
