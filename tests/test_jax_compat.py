@@ -299,3 +299,57 @@ def test_concrete_cond_and_switch_return_arrays():
     assert isinstance(out, kiln.Array) and out.weak_type and float(out) == 2.0
     out = kiln.lax.cond(False, lambda: np.float32(1), lambda: np.float32(2))
     assert isinstance(out, kiln.Array) and out.dtype == np.float32 and not out.weak_type
+
+
+def test_custom_vjp_fixed_point_whose_rule_calls_itself():
+    """JAX's custom-derivatives tutorial: a fixed point whose bwd rule calls the same custom_vjp
+    function (kiln recursed forever tracing the rule)."""
+    import functools
+
+    @functools.partial(kiln.custom_vjp, nondiff_argnums=(0,))
+    def fixed_point(f, a, x0):
+        def body(c):
+            return c[1], f(a, c[1])
+        return kiln.lax.while_loop(lambda c: jnp.abs(c[0] - c[1]) > 1e-6, body, (x0, f(a, x0)))[1]
+
+    def fwd(f, a, x0):
+        x = fixed_point(f, a, x0)
+        return x, (a, x)
+
+    def rev_iter(f, packed, u):
+        a, x, x_bar = packed
+        return x_bar + kiln.vjp(lambda x: f(a, x), x)[1](u)[0]
+
+    def bwd(f, res, x_bar):
+        a, x = res
+        u = fixed_point(functools.partial(rev_iter, f), (a, x, x_bar), x_bar)
+        return kiln.vjp(lambda a: f(a, x), a)[1](u)[0], jnp.zeros_like(x)
+    fixed_point.defvjp(fwd, bwd)
+
+    def newton_sqrt(a):
+        return fixed_point(lambda a, x: 0.5 * (x + a / x), a, a)
+    a = float(np.random.default_rng().uniform(0.5, 4.0))
+    np.testing.assert_allclose(float(newton_sqrt(a)), np.sqrt(a), rtol=1e-6)
+    np.testing.assert_allclose(float(kiln.grad(newton_sqrt)(a)), 0.5 / np.sqrt(a), rtol=1e-5)
+    np.testing.assert_allclose(float(kiln.jit(kiln.grad(newton_sqrt))(a)), 0.5 / np.sqrt(a), rtol=1e-5)
+    np.testing.assert_allclose(float(kiln.grad(kiln.grad(newton_sqrt))(a)), -0.25 * a ** -1.5, rtol=1e-4)
+
+
+def test_jit_of_a_pytree_with_dict_aux_data():
+    """aux_data that cannot be hashed (a dict) is compared by == for the cache, as JAX does."""
+    class P:
+        def __init__(self, x, meta):
+            self.x, self.meta = x, meta
+    kiln.tree_util.register_pytree_node(P, lambda p: ((p.x,), p.meta), lambda meta, ch: P(ch[0], meta))
+    traces = []
+
+    def g(p):
+        traces.append(1)
+        return P(p.x * 2, p.meta)
+    f = kiln.jit(g)
+    x = np.random.default_rng().standard_normal(2).astype(np.float32)
+    assert f(P(x, {"a": 1})).meta == {"a": 1} and f(P(x, {"a": 1})).meta == {"a": 1}
+    assert len(traces) == 1
+    out = f(P(x, {"a": 2}))
+    assert out.meta == {"a": 2} and len(traces) == 2
+    np.testing.assert_allclose(np.asarray(out.x), 2 * x)

@@ -245,7 +245,11 @@ class custom_vjp:
         from kiln import lax
         flat_in = res_leaves + out_leaves
         _, flat_tree = tree_util.tree_flatten((tuple(flat_in), {}))
-        traced = api._trace(bwd_flat, None, None, flat_in, flat_tree)
+        self._in_rule = True  # bwd may call the function itself (a fixed point's rule): plainly there
+        try:
+            traced = api._trace(bwd_flat, None, None, flat_in, flat_tree)
+        finally:
+            self._in_rule = False
         consts = list(traced.consts)
         bwd_body = traced.builder.take_body()
         ys = core.bind("custom_vjp_call", out_leaves + res_leaves + consts + x_leaves,

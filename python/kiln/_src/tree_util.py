@@ -460,6 +460,18 @@ def _flatten_with_path(x, path, pairs, is_leaf):
                               for k, c in keyed]))
 
 
+def _structure_key(node):
+    """A hashable stand-in for node: each aux_data that cannot be hashed replaced by its type."""
+    if node is _LEAF:
+        return node
+    kind, aux, children = node
+    try:
+        hash(aux)
+    except TypeError:
+        aux = ("unhashable", type(aux))
+    return (kind, aux, tuple(_structure_key(c) for c in children))
+
+
 def _make_treedef(node, num_leaves):
     treedef = object.__new__(PyTreeDef)
     treedef._node = node
@@ -649,11 +661,8 @@ class PyTreeDef:
         if h is None:
             try:
                 h = hash(self._node)
-            except TypeError as exc:
-                raise TypeError(
-                    f"{self!r} is not hashable: a registered pytree node returned "
-                    f"unhashable aux_data ({exc}); make aux_data hashable, e.g. a "
-                    "tuple instead of a list") from None
+            except TypeError:  # unhashable aux_data (a dict): hashed by its type, compared by == (as JAX)
+                h = hash(_structure_key(self._node))
             self._hash = h
         return h
 
