@@ -4,6 +4,7 @@
 #define KL_EMIT_H
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../ir/str.h"
 
@@ -18,6 +19,8 @@ typedef struct {
   char rare[24];        /* i1 SSA name: this element needs the rare path ("" while none did) */
   const char *rare_ind; /* the indentation of the ops that defined rare (its block, for the caller) */
   int rare_mixed;       /* 1: needs were noted at several indentations, so rare is unusable */
+  uint64_t *defs; /* NULL, or the module's out-of-line functions (kl_math_define_outlined's bits):
+                     a rare path under scf.if then calls its helper rather than inlining it */
 } kl_emitter;
 
 /* Writes a fresh SSA name ("%t17") into buf (>= 24 bytes) and returns buf. */

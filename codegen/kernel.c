@@ -599,11 +599,11 @@ static void store_lines(kl_str *s, kl_dtype rt, const char *v, const char *targe
 }
 
 /* The kernel's value emitted again into b, with a fresh memo and the names going on from k's:
- * branches and rare_ok as given. Its SSA name goes into val, its rare flag (or "") into rare. */
-static void reemit(kctx *k, kl_str *b, int branches, int rare_ok, int v, ssa *idx, char *val, char *rare) {
+ * branches, rare_ok and defs as given. Its SSA name goes into val, its rare flag (or "") into rare. */
+static void reemit(kctx *k, kl_str *b, int branches, int rare_ok, uint64_t *defs, int v, ssa *idx, char *val, char *rare) {
   kctx k2 = *k;
   k2.body = b;
-  k2.em = (kl_emitter){.out = b, .next_id = k->em.next_id, .branches = branches, .rare_ok = rare_ok};
+  k2.em = (kl_emitter){.out = b, .next_id = k->em.next_id, .branches = branches, .rare_ok = rare_ok, .defs = defs};
   k2.memo = NULL;
   k2.nmemo = k2.capmemo = 0;
   memset(k2.mathuses, 0, sizeof k2.mathuses);
@@ -862,10 +862,10 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     kl_str_init(&store1);
     kl_str_init(&store2);
     int usable = !tiled && !k.em.rare_mixed && k.em.rare_ind == indent;
-    if (usable) reemit(&k, &body2, 1, 1, emitted, idx, v2, rare2);
+    if (usable) reemit(&k, &body2, 1, 1, outlined, emitted, idx, v2, rare2); /* its exact paths called */
     if (!usable || !rare2[0]) { /* else one body that computes every path itself */
       kl_str_clear(&body);
-      reemit(&k, &body, 0, 0, emitted, idx, val, rare2);
+      reemit(&k, &body, 0, 0, NULL, emitted, idx, val, rare2);
       kl_str_clear(&store);
       store_lines(&store, rt, val, target.data, NULL, NULL, "");
       usable = 0;

@@ -670,7 +670,17 @@ static V trig_reduce_any(C *c, V xs, V ax, V *q4) {
     kl_str_printf(c->e->out, "%s%s:2 = scf.if %s -> (%s, %s) {\n", c->ind, res.s, big.s, c->ty, c->ty);
     C in = *c;
     in.ind = ind;
-    V q4b, rb = exact(&in, xs, &q4b);
+    V q4b, rb;
+    if (c->e->defs) { /* the module defines it once (kl_math_define_helpers) */
+      *c->e->defs |= (uint64_t)1 << KL_MF_REDUCE_BIT(c->f64);
+      kl_emit_fresh(c->e, rb.s);
+      kl_str_printf(c->e->out, "%s%s:2 = func.call @KLPFXmf_reduce_%s(%s) : (%s) -> (%s, %s)\n", ind, rb.s, c->ty, xs.s, c->ty,
+                    c->ty, c->ty);
+      size_t n = strlen(rb.s); /* "%t123": room for the result number */
+      memcpy(q4b.s, rb.s, n);
+      memcpy(q4b.s + n, "#1", 3);
+      memcpy(rb.s + n, "#0", 3);
+    } else rb = exact(&in, xs, &q4b);
     kl_str_printf(c->e->out, "%sscf.yield %s, %s : %s, %s\n%s} else {\n%sscf.yield %s, %s : %s, %s\n%s}\n", ind, rb.s,
                   q4b.s, c->ty, c->ty, c->ind, ind, r.s, q4->s, c->ty, c->ty, c->ind);
     size_t n = strlen(res.s); /* "%t123" and a result number: well within the name's room */
@@ -683,6 +693,20 @@ static V trig_reduce_any(C *c, V xs, V ax, V *q4) {
   V q4b, rb = exact(c, xs, &q4b);
   *q4 = sel(c, big, q4b, *q4);
   return sel(c, big, rb, r);
+}
+
+void kl_math_define_helpers(uint64_t used, kl_str *out) {
+  for (int is64 = 0; is64 < 2; is64++) {
+    if (!(used >> KL_MF_REDUCE_BIT(is64) & 1)) continue;
+    kl_emitter em = {.out = out};
+    C c = ctx_of(&em, is64, "    ");
+    kl_str_printf(out, "  func.func @KLPFXmf_reduce_%s(%%x: %s) -> (%s, %s) attributes {passthrough = [\"noinline\"]} {\n", c.ty,
+                  c.ty, c.ty, c.ty);
+    V x, q4;
+    snprintf(x.s, sizeof x.s, "%%x");
+    V r = (is64 ? trig_reduce_huge : trig_reduce_big)(&c, x, &q4);
+    kl_str_printf(out, "    return %s, %s : %s, %s\n  }\n", r.s, q4.s, c.ty, c.ty);
+  }
 }
 
 static V trig(C *c, V x, kl_mathfn fn) {

@@ -33,6 +33,12 @@ char *kl_math_emit(kl_emitter *e, kl_mathfn fn, const char *x, const char *ty, c
  * operand is atan2's y (numerator), as in C's atan2(y, x). */
 char *kl_math_emit2(kl_emitter *e, kl_mathfn2 fn, const char *x, const char *y, const char *ty,
                     const char *indent, char *out);
+/* Bits of kl_math_define_outlined's set past the math functions' (2 * KL_MF_COUNT_UNARY of them):
+ * the exact trig reductions of f32 and f64 as functions of their own, which a rare path calls
+ * where the emitter has defs. */
+#define KL_MF_REDUCE_BIT(is64) (60 + (is64))
+/* Appends to out the definitions of the helpers whose KL_MF_REDUCE_BIT is set in used. */
+void kl_math_define_helpers(uint64_t used, kl_str *out);
 /* Lower-case name ("exp", "erf_inv", ...); "?" for an out-of-range fn. Borrowed, static. */
 const char *kl_math_name(kl_mathfn fn);
 #endif

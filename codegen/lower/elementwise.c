@@ -85,6 +85,7 @@ void kl_math_define_outlined(uint64_t used, kl_str *out) {
       kl_math_emit(&em, (kl_mathfn)f, "%x", ty, "    ", r);
       kl_str_printf(out, "    return %s : %s\n  }\n", r, ty);
     }
+  kl_math_define_helpers(used, out);
 }
 
 static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, char *out) {
