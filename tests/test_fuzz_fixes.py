@@ -231,3 +231,18 @@ def test_logical_ops_of_a_weak_scalar_are_weak():
     assert not jnp.logical_and(0.5, v).weak_type
     assert not jnp.logical_xor(s, 2).weak_type          # int32 scalar and a weak int: int32, strong
     assert bool(jnp.logical_and(0.5, s)) is True
+
+
+def test_activations_of_bool_as_jax():
+    # JAX 0.10.2: relu/hard_tanh of bool are jnp.maximum/where with Python ints (weak int32);
+    # log_sigmoid (neg) and softmax/log_softmax (sub) reject bool with TypeError
+    b = jnp.asarray(rng.random(4) < 0.5)
+    for name in ("relu", "hard_tanh"):
+        out = getattr(kiln.nn, name)(b)
+        assert (out.dtype, bool(out.weak_type)) == (np.int32, True)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(b).astype(np.int32))
+    for name in ("log_sigmoid", "softmax", "log_softmax"):
+        with pytest.raises(TypeError, match="bool"):
+            getattr(kiln.nn, name)(b)
+    i = jnp.asarray(np.array([3, -2], np.int16))
+    assert kiln.nn.relu(i).dtype == np.int16 and not kiln.nn.relu(i).weak_type

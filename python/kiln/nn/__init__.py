@@ -53,6 +53,15 @@ def _weak_as(x, out):
     return out if bool(out.weak_type) == bool(x.weak_type) else lax.convert_element_type(out, out.dtype, x.weak_type)
 
 
+def _no_bool(name, x, prim):
+    """x, which must not be bool: JAX's expression applies lax `prim` to it, which takes no bool."""
+    x = _as_array(name, x)
+    if util.is_bool_dtype(x.dtype):
+        raise TypeError(f"{name}: {prim} does not accept dtype bool (convert the input first, e.g. "
+                        f"x.astype(jnp.float32))")
+    return x
+
+
 def _float_only(name, x):
     """x, which must be inexact: lax.logistic's TypeError otherwise, as JAX."""
     x = _as_array(name, x)
@@ -76,8 +85,8 @@ def _zero_outside(inside):
 @custom_jvp
 def relu(x):
     """max(x, 0); nan passes through, its derivative (and at 0) is 0."""
-    x = _as_array("relu", x)
-    return lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), x)
+    x = util.promote_dtypes("relu", x, 0)[0]  # jnp.maximum(x, 0): a bool gives a weak int32
+    return _weak_as(x, lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), x))
 
 
 relu.defjvps(_zero_outside(lambda x: lax.gt(x, _c(x, 0))))
@@ -141,7 +150,7 @@ log1mexp.defjvps(lambda g, ans, x: ufuncs.divide(g, lax.expm1(_float("log1mexp",
 
 def log_sigmoid(x):
     """log(sigmoid(x)) = -softplus(-x)."""
-    x = _float("log_sigmoid", x)
+    x = _float("log_sigmoid", _no_bool("log_sigmoid", x, "neg"))
     return lax.neg(softplus(lax.neg(x)))
 
 
@@ -198,8 +207,9 @@ def leaky_relu(x, negative_slope=0.01):
 
 def hard_tanh(x):
     """x clipped to [-1, 1]."""
-    x = _as_array("hard_tanh", x)
-    return lax.select(ufuncs.order_gt(x, _c(x, 1)), _c(x, 1), lax.select(ufuncs.order_lt(x, _c(x, -1)), _c(x, -1), x))
+    x = util.promote_dtypes("hard_tanh", x, 0)[0]  # jnp.where(x > 1, 1, ...): a bool gives a weak int32
+    return _weak_as(x, lax.select(ufuncs.order_gt(x, _c(x, 1)), _c(x, 1),
+                                  lax.select(ufuncs.order_lt(x, _c(x, -1)), _c(x, -1), x)))
 
 
 def hard_sigmoid(x):
@@ -242,7 +252,7 @@ def glu(x, axis=-1):
 
 
 def _softmax_parts(name, x, axis, where):
-    x = _float(name, x)
+    x = _float(name, _no_bool(name, x, "sub"))
     axes = util.canonicalize_axes(axis, x.ndim, name)
     w = None if where is None else reductions._where_arg(name, where, x.shape)
     x_max = reductions.max(x, axes, keepdims=True, where=w, initial=-np.inf)
