@@ -353,3 +353,15 @@ def test_jit_of_a_pytree_with_dict_aux_data():
     out = f(P(x, {"a": 2}))
     assert out.meta == {"a": 2} and len(traces) == 2
     np.testing.assert_allclose(np.asarray(out.x), 2 * x)
+
+
+def test_older_spellings_libraries_still_use():
+    lax = kiln.lax
+    assert float(lax.cond(True, 1.0, lambda x: x + 1, 2.0, lambda x: x * 10)) == 2.0  # cond's five-argument form
+    assert float(kiln.jit(lambda p: lax.cond(p, 1.0, lambda x: x + 1, 2.0, lambda x: x * 10))(False)) == 20.0
+    assert float(lax.cond(False, lambda x: x + 1, lambda x: x * 10, operand=2.0)) == 20.0
+    xs = np.random.default_rng().standard_normal(3).astype(np.float32)
+    c, ys = lax.scan(lambda c, x: (c + x, c), 0.0, xs, _split_transpose=True)
+    np.testing.assert_allclose(float(c), xs.sum(), rtol=1e-6)
+    compiled = kiln.jit(lambda x: x * 2).lower(1.0).compile(compiler_options={"xla_cpu_enable_fast_math": False})
+    assert float(compiled(3.0)) == 6.0

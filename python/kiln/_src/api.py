@@ -769,7 +769,10 @@ class Lowered:
             fun = _rebuild_call(fun, self._statics, self._wrapped._static_argnums, self._nargs)
         return _trace(fun, None, None, self._arrs, self._tree).text()
 
-    def compile(self):
+    def compile(self, compiler_options=None):
+        """The compiled program. compiler_options (XLA's flags in JAX) are accepted and recorded:
+        kiln's compiler takes none."""
+        self.compiler_options = dict(compiler_options or {})
         w = self._wrapped
         if self._key not in w._cache:
             w._cache[self._key] = w._compile(self._statics, self._arrs, self._tree, self._nargs)

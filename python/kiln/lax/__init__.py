@@ -719,9 +719,15 @@ def _extreme_identity(init, prim):
 
 def _arg_reducer(name):
     def op(operand, axis, index_dtype):
+        """The index of the extreme along axis, in index_dtype: any integer type, as JAX's (the
+        primitive makes int32/int64; a narrower type is a conversion of that, wrapping as JAX's)."""
         (operand,) = _args(name, operand)
-        return bind1(name, [operand], {"axes": _axes(operand, (axis,), name),
-                                       "index_dtype": dtypes.canonicalize_dtype(index_dtype).name})
+        idt = dtypes.canonicalize_dtype(index_dtype)
+        if idt.kind not in "iu":
+            raise TypeError(f"index_dtype must be an integer type, but got {idt}")
+        made = idt if idt in (np.int32, np.int64) else np.dtype(np.int32)
+        out = bind1(name, [operand], {"axes": _axes(operand, (axis,), name), "index_dtype": made.name})
+        return out if made == idt else convert_element_type(out, idt)
     op.__name__ = name
     return op
 
@@ -1003,11 +1009,24 @@ def _operand_leaves(operands):
     return [core.asarray(x) for x in leaves], tree
 
 
-def cond(pred, true_fun, false_fun, *operands):
+_NO_OPERAND = object()
+
+
+def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     """true_fun(*operands) if pred else false_fun(*operands). A concrete predicate calls the taken
     branch (and checks the other's types); a traced one makes a cond equation, which runs only the
-    branch its predicate names (under vmap with a batched predicate, both, selected per example)."""
+    branch its predicate names (under vmap with a batched predicate, both, selected per example).
+    JAX's older forms are accepted: operand= (one operand), and cond(pred, true_operand, true_fun,
+    false_operand, false_fun)."""
     from kiln._src import control_checks, tree_util
+    if operand is not _NO_OPERAND:
+        if operands:
+            raise TypeError("cond: pass the operands positionally or as operand=, not both")
+        operands = (operand,)
+    if not callable(true_fun) and len(operands) == 2 and callable(false_fun) and callable(operands[1]):
+        # the old five-argument form: cond(pred, true_operand, true_fun, false_operand, false_fun)
+        t_op, t_fun, f_op, f_fun = true_fun, false_fun, operands[0], operands[1]
+        return cond(pred, lambda ops: t_fun(ops[0]), lambda ops: f_fun(ops[1]), (t_op, f_op))
     if _has_value(pred):
         taken = _bool(_check_pred("cond", pred))
         operands = _as_arrays(operands)  # the branches see arrays, as JAX's do
@@ -1204,8 +1223,11 @@ def while_loop(cond_fun, body_fun, init_val):
         val = out
 
 
-def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
-    """JAX's scan: carry, ys = f(carry, x) over the leading axis of xs; returns (carry, stacked ys)."""
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpose=False):
+    """JAX's scan: carry, ys = f(carry, x) over the leading axis of xs; returns (carry, stacked ys).
+    (_split_transpose, a JAX scheduling hint for the transposed scan, is accepted: kiln's reverse
+    mode is the same either way.)"""
+    del _split_transpose
     from kiln._src import tree_util
     from kiln import numpy as jnp
     x_leaves, x_tree = tree_util.tree_flatten(xs)
