@@ -8,6 +8,7 @@ file's remaining tests run in a fresh process. JAX results are cached per librar
 sample, so a rerun only reruns kiln.
 """
 import collections
+import hashlib
 import json
 import os
 import signal
@@ -209,7 +210,10 @@ def measure(lib, root, sample, rerun_jax=False):
         return dict(base, collected_total=0, ids=[], jax={}, kiln={}, wall={}, collect_errors={})
     site = fetch.install_site(_all_libraries(), root)
     src = fetch.source_tree(lib, root)
-    jax_key = os.path.join(results_dir, f"{lib.name}-{lib.version}-sample{sample:g}.jax.json")
+    # the key names what decides the JAX outcomes: version, sample, pinned dependencies
+    deps_hash = hashlib.sha256("\n".join(sorted(lib.deps)).encode()).hexdigest()[:8]
+    stem = f"{lib.name}-{lib.version}-sample{sample:g}"
+    jax_key = os.path.join(results_dir, f"{stem}-deps{deps_hash}.jax.json")
     if os.path.exists(jax_key) and not rerun_jax:
         with open(jax_key) as f:
             jax_part = json.load(f)
@@ -230,8 +234,7 @@ def measure(lib, root, sample, rerun_jax=False):
                collect_errors=jax_part["collect_errors"],
                jax={k: tuple(v) for k, v in jax_part["results"].items()},
                kiln=kiln_results, wall={"jax": jax_part["wall"], "kiln": kiln_wall})
-    with open(os.path.join(results_dir, f"{lib.name}-{lib.version}-sample{sample:g}.json"),
-              "w") as f:
+    with open(os.path.join(results_dir, stem + ".json"), "w") as f:
         json.dump(out, f, indent=1)
     return out
 

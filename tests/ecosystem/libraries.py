@@ -30,11 +30,12 @@ _OPTAX = "optax==0.2.8"
 _EQX = ("equinox==0.13.8", "jaxtyping==0.3.11", "wadler-lindig==0.1.8")
 _FLAX = ("msgpack==1.2.4", "rich==15.0.0", "markdown-it-py==4.0.0", "mdurl==0.1.2",
          "pygments==2.19.2", "pyyaml==6.0.4", "treescope==0.1.10")
-_TFP = ("tensorflow-probability==0.25.0", "decorator==5.3.2", "gast==0.7.0")
+# distrax needs tfp-nightly: tensorflow-probability 0.25.0's JAX substrate fails on JAX 0.10.2
+_TFP = ("tfp-nightly==0.26.0.dev20261027", "decorator==5.3.2", "gast==0.7.0")
 
 LIBRARIES = (
     Library("optax", "optax", "0.2.8", "wheel", ("optax",),
-            deps=(_ABSL,) + _CHEX),
+            deps=(_ABSL, "scikit-learn==1.9.1", "joblib==1.6.0", "threadpoolctl==3.8.0") + _CHEX),
     Library("chex", "chex", "0.1.92", "wheel", ("chex",),
             deps=(_ABSL,) + _CHEX[1:] + _TREE),
     Library("flax-linen", "flax", "0.12.8", "sdist", ("tests",),

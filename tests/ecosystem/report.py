@@ -8,14 +8,23 @@ def summarize(res):
     ids = res["ids"]
     jax_ok = {i for i in ids if res["jax"].get(i, ("",))[0] == "passed"}
     kiln_ok = {i for i in ids if res["kiln"].get(i, ("",))[0] == "passed"}
-    causes = collections.Counter(
-        res["kiln"].get(i, ("error", "not run"))[1] or res["kiln"].get(i, ("error",))[0]
-        for i in sorted(jax_ok - kiln_ok))
+    causes = collections.Counter()
+    examples = {}
+    for i in sorted(jax_ok - kiln_ok):
+        outcome, cause = res["kiln"].get(i, ("error", "not run"))
+        cause = cause or outcome
+        causes[cause] += 1
+        examples.setdefault(cause, i)
     crash = sum(1 for i in ids if res["kiln"].get(i, ("", ""))[1].startswith("crash"))
     hang = sum(1 for i in ids if res["kiln"].get(i, ("", ""))[1].startswith("hang"))
     return {"sampled": len(ids), "jax": len(jax_ok), "kiln": len(kiln_ok),
             "both": len(jax_ok & kiln_ok), "kiln_only": len(kiln_ok - jax_ok),
-            "crash": crash, "hang": hang, "causes": causes}
+            "crash": crash, "hang": hang, "causes": causes, "examples": examples}
+
+
+def _cell(text):
+    """`text` made safe inside a Markdown table cell's code span."""
+    return text.replace("|", "/").replace("`", "'")
 
 
 def _pct(part, whole):
@@ -50,9 +59,10 @@ def render(results, top=10):
         details += [f"## {name}", ""]
         if s["causes"]:
             details += [f"Why the {s['jax'] - s['both']} tests that pass on JAX fail on kiln "
-                        f"(top {top} causes):", "", "| tests | cause |", "|---|---|"]
+                        f"(top {top} causes):", "", "| tests | cause | one of them |",
+                        "|---|---|---|"]
             for cause, count in s["causes"].most_common(top):
-                details.append(f"| {count} | `{cause.replace('|', '/').replace('`', chr(39))}` |")
+                details.append(f"| {count} | `{_cell(cause)}` | `{_cell(s['examples'][cause])}` |")
             details.append("")
         errors = res.get("collect_errors") or {}
         if errors:
