@@ -357,3 +357,22 @@ def test_complex_to_bool():
     # the derivative through the real part: where(convert(x * 1j, bool), x, 0) is 0 everywhere
     g = kiln.grad(lambda x: jnp.sum(jnp.where(lax.convert_element_type(x * 1j, bool), x, 0.0)))(jnp.ones(3))
     np.testing.assert_array_equal(np.asarray(g), np.zeros(3, np.float32))
+
+
+def test_conv_operands_share_a_dtype_and_argmax_takes_any_integer_index_dtype():
+    x = jnp.asarray(rng.standard_normal((1, 1, 4, 4)).astype(np.float32))
+    k = jnp.asarray(rng.standard_normal((1, 1, 2, 2)).astype(np.float16))
+    with pytest.raises(TypeError, match="lax.conv_general_dilated requires arguments to have the same dtypes, got "
+                                        "float32, float16"):
+        lax.conv(x, k, (1, 1), "VALID")
+    with pytest.raises(TypeError, match="got int8, int16"):  # a preferred type does not lift the rule (JAX)
+        lax.conv_general_dilated(x.astype(jnp.int8), k.astype(jnp.int16), (1, 1), "VALID",
+                                 preferred_element_type=np.int32)
+    host = rng.standard_normal((3, 5)).astype(np.float32)
+    for dt in (np.int8, np.uint8, np.int16, np.uint32):
+        out = lax.argmax(jnp.asarray(host), 1, dt)
+        assert out.dtype == np.dtype(dt)
+        np.testing.assert_array_equal(np.asarray(out), host.argmax(1))
+        np.testing.assert_array_equal(np.asarray(lax.argmin(jnp.asarray(host), 0, dt)), host.argmin(0))
+    with pytest.raises(TypeError, match="index_dtype must be an integer type, but got float32"):
+        lax.argmax(jnp.asarray(host), 0, np.float32)

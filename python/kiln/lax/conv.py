@@ -260,10 +260,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     if G < 1 or B < 1 or (G > 1 and B > 1):
         raise ValueError(f"conv_general_dilated: feature_group_count ({G}) and batch_group_count ({B}) must be "
                          "positive and at most one of them above 1")
-    if lhs.dtype != rhs.dtype:
-        from kiln import numpy as jnp
-        dt = jnp.result_type(lhs, rhs)
-        lhs, rhs = lhs.astype(dt), rhs.astype(dt)
+    lax._check_same_dtypes("conv_general_dilated", [lhs, rhs])  # as JAX, even with a preferred type
     if preferred_element_type is not None:
         _check_preferred_element_type(np.dtype(lhs.dtype), np.dtype(preferred_element_type))
     x = lax.transpose(lhs, (dn.lhs_spec[0],) + tuple(dn.lhs_spec[2:]) + (dn.lhs_spec[1],))  # (N, S..., C)
