@@ -872,6 +872,7 @@ def make_jaxpr(fun, static_argnums=(), return_shape=False):
         traced.builder.simplify()  # show the program as it is compiled: simplified, no dead or repeated work
         from kiln._src import jaxpr as jaxpr_view
         jaxpr = jaxpr_view.view(traced.builder, list(traced.consts), len(arrs), text=traced.text())
+        jaxpr._traced = traced
         if return_shape:
             shapes = [ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in traced.out_avals]
             return jaxpr, tree_util.tree_unflatten(traced.out_tree, shapes)
@@ -890,7 +891,7 @@ class ShapeDtypeStruct:
             raise NotImplementedError("ShapeDtypeStruct(is_ref=True): kiln describes Refs by their values' "
                                       "ShapeDtypeStruct")
         self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = dtype if isinstance(dtype, dtypes.ExtendedDType) else np.dtype(dtype)  # (key<fry>)
         self.weak_type = bool(weak_type)
         self.sharding = sharding
 
@@ -938,6 +939,16 @@ class ShapeDtypeStruct:
 
 
 def eval_shape(fun, *args, **kwargs):
+    """The ShapeDtypeStructs of fun's results, traced on abstract values of the arguments (arrays,
+    ShapeDtypeStructs or anything with shape and dtype); a typed key array, or a ShapeDtypeStruct
+    of dtype key<fry>, in or out, is described as a key (kiln's own callers use _eval_shape,
+    which sees the key's data, as the transformations do)."""
+    from kiln import random
+    args, kwargs = random._keys_of_specs((args, kwargs))
+    return random._specs_of_keys(_eval_shape(fun, *args, **kwargs))
+
+
+def _eval_shape(fun, *args, **kwargs):
     leaves, tree = tree_util.tree_flatten((args, kwargs))
     arrs = []
     for leaf in leaves:

@@ -122,12 +122,13 @@ class Jaxpr:
 
 class ClosedJaxpr:
     """A Jaxpr with its constants' values (what make_jaxpr returns; prints as the program)."""
-    __slots__ = ("jaxpr", "consts", "_num_eqns", "__weakref__")
+    __slots__ = ("jaxpr", "consts", "_num_eqns", "_traced", "__weakref__")
 
-    def __init__(self, jaxpr, consts, *, num_eqns=None):
+    def __init__(self, jaxpr, consts, *, num_eqns=None, traced=None):
         self.jaxpr = jaxpr
         self.consts = list(consts)
         self._num_eqns = num_eqns
+        self._traced = traced  # (make_jaxpr's: kiln's traced program, its Builder for kiln's own tools)
 
     @property
     def in_avals(self):
