@@ -365,3 +365,24 @@ def test_older_spellings_libraries_still_use():
     np.testing.assert_allclose(float(c), xs.sum(), rtol=1e-6)
     compiled = kiln.jit(lambda x: x * 2).lower(1.0).compile(compiler_options={"xla_cpu_enable_fast_math": False})
     assert float(compiled(3.0)) == 6.0
+
+
+def test_jax_ways_of_asking_for_cpu_devices(tmp_path):
+    """chex.set_n_cpu_devices sets XLA_FLAGS after import, before the first operation; JAX_NUM_CPU_DEVICES
+    and jax_num_cpu_devices are JAX's other spellings of KILN_NUM_CPU_DEVICES."""
+    import subprocess
+    import sys
+    import os
+    script = ("import os, kiln\n"
+              "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=3'\n"
+              "print(len(kiln.devices()), kiln._src.xla_bridge._backends)\n"
+              "kiln.config.update('jax_num_cpu_devices', 5)\n"
+              "print(len(kiln.devices()), float(kiln.pmap(lambda v: v * 2)(kiln.numpy.arange(5.0)).sum()))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("KILN_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    env.update(PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(__file__)), "python"), KILN_PLATFORM="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["3", "{}", "5", "20.0"], out.stdout + out.stderr
+    env["JAX_NUM_CPU_DEVICES"] = "2"
+    out = subprocess.run([sys.executable, "-c", "import kiln; print(len(kiln.devices()))"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "2", out.stdout + out.stderr

@@ -59,9 +59,13 @@ class Device:
 def _num_cpu_devices():
     """KILN_NUM_CPU_DEVICES=N: N simulated CPU devices (like XLA's forced host platform device
     count), default 1. They share the host's memory and cores; each runs its own launches, and
-    collectives between them run in process (runtime/collective.c)."""
+    collectives between them run in process (runtime/collective.c). JAX's ways of asking for them
+    count too: JAX_NUM_CPU_DEVICES, XLA_FLAGS=--xla_force_host_platform_device_count=N and
+    config.update('jax_num_cpu_devices', N) (see _grow_cpus)."""
     import os
-    v = os.environ.get("KILN_NUM_CPU_DEVICES", "1").strip() or "1"
+    v = os.environ.get("KILN_NUM_CPU_DEVICES", "").strip()
+    if not v:
+        return max(1, _jax_cpu_count())
     try:
         n = int(v)
     except ValueError:
@@ -69,6 +73,29 @@ def _num_cpu_devices():
     if n < 1:
         raise RuntimeError(f"KILN_NUM_CPU_DEVICES={v!r}: expected a positive number of simulated CPU devices")
     return n
+
+
+def _jax_cpu_count():
+    """The CPU device count JAX would make: jax_num_cpu_devices, JAX_NUM_CPU_DEVICES, or XLA_FLAGS'
+    --xla_force_host_platform_device_count (0: none asked)."""
+    import os
+    import re
+    from kiln._src.config import config
+    n = getattr(config, "jax_num_cpu_devices", -1)
+    if n is not None and n > 0:
+        return n
+    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(m.group(1)) if m else 0
+
+
+def _grow_cpus():
+    """More simulated CPU devices when JAX's settings ask for more after import (chex sets XLA_FLAGS
+    before the first operation): devices are added, never removed."""
+    if _global_devices is None and len(_cpus) < _jax_cpu_count() and "KILN_NUM_CPU_DEVICES" not in __import__("os").environ:
+        for i in range(len(_cpus), _jax_cpu_count()):
+            d = Device(i, "cpu", "cpu")
+            d._kind = 0
+            _cpus.append(d)
 
 
 _cpus = [Device(i, "cpu", "cpu") for i in range(_num_cpu_devices())]
@@ -229,6 +256,8 @@ def devices(backend=None):
     plat = "gpu" if backend is None and _gpu is not None else "cpu"
     if _global_devices is not None:
         return list(_global_devices[plat])
+    if plat == "cpu":
+        _grow_cpus()
     return list(_gpus if plat == "gpu" else _cpus)
 
 
