@@ -5,6 +5,7 @@ means). Heavy: run it under `nice`, one library after another, one test process 
 """
 import argparse
 import os
+import signal
 import sys
 
 from . import harness, report
@@ -24,6 +25,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not 0 < args.eco_sample <= 1:
         parser.error("--eco-sample must be in (0, 1]")
+    # SIGTERM unwinds like Ctrl-C, so the running pytest process group is killed too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results = []
     for lib in by_name(args.libraries):
         results.append(harness.measure(lib, args.root, args.eco_sample, args.rerun_jax))

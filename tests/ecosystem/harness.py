@@ -91,15 +91,20 @@ def _run_watched(cmd, cwd, env, events_path, log_path, silence_s):
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         last_size, last_change = -1, time.monotonic()
-        while proc.poll() is None:
-            time.sleep(0.5)
-            size = os.path.getsize(events_path) if os.path.exists(events_path) else 0
-            if size != last_size:
-                last_size, last_change = size, time.monotonic()
-            elif time.monotonic() - last_change > silence_s:
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                size = os.path.getsize(events_path) if os.path.exists(events_path) else 0
+                if size != last_size:
+                    last_size, last_change = size, time.monotonic()
+                elif time.monotonic() - last_change > silence_s:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return proc.returncode, True
+        finally:  # the harness interrupted (Ctrl-C, SIGTERM): its pytest goes with it
+            if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                return proc.returncode, True
         return proc.returncode, False
 
 

@@ -35,7 +35,8 @@ _TFP = ("tfp-nightly==0.26.0.dev20261027", "decorator==5.3.2", "gast==0.7.0")
 
 LIBRARIES = (
     Library("optax", "optax", "0.2.8", "wheel", ("optax",),
-            deps=(_ABSL, "scikit-learn==1.9.1", "joblib==1.6.0", "threadpoolctl==3.8.0") + _CHEX),
+            deps=(_ABSL, "scikit-learn==1.9.1", "joblib==1.6.0",
+                   "threadpoolctl==3.8.0", "narwhals==2.29.0") + _CHEX),
     Library("chex", "chex", "0.1.92", "wheel", ("chex",),
             deps=(_ABSL,) + _CHEX[1:] + _TREE),
     Library("flax-linen", "flax", "0.12.8", "sdist", ("tests",),
