@@ -63,6 +63,7 @@ from kiln._src.toplevel import (enable_x64, debug_nans, debug_infs, default_matm
                                 fwd_and_bwd, make_user_context, auto_pcast, remove_size_one_mesh_axis_from_type)
 from kiln import ad, custom_batching, memory, distributed, monitoring, export, ffi  # noqa: F401
 from kiln import core, extend, interpreters, flatten_util, test_util, api_util  # noqa: F401,E402  (jax.core, ...)
+from kiln._src import xla_bridge as _xla_bridge  # noqa: F401,E402  (jax._src.xla_bridge, read as an attribute)
 from kiln.sharding import NamedSharding, PartitionSpec as P, Shard  # noqa: F401
 
 version = __version__
