@@ -202,7 +202,29 @@ def _signal_name(rc):
     return f"exit {rc}"
 
 
-def measure(lib, root, sample, rerun_jax=False):
+def _result_path(lib, root, sample):
+    return os.path.join(root, "results", f"{lib.name}-{lib.version}-sample{sample:g}.json")
+
+
+def saved_result(lib, root, sample=None):
+    """The last saved measurement of `lib` at `sample` (None: the newest of any), or None."""
+    if sample is not None:
+        paths = [_result_path(lib, root, sample)]
+    else:
+        folder = os.path.join(root, "results")
+        prefix = f"{lib.name}-{lib.version}-sample"
+        paths = sorted((os.path.join(folder, n) for n in os.listdir(folder)
+                        if n.startswith(prefix) and n.endswith(".json")
+                        and not n.endswith(".jax.json")) if os.path.isdir(folder) else (),
+                       key=os.path.getmtime)[-1:]
+    paths = [p for p in paths if os.path.exists(p)]
+    if not paths:
+        return None
+    with open(paths[0]) as f:
+        return json.load(f)
+
+
+def measure(lib, root, sample, rerun_jax=False, kiln_state=""):
     """Measures one library: collection on JAX, the sample, both sides. Returns a result dict
     (what report.py tabulates), also saved to build/ecosystem/results/."""
     work = os.path.join(root, "work", lib.name)
@@ -210,7 +232,7 @@ def measure(lib, root, sample, rerun_jax=False):
     results_dir = os.path.join(root, "results")
     os.makedirs(results_dir, exist_ok=True)
     base = {"library": lib.name, "package": lib.package, "version": lib.version,
-            "sample": sample, "note": lib.note}
+            "sample": sample, "note": lib.note, "kiln_state": kiln_state}
     if not lib.paths:
         return dict(base, collected_total=0, ids=[], jax={}, kiln={}, wall={}, collect_errors={})
     site = fetch.install_site(_all_libraries(), root)
@@ -239,7 +261,7 @@ def measure(lib, root, sample, rerun_jax=False):
                collect_errors=jax_part["collect_errors"],
                jax={k: tuple(v) for k, v in jax_part["results"].items()},
                kiln=kiln_results, wall={"jax": jax_part["wall"], "kiln": kiln_wall})
-    with open(os.path.join(results_dir, stem + ".json"), "w") as f:
+    with open(_result_path(lib, root, sample), "w") as f:
         json.dump(out, f, indent=1)
     return out
 

@@ -36,9 +36,11 @@ def _wall(res, side):
     return f"{w:.0f}" if w is not None else "-"
 
 
-def render(results, top=10):
-    """The report as Markdown: the table, then per library its causes and notes."""
+def render(results, top=10, state=""):
+    """The report as Markdown: the table, then per library its causes and notes. `state` says
+    which kiln was measured."""
     lines = ["# kiln on JAX's library ecosystem", "",
+             f"JAX 0.10.2 against {state}." if state else "JAX 0.10.2 against kiln.", "",
              "| library | tests (sampled / collected) | pass JAX | pass kiln | pass both "
              "| kiln only | kiln/JAX | crash | hang | wall JAX s | wall kiln s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -57,6 +59,8 @@ def render(results, top=10):
             f"| {_pct(s['both'], s['jax'])} | {s['crash']} | {s['hang']} "
             f"| {_wall(res, 'jax')} | {_wall(res, 'kiln')} |")
         details += [f"## {name}", ""]
+        if res.get("kiln_state"):
+            details += [f"Measured against {res['kiln_state']}.", ""]
         if s["causes"]:
             details += [f"Why the {s['jax'] - s['both']} tests that pass on JAX fail on kiln "
                         f"(top {top} causes):", "", "| tests | cause | one of them |",
