@@ -386,3 +386,17 @@ def test_jax_ways_of_asking_for_cpu_devices(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import kiln; print(len(kiln.devices()))"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "2", out.stdout + out.stderr
+
+
+def test_pmap_keyword_arguments_and_scalar_errors_and_jit_signature():
+    """chex's fake_pmap tests: pmap maps keyword arguments along axis 0; mapping a scalar is JAX's
+    ValueError; inspect.signature of a jitted function is the function's."""
+    import inspect
+    n = len(kiln.devices())
+    x = np.random.default_rng().standard_normal((n, 2)).astype(np.float32)
+    f = kiln.pmap(kiln.jit(lambda x, y: x * 2 + y), axis_size=n)
+    np.testing.assert_allclose(np.asarray(f(x=x, y=x)), 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(f(x, y=x)), 3 * x, rtol=1e-6)
+    with pytest.raises(ValueError, match="rank"):
+        kiln.pmap(lambda a, b: a * b)(x, 100)
+    assert str(inspect.signature(kiln.jit(lambda a, b=2, *, c: a))) == "(a, b=2, *, c)"

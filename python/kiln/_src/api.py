@@ -598,6 +598,11 @@ class JitWrapped(_kiln.JitBase):
             return self
         return functools.partial(self, obj)
 
+    @property
+    def __signature__(self):
+        """The wrapped function's signature (inspect.signature sees a jitted function as JAX's)."""
+        return inspect.signature(self._fun)
+
     def _signature(self, args, kwargs):
         if self._static_argnums or self._static_argnames:
             statics, dyn_args, dyn_kwargs = _split_args(self._static_argnums, self._static_argnames, args, kwargs)

@@ -606,7 +606,9 @@ class PmapWrapped:
         self._cache = {}
         functools.update_wrapper(self, fun)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:  # mapped along their axis 0, as JAX's pmap maps keyword arguments
+            return self._with_kwargs(tuple(sorted(kwargs)))(*args, *[kwargs[k] for k in sorted(kwargs)])
         nargs = len(args)
         static = {i % nargs if nargs else i for i in self._static}
         for i in static:
@@ -621,6 +623,11 @@ class PmapWrapped:
         dyn = tuple(dyn)
         axes = _broadcast_prefix(in_axes, dyn, lambda v: v is None or isinstance(v, int), "pmap: in_axes")
         leaves = tree_util.tree_leaves(dyn)
+        for x, ax in zip(leaves, axes):
+            if ax is not None and not -np.ndim(x) <= ax < max(np.ndim(x), 1) or (ax is not None and np.ndim(x) == 0):
+                raise ValueError(f"pmap was requested to map its argument along axis {ax}, which implies that its rank "
+                                 f"should be at least {(ax if ax >= 0 else -ax - 1) + 1}, but is only {np.ndim(x)} "
+                                 f"(its shape is {np.shape(x)})")
         sizes = {np.shape(x)[ax] for x, ax in zip(leaves, axes) if ax is not None}
         if len(sizes) > 1:
             raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: {sorted(sizes)}; every mapped "
@@ -644,6 +651,23 @@ class PmapWrapped:
             sm = self._shard_map(statics, n, axes, devs[:n], dyn)
             self._cache[key] = sm
         return sm(*[api._leaf_to_array(x) for x in leaves])
+
+    def _with_kwargs(self, names):
+        """This pmap of fun(*args, **dict(zip(names, rest))), the keyword arguments appended as mapped
+        positional ones (one wrapper per set of names)."""
+        cache = self.__dict__.setdefault("_kw_wrappers", {})
+        w = cache.get(names)
+        if w is None:
+            fun, k = self._fun, len(names)
+
+            def positional(*args):
+                return fun(*args[:len(args) - k], **dict(zip(names, args[len(args) - k:])))
+            in_axes = self._in_axes
+            if isinstance(in_axes, (tuple, list)):
+                in_axes = tuple(in_axes) + (0,) * k
+            w = cache[names] = PmapWrapped(positional, self._axis_name, in_axes, self._out_axes, self._static,
+                                           self._devices, self._axis_size)
+        return w
 
     def _call_multiprocess(self, statics, n, axes, devs, local, dyn, leaves):
         """pmap over the devices of several processes (as JAX's multi-process pmap): each process
