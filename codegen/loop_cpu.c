@@ -179,8 +179,9 @@ static void emit_cond(emitter *m, const kl_step *st, int plan) {
  * copies of late outputs. The binding is %v<base> (the table's index of its group, for the steps
  * run through the runtime), and, for the direct kernels' pointers, `sel`: the SSA name of the
  * group's number (i64) among h's, or NULL when h has one group. Returns the number k of %w<k>,
- * the pointer a direct kernel writes the first output through (-1: none does), so that the
- * driver reads a while loop's predicate through the same value (LLVM then forwards the store). */
+ * the pointer a direct kernel writes the first output through (-1: none does, or only one that
+ * runs after a runtime step, inside its scf.if), so that the driver reads a while loop's
+ * predicate through the same value (LLVM then forwards the store). */
 static int emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoisted *h, const char *sel) {
   const kl_exec *x = sh->x;
   int open = 0, at = 0, out0 = -1;
@@ -206,7 +207,8 @@ static int emit_group(emitter *m, const kl_loop_shape *sh, int base, const hoist
                         q, g, q, sel, q, q, q, h->pre[g * h->nargs + at], k);
           k = q;
         }
-        if (x->noutputs && x->steps[s].slots[j] == x->out_slots[0]) out0 = k;
+        /* (not from inside a runtime step's scf.if: the value would not dominate the driver's read) */
+        if (x->noutputs && x->steps[s].slots[j] == x->out_slots[0] && !open) out0 = k;
         kl_str_printf(m->out,
                       "    %%se%d = llvm.getelementptr %%v%d[%d] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr\n"
                       "    llvm.store %%w%d, %%se%d : !llvm.ptr, !llvm.ptr\n",

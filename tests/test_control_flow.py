@@ -801,3 +801,27 @@ def test_a_long_while_loop_over_a_python_counter_is_one_loop_under_jit():
     assert int(n) == 100000 and abs(float(y) - 2.0) < 1e-6
     assert "while[" in str(kiln.make_jaxpr(lambda x: lax.while_loop(lambda c: c[0] < 100000, lambda c: (c[0] + 1, c[1]),
                                                                     (0, x)))(1.0))
+
+
+def test_vmapped_while_whose_predicate_follows_a_runtime_step():
+    """optax's Hungarian algorithm under vmap: the CPU loop driver read the predicate through a
+    pointer defined inside a runtime step's scf.if ("generated MLIR does not parse: use of
+    undeclared SSA value name")."""
+    def f(v):
+        def cond(c):
+            i, arr = c
+            idx = jnp.clip(i, 0, 2)[None, None] + jnp.zeros((1, 1), jnp.int32)
+            return jnp.any(jnp.take(arr, idx.reshape(-1), axis=0) != 0)
+
+        def body(c):
+            i, arr = c
+            return i + 1, arr.at[jnp.clip(i, 0, 2)].set(0)
+        return lax.while_loop(cond, body, (jnp.int32(0), v))
+    rng = np.random.default_rng()
+    v = rng.integers(1, 9, size=(2, 3)).astype(np.int32)
+    v[1, 1] = 0
+    i, arr = kiln.jit(kiln.vmap(f))(v)
+    np.testing.assert_array_equal(np.asarray(i), [3, 1])
+    np.testing.assert_array_equal(np.asarray(arr), [[0, 0, 0], [0, 0, v[1, 2]]])
+    i1, arr1 = kiln.vmap(f)(v[:1])
+    np.testing.assert_array_equal(np.asarray(i1), [3])
