@@ -11,11 +11,11 @@ from kiln._src.config import config  # noqa: F401
 from kiln import errors  # noqa: F401
 from kiln import tree_util  # noqa: F401
 from kiln import tree  # noqa: F401
-from kiln._src.core import Array  # noqa: F401
+from kiln._src.basearray import Array  # noqa: F401  (abstract: arrays, tracers, key arrays)
 from kiln._src.api import (jit, make_jaxpr, device_put, device_get, devices, local_devices, device_count,  # noqa: F401
                            local_device_count, default_backend, block_until_ready, eval_shape,
                            ShapeDtypeStruct, clear_caches, live_arrays, empty_cache)
-from kiln._src.tree_util import tree_map, tree_leaves, tree_flatten, tree_unflatten, tree_structure  # noqa: F401
+from kiln.tree_util import tree_map, tree_leaves, tree_flatten, tree_unflatten, tree_structure  # noqa: F401
 from kiln._src.ad import (grad, value_and_grad, jvp, vjp, linearize, jacfwd, jacrev, jacobian,  # noqa: F401
                           hessian)
 from kiln._src.batching import vmap  # noqa: F401

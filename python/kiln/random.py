@@ -2,7 +2,8 @@
 samplers, giving JAX's numbers for the same keys: the same bits, drawn through the same steps.
 
 Keys are raw uint32[2] arrays (jax.random.PRNGKey) or typed key arrays (jax.random.key, dtype
-key<fry>; here a pytree over the uint32 data, so it passes through jit and vmap). Everything is
+key<fry>: kiln.Array instances and pytree leaves that kiln's transformations lower to their uint32
+data and rebuild, so they pass through jit, vmap and the loops). Everything is
 kiln.lax / kiln.numpy on arrays, so it runs eagerly, under jit and under vmap. This module holds
 keys, bits and the samplers with a closed form; the looping samplers (gamma, poisson, binomial)
 and the linear-algebra ones live in kiln/_src/random_samplers.py."""
@@ -13,9 +14,10 @@ import numpy as np
 
 from kiln import lax
 from kiln import numpy as jnp
-from kiln._src import core, dtypes, tree_util
+from kiln._src import basearray, core, dtypes, tree_util
 from kiln._src.config import config
 from kiln._src.core import Array, Tracer
+from kiln._src.toplevel import float0
 
 __all__ = ["PRNGKey", "PRNGKeyArray", "ball", "bernoulli", "beta", "binomial", "bits", "categorical", "cauchy",
            "chisquare", "choice", "clone", "dirichlet", "double_sided_maxwell", "exponential", "f", "fold_in", "gamma",
@@ -97,9 +99,13 @@ def _random_bits(key, width, shape):
 # ---------------------------------------------------------------------------
 # Keys: raw uint32[..., 2] arrays, or typed key arrays wrapping them
 
-class KeyDtype:
-    """The dtype of typed threefry keys, printed as JAX prints it: key<fry>."""
+class KeyDtype(dtypes.ExtendedDType):
+    """The dtype of typed threefry keys, printed as JAX prints it: key<fry>. An extended dtype:
+    `dtypes.issubdtype(d, dtypes.prng_key)` (and `extended`, `np.generic`) is true, NumPy's
+    dtypes (np.dtype(d) raises) know nothing of it."""
+    type = dtypes.prng_key
     name = "key<fry>"
+    _impl = "fry"
     impl = "threefry2x32"
     itemsize = 8
 
@@ -109,28 +115,40 @@ class KeyDtype:
     __str__ = __repr__
 
     def __eq__(self, other):
-        return isinstance(other, KeyDtype) or other == self.name
+        return isinstance(other, KeyDtype)
+
+    def __ne__(self, other):
+        return not isinstance(other, KeyDtype)
 
     def __hash__(self):
         return hash(self.name)
+
+    def __reduce__(self):
+        return key_dtype, ()  # unpickles to the one instance
 
 
 _KEY_DTYPE = KeyDtype()
 
 
-class PRNGKeyArray:
+class PRNGKeyArray(basearray.Array):
     """A typed key array (jax.random.key): shape `data.shape[:-1]`, dtype key<fry>, over uint32
-    data whose last axis holds the two threefry words. A pytree with the data as its one leaf,
-    so it crosses jit and vmap (vmap maps the leading key axes)."""
+    data whose last axis holds the two threefry words. A kiln.Array and a pytree leaf to users;
+    kiln's transformations (jit, vmap, grad, the loops) see its data in its place and rebuild
+    the key on the way out (tree_util.register_boundary_node), so vmap maps the leading key axes."""
     __slots__ = ("_data",)
 
     def __init__(self, data):
         self._data = data  # uint32[*shape, 2] (or a tracer, or a placeholder while pytrees rebuild)
 
     dtype = _KEY_DTYPE
+    itemsize = 8
+    _is_key_array = True  # (kiln.numpy's structural functions take keys by this mark)
     shape = property(lambda self: tuple(self._data.shape[:-1]))
     ndim = property(lambda self: len(self._data.shape) - 1)
     size = property(lambda self: math.prod(self._data.shape[:-1]))
+    nbytes = property(lambda self: 8 * math.prod(self._data.shape[:-1]))
+    sharding = property(lambda self: self._data.sharding)
+    T = property(lambda self: self.transpose())
 
     def __len__(self):
         if self.ndim == 0:
@@ -148,14 +166,48 @@ class PRNGKeyArray:
             idx = idx + (slice(None),)  # the key-data axis is not the user's to index
         return PRNGKeyArray(self._data[idx])
 
-    def reshape(self, *shape):
+    def reshape(self, *shape, order="C"):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return PRNGKeyArray(jnp.reshape(self._data, tuple(shape) + (2,)))
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return PRNGKeyArray(jnp.reshape(self._data, shape + (2,), order=order))
 
-    def ravel(self):
-        return self.reshape(-1)
+    def ravel(self, order="C"):
+        return self.reshape(-1, order=order)
 
     flatten = ravel
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        axes = tuple(range(self.ndim))[::-1] if not axes else tuple(a % max(self.ndim, 1) for a in axes)
+        return PRNGKeyArray(jnp.transpose(self._data, axes + (self.ndim,)))
+
+    def squeeze(self, axis=None):
+        if axis is None:
+            axis = tuple(i for i, d in enumerate(self.shape) if d == 1)
+        axis = (axis,) if isinstance(axis, int) else tuple(axis)
+        return PRNGKeyArray(jnp.squeeze(self._data, tuple(a % max(self.ndim, 1) for a in axis)))
+
+    def copy(self):
+        return PRNGKeyArray(jnp.array(self._data, copy=True))
+
+    def block_until_ready(self):
+        self._data.block_until_ready()
+        return self
+
+    def devices(self):
+        return self._data.devices()
+
+    @property
+    def device(self):
+        return self._data.device
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("JAX array with PRNGKey dtype cannot be converted to a NumPy array. Use "
+                        "kiln.random.key_data(arr) if you wish to extract the underlying integer array.")
+
+    def astype(self, dtype):
+        raise TypeError(f"astype: a key array (dtype key<fry>) cannot be converted to {dtype}; use "
+                        "kiln.random.key_data(keys) for its uint32 data")
 
     def __eq__(self, other):
         if not isinstance(other, PRNGKeyArray):
@@ -169,13 +221,78 @@ class PRNGKeyArray:
     __hash__ = None
 
     def __repr__(self):
-        return f"Array({self.shape}, dtype={self.dtype}) overlaying:\n{self._data}"
+        data = self._data
+        if not hasattr(data, "shape"):  # a placeholder a transformation put in a rebuilt tree
+            return f"PRNGKeyArray({data!r})"
+        return f"Array({self.shape}, dtype={self.dtype}) overlaying:\n{data}"
 
 
-try:
-    tree_util.register_pytree_node(PRNGKeyArray, lambda k: ((k._data,), None), lambda _, c: PRNGKeyArray(c[0]))
-except ValueError:  # already registered (the module was reloaded)
-    pass
+def _rebuild_key(_, children):
+    """What stands at a key's place when a transformation rebuilds a tree: key data (an array or
+    tracer) becomes a key again; a float0 tangent of the data the key's float0 tangent (as JAX:
+    key<fry> has no tangent); anything else (axis specs, abstract values, placeholders) is kept
+    under a key, so that the next flatten finds it at the data's place."""
+    (data,) = children
+    if isinstance(data, np.ndarray) and data.dtype == float0 and data.shape[-1:] == (2,):
+        return np.zeros(data.shape[:-1], float0)
+    return PRNGKeyArray(data)
+
+
+tree_util.register_boundary_node(PRNGKeyArray, lambda k: ((k._data,), None), _rebuild_key)
+
+
+def _key_structural(name, keys, dtype, on_data):
+    """kiln.numpy's `name` (stack, concatenate, array) of typed key arrays: `on_data` of their
+    uint32 data (whose last axis stays last), as a key array. Keys mix with nothing else."""
+    if dtype is not None and not isinstance(dtype, KeyDtype):
+        raise TypeError(f"{name}: key arrays (dtype key<fry>) cannot be converted to {dtype}; use "
+                        "kiln.random.key_data(keys) for their uint32 data")
+    others = [type(k).__name__ if not hasattr(k, "dtype") else str(k.dtype) for k in keys
+              if not isinstance(k, PRNGKeyArray)]
+    if others:
+        raise TypeError(f"{name}: key arrays (dtype key<fry>) do not mix with arrays of other dtypes, got "
+                        f"key<fry> and {', '.join(others)}")
+    if name == "concatenate" and any(k.ndim == 0 for k in keys):
+        raise ValueError("concatenate: zero-dimensional arrays cannot be concatenated")
+    return PRNGKeyArray(on_data([k._data for k in keys]))
+
+
+def _key_tangents(primals, tangents):
+    """tangents with each float0 tangent of a typed key array (JAX's form: float0 of the key's
+    shape) as a key over zeros of its data's shape, which the transformations see at the data's
+    place (and drop, as any integer tangent); tangents unchanged where their structure is not
+    primals'."""
+    def leaf(p, t):
+        if isinstance(p, PRNGKeyArray) and getattr(t, "dtype", None) == float0 and tuple(t.shape) == p.shape:
+            return PRNGKeyArray(np.zeros(p.shape + (2,), _U32))  # (integer tangents are dropped)
+        return t
+    try:
+        return tree_util.public.tree_map(leaf, tuple(primals), tuple(tangents))
+    except (ValueError, TypeError):
+        return tangents
+
+
+def _keys_of_specs(tree):
+    """tree with each abstract value of dtype key<fry> (a ShapeDtypeStruct) as a key over an
+    abstract value of its data, which kiln's transformations trace as a key (eval_shape)."""
+    from kiln._src.api import ShapeDtypeStruct
+
+    def leaf(x):
+        if isinstance(getattr(x, "dtype", None), KeyDtype) and not isinstance(x, PRNGKeyArray):
+            return PRNGKeyArray(ShapeDtypeStruct(tuple(x.shape) + (2,), _U32))
+        return x
+    return tree_util.public.tree_map(leaf, tree)
+
+
+def _specs_of_keys(tree):
+    """tree with each key over an abstract value of its data as the key's ShapeDtypeStruct."""
+    from kiln._src.api import ShapeDtypeStruct
+
+    def leaf(x):
+        if isinstance(x, PRNGKeyArray) and isinstance(x._data, ShapeDtypeStruct):
+            return ShapeDtypeStruct(x.shape, _KEY_DTYPE, sharding=x._data.sharding)
+        return x
+    return tree_util.public.tree_map(leaf, tree)
 
 
 def _key_data_of(key, name):

@@ -1,22 +1,22 @@
 """kiln.tree: the short names of jax.tree (`kiln.tree.map` is
 `kiln.tree_util.tree_map`, and so on), plus `static` for dataclass fields."""
 
-from kiln._src.tree_util import (
-    static,
-    tree_all as all,
-    tree_broadcast as broadcast,
-    tree_flatten as flatten,
-    tree_flatten_with_path as flatten_with_path,
-    tree_leaves as leaves,
-    tree_leaves_with_path as leaves_with_path,
-    tree_map as map,
-    tree_map_with_path as map_with_path,
-    tree_reduce as reduce,
-    tree_reduce_associative as reduce_associative,
-    tree_structure as structure,
-    tree_transpose as transpose,
-    tree_unflatten as unflatten,
-)
+from kiln._src.tree_util import public as _public
+from kiln._src.tree_util import static, tree_unflatten as unflatten  # noqa: F401
+
+# Typed key arrays are leaves here, as in JAX (kiln's transformations see their data).
+all = _public.tree_all
+broadcast = _public.tree_broadcast
+flatten = _public.tree_flatten
+flatten_with_path = _public.tree_flatten_with_path
+leaves = _public.tree_leaves
+leaves_with_path = _public.tree_leaves_with_path
+map = _public.tree_map
+map_with_path = _public.tree_map_with_path
+reduce = _public.tree_reduce
+reduce_associative = _public.tree_reduce_associative
+structure = _public.tree_structure
+transpose = _public.tree_transpose
 
 __all__ = [
     "all", "broadcast", "flatten", "flatten_with_path", "leaves",

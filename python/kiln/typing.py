@@ -3,7 +3,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from kiln._src.core import Array
+from kiln._src.basearray import Array
 
 ArrayLike = Union[Array, np.ndarray, np.bool_, np.number, bool, int, float, complex]
 """What kiln.numpy functions accept as an array."""

@@ -116,12 +116,13 @@ def _argnums_tuple(argnums, nargs, name):
     return single, tuple(a % nargs for a in nums)
 
 
-def _check_inputs(name, arrs, mask, allow_int):
-    for x, m in zip(arrs, mask):
+def _check_inputs(name, arrs, mask, allow_int, tree=None):
+    for i, (x, m) in enumerate(zip(arrs, mask)):
         if m and not _is_float(x.dtype) and not allow_int:
+            key = tree is not None and tree_util._boundary_kinds and tree_util.boundary_leaves(tree)[i]
             raise TypeError(f"{name} requires real- or complex-valued inputs (input dtype that is a "
-                            f"sub-dtype of np.inexact), but got {x.dtype.name}. If you want to use "
-                            "integer-valued inputs, use allow_int=True (their gradients are zero).")
+                            f"sub-dtype of np.inexact), but got {'key<fry>' if key else x.dtype.name}. If you "
+                            "want to use integer-valued inputs, use allow_int=True (their gradients are zero).")
 
 
 def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False, reduce_axes=()):
@@ -174,7 +175,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         mask = [True] * len(arrs)
         if holomorphic:
             _check_holomorphic_inputs(name, arrs)
-        _check_inputs(name, arrs, mask, allow_int)
+        _check_inputs(name, arrs, mask, allow_int, tree)
         wants = mask + [False] * len(traced.consts)
         vb = traced.builder.vjp(wants)
         vb.simplify([(len(arrs) + len(traced.consts), 1.0)])  # the output cotangent is 1
@@ -189,9 +190,13 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         it = iter(grads)
         per_arg = []
         for i in nums:
-            leaves = tree_util.tree_leaves(args[i])
             structure = tree_util.tree_structure(args[i])
-            per_arg.append(tree_util.tree_unflatten(structure, [next(it) for _ in leaves]))
+            arg_grads = [next(it) for _ in range(structure.num_leaves)]
+            if tree_util._boundary_kinds:  # a typed key's gradient is float0 (as JAX), not zero key data
+                from kiln._src.toplevel import float0
+                arg_grads = [np.zeros(x.shape, float0) if key else x
+                             for x, key in zip(arg_grads, tree_util.boundary_leaves(structure))]
+            per_arg.append(tree_util.tree_unflatten(structure, arg_grads))
         g = per_arg[0] if single else tuple(per_arg)
         if has_aux:
             value, aux = primal
@@ -246,6 +251,9 @@ def _jvp_program(fun, primals, name="jvp"):
         if len(primals) != len(tangents):
             raise ValueError(f"{name}: got {len(primals)} primals and {len(tangents)} tangents; they must match")
         t_leaves, t_tree = tree_util.tree_flatten((tuple(tangents), {}))
+        if t_tree != tree and tree_util._boundary_kinds:  # a key's float0 tangent (as JAX) stands for its data's
+            from kiln import random
+            t_leaves, t_tree = tree_util.tree_flatten((random._key_tangents(primals, tangents), {}))
         if t_tree != tree:
             raise ValueError(f"{name}: primal and tangent arguments have different structures: {tree} and {t_tree}")
         t_arrs = _leaves_as_arrays(t_leaves, "tangent")

@@ -179,6 +179,12 @@ def _replay_on_batch(traced, frame, arrs, axes, cache):
     return hit[0](list(arrs), list(traced.consts)), hit[1]
 
 
+def _key_data_axes(axes, tree):
+    """Per-leaf axes with a negative axis of a typed key array's data counted from the key's last
+    axis (the data's last one holds the two key words)."""
+    return [a - 1 if k and a is not None and a < 0 else a for a, k in zip(axes, tree_util.boundary_leaves(tree))]
+
+
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """Vectorizes `fun` over the axes `in_axes` of its arguments; results carry the mapped axis
     at `out_axes`. in_axes/out_axes: int, None, or pytree prefixes of the (positional) arguments
@@ -200,6 +206,8 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
     def wrapped(*args, **kwargs):
         axes = _in_axes_per_leaf(in_axes, args, kwargs)
         leaves, tree = tree_util.tree_flatten((args, kwargs))
+        if any(a is not None and a < 0 for a in axes) and tree_util._boundary_kinds:
+            axes = _key_data_axes(axes, tree)
         names = _leaf_names(fun, args, kwargs)
         if len(names) != len(leaves):
             names = [f"leaf {i}" for i in range(len(leaves))]
@@ -254,6 +262,8 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             out_ax = [out_axes] * len(outs)
         else:
             out_ax = _broadcast_prefix("out_axes", out_axes, out, "the function's output")
+        if any(a is not None and a < 0 for a in out_ax) and tree_util._boundary_kinds:
+            out_ax = _key_data_axes(out_ax, traced.out_tree)
         res = [_apply_out_axis(y, b, a, size, f"output leaf {i}")
                for i, (y, b, a) in enumerate(zip(outs, out_batched, out_ax))]
         return tree_util.tree_unflatten(traced.out_tree, res)

@@ -417,6 +417,8 @@ _custom_float_supertypes = frozenset([np.floating, np.inexact, np.number, np.gen
 def _as_issubdtype_arg(x):
     if isinstance(x, _ScalarMeta):
         return x.dtype
+    if isinstance(x, ExtendedDType) or (isinstance(x, type) and issubclass(x, extended)):
+        return x  # an extended dtype (key<fry>), or its abstract type
     if isinstance(x, type) and x in _abstract_numpy_types:
         return x
     if isinstance(x, np.dtype):
@@ -432,6 +434,12 @@ def issubdtype(arg1, arg2):
     a floating type for kiln although numpy does not know it)."""
     a = _as_issubdtype_arg(arg1)
     b = _as_issubdtype_arg(arg2)
+    if isinstance(a, ExtendedDType) or isinstance(b, ExtendedDType):
+        # As JAX: an extended dtype is a subtype of itself and of its abstract types (prng_key,
+        # extended, np.generic), of nothing else; nothing NumPy's is a subtype of one.
+        if isinstance(b, ExtendedDType) or isinstance(b, np.dtype):
+            return a == b
+        return isinstance(a, ExtendedDType) and issubclass(a.type, b)
     if isinstance(b, np.dtype):
         if isinstance(a, np.dtype):
             return a == b
@@ -545,8 +553,9 @@ unsignedinteger = np.unsignedinteger
 
 
 
-class extended:
-    """The abstract type of JAX's extended dtypes (typed PRNG keys are kiln's only such values)."""
+class extended(np.generic):
+    """The abstract type of JAX's extended dtypes (typed PRNG keys are kiln's only such values);
+    under np.generic, as JAX's."""
 
 
 class prng_key(extended):

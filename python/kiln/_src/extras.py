@@ -142,6 +142,8 @@ def typeof(x):
     if isinstance(x, Ref):
         from kiln._src.state.types import AbstractRef
         return AbstractRef(ShapedArray(x.shape, x.dtype, False))
+    if getattr(x, "_is_key_array", False):  # a typed key array: key<fry>[shape]
+        return ShapedArray(x.shape, x.dtype, False)
     a = x if isinstance(x, (core.Array, core.Tracer)) else core.asarray(x)
     return ShapedArray(a.shape, a.dtype, bool(getattr(a, "weak_type", False)))
 

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import itertools
 import operator
+import types
 from typing import Any
 
 __all__ = [
@@ -251,6 +252,10 @@ _kinds = {t.type: t for t in (_TUPLE, _LIST, _DICT, _NONE, _ORDERED_DICT, _DEFAU
 # The subset of _kinds that users registered or that are builtin.
 _registered = dict(_kinds)
 _registry = _registered  # (JAX's name: flax nnx asks whether a type is registered)
+# The same table as users see it (the public functions at the end of this file): a type
+# registered with register_boundary_node is a leaf here and a node in _kinds. Both tables
+# share their kind objects, so the treedefs of both views compare equal where they agree.
+_public_kinds = dict(_kinds)
 
 
 def _classify(t):
@@ -265,6 +270,7 @@ def _classify(t):
     else:
         kind = _IS_LEAF
     _kinds[t] = kind
+    _public_kinds[t] = kind
     return kind
 
 
@@ -309,6 +315,38 @@ def register_pytree_node(nodetype, flatten_func, unflatten_func,
                      _show_custom(nodetype.__name__), flatten_with_keys)
     _registered[nodetype] = kind
     _kinds[nodetype] = kind
+    _public_kinds[nodetype] = kind
+
+
+_boundary_kinds = set()  # the kinds of register_boundary_node's types
+
+
+def boundary_leaves(treedef):
+    """For each leaf of `treedef`, whether it is the child of a boundary node (a typed key array's
+    data: its last axis is the key's own, so vmap counts negative axes from the one before)."""
+    out = []
+
+    def walk(node, under):
+        if node is _LEAF:
+            out.append(under)
+            return
+        inner = node[0] in _boundary_kinds
+        for c in node[2]:
+            walk(c, inner)
+    walk(treedef._node, False)
+    return out
+
+
+def register_boundary_node(nodetype, flatten_func, unflatten_func):
+    """Make instances of `nodetype` leaves to users (kiln.tree_util, kiln.tree) and nodes to
+    kiln's transformations, which flatten with this module's own functions: a typed key array
+    is one leaf to a library and its uint32 data to jit, vmap, grad and the loops, rebuilt by
+    `unflatten_func` on the way out (which also sees whatever else a transformation puts at
+    the data's place: tracers, axis numbers, abstract values)."""
+    register_pytree_node(nodetype, flatten_func, unflatten_func)
+    _boundary_kinds.add(_kinds[nodetype])
+    _public_kinds[nodetype] = _IS_LEAF
+    del _registered[nodetype]  # not a node in the registry libraries read (flax nnx: a key is a leaf)
 
 
 def register_pytree_node_class(cls):
@@ -874,3 +912,31 @@ register_pytree_node(
     lambda p: ((p.args, p.keywords), p.func),
     lambda func, xs: Partial(func, *xs[0], **xs[1]),
 )
+
+
+# ---------------------------------------------------------------------------
+# The public view: the functions above, run over _public_kinds (boundary types are leaves).
+# Each is the same code object with `_kinds` bound to the public table, so the two views
+# cannot drift apart and the transformations' flattening (the functions above) pays nothing.
+
+_PUBLIC_NAMES = (
+    "_kind_of", "_flatten", "_flatten_is_leaf", "_flatten_with_path", "tree_flatten",
+    "tree_flatten_with_path", "tree_leaves", "tree_leaves_with_path", "tree_structure", "tree_map",
+    "tree_map_with_path", "tree_broadcast", "tree_reduce", "tree_reduce_associative", "tree_all",
+    "flatten_one_level", "flatten_one_level_with_keys", "is_tree_node", "all_leaves", "tree_transpose",
+)
+
+
+def _public_view():
+    names = dict(globals())
+    names["_kinds"] = _public_kinds
+    for name in _PUBLIC_NAMES:
+        fn = globals()[name]
+        clone = types.FunctionType(fn.__code__, names, fn.__name__, fn.__defaults__, fn.__closure__)
+        clone.__kwdefaults__ = fn.__kwdefaults__
+        clone.__doc__, clone.__qualname__, clone.__module__ = fn.__doc__, fn.__qualname__, fn.__module__
+        names[name] = clone
+    return types.SimpleNamespace(**{n: names[n] for n in _PUBLIC_NAMES if not n.startswith("_")})
+
+
+public = _public_view()

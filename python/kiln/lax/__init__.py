@@ -957,7 +957,7 @@ def _untaken_output(fun, operands):
         known = {}
     if (tree, types) not in known:
         specs = [api.ShapeDtypeStruct(*t) for t in types]
-        known[(tree, types)] = api.eval_shape(lambda *xs: fun(*tree_util.tree_unflatten(tree, list(xs))), *specs)
+        known[(tree, types)] = api._eval_shape(lambda *xs: fun(*tree_util.tree_unflatten(tree, list(xs))), *specs)
     return known[(tree, types)]
 
 
@@ -1276,7 +1276,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
         def one(cs, xs_):
             x = tree_util.tree_unflatten(x_tree, list(xs_)) if x_leaves else None
             return f(tree_util.tree_unflatten(c_tree, list(cs)), x)[1]
-        y_shapes = api.eval_shape(one, carry_specs, specs)
+        y_shapes = api._eval_shape(one, carry_specs, specs)
         y_leaves, y_tree = tree_util.tree_flatten(y_shapes)
         empty = [jnp.zeros((0,) + tuple(y.shape), y.dtype) for y in y_leaves]
         return tree_util.tree_map(core.asarray, init), tree_util.tree_unflatten(y_tree, empty)

@@ -7,7 +7,7 @@ from kiln._src.dtypes import (bfloat16, bool_, dtype, finfo, float16, float32, f
                               uint64, number, inexact, floating, integer, signedinteger, unsignedinteger,
                               generic, complex64, complex128, complex_, complexfloating)
 from kiln._src.dtypes import int_, uint
-from kiln._src.core import Array as ndarray
+from kiln._src.basearray import Array as ndarray
 from kiln._src.numpy.creation import *  # noqa: F401,F403
 from kiln._src.numpy.ufuncs import *  # noqa: F401,F403
 from kiln._src.numpy.reductions import *  # noqa: F401,F403

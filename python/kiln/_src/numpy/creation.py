@@ -62,6 +62,9 @@ def array(object, dtype=None, copy=True, order="K", ndmin=0):
     """Creates an Array from a scalar, (nested) sequence, NumPy array or Array; `ndmin` pads leading 1s."""
     if order not in (None, "K", "A", "C"):
         raise NotImplementedError(f"array: only C order is supported, got order={order!r}")
+    if getattr(object, "_is_key_array", False):  # a typed key array is its own array (as JAX)
+        from kiln import random
+        return random._key_structural("array", [object], dtype, lambda ds: array(ds[0], copy=copy, ndmin=ndmin))
     dtype = util.dtype_arg(dtype)
     if isinstance(object, (str, bytes)) or object is None:
         raise TypeError(f"array: cannot make an array from {type(object).__name__} {object!r}; "

@@ -411,6 +411,13 @@ def _index0(a, i):
 
 def concatenate(arrays, axis=0, dtype=None):
     arrays = _seq(arrays, "concatenate")
+    if any(getattr(a, "_is_key_array", False) for a in arrays):  # typed keys: their data, rewrapped
+        from kiln import random
+        if axis is None:
+            arrays, axis = [a.ravel() if getattr(a, "_is_key_array", False) else a for a in arrays], 0
+        nd = builtins.max(arrays[0].ndim, 1)  # (0-d keys: _key_structural raises numpy's error)
+        ax = _axis(axis, nd, "concatenate")
+        return random._key_structural("concatenate", arrays, dtype, lambda ds: concatenate(ds, ax))
     if axis is None:
         arrays = [ravel(a) for a in arrays]
         axis = 0
@@ -433,7 +440,13 @@ def concat(arrays, /, *, axis=0):
 
 
 def stack(arrays, axis=0, out=None, dtype=None):
-    arrays = [_asarray(a) for a in _seq(arrays, "stack")]
+    arrays = _seq(arrays, "stack")
+    if any(getattr(a, "_is_key_array", False) for a in arrays):  # typed keys: their data, rewrapped
+        from kiln import random
+        nd = arrays[0].ndim + 1
+        ax = _axis(axis, nd, "stack")
+        return random._key_structural("stack", arrays, dtype, lambda ds: stack(ds, ax))
+    arrays = [_asarray(a) for a in arrays]
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
         raise ValueError(f"stack: all input arrays must have the same shape, got "
