@@ -18,7 +18,10 @@ typedef struct {
                    with branches 0 the path is left out, and either way its need is ORed into rare */
   char rare[24];        /* i1 SSA name: this element needs the rare path ("" while none did) */
   const char *rare_ind; /* the indentation of the ops that defined rare (its block, for the caller) */
-  int rare_mixed;       /* 1: needs were noted at several indentations, so rare is unusable */
+  int rare_mixed;       /* 1: needs were noted at several indentations or regions, so rare is unusable */
+  int region;           /* the scf region ops go into now: 0 the kernel's body, else an id from nregions */
+  int nregions;         /* regions opened so far (an emitter opening one takes ++nregions, restores region) */
+  int rare_region;      /* the region of the ops that defined rare */
   uint64_t *defs; /* NULL, or the module's out-of-line functions (kl_math_define_outlined's bits):
                      a rare path under scf.if then calls its helper rather than inlining it */
 } kl_emitter;

@@ -861,7 +861,7 @@ int kl_kernel_emit(const kl_plan *plan, int step, const char *name, kl_str *out,
     kl_str_init(&body2);
     kl_str_init(&store1);
     kl_str_init(&store2);
-    int usable = !tiled && !k.em.rare_mixed && k.em.rare_ind == indent;
+    int usable = !tiled && !k.em.rare_mixed && k.em.rare_ind == indent && k.em.rare_region == 0;
     if (usable) reemit(&k, &body2, 1, 1, outlined, emitted, idx, v2, rare2); /* its exact paths called */
     if (!usable || !rare2[0]) { /* else one body that computes every path itself */
       kl_str_clear(&body);

@@ -654,12 +654,19 @@ static V trig_reduce_any(C *c, V xs, V ax, V *q4) {
   V (*exact)(C *, V, V *) = c->f64 ? trig_reduce_huge : trig_reduce_big;
   if (c->e->rare_ok) { /* the caller reruns the elements flagged here */
     kl_emitter *e = c->e;
-    if (!e->rare[0]) e->rare_ind = c->ind;
-    e->rare_mixed |= e->rare_ind != c->ind;
-    V prev;
-    memcpy(prev.s, e->rare, sizeof prev.s);
-    V any = e->rare[0] ? lor(c, prev, big) : big;
-    memcpy(e->rare, any.s, sizeof e->rare);
+    if (!e->rare[0]) {
+      e->rare_ind = c->ind;
+      e->rare_region = e->region;
+    }
+    /* a need noted in another block (a pad's scf.if) cannot be ORed with this one: the caller then
+     * computes every path in one body instead */
+    e->rare_mixed |= e->rare_ind != c->ind || e->rare_region != e->region;
+    if (!e->rare_mixed) {
+      V prev;
+      memcpy(prev.s, e->rare, sizeof prev.s);
+      V any = e->rare[0] ? lor(c, prev, big) : big;
+      memcpy(e->rare, any.s, sizeof e->rare);
+    }
     if (!c->e->branches) return r; /* wrong where big: those elements are redone */
   }
   if (c->e->branches) {

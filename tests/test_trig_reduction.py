@@ -139,3 +139,20 @@ def test_cpu_rerun_with_a_transposed_read_and_low_floats(x64):
     xh = rng.uniform(-6e4, 6e4, 300).astype(np.float16)
     np.testing.assert_allclose(np.asarray(kiln.jit(jnp.cos)(jnp.asarray(xh))).astype(np.float64),
                                np.cos(xh.astype(np.float64)), atol=2e-3)
+
+
+def test_trig_inside_a_pad_block_and_outside_in_one_kernel():
+    """A CPU kernel whose sin runs both inside a pad's/concatenate's scf.if block and outside it:
+    the huge-argument flags of the two blocks were ORed across them (generated MLIR did not
+    parse; optax's line-search tests)."""
+    x = np.random.default_rng().uniform(-3, 3, 9).astype(np.float32)
+    f = kiln.jit(lambda x: jnp.sin(jnp.concatenate([jnp.sin(x), jnp.cos(x)]) * 2e5))
+    # against the same operations run one at a time (eager: no fusion), and NumPy in float64 within
+    # what one float32 ulp of the inner sin becomes once multiplied by 2e5 (~0.012)
+    eager = jnp.sin(jnp.concatenate([jnp.sin(x), jnp.cos(x)]) * 2e5)
+    np.testing.assert_allclose(np.asarray(f(x)), np.asarray(eager), rtol=1e-6, atol=1e-6)
+    inner = np.concatenate([np.sin(x.astype(np.float64)), np.cos(x.astype(np.float64))]).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(f(x)), np.sin((inner * np.float32(2e5)).astype(np.float64)), atol=3e-2)
+    g = kiln.jit(lambda x: jnp.sin(jnp.pad(jnp.sin(x), (2, 3))) + jnp.sin(x).sum())
+    s = np.sin(x.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(g(x)), np.sin(np.pad(s, (2, 3))) + s.sum(), rtol=1e-5, atol=1e-5)

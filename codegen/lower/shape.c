@@ -94,8 +94,10 @@ static char *emit_pad(kctx *k, const kl_eqn *e, ssa *idx, char *out) {
     /* CPU loops: the operand only where the element is inside it (a sum of pads, as a split's
      * gradient is, otherwise computes every operand at every element) */
     kk_line(k, "%s = scf.if %s -> (%s) {", kk_fresh(k, out), ok, kl_compute_type(t));
-    int mark = kk_memo_mark(k);
+    int mark = kk_memo_mark(k), outer = k->em.region;
+    k->em.region = ++k->em.nregions; /* (its ops are in the scf.if's block, at the same indentation) */
     kk_emit_value(k, e->ins[0], sub, xv);
+    k->em.region = outer;
     kk_line(k, "  scf.yield %s : %s", xv, kl_compute_type(t));
     kk_memo_reset(k, mark);
     kk_line(k, "} else {");
