@@ -400,3 +400,16 @@ def test_pmap_keyword_arguments_and_scalar_errors_and_jit_signature():
     with pytest.raises(ValueError, match="rank"):
         kiln.pmap(lambda a, b: a * b)(x, 100)
     assert str(inspect.signature(kiln.jit(lambda a, b=2, *, c: a))) == "(a, b=2, *, c)"
+
+
+def test_version_and_out_sharding():
+    """Libraries pick code paths by jax.__version__: it is the JAX version whose API kiln follows
+    (kiln's own release is kiln_version); JAX 0.10.2's out_sharding= keyword is accepted."""
+    assert kiln.__version__ == "0.10.2" and kiln.__version_info__ == (0, 10, 2) and kiln.kiln_version
+    a = np.random.default_rng().standard_normal((2, 3)).astype(np.float32)
+    out = kiln.lax.dot_general(a, a.T, (((1,), (0,)), ((), ())), out_sharding=None)
+    np.testing.assert_allclose(np.asarray(out), a @ a.T, rtol=1e-5)
+    assert jnp.zeros(3, out_sharding=None).shape == (3,)
+    assert kiln.random.normal(kiln.random.PRNGKey(0), (2,), out_sharding=None).shape == (2,)
+    placed = jnp.ones(2, out_sharding=kiln.devices()[0])
+    assert placed.devices() == {kiln.devices()[0]}

@@ -4,8 +4,12 @@
     import kiln.numpy as jnp
 """
 
-__version__ = "0.1.0"
-__version_info__ = (0, 1, 0)
+# Under `import kiln as jax`, libraries compare jax.__version__ with JAX releases (flax, chex,
+# optax pick code paths by it): it is the JAX version whose API and numbers kiln follows. kiln's
+# own release is kiln_version.
+__version__ = "0.10.2"
+__version_info__ = (0, 10, 2)
+kiln_version = "0.1.0"
 
 from kiln._src.config import config  # noqa: F401
 from kiln import errors  # noqa: F401
@@ -64,6 +68,8 @@ from kiln._src.toplevel import (enable_x64, debug_nans, debug_infs, default_matm
 from kiln import ad, custom_batching, memory, distributed, monitoring, export, ffi  # noqa: F401
 from kiln import core, extend, interpreters, flatten_util, test_util, api_util  # noqa: F401,E402  (jax.core, ...)
 from kiln._src import xla_bridge as _xla_bridge  # noqa: F401,E402  (jax._src.xla_bridge, read as an attribute)
+from kiln._src import out_sharding as _out_sharding  # noqa: E402
+_out_sharding.install()  # (out_sharding= on the functions JAX gives it)
 from kiln.sharding import NamedSharding, PartitionSpec as P, Shard  # noqa: F401
 
 version = __version__

@@ -110,7 +110,7 @@ host_ids = process_indices
 def print_environment_info(return_string=False):
     """kiln's version, Python's, NumPy's and the devices, as jax.print_environment_info."""
     import kiln
-    lines = [f"kiln:    {kiln.__version__}", f"numpy:   {np.__version__}",
+    lines = [f"kiln:    {kiln.kiln_version} (JAX {kiln.__version__}'s API)", f"numpy:   {np.__version__}",
              f"python:  {sys.version.split()[0]}", f"platform: {platform.platform()}",
              f"devices: {kiln.devices()}"]
     text = "\n".join(lines)
