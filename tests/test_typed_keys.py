@@ -214,3 +214,20 @@ def test_fresh_seeds_match_jax():
     np.testing.assert_allclose(np.asarray(ys), np.asarray(jys), rtol=1e-6)
     assert jax.dtypes.issubdtype(jk.dtype, jax.dtypes.prng_key) == dtypes.issubdtype(k.dtype, dtypes.prng_key)
     assert len(jax.tree_util.tree_leaves({"a": jk})) == len(kiln.tree_util.tree_leaves({"a": k})) == 1
+
+
+def test_samplers_take_out_sharding():
+    """flax's layers pass out_sharding=None to the samplers (JAX 0.10.2's keyword)."""
+    k = kr.key(int(np.random.default_rng().integers(0, 2 ** 31)))
+    np.testing.assert_array_equal(np.asarray(kr.normal(k, (3,), out_sharding=None)), np.asarray(kr.normal(k, (3,))))
+    assert bool(kr.bernoulli(k, 0.5, (4,), out_sharding=None).dtype == np.bool_)
+    mesh = kiln.make_mesh((1,), ("x",))
+    placed = kr.uniform(k, (4,), out_sharding=kiln.sharding.NamedSharding(mesh, kiln.sharding.PartitionSpec("x")))
+    assert placed.sharding.spec == kiln.sharding.PartitionSpec("x")
+    np.testing.assert_array_equal(np.asarray(placed), np.asarray(kr.uniform(k, (4,))))
+    with pytest.raises(TypeError, match="out_sharding"):
+        kr.normal(k, out_sharding=kiln.sharding.SingleDeviceSharding(kiln.devices()[0]))
+    with pytest.raises(ValueError, match="mesh"):
+        kr.normal(k, out_sharding=kiln.sharding.PartitionSpec())
+    import inspect
+    assert "out_sharding" in inspect.signature(kr.truncated_normal).parameters

@@ -8,6 +8,8 @@ kiln.lax / kiln.numpy on arrays, so it runs eagerly, under jit and under vmap. T
 keys, bits and the samplers with a closed form; the looping samplers (gamma, poisson, binomial)
 and the linear-algebra ones live in kiln/_src/random_samplers.py."""
 
+import functools
+import inspect
 import math
 
 import numpy as np
@@ -1013,3 +1015,39 @@ def wald(key, mean, shape=None, dtype=None):
 from kiln._src.random_samplers import (ball, beta, binomial, chisquare, dirichlet, f, gamma,  # noqa: E402,F401
                                        generalized_normal, loggamma, multinomial, multivariate_normal,
                                        orthogonal, poisson, t)
+
+
+# ---------------------------------------------------------------------------
+# out_sharding: JAX's samplers place their result by a NamedSharding or a PartitionSpec over the
+# current mesh (flax's layers pass out_sharding=None). Added once to each, here.
+
+_SHARDED_SAMPLERS = ("ball", "bernoulli", "beta", "bits", "categorical", "cauchy", "chisquare", "dirichlet",
+                     "exponential", "f", "gamma", "generalized_normal", "geometric", "gumbel", "laplace",
+                     "loggamma", "logistic", "lognormal", "maxwell", "multivariate_normal", "normal", "orthogonal",
+                     "pareto", "permutation", "poisson", "rademacher", "randint", "rayleigh", "t", "triangular",
+                     "truncated_normal", "uniform", "wald")
+
+
+def _with_out_sharding(fn):
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def sampler(*args, out_sharding=None, **kwargs):
+        out = fn(*args, **kwargs)
+        if out_sharding is None:
+            return out
+        from kiln.sharding import NamedSharding, PartitionSpec
+        if not isinstance(out_sharding, (NamedSharding, PartitionSpec)):
+            raise TypeError(f"`out_sharding` argument of {name} only supports instances of `NamedSharding` or "
+                            f"`PartitionSpec`. Got {out_sharding!r} of type: {type(out_sharding)}")
+        from kiln._src.toplevel import reshard
+        return reshard(out, out_sharding)
+    params = list(inspect.signature(fn).parameters.values())
+    params.append(inspect.Parameter("out_sharding", inspect.Parameter.KEYWORD_ONLY, default=None))
+    sampler.__signature__ = inspect.signature(fn).replace(parameters=params)
+    return sampler
+
+
+for _name in _SHARDED_SAMPLERS:
+    globals()[_name] = _with_out_sharding(globals()[_name])
+del _name
