@@ -225,6 +225,9 @@ def test_samplers_take_out_sharding():
     placed = kr.uniform(k, (4,), out_sharding=kiln.sharding.NamedSharding(mesh, kiln.sharding.PartitionSpec("x")))
     assert placed.sharding.spec == kiln.sharding.PartitionSpec("x")
     np.testing.assert_array_equal(np.asarray(placed), np.asarray(kr.uniform(k, (4,))))
+    # flax's Dropout passes jax.typeof(inputs).sharding: the empty mesh's, which places nothing
+    same = kr.bernoulli(k, 0.5, (4,), out_sharding=kiln.typeof(jnp.ones(4)).sharding)
+    np.testing.assert_array_equal(np.asarray(same), np.asarray(kr.bernoulli(k, 0.5, (4,))))
     with pytest.raises(TypeError, match="out_sharding"):
         kr.normal(k, out_sharding=kiln.sharding.SingleDeviceSharding(kiln.devices()[0]))
     with pytest.raises(ValueError, match="mesh"):

@@ -172,6 +172,8 @@ def reshard(xs, out_shardings):
     def one(x, s):
         if isinstance(x, core.Tracer):
             return x
+        if isinstance(s, NamedSharding) and getattr(s.mesh, "empty", False):
+            return x  # over the empty mesh (jax.typeof(x).sharding outside a mesh): nowhere to place it, as JAX
         if isinstance(s, PartitionSpec):
             s = NamedSharding(_current_mesh("reshard"), s)
         return api.device_put(x, s)
