@@ -413,3 +413,14 @@ def test_version_and_out_sharding():
     assert kiln.random.normal(kiln.random.PRNGKey(0), (2,), out_sharding=None).shape == (2,)
     placed = jnp.ones(2, out_sharding=kiln.devices()[0])
     assert placed.devices() == {kiln.devices()[0]}
+
+
+def test_aval_on_arrays_and_tracers_and_include_frame():
+    seen = []
+    x = jnp.ones((2, 3))
+    assert x.aval == kiln.core.ShapedArray((2, 3), np.float32)
+    kiln.jit(lambda v: seen.append(v.aval) or v)(x)
+    assert seen == [kiln.core.ShapedArray((2, 3), np.float32)]
+    import sys
+    from kiln._src import traceback_util
+    assert traceback_util.include_frame(sys._getframe())

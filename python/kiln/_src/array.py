@@ -79,6 +79,12 @@ class Array(_kiln.ArrayBase):
             return v.copy()
         return v
 
+    @property
+    def aval(self):
+        """Its abstract value (a ShapedArray), as JAX arrays' .aval."""
+        from kiln._src.extras import ShapedArray
+        return ShapedArray(self.shape, self.dtype, self.weak_type)
+
     def block_until_ready(self):
         self._buf.block_until_ready()
         return self

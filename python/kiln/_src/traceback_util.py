@@ -22,3 +22,9 @@ def filter_traceback(tb):
 
 def _ignore_internal_frames(tb):  # the name some libraries probe
     return tb
+
+
+def include_frame(frame):
+    """Whether a frame is the user's (its file is under no registered exclusion)."""
+    filename = frame.f_code.co_filename if hasattr(frame, "f_code") else getattr(frame, "filename", "")
+    return not any(filename.startswith(p) for p in _exclude_paths)

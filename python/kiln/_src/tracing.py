@@ -85,6 +85,12 @@ class Tracer(Array, _kiln.TracerBase):
     def is_ready(self):
         return False
 
+    @property
+    def aval(self):
+        """Its abstract value (a ShapedArray), as JAX tracers' .aval."""
+        from kiln._src.extras import ShapedArray
+        return ShapedArray(self.shape, self.dtype, self.weak_type)
+
     def __repr__(self):
         if self._cval is not None:
             return f"Traced<ConcreteArray({self._cval._value()!r}, dtype={self.dtype.name})>"
