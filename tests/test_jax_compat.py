@@ -424,3 +424,25 @@ def test_aval_on_arrays_and_tracers_and_include_frame():
     import sys
     from kiln._src import traceback_util
     assert traceback_util.include_frame(sys._getframe())
+
+
+def test_custom_vjp_symbolic_zeros_fwd_sees_custom_vjp_primals():
+    from kiln.custom_derivatives import CustomVJPPrimal, SymbolicZero
+    seen = []
+
+    @kiln.custom_vjp
+    def f(x, y):
+        return x * y
+
+    def fwd(x, y):
+        seen.append((type(x), type(y)))
+        return x.value * y.value, (x.value, y.value)
+
+    def bwd(res, g):
+        x, y = res
+        return g * y, SymbolicZero(kiln.core.ShapedArray((), np.float32))  # a zero cotangent, symbolically
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    gx, gy = kiln.grad(lambda x, y: f(x, y), argnums=(0, 1))(2.0, 3.0)
+    assert float(gx) == 3.0 and float(gy) == 0.0
+    assert seen and seen[0] == (CustomVJPPrimal, CustomVJPPrimal)
+    assert float(f(2.0, 3.0)) == 6.0  # not differentiated: the function itself

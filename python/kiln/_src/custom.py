@@ -195,7 +195,12 @@ class custom_vjp:
         functools.update_wrapper(self, fun)
 
     def defvjp(self, fwd, bwd, symbolic_zeros=False, optimize_remat=False):
+        """fwd(*args) -> (out, residuals), bwd(residuals, out_cotangent) -> argument cotangents. With
+        symbolic_zeros, fwd sees each differentiable leaf as a CustomVJPPrimal(value, perturbed)
+        (kiln marks every one perturbed: it does not track which are) and bwd may answer None or a
+        SymbolicZero for a zero cotangent; kiln hands bwd materialized zero cotangents."""
         self.fwd, self.bwd = fwd, bwd
+        self.symbolic_zeros = bool(symbolic_zeros)
 
     def __call__(self, *args):
         if self.fwd is None:
@@ -207,9 +212,13 @@ class custom_vjp:
         static = [a for i, a in enumerate(args) if i in nd]
         diff = tuple(core.asarray(a) if isinstance(a, (int, float, complex, np.ndarray, np.generic)) else a
                      for i, a in enumerate(args) if i not in nd)
+        fwd_args = diff
+        if getattr(self, "symbolic_zeros", False):
+            from kiln.custom_derivatives import CustomVJPPrimal
+            fwd_args = tuple(tree_util.tree_map(lambda v: CustomVJPPrimal(v, True), d) for d in diff)
         self._in_rule = True
         try:
-            out, res = self.fwd(*static, *diff) if nd else self.fwd(*diff)
+            out, res = self.fwd(*static, *fwd_args) if nd else self.fwd(*fwd_args)
         finally:
             self._in_rule = False
         out_leaves, out_tree = tree_util.tree_flatten(out)
@@ -235,7 +244,10 @@ class custom_vjp:
                 if c_ is None:
                     leaves += [lax.full_like(q, 0) for q in p_leaves]
                     continue
-                c_leaves = tree_util.tree_leaves(c_)
+                from kiln.custom_derivatives import SymbolicZero
+                c_leaves = tree_util.tree_leaves(c_, is_leaf=lambda v: v is None or isinstance(v, SymbolicZero))
+                c_leaves = [lax.full_like(q, 0) if cl is None or isinstance(cl, SymbolicZero) else cl
+                            for cl, q in zip(c_leaves, p_leaves)] if len(c_leaves) == len(p_leaves) else c_leaves
                 if len(c_leaves) != len(p_leaves):
                     raise TypeError(f"custom_vjp bwd of {name}: a cotangent's structure does not match its argument")
                 leaves += [lax.convert_element_type(core.asarray(cl), pl.dtype) if core.asarray(cl).dtype != pl.dtype
