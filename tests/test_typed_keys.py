@@ -234,3 +234,21 @@ def test_samplers_take_out_sharding():
         kr.normal(k, out_sharding=kiln.sharding.PartitionSpec())
     import inspect
     assert "out_sharding" in inspect.signature(kr.truncated_normal).parameters
+
+
+def test_device_put_tree_with_none_and_jit_out_shardings_none():
+    """flax nnx's jit passes out_shardings=(None, ...): a None leaves its subtree where it is (as JAX's
+    device_put of a prefix tree of placements); keys inside are placed as keys."""
+    x = jnp.asarray(np.random.default_rng().standard_normal(3).astype(np.float32))
+    k = kr.key(4)
+    out = kiln.device_put((x, {"a": x, "k": k}), (None, None))
+    np.testing.assert_array_equal(np.asarray(out[1]["a"]), np.asarray(x))
+    assert isinstance(out[1]["k"], kr.PRNGKeyArray)
+    d = kiln.devices()[0]
+    placed = kiln.device_put((x, k), (d, d))
+    assert isinstance(placed[1], kr.PRNGKeyArray) and placed[0].devices() == {d}
+    a, b = kiln.jit(lambda v, k: (v * 2, kr.split(k)[0]), out_shardings=(None, None))(x, k)
+    np.testing.assert_allclose(np.asarray(a), 2 * np.asarray(x))
+    np.testing.assert_array_equal(data(b), data(kr.split(k)[0]))
+    with pytest.raises(ValueError, match="prefix"):
+        kiln.device_put((x, x), (d, d, d))

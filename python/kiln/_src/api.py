@@ -315,7 +315,15 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     from kiln._src import spmd
     if device is None or isinstance(device, (Device, SingleDeviceSharding)) or spmd.is_sharding(device):
         return tree_util.tree_map(lambda v: _put_leaf(v, device), x)
-    return tree_util.tree_map(_put_leaf, x, device)
+    # a tree of placements: a prefix of x's, a None in it leaving its subtree where it is (as JAX;
+    # jit's out_shardings=(None, ...), as flax nnx passes them, reach here)
+    places, place_tree = tree_util.tree_flatten(device, is_leaf=lambda d: d is None)
+    try:
+        subtrees = place_tree.flatten_up_to(x)
+    except ValueError as e:
+        raise ValueError(f"device_put: the tree of devices/shardings is not a prefix of the values' tree: {e}") from None
+    return place_tree.unflatten([tree_util.tree_map(lambda v, d=d: _put_leaf(v, d), sub)
+                                 for d, sub in zip(places, subtrees)])
 
 
 def _put_leaf(v, device):
