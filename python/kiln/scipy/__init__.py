@@ -1,3 +1,3 @@
-"""kiln.scipy: the subset of jax.scipy that kiln provides (special functions, linalg, stats)."""
+"""kiln.scipy: the subset of jax.scipy that kiln provides (special functions, linalg, optimize, signal, stats)."""
 
-from kiln.scipy import linalg, signal, special, stats  # noqa: F401
+from kiln.scipy import linalg, optimize, signal, special, stats  # noqa: F401
