@@ -63,6 +63,16 @@ def test_sample_is_a_fixed_hash_of_the_id():
     assert all(sampled(i, 1.0) for i in ids[:100])
 
 
+def test_causes_differing_only_in_numbers_group_together():
+    from tests.ecosystem.report import cause_group
+    a = cause_group("TypeError: broadcast_to: shape must be an integer, got TensorShape([2])")
+    b = cause_group("TypeError: broadcast_to: shape must be an integer, got TensorShape([4, 7])")
+    assert a == b == "TypeError: broadcast_to: shape must be an integer, got TensorShape([...])"
+    assert cause_group("expand_dims: axis must be an integer, got range(0, 5)").endswith(
+        "range(...)")
+    assert cause_group("No module named 'jax.float32x2'") == "No module named 'jax.float32x2'"
+
+
 def test_run_side_counts_failures_crashes_and_hangs(tmp_path, monkeypatch):
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)

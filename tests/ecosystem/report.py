@@ -1,6 +1,15 @@
 """Tabulates the ecosystem harness's results: one row per library, then the top causes of the
 tests that pass on JAX and not on kiln, grouped by the first line of their exception."""
 import collections
+import re
+
+
+def cause_group(cause):
+    """The group of a cause line: standalone numbers become N and lists of them `[...]`, so
+    'shape must be an integer, got TensorShape([2])' and '...([4, 7])' count as one cause."""
+    text = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(?![\w.])", "N", cause)
+    text = re.sub(r"\[N(, N)*,?\]", "[...]", text)
+    return re.sub(r"\(N(, N)*,?\)", "(...)", text)
 
 
 def summarize(res):
@@ -12,7 +21,7 @@ def summarize(res):
     examples = {}
     for i in sorted(jax_ok - kiln_ok):
         outcome, cause = res["kiln"].get(i, ("error", "not run"))
-        cause = cause or outcome
+        cause = cause_group(cause or outcome)
         causes[cause] += 1
         examples.setdefault(cause, i)
     crash = sum(1 for i in ids if res["kiln"].get(i, ("", ""))[1].startswith("crash"))
