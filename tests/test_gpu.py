@@ -41,7 +41,7 @@ PTX_CASES = {
     "int_divmod": (lambda a: (a // 3 % 5).sum(), [(16, 10)], np.int32),
     "float64": (lambda a: jnp.exp(a).sum(0), [(16, 10)], np.float64),
     "gather": (lambda a: a[:, np.array([3, 0, 3])] * 2, [(16, 10)], np.float32),
-    "dynamic_slice": (lambda a: kiln.lax.dynamic_slice(a, (a.shape[0] // 2, jnp.int32(2)), (4, 5)), [(16, 10)], np.float32),
+    "dynamic_slice": (lambda a: kiln.lax.dynamic_slice(a, (jnp.int32(a.shape[0] // 2), jnp.int32(2)), (4, 5)), [(16, 10)], np.float32),
     "dynamic_update_slice": (lambda a: a.at[2:5, 1].set(7.0), [(16, 10)], np.float32),
     "scatter_set": (lambda a: a.at[np.array([1, 1, 4])].set(a[0]), [(16, 10)], np.int32),
     "scatter_add": (lambda a: a.at[:, np.array([0, 2, 0])].add(1.0), [(16, 10)], np.float64),
