@@ -71,6 +71,8 @@ def test_causes_differing_only_in_numbers_group_together():
     assert cause_group("expand_dims: axis must be an integer, got range(0, 5)").endswith(
         "range(...)")
     assert cause_group("No module named 'jax.float32x2'") == "No module named 'jax.float32x2'"
+    quoted = "einsum: invalid subscript '1' in operand subscripts '...kh1d'"
+    assert cause_group(quoted) == quoted
 
 
 def test_run_side_counts_failures_crashes_and_hangs(tmp_path, monkeypatch):

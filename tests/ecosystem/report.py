@@ -7,7 +7,7 @@ import re
 def cause_group(cause):
     """The group of a cause line: standalone numbers become N and lists of them `[...]`, so
     'shape must be an integer, got TensorShape([2])' and '...([4, 7])' count as one cause."""
-    text = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(?![\w.])", "N", cause)
+    text = re.sub(r"(?<![\w.'\"])-?\d+(\.\d+)?(?![\w.'\"])", "N", cause)
     text = re.sub(r"\[N(, N)*,?\]", "[...]", text)
     return re.sub(r"\(N(, N)*,?\)", "(...)", text)
 
