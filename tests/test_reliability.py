@@ -246,7 +246,9 @@ import kiln as jax, kiln.numpy as jnp
 from kiln import lax
 kind = sys.argv[1]
 loops = {
-    "while": lambda x: lax.while_loop(lambda c: c[0] < 2_000_000_000, lambda c: (c[0] + 1, c[1] * 1.0000001), (0, x))[1],
+    # (each body does real work, a sine: an idle machine must not finish 2e9 trips in 1.5 s)
+    "while": lambda x: lax.while_loop(lambda c: c[0] < 2_000_000_000,
+                                      lambda c: (c[0] + 1, c[1] * 1.0000001 + jnp.sin(c[1]) * 1e-9), (0, x))[1],
     "fori": lambda x: lax.fori_loop(0, 2_000_000_000, lambda i, c: c * 1.0000001 + jnp.sin(c) * 1e-9, x),
     "scan": lambda x: lax.scan(lambda c, _: (c * 1.0000001, None), x, None, length=2_000_000_000)[0],
 }
