@@ -82,7 +82,7 @@ typedef struct prepared {
 } prepared;
 typedef struct bound_body bound_body;
 static void body_unbind(bound_body *b);
-#define LOOP_GUESSED_TRIPS 64 /* a while loop's cost, in trips of its body, for scheduling */
+#define LOOP_GUESSED_TRIPS 65536 /* a while loop's cost, in trips of its body, for scheduling: its trips are unknown, so it is taken to be long and runs on the executor thread, never inline in the caller (which holds the GIL: Ctrl-C and other threads would wait for it) */
 #define KL_LOOP_KERNEL_COPIES 8 /* copies the GPU's trip-ending kernel makes (KL_CUDA_WHILE_COPIES) */
 #define KL_LOOP_SCAN_SLICES 8   /* x or y slices the GPU's slice movers take (KL_CUDA_SCAN_SLICES) */
 #define KL_LOOP_IF_DEPTH 16     /* conds nested as conditional nodes, at most (KL_CUDA_IF_DEPTH) */
