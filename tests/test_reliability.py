@@ -242,6 +242,10 @@ def test_trace_state_is_per_thread():
 
 SIGINT = r"""
 import os, signal, sys, threading, time
+# whatever the parent left (a blocked or ignored SIGINT is inherited: the clean-clone CI's pytest
+# process handed one down), Ctrl-C is delivered and raises KeyboardInterrupt here
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import kiln as jax, kiln.numpy as jnp
 from kiln import lax
 kind = sys.argv[1]
