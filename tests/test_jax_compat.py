@@ -62,7 +62,8 @@ def test_ravel_pytree_under_transformations():
 
 def test_check_grads_passes_and_catches_a_wrong_rule():
     x = np.random.default_rng().standard_normal(5).astype(np.float32)
-    test_util.check_grads(lambda x: jnp.sum(jnp.sin(x) * x ** 2), (x,), order=2)
+    with kiln.enable_x64(True):  # second order by float32 central differences fails now and then (in JAX too)
+        test_util.check_grads(lambda x: jnp.sum(jnp.sin(x) * x ** 2), (x.astype(np.float64),), order=2)
     test_util.check_grads(jnp.exp, (0.5,), order=3, modes=("fwd", "rev", "lin"))
     test_util.check_grads(lambda c: jnp.abs(c) ** 2, (np.complex64(1 + 2j),), order=1)
 

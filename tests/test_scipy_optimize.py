@@ -127,7 +127,7 @@ def test_bfgs_options_and_status_match_jax(jax64, options):
     objective, x0, args, _ = _problem("rosenbrock5", np.random.default_rng(seed))
     got, want = _run_both(jax64, objective, x0, args, "BFGS", options=options)
     _assert_same(got, want, 1e-8, f"{options} seed={seed}", loose=1e-6)
-    if options == dict(maxiter=3):
+    if options == dict(maxiter=3) and int(want.status) == 1:  # (unless JAX's line search stopped it first)
         assert int(got.status) == 1 and not bool(got.success) and int(got.nit) == 3
 
 
@@ -138,7 +138,7 @@ def test_lbfgs_options_and_status_match_jax(jax64, options):
     objective, x0, args, _ = _problem("rosenbrock5", np.random.default_rng(seed))
     got, want = _run_both(jax64, objective, x0, args, LBFGS, options=options)
     _assert_same(got, want, 1e-8, f"{options} seed={seed}", loose=1e-6)
-    if options == dict(maxiter=3):  # JAX's L-BFGS tests k >= maxiter before the step: one more
+    if options == dict(maxiter=3) and int(want.status) == 1:  # JAX's L-BFGS tests k >= maxiter before the step: one more
         assert int(got.status) == 1 and int(got.nit) == 4
 
 

@@ -62,29 +62,23 @@ add_jaxvals = add_tangents
 def defjvp(primitive, *jvprules):
     """primitive's JVP from one rule per operand: rule(tangent, *primals, **params) -> its output
     tangent (None: that operand has no derivative)."""
-    def jvp(primals, tangents, **params):
-        out = primitive.bind(*primals, **params)
-        total = None
-        for rule, t in zip(jvprules, tangents):
-            if rule is None or isinstance(t, Zero):
-                continue
-            term = rule(t, *primals, **params)
-            total = term if total is None else total + term
-        if total is None:
-            total = Zero.from_primal_value(out)
-        return out, total
-    primitive_jvps[primitive] = jvp
+    _def_sum_jvp(primitive, jvprules, with_out=False)
 
 
 def defjvp2(primitive, *jvprules):
     """As defjvp, the rules also taking the primal output: rule(tangent, out, *primals, **params)."""
+    _def_sum_jvp(primitive, jvprules, with_out=True)
+
+
+def _def_sum_jvp(primitive, jvprules, with_out):
+    """The JVP that sums one rule's term per operand with a nonzero tangent."""
     def jvp(primals, tangents, **params):
         out = primitive.bind(*primals, **params)
         total = None
         for rule, t in zip(jvprules, tangents):
             if rule is None or isinstance(t, Zero):
                 continue
-            term = rule(t, out, *primals, **params)
+            term = rule(t, out, *primals, **params) if with_out else rule(t, *primals, **params)
             total = term if total is None else total + term
         if total is None:
             total = Zero.from_primal_value(out)

@@ -109,21 +109,18 @@ def _axes(x, s, axes, name):
 
 def dctn(x, type=2, s=None, axes=None, norm=None):
     """dct over several axes in turn."""
-    import kiln.numpy as jnp
-    _check("dctn", type, norm)
-    x = jnp.asarray(x)
-    axes = _axes(x, s, axes, "dctn")
-    for i, a in enumerate(axes):
-        x = dct(x, n=None if s is None else s[i], axis=a, norm=norm)
-    return x
+    return _over_axes("dctn", dct, x, type, s, axes, norm)
 
 
 def idctn(x, type=2, s=None, axes=None, norm=None):
     """idct over several axes in turn."""
+    return _over_axes("idctn", idct, x, type, s, axes, norm)
+
+
+def _over_axes(name, one, x, type, s, axes, norm):
     import kiln.numpy as jnp
-    _check("idctn", type, norm)
+    _check(name, type, norm)
     x = jnp.asarray(x)
-    axes = _axes(x, s, axes, "idctn")
-    for i, a in enumerate(axes):
-        x = idct(x, n=None if s is None else s[i], axis=a, norm=norm)
+    for i, a in enumerate(_axes(x, s, axes, name)):
+        x = one(x, n=None if s is None else s[i], axis=a, norm=norm)
     return x
