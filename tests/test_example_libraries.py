@@ -38,13 +38,17 @@ def _both(build):
 
 
 def _init_and_apply(build, input_shape, seed, apply_kwargs=lambda lib, key: {}, out_tol=1e-5):
-    """Same key on both sides -> same output shape and params (1e-6) and same outputs."""
+    """Same key on both sides -> same output shape and params and same outputs.
+
+    Params: 2e-5 relative. Normal initializers go through erf_inv, where XLA's f32 polynomial is up to
+    about 65 ulp off in the tail (|x| > 0.9998) and kiln's within 3 ulp, so tail samples differ by a
+    few 1e-6 relative (seen: 4.4e-6 at 3.8 sigma)."""
     jax = pytest.importorskip("jax")
     (k_init, k_apply), (j_init, j_apply) = _both(build)
     k_shape, k_params = k_init(krandom.PRNGKey(seed), input_shape)
     j_shape, j_params = j_init(jax.random.PRNGKey(seed), input_shape)
     assert tuple(k_shape) == tuple(j_shape)
-    _assert_trees_close(k_params, j_params, jax, 1e-6, f"params, seed {seed}")
+    _assert_trees_close(k_params, j_params, jax, 2e-5, f"params, seed {seed}")
     x = np.random.default_rng(seed).standard_normal(input_shape).astype(np.float32)
     k_out = k_apply(k_params, kjnp.asarray(x), **apply_kwargs(krandom, seed))
     j_out = j_apply(j_params, jax.numpy.asarray(x), **apply_kwargs(jax.random, seed))
