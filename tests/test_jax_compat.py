@@ -447,3 +447,102 @@ def test_custom_vjp_symbolic_zeros_fwd_sees_custom_vjp_primals():
     assert float(gx) == 3.0 and float(gy) == 0.0
     assert seen and seen[0] == (CustomVJPPrimal, CustomVJPPrimal)
     assert float(f(2.0, 3.0)) == 6.0  # not differentiated: the function itself
+
+
+# ---- what the library suites ran into next (distrax, optax, flax nnx, haiku) ----
+
+class _TensorShapeLike:
+    """A shape object of another library (TensorFlow Probability's TensorShape): iterable, sized,
+    not an int."""
+
+    def __init__(self, dims):
+        self.dims = list(dims)
+
+    def __iter__(self):
+        return iter(self.dims)
+
+    def __len__(self):
+        return len(self.dims)
+
+
+def test_shapes_and_axes_as_ranges_and_shape_objects():
+    rng = np.random.default_rng()
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    assert jnp.expand_dims(jnp.asarray(x), range(2)).shape == (1, 1, 2, 3)
+    assert jnp.expand_dims(jnp.asarray(x), range(-1, 0)).shape == (2, 3, 1)
+    assert jnp.broadcast_to(jnp.asarray(x[0]), _TensorShapeLike([4, 3])).shape == (4, 3)
+    assert jnp.zeros(_TensorShapeLike([])).shape == ()
+    assert jnp.ones(_TensorShapeLike([2, 5]), jnp.int32).shape == (2, 5)
+    np.testing.assert_array_equal(jnp.sum(jnp.asarray(x), axis=range(2)), np.sum(x, axis=(0, 1)))
+    with pytest.raises(TypeError, match="zeros"):
+        jnp.zeros("ab")
+
+
+def test_stop_gradient_of_a_pytree_and_api_util_safe_map():
+    from kiln import api_util
+    rng = np.random.default_rng()
+    a, b = (jnp.asarray(rng.standard_normal(3).astype(np.float32)) for _ in range(2))
+    out = kiln.lax.stop_gradient((a, {"b": b}))
+    np.testing.assert_array_equal(out[1]["b"], b)
+    g = kiln.grad(lambda x: jnp.sum(x * kiln.lax.stop_gradient((x, x))[0]))(a)
+    np.testing.assert_allclose(g, np.asarray(a), rtol=1e-6)
+    assert api_util.safe_map(lambda x, y: x + y, [1, 2], (3, 4)) == [4, 6]
+    assert api_util.safe_zip("ab", [1, 2]) == [("a", 1), ("b", 2)]
+    with pytest.raises(ValueError, match="unequal lengths"):
+        api_util.safe_zip([1], [1, 2])
+
+
+def test_einsum_takes_any_label_character_as_jax():
+    rng = np.random.default_rng()
+    a = rng.standard_normal((2, 3, 4, 1, 5)).astype(np.float32)
+    b = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    got = jnp.einsum("...kh1d,...khd->...kh1", jnp.asarray(a), jnp.asarray(b))
+    np.testing.assert_allclose(got, np.einsum("...khzd,...khd->...khz", a, b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="invalid subscript"):
+        jnp.einsum("i.j", jnp.asarray(a[0, 0]))
+
+
+def test_mesh_axis_types_and_conv_out_sharding():
+    from kiln.sharding import AxisType, Mesh
+    m = Mesh(np.array(kiln.devices()[:1]), ("x",))
+    assert m.axis_types == (AxisType.Auto,) and m.are_all_axes_auto and not m.are_all_axes_explicit
+    assert m.auto_axes == ("x",) and m.explicit_axes == () and repr(AxisType.Auto) == "Auto"
+    e = kiln.make_mesh((1,), ("x",))  # JAX 0.10's default: Explicit
+    assert e.are_all_axes_explicit and e._name_to_type == {"x": AxisType.Explicit} and e != m
+    assert m.update(axis_types=(AxisType.Explicit,)) == e
+    with pytest.raises(ValueError, match="axis_types"):
+        Mesh(np.array(kiln.devices()[:1]), ("x",), (AxisType.Auto, AxisType.Auto))
+    rng = np.random.default_rng()
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    plain = kiln.lax.conv_general_dilated(jnp.asarray(x), jnp.asarray(w), (1, 1), "SAME")
+    placed = kiln.lax.conv_general_dilated(jnp.asarray(x), jnp.asarray(w), (1, 1), "SAME", out_sharding=None)
+    np.testing.assert_array_equal(plain, placed)
+
+
+def test_make_jaxpr_axis_env_and_control_flow_trace_states():
+    from kiln.extend import core as jcore
+    with pytest.raises(NotImplementedError, match="axis_env"):
+        kiln.make_jaxpr(lambda x: x, axis_env=[("i", 2)])(1.0)
+    assert "sin" in str(kiln.make_jaxpr(jnp.sin, axis_env=None)(1.0))
+    outer = jcore.get_opaque_trace_state()
+    assert jcore.get_opaque_trace_state() == outer
+    seen = {}
+
+    def probe(tag):
+        def f(x):
+            seen.setdefault(tag, []).append(jcore.get_opaque_trace_state())
+            return x
+        return f
+    x = jnp.ones(3)
+    # JAX traces every body in a trace of its own; kiln runs concrete ones as Python calls
+    kiln.lax.while_loop(lambda c: c[0] == 0, lambda c: (1, probe("while")(c[1])), (0, x))
+    kiln.lax.scan(lambda c, v: (c, probe("scan")(v)), None, x)
+    kiln.lax.cond(True, probe("cond"), probe("cond"), x)
+    kiln.lax.fori_loop(0, 2, lambda i, v: probe("fori")(v), x)
+    kiln.checkpoint(probe("checkpoint"))(x)
+    for tag, states in seen.items():
+        assert all(s != outer for s in states), tag
+    scan_states = seen["scan"]
+    assert all(s == scan_states[0] for s in scan_states)  # one body, one state
+    assert jcore.get_opaque_trace_state() == outer

@@ -264,7 +264,7 @@ ERRORS = [
     (lambda: jnp.einsum("ij,jk", jnp.asarray(np.ones((2, 3)))), ValueError, "operands"),
     (lambda: jnp.einsum("ijk", jnp.asarray(np.ones((2, 3)))), ValueError, "'ijk'"),
     (lambda: jnp.einsum("ij->iz", jnp.asarray(np.ones((2, 3)))), ValueError, "'z'"),
-    (lambda: jnp.einsum("i2", jnp.asarray(np.ones((2, 3)))), ValueError, "invalid subscript"),
+    (lambda: jnp.einsum("i.j", jnp.asarray(np.ones((2, 3)))), ValueError, "invalid subscript"),
     (lambda: jnp.cross(jnp.asarray(np.ones(4)), jnp.asarray(np.ones(4))), ValueError, "2 or 3"),
     (lambda: LA.solve(jnp.asarray(np.ones((3, 4))), jnp.asarray(np.ones(3))), ValueError, r"square.*\(3, 4\)"),
     (lambda: LA.solve(jnp.asarray(np.eye(3)), jnp.asarray(np.ones(4))), ValueError, "does not match"),

@@ -1,5 +1,6 @@
 """jax.api_util: helpers libraries use to wrap functions (numpyro's provenance tracing)."""
 from kiln._src.tree_util import tree_flatten, tree_unflatten
+from kiln._src.util import safe_map, safe_zip, unzip2  # noqa: F401 (jax.api_util re-exports them)
 from kiln.extend.core import DebugInfo
 from kiln.extend.linear_util import Store, WrappedFun
 

@@ -5,6 +5,7 @@ SingleDeviceSharding, and Shard (one device's piece of an Array, as Array.addres
 Sharded arrays are made by device_put(x, NamedSharding(...)), make_array_from_callback,
 make_array_from_single_device_arrays and shard_map/pmap (kiln/_src/spmd.py)."""
 import collections
+import enum
 import math
 
 import numpy as np
@@ -97,6 +98,14 @@ class Mesh:
             raise ValueError("Mesh: a device appears more than once in the mesh")
         self.devices = devs
         self.axis_names = axis_names
+        if axis_types is None:
+            axis_types = (AxisType.Auto,) * len(axis_names)
+        elif isinstance(axis_types, AxisType):
+            axis_types = (axis_types,) * len(axis_names)
+        axis_types = tuple(axis_types)
+        if len(axis_types) != len(axis_names):
+            raise ValueError(f"Mesh: {len(axis_types)} axis_types {axis_types} for {len(axis_names)} axis names "
+                             f"{axis_names}; give one type per axis")
         self.axis_types = axis_types
         self.shape = collections.OrderedDict(zip(axis_names, devs.shape))
         self.axis_sizes = tuple(devs.shape)
@@ -140,8 +149,38 @@ class Mesh:
     def empty(self):
         return self.size == 0
 
+    # The axis types are recorded and reported (flax and others read them); kiln places arrays the
+    # same way whatever the type.
+    @property
+    def _name_to_type(self):
+        return dict(zip(self.axis_names, self.axis_types))
+
+    def _axes_of(self, kind):
+        return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == kind)
+
+    explicit_axes = property(lambda self: self._axes_of(AxisType.Explicit))
+    auto_axes = property(lambda self: self._axes_of(AxisType.Auto))
+    manual_axes = property(lambda self: self._axes_of(AxisType.Manual))
+    are_all_axes_explicit = property(lambda self: all(t == AxisType.Explicit for t in self.axis_types))
+    are_all_axes_auto = property(lambda self: all(t == AxisType.Auto for t in self.axis_types))
+    are_all_axes_manual = property(lambda self: all(t == AxisType.Manual for t in self.axis_types))
+    _any_axis_explicit = property(lambda self: AxisType.Explicit in self.axis_types)
+    _any_axis_auto = property(lambda self: AxisType.Auto in self.axis_types)
+    _any_axis_manual = property(lambda self: AxisType.Manual in self.axis_types)
+    is_scalar = property(lambda self: self.size == 1)
+
+    @property
+    def abstract_mesh(self):
+        return self
+
+    def update(self, devices=None, axis_names=None, axis_types=None):
+        """A copy with the given fields replaced."""
+        return Mesh(self.devices if devices is None else devices,
+                    self.axis_names if axis_names is None else axis_names,
+                    self.axis_types if axis_types is None else axis_types)
+
     def _key(self):
-        return (tuple(d.id for d in self.devices.flat), self.axis_sizes, self.axis_names)
+        return (tuple(d.id for d in self.devices.flat), self.axis_sizes, self.axis_names, self.axis_types)
 
     def __eq__(self, other):
         return isinstance(other, Mesh) and self._key() == other._key()
@@ -167,11 +206,14 @@ class Mesh:
 AbstractMesh = Mesh
 
 
-class AxisType:
-    """Mesh axis kinds (jax.sharding.AxisType); kiln treats every axis as Explicit-free Auto."""
-    Auto = "Auto"
-    Explicit = "Explicit"
-    Manual = "Manual"
+class AxisType(enum.Enum):
+    """Mesh axis kinds (jax.sharding.AxisType). kiln records them; it places arrays alike for each."""
+    Auto = enum.auto()
+    Explicit = enum.auto()
+    Manual = enum.auto()
+
+    def __repr__(self):
+        return self.name
 
 
 def _spec_axes(spec, ndim, mesh, what="NamedSharding"):

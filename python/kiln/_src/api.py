@@ -901,8 +901,13 @@ def jit(fun=None, *, in_shardings=None, out_shardings=None, static_argnums=None,
     return spmd.ShardedJit(wrapped, in_shardings, out_shardings, device)
 
 
-def make_jaxpr(fun, static_argnums=(), return_shape=False):
+def make_jaxpr(fun, static_argnums=(), axis_env=None, return_shape=False, abstracted_axes=None):
     """make_jaxpr(f)(*args) -> the traced program (prints as text)."""
+    if axis_env:
+        raise NotImplementedError(f"make_jaxpr(axis_env={axis_env!r}): kiln traces collectives over named axes only "
+                                  f"inside vmap, pmap or shard_map; make the jaxpr of the mapped function instead")
+    if abstracted_axes is not None:
+        raise NotImplementedError("make_jaxpr(abstracted_axes=...): kiln traces programs at static shapes only")
     static_nums, static_names = _normalize_static(fun, static_argnums, None)
 
     def wrapped(*args, **kwargs):

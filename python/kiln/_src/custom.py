@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from kiln._src import core, dtypes, tree_util
+from kiln._src import core, dtypes, thread_state, tree_util
 
 
 def _float_leaf(x):
@@ -317,6 +317,7 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
     code = -1 if policy is _everything_saveable else _POLICY_CODES.get(policy, 0)
 
     @functools.wraps(fun)
+    @thread_state.control_flow_body  # (JAX traces the function: its body is a trace of its own)
     def wrapped(*args, **kwargs):
         if not core.ad_tracing() or code < 0:  # nothing to recompute outside differentiation
             return fun(*args, **kwargs)

@@ -6,10 +6,16 @@ import functools
 
 # module -> the names JAX gives out_sharding=
 NAMES = {
-    "kiln.lax": ("dot_general", "dot", "broadcast_in_dim", "reshape"),
-    "kiln.numpy": ("dot", "matmul", "einsum", "zeros", "ones", "full", "arange", "reshape", "broadcast_to",
-                   "asarray", "array", "zeros_like", "tensordot", "full_like", "ones_like", "empty"),
-    "kiln.random": ("normal", "uniform"),
+    "kiln.lax": ("broadcast", "broadcast_in_dim", "broadcasted_iota", "conv_general_dilated", "dot", "dot_general",
+                 "empty", "ragged_dot", "ragged_dot_general", "reduce", "reduce_sum", "reshape", "rng_bit_generator"),
+    "kiln.numpy": ("arange", "array", "asarray", "bincount", "broadcast_to", "dot", "einsum", "empty", "full",
+                   "full_like", "matmul", "ones", "ones_like", "percentile", "ravel", "repeat", "reshape",
+                   "tensordot", "zeros", "zeros_like"),
+    "kiln.random": ("ball", "bernoulli", "beta", "bits", "categorical", "cauchy", "chisquare", "dirichlet",
+                    "exponential", "f", "gamma", "generalized_normal", "geometric", "gumbel", "laplace", "loggamma",
+                    "logistic", "lognormal", "maxwell", "multivariate_normal", "normal", "orthogonal", "pareto",
+                    "permutation", "poisson", "rademacher", "randint", "rayleigh", "t", "triangular",
+                    "truncated_normal", "uniform", "wald"),
 }
 
 

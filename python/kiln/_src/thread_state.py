@@ -5,6 +5,7 @@ The C half (the trace stack, python/ext/tracer.c) is per thread too.
 Imports nothing of kiln's; the modules holding such state import it.
 """
 
+import functools
 import threading
 
 
@@ -61,3 +62,23 @@ class Stack(threading.local):
 
     def __contains__(self, x):
         return x in self.items
+
+
+# The innermost control-flow call (cond, switch, while_loop, fori_loop, scan, map) of this thread, as
+# a token. JAX traces every body in a trace of its own; kiln runs a body whose predicate or bounds
+# are concrete as Python calls, so it is this token that tells a body's trace state from its caller's
+# (haiku and flax nnx refuse state touched across that boundary).
+body_token = Cell(None)
+
+
+def control_flow_body(fn):
+    """fn (a control-flow primitive) with its bodies in a trace state of their own."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        prev = body_token[0]
+        body_token[0] = object()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            body_token[0] = prev
+    return wrapped

@@ -210,6 +210,9 @@ def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None):
     if n > len(devs):
         raise ValueError(f"make_mesh: the mesh {axis_shapes} needs {n} devices but only {len(devs)} are available; with "
                          f"simulated CPU devices set KILN_NUM_CPU_DEVICES={n} or more before importing kiln")
+    if axis_types is None:  # JAX 0.10's default
+        from kiln.sharding import AxisType
+        axis_types = (AxisType.Explicit,) * len(axis_shapes)
     return Mesh(np.array(devs[:n], dtype=object).reshape(axis_shapes), axis_names, axis_types)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from kiln._src import core
 from kiln._src.extras import ShapedArray
+from kiln._src.thread_state import body_token
 
 
 class AbstractValue(abc.ABC):
@@ -55,17 +56,19 @@ class TraceTag:
 
 
 class OpaqueTraceState:
-    """The current trace as a token: equal exactly when taken in the same trace."""
-    __slots__ = ("_trace",)
+    """The current trace as a token: equal exactly when taken in the same trace and the same
+    control-flow body."""
+    __slots__ = ("_trace", "_body")
 
-    def __init__(self, trace):
+    def __init__(self, trace, body=None):
         self._trace = trace
+        self._body = body
 
     def __eq__(self, other):
-        return isinstance(other, OpaqueTraceState) and self._trace is other._trace
+        return isinstance(other, OpaqueTraceState) and self._trace is other._trace and self._body is other._body
 
     def __hash__(self):
-        return id(self._trace)
+        return hash((id(self._trace), id(self._body)))
 
     def __repr__(self):
         return f"OpaqueTraceState({self._trace!r})"
@@ -74,7 +77,7 @@ class OpaqueTraceState:
 def get_opaque_trace_state(convention=None):
     """A token of the current trace (cheap; equal for two calls in the same trace)."""
     del convention
-    return OpaqueTraceState(core.current_trace())
+    return OpaqueTraceState(core.current_trace(), body_token[0])
 
 
 def find_top_trace(xs):

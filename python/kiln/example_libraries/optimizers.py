@@ -8,7 +8,6 @@ rounding. Built on kiln's public API only (numpy, tree_util).
 
 from __future__ import annotations
 
-import builtins
 import functools
 from collections import namedtuple
 from collections.abc import Callable
@@ -17,35 +16,7 @@ from typing import Any, NamedTuple
 
 from kiln import numpy as jnp
 from kiln import tree_util
-
-
-def safe_map(f, *seqs):
-    """builtins.map that insists every sequence has the same length."""
-    seqs = [list(s) for s in seqs]
-    _check_lengths("safe_map", seqs)
-    return list(builtins.map(f, *seqs))
-
-
-def safe_zip(*seqs):
-    """builtins.zip that insists every sequence has the same length."""
-    seqs = [list(s) for s in seqs]
-    _check_lengths("safe_zip", seqs)
-    return list(builtins.zip(*seqs))
-
-
-def _check_lengths(name, seqs):
-    lengths = [len(s) for s in seqs]
-    if len(set(lengths)) > 1:
-        raise ValueError(f"optimizers.{name}: sequences of unequal lengths {lengths}")
-
-
-def unzip2(pairs):
-    """A sequence of pairs as two tuples (firsts, seconds)."""
-    firsts, seconds = [], []
-    for first, second in pairs:
-        firsts.append(first)
-        seconds.append(second)
-    return tuple(firsts), tuple(seconds)
+from kiln.api_util import safe_map, safe_zip, unzip2
 
 
 # as in JAX's module, map and zip here check lengths

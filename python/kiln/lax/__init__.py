@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 
 from kiln import _kiln
-from kiln._src import core, dtypes, refs
+from kiln._src import core, dtypes, refs, thread_state
 from kiln._src.core import Array, Tracer, bind, bind1
 from kiln._src.dispatch import update_params
 
@@ -161,8 +161,16 @@ def _binary(name, prim=None):
 
 for _n in ("neg sign floor ceil is_finite exp exp2 log log1p expm1 tanh logistic sin cos tan asin "
            "acos atan sinh cosh asinh acosh atanh sqrt rsqrt cbrt abs erf erfc erf_inv lgamma "
-           "digamma square stop_gradient").split():
+           "digamma square").split():
     globals()[_n] = _unary(_n)
+
+_stop_gradient = _unary("stop_gradient")
+
+
+def stop_gradient(x):
+    """x (any pytree of arrays) with a zero derivative: grad and jvp see each leaf as a constant."""
+    from kiln._src import tree_util
+    return tree_util.tree_map(_stop_gradient, x)
 
 _barrier = _unary("optimization_barrier")
 
@@ -1012,6 +1020,7 @@ def _operand_leaves(operands):
 _NO_OPERAND = object()
 
 
+@thread_state.control_flow_body
 def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     """true_fun(*operands) if pred else false_fun(*operands). A concrete predicate calls the taken
     branch (and checks the other's types); a traced one makes a cond equation, which runs only the
@@ -1049,6 +1058,7 @@ def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     return tree_util.tree_unflatten(tree_util.tree_structure(t[2]), list(_bind_cond(p, f, t, leaves)))
 
 
+@thread_state.control_flow_body
 def switch(index, branches, *operands):
     """branches[clamp(index, 0, len(branches) - 1)](*operands). A traced index makes cond
     equations, nested: branch k if index <= k, else the rest."""
@@ -1114,6 +1124,7 @@ def _fori_equation(lower, upper, body_fun, init_val):
     return _while_equation(cond, body, (lo, hi, init_val))[2]
 
 
+@thread_state.control_flow_body
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     from kiln._src import control_checks
     if not _has_value(lower) or not _has_value(upper):  # traced bounds: a real loop
@@ -1193,6 +1204,7 @@ def _while_equation(cond_fun, body_fun, init_val):
 _WHILE_UNROLL_MAX = 64
 
 
+@thread_state.control_flow_body
 def while_loop(cond_fun, body_fun, init_val):
     """body_fun applied to the carry while cond_fun(carry) is true. Eagerly a Python loop; under
     a transformation a while equation, as in JAX (a real loop, compiled once), also when the
@@ -1223,6 +1235,7 @@ def while_loop(cond_fun, body_fun, init_val):
         val = out
 
 
+@thread_state.control_flow_body
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpose=False):
     """JAX's scan: carry, ys = f(carry, x) over the leading axis of xs; returns (carry, stacked ys).
     (_split_transpose, a JAX scheduling hint for the transposed scan, is accepted: kiln's reverse
@@ -1376,6 +1389,7 @@ def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
     return tree_util.tree_unflatten(c_tree, list(outs[:nc])), tree_util.tree_unflatten(state["y_tree"], list(outs[nc:]))
 
 
+@thread_state.control_flow_body
 def map(f, xs, *, batch_size=None):
     """f applied to each slice of xs along its leading axis, results stacked (a scan without
     carry). batch_size: slices go through vmap(f) batch_size at a time, the remainder last."""

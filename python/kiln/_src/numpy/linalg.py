@@ -300,7 +300,7 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None,
     def letters(term, where):
         if term.count("...") > 1:
             raise ValueError(f"einsum: {where} {term!r} has more than one ellipsis")
-        bad = [c for c in term.replace("...", "") if not c.isalpha()]
+        bad = [c for c in term.replace("...", "") if c in ".->"]  # JAX takes any other character
         if bad:
             raise ValueError(f"einsum: invalid subscript {bad[0]!r} in {where} {term!r}")
         return term

@@ -10,6 +10,7 @@ import numpy as np
 
 from kiln import lax
 from kiln._src import core, dtypes
+from kiln._src.numpy import util
 
 __all__ = [
     "reshape", "ravel", "transpose", "permute_dims", "matrix_transpose",
@@ -33,7 +34,6 @@ def _asarray(x):
     naming the function, as JAX's check_arraylike does)."""
     if type(x) in (list, tuple):
         import sys
-        from kiln._src.numpy import util
         util.raise_sequence_arg(sys._getframe(1).f_code.co_name, x)
     return core.asarray(x)
 
@@ -55,7 +55,7 @@ def _static_ints(xs, what):
         xs = core.concrete_or_error(xs, what)
     if isinstance(xs, np.ndarray):
         xs = xs.tolist()
-    if not isinstance(xs, (tuple, list)):
+    if not util.is_int_sequence_like(xs):
         return (_static_int(xs, what),)
     return tuple(_static_int(x, what) for x in xs)
 
@@ -1154,7 +1154,6 @@ def _static_positions(obj, n, opname):
     if isinstance(obj, slice):
         return np.arange(n)[obj], False
     if type(obj) in (list, tuple):  # as JAX's check_arraylike
-        from kiln._src.numpy import util
         util.raise_sequence_arg(opname, obj, 1)
     o = np.asarray(core.concrete_or_error(obj, f"{opname}: obj")
                    if isinstance(obj, core.Array) else obj)

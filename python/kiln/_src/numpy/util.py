@@ -238,7 +238,7 @@ def canonicalize_axes(axis, ndim, opname="axis"):
     """Normalises None / int / sequence of ints to a tuple of distinct axes in [0, ndim), order kept."""
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, (tuple, list)):
+    if is_int_sequence_like(axis):
         axes = tuple(canonicalize_axis(a, ndim, opname) for a in axis)
     else:
         axes = (canonicalize_axis(axis, ndim, opname),)
@@ -264,13 +264,24 @@ def concrete_int(x, what):
         raise TypeError(f"{what}: expected an integer, got {type(x).__name__} {x!r}") from None
 
 
+def is_int_sequence_like(x):
+    """Whether a shape or axis argument is a sequence of ints (a tuple, list, range, or another
+    library's shape object such as TensorFlow Probability's TensorShape) rather than one int, as
+    JAX reads them: anything iterable that is not itself an integer."""
+    if isinstance(x, (tuple, list, range)):
+        return True
+    if isinstance(x, (str, bytes, dict)) or hasattr(x, "__index__"):
+        return False
+    return hasattr(x, "__iter__") and hasattr(x, "__len__")
+
+
 def canonicalize_shape(shape, opname):
     """Normalises an int or sequence of ints to a shape tuple; negative sizes raise ValueError."""
     if isinstance(shape, core.Array) or isinstance(shape, np.ndarray):
         if isinstance(shape, core.Array):
             shape = core.concrete_or_error(shape, f"{opname}: the shape argument")
         shape = shape.tolist()
-    if isinstance(shape, (list, tuple)):
+    if is_int_sequence_like(shape):
         dims = tuple(concrete_int(d, f"{opname}: the shape argument") for d in shape)
     else:
         dims = (concrete_int(shape, f"{opname}: the shape argument"),)
