@@ -41,7 +41,7 @@ typedef enum {
   KL_FAM_FFT,         /* fft (complex and real transforms over trailing axes) */
   KL_FAM_CONV,        /* conv_general_dilated and its two gradients (channels-last library convolutions) */
   KL_FAM_CALLBACK,    /* host callbacks: debug.callback/print, pure_callback */
-  KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp */
+  KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp, custom_vmap */
   KL_FAM_CONTROL,     /* sub-programs run as data decides: while, scan, cond */
   KL_FAM_COLLECTIVE,  /* across the devices of a mesh: psum pmax pmin all_gather reduce_scatter ppermute
                          all_to_all axis_index */
@@ -193,6 +193,7 @@ typedef enum {
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
   X(CUSTOM_JVP_CALL, "custom_jvp_call", CALL, NONE, ANY, custom_jvp)               \
   X(CHECKPOINT, "checkpoint", CALL, NONE, ANY, checkpoint)                        \
+  X(CUSTOM_VMAP_CALL, "custom_vmap_call", CALL, NONE, ANY, custom_vmap)            \
   X(WHILE, "while", CONTROL, NONE, ANY, while_)                                    \
   X(SCAN, "scan", CONTROL, NONE, ANY, scan)                                        \
   X(COND, "cond", CONTROL, NONE, ANY, cond)                                        \
@@ -409,6 +410,10 @@ typedef struct {
       int policy;              /* KL_REMAT_*: what the forward pass may keep */
       int prevent_cse;         /* keep CSE from merging the recomputation with the forward pass */
     } checkpoint;
+    struct {
+      struct kl_program *body; /* (x, consts) -> outputs: what the call computes, example by example */
+      int64_t rule;            /* the batching rule vmap asks for (kl_set_user_batch_fn's handle) */
+    } custom_vmap;             /* a function or library primitive with a user batching rule */
     /* ---- control (ir/prims/control.c) ---- */
     struct {
       kl_ivec counts;          /* (n_cond_consts, n_body_consts, n_carries): how the operands split */

@@ -215,7 +215,7 @@ def _square_primitive(name):
 def test_library_primitive_impl_lowering_and_jvp_rule():
     """A primitive defined as equinox and lineax define theirs: computed by its impl eagerly, its
     lowering's function under jit, differentiated by its JVP rule; vmap without a batching rule
-    raises JAX's NotImplementedError (kiln does not yet call user batching rules either)."""
+    raises JAX's NotImplementedError, with one it batches."""
     p = _square_primitive("kiln_test_square")
     calls = []
 
@@ -234,8 +234,8 @@ def test_library_primitive_impl_lowering_and_jvp_rule():
     with pytest.raises(NotImplementedError, match="Batching rule for 'kiln_test_square' not implemented"):
         kiln.vmap(f)(np.ones((2, 3), np.float32))
     kbatching.primitive_batchers[p] = lambda args, dims, **params: (p.bind(*args, **params), dims[0])
-    with pytest.raises(NotImplementedError, match="batching rules"):
-        kiln.vmap(f)(np.ones((2, 3), np.float32))
+    xs = np.random.default_rng().standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(kiln.vmap(f)(xs)), 3 * xs * xs, rtol=1e-6)  # (tests/test_custom_batching.py)
     q = ext_core.Primitive("kiln_test_no_impl")
     with pytest.raises(NotImplementedError, match="Evaluation rule for 'kiln_test_no_impl' not implemented"):
         q.bind(jnp.ones(2))

@@ -16,4 +16,14 @@
  * "vmap of <prim> is not supported yet" when a rule is missing. */
 kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char *out_batched, char *err,
                     size_t errlen);
+
+/* A batching rule held outside the IR, by handle: a custom_vmap_call equation's (jax.custom_batching
+ * .custom_vmap, or a library primitive's batching rule, in Python). Given the handle, the call's
+ * operand types as vmap has them (in_batched[i]: operand i carries the batch at axis 0), and the
+ * batch size, returns an owned program over exactly those operands, with one output per result of
+ * the call, and sets out_batched[i] (1: batch at axis 0; 0: the same for every example); or NULL
+ * with a message in err. The embedding installs it (python/ext); without one such a vmap fails. */
+typedef kl_program *(*kl_user_batch_fn)(int64_t rule, int nin, const kl_aval *ins, const char *in_batched, int64_t size,
+                                        char *out_batched, char *err, size_t errlen);
+void kl_set_user_batch_fn(kl_user_batch_fn fn);
 #endif

@@ -1,6 +1,7 @@
 /* call.c: the call family's params and shape rule: equations that own sub-programs and call
  * them: checkpoint (a body recomputed in the backward pass), custom_jvp_call (a function and its
- * JVP rule), custom_vjp_call / custom_vjp_lin (a function's outputs and its backward rule).
+ * JVP rule), custom_vjp_call / custom_vjp_lin (a function's outputs and its backward rule),
+ * custom_vmap_call (a function whose batching rule is the user's: vmap asks for it by handle).
  * Depends only on ir/. */
 #include "../program.h"
 #include "prims.h"
@@ -9,6 +10,8 @@ const kl_param_field kl_fields_custom_vjp[] = {KL_FIELD(custom_vjp, counts, IVEC
                                                {NULL, 0, 0}};
 const kl_param_field kl_fields_custom_jvp[] = {KL_FIELD(custom_jvp, counts, IVEC), KL_FIELD(custom_jvp, fun, PROGRAM),
                                                KL_FIELD(custom_jvp, jvp, PROGRAM), {NULL, 0, 0}};
+const kl_param_field kl_fields_custom_vmap[] = {KL_FIELD(custom_vmap, body, PROGRAM), KL_FIELD(custom_vmap, rule, INT),
+                                                {NULL, 0, 0}};
 const kl_param_field kl_fields_checkpoint[] = {KL_FIELD(checkpoint, body, PROGRAM), KL_FIELD(checkpoint, policy, INT32),
                                                KL_FIELD(checkpoint, prevent_cse, INT32), {NULL, 0, 0}};
 
@@ -29,14 +32,16 @@ static int rule_custom_vjp(kl_rule_err *e, const char *name, const kl_aval *ins,
   return 0;
 }
 
-/* checkpoint, custom_jvp_call: the operands are the body's inputs (checkpoint) or its leading
+/* checkpoint, custom_vmap_call, custom_jvp_call: the operands are the body's inputs (checkpoint, custom_vmap_call) or its leading
  * inputs (a custom_jvp function, whose rule takes the same inputs, their tangents and its own
  * consts); the results are the body's outputs. */
 static int rule_body_call(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p,
                           kl_aval *outs, int *nout) {
   const char *name = kl_prim_get(prim)->name;
   char b1[160], b2[160];
-  const kl_program *body = prim == KL_P_CHECKPOINT ? p->checkpoint.body : p->custom_jvp.fun;
+  const kl_program *body = prim == KL_P_CHECKPOINT         ? p->checkpoint.body
+                           : prim == KL_P_CUSTOM_VMAP_CALL ? p->custom_vmap.body
+                                                           : p->custom_jvp.fun;
   int64_t n_body = nin;
   if (prim == KL_P_CUSTOM_JVP_CALL) {
     const kl_ivec *c = &p->custom_jvp.counts;

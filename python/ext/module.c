@@ -781,6 +781,14 @@ static PyObject *builder_wrap(kl_program *pg) {
   return (PyObject *)o;
 }
 
+kl_program *kl_py_builder_program(PyObject *o) {
+  if (!PyObject_TypeCheck(o, (PyTypeObject *)BuilderType)) {
+    PyErr_SetString(PyExc_TypeError, "expected a program (a Builder)");
+    return NULL;
+  }
+  return ((BuilderObject *)o)->pg;
+}
+
 static char *flags_from(PyObject *seq, int n, const char *what) {
   PyObject *t = PySequence_Tuple(seq);
   if (!t) return NULL;
@@ -848,7 +856,7 @@ static PyObject *builder_vmap(PyObject *self, PyObject *args) {
   PyMem_Free(axes);
   if (!v) {
     PyMem_Free(batched);
-    return kl_py_raise(NULL, err);
+    return PyErr_Occurred() ? NULL : kl_py_raise(NULL, err); /* a user batching rule's own exception */
   }
   PyObject *flags = PyTuple_New(pg->noutputs);
   for (int i = 0; i < pg->noutputs; i++) PyTuple_SetItem(flags, i, PyBool_FromLong(batched[i]));
@@ -1580,7 +1588,7 @@ static int mod_exec(PyObject *m) {
   Py_INCREF(BufferType);
   Py_INCREF(BuilderType);
   Py_INCREF(ExecType);
-  if (kl_py_array_init(m) || kl_py_tracer_init(m)) return -1;
+  if (kl_py_array_init(m) || kl_py_tracer_init(m) || kl_py_batch_rule_init(m)) return -1;
   if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
       PyModule_AddObject(m, "Executable", ExecType))
     return -1;

@@ -54,6 +54,8 @@ PyObject *kl_py_body_key(PyObject *v);
  * returns NULL. The class comes from the status, never from the text. */
 PyObject *kl_py_raise(const char *prefix, const char *msg);
 PyObject *kl_py_builder_wrap(kl_program *pg);
+/* The program of a Builder (borrowed), or NULL with a TypeError when o is not one. */
+kl_program *kl_py_builder_program(PyObject *o);
 /* The equations of pg from index `from` on, as Builder.equations() lists them: (prim name, input
  * ids, output ids, params dict) each. */
 PyObject *kl_py_program_equations(const kl_program *pg, int from);
@@ -64,5 +66,8 @@ int kl_py_tracer_init(PyObject *module);
 int kl_py_tracing(void);
 /* Whether o is a Tracer (of any trace). */
 int kl_py_is_tracer(PyObject *o);
+
+/* batch_rule.c: set_batch_handler, the Python side of user batching rules (custom_vmap_call). */
+int kl_py_batch_rule_init(PyObject *module);
 
 #endif

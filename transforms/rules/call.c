@@ -1,11 +1,13 @@
 /* call.c: the transformation rules of the call family (checkpoint, custom_jvp_call, custom_vjp_call,
- * custom_vjp_lin): equations whose rules run the drivers again on the bodies they hold (JVP inline,
- * the user's bwd program replayed in reverse mode, batched bodies under vmap). Depends only on ir/
- * and transforms/. */
+ * custom_vjp_lin, custom_vmap_call): equations whose rules run the drivers again on the bodies they
+ * hold (JVP inline, the user's bwd program replayed in reverse mode, batched bodies under vmap, the
+ * user's batching rule asked for by handle). Depends only on ir/ and transforms/. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../ir/alloc.h"
+#include "../batching.h"
 #include "rules.h"
 
 /* ---- JVP ------------------------------------------------------------------------------------- */
@@ -134,6 +136,28 @@ static int custom_jvp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, cons
   }
   free(rp);
   free(rt);
+  return rc;
+}
+
+/* custom_vmap_call: the call itself for the primal results (so a vmap that comes later still meets
+ * the user's batching rule), and the JVP of its body for the tangents. */
+static int custom_vmap_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
+  const kl_program *body = body_of(a, e, e->p.custom_vmap.body);
+  if (!body || kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body);
+  if (!fp || !ft) {
+    free(fp);
+    free(ft);
+    return kl_build_oom(a);
+  }
+  for (int i = 0; i < body->ninputs; i++) {
+    fp[body->inputs[i]] = xs[i];
+    ft[body->inputs[i]] = ts[i];
+  }
+  int rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  for (int i = 0; !rc && i < e->nout; i++) touts[i] = ft[body->outputs[i]];
+  free(fp);
+  free(ft);
   return rc;
 }
 
@@ -277,6 +301,37 @@ static int call_batch(kl_build *b, rule_args *r) {
   return rc;
 }
 
+static _Atomic(kl_user_batch_fn) user_batch;
+
+void kl_set_user_batch_fn(kl_user_batch_fn fn) { atomic_store(&user_batch, fn); }
+
+/* custom_vmap_call: the program the user's rule gives for these operands, spliced in; results it
+ * leaves unbatched are brought up to the batch, as the pass expects of every result here. */
+static int custom_vmap_call_batch(kl_build *b, rule_args *r) {
+  const kl_eqn *e = r->e;
+  kl_user_batch_fn fn = atomic_load(&user_batch);
+  if (!fn) return kl_build_fail(b, KL_ERR_UNSUPPORTED, "vmap of custom_vmap_call: no batching-rule handler is installed");
+  kl_aval *avals = kl_malloc(sizeof(kl_aval) * ((size_t)e->nin + 1));
+  if (!avals) return kl_build_oom(b);
+  for (int i = 0; i < e->nin; i++) avals[i] = *kl_build_aval(b, r->xs[i]);
+  char ob[KL_MAX_OUTS] = {0};
+  kl_program *pg = fn(e->p.custom_vmap.rule, e->nin, avals, r->bs, b->size, ob, b->err, b->errlen);
+  free(avals);
+  if (!pg) {
+    b->failed = 1;
+    return -1;
+  }
+  int rc;
+  if (pg->ninputs != e->nin || pg->noutputs != e->nout)
+    rc = kl_build_fail(b, KL_ERR_INTERNAL, "vmap: internal error: a batching rule's program takes %d operands and gives %d "
+                       "results, the call has %d and %d", pg->ninputs, pg->noutputs, e->nin, e->nout);
+  else rc = kl_splice(b, pg, r->xs, r->ys);
+  for (int i = 0; !rc && i < e->nout; i++)
+    if ((r->ys[i] = kl_batch_as_batched(b, r->ys[i], ob[i])) < 0) rc = -1;
+  kl_program_free(pg);
+  return rc || b->failed ? -1 : 0;
+}
+
 /* ---- inline (for code generation; inline.c) ------------------------------------------------- */
 
 /* custom_vjp_call: its outputs are its first operands (the bwd rule matters only to AD). */
@@ -296,6 +351,11 @@ static int checkpoint_inline(const kl_eqn *e, const kl_program **body) {
   return *body ? 0 : -1;
 }
 
+static int custom_vmap_call_inline(const kl_eqn *e, const kl_program **body) {
+  *body = e->p.custom_vmap.body;
+  return *body ? 0 : -1;
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_call[] = {
@@ -303,4 +363,5 @@ const kl_rule_row kl_rules_call[] = {
     {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL, NULL, NULL, NULL},
     {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch, NULL, custom_jvp_call_inline, NULL},
     {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch, NULL, checkpoint_inline, NULL},
+    {KL_P_CUSTOM_VMAP_CALL, custom_vmap_call_jvp, NULL, custom_vmap_call_batch, NULL, custom_vmap_call_inline, NULL},
     KL_RULES_END};

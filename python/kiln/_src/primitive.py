@@ -10,13 +10,19 @@ reads them when the primitive is bound:
   function, mlir.lower_fun(fn); else the impl) is traced inline, so kiln compiles and transforms
   its operations; a JVP rule, when registered, is the derivative (the inline function becomes a
   custom_jvp with that rule, so grad and jvp use it and transpose what it computes).
-- A user batching rule is not yet called by kiln's vmap: binding a library primitive under vmap
-  raises NotImplementedError (JAX's message when it has no rule) rather than batching the inline
-  function, whose meaning under vmap may be another (equinox's unvmap_* primitives reduce over
-  the batch).
+- under vmap, the primitive is a custom_vmap_call equation: its inline function as the body (what
+  jit, grad and code generation see) and its batching rule (batching.primitive_batchers) by handle:
+  when kiln's vmap pass meets the equation with a batched operand it asks this module for the
+  rule's program at the batched types (_run_batch_rule, installed as the C pass's handler), so the
+  rule decides what the primitive means on a batch (equinox's unvmap_* primitives reduce over it).
+  Without a batching rule, binding under vmap raises NotImplementedError (JAX's message).
+jax.custom_batching.custom_vmap uses the same equation (custom_vmap below).
 """
+import itertools
+
 import numpy as np
 
+from kiln import _kiln
 from kiln._src import core
 from kiln._src.thread_state import Cell
 
@@ -115,13 +121,11 @@ def _bind_user(prim, args, params):
             raise NotImplementedError(f"Evaluation rule for '{prim.name}' not implemented")
         return prim.impl(*args, **params)
     from kiln._src import batching
+    fn = _inline_fn(prim)
     if batching.vmap_depth[0]:
         if prim not in primitive_batchers:
             raise NotImplementedError(f"Batching rule for '{prim.name}' not implemented")
-        raise NotImplementedError(f"vmap of the library primitive '{prim.name}': kiln does not yet call "
-                                  f"user batching rules (batching.primitive_batchers); batching the "
-                                  f"primitive's impl instead could mean something else")
-    fn = _inline_fn(prim)
+        fn = _vmap_call_of(prim, fn)
     jvp_rule = primitive_jvps.get(prim)
     if jvp_rule is None or prim in _in_rule[0]:  # (a rule binding its own primitive on the primals)
         return fn(*args, **params)
@@ -159,3 +163,97 @@ def aval_of(x):
     if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (core.Array, np.ndarray, np.generic)):
         return ShapedArray(x.shape, x.dtype, bool(getattr(x, "weak_type", False)))
     return typeof(x)
+
+
+# ---- user batching rules (custom_vmap_call) ----
+
+_batch_rules = {}  # handle -> run(avals, batched, size) -> (body Builder, out batched flags)
+_handles = itertools.count(1)
+
+
+def _register_batch_rule(run):
+    h = next(_handles)
+    _batch_rules[h] = run
+    return h
+
+
+def _run_batch_rule(handle, avals, batched, size):
+    """The vmap pass's question for a custom_vmap_call (python/ext/batch_rule.c): the program of
+    its batching rule on operands of types `avals` (batched ones with the batch at axis 0)."""
+    return _batch_rules[handle](avals, list(batched), size)
+
+
+_kiln.set_batch_handler(_run_batch_rule)
+
+
+def _bind_vmap_call(leaves, fun, run, what):
+    """A custom_vmap_call of fun(*leaves) -> flat outputs, batched by run (see _register_batch_rule);
+    returns the flat outputs."""
+    from kiln._src.custom import _trace_sub
+    leaves = [core.asarray(x) for x in leaves]
+    body, consts, out_avals = _trace_sub(lambda *xs: [core.asarray(o) for o in fun(*xs)], leaves)
+    handle = _register_batch_rule(lambda avals, batched, size: run(avals, batched, size, out_avals, len(leaves), what))
+    return list(core.bind("custom_vmap_call", leaves + list(consts), {"body": body, "rule": handle}))
+
+
+def _trace_rule(f, avals, out_avals, size, what):
+    """f traced on operands of types avals into a body; f returns (flat outputs, their batched
+    flags). Checks the outputs against out_avals (the per-example types) and the flags."""
+    from kiln._src.api import ShapeDtypeStruct
+    from kiln._src.custom import _trace_sub
+    flags = []
+
+    def body(*xs):
+        outs, batched = f(*xs)
+        flags[:] = batched
+        return outs
+    ins = [ShapeDtypeStruct(tuple(shape), np.dtype(dtype)) for shape, dtype in avals]
+    prog, consts, got = _trace_sub(body, ins)
+    if consts:
+        raise NotImplementedError(f"vmap of {what}: its batching rule captures arrays from outside (constants "
+                                  f"of {len(consts)} arrays); kiln takes batching rules that compute from their "
+                                  f"operands only: build such arrays from the operands or pass them in")
+    if len(got) != len(out_avals):
+        raise ValueError(f"vmap of {what}: the batching rule gave {len(got)} results, the function gives "
+                         f"{len(out_avals)}")
+    for i, ((g_shape, g_dtype, _), (shape, dtype, _), b) in enumerate(zip(got, out_avals, flags)):
+        want = ((size,) + tuple(shape)) if b else tuple(shape)
+        if tuple(g_shape) != want or np.dtype(g_dtype) != np.dtype(dtype):
+            raise ValueError(f"vmap of {what}: the batching rule's result {i} is {np.dtype(g_dtype).name}"
+                             f"{list(g_shape)}, expected {np.dtype(dtype).name}{list(want)} "
+                             f"({'batched' if b else 'unbatched'}, per example {np.dtype(dtype).name}{list(shape)})")
+    return prog, flags
+
+
+def _vmap_call_of(prim, fn):
+    """fn(*args, **params) of the library primitive prim as a custom_vmap_call under vmap, batched
+    by its rule in primitive_batchers: rule(args, dims, **params) -> (out, out dims)."""
+    multiple = prim.multiple_results
+
+    def run(avals, batched, size, out_avals, nargs, what, params):
+        rule = primitive_batchers[prim]
+
+        def f(*xs):
+            dims = [0 if b else None for b in batched[:nargs]]
+            out, out_dims = rule(list(xs[:nargs]), dims, **params)
+            outs, dims_o = (list(out), list(out_dims)) if multiple else ([out], [out_dims])
+            if len(dims_o) != len(outs):
+                raise ValueError(f"vmap of {what}: the batching rule gave {len(outs)} results and "
+                                 f"{len(dims_o)} batch dims")
+            res = []
+            for o, d in zip(outs, dims_o):
+                o = core.asarray(o)
+                if d is not None and d != 0:
+                    from kiln import numpy as jnp
+                    o = jnp.moveaxis(o, d, 0)
+                res.append(o)
+            return res, [d is not None for d in dims_o]
+        return _trace_rule(f, avals, out_avals, size, what)
+
+    def call(*args, **params):
+        def flat(*xs):
+            out = fn(*xs, **params)
+            return list(out) if multiple else [out]
+        outs = _bind_vmap_call(args, flat, lambda *a: run(*a, params), f"the primitive '{prim.name}'")
+        return outs if multiple else outs[0]
+    return call

@@ -1,0 +1,158 @@
+"""User batching rules under vmap (issue 33): jax.custom_batching.custom_vmap and the batching
+rules of primitives libraries define (jax.extend.core.Primitive with
+jax.interpreters.batching.primitive_batchers, as equinox's unvmap_* primitives). The rule decides
+what the function means on a batch, so the expected values here are the rule's, not the
+per-example function's; grad and jit see the function."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln.custom_batching import custom_vmap, sequential_vmap
+from kiln.extend.core import Primitive
+from kiln.interpreters import ad, batching, mlir
+
+
+def _rand(*shape):
+    return np.random.default_rng().standard_normal(shape).astype(np.float32)
+
+
+def _unvmap_any():
+    p = Primitive("test_unvmap_any")
+    p.def_impl(lambda x: jnp.any(x))
+    mlir.register_lowering(p, mlir.lower_fun(lambda x: jnp.any(x), multiple_results=False))
+    batching.primitive_batchers[p] = lambda args, dims: (jnp.any(args[0]), batching.not_mapped)
+    return p
+
+
+def test_library_primitive_rule_reduces_over_the_batch():
+    p = _unvmap_any()
+    x = np.zeros((4, 3), bool)
+    x[2, 1] = True
+    assert not p.bind(jnp.asarray(x[0]))
+    for f in (kiln.vmap(p.bind), kiln.jit(kiln.vmap(p.bind)), kiln.vmap(kiln.jit(p.bind))):
+        np.testing.assert_array_equal(f(jnp.asarray(x)), [True] * 4)  # the rule's meaning: any of the batch
+    np.testing.assert_array_equal(kiln.vmap(p.bind)(jnp.asarray(np.zeros((4, 3), bool))), [False] * 4)
+    assert not kiln.jit(p.bind)(jnp.asarray(x[0]))
+
+
+def test_library_primitive_with_jvp_and_batching_rules_composes():
+    q = Primitive("test_sin")
+    q.def_impl(jnp.sin)
+    ad.primitive_jvps[q] = lambda primals, tangents: (q.bind(primals[0]), jnp.cos(primals[0]) * tangents[0])
+    seen = []
+
+    def rule(args, dims):
+        seen.append(tuple(dims))
+        return q.bind(args[0]) * 1.0, dims[0]
+    batching.primitive_batchers[q] = rule
+    x = _rand(3, 5)
+    np.testing.assert_allclose(kiln.vmap(q.bind)(x), np.sin(x), rtol=1e-6)
+    np.testing.assert_allclose(kiln.vmap(q.bind, in_axes=1)(x), np.sin(x).T, rtol=1e-6)
+    np.testing.assert_allclose(kiln.vmap(kiln.vmap(q.bind))(x), np.sin(x), rtol=1e-6)
+    one = kiln.grad(lambda v: jnp.sum(q.bind(v)))
+    for f in (kiln.vmap(one), kiln.jit(kiln.vmap(one)), kiln.grad(lambda v: jnp.sum(kiln.vmap(q.bind)(v)))):
+        np.testing.assert_allclose(f(x), np.cos(x), rtol=1e-5, atol=1e-6)
+    assert seen and all(d == (0,) for d in seen)
+
+
+def test_primitive_rule_with_an_unbatched_operand_and_moved_result_axis():
+    p = Primitive("test_scale")
+    p.def_impl(lambda x, s: x * s)
+
+    def rule(args, dims):
+        x, s = args
+        assert dims == [0, None]
+        return jnp.swapaxes(x * s, 0, 1), 1  # the batch at axis 1: kiln moves it to 0
+    batching.primitive_batchers[p] = rule
+    x, s = _rand(4, 3), _rand(3)
+    np.testing.assert_allclose(kiln.vmap(p.bind, in_axes=(0, None))(x, s), x * s, rtol=1e-6)
+
+
+def test_primitive_without_a_batching_rule_raises_under_vmap():
+    p = Primitive("test_norule")
+    p.def_impl(jnp.sin)
+    with pytest.raises(NotImplementedError, match="Batching rule for 'test_norule'"):
+        kiln.vmap(p.bind)(_rand(2, 3))
+
+
+def test_custom_vmap_rule_decides_the_batched_value():
+    @custom_vmap
+    def f(x, y):
+        return x * y
+
+    seen = []
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, x, y):
+        seen.append((axis_size, in_batched))
+        return x * y + 100.0, True
+    x, y = _rand(3), _rand(3)
+    np.testing.assert_allclose(f(x[0], y[0]), x[0] * y[0], rtol=1e-6)
+    np.testing.assert_allclose(kiln.vmap(f, in_axes=(0, None))(x, 2.0), x * 2.0 + 100.0, rtol=1e-6)
+    assert seen[-1] == (3, [True, False])
+    np.testing.assert_allclose(kiln.jit(kiln.vmap(f))(x, y), x * y + 100.0, rtol=1e-6)
+    np.testing.assert_allclose(kiln.grad(lambda a: f(a, y[0]))(x[0]), y[0], rtol=1e-6)  # grad sees the function
+    np.testing.assert_allclose(kiln.vmap(kiln.grad(f))(x, y), y, rtol=1e-6)
+
+
+def test_custom_vmap_pytrees_and_unbatched_results():
+    @custom_vmap
+    def f(d):
+        return {"s": d["a"] + d["b"], "n": jnp.sum(d["a"])}
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, d):
+        assert in_batched == [{"a": True, "b": False}]
+        return {"s": d["a"] + d["b"], "n": jnp.sum(d["a"])}, {"s": True, "n": False}
+    a, b = _rand(4, 2), _rand(2)
+    out = kiln.vmap(f, in_axes=({"a": 0, "b": None},))({"a": a, "b": b})
+    np.testing.assert_allclose(out["s"], a + b, rtol=1e-6)
+    np.testing.assert_allclose(out["n"], np.full(4, a.sum()), rtol=1e-5)  # unbatched, broadcast by vmap
+
+
+def test_custom_vmap_errors_name_the_function():
+    @custom_vmap
+    def f(x):
+        return x
+
+    with pytest.raises(AttributeError, match="No batching rule defined for custom_vmap function f"):
+        f(1.0)
+
+    @f.def_vmap
+    def bad_shape(axis_size, in_batched, x):
+        return x[0], True
+    with pytest.raises(ValueError, match=r"custom_vmap function f.*result 0 is float32\[\], expected float32\[3\]"):
+        kiln.vmap(f)(_rand(3))
+
+    @f.def_vmap
+    def raises(axis_size, in_batched, x):
+        raise KeyError("from the rule")
+    with pytest.raises(KeyError, match="from the rule"):
+        kiln.vmap(f)(_rand(3))
+    np.testing.assert_allclose(kiln.vmap(lambda v: v * 2)(np.ones(3, np.float32)), 2.0)  # still works after
+
+
+def test_sequential_vmap_matches_a_python_loop():
+    f = sequential_vmap(lambda a, b: jnp.sum(a * b))
+    a, b = _rand(5, 3), _rand(3)
+    np.testing.assert_allclose(kiln.vmap(f, in_axes=(0, None))(a, b), [np.sum(r * b) for r in a], rtol=1e-5)
+
+
+def test_custom_vmap_agrees_with_jax():
+    jax = pytest.importorskip("jax")
+    x = _rand(4, 3)
+
+    def build(lib, cv):
+        @cv
+        def f(v):
+            return lib.numpy.sin(v)
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, v):
+            return lib.numpy.cos(v) * axis_size, in_batched[0]
+        return f
+    k = build(kiln, custom_vmap)
+    j = build(jax, jax.custom_batching.custom_vmap)
+    np.testing.assert_allclose(kiln.vmap(k)(x), jax.vmap(j)(x), rtol=1e-6)
+    np.testing.assert_allclose(kiln.jit(kiln.vmap(kiln.vmap(k)))(x), jax.jit(jax.vmap(jax.vmap(j)))(x), rtol=1e-6)
