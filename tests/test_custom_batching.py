@@ -156,3 +156,45 @@ def test_custom_vmap_agrees_with_jax():
     j = build(jax, jax.custom_batching.custom_vmap)
     np.testing.assert_allclose(kiln.vmap(k)(x), jax.vmap(j)(x), rtol=1e-6)
     np.testing.assert_allclose(kiln.jit(kiln.vmap(kiln.vmap(k)))(x), jax.jit(jax.vmap(jax.vmap(j)))(x), rtol=1e-6)
+
+
+def test_axis_and_fancy_batcher_registries_and_the_axis_name():
+    """The registries equinox and older libraries fill (JAX 0.10's shims): axis_primitive_batchers
+    rules take (axis_size, axis_name, trace, vals, dims); fancy ones (axis_data, vals, dims)."""
+    seen = []
+    a = Primitive("test_axis_rule")
+    a.def_impl(lambda x: x + 1)
+
+    def axis_rule(axis_size, axis_name, trace, vals, dims):
+        seen.append((axis_size, axis_name))
+        return vals[0] + axis_size, dims[0]
+    batching.axis_primitive_batchers[a] = axis_rule
+    f = Primitive("test_fancy_rule")
+    f.def_impl(lambda x: x * 2)
+
+    def fancy_rule(axis_data, vals, dims):
+        seen.append((axis_data.size, axis_data.name))
+        return vals[0] * axis_data.size, dims[0]
+    batching.fancy_primitive_batchers[f] = fancy_rule
+    x = _rand(3, 2)
+    np.testing.assert_allclose(kiln.vmap(a.bind, axis_name="i")(x), x + 3, rtol=1e-6)
+    np.testing.assert_allclose(kiln.vmap(f.bind)(x), x * 3, rtol=1e-6)
+    assert seen == [(3, "i"), (3, None)]
+
+
+def test_an_unbatched_rule_result_keeps_a_cond_predicate_unbatched():
+    """equinox's error_if: cond(unvmap_any(pred), raise in a callback, identity). The rule's
+    result is the same for every example, so the cond keeps one predicate and runs one branch."""
+    p = _unvmap_any()
+
+    def boom(v):
+        raise AssertionError("the untaken branch ran")
+
+    def f(v):
+        pred = p.bind(v < -100)
+        return kiln.lax.cond(pred, lambda: kiln.pure_callback(boom, kiln.ShapeDtypeStruct(v.shape, v.dtype), v,
+                                                              vmap_method="sequential"),
+                             lambda: v)
+    x = np.abs(_rand(4, 3))
+    for g in (kiln.vmap(f), kiln.jit(kiln.vmap(f))):
+        np.testing.assert_array_equal(g(x), x)

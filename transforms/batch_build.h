@@ -8,13 +8,16 @@
 #include "batching.h"
 
 /* What a rule sees: the source equation, its operands in the new program, which of them are
- * batched, and the source avals (the unbatched shapes). A rule writes e->nout batched results. */
+ * batched, and the source avals (the unbatched shapes). A rule writes e->nout batched results;
+ * one whose result i is the same for every example may leave it unbatched and clear ob[i]
+ * (preset to 1 by the pass; custom_vmap_call's user rules do). */
 typedef struct {
   const kl_eqn *e;
   const kl_program *src;
   int *xs;         /* operands (new program ids); rules may overwrite them */
   const char *bs;  /* per operand: batched */
   int *ys;         /* results */
+  char *ob;        /* per result: batched (KL_MAX_OUTS entries, preset to 1) */
 } rule_args;
 
 static inline const kl_aval *src_in(const rule_args *r, int i) { return &r->src->vals[r->e->ins[i]].aval; }

@@ -70,6 +70,8 @@ kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char
       cap = e->nin;
     }
     int any = 0, ys[KL_MAX_OUTS];
+    char ob[KL_MAX_OUTS];
+    memset(ob, 1, sizeof ob);
     for (int i = 0; i < e->nin; i++) {
       xs[i] = vmap_of[e->ins[i]];
       bs[i] = batched[e->ins[i]];
@@ -78,13 +80,13 @@ kl_program *kl_vmap(const kl_program *pg, const int *in_axes, int64_t size, char
     if (!any) { /* the same for every example: copied as it is */
       if (kl_build_emit(&b, e->prim, xs, e->nin, &e->p, ys) < 0) break;
     } else {
-      rule_args r = {.e = e, .src = pg, .xs = xs, .bs = bs, .ys = ys};
+      rule_args r = {.e = e, .src = pg, .xs = xs, .bs = bs, .ys = ys, .ob = ob};
       kl_batch_rule rule = kl_rule_get(e->prim)->batch;
       if (rule ? rule(&b, &r) : kl_batch_unsupported(&b, e)) break;
     }
     for (int i = 0; i < e->nout; i++) {
       vmap_of[e->outs[i]] = ys[i];
-      batched[e->outs[i]] = (char)any;
+      batched[e->outs[i]] = (char)(any && ob[i]);
     }
   }
   free(xs);

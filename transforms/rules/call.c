@@ -306,7 +306,8 @@ static _Atomic(kl_user_batch_fn) user_batch;
 void kl_set_user_batch_fn(kl_user_batch_fn fn) { atomic_store(&user_batch, fn); }
 
 /* custom_vmap_call: the program the user's rule gives for these operands, spliced in; results it
- * leaves unbatched are brought up to the batch, as the pass expects of every result here. */
+ * says are the same for every example stay unbatched (equinox's unvmap_any feeds a cond whose
+ * predicate must stay one). */
 static int custom_vmap_call_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   kl_user_batch_fn fn = atomic_load(&user_batch);
@@ -326,8 +327,7 @@ static int custom_vmap_call_batch(kl_build *b, rule_args *r) {
     rc = kl_build_fail(b, KL_ERR_INTERNAL, "vmap: internal error: a batching rule's program takes %d operands and gives %d "
                        "results, the call has %d and %d", pg->ninputs, pg->noutputs, e->nin, e->nout);
   else rc = kl_splice(b, pg, r->xs, r->ys);
-  for (int i = 0; !rc && i < e->nout; i++)
-    if ((r->ys[i] = kl_batch_as_batched(b, r->ys[i], ob[i])) < 0) rc = -1;
+  for (int i = 0; i < e->nout; i++) r->ob[i] = ob[i];
   kl_program_free(pg);
   return rc || b->failed ? -1 : 0;
 }

@@ -253,7 +253,12 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             outs, out_batched = _replay_on_batch(traced, frame, arrs, axes, cache)
         else:
             prog_axes = [-1 if a is None else a for a in axes] + [-1] * len(traced.consts)
-            batched_builder, out_batched = traced.builder.vmap(prog_axes, size)
+            from kiln._src import primitive
+            outer_name, primitive.vmap_axis_name[0] = primitive.vmap_axis_name[0], axis_name
+            try:  # (library primitives' batching rules see the axis name)
+                batched_builder, out_batched = traced.builder.vmap(prog_axes, size)
+            finally:
+                primitive.vmap_axis_name[0] = outer_name
             inputs = arrs + list(traced.consts)
             key = (batched_builder.hash(), tuple((x.shape, x.dtype, x.weak_type) for x in inputs))
             outs = _run(batched_builder, inputs, cache, key)

@@ -29,7 +29,9 @@ from kiln._src.thread_state import Cell
 # the registries (jax.interpreters.ad / batching / mlir hold these same dicts)
 primitive_jvps = {}
 primitive_transposes = {}
-primitive_batchers = {}
+primitive_batchers = {}        # rule(vals, dims, **params)
+axis_primitive_batchers = {}   # rule(axis_size, axis_name, trace, vals, dims, **params) (older JAX's form)
+fancy_primitive_batchers = {}  # rule(axis_data, vals, dims, **params)
 lowerings = {}  # primitive -> the function lower_fun wrapped (or None for a rule kiln cannot run)
 
 
@@ -123,7 +125,7 @@ def _bind_user(prim, args, params):
     from kiln._src import batching
     fn = _inline_fn(prim)
     if batching.vmap_depth[0]:
-        if prim not in primitive_batchers:
+        if _batcher(prim) is None:
             raise NotImplementedError(f"Batching rule for '{prim.name}' not implemented")
         fn = _vmap_call_of(prim, fn)
     jvp_rule = primitive_jvps.get(prim)
@@ -225,17 +227,44 @@ def _trace_rule(f, avals, out_avals, size, what):
     return prog, flags
 
 
+class AxisData:
+    """The batch axis a batching rule works on (JAX's batching.AxisData)."""
+    __slots__ = ("name", "size", "spmd_name", "explicit_mesh_axis")
+
+    def __init__(self, name, size, spmd_name=None, explicit_mesh_axis=None):
+        self.name, self.size, self.spmd_name, self.explicit_mesh_axis = name, size, spmd_name, explicit_mesh_axis
+
+    def __repr__(self):
+        return f"AxisData(name={self.name!r}, size={self.size})"
+
+
+vmap_axis_name = Cell(None)  # the axis_name of the vmap whose pass is running (batching.vmap sets it)
+
+
+def _batcher(prim):
+    """prim's batching rule as rule(axis_data, vals, dims, **params), from whichever registry holds it."""
+    if prim in fancy_primitive_batchers:
+        return fancy_primitive_batchers[prim]
+    if prim in axis_primitive_batchers:
+        rule = axis_primitive_batchers[prim]
+        return lambda axis, vals, dims, **params: rule(axis.size, axis.name, None, vals, dims, **params)
+    if prim in primitive_batchers:
+        rule = primitive_batchers[prim]
+        return lambda axis, vals, dims, **params: rule(vals, dims, **params)
+    return None
+
+
 def _vmap_call_of(prim, fn):
     """fn(*args, **params) of the library primitive prim as a custom_vmap_call under vmap, batched
-    by its rule in primitive_batchers: rule(args, dims, **params) -> (out, out dims)."""
+    by its batching rule (_batcher): rule(axis_data, args, dims, **params) -> (out, out dims)."""
     multiple = prim.multiple_results
 
     def run(avals, batched, size, out_avals, nargs, what, params):
-        rule = primitive_batchers[prim]
+        rule = _batcher(prim)
 
         def f(*xs):
             dims = [0 if b else None for b in batched[:nargs]]
-            out, out_dims = rule(list(xs[:nargs]), dims, **params)
+            out, out_dims = rule(AxisData(vmap_axis_name[0], size), list(xs[:nargs]), dims, **params)
             outs, dims_o = (list(out), list(out_dims)) if multiple else ([out], [out_dims])
             if len(dims_o) != len(outs):
                 raise ValueError(f"vmap of {what}: the batching rule gave {len(outs)} results and "

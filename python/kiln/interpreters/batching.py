@@ -1,10 +1,8 @@
 """jax.interpreters.batching: batching rules of library primitives. kiln's vmap calls them when it
 meets the primitive with a batched operand (kiln/_src/primitive.py: a custom_vmap_call equation);
 not_mapped (None) marks an unbatched operand or result."""
-from kiln._src.primitive import primitive_batchers  # noqa: F401
-
-axis_primitive_batchers = {}
-fancy_primitive_batchers = {}
+from kiln._src.primitive import (AxisData, axis_primitive_batchers, fancy_primitive_batchers,  # noqa: F401
+                                  primitive_batchers)
 
 
 class NotMapped:
