@@ -246,3 +246,16 @@ def test_activations_of_bool_as_jax():
             getattr(kiln.nn, name)(b)
     i = jnp.asarray(np.array([3, -2], np.int16))
     assert kiln.nn.relu(i).dtype == np.int16 and not kiln.nn.relu(i).weak_type
+
+
+def test_clz_and_population_count_keep_a_weak_type():
+    # fuzzer seed 100817 (JAX 0.10.2): clz(bool * 7) is weak int32, as every unary primitive keeps it
+    b = jnp.asarray(rng.random(5) < 0.5)
+    v = jnp.multiply(b, 7)
+    for fn in (kiln.lax.clz, kiln.lax.population_count, kiln.jit(kiln.lax.clz)):
+        out = fn(v)
+        assert (out.dtype, bool(out.weak_type)) == (np.int32, True)
+    bits = np.asarray(b).astype(np.int32) * 7
+    np.testing.assert_array_equal(kiln.lax.clz(v), np.where(bits == 0, 32, 29))
+    np.testing.assert_array_equal(kiln.lax.population_count(v), np.where(bits == 0, 0, 3))
+    assert not kiln.lax.clz(jnp.asarray(np.array([1, 2], np.int32))).weak_type

@@ -509,12 +509,17 @@ def _popcount_bits(v):
     return v
 
 
+def _keep_weak(x, out):
+    """out with x's weak type, as JAX's unary bit-counting primitives keep it."""
+    return _lax.convert_element_type(out, out.dtype, True) if x.weak_type and not out.weak_type else out
+
+
 def population_count(x):
     """The number of set bits of each element (of its two's-complement bits), in x's dtype."""
     x = _int_operand("population_count", x)
     ut = _uint_of(x.dtype)
-    return _lax.bitcast_convert_type(_popcount_bits(_lax.bitcast_convert_type(x, ut)), x.dtype) \
-        if x.dtype != ut else _popcount_bits(x)
+    return _keep_weak(x, _lax.bitcast_convert_type(_popcount_bits(_lax.bitcast_convert_type(x, ut)), x.dtype)
+                      if x.dtype != ut else _popcount_bits(x))
 
 
 def clz(x):
@@ -527,7 +532,7 @@ def clz(x):
         v = _lax.or_(v, _lax.shift_right_logical(v, _lax.full((), shift, ut)))
         shift *= 2
     n = _lax.sub(_lax.full((), ut.itemsize * 8, ut), _popcount_bits(v))
-    return _lax.bitcast_convert_type(n, x.dtype) if x.dtype != ut else n
+    return _keep_weak(x, _lax.bitcast_convert_type(n, x.dtype) if x.dtype != ut else n)
 
 
 def mulhi(x, y, /):
