@@ -43,14 +43,34 @@ static int custom_vjp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, cons
   return custom_vjp_tangents(a, e, xs, ts, ys, touts);
 }
 
-/* custom_vjp_lin: what a forward-mode derivative of a custom_vjp function leaves. */
+/* custom_vjp_lin: what a forward-mode derivative of a custom_vjp function leaves. It is linear in
+ * its input tangents (its last n_x operands), so its JVP in those is itself on their tangents: what
+ * reverse mode through a loop needs (a linear scan body is transposed through its VJP,
+ * control_reverse.c). A tangent of its other operands is a second derivative, which it refuses. */
 static int custom_vjp_lin_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
-  (void)ts, (void)touts;
   if (kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
   if (!is_float_val(a, ys[0])) return 0; /* int/bool results carry no tangent */
-  return kl_build_fail(a, KL_ERR_UNSUPPORTED, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp function is not "
-                       "supported (as in JAX), so neither is differentiating it again; use reverse mode (grad, "
-                       "vjp, jacrev), or custom_jvp");
+  const int64_t *c = e->p.custom_vjp.counts.v;
+  int64_t fixed = c[0] + c[1] + c[2];
+  int any = 0, other = 0;
+  for (int64_t i = 0; i < e->nin; i++) {
+    if (ts[i] < 0) continue;
+    if (i < fixed) other = 1;
+    else any = 1;
+  }
+  if (other || !any)
+    return other ? kl_build_fail(a, KL_ERR_UNSUPPORTED, "forward-mode differentiation (jvp, jacfwd, linearize) of a custom_vjp "
+                                 "function is not supported (as in JAX), so neither is differentiating it again; use "
+                                 "reverse mode (grad, vjp, jacrev), or custom_jvp")
+                 : 0;
+  int *ins = kl_malloc(sizeof(int) * ((size_t)e->nin + 1)), outs[KL_MAX_OUTS];
+  if (!ins) return kl_build_oom(a);
+  for (int64_t i = 0; i < e->nin; i++) ins[i] = i < fixed ? xs[i] : ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
+  int n = kl_build_emit(a, e->prim, ins, e->nin, &e->p, outs);
+  free(ins);
+  if (n < 0) return -1;
+  for (int i = 0; i < n; i++) touts[i] = is_float_val(a, outs[i]) ? outs[i] : -1;
+  return 0;
 }
 
 static const kl_program *body_of(kl_build *a, const kl_eqn *e, const kl_program *b) {

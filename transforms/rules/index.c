@@ -161,15 +161,36 @@ static int take_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   return kl_build_op(a, KL_P_SCATTER, ins, 3, &p);
 }
 
+/* scatter-set, linear in (operand, updates) together (a library primitive's tangent rule that writes
+ * tangents with .at[].set: equinox's buffers): the operand's cotangent is ct with the written
+ * positions cleared; an update's is ct at its position if it is the update that stays there (not
+ * dropped out of bounds, not overwritten by a later duplicate). */
+static int scatter_set_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct, kl_params *tp) {
+  kl_build *a = c->a;
+  int idx = kl_tr_prim_of(c, e->ins[1]);
+  const kl_aval *ua = &c->j->vals[e->ins[2]].aval, *xa = &c->j->vals[e->ins[0]].aval;
+  kl_params sp = e->p;
+  sp.scatter.loc = 0;
+  if (i == 0) return kl_build_op(a, KL_P_SCATTER, (int[]){ct, idx, kl_build_zeros(a, ua)}, 3, &sp);
+  int64_t total = kl_aval_size(ua);
+  int ids = kl_build_reshape(a, kl_build_iota(a, KL_I32, &total, 1, 0), ua->dims, ua->ndim);
+  int none = kl_build_broadcast(a, kl_build_lit(a, -1, KL_I32), xa->dims, xa->ndim, NULL);
+  int stays = kl_build_op(a, KL_P_SCATTER, (int[]){none, idx, ids}, 3, &sp);
+  int won = kl_build_bin(a, KL_P_EQ, kl_build_op(a, KL_P_TAKE, (int[]){stays, idx}, 2, tp), ids);
+  int got = kl_build_op(a, KL_P_TAKE, (int[]){ct, idx}, 2, tp);
+  return kl_build_select(a, won, kl_build_zeros(a, ua), got);
+}
+
 /* scatter: the JVP writes only scatter-adds; it masks dropped updates itself. */
 static int scatter_transpose(kl_tctx *c, const kl_eqn *e, int i, int ct) {
   kl_build *a = c->a;
   kl_params p; /* zeroed; filled with the member of what is emitted */
   memset(&p, 0, sizeof p);
+  p.take.axis = e->p.scatter.axis;
+  if (i != 1 && e->p.scatter.op == KL_SCATTER_SET) return scatter_set_transpose(c, e, i, ct, &p);
   if (i == 1 || e->p.scatter.op != KL_SCATTER_ADD) return kl_transpose_unsupported(c, e);
   if (i == 0) return ct;
   int ins[2] = {ct, kl_tr_prim_of(c, e->ins[1])};
-  p.take.axis = e->p.scatter.axis;
   return kl_build_op(a, KL_P_TAKE, ins, 2, &p);
 }
 

@@ -7,7 +7,7 @@ outer grad), replayed equation by equation into that trace, so transformations c
 
 import numpy as np
 
-from kiln._src import core, dtypes, tree_util
+from kiln._src import core, dtypes, tracing, tree_util
 from kiln._src.core import Array, Tracer
 from kiln._src import api
 
@@ -98,7 +98,11 @@ def _trace_flat(fun, args, kwargs):
         # Outside jit (every input has a value) the trace is concrete: Python control flow on
         # values, float(x) and printing work inside the function, as in JAX.
         concrete = all(not isinstance(a, Tracer) or a._cval is not None for a in arrs)
-        traced = api._trace(fun, None, None, arrs, tree, concrete=concrete)  # typed too (spmd.vma_nest)
+        tracing._next_is_ad[0] = len(arrs)  # (custom_vjp's perturbed flags: these inputs are)
+        try:
+            traced = api._trace(fun, None, None, arrs, tree, concrete=concrete)  # typed too (spmd.vma_nest)
+        finally:
+            tracing._next_is_ad[0] = 0
         if vmas is not None:
             traced = spmd.insert_pvary(traced, arrs, vmas)
     finally:

@@ -16,6 +16,7 @@ import numpy as np
 
 from kiln import _kiln
 from kiln._src import core, dtypes, refs, tree_util
+from kiln._src import tracing as tracing_state
 from kiln._src.config import config
 from kiln._src.core import Array, Tracer
 from kiln import errors
@@ -385,6 +386,7 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a tr
     result list them, see refs.py; otherwise writing one raises)."""
     from kiln._src import spmd
     outer = core.current_trace() if spmd._vma_scopes else None
+    tracing_state.note_inputs(in_leaves)  # (custom_vjp's perturbed flags, under differentiation)
     trace = core.push_trace(concrete)
     typed = outer is not None and spmd.vma_nest(outer, trace, in_leaves)  # inside a check_vma shard_map body
     ref_scope = refs.scope(*refs_in)

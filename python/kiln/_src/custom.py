@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from kiln._src import core, dtypes, thread_state, tree_util
+from kiln._src import core, dtypes, thread_state, tracing, tree_util
 
 
 def _float_leaf(x):
@@ -47,19 +47,41 @@ def _has_value(x):
     return not isinstance(x, core.Tracer) or x._cval is not None
 
 
-def _trace_sub(fun, in_leaves, concrete=False, consts_first=False, touched=None):
+def _trace_sub(fun, in_leaves, concrete=False, consts_first=False, touched=None, carries=None, perturbed_in=None):
     """Traces fun(*flat inputs) -> flat outputs into a sub-program (a Builder to pass as a body
     param); returns (body, consts, output avals). concrete: in_leaves have values (arrays or concrete tracers), which the trace
     computes along, so Python control flow on values works in fun (grad outside jit, as in JAX).
     The body takes (inputs, consts), or (consts, inputs) with consts_first (a scan body).
     touched: a list, for a loop body or cond branch that threads Refs: the outer Refs the trace
     read or wrote are appended to it (the caller then traces again with them threaded, refs.py);
-    without it, writing an outer Ref raises."""
+    without it, writing an outer Ref raises.
+    carries (a control-flow body under differentiation): pairs (output, input) of a loop's carries,
+    () for a cond branch; the body's inputs are then perturbed (custom_vjp's flags, tracing.perturbed)
+    as their operands (perturbed_in, else in_leaves' own), and a loop is traced again until its
+    carries' flags stop growing, as JAX's fixed point does (only when some custom_vjp asked)."""
     from kiln._src import api
     _, tree = tree_util.tree_flatten((tuple(in_leaves), {}))
     ins = list(in_leaves) if concrete else [_Aval(x) for x in in_leaves]
     threads = {} if touched is None else {"refs_in": ("a loop body or cond branch", True)}
-    traced = api._trace(fun, None, None, ins, tree, concrete=concrete, **threads)
+    flags = None
+    if carries is not None and core.ad_tracing():
+        flags = list(perturbed_in) if perturbed_in is not None else [tracing._is_perturbed(x) for x in in_leaves]
+    for _ in range(len(in_leaves) + 1):
+        asked = tracing.perturbed_asked[0]
+        tracing._next_origins[0] = flags
+        try:
+            traced = api._trace(fun, None, None, ins, tree, concrete=concrete, **threads)
+        finally:
+            tracing._next_origins[0] = None
+        if flags is None or not carries or tracing.perturbed_asked[0] == asked:
+            break
+        out_flags = tracing.program_perturbed(traced.builder, flags, traced.consts)
+        grown = list(flags)
+        for o, i in carries:
+            grown[i] = grown[i] or out_flags[o]
+        if grown == flags:
+            break
+        flags = grown
     if touched is not None:
         touched.extend(r for r in traced.ref_touched if r not in touched)
     return traced.builder.take_body(len(in_leaves) if consts_first else -1), list(traced.consts), traced.out_avals
@@ -125,6 +147,7 @@ class custom_jvp:
             return [core.asarray(o) for o in leaves]
 
         def rule_flat(*flat):
+            from kiln.custom_derivatives import SymbolicZero
             primals = tree_util.tree_unflatten(x_tree, list(flat[:n_x]))
             tangents = tree_util.tree_unflatten(x_tree, list(flat[n_x:]))
             res = self.jvp(*static, primals, tangents) if nd else self.jvp(primals, tangents)
@@ -140,13 +163,16 @@ class custom_jvp:
             if tan is None:
                 t_leaves = [o * 0 for o in o_leaves]
             else:
-                t_leaves, t_tree = tree_util.tree_flatten(tan, is_leaf=lambda v: v is None)
+                t_leaves, t_tree = tree_util.tree_flatten(tan, is_leaf=lambda v: isinstance(v, SymbolicZero))
+                if t_tree != o_tree:  # a None where the output has an array: a zero tangent (kiln)
+                    t_leaves, t_tree = tree_util.tree_flatten(
+                        tan, is_leaf=lambda v: v is None or isinstance(v, SymbolicZero))
                 if t_tree != o_tree:
                     raise TypeError(f"custom_jvp rule of {name} must produce primal and tangent outputs with equal "
                                     f"container (pytree) structures, got {o_tree} and {t_tree}")
             ts = []
             for o, t in zip(o_leaves, t_leaves):
-                t = o * 0 if t is None else core.asarray(t)
+                t = o * 0 if t is None or isinstance(t, SymbolicZero) else core.asarray(t)
                 if tuple(t.shape) != tuple(o.shape):
                     raise TypeError(f"custom_jvp rule of {name} must produce primal and tangent outputs with equal "
                                     f"shapes, got {tuple(o.shape)} and {tuple(t.shape)}")
@@ -196,8 +222,9 @@ class custom_vjp:
 
     def defvjp(self, fwd, bwd, symbolic_zeros=False, optimize_remat=False):
         """fwd(*args) -> (out, residuals), bwd(residuals, out_cotangent) -> argument cotangents. With
-        symbolic_zeros, fwd sees each differentiable leaf as a CustomVJPPrimal(value, perturbed)
-        (kiln marks every one perturbed: it does not track which are) and bwd may answer None or a
+        symbolic_zeros, fwd sees each differentiable leaf as a CustomVJPPrimal(value, perturbed):
+        perturbed when it depends on the inputs being differentiated (a value of a loop body or jit
+        inside the differentiated function counts as perturbed); bwd may answer None or a
         SymbolicZero for a zero cotangent; kiln hands bwd materialized zero cotangents."""
         self.fwd, self.bwd = fwd, bwd
         self.symbolic_zeros = bool(symbolic_zeros)
@@ -215,7 +242,8 @@ class custom_vjp:
         fwd_args = diff
         if getattr(self, "symbolic_zeros", False):
             from kiln.custom_derivatives import CustomVJPPrimal
-            fwd_args = tuple(tree_util.tree_map(lambda v: CustomVJPPrimal(v, True), d) for d in diff)
+            fwd_args = tuple(tree_util.tree_map(lambda v: CustomVJPPrimal(v, tracing.perturbed(v)), d)
+                             for d in diff)
         self._in_rule = True
         try:
             out, res = self.fwd(*static, *fwd_args) if nd else self.fwd(*fwd_args)
@@ -225,14 +253,21 @@ class custom_vjp:
         res_leaves, res_tree = tree_util.tree_flatten(res)
         x_leaves, x_tree = tree_util.tree_flatten(diff)
         out_leaves = [core.asarray(o) for o in out_leaves]
-        res_leaves = [core.asarray(r) for r in res_leaves]
+        # residuals that are not arrays (Python bools, numbers, NumPy values: equinox hands bwd its
+        # `perturbed` flags this way) reach bwd as they are, as JAX's known values do
+        all_res = res_leaves
+        res_at = [i for i, r in enumerate(all_res) if isinstance(r, core.Array)]
+        res_leaves = [all_res[i] for i in res_at]
         x_leaves = [core.asarray(x) for x in x_leaves]
         n_res, n_out = len(res_leaves), len(out_leaves)
         bwd = self.bwd
         name = getattr(self.fun, "__name__", "function")
 
         def bwd_flat(*flat):
-            r = tree_util.tree_unflatten(res_tree, list(flat[:n_res]))
+            full = list(all_res)
+            for i, v in zip(res_at, flat[:n_res]):
+                full[i] = v
+            r = tree_util.tree_unflatten(res_tree, full)
             ct = tree_util.tree_unflatten(out_tree, list(flat[n_res:]))
             cts = bwd(*static, r, ct) if nd else bwd(r, ct)
             if not isinstance(cts, tuple) or len(cts) != len(diff):
@@ -245,7 +280,9 @@ class custom_vjp:
                     leaves += [lax.full_like(q, 0) for q in p_leaves]
                     continue
                 from kiln.custom_derivatives import SymbolicZero
-                c_leaves = tree_util.tree_leaves(c_, is_leaf=lambda v: v is None or isinstance(v, SymbolicZero))
+                c_leaves = tree_util.tree_leaves(c_, is_leaf=lambda v: isinstance(v, SymbolicZero))
+                if len(c_leaves) != len(p_leaves):  # a None where the argument has an array: a zero (kiln)
+                    c_leaves = tree_util.tree_leaves(c_, is_leaf=lambda v: v is None or isinstance(v, SymbolicZero))
                 c_leaves = [lax.full_like(q, 0) if cl is None or isinstance(cl, SymbolicZero) else cl
                             for cl, q in zip(c_leaves, p_leaves)] if len(c_leaves) == len(p_leaves) else c_leaves
                 if len(c_leaves) != len(p_leaves):

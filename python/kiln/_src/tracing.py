@@ -23,14 +23,108 @@ def ad_tracing():
     return _ad_depth[0] > 0
 
 
+# The traces grad/vjp/jvp differentiate: id(trace) -> how many of its first inputs it differentiates.
+# _deps: id(trace) -> [consts looked at, equations looked at, ids of its perturbed values], built as
+# custom_vjp asks (its perturbed flags).
+# _origins: id(trace) -> per explicit input, whether it is perturbed (a body traced by a control-flow
+# primitive under differentiation: its operands' flags, see custom._trace_sub).
+_ad_traces = {}
+_deps = {}
+_origins = {}
+_next_is_ad = Cell(0)  # set by ad._trace_flat: the next trace differentiates this many inputs
+_next_origins = Cell(None)  # set by custom._trace_sub: the next trace's inputs' perturbed flags
+perturbed_asked = Cell(0)  # how many times perturbed() ran on this thread (a retrace is needed only then)
+
+
 def push_trace(concrete=False):
     """Starts a trace one level deeper (concrete: values are computed as equations are recorded)."""
-    return _kiln.trace_push(concrete)
+    t = _kiln.trace_push(concrete)
+    if _next_is_ad[0]:
+        _ad_traces[id(t)] = _next_is_ad[0]
+        _next_is_ad[0] = 0
+    if _next_origins[0] is not None:
+        _origins[id(t)] = _next_origins[0]
+        _next_origins[0] = None
+    return t
 
 
 def pop_trace(t):
     """Ends trace t, the innermost: its tracers are dead from now on (UnexpectedTracerError)."""
+    _ad_traces.pop(id(t), None)
+    _deps.pop(id(t), None)
+    _origins.pop(id(t), None)
     _kiln.trace_pop(t)
+
+
+def note_inputs(in_leaves):
+    """Called as a trace starts under differentiation (api._trace): where its inputs come from, to
+    say later which are perturbed (the values they stand for; abstract ones are not)."""
+    if _ad_depth[0] and _next_origins[0] is None and not _next_is_ad[0]:
+        _next_origins[0] = [getattr(x, "vma_src", x) for x in in_leaves]
+
+
+def _flag(src):
+    if src is True or src is False:
+        return src
+    return _is_perturbed(src)
+
+
+def program_perturbed(builder, in_flags, consts):
+    """Per output of a traced program (a Builder whose inputs are its explicit inputs, then its
+    consts): whether it depends on a perturbed input (in_flags) or a perturbed const."""
+    ids = builder.inputs()
+    dep = {i for i, f in zip(ids, in_flags) if f}
+    first = len(ids) - len(consts)
+    dep.update(ids[first + k] for k, c in enumerate(consts) if _is_perturbed(c))
+    for _, ins, outs, _ in builder.equations():
+        if any(i in dep for i in ins):
+            dep.update(outs)
+    return [o in dep for o in builder.outputs()]
+
+
+def perturbed(x):
+    """Whether x may carry a derivative (JAX's custom_vjp `perturbed`): x depends on an input being
+    differentiated (at any level). A control-flow body's inputs are perturbed as their operands
+    (loop carries: to a fixed point, custom._trace_sub), values lifted into a trace from outside as
+    they were there; the inputs of other traces inside a differentiated one count as perturbed; a
+    concrete value is not."""
+    perturbed_asked[0] += 1
+    return _is_perturbed(x)
+
+
+def _is_perturbed(x):
+    if not isinstance(x, Tracer):
+        return False
+    t = x._trace
+    entry = _deps.get(id(t))
+    if entry is None:
+        ids = t.input_ids()
+        n_explicit = len(ids) - len(t.consts)
+        flags = _origins.get(id(t))
+        if id(t) in _ad_traces:  # the inputs it differentiates
+            seeds = ids[:_ad_traces[id(t)]]
+        elif flags is None:  # a trace begun outside differentiation: nothing in it is perturbed
+            seeds = []
+        elif len(flags) == n_explicit:  # begun inside: its inputs as what they stand for
+            seeds = [i for i, f in zip(ids, flags) if _flag(f)]
+        else:
+            seeds = ids[:n_explicit]
+        entry = _deps[id(t)] = [0, 0, set(seeds)]
+    seen_c, seen_e, dep = entry
+    consts = t.consts
+    if len(consts) > seen_c:
+        ids = t.input_ids()
+        first = len(ids) - len(consts)
+        for k in range(seen_c, len(consts)):
+            if _is_perturbed(consts[k]):
+                dep.add(ids[first + k])
+        entry[0] = len(consts)
+    eqns = t.equations(seen_e)
+    for _, ins, outs, _ in eqns:
+        if any(i in dep for i in ins):
+            dep.update(outs)
+    entry[1] = seen_e + len(eqns)
+    return x._vid in dep
 
 
 class Tracer(Array, _kiln.TracerBase):

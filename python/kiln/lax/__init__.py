@@ -11,6 +11,7 @@ import numpy as np
 
 from kiln import _kiln
 from kiln._src import core, dtypes, refs, thread_state
+from kiln._src import tracing as _tracing
 from kiln._src.core import Array, Tracer, bind, bind1
 from kiln._src.dispatch import update_params
 
@@ -1000,7 +1001,7 @@ def _branch(fun, leaves, tree, touched=None):
         info["out"] = tree_util.tree_unflatten(o_tree, [_Type(x) for x in o_leaves])
         return o_leaves
 
-    body, consts, _ = _trace_sub(flat, leaves, touched=touched)
+    body, consts, _ = _trace_sub(flat, leaves, touched=touched, carries=())
     return body, list(consts), info["out"]
 
 
@@ -1179,11 +1180,12 @@ def _while_equation(cond_fun, body_fun, init_val):
         return [core.asarray(o) for o in tree_util.tree_leaves(out)]
 
     touched = []
-    body_id, body_consts, out_avals = _trace_sub(body_flat, leaves, touched=touched)
+    loop = [(i, i) for i in builtins.range(len(leaves))]  # (custom_vjp's perturbed flags)
+    body_id, body_consts, out_avals = _trace_sub(body_flat, leaves, touched=touched, carries=loop)
     if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
         leaves = [convert_element_type(x, d) if x.dtype != d else x for x, (_, d, _) in zip(leaves, out_avals)]
-        body_id, body_consts, _ = _trace_sub(body_flat, leaves, touched=touched)
-    cond_id, cond_consts, _ = _trace_sub(cond_flat, leaves, touched=touched)
+        body_id, body_consts, _ = _trace_sub(body_flat, leaves, touched=touched, carries=loop)
+    cond_id, cond_consts, _ = _trace_sub(cond_flat, leaves, touched=touched, carries=())
     if touched:  # outer Refs: carried along
         def cond2(c):
             with refs.bound(touched, c[1]):
@@ -1370,10 +1372,14 @@ def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
 
     slices = [_Slice(x) for x in x_leaves]
     touched = []
-    body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True, touched=touched)
+    loop = [(i, i) for i in builtins.range(nc)]  # (custom_vjp's perturbed flags: carries, then x slices)
+    p_in = [_tracing._is_perturbed(v) for v in c_leaves + list(x_leaves)] if core.ad_tracing() else None
+    body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True, touched=touched,
+                                         carries=loop, perturbed_in=p_in)
     if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
         c_leaves = [convert_element_type(x, d) if x.dtype != d else x for x, (_, d, _) in zip(c_leaves, out_avals)]
-        body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True, touched=touched)
+        body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True, touched=touched,
+                                             carries=loop, perturbed_in=p_in)
     if touched:  # outer Refs: carried along
         def g(c, x):
             with refs.bound(touched, c[1]) as b:

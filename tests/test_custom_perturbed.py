@@ -1,0 +1,117 @@
+"""custom_vjp with symbolic_zeros: which inputs are perturbed (JAX's CustomVJPPrimal.perturbed: the
+value depends on what is being differentiated), residuals that are not arrays, SymbolicZero
+tangents from a custom_jvp rule, and reverse mode through a scatter-set in a tangent rule (what
+equinox's filter_custom_vjp and checkpointed while loops need: diffrax's gradients; issue 33)."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln.custom_derivatives import SymbolicZero
+
+
+def _rand(*shape):
+    return np.random.default_rng().standard_normal(shape).astype(np.float32)
+
+
+def _probe():
+    """A custom_vjp identity on (a, b) recording the perturbed flags its fwd saw."""
+    seen = []
+
+    @kiln.custom_vjp
+    def f(a, b):
+        return a * b
+
+    def fwd(a, b):
+        seen.append((a.perturbed, b.perturbed))
+        return a.value * b.value, (a.value, b.value, a.perturbed, b.perturbed)
+
+    def bwd(res, ct):
+        a, b, pa, pb = res
+        assert isinstance(pa, bool) and isinstance(pb, bool)  # non-array residuals stay Python values
+        return (ct * b if pa else None, ct * a if pb else None)
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    return f, seen
+
+
+def test_perturbed_follows_the_differentiated_arguments():
+    f, seen = _probe()
+    a, b = _rand(3), _rand(3)
+    g = kiln.grad(lambda x, y: jnp.sum(f(x, y)), argnums=0)(a, b)
+    np.testing.assert_allclose(g, b, rtol=1e-6)
+    assert seen[-1] == (True, False)
+    g = kiln.grad(lambda y: jnp.sum(f(jnp.asarray(a), y * 2)))(b)
+    np.testing.assert_allclose(g, 2 * a, rtol=1e-6)
+    assert seen[-1] == (False, True)
+    ga, gb = kiln.grad(lambda x, y: jnp.sum(f(x, y)), argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(ga, b, rtol=1e-6)
+    np.testing.assert_allclose(gb, a, rtol=1e-6)
+    assert seen[-1] == (True, True)
+    g = kiln.jit(kiln.grad(lambda x, y: jnp.sum(f(x, y))))(a, b)  # inside a jit inside grad
+    np.testing.assert_allclose(g, b, rtol=1e-6)
+    assert seen[-1] == (True, False)
+
+
+def test_perturbed_inside_loops_and_branches():
+    f, seen = _probe()
+    a, b = _rand(3), _rand(3)
+
+    def through_scan(x, y):  # y is a closure constant of the body, x a carry
+        c, _ = kiln.lax.scan(lambda c, _: (f(c, y), None), x, None, length=2)
+        return jnp.sum(c)
+    np.testing.assert_allclose(kiln.grad(through_scan)(a, b), b * b, rtol=1e-5)
+    assert seen[-1] == (True, False)
+
+    def unperturbed_carry_becomes_perturbed(x, y):
+        # the carry c starts from a constant, and the body adds x to it: JAX's fixed point makes
+        # c perturbed, so bwd must be asked for its cotangent
+        def body(i, c):
+            return f(c, y) + x
+        return jnp.sum(kiln.lax.fori_loop(0, 3, body, jnp.ones(3)))
+    g = kiln.grad(unperturbed_carry_becomes_perturbed)(a, b)
+    np.testing.assert_allclose(g, 1 + b + b * b, rtol=1e-5)
+    assert seen[-1] == (True, False)
+
+    def through_cond(x, y):
+        return jnp.sum(kiln.lax.cond(x[0] > 100, lambda: x, lambda: f(y, x)))
+    np.testing.assert_allclose(kiln.grad(through_cond)(a, b), b, rtol=1e-6)
+    assert seen[-1] == (False, True)
+
+
+def test_custom_jvp_rule_may_return_symbolic_zeros_and_none_subtrees():
+    @kiln.custom_jvp
+    def f(d):
+        return d
+
+    @f.defjvp
+    def rule(primals, tangents):
+        (d,), (t,) = primals, tangents
+        return d, {"a": t["a"] * 3, "b": SymbolicZero(None), "c": None}
+    a, b = _rand(3), _rand(2)
+    g = kiln.grad(lambda x, y: jnp.sum(f({"a": x, "b": y, "c": None})["a"] + jnp.sum(f({"a": x, "b": y, "c": None})["b"])),
+                  argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(g[0], np.full(3, 3.0), rtol=1e-6)
+    np.testing.assert_allclose(g[1], np.zeros(2), atol=0)
+
+
+def test_reverse_mode_through_a_scatter_set_on_tangents():
+    """A tangent rule that writes with .at[].set (equinox's buffers): reverse mode transposes the
+    scatter-set (the operand's written positions cleared, each update the cotangent where it stayed)."""
+    idx = np.array([1, 3, 1])  # position 1 written twice: the last update stays
+
+    @kiln.custom_jvp
+    def f(x, u):
+        return x.at[idx].set(u)
+
+    @f.defjvp
+    def rule(primals, tangents):
+        (x, u), (tx, tu) = primals, tangents
+        return f(x, u), tx.at[idx].set(tu)
+    x, u, w = _rand(5), _rand(3), _rand(5)
+    gx, gu = kiln.grad(lambda x, u: jnp.sum(f(x, u) * w), argnums=(0, 1))(x, u)
+    want_x = w.copy()
+    want_x[[1, 3]] = 0
+    np.testing.assert_allclose(gx, want_x, rtol=1e-6)
+    np.testing.assert_allclose(gu, [0.0, w[3], w[1]], rtol=1e-6)
+    tx = kiln.linear_transpose(lambda t: t.at[idx].set(jnp.zeros(3)), x)(jnp.asarray(w))[0]
+    np.testing.assert_allclose(tx, want_x, rtol=1e-6)
