@@ -115,3 +115,22 @@ def test_reverse_mode_through_a_scatter_set_on_tangents():
     np.testing.assert_allclose(gu, [0.0, w[3], w[1]], rtol=1e-6)
     tx = kiln.linear_transpose(lambda t: t.at[idx].set(jnp.zeros(3)), x)(jnp.asarray(w))[0]
     np.testing.assert_allclose(tx, want_x, rtol=1e-6)
+
+
+def test_a_jaxpr_made_under_grad_and_evaluated_again_keeps_the_rule_honest():
+    """equinox's checkpointed loops trace their body with make_jaxpr inside a grad and evaluate the
+    jaxpr once per iteration: the custom_vjp inside was called on make_jaxpr's inputs, which stand
+    for any values, so its inputs count as perturbed there (bwd then gives every cotangent)."""
+    from kiln import core as jcore
+    f, seen = _probe()
+    k, y0 = _rand(1)[0], _rand(3)
+
+    def run(k):
+        body = lambda y: f(y, k)  # noqa: E731
+        closed = kiln.make_jaxpr(body)(jnp.zeros(3))
+        y = jnp.asarray(y0)
+        for _ in range(3):  # the carry is constant at first, perturbed later: the jaxpr serves both
+            y = jcore.eval_jaxpr(closed.jaxpr, closed.consts, y)[0]
+        return jnp.sum(y)
+    np.testing.assert_allclose(kiln.grad(run)(k), 3 * k ** 2 * np.sum(y0), rtol=1e-5)
+    assert seen and all(s == (True, True) for s in seen)

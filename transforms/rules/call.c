@@ -152,7 +152,7 @@ static int custom_jvp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, cons
     ys[i] = rp[rule->outputs[i]];
     int t = rp[rule->outputs[e->nout + i]];
     /* a tangent output that does not depend on the tangents is zero (the rule must be linear) */
-    touts[i] = t >= 0 && (a->tags[t] & KL_TAG_TANGENT) && is_float_val(a, t) ? t : -1;
+    touts[i] = t >= 0 && (!a->tagged || (a->tags[t] & KL_TAG_TANGENT)) && is_float_val(a, t) ? t : -1;
   }
   free(rp);
   free(rt);
@@ -225,6 +225,45 @@ static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, in
   }
   free(env);
   return a->failed ? -1 : 0;
+}
+
+/* custom_jvp_call or custom_vmap_call on tangents (a JVP rule that calls such a function, or a
+ * library primitive, on its tangents): linear in them, it transposes as its function does. */
+static int call_body_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
+  (void)operand, (void)ct; /* the whole equation at once */
+  kl_build *a = c->a;
+  const kl_program *fun =
+      body_of(a, e, e->prim == KL_P_CUSTOM_VMAP_CALL ? e->p.custom_vmap.body : e->p.custom_jvp.fun);
+  if (!fun) return -1;
+  int nin = fun->ninputs, nout = fun->noutputs, rc = -1;
+  char *wants = kl_malloc((size_t)nin + 1);
+  int *prim = kl_malloc(sizeof(int) * ((size_t)nin + 1)), *cts = kl_malloc(sizeof(int) * ((size_t)(nin + nout) + 1));
+  int *octs = cts ? cts + nin : NULL;
+  if (!wants || !prim || !cts) {
+    kl_build_oom(a);
+    goto done;
+  }
+  int any = 0;
+  for (int i = 0; i < nin; i++) {
+    wants[i] = kl_tr_is_tangent(c, e->ins[i]) && kl_dtype_is_inexact(c->j->vals[e->ins[i]].aval.dtype);
+    prim[i] = wants[i] ? kl_build_zeros(a, &c->j->vals[e->ins[i]].aval) : kl_tr_prim_of(c, e->ins[i]);
+    any |= wants[i];
+  }
+  for (int j = 0; j < nout; j++) octs[j] = c->ct[e->outs[j]];
+  if (!any || a->failed) {
+    rc = a->failed ? -1 : 0;
+    goto done;
+  }
+  if (!kl_splice_vjp(a, fun, wants, prim, octs, cts)) {
+    for (int i = 0; i < nin; i++)
+      if (wants[i] && cts[i] >= 0) kl_tr_accumulate(c, e->ins[i], cts[i]);
+    rc = a->failed ? -1 : 0;
+  }
+done:
+  free(wants);
+  free(prim);
+  free(cts);
+  return rc;
 }
 
 /* ---- batching -------------------------------------------------------------------------------- */
@@ -381,7 +420,7 @@ static int custom_vmap_call_inline(const kl_eqn *e, const kl_program **body) {
 const kl_rule_row kl_rules_call[] = {
     {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch, NULL, custom_vjp_call_inline, NULL},
     {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL, NULL, NULL, NULL},
-    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, NULL, call_batch, NULL, custom_jvp_call_inline, NULL},
+    {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, call_body_transpose, call_batch, NULL, custom_jvp_call_inline, NULL},
     {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch, NULL, checkpoint_inline, NULL},
-    {KL_P_CUSTOM_VMAP_CALL, custom_vmap_call_jvp, NULL, custom_vmap_call_batch, NULL, custom_vmap_call_inline, NULL},
+    {KL_P_CUSTOM_VMAP_CALL, custom_vmap_call_jvp, call_body_transpose, custom_vmap_call_batch, NULL, custom_vmap_call_inline, NULL},
     KL_RULES_END};

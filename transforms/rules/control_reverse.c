@@ -105,12 +105,12 @@ done:
   return a->failed ? -1 : rc;
 }
 
-/* Splices into in's program the VJP of `body` with respect to the inputs `wants` marks (those of
+/* kl_splice_vjp (rules.h): splices into in's program the VJP of `body` with respect to the inputs `wants` marks (those of
  * a float type): prim[i] is the value of body input i (a linear body's transpose takes zeros for
  * its linear inputs: their values do not matter), ct[j] the cotangent of output j, -1 for a
  * symbolic zero (never multiplied into anything). cts[i] receives the cotangent of each wanted
  * input i (-1 elsewhere). 0, or -1 (in failed). */
-static int splice_vjp(kl_build *in, const kl_program *body, const char *wants, const int *prim, const int *ct, int *cts) {
+int kl_splice_vjp(kl_build *in, const kl_program *body, const char *wants, const int *prim, const int *ct, int *cts) {
   int nin = body->ninputs, nout = body->noutputs;
   char *seeded = kl_malloc((size_t)nout + 1);
   if (!seeded) return kl_build_oom(in);
@@ -158,7 +158,7 @@ static kl_program *while_vjp_program(kl_build *a, const kl_program *body, int n,
     if (want[n + j]) acc[q++] = kl_program_add_input(vp, &body->vals[body->inputs[n + j]].aval);
   for (int i = 0; i < n; i++)
     if (!want[i]) vin[nin + i] = kl_build_zeros(&in, &body->vals[body->outputs[i]].aval);
-  if (!in.failed && !splice_vjp(&in, body, want, vin, vin + nin, cts)) {
+  if (!in.failed && !kl_splice_vjp(&in, body, want, vin, vin + nin, cts)) {
     for (int i = 0, f = 0; i < n; i++)
       if (want[i]) outs[f++] = cts[i];
     for (int j = 0, q = 0; j < nb; j++)
@@ -633,7 +633,7 @@ int kl_ctl_scan_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
     for (int i = 0; i < nin; i++)
       if (lin[i] || (i >= s.nk && i < s.nk + s.n)) vin[i] = kl_build_zeros(&in, &body->vals[body->inputs[i]].aval);
     int *cts = res; /* per body input: its cotangent in tb, or -1 */
-    if (!in.failed && !splice_vjp(&in, body, lin, vin, vin + nin, cts)) {
+    if (!in.failed && !kl_splice_vjp(&in, body, lin, vin, vin + nin, cts)) {
       int k = 0;
       for (int i = 0; i < s.n; i++)
         if (live[i]) touts[k++] = cts[s.nk + i];
@@ -735,7 +735,7 @@ int kl_ctl_cond_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
     for (int i = 0; i < nb_in; i++)
       if (want[i]) vin[i] = kl_build_zeros(&in, &br[b]->vals[bi[i]].aval);
     int *ctv = res; /* per branch input: its cotangent, or -1 */
-    if (!in.failed && !splice_vjp(&in, br[b], want, vin, vin + nb_in, ctv)) {
+    if (!in.failed && !kl_splice_vjp(&in, br[b], want, vin, vin + nb_in, ctv)) {
       int k = 0;
       for (int i = 0; i < s.no; i++)
         if (want[i]) outs[k++] = ctv[i];

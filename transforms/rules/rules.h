@@ -81,6 +81,11 @@ int kl_splice(kl_build *b, const kl_program *src, const int *ins, int *outs);
  * on it: the cotangent of an input shared by all examples). Returns the batched program (owned),
  * or NULL with a message. */
 kl_program *kl_batch_subprog(kl_build *b, const kl_program *sub, const char *in_b, const char *want);
+/* Splices into in's program the VJP of `body` with respect to the inputs `wants` marks: prim[i] the
+ * value of body input i (zeros will do for a linear body's linear inputs), ct[j] the cotangent of
+ * output j (-1: a symbolic zero); cts[i] receives each wanted input's cotangent (-1 elsewhere).
+ * 0, or -1 (in failed). (control_reverse.c) */
+int kl_splice_vjp(kl_build *in, const kl_program *body, const char *wants, const int *prim, const int *ct, int *cts);
 /* Equations with bodies (call and control families) take their JVP and transpose rules whole:
  * the rule sees every operand at once and emits the equation's replacement itself. */
 static inline int kl_rule_whole(kl_prim p) {

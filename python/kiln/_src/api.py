@@ -917,6 +917,7 @@ def make_jaxpr(fun, static_argnums=(), axis_env=None, return_shape=False, abstra
         leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         arrs = [a if isinstance(a, Array) else _leaf_to_array(a, f"argument leaf {i}") for i, a in enumerate(leaves)]
         f = _rebuild_call(fun, statics, static_nums, len(args)) if statics else fun
+        tracing_state.replayable_next(len(arrs))  # (a jaxpr may be evaluated again elsewhere)
         traced = _trace(f, None, None, arrs, tree)
         traced.builder.simplify()  # show the program as it is compiled: simplified, no dead or repeated work
         from kiln._src import jaxpr as jaxpr_view

@@ -131,7 +131,9 @@ class custom_jvp:
         diff = tuple(_as_array(a) for i, a in enumerate(args) if i not in nd)
         x_leaves, x_tree = tree_util.tree_flatten(diff)
         x_leaves = [core.asarray(x) for x in x_leaves]
-        if not x_leaves:
+        if not any(tracing._is_perturbed(x) for x in x_leaves):
+            # nothing here carries a derivative (constants, stop_gradient's results): as JAX, the
+            # rule is never called (equinox's nondifferentiable raises in its rule)
             return self.fun(*args)
         n_x = len(x_leaves)
 

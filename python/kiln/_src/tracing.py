@@ -5,6 +5,8 @@ traces, their levels, the program each builds, lifting outer values, leak detect
 Imports array.py only; dispatch.py (bind) builds on it.
 """
 
+import numpy as np
+
 from kiln import _kiln
 from kiln._src.array import Array, scalar_array
 from kiln._src.thread_state import Cell
@@ -56,6 +58,10 @@ def pop_trace(t):
     _kiln.trace_pop(t)
 
 
+# primitives whose results carry no derivative whatever their operands do
+_NO_TANGENT = frozenset({"stop_gradient"})
+
+
 def note_inputs(in_leaves):
     """Called as a trace starts under differentiation (api._trace): where its inputs come from, to
     say later which are perturbed (the values they stand for; abstract ones are not)."""
@@ -63,10 +69,24 @@ def note_inputs(in_leaves):
         _next_origins[0] = [getattr(x, "vma_src", x) for x in in_leaves]
 
 
+def replayable_next(n):
+    """The next trace's n inputs count as perturbed: what it records (make_jaxpr's jaxpr) may be
+    evaluated again on other values, under a differentiation kiln cannot see from here."""
+    if _ad_depth[0]:
+        _next_origins[0] = [True] * n
+
+
 def _flag(src):
+    """Whether a trace input standing for src is perturbed: a traced value as it is there, a
+    concrete one not, an abstract one (make_jaxpr, eval_shape, closure conversion: what is traced may
+    be replayed later under a differentiation kiln cannot see from here) conservatively yes."""
     if src is True or src is False:
         return src
-    return _is_perturbed(src)
+    if isinstance(src, Tracer):
+        return _is_perturbed(src)
+    if isinstance(src, Array) or isinstance(src, (np.ndarray, np.generic, int, float, complex)):
+        return False
+    return True
 
 
 def program_perturbed(builder, in_flags, consts):
@@ -76,8 +96,8 @@ def program_perturbed(builder, in_flags, consts):
     dep = {i for i, f in zip(ids, in_flags) if f}
     first = len(ids) - len(consts)
     dep.update(ids[first + k] for k, c in enumerate(consts) if _is_perturbed(c))
-    for _, ins, outs, _ in builder.equations():
-        if any(i in dep for i in ins):
+    for prim, ins, outs, _ in builder.equations():
+        if prim not in _NO_TANGENT and any(i in dep for i in ins):
             dep.update(outs)
     return [o in dep for o in builder.outputs()]
 
@@ -120,8 +140,8 @@ def _is_perturbed(x):
                 dep.add(ids[first + k])
         entry[0] = len(consts)
     eqns = t.equations(seen_e)
-    for _, ins, outs, _ in eqns:
-        if any(i in dep for i in ins):
+    for prim, ins, outs, _ in eqns:
+        if prim not in _NO_TANGENT and any(i in dep for i in ins):
             dep.update(outs)
     entry[1] = seen_e + len(eqns)
     return x._vid in dep
