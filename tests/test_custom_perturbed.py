@@ -134,3 +134,33 @@ def test_a_jaxpr_made_under_grad_and_evaluated_again_keeps_the_rule_honest():
         return jnp.sum(y)
     np.testing.assert_allclose(kiln.grad(run)(k), 3 * k ** 2 * np.sum(y0), rtol=1e-5)
     assert seen and all(s == (True, True) for s in seen)
+
+
+def test_custom_jvp_rule_inside_a_while_body_under_forward_mode():
+    # the rule's tangents in a while body's JVP (an untagged build): segfaulted before
+    @kiln.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+    f.defjvp(lambda p, t: (f(p[0]), 2 * t[0]))
+
+    def loop(x):
+        return kiln.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, f(c[1])), (0, x))[1]
+    x = np.float32(np.random.default_rng().uniform(0.1, 1.0))
+    y, t = kiln.jvp(loop, (jnp.float32(x),), (jnp.float32(1.0),))
+    np.testing.assert_allclose(y, np.sin(np.sin(np.sin(x))), rtol=1e-6)
+    np.testing.assert_allclose(t, 8.0, rtol=1e-6)
+
+
+def test_stop_gradient_keeps_a_nondifferentiable_rule_from_running():
+    @kiln.custom_jvp
+    def nondiff(x):
+        return x
+
+    @nondiff.defjvp
+    def rule(p, t):
+        raise RuntimeError("differentiated")
+    x = _rand(3)
+    g = kiln.grad(lambda v: jnp.sum(v * nondiff(kiln.lax.stop_gradient(v * 2))))(x)
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
+    with pytest.raises(RuntimeError, match="differentiated"):
+        kiln.grad(lambda v: jnp.sum(nondiff(v)))(x)
