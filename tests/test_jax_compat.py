@@ -546,3 +546,21 @@ def test_make_jaxpr_axis_env_and_control_flow_trace_states():
     scan_states = seen["scan"]
     assert all(s == scan_states[0] for s in scan_states)  # one body, one state
     assert jcore.get_opaque_trace_state() == outer
+
+
+def test_jaxpr_literals_are_typed_and_primitives_bind_numpy_values():
+    """distrax inverts a function by walking its jaxpr: a scalar operand is a Literal inline (jnp.power
+    keeps its rank-0 exponent, as JAX's `pow a 3.5:f32[]`), whose value is a 0-d array of its
+    dtype, and the inverse binds lax primitives on such values."""
+    from kiln.extend import core as jcore
+    x = np.random.default_rng().uniform(0.5, 2.0, 3).astype(np.float32)
+    closed = kiln.make_jaxpr(lambda v: jnp.power(v, 3.5))(jnp.asarray(x))
+    (eqn,) = closed.jaxpr.eqns
+    assert [type(v).__name__ for v in eqn.invars] == ["Var", "Literal"]
+    lit = eqn.invars[1].val
+    assert isinstance(lit, np.ndarray) and lit.dtype == np.float32 and lit.ndim == 0 and float(lit) == 3.5
+    np.testing.assert_allclose(jnp.power(jnp.asarray(x), 3.5), x ** 3.5, rtol=1e-6)
+    np.testing.assert_allclose(kiln.lax.pow_p.bind(jnp.asarray(x), 1.0 / lit), x ** (1 / 3.5), rtol=1e-6)
+    np.testing.assert_allclose(kiln.lax.sub_p.bind(3.0, jnp.asarray(x)), 3.0 - x, rtol=1e-6)
+    np.testing.assert_allclose(jcore.jaxpr_as_fun(closed)(jnp.asarray(x))[0], x ** 3.5, rtol=1e-6)
+    assert jnp.power(jnp.ones((2, 1)), jnp.ones(3)).shape == (2, 3)

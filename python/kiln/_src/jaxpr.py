@@ -53,11 +53,11 @@ class Literal:
         self.aval = aval
 
     def __repr__(self):
-        return f"Literal({self.val})"
+        return f"Literal({_py(self.val)})"
 
     def pretty_print(self, context=None, *, print_dtype=True):
         del context, print_dtype
-        return repr(self.val)
+        return repr(_py(self.val))
 
 
 class JaxprEqn:
@@ -67,6 +67,9 @@ class JaxprEqn:
     def __init__(self, invars, outvars, primitive, params, effects=frozenset(), source_info=None, ctx=None,
                  raw=None):
         self.invars, self.outvars, self.primitive, self.params = list(invars), list(outvars), primitive, params
+        if source_info is None:  # kiln records no source: an empty one (haiku reads its name_stack)
+            from kiln.extend.source_info_util import SourceInfo
+            source_info = SourceInfo()
         self.effects, self.source_info, self.ctx, self._raw = effects, source_info, ctx, raw
 
     def replace(self, **kwargs):
@@ -204,6 +207,9 @@ def view(builder, consts, n_args=None, *, text=None):
                 params["int_value"] if np.dtype(dtype).kind in "iub" else params["value"]
             if np.dtype(dtype).kind == "b":
                 value = bool(value)
+            # a 0-d NumPy array of its dtype, as JAX's literal values are (typed: a library binding
+            # a primitive on it gets that dtype)
+            value = np.asarray(value, dtype=np.dtype(dtype))
             literals[outs[0]] = Literal(value, _shaped(shape, dtype, weak))
             continue
         shown = {}
@@ -250,11 +256,17 @@ def eval_jaxpr(jaxpr, consts, *args, propagate_source_info=True):
     return [read(v) for v in jaxpr.outvars]
 
 
+def _py(v):
+    return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
+
+
 def _as_operand(x, aval):
     """x as an operand of core.bind: arrays and tracers as they are, Python and NumPy values as
-    arrays of the aval's dtype."""
+    arrays of the aval's dtype (a weak literal stays weak)."""
     if isinstance(x, core.Array):
         return x
+    if isinstance(x, np.ndarray) and x.ndim == 0 and getattr(aval, "weak_type", False):
+        x = x.item()
     return core.asarray(np.asarray(x, dtype=aval.dtype)) if not isinstance(x, (int, float, complex, bool)) else \
         core.literal(x, np.dtype(aval.dtype), bool(aval.weak_type))
 

@@ -74,7 +74,9 @@ class Primitive:
 
     def bind(self, *args, **params):
         if self._kiln:
-            outs = core.bind(self.name, list(args), params)
+            # NumPy and Python values are arrays here, as JAX binds them (a jaxpr's literal values)
+            args = [a if isinstance(a, core.Array) else core.asarray(a) for a in args]
+            outs = core.bind(self.name, args, params)
             return list(outs) if self.multiple_results else outs[0]
         return _bind_user(self, args, params)
 

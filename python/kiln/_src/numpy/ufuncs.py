@@ -304,9 +304,13 @@ def power(x1, x2, /):
             raise TypeError(f"power: integers cannot be raised to negative integer powers "
                             f"(got {x1.dtype} ** {n}); convert the base to a float first")
         return lax.integer_pow(x1, n)
-    x1, x2 = _as_numeric(*promote_args("power", x1, x2))
+    x1, x2 = _as_numeric(*util.promote_dtypes("power", x1, x2))
     if is_int_dtype(x1.dtype):
+        x1, x2 = util.promote_args("power", x1, x2)
         return _int_power(x1, x2)
+    # a rank-0 operand stays one (lax.pow broadcasts it), as JAX's jaxpr shows `pow a 3.5:f32[]`:
+    # distrax inverts such jaxprs equation by equation
+    x1, x2 = util._broadcast_nonscalar("power", [x1, x2])[0]
     return lax.pow(x1, x2)
 
 
