@@ -164,3 +164,27 @@ def test_stop_gradient_keeps_a_nondifferentiable_rule_from_running():
     np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
     with pytest.raises(RuntimeError, match="differentiated"):
         kiln.grad(lambda v: jnp.sum(nondiff(v)))(x)
+
+
+def test_custom_vjp_fwd_takes_nondiff_arguments_in_place():
+    # as JAX: fwd has the function's signature; bwd takes the nondiff arguments first (flax's
+    # lift.custom_vjp relies on it)
+    import functools
+    seen = []
+
+    @functools.partial(kiln.custom_vjp, nondiff_argnums=(1,))
+    def f(x, n, y):
+        return x * n + y
+
+    def fwd(x, n, y):
+        seen.append(n)
+        return f(x, n, y), (x,)
+
+    def bwd(n, res, g):
+        return (g * n, g)
+    f.defvjp(fwd, bwd)
+    x, y = _rand(3), _rand(3)
+    gx, gy = kiln.grad(lambda a, b: jnp.sum(f(a, 3, b)), argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(gx, np.full(3, 3.0))
+    np.testing.assert_allclose(gy, np.ones(3))
+    assert seen == [3]

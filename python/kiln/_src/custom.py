@@ -248,7 +248,11 @@ class custom_vjp:
                              for d in diff)
         self._in_rule = True
         try:
-            out, res = self.fwd(*static, *fwd_args) if nd else self.fwd(*fwd_args)
+            if nd:  # fwd takes the arguments where the function does (bwd takes the nondiff ones first)
+                it = iter(fwd_args)
+                out, res = self.fwd(*[args[i] if i in nd else next(it) for i in range(len(args))])
+            else:
+                out, res = self.fwd(*fwd_args)
         finally:
             self._in_rule = False
         out_leaves, out_tree = tree_util.tree_flatten(out)

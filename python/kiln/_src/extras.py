@@ -105,8 +105,10 @@ class ShapedArray(ShapeDtypeStruct):
     JAX's ShapedArray and compares its weak type too."""
     __slots__ = ()
 
-    def __init__(self, shape, dtype, weak_type=False):
+    def __init__(self, shape, dtype, weak_type=False, *, sharding=None, vma=frozenset(), memory_space=None):
+        del sharding, vma, memory_space  # (JAX 0.10's keywords; kiln's abstract values carry none)
         super().__init__(shape, dtype, bool(weak_type))
+
 
     @property
     def sharding(self):
