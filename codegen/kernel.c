@@ -591,7 +591,12 @@ static void store_lines(kl_str *s, kl_dtype rt, const char *v, const char *targe
   }
   if (keep) {
     kl_str_printf(s, "%%sold%s = memref.load %s\n", sfx, target);
-    kl_str_printf(s, "%s = arith.select %s, %%sold%s, %s : %s\n", sk, keep, sfx, v, ty);
+    if (kk_is_low_float(rt)) { /* selected as bits: x86 has no bf16 select and would call __truncsfbf2 */
+      kl_str_printf(s, "%%sobits%s = arith.bitcast %%sold%s : %s to i16\n", sfx, sfx, ty);
+      kl_str_printf(s, "%%snbits%s = arith.bitcast %s : %s to i16\n", sfx, v, ty);
+      kl_str_printf(s, "%%skbits%s = arith.select %s, %%sobits%s, %%snbits%s : i16\n", sfx, keep, sfx, sfx);
+      kl_str_printf(s, "%s = arith.bitcast %%skbits%s : i16 to %s\n", sk, sfx, ty);
+    } else kl_str_printf(s, "%s = arith.select %s, %%sold%s, %s : %s\n", sk, keep, sfx, v, ty);
     v = sk;
   }
   kl_str_printf(s, "memref.store %s, %s\n", v, target);

@@ -259,3 +259,22 @@ def test_clz_and_population_count_keep_a_weak_type():
     np.testing.assert_array_equal(kiln.lax.clz(v), np.where(bits == 0, 32, 29))
     np.testing.assert_array_equal(kiln.lax.population_count(v), np.where(bits == 0, 0, 3))
     assert not kiln.lax.clz(jnp.asarray(np.array([1, 2], np.int32))).weak_type
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_bfloat16_kept_store_compiles(x64):
+    # fuzzer seed 103551: grad(jit(sinc)) on bfloat16 stored with a `keep` select on bf16, which x86
+    # lowers through __truncsfbf2 (not in the process): "Failed to materialize symbols"
+    import ml_dtypes
+    old = kiln.config.jax_enable_x64
+    kiln.config.update("jax_enable_x64", x64)
+    try:
+        x = rng.uniform(-2, 2, 5).astype(ml_dtypes.bfloat16)
+        g = kiln.vmap(kiln.grad(lambda v: jnp.sinc(kiln.jit(lambda u: u)(v))))(jnp.asarray(x))
+        xs = x.astype(np.float64)
+        want = (np.cos(np.pi * xs) * np.pi * xs - np.sin(np.pi * xs)) / (np.pi * xs * xs)
+        np.testing.assert_allclose(np.asarray(g, np.float64), want, rtol=0.05, atol=0.02)
+        g1 = kiln.grad(lambda v: jnp.sum(kiln.jit(jnp.sinc)(v)))(jnp.asarray(x[:1].reshape(())))
+        assert g1.dtype == ml_dtypes.bfloat16
+    finally:
+        kiln.config.update("jax_enable_x64", old)
