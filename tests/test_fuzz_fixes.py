@@ -269,7 +269,7 @@ def test_bfloat16_kept_store_compiles(x64):
     old = kiln.config.jax_enable_x64
     kiln.config.update("jax_enable_x64", x64)
     try:
-        x = rng.uniform(-2, 2, 5).astype(ml_dtypes.bfloat16)
+        x = (rng.uniform(0.5, 2, 5) * rng.choice([-1, 1], 5)).astype(ml_dtypes.bfloat16)  # (no cancellation)
         g = kiln.vmap(kiln.grad(lambda v: jnp.sinc(kiln.jit(lambda u: u)(v))))(jnp.asarray(x))
         xs = x.astype(np.float64)
         want = (np.cos(np.pi * xs) * np.pi * xs - np.sin(np.pi * xs)) / (np.pi * xs * xs)
@@ -278,3 +278,13 @@ def test_bfloat16_kept_store_compiles(x64):
         assert g1.dtype == ml_dtypes.bfloat16
     finally:
         kiln.config.update("jax_enable_x64", old)
+
+
+def test_bool_add_update_of_an_empty_index_returns_the_array():
+    # fuzzer seed 101168 (JAX 0.10.2): x.at[empty].add(False) on bools returns x; a non-empty one raises
+    x = jnp.asarray(rng.random(3) < 0.5)
+    empty = np.zeros((0, 3), np.int8)
+    np.testing.assert_array_equal(x.at[empty].add(False, mode="promise_in_bounds"), np.asarray(x))
+    np.testing.assert_array_equal(kiln.jit(lambda a, i: a.at[i].add(False))(x, empty), np.asarray(x))
+    with pytest.raises(TypeError, match="bool"):
+        x.at[np.array([0])].add(True)

@@ -376,7 +376,10 @@ def update(arr, idx, values, op, mode=None, indices_are_sorted=False, unique_ind
     clip = mode in ("clip", "promise_in_bounds")
     if op in ("add", "mul", "divide", "power") and np.dtype(arr.dtype) == np.bool_ and \
             np.dtype(dtypes.dtype_of(values)) == np.bool_:
-        # as JAX: the update combines in the operands' promoted dtype, and bools do not add or multiply
+        # as JAX: the update combines in the operands' promoted dtype, and bools do not add or
+        # multiply; but an update of nothing (an empty index) returns the array before that check
+        if 0 in tuple(arr[idx].shape):
+            return arr
         raise TypeError(f"{opname}: bool arrays do not take bool updates (add and multiply need numbers); "
                         "use .set, .min (and) or .max (or), or convert the array to an integer dtype")
     if op in ("set", "add", "mul", "min", "max"):
