@@ -20,7 +20,7 @@ KNOWN = [
           "with inf operands, which non-finite value a complex product inside a matmul gives is the "
           "kernel's: XLA's Eigen gemm gives nan+nanj, OpenBLAS nan+infj, the textbook sum (kiln, and "
           "JAX itself for a single column) -inf+infj; finite results agree to float rounding")
-    for op in ("jnp.matmul", "jnp.dot", "lax.dot_general")
+    for op in ("jnp.matmul", "jnp.dot", "lax.dot_general", "jnp.einsum")
 ] + [
     # reverse mode where JAX raises (README, "Deliberate differences from JAX")
     Known("lax.while_loop", "*grad*", "*", "jax_raises", "deliberate",
@@ -45,6 +45,31 @@ KNOWN = [
     Known("getitem", "vmap", "uint32", "wrong_dtype", "deliberate",
           "x64 off, vmap(lambda a: a[-3:]) of a uint64 NumPy argument: JAX returns a uint64 numpy.ndarray "
           "(uncanonicalized), kiln a uint32 Array; the same JAX quirk as transpose/vmap/int32"),
+] + [
+    Known(op, "vmap", "*", "wrong_dtype", "deliberate",
+          "x64 off, vmap of a function that only reshapes or broadcasts its 64-bit NumPy argument: JAX "
+          "returns the argument uncanonicalized (float64/int64), kiln the 32-bit Array x64=False promises "
+          "(the same JAX quirk as transpose/vmap/int32)")
+    for op in ("transpose", "reshape", "jnp.broadcast_to")
+] + [
+    Known("getitem", "*grad*", "*", "wrong_value", "deliberate",
+          "an out-of-bounds static index (x[::-2, ..., 6] of a size-1 axis): JAX's indexing promises "
+          "in-bounds indices, and its gradient there depends on which gather it emits (x[..., 6]: 1, "
+          "x[::-2, ..., 6]: 0); kiln clamps the value as JAX does and gives the clamped element the "
+          "gradient"),
+    Known("jnp.imag+jnp.divide", "jit*", "*", "wrong_value", "deliberate",
+          "complex x / (0+0j) under jit: XLA's simplifier gives nan+nanj where JAX's own eager division "
+          "(and kiln, and C99 Annex G) give inf+infj"),
+    Known("jnp.cumprod", "*grad*", "*", "wrong_value", "deliberate",
+          "inf operands in a product's gradient: which non-finite value (inf or nan) comes out depends on "
+          "how the derivative is written (JAX: a scan of products; kiln: prefix and suffix products); "
+          "finite operands agree to rounding"),
+    Known("jnp.max", "*grad*", "complex*", "wrong_value", "deliberate",
+          "complex max with nan and inf elements among the candidates: which one the gradient goes to is "
+          "JAX's lexicographic tie-breaking on nan, undefined; finite operands agree"),
+    Known("jnp.power", "*", "uint*", "wrong_weak_type", "open",
+          "a Python complex base to an unsigned-integer array power: JAX's result is strong complex64, "
+          "kiln's weak"),
 ]
 
 
