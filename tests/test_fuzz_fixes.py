@@ -288,3 +288,15 @@ def test_bool_add_update_of_an_empty_index_returns_the_array():
     np.testing.assert_array_equal(kiln.jit(lambda a, i: a.at[i].add(False))(x, empty), np.asarray(x))
     with pytest.raises(TypeError, match="bool"):
         x.at[np.array([0])].add(True)
+
+
+def test_power_of_a_python_float_to_an_integer_array_is_strong():
+    # fuzzer seed 102734 (JAX 0.10.2): JAX's _power is lax.pow(x1, x2) for an inexact base and an
+    # integer exponent, weak only when both are
+    e = jnp.asarray(rng.integers(0, 5, 3).astype(np.uint32))
+    for base in (1 + 2j, 2.0):
+        out = jnp.power(base, e)
+        assert not out.weak_type
+        np.testing.assert_allclose(out, np.power(base, np.asarray(e).astype(np.float64)), rtol=1e-5)
+    assert jnp.power(2.0, 3).weak_type and jnp.power(2.0, 1.5).weak_type
+    assert not jnp.power(2, e).weak_type

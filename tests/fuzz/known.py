@@ -67,9 +67,6 @@ KNOWN = [
     Known("jnp.max", "*grad*", "complex*", "wrong_value", "deliberate",
           "complex max with nan and inf elements among the candidates: which one the gradient goes to is "
           "JAX's lexicographic tie-breaking on nan, undefined; finite operands agree"),
-    Known("jnp.power", "*", "uint*", "wrong_weak_type", "open",
-          "a Python complex base to an unsigned-integer array power: JAX's result is strong complex64, "
-          "kiln's weak"),
 ]
 
 

@@ -304,7 +304,13 @@ def power(x1, x2, /):
             raise TypeError(f"power: integers cannot be raised to negative integer powers "
                             f"(got {x1.dtype} ** {n}); convert the base to a float first")
         return lax.integer_pow(x1, n)
+    # JAX's _power: an inexact base to an integer exponent is lax.pow(x1, x2) on the unpromoted
+    # operands, whose result is weak only when both are (a Python float base, an int32 array: strong)
+    strong_int_exp = (is_int_dtype(dtypes.dtype_of(x2)) and not dtypes.is_weakly_typed(x2)
+                      and is_inexact_dtype(dtypes.dtype_of(x1)))
     x1, x2 = _as_numeric(*util.promote_dtypes("power", x1, x2))
+    if strong_int_exp and x1.weak_type:
+        x1 = lax.convert_element_type(x1, x1.dtype, False)
     if is_int_dtype(x1.dtype):
         x1, x2 = util.promote_args("power", x1, x2)
         return _int_power(x1, x2)
