@@ -1,0 +1,73 @@
+"""Dispatch time of JAX libraries' jit wrappers, kiln against JAX (issue 33's target: <= 0.5x JAX).
+
+Needs the ecosystem harness's libraries (`make ecosystem` installs them in build/ecosystem/site).
+Each side runs in its own process: JAX as installed, kiln through the import hook
+(tests/ecosystem/hook). Every call is timed back to back with the result blocked on at the end
+(pipelined), after 50 warm-up calls.
+
+    python3 bench/ecosystem_dispatch.py
+"""
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SITE = os.path.join(ROOT, "build", "ecosystem", "site")
+
+
+def _bench(jax, f, *a, n=2000):
+    for _ in range(50):
+        jax.block_until_ready(f(*a))
+    t = time.perf_counter()
+    for _ in range(n):
+        r = f(*a)
+    jax.block_until_ready(r)
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def _side():
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    x = jnp.ones((8, 16))
+    mlp = eqx.nn.MLP(16, 16, 32, 2, key=jax.random.PRNGKey(0))
+
+    class M(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(16, 32, rngs=rngs)
+            self.l2 = nnx.Linear(32, 16, rngs=rngs)
+
+        def __call__(self, v):
+            return self.l2(jax.nn.relu(self.l1(v)))
+    rows = {
+        "jax.jit(x * 2 + 1), 8x16": (jax.jit(lambda v: v * 2.0 + 1.0), (x,), 2000),
+        "eqx.filter_jit(vmap(MLP))": (eqx.filter_jit(lambda m, v: jax.vmap(m)(v)), (mlp, x), 2000),
+        "eqx.filter_jit(filter_grad(MLP loss))": (
+            eqx.filter_jit(eqx.filter_grad(lambda m, v: jnp.sum(jax.vmap(m)(v)))), (mlp, x), 500),
+        "nnx.jit(2-layer module)": (nnx.jit(lambda m, v: m(v)), (M(nnx.Rngs(0)), x), 2000),
+    }
+    for name, (f, args, n) in rows.items():
+        print(f"{name}\t{_bench(jax, f, *args, n=n):.1f}", flush=True)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--side":
+        return _side()
+    results = {}
+    for side, path in (("jax", SITE), ("kiln", os.pathsep.join([os.path.join(ROOT, "tests", "ecosystem", "hook"),
+                                                                 os.path.join(ROOT, "python"), SITE]))):
+        env = dict(os.environ, PYTHONPATH=path, JAX_PLATFORMS="cpu")
+        out = subprocess.run([sys.executable, __file__, "--side"], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        results[side] = dict(line.split("\t") for line in out.strip().splitlines())
+    print(f"| call | kiln | JAX | kiln/JAX |\n|---|---|---|---|")
+    for name, j in results["jax"].items():
+        k = results["kiln"][name]
+        print(f"| {name} | {float(k):.1f} us | {float(j):.1f} us | {float(k) / float(j):.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
