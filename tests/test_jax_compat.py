@@ -564,3 +564,19 @@ def test_jaxpr_literals_are_typed_and_primitives_bind_numpy_values():
     np.testing.assert_allclose(kiln.lax.sub_p.bind(3.0, jnp.asarray(x)), 3.0 - x, rtol=1e-6)
     np.testing.assert_allclose(jcore.jaxpr_as_fun(closed)(jnp.asarray(x))[0], x ** 3.5, rtol=1e-6)
     assert jnp.power(jnp.ones((2, 1)), jnp.ones(3)).shape == (2, 3)
+
+
+def test_pmap_in_axes_prefix_through_a_registered_node():
+    """flax nnx hands pmap an in_axes tree holding its own registered nodes (NodeStates) whose
+    children are the axes of the argument's children."""
+    import dataclasses
+
+    @kiln.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class Pair:
+        a: object
+        b: object
+    x = np.random.default_rng().standard_normal((1, 3)).astype(np.float32)
+    y = np.random.default_rng().standard_normal(3).astype(np.float32)
+    out = kiln.pmap(lambda p: p.a * p.b, in_axes=(Pair(0, None),))(Pair(jnp.asarray(x), jnp.asarray(y)))
+    np.testing.assert_allclose(out, x * y, rtol=1e-6)

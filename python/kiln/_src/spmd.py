@@ -289,6 +289,10 @@ def _is_spec_leaf(s):
     return s is None or isinstance(s, PartitionSpec)
 
 
+def _same_arity(p, t):
+    return len(list(tree_util.flatten_one_level(p)[0])) == len(list(tree_util.flatten_one_level(t)[0]))
+
+
 def _broadcast_prefix(prefix, tree, is_leaf, what):
     """Per leaf of `tree`, the entry of `prefix` (a tree prefix of it) that covers it."""
     out = []
@@ -302,6 +306,10 @@ def _broadcast_prefix(prefix, tree, is_leaf, what):
         elif isinstance(p, dict) and isinstance(t, dict) and set(p) == set(t):
             for k in t:
                 walk(p[k], t[k], f"{path}[{k!r}]")
+        elif type(p) is type(t) and tree_util.is_tree_node(type(p)) and _same_arity(p, t):
+            # another registered node (a dataclass, flax nnx's NodeStates): child by child
+            for k, (pp, tt) in enumerate(zip(tree_util.flatten_one_level(p)[0], tree_util.flatten_one_level(t)[0])):
+                walk(pp, tt, f"{path}[{k}]")
         else:
             raise ValueError(f"{what} must be a tree prefix of the arguments: at {path or 'the top'} it has "
                              f"{type(p).__name__} {p!r}, the arguments {type(t).__name__}; give one entry per "
