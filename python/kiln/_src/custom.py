@@ -63,9 +63,9 @@ def _trace_sub(fun, in_leaves, concrete=False, consts_first=False, touched=None,
     _, tree = tree_util.tree_flatten((tuple(in_leaves), {}))
     ins = list(in_leaves) if concrete else [_Aval(x) for x in in_leaves]
     threads = {} if touched is None else {"refs_in": ("a loop body or cond branch", True)}
-    flags = None
+    flags = None  # per input: what it stands for (resolved only if a custom_vjp asks), then bools
     if carries is not None and core.ad_tracing():
-        flags = list(perturbed_in) if perturbed_in is not None else [tracing._is_perturbed(x) for x in in_leaves]
+        flags = list(perturbed_in) if perturbed_in is not None else [getattr(x, "vma_src", x) for x in in_leaves]
     for _ in range(len(in_leaves) + 1):
         asked = tracing.perturbed_asked[0]
         tracing._next_origins[0] = flags
@@ -75,11 +75,12 @@ def _trace_sub(fun, in_leaves, concrete=False, consts_first=False, touched=None,
             tracing._next_origins[0] = None
         if flags is None or not carries or tracing.perturbed_asked[0] == asked:
             break
-        out_flags = tracing.program_perturbed(traced.builder, flags, traced.consts)
-        grown = list(flags)
+        now = [tracing._flag(f) for f in flags]
+        out_flags = tracing.program_perturbed(traced.builder, now, traced.consts)
+        grown = list(now)
         for o, i in carries:
             grown[i] = grown[i] or out_flags[o]
-        if grown == flags:
+        if grown == now:
             break
         flags = grown
     if touched is not None:

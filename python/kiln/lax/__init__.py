@@ -11,7 +11,6 @@ import numpy as np
 
 from kiln import _kiln
 from kiln._src import core, dtypes, refs, thread_state
-from kiln._src import tracing as _tracing
 from kiln._src.core import Array, Tracer, bind, bind1
 from kiln._src.dispatch import update_params
 
@@ -1373,7 +1372,7 @@ def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
     slices = [_Slice(x) for x in x_leaves]
     touched = []
     loop = [(i, i) for i in builtins.range(nc)]  # (custom_vjp's perturbed flags: carries, then x slices)
-    p_in = [_tracing._is_perturbed(v) for v in c_leaves + list(x_leaves)] if core.ad_tracing() else None
+    p_in = list(c_leaves) + list(x_leaves) if core.ad_tracing() else None  # (resolved lazily)
     body, consts, out_avals = _trace_sub(body_flat, c_leaves + slices, consts_first=True, touched=touched,
                                          carries=loop, perturbed_in=p_in)
     if state["promote"]:  # a weak-typed initial carry takes the body's dtype, as in JAX
