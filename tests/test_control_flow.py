@@ -825,3 +825,25 @@ def test_vmapped_while_whose_predicate_follows_a_runtime_step():
     np.testing.assert_array_equal(np.asarray(arr), [[0, 0, 0], [0, 0, v[1, 2]]])
     i1, arr1 = kiln.vmap(f)(v[:1])
     np.testing.assert_array_equal(np.asarray(i1), [3])
+
+
+def test_long_concrete_loops_compile_short_ones_run_as_python():
+    """A concrete scan/fori_loop/while_loop of more than 64 trips compiles (its body traced a few
+    times, not once per trip, as JAX's always is); a short one calls its body per trip on values."""
+    calls = []
+    xs = np.random.default_rng().standard_normal(300).astype(np.float32)
+
+    def body(c, x):
+        calls.append(1)
+        return c + x, c * 2
+    c, ys = kiln.lax.scan(body, np.float32(0), jnp.asarray(xs))
+    np.testing.assert_allclose(c, xs.sum(), rtol=1e-4)
+    np.testing.assert_allclose(ys, 2 * np.concatenate([[0], np.cumsum(xs)[:-1]]), rtol=1e-4, atol=1e-4)
+    assert len(calls) < 10
+    calls.clear()
+    kiln.lax.scan(body, np.float32(0), jnp.asarray(xs[:8]))
+    assert len(calls) >= 8
+    assert int(kiln.lax.fori_loop(0, 1000, lambda i, v: v + i, 0)) == 499500
+    n, v = kiln.lax.while_loop(lambda s: s[0] < 500, lambda s: (s[0] + 1, s[1] * 1.01), (0, jnp.float32(1.0)))
+    assert int(n) == 500
+    np.testing.assert_allclose(v, 1.01 ** 500, rtol=1e-3)

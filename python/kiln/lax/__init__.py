@@ -1140,6 +1140,8 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
             return (add(i, _to_array(1, i)), body_fun(i, x)), None
 
         return scan(step, (i0, init_val), None, length=hi - lo, unroll=1 if unroll in (None, False) else unroll)[0][1]
+    if hi - lo > _EAGER_TRIPS_MAX and not (unroll is True or (unroll is not None and _int(unroll) >= hi - lo)):
+        return _compiled(lambda v: fori_loop(lo, hi, body_fun, v, unroll=unroll), init_val)  # as a long scan
     # the body sees arrays, as JAX's; its index stays a Python int (JAX's is a weakly typed int32 array:
     # the same arithmetic, without a device scalar made at every step)
     val = _as_arrays(init_val)
@@ -1203,6 +1205,15 @@ def _while_equation(cond_fun, body_fun, init_val):
 
 
 _WHILE_UNROLL_MAX = 64
+# Concrete loops run as Python calls (a few trips cost less than a compile, and the bodies see
+# values); past this many trips they compile instead, as JAX's always do (blackjax's 4,000-step
+# chains ran for minutes as Python).
+_EAGER_TRIPS_MAX = 64
+
+
+def _compiled(fn, *args):
+    from kiln._src import api
+    return api.jit(fn)(*args)
 
 
 @thread_state.control_flow_body
@@ -1224,6 +1235,8 @@ def while_loop(cond_fun, body_fun, init_val):
                                 f"[ShapedArray({t_dtype.name}[{','.join(str(d) for d in t.shape)}])].")
         if c is None or not _has_value(c) or (trips >= _WHILE_UNROLL_MAX and core.tracing()):
             return _while_equation(cond_fun, body_fun, val)
+        if trips >= _EAGER_TRIPS_MAX and not core.tracing() and _bool(c):  # a long loop: the rest compiled
+            return _compiled(lambda v: _while_equation(cond_fun, body_fun, v), val)
         trips += 1
         if not _bool(c):
             return val
@@ -1262,6 +1275,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
         if k > 1:
             return _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k)
         return _scan_equation(f, init, x_leaves, x_tree, n, reverse)
+    if n > _EAGER_TRIPS_MAX and not full:  # a long loop compiles, as JAX's always does
+        return _compiled(lambda c, x: scan(f, c, x, length=n, reverse=reverse, unroll=unroll), init, xs)
     carry, ys = _as_arrays(init), []  # the body sees arrays, as JAX's
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks
