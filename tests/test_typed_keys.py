@@ -252,3 +252,9 @@ def test_device_put_tree_with_none_and_jit_out_shardings_none():
     np.testing.assert_array_equal(data(b), data(kr.split(k)[0]))
     with pytest.raises(ValueError, match="prefix"):
         kiln.device_put((x, x), (d, d, d))
+
+
+def test_array_equal_of_typed_keys_compares_key_data():
+    # blackjax checks that a step advanced its key with jnp.array_equal(new_key, old_key)
+    k = kr.key(int(np.random.default_rng().integers(1 << 30)))
+    assert bool(jnp.array_equal(k, k)) and not bool(jnp.array_equal(k, kr.split(k)[0]))

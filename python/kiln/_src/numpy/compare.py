@@ -38,7 +38,11 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def array_equal(a1, a2, equal_nan=False):
-    """True when the shapes match and every element is equal (nan == nan if equal_nan)."""
+    """True when the shapes match and every element is equal (nan == nan if equal_nan). Typed PRNG
+    keys compare by their key data, as JAX's do."""
+    from kiln import random as _random
+    if isinstance(a1, _random.PRNGKeyArray) and isinstance(a2, _random.PRNGKeyArray):
+        a1, a2 = _random.key_data(a1), _random.key_data(a2)
     a1 = util.asarray_arg("array_equal", a1)
     a2 = util.asarray_arg("array_equal", a2)
     if tuple(a1.shape) != tuple(a2.shape):
