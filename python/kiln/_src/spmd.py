@@ -319,19 +319,8 @@ def _broadcast_prefix(prefix, tree, is_leaf, what):
 
 
 def _leaf_paths(args):
-    paths = []
-
-    def walk(t, path):
-        if isinstance(t, (tuple, list)):
-            for k, x in enumerate(t):
-                walk(x, f"{path}[{k}]")
-        elif isinstance(t, dict):
-            for k in sorted(t):
-                walk(t[k], f"{path}[{k!r}]")
-        elif t is not None:
-            paths.append(path)
-    walk(args, "args")
-    return paths
+    """Per leaf of args (every registered node looked into), its path for messages: args[0]['w']."""
+    return ["args" + tree_util.keystr(path) for path, _ in tree_util.tree_flatten_with_path(args)[0]]
 
 
 def _spec_parts(spec, ndim, mesh, what):
