@@ -258,3 +258,9 @@ def test_array_equal_of_typed_keys_compares_key_data():
     # blackjax checks that a step advanced its key with jnp.array_equal(new_key, old_key)
     k = kr.key(int(np.random.default_rng().integers(1 << 30)))
     assert bool(jnp.array_equal(k, k)) and not bool(jnp.array_equal(k, kr.split(k)[0]))
+
+
+def test_jnp_equal_and_not_equal_of_typed_keys():
+    ks = kr.split(kr.key(int(np.random.default_rng().integers(1 << 30))), 3)
+    np.testing.assert_array_equal(jnp.equal(ks, ks[1]), [False, True, False])
+    np.testing.assert_array_equal(jnp.not_equal(ks, ks), [False] * 3)

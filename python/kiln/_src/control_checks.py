@@ -147,6 +147,14 @@ def carry_name(body_fun, default=None):
     return params[0] if params else default
 
 
+def snapshot(tree):
+    """A structural copy of tree (fresh containers, the same leaves): a loop body may mutate the
+    containers of the carry it is given (flax nnx pops and pushes its deques), and the carry's
+    structure is checked as it was when the body was called, as JAX flattens it first."""
+    leaves, td = tu.tree_flatten(tree)
+    return tu.tree_unflatten(td, leaves)
+
+
 def check_carry(name, carry, init, out):
     """A loop body's carry output must have the carry input's structure and types. `carry` names
     the body's carry parameter (None: unnamed). A weak-typed input of another dtype but the same

@@ -1146,10 +1146,11 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     # the same arithmetic, without a device scalar made at every step)
     val = _as_arrays(init_val)
     for i in builtins.range(lo, hi):
+        before = control_checks.snapshot(val) if i == lo else None  # (the body may mutate its carry's nodes)
         out = body_fun(i, val)
         # checked as JAX checks the scan it makes of a loop with static bounds, carry (i, val)
-        if i == lo and control_checks.check_carry("scan body", "loop_carry", (i, val), (i, out)):
-            val = control_checks.promote_weak(val, out)  # a weak-typed init takes the body's dtype
+        if i == lo and control_checks.check_carry("scan body", "loop_carry", (i, before), (i, out)):
+            val = control_checks.promote_weak(before, out)  # a weak-typed init takes the body's dtype
             out = body_fun(i, val)
         val = out
     return val
@@ -1175,8 +1176,8 @@ def _while_equation(cond_fun, body_fun, init_val):
 
     def body_flat(*xs):
         init = tree_util.tree_unflatten(tree, list(xs))
-        out = body_fun(init)
-        if control_checks.check_carry("while_loop body", carry, init, out):
+        out = body_fun(init)  # (checked against a fresh copy: the body may mutate its carry's nodes)
+        if control_checks.check_carry("while_loop body", carry, tree_util.tree_unflatten(tree, list(xs)), out):
             state["promote"] = True
         return [core.asarray(o) for o in tree_util.tree_leaves(out)]
 
@@ -1240,11 +1241,12 @@ def while_loop(cond_fun, body_fun, init_val):
         trips += 1
         if not _bool(c):
             return val
+        before = control_checks.snapshot(val) if not checked else None
         out = body_fun(val)
         if not checked:
             checked = True
-            if control_checks.check_carry("while_loop body", control_checks.carry_name(body_fun), val, out):
-                val = control_checks.promote_weak(val, out)  # a weak-typed init takes the body's dtype
+            if control_checks.check_carry("while_loop body", control_checks.carry_name(body_fun), before, out):
+                val = control_checks.promote_weak(before, out)  # a weak-typed init takes the body's dtype
                 out = body_fun(val)
         val = out
 
@@ -1281,13 +1283,14 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks
     for step, i in enumerate(order):
-        x = tree_util.tree_unflatten(x_tree, [leaf[i] for leaf in x_leaves]) if x_leaves else None
+        x = tree_util.tree_unflatten(x_tree, [leaf[i] for leaf in x_leaves])
+        before = control_checks.snapshot(carry) if step == 0 else None  # (the body may mutate its carry's nodes)
         out = f(carry, x)
         if not isinstance(out, tuple) or len(out) != 2:
             raise TypeError(f"scan body output must be a pair (carry, y), got {type(out).__name__}"
                             + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
-        if step == 0 and control_checks.check_carry("scan body", control_checks.carry_name(f), carry, out[0]):
-            carry = control_checks.promote_weak(carry, out[0])  # a weak-typed init takes the body's dtype
+        if step == 0 and control_checks.check_carry("scan body", control_checks.carry_name(f), before, out[0]):
+            carry = control_checks.promote_weak(before, out[0])  # a weak-typed init takes the body's dtype
             out = f(carry, x)
         carry, y = out
         ys.append(y)
@@ -1303,7 +1306,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
         c_tree = tree_util.tree_structure(init)
 
         def one(cs, xs_):
-            x = tree_util.tree_unflatten(x_tree, list(xs_)) if x_leaves else None
+            x = tree_util.tree_unflatten(x_tree, list(xs_))
             return f(tree_util.tree_unflatten(c_tree, list(cs)), x)[1]
         y_shapes = api._eval_shape(one, carry_specs, specs)
         y_leaves, y_tree = tree_util.tree_flatten(y_shapes)
@@ -1331,10 +1334,12 @@ def _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k):
     def body(carry, xg):
         ys = []
         for j in (builtins.range(k - 1, -1, -1) if reverse else builtins.range(k)):
-            x = tree_util.tree_unflatten(x_tree, [g[j] for g in xg]) if x_leaves else None
+            x = tree_util.tree_unflatten(x_tree, [g[j] for g in xg])
+            first = j == (k - 1 if reverse else 0)
+            before = control_checks.snapshot(carry) if first else None
             new, y = f(carry, x)
-            if j == (k - 1 if reverse else 0):
-                control_checks.check_carry("scan body", name, carry, new)
+            if first:
+                control_checks.check_carry("scan body", name, before, new)
             carry = new
             ys.append(y)
         if reverse:
@@ -1347,7 +1352,7 @@ def _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k):
         _scan_equation(lambda c, _: body(c, []), init, [], g_tree, m, reverse)
     ys = [reshape(y, (m * k,) + tuple(y.shape[2:])) for y in ys]
     if r:
-        rest_xs = tree_util.tree_unflatten(x_tree, rest) if x_leaves else None
+        rest_xs = tree_util.tree_unflatten(x_tree, rest)
         carry, rys = scan(f, carry, rest_xs, length=r, reverse=reverse, unroll=True)
         r_leaves = tree_util.tree_leaves(rys)
         ys = [concatenate([a, b] if not reverse else [b, a], 0) for a, b in zip(ys, r_leaves)]
@@ -1374,12 +1379,14 @@ def _scan_equation(f, init, x_leaves, x_tree, n, reverse):
 
     def body_flat(*args):
         carry = tree_util.tree_unflatten(c_tree, list(args[:nc]))
-        x = tree_util.tree_unflatten(x_tree, list(args[nc:])) if x_leaves else None
+        x = tree_util.tree_unflatten(x_tree, list(args[nc:]))
         out = f(carry, x)
         if not isinstance(out, tuple) or len(out) != 2:
             raise TypeError(f"scan body output must be a pair (carry, y), got {type(out).__name__}"
                             + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
-        if control_checks.check_carry("scan body", carry_name, carry, out[0]):
+        # checked against a fresh copy of the input: the body may mutate its carry's nodes (flax nnx's deques)
+        if control_checks.check_carry("scan body", carry_name, tree_util.tree_unflatten(c_tree, list(args[:nc])),
+                                      out[0]):
             state["promote"] = True
         y_leaves, state["y_tree"] = tree_util.tree_flatten(out[1])
         return [core.asarray(o) for o in tree_util.tree_leaves(out[0])] + [core.asarray(y) for y in y_leaves]

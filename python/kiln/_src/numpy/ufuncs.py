@@ -755,8 +755,23 @@ def invert(x, /):
 
 bitwise_not = bitwise_invert = invert
 
-equal = _binary("equal", lax.eq)
-not_equal = _binary("not_equal", lax.ne)
+_equal = _binary("equal", lax.eq)
+_not_equal = _binary("not_equal", lax.ne)
+
+
+def _is_key(x):
+    from kiln import random as _random
+    return isinstance(x, _random.PRNGKeyArray)
+
+
+def equal(x1, x2, /):
+    """x1 == x2 element-wise (typed PRNG keys compare by their key data, as JAX's)."""
+    return x1 == x2 if _is_key(x1) or _is_key(x2) else _equal(x1, x2)
+
+
+def not_equal(x1, x2, /):
+    """x1 != x2 element-wise (typed PRNG keys compare by their key data, as JAX's)."""
+    return x1 != x2 if _is_key(x1) or _is_key(x2) else _not_equal(x1, x2)
 def _ordered(strict, weak):
     """A comparison; complex operands compare lexicographically (real parts first), as JAX."""
     def rule(a, b):
