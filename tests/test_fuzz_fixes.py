@@ -300,3 +300,15 @@ def test_power_of_a_python_float_to_an_integer_array_is_strong():
         np.testing.assert_allclose(out, np.power(base, np.asarray(e).astype(np.float64)), rtol=1e-5)
     assert jnp.power(2.0, 3).weak_type and jnp.power(2.0, 1.5).weak_type
     assert not jnp.power(2, e).weak_type
+
+
+def test_python_bool_operands_take_the_result_weak_type():
+    # fuzzer seed 104335 (JAX 0.10.2): where(c, -1, False) is weak int32: every operand is converted
+    # to the promoted dtype with its weak flag, the Python bool too
+    c = jnp.asarray(rng.random(3) < 0.5)
+    out = jnp.where(c, -1, False)
+    assert (out.dtype, bool(out.weak_type)) == (np.int32, True)
+    np.testing.assert_array_equal(out, np.where(np.asarray(c), -1, 0))
+    assert jnp.add(True, 1).weak_type and not jnp.add(c, True).weak_type
+    i8 = jnp.asarray(np.array([1, 2], np.int8))
+    assert jnp.where(c[:2], i8, True).dtype == np.int8 and not jnp.where(c[:2], i8, True).weak_type

@@ -127,7 +127,7 @@ def _convert(opname, original, arr, dtype, weak):
     if is_python_scalar(original) and not isinstance(original, complex):
         # A Python int into a narrower int dtype wraps, as in JAX (int8 array + 300 adds 44).
         value = np.array(original).astype(dtype).item() if dtype.kind in "iub" else float(original)
-        return core.scalar_constant(value, dtype, weak and not isinstance(original, bool))
+        return core.scalar_constant(value, dtype, weak)
     return lax.convert_element_type(arr, dtype, weak_type=weak)  # every operand takes the result's weak type (JAX)
 
 
