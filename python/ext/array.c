@@ -126,11 +126,20 @@ static int array_clear(PyObject *self) {
 static int materialize(ArrayObject *a);
 static int deferred_off; /* set at interpreter exit: pending results are dropped, not launched */
 
+/* Whether a's pending chain can still be computed: the garbage collector clears the arrays of a
+ * collected cycle (array_clear) before it deallocates them, so a chain may reach an array whose
+ * fields are gone (numpyro's samplers left such cycles; computing them segfaulted). */
+static int chain_intact(ArrayObject *a, int depth) {
+  if (!a || depth > 64 || !a->shape || !a->dtype || !a->weak) return 0; /* (chains hold at most 16 nodes) */
+  if (!a->pl) return a->buf != NULL || Py_TYPE((PyObject *)a) != array_type;
+  return chain_intact(a->pl, depth + 1) && (!a->pr || chain_intact(a->pr, depth + 1));
+}
+
 static void array_dealloc(PyObject *self) {
   PyObject_GC_UnTrack(self);
   ArrayObject *a = (ArrayObject *)self;
   list_remove(a);
-  if (a->pl && !a->consumed && !deferred_off) {
+  if (a->pl && !a->consumed && !deferred_off && chain_intact(a, 0)) {
     /* A result nobody read: its work was asked for, so it runs now (one fused launch). */
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
