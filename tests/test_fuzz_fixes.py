@@ -312,3 +312,16 @@ def test_python_bool_operands_take_the_result_weak_type():
     assert jnp.add(True, 1).weak_type and not jnp.add(c, True).weak_type
     i8 = jnp.asarray(np.array([1, 2], np.int8))
     assert jnp.where(c[:2], i8, True).dtype == np.int8 and not jnp.where(c[:2], i8, True).weak_type
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_cumlogsumexp_gradient_at_ties(dtype):
+    # fuzzer seed 104542: with -0.0 and 0.0 along the axis the derivative of log(e^a + e^b) is 1/2 for
+    # each (JAX: jnp.logaddexp's softmax weights); kiln gave the tie to one side
+    x = np.array([[-0.0, 0.5], [0.0, 0.2]], dtype)
+    w = rng.uniform(0.5, 2.0, (2, 2)).astype(dtype)
+    g = kiln.grad(lambda v: jnp.sum(kiln.lax.cumlogsumexp(v, axis=0) * w))(jnp.asarray(x))
+    xs = x.astype(np.float64)
+    soft = np.exp(xs[0] - np.logaddexp(xs[0], xs[1]))
+    want = np.stack([w[0] + w[1] * soft, w[1] * (1 - soft)]).astype(np.float64)
+    np.testing.assert_allclose(np.asarray(g, np.float64), want, rtol=2e-3 if dtype == np.float16 else 1e-6)

@@ -64,6 +64,10 @@ KNOWN = [
           "inf operands in a product's gradient: which non-finite value (inf or nan) comes out depends on "
           "how the derivative is written (JAX: a scan of products; kiln: prefix and suffix products); "
           "finite operands agree to rounding"),
+    Known("jnp.prod+jnp.expm1", "*", "complex*", "wrong_value", "deliberate",
+          "a complex product that overflows (24 factors of modulus ~3): which signs its infinite parts "
+          "take depends on the order of the multiplications (XLA's reduction tree, kiln's), and expm1 "
+          "passes them on; finite products agree to rounding"),
     Known("jnp.max", "*grad*", "complex*", "wrong_value", "deliberate",
           "complex max with nan and inf elements among the candidates: which one the gradient goes to is "
           "JAX's lexicographic tie-breaking on nan, undefined; finite operands agree"),

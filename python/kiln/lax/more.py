@@ -430,16 +430,10 @@ def cumlogsumexp(operand, axis=0, reverse=False):
     if not dtypes.issubdtype(operand.dtype, np.inexact):
         raise TypeError(f"cumlogsumexp: operand must be floating point, got {operand.dtype}")
     ax = _lax._axes(operand, (axis,), "cumlogsumexp")[0]
-    if operand.dtype.kind == "c":  # complex: jnp.logaddexp's complex rule, as JAX's combine
-        from kiln._src.numpy.ufuncs import logaddexp as complex_logaddexp
-        return _lax.associative_scan(complex_logaddexp, operand, reverse=reverse, axis=ax)
-
-    def logaddexp(a, b):  # max + log1p(exp(-|a - b|)); the max itself where it is infinite or NaN
-        hi = _lax.max(a, b)
-        finite = _lax.is_finite(hi)
-        diff = _lax.select(finite, _lax.sub(a, b), _lax.full_like(hi, 0))
-        return _lax.select(finite, _lax.add(hi, _lax.log1p(_lax.exp(_lax.neg(_lax.abs(diff))))), hi)
-
+    # jnp.logaddexp as the combine, as JAX's: its derivative is the softmax weights exactly (a
+    # derivative taken through max + log1p(exp(-|a - b|)) gives a tie, such as -0.0 and 0.0, to one
+    # side only; fuzzer seed 104542)
+    from kiln._src.numpy.ufuncs import logaddexp
     return _lax.associative_scan(logaddexp, operand, reverse=reverse, axis=ax)
 
 
