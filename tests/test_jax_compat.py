@@ -580,3 +580,13 @@ def test_pmap_in_axes_prefix_through_a_registered_node():
     y = np.random.default_rng().standard_normal(3).astype(np.float32)
     out = kiln.pmap(lambda p: p.a * p.b, in_axes=(Pair(0, None),))(Pair(jnp.asarray(x), jnp.asarray(y)))
     np.testing.assert_allclose(out, x * y, rtol=1e-6)
+
+
+def test_named_sharding_update():
+    from kiln.sharding import Mesh, NamedSharding, PartitionSpec
+    m = Mesh(np.array(kiln.devices()[:1]), ("x",))
+    s = NamedSharding(m, PartitionSpec("x"))
+    u = s.update(spec=PartitionSpec(None))
+    assert u.spec == PartitionSpec(None) and u.mesh is m and s.spec == PartitionSpec("x")
+    with pytest.raises(ValueError, match="unknown fields"):
+        s.update(axis=1)

@@ -252,6 +252,14 @@ class NamedSharding(Sharding):
         self.spec = spec
         self.memory_kind = memory_kind
 
+    def update(self, **kwargs):
+        """A copy with mesh=, spec= or memory_kind= replaced (JAX's NamedSharding.update)."""
+        unknown = set(kwargs) - {"mesh", "spec", "memory_kind"}
+        if unknown:
+            raise ValueError(f"NamedSharding.update: unknown fields {sorted(unknown)}; it takes mesh, spec, memory_kind")
+        return NamedSharding(kwargs.get("mesh", self.mesh), kwargs.get("spec", self.spec),
+                             memory_kind=kwargs.get("memory_kind", self.memory_kind))
+
     @property
     def device_set(self):
         return set(self.mesh.devices.flat)
