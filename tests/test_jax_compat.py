@@ -590,3 +590,17 @@ def test_named_sharding_update():
     assert u.spec == PartitionSpec(None) and u.mesh is m and s.spec == PartitionSpec("x")
     with pytest.raises(ValueError, match="unknown fields"):
         s.update(axis=1)
+
+
+def test_device_get_of_a_tracer_returns_it():
+    # as JAX: chex's without_device variant device_gets the arguments of a loop body
+    seen = []
+
+    def body(i, v):
+        got = kiln.device_get(v)
+        seen.append(type(got).__name__)
+        return got + 1.0
+    x = np.random.default_rng().standard_normal(3).astype(np.float32)
+    np.testing.assert_allclose(kiln.jit(lambda v: kiln.lax.fori_loop(0, 3, body, v))(x), x + 3, rtol=1e-6)
+    assert seen and all(n != "ndarray" for n in seen)
+    assert isinstance(kiln.device_get(jnp.asarray(x)), np.ndarray)

@@ -351,9 +351,12 @@ def _put_leaf(v, device):
 
 
 def device_get(x):
+    """x's arrays as NumPy arrays on the host; a traced value comes back as it is (JAX's rule: chex
+    applies device_get to arguments inside loop bodies), a concrete one (grad outside jit) as its
+    value."""
     def get(v):
         if isinstance(v, Tracer):
-            return v.__array__()
+            return v.__array__() if v._cval is not None else v
         if isinstance(v, Array):
             return np.asarray(v)
         return v
