@@ -60,6 +60,9 @@ KNOWN = [
     Known("jnp.imag+jnp.divide", "jit*", "*", "wrong_value", "deliberate",
           "complex x / (0+0j) under jit: XLA's simplifier gives nan+nanj where JAX's own eager division "
           "(and kiln, and C99 Annex G) give inf+infj"),
+    Known("jnp.eye", "*jit*", "*", "wrong_value", "deliberate",
+          "x * jnp.eye(n) with a NaN in x, under jit: XLA rewrites a product by a 0/1 mask into a select, "
+          "so NaN * 0 gives 0 there; JAX's own eager product (and kiln, and IEEE) gives NaN"),
     Known("jnp.cumprod", "*grad*", "*", "wrong_value", "deliberate",
           "inf operands in a product's gradient: which non-finite value (inf or nan) comes out depends on "
           "how the derivative is written (JAX: a scan of products; kiln: prefix and suffix products); "
