@@ -63,6 +63,14 @@ KNOWN = [
     Known("jnp.eye", "*jit*", "*", "wrong_value", "deliberate",
           "x * jnp.eye(n) with a NaN in x, under jit: XLA rewrites a product by a 0/1 mask into a select, "
           "so NaN * 0 gives 0 there; JAX's own eager product (and kiln, and IEEE) gives NaN"),
+    Known("jnp.multiply", "*jit*", "complex*", "wrong_value", "deliberate",
+          "complex x * 1 with an infinite x, under jit: XLA folds the product by one away (inf-infj); the "
+          "complex product itself, JAX's eager one and kiln's, gives nan+nanj"),
+    Known("jnp.tan+lax.cond+jnp.diagonal", "*grad*", "complex*", "wrong_value", "deliberate",
+          "a gradient through an empty selection (diagonal offset past the matrix) of tan at -inf+nanj: "
+          "JAX's symbolic zero cotangent gives 0, kiln multiplies a zero cotangent by the nan derivative"),
+    Known("jnp.heaviside", "*", "bool", "wrong_weak_type", "open",
+          "heaviside(-1, bool array): JAX's result is weak float32, kiln's strong"),
     Known("jnp.cumprod", "*grad*", "*", "wrong_value", "deliberate",
           "inf operands in a product's gradient: which non-finite value (inf or nan) comes out depends on "
           "how the derivative is written (JAX: a scan of products; kiln: prefix and suffix products); "
