@@ -325,3 +325,20 @@ def test_cumlogsumexp_gradient_at_ties(dtype):
     soft = np.exp(xs[0] - np.logaddexp(xs[0], xs[1]))
     want = np.stack([w[0] + w[1] * soft, w[1] * (1 - soft)]).astype(np.float64)
     np.testing.assert_allclose(np.asarray(g, np.float64), want, rtol=2e-3 if dtype == np.float16 else 1e-6)
+
+
+# ---- campaign 6 (seeds 105196-108127) -------------------------------------------------------------
+
+@pytest.mark.parametrize("first", [0.0, -0.0])
+def test_signed_zero_scalars_are_not_conflated_by_the_scalar_cache(first):
+    # -0.0 == 0.0 and hash alike: after x // 0.0, x // -0.0 reused the +0.0 constant (-inf, not inf)
+    x = jnp.asarray(-rng.uniform(0.1, 1.0, (2, 3)).astype(np.float32))
+    xn = np.asarray(x)
+    for z in (first, -first, first):
+        with np.errstate(divide="ignore"):
+            np.testing.assert_array_equal(np.asarray(x // z), np.floor_divide(xn, np.float32(z)))
+        np.testing.assert_array_equal(np.signbit(np.asarray(x * z)), np.signbit(xn * np.float32(z)))
+        np.testing.assert_array_equal(np.signbit(np.asarray(jnp.multiply(x, z))), np.signbit(xn * z))
+    c = jnp.asarray(np.array([1 + 1j], np.complex64))
+    np.testing.assert_array_equal(np.signbit(np.asarray(c * complex(first, -first)).imag),
+                                  np.signbit((np.complex64(1 + 1j) * complex(first, -first)).imag))

@@ -242,7 +242,9 @@ static PyObject *scalar_operand(PyObject *v, ArrayObject *like, char kind, int i
     }
   } else
     return NULL;
-  PyObject *key = PyTuple_Pack(4, (PyObject *)Py_TYPE(value), value, like->dtype, like->weak);
+  /* -0.0 == 0.0 and hashes alike: a negative zero goes past the cache (x * -0.0 is not x * 0.0) */
+  int negzero = PyFloat_CheckExact(value) && PyFloat_AsDouble(value) == 0.0 && signbit(PyFloat_AsDouble(value));
+  PyObject *key = negzero ? NULL : PyTuple_Pack(4, (PyObject *)Py_TYPE(value), value, like->dtype, like->weak);
   PyObject *arr = key ? PyDict_GetItemWithError(scalar_cache, key) : NULL;
   Py_XINCREF(arr);
   Py_XDECREF(key);

@@ -1,6 +1,7 @@
 """Command line: `python3 -m tests.fuzz [-n N] [--seed S] ...` runs a campaign and prints counts
 by class; `--replay` re-checks the saved regressions. See tests/fuzz/README.md."""
 import argparse
+import glob
 import os
 import sys
 
@@ -20,7 +21,7 @@ def main(argv=None):
     ap.add_argument("--report", default=os.path.join(HERE, "last_report.md"))
     ap.add_argument("--save-regressions", action="store_true", help="write regressions/*.json, one per (class, op)")
     ap.add_argument("--regressions-dir", default=None, help="where --save-regressions writes (default tests/fuzz/regressions)")
-    ap.add_argument("--replay", action="store_true", help="re-check tests/fuzz/regressions/*.json and exit")
+    ap.add_argument("--replay", action="store_true", help="re-check the saved regressions (--regressions-dir, default tests/fuzz/regressions) and exit")
     ap.add_argument("--triage", action="store_true", help="print the saved regressions grouped by (class, op)")
     args = ap.parse_args(argv)
 
@@ -30,7 +31,10 @@ def main(argv=None):
         return 0
     if args.replay:
         fixed = 0
-        for path, sig, cls, res in replay():
+        paths = None
+        if args.regressions_dir:
+            paths = sorted(glob.glob(os.path.join(args.regressions_dir, "*.json")))
+        for path, sig, cls, res in replay(paths):
             status = "fixed" if cls == "ok" else cls
             fixed += cls == "ok"
             print(f"{status:16s} {'/'.join(sig)}  ({os.path.basename(path)})")

@@ -6,6 +6,8 @@ whether a trace is live, comes from the C extension). Above it: tracing.py (Trac
 then dispatch.py (bind: applying primitives); core.py re-exports the three.
 """
 
+import math
+
 import numpy as np
 
 from kiln import _kiln
@@ -283,16 +285,25 @@ def _contains_tracer(x):
     return False
 
 
+def _has_signed_zero(value):
+    if isinstance(value, float):
+        return value == 0.0 and math.copysign(1.0, value) < 0
+    if isinstance(value, complex):
+        return _has_signed_zero(value.real) or _has_signed_zero(value.imag)
+    return False
+
+
 def scalar_array(value, dtype, weak):
     """A cached 0-d array holding a Python scalar (used by eager ops with scalars)."""
-    key = (type(value), value, dtype, weak)
+    # -0.0 == 0.0 and hashes alike: signed zeros stay out of the cache
+    key = None if _has_signed_zero(value) else (type(value), value, dtype, weak)
     try:
         a = _scalar_cache.get(key)
     except TypeError:
-        a = None
+        key = a = None
     if a is None:
         a = from_numpy(np.array(value, dtype=dtype), weak)
-        if len(_scalar_cache) < 4096:
+        if key is not None and len(_scalar_cache) < 4096:
             _scalar_cache[key] = a
     return a
 
