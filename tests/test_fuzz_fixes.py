@@ -342,3 +342,68 @@ def test_signed_zero_scalars_are_not_conflated_by_the_scalar_cache(first):
     c = jnp.asarray(np.array([1 + 1j], np.complex64))
     np.testing.assert_array_equal(np.signbit(np.asarray(c * complex(first, -first)).imag),
                                   np.signbit((np.complex64(1 + 1j) * complex(first, -first)).imag))
+
+
+def test_unsigned_literal_of_a_negative_python_int_under_jit_and_grad(x64):
+    # logical_xor(uint64, -3) inside jit, differentiated: the uint64 literal's bits came back as the
+    # int64 -3 and NumPy refused them (OverflowError); JAX wraps -3 to 2**64 - 3
+    x0 = np.array([[5], [0]], np.uint64)
+    f = lambda x: jnp.logical_xor(x, -3)
+    np.testing.assert_array_equal(np.asarray(kiln.jit(f)(x0)), [[False], [True]])
+    y = rng.standard_normal(3)
+    g = kiln.grad(lambda x0, y: jnp.sum(y * y) + jnp.sum(kiln.jit(f)(x0) * 0.0), 1)(x0, y)
+    np.testing.assert_allclose(np.asarray(g), 2 * y, rtol=1e-12)
+    jaxpr = kiln.make_jaxpr(f)(x0)
+    lits = [int(v.val) for e in jaxpr.jaxpr.eqns for v in e.invars if hasattr(v, "val")]
+    assert 2**64 - 3 in lits and min(lits) >= 0
+
+
+def test_dead_traced_while_loop_adds_no_nan_to_the_gradient():
+    # a fori_loop with a traced trip count whose result is unused, under grad(jit): its transpose ran
+    # with zero cotangents through a * a at a = nan-infj and gave nan (JAX: 0)
+    x = np.array([complex(nan, -inf), 1 + 2j], np.complex64)
+    y = rng.standard_normal(3).astype(np.float32)
+
+    def f(x, y, n):
+        lax.fori_loop(0, n, lambda i, a: a * a, x)
+        return jnp.sum(y * y)
+    for g in (kiln.grad(kiln.jit(f), (0, 1)), kiln.jit(kiln.grad(f, (0, 1)))):
+        gx, gy = g(x, y, 2)
+        np.testing.assert_array_equal(np.asarray(gx), [0, 0])
+        np.testing.assert_allclose(np.asarray(gy), 2 * y, rtol=1e-6)
+
+
+def test_dynamic_update_slice_is_strong_and_at_set_keeps_the_weak_type():
+    # JAX: dynamic_update_slice's result is strong even from weak operands; x.at[...] keeps x's
+    x = jnp.asarray(rng.integers(0, 2, (2, 3)).astype(bool)) | 2  # weak int32
+    assert x.weak_type
+    upd = jnp.asarray(rng.integers(-5, 5, (1, 2)).astype(np.int32))
+    for f in (lambda x: lax.dynamic_update_slice(x, upd, (1, 0)),
+              lambda x: lax.dynamic_update_slice(x, x[:1, :2], (1, 1)),
+              lambda x: lax.dynamic_update_slice_in_dim(x, x[:, :1], 2, 1)):
+        for g in (f, kiln.jit(f)):
+            assert not g(x).weak_type
+    for f in (lambda x: x.at[0, 1].set(3), lambda x: x.at[1, :2].add(upd[0]),
+              lambda x, i=np.int32(1): x.at[0, i].set(7), lambda x, i=np.int32(1): x.at[i, 1:].set(7)):
+        for g in (f, kiln.jit(f)):
+            y = g(x)
+            assert y.weak_type and y.dtype == np.int32
+    ref = np.asarray(x).copy()
+    ref[1, 0:2] = np.asarray(upd)[0]
+    np.testing.assert_array_equal(np.asarray(lax.dynamic_update_slice(x, upd, (1, 0))), ref)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_heaviside_weak_type_follows_jax_constants(jit):
+    # JAX's constants are Python scalars for a weak scalar x1 (weak result when x2 is weak too) and
+    # strong arrays otherwise; kiln's result was never weak
+    b = rng.integers(0, 2, 5).astype(bool)
+    f32 = rng.standard_normal(5).astype(np.float32)
+    cases = [((-1, b), True), ((1, b), True), ((0.5, b), True), ((-1, f32), False), ((f32, b), False),
+             ((b, -1), False), ((jnp.asarray(2), b), True), ((0, 0.5), True), ((f32, 0.25), False)]
+    for (a1, a2), weak in cases:
+        fn = kiln.jit(jnp.heaviside) if jit and not isinstance(a1, (int, float)) else jnp.heaviside
+        r = fn(a1, a2)
+        assert r.dtype == np.float32 and r.weak_type == weak, (a1, a2)
+        x1, x2 = np.asarray(a1, np.float64), np.asarray(a2, np.float64)
+        np.testing.assert_array_equal(np.asarray(r), np.heaviside(x1, x2).astype(np.float32))

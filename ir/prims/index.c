@@ -80,7 +80,9 @@ int kl_infer_index(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, co
   outs[0] = ins[0];
   switch (prim) {
   case KL_P_DYNAMIC_SLICE: return rule_dynamic_slice(e, ins, nin, p, outs);
-  case KL_P_DYNAMIC_UPDATE_SLICE: return rule_dynamic_update_slice(e, ins, nin);
+  case KL_P_DYNAMIC_UPDATE_SLICE: /* strongly typed even from weak operands, as JAX's */
+    outs[0].weak = 0;
+    return rule_dynamic_update_slice(e, ins, nin);
   case KL_P_TAKE:
     if (nin != 2) return kl_rule_fail(e, KL_ERR_TYPE, "take: indices must be an integer array");
     return rule_take(e, &ins[0], &ins[1], p->take.axis, outs);

@@ -33,7 +33,7 @@ KNOWN = [
     Known("*nextafter+*", "*grad*", "*", "exc_class", "deliberate",
           "a program that differentiates nextafter and then fails (softmax of a 0-d array): JAX raises "
           "NotImplementedError at nextafter, kiln differentiates it (README) and raises the later error"),
-    Known("at.mul", "*grad*", "*", "jax_raises", "deliberate",
+    Known("at.mul*", "*grad*", "*", "jax_raises", "deliberate",
           "kiln differentiates x.at[i].multiply(v) with duplicate indices; JAX raises NotImplementedError "
           "(scatter_mul gradients only with unique_indices=True)"),
 ] + [
@@ -69,8 +69,19 @@ KNOWN = [
     Known("jnp.tan+lax.cond+jnp.diagonal", "*grad*", "complex*", "wrong_value", "deliberate",
           "a gradient through an empty selection (diagonal offset past the matrix) of tan at -inf+nanj: "
           "JAX's symbolic zero cotangent gives 0, kiln multiplies a zero cotangent by the nan derivative"),
-    Known("jnp.heaviside", "*", "bool", "wrong_weak_type", "open",
-          "heaviside(-1, bool array): JAX's result is weak float32, kiln's strong"),
+    Known("jnp.min", "*vmap*", "complex*", "wrong_value", "deliberate",
+          "complex min over elements with a NaN: JAX's comparator (a < b on the real part, then the "
+          "imaginary) is no total order with NaN, so its answer is a fold-order artefact (min of "
+          "[nan, 25+9j, 2.3, 1.3] is 1.3, of its rotation [1.3, nan, 25+9j, 2.3] is 2.3); NumPy gives "
+          "nan, kiln the least non-NaN element"),
+    Known("jnp.nanmax+jnp.arccos", "*jit*", "*", "wrong_value", "deliberate",
+          "a NaN cotangent into a max's gradient, under jit: XLA rewrites the product by the 0/1 argmax "
+          "mask into a select, so NaN * 0 gives 0 there; JAX's own eager gradient (and kiln) gives NaN "
+          "at every element"),
+    Known("lax.population_count", "*grad*", "float*", "exc_class", "deliberate",
+          "population_count of a float array under grad: JAX raises NotImplementedError (no "
+          "differentiation rule) before its dtype check, kiln the TypeError JAX's own eager call gives "
+          "(operand must have an integer dtype)"),
     Known("jnp.cumprod", "*grad*", "*", "wrong_value", "deliberate",
           "inf operands in a product's gradient: which non-finite value (inf or nan) comes out depends on "
           "how the derivative is written (JAX: a scan of products; kiln: prefix and suffix products); "

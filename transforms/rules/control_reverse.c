@@ -183,10 +183,15 @@ fail:
   return NULL;
 }
 
-/* while_lin, transpose: while_bwd over the body and its VJP (while_vjp_program). */
+/* while_lin, transpose: while_bwd over the body and its VJP (while_vjp_program). With no
+ * cotangent on any result (a dead loop) it contributes nothing, as a scan's (zero cotangents run
+ * through the body would meet its residuals: 0 * inf is a NaN). */
 int kl_ctl_while_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   (void)operand, (void)ct;
   kl_build *a = c->a;
+  int live = 0;
+  for (int i = 0; i < e->nout && !live; i++) live = c->ct[e->outs[i]] >= 0;
+  if (!live) return 0;
   const kl_program *body = e->p.while_ad.body;
   int nb = (int)e->p.while_ad.counts.v[0], n = (int)e->p.while_ad.counts.v[1], nf = e->nout, rc = -1;
   int *ops = kl_malloc(sizeof(int) * ((size_t)(nb + n + nf) + 2)), *res = kl_malloc(sizeof(int) * ((size_t)(n + nb) + 1));

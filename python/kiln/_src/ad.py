@@ -9,7 +9,7 @@ import numpy as np
 
 from kiln._src import core, dtypes, tracing, tree_util
 from kiln._src.core import Array, Tracer
-from kiln._src import api
+from kiln._src import api, jaxpr
 
 
 def _is_float(dt):
@@ -31,10 +31,7 @@ def _check_holomorphic_inputs(name, arrs):
 def literal(params):
     """The value of a `literal` equation (its params as Builder.equations() gives them)."""
     dt = core._np_dtype(params["dtype"])
-    val = params["int_value"] if dt.kind in "biu" else params["value"]
-    if dt.kind == "c":
-        val = complex(val, params.get("imag", 0.0))
-    return core.scalar_constant(val, dt, bool(params["weak_type"]))
+    return core.scalar_constant(jaxpr.literal_value(params, dt), dt, bool(params["weak_type"]))
 
 
 def _inline(builder, inputs, after=None):

@@ -182,6 +182,18 @@ def _shaped(shape, dtype, weak):
     return ShapedArray(tuple(shape), np.dtype(dtype), bool(weak))
 
 
+
+def literal_value(params, dt):
+    """The Python value of a `literal` equation of NumPy dtype `dt`, from its params as
+    Builder.equations() gives them (an unsigned literal's int_value is its bits as int64)."""
+    if dt.kind == "c":
+        return complex(params["value"], params.get("imag", 0.0))
+    if dt.kind == "b":
+        return bool(params["int_value"])
+    if dt.kind == "u":
+        return params["int_value"] % (1 << (8 * dt.itemsize))
+    return params["int_value"] if dt.kind == "i" else params["value"]
+
 def view(builder, consts, n_args=None, *, text=None):
     """The ClosedJaxpr of a kiln program: its inputs after the first n_args (all when None) are
     constvars, bound to `consts`."""
@@ -203,10 +215,7 @@ def view(builder, consts, n_args=None, *, text=None):
     for prim, ins, outs, params in raw_eqns:
         if prim == "literal" and len(outs) == 1:
             _, shape, dtype, weak = builder.aval(outs[0])
-            value = complex(params["value"], params.get("imag", 0.0)) if np.dtype(dtype).kind == "c" else \
-                params["int_value"] if np.dtype(dtype).kind in "iub" else params["value"]
-            if np.dtype(dtype).kind == "b":
-                value = bool(value)
+            value = literal_value(params, np.dtype(dtype))
             # a 0-d NumPy array of its dtype, as JAX's literal values are (typed: a library binding
             # a primitive on it gets that dtype)
             value = np.asarray(value, dtype=np.dtype(dtype))

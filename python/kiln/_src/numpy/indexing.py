@@ -494,7 +494,7 @@ def _update_box(arr, entries, values, op, opname):
             vals = lax.rev(vals, tuple(revdims))
         new = _combine(op, old, vals)
     new = _s._convert(new, arr.dtype)
-    return lax.dynamic_update_slice(arr, new, [int(s) for s in starts])
+    return _updated(arr, new, [int(s) for s in starts])
 
 
 def _update_dynamic_box(arr, entries, values, op, opname, clip):
@@ -551,7 +551,14 @@ def _update_dynamic_box(arr, entries, values, op, opname, clip):
     new = _s._convert(new, arr.dtype)
     if valid is not None:
         new = lax.select(_s._bcast_dims(valid, tuple(box), ()), new, old)
-    return lax.dynamic_update_slice(arr, new, starts)
+    return _updated(arr, new, starts)
+
+
+def _updated(arr, new, starts):
+    """arr with the box `new` at `starts`, weak as arr (JAX's .at[] keeps the operand's weak type;
+    its dynamic_update_slice is strong)."""
+    out = lax.dynamic_update_slice(arr, new, starts)
+    return lax.convert_element_type(out, out.dtype, True) if arr.weak_type else out
 
 
 class _IndexUpdateRef:

@@ -704,11 +704,14 @@ def copysign(x1, x2, /):
 
 def heaviside(x1, x2, /):
     """Step function: 0 where x1 < 0, x2 where x1 == 0, 1 where x1 > 0."""
+    x1_scalar = np.ndim(x1) == 0
     x1, x2 = promote_args_inexact("heaviside", x1, x2)
     _reject_complex("heaviside", x1)
-    zero = _c(x1, 0)
-    at_zero = lax.select(lax.ne(x1, x1), x1, x2)  # NaN stays NaN, as in JAX and NumPy
-    return lax.select(lax.lt(x1, zero), zero, lax.select(lax.gt(x1, zero), _c(x1, 1), at_zero))
+    # JAX's constants: Python scalars for a weak 0-d x1, else strong 0-d arrays of its dtype; so the
+    # result is weak when x1 is a weak scalar and x2 is weak (bug, issue 32: kiln's was never weak)
+    zero, one = (0.0, 1.0) if x1.weak_type and x1_scalar else (_c(x1, 0), _c(x1, 1))
+    at_zero = where(lax.ne(x1, x1), x1, x2)  # NaN stays NaN, as in JAX and NumPy
+    return where(lax.lt(x1, _c(x1, 0)), zero, where(lax.gt(x1, _c(x1, 0)), one, at_zero))
 
 
 # ---------------------------------------------------------------------------------------------------------
