@@ -34,7 +34,10 @@ def _log(msg):
 
 def side_env(side, site):
     """The environment of one side's pytest processes: the kiln side alone gets the hook."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    # KILN_NUM_CPU_DEVICES is kiln's own suite's (tests/conftest.py): it would pin the device count
+    # the libraries' suites set through XLA_FLAGS (chex.set_n_cpu_devices)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "KILN_NUM_CPU_DEVICES")}
     paths = [PLUGIN_DIR, site]
     if side == "kiln":
         paths = [HOOK_DIR, KILN_PYTHON] + paths
