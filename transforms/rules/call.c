@@ -78,6 +78,25 @@ static const kl_program *body_of(kl_build *a, const kl_eqn *e, const kl_program 
   return b;
 }
 
+/* The JVP of `body` inline on its inputs xs and their tangents ts (-1: none): its primal outputs
+ * into ys (NULL: not wanted), its tangents into touts. 0, or -1 (a failed). */
+static int inline_body_jvp(kl_build *a, const kl_program *body, const int *xs, const int *ts, int *ys, int *touts) {
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body);
+  int rc = fp && ft ? 0 : kl_build_oom(a);
+  for (int i = 0; !rc && i < body->ninputs; i++) {
+    fp[body->inputs[i]] = xs[i];
+    ft[body->inputs[i]] = ts[i];
+  }
+  if (!rc) rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  for (int i = 0; !rc && i < body->noutputs; i++) {
+    if (ys) ys[i] = fp[body->outputs[i]];
+    touts[i] = ft[body->outputs[i]];
+  }
+  free(fp);
+  free(ft);
+  return rc;
+}
+
 /* checkpoint: in forward mode the body's JVP, inline. For reverse mode the body is emitted for its
  * outputs, then its JVP again on its inputs passed through optimization_barrier (so CSE cannot
  * merge the two), all tagged KL_TAG_REMAT: transpose.c emits those primal values in the backward
@@ -86,27 +105,13 @@ static const kl_program *body_of(kl_build *a, const kl_eqn *e, const kl_program 
 static int checkpoint_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   const kl_program *body = body_of(a, e, e->p.checkpoint.body);
   if (!body) return -1;
-  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *rp = NULL, *rt = NULL;
-  if (!fp || !ft) {
-    free(fp);
-    free(ft);
-    return kl_build_oom(a);
-  }
-  for (int i = 0; i < body->ninputs; i++) {
-    fp[body->inputs[i]] = xs[i];
-    if (!a->remat) ft[body->inputs[i]] = ts[i];
-  }
-  int rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
-  if (!rc && a->remat) {
-    rp = kl_jvp_new_map(body);
-    rt = kl_jvp_new_map(body);
-    if (!rp || !rt) {
-      free(fp);
-      free(ft);
-      free(rp);
-      free(rt);
-      return kl_build_oom(a);
-    }
+  if (!a->remat) return inline_body_jvp(a, body, xs, ts, ys, touts);
+  /* the forward pass: the body for its outputs, no tangents */
+  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *rp = kl_jvp_new_map(body), *rt = kl_jvp_new_map(body);
+  int rc = fp && ft && rp && rt ? 0 : kl_build_oom(a);
+  for (int i = 0; !rc && i < body->ninputs; i++) fp[body->inputs[i]] = xs[i];
+  if (!rc) rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  if (!rc) {
     char saved = a->extra_tag;
     a->extra_tag |= KL_TAG_REMAT;
     for (int i = 0; i < body->ninputs; i++) {
@@ -118,7 +123,7 @@ static int checkpoint_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int
   }
   for (int i = 0; !rc && i < e->nout; i++) {
     ys[i] = fp[body->outputs[i]];
-    touts[i] = (a->remat ? rt : ft)[body->outputs[i]];
+    touts[i] = rt[body->outputs[i]];
   }
   free(fp);
   free(ft);
@@ -164,21 +169,7 @@ static int custom_jvp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, cons
 static int custom_vmap_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, int *ys, int *touts) {
   const kl_program *body = body_of(a, e, e->p.custom_vmap.body);
   if (!body || kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0) return -1;
-  int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body);
-  if (!fp || !ft) {
-    free(fp);
-    free(ft);
-    return kl_build_oom(a);
-  }
-  for (int i = 0; i < body->ninputs; i++) {
-    fp[body->inputs[i]] = xs[i];
-    ft[body->inputs[i]] = ts[i];
-  }
-  int rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
-  for (int i = 0; !rc && i < e->nout; i++) touts[i] = ft[body->outputs[i]];
-  free(fp);
-  free(ft);
-  return rc;
+  return inline_body_jvp(a, body, xs, ts, NULL, touts);
 }
 
 /* ---- transpose ------------------------------------------------------------------------------- */
