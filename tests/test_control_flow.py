@@ -827,9 +827,10 @@ def test_vmapped_while_whose_predicate_follows_a_runtime_step():
     np.testing.assert_array_equal(np.asarray(i1), [3])
 
 
-def test_long_concrete_loops_compile_short_ones_run_as_python():
-    """A concrete scan/fori_loop/while_loop of more than 64 trips compiles (its body traced a few
-    times, not once per trip, as JAX's always is); a short one calls its body per trip on values."""
+def test_concrete_loops_trace_their_body_once():
+    """A concrete scan/fori_loop/while_loop compiles, long or short: its body is traced (a few
+    times: the carry's types are checked), not called per trip, as JAX's (flax nnx's scan tests
+    count the calls); unroll=True calls it per trip, as JAX's unrolled trace."""
     calls = []
     xs = np.random.default_rng().standard_normal(300).astype(np.float32)
 
@@ -841,8 +842,22 @@ def test_long_concrete_loops_compile_short_ones_run_as_python():
     np.testing.assert_allclose(ys, 2 * np.concatenate([[0], np.cumsum(xs)[:-1]]), rtol=1e-4, atol=1e-4)
     assert len(calls) < 10
     calls.clear()
-    kiln.lax.scan(body, np.float32(0), jnp.asarray(xs[:8]))
-    assert len(calls) >= 8
+    c, ys = kiln.lax.scan(body, np.float32(0), jnp.asarray(xs[:8]))
+    assert len(calls) <= 2
+    np.testing.assert_allclose(c, xs[:8].sum(), rtol=1e-5)
+    calls.clear()
+    kiln.lax.scan(body, np.float32(0), jnp.asarray(xs[:8]), unroll=True)
+    assert len(calls) == 8
+    calls.clear()
+    v = kiln.lax.fori_loop(0, 5, lambda i, v: (calls.append(1), v * 2 + i)[1], jnp.float32(1))
+    assert len(calls) <= 2 and float(v) == 32 + 26
+    calls.clear()
+
+    def wbody(s):
+        calls.append(1)
+        return s[0] + 1, s[1] * 3
+    n, v = kiln.lax.while_loop(lambda s: s[0] < 4, wbody, (0, jnp.float32(1)))
+    assert len(calls) <= 2 and int(n) == 4 and float(v) == 81
     assert int(kiln.lax.fori_loop(0, 1000, lambda i, v: v + i, 0)) == 499500
     n, v = kiln.lax.while_loop(lambda s: s[0] < 500, lambda s: (s[0] + 1, s[1] * 1.01), (0, jnp.float32(1.0)))
     assert int(n) == 500

@@ -407,3 +407,23 @@ def test_heaviside_weak_type_follows_jax_constants(jit):
         assert r.dtype == np.float32 and r.weak_type == weak, (a1, a2)
         x1, x2 = np.asarray(a1, np.float64), np.asarray(a2, np.float64)
         np.testing.assert_array_equal(np.asarray(r), np.heaviside(x1, x2).astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_rsqrt_of_an_infinite_part_is_zero(dtype):
+    # rsqrt(-inf + nan i) was nan (1 / sqrt): XLA's gives a zero, so arcsinh's derivative at
+    # +-inf i (rsqrt(z^2 + 1)) was nan where JAX's is 0; expected values are JAX 0.10.2's
+    z = np.array([complex(-inf, nan), complex(inf, nan), complex(nan, inf), complex(-inf, 1),
+                  complex(1, inf), complex(-inf, inf)], dtype)
+    r = np.asarray(lax.rsqrt(jnp.asarray(z)))
+    np.testing.assert_array_equal(r, np.zeros(6))
+    np.testing.assert_array_equal(np.signbit(r.real), [1, 0, 0, 1, 0, 1])
+    np.testing.assert_array_equal(np.signbit(r.imag), [1, 1, 1, 1, 1, 1])
+    w = rng.standard_normal(3).astype(np.float32)
+    x = np.array([complex(0.1, 0.5), complex(-0.0, inf), complex(2.0, -inf)], dtype)
+    g = np.asarray(kiln.grad(lambda x: jnp.sum(jnp.real(jnp.arcsinh(x) * w)))(x))
+    np.testing.assert_array_equal(g[1:], [0, 0])
+    np.testing.assert_allclose(g[0], w[0] / np.sqrt(x[0] ** 2 + 1), rtol=1e-5)  # (JAX: no conjugate)
+    fin = (rng.standard_normal(4) + 1j * rng.standard_normal(4)).astype(dtype)
+    np.testing.assert_allclose(np.asarray(lax.rsqrt(jnp.asarray(fin))), 1 / np.sqrt(fin.astype(np.complex128)),
+                               rtol=1e-5)

@@ -264,3 +264,31 @@ def test_jnp_equal_and_not_equal_of_typed_keys():
     ks = kr.split(kr.key(int(np.random.default_rng().integers(1 << 30))), 3)
     np.testing.assert_array_equal(jnp.equal(ks, ks[1]), [False, True, False])
     np.testing.assert_array_equal(jnp.not_equal(ks, ks), [False] * 3)
+
+
+def test_shape_functions_take_typed_keys():
+    # flax nnx's Rngs.broadcast: jnp.broadcast_to of a key array (it raised: a key array cannot
+    # become a NumPy array); each shape function works on the key array's axes, as JAX's
+    keys = kiln.random.split(kiln.random.key(int(np.random.default_rng().integers(1 << 30))), 6)
+    data = np.asarray(kiln.random.key_data(keys))
+    cases = [
+        (lambda k: jnp.broadcast_to(k, (2, 6)), lambda d: np.broadcast_to(d, (2, 6, 2))),
+        (lambda k: jnp.reshape(k, (2, 3)), lambda d: d.reshape(2, 3, 2)),
+        (lambda k: jnp.transpose(jnp.reshape(k, (2, 3))), lambda d: d.reshape(2, 3, 2).transpose(1, 0, 2)),
+        (lambda k: jnp.moveaxis(jnp.reshape(k, (2, 3)), -1, 0), lambda d: np.moveaxis(d.reshape(2, 3, 2), 1, 0)),
+        (lambda k: jnp.expand_dims(k, -1), lambda d: d[:, None]),
+        (lambda k: jnp.squeeze(jnp.expand_dims(k, 0)), lambda d: d),
+        (lambda k: jnp.flip(k), lambda d: d[::-1]),
+        (lambda k: jnp.roll(k, 2), lambda d: np.roll(d, 2, axis=0)),
+        (lambda k: jnp.tile(k, 2), lambda d: np.concatenate([d, d])),
+        (lambda k: jnp.repeat(k, 2), lambda d: np.repeat(d, 2, axis=0)),
+        (lambda k: jnp.ravel(jnp.reshape(k, (3, 2))), lambda d: d),
+    ]
+    for f, ref in cases:
+        for g in (f, kiln.jit(f)):
+            out = g(keys)
+            assert jnp.issubdtype(out.dtype, kiln.dtypes.prng_key)
+            np.testing.assert_array_equal(np.asarray(kiln.random.key_data(out)), ref(data))
+    b = kiln.vmap(lambda k: jnp.broadcast_to(k, (3,)))(keys)
+    assert b.shape == (6, 3)
+    np.testing.assert_array_equal(np.asarray(kiln.random.key_data(b)), np.broadcast_to(data[:, None], (6, 3, 2)))

@@ -204,6 +204,17 @@ static cx ctanhx(kl_build *b, cx x) {
 
 static cx cone(kl_build *b, int like) { return cre(b, lit_like(b, 1, like)); }
 
+/* 1 / sqrt(z); an infinite part (the other one NaN included) gives zero, its real part with re's
+ * sign and its imaginary part with the opposite of im's, as XLA's (bug, issue 32: rsqrt(-inf + nan i)
+ * was nan, so arcsinh's derivative at +-inf i was nan where JAX's is 0). */
+static cx crsqrtx(kl_build *b, cx x) {
+  cx y = cdivx(b, cone(b, x.r), csqrtx(b, x));
+  int inf = lit_like(b, INFINITY, x.r), pz = lit_like(b, 0.0, x.r), nz = lit_like(b, -0.0, x.r);
+  int big = kl_build_bin(b, KL_P_OR, cmp(b, KL_P_EQ, un(b, KL_P_ABS, x.r), inf), cmp(b, KL_P_EQ, un(b, KL_P_ABS, x.i), inf));
+  int r = sel(b, cmp(b, KL_P_LT, x.r, pz), nz, pz), i = sel(b, cmp(b, KL_P_LT, x.i, pz), pz, nz);
+  return mk(sel(b, big, r, y.r), sel(b, big, i, y.i));
+}
+
 /* log1p(z): (log1p(2 re + re^2 + im^2) / 2, atan2(im, 1 + re)), accurate near 0. */
 static cx clog1px(kl_build *b, cx x) {
   int r = scl(b, 0.5, un(b, KL_P_LOG1P, add(b, mul(b, add(b, lit_like(b, 2, x.r), x.r), x.r), mul(b, x.i, x.i))));
@@ -491,7 +502,7 @@ static int elementwise(split_ctx *s, const kl_eqn *e, cx *out, int *real) {
     return 0;
   }
   case KL_P_SQRT: *out = csqrtx(b, x); return 0;
-  case KL_P_RSQRT: *out = cdivx(b, cone(b, x.r), csqrtx(b, x)); return 0;
+  case KL_P_RSQRT: *out = crsqrtx(b, x); return 0;
   case KL_P_SIN: *out = csinx(b, x); return 0;
   case KL_P_COS: *out = ccosx(b, x); return 0;
   case KL_P_TAN: *out = cdiv_i(b, ctanhx(b, ctimes_i(b, x))); return 0; /* tan z = -i tanh(i z) */

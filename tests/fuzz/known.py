@@ -52,6 +52,14 @@ KNOWN = [
           "(the same JAX quirk as transpose/vmap/int32)")
     for op in ("transpose", "reshape", "jnp.broadcast_to")
 ] + [
+    Known("at.*", "vmap", "*", "wrong_dtype", "deliberate",
+          "x64 off, vmap of x.at[1:].multiply(empty) on a 64-bit NumPy x: the update is empty, so JAX "
+          "returns the argument uncanonicalized (uint64), kiln the 32-bit Array x64=False promises (the "
+          "same JAX quirk as transpose/vmap/int32)"),
+    Known("jnp.mean+jax.nn.softmax", "*jit*", "float64", "wrong_value", "deliberate",
+          "softmax of a mean holding 2e299, under jit: XLA's fusion of the two gives nan; JAX's eager "
+          "result, its jit of the softmax alone, and kiln give 1"),
+] + [
     Known("getitem", "*grad*", "*", "wrong_value", "deliberate",
           "an out-of-bounds static index (x[::-2, ..., 6] of a size-1 axis): JAX's indexing promises "
           "in-bounds indices, and its gradient there depends on which gather it emits (x[..., 6]: 1, "

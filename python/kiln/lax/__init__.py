@@ -1141,7 +1141,8 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
 
         return scan(step, (i0, init_val), None, length=hi - lo, unroll=1 if unroll in (None, False) else unroll)[0][1]
     if hi - lo > _EAGER_TRIPS_MAX and not (unroll is True or (unroll is not None and _int(unroll) >= hi - lo)):
-        return _compiled(lambda v: fori_loop(lo, hi, body_fun, v, unroll=unroll), init_val)  # as a long scan
+        return _compiled(lambda body: lambda v: fori_loop(lo, hi, body, v, unroll=unroll), (body_fun,),
+                         ("fori_loop", lo, hi, unroll), init_val)  # (a scan)
     # the body sees arrays, as JAX's; its index stays a Python int (JAX's is a weakly typed int32 array:
     # the same arithmetic, without a device scalar made at every step)
     val = _as_arrays(init_val)
@@ -1206,15 +1207,34 @@ def _while_equation(cond_fun, body_fun, init_val):
 
 
 _WHILE_UNROLL_MAX = 64
-# Concrete loops run as Python calls (a few trips cost less than a compile, and the bodies see
-# values); past this many trips they compile instead, as JAX's always do (blackjax's 4,000-step
-# chains ran for minutes as Python).
-_EAGER_TRIPS_MAX = 64
+# Concrete loops of more trips than this compile (the bodies traced once, as JAX's always are:
+# a body's side effects happen once, as flax nnx's tests count them, and Python control flow on
+# the carry raises as in JAX); 0: every loop of at least one trip does. Fully unrolled loops
+# (unroll=True) call the body per trip, as JAX's unrolled trace does.
+_EAGER_TRIPS_MAX = 0
 
 
-def _compiled(fn, *args):
+# body function -> {(loop kind, static params, the other functions): a jitted loop}: a concrete
+# loop called again with the same functions reuses its trace (JAX caches a loop body's trace by
+# the function and the carry's types: its body runs once over repeated calls, as flax nnx's tests
+# count). The jitted loops reach the functions through weak references (no cycle keeps them).
+_loop_jits = weakref.WeakKeyDictionary()
+
+
+def _compiled(make, fns, static, *args):
+    """make(*fns)(*args) run as one jitted program; the jit is cached by fns and `static`."""
     from kiln._src import api
-    return api.jit(fn)(*args)
+    try:
+        per = _loop_jits.setdefault(fns[0], {})
+        key = (static,) + tuple(weakref.ref(f) for f in fns[1:])
+        hash(key)
+    except TypeError:  # a function that cannot be weakly referenced or hashed: traced every call
+        return api.jit(make(*fns))(*args)
+    jitted = per.get(key)
+    if jitted is None:
+        refs_ = [weakref.ref(f) for f in fns]
+        jitted = per[key] = api.jit(lambda *a: make(*[r() for r in refs_])(*a))
+    return jitted(*args)
 
 
 @thread_state.control_flow_body
@@ -1237,7 +1257,8 @@ def while_loop(cond_fun, body_fun, init_val):
         if c is None or not _has_value(c) or (trips >= _WHILE_UNROLL_MAX and core.tracing()):
             return _while_equation(cond_fun, body_fun, val)
         if trips >= _EAGER_TRIPS_MAX and not core.tracing() and _bool(c):  # a long loop: the rest compiled
-            return _compiled(lambda v: _while_equation(cond_fun, body_fun, v), val)
+            return _compiled(lambda body, cond: lambda v: _while_equation(cond, body, v), (body_fun, cond_fun),
+                             ("while_loop",), val)
         trips += 1
         if not _bool(c):
             return val
@@ -1278,7 +1299,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
             return _scan_unrolled(f, init, x_leaves, x_tree, n, reverse, k)
         return _scan_equation(f, init, x_leaves, x_tree, n, reverse)
     if n > _EAGER_TRIPS_MAX and not full:  # a long loop compiles, as JAX's always does
-        return _compiled(lambda c, x: scan(f, c, x, length=n, reverse=reverse, unroll=unroll), init, xs)
+        return _compiled(lambda body: lambda c, x: scan(body, c, x, length=n, reverse=reverse, unroll=unroll), (f,),
+                         ("scan", n, reverse, unroll), init, xs)
     carry, ys = _as_arrays(init), []  # the body sees arrays, as JAX's
     order = builtins.range(n - 1, -1, -1) if reverse else builtins.range(n)
     from kiln._src import control_checks

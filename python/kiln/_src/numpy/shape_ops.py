@@ -4,6 +4,7 @@
 # concrete values (nonzero/unique without size=, boolean masks).
 import builtins
 import collections
+import functools
 import operator
 
 import numpy as np
@@ -11,6 +12,20 @@ import numpy as np
 from kiln import lax
 from kiln._src import core, dtypes
 from kiln._src.numpy import util
+
+
+def _keys_by_part(fn):
+    """fn (a shape op whose first argument is the array) on a typed key array too, as JAX's: applied
+    to each uint32 word of the key data (an array of the key array's shape) and the words stacked
+    back as the data's last axis, so axis arguments mean the key array's axes."""
+    @functools.wraps(fn)
+    def wrapped(a, *args, **kwargs):
+        if getattr(a, "_is_key_array", False):
+            from kiln import random
+            d = a._data
+            return random.PRNGKeyArray(stack([wrapped(d[..., j], *args, **kwargs) for j in range(d.shape[-1])], -1))
+        return fn(a, *args, **kwargs)
+    return wrapped
 
 __all__ = [
     "reshape", "ravel", "transpose", "permute_dims", "matrix_transpose",
@@ -243,6 +258,7 @@ def _resolve_shape(size, shape, opname, orig_shape):
     return tuple(shape)
 
 
+@_keys_by_part
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     if shape is None:
         shape = newshape
@@ -259,11 +275,13 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     raise ValueError(f"reshape: order must be 'C', 'F' or 'A', got {order!r}")
 
 
+@_keys_by_part
 def ravel(a, order="C"):
     a = _asarray(a)
     return reshape(a, (a.size,), order=order)
 
 
+@_keys_by_part
 def transpose(a, axes=None):
     a = _asarray(a)
     if axes is None:
@@ -289,6 +307,7 @@ def matrix_transpose(x):
     return swapaxes(x, -1, -2)
 
 
+@_keys_by_part
 def swapaxes(a, axis1, axis2):
     a = _asarray(a)
     i, j = _axis(axis1, a.ndim, "swapaxes"), _axis(axis2, a.ndim, "swapaxes")
@@ -297,6 +316,7 @@ def swapaxes(a, axis1, axis2):
     return transpose(a, perm)
 
 
+@_keys_by_part
 def moveaxis(a, source, destination):
     a = _asarray(a)
     src = _axes(source, a.ndim, "moveaxis")
@@ -313,6 +333,7 @@ def moveaxis(a, source, destination):
     return transpose(a, perm)
 
 
+@_keys_by_part
 def squeeze(a, axis=None):
     a = _asarray(a)
     if axis is None:
@@ -328,6 +349,7 @@ def squeeze(a, axis=None):
     return lax.reshape(a, tuple(d for i, d in enumerate(a.shape) if i not in axes))
 
 
+@_keys_by_part
 def expand_dims(a, axis):
     a = _asarray(a)
     n = len(_static_ints(axis, "expand_dims: axis"))
@@ -346,6 +368,7 @@ def _broadcast_shapes(opname, *shapes):
                          "broadcast together") from None
 
 
+@_keys_by_part
 def broadcast_to(array, shape):
     a = _asarray(array)
     shape = _static_ints(shape, "broadcast_to: shape")
@@ -531,6 +554,7 @@ def dsplit(ary, indices_or_sections):
     return _split("dsplit", a, indices_or_sections, 2, True)
 
 
+@_keys_by_part
 def tile(A, reps):
     a = _asarray(A)
     reps = _static_ints(reps, "tile: reps")
@@ -544,6 +568,7 @@ def tile(A, reps):
     return lax.reshape(b, tuple(r * s for r, s in zip(reps, shape)))
 
 
+@_keys_by_part
 def repeat(a, repeats, axis=None, *, total_repeat_length=None):
     a = _asarray(a)
     if axis is None:
@@ -591,12 +616,14 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
     return out if out is not None else _take_static(a, src, ax)
 
 
+@_keys_by_part
 def flip(m, axis=None):
     m = _asarray(m)
     axes = tuple(range(m.ndim)) if axis is None else _axes(axis, m.ndim, "flip")
     return lax.rev(m, axes) if axes else m
 
 
+@_keys_by_part
 def fliplr(m):
     m = _asarray(m)
     if m.ndim < 2:
@@ -604,6 +631,7 @@ def fliplr(m):
     return flip(m, 1)
 
 
+@_keys_by_part
 def flipud(m):
     m = _asarray(m)
     if m.ndim < 1:
@@ -629,6 +657,7 @@ def _roll_one(a, shift, ax):
     return lax.concatenate([_slice_axis(a, n - s, n, ax), _slice_axis(a, 0, n - s, ax)], ax)
 
 
+@_keys_by_part
 def roll(a, shift, axis=None):
     a = _asarray(a)
     if axis is None:
