@@ -177,8 +177,11 @@ def test_top_k_on_the_device():
     rng = np.random.default_rng(5)
     x = _floats(rng, (64, 3000), np.float32)
     vals, idx = _run(lambda a: kiln.lax.top_k(a, 10), x)
+    # XLA's TopK order: IEEE total order (+NaN first, -NaN last, +0 above -0), ties by index
     i = np.broadcast_to(np.arange(3000), x.shape)
-    order = np.lexsort((-i, x.astype(np.float64)), axis=-1)[:, ::-1][:, :10]
+    b = x.view(np.uint32).astype(np.int64)
+    total = np.where(b >> 31, 0xFFFFFFFF - b, b + 0x80000000)
+    order = np.lexsort((-i, total), axis=-1)[:, ::-1][:, :10]
     _same_bits(idx, order.astype(np.int32))
     _same_bits(vals, np.take_along_axis(x, order, axis=-1))
 
