@@ -427,3 +427,36 @@ def test_complex_rsqrt_of_an_infinite_part_is_zero(dtype):
     fin = (rng.standard_normal(4) + 1j * rng.standard_normal(4)).astype(dtype)
     np.testing.assert_allclose(np.asarray(lax.rsqrt(jnp.asarray(fin))), 1 / np.sqrt(fin.astype(np.complex128)),
                                rtol=1e-5)
+
+
+def test_integer_power_uses_the_exponents_six_low_bits_as_jax(x64):
+    # JAX's _pow_int_int: square-and-multiply over the exponent's 6 low bits, shifted logically; a
+    # negative exponent is its two's-complement bits (kiln gave 0); values pinned from JAX 0.10.2
+    b = np.array([0, 1, -1, 2, 3, 9, -7, 5], np.int32)
+    e = np.array([0, -3, 65, 64, 63, -1, 31, 100], np.int32)
+    want = [1, 1, -1, 1, 2111105451, -696207303, -265001655, 1530182129]
+    np.testing.assert_array_equal(np.asarray(jnp.power(b, e)), want)
+    np.testing.assert_array_equal(np.asarray(kiln.jit(jnp.power)(b, e)), want)
+    np.testing.assert_array_equal(np.asarray(jnp.power(np.uint16([9, 5]), np.array([-3], np.int32))), [945842025, 1606239189])
+    # small exponents agree with NumPy
+    bb = rng.integers(-9, 10, 20).astype(np.int64)
+    ee = rng.integers(0, 12, 20).astype(np.int64)
+    np.testing.assert_array_equal(np.asarray(jnp.power(bb, ee)), bb ** ee)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_atanh_and_atan_at_infinite_and_nan_parts_as_jax(dtype, x64):
+    # XLA's atanh: an infinite part gives +-0 +- i pi/2 (signs by x >= 0, y >= 0: false for NaN), a
+    # NaN part nan +- i pi/2; kiln's inf / inf made arctan(0.5 + inf i) pi/2 + nan i. Pinned from JAX
+    h = np.pi / 2
+    z = np.array([complex(0.5, inf), complex(-0.5, inf), complex(inf, -3.3), complex(0.5, -inf),
+                  complex(inf, inf), complex(nan, inf), complex(inf, nan), complex(nan, 1), complex(1, nan)], dtype)
+    atanh = np.asarray(jnp.arctanh(z))
+    np.testing.assert_allclose(atanh.imag, [h, h, -h, -h, h, h, -h, h, -h], rtol=1e-6)
+    np.testing.assert_array_equal(atanh.real[:7], 0)
+    assert np.isnan(atanh.real[7:]).all()
+    atan = np.asarray(kiln.jit(jnp.arctan)(z[:7]))
+    np.testing.assert_allclose(atan.real, [h, -h, h, h, h, -h, h], rtol=1e-6)
+    np.testing.assert_array_equal(atan.imag, 0)
+    fin = (rng.standard_normal(5) + 1j * rng.standard_normal(5)).astype(dtype)
+    np.testing.assert_allclose(np.asarray(jnp.arctanh(fin)), np.arctanh(fin.astype(np.complex128)), rtol=1e-5)

@@ -272,7 +272,18 @@ static cx catanhx(kl_build *b, cx x) {
                                         cmp(b, KL_P_LT, dv(b, one, x.i), lit_like(b, 0, x.i)))); /* -0 */
   int im_big = sel(b, negim, lit_like(b, -M_PI / 2, x.r), lit_like(b, M_PI / 2, x.r));
   int big = big_arg(b, x);
-  return mk(sel(b, big, re_big, re), sel(b, big, im_big, im));
+  re = sel(b, big, re_big, re);
+  im = sel(b, big, im_big, im);
+  /* an infinite part (the other NaN included): +-0 +- i pi/2 by the signs as XLA tests them, x >= 0
+   * and y >= 0, false for a NaN (bug, issue 32: inf / inf made the real part NaN, so arctan(0.5 +
+   * inf i) was pi/2 + nan i where JAX's is pi/2 + 0i) */
+  int inf = lit_like(b, INFINITY, x.r), zero = lit_like(b, 0, x.r);
+  int any_inf = kl_build_bin(b, KL_P_OR, cmp(b, KL_P_EQ, ar, inf), cmp(b, KL_P_EQ, ai, inf));
+  int re_inf = sel(b, cmp(b, KL_P_GE, x.r, zero), zero, lit_like(b, -0.0, x.r));
+  int im_inf = sel(b, cmp(b, KL_P_GE, x.i, zero), lit_like(b, M_PI / 2, x.r), lit_like(b, -M_PI / 2, x.r));
+  /* a NaN part (none infinite): the imaginary part is +-pi/2 by that test too, as XLA's */
+  int any_nan = kl_build_bin(b, KL_P_OR, cmp(b, KL_P_NE, x.r, x.r), cmp(b, KL_P_NE, x.i, x.i));
+  return mk(sel(b, any_inf, re_inf, re), sel(b, kl_build_bin(b, KL_P_OR, any_inf, any_nan), im_inf, im));
 }
 
 static cx cpow_int(kl_build *b, cx x, int64_t n) {

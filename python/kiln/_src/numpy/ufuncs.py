@@ -262,23 +262,18 @@ def divmod(x1, x2, /):
 
 
 def _int_power(base, exponent):
-    """Integer power by repeated squaring over the exponent's bits (negative exponents as JAX: 0 unless
-    |base| == 1)."""
-    one, zero = _c(base, 1), _c(base, 0)
-    nbits = np.dtype(base.dtype).itemsize * 8
-    acc, b, e = one, base, exponent
-    for _ in range(nbits - (1 if base.dtype.kind == "i" else 0)):
-        bit = lax.ne(lax.and_(e, _c(e, 1)), _c(e, 0))
-        acc = lax.select(bit, lax.mul(acc, b), acc)
+    """Integer power as JAX's: repeated squaring over the exponent's 6 low bits (a larger power
+    overflows any base but 0 and +-1, which these bits get right), shifted logically, so a negative
+    exponent counts as its two's-complement bits (9 ** -3 in int32 is 9 ** 61: 945842025); 0 to
+    any nonzero power is 0 (bug, issue 32: kiln gave 0 for every negative exponent)."""
+    one, zero = _c(exponent, 1), _c(exponent, 0)
+    acc = lax.select(lax.and_(lax.eq(base, _c(base, 0)), lax.ne(exponent, zero)), _c(base, 0), _c(base, 1))
+    b, e = base, exponent
+    for _ in range(6):
+        acc = lax.select(lax.ne(lax.and_(e, one), zero), lax.mul(acc, b), acc)
         b = lax.mul(b, b)
-        e = lax.shift_right_logical(e, _c(e, 1))
-    if base.dtype.kind == "u":
-        return acc
-    negative = lax.lt(exponent, _c(exponent, 0))
-    odd = lax.ne(lax.and_(exponent, _c(exponent, 1)), _c(exponent, 0))
-    neg_result = lax.select(lax.eq(base, one), one,
-                            lax.select(lax.eq(base, _c(base, -1)), lax.select(odd, _c(base, -1), one), zero))
-    return lax.select(negative, neg_result, acc)
+        e = lax.shift_right_logical(e, one)
+    return acc
 
 
 def _static_int_exponent(x2):
