@@ -460,3 +460,25 @@ def test_complex_atanh_and_atan_at_infinite_and_nan_parts_as_jax(dtype, x64):
     np.testing.assert_array_equal(atan.imag, 0)
     fin = (rng.standard_normal(5) + 1j * rng.standard_normal(5)).astype(dtype)
     np.testing.assert_allclose(np.asarray(jnp.arctanh(fin)), np.arctanh(fin.astype(np.complex128)), rtol=1e-5)
+
+
+def test_reduction_read_by_an_outer_product_is_not_absorbed_into_a_row_kernel():
+    # jit(vmap(grad)) of dot(tanh(nansum(x)), y): the outer product (a small-contraction product,
+    # computed inline) read tanh(sum) while the sum was absorbed into the select's row kernel, and
+    # codegen raised "reduce_sum cannot be fused into a kernel"
+    a = rng.standard_normal((3, 1, 1)).astype(np.float32)
+    d = rng.standard_normal(1).astype(np.float32)
+
+    def f(a, d):
+        t = jnp.tanh(jnp.sum(a, axis=2))
+        r = lax.dot_general(t, d, (((), ()), ((), ())))
+        return r, lax.select(a != a, jnp.zeros_like(a), lax.broadcast_in_dim(1 - t * t, (3, 1, 1), (0, 1)))
+    r, s = kiln.jit(f)(a, d)
+    t = np.tanh(a.astype(np.float64).sum(2))
+    np.testing.assert_allclose(np.asarray(r), t[:, :, None] * d, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(s), (1 - t * t)[:, :, None], rtol=1e-5)
+    x0, x3 = rng.standard_normal((3, 1, 1)).astype(np.float32), rng.standard_normal((3, 1, 1)).astype(np.float32)
+    loss = lambda x0, x3: jnp.sum(jnp.dot(lax.tanh(jnp.nansum(x0, axis=1)), x3))
+    g0, g3 = kiln.jit(kiln.vmap(kiln.grad(loss, (0, 1))))(x0, x3)
+    np.testing.assert_allclose(np.asarray(g0), (1 - np.tanh(x0) ** 2) * x3, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(g3), np.tanh(x0), rtol=1e-5)

@@ -210,6 +210,19 @@ static int plan_rows(const kl_fuse_traits *traits, const kl_program *pg, char *m
     kl_form f = kl_prim_get(e->prim)->form;
     if (!kl_eqn_fusible(traits, pg, e) || kl_inline_reads(traits, pg, e)) {
       for (int i = 0; i < e->nin; i++) readers[e->ins[i]] += 1000; /* library calls: never absorbed */
+      if (kl_inline_reads(traits, pg, e)) {
+        /* a small-contraction product computes its operands' expressions in its own kernel: the
+         * reductions they read are never absorbed either (bug, issue 32: an outer product of
+         * tanh(sum(x)) found the sum absorbed into another row kernel, and codegen failed) */
+        scan_begin(&rs);
+        for (int i = 0; i < e->nin; i++) {
+          const kl_aval *a = &pg->vals[e->ins[i]].aval;
+          rs.rank = a->ndim;
+          memcpy(rs.shape, a->dims, sizeof(int64_t) * (size_t)a->ndim);
+          scan_reads(&rs, e->ins[i], READ_FULL, 0);
+        }
+        for (int i = 0; i < rs.ntouched; i++) readers[touched[i]] += 1000;
+      }
       continue;
     }
     if (!m[e->outs[0]] && f != KL_FORM_REDUCE) continue;
