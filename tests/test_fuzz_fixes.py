@@ -482,3 +482,19 @@ def test_reduction_read_by_an_outer_product_is_not_absorbed_into_a_row_kernel():
     g0, g3 = kiln.jit(kiln.vmap(kiln.grad(loss, (0, 1))))(x0, x3)
     np.testing.assert_allclose(np.asarray(g0), (1 - np.tanh(x0) ** 2) * x3, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(g3), np.tanh(x0), rtol=1e-5)
+
+
+def test_an_empty_cotangent_sends_no_nan_back():
+    # grad through take(log_softmax(x), no indices): the empty cotangent was scattered into zeros and
+    # multiplied by log_softmax's NaN derivative at x = nan (JAX: 0)
+    x = np.array([nan, rng.standard_normal()], np.float32)
+    idx = np.zeros((0, 1), np.int32)
+    w = np.zeros((0, 1), np.float32)
+    for mode in ("fill", "clip"):
+        loss = lambda x: jnp.sum(jnp.take(kiln.nn.log_softmax(x), idx, axis=-1, mode=mode) * w)
+        for g in (kiln.grad(loss), kiln.jit(kiln.grad(loss))):
+            np.testing.assert_array_equal(np.asarray(g(x)), [0, 0])
+    # a non-empty selection still differentiates
+    y = rng.standard_normal(2).astype(np.float32)
+    g = kiln.grad(lambda y: jnp.sum(jnp.take(jnp.sin(y), np.array([1]), axis=-1)))(y)
+    np.testing.assert_allclose(np.asarray(g), [0, np.cos(y[1])], rtol=1e-6)

@@ -129,7 +129,9 @@ kl_program *kl_vjp_ex(const kl_program *pg, const char *wants, const char *seede
       continue;
     }
     int ct = c.ct[e->outs[0]];
-    if (ct < 0) continue;
+    /* an empty cotangent is a symbolic zero: it contributes nothing (as JAX, whose gather of no
+     * element sends no NaN back through the derivative of what it read) */
+    if (ct < 0 || kl_aval_size(kl_build_aval(&a, ct)) == 0) continue;
     for (int i = 0; i < e->nin && !a.failed; i++) {
       if (!kl_tr_is_tangent(&c, e->ins[i])) continue;
       int contrib = rule ? rule(&c, e, i, ct) : kl_transpose_unsupported(&c, e);

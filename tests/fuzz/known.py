@@ -42,9 +42,9 @@ KNOWN = [
           "x64 off, vmap(lambda a: a.T) of an int64 NumPy argument: JAX returns the argument "
           "uncanonicalized, as a numpy.ndarray of int64, when f only transposes, slices or returns it "
           "(any computation gives int32); kiln returns an int32 Array, as x64=False promises"),
-    Known("getitem", "vmap", "uint32", "wrong_dtype", "deliberate",
-          "x64 off, vmap(lambda a: a[-3:]) of a uint64 NumPy argument: JAX returns a uint64 numpy.ndarray "
-          "(uncanonicalized), kiln a uint32 Array; the same JAX quirk as transpose/vmap/int32"),
+    Known("getitem", "vmap", "*", "wrong_dtype", "deliberate",
+          "x64 off, vmap(lambda a: a[-3:]) of a 64-bit NumPy argument: JAX returns a 64-bit numpy.ndarray "
+          "(uncanonicalized), kiln a 32-bit Array; the same JAX quirk as transpose/vmap/int32"),
 ] + [
     Known(op, "vmap", "*", "wrong_dtype", "deliberate",
           "x64 off, vmap of a function that only reshapes or broadcasts its 64-bit NumPy argument: JAX "
@@ -86,6 +86,18 @@ KNOWN = [
           "a NaN cotangent into a max's gradient, under jit: XLA rewrites the product by the 0/1 argmax "
           "mask into a select, so NaN * 0 gives 0 there; JAX's own eager gradient (and kiln) gives NaN "
           "at every element"),
+    Known("jnp.max+jnp.std", "*jit*", "*", "wrong_value", "deliberate",
+          "a NaN cotangent (std of one element: 0 * inf) into a max's gradient, under jit: XLA's rewrite "
+          "of the product by the 0/1 argmax mask into a select gives 0 off the argmax; JAX's eager "
+          "gradient and kiln give NaN there (as jnp.nanmax+jnp.arccos)"),
+    Known("jnp.ptp+jnp.mean+jnp.std", "*jit*", "*", "wrong_value", "deliberate",
+          "the same XLA jit rewrite as jnp.max+jnp.std, through ptp's max and min"),
+    Known("jnp.divide+jnp.divide", "*jit*", "complex*", "wrong_value", "deliberate",
+          "x / y / z with a complex zero or infinity, under jit: XLA rewrites it to x / (y * z), whose "
+          "non-finite parts differ (-inf+nanj where JAX's eager division and kiln give -inf-infj)"),
+    Known("jnp.cumprod", "*", "complex*", "wrong_value", "deliberate",
+          "a complex running product that overflows: which non-finite parts (inf or nan) come out "
+          "depends on the order of the products (XLA's scan versus kiln's), as for jnp.prod"),
     Known("lax.population_count", "*grad*", "float*", "exc_class", "deliberate",
           "population_count of a float array under grad: JAX raises NotImplementedError (no "
           "differentiation rule) before its dtype check, kiln the TypeError JAX's own eager call gives "
