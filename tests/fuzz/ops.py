@@ -488,7 +488,7 @@ def b_sort(g, r):
             kw["stable"] = False if r.name == "jnp.sort" else True
         return f"{r.name}({x.name}{_kw(**kw)})", [x]
     if r.name.startswith("lax.top_k"):
-        k = int(g.rng.integers(0 if g.chance(0.05) else 1, x.shape[-1] + 1))
+        k = int(g.rng.integers(0 if g.chance(0.05) or x.shape[-1] == 0 else 1, x.shape[-1] + 1))  # (an empty axis: k = 0)
         return f"lax.top_k({x.name}, {k})[{r.p['which']}]", [x]
     if r.name == "lax.sort":
         return f"lax.sort({x.name}, dimension={ax % x.rank}, is_stable={g.chance(0.5)})", [x]
