@@ -69,7 +69,7 @@ def jax64(x64):
 
 def _assert_same(got, want, tol, what, counts=True, loose=None):
     """Equal fields (counts and flags only when counts), allclose within tol, or within `loose`
-    for the gradient and the inverse-Hessian estimate (both carry the cancellation in f's gradient,
+    for x, the gradient and the inverse-Hessian estimate (both carry the cancellation in f's gradient,
     about eps * |x| * |f''|, which the last steps amplify)."""
     assert type(got).__name__ == "OptimizeResults" and got._fields == want._fields, what
     for field in want._fields:
@@ -83,7 +83,9 @@ def _assert_same(got, want, tol, what, counts=True, loose=None):
             if counts:
                 assert np.array_equal(g, w), (what, field, g, w)
         else:
-            t = loose if loose is not None and field in ("jac", "hess_inv") else tol
+            # x too: along rosenbrock's valley the last steps amplify gradient rounding into x (1 seed
+            # in several hundred put L-BFGS's x 6.5e-8 from JAX's, with the same nit and nfev)
+            t = loose if loose is not None and field in ("x", "jac", "hess_inv") else tol
             np.testing.assert_allclose(g, w, rtol=t, atol=t, err_msg=f"{what} {field}")
 
 
