@@ -604,3 +604,26 @@ def test_device_get_of_a_tracer_returns_it():
     np.testing.assert_allclose(kiln.jit(lambda v: kiln.lax.fori_loop(0, 3, body, v))(x), x + 3, rtol=1e-6)
     assert seen and all(n != "ndarray" for n in seen)
     assert isinstance(kiln.device_get(jnp.asarray(x)), np.ndarray)
+
+
+def test_partial_eval_trace_to_jaxpr_nounits_splits_known_from_unknown_outputs():
+    # flax's scan (axes_scan) asks which outputs of its body depend on no input: those come back
+    # known with their values, the rest unknown with their avals
+    from kiln.extend import linear_util as lu
+    from kiln.interpreters import partial_eval as pe
+    rng = np.random.default_rng()
+    c = jnp.asarray(rng.standard_normal(3).astype(np.float32))
+    k = float(rng.standard_normal())
+
+    def f(x, y):
+        return jnp.sin(x) + y, c * 2, y + 1.0, jnp.cos(c) * k
+    x_aval = kiln.core.ShapedArray((3,), jnp.float32)
+    _, outs, _ = pe.trace_to_jaxpr_nounits(lu.wrap_init(f), [pe.PartialVal.unknown(x_aval),
+                                                             pe.PartialVal.known(jnp.float32(k))])
+    assert outs[0][0].shape == (3,) and outs[0][1] is None  # depends on x
+    np.testing.assert_allclose(np.asarray(outs[1][1]), np.asarray(c) * 2, rtol=1e-6)
+    np.testing.assert_allclose(float(outs[2][1]), k + 1, rtol=1e-6)  # a known input, computed
+    np.testing.assert_allclose(np.asarray(outs[3][1]), np.cos(np.asarray(c)) * k, rtol=1e-5)
+    _, outs, _ = pe.trace_to_jaxpr_nounits(lu.wrap_init(f), [pe.PartialVal.unknown(x_aval)] * 2, instantiate=True)
+    assert all(v is None and a is not None for a, v in outs)
+    assert kiln.version.__version_info__ == (0, 10, 2)  # (flax reads jax.version as a module there)

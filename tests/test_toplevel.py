@@ -28,7 +28,8 @@ def test_configuration_contexts():
 
 def test_process_facts_modules_and_refs(capsys):
     assert kiln.process_index() == 0 and kiln.process_count() == 1 and kiln.host_count() == 1
-    assert kiln.version == kiln.__version__ and kiln.float0.itemsize == 0
+    assert kiln.version.__version__ == kiln.__version__ and kiln.version.__version_info__ == kiln.__version_info__
+    assert kiln.float0.itemsize == 0
     kiln.print_environment_info()
     assert "kiln:" in capsys.readouterr().out
     x = jnp.ones(3)

@@ -292,3 +292,12 @@ def test_shape_functions_take_typed_keys():
     b = kiln.vmap(lambda k: jnp.broadcast_to(k, (3,)))(keys)
     assert b.shape == (6, 3)
     np.testing.assert_array_equal(np.asarray(kiln.random.key_data(b)), np.broadcast_to(data[:, None], (6, 3, 2)))
+
+
+def test_result_type_of_typed_keys_is_their_dtype():
+    # flax's scan builds its key carries' ShapedArray from jnp.result_type(keys)
+    keys = kiln.random.split(kiln.random.key(int(np.random.default_rng().integers(1 << 30))), 3)
+    assert jnp.result_type(keys) == keys.dtype and jnp.result_type(keys, keys[0]) == keys.dtype
+    with pytest.raises(TypeError, match="key<fry>.*float"):
+        jnp.result_type(keys, 1.0)
+    assert jnp.result_type(np.int8(1), 2.0) == np.float32  # (the lattice is untouched)

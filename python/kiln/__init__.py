@@ -72,7 +72,7 @@ from kiln._src import out_sharding as _out_sharding  # noqa: E402
 _out_sharding.install()  # (out_sharding= on the functions JAX gives it)
 from kiln.sharding import NamedSharding, PartitionSpec as P, Shard  # noqa: F401
 
-version = __version__
+from kiln import version  # noqa: E402  (jax.version is a module: version.__version_info__)
 
 
 def empty_ref(aval, *, memory_space=None):

@@ -241,7 +241,7 @@ class NamedSharding(Sharding):
     does not name, the pieces are replicated."""
 
     def __init__(self, mesh, spec=PartitionSpec(), *, memory_kind=None):
-        if not isinstance(mesh, Mesh):
+        if not isinstance(mesh, (Mesh, _EmptyMesh)):  # (the empty abstract mesh: unsharded avals' update)
             raise TypeError(f"NamedSharding: expected a Mesh, got {type(mesh).__name__}")
         if spec is None:
             spec = PartitionSpec()

@@ -335,6 +335,14 @@ def result_type(*args, return_weak_type_flag=False):
     and has the default dtype of its kind. Inputs are canonicalized first."""
     if not args:
         raise ValueError("result_type: at least one array or dtype is required")
+    ext = [a if isinstance(a, ExtendedDType) else getattr(a, "dtype", None) for a in args]
+    if any(isinstance(d, ExtendedDType) for d in ext):
+        # an extended dtype (typed keys' key<fry>) is its own result, as JAX's (flax's scan
+        # builds the ShapedArray of key carries from it); it mixes with nothing else
+        if any(d != ext[0] for d in ext):
+            raise TypeError("result_type: an extended dtype (a typed key's key<fry>) does not mix with other "
+                            f"dtypes, got {', '.join(str(d) if d is not None else type(a).__name__ for d, a in zip(ext, args))}")
+        return (ext[0], False) if return_weak_type_flag else ext[0]
     pairs = tuple([_dtype_and_weak(a) for a in args])
     cache = _result_cache[config.jax_enable_x64]
     try:
