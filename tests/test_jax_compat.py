@@ -627,3 +627,13 @@ def test_partial_eval_trace_to_jaxpr_nounits_splits_known_from_unknown_outputs()
     _, outs, _ = pe.trace_to_jaxpr_nounits(lu.wrap_init(f), [pe.PartialVal.unknown(x_aval)] * 2, instantiate=True)
     assert all(v is None and a is not None for a, v in outs)
     assert kiln.version.__version_info__ == (0, 10, 2)  # (flax reads jax.version as a module there)
+
+
+def test_make_jaxpr_takes_shape_dtype_structs():
+    # as JAX's: abstract arguments, nothing allocated (a 40 GB operand here)
+    S = kiln.ShapeDtypeStruct
+    j = kiln.make_jaxpr(lambda x, y: x @ y + 1)(S((100000, 100000), jnp.float32), S((100000,), jnp.float32))
+    assert [tuple(v.aval.shape) for v in j.jaxpr.invars] == [(100000, 100000), (100000,)]
+    x = np.random.default_rng().standard_normal(3).astype(np.float32)
+    j = kiln.make_jaxpr(lambda x: jnp.sin(x) * 2)(S((3,), jnp.float32))
+    np.testing.assert_allclose(np.asarray(kiln.core.eval_jaxpr(j.jaxpr, j.consts, x)[0]), np.sin(x) * 2, rtol=1e-6)

@@ -918,7 +918,12 @@ def make_jaxpr(fun, static_argnums=(), axis_env=None, return_shape=False, abstra
     def wrapped(*args, **kwargs):
         statics, dyn_args, dyn_kwargs = _split_args(static_nums, static_names, args, kwargs)
         leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-        arrs = [a if isinstance(a, Array) else _leaf_to_array(a, f"argument leaf {i}") for i, a in enumerate(leaves)]
+        from kiln._src.batching import _Aval
+        # ShapeDtypeStructs (as JAX takes them) are abstract values: nothing is allocated
+        arrs = [a if isinstance(a, Array) else
+                _Aval(tuple(int(d) for d in a.shape), np.dtype(dtypes.canonicalize_dtype(a.dtype)), bool(a.weak_type))
+                if isinstance(a, ShapeDtypeStruct) and not isinstance(a.dtype, dtypes.ExtendedDType) else
+                _leaf_to_array(a, f"argument leaf {i}") for i, a in enumerate(leaves)]
         f = _rebuild_call(fun, statics, static_nums, len(args)) if statics else fun
         tracing_state.replayable_next(len(arrs))  # (a jaxpr may be evaluated again elsewhere)
         traced = _trace(f, None, None, arrs, tree)

@@ -33,7 +33,7 @@ def trace_to_jaxpr_dynamic(fun, in_avals, *args, **kwargs):
     """(jaxpr, out_avals, consts) of a linear_util.WrappedFun traced on in_avals."""
     import kiln
     f = fun.call_wrapped if hasattr(fun, "call_wrapped") else fun
-    closed = kiln.make_jaxpr(lambda *xs: f(*xs))(*[_placeholder(a) for a in in_avals])
+    closed = kiln.make_jaxpr(lambda *xs: f(*xs))(*[_abstract(a) for a in in_avals])
     return closed.jaxpr, closed.out_avals, closed.consts
 
 
@@ -46,6 +46,15 @@ def _placeholder(aval):
         return kiln.random.wrap_key_data(np.zeros(tuple(aval.shape) + (2,), np.uint32))
     z = kiln.numpy.zeros(aval.shape, aval.dtype)
     return kiln.lax.convert_element_type(z, z.dtype, True) if getattr(aval, "weak_type", False) else z
+
+
+def _abstract(aval):
+    """What make_jaxpr traces `aval` from: a ShapeDtypeStruct (nothing allocated), a key array."""
+    from kiln._src import dtypes
+    from kiln._src.api import ShapeDtypeStruct
+    if isinstance(aval.dtype, dtypes.ExtendedDType):
+        return _placeholder(aval)
+    return ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
 
 
 def trace_to_jaxpr_nounits(fun, pvals, instantiate=False):
@@ -64,7 +73,7 @@ def trace_to_jaxpr_nounits(fun, pvals, instantiate=False):
     def staged(*xs):
         it = iter(xs)
         return f(*[next(it) if a is not None else c for a, c in pvals])
-    closed = kiln.make_jaxpr(staged)(*[_placeholder(a) for a in unknown])  # (abstracted: only types count)
+    closed = kiln.make_jaxpr(staged)(*[_abstract(a) for a in unknown])
     jaxpr = closed.jaxpr
     dependent = set(jaxpr.invars)
     for eqn in jaxpr.eqns:
