@@ -98,6 +98,10 @@ KNOWN = [
     Known("jnp.cumprod", "*", "complex*", "wrong_value", "deliberate",
           "a complex running product that overflows: which non-finite parts (inf or nan) come out "
           "depends on the order of the products (XLA's scan versus kiln's), as for jnp.prod"),
+    Known("jnp.power", "*", "float32", "wrong_value", "deliberate",
+          "a subnormal base made by an earlier statement (1e-45 ** -0.55): XLA's CPU log does not handle "
+          "subnormals (JAX 8.83e24), kiln's gives the exact power (6.02e24; README: kiln computes "
+          "subnormals where XLA's CPU runtime does not)"),
     Known("lax.population_count", "*grad*", "float*", "exc_class", "deliberate",
           "population_count of a float array under grad: JAX raises NotImplementedError (no "
           "differentiation rule) before its dtype check, kiln the TypeError JAX's own eager call gives "
