@@ -20,7 +20,8 @@ KNOWN = [
           "with inf operands, which non-finite value a complex product inside a matmul gives is the "
           "kernel's: XLA's Eigen gemm gives nan+nanj, OpenBLAS nan+infj, the textbook sum (kiln, and "
           "JAX itself for a single column) -inf+infj; finite results agree to float rounding")
-    for op in ("jnp.matmul", "jnp.dot", "lax.dot_general", "jnp.einsum")
+    for op in ("jnp.matmul", "jnp.dot", "lax.dot_general", "jnp.einsum", "jnp.tensordot", "jnp.inner", "jnp.vdot",
+               "jnp.vecdot", "jnp.matvec", "jnp.vecmat")
 ] + [
     # reverse mode where JAX raises (README, "Deliberate differences from JAX")
     Known("lax.while_loop", "*grad*", "*", "jax_raises", "deliberate",
