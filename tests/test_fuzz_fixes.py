@@ -498,3 +498,23 @@ def test_an_empty_cotangent_sends_no_nan_back():
     y = rng.standard_normal(2).astype(np.float32)
     g = kiln.grad(lambda y: jnp.sum(jnp.take(jnp.sin(y), np.array([1]), axis=-1)))(y)
     np.testing.assert_allclose(np.asarray(g), [0, np.cos(y[1])], rtol=1e-6)
+
+
+def test_scatter_set_gradient_selects_instead_of_multiplying_by_a_mask():
+    # x.at[idx].set(1e6) in float16 (inf) then squared: the cotangent at the overwritten element is
+    # inf, and the operand's coefficient 1 - hit (0 there) times inf gave NaN; JAX's scatter
+    # transpose writes zeros
+    x0 = np.array([[[-0.1]]], np.float16)
+    idx = np.array([[5, 2], [-2, -1]], np.int32)
+    f = lambda x: jnp.sum(x.at[idx].set(1e6) ** 2)
+    for g in (kiln.grad(f), kiln.jit(kiln.grad(f))):
+        np.testing.assert_array_equal(np.asarray(g(x0)), [[[0]]])
+    # values and gradients elsewhere unchanged: duplicates (the last update wins), the rest kept
+    x = rng.standard_normal(6).astype(np.float32)
+    u = rng.standard_normal(4).astype(np.float32)
+    i = np.array([1, 4, 1, 9], np.int32)  # 9 is dropped
+    gx, gu = kiln.grad(lambda x, u: jnp.sum(x.at[i].set(u) ** 3), (0, 1))(x, u)
+    y = x.copy()
+    y[1], y[4] = u[2], u[1]
+    np.testing.assert_allclose(np.asarray(gx), np.where(np.isin(np.arange(6), [1, 4]), 0, 3 * x ** 2), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gu), [0, 3 * u[1] ** 2, 3 * u[2] ** 2, 0], rtol=1e-6)

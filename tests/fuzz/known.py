@@ -99,6 +99,10 @@ KNOWN = [
     Known("jnp.cumprod", "*", "complex*", "wrong_value", "deliberate",
           "a complex running product that overflows: which non-finite parts (inf or nan) come out "
           "depends on the order of the products (XLA's scan versus kiln's), as for jnp.prod"),
+    Known("lax.mul", "*", "complex*", "wrong_value", "deliberate",
+          "a complex product whose partial products overflow (0.75+1.9j times 3e38-inf j in complex64): "
+          "XLA's CPU product keeps -inf in the imaginary part (inf-infj), kiln's textbook product gives "
+          "inf - inf = nan there (inf+nanj); the non-finite results of complex products are the kernel's"),
     Known("jnp.power", "*", "float32", "wrong_value", "deliberate",
           "a subnormal base made by an earlier statement (1e-45 ** -0.55): XLA's CPU log does not handle "
           "subnormals (JAX 8.83e24), kiln's gives the exact power (6.02e24; README: kiln computes "

@@ -57,16 +57,18 @@ static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const in
   int inb_b = kl_build_bin(a, KL_P_LT, idx, kl_build_lit(a, (double)xa.dims[axis], ia.dtype));
   int inb_u = kl_build_broadcast(a, inb_b, ua.dims, ua.ndim, bd);
   int inb = kl_build_convert(a, inb_u, xa.dtype);
-  int zx = kl_build_zeros(a, &xa), cx = -1, cu = -1;
+  int zx = kl_build_zeros(a, &xa), cx = -1, cu = -1, hitb = -1, winb = -1;
   switch (mode) {
   case KL_SCATTER_ADD: cu = inb; break;
   case KL_SCATTER_SET: {
     int hit = SCAT(KL_SCATTER_SET, zx, kl_build_broadcast(a, lit(a, 1, u), ua.dims, ua.ndim, NULL));
-    cx = sub(a, lit(a, 1, x), hit);
+    /* the masks select (not multiply: in reverse mode a 0 coefficient would meet an infinite
+     * cotangent, 0 * inf = NaN where JAX's scatter transpose writes zeros; bug, issue 32) */
+    hitb = kl_build_bin(a, KL_P_NE, hit, lit(a, 0, x));
     int64_t total = kl_aval_size(&ua);
     int ids = kl_build_reshape(a, kl_build_iota(a, KL_I32, &total, 1, 0), ua.dims, ua.ndim);
     int none = kl_build_broadcast(a, kl_build_lit(a, -1, KL_I32), xa.dims, xa.ndim, NULL);
-    cu = kl_build_convert(a, kl_build_bin(a, KL_P_EQ, TAKE(SCAT(KL_SCATTER_SET, none, ids)), ids), xa.dtype);
+    winb = kl_build_bin(a, KL_P_EQ, TAKE(SCAT(KL_SCATTER_SET, none, ids)), ids);
     break;
   }
   case KL_SCATTER_MUL: {
@@ -96,6 +98,11 @@ static int scatter_tangent(kl_build *a, const kl_eqn *e, const int *xs, const in
     break;
   }
   default: return kl_build_fail(a, KL_ERR_UNSUPPORTED, "differentiation of scatter mode %d is not supported yet by kiln", mode);
+  }
+  if (mode == KL_SCATTER_SET) { /* selections, linear in the tangents */
+    int tx2 = tx < 0 ? zx : kl_build_select(a, hitb, tx, zx);
+    if (tu < 0) return tx2;
+    return SCAT(KL_SCATTER_ADD, tx2, kl_build_select(a, winb, kl_build_zeros(a, &ua), tu));
   }
   int tx2 = tx < 0 ? zx : cx < 0 ? tx : mul(a, tx, cx);
   if (tu < 0) return tx2;
