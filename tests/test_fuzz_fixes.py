@@ -518,3 +518,24 @@ def test_scatter_set_gradient_selects_instead_of_multiplying_by_a_mask():
     y[1], y[4] = u[2], u[1]
     np.testing.assert_allclose(np.asarray(gx), np.where(np.isin(np.arange(6), [1, 4]), 0, 3 * x ** 2), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(gu), [0, 3 * u[1] ** 2, 3 * u[2] ** 2, 0], rtol=1e-6)
+
+
+def test_relu_gradient_of_complex_inputs_uses_jaxs_order():
+    # relu's derivative compared x > 0 with lax.gt, which refuses complex (JAX orders complex
+    # numbers lexicographically); values pinned from JAX 0.10.2
+    x = np.array([complex(1.1, -2.7), complex(-1, 2), complex(0, 1), complex(7, 0)], np.complex64)
+    w = np.array([1.0, 1.5, 2.0, 0.5], np.float32)
+    g = kiln.grad(lambda x: jnp.sum(jnp.real(kiln.nn.relu(x) * w)))(x)
+    np.testing.assert_array_equal(np.asarray(g), [1, 0, 2, 0.5])
+    g6 = kiln.grad(lambda x: jnp.sum(jnp.real(kiln.nn.relu6(x) * w)))(x)
+    np.testing.assert_array_equal(np.asarray(g6), [1, 0, 2, 0])
+
+
+def test_reduce_precision_keeps_the_weak_type(x64):
+    # maximum(uint64, int32) is a weak float64 (JAX's lattice); reduce_precision kept it strong
+    v = jnp.maximum(jnp.asarray(np.array([2], np.uint64)), jnp.asarray(np.array([5], np.int32)))
+    assert v.weak_type and v.dtype == np.float64
+    r = lax.reduce_precision(v, 5, 10)
+    assert r.weak_type and float(r[0]) == 5.0
+    s = lax.reduce_precision(jnp.asarray(rng.standard_normal(3).astype(np.float32)), 5, 10)
+    assert not s.weak_type

@@ -574,7 +574,11 @@ def reduce_precision(operand, exponent_bits, mantissa_bits):
         from kiln._src.custom import custom_jvp
         _reduce_precision = custom_jvp(_reduce_precision_value, nondiff_argnums=(1, 2))
         _reduce_precision.defjvp(_reduce_precision_jvp)
-    return _reduce_precision(operand, eb, mb)
+    out = _reduce_precision(operand, eb, mb)
+    if operand.weak_type and not out.weak_type:  # (keeps the operand's weak type, as JAX's)
+        from kiln import lax
+        out = lax.convert_element_type(out, out.dtype, True)
+    return out
 
 
 def _reduce_precision_jvp(eb, mb, primals, tangents):

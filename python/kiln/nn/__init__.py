@@ -89,7 +89,7 @@ def relu(x):
     return _weak_as(x, lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), x))
 
 
-relu.defjvps(_zero_outside(lambda x: lax.gt(x, _c(x, 0))))
+relu.defjvps(_zero_outside(lambda x: ufuncs.order_gt(x, _c(x, 0))))  # (complex: JAX's order)
 
 
 @custom_jvp
@@ -100,7 +100,7 @@ def relu6(x):
     return _weak_as(x, lax.select(ufuncs.order_le(x, _c(x, 0)), _c(x, 0), lax.select(ufuncs.order_ge(x, _c(x, 6)), _c(x, 6), x)))
 
 
-relu6.defjvps(_zero_outside(lambda x: lax.and_(lax.gt(x, _c(x, 0)), lax.lt(x, _c(x, 6)))))
+relu6.defjvps(_zero_outside(lambda x: lax.and_(ufuncs.order_gt(x, _c(x, 0)), ufuncs.order_lt(x, _c(x, 6)))))
 
 
 def sigmoid(x):
