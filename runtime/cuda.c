@@ -136,7 +136,7 @@ typedef struct gpu {
   pthread_mutex_t small_mu;    /* the cache of small freed blocks */
   struct { CUdeviceptr p; size_t n; } small[SMALL_SLOTS];
   int nsmall;
-  struct kl_event *ev_current, *ev_free; /* under ev_mu: events are created in its context */
+  struct kl_event *ev_current, *ev_free, *ev_all; /* under ev_mu: events are created in its context */
   pthread_mutex_t after_mu;    /* after_queued's event */
   CUevent after_ev;
 } gpu;
@@ -323,6 +323,9 @@ struct kl_event {
   int done;          /* atomic: known complete */
   int ord;           /* the GPU whose stream it is recorded on */
   struct kl_event *next_free;
+  struct kl_event *next_all; /* every event of its GPU (gpu.ev_all), for Ctrl-C */
+  unsigned stop_epoch;       /* under ev_mu: the stop request it was pending at (cuda_stop) */
+  int interrupted;           /* atomic: a loop ended early for Ctrl-C while it was pending */
 };
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -360,10 +363,14 @@ static struct kl_event *event_for_launch(char *err, size_t errlen) {
         snprintf(err, errlen, "cuEventCreate failed: %s", cu_msg(r));
         return NULL;
       }
+      e->next_all = G->ev_all;
+      G->ev_all = e;
     }
     e->refs = 1; /* the "current" reference */
     e->recorded = 0;
     e->done = 0;
+    e->stop_epoch = 0;
+    atomic_store((_Atomic int *)&e->interrupted, 0);
     e->ord = ord;
     G->ev_current = e;
   }
@@ -402,7 +409,42 @@ static void event_wait(struct kl_event *e) {
   atomic_store((_Atomic int *)&e->done, 1);
 }
 
-static int cuda_is_ready(const kl_buffer *b) { return event_query(b->event); }
+/* Ctrl-C (kl_device.stop). At the request, the events of work still queued are noted; at the
+ * clear, if a loop the device ran by itself ended early for it, they are marked interrupted: what
+ * that work wrote may be partial, and their buffers fail (settled()). */
+static unsigned stop_epoch; /* under ev_mu */
+
+static void cuda_stop(int requested) {
+  if (!cuda_ok || enter()) return; /* nothing ran on a GPU */
+  if (!requested && !kl_cuda_loops_stop(0)) return;
+  pthread_mutex_lock(&ev_mu);
+  if (requested) stop_epoch++;
+  for (int k = 0; k < ngpus; k++)
+    for (struct kl_event *e = gpus[k].ev_all; e; e = e->next_all) {
+      if (!e->refs) continue;
+      if (!requested && e->stop_epoch == stop_epoch) atomic_store((_Atomic int *)&e->interrupted, 1);
+      else if (requested && !atomic_load((_Atomic int *)&e->done) && (!e->recorded || p_cuEventQuery(e->ev) != CUDA_SUCCESS))
+        e->stop_epoch = stop_epoch;
+    }
+  pthread_mutex_unlock(&ev_mu);
+  if (requested) kl_cuda_loops_stop(1);
+}
+
+/* b's state once its event is done: failed where a loop of its work ended early for Ctrl-C. */
+static int settled(kl_buffer *b) {
+  if (b->event && atomic_load((_Atomic int *)&b->event->interrupted) && b->state != KL_BUF_FAILED) {
+    free(b->error);
+    b->error = strdup("interrupted: a loop stopped at Ctrl-C (KeyboardInterrupt) before this array was complete");
+    b->state = KL_BUF_FAILED;
+  }
+  return b->state;
+}
+
+static int cuda_is_ready(const kl_buffer *b) {
+  if (!event_query(b->event)) return 0;
+  settled((kl_buffer *)b);
+  return 1;
+}
 
 /* At most `seconds` (so the caller can look for Ctrl-C): the event is queried back to back for
  * the first 200 us (most waits are short), then every 100 us, which bounds the added latency of
@@ -411,7 +453,7 @@ static int cuda_wait_for(kl_buffer *b, double seconds) {
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
-    if (event_query(b->event)) return b->state;
+    if (event_query(b->event)) return settled(b);
     clock_gettime(CLOCK_MONOTONIC, &now);
     double waited = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
     if (waited >= seconds) return KL_BUF_PENDING;
@@ -421,7 +463,7 @@ static int cuda_wait_for(kl_buffer *b, double seconds) {
 
 static int cuda_wait(kl_buffer *b) {
   event_wait(b->event);
-  return b->state;
+  return settled(b);
 }
 
 /* ---- memory ---- */
@@ -734,6 +776,7 @@ static int cuda_read(void *dst, kl_buffer *b, char *err, size_t errlen) {
   int old = kl_cuda_use(b->ordinal); /* read on the GPU that holds it */
   int rc = read_after(dst, b->data, b->nbytes, b->event, err, errlen);
   kl_cuda_use(old);
+  if (!rc && settled(b) == KL_BUF_FAILED) rc = kl_error(err, errlen, KL_ERR_INTERRUPTED, "%s", b->error ? b->error : "interrupted");
   return rc;
 }
 
@@ -1307,7 +1350,7 @@ static int cuda_launch_exec(kl_exec *x, kl_buffer **inputs, kl_buffer *const *pr
       rc = -1;
       goto done;
     }
-    if (b->state == KL_BUF_FAILED) {
+    if (settled(b) == KL_BUF_FAILED) {
       snprintf(err, errlen, "%s", b->error ? b->error : "an input of this computation failed");
       rc = -1;
       goto done;
@@ -1651,6 +1694,7 @@ const kl_device kl_device_cuda = {
     .is_ready = cuda_is_ready,
     .wait = cuda_wait,
     .wait_for = cuda_wait_for,
+    .stop = cuda_stop,
     .event_release = event_release,
     .exec_state_free = kl_cuda_graph_free,
     .stream = kl_cuda_stream,

@@ -126,6 +126,9 @@ int kl_cuda_has_conditionals(char *why, size_t n);
 #define KL_CUDA_SCAN_SLICES 8
 /* The PTX of the kernels above (written once; ptxas checks it in tests/c/test_graph_ptx.c). */
 const char *kl_cuda_graph_ptx(void);
+/* Ctrl-C for the loops the device runs by itself: requested 1 asks their next trip to end the
+ * loop; requested 0 withdraws the request and returns 1 if a loop ended because of it. */
+int kl_cuda_loops_stop(int requested);
 int kl_cuda_scan_move(int out, const void *state, int64_t length, int reverse, const void *bases, int n,
                       void *const *stage, const size_t *bytes, char *err, size_t errlen);
 /* Graphs built (whole programs), branches queued as conditional nodes, and device-side loops

@@ -323,12 +323,12 @@ static void write_next_ptx(void) {
                 ".version 7.8\n.target sm_70\n.address_size 64\n"
                 ".extern .func cudaGraphSetConditional(.param .b64 h, .param .b32 v);\n"
                 ".visible .entry kl_while_next(.param .u64 h, .param .u64 pred, .param .u64 flags, .param .u64 rd,"
-                " .param .u64 wr");
+                " .param .u64 wr, .param .u64 stop");
   for (int k = 0; k < KL_CUDA_WHILE_COPIES; k++)
     p += snprintf(p, (size_t)(end - p), ", .param .u64 d%d, .param .u64 s%d, .param .u64 b%d", k, k, k);
   p += snprintf(p, (size_t)(end - p),
-                ")\n{\n  .reg .pred %%p<8>;\n  .reg .b16 %%c;\n  .reg .b16 %%d;\n  .reg .b16 %%e;\n  .reg .b32 %%r<8>;\n"
-                "  .reg .b32 %%v<4>;\n  .reg .b64 %%rd<20>;\n"
+                ")\n{\n  .reg .pred %%p<8>;\n  .reg .pred %%q<2>;\n  .reg .b16 %%c;\n  .reg .b16 %%d;\n  .reg .b16 %%e;\n"
+                "  .reg .b32 %%r<8>;\n  .reg .b32 %%s<2>;\n  .reg .b32 %%v<4>;\n  .reg .b64 %%rd<20>;\n"
                 "  mov.u32 %%r1, %%ctaid.x;\n  mov.u32 %%r2, %%ntid.x;\n  mov.u32 %%r3, %%tid.x;\n  mov.u32 %%r4, %%nctaid.x;\n"
                 "  mad.lo.u32 %%r5, %%r1, %%r2, %%r3;\n  mul.lo.u32 %%r6, %%r4, %%r2;\n"
                 "  cvt.u64.u32 %%rd1, %%r5;\n  cvt.u64.u32 %%rd2, %%r6;\n"
@@ -357,7 +357,13 @@ static void write_next_ptx(void) {
            "  ld.param.u64 %%rd11, [h];\n  ld.param.u64 %%rd12, [pred];\n  cvta.to.global.u64 %%rd12, %%rd12;\n"
            "  ld.global.u8 %%c, [%%rd12];\n  setp.ne.s16 %%p3, %%c, 0;\n"
            /* going on: the predicate holds and the loop was not done; done, with flags, recorded */
-           "  not.pred %%p7, %%p6;\n  and.pred %%p3, %%p3, %%p7;\n  selp.u32 %%r7, 1, 0, %%p3;\n"
+           "  not.pred %%p7, %%p6;\n  and.pred %%p3, %%p3, %%p7;\n"
+           /* and no stop is requested (Ctrl-C, a host-mapped word): a loop that ends for it says so */
+           "  ld.param.u64 %%rd18, [stop];\n  setp.eq.u64 %%q0, %%rd18, 0;\n  @%%q0 bra L_go;\n"
+           "  ld.volatile.global.u32 %%s0, [%%rd18];\n  setp.ne.u32 %%q1, %%s0, 0;\n  and.pred %%q1, %%q1, %%p3;\n"
+           "  mov.u32 %%s1, 1;\n  @%%q1 st.volatile.global.u32 [%%rd18+4], %%s1;\n"
+           "  not.pred %%q1, %%q1;\n  and.pred %%p3, %%p3, %%q1;\n"
+           "L_go:\n  selp.u32 %%r7, 1, 0, %%p3;\n"
            "  @%%p5 bra L_set;\n  selp.u16 %%e, 0, 1, %%p3;\n  ld.param.u64 %%rd16, [wr];\n  add.u64 %%rd17, %%rd13, %%rd16;\n"
            "  st.global.u8 [%%rd17], %%e;\n"
            "L_set:\n"
@@ -387,6 +393,18 @@ const char *kl_cuda_graph_ptx(void) {
 static pthread_once_t while_once = PTHREAD_ONCE_INIT;
 static void *set_fn, *if_fn, *scan_fn[2];
 static char while_why[200];
+/* Ctrl-C for loops the device runs without the host (loop nodes): word 0 is the stop request,
+ * written by the host; word 1 is set by a loop that ended because of it. Host-mapped memory, so
+ * the trips of a running loop see the request; NULL where it could not be allocated (the loops
+ * then run to their end). */
+static uint32_t *_Atomic stop_words;
+
+int kl_cuda_loops_stop(int requested) {
+  uint32_t *w = atomic_load(&stop_words);
+  if (!w) return 0;
+  __atomic_store_n(&w[0], requested ? 1u : 0u, __ATOMIC_SEQ_CST);
+  return requested ? 0 : __atomic_exchange_n(&w[1], 0u, __ATOMIC_SEQ_CST) != 0;
+}
 
 static void while_load(void) {
   if (!load()) {
@@ -421,6 +439,7 @@ static void while_load(void) {
     snprintf(while_why, sizeof while_why, "the condition-setting kernel did not load: %.150s", err);
   }
   free(image);
+  if (set_fn) atomic_store(&stop_words, kl_cuda_host_words(2));
 }
 
 typedef struct {
@@ -465,23 +484,25 @@ typedef struct {
  * it to the other: the first check writes byte 1 (byte 0 is zeroed before each launch), trip j
  * of a pass reads byte (j + 1) % 2 and writes byte j % 2 (the unroll is even, so passes chain). */
 static int queue_next(while_parts *w, int copies, int rd, int wr, char *err, size_t errlen) {
-  void *args[5 + 3 * KL_CUDA_WHILE_COPIES];
+  enum { FIXED = 6 };
+  void *args[FIXED + 3 * KL_CUDA_WHILE_COPIES];
   memset(args, 0, sizeof args);
   args[0] = (void *)(uintptr_t)w->h;
   args[1] = (void *)w->pred;
   args[2] = w->unroll > 1 ? w->flags : NULL;
   args[3] = (void *)(uintptr_t)rd;
   args[4] = (void *)(uintptr_t)wr;
+  args[5] = atomic_load(&stop_words);
   size_t most = 0;
   for (int k = 0; k < (copies ? w->ncopies : 0); k++) {
-    args[5 + 3 * k] = w->dst[k];
-    args[6 + 3 * k] = w->src[k];
-    args[7 + 3 * k] = (void *)(uintptr_t)w->bytes[k];
+    args[FIXED + 3 * k] = w->dst[k];
+    args[FIXED + 1 + 3 * k] = w->src[k];
+    args[FIXED + 2 + 3 * k] = (void *)(uintptr_t)w->bytes[k];
     if (w->bytes[k] > most) most = w->bytes[k];
   }
   size_t blocks = (most / 16 + 255) / 256;
   blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : blocks;
-  return kl_cuda_launch(set_fn, (unsigned)blocks, copies ? 256 : 1, args, 5 + 3 * KL_CUDA_WHILE_COPIES, err, errlen);
+  return kl_cuda_launch(set_fn, (unsigned)blocks, copies ? 256 : 1, args, FIXED + 3 * KL_CUDA_WHILE_COPIES, err, errlen);
 }
 
 static int queue_first(void *p, char *err, size_t errlen) { return queue_next(p, 0, 0, 1, err, errlen); }

@@ -105,8 +105,20 @@ int kl_buf_wait_for(kl_buffer *b, double seconds) {
 
 static volatile int32_t stop_flag; /* written with atomics, read by generated code as volatile */
 
-void kl_rt_stop_request(void) { __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST); }
-void kl_rt_stop_clear(void) { __atomic_store_n(&stop_flag, 0, __ATOMIC_SEQ_CST); }
+static void stop_devices(int requested) {
+  for (int k = 0; k < KL_DEV_COUNT; k++)
+    if (devices[k]->stop) devices[k]->stop(requested);
+}
+
+void kl_rt_stop_request(void) {
+  __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST);
+  stop_devices(1);
+}
+
+void kl_rt_stop_clear(void) {
+  __atomic_store_n(&stop_flag, 0, __ATOMIC_SEQ_CST);
+  stop_devices(0);
+}
 int kl_rt_stop_requested(void) { return __atomic_load_n(&stop_flag, __ATOMIC_RELAXED) != 0; }
 volatile int32_t *kl_rt_stop_flag(void) { return &stop_flag; }
 

@@ -80,6 +80,10 @@ typedef struct kl_device {
   /* The same for at most `seconds`: KL_BUF_PENDING when the time ran out. NULL: the device
    * cannot bound a wait (kl_buf_wait_for then blocks). */
   int (*wait_for)(kl_buffer *b, double seconds);
+  /* Ctrl-C (kl_rt_stop_request, kl_rt_stop_clear): a device whose loops run without the host
+   * passes the request on to them; at the clear, the outputs a loop ended early for it left
+   * partial fail with "interrupted". NULL: the host's stop flag reaches all its loops. */
+  void (*stop)(int requested);
   /* Drops one reference to an event (a buffer's b->event), when the buffer goes. */
   void (*event_release)(struct kl_event *e);
   /* Frees an executable's dev_state (NULL: the device keeps none). */

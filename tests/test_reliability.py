@@ -266,11 +266,16 @@ def fire():
     os.kill(os.getpid(), signal.SIGINT)
 
 threading.Thread(target=fire, daemon=True).start()
+y = f(jnp.ones(4))
 try:
-    f(jnp.ones(4)).block_until_ready()
+    y.block_until_ready()
     print("FINISHED")
 except KeyboardInterrupt:
     print("INTERRUPTED %.3f" % (time.time() - sent[0]))
+try:  # the loop's partial result is never read as if it were the answer
+    print("READ", y.sum())
+except Exception as e:
+    print("UNREADABLE", type(e).__name__, "interrupted" in str(e))
 print("AFTER", float(jax.jit(lambda a: lax.fori_loop(0, 5, lambda i, c: c * 2, a))(jnp.ones(3)).sum()))
 """
 
@@ -294,6 +299,7 @@ def test_ctrl_c_stops_a_long_jitted_loop(kind, platform, tmp_path):
     assert float(line[0].split()[1]) < 1.0
     # (the while loop never ends by itself: only the stop request ends it. Before, a while loop
     # guessed short ran inline in the caller, holding the GIL: the signal thread could not run)
+    assert "UNREADABLE RuntimeError True" in p.stdout, p.stdout
     assert "AFTER 96.0" in p.stdout
 
 
