@@ -198,3 +198,106 @@ def test_an_unbatched_rule_result_keeps_a_cond_predicate_unbatched():
     x = np.abs(_rand(4, 3))
     for g in (kiln.vmap(f), kiln.jit(kiln.vmap(f))):
         np.testing.assert_array_equal(g(x), x)
+
+
+def _nonbatchable():
+    """equinox's nonbatchable: identity whose batching rule raises for a batched operand."""
+    p = Primitive("test_nonbatchable")
+    p.def_impl(lambda x: x)
+    p.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(p, mlir.lower_fun(lambda x: x, multiple_results=False))
+
+    def rule(args, dims):
+        if dims[0] is not None:
+            raise ValueError("test_nonbatchable: a batched operand")
+        return args[0], None
+    batching.primitive_batchers[p] = rule
+    return p
+
+
+def test_loops_keep_carries_the_batch_does_not_reach_unbatched():
+    """Issue 33 (equinox's checkpointed while loop under vmap(grad)): as JAX, vmap batches only the
+    carries the batch reaches; with a predicate the same for every example the while loop stays
+    one loop, so a counter carry stays unbatched (a rule that refuses a batched operand passes),
+    a cond's result is batched only where a branch batches it, and a scan's unbatched carry too."""
+    nb, anyp = _nonbatchable(), _unvmap_any()
+    rng = np.random.default_rng()
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    n = int(rng.integers(3, 7))
+
+    def wl(v):  # runs while any example is below 10 (per example: masked), counting trips
+        def cond(c):
+            i, u = c
+            return anyp.bind(jnp.any(u < 10.0)) & (nb.bind(i) < 100)
+
+        def body(c):
+            i, u = c
+            return nb.bind(i) + 1, jnp.where(u < 10.0, u * 2.0 + 1.0, u)
+        return kiln.lax.while_loop(cond, body, (0, v))
+
+    def per_example(v):  # what the batched loop computes: trips until every example is done
+        i, u = 0, v.copy()
+        while (u < 10.0).any() and i < 100:
+            i, u = i + 1, np.where(u < 10.0, u * 2 + 1, u)
+        return i, u
+    trips = max(per_example(np.abs(r))[0] for r in x)
+    for g in (kiln.vmap(wl), kiln.jit(kiln.vmap(wl))):
+        i, u = g(jnp.abs(x))
+        assert np.shape(i) == (4,) and (np.asarray(i) == trips).all()  # unbatched inside, broadcast out
+        np.testing.assert_allclose(u, np.stack([per_example(np.abs(r))[1] for r in x]) if trips else np.abs(x),
+                                   rtol=1e-6)
+
+    def sc(v):
+        def step(c, t):
+            k, s = c
+            return (nb.bind(k) + t, s + jnp.sin(v) * t), s[0]
+        return kiln.lax.scan(step, (0, jnp.zeros_like(v)), jnp.arange(n))
+    for g in (kiln.vmap(sc), kiln.jit(kiln.vmap(sc))):
+        (k, s), ys = g(x)
+        ts = np.arange(n)
+        np.testing.assert_array_equal(k, [ts.sum()] * 4)
+        np.testing.assert_allclose(s, np.sin(x) * ts.sum(), rtol=1e-5, atol=1e-6)
+        want_ys = np.stack([np.sin(x[:, 0]) * ts[:j].sum() for j in range(n)], 1)
+        np.testing.assert_allclose(ys, want_ys, rtol=1e-5, atol=1e-6)
+
+    def cd(v, flag):
+        j, w = kiln.lax.cond(flag, lambda: (nb.bind(jnp.int32(n)), v * 2.0), lambda: (jnp.int32(1), v))
+        return nb.bind(j) + 0, w
+    for flag in (True, False):
+        j, w = kiln.vmap(cd, in_axes=(0, None))(x, flag)
+        np.testing.assert_array_equal(j, [n if flag else 1] * 4)
+        np.testing.assert_allclose(w, x * 2 if flag else x, rtol=1e-6)
+    # the loops' derivatives under vmap, against finite differences of the per-example loop
+    f = lambda a: kiln.lax.fori_loop(0, n, lambda i, c: c * jnp.cos(a) + nb.bind(i).astype(jnp.float32), a)
+    a = rng.standard_normal(5)
+    got = kiln.vmap(kiln.grad(f))(jnp.asarray(a, jnp.float32))
+
+    def f64(a):
+        c = a
+        for i in range(n):
+            c = c * np.cos(a) + i
+        return c
+    np.testing.assert_allclose(got, (f64(a + 1e-6) - f64(a - 1e-6)) / 2e-6, rtol=2e-3, atol=2e-3)
+
+
+def test_integer_values_are_never_perturbed():
+    """custom_vjp(symbolic_zeros=True): an integer argument computed from the differentiated input
+    is not perturbed (its tangent is float0, as JAX's); equinox asserts it (diffrax's solve under grad)."""
+    from kiln.custom_derivatives import custom_vjp
+    seen = []
+
+    @custom_vjp
+    def f(x, i):
+        return x * i
+
+    def fwd(x, i):
+        seen.append((x.perturbed, i.perturbed))
+        return f(x.value, i.value), i.value
+
+    def bwd(i, g):
+        return g * i, None
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    x = float(np.random.default_rng().uniform(1, 2))
+    g = kiln.grad(lambda x: f(x, jnp.floor(x * 3).astype(jnp.int32)))(x)
+    assert seen == [(True, False)]
+    assert float(g) == np.floor(x * 3)

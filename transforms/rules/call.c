@@ -259,6 +259,37 @@ done:
 
 /* ---- batching -------------------------------------------------------------------------------- */
 
+/* kl_batch_out_flags (rules.h) */
+int kl_batch_out_flags(kl_build *b, const kl_program *sub, const char *in_b, char *ob) {
+  int *axes = kl_malloc(sizeof(int) * ((size_t)sub->ninputs + 1));
+  if (!axes) return kl_build_oom(b), -1;
+  for (int i = 0; i < sub->ninputs; i++) axes[i] = in_b[i] ? 0 : -1;
+  memset(ob, 0, (size_t)sub->noutputs);
+  kl_program *nb = kl_vmap(sub, axes, b->size, ob, b->err, b->errlen);
+  free(axes);
+  if (!nb) return b->failed = 1, -1;
+  kl_program_free(nb);
+  return 0;
+}
+
+/* kl_batch_carries (rules.h) */
+int kl_batch_carries(kl_build *b, const kl_program *body, char *in_b, int at, int n, char *carries) {
+  char *ob = kl_malloc((size_t)body->noutputs + 1);
+  if (!ob) return kl_build_oom(b), -1;
+  int rc = 0;
+  for (int round = 0; round <= n; round++) { /* each round batches one more carry, or ends */
+    memcpy(in_b + at, carries, (size_t)n);
+    if ((rc = kl_batch_out_flags(b, body, in_b, ob))) break;
+    int grew = 0;
+    for (int i = 0; i < n; i++)
+      if (ob[i] && !carries[i]) carries[i] = 1, grew = 1;
+    if (!grew) break;
+  }
+  memcpy(in_b + at, carries, (size_t)n);
+  free(ob);
+  return rc;
+}
+
 /* kl_batch_subprog (rules.h) */
 kl_program *kl_batch_subprog(kl_build *b, const kl_program *sub, const char *in_b, const char *want) {
   if (!sub) {

@@ -142,6 +142,31 @@ static int while_batch(kl_build *b, rule_args *r) {
   kl_program *cond_b = NULL, *body_b = NULL, *body2 = NULL;
   int rc = -1;
   if (!in_b || !want || !ins) goto oom;
+  { /* the carries the batch reaches (a fixed point over the body); if the condition then stays
+     * the same for every example, the loop stays one loop over them, as JAX's (libraries rely
+     * on an unbatched loop counter: equinox's checkpointed while loop) */
+    char pb = 0;
+    memcpy(want, r->bs + nc + nb, (size_t)n);
+    memcpy(in_b + n, r->bs + nc, (size_t)nb);
+    if (kl_batch_carries(b, e->p.while_.body, in_b, 0, n, want)) goto done;
+    memcpy(in_b + n, r->bs, (size_t)nc);
+    if (kl_batch_out_flags(b, e->p.while_.cond, in_b, &pb)) goto done;
+    if (!pb) {
+      char no = 0;
+      if (!(cond_b = kl_batch_subprog(b, e->p.while_.cond, in_b, &no))) goto done;
+      memcpy(in_b + n, r->bs + nc, (size_t)nb);
+      if (!(body_b = kl_batch_subprog(b, e->p.while_.body, in_b, want))) goto done;
+      for (int i = 0; i < n; i++) {
+        if (want[i]) r->xs[nc + nb + i] = kl_batch_as_batched(b, r->xs[nc + nb + i], r->bs[nc + nb + i]);
+        r->ob[i] = want[i];
+      }
+      kl_params p = e->p;
+      p.while_.cond = cond_b;
+      p.while_.body = body_b;
+      rc = b->failed || kl_build_emit(b, KL_P_WHILE, r->xs, e->nin, &p, r->ys) < 0 ? -1 : 0;
+      goto done;
+    }
+  }
   for (int i = 0; i < n; i++) r->xs[nc + nb + i] = kl_batch_as_batched(b, r->xs[nc + nb + i], r->bs[nc + nb + i]);
   memset(want, 1, (size_t)n + 1);
   memset(in_b, 1, (size_t)n); /* the programs take (carries, consts) */
@@ -367,9 +392,9 @@ done:
   return a->failed ? -1 : rc;
 }
 
-/* scan, batching: every carry batched (an unbatched one broadcast), xs batched at axis 1 (their
- * axis 0 is the one scanned), the body batched; the stacked ys come back with the batch at axis 1
- * and move it to 0. */
+/* scan, batching: the carries the batch reaches (a fixed point over the body; an unbatched
+ * operand of one broadcast), batched xs with the batch at axis 1 (their axis 0 is the one
+ * scanned), the body batched; batched ys come back with the batch at axis 1 and move it to 0. */
 static int scan_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   scan_split s = split_of(e);
@@ -381,14 +406,20 @@ static int scan_batch(kl_build *b, rule_args *r) {
     goto done;
   }
   memcpy(in_b, r->bs, (size_t)nin);
-  memset(in_b + s.nk, 1, (size_t)s.n);
-  memset(want, 1, (size_t)e->nout);
-  for (int i = 0; i < s.n; i++) r->xs[s.nk + i] = kl_batch_as_batched(b, r->xs[s.nk + i], r->bs[s.nk + i]);
+  memcpy(want, r->bs + s.nk, (size_t)s.n);
+  if (kl_batch_carries(b, e->p.scan.body, in_b, s.nk, s.n, want)) goto done;
+  if (kl_batch_out_flags(b, e->p.scan.body, in_b, want)) goto done; /* the carries' own, and the ys' */
+  for (int i = 0; i < s.n; i++) {
+    if (in_b[s.nk + i]) r->xs[s.nk + i] = kl_batch_as_batched(b, r->xs[s.nk + i], r->bs[s.nk + i]);
+    want[i] = in_b[s.nk + i];
+  }
   for (int j = s.nk + s.n; j < nin; j++)
     if (r->bs[j]) r->xs[j] = kl_batch_move_axis(b, r->xs[j], 0, 1);
   if (b->failed || !(bb = kl_batch_subprog(b, e->p.scan.body, in_b, want))) goto done;
   if (kl_ctl_emit_scan(b, e, bb, s.nk, s.n, s.nx, r->xs, 0, r->ys) < 0) goto done;
-  for (int j = 0; j < s.ny; j++) r->ys[s.n + j] = kl_batch_move_axis(b, r->ys[s.n + j], 1, 0);
+  for (int i = 0; i < e->nout; i++) r->ob[i] = want[i];
+  for (int j = 0; j < s.ny; j++)
+    if (want[s.n + j]) r->ys[s.n + j] = kl_batch_move_axis(b, r->ys[s.n + j], 1, 0);
   rc = 0;
 done:
   free(in_b);
@@ -493,8 +524,9 @@ done:
   return a->failed ? -1 : rc;
 }
 
-/* cond, batching. An unbatched predicate: the same cond over the batched branches. A batched one:
- * both branches run, batched, and each result is selected per example (as JAX does). */
+/* cond, batching. An unbatched predicate: the same cond over the batched branches, a result
+ * batched where either branch batches it. A batched one: both branches run, batched, and each
+ * result is selected per example (as JAX does). */
 static int cond_batch(kl_build *b, rule_args *r) {
   const kl_eqn *e = r->e;
   cond_split s = cond_split_of(e);
@@ -507,12 +539,19 @@ static int cond_batch(kl_build *b, rule_args *r) {
     kl_build_oom(b);
     goto done;
   }
-  memset(want, 1, (size_t)nout);
+  memset(want, !!r->bs[0], (size_t)nout); /* an unbatched predicate: the results either branch batches */
+  for (int k = 0; k < 2 && !r->bs[0]; k++) {
+    char *ob = (char *)got; /* scratch */
+    for (int i = 0; i < br[k]->ninputs; i++) in_b[i] = r->bs[branch_operand(s, k, i)];
+    if (kl_batch_out_flags(b, br[k], in_b, ob)) goto done;
+    for (int i = 0; i < nout; i++) want[i] |= ob[i];
+  }
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < br[k]->ninputs; i++) in_b[i] = r->bs[branch_operand(s, k, i)];
     if (!(bb[k] = kl_batch_subprog(b, br[k], in_b, want))) goto done;
   }
   if (!r->bs[0]) {
+    for (int i = 0; i < nout; i++) r->ob[i] = want[i];
     kl_params p = e->p;
     p.cond.false_branch = bb[0];
     p.cond.true_branch = bb[1];

@@ -81,6 +81,13 @@ int kl_splice(kl_build *b, const kl_program *src, const int *ins, int *outs);
  * on it: the cotangent of an input shared by all examples). Returns the batched program (owned),
  * or NULL with a message. */
 kl_program *kl_batch_subprog(kl_build *b, const kl_program *sub, const char *in_b, const char *want);
+/* Which outputs of `sub` depend on the batch when input i is batched where in_b[i]: ob[i] (one per
+ * output). 0, or -1 (b failed). */
+int kl_batch_out_flags(kl_build *b, const kl_program *sub, const char *in_b, char *ob);
+/* The batched carries of a loop: carries[i] (in/out, n of them) grown to a fixed point of `body`,
+ * whose inputs are laid out as in_b (carries at [at, at + n), the rest set by the caller) and whose
+ * outputs begin with the n new carries. 0, or -1 (b failed). */
+int kl_batch_carries(kl_build *b, const kl_program *body, char *in_b, int at, int n, char *carries);
 /* Splices into in's program the VJP of `body` with respect to the inputs `wants` marks: prim[i] the
  * value of body input i (zeros will do for a linear body's linear inputs), ct[j] the cotangent of
  * output j (-1: a symbolic zero); cts[i] receives each wanted input's cotangent (-1 elsewhere).

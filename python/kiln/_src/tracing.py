@@ -102,6 +102,13 @@ def program_perturbed(builder, in_flags, consts):
     return [o in dep for o in builder.outputs()]
 
 
+def _inexact(dtype):
+    try:
+        return np.issubdtype(np.dtype(dtype), np.inexact)
+    except TypeError:  # an extended dtype (typed keys)
+        return False
+
+
 def perturbed(x):
     """Whether x may carry a derivative (JAX's custom_vjp `perturbed`): x depends on an input being
     differentiated (at any level). A control-flow body's inputs are perturbed as their operands
@@ -113,7 +120,7 @@ def perturbed(x):
 
 
 def _is_perturbed(x):
-    if not isinstance(x, Tracer):
+    if not isinstance(x, Tracer) or not _inexact(x.dtype):  # integers carry no derivative (float0)
         return False
     t = x._trace
     entry = _deps.get(id(t))
