@@ -906,6 +906,14 @@ def jit(fun=None, *, in_shardings=None, out_shardings=None, static_argnums=None,
     return spmd.ShardedJit(wrapped, in_shardings, out_shardings, device)
 
 
+def _abstract_leaf(leaf):
+    """The abstract value (nothing allocated) of an argument leaf with a shape and a dtype: an
+    array, a ShapeDtypeStruct, anything that has both."""
+    from kiln._src.batching import _Aval
+    return _Aval(tuple(int(d) for d in leaf.shape), np.dtype(dtypes.canonicalize_dtype(leaf.dtype)),
+                 bool(getattr(leaf, "weak_type", False)))
+
+
 def make_jaxpr(fun, static_argnums=(), axis_env=None, return_shape=False, abstracted_axes=None):
     """make_jaxpr(f)(*args) -> the traced program (prints as text)."""
     if axis_env:
@@ -918,10 +926,8 @@ def make_jaxpr(fun, static_argnums=(), axis_env=None, return_shape=False, abstra
     def wrapped(*args, **kwargs):
         statics, dyn_args, dyn_kwargs = _split_args(static_nums, static_names, args, kwargs)
         leaves, tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-        from kiln._src.batching import _Aval
         # ShapeDtypeStructs (as JAX takes them) are abstract values: nothing is allocated
-        arrs = [a if isinstance(a, Array) else
-                _Aval(tuple(int(d) for d in a.shape), np.dtype(dtypes.canonicalize_dtype(a.dtype)), bool(a.weak_type))
+        arrs = [a if isinstance(a, Array) else _abstract_leaf(a)
                 if isinstance(a, ShapeDtypeStruct) and not isinstance(a.dtype, dtypes.ExtendedDType) else
                 _leaf_to_array(a, f"argument leaf {i}") for i, a in enumerate(leaves)]
         f = _rebuild_call(fun, statics, static_nums, len(args)) if statics else fun
@@ -1011,10 +1017,7 @@ def _eval_shape(fun, *args, **kwargs):
     arrs = []
     for leaf in leaves:
         if isinstance(leaf, (Array, ShapeDtypeStruct)) or (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
-            # abstract: nothing is allocated, whatever the size (a model's parameter shapes)
-            from kiln._src.batching import _Aval
-            arrs.append(_Aval(tuple(int(d) for d in leaf.shape), np.dtype(dtypes.canonicalize_dtype(leaf.dtype)),
-                              bool(getattr(leaf, "weak_type", False))))
+            arrs.append(_abstract_leaf(leaf))  # whatever the size (a model's parameter shapes)
         else:
             arrs.append(_leaf_to_array(leaf))
     traced = _trace(fun, None, None, arrs, tree)
