@@ -245,3 +245,51 @@ def test_flatten_is_fast():
     n = 20000
     best = min(timeit.repeat(lambda: tu.tree_flatten(args), number=n, repeat=5)) / n
     assert best < 5e-6, f"tree_flatten of 3 leaves took {best * 1e6:.2f} us"
+
+
+def test_the_c_walk_agrees_with_the_python_walk():
+    """tree_flatten/unflatten walk in C (python/ext/pytree.c, for dispatch time); the Python walk
+    stays for is_leaf and paths. Both give the same leaves and structure on every kind of node:
+    builtins, namedtuples, None, OrderedDict/defaultdict, registered classes (whose flatten may
+    return any iterable), nesting; and the same errors."""
+    from kiln._src import tree_util as tu_src
+    rng = np.random.default_rng()
+
+    class Box2:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+        def __eq__(self, o):
+            return type(o) is Box2 and (self.a, self.b) == (o.a, o.b)
+    if Box2 not in tu_src._registered:
+        tu_src.register_pytree_node(Box2, lambda x: (iter([x.a, x.b]), "aux"), lambda aux, ch: Box2(*ch))
+    P = collections.namedtuple("P", "x y")
+
+    def rand_tree(depth):
+        k = int(rng.integers(0, 9 if depth < 4 else 1))
+        leaf = lambda: float(rng.standard_normal()) if rng.random() < 0.5 else int(rng.integers(9))  # noqa: E731
+        if k == 0:
+            return leaf()
+        n = int(rng.integers(0, 4))
+        kids = [rand_tree(depth + 1) for _ in range(n)]
+        return [lambda: tuple(kids), lambda: list(kids), lambda: {f"k{rng.integers(99)}_{i}": c for i, c in enumerate(kids)},
+                lambda: None, lambda: P(rand_tree(depth + 1), kids),
+                lambda: collections.OrderedDict((f"z{i}", c) for i, c in enumerate(kids)),
+                lambda: Box2(rand_tree(depth + 1), kids), lambda: (None, kids, ())][k - 1]()
+    for _ in range(200):
+        t = rand_tree(0)
+        leaves_py, leaves_c = [], []
+        node_py = tu_src._flatten(t, leaves_py)
+        node_c = tu_src._c_flatten(t, leaves_c)
+        assert node_py == node_c and leaves_py == leaves_c
+        leaves, tdef = tu.tree_flatten(t)
+        new = [x + 1 if not isinstance(x, bool) else x for x in leaves]
+        assert tdef.unflatten(new) == tu_src._unflatten(tdef._node, iter(new)) if tdef._node is not None else True
+        assert tu.tree_unflatten(tdef, leaves) == t
+    with pytest.raises(ValueError, match="mutually sortable"):
+        tu.tree_flatten({1: 0, "a": 1})
+    deep = 0
+    for _ in range(100000):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        tu.tree_flatten(deep)

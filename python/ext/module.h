@@ -69,5 +69,7 @@ int kl_py_is_tracer(PyObject *o);
 
 /* batch_rule.c: set_batch_handler, the Python side of user batching rules (custom_vmap_call). */
 int kl_py_batch_rule_init(PyObject *module);
+/* pytree.c: tree_setup, tree_flatten, tree_unflatten, the hot half of kiln.tree_util. */
+int kl_py_pytree_init(PyObject *module);
 
 #endif

@@ -17,6 +17,8 @@ import operator
 import types
 from typing import Any
 
+from kiln import _kiln
+
 __all__ = [
     "PyTreeDef", "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
     "tree_structure", "tree_reduce", "tree_reduce_associative", "tree_all",
@@ -472,6 +474,11 @@ def _flatten(x, leaves):
     return (kind, aux, tuple(nodes))
 
 
+# The same two walks in C (python/ext/pytree.c), over these tables: dispatch time.
+_kiln.tree_setup(_kinds, _IS_LEAF, _TUPLE, _LIST, _DICT, _NONE, _classify)
+_c_flatten, _c_unflatten = _kiln.tree_flatten, _kiln.tree_unflatten
+
+
 def _flatten_is_leaf(x, leaves, is_leaf):
     if is_leaf(x):
         leaves.append(x)
@@ -523,7 +530,7 @@ def tree_flatten(tree, is_leaf=None):
     `is_leaf(subtree) -> bool` can stop the descent at chosen subtrees."""
     leaves = []
     if is_leaf is None:
-        node = _flatten(tree, leaves)
+        node = _c_flatten(tree, leaves)
     else:
         node = _flatten_is_leaf(tree, leaves, is_leaf)
     return leaves, _make_treedef(node, len(leaves))
@@ -648,7 +655,7 @@ class PyTreeDef:
                 f"got {len(leaves)}")
         if self._node is _LEAF:
             return leaves[0]
-        return _unflatten(self._node, iter(leaves))
+        return _c_unflatten(self._node, leaves)
 
     def flatten_up_to(self, tree):
         """The subtrees of `tree` at this structure's leaf positions; `tree`
