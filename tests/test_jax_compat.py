@@ -637,3 +637,32 @@ def test_make_jaxpr_takes_shape_dtype_structs():
     x = np.random.default_rng().standard_normal(3).astype(np.float32)
     j = kiln.make_jaxpr(lambda x: jnp.sin(x) * 2)(S((3,), jnp.float32))
     np.testing.assert_allclose(np.asarray(kiln.core.eval_jaxpr(j.jaxpr, j.consts, x)[0]), np.sin(x) * 2, rtol=1e-6)
+
+
+def test_numpyro_calls_isclose_solve_triangular_and_trace_state_clean():
+    """Issue 33 (numpyro's suite): jnp.isclose takes array tolerances (broadcast with the
+    operands), scipy.linalg.solve_triangular broadcasts batch dimensions as JAX's vectorize does,
+    and jax._src.core.trace_state_clean says whether a trace is live."""
+    import scipy.linalg as sl
+    import kiln.scipy.linalg as kl
+    from kiln._src.core import trace_state_clean
+    rng = np.random.default_rng()
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    tol = np.abs(rng.standard_normal((5, 1))).astype(np.float32)
+    np.testing.assert_array_equal(jnp.isclose(x, 0.1, atol=tol), np.isclose(x, 0.1, atol=tol))
+    np.testing.assert_array_equal(jnp.isclose(x, x + 1e-3, rtol=jnp.asarray(tol), atol=0), np.isclose(x, x + 1e-3, rtol=tol, atol=0))
+    a = np.tril(rng.standard_normal((2, 2))) + 3 * np.eye(2)
+    b = rng.standard_normal((3, 1, 2, 4))
+    got = kl.solve_triangular(a.astype(np.float32), b.astype(np.float32), lower=True)
+    want = np.stack([[sl.solve_triangular(a, b[i, 0], lower=True)] for i in range(3)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    A = np.tril(rng.standard_normal((4, 3, 3))) + 3 * np.eye(3)
+    v = rng.standard_normal(3)
+    np.testing.assert_allclose(kl.solve_triangular(A.astype(np.float32), v.astype(np.float32), trans=1),
+                               np.stack([sl.solve_triangular(m, v, trans=1) for m in A]), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="batch dimensions"):
+        kl.solve_triangular(A, rng.standard_normal((2, 3, 1)))
+    assert trace_state_clean()
+    seen = []
+    kiln.jit(lambda y: seen.append(trace_state_clean()) or y)(1.0)
+    assert seen == [False]

@@ -17,6 +17,12 @@ from kiln._src.dispatch import (_eager_entry, _fused_exe, _on_config_change, bin
                                 config_generation)
 
 
+def trace_state_clean():
+    """True when no trace is live on this thread (jax._src.core.trace_state_clean: numpyro asks
+    whether it runs under a transformation)."""
+    return not tracing()
+
+
 def __getattr__(name):
     """jax._src.core's public names that libraries reach for (flax: core.ShapedArray) are
     jax.core's (kiln.core)."""

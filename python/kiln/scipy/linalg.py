@@ -59,10 +59,17 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     """x with a @ x = b (trans=0) or a.T @ x = b (trans=1/'T'), a triangular."""
     a = _square(a, "solve_triangular")
     b = _float(b, "solve_triangular")
-    if b.ndim == a.ndim - 1:
+    if b.ndim == 1 or (a.ndim == b.ndim + 1 and a.shape[-1] == b.shape[-1]):  # vectors (JAX's rule)
         return solve_triangular(a, b[..., None], trans, lower, unit_diagonal)[..., 0]
-    if b.shape[-2] != a.shape[-1]:
+    if b.ndim < 2 or b.shape[-2] != a.shape[-1]:
         raise ValueError(f"scipy.linalg.solve_triangular: a of shape {a.shape} and b of shape {b.shape} do not match")
+    try:  # the batch dimensions broadcast, as jnp.vectorize's over (n,n),(n,k)->(n,k)
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"scipy.linalg.solve_triangular: the batch dimensions of a {a.shape} and b {b.shape} "
+                         f"do not broadcast") from None
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
     dt = jnp.result_type(a.dtype, b.dtype)
     t = _trans(trans, "solve_triangular")
     a = a.astype(dt)

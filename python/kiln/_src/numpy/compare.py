@@ -22,7 +22,13 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if not is_inexact_dtype(a.dtype):
         return lax.eq(a, b)
     abs_b = lax.abs(b)  # real for complex b: the tolerances are real, as in JAX
-    tol = lax.add(_c(abs_b, atol), lax.mul(_c(abs_b, rtol), abs_b))
+    if util.is_python_scalar(atol) and util.is_python_scalar(rtol):
+        tol = lax.add(_c(abs_b, atol), lax.mul(_c(abs_b, rtol), abs_b))
+    else:  # array tolerances (per element, as JAX's): broadcast with the operands
+        atol, rtol = (lax.convert_element_type(core.asarray(t), abs_b.dtype) for t in (atol, rtol))
+        a, b, atol, rtol = util._broadcast_all("isclose", [a, b, atol, rtol])
+        abs_b = lax.abs(b)
+        tol = lax.add(atol, lax.mul(rtol, abs_b))
     close = lax.le(lax.abs(lax.sub(a, b)), tol)
     inf = _c(abs_b, np.inf)
     either_inf = lax.or_(lax.eq(lax.abs(a), inf), lax.eq(abs_b, inf))
