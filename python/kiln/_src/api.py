@@ -660,6 +660,7 @@ class JitWrapped(_kiln.JitBase):
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
         from kiln._src import spmd
         spmd._jit_compiling[0] += 1
+        as_written = False
         try:
             if any(type(a) is not Array for a in arrs):
                 from kiln._src import partition
@@ -675,12 +676,15 @@ class JitWrapped(_kiln.JitBase):
                 from kiln import monitoring
                 monitoring._compiled(time.perf_counter() - t0)
         except spmd.ShardMapInTrace:
-            # f calls shard_map/pmap among other work: f runs as written, each shard_map compiled and
-            # launched on its own across the devices (the same values, more launches)
-            self._spmd_eager = True
-            return self._fun(*args, **kwargs)
+            as_written = True
         finally:
             spmd._jit_compiling[0] -= 1
+        if as_written:
+            # f calls shard_map/pmap among other work: f runs as written, each shard_map compiled and
+            # launched on its own across the devices (the same values, more launches); no longer
+            # compiling, so a trace f makes itself (checkify's) emulates the shard_map in it
+            self._spmd_eager = True
+            return self._fun(*args, **kwargs)
         if entry.refs:  # the Refs' values go in, the written ones come back
             arrs = list(arrs) + refs.values(entry.refs)
             out, finals = entry.run_donating(arrs, self._donated_leaves(args, kwargs, arrs, entry))
