@@ -293,3 +293,8 @@ def test_the_c_walk_agrees_with_the_python_walk():
         deep = [deep]
     with pytest.raises(RecursionError):
         tu.tree_flatten(deep)
+    # the public view keeps typed keys (a boundary node) leaves; the transformations' view opens them
+    from kiln import random as krandom
+    key = krandom.key(int(rng.integers(99)))
+    assert tu.tree_leaves({"k": key}) == [key] and tu.tree_leaves([key], is_leaf=lambda x: False) == [key]
+    assert not isinstance(tu_src.tree_leaves({"k": key})[0], krandom.PRNGKeyArray)

@@ -7,24 +7,31 @@
  * (kind, aux, children) where kind is the container type's _NodeType. The Python module hands
  * over its tables once (tree_setup): the type -> kind dict, the leaf marker, the built-in kinds
  * this file flattens itself (tuple, list, dict, None) and the function that classifies a type
- * seen for the first time. Any other kind is flattened and unflattened by its own Python
+ * seen for the first time; a walk may name another table (tree_util's public view, where
+ * boundary types are leaves). Any other kind is flattened and unflattened by its own Python
  * functions, so registered nodes behave exactly as in tree_util.py. */
 #include "module.h"
 
 static PyObject *kinds, *is_leaf, *k_tuple, *k_list, *k_dict, *k_none, *classify;
 
+typedef struct {
+  PyObject *leaves; /* the list the leaves go to */
+  PyObject *stop;   /* the caller's is_leaf(subtree), or NULL */
+  PyObject *kinds;  /* the type -> kind table of this walk (tree_util's, or its public view's) */
+} walk;
+
 /* kind of x (a new reference), or NULL with an exception */
-static PyObject *kind_of(PyObject *x) {
-  PyObject *k = PyDict_GetItemWithError(kinds, (PyObject *)Py_TYPE(x));
+static PyObject *kind_of(const walk *w, PyObject *x) {
+  PyObject *k = PyDict_GetItemWithError(w->kinds, (PyObject *)Py_TYPE(x));
   if (k) return Py_NewRef(k);
   if (PyErr_Occurred()) return NULL;
   return PyObject_CallFunctionObjArgs(classify, (PyObject *)Py_TYPE(x), NULL);
 }
 
-static PyObject *flatten(PyObject *x, PyObject *leaves);
+static PyObject *flatten(PyObject *x, const walk *w);
 
 /* The node of a container whose children are the items of `seq` (a tuple or list) and aux. */
-static PyObject *node_of(PyObject *kind, PyObject *aux, PyObject *seq, PyObject *leaves) {
+static PyObject *node_of(PyObject *kind, PyObject *aux, PyObject *seq, const walk *w) {
   int is_list = PyList_Check(seq);
   Py_ssize_t n = is_list ? PyList_Size(seq) : PyTuple_Size(seq);
   if (n < 0) return NULL;
@@ -32,7 +39,7 @@ static PyObject *node_of(PyObject *kind, PyObject *aux, PyObject *seq, PyObject 
   if (!nodes) return NULL;
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject *c = is_list ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i); /* borrowed */
-    PyObject *node = c ? flatten(c, leaves) : NULL;
+    PyObject *node = c ? flatten(c, w) : NULL;
     if (!node) {
       Py_DECREF(nodes);
       return NULL;
@@ -44,23 +51,31 @@ static PyObject *node_of(PyObject *kind, PyObject *aux, PyObject *seq, PyObject 
   return t;
 }
 
-static PyObject *flatten_node(PyObject *x, PyObject *leaves);
+static PyObject *flatten_node(PyObject *x, const walk *w);
 
-static PyObject *flatten(PyObject *x, PyObject *leaves) {
+/* x's node, its leaves appended to w->leaves */
+static PyObject *flatten(PyObject *x, const walk *w) {
   if (Py_EnterRecursiveCall(" while flattening a pytree")) return NULL;
-  PyObject *out = flatten_node(x, leaves);
+  PyObject *out = flatten_node(x, w);
   Py_LeaveRecursiveCall();
   return out;
 }
 
-static PyObject *flatten_node(PyObject *x, PyObject *leaves) {
-  PyObject *kind = kind_of(x), *out = NULL;
+static PyObject *flatten_node(PyObject *x, const walk *w) {
+  if (w->stop) {
+    PyObject *r = PyObject_CallFunctionObjArgs(w->stop, x, NULL);
+    int yes = r ? PyObject_IsTrue(r) : -1;
+    Py_XDECREF(r);
+    if (yes < 0) return NULL;
+    if (yes) return PyList_Append(w->leaves, x) ? NULL : Py_NewRef(Py_None);
+  }
+  PyObject *kind = kind_of(w, x), *out = NULL;
   if (!kind) return NULL;
   if (kind == is_leaf) {
     Py_DECREF(kind);
-    return PyList_Append(leaves, x) ? NULL : Py_NewRef(Py_None);
+    return PyList_Append(w->leaves, x) ? NULL : Py_NewRef(Py_None);
   }
-  if (kind == k_tuple || kind == k_list) out = node_of(kind, Py_None, x, leaves);
+  if (kind == k_tuple || kind == k_list) out = node_of(kind, Py_None, x, w);
   else if (kind == k_none) {
     PyObject *empty = PyTuple_New(0);
     out = empty ? PyTuple_Pack(3, kind, Py_None, empty) : NULL;
@@ -80,7 +95,7 @@ static PyObject *flatten_node(PyObject *x, PyObject *leaves) {
         PyList_SetItem(vals, i, Py_NewRef(v));
       }
       PyObject *aux = vals ? PyList_AsTuple(keys) : NULL;
-      if (aux) out = node_of(kind, aux, vals, leaves);
+      if (aux) out = node_of(kind, aux, vals, w);
       Py_XDECREF(aux);
     } else if (kind != k_dict || keys) { /* a registered node, or dict keys that do not sort */
       PyErr_Clear();                      /* (the Python flatten raises the message for those) */
@@ -92,7 +107,7 @@ static PyObject *flatten_node(PyObject *x, PyObject *leaves) {
         children = PyTuple_GetItem(res, 0);
         aux = PyTuple_GetItem(res, 1);
         PyObject *seq = PyTuple_Check(children) || PyList_Check(children) ? Py_NewRef(children) : PySequence_Tuple(children);
-        if (seq) out = node_of(kind, aux, seq, leaves);
+        if (seq) out = node_of(kind, aux, seq, w);
         Py_XDECREF(seq);
       }
     }
@@ -159,10 +174,11 @@ static PyObject *mod_tree_setup(PyObject *self, PyObject *args) {
 
 static PyObject *mod_tree_flatten(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *x, *leaves;
-  if (!PyArg_ParseTuple(args, "OO!:tree_flatten", &x, &PyList_Type, &leaves)) return NULL;
+  PyObject *x, *leaves, *stop = Py_None, *table = NULL;
+  if (!PyArg_ParseTuple(args, "OO!|OO!:tree_flatten", &x, &PyList_Type, &leaves, &stop, &PyDict_Type, &table)) return NULL;
   if (!kinds) return PyErr_Format(PyExc_RuntimeError, "tree_flatten: tree_setup was not called");
-  return flatten(x, leaves);
+  walk w = {leaves, stop == Py_None ? NULL : stop, table ? table : kinds};
+  return flatten(x, &w);
 }
 
 static PyObject *mod_tree_unflatten(PyObject *self, PyObject *args) {
@@ -178,7 +194,9 @@ static PyObject *mod_tree_unflatten(PyObject *self, PyObject *args) {
 static PyMethodDef pytree_methods[] = {
     {"tree_setup", mod_tree_setup, METH_VARARGS,
      "tree_setup(kinds, leaf_marker, tuple_kind, list_kind, dict_kind, none_kind, classify): tree_util's tables"},
-    {"tree_flatten", mod_tree_flatten, METH_VARARGS, "tree_flatten(x, leaves) -> node: appends x's leaves to leaves"},
+    {"tree_flatten", mod_tree_flatten, METH_VARARGS,
+     "tree_flatten(x, leaves, is_leaf=None, kinds=None) -> node: appends x's leaves to leaves (is_leaf(subtree) "
+     "stops the descent; kinds: the type table, tree_setup's by default)"},
     {"tree_unflatten", mod_tree_unflatten, METH_VARARGS, "tree_unflatten(node, leaves) -> the pytree (leaves in order)"},
     {NULL, NULL, 0, NULL}};
 

@@ -529,10 +529,7 @@ def tree_flatten(tree, is_leaf=None):
     """(leaves, treedef): the leaves of `tree` in order, and its structure.
     `is_leaf(subtree) -> bool` can stop the descent at chosen subtrees."""
     leaves = []
-    if is_leaf is None:
-        node = _c_flatten(tree, leaves)
-    else:
-        node = _flatten_is_leaf(tree, leaves, is_leaf)
+    node = _c_flatten(tree, leaves, is_leaf, _kinds)  # (the public view's own _kinds there)
     return leaves, _make_treedef(node, len(leaves))
 
 
