@@ -301,3 +301,8 @@ def test_integer_values_are_never_perturbed():
     g = kiln.grad(lambda x: f(x, jnp.floor(x * 3).astype(jnp.int32)))(x)
     assert seen == [(True, False)]
     assert float(g) == np.floor(x * 3)
+    # ml_dtypes' floats (NumPy kind 'V') are floats: perturbed
+    import ml_dtypes
+    seen.clear()
+    kiln.grad(lambda x: f(x.astype(ml_dtypes.bfloat16), jnp.int32(2)).astype(jnp.float32))(x)
+    assert seen == [(True, False)]
