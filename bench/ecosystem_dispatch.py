@@ -3,7 +3,8 @@
 Needs the ecosystem harness's libraries (`make ecosystem` installs them in build/ecosystem/site).
 Each side runs in its own process: JAX as installed, kiln through the import hook
 (tests/ecosystem/hook). Every call is timed back to back with the result blocked on at the end
-(pipelined), after 50 warm-up calls.
+(pipelined), after 50 warm-up calls. Then the pytree walks themselves (tree_flatten, unflatten,
+tree_map of a 38-leaf model tree), which every jit call and every library wrapper makes.
 
     python3 bench/ecosystem_dispatch.py
 """
@@ -51,6 +52,20 @@ def _side():
     }
     for name, (f, args, n) in rows.items():
         print(f"{name}\t{_bench(jax, f, *args, n=n):.1f}", flush=True)
+    # the pytree walks every call makes (a 12-layer model's parameters: 38 leaves)
+    import collections
+    P = collections.namedtuple("P", "w b")
+    tree = {"layers": [{"w": x, "b": x, "ln": (x, None)} for _ in range(12)], "emb": P(x, 3.0)}
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    for name, f in (("tree_flatten(38-leaf model tree)", lambda: jax.tree_util.tree_flatten(tree)),
+                    ("treedef.unflatten(38 leaves)", lambda: treedef.unflatten(leaves)),
+                    ("tree_map(identity, 38-leaf tree)", lambda: jax.tree_util.tree_map(lambda v: v, tree))):
+        for _ in range(200):
+            f()
+        t = time.perf_counter()
+        for _ in range(20000):
+            f()
+        print(f"{name}\t{(time.perf_counter() - t) / 20000 * 1e6:.1f}", flush=True)
 
 
 def main():
