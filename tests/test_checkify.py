@@ -400,3 +400,23 @@ def test_hooks_are_off_outside_checkify():
     assert prev is None and indexing.index_hook[0] is None
     with pytest.raises(TypeError, match="checkify: errors must be a set of checkify error classes"):
         checkify.checkify(jnp.log, errors={"nan"})
+
+
+def test_a_check_inside_shard_map_within_checkify_raises_not_a_lost_failure():
+    """A check inside shard_map or pmap within checkify would lose its failure in kiln: it raises
+    NotImplementedError naming the way that works (checkify inside the map), which agrees with JAX."""
+    import numpy as np
+    from kiln.sharding import Mesh, PartitionSpec as P
+    mesh = Mesh(np.array(kiln.devices()[:1]), ("i",))
+
+    def f(x):
+        checkify.check(jnp.all(x > 0), "neg!")
+        return x * 2
+    x = -jnp.abs(jnp.asarray(np.random.default_rng().standard_normal(4), jnp.float32)) - 0.1
+    with pytest.raises(NotImplementedError, match="shard_map or pmap within checkify"):
+        checkify.checkify(kiln.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i")))(x)
+    with pytest.raises(NotImplementedError, match="shard_map or pmap within checkify"):
+        checkify.checkify(kiln.pmap(f, axis_name="i"))(x[None])
+    err, out = kiln.pmap(checkify.checkify(f), axis_name="i")(x[None])
+    assert "neg!" in err.get()
+    np.testing.assert_allclose(out, 2 * x[None])

@@ -273,8 +273,9 @@ class _Frame:
         self.host = []        # (code, ErrorEffect) of checks reported by host callbacks
         self.token = next(_tokens)
         self.busy = False     # inside checkify's own computations: automatic checks skip them
-        from kiln._src import batching
+        from kiln._src import batching, spmd
         self.vmap_depth = batching.vmap_depth[0]  # vmaps entered before this checkify
+        self.axis_depth = len(spmd._axis_stack)   # shard_map bodies entered before it
 
 
 def _next_code(auto):
@@ -290,6 +291,12 @@ def _writable(ref):
 
 def _assert(frame, failed, exc, auto=False):
     """Records into frame that `exc` happened where `failed` (a scalar bool) is true."""
+    from kiln._src import spmd
+    if any(not isinstance(f, spmd.VmapFrame) for f in list(spmd._axis_stack)[frame.axis_depth:]):
+        raise NotImplementedError(
+            f"checkify: a check inside shard_map or pmap within checkify ({exc.get_effect_type().error_type.__name__}) "
+            "is not supported yet by kiln (its failures would be lost): checkify the mapped function instead "
+            "(shard_map(checkify(f)) / pmap(checkify(f)), one error per device), or make the check outside it")
     code = _next_code(auto)
     leaves, aux = exc._flatten()
     frame.metadata[code] = (type(exc), aux)
