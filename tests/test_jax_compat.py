@@ -666,3 +666,23 @@ def test_numpyro_calls_isclose_solve_triangular_and_trace_state_clean():
     seen = []
     kiln.jit(lambda y: seen.append(trace_state_clean()) or y)(1.0)
     assert seen == [False]
+
+
+def test_equinox_asks_for_jax_lib_jaxruntimeerror_and_compile_options():
+    """Issue 33 (equinox's own tests): jax.lib.__version__, jax.errors.JaxRuntimeError (a
+    RuntimeError) raised by a failed computation, compile(compiler_options=) refusing a name that is
+    no XLA option with it, as JAX."""
+    import kiln.lib
+    from kiln.errors import JaxRuntimeError
+    assert kiln.lib.__version__ == kiln.version._minimum_jaxlib_version
+    assert issubclass(JaxRuntimeError, RuntimeError)
+
+    def bad(x):
+        raise ValueError("boom")
+    with pytest.raises(JaxRuntimeError, match="boom"):
+        kiln.jit(lambda x: kiln.pure_callback(bad, kiln.ShapeDtypeStruct((), np.float32), x))(1.0).block_until_ready()
+    x = float(np.random.default_rng().standard_normal())
+    lowered = kiln.jit(lambda v: 2 * v).lower(x)
+    assert float(lowered.compile(compiler_options={"xla_gpu_autotune_level": "0"})(x)) == np.float32(2 * x)
+    with pytest.raises(JaxRuntimeError, match="No such compile option"):
+        lowered.compile(compiler_options={"an option that does not make sense": "bad value"})

@@ -275,7 +275,7 @@ except KeyboardInterrupt:
 try:  # the loop's partial result is never read as if it were the answer
     print("READ", y.sum())
 except Exception as e:
-    print("UNREADABLE", type(e).__name__, "interrupted" in str(e))
+    print("UNREADABLE", isinstance(e, RuntimeError), "interrupted" in str(e))
 print("AFTER", float(jax.jit(lambda a: lax.fori_loop(0, 5, lambda i, c: c * 2, a))(jnp.ones(3)).sum()))
 """
 
@@ -299,7 +299,7 @@ def test_ctrl_c_stops_a_long_jitted_loop(kind, platform, tmp_path):
     assert float(line[0].split()[1]) < 1.0
     # (the while loop never ends by itself: only the stop request ends it. Before, a while loop
     # guessed short ran inline in the caller, holding the GIL: the signal thread could not run)
-    assert "UNREADABLE RuntimeError True" in p.stdout, p.stdout
+    assert "UNREADABLE True True" in p.stdout, p.stdout
     assert "AFTER 96.0" in p.stdout
 
 

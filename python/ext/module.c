@@ -39,6 +39,22 @@ PyObject *buffer_new_from(kl_buffer *b) {
   return (PyObject *)o;
 }
 
+/* kiln.errors.JaxRuntimeError (a RuntimeError, as JAX's jax.errors.JaxRuntimeError): a computation
+ * that failed to compile or run. Looked up once; RuntimeError if kiln.errors cannot say. */
+static PyObject *runtime_error(void) {
+  static PyObject *cls;
+  if (cls) return cls;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject *mod = PyImport_ImportModule("kiln.errors");
+  PyObject *c = mod ? PyObject_GetAttrString(mod, "JaxRuntimeError") : NULL;
+  Py_XDECREF(mod);
+  PyErr_Restore(type, value, tb);
+  if (c && PyType_Check(c) && PyObject_IsSubclass(c, PyExc_RuntimeError) == 1) cls = c;
+  else Py_XDECREF(c);
+  return cls ? cls : PyExc_RuntimeError;
+}
+
 static void buffer_dealloc(PyObject *self) {
   BufferObject *o = (BufferObject *)self;
   if (o->buf) atomic_fetch_sub((_Atomic int *)&o->buf->holders, 1);
@@ -72,7 +88,7 @@ static int buffer_wait(kl_buffer *b) {
       }
     }
   if (st == KL_BUF_FAILED) {
-    PyErr_SetString(PyExc_RuntimeError, b->error ? b->error : "kiln: the computation producing this array failed");
+    PyErr_SetString(runtime_error(), b->error ? b->error : "kiln: the computation producing this array failed");
     return -1;
   }
   return 0;
@@ -1620,7 +1636,7 @@ PyObject *kl_py_raise(const char *prefix, const char *msg) {
     Py_DECREF(c);
     return NULL;
   }
-  default: cls = PyExc_RuntimeError; break;
+  default: cls = runtime_error(); break;
   }
   kl_status_clear();
   return PyErr_Format(cls, "%s%s", prefix ? prefix : "", msg);

@@ -13,6 +13,7 @@ __all__ = [
     "UnexpectedTracerError",
     "NonConcreteBooleanIndexError",
     "CopyError",
+    "JaxRuntimeError",
 ]
 
 
@@ -145,3 +146,8 @@ class CopyError(RuntimeError):
     """A functional update (x.at[i].set(v), lax.dynamic_update_slice, lax.scatter) would copy its
     operand while `kiln.config.update("kiln_forbid_copies", True)` is on. The message names the
     operation, its operand's type, the source line and why it could not run in place."""
+
+
+class JaxRuntimeError(RuntimeError):
+    """A computation failed to compile or to run (jax.errors.JaxRuntimeError): a host callback
+    raised, a loop stopped at Ctrl-C, the device failed."""

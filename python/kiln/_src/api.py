@@ -822,8 +822,14 @@ class Lowered:
 
     def compile(self, compiler_options=None):
         """The compiled program. compiler_options (XLA's flags in JAX) are accepted and recorded:
-        kiln's compiler takes none."""
+        kiln's compiler takes none. A name that is neither an XLA flag (xla_*) nor one of XLA's
+        build options raises JaxRuntimeError, as JAX."""
         self.compiler_options = dict(compiler_options or {})
+        for name in self.compiler_options:
+            if not (isinstance(name, str) and (name.startswith("xla_") or name in _BUILD_OPTIONS)):
+                from kiln.errors import JaxRuntimeError
+                raise JaxRuntimeError(f"INVALID_ARGUMENT: No such compile option: {name!r} (compile(compiler_options=)"
+                                      f" takes XLA's xla_* flags and build options {sorted(_BUILD_OPTIONS)})")
         w = self._wrapped
         if self._key not in w._cache:
             w._cache[self._key] = w._compile(self._statics, self._arrs, self._tree, self._nargs)
@@ -946,6 +952,11 @@ def make_jaxpr(fun, static_argnums=(), axis_env=None, return_shape=False, abstra
             return jaxpr, tree_util.tree_unflatten(traced.out_tree, shapes)
         return jaxpr
     return wrapped
+
+
+# XLA's ExecutableBuildOptions that compile(compiler_options=) takes besides xla_* flags
+_BUILD_OPTIONS = frozenset({"exec_time_optimization_effort", "memory_fitting_effort", "optimization_level",
+                            "memory_optimization_level", "num_replicas", "num_partitions", "device_ordinal"})
 
 
 class ShapeDtypeStruct:
