@@ -1,4 +1,5 @@
-"""Command line of the ecosystem harness: `python3 -m tests.ecosystem [LIB ...] [--eco-sample F]`.
+"""Command line of the ecosystem harness: `python3 -m tests.ecosystem [LIB ...] [--eco-sample F]
+[--repo LIB=DIR ...]`.
 
 Prints the table and writes it to build/ecosystem/report.md (README.md says what each column
 means). Heavy: run it under `nice`, one library after another, one test process at a time.
@@ -39,7 +40,22 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=10, help="causes listed per library")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: tabulate the saved results of this sample")
+    parser.add_argument("--repo", action="append", default=[], metavar="LIB=DIR",
+                        help="a clone (checkout or bare mirror) of LIB's repository: its tests at "
+                             "the pinned tag are measured, for "
+                             f"{[l.name for l in LIBRARIES if l.repo_tests]} (repeatable)")
     args = parser.parse_args(argv)
+    repos = {}
+    for item in args.repo:
+        name, sep, path = item.partition("=")
+        if not sep or not path:
+            parser.error(f"--repo wants LIB=DIR, got {item!r}")
+        (lib,) = by_name([name])
+        if not lib.repo_tests:
+            parser.error(f"--repo: {name} takes its tests from its {lib.tests_from}")
+        if not os.path.isdir(path):
+            parser.error(f"--repo: {path} is not a folder")
+        repos[name] = os.path.abspath(path)
     if args.eco_sample is None and not args.report:
         args.eco_sample = 0.1
     if args.eco_sample is not None and not 0 < args.eco_sample <= 1:
@@ -57,7 +73,7 @@ def main(argv=None):
             state = ""  # each library's section says which kiln it measured
         else:
             results.append(harness.measure(lib, args.root, args.eco_sample, args.rerun_jax,
-                                           state))
+                                           state, repos.get(lib.name)))
         text = report.render(results, args.top, state)
         with open(os.path.join(args.root, "report.md"), "w") as f:
             f.write(text + "\n")

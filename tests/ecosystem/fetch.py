@@ -5,8 +5,13 @@
   (its own pytest configuration is there when the archive has one);
 - site/: every library and test dependency, `pip install --no-deps --target`, so the system
   Python's jax, jaxlib, numpy, scipy and ml_dtypes stay as they are.
+
+A library whose archives ship no tests (equinox, diffrax) gets them from a clone of its
+repository that the operator names (--repo): the test folder at the pinned tag is extracted into
+its src/ tree. Nothing is ever fetched from GitHub.
 """
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -61,6 +66,31 @@ def source_tree(lib, root):
         os.rmdir(os.path.join(tmp, top))
     os.replace(tmp, dest)
     _log(f"unpacked {os.path.basename(archive)} into {dest}")
+    return dest
+
+
+def repo_tests(lib, src, git_dir):
+    """Extracts `lib.repo_tests` (tag, folder) from the git repository `git_dir` (a checkout or
+    a bare mirror, read with `git archive`, never fetched) into `src`, once. Returns the folder."""
+    tag, folder = lib.repo_tests
+    dest = os.path.join(src, folder)
+    if os.path.isdir(dest):
+        return dest
+    cmd = ["git", "-C", git_dir, "archive", "--format=tar", f"{tag}^{{commit}}", "--", folder]
+    proc = subprocess.run(cmd, capture_output=True)
+    if proc.returncode != 0 or not proc.stdout:
+        why = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no files"]
+        raise SystemExit(f"ecosystem: {lib.name}: cannot read {folder}/ at {tag} from "
+                         f"{git_dir}: {why[0]}")
+    tmp = dest + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as t:
+        t.extractall(tmp, filter="data")
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    os.replace(os.path.join(tmp, folder), dest)
+    shutil.rmtree(tmp)
+    _log(f"extracted {folder}/ at {tag} from {git_dir} into {src}")
     return dest
 
 

@@ -8,6 +8,7 @@ file's remaining tests run in a fresh process. JAX results are cached per librar
 sample, so a rerun only reruns kiln.
 """
 import collections
+import dataclasses
 import hashlib
 import json
 import os
@@ -227,9 +228,14 @@ def saved_result(lib, root, sample=None):
         return json.load(f)
 
 
-def measure(lib, root, sample, rerun_jax=False, kiln_state=""):
+def measure(lib, root, sample, rerun_jax=False, kiln_state="", repo=None):
     """Measures one library: collection on JAX, the sample, both sides. Returns a result dict
-    (what report.py tabulates), also saved to build/ecosystem/results/."""
+    (what report.py tabulates), also saved to build/ecosystem/results/. `repo`: a clone of the
+    library's repository, whose tests (`lib.repo_tests`) are measured when its archives have none."""
+    if repo and lib.repo_tests and not lib.paths:
+        tag, folder = lib.repo_tests
+        lib = dataclasses.replace(lib, paths=(folder,), note=f"tests from the repository at {tag} "
+                                  f"(`{folder}/`; the sdist ships none)")
     work = os.path.join(root, "work", lib.name)
     os.makedirs(work, exist_ok=True)
     results_dir = os.path.join(root, "results")
@@ -240,6 +246,8 @@ def measure(lib, root, sample, rerun_jax=False, kiln_state=""):
         return dict(base, collected_total=0, ids=[], jax={}, kiln={}, wall={}, collect_errors={})
     site = fetch.install_site(_all_libraries(), root)
     src = fetch.source_tree(lib, root)
+    if repo and lib.repo_tests:
+        fetch.repo_tests(lib, src, repo)
     # the key names what decides the JAX outcomes: version, sample, pinned dependencies
     deps_hash = hashlib.sha256("\n".join(sorted(lib.deps)).encode()).hexdigest()[:8]
     stem = f"{lib.name}-{lib.version}-sample{sample:g}"

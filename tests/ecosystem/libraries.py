@@ -20,6 +20,8 @@ class Library:
     note: str = ""       # what the table must say about this library (e.g. no tests shipped)
     timeout: int = 120   # seconds one test may run before it counts as a hang
     extra_args: tuple = field(default=())  # more pytest arguments of the library's own CI
+    repo_tests: tuple = ()  # (tag, folder): tests that live only in the library's repository,
+                            # measured when the operator names a clone with --repo (no fetch)
 
 
 # pure-Python or self-contained wheels; pinned so a rerun measures the same thing
@@ -28,6 +30,11 @@ _CHEX = ("chex==0.1.92", "toolz==1.2.0")
 _TREE = ("dm-tree==0.1.10", "cloudpickle==3.1.3")
 _OPTAX = "optax==0.2.8"
 _EQX = ("equinox==0.13.8", "jaxtyping==0.3.11", "wadler-lindig==0.1.8")
+# what the repository tests of equinox and diffrax import beyond the library: their pytest
+# configuration passes --jaxtyping-packages=...,beartype.beartype(...) (jaxtyping's plugin)
+_EQX_TESTS = ("beartype==0.23.1", _OPTAX, _ABSL, "tqdm==4.70.1") + _CHEX
+_JAXTYPING_PLUGIN = ("-p", "jaxtyping._pytest_plugin")  # plugins are not autoloaded
+_NO_TESTS = "the sdist ships no tests (they live only in the repository: see --repo)"
 _FLAX = ("msgpack==1.2.4", "rich==15.0.0", "markdown-it-py==4.0.0", "mdurl==0.1.2",
          "pygments==2.19.2", "pyyaml==6.0.4", "treescope==0.1.10")
 # distrax needs tfp-nightly: tensorflow-probability 0.25.0's JAX substrate fails on JAX 0.10.2
@@ -44,10 +51,11 @@ LIBRARIES = (
     Library("flax-nnx", "flax", "0.12.8", "sdist", ("tests/nnx",),
             deps=(_ABSL, _OPTAX) + _CHEX + _TREE + _FLAX),
     Library("equinox", "equinox", "0.13.8", "sdist", (),
-            deps=_EQX[1:], note="the sdist ships no tests (they live only in the repository)"),
+            deps=_EQX[1:] + _EQX_TESTS, note=_NO_TESTS,
+            extra_args=_JAXTYPING_PLUGIN, repo_tests=("v0.13.8", "tests")),
     Library("diffrax", "diffrax", "0.7.2", "sdist", (),
-            deps=_EQX + ("lineax==0.1.1", "optimistix==0.1.0"),
-            note="the sdist ships no tests (they live only in the repository)"),
+            deps=_EQX + ("lineax==0.1.1", "optimistix==0.1.0") + _EQX_TESTS, note=_NO_TESTS,
+            extra_args=_JAXTYPING_PLUGIN, repo_tests=("v0.7.2", "test")),
     Library("numpyro", "numpyro", "0.22.0", "sdist", ("test",),
             deps=("multipledispatch==1.0.0", "tqdm==4.70.1", _OPTAX) + _CHEX + (_ABSL,)),
     Library("distrax", "distrax", "0.1.9", "wheel", ("distrax",),
