@@ -135,3 +135,16 @@ def test_prints_inside_conds_and_loops_are_kept_and_stay_inside(capsys):
     h = kiln.jit(lambda x: (lax.fori_loop(0, 2, lambda i, c: (kiln.debug.print("D {i}", i=i), c)[1], x), 0)[1])
     h(1.0)
     assert _lines(capsys) == ["D 0", "D 1"]
+
+
+def test_a_callback_of_many_complex_operands():
+    """Issue 33 (diffrax's complex solves): a pure_callback with more than 8 operands, complex ones
+    among them, compiles (the complex pass took at most 8 operands of a library call)."""
+    rng = np.random.default_rng()
+    xs = [jnp.asarray(rng.standard_normal(3) + 1j * rng.standard_normal(3), jnp.complex64) for _ in range(6)]
+    xs += [jnp.asarray(rng.standard_normal(2), jnp.float32) for _ in range(6)]
+
+    def host(*vs):
+        return np.asarray(sum(np.sum(v) for v in vs), np.complex64)
+    got = kiln.jit(lambda *v: kiln.pure_callback(host, kiln.ShapeDtypeStruct((), jnp.complex64), *v))(*xs)
+    np.testing.assert_allclose(got, host(*[np.asarray(x) for x in xs]), rtol=1e-5)

@@ -744,13 +744,15 @@ static int rewrite(split_ctx *s, const kl_eqn *e) {
   int *packed = packed_field(e->prim, &(kl_params){0});
   if (packed) { /* library calls on interleaved data (fft, linalg): packed in and out */
     kl_params p = e->p;
-    int flag = 0, ins[8];
+    int flag = 0, *ins = kl_malloc(sizeof(int) * ((size_t)e->nin + 1));
+    if (!ins) return kl_build_oom(b), -1;
     for (int j = 0; j < e->nin; j++) flag |= is_cx(&src->vals[e->ins[j]].aval);
     for (int j = 0; j < e->nout; j++) flag |= is_cx(&src->vals[e->outs[j]].aval) << 1;
     *packed_field(e->prim, &p) = flag;
-    if (e->nin > 8) return unsupported(s, e, "too many operands");
     for (int j = 0; j < e->nin; j++) ins[j] = is_cx(&src->vals[e->ins[j]].aval) ? packed_of(s, e->ins[j]) : s->map[e->ins[j]];
-    if (kl_build_emit(b, e->prim, ins, e->nin, &p, ys) < 0) return -1;
+    int n = kl_build_emit(b, e->prim, ins, e->nin, &p, ys);
+    free(ins);
+    if (n < 0) return -1;
     for (int j = 0; j < e->nout; j++) s->map[e->outs[j]] = ys[j];
     return 0;
   }
