@@ -862,3 +862,30 @@ def test_concrete_loops_trace_their_body_once():
     n, v = kiln.lax.while_loop(lambda s: s[0] < 500, lambda s: (s[0] + 1, s[1] * 1.01), (0, jnp.float32(1.0)))
     assert int(n) == 500
     np.testing.assert_allclose(v, 1.01 ** 500, rtol=1e-3)
+
+
+def test_cond_and_switch_results_take_branch_0s_weak_type():
+    """Issue 33 (diffrax under strict promotion): as JAX's, a cond's results have its false
+    branch's types and a switch's its branch 0's, weak types included, whichever branch runs and
+    whether the predicate is traced or concrete (kiln took both-weak, or the taken branch's)."""
+    import kiln
+    rng = np.random.default_rng()
+    v = float(rng.standard_normal())
+
+    def weak():
+        return jnp.asarray(v) * 0 + 1.0  # a Python scalar's weak float32
+
+    def strong():
+        return jnp.float32(v)
+    for p in (True, False):
+        for f in (lambda q: lax.cond(q, strong, weak), lambda q: lax.switch(q.astype(int), [weak, strong])):
+            assert kiln.jit(f)(jnp.asarray(p)).weak_type
+            assert f(jnp.asarray(p)).weak_type
+            assert kiln.jit(lambda: f(jnp.asarray(p)))().weak_type  # a concrete predicate under a trace
+        for f in (lambda q: lax.cond(q, weak, strong), lambda q: lax.switch(q.astype(int), [strong, weak, weak])):
+            assert not kiln.jit(f)(jnp.asarray(p)).weak_type
+            assert not f(jnp.asarray(p)).weak_type
+    # the values are the taken branch's
+    assert float(kiln.jit(lambda q: lax.switch(q, [strong, weak, lambda: jnp.float32(7)]))(2)) == 7
+    assert float(kiln.jit(lambda q: lax.switch(q, [strong, weak, lambda: jnp.float32(7)]))(-3)) == np.float32(v)
+    assert float(kiln.jit(lambda q: lax.switch(q, [strong, weak, lambda: jnp.float32(7)]))(1)) == 1.0

@@ -138,8 +138,7 @@ static int rule_cond(kl_rule_err *e, const kl_aval *ins, int nin, const kl_param
     if (!same_type(f, t))
       return kl_rule_fail(e, KL_ERR_TYPE, "cond: result %d is %s in the false branch and %s in the true one", i,
                           kl_rule_shape_str(f, b1, sizeof b1), kl_rule_shape_str(t, b2, sizeof b2));
-    outs[i] = *t;
-    outs[i].weak = f->weak && t->weak;
+    outs[i] = *f; /* the false branch's type, weak type included (JAX's: branch 0's) */
   }
   *nout = br[0]->noutputs;
   return 0;

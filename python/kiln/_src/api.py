@@ -1035,5 +1035,10 @@ def _eval_shape(fun, *args, **kwargs):
             arrs.append(_abstract_leaf(leaf))  # whatever the size (a model's parameter shapes)
         else:
             arrs.append(_leaf_to_array(leaf))
-    traced = _trace(fun, None, None, arrs, tree)
+    def described(*a, **k):  # a result that is already a description stays one (lineax passes them)
+        from kiln import lax
+        return tree_util.tree_map(lambda x: lax._full(x.shape, 0, x.dtype, x.weak_type)
+                                  if isinstance(x, ShapeDtypeStruct) and not isinstance(x.dtype, dtypes.ExtendedDType)
+                                  else x, fun(*a, **k))
+    traced = _trace(described, None, None, arrs, tree)
     return tree_util.tree_unflatten(traced.out_tree, [ShapeDtypeStruct(s, d, w) for s, d, w in traced.out_avals])

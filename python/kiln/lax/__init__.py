@@ -889,6 +889,32 @@ def _has_value(x):
     return not isinstance(x, Tracer) or x._cval is not None
 
 
+def _branch0_types(fun, operands):
+    """Branch 0's output types under a trace (where _untaken_output gives none): fun traced in a
+    sub-trace of this one; None where it cannot be (the results then keep the taken branch's)."""
+    try:
+        leaves, tree = _operand_leaves(operands)
+        return _branch(fun, leaves, tree)[2]
+    except Exception:
+        return None
+
+
+def _weak_as_branch0(out, first):
+    """out (the taken branch's result) with the weak types of branch 0's (`first`, its output
+    types or None): JAX's cond and switch results have branch 0's types (cond's false branch)."""
+    from kiln._src import tree_util
+    if first is None:
+        return out
+    o_leaves, o_tree = tree_util.tree_flatten(out)
+    f_leaves = tree_util.tree_leaves(first)
+    if len(o_leaves) != len(f_leaves):
+        return out
+    return tree_util.tree_unflatten(o_tree, [
+        convert_element_type(o, o.dtype, weak_type=bool(f.weak_type))
+        if isinstance(o, Array) and bool(getattr(o, "weak_type", False)) != bool(getattr(f, "weak_type", False))
+        and o.dtype == getattr(f, "dtype", None) else o for o, f in zip(o_leaves, f_leaves)])
+
+
 def _results_as_arrays(tree):
     """A control-flow result with Python scalars and NumPy values as arrays (JAX's cond returns
     arrays, weakly typed for Python scalars, also when its predicate is concrete)."""
@@ -1044,7 +1070,9 @@ def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
         if other is not None:
             t_out, f_out = (out, other) if taken else (other, out)
             control_checks.check_branches("cond", "true_fun", true_fun, t_out, "false_fun", false_fun, f_out)
-        return _results_as_arrays(out)
+        out = _results_as_arrays(out)
+        return _weak_as_branch0(out, other if other is not None else _branch0_types(false_fun, operands)) \
+            if taken else out
     p = _as_bool_scalar("cond", pred)
     leaves, tree = _operand_leaves(operands)
     touched = []
@@ -1076,7 +1104,9 @@ def switch(index, branches, *operands):
             if outs[0] is not None and outs[j] is not None:
                 control_checks.check_branches("switch", "branch 0", branches[0], outs[0], f"branch{j}", branches[j],
                                               outs[j])
-        return _results_as_arrays(out)
+        out = _results_as_arrays(out)
+        return _weak_as_branch0(out, outs[0] if outs[0] is not None else _branch0_types(branches[0], operands)) \
+            if i else out
     idx = _check_index(index)
     idx = core.asarray(idx) if not isinstance(idx, Array) else idx
     if len(branches) == 1:
@@ -1098,11 +1128,12 @@ def switch(index, branches, *operands):
             return traced[k]
 
         def flat(*xs):
-            return list(_bind_cond(le(idx, _to_array(k, idx)), rest(k + 1), traced[k], xs))
+            return list(_bind_cond(gt(idx, _to_array(k, idx)), traced[k], rest(k + 1), xs))
         body, consts, _ = _trace_sub(flat, leaves)
         return body, list(consts)
 
-    return tree_util.tree_unflatten(out_tree, list(_bind_cond(le(idx, _to_array(0, idx)), rest(1), traced[0], leaves)))
+    # branch k is the false branch of its cond: the results have branch 0's types, as JAX's
+    return tree_util.tree_unflatten(out_tree, list(_bind_cond(gt(idx, _to_array(0, idx)), traced[0], rest(1), leaves)))
 
 
 def _fori_equation(lower, upper, body_fun, init_val):
