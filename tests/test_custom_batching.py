@@ -306,3 +306,33 @@ def test_integer_values_are_never_perturbed():
     seen.clear()
     kiln.grad(lambda x: f(x.astype(ml_dtypes.bfloat16), jnp.int32(2)).astype(jnp.float32))(x)
     assert seen == [(True, False)]
+
+
+def test_a_batching_rule_may_close_over_small_concrete_arrays():
+    """Issue 33 (lineax's linear_solve, equinox's maybe_set under vmap): a rule that uses arrays
+    from outside (module-level scalars, a small table) works; they are written into its program.
+    A large one raises NotImplementedError naming the primitive."""
+    rng = np.random.default_rng()
+    scale = jnp.asarray(np.float32(rng.uniform(1, 2)))
+    table = jnp.asarray(rng.standard_normal(3).astype(np.float32))
+    flag = jnp.asarray(True)
+    big = jnp.asarray(rng.standard_normal(5000).astype(np.float32))
+    p = Primitive("test_closes_over")
+    p.def_impl(lambda x: x * scale + table)
+    p.def_abstract_eval(lambda x: x)
+
+    def rule(args, dims):
+        (x,), (d,) = args, dims
+        x = jnp.moveaxis(x, d, 0)
+        return jnp.where(flag, x * scale + table, x), 0
+    batching.primitive_batchers[p] = rule
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    want = x * np.asarray(scale) + np.asarray(table)
+    np.testing.assert_allclose(kiln.vmap(p.bind)(x), want, rtol=1e-6)
+    np.testing.assert_allclose(kiln.jit(kiln.vmap(p.bind))(x), want, rtol=1e-6)
+    q = Primitive("test_closes_over_big")
+    q.def_impl(lambda x: x)
+    q.def_abstract_eval(lambda x: x)
+    batching.primitive_batchers[q] = lambda args, dims: (jnp.take(big, jnp.abs(args[0]).astype(jnp.int32)), dims[0])
+    with pytest.raises(NotImplementedError, match="test_closes_over_big"):
+        kiln.vmap(q.bind)(x)

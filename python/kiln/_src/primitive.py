@@ -200,6 +200,39 @@ def _bind_vmap_call(leaves, fun, run, what):
     return list(core.bind("custom_vmap_call", leaves + list(consts), {"body": body, "rule": handle}))
 
 
+_CONSTANT_ELEMENTS_MAX = 4096  # elements of the arrays a batching rule may close over
+
+
+def _with_constants(prog, consts, ins, what):
+    """prog (a body over (ins, consts)) as a body over ins alone, each concrete const rebuilt in it
+    from literals (the vmap pass asks a rule for a program of its operands only)."""
+    from kiln import lax
+    from kiln._src import ad
+    from kiln._src.custom import _trace_sub
+    if any(isinstance(c, core.Tracer) for c in consts) or \
+            sum(int(np.prod(np.shape(c))) for c in consts) > _CONSTANT_ELEMENTS_MAX:
+        raise NotImplementedError(
+            f"vmap of {what}: its batching rule captures arrays from outside (constants of {len(consts)} arrays, "
+            f"traced ones or more than {_CONSTANT_ELEMENTS_MAX} elements); kiln takes batching rules that compute "
+            f"from their operands and small concrete arrays only: build such arrays from the operands or pass them in")
+
+    def constant(c):
+        v = np.asarray(c)
+        weak = bool(getattr(c, "weak_type", False))
+        if v.size and (v == v.flat[0]).all() or (v.size and np.isnan(v).all() if v.dtype.kind in "fc" else False):
+            return lax._full(v.shape, v.flat[0].item(), v.dtype, weak)
+        parts = [lax._full((1,), x.item(), v.dtype, weak) for x in v.reshape(-1)]
+        return lax.reshape(lax.concatenate(parts, 0), v.shape) if parts else lax._full(v.shape, 0, v.dtype, weak)
+
+    def flat(*xs):
+        return ad._inline(prog, list(xs) + [constant(c) for c in consts])
+    body, more, _ = _trace_sub(flat, ins)
+    if more:
+        raise NotImplementedError(f"vmap of {what}: its batching rule's constants could not be written into its "
+                                  f"program")
+    return body
+
+
 def _trace_rule(f, avals, out_avals, size, what):
     """f traced on operands of types avals into a body; f returns (flat outputs, their batched
     flags). Checks the outputs against out_avals (the per-example types) and the flags."""
@@ -213,10 +246,8 @@ def _trace_rule(f, avals, out_avals, size, what):
         return outs
     ins = [ShapeDtypeStruct(tuple(shape), np.dtype(dtype)) for shape, dtype in avals]
     prog, consts, got = _trace_sub(body, ins)
-    if consts:
-        raise NotImplementedError(f"vmap of {what}: its batching rule captures arrays from outside (constants "
-                                  f"of {len(consts)} arrays); kiln takes batching rules that compute from their "
-                                  f"operands only: build such arrays from the operands or pass them in")
+    if consts:  # concrete arrays it closes over (equinox's, lineax's scalars): written into the program
+        prog = _with_constants(prog, list(consts), ins, what)
     if len(got) != len(out_avals):
         raise ValueError(f"vmap of {what}: the batching rule gave {len(got)} results, the function gives "
                          f"{len(out_avals)}")
