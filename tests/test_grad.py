@@ -1200,3 +1200,31 @@ def test_pow_gradient_has_jax_nans_at_zero():
     x = np.array([0.0, 2.0, -2.0, np.nan], np.float32)
     assert np.asarray(kiln.grad(lambda x: lax.pow(x, y).sum())(x)).tolist() == [0.0, -0.25, 12.0, 0.0]
     np.testing.assert_array_equal(np.asarray(lax.pow(x, y)), np.array([1, 0.5, -8, 1], np.float32))
+
+
+def test_has_aux_passes_untraced_aux_leaves_through():
+    """Issue 33 (equinox's filter_vjp, optimistix's linearize): with has_aux, aux leaves that are
+    not traced values (strings, objects, NumPy arrays, Python numbers) come back as they were, as
+    JAX's; traced ones as arrays. linearize takes has_aux."""
+    import kiln
+    rng = np.random.default_rng()
+    x0 = float(rng.uniform(0.5, 2))
+    tag, host = object(), np.arange(3.0)
+
+    def f(x):
+        return x ** 2, {"s": "hello", "o": tag, "h": host, "n": 3.0, "t": x * 3}
+    (v, aux), g = kiln.value_and_grad(f, has_aux=True)(x0)
+    assert aux["s"] == "hello" and aux["o"] is tag and aux["h"] is host and aux["n"] == 3.0
+    np.testing.assert_allclose([v, g, aux["t"]], [x0 ** 2, 2 * x0, 3 * x0], rtol=1e-6)
+    _, f_vjp, aux = kiln.vjp(f, x0, has_aux=True)
+    assert aux["o"] is tag and float(f_vjp(1.0)[0]) == pytest.approx(2 * x0, rel=1e-6)
+    _, t, aux = kiln.jvp(f, (x0,), (1.0,), has_aux=True)
+    assert aux["s"] == "hello" and float(t) == pytest.approx(2 * x0, rel=1e-6)
+    y, lin, aux = kiln.linearize(f, x0, has_aux=True)
+    assert aux["o"] is tag and float(lin(2.0)) == pytest.approx(4 * x0, rel=1e-6) and float(y) == pytest.approx(x0 ** 2)
+    jac, aux = kiln.jacrev(f, has_aux=True)(x0)
+    assert aux["s"] == "hello" and float(jac) == pytest.approx(2 * x0, rel=1e-6)
+    jac, aux = kiln.jacfwd(f, has_aux=True)(x0)
+    assert aux["h"] is host and float(jac) == pytest.approx(2 * x0, rel=1e-6)
+    with pytest.raises(TypeError, match="pair"):
+        kiln.grad(lambda x: x, has_aux=True)(x0)

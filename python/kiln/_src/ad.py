@@ -135,12 +135,13 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         # as JAX: only the differentiated arguments are traced; the others (and kwargs) reach fun
         # as they are, so a Python int stays one (range(n), shapes) and arrays become constants
         dyn = tuple(args[i] for i in nums)
+        f, restore = _aux_apart(fun, name) if has_aux else (fun, None)
 
         def fun_d(*dargs):
             full = list(args)
             for i, a in zip(nums, dargs):
                 full[i] = a
-            return fun(*full, **kwargs)
+            return f(*full, **kwargs)
 
         arrs, tree, traced = _trace_flat(fun_d, dyn, {})
         out_avals = traced.out_avals
@@ -201,11 +202,34 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         g = per_arg[0] if single else tuple(per_arg)
         if has_aux:
             value, aux = primal
-            return (value, aux), g
+            return (value, restore(aux)), g
         return primal, g
 
     wrapped.__name__ = getattr(fun, "__name__", "fun")
     return wrapped
+
+
+def _aux_apart(fun, name):
+    """fun returning (out, aux) as a function returning (out, the traced leaves of aux), and
+    restore(those leaves' values) -> aux: as JAX, aux's other leaves (strings, objects, NumPy
+    arrays, Python numbers, concrete arrays) come back as they were, never traced."""
+    box = {}
+
+    def apart(*args, **kwargs):
+        res = fun(*args, **kwargs)
+        if not isinstance(res, (tuple, list)) or len(res) != 2:
+            raise TypeError(f"{name}(has_aux=True): the function must return a pair (output, aux), got "
+                            f"{type(res).__name__}")
+        out, aux = res
+        leaves, tree = tree_util.tree_flatten(aux)
+        traced = [isinstance(x, core.Tracer) for x in leaves]
+        box["tree"], box["leaves"], box["traced"] = tree, [None if t else x for x, t in zip(leaves, traced)], traced
+        return out, [x for x, t in zip(leaves, traced) if t]
+
+    def restore(values):
+        it = iter(values)
+        return tree_util.tree_unflatten(box["tree"], [next(it) if t else x for x, t in zip(box["leaves"], box["traced"])])
+    return apart, restore
 
 
 def _split_pair(treedef):
@@ -273,25 +297,28 @@ def jvp(fun, primals, tangents, has_aux=False):
     """(fun(*primals), the directional derivative along `tangents`)."""
     if not isinstance(tangents, (tuple, list)):
         raise TypeError(f"jvp: tangents must be a tuple or list of arguments, got {type(tangents).__name__}")
-    primal_out, tangent_out = _jvp_program(fun, primals)(tangents)
+    f, restore = _aux_apart(fun, "jvp") if has_aux else (fun, None)
+    primal_out, tangent_out = _jvp_program(f, primals)(tangents)
     if has_aux:
-        return primal_out[0], tangent_out[0], primal_out[1]
+        return primal_out[0], tangent_out[0], restore(primal_out[1])
     return primal_out, tangent_out
 
 
-def linearize(fun, *primals):
+def linearize(fun, *primals, has_aux=False):
     """(fun(*primals), f_jvp) where f_jvp(*tangents) evaluates the JVP at `primals` (the
-    function is traced and transformed once)."""
-    run = _jvp_program(fun, primals, "linearize")
+    function is traced and transformed once); with has_aux, fun returns (out, aux) and
+    linearize (out, f_jvp, aux)."""
+    f, restore = _aux_apart(fun, "linearize") if has_aux else (fun, None)
+    run = _jvp_program(f, primals, "linearize")
     out, _ = run(tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals), checked=False)
-
-    def f_jvp(*tangents):
-        return run(tangents)[1]
-    return out, f_jvp
+    if not has_aux:
+        return out, lambda *tangents: run(tangents)[1]
+    return out[0], lambda *tangents: run(tangents)[1][0], restore(out[1])
 
 
 def vjp(fun, *primals, has_aux=False):
     """(fun(*primals), f_vjp) where f_vjp(cotangent) gives the cotangents of the primals."""
+    fun, restore = _aux_apart(fun, "vjp") if has_aux else (fun, None)
     arrs, tree, traced = _trace_flat(fun, primals, {})
     n = len(traced.out_avals)
     wants = [True] * len(arrs) + [False] * len(traced.consts)
@@ -323,7 +350,7 @@ def vjp(fun, *primals, has_aux=False):
         return tree_util.tree_unflatten(tree, grads)[0]
 
     if has_aux:
-        return primal_out[0], f_vjp, primal_out[1]
+        return primal_out[0], f_vjp, restore(primal_out[1])
     return primal_out, f_vjp
 
 
@@ -436,11 +463,13 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         dyn = tuple(tree_util.tree_map(core.asarray, args[i]) for i in nums)
         _check_jac_inputs("jacfwd", dyn, holomorphic=holomorphic)
         f_sel = _select_args(fun, args, nums)
+        f_sel, restore = _aux_apart(f_sel, "jacfwd") if has_aux else (f_sel, None)
         flat, in_tree = tree_util.tree_flatten(dyn)
         run = _jvp_program(f_sel, dyn, "jacfwd")
         y, _ = run(tree_util.tree_unflatten(in_tree, [jnp.zeros_like(x) for x in flat]))
         if has_aux:
             y, aux = y
+            aux = restore(aux)
         y_leaves, y_tree = tree_util.tree_flatten(y)
         y_leaves = [core.asarray(v) for v in y_leaves]
         n, basis, x_off_el = _std_basis(flat)
