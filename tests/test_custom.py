@@ -393,3 +393,20 @@ def test_custom_jvp_function_and_rule_see_values_under_grad_outside_jit():
     assert float(kiln.grad(kiln.grad(f))(0.5)) == pytest.approx(-2 * np.sin(0.5), rel=1e-6)
     with pytest.raises(kiln.errors.TracerBoolConversionError):
         kiln.jit(kiln.grad(f))(0.5)
+
+
+def test_custom_jvp_zero_tangent_of_a_bool_output_under_strict_promotion():
+    """Issue 33 (diffrax's events): a custom_jvp rule leaving a bool output's tangent None made
+    kiln compute `bool * 0`, which strict dtype promotion refuses; the zero is of the output's dtype."""
+    x0 = float(np.random.default_rng().uniform(0.5, 2))
+
+    @kiln.custom_jvp
+    def f(x):
+        return x * 2, x > 0
+
+    @f.defjvp
+    def f_jvp(p, t):
+        return f(p[0]), (t[0] * 2, None)
+    with kiln.numpy_dtype_promotion("strict"):
+        assert float(kiln.grad(lambda x: f(x)[0])(x0)) == 2.0
+        np.testing.assert_array_equal(kiln.vmap(kiln.grad(lambda x: f(x)[0]))(jnp.full(2, x0)), [2.0, 2.0])

@@ -109,6 +109,7 @@ class custom_jvp:
 
     def defjvps(self, *jvps):
         def rule(primals, tangents):
+            from kiln import lax
             out = self.fun(*primals)
             tan = None
             for f, t in zip(jvps, tangents):
@@ -116,7 +117,7 @@ class custom_jvp:
                     continue
                 c = f(t, out, *primals)
                 tan = c if tan is None else tree_util.tree_map(lambda u, v: u + v, tan, c)
-            return out, tan if tan is not None else tree_util.tree_map(lambda o: o * 0, out)
+            return out, tan if tan is not None else tree_util.tree_map(lambda o: lax.full_like(o, 0), out)
         self.jvp = rule
 
     def __call__(self, *args):
@@ -164,7 +165,7 @@ class custom_jvp:
                                 f"structure {out_info['tree']}, got {o_tree}")
             o_leaves = [core.asarray(o) for o in o_leaves]
             if tan is None:
-                t_leaves = [o * 0 for o in o_leaves]
+                t_leaves = [lax.full_like(o, 0) for o in o_leaves]  # (of o's dtype: bool, strict promotion)
             else:
                 t_leaves, t_tree = tree_util.tree_flatten(tan, is_leaf=lambda v: isinstance(v, SymbolicZero))
                 if t_tree != o_tree:  # a None where the output has an array: a zero tangent (kiln)
@@ -175,7 +176,7 @@ class custom_jvp:
                                     f"container (pytree) structures, got {o_tree} and {t_tree}")
             ts = []
             for o, t in zip(o_leaves, t_leaves):
-                t = o * 0 if t is None or isinstance(t, SymbolicZero) else core.asarray(t)
+                t = lax.full_like(o, 0) if t is None or isinstance(t, SymbolicZero) else core.asarray(t)
                 if tuple(t.shape) != tuple(o.shape):
                     raise TypeError(f"custom_jvp rule of {name} must produce primal and tangent outputs with equal "
                                     f"shapes, got {tuple(o.shape)} and {tuple(t.shape)}")
