@@ -686,3 +686,24 @@ def test_equinox_asks_for_jax_lib_jaxruntimeerror_and_compile_options():
     assert float(lowered.compile(compiler_options={"xla_gpu_autotune_level": "0"})(x)) == np.float32(2 * x)
     with pytest.raises(JaxRuntimeError, match="No such compile option"):
         lowered.compile(compiler_options={"an option that does not make sense": "bad value"})
+
+
+def test_jvptracer_tells_differentiated_values_apart():
+    """Issue 33 (equinox's filter_jvp): inside jvp, isinstance(v, interpreters.ad.JVPTracer) holds
+    for values that depend on the differentiated inputs (not for constants made inside, nor
+    under vmap or jit alone), and v._trace.main is the trace find_top_trace names."""
+    from kiln.extend.core import find_top_trace
+    from kiln.interpreters import ad as kad
+    seen = {}
+
+    def f(x):
+        top = find_top_trace([x])
+        y, c = jnp.sin(x), jnp.ones(2)
+        seen["jvp"] = (isinstance(y, kad.JVPTracer), isinstance(c, kad.JVPTracer), y._trace.main is top.main)
+        return y
+    x0 = float(np.random.default_rng().uniform(0.5, 2))
+    _, t = kiln.jvp(f, (x0,), (1.0,))
+    assert seen["jvp"] == (True, False, True) and float(t) == pytest.approx(np.cos(x0), rel=1e-6)
+    kiln.vmap(lambda v: seen.__setitem__("vmap", isinstance(v * 2, kad.JVPTracer)) or v)(jnp.ones(2))
+    kiln.jit(lambda v: seen.__setitem__("jit", isinstance(v * 2, kad.JVPTracer)) or v)(1.0)
+    assert seen["vmap"] is False and seen["jit"] is False

@@ -301,3 +301,22 @@ def test_result_type_of_typed_keys_is_their_dtype():
     with pytest.raises(TypeError, match="key<fry>.*float"):
         jnp.result_type(keys, 1.0)
     assert jnp.result_type(np.int8(1), 2.0) == np.float32  # (the lattice is untouched)
+
+
+def test_where_picks_typed_keys_and_iscomplexobj_of_keys():
+    """Issue 33 (diffrax's Brownian tree): jnp.where over typed key arrays picks keys, broadcasting
+    as JAX's; jnp.iscomplexobj of a key array is False (it raised)."""
+    rng = np.random.default_rng()
+    k1 = kiln.random.split(kiln.random.key(int(rng.integers(1 << 30))), 4)
+    k2 = kiln.random.split(kiln.random.key(int(rng.integers(1 << 30))), 4)
+    c = rng.random(4) < 0.5
+    want = np.where(c[:, None], kiln.random.key_data(k1), kiln.random.key_data(k2))
+    for f in (jnp.where, kiln.jit(jnp.where)):
+        w = f(c, k1, k2)
+        assert w.dtype == k1.dtype and w.shape == (4,)
+        np.testing.assert_array_equal(kiln.random.key_data(w), want)
+    np.testing.assert_array_equal(kiln.random.key_data(jnp.where(True, k1[0], k2)),
+                                  np.broadcast_to(kiln.random.key_data(k1[0]), (4, 2)))
+    with pytest.raises(TypeError, match="keys"):
+        jnp.where(c, k1, jnp.zeros(4))
+    assert not jnp.iscomplexobj(k1)

@@ -503,7 +503,13 @@ static PyMethodDef trace_methods[] = {
     {"input_ids", trace_input_ids, METH_NOARGS, "input value ids of the program so far"},
     {NULL, NULL, 0, NULL}};
 
+static PyObject *trace_get_main(PyObject *self, void *unused) {
+  (void)unused;
+  return Py_NewRef(self);
+}
+
 static PyGetSetDef trace_getset[] = {
+    {"main", trace_get_main, NULL, "the trace itself (JAX's MainTrace: compared by identity)", NULL},
     {"alive", trace_get_alive, NULL, "False once the trace ended", NULL},
     {"level", trace_get_level, NULL, "0 for the outermost trace", NULL},
     {"concrete", trace_get_concrete, NULL, "whether values are computed as they are traced", NULL},

@@ -138,8 +138,17 @@ class JVPTrace:
     """The type of JVP traces (kiln's grad is a program transformation: no JVPTrace objects exist)."""
 
 
-class JVPTracer:
-    """The type of JVP tracers (kiln's tracers are kiln.core.Tracer)."""
+class _JVPTracerType(type):
+    def __instancecheck__(cls, x):
+        from kiln._src import tracing
+        return isinstance(x, tracing.Tracer) and id(x._trace) in tracing._ad_traces and tracing.perturbed(x)
+
+
+class JVPTracer(metaclass=_JVPTracerType):
+    """The values a differentiation traces: isinstance(x, JVPTracer) holds for kiln's tracers of a
+    trace grad, jvp, vjp or linearize differentiates that depend on its inputs (JAX's constants
+    inside are no JVPTracers); x._trace.main is that trace (equinox's filter_jvp tells its
+    outputs apart so)."""
 
 
 add_jaxvals_p = None

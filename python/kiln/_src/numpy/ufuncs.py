@@ -633,10 +633,28 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
                      for i in np.nonzero(np.asarray(value)))
     if x is None or y is None:
         raise TypeError("where: either both x and y or neither must be given")
+    if getattr(x, "_is_key_array", False) or getattr(y, "_is_key_array", False):
+        return _where_keys(condition, x, y)
     cond = _to_bool(util.asarray_arg("where", condition))
     x, y = util.promote_dtypes("where", x, y)
     cond, x, y = util._broadcast_all("where", [cond, x, y], rank_promotion=False)
     return lax.select(cond, x, y)
+
+
+def _where_keys(condition, x, y):
+    """where over typed PRNG key arrays (as JAX's): the key data picked word by word."""
+    from kiln import random
+    if not (getattr(x, "_is_key_array", False) and getattr(y, "_is_key_array", False)) or x.dtype != y.dtype:
+        raise TypeError(f"where: typed PRNG keys are picked only among keys of one kind, got {x.dtype} and "
+                        f"{getattr(y, 'dtype', type(y).__name__)}")
+    cond = _to_bool(util.asarray_arg("where", condition))
+    shape = util.broadcast_shapes(tuple(cond.shape), tuple(x.shape), tuple(y.shape), opname="where")
+    k = x._data.shape[-1]
+    full = tuple(shape) + (k,)
+    pick = util.broadcast_to_shape(lax.expand_dims(cond, (cond.ndim,)), tuple(shape) + (1,), "where")
+    return random.PRNGKeyArray(lax.select(util.broadcast_to_shape(pick, full, "where"),
+                                          util.broadcast_to_shape(x._data, full, "where"),
+                                          util.broadcast_to_shape(y._data, full, "where")))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -831,7 +849,10 @@ def iscomplexobj(x):
     dt = getattr(x, "dtype", None)
     if dt is None:
         return isinstance(x, complex) or (isinstance(x, (list, tuple)) and dtypes.dtype_of(x).kind == "c")
-    return np.dtype(dt).kind == "c"
+    try:
+        return np.dtype(dt).kind == "c"
+    except TypeError:  # an extended dtype (typed keys): not complex
+        return False
 
 
 def isrealobj(x):
