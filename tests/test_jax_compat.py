@@ -707,3 +707,28 @@ def test_jvptracer_tells_differentiated_values_apart():
     kiln.vmap(lambda v: seen.__setitem__("vmap", isinstance(v * 2, kad.JVPTracer)) or v)(jnp.ones(2))
     kiln.jit(lambda v: seen.__setitem__("jit", isinstance(v * 2, kad.JVPTracer)) or v)(1.0)
     assert seen["vmap"] is False and seen["jit"] is False
+
+
+def test_transformed_functions_carry_the_function_and_its_attributes():
+    """Issue 33 (equinox: vmap(batch_norm).batch_state_index, its transformed-callable warning): as
+    JAX's api_util.wraps, grad/value_and_grad/jacfwd/jacrev/hessian/vmap results have __wrapped__
+    and the function's attributes; a jit of them keeps its own state (a grad of a jit copied the
+    inner jit's attributes, and the outer jit then called the inner function)."""
+    import inspect
+
+    class Mod:
+        def __init__(self):
+            self.state_index = 7
+
+        def __call__(self, x):
+            return jnp.sum(jnp.tanh(x) ** 2)
+    m = Mod()
+    for t in (kiln.grad, kiln.value_and_grad, kiln.jacfwd, kiln.jacrev, kiln.hessian, kiln.vmap):
+        w = t(m)
+        assert inspect.unwrap(w) is m and w.state_index == 7, t.__name__
+    x = np.random.default_rng().standard_normal((3, 4)).astype(np.float32)
+    want = 2 * np.tanh(x) * (1 - np.tanh(x) ** 2)
+    f = lambda v: jnp.sum(jnp.tanh(v) ** 2)  # noqa: E731
+    for g in (kiln.jit(kiln.grad(kiln.jit(f))), kiln.jit(kiln.vmap(kiln.grad(kiln.jit(f)))),
+              kiln.custom_jvp(kiln.grad(kiln.jit(f)))):
+        np.testing.assert_allclose(g(x), want, rtol=1e-5, atol=1e-6)

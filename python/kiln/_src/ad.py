@@ -205,8 +205,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
             return (value, restore(aux)), g
         return primal, g
 
-    wrapped.__name__ = getattr(fun, "__name__", "fun")
-    return wrapped
+    return _wraps(wrapped, fun)
 
 
 def _aux_apart(fun, name):
@@ -232,6 +231,24 @@ def _aux_apart(fun, name):
     return apart, restore
 
 
+def _wraps(wrapper, fun):
+    """wrapper dressed as fun, as JAX's transformations do (api_util.wraps): fun's name, doc,
+    module and attributes (an equinox Module's fields: vmap(bn).batch_state_index), and
+    __wrapped__ = fun (equinox looks through it)."""
+    try:
+        wrapper.__dict__.update(getattr(fun, "__dict__", {}))
+    except TypeError:
+        pass
+    for name in ("__module__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, name, getattr(fun, name))
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__name__ = getattr(fun, "__name__", "fun") if isinstance(getattr(fun, "__name__", None), str) else "fun"
+    wrapper.__wrapped__ = fun
+    return wrapper
+
+
 def _split_pair(treedef):
     children = treedef.children()
     if len(children) != 2:
@@ -254,8 +271,7 @@ def grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False, redu
             return g, value[1]
         return g
 
-    wrapped.__name__ = getattr(fun, "__name__", "fun")
-    return wrapped
+    return _wraps(wrapped, fun)
 
 
 def _jvp_program(fun, primals, name="jvp"):
@@ -446,7 +462,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
             return part.reshape(tuple(yv.shape) + tuple(x.shape))
         jac = _assemble(y_leaves, y_tree, dyn, single, block)
         return (jac, res[2]) if has_aux else jac
-    return wrapped
+    return _wraps(wrapped, fun)
 
 
 jacobian = jacrev
@@ -487,7 +503,7 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
             return part.reshape(tuple(yv.shape) + tuple(x.shape))
         jac = _assemble(y_leaves, y_tree, dyn, single, block)
         return (jac, aux) if has_aux else jac
-    return wrapped
+    return _wraps(wrapped, fun)
 
 
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):

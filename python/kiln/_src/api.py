@@ -591,6 +591,8 @@ class JitWrapped(_kiln.JitBase):
                  donate_argnames=None):
         if not callable(fun):
             raise TypeError(f"jit: expected a callable, got {type(fun).__name__}")
+        functools.update_wrapper(self, fun)  # first: fun's attributes (another jit's among them) never replace ours
+        self.__dict__.pop("_spmd_eager", None)
         self._fun = fun
         self._static_argnums, self._static_argnames = _normalize_static(fun, static_argnums, static_argnames)
         self._donate_argnums, self._donate_argnames = _normalize_static(fun, donate_argnums, donate_argnames)
@@ -603,7 +605,6 @@ class JitWrapped(_kiln.JitBase):
         # calls that donate run here (their arrays are deleted after the call)
         donating = self._donate_argnums or self._donate_argnames
         self._fast = None if (self._static_argnums or self._static_argnames or donating) else {}
-        functools.update_wrapper(self, fun)
         _jitted.add(self)
 
     def __get__(self, obj, objtype=None):

@@ -273,5 +273,5 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
                for i, (y, b, a) in enumerate(zip(outs, out_batched, out_ax))]
         return tree_util.tree_unflatten(traced.out_tree, res)
 
-    functools.update_wrapper(wrapped, fun, updated=())
+    functools.update_wrapper(wrapped, fun)  # (fun's attributes too, as JAX's: a Module's fields)
     return wrapped

@@ -97,11 +97,11 @@ class custom_jvp:
     levels, and call the plain function at the last one."""
 
     def __init__(self, fun, nondiff_argnums=()):
+        functools.update_wrapper(self, fun)  # first: fun's attributes never replace ours
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp = None
         self._levels = None  # while tracing the rule: differentiation levels left above it
-        functools.update_wrapper(self, fun)
 
     def defjvp(self, jvp, symbolic_zeros=False):
         self.jvp = jvp
@@ -218,11 +218,11 @@ class custom_vjp:
     levels differentiate the plain function there, JAX's would apply the custom rule again."""
 
     def __init__(self, fun, nondiff_argnums=()):
+        functools.update_wrapper(self, fun)  # first: fun's attributes never replace ours
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd = self.bwd = None
         self._in_rule = False
-        functools.update_wrapper(self, fun)
 
     def defvjp(self, fwd, bwd, symbolic_zeros=False, optimize_remat=False):
         """fwd(*args) -> (out, residuals), bwd(residuals, out_cotangent) -> argument cotangents. With

@@ -350,11 +350,11 @@ class ShardMapped:
     def __init__(self, f, mesh, in_specs, out_specs, check_vma=True, axis_names=None, name="shard_map"):
         if not callable(f):
             raise TypeError(f"shard_map: expected a callable, got {type(f).__name__}")
+        functools.update_wrapper(self, f)  # first: f's attributes never replace ours
         self._fun, self._mesh, self._in_specs, self._out_specs = f, mesh, in_specs, out_specs
         self._check_vma, self._axis_names, self._name = check_vma, axis_names, name
         self._cache = {}
         self._fast = {}  # argument tree -> (mesh, config generation, entry, per leaf (sharding, shape, dtype, weak), devices)
-        functools.update_wrapper(self, f)
 
     def _the_mesh(self):
         mesh = self._mesh if self._mesh is not None else (_context_meshes[-1] if _context_meshes else None)
@@ -596,12 +596,12 @@ class PmapWrapped:
     """What pmap returns: shard_map over a 1-D mesh of the first n devices, the mapped axis squeezed."""
 
     def __init__(self, fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, axis_size):
+        functools.update_wrapper(self, fun)  # first: fun's attributes never replace ours
         self._fun, self._axis_name, self._in_axes, self._out_axes = fun, axis_name, in_axes, out_axes
         sb = static_broadcasted_argnums
         self._static = (sb,) if isinstance(sb, int) else tuple(sb)
         self._devices, self._axis_size = devices, axis_size
         self._cache = {}
-        functools.update_wrapper(self, fun)
 
     def __call__(self, *args, **kwargs):
         if kwargs:  # mapped along their axis 0, as JAX's pmap maps keyword arguments
