@@ -148,3 +148,25 @@ def test_a_callback_of_many_complex_operands():
         return np.asarray(sum(np.sum(v) for v in vs), np.complex64)
     got = kiln.jit(lambda *v: kiln.pure_callback(host, kiln.ShapeDtypeStruct((), jnp.complex64), *v))(*xs)
     np.testing.assert_allclose(got, host(*[np.asarray(x) for x in xs]), rtol=1e-5)
+
+
+def test_prints_of_a_loop_still_running_at_exit_are_not_lost(tmp_path):
+    """Issue 33 (equinox's checkpointed while loop tests read a loop's debug.print output): a
+    jitted loop that prints, launched and not waited for when the program ends, finishes its
+    callbacks before the interpreter exits, as JAX waits for its effects (kiln dropped them)."""
+    import os
+    import subprocess
+    import sys
+    n = int(np.random.default_rng().integers(2, 6))
+    script = tmp_path / "exit.py"
+    script.write_text(
+        "import kiln, kiln.numpy as jnp\n"
+        "def body(c):\n"
+        "    kiln.debug.print('trip {}', c[0])\n"
+        "    return c[0] + 1, jnp.sin(c[1])\n"
+        f"kiln.jit(lambda x: kiln.lax.while_loop(lambda c: c[0] < {n}, body, (0, x)))(0.5)\n")
+    python = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+    p = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=python), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert [ln for ln in p.stdout.splitlines() if ln.startswith("trip")] == [f"trip {i}" for i in range(n)]

@@ -8,6 +8,7 @@ two (CSE); under vmap they run once per batch element, in order; their derivativ
 callbacks return values of the declared types; they are not differentiable (as in JAX) and vmap
 as their vmap_method says.
 """
+import atexit
 import itertools
 import threading
 
@@ -37,7 +38,23 @@ def _register(site):
     with _lock:
         i = next(_ids)
         _registry[i] = site
+        if not _registry_used:
+            _registry_used.append(True)
+            atexit.register(_wait_at_exit)
     return i
+
+
+_registry_used = []
+
+
+def _wait_at_exit():
+    """At interpreter exit, the launched computations that may still call back (a loop printing
+    with debug.print on the executor thread) finish first, so no callback's output is lost (JAX
+    waits for its effects at exit too)."""
+    try:
+        _kiln.synchronize()
+    except Exception:  # (a failed computation was reported, or not, where it was read)
+        pass
 
 
 def _as_numpy(shape, dtype, mv, is_complex):
