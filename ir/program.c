@@ -161,6 +161,48 @@ kl_program *kl_program_copy(const kl_program *src) {
   return pg;
 }
 
+int kl_program_has_effects(const kl_program *pg) {
+  for (int k = 0; k < pg->neqns; k++) {
+    const kl_eqn *e = &pg->eqns[k];
+    if (e->prim == KL_P_CALLBACK && e->p.callback.effect == 1) return 1;
+    for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++)
+      if (f->kind == KL_PF_PROGRAM) {
+        const kl_program *body = *(kl_program *const *)kl_param_cptr(&e->p, f);
+        if (body && kl_program_has_effects(body)) return 1;
+      }
+  }
+  return 0;
+}
+
+kl_program *kl_program_without_effects(const kl_program *src) {
+  kl_program *pg = kl_program_copy(src);
+  for (int k = 0; pg && k < pg->neqns; k++) {
+    kl_eqn *e = &pg->eqns[k];
+    if (e->prim == KL_P_CALLBACK && e->p.callback.effect == 1) { /* its token: a literal nothing reads */
+      kl_dtype t = pg->vals[e->outs[0]].aval.dtype;
+      kl_params_init(&e->p, KL_P_CONST);
+      e->p.literal.dtype = (int)t;
+      e->prim = KL_P_CONST;
+      e->nin = 0;
+      continue;
+    }
+    for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++) {
+      if (f->kind != KL_PF_PROGRAM) continue;
+      kl_program **slot = kl_param_ptr(&e->p, f), *body = *slot, *quiet;
+      if (!body || !kl_program_has_effects(body)) continue;
+      if (!(quiet = kl_program_without_effects(body)) ||
+          grow(pg, (void **)&pg->bodies, &pg->capbodies, pg->nbodies + 1, sizeof *pg->bodies)) {
+        kl_program_free(quiet);
+        kl_program_free(pg);
+        return NULL;
+      }
+      pg->bodies[pg->nbodies++] = quiet; /* pg's reference (the old body's stays in the list) */
+      *slot = quiet;
+    }
+  }
+  return pg;
+}
+
 void kl_program_set_outputs(kl_program *pg, const int *outs, int n) {
   int *o = arena_dup(pg, outs, sizeof(int) * (size_t)n);
   if (!o) return; /* pg->oom is set: every later use of pg reports it */

@@ -48,6 +48,12 @@ void kl_program_retain(kl_program *pg);
 /* A deep copy (owned), or NULL when out of memory: the passes work on one, never on the traced
  * program. Bodies are shared. */
 kl_program *kl_program_copy(const kl_program *pg);
+/* A copy of pg whose effect callbacks (debug.print, debug.callback; in its bodies too) are gone,
+ * their tokens literals: a program run again for values only (a vjp's backward after its forward
+ * ran them). NULL when out of memory. */
+kl_program *kl_program_without_effects(const kl_program *pg);
+/* Whether pg (or a body of it) holds an effect callback. */
+int kl_program_has_effects(const kl_program *pg);
 /* Exchanges a's and b's contents, each keeping its own address and reference count (a pass
  * that rebuilds a program in b puts the result in place this way). */
 void kl_program_swap(kl_program *a, kl_program *b);

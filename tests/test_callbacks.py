@@ -170,3 +170,35 @@ def test_prints_of_a_loop_still_running_at_exit_are_not_lost(tmp_path):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert [ln for ln in p.stdout.splitlines() if ln.startswith("trip")] == [f"trip {i}" for i in range(n)]
+
+
+def test_debug_callbacks_run_once_under_differentiation():
+    """Issue 33 (equinox's checkpointed while loop prints its steps): as JAX's, a debug callback in
+    a differentiated function runs once per primal evaluation: in a loop under grad outside jit (the
+    concrete trace computed the loop, and the program ran it again), in vjp's backward (it ran the
+    program twice), and in linearize's f_jvp (each call ran it)."""
+    rng = np.random.default_rng()
+    x0 = float(rng.uniform(0.2, 1.0))
+    seen = []
+
+    def body(x):
+        kiln.debug.callback(lambda v: seen.append(round(float(v), 5)), x)
+        return jnp.sin(x)
+    xs = [round(x0, 5), round(float(np.float32(np.sin(np.float32(x0)))), 5)]
+    cases = {
+        "grad fori": (lambda: kiln.grad(lambda x: lax.fori_loop(0, 2, lambda i, c: body(c), x))(x0), xs),
+        "grad scan": (lambda: kiln.grad(lambda x: lax.scan(lambda c, _: (body(c), None), x, None, length=2)[0])(x0), xs),
+        "vjp": (lambda: kiln.vjp(body, x0)[1](1.0), xs[:1]),
+        "jit vjp": (lambda: kiln.jit(lambda g: kiln.vjp(body, g)[1](1.0))(x0), xs[:1]),
+        "loop of vjp": (lambda: kiln.jit(lambda g: lax.fori_loop(0, 2, lambda i, c: kiln.vjp(body, c)[1](1.0)[0], g))(x0),
+                        None),
+        "linearize": (lambda: (lambda f: [f(t) for t in (1.0, 2.0)])(kiln.linearize(body, x0)[1]), xs[:1]),
+    }
+    for name, (run, want) in cases.items():
+        seen.clear()
+        run()
+        kiln.effects_barrier()
+        if want is None:
+            assert len(seen) == 2, (name, seen)
+        else:
+            assert seen == want, (name, seen, want)

@@ -996,7 +996,15 @@ static PyObject *builder_take_body(PyObject *self, PyObject *args) {
   return builder_wrap(body);
 }
 
+static PyObject *builder_without_effects(PyObject *self, PyObject *unused) {
+  (void)unused;
+  kl_program *pg = kl_program_without_effects(((BuilderObject *)self)->pg);
+  return pg ? builder_wrap(pg) : PyErr_NoMemory();
+}
+
 static PyMethodDef builder_methods[] = {
+    {"without_effects", builder_without_effects, METH_NOARGS,
+     "without_effects() -> a copy whose effect callbacks (debug.print) are gone, in bodies too"},
     {"take_body", builder_take_body, METH_VARARGS, "take_body(explicit=-1) -> Builder (this one is left empty)"},
     {"jvp", builder_jvp, METH_O, "jvp(has_tangent) -> Builder"},
     {"vjp", builder_vjp, METH_O, "vjp(wants) -> Builder"},

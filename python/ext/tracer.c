@@ -539,6 +539,31 @@ static hook_frame *frame;
 
 static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params);
 
+/* params with each body that holds an effect callback replaced by a copy without them (a new
+ * dict), or NULL (none does; or an error is set). A concrete trace computes a loop's values
+ * eagerly, and the traced program runs its debug prints again later: they must run once. */
+static PyObject *quiet_params(PyObject *params) {
+  PyObject *key, *val, *out = NULL;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(params, &pos, &key, &val)) {
+    kl_program *pg = kl_py_builder_program(val);
+    if (!pg) {
+      PyErr_Clear();
+      continue;
+    }
+    if (!kl_program_has_effects(pg)) continue;
+    kl_program *quiet = kl_program_without_effects(pg);
+    PyObject *b = quiet ? kl_py_builder_wrap(quiet) : PyErr_NoMemory();
+    if (!b || (!out && !(out = PyDict_Copy(params))) || PyDict_SetItem(out, key, b)) {
+      Py_XDECREF(b);
+      Py_XDECREF(out);
+      return NULL;
+    }
+    Py_DECREF(b);
+  }
+  return out;
+}
+
 /* The concrete-value hook: runs the equation on the operands' values (eagerly: they are arrays). */
 static int value_hook(void *ctx, const kl_trace_eqn *e) {
   (void)ctx;
@@ -550,7 +575,9 @@ static int value_hook(void *ctx, const kl_trace_eqn *e) {
   }
   for (int i = 0; i < e->nin; i++) vals[i] = (PyObject *)e->ins[i].value;
   hook_frame *fr = frame; /* read once: compiling may let another thread bind meanwhile */
-  PyObject *res = dispatch(fr->prim, vals, e->nin, fr->params);
+  PyObject *quiet = PyDict_Check(fr->params) ? quiet_params(fr->params) : NULL;
+  PyObject *res = PyErr_Occurred() ? NULL : dispatch(fr->prim, vals, e->nin, quiet ? quiet : fr->params);
+  Py_XDECREF(quiet);
   if (vals != small) PyMem_Free(vals);
   if (!res) return -1;
   if (!PyTuple_Check(res) || PyTuple_Size(res) != e->nout) {

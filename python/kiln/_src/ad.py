@@ -285,7 +285,10 @@ def _jvp_program(fun, primals, name="jvp"):
     jb.simplify()
     n = len(traced.out_avals)
 
-    def run(tangents, checked=True):
+    quiet = {}
+
+    def run(tangents, checked=True, again=False):
+        """again: the primal values were computed before (linearize's f_jvp): debug prints do not run again."""
         from kiln import lax
         if not isinstance(tangents, (tuple, list)):
             raise TypeError(f"{name}: tangents must be a tuple or list of arguments, got {type(tangents).__name__}")
@@ -303,7 +306,10 @@ def _jvp_program(fun, primals, name="jvp"):
                 raise ValueError(f"{name}: tangent shape {t.shape} does not match primal shape {p.shape}")
         t_in = [lax.convert_element_type(t, p.dtype) if t.dtype != p.dtype else t
                 for p, t in zip(arrs, t_arrs) if _is_float(p.dtype)]
-        outs = _run(jb, arrs + list(traced.consts) + t_in, checked=checked)
+        prog = jb
+        if again:
+            prog = quiet.get("jb") or quiet.setdefault("jb", jb.without_effects())
+        outs = _run(prog, arrs + list(traced.consts) + t_in, checked=checked)
         return (tree_util.tree_unflatten(traced.out_tree, outs[:n]),
                 tree_util.tree_unflatten(traced.out_tree, outs[n:]))
     return run
@@ -328,8 +334,8 @@ def linearize(fun, *primals, has_aux=False):
     run = _jvp_program(f, primals, "linearize")
     out, _ = run(tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals), checked=False)
     if not has_aux:
-        return out, lambda *tangents: run(tangents)[1]
-    return out[0], lambda *tangents: run(tangents)[1][0], restore(out[1])
+        return out, lambda *tangents: run(tangents, again=True)[1]
+    return out[0], lambda *tangents: run(tangents, again=True)[1][0], restore(out[1])
 
 
 def vjp(fun, *primals, has_aux=False):
@@ -342,6 +348,7 @@ def vjp(fun, *primals, has_aux=False):
     vb.simplify()
     zeros = [_zeros(s, d) for s, d, _ in traced.out_avals]
     outs = _run(vb, arrs + list(traced.consts) + zeros, checked=False)  # (the primal results alone)
+    backward = {}
     primal_out = tree_util.tree_unflatten(traced.out_tree, outs[:n])
     if has_aux:
         main_tree, _ = _split_pair(traced.out_tree)
@@ -361,7 +368,9 @@ def vjp(fun, *primals, has_aux=False):
                 raise ValueError(f"vjp: cotangent shape {c.shape} does not match the output shape {tuple(s)}")
             cts.append(c if c.dtype == d else core.asarray(c, d))
         cts += zeros[n_main:]
-        res = _run(vb, arrs + list(traced.consts) + cts)
+        if "quiet" not in backward:  # its debug prints ran with the primal results: not again
+            backward["quiet"] = vb.without_effects()
+        res = _run(backward["quiet"], arrs + list(traced.consts) + cts)
         grads = res[n:]
         return tree_util.tree_unflatten(tree, grads)[0]
 
