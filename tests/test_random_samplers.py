@@ -442,3 +442,19 @@ def test_permutation_sorts_carry_a_hint_make_jaxpr_does_not_print():
     order = np.argsort(keys, kind="stable")
     np.testing.assert_array_equal(np.asarray(sk), keys[order])
     np.testing.assert_array_equal(np.asarray(sv), vals[order])
+
+
+def test_multivariate_normal_under_rank_promotion_raise():
+    """Issue 33 (diffrax's tests run with jax_numpy_rank_promotion='raise'): a batch of samples
+    from a mean of lower rank broadcasts explicitly inside the sampler (it raised)."""
+    import kiln
+    rng = np.random.default_rng()
+    mean = rng.standard_normal(3).astype(np.float32)
+    a = rng.standard_normal((3, 3))
+    cov = (a @ a.T + 3 * np.eye(3)).astype(np.float32)
+    key = kiln.random.key(int(rng.integers(1 << 30)))
+    with kiln.numpy_rank_promotion("raise"):
+        x = kiln.random.multivariate_normal(key, mean, cov, shape=(1, 2))
+    assert x.shape == (1, 2, 3)
+    y = kiln.random.multivariate_normal(key, mean, cov, shape=(1, 2))
+    np.testing.assert_array_equal(x, y)

@@ -455,7 +455,8 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky
     else:
         factor = jnp.linalg.cholesky(cov)
     z = _r._normal_real(key, shape + mean.shape[-1:], dtype)
-    return mean + jnp.einsum("...ij,...j->...i", factor, z)
+    out = jnp.einsum("...ij,...j->...i", factor, z)
+    return jnp.broadcast_to(mean, out.shape) + out  # (explicit: also under jax_numpy_rank_promotion='raise')
 
 
 def orthogonal(key, n, shape=(), dtype=None, m=None):
