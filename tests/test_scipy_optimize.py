@@ -4,6 +4,7 @@ iterates (x, fun, jac, hess_inv to rounding; nit, nfev, status, success equal), 
 and under vmap; in 32 bits the first steps agree to rounding (later ones drift: JAX's loops are
 compiled by XLA, whose rounding differs from its own eager ops). The JAX tests skip without JAX;
 the SciPy and NumPy ones need only kiln."""
+import os
 import random as pyrandom
 
 import numpy as np
@@ -18,7 +19,7 @@ METHODS = ["BFGS", LBFGS]
 
 
 def _seed():
-    return pyrandom.randrange(2**31)
+    return int(os.environ.get("KILN_TEST_SEED") or pyrandom.randrange(2**31))
 
 
 def _rosenbrock(np_):
@@ -67,10 +68,11 @@ def jax64(x64):
     jax.config.update("jax_enable_x64", old)
 
 
-def _assert_same(got, want, tol, what, counts=True, loose=None):
+def _assert_same(got, want, tol, what, counts=True, loose=None, loose_jac=None):
     """Equal fields (counts and flags only when counts), allclose within tol, or within `loose`
     for x, the gradient and the inverse-Hessian estimate (both carry the cancellation in f's gradient,
-    about eps * |x| * |f''|, which the last steps amplify)."""
+    about eps * |x| * |f''|, which the last steps amplify); loose_jac (default loose) for the
+    gradient, which is x's difference times the Hessian along rosenbrock's valley."""
     assert type(got).__name__ == "OptimizeResults" and got._fields == want._fields, what
     for field in want._fields:
         g, w = getattr(got, field), getattr(want, field)
@@ -86,6 +88,7 @@ def _assert_same(got, want, tol, what, counts=True, loose=None):
             # x too: along rosenbrock's valley the last steps amplify gradient rounding into x (1 seed
             # in several hundred put L-BFGS's x 6.5e-8 from JAX's, with the same nit and nfev)
             t = loose if loose is not None and field in ("x", "jac", "hess_inv") else tol
+            t = loose_jac if loose_jac is not None and field == "jac" else t
             np.testing.assert_allclose(g, w, rtol=t, atol=t, err_msg=f"{what} {field}")
 
 
@@ -128,7 +131,8 @@ def test_bfgs_options_and_status_match_jax(jax64, options):
     seed = _seed()
     objective, x0, args, _ = _problem("rosenbrock5", np.random.default_rng(seed))
     got, want = _run_both(jax64, objective, x0, args, "BFGS", options=options)
-    _assert_same(got, want, 1e-8, f"{options} seed={seed}", loose=1e-6)
+    # (40 steps short of gtol=1e-12: seed 1835514322 put the gradient 8.8e-6 from JAX's, x within 1e-6)
+    _assert_same(got, want, 1e-8, f"{options} seed={seed}", loose=1e-6, loose_jac=5e-5)
     if options == dict(maxiter=3) and int(want.status) == 1:  # (unless JAX's line search stopped it first)
         assert int(got.status) == 1 and not bool(got.success) and int(got.nit) == 3
 
