@@ -1650,6 +1650,8 @@ PyObject *kl_py_raise(const char *prefix, const char *msg) {
   return PyErr_Format(cls, "%s%s", prefix ? prefix : "", msg);
 }
 
+int kl_py_is_builder(PyObject *v) { return PyObject_TypeCheck(v, (PyTypeObject *)BuilderType); }
+
 PyObject *kl_py_body_key(PyObject *v) {
   if (!PyObject_TypeCheck(v, (PyTypeObject *)BuilderType)) return NULL;
   const kl_program *pg = ((BuilderObject *)v)->pg;

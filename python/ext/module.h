@@ -56,6 +56,8 @@ PyObject *kl_py_raise(const char *prefix, const char *msg);
 PyObject *kl_py_builder_wrap(kl_program *pg);
 /* The program of a Builder (borrowed), or NULL with a TypeError when o is not one. */
 kl_program *kl_py_builder_program(PyObject *o);
+/* Whether o is a Builder (no error either way). */
+int kl_py_is_builder(PyObject *o);
 /* The equations of pg from index `from` on, as Builder.equations() lists them: (prim name, input
  * ids, output ids, params dict) each. */
 PyObject *kl_py_program_equations(const kl_program *pg, int from);

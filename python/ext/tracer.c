@@ -546,12 +546,8 @@ static PyObject *quiet_params(PyObject *params) {
   PyObject *key, *val, *out = NULL;
   Py_ssize_t pos = 0;
   while (PyDict_Next(params, &pos, &key, &val)) {
-    kl_program *pg = kl_py_builder_program(val);
-    if (!pg) {
-      PyErr_Clear();
-      continue;
-    }
-    if (!kl_program_has_effects(pg)) continue;
+    kl_program *pg = kl_py_is_builder(val) ? kl_py_builder_program(val) : NULL;
+    if (!pg || !kl_program_has_effects(pg)) continue;
     kl_program *quiet = kl_program_without_effects(pg);
     PyObject *b = quiet ? kl_py_builder_wrap(quiet) : PyErr_NoMemory();
     if (!b || (!out && !(out = PyDict_Copy(params))) || PyDict_SetItem(out, key, b)) {
