@@ -202,3 +202,48 @@ def test_debug_callbacks_run_once_under_differentiation():
             assert len(seen) == 2, (name, seen)
         else:
             assert seen == want, (name, seen, want)
+
+
+def test_replayed_prints_stay_in_the_trace_that_replays_them(capfd):
+    """Issue 33 (equinox's checkpointed loop resolves its symbolic zeros with jax.eval_shape over a
+    linearize/vjp of the body's jaxpr): a print replayed from a recorded program (eval_jaxpr, an
+    inlined linearize or vjp) inside eval_shape belongs to eval_shape's discarded trace, as in JAX's
+    dynamic tracing; it never runs from the enclosing jit program, nor at once under eager grad.
+    And a jitted CPU program with prints has printed them when its call returns (JAX's CPU client
+    does too), so output captured right after the call is complete, loops included."""
+    x0 = float(rng.uniform(0.2, 1.0))
+
+    def body(x):
+        kiln.debug.print("b {}", x)
+        return jnp.sin(x) * 2
+    jp = kiln.make_jaxpr(body)(1.0)
+
+    def replayed(x):
+        return kiln.core.eval_jaxpr(jp.jaxpr, jp.consts, x)[0]
+
+    @kiln.custom_vjp
+    def f(x):
+        return x * 3
+
+    def f_fwd(x):
+        kiln.eval_shape(lambda: kiln.linearize(replayed, x)[1](x))
+        kiln.eval_shape(lambda: kiln.jvp(replayed, (x,), (x,)))
+        return x * 3, x
+
+    def f_bwd(r, g):
+        kiln.eval_shape(lambda: kiln.vjp(replayed, r)[1](g))
+        return (g * 3,)
+    f.defvjp(f_fwd, f_bwd)
+    for name, run in {"jit grad": kiln.jit(kiln.grad(f)), "grad": kiln.grad(f)}.items():
+        g = run(x0)
+        kiln.effects_barrier()
+        np.testing.assert_allclose(float(g), 3.0, rtol=1e-6)
+        assert capfd.readouterr().out == "", name
+
+    @kiln.jit
+    def loop(x):
+        return lax.fori_loop(0, 50, lambda i, c: (kiln.debug.print("i {}", i), jnp.sin(c) + c * 1e-3)[1], x)
+    for _ in range(2):
+        out = loop(jnp.ones(4096, jnp.float32))
+        assert capfd.readouterr().out.split() == [t for i in range(50) for t in ("i", str(i))]
+        assert out.shape == (4096,)

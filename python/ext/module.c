@@ -1083,6 +1083,10 @@ static PyObject *exec_call(PyObject *self, PyObject *args, PyObject *kw) {
     kl_py_raise(NULL, err);
     goto done;
   }
+  if (o->x->effects) {
+    Py_BEGIN_ALLOW_THREADS kl_exec_wait_effects(o->x); /* its prints are out before the call returns */
+    Py_END_ALLOW_THREADS
+  }
   res = PyTuple_New(o->noutputs);
   for (int i = 0; i < o->noutputs; i++) PyTuple_SetItem(res, i, buffer_new_from(outs[i]));
 done:

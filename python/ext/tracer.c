@@ -609,15 +609,11 @@ static PyObject *record(PyObject *prim_name, PyObject *const *xs, Py_ssize_t n, 
   int outs[KL_MAX_OUTS], nout = 0, computed = 0, bad = 0, from = 0;
   char err[1024];
   TraceObject *h = NULL;
-  for (Py_ssize_t i = 0; i < n && !h; i++) /* the lifted count before, of the trace it will go to */
-    if (ops[i].trace) {
-      kl_trace *t = ops[i].trace;
-      for (Py_ssize_t j = i + 1; j < n; j++)
-        if (ops[j].trace && kl_trace_level(ops[j].trace) > kl_trace_level(t)) t = ops[j].trace;
-      h = kl_trace_client(t);
-    }
-  if (!h && stage) h = kl_trace_client(stage); /* no operand names a trace: it goes to `stage` */
-  if (h) from = lifted_count(h);
+  kl_trace *target = stage; /* the trace it will go to: the innermost of `stage` and the operands' */
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (ops[i].trace && (!target || kl_trace_level(ops[i].trace) > kl_trace_level(target))) target = ops[i].trace;
+  if (target) h = kl_trace_client(target);
+  if (h) from = lifted_count(h); /* the lifted count before */
   frame = &fr;
   int rc = kl_trace_bind_in(stage, prim, &p, ops, (int)n, &into, outs, &nout, &computed, &bad, err, sizeof err);
   frame = saved;
@@ -691,7 +687,23 @@ static PyObject *mod_set_bind_hook(PyObject *self, PyObject *arg) {
  * fast path), anything else is recorded into a trace. */
 static _Thread_local int compile_time_eval; /* ensure_compile_time_eval (per thread): nullary primitives run now */
 
+/* Whether prim[params] is an effect (debug.callback, io_callback): params' "effect" is set. */
+static int is_effect(PyObject *prim, PyObject *params) {
+  if (!params || !PyDict_Check(params) || PyUnicode_CompareWithASCIIString(prim, "callback")) return 0;
+  PyObject *e = PyDict_GetItemString(params, "effect");
+  return e && PyObject_IsTrue(e) > 0;
+}
+
 static PyObject *dispatch(PyObject *prim, PyObject *const *xs, Py_ssize_t n, PyObject *params) {
+  /* An effect replayed from a recorded program (eval_jaxpr, an inlined vjp or linearize) is
+   * staged into the innermost abstract trace, as JAX's dynamic trace does, even when its operands
+   * are constants or tracers of outer traces: an eval_shape or a discarded linearize inside jit
+   * must not print from the jit program. */
+  if (stack && is_effect(prim, params)) {
+    kl_trace *cur = kl_trace_current(stack);
+    if (cur && !kl_trace_is_concrete(cur) && kl_trace_client(cur))
+      return after_record(prim, xs, n, params, record(prim, xs, n, params, cur));
+  }
   for (Py_ssize_t i = 0; i < n; i++)
     if (!kl_py_is_array(xs[i])) return after_record(prim, xs, n, params, record(prim, xs, n, params, NULL));
   /* A primitive without operands (iota) inside an abstract trace (jit, make_jaxpr) is staged

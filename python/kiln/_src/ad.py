@@ -94,7 +94,11 @@ def _trace_flat(fun, args, kwargs):
     try:
         # Outside jit (every input has a value) the trace is concrete: Python control flow on
         # values, float(x) and printing work inside the function, as in JAX.
-        concrete = all(not isinstance(a, Tracer) or a._cval is not None for a in arrs)
+        # Inside an abstract trace (jit, eval_shape) it is abstract too, whatever the inputs hold:
+        # a debug print in a linearize under eval_shape must not run.
+        outer = core.current_trace()
+        concrete = (outer is None or outer.concrete) and \
+            all(not isinstance(a, Tracer) or a._cval is not None for a in arrs)
         tracing._next_is_ad[0] = len(arrs)  # (custom_vjp's perturbed flags: these inputs are)
         try:
             traced = api._trace(fun, None, None, arrs, tree, concrete=concrete)  # typed too (spmd.vma_nest)
