@@ -719,3 +719,46 @@ def test_jit_nested_under_grad_sees_numpy_arguments_as_arrays():
     assert np.asarray(g).tolist() == [3.0]
     g = kiln.grad(lambda x, n: kiln.jit(lambda x, n: x * n, static_argnums=1)(x, n))(np.float32(2), 3)
     assert float(g) == 3.0
+
+
+def test_jit_under_grad_keeps_its_program_for_the_next_call():
+    """Issue 33 (equinox counts traces): grad(jit(f)) traces f (and a custom_vjp's bwd in it) once
+    for calls of one signature, as JAX keeps a jit's jaxpr; a new shape traces again; a jit closing
+    over a value of the enclosing trace is traced anew each time (the value differs per call)."""
+    traces = []
+
+    @kiln.custom_vjp
+    def g(x):
+        return jnp.sin(x)
+
+    def g_fwd(x):
+        return jnp.sin(x), x
+
+    def g_bwd(x, ct):
+        traces.append("bwd")
+        return (ct * jnp.cos(x) * 2,)
+    g.defvjp(g_fwd, g_bwd)
+
+    @kiln.jit
+    def f(x):
+        traces.append("f")
+        return jnp.sum(g(x) * x)
+    rng = np.random.default_rng()
+    for _ in range(3):
+        x = rng.standard_normal(5).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(kiln.grad(f)(x)), 2 * np.cos(x) * x + np.sin(x), rtol=1e-5, atol=1e-6)
+    assert traces == ["f", "bwd"], traces
+    kiln.grad(f)(rng.standard_normal(3).astype(np.float32))
+    assert traces == ["f", "bwd"] * 2, traces
+
+    closing = kiln.jit(lambda y: jnp.sum(h.a * y * y))  # reads h.a: a tracer of grad's trace
+
+    def h(a, x):
+        h.a = a
+        return closing(x)
+    for _ in range(2):
+        a = float(rng.uniform(1, 2))
+        x = rng.standard_normal(4).astype(np.float32)
+        ga = kiln.grad(h, argnums=(0, 1))(a, x)
+        np.testing.assert_allclose(float(ga[0]), float(np.sum(x * x)), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(ga[1]), 2 * a * x, rtol=1e-5)

@@ -601,6 +601,7 @@ class JitWrapped(_kiln.JitBase):
             raise ValueError(f"jit: argument {min(both)} is both static and donated; a static argument is not an "
                              "array and cannot be donated")
         self._cache = {}
+        self._nested_cache = {}  # the programs of calls under another trace (_nested)
         # calls of positional arrays (or containers of them), run by JitBase: _kiln.jit_key(args) -> entry.fast;
         # calls that donate run here (their arrays are deleted after the call)
         donating = self._donate_argnums or self._donate_argnames
@@ -642,12 +643,26 @@ class JitWrapped(_kiln.JitBase):
         program, whose equations are then replayed into the enclosing trace, the arguments' values
         (or tracers) as its inputs; nothing compiles here, so no value is specialized on."""
         key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        from kiln._src import ad, spmd
+        # The program is kept for the next call like this one, as JAX keeps a jit's jaxpr (f's Python
+        # side effects, a custom_vjp's bwd tracing, happen once: equinox counts them), when nothing in
+        # it depends on the enclosing trace: no tracer of it among the constants (its inputs' perturbed
+        # flags are then its own: tracing._is_perturbed), no named axes or Refs in scope.
+        nkey = (key, core.ad_tracing())
+        cached = None if tracing_state.trace_reporters[0] else self._nested_cache.get(nkey)
+        if cached is not None:
+            outs = ad._inline(cached.builder, list(arrs) + list(cached.consts))
+            return tree_util.tree_unflatten(cached.out_tree, outs)
         fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
         traced = _trace(fun, None, None, arrs, tree, refs_in=("a jit-compiled function", True))
         if traced.ref_touched:  # it reads or writes an outer Ref: f called on the values (the Refs act in place)
             dyn_args, dyn_kwargs = tree_util.tree_unflatten(tree, list(arrs))
             return fun(*dyn_args, **dyn_kwargs)
-        from kiln._src import ad
+        if (not spmd._axis_stack and not spmd._vma_scopes and not tracing_state.trace_reporters[0]
+                and not tracing_state.compile_time_eval[0] and not any(isinstance(c, Tracer) for c in traced.consts)):
+            if len(self._nested_cache) >= 64:
+                self._nested_cache.pop(next(iter(self._nested_cache)), None)
+            self._nested_cache[nkey] = traced
         outs = ad._inline(traced.builder, list(arrs) + list(traced.consts))
         return tree_util.tree_unflatten(traced.out_tree, outs)
 
@@ -804,6 +819,7 @@ class JitWrapped(_kiln.JitBase):
 
     def clear_cache(self):
         self._cache.clear()
+        self._nested_cache.clear()
         if self._fast is not None:
             self._fast.clear()
 

@@ -35,6 +35,10 @@ _deps = {}
 _origins = {}
 _next_is_ad = Cell(0)  # set by ad._trace_flat: the next trace differentiates this many inputs
 _next_origins = Cell(None)  # set by custom._trace_sub: the next trace's inputs' perturbed flags
+# How many Python-side contexts that a trace reports to are open on this thread (checkify's frames:
+# its checks register there as they are traced): a traced program is then not kept for replay
+# (jit's _nested), as replaying it would skip those reports.
+trace_reporters = Cell(0)
 perturbed_asked = Cell(0)  # how many times perturbed() ran on this thread (a retrace is needed only then)
 
 

@@ -41,7 +41,7 @@ import threading
 import numpy as np
 
 from kiln import _kiln
-from kiln._src import core, refs, tree_util
+from kiln._src import core, refs, tracing, tree_util
 from kiln._src.thread_state import Stack
 
 __all__ = ["Error", "ErrorCategory", "JaxRuntimeError", "all_checks", "automatic_checks", "check", "check_error",
@@ -606,6 +606,7 @@ class _hooks:
     def __enter__(self):
         from kiln._src.numpy import indexing
         _frames.append(self.frame)
+        tracing.trace_reporters[0] += 1
         self.saved = None
         if self.frame.errors & automatic_checks:
             self.saved = (_kiln.set_bind_hook(_bind_hook), indexing.index_hook[0])
@@ -615,6 +616,7 @@ class _hooks:
     def __exit__(self, *exc):
         from kiln._src.numpy import indexing
         _frames.remove(self.frame)
+        tracing.trace_reporters[0] -= 1
         if self.saved is not None:
             _kiln.set_bind_hook(self.saved[0])
             indexing.index_hook[0] = self.saved[1]
