@@ -650,9 +650,14 @@ def test_lower_compile_ahead_of_time():
     lowered = f.lower(x, 3)
     assert "sin" in lowered.as_text()
     compiled = lowered.compile()
-    np.testing.assert_allclose(np.asarray(compiled(x, 3)), np.sin(x) * 3, rtol=1e-6)
+    # called with the dynamic arguments alone, as JAX's (the static one was fixed by lower())
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.sin(x) * 3, rtol=1e-6)
     with pytest.raises(TypeError, match="other types"):
-        compiled(np.ones(4, np.float32), 3)
+        compiled(np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="without the static ones"):
+        compiled(x, 3)
+    g = kiln.jit(lambda x, *, k: x * k, static_argnames="k")
+    np.testing.assert_allclose(np.asarray(g.lower(x, k=2.5).compile()(x)), x * 2.5, rtol=1e-6)
 
 
 def test_calls_with_containers_of_arrays_take_the_c_path_and_stay_correct():

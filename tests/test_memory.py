@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -449,3 +451,42 @@ def test_row_kernels_never_write_over_a_temporary_they_read(fn):
         f = kiln.jit(lambda a, b, w: (a - a.mean(-1, keepdims=True)) / jnp.sqrt(a.var(-1, keepdims=True) + 1e-5) * (b @ w))
         want = (a64 - a64.mean(-1, keepdims=True)) / np.sqrt(a64.var(-1, keepdims=True) + 1e-5) * y
     np.testing.assert_allclose(np.asarray(f(a, b, w)), want, rtol=2e-4, atol=2e-3)
+
+
+def test_donation_of_handed_back_inputs_copies_and_python_scalars():
+    """Issue 33 (equinox's donation tests): a donated input the program hands back unchanged is
+    usable (its output is its memory, as JAX aliases them) and is deleted; jnp.copy and x.copy()
+    are arrays of their own (deleting or donating one leaves the other); jnp.array of a Python
+    scalar never hands out the constant eager operations share; a donated buffer's address is
+    the output's (unsafe_buffer_pointer)."""
+    rng = np.random.default_rng()
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    v = rng.standard_normal(1000).astype(np.float32)
+    f = kiln.jit(lambda p: (p["w"], p["v"].at[0].add(1.0)), donate_argnums=0)
+    p = {"w": jnp.asarray(w), "v": jnp.asarray(v)}
+    addr = p["v"].unsafe_buffer_pointer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every donation is usable: no warning
+        w2, v2 = f(p)
+    assert p["w"].is_deleted() and p["v"].is_deleted()
+    np.testing.assert_array_equal(np.asarray(w2), w)
+    np.testing.assert_array_equal(np.asarray(v2)[1:], v[1:])
+    assert v2.unsafe_buffer_pointer() == addr
+
+    a = jnp.asarray(v)
+    for b in (jnp.copy(a), a.copy()):
+        b.delete()
+        np.testing.assert_array_equal(np.asarray(a), v)
+    c = jnp.copy(a)
+    kiln.jit(lambda x: x * 2, donate_argnums=0)(c)
+    assert c.is_deleted() and not a.is_deleted()
+    np.testing.assert_array_equal(np.asarray(a), v)
+
+    k = int(rng.integers(10, 1000))
+    s = jnp.array(k)
+    s.delete()
+    np.testing.assert_array_equal(np.asarray(jnp.ones(2, jnp.int32) + k), np.full(2, 1 + k))
+    assert int(jnp.array(k)) == k
+    d = jnp.array(float(k))
+    out = kiln.jit(lambda x: x + 1, donate_argnums=0)(d)
+    assert d.is_deleted() and float(out) == k + 1 and float(jnp.array(float(k))) == k

@@ -1240,8 +1240,23 @@ static PyObject *exec_donors(PyObject *self, void *unused) {
   return t;
 }
 
+/* Per output, the input it is (the same slot: the program hands that input back), or -1. */
+static PyObject *exec_passthrough(PyObject *self, void *unused) {
+  (void)unused;
+  ExecObject *o = (ExecObject *)self;
+  PyObject *t = PyTuple_New(o->noutputs);
+  for (int j = 0; t && j < o->noutputs; j++) {
+    long in = -1;
+    for (int i = 0; i < o->x->ninputs && in < 0; i++)
+      if (o->x->in_slots[i] == o->x->out_slots[j]) in = i;
+    PyTuple_SetItem(t, j, PyLong_FromLong(in));
+  }
+  return t;
+}
+
 static PyGetSetDef exec_getset[] = {
     {"donors", exec_donors, NULL, "per output, the input whose donated buffer it may take, or -1", NULL},
+    {"passthrough", exec_passthrough, NULL, "per output, the input it hands back unchanged, or -1", NULL},
     {"host_steps", exec_host_steps, NULL, "steps of a GPU executable that run on the host over copies", NULL},
     {"num_steps", exec_steps, NULL, "launches per call: kernels and library calls (for fusion tests)", NULL},
     {"device", exec_device, NULL, "0: CPU, 1: GPU", NULL},

@@ -746,7 +746,8 @@ class JitWrapped(_kiln.JitBase):
         that output is computed, at its own index), found at the first call of a signature; the
         others stay alive, and that call warns about them, as JAX does."""
         if entry.donated is None:
-            usable = frozenset(d for d in entry.exe.donors if d >= 0)
+            # an input handed back unchanged is usable too: its output is its buffer (JAX aliases them)
+            usable = frozenset(d for d in entry.exe.donors + entry.exe.passthrough if d >= 0)
             bad = [arrs[i] for i in entry.user_marked if i not in usable]
             if bad:
                 import warnings
@@ -850,16 +851,28 @@ class Lowered:
         w = self._wrapped
         if self._key not in w._cache:
             w._cache[self._key] = w._compile(self._statics, self._arrs, self._tree, self._nargs)
-        return Compiled(w, self._key)
+        return Compiled(w, self._key, self._statics, self._nargs)
 
 
 class Compiled:
-    """jit(f).lower(*args).compile(): called with arguments of the lowered types (statics as then)."""
+    """jit(f).lower(*args).compile(): called with the dynamic arguments alone, of the lowered types
+    (as JAX's: the static arguments were fixed by lower())."""
 
-    def __init__(self, wrapped, key):
-        self._wrapped, self._key = wrapped, key
+    def __init__(self, wrapped, key, statics=(), nargs=0):
+        self._wrapped, self._key, self._statics, self._nargs = wrapped, key, statics, nargs
 
     def __call__(self, *args, **kwargs):
+        if self._statics:
+            pos = {i: v for i, v in self._statics if isinstance(i, int)}
+            kw = {k: v for k, v in self._statics if isinstance(k, str)}
+            if len(args) + len(pos) != self._nargs or set(kwargs) & set(kw):
+                raise TypeError(f"a Compiled function takes the {self._nargs - len(pos)} dynamic positional "
+                                f"argument(s) it was lowered with, without the static ones (positions {sorted(pos)}, "
+                                f"names {sorted(kw)}: fixed by lower()); got {len(args)} positional and keywords "
+                                f"{sorted(kwargs)}")
+            it = iter(args)
+            args = tuple(pos[i] if i in pos else next(it) for i in range(self._nargs))
+            kwargs = {**kwargs, **kw}
         key = self._wrapped._signature(args, kwargs)[0]
         if key != self._key:
             raise TypeError("a Compiled function was called with arguments of other types than it was lowered for")

@@ -101,13 +101,13 @@ class Array(_kiln.ArrayBase):
         return self._value().tolist()
 
     def copy(self):
-        return self
+        return _alias(self)
 
     def __copy__(self):
-        return self
+        return _alias(self)
 
     def __deepcopy__(self, memo):
-        return self
+        return _alias(self)
 
     def __bool__(self):
         if self.size != 1:
@@ -212,6 +212,13 @@ class Array(_kiln.ArrayBase):
     def is_deleted(self):
         return _kiln.array_is_deleted(self)
 
+    def unsafe_buffer_pointer(self):
+        """The address of this array's data (host or GPU memory), as an int; a donated array's
+        result may reuse it. The data may still be being computed: block_until_ready first to read it."""
+        if self.is_deleted():
+            raise RuntimeError("unsafe_buffer_pointer: the array has been deleted (donated or .delete())")
+        return int(self._buf.ptr)
+
     # -- interop --
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule sharing this array's memory (kiln.dlpack)."""
@@ -239,6 +246,15 @@ class Array(_kiln.ArrayBase):
         typestr = np.dtype(self.dtype).str if self.dtype != dtypes.bfloat16 else "<V2"
         return {"shape": tuple(self.shape), "typestr": typestr, "data": (self._buf.ptr, False),
                 "version": 3, "strides": None, "stream": None}
+
+
+def _alias(a):
+    """A copy of a (jnp.copy, x.copy()): a new Array on the same immutable memory, so deleting or
+    donating one of them leaves the other whole (a donation reuses memory only an Array holds alone);
+    a tracer, or a sharded array, is its own copy."""
+    if type(a) is not Array:
+        return a
+    return Array(a._buf, a.shape, a.dtype, a.weak_type)
 
 
 def _rebuild(value, weak):

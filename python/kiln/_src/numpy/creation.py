@@ -8,7 +8,7 @@ import operator
 import numpy as np
 
 from kiln import lax
-from kiln._src import core
+from kiln._src import array as array_mod, core
 from kiln._src import dtypes
 from kiln._src.numpy import util
 from kiln._src.numpy.util import full_like_scalar as _c, is_inexact_dtype, is_int_dtype
@@ -92,6 +92,10 @@ def array(object, dtype=None, copy=True, order="K", ndmin=0):
     if out.ndim < ndmin:
         shape = (1,) * (ndmin - out.ndim) + tuple(out.shape)
         out = lax.reshape(out, shape)
+    if isinstance(object, (bool, int, float, complex)) and not isinstance(out, core.Tracer):
+        # an array of its own, as JAX's: a Python scalar's array may be the cached constant that eager
+        # operations share, which a donation or delete() must never take from them
+        out = array_mod.from_numpy(np.asarray(out), out.weak_type)
     return out
 
 

@@ -1170,7 +1170,8 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
 
 def copy(a, order=None):
     a = _asarray(a)
-    return lax.reshape(a, a.shape) if a.ndim else lax.convert_element_type(a, a.dtype)
+    from kiln._src.array import _alias
+    return _alias(a)
 
 
 def append(arr, values, axis=None):
