@@ -633,7 +633,7 @@ kl_exec *kl_compile_prepare(kl_program *pg, kl_plan *plan, int **slot_of, int ex
   kl_exec *x = kl_calloc(1, sizeof *x);
   int *so = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   if (x) {
-    x->effects = kl_program_has_effects(pg);
+    x->callbacks = kl_program_has_callbacks(pg);
     x->slot_bytes = kl_calloc((size_t)pg->nvals + (size_t)extra_slots + 1, sizeof(size_t));
     x->in_slots = kl_malloc(sizeof(int) * ((size_t)pg->ninputs + 1));
     x->out_slots = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1));

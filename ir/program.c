@@ -161,18 +161,23 @@ kl_program *kl_program_copy(const kl_program *src) {
   return pg;
 }
 
-int kl_program_has_effects(const kl_program *pg) {
+/* Whether pg or a body in it calls a host callback: an effect one (debug.print), or any. */
+static int has_callback(const kl_program *pg, int effects_only) {
   for (int k = 0; k < pg->neqns; k++) {
     const kl_eqn *e = &pg->eqns[k];
-    if (e->prim == KL_P_CALLBACK && e->p.callback.effect == 1) return 1;
+    if (e->prim == KL_P_CALLBACK && (!effects_only || e->p.callback.effect == 1)) return 1;
     for (const kl_param_field *f = kl_prim_get(e->prim)->fields; f->name; f++)
       if (f->kind == KL_PF_PROGRAM) {
         const kl_program *body = *(kl_program *const *)kl_param_cptr(&e->p, f);
-        if (body && kl_program_has_effects(body)) return 1;
+        if (body && has_callback(body, effects_only)) return 1;
       }
   }
   return 0;
 }
+
+int kl_program_has_effects(const kl_program *pg) { return has_callback(pg, 1); }
+
+int kl_program_has_callbacks(const kl_program *pg) { return has_callback(pg, 0); }
 
 kl_program *kl_program_without_effects(const kl_program *src) {
   kl_program *pg = kl_program_copy(src);

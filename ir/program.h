@@ -54,6 +54,8 @@ kl_program *kl_program_copy(const kl_program *pg);
 kl_program *kl_program_without_effects(const kl_program *pg);
 /* Whether pg (or a body of it) holds an effect callback. */
 int kl_program_has_effects(const kl_program *pg);
+/* Whether pg or a body in it calls any host callback (pure_callback too). */
+int kl_program_has_callbacks(const kl_program *pg);
 /* Exchanges a's and b's contents, each keeping its own address and reference count (a pass
  * that rebuilds a program in b puts the result in place this way). */
 void kl_program_swap(kl_program *a, kl_program *b);

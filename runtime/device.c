@@ -288,8 +288,8 @@ int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *
   return 0;
 }
 
-void kl_exec_wait_effects(const kl_exec *x) {
-  if (x->effects && x->device == KL_DEV_CPU && devices[KL_DEV_CPU]) devices[KL_DEV_CPU]->synchronize();
+void kl_exec_wait_callbacks(const kl_exec *x) {
+  if (x->callbacks && x->device == KL_DEV_CPU && devices[KL_DEV_CPU]) devices[KL_DEV_CPU]->synchronize();
 }
 
 void kl_rt_synchronize(void) {

@@ -116,8 +116,8 @@ typedef struct kl_exec {
   kl_update *updates; /* owned, or NULL: the user's updates among the steps (copy log) */
   int nupdates;
   int64_t cost;       /* total elements touched */
-  int effects;        /* it calls effect callbacks (debug.print, io_callback): on the CPU its caller
-                         waits for it (kl_exec_wait_effects) */
+  int callbacks;      /* it calls host callbacks (debug.print, pure_callback, io_callback): on the
+                         CPU its caller waits for it (kl_exec_wait_callbacks) */
   char *host_steps;   /* owned, or NULL: "prim dtype[dims]" per line of each step of a GPU
                          executable that runs on the host over copies (a round trip) */
   void *dev_state;    /* the device's own state for this executable (CUDA: its graph), freed by
@@ -184,11 +184,11 @@ int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *
 
 /* Waits until every launched piece of work is finished, on every available device. */
 void kl_rt_synchronize(void);
-/* After launching x: a CPU program with effects has run them when this returns (waits for the
- * CPU queue), as JAX's CPU client does, so the output they print is there before the caller's
- * next line; anything else returns at once. Blocks: call it without holding a client lock that
- * a callback needs (Python's GIL). */
-void kl_exec_wait_effects(const kl_exec *x);
+/* After launching x: a CPU program with host callbacks has run them when this returns (waits for
+ * the CPU queue), as JAX's CPU client does, so what they print is out, and the error one raises
+ * is the call's, before the caller's next line; anything else returns at once. Blocks: call it
+ * without holding a client lock that a callback needs (Python's GIL). */
+void kl_exec_wait_callbacks(const kl_exec *x);
 /* Threads the CPU device splits a step across (KILN_NUM_THREADS, else the cores). */
 int kl_rt_num_threads(void);
 /* An executable bound to memory for many runs (a loop's body), the device-neutral half (device.c):

@@ -297,10 +297,11 @@ static int run_exe(PyObject *exe, PyObject *const *bufs, int n, kl_buffer **outs
     char err[512];
     if ((rc = kl_exec_launch(e->x, ins, outs, err, sizeof err)))
       kl_py_raise(NULL, err);
-    else if (e->x->effects) {
-      Py_BEGIN_ALLOW_THREADS kl_exec_wait_effects(e->x); /* its prints are out before the call returns */
-      Py_END_ALLOW_THREADS
-    }
+    else if ((rc = kl_py_wait_callbacks(e->x, outs, e->noutputs)))
+      for (int i = 0; i < e->noutputs; i++) {
+        kl_buf_release(outs[i]);
+        outs[i] = NULL;
+      }
   } else {
     PyObject *args = PyTuple_New(n);
     for (int i = 0; args && i < n; i++) PyTuple_SetItem(args, i, Py_NewRef(bufs[i]));
@@ -606,9 +607,9 @@ static PyObject *donate_call(PyObject *self, PyObject *args) {
       kl_py_raise(NULL, err);
       goto done;
     }
-    if (e->x->effects) {
-      Py_BEGIN_ALLOW_THREADS kl_exec_wait_effects(e->x);
-      Py_END_ALLOW_THREADS
+    if (kl_py_wait_callbacks(e->x, outs, e->noutputs)) {
+      for (int j = 0; j < e->noutputs; j++) kl_buf_release(outs[j]);
+      goto done;
     }
     res = PyTuple_New(e->noutputs);
     for (int j = 0; j < e->noutputs; j++) {

@@ -94,6 +94,15 @@ static int buffer_wait(kl_buffer *b) {
   return 0;
 }
 
+int kl_py_wait_callbacks(const kl_exec *x, kl_buffer *const *outs, int nout) {
+  if (!x->callbacks || x->device != KL_DEV_CPU) return 0;
+  for (int i = 0; i < nout; i++) /* (interruptible; a failed output raises its error) */
+    if (buffer_wait(outs[i])) return -1;
+  Py_BEGIN_ALLOW_THREADS kl_exec_wait_callbacks(x); /* callbacks after the last output's step */
+  Py_END_ALLOW_THREADS
+  return 0;
+}
+
 /* The bytes of a GPU buffer come to the host once (waiting only for the launch that writes
  * them); the host copy lives as long as the Buffer. */
 /* Makes buffer b usable by a consumer: stream None waits for it; an int stream handle (1 and 2
@@ -1083,9 +1092,9 @@ static PyObject *exec_call(PyObject *self, PyObject *args, PyObject *kw) {
     kl_py_raise(NULL, err);
     goto done;
   }
-  if (o->x->effects) {
-    Py_BEGIN_ALLOW_THREADS kl_exec_wait_effects(o->x); /* its prints are out before the call returns */
-    Py_END_ALLOW_THREADS
+  if (kl_py_wait_callbacks(o->x, outs, o->noutputs)) {
+    for (int i = 0; i < o->noutputs; i++) kl_buf_release(outs[i]);
+    goto done;
   }
   res = PyTuple_New(o->noutputs);
   for (int i = 0; i < o->noutputs; i++) PyTuple_SetItem(res, i, buffer_new_from(outs[i]));
