@@ -241,6 +241,42 @@ def test_library_primitive_impl_lowering_and_jvp_rule():
         q.bind(jnp.ones(2))
 
 
+def test_library_primitive_jvp_rule_sees_symbolic_zeros():
+    """Issue 33 (lineax's linear_solve JVP asserts its state's tangent is a symbolic zero): an
+    argument no derivative reaches (a stop_gradient'd value, an integer, a constant) comes to the
+    JVP rule as jax.interpreters.ad.Zero, as in JAX; a returned Zero tangent is zeros. ShapedArray's
+    to_tangent_aval is float0 for integers."""
+    p = ext_core.Primitive("kiln_test_scaled")
+    p.def_impl(lambda x, s, n: x * s * n)
+    p.def_abstract_eval(lambda x, s, n: kiln.core.ShapedArray(x.shape, x.dtype))
+    seen = []
+
+    def jvp(primals, tangents):
+        x, s, n = primals
+        tx, ts, tn = tangents
+        seen.append(tuple(type(t).__name__ for t in tangents))
+        assert isinstance(tn, kad.Zero) and tn.aval.str_short() == "float0[]"
+        out = p.bind(x, s, n)
+        tx = kad.instantiate_zeros(tx) if not isinstance(tx, kad.Zero) else jnp.zeros_like(x)
+        ts = jnp.zeros_like(x) if isinstance(ts, kad.Zero) else ts * x * n
+        return out, tx * s * n + ts
+    kad.primitive_jvps[p] = jvp
+    rng = np.random.default_rng()
+    x = rng.standard_normal(3).astype(np.float32)
+    s = float(rng.uniform(1, 2))
+    g = kiln.grad(lambda v, w: jnp.sum(p.bind(v, lax_stop(w), jnp.int32(2))), argnums=(0, 1))(x, s)
+    np.testing.assert_allclose(np.asarray(g[0]), 2 * s * np.ones(3), rtol=1e-6)
+    assert float(g[1]) == 0.0 and seen[-1] == ("Tracer", "Zero", "Zero")
+    g = kiln.jit(kiln.grad(lambda w: jnp.sum(p.bind(jnp.asarray(x), w, jnp.int32(2)))))(s)
+    np.testing.assert_allclose(float(g), 2 * np.sum(x), rtol=1e-5)
+    assert seen[-1] == ("Zero", "Tracer", "Zero")
+    assert kiln.core.ShapedArray((2,), jnp.int32).to_tangent_aval().str_short() == "float0[2]"
+
+
+def lax_stop(w):
+    return kiln.lax.stop_gradient(w)
+
+
 def test_jax_private_glue_names():
     from kiln._src import traceback_util, flatten_util as private_flatten
     from kiln.extend import linear_util as lu

@@ -286,3 +286,43 @@ ERRORS = [
 def test_errors(fn, exc, match):
     with pytest.raises(exc, match=match):
         fn()
+
+
+@pytest.mark.parametrize("shape,dt", [((5, 3), np.float64), ((3, 5), np.float32), ((4, 4), np.complex128),
+                                      ((2, 6, 4), np.float32)])
+def test_qr_raw_ormqr_and_householder_product(shape, dt):
+    """Issue 33 (lineax's QR solver): qr(mode='raw') is LAPACK's geqrf form as NumPy gives it
+    (h transposed, taus), and lax.linalg.ormqr / householder_product apply and form its Q."""
+    rng = np.random.default_rng()
+    a = rng.standard_normal(shape)
+    if np.dtype(dt).kind == "c":
+        a = a + 1j * rng.standard_normal(shape)
+    a = a.astype(dt)
+    h, taus = jnp.linalg.qr(a, mode="raw")
+    single = h.dtype in (np.float32, np.complex64)  # (float64 is float32 unless x64 is on)
+    tol = dict(rtol=2e-4, atol=2e-5) if single else dict(rtol=1e-10, atol=1e-12)
+    dt = h.dtype
+    for idx in np.ndindex(shape[:-2]):
+        want_h, want_t = np.linalg.qr(a[idx].astype(np.complex128 if np.dtype(dt).kind == "c" else np.float64),
+                                      mode="raw")
+        np.testing.assert_allclose(np.asarray(h)[idx], want_h, **tol)
+        np.testing.assert_allclose(np.asarray(taus)[idx], want_t, **tol)
+    from kiln.lax import linalg as ll
+    hf = jnp.swapaxes(h, -1, -2)  # LAPACK's order
+    m, n = shape[-2:]
+    q_full = np.asarray(ll.ormqr(hf, taus, jnp.broadcast_to(jnp.eye(m, dtype=dt), shape[:-2] + (m, m))))
+    k = min(m, n)
+    r = np.triu(np.asarray(hf))[..., :k, :]
+    np.testing.assert_allclose(q_full[..., :, :k] @ r, a, **tol)  # Q R = A
+    eye = np.broadcast_to(np.eye(m), shape[:-2] + (m, m))
+    np.testing.assert_allclose(np.conj(np.swapaxes(q_full, -1, -2)) @ q_full, eye, **tol)  # unitary
+    c = rng.standard_normal(shape[:-2] + (m, 3)).astype(dt)
+    np.testing.assert_allclose(np.asarray(ll.ormqr(hf, taus, c, left=True, transpose=True)),
+                               np.conj(np.swapaxes(q_full, -1, -2)) @ c, **tol)
+    ct = np.swapaxes(c, -1, -2)
+    np.testing.assert_allclose(np.asarray(ll.ormqr(hf, taus, ct, left=False)), ct @ q_full, **tol)
+    if m >= n:
+        np.testing.assert_allclose(np.asarray(ll.householder_product(hf, taus)), q_full[..., :, :n], **tol)
+    else:
+        with pytest.raises(ValueError, match="at least as many rows"):
+            ll.householder_product(hf, taus)

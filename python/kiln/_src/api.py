@@ -648,7 +648,10 @@ class JitWrapped(_kiln.JitBase):
         # side effects, a custom_vjp's bwd tracing, happen once: equinox counts them), when nothing in
         # it depends on the enclosing trace: no tracer of it among the constants (its inputs' perturbed
         # flags are then its own: tracing._is_perturbed), no named axes or Refs in scope.
-        nkey = (key, core.ad_tracing())
+        from kiln._src import batching
+        # (a library primitive binds its batching rule only under vmap: a program traced outside
+        # one is not the one to replay inside)
+        nkey = (key, core.ad_tracing(), batching.vmap_depth[0] > 0)
         cached = None if tracing_state.trace_reporters[0] else self._nested_cache.get(nkey)
         if cached is not None:
             outs = ad._inline(cached.builder, list(arrs) + list(cached.consts))

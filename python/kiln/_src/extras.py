@@ -122,13 +122,25 @@ class ShapedArray(ShapeDtypeStruct):
         del value  # (ShapeDtypeStruct's constructor sets it; an abstract value's is the one above)
 
     def str_short(self):
-        return f"{self.dtype.name}[{','.join(str(d) for d in self.shape)}]"
+        from kiln._src.toplevel import float0
+        name = "float0" if np.dtype(self.dtype) == float0 else self.dtype.name
+        return f"{name}[{','.join(str(d) for d in self.shape)}]"
 
     def __str__(self):
         return self.str_short()
 
     def __repr__(self):
         return f"ShapedArray({self.str_short()}{', weak_type=True' if self.weak_type else ''})"
+
+    def to_tangent_aval(self):
+        """The abstract value of a tangent of this value: float0 for integers and booleans (as
+        JAX's), else this one."""
+        if np.dtype(self.dtype).kind in "biu":
+            from kiln._src.toplevel import float0
+            return ShapedArray(self.shape, float0, self.weak_type)
+        return ShapedArray(self.shape, self.dtype, self.weak_type)
+
+    at_least_vspace = to_tangent_aval  # (its older name)
 
     def __eq__(self, other):
         return isinstance(other, ShapedArray) and (self.shape, self.dtype, self.weak_type) == \

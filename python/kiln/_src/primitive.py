@@ -133,28 +133,37 @@ def _bind_user(prim, args, params):
     jvp_rule = primitive_jvps.get(prim)
     if jvp_rule is None or prim in _in_rule[0]:  # (a rule binding its own primitive on the primals)
         return fn(*args, **params)
-    return _with_jvp(prim, fn, jvp_rule, params)(*args)
+    return _with_jvp(prim, fn, jvp_rule, params, args)(*args)
 
 
-def _with_jvp(prim, fn, jvp_rule, params):
-    """fn(*args, **params) as a custom_jvp whose rule is the primitive's."""
+def _with_jvp(prim, fn, jvp_rule, params, args):
+    """fn(*args, **params) as a custom_jvp whose rule is the primitive's; the rule sees a symbolic
+    Zero tangent (jax.interpreters.ad.Zero) for each argument that is not perturbed (no derivative
+    reaches it, integers included), as JAX's rules do (lineax's asserts on them)."""
     from kiln._src.custom import custom_jvp
+    from kiln._src import tracing
+    perturbed = [tracing.perturbed(a) for a in args]
 
     @custom_jvp
     def f(*args):
         return fn(*args, **params)
 
     def rule(primals, tangents):
+        from kiln.interpreters.ad import Zero
+        tangents = [t if p else Zero.from_primal_value(x) for x, t, p in zip(primals, tangents, perturbed)]
         active = _in_rule[0]
         _in_rule[0] = active | {prim}
         try:
             out, t_out = jvp_rule(list(primals), list(tangents), **params)
         finally:
             _in_rule[0] = active
-        from kiln.interpreters.ad import instantiate_zeros
+        from kiln import lax
+
+        def dense(t, o):  # a symbolic zero: zeros of the output's dtype (an integer's float0 included)
+            return lax.full_like(o, 0) if isinstance(t, Zero) or t is None else t
         if prim.multiple_results:
-            return list(out), [instantiate_zeros(t) for t in t_out]
-        return out, instantiate_zeros(t_out)
+            return list(out), [dense(t, o) for t, o in zip(t_out, out)]
+        return out, dense(t_out, out)
     f.defjvp(rule)
     return f
 

@@ -14,8 +14,9 @@ class Zero:
 
     @staticmethod
     def from_primal_value(x):
+        """The zero tangent of x: its tangent aval (float0 for integers and booleans, as JAX's)."""
         from kiln._src.primitive import aval_of
-        return Zero(aval_of(x))
+        return Zero(aval_of(x).to_tangent_aval())
 
     def __repr__(self):
         return f"Zero({self.aval})"
@@ -38,12 +39,15 @@ def is_undefined_primal(x):
 def instantiate_zeros(t):
     """A dense array for a symbolic Zero (other tangents as they are)."""
     if isinstance(t, Zero):
-        import kiln.numpy as jnp
-        return jnp.zeros(t.aval.shape, t.aval.dtype)
+        return zeros_like_aval(t.aval)
     return t
 
 
 def zeros_like_aval(aval):
+    """Zeros of aval: an array, or for float0 (an integer's tangent) a NumPy float0 array, as JAX's."""
+    from kiln._src.toplevel import float0
+    if np.dtype(aval.dtype) == float0:
+        return np.zeros(aval.shape, float0)
     import kiln.numpy as jnp
     return jnp.zeros(aval.shape, aval.dtype)
 

@@ -559,9 +559,10 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
 
 def qr(a, mode="reduced"):
     a = _matrix("linalg.qr", a)
+    if mode == "raw":  # LAPACK's form, h in NumPy's (Fortran) order: the reflectors along its rows
+        h, taus = lax_linalg.geqrf(a)
+        return _mT(h), taus
     if mode not in ("reduced", "complete", "r"):
-        if mode == "raw":
-            raise NotImplementedError("linalg.qr: mode='raw' is not supported")
         raise ValueError(f"linalg.qr: unsupported mode {mode!r}; expected 'reduced', "
                          "'complete' or 'r'")
     q, r = lax_linalg.qr(a, full_matrices=(mode == "complete"))
