@@ -783,6 +783,22 @@ def test_pmap_forward_and_collectives():
     assert kiln.jit(kiln.pmap(lambda a: a)) is not None
 
 
+def test_pmap_over_one_device_gives_plain_arrays_and_lowers():
+    """Issue 33 (equinox's pmap tests compare result types with jnp.array's): a pmap over one
+    device returns plain Arrays (JAX has one Array type whatever the sharding); pmap(f).lower(x)
+    has as_text() and compile() (a jax.stages.Lowered / Compiled), the compiled call f's values."""
+    x = _rand(1, 3)
+    out = kiln.pmap(lambda a: a * 2 + lax.psum(a, "b"), axis_name="b")(jnp.asarray(x))
+    assert type(out) is type(jnp.asarray(x)) and type(kiln.device_put(out)) is type(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(out), x * 3, rtol=1e-12)
+    f = kiln.pmap(lambda a, s: jnp.sin(a) * s, in_axes=(0, None))
+    lowered = f.lower(jnp.asarray(x), 2.0)
+    assert isinstance(lowered, kiln.stages.Lowered) and "sin" in lowered.as_text()
+    compiled = lowered.compile()
+    assert isinstance(compiled, kiln.stages.Compiled)
+    np.testing.assert_allclose(np.asarray(compiled(jnp.asarray(x), 2.0)), np.sin(x) * 2, rtol=1e-12)
+
+
 def test_data_parallel_training_step_matches_single_device():
     rng = np.random.default_rng(3)
     X, Y = rng.standard_normal((32, 5)), rng.standard_normal((32, 2))

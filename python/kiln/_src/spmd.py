@@ -606,6 +606,22 @@ class PmapWrapped:
     def __call__(self, *args, **kwargs):
         if kwargs:  # mapped along their axis 0, as JAX's pmap maps keyword arguments
             return self._with_kwargs(tuple(sorted(kwargs)))(*args, *[kwargs[k] for k in sorted(kwargs)])
+        out, n = self._run(args)
+        if n == 1:  # one device: its results are plain arrays (JAX's are one Array type, whatever the sharding)
+            out = tree_util.tree_map(lambda r: Array(r._buf, r.shape, r.dtype, r.weak_type)
+                                     if isinstance(r, ShardedArray) else r, out)
+        return out
+
+    def lower(self, *args, **kwargs):
+        """pmap(f).lower(*args): the program for these arguments (as_text()), compiled by compile()
+        into a function of the same arguments (as JAX's ahead-of-time pmap)."""
+        if kwargs:
+            names = tuple(sorted(kwargs))
+            return self._with_kwargs(names).lower(*args, *[kwargs[k] for k in names])
+        return _PmapLowered(self, args)
+
+    def _run(self, args):
+        """(results, mapped size) of a call on positional args."""
         nargs = len(args)
         static = {i % nargs if nargs else i for i in self._static}
         for i in static:
@@ -637,7 +653,7 @@ class PmapWrapped:
         devs = list(self._devices) if self._devices is not None else api.devices()
         local = [d for d in devs if api._is_local(d)]
         if len(local) < len(devs):
-            return self._call_multiprocess(statics, n, axes, devs, local, dyn, leaves)
+            return self._call_multiprocess(statics, n, axes, devs, local, dyn, leaves), n
         if n > len(devs):
             raise ValueError(f"compiling computation that requires {n} logical devices, but only {len(devs)} devices "
                              f"are available (num_replicas={n}); with simulated CPU devices set "
@@ -647,7 +663,7 @@ class PmapWrapped:
         if sm is None:
             sm = self._shard_map(statics, n, axes, devs[:n], dyn)
             self._cache[key] = sm
-        return sm(*[api._leaf_to_array(x) for x in leaves])
+        return sm(*[api._leaf_to_array(x) for x in leaves]), n
 
     def _with_kwargs(self, names):
         """This pmap of fun(*args, **dict(zip(names, rest))), the keyword arguments appended as mapped
@@ -732,6 +748,44 @@ class PmapWrapped:
 
         # out_specs: per result leaf, known from out_axes once the body has been traced
         return ShardMapped(body, mesh, in_specs, lambda: body.out_specs, name="pmap")
+
+
+class _PmapLowered(api.Lowered):
+    """pmap(f).lower(*args): as_text() shows the per-device program; compile() gives the call (a
+    jax.stages.Lowered / Compiled, as libraries' type hints ask)."""
+
+    def __init__(self, wrapped, args):  # (not Lowered's: no jit behind it)
+        self._wrapped, self._args = wrapped, args
+
+    def as_text(self):
+        w, args = self._wrapped, self._args
+        static = {i % len(args) if args else i for i in w._static}
+        in_axes = w._in_axes
+        if isinstance(in_axes, (list, tuple)) and len(in_axes) == len(args) and static:
+            in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
+        dyn = tuple(a for i, a in enumerate(args) if i not in static)
+        axes = _broadcast_prefix(tuple(in_axes) if isinstance(in_axes, list) else in_axes, dyn,
+                                 lambda v: v is None or isinstance(v, int), "pmap: in_axes")
+        leaves, tree = tree_util.tree_flatten(dyn)
+        from kiln import numpy as jnp
+        one = tree_util.tree_unflatten(tree, [x if ax is None else jnp.take(api._leaf_to_array(x), 0, axis=ax)
+                                              for x, ax in zip(leaves, axes)])
+        it = iter(one)
+        full = [args[i] if i in static else next(it) for i in range(len(args))]
+        return str(api.make_jaxpr(w._fun, static_argnums=tuple(sorted(static)))(*full))
+
+    def compile(self, compiler_options=None):
+        """The pmapped function (it compiles at its first call of a signature)."""
+        del compiler_options  # (XLA's flags: kiln's compiler takes none)
+        return _PmapCompiled(self._wrapped)
+
+
+class _PmapCompiled(api.Compiled):
+    def __init__(self, wrapped):  # (not Compiled's: no jit behind it)
+        self._pmap = wrapped
+
+    def __call__(self, *args, **kwargs):
+        return self._pmap(*args, **kwargs)
 
 
 def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,
