@@ -94,6 +94,32 @@ def test_custom_jvp_rule_may_return_symbolic_zeros_and_none_subtrees():
     np.testing.assert_allclose(g[1], np.zeros(2), atol=0)
 
 
+def test_custom_jvp_symbolic_zeros_rule_sees_symbolic_zero_tangents():
+    """Issue 33 (equinox's filter_custom_jvp turns SymbolicZero into None): with
+    defjvp(symbolic_zeros=True) an argument no derivative reaches (a constant, an integer) gets a
+    SymbolicZero tangent of its tangent aval; a differentiated one a real tangent."""
+    seen = []
+
+    @kiln.custom_jvp
+    def f(x, y, n):
+        return x * y * n
+
+    def rule(primals, tangents):
+        (x, y, n), (tx, ty, tn) = primals, tangents
+        seen.append((type(tx).__name__, type(ty).__name__, type(tn).__name__))
+        assert isinstance(tn, SymbolicZero) and tn.aval.str_short() == "float0[]"
+        t = (0 if isinstance(tx, SymbolicZero) else tx * y * n) + (0 if isinstance(ty, SymbolicZero) else ty * x * n)
+        return f(x, y, n), t
+    f.defjvp(rule, symbolic_zeros=True)
+    x, y = float(_rand(1)[0]), float(_rand(1)[0])
+    out, t = kiln.jvp(lambda v: f(v, jnp.float32(y), jnp.int32(3)), (x,), (1.0,))
+    np.testing.assert_allclose(float(t), 3 * y, rtol=1e-6)
+    assert seen[-1][1:] == ("SymbolicZero", "SymbolicZero") and seen[-1][0] != "SymbolicZero"
+    g = kiln.grad(lambda w: f(jnp.float32(x), w, jnp.int32(2)))(y)
+    np.testing.assert_allclose(float(g), 2 * x, rtol=1e-6)
+    assert seen[-1][0] == "SymbolicZero" and seen[-1][1] != "SymbolicZero"
+
+
 def test_reverse_mode_through_a_scatter_set_on_tangents():
     """A tangent rule that writes with .at[].set (equinox's buffers): reverse mode transposes the
     scatter-set (the operand's written positions cleared, each update the cotangent where it stayed)."""

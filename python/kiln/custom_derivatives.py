@@ -4,11 +4,23 @@ from kiln._src.extras import closure_convert, custom_gradient, linear_transpose 
 
 
 class SymbolicZero:
-    """A zero tangent known without its values (custom_jvp(symbolic_zeros=True)): kiln gives
-    materialized zeros to custom rules instead."""
+    """A zero tangent known without its values: what a custom_jvp rule defined with
+    symbolic_zeros=True gets for an argument no derivative reaches (its aval: the tangent's, float0
+    for integers); the rule may return one for a zero output tangent."""
 
     def __init__(self, aval):
         self.aval = aval
+
+    @property
+    def shape(self):
+        return self.aval.shape
+
+    @property
+    def dtype(self):
+        return self.aval.dtype
+
+    def __repr__(self):
+        return f"SymbolicZero({self.aval})"
 
 
 class CustomVJPPrimal:

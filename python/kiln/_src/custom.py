@@ -104,7 +104,10 @@ class custom_jvp:
         self._levels = None  # while tracing the rule: differentiation levels left above it
 
     def defjvp(self, jvp, symbolic_zeros=False):
+        """jvp(primals, tangents) -> (out, tangent_out); with symbolic_zeros, an argument no
+        derivative reaches gets a SymbolicZero tangent (as in JAX), else zeros."""
         self.jvp = jvp
+        self.symbolic_zeros = bool(symbolic_zeros)
         return jvp
 
     def defjvps(self, *jvps):
@@ -133,10 +136,12 @@ class custom_jvp:
         diff = tuple(_as_array(a) for i, a in enumerate(args) if i not in nd)
         x_leaves, x_tree = tree_util.tree_flatten(diff)
         x_leaves = [core.asarray(x) for x in x_leaves]
-        if not any(tracing._is_perturbed(x) for x in x_leaves):
+        perturbed = [tracing._is_perturbed(x) for x in x_leaves]
+        if not any(perturbed):
             # nothing here carries a derivative (constants, stop_gradient's results): as JAX, the
             # rule is never called (equinox's nondifferentiable raises in its rule)
             return self.fun(*args)
+        symbolic = getattr(self, "symbolic_zeros", False)
         n_x = len(x_leaves)
 
         def full_args(dyn):
@@ -153,7 +158,12 @@ class custom_jvp:
         def rule_flat(*flat):
             from kiln.custom_derivatives import SymbolicZero
             primals = tree_util.tree_unflatten(x_tree, list(flat[:n_x]))
-            tangents = tree_util.tree_unflatten(x_tree, list(flat[n_x:]))
+            t_flat = list(flat[n_x:])
+            if symbolic:
+                from kiln._src.primitive import aval_of
+                t_flat = [t if p else SymbolicZero(aval_of(x).to_tangent_aval())
+                          for x, t, p in zip(flat[:n_x], t_flat, perturbed)]
+            tangents = tree_util.tree_unflatten(x_tree, t_flat)
             res = self.jvp(*static, primals, tangents) if nd else self.jvp(primals, tangents)
             if not isinstance(res, (tuple, list)) or len(res) != 2:
                 raise TypeError(f"custom_jvp rule of {name} must return a pair (primal_out, tangent_out), "
