@@ -18,7 +18,6 @@ MIN_COVERAGE = 0.95
 # else JAX lists is expected; add a name here only with the reason beside it.
 DELIBERATELY_ABSENT = {
     "jax": {
-        "lib",  # JAX's internal module (jaxlib)
         "jax2tf_associative_scan_reductions",  # a config of jax2tf (export to TensorFlow)
     },
 }

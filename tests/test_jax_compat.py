@@ -767,3 +767,30 @@ def test_transformed_functions_carry_the_function_and_its_attributes():
     f = lambda v: jnp.sum(jnp.tanh(v) ** 2)  # noqa: E731
     for g in (kiln.jit(kiln.grad(kiln.jit(f))), kiln.jit(kiln.vmap(kiln.grad(kiln.jit(f))))):
         np.testing.assert_allclose(g(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_jaxpr_interpreter_rebinding_equations_gives_the_same_program():
+    """Issue 33 (equinox's finalise_jaxpr): an interpreter that binds each equation's primitive with
+    eqn.params (bodies shown as jaxprs) on literal values re-makes the program: no literal becomes
+    a constant, a cond's branches go back in as programs, the values are the function's."""
+    def fn(x, p):
+        y = x * 2 + 1
+        return kiln.lax.cond(p, lambda v: jnp.sin(v), lambda v: v - 3, y)
+    closed = kiln.make_jaxpr(fn)(1.0, True)
+
+    def interpret(*args):
+        env = dict(zip(closed.jaxpr.invars, args))
+        read = lambda v: v.val if isinstance(v, ext_core.Literal) else env[v]  # noqa: E731
+        for eqn in closed.jaxpr.eqns:
+            outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **eqn.params)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+            env.update(zip(eqn.outvars, outs))
+        return [read(v) for v in closed.jaxpr.outvars]
+    again = kiln.make_jaxpr(interpret)(1.0, True)
+    assert again.consts == closed.consts == []
+    assert [e.primitive.name for e in again.jaxpr.eqns] == [e.primitive.name for e in closed.jaxpr.eqns]
+    x = float(np.random.default_rng().uniform(0, 1))
+    for p in (True, False):
+        want = np.sin(2 * x + 1) if p else 2 * x + 1 - 3
+        np.testing.assert_allclose(float(kiln.jit(interpret)(x, p)[0]), want, rtol=1e-6)
+    assert kiln.core.ShapedArray((2,), jnp.float32, True).strip_weak_type() == kiln.core.ShapedArray((2,), jnp.float32)

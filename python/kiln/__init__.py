@@ -31,6 +31,7 @@ from kiln import scipy  # noqa: F401
 from kiln import random  # noqa: F401
 from kiln import dlpack  # noqa: F401
 from kiln import ref  # noqa: F401
+from kiln import lib  # noqa: F401  (jax.lib: the jaxlib version libraries compare)
 from kiln import image  # noqa: F401
 from kiln._src.refs import new_ref, Ref  # noqa: F401
 from kiln import debug  # noqa: F401

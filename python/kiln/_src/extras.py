@@ -142,6 +142,14 @@ class ShapedArray(ShapeDtypeStruct):
 
     at_least_vspace = to_tangent_aval  # (its older name)
 
+    def strip_weak_type(self):
+        return ShapedArray(self.shape, self.dtype, False)
+
+    def update(self, shape=None, dtype=None, weak_type=None, **kwargs):
+        del kwargs  # (sharding, vma: kiln's abstract values carry none)
+        return ShapedArray(self.shape if shape is None else shape, self.dtype if dtype is None else dtype,
+                           self.weak_type if weak_type is None else weak_type)
+
     def __eq__(self, other):
         return isinstance(other, ShapedArray) and (self.shape, self.dtype, self.weak_type) == \
             (other.shape, other.dtype, other.weak_type)

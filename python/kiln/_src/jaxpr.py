@@ -88,11 +88,12 @@ class JaxprEqn:
 
 class Jaxpr:
     """A program: constvars and invars in, outvars out, eqns in order."""
-    __slots__ = ("constvars", "invars", "outvars", "eqns", "effects", "debug_info", "_text")
+    __slots__ = ("constvars", "invars", "outvars", "eqns", "effects", "debug_info", "_text", "_builder")
 
     def __init__(self, constvars, invars, outvars, eqns, effects=frozenset(), debug_info=None, *, text=None):
         self.constvars, self.invars, self.outvars = list(constvars), list(invars), list(outvars)
         self.eqns, self.effects, self.debug_info, self._text = list(eqns), effects, debug_info, text
+        self._builder = None  # the kiln program it shows (view), when it has no constvars: a body for bind
 
     @property
     def in_avals(self):
@@ -228,7 +229,21 @@ def view(builder, consts, n_args=None, *, text=None):
                              primitive_named(prim), shown, raw=(prim, params)))
     outvars = [literals.get(o) or var(o) for o in outputs]
     jaxpr = Jaxpr(constvars, invars, outvars, eqns, text=text)
+    if not constvars:
+        jaxpr._builder = builder
     return ClosedJaxpr(jaxpr, consts, num_eqns=len(raw_eqns))
+
+
+def body_param(v, prim, name):
+    """A param value as core.bind takes it: a Jaxpr or ClosedJaxpr (a body shown by make_jaxpr or
+    Jaxpr.eqns, or a program made again from one: equinox's finalise_jaxpr) as its kiln program."""
+    j = v.jaxpr if isinstance(v, ClosedJaxpr) else v if isinstance(v, Jaxpr) else None
+    if j is None:
+        return v
+    if j._builder is None or (isinstance(v, ClosedJaxpr) and v.consts):
+        raise NotImplementedError(f"{prim}: parameter {name} is a jaxpr with constants; kiln takes a program "
+                                  f"without constants as a body (close over the values as arguments instead)")
+    return j._builder
 
 
 def eval_jaxpr(jaxpr, consts, *args, propagate_source_info=True):
@@ -274,10 +289,11 @@ def _as_operand(x, aval):
     arrays of the aval's dtype (a weak literal stays weak)."""
     if isinstance(x, core.Array):
         return x
-    if isinstance(x, np.ndarray) and x.ndim == 0 and getattr(aval, "weak_type", False):
-        x = x.item()
-    return core.asarray(np.asarray(x, dtype=aval.dtype)) if not isinstance(x, (int, float, complex, bool)) else \
-        core.literal(x, np.dtype(aval.dtype), bool(aval.weak_type))
+    if isinstance(x, (np.ndarray, np.generic)) and np.ndim(x) == 0:
+        x = x.item()  # a scalar literal stays a literal of the trace replaying it (never a constant input)
+    if isinstance(x, (int, float, complex, bool)):
+        return core.scalar_constant(x, np.dtype(aval.dtype), bool(aval.weak_type))
+    return core.asarray(np.asarray(x, dtype=aval.dtype))
 
 
 def jaxpr_as_fun(closed_jaxpr, *args):

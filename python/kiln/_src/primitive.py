@@ -74,8 +74,12 @@ class Primitive:
 
     def bind(self, *args, **params):
         if self._kiln:
-            # NumPy and Python values are arrays here, as JAX binds them (a jaxpr's literal values)
-            args = [a if isinstance(a, core.Array) else core.asarray(a) for a in args]
+            # NumPy and Python values are arrays here, as JAX binds them; a 0-d one (a jaxpr's literal
+            # value) a literal of the trace binding it, never a constant input of its program
+            args = [a if isinstance(a, core.Array) else _operand(a) for a in args]
+            if any(type(v).__name__ in ("Jaxpr", "ClosedJaxpr") for v in params.values()):
+                from kiln._src.jaxpr import body_param
+                params = {k: body_param(v, self.name, k) for k, v in params.items()}
             outs = core.bind(self.name, args, params)
             return list(outs) if self.multiple_results else outs[0]
         return _bind_user(self, args, params)
@@ -83,6 +87,14 @@ class Primitive:
     def bind_with_trace(self, trace, args, params):
         del trace
         return self.bind(*args, **params)
+
+
+def _operand(a):
+    """A NumPy or Python value as an operand of a kiln primitive: a 0-d NumPy value a literal of
+    its dtype (in the trace binding it), anything else an array."""
+    if isinstance(a, (np.ndarray, np.generic)) and a.ndim == 0:
+        return core.scalar_constant(a.item(), a.dtype, False)
+    return core.asarray(a)
 
 
 _named = {}
