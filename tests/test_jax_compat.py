@@ -794,3 +794,45 @@ def test_a_jaxpr_interpreter_rebinding_equations_gives_the_same_program():
         want = np.sin(2 * x + 1) if p else 2 * x + 1 - 3
         np.testing.assert_allclose(float(kiln.jit(interpret)(x, p)[0]), want, rtol=1e-6)
     assert kiln.core.ShapedArray((2,), jnp.float32, True).strip_weak_type() == kiln.core.ShapedArray((2,), jnp.float32)
+
+
+def test_a_primitive_bound_on_tangents_under_vmap_transposes_by_its_rule():
+    """Issue 33 (equinox's checkpointed while loop under vmap(grad) with different trip counts gave
+    wrong gradients): a primitive that is the identity unbatched and a select under vmap (equinox's
+    _select_if_vmap), bound on tangents in its own JVP rule, transposes through its transpose rule,
+    so the later vmap still selects: an example whose predicate is false gets the identity's
+    cotangent, not the body's. Compared with per-example grads and the closed form."""
+    p = ext_core.Primitive("kiln_test_select_if_vmap")
+    p.def_impl(lambda pred, x, y: x)
+    p.def_abstract_eval(lambda pred, x, y: kiln.core.ShapedArray(x.shape, x.dtype))
+
+    def batch(args, dims):
+        pred, x, y = args
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        pred, x, y = (jnp.broadcast_to(a, (size,) + a.shape) if d is None else jnp.moveaxis(a, d, 0)
+                      for a, d in zip(args, dims))
+        return jnp.where(pred.reshape(pred.shape + (1,) * (x.ndim - pred.ndim)), x, y), 0
+    kbatching.primitive_batchers[p] = batch
+
+    def jvp(primals, tangents):
+        pred, x, y = primals
+        _, tx, ty = (kad.instantiate_zeros(t) if isinstance(t, kad.Zero) else t for t in tangents)
+        return p.bind(pred, x, y), p.bind(pred, tx, ty)
+    kad.primitive_jvps[p] = jvp
+
+    def transpose(ct, pred, x, y):
+        zero = jnp.zeros_like(ct)
+        return [None, p.bind(pred, ct, zero) if kad.is_undefined_primal(x) else None,
+                p.bind(pred, zero, ct) if kad.is_undefined_primal(y) else None]
+    kad.primitive_transposes[p] = transpose
+
+    def f(x, active):
+        return jnp.sum(p.bind(active, jnp.sin(x) * 3.0, x))
+    rng = np.random.default_rng()
+    xs = rng.standard_normal((4, 3)).astype(np.float32)
+    active = np.array([True, False, True, False])
+    g = kiln.vmap(kiln.grad(f))(jnp.asarray(xs), jnp.asarray(active))
+    want = np.where(active[:, None], 3 * np.cos(xs), 1.0)
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-6)
+    g = kiln.jit(kiln.vmap(kiln.grad(f)))(jnp.asarray(xs), jnp.asarray(active))
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-6)

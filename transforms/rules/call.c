@@ -175,7 +175,10 @@ static int custom_vmap_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, con
 /* ---- transpose ------------------------------------------------------------------------------- */
 
 /* custom_vjp_lin: replays the registered bwd program on (residuals, output cotangents, consts)
- * and adds its results to the input tangents' cotangents. */
+ * and adds its results to the input tangents' cotangents. A custom_vjp_call met on tangents (a
+ * JVP rule computing its tangent through a custom_vjp function: kiln's library primitives with a
+ * transpose rule, bound on tangents under vmap) transposes the same way: a function linear in its
+ * tangent operands has its bwd as transpose; its forward outputs (operands passed through) get none. */
 static int custom_vjp_lin_transpose(kl_tctx *c, const kl_eqn *e, int operand, int ct) {
   (void)operand, (void)ct; /* the whole equation at once */
   kl_build *a = c->a;
@@ -440,7 +443,7 @@ static int custom_vmap_call_inline(const kl_eqn *e, const kl_program **body) {
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const kl_rule_row kl_rules_call[] = {
-    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, NULL, call_batch, NULL, custom_vjp_call_inline, NULL},
+    {KL_P_CUSTOM_VJP_CALL, custom_vjp_call_jvp, custom_vjp_lin_transpose, call_batch, NULL, custom_vjp_call_inline, NULL},
     {KL_P_CUSTOM_VJP_LIN, custom_vjp_lin_jvp, custom_vjp_lin_transpose, NULL, NULL, NULL, NULL},
     {KL_P_CUSTOM_JVP_CALL, custom_jvp_call_jvp, call_body_transpose, call_batch, NULL, custom_jvp_call_inline, NULL},
     {KL_P_CHECKPOINT, checkpoint_jvp, NULL, call_batch, NULL, checkpoint_inline, NULL},

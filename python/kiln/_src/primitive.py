@@ -98,7 +98,8 @@ def _operand(a):
 
 
 _named = {}
-_in_rule = Cell(frozenset())  # the primitives whose JVP rule this thread is tracing
+_in_rule = Cell(frozenset())
+_rule_tangents = Cell(frozenset())  # ids of the tangents of the JVP rules this thread is tracing  # the primitives whose JVP rule this thread is tracing
 
 
 def primitive_named(name):
@@ -144,8 +145,47 @@ def _bind_user(prim, args, params):
         fn = _vmap_call_of(prim, fn)
     jvp_rule = primitive_jvps.get(prim)
     if jvp_rule is None or prim in _in_rule[0]:  # (a rule binding its own primitive on the primals)
+        transpose = primitive_transposes.get(prim)
+        if transpose is not None and batching.vmap_depth[0] and prim in _in_rule[0]:
+            linear = [id(a) in _rule_tangents[0] for a in args]
+            if any(linear):
+                return _linear_call(prim, fn, transpose, params, args, linear)
         return fn(*args, **params)
     return _with_jvp(prim, fn, jvp_rule, params, args)(*args)
+
+
+def _linear_call(prim, fn, transpose, params, args, linear):
+    """fn(*args, **params) bound on tangents (args[i] for linear[i]) inside prim's JVP rule under
+    vmap, as a custom_vjp whose bwd is prim's transpose rule: kiln transposes the rule's tangent
+    program before the vmap batches it, and the transpose rule (traced now, under the vmap) keeps
+    the primitive's batching rule where transposing fn alone would lose it (equinox's
+    _select_if_vmap: an inactive example's cotangent passes through, it is not the body's)."""
+    from kiln._src.custom import custom_vjp
+    from kiln.interpreters.ad import UndefinedPrimal, Zero
+    from kiln import lax
+    avals = [aval_of(a) for a in args]
+
+    def full(fixed, lin):
+        fi, li = iter(fixed), iter(lin)
+        return [next(li) if is_lin else next(fi) for is_lin in linear]
+
+    def plain(fixed, lin):
+        return fn(*full(fixed, lin), **params)
+
+    f = custom_vjp(plain)
+
+    def fwd(fixed, lin):
+        return plain(fixed, lin), fixed
+
+    def bwd(fixed, ct):
+        undefined = [UndefinedPrimal(a) for a, is_lin in zip(avals, linear) if is_lin]
+        cts = transpose(list(ct) if prim.multiple_results else ct, *full(fixed, undefined), **params)
+        lin_cts = [c for c, is_lin in zip(cts, linear) if is_lin]
+        lin_cts = [lax.full_like(x, 0) if c is None or isinstance(c, Zero) else c
+                   for c, x in zip(lin_cts, [a for a, is_lin in zip(args, linear) if is_lin])]
+        return [None] * len(fixed), lin_cts
+    f.defvjp(fwd, bwd)
+    return f([a for a, is_lin in zip(args, linear) if not is_lin], [a for a, is_lin in zip(args, linear) if is_lin])
 
 
 def _with_jvp(prim, fn, jvp_rule, params, args):
@@ -163,12 +203,13 @@ def _with_jvp(prim, fn, jvp_rule, params, args):
     def rule(primals, tangents):
         from kiln.interpreters.ad import Zero
         tangents = [t if p else Zero.from_primal_value(x) for x, t, p in zip(primals, tangents, perturbed)]
-        active = _in_rule[0]
+        active, active_t = _in_rule[0], _rule_tangents[0]
         _in_rule[0] = active | {prim}
+        _rule_tangents[0] = active_t | {id(t) for t in tangents if not isinstance(t, Zero)}
         try:
             out, t_out = jvp_rule(list(primals), list(tangents), **params)
         finally:
-            _in_rule[0] = active
+            _in_rule[0], _rule_tangents[0] = active, active_t
         from kiln import lax
 
         def dense(t, o):  # a symbolic zero: zeros of the output's dtype (an integer's float0 included)
