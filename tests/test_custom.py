@@ -126,6 +126,12 @@ def test_forward_mode_through_custom_vjp_raises_as_in_jax():
     with pytest.raises(NotImplementedError, match="custom_vjp"):
         kiln.jvp(g, (jnp.ones(2),), (jnp.ones(2),))
     assert float(kiln.grad(jnp.sin)(0.5)) == pytest.approx(np.cos(0.5), rel=1e-6)  # kiln keeps working
+    # linearize gives the values (equinox's test_forward reads them), as JAX's; f_jvp raises
+    x = np.random.default_rng().standard_normal(2).astype(np.float32)
+    out, f_jvp = kiln.linearize(lambda v: g(jnp.sin(v)) * 2, jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(out), np.sin(x) * 2, rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="custom_vjp"):
+        np.asarray(f_jvp(jnp.ones(2)))
 
 
 def test_custom_jvp_without_rule_is_an_error():

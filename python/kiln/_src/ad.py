@@ -316,7 +316,23 @@ def _jvp_program(fun, primals, name="jvp"):
         outs = _run(prog, arrs + list(traced.consts) + t_in, checked=checked)
         return (tree_util.tree_unflatten(traced.out_tree, outs[:n]),
                 tree_util.tree_unflatten(traced.out_tree, outs[n:]))
+
+    def primal():
+        return tree_util.tree_unflatten(traced.out_tree, _run(traced.builder, arrs + list(traced.consts), checked=False))
+    run.primal = primal
+    run.forward_only = _holds(jb, "custom_vjp_lin")
     return run
+
+
+def _holds(builder, prim):
+    """Whether builder's program, or a body in it, has an equation of primitive `prim`."""
+    for p, _, _, params in builder.equations():
+        if p == prim:
+            return True
+        for v in params.values():
+            if type(v).__name__ == "Builder" and _holds(v, prim):
+                return True
+    return False
 
 
 def jvp(fun, primals, tangents, has_aux=False):
@@ -336,7 +352,10 @@ def linearize(fun, *primals, has_aux=False):
     linearize (out, f_jvp, aux)."""
     f, restore = _aux_apart(fun, "linearize") if has_aux else (fun, None)
     run = _jvp_program(f, primals, "linearize")
-    out, _ = run(tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals), checked=False)
+    if run.forward_only:  # a custom_vjp inside: its JVP fails when run (as JAX's), so the values come
+        out = run.primal()  # from the function's own program; f_jvp raises when called
+    else:
+        out, _ = run(tuple(tree_util.tree_map(lambda x: core.asarray(x) * 0, p) for p in primals), checked=False)
     if not has_aux:
         return out, lambda *tangents: run(tangents, again=True)[1]
     return out[0], lambda *tangents: run(tangents, again=True)[1][0], restore(out[1])
