@@ -111,6 +111,10 @@ KNOWN = [
           "population_count of a float array under grad: JAX raises NotImplementedError (no "
           "differentiation rule) before its dtype check, kiln the TypeError JAX's own eager call gives "
           "(operand must have an integer dtype)"),
+    Known("lax.cumlogsumexp", "*", "*int*", "exc_class", "deliberate",
+          "cumlogsumexp of an integer array: JAX raises OverflowError from its internals (cannot convert "
+          "float infinity to integer: the -inf identity in an integer dtype), kiln the TypeError naming the "
+          "operation and dtype (operand must be floating point, got int16)"),
     Known("jnp.cumprod", "*grad*", "*", "wrong_value", "deliberate",
           "inf operands in a product's gradient: which non-finite value (inf or nan) comes out depends on "
           "how the derivative is written (JAX: a scan of products; kiln: prefix and suffix products); "
