@@ -185,7 +185,11 @@ def _linear_call(prim, fn, transpose, params, args, linear):
                    for c, x in zip(lin_cts, [a for a, is_lin in zip(args, linear) if is_lin])]
         return [None] * len(fixed), lin_cts
     f.defvjp(fwd, bwd)
-    return f([a for a, is_lin in zip(args, linear) if not is_lin], [a for a, is_lin in zip(args, linear) if is_lin])
+    try:
+        return f([a for a, is_lin in zip(args, linear) if not is_lin], [a for a, is_lin in zip(args, linear) if is_lin])
+    except Exception:  # noqa: BLE001 - a transpose rule that raises when traced (JAX calls it only if a
+        # cotangent reaches it: equinox's nondifferentiable_backward): the call transposes as fn does
+        return fn(*args, **params)
 
 
 def _with_jvp(prim, fn, jvp_rule, params, args):
