@@ -767,3 +767,28 @@ def test_jit_under_grad_keeps_its_program_for_the_next_call():
         ga = kiln.grad(h, argnums=(0, 1))(a, x)
         np.testing.assert_allclose(float(ga[0]), float(np.sum(x * x)), rtol=1e-5)
         np.testing.assert_allclose(np.asarray(ga[1]), 2 * a * x, rtol=1e-5)
+
+
+def test_a_config_context_inside_the_trace_keeps_the_cache():
+    """Issue 33 (diffrax's Brownian tree sets jax.numpy_dtype_promotion('standard') while it is
+    traced): a configuration context entered and left inside f is the same configuration afterwards,
+    so the next call is a cache hit, not a new trace (every call retraced and recompiled before);
+    a real change of configuration still traces again, and changing back hits the old entry."""
+    traces = []
+
+    @kiln.jit
+    def f(x):
+        traces.append(1)
+        with kiln.numpy_dtype_promotion("strict"):
+            y = x * 2.0
+        with kiln.default_matmul_precision("highest"):
+            return y + 1.0
+    x = jnp.asarray(np.random.default_rng().standard_normal(3).astype(np.float32))
+    for _ in range(4):
+        np.testing.assert_allclose(np.asarray(f(x)), np.asarray(x) * 2 + 1, rtol=1e-6)
+    assert len(traces) == 1
+    with kiln.debug_key_reuse(True):
+        f(x)
+    assert len(traces) == 2
+    f(x)
+    assert len(traces) == 2  # the first configuration's program again

@@ -1227,12 +1227,32 @@ static PyType_Slot jit_slots[] = {{Py_tp_dealloc, jit_dealloc},
 static PyType_Spec jit_spec = {"kiln._kiln.JitBase", sizeof(JitObject), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, jit_slots};
 
-/* config_changed(): a setting changed; cached executables may be stale. */
-static PyObject *config_changed(PyObject *self, PyObject *unused) {
+/* config_changed(gen=None): the settings are now those of configuration state `gen` (an id the
+ * Python side gives each distinct set of values): eager mode's executables of that state are used
+ * (kept per state, so a context manager that sets an option and restores it, as libraries' traces
+ * do, recompiles nothing), the jit fast paths start over. Without gen (clear_caches): every
+ * cached executable is dropped. */
+static PyObject *exe_caches; /* gen -> exe_cache of that configuration state */
+static PyObject *config_changed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  (void)unused;
-  config_gen++;
-  if (exe_cache) PyDict_Clear(exe_cache);
+  config_gen++; /* (only ever grows: a jit's fast path belongs to the generation it was made in) */
+  if (!exe_cache) Py_RETURN_NONE;
+  if (!exe_caches && !(exe_caches = PyDict_New())) return NULL;
+  if (nargs < 1 || args[0] == Py_None) {
+    PyDict_Clear(exe_caches);
+    PyDict_Clear(exe_cache);
+    Py_RETURN_NONE;
+  }
+  PyObject *cache = PyDict_GetItemWithError(exe_caches, args[0]);
+  if (!cache) {
+    if (PyErr_Occurred()) return NULL;
+    if (PyDict_Size(exe_caches) >= 16) PyDict_Clear(exe_caches); /* (a bound on states kept) */
+    if (!(cache = PyDict_New())) return NULL;
+    int rc = PyDict_SetItem(exe_caches, args[0], cache);
+    Py_DECREF(cache);
+    if (rc) return NULL;
+  }
+  SET_REF(exe_cache, Py_NewRef(cache));
   Py_RETURN_NONE;
 }
 
@@ -1275,7 +1295,8 @@ static PyMethodDef array_functions[] = {
     {"eager_shutdown", eager_shutdown, METH_NOARGS, "drop pending results from now on (interpreter exit)"},
     {"eager_fusion", eager_fusion, METH_O, "turn eager fusion on or off; returns the previous setting"},
     {"eager_setup", eager_setup, METH_VARARGS, "connects ArrayBase's eager fast path to kiln's Python core"},
-    {"config_changed", config_changed, METH_NOARGS, "a setting changed: drop the executables cached in C"},
+    {"config_changed", (PyCFunction)(void (*)(void))config_changed, METH_FASTCALL,
+     "config_changed(gen=None): settings of state gen now (None: drop the executables cached in C)"},
     {"jit_setup", jit_setup, METH_O, "gives JitBase tree_unflatten"},
     {"jit_key", jit_key, METH_VARARGS, "jit_key(args) -> the fast path's key of a call's positional arguments, or None"},
     {"array_delete", array_delete, METH_O, "array_delete(a): drops a's buffer; a raises when used"},

@@ -91,15 +91,26 @@ def update_params(params=None):
     return {**(params or {}), "loc": loc}
 
 
+_config_states = {}  # every configuration state met (its values, as text) -> its generation
+
+
+def _config_state():
+    return tuple(sorted((n, repr(v)) for n, v in config.values.items()))
+
+
 def _on_config_change(name, value):
-    config_generation[0] += 1
-    _kiln.config_changed()
+    # The generation names the configuration state, not the change: restoring an option (a context
+    # manager inside a traced function, as diffrax's) brings back the earlier generation, so the
+    # compile caches keyed by it hit again instead of retracing every call.
+    config_generation[0] = _config_states.setdefault(_config_state(), len(_config_states))
+    _kiln.config_changed(config_generation[0])
     if name in ("kiln_log_copies", "kiln_forbid_copies"):
         _kiln.copies_mode(_copies_mode())
     if name == "jax_enable_x64":
         _scalar_cache.clear()
 
 
+_config_states[_config_state()] = 0  # the state at start-up: generation 0
 config._on_change(_on_config_change)
 _kiln.copies_mode(_copies_mode())
 
