@@ -111,6 +111,10 @@ KNOWN = [
           "population_count of a float array under grad: JAX raises NotImplementedError (no "
           "differentiation rule) before its dtype check, kiln the TypeError JAX's own eager call gives "
           "(operand must have an integer dtype)"),
+    Known("lax.scan", "*", "complex*", "wrong_value", "deliberate",
+          "a scan whose carry is a running complex product that overflows (3e38 and inf parts in "
+          "complex64): which non-finite parts come out (-inf-infj in XLA, -inf+nanj in kiln) is the "
+          "product kernel's, as for lax.mul; finite results agree to rounding (seed 113098)"),
     Known("lax.cumlogsumexp", "*", "*int*", "exc_class", "deliberate",
           "cumlogsumexp of an integer array: JAX raises OverflowError from its internals (cannot convert "
           "float infinity to integer: the -inf identity in an integer dtype), kiln the TypeError naming the "
