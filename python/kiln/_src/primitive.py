@@ -98,8 +98,8 @@ def _operand(a):
 
 
 _named = {}
-_in_rule = Cell(frozenset())
-_rule_tangents = Cell(frozenset())  # ids of the tangents of the JVP rules this thread is tracing  # the primitives whose JVP rule this thread is tracing
+_in_rule = Cell(frozenset())  # the primitives whose JVP rule this thread is tracing
+_rule_tangents = Cell(frozenset())  # ids of the tangents of the JVP rules this thread is tracing
 
 
 def primitive_named(name):
