@@ -297,11 +297,8 @@ static int run_exe(PyObject *exe, PyObject *const *bufs, int n, kl_buffer **outs
     char err[512];
     if ((rc = kl_exec_launch(e->x, ins, outs, err, sizeof err)))
       kl_py_raise(NULL, err);
-    else if ((rc = kl_py_wait_callbacks(e->x, outs, e->noutputs)))
-      for (int i = 0; i < e->noutputs; i++) {
-        kl_buf_release(outs[i]);
-        outs[i] = NULL;
-      }
+    else
+      rc = kl_py_wait_callbacks(e->x, outs, e->noutputs);
   } else {
     PyObject *args = PyTuple_New(n);
     for (int i = 0; args && i < n; i++) PyTuple_SetItem(args, i, Py_NewRef(bufs[i]));
@@ -607,10 +604,7 @@ static PyObject *donate_call(PyObject *self, PyObject *args) {
       kl_py_raise(NULL, err);
       goto done;
     }
-    if (kl_py_wait_callbacks(e->x, outs, e->noutputs)) {
-      for (int j = 0; j < e->noutputs; j++) kl_buf_release(outs[j]);
-      goto done;
-    }
+    if (kl_py_wait_callbacks(e->x, outs, e->noutputs)) goto done;
     res = PyTuple_New(e->noutputs);
     for (int j = 0; j < e->noutputs; j++) {
       PyObject *b = buffer_new_from(outs[j]);

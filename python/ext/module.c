@@ -94,10 +94,16 @@ static int buffer_wait(kl_buffer *b) {
   return 0;
 }
 
-int kl_py_wait_callbacks(const kl_exec *x, kl_buffer *const *outs, int nout) {
+int kl_py_wait_callbacks(const kl_exec *x, kl_buffer **outs, int nout) {
   if (!x->callbacks || x->device != KL_DEV_CPU) return 0;
   for (int i = 0; i < nout; i++) /* (interruptible; a failed output raises its error) */
-    if (buffer_wait(outs[i])) return -1;
+    if (buffer_wait(outs[i])) {
+      for (int j = 0; j < nout; j++) { /* the call fails: its outputs are dropped */
+        kl_buf_release(outs[j]);
+        outs[j] = NULL;
+      }
+      return -1;
+    }
   Py_BEGIN_ALLOW_THREADS kl_exec_wait_callbacks(x); /* callbacks after the last output's step */
   Py_END_ALLOW_THREADS
   return 0;
@@ -1092,10 +1098,7 @@ static PyObject *exec_call(PyObject *self, PyObject *args, PyObject *kw) {
     kl_py_raise(NULL, err);
     goto done;
   }
-  if (kl_py_wait_callbacks(o->x, outs, o->noutputs)) {
-    for (int i = 0; i < o->noutputs; i++) kl_buf_release(outs[i]);
-    goto done;
-  }
+  if (kl_py_wait_callbacks(o->x, outs, o->noutputs)) goto done;
   res = PyTuple_New(o->noutputs);
   for (int i = 0; i < o->noutputs; i++) PyTuple_SetItem(res, i, buffer_new_from(outs[i]));
 done:

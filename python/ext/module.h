@@ -25,8 +25,9 @@ extern PyObject *BufferType, *ExecType;
 PyObject *buffer_new_from(kl_buffer *b);
 /* After a launch of x with outputs outs[0..nout-1]: a CPU program with host callbacks has run
  * when this returns, as JAX's CPU client runs it before the call returns (what it prints is out;
- * the error a callback raised is the call's). 0, or -1 with the exception set (Ctrl-C too). */
-int kl_py_wait_callbacks(const kl_exec *x, kl_buffer *const *outs, int nout);
+ * the error a callback raised is the call's). 0, or -1 with the exception set (Ctrl-C too) and
+ * the outputs released (outs[i] NULL). */
+int kl_py_wait_callbacks(const kl_exec *x, kl_buffer **outs, int nout);
 
 /* array.c: ArrayBase, the C half of kiln.Array (its fields, the buffer protocol, and the eager
  * fast path of + - * /); adds ArrayBase and eager_setup to the module. */
