@@ -45,7 +45,7 @@ def test_unknown_option_and_bad_value(restore_x64):
 
 def test_attribute_assignment_goes_through_update(restore_x64):
     seen = []
-    callback = config._on_change(lambda name, value: seen.append((name, value)))
+    callback = config._on_change(lambda name, value, thread_only: seen.append((name, value)))
     try:
         config.update("jax_enable_x64", False)
         config.jax_enable_x64 = True
@@ -57,7 +57,7 @@ def test_attribute_assignment_goes_through_update(restore_x64):
 
 def test_callbacks_fire_only_on_change(restore_x64):
     seen = []
-    callback = config._on_change(lambda name, value: seen.append((name, value)))
+    callback = config._on_change(lambda name, value, thread_only: seen.append((name, value)))
     try:
         config.update("jax_enable_x64", False)
         seen.clear()

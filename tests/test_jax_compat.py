@@ -792,7 +792,8 @@ def test_a_jaxpr_interpreter_rebinding_equations_gives_the_same_program():
     x = float(np.random.default_rng().uniform(0, 1))
     for p in (True, False):
         want = np.sin(2 * x + 1) if p else 2 * x + 1 - 3
-        np.testing.assert_allclose(float(kiln.jit(interpret)(x, p)[0]), want, rtol=1e-6)
+        # (atol: in float32, 2x + 1 - 3 cancels near x = 1)
+        np.testing.assert_allclose(float(kiln.jit(interpret)(x, p)[0]), want, rtol=1e-6, atol=1e-6)
     assert kiln.core.ShapedArray((2,), jnp.float32, True).strip_weak_type() == kiln.core.ShapedArray((2,), jnp.float32)
 
 

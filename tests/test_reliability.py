@@ -238,6 +238,123 @@ def test_trace_state_is_per_thread():
     assert seen == {"type": "Array", "tracing": False}
 
 
+def _in_thread(fn):
+    import threading
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (reported in the main thread)
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(60)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_config_contexts_are_per_thread():
+    """As in JAX, a config context manager sets the option for its own thread only: another
+    thread keeps computing in float32 (eager, jit, scalars) while this one is in enable_x64, and
+    config.update inside the context changes the process-wide value the others read."""
+    was = kiln.config.jax_enable_x64
+    f = kiln.jit(lambda a: a * 2 + 1.5)
+    x = np.random.default_rng(0).standard_normal(5)
+    try:
+        kiln.config.update("jax_enable_x64", False)
+        with kiln.enable_x64():
+            assert kiln.config.jax_enable_x64 is True
+            inner = f(jnp.asarray(x))
+            assert inner.dtype == np.float64
+            other = _in_thread(lambda: (kiln.config.jax_enable_x64, f(jnp.asarray(x)).dtype,
+                                        (jnp.asarray(x) + 1.0).dtype, jnp.arange(3).dtype))
+            assert other == (False, np.float32, np.float32, np.int32)
+            np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))), x * 2 + 1.5, rtol=1e-15)
+            # the process-wide value changes under the context; this thread keeps its own
+            kiln.config.update("jax_enable_x64", True)
+            assert _in_thread(lambda: (kiln.config.jax_enable_x64, jnp.arange(3).dtype)) == (True, np.int64)
+            kiln.config.update("jax_enable_x64", False)
+            with kiln.enable_x64(False):
+                assert jnp.arange(3).dtype == np.int32 and f(jnp.asarray(x)).dtype == np.float32
+            assert jnp.arange(3).dtype == np.int64  # the outer context's value again
+        assert kiln.config.jax_enable_x64 is False
+        assert f(jnp.asarray(x)).dtype == np.float32
+    finally:
+        kiln.config.update("jax_enable_x64", was)
+
+
+def test_debug_nans_context_is_per_thread():
+    """jax.debug_nans() in one thread raises on its NaNs; another thread's NaNs pass."""
+    bad = jnp.asarray(np.array([-1.0, 4.0], np.float32))
+    with kiln.debug_nans(True):
+        with pytest.raises(FloatingPointError):
+            jnp.log(bad).block_until_ready()
+        y = _in_thread(lambda: np.asarray(jnp.log(bad)))
+        assert np.isnan(y[0]) and y[1] == np.float32(np.log(4.0))
+        with pytest.raises(FloatingPointError):
+            kiln.jit(jnp.log)(bad).block_until_ready()
+        y = _in_thread(lambda: np.asarray(kiln.jit(jnp.log)(bad)))
+        assert np.isnan(y[0])
+    assert np.isnan(np.asarray(jnp.log(bad))[0])
+
+
+CONFIG_THREADS = r"""
+import sys, threading, time, collections, traceback
+import numpy as np
+import kiln as jax, kiln.numpy as jnp
+secs = float(sys.argv[1])
+errors = collections.Counter(); first = {}; calls = [0]
+f = jax.jit(lambda a, b: a * b + 1.0)
+
+def worker(k):
+    rng = np.random.default_rng(k)
+    end = time.time() + secs
+    while time.time() < end:
+        x = rng.standard_normal(int(rng.integers(1, 50)))
+        x64 = bool(k % 2)
+        try:
+            ctx = jax.enable_x64() if x64 else jax.enable_x64(False)
+            with ctx:
+                want = np.float64 if x64 else np.float32
+                a = jnp.asarray(x)
+                y, z, w = f(a, a), a * 2.0 + 1.0, jnp.sum(jnp.exp(a))
+                for v in (a, y, z, w):
+                    assert v.dtype == want, (v.dtype, want)
+                assert np.allclose(y, x * x + 1.0, rtol=1e-5)
+                assert jnp.arange(2).dtype == (np.int64 if x64 else np.int32)
+            calls[0] += 1
+        except Exception as e:
+            key = f"{type(e).__name__}: {str(e)[:160]}"
+            errors[key] += 1
+            first.setdefault(key, traceback.format_exc())
+
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("CALLS", calls[0], "ERRORS", sum(errors.values()))
+for k, v in errors.most_common(3):
+    print(v, k)
+    print(first[k][-1500:])
+"""
+
+
+def test_threads_in_different_config_contexts(tmp_path):
+    """6 threads, half in enable_x64() and half in enable_x64(False), share one jitted function
+    and eager mode: each keeps its own dtypes on every call (JAX's contexts are thread-local)."""
+    script = tmp_path / "config_threads.py"
+    script.write_text(CONFIG_THREADS)
+    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
+    p = subprocess.run([sys.executable, "-X", "faulthandler", str(script), "4"], env=e, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("CALLS")][0]
+    assert line.endswith("ERRORS 0"), p.stdout[-4000:]
+    assert int(line.split()[1]) > 100
+
+
 # ---- Ctrl-C ----
 
 SIGINT = r"""
@@ -278,6 +395,54 @@ except Exception as e:
     print("UNREADABLE", isinstance(e, RuntimeError), "interrupted" in str(e))
 print("AFTER", float(jax.jit(lambda a: lax.fori_loop(0, 5, lambda i, c: c * 2, a))(jnp.ones(3)).sum()))
 """
+
+
+SIGINT_AWAY = r"""
+import os, signal, sys, threading, time
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
+import kiln as jax, kiln.numpy as jnp
+from kiln import lax
+f = jax.jit(lambda x: lax.while_loop(lambda c: c[0] < 1e30, lambda c: (c[0] + 1.0, c[1] * 1.0000001), (0.0, x))[1])
+f.lower(jnp.ones(4)).compile()
+sent = []
+
+def fire():
+    time.sleep(1.5)
+    sent.append(time.time())
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=fire, daemon=True).start()
+y = f(jnp.ones(4))  # launched; Python goes on with other work, the loop runs behind it
+try:
+    while True:
+        sum(range(1000))
+except KeyboardInterrupt:
+    print("INTERRUPTED %.3f" % (time.time() - sent[0]))
+t = time.time()
+try:
+    y.block_until_ready()
+    print("FINISHED")
+except Exception as e:
+    print("STOPPED %.3f" % (time.time() - t), "interrupted" in str(e))
+print("AFTER", float(jax.jit(lambda a: lax.fori_loop(0, 5, lambda i, c: c * 2, a))(jnp.ones(3)).sum()))
+"""
+
+
+def test_ctrl_c_away_from_a_wait_stops_the_running_loop(tmp_path):
+    """Ctrl-C while Python runs on after launching a long jitted loop (no wait under way): the
+    loop stops too (kiln's SIGINT handler), its result raises "interrupted" at once, and the next
+    program runs."""
+    script = tmp_path / "sigint_away.py"
+    script.write_text(SIGINT_AWAY)
+    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
+    p = subprocess.run([sys.executable, str(script)], env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    lines = dict(ln.split(" ", 1) for ln in p.stdout.splitlines() if " " in ln)
+    assert float(lines["INTERRUPTED"]) < 1.0, p.stdout
+    took, said = lines["STOPPED"].split()
+    assert float(took) < 1.0 and said == "True", p.stdout
+    assert lines["AFTER"] == "96.0", p.stdout
 
 
 _GPU = pytest.mark.skipif(kiln.default_backend() != "gpu", reason="needs an NVIDIA GPU")

@@ -51,7 +51,7 @@ static PyObject *fallback[NOPERATORS]; /* the Python operators: f(left, right) *
  *   its avals (a fused operation needs no executable of its own); entries are stored as
  *   (exe or None, avals, shape, dtype, weak of the first result) for the fast path;
  *   (n, ... a fused chain, see materialize) -> exe of the chain. */
-static PyObject *exe_cache;
+static PyObject *exe_cache;        /* (that of the process-wide configuration state; see config_changed) */
 static PyObject *fused_fn;         /* dispatch._fused_exe(key) -> exe of a chain of pending operations */
 static PyObject *op_name[NOPS];    /* op_prim as str objects (the first item of a cache key) */
 static PyObject *no_params;        /* () : params_key of a call without params */
@@ -68,6 +68,54 @@ static long n_chains, n_chain_ops; /* fused launches, and the operations they ra
     (field) = (value);          \
     Py_XDECREF(old_);           \
   } while (0)
+
+/* Configuration states (kiln._src.config): each distinct set of option values has an id; eager
+ * mode keeps its executables per state. The process-wide state is set by config_changed; a thread
+ * inside a config context manager has its own (thread_config), which C asks Python for again
+ * after a process-wide change (state_epoch) since the thread's values are the new ones under its
+ * overrides. */
+static long state_global;                   /* the process-wide state's id */
+static unsigned long state_epoch;           /* bumped by every config_changed */
+static _Thread_local long state_thread = -1; /* this thread's state id while it has overrides */
+static _Thread_local unsigned long state_thread_epoch;
+static PyObject *state_refresh;             /* dispatch._thread_state(): calls thread_config */
+static PyObject *exe_caches;                /* state id -> the exe cache of that state */
+
+/* This thread's configuration state id. */
+static long current_state(void) {
+  if (state_thread < 0) return state_global;
+  if (state_thread_epoch != state_epoch && state_refresh) {
+    state_thread_epoch = state_epoch;
+    PyObject *r = PyObject_CallNoArgs(state_refresh);
+    if (r)
+      Py_DECREF(r);
+    else
+      PyErr_WriteUnraisable(state_refresh);
+  }
+  return state_thread < 0 ? state_global : state_thread;
+}
+
+/* The exe cache of state `id` (new reference), made when missing (a bounded number are kept). */
+static PyObject *state_cache(long id) {
+  if (!exe_caches && !(exe_caches = PyDict_New())) return NULL;
+  PyObject *key = PyLong_FromLong(id);
+  if (!key) return NULL;
+  PyObject *cache = PyDict_GetItemWithError(exe_caches, key);
+  if (cache || PyErr_Occurred()) {
+    Py_DECREF(key);
+    return cache ? Py_NewRef(cache) : NULL;
+  }
+  if (PyDict_Size(exe_caches) >= 16) PyDict_Clear(exe_caches); /* (a bound on states kept) */
+  if ((cache = PyDict_New()) && PyDict_SetItem(exe_caches, key, cache)) Py_CLEAR(cache);
+  Py_DECREF(key);
+  return cache;
+}
+
+/* The eager executables of this thread's configuration state (new reference). */
+static PyObject *thread_exe_cache(void) {
+  long id = current_state();
+  return id == state_global ? Py_NewRef(exe_cache) : state_cache(id);
+}
 
 /* ---- the pending arrays, listed (not owned) so that all can be computed at once ---- */
 
@@ -454,13 +502,15 @@ static int materialize(ArrayObject *a) {
     PyTuple_SetItem(key, at + 1, ref_of(&c, c.node[j]->pl));
     PyTuple_SetItem(key, at + 2, ref_of(&c, c.node[j]->pr));
   }
-  PyObject *exe = PyDict_GetItemWithError(exe_cache, key);
+  PyObject *cache = thread_exe_cache();
+  PyObject *exe = cache ? PyDict_GetItemWithError(cache, key) : NULL;
   if (exe)
     Py_INCREF(exe);
   else if (!PyErr_Occurred()) {
     exe = PyObject_CallFunctionObjArgs(fused_fn, key, NULL);
-    if (exe && PyDict_SetItem(exe_cache, key, exe)) Py_CLEAR(exe);
+    if (exe && PyDict_SetItem(cache, key, exe)) Py_CLEAR(exe);
   }
+  Py_XDECREF(cache);
   Py_DECREF(key);
   if (!exe) goto out;
   if (!a->pl) { /* another thread computed it meanwhile */
@@ -700,9 +750,17 @@ static PyObject *pending_new(int op, PyObject *entry, ArrayObject *x1, ArrayObje
  * entries without exe when need_exe, ask dispatch._eager_entry. */
 static PyObject *entry_lookup(PyObject *key, PyObject *prim, PyObject *params, PyObject *const *xs, Py_ssize_t n,
                               int need_exe) {
-  PyObject *entry = PyDict_GetItemWithError(exe_cache, key);
-  if (entry && (!need_exe || PyTuple_GetItem(entry, 0) != Py_None)) return Py_NewRef(entry);
-  if (PyErr_Occurred()) return NULL;
+  PyObject *cache = thread_exe_cache();
+  if (!cache) return NULL;
+  PyObject *entry = PyDict_GetItemWithError(cache, key);
+  if (entry && (!need_exe || PyTuple_GetItem(entry, 0) != Py_None)) {
+    Py_DECREF(cache);
+    return Py_NewRef(entry);
+  }
+  if (PyErr_Occurred()) {
+    Py_DECREF(cache);
+    return NULL;
+  }
   PyObject *list = PyList_New(n);
   for (Py_ssize_t i = 0; list && i < n; i++) PyList_SetItem(list, i, Py_NewRef(xs[i]));
   entry = list ? PyObject_CallFunctionObjArgs(entry_fn, prim, params, list, need_exe ? Py_True : Py_False, NULL) : NULL;
@@ -722,7 +780,8 @@ static PyObject *entry_lookup(PyObject *key, PyObject *prim, PyObject *params, P
     Py_DECREF(entry);
     entry = full;
   }
-  if (entry && PyDict_SetItem(exe_cache, key, entry)) Py_CLEAR(entry);
+  if (entry && PyDict_SetItem(cache, key, entry)) Py_CLEAR(entry);
+  Py_DECREF(cache);
   return entry;
 }
 
@@ -998,7 +1057,7 @@ static PyObject *eager_setup(PyObject *self, PyObject *args) {
     return NULL;
   if (!PyType_Check(at) || PyTuple_Size(fb) != NOPERATORS)
     return PyErr_Format(PyExc_TypeError, "eager_setup: expects the Array class and %d fallbacks", NOPERATORS);
-  if (!exe_cache && !(exe_cache = PyDict_New())) return NULL;
+  if (!exe_cache && !(exe_cache = state_cache(state_global))) return NULL;
   if (!no_params && !(no_params = PyTuple_New(0))) return NULL;
   for (int i = 0; i < NOPS; i++)
     if (!op_name[i] && !(op_name[i] = PyUnicode_InternFromString(op_prim[i]))) return NULL;
@@ -1025,14 +1084,15 @@ static PyObject *eager_setup(PyObject *self, PyObject *args) {
 typedef struct {
   PyObject_HEAD
   PyObject *fast; /* dict, or NULL when this wrapper has no fast path (static arguments) */
-  long gen;       /* config_gen when `fast` was last known valid */
+  long gen;       /* the configuration state `fast` belongs to (current_state) */
 } JitObject;
 
-static long config_gen;     /* bumped by config_changed() */
 static PyObject *unflatten; /* tree_util.tree_unflatten(tree, leaves) */
 
 static PyMemberDef jit_members[] = {
-    {"_fast", T_OBJECT, offsetof(JitObject, fast), 0, "calls of positional arrays: avals -> entry"}, {NULL, 0, 0, 0, NULL}};
+    {"_fast", T_OBJECT, offsetof(JitObject, fast), 0, "calls of positional arrays: avals -> entry"},
+    {"_fast_state", T_LONG, offsetof(JitObject, gen), READONLY, "the configuration state _fast's entries belong to"},
+    {NULL, 0, 0, 0, NULL}};
 
 static int jit_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(self));
@@ -1151,9 +1211,10 @@ static PyObject *jit_key(PyObject *self, PyObject *args) {
  * when the call belongs to the Python road. */
 static PyObject *jit_fast(JitObject *j, PyObject *args) {
   if (!array_type || !j->fast || !PyDict_Check(j->fast) || kl_py_tracing()) return NULL;
-  if (j->gen != config_gen) {
+  long state = current_state();
+  if (j->gen != state) {
     PyDict_Clear(j->fast);
-    j->gen = config_gen;
+    j->gen = state;
     return NULL;
   }
   PyObject *small_bufs[96];
@@ -1221,32 +1282,44 @@ static PyType_Slot jit_slots[] = {{Py_tp_dealloc, jit_dealloc},
 static PyType_Spec jit_spec = {"kiln._kiln.JitBase", sizeof(JitObject), 0,
                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, jit_slots};
 
-/* config_changed(gen=None): the settings are now those of configuration state `gen` (an id the
- * Python side gives each distinct set of values): eager mode's executables of that state are used
- * (kept per state, so a context manager that sets an option and restores it, as libraries' traces
- * do, recompiles nothing), the jit fast paths start over. Without gen (clear_caches): every
- * cached executable is dropped. */
-static PyObject *exe_caches; /* gen -> exe_cache of that configuration state */
+/* config_changed(gen=None): the process-wide settings are now those of configuration state `gen`:
+ * eager mode's executables of that state are used (kept per state, so a context manager that
+ * sets an option and restores it, as libraries' traces do, recompiles nothing); a jit's fast
+ * path keeps to the state of its entries. Without gen (clear_caches): every cached executable is
+ * dropped. */
 static PyObject *config_changed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  config_gen++; /* (only ever grows: a jit's fast path belongs to the generation it was made in) */
+  state_epoch++;
   if (!exe_cache) Py_RETURN_NONE;
-  if (!exe_caches && !(exe_caches = PyDict_New())) return NULL;
   if (nargs < 1 || args[0] == Py_None) {
-    PyDict_Clear(exe_caches);
+    if (exe_caches) PyDict_Clear(exe_caches);
     PyDict_Clear(exe_cache);
     Py_RETURN_NONE;
   }
-  PyObject *cache = PyDict_GetItemWithError(exe_caches, args[0]);
-  if (!cache) {
-    if (PyErr_Occurred()) return NULL;
-    if (PyDict_Size(exe_caches) >= 16) PyDict_Clear(exe_caches); /* (a bound on states kept) */
-    if (!(cache = PyDict_New())) return NULL;
-    int rc = PyDict_SetItem(exe_caches, args[0], cache);
-    Py_DECREF(cache);
-    if (rc) return NULL;
-  }
-  SET_REF(exe_cache, Py_NewRef(cache));
+  long id = PyLong_AsLong(args[0]);
+  if (id == -1 && PyErr_Occurred()) return NULL;
+  PyObject *cache = state_cache(id);
+  if (!cache) return NULL;
+  state_global = id;
+  SET_REF(exe_cache, cache);
+  Py_RETURN_NONE;
+}
+
+/* thread_config(gen or None): this thread's settings are those of state gen (it is inside a config
+ * context manager), or the process-wide ones (None). */
+static PyObject *thread_config(PyObject *self, PyObject *arg) {
+  (void)self;
+  long id = arg == Py_None ? -1 : PyLong_AsLong(arg);
+  if (id == -1 && PyErr_Occurred()) return NULL;
+  state_thread = id < 0 ? -1 : id;
+  state_thread_epoch = state_epoch;
+  Py_RETURN_NONE;
+}
+
+/* config_setup(refresh): refresh() gives this thread's state again (by thread_config). */
+static PyObject *config_setup(PyObject *self, PyObject *fn) {
+  (void)self;
+  SET_REF(state_refresh, Py_NewRef(fn));
   Py_RETURN_NONE;
 }
 
@@ -1291,6 +1364,8 @@ static PyMethodDef array_functions[] = {
     {"eager_setup", eager_setup, METH_VARARGS, "connects ArrayBase's eager fast path to kiln's Python core"},
     {"config_changed", (PyCFunction)(void (*)(void))config_changed, METH_FASTCALL,
      "config_changed(gen=None): settings of state gen now (None: drop the executables cached in C)"},
+    {"thread_config", thread_config, METH_O, "thread_config(gen or None): this thread's own configuration state"},
+    {"config_setup", config_setup, METH_O, "config_setup(refresh): refresh() re-sends this thread's state"},
     {"jit_setup", jit_setup, METH_O, "gives JitBase tree_unflatten"},
     {"jit_key", jit_key, METH_VARARGS, "jit_key(args) -> the fast path's key of a call's positional arguments, or None"},
     {"array_delete", array_delete, METH_O, "array_delete(a): drops a's buffer; a raises when used"},

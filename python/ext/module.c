@@ -1359,6 +1359,20 @@ static PyObject *mod_synchronize(PyObject *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* stop_running(): Ctrl-C that lands outside a wait (kiln's SIGINT handler, kiln/__init__.py):
+ * the loops running or queued are asked to stop (their outputs fail with "interrupted"), their
+ * work settles, and the request is cleared, so the next program runs. */
+static PyObject *mod_stop_running(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  kl_rt_stop_request();
+  Py_BEGIN_ALLOW_THREADS
+  kl_rt_synchronize();
+  Py_END_ALLOW_THREADS
+  kl_rt_stop_clear();
+  Py_RETURN_NONE;
+}
+
 /* The allocation hook (ir/alloc.h), for the failing-allocation tests. */
 static PyObject *mod_alloc_fail_at(PyObject *self, PyObject *arg) {
   (void)self;
@@ -1622,6 +1636,7 @@ static PyMethodDef mod_methods[] = {
     {"gpu_compile_stats", mod_gpu_compile_stats, METH_NOARGS, "(compiled, disk hits, memory hits) of GPU modules"},
     {"gpu_graph_stats", mod_gpu_graph_stats, METH_NOARGS, "(graphs built, conds queued as conditional nodes, device-side loops launched) on the GPU"},
     {"synchronize", mod_synchronize, METH_NOARGS, "wait for all launched work"},
+    {"stop_running", mod_stop_running, METH_NOARGS, "Ctrl-C: stop the loops running, wait for the work to settle"},
     {"set_callback_handler", mod_set_callback_handler, METH_O,
      "set_callback_handler(fn): fn(id, ins, outs) runs host callbacks; ins/outs: [(shape, dtype, memoryview)]"},
     {"compile_stats", mod_compile_stats, METH_NOARGS, "(compiles, seconds)"},

@@ -100,6 +100,33 @@ def default_device(device):
     return contextlib.nullcontext()
 
 
+def _stop_on_ctrl_c():
+    """Ctrl-C stops kiln's running programs wherever it lands. A wait (block_until_ready, reading
+    an array) handles it itself; one that lands while Python runs on, a jitted loop still running
+    behind it, would leave the loop running. kiln takes SIGINT where Python's default handler has
+    it: the handler asks the running loops to stop, lets their work settle (their results raise
+    "interrupted"), then raises KeyboardInterrupt as the default does. A handler someone else
+    installed is left as it is."""
+    import signal
+    import threading
+    from kiln import _kiln
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def on_sigint(signum, frame):
+        _kiln.stop_running()
+        signal.default_int_handler(signum, frame)
+
+    on_sigint.__qualname__ = "kiln_sigint_handler"
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+_stop_on_ctrl_c()
+del _stop_on_ctrl_c
+
+
 def _find_blas():
     """Tells the runtime where NumPy's bundled OpenBLAS is (a fallback when the system has none)."""
     import glob

@@ -629,7 +629,7 @@ class JitWrapped(_kiln.JitBase):
             if isinstance(leaf, Tracer) and not core.tracing():
                 raise errors.UnexpectedTracerError.for_tracer(leaf, "It was passed to a jit-compiled function.")
             arrs.append(leaf if isinstance(leaf, Array) else _leaf_to_array(leaf, f"jit argument leaf {i}"))
-        key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), core.config_generation[0])
+        key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), core.config_state())
         return key, statics, arrs, tree, len(args)
 
     # Calling: JitBase (C) runs calls of positional arrays whose signature is in self._fast and
@@ -710,7 +710,9 @@ class JitWrapped(_kiln.JitBase):
             refs.store(entry.ref_written, finals)
             return out
         checking = config.jax_debug_nans or config.jax_debug_infs
-        if self._fast is not None and not kwargs and not checking:
+        if self._fast is not None and not kwargs and not checking and self._fast_state == key[-1]:
+            # (only entries of the state the fast path keeps to: another thread's state may have
+            # taken it over while this call compiled)
             fast_key = _kiln.jit_key(args)  # positional arrays, or tuples/lists/str-keyed dicts of them
             if fast_key is not None:
                 self._fast[fast_key] = entry.fast
@@ -896,36 +898,36 @@ def _bad_values(values):
 
 
 def _eager_check(prim, results):
-    """jax_debug_nans/infs for eager operations: the first that makes a NaN (inf) raises."""
+    """jax_debug_nans/infs for eager operations: the first that makes a NaN (inf) raises (installed
+    while any thread has either on; a thread with both off passes)."""
+    if not (config.jax_debug_nans or config.jax_debug_infs):
+        return
     bad = _bad_values(results if isinstance(results, tuple) else (results,))
     if bad is not None:
         raise FloatingPointError(f"invalid value ({bad}) encountered in {prim}")
 
 
-def _on_disable_jit(name, value):
+def _eager_check_wanted():
+    return any(config._global[n] or config.overridden_true(n) for n in ("jax_debug_nans", "jax_debug_infs"))
+
+
+def _on_debug_change(name, value, thread_only):
+    # (jitted calls check in _call: the C fast path keeps to the configuration state its entries
+    # were made in, and entries are not made while checking)
     if name in ("jax_debug_nans", "jax_debug_infs"):
-        _kiln.set_eager_check(_eager_check if (config.jax_debug_nans or config.jax_debug_infs) else None)
-    if name in ("jax_disable_jit", "jax_debug_nans", "jax_debug_infs") and value:  # calls must reach _call (the
-        # C fast path runs compiled code unchecked)
-        for w in list(_jitted):
-            if w._fast is not None:
-                w._fast.clear()
+        _kiln.set_eager_check(_eager_check if _eager_check_wanted() else None)
 
 
-config._callbacks.append(_on_disable_jit)
-if config.jax_debug_nans or config.jax_debug_infs:  # set from the environment at start-up
+config._on_change(_on_debug_change)
+if _eager_check_wanted():  # set from the environment at start-up
     _kiln.set_eager_check(_eager_check)
 
 
 @contextlib.contextmanager
 def disable_jit(disable=True):
     """Within the block, jit-compiled functions run as plain Python (op by op), as jax.disable_jit."""
-    old = config.jax_disable_jit
-    config.update("jax_disable_jit", bool(disable))
-    try:
+    with config._context("jax_disable_jit", bool(disable)):
         yield
-    finally:
-        config.update("jax_disable_jit", old)
 
 
 def jit(fun=None, *, in_shardings=None, out_shardings=None, static_argnums=None, static_argnames=None,

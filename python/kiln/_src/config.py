@@ -1,13 +1,18 @@
-"""kiln's global options (`kiln.config`), in JAX's spelling.
+"""kiln's options (`kiln.config`), in JAX's spelling.
 
-Pure Python; imports nothing from kiln. Values are plain attributes so that
-hot paths (dtype canonicalization on every dispatch) read them at attribute
-speed. Modules whose caches depend on an option register a callback with
-`config._on_change` so they can drop stale entries when it flips.
+Pure Python; imports nothing from kiln. As in JAX, an option has a process-wide value
+(`config.update`) and, within a context manager (`jax.enable_x64()`, `jax.debug_nans()`, ...), a
+value of the calling thread alone (`config._override`), which the thread reads instead. Each
+distinct set of effective values is a configuration *state* with a small integer id
+(`config.state_id()`): compile caches key on it, so a thread in `enable_x64()` and one outside
+it keep apart, and a context that restores the values brings back the same state's entries.
+Modules whose caches depend on an option register `config._on_change(callback)`: called with
+(name, value, thread_only) after the process-wide value or this thread's override changes.
 """
 
 import contextlib
 import os
+import threading
 
 _TRUE_STRINGS = ("1", "true", "t", "yes", "y", "on")
 _FALSE_STRINGS = ("0", "false", "f", "no", "n", "off", "")
@@ -177,13 +182,36 @@ def _env_default(name, default):
     return text
 
 
+_local = threading.local()  # .overrides: this thread's {name: value} set by context managers
+_MISSING = object()
+_states = {}  # every configuration state met (its values, as text) -> its id
+_states_lock = threading.Lock()
+_truthy_overrides = {}  # name -> how many threads' overrides hold a true value now (any thread)
+
+
+def _state_of(values):
+    key = tuple(sorted((n, repr(v)) for n, v in values.items()))
+    with _states_lock:
+        return _states.setdefault(key, len(_states))
+
+
+def _count_truthy(name, old, new):
+    delta = (new is not _MISSING and bool(new)) - (old is not _MISSING and bool(old))
+    if delta:
+        with _states_lock:
+            _truthy_overrides[name] = _truthy_overrides.get(name, 0) + delta
+
+
 class Config:
-    """Holds kiln's options. Read them as attributes: `config.jax_enable_x64`."""
+    """Holds kiln's options. Read them as attributes: `config.jax_enable_x64` (this thread's value:
+    its override within a context manager, else the process-wide one)."""
 
     def __init__(self):
         # name -> validator(name, value) -> normalized value
         object.__setattr__(self, "_validators", {})
+        object.__setattr__(self, "_global", {})  # name -> process-wide value
         object.__setattr__(self, "_callbacks", [])
+        object.__setattr__(self, "_global_state", [0, 0])  # [its state id, its epoch (bumped per change)]
         self._define("jax_enable_x64", _x64_default(), _validate_bool)
         self._define("jax_default_matmul_precision",
                      _validate_precision("JAX_DEFAULT_MATMUL_PRECISION",
@@ -200,11 +228,22 @@ class Config:
         self._define("kiln_forbid_copies", _env_bool("KILN_FORBID_COPIES"), _validate_bool)
         for name, default in _JAX_OPTIONS.items():
             self._define(name, _env_default(name, default), _recorded(default))
+        self._global_state[0] = _state_of(self._global)  # the state at start-up: id 0
 
     def _define(self, name, default, validator):
         """Declare an option (for kiln's own modules, not users)."""
         self._validators[name] = validator
-        object.__setattr__(self, name, validator(name, default))
+        self._global[name] = validator(name, default)
+        if name not in Config.__dict__:
+            setattr(Config, name, property(lambda self, n=name: self._get(n)))
+
+    def _get(self, name):
+        overrides = getattr(_local, "overrides", None)
+        if overrides:
+            value = overrides.get(name, _MISSING)
+            if value is not _MISSING:
+                return value
+        return self._global[name]
 
     def _check_name(self, name, what):
         if name not in self._validators:
@@ -212,14 +251,77 @@ class Config:
                                  f"option of JAX 0.10.2 and its own kiln_*: see config.values)")
 
     def update(self, name, value):
-        """Set option `name` to `value` (as `jax.config.update`)."""
+        """Set option `name` to `value` for the whole process (as `jax.config.update`); a thread
+        inside a context manager of the option keeps reading the context's value."""
         self._check_name(name, "update")
         value = self._validators[name](name, value)
-        old = getattr(self, name)
-        object.__setattr__(self, name, value)
+        old = self._global[name]
+        self._global[name] = value
         if old != value:
+            self._global_state[:] = [_state_of(self._global), self._global_state[1] + 1]
             for callback in list(self._callbacks):
-                callback(name, value)
+                callback(name, value, False)
+
+    def _override(self, name, value):
+        """This thread reads `value` for option `name` until `_restore(name, token)` with the token
+        returned (the context managers' half of an option, thread-local as in JAX)."""
+        self._check_name(name, "override")
+        value = self._validators[name](name, value)
+        overrides = getattr(_local, "overrides", None)
+        if overrides is None:
+            overrides = _local.overrides = {}
+        old_value = getattr(self, name)
+        token = overrides.get(name, _MISSING)
+        overrides[name] = value
+        _count_truthy(name, token, value)
+        _local.state = None
+        if old_value != value:
+            for callback in list(self._callbacks):
+                callback(name, value, True)
+        return token
+
+    def _restore(self, name, token):
+        overrides = _local.overrides
+        old_value = getattr(self, name)
+        _count_truthy(name, overrides.get(name, _MISSING), token)
+        if token is _MISSING:
+            overrides.pop(name, None)
+        else:
+            overrides[name] = token
+        _local.state = None
+        value = getattr(self, name)
+        if old_value != value:
+            for callback in list(self._callbacks):
+                callback(name, value, True)
+
+    @contextlib.contextmanager
+    def _context(self, name, value):
+        token = self._override(name, value)
+        try:
+            yield
+        finally:
+            self._restore(name, token)
+
+    def overridden_true(self, name):
+        """Whether some thread's context manager holds option `name` at a true value now."""
+        return _truthy_overrides.get(name, 0) > 0
+
+    def thread_overrides(self):
+        """This thread's context-manager values, by name (empty outside every context)."""
+        return dict(getattr(_local, "overrides", None) or {})
+
+    def state_id(self):
+        """The id of this thread's configuration state (its effective values): part of every compile
+        cache key."""
+        if not getattr(_local, "overrides", None):
+            return self._global_state[0]
+        cached = getattr(_local, "state", None)
+        if cached is not None and cached[0] == self._global_state[1]:
+            return cached[1]
+        epoch = self._global_state[1]
+        sid = _state_of(self.values)
+        _local.state = (epoch, sid)
+        return sid
 
     def read(self, name):
         """Current value of option `name`."""
@@ -228,7 +330,7 @@ class Config:
 
     @property
     def values(self):
-        """Every option's current value, by name."""
+        """Every option's current value (this thread's), by name."""
         return {n: getattr(self, n) for n in self._validators}
 
     def _read(self, name):
@@ -241,8 +343,9 @@ class Config:
         """Accepted: as parse_flags_with_absl."""
 
     def _on_change(self, callback):
-        """Register `callback(name, new_value)`, called after an option changes
-        value (not on no-op updates). Returns `callback`, so it can decorate."""
+        """Register `callback(name, new_value, thread_only)`, called after an option changes value
+        (not on no-op updates): for the whole process (`update`), or for this thread alone (a context
+        manager entered or left). Returns `callback`, so it can decorate."""
         self._callbacks.append(callback)
         return callback
 
@@ -268,13 +371,9 @@ config = Config()
 
 @contextlib.contextmanager
 def enable_x64(new_value=True):
-    """Temporarily set jax_enable_x64 (as `jax.experimental.enable_x64`)."""
-    old = config.jax_enable_x64
-    config.update("jax_enable_x64", new_value)
-    try:
+    """Within the block, this thread has jax_enable_x64 = new_value (as `jax.experimental.enable_x64`)."""
+    with config._context("jax_enable_x64", new_value):
         yield
-    finally:
-        config.update("jax_enable_x64", old)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from kiln._src.array import (Array, _check_host_array, _contains_tracer, _dtype_
 from kiln._src.tracing import (Trace, Tracer, _ad_depth, ad_tracing, concrete_or_error, current_trace,  # noqa: F401
                                is_tracer, literal, pop_trace, push_trace, scalar_constant, tracing)
 from kiln._src.dispatch import (_eager_entry, _fused_exe, _on_config_change, bind, bind1,  # noqa: F401
-                                config_generation)
+                                config_state)
 
 
 def trace_state_clean():

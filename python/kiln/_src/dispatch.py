@@ -62,7 +62,9 @@ def bind1(prim, args, params=None):
     return bind(prim, args, params)[0]
 
 
-config_generation = [0]  # bumped on every configuration change: part of every compile cache key
+def config_state():
+    """This thread's configuration state id (config.state_id): part of every compile cache key."""
+    return config.state_id()
 
 
 def _copies_mode():
@@ -91,27 +93,29 @@ def update_params(params=None):
     return {**(params or {}), "loc": loc}
 
 
-_config_states = {}  # every configuration state met (its values, as text) -> its generation
-
-
-def _config_state():
-    return tuple(sorted((n, repr(v)) for n, v in config.values.items()))
-
-
-def _on_config_change(name, value):
-    # The generation names the configuration state, not the change: restoring an option (a context
-    # manager inside a traced function, as diffrax's) brings back the earlier generation, so the
-    # compile caches keyed by it hit again instead of retracing every call.
-    config_generation[0] = _config_states.setdefault(_config_state(), len(_config_states))
-    _kiln.config_changed(config_generation[0])
-    if name in ("kiln_log_copies", "kiln_forbid_copies"):
+def _on_config_change(name, value, thread_only):
+    # The state names the configuration values, not the change: restoring an option (a context
+    # manager inside a traced function, as diffrax's) brings back the earlier state, so the
+    # compile caches keyed by it hit again instead of retracing every call. C keeps the eager
+    # executables per state: the process-wide one, and this thread's while it is in a context.
+    if thread_only:
+        _kiln.thread_config(config.state_id() if config.thread_overrides() else None)
+    else:
+        _kiln.config_changed(config._global_state[0])
+    if name in ("kiln_log_copies", "kiln_forbid_copies") and not thread_only:
         _kiln.copies_mode(_copies_mode())
     if name == "jax_enable_x64":
         _scalar_cache.clear()
 
 
-_config_states[_config_state()] = 0  # the state at start-up: generation 0
+def _thread_state():
+    """C asks for this thread's state again after a process-wide change while the thread is in a
+    context (its state is the new process-wide values under its overrides)."""
+    _kiln.thread_config(config.state_id() if config.thread_overrides() else None)
+
+
 config._on_change(_on_config_change)
+_kiln.config_setup(_thread_state)
 _kiln.copies_mode(_copies_mode())
 
 

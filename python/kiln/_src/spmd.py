@@ -369,7 +369,7 @@ class ShardMapped:
         mesh = self._the_mesh()
         leaves, tree = tree_util.tree_flatten(args)
         fast = self._fast.get(tree)
-        if fast is not None and fast[0] is mesh and fast[1] == core.config_generation[0] and not core.tracing():
+        if fast is not None and fast[0] is mesh and fast[1] == core.config_state() and not core.tracing():
             # the arguments are sharded Arrays laid out as last time: their shards go straight in
             entry, want, devs = fast[2], fast[3], fast[4]
             if len(leaves) == len(want) and all(
@@ -401,7 +401,7 @@ class ShardMapped:
                                      f"a multiple of {k} (pad it) or change in_specs")
             shard_shapes.append(tuple(d // k for d, k in zip(a.shape, parts)))
         key = (tree, tuple((sh, a.dtype, a.weak_type) for sh, a in zip(shard_shapes, arrs)), tuple(specs), mesh,
-               core.config_generation[0])
+               core.config_state())
         entry = self._cache.get(key)
         if entry is None:
             self._leaf_specs = specs
@@ -443,7 +443,7 @@ class ShardMapped:
         for row, consts in zip(per, entry.dev_consts):
             row.extend(consts)
         if direct and all(type(a) is ShardedArray for a in arrs):
-            self._fast[tree] = (mesh, core.config_generation[0], entry,
+            self._fast[tree] = (mesh, core.config_state(), entry,
                                 [(a._sharding, a.shape, a.dtype, a.weak_type) for a in arrs], devs)
         return self._launch(entry, devs, per)
 

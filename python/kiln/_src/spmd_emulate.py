@@ -417,7 +417,7 @@ def call(smapped, mesh, args):
                                  f"by in_specs {s!r} over {k} devices, which does not divide {d}")
         shard_shapes.append(tuple(d // k for d, k in zip(a.shape, parts)))
     key = (tree, tuple((sh, a.dtype, a.weak_type) for sh, a in zip(shard_shapes, arrs)), tuple(specs), mesh,
-           core.config_generation[0], "traced")
+           core.config_state(), "traced")
     entry = smapped._cache.get(key)
     if entry is None:
         smapped._leaf_specs = specs

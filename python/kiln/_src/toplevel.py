@@ -14,14 +14,8 @@ version = None  # set by kiln/__init__.py
 
 
 def _option_context(name, doc):
-    @contextlib.contextmanager
     def ctx(new_value=True):
-        old = getattr(config, name)
-        config.update(name, new_value)
-        try:
-            yield
-        finally:
-            config.update(name, old)
+        return config._context(name, new_value)  # this thread's value, as JAX's contexts
     ctx.__name__ = name.removeprefix("jax_")
     ctx.__doc__ = doc
     return ctx
@@ -72,14 +66,9 @@ def transfer_guard(new_value):
     """Within the block, the three transfer guards are new_value (as jax.transfer_guard)."""
     names = ("jax_transfer_guard_host_to_device", "jax_transfer_guard_device_to_host",
              "jax_transfer_guard_device_to_device")
-    old = [getattr(config, n) for n in names]
-    for n in names:
-        config.update(n, new_value)
-    try:
+    with config._context(names[0], new_value), config._context(names[1], new_value), \
+            config._context(names[2], new_value):
         yield
-    finally:
-        for n, v in zip(names, old):
-            config.update(n, v)
 
 
 # jax.dtypes.float0: the dtype of integer inputs' tangents in JAX (kiln gives zeros of the input's dtype)
