@@ -238,6 +238,43 @@ def test_unhashable_aux_is_hashed_by_type_and_compared_by_value():
     assert hash(a) == hash(b) and a == b and a != c
 
 
+def test_aux_data_is_compared_but_not_hashed():
+    """As JAX: a treedef's hash leaves aux_data out (flax's GraphDef costs microseconds to hash, and
+    jit hashes every call's structure); equality still compares it, so jit keys stay exact."""
+    hashed = []
+
+    class Costly:
+        def __init__(self, aux):
+            self.aux = aux
+
+    class Aux:
+        def __init__(self, v):
+            self.v = v
+
+        def __eq__(self, other):
+            return isinstance(other, Aux) and self.v == other.v
+
+        def __hash__(self):
+            hashed.append(self.v)
+            return hash(self.v)
+
+    tu.register_pytree_node(Costly, lambda b: ((b.aux.v,), b.aux), lambda aux, ch: Costly(aux))
+    a, b, c = (tu.tree_structure({"k": Costly(Aux(v))}) for v in (1, 1, 2))
+    assert hash(a) == hash(b) and a == b and a != c and hashed == []
+    assert len({a, b, c}) == 2
+    assert hash(tu.tree_structure({"x": 1})) != hash(tu.tree_structure({"y": 1}))  # dict keys count
+
+
+def test_jit_with_no_sharding_leaves_is_plain_jit():
+    """jit(f, in_shardings/out_shardings=trees holding only None), as flax nnx passes, is plain jit
+    (its C fast path), not the sharded wrapper."""
+    import kiln
+    from kiln._src.api import JitWrapped
+    f = kiln.jit(lambda a: a * 2, in_shardings=(None,), out_shardings=(None, ()))
+    assert type(f) is JitWrapped
+    np.testing.assert_array_equal(np.asarray(f(np.arange(3.0))), np.arange(3.0) * 2)
+
+
 def test_flatten_is_fast():
     # On jit's dispatch path: a few leaves must flatten in about a microsecond.
     x = np.zeros(3)

@@ -13,6 +13,7 @@
 #include "module.h"
 
 static PyObject *kinds, *is_leaf, *k_tuple, *k_list, *k_dict, *k_none, *classify;
+static PyObject *none_node; /* (k_none, None, ()): None's node */
 
 typedef struct {
   PyObject *leaves; /* the list the leaves go to */
@@ -69,18 +70,26 @@ static PyObject *flatten_node(PyObject *x, const walk *w) {
     if (yes < 0) return NULL;
     if (yes) return PyList_Append(w->leaves, x) ? NULL : Py_NewRef(Py_None);
   }
-  PyObject *kind = kind_of(w, x), *out = NULL;
-  if (!kind) return NULL;
+  PyObject *kind, *out = NULL;
+  /* (the built-in containers are the same kinds in every table: no lookup) */
+  if (PyTuple_CheckExact(x)) kind = Py_NewRef(k_tuple);
+  else if (PyList_CheckExact(x)) kind = Py_NewRef(k_list);
+  else if (PyDict_CheckExact(x)) kind = Py_NewRef(k_dict);
+  else if (x == Py_None) {
+    if (!none_node) {
+      PyObject *empty = PyTuple_New(0);
+      none_node = empty ? PyTuple_Pack(3, k_none, Py_None, empty) : NULL;
+      Py_XDECREF(empty);
+    }
+    return none_node ? Py_NewRef(none_node) : NULL; /* (nodes are immutable: one serves all) */
+  } else if (!(kind = kind_of(w, x)))
+    return NULL;
   if (kind == is_leaf) {
     Py_DECREF(kind);
     return PyList_Append(w->leaves, x) ? NULL : Py_NewRef(Py_None);
   }
   if (kind == k_tuple || kind == k_list) out = node_of(kind, Py_None, x, w);
-  else if (kind == k_none) {
-    PyObject *empty = PyTuple_New(0);
-    out = empty ? PyTuple_Pack(3, kind, Py_None, empty) : NULL;
-    Py_XDECREF(empty);
-  } else {
+  else {
     PyObject *keys = NULL, *vals = NULL, *res = NULL;
     if (kind == k_dict && (keys = PyDict_Keys(x)) && !PyList_Sort(keys)) { /* children in key order */
       Py_ssize_t n = PyList_Size(keys);
@@ -164,6 +173,7 @@ static PyObject *mod_tree_setup(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "O!OOOOOO:tree_setup", &PyDict_Type, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6]))
     return NULL;
   PyObject **slots[7] = {&kinds, &is_leaf, &k_tuple, &k_list, &k_dict, &k_none, &classify};
+  Py_CLEAR(none_node);
   for (int i = 0; i < 7; i++) {
     PyObject *old = *slots[i];
     *slots[i] = Py_NewRef(a[i]);
@@ -191,6 +201,43 @@ static PyObject *mod_tree_unflatten(PyObject *self, PyObject *args) {
   return unflatten(node, leaves, &at);
 }
 
+/* A hash of structure node `node` that agrees with == on nodes: the kinds (by identity), the
+ * children and, for dicts, their keys. Other aux_data is left out, as JAX's PyTreeDef hash leaves
+ * node data out: a library's aux_data can take microseconds to hash (flax's GraphDef), and jit
+ * hashes its arguments' structure on every call; == still compares it. -1 with an error. */
+static Py_hash_t node_hash(PyObject *node) {
+  if (node == is_leaf) return 0x2545F491;
+  if (!PyTuple_Check(node) || PyTuple_Size(node) != 3 || !PyTuple_Check(PyTuple_GetItem(node, 2)))
+    return PyObject_Hash(node);
+  PyObject *kind = PyTuple_GetItem(node, 0), *children = PyTuple_GetItem(node, 2);
+  Py_uhash_t h = (Py_uhash_t)((uintptr_t)kind >> 4) * 1000003u;
+  if (kind == k_dict) {
+    Py_hash_t a = PyObject_Hash(PyTuple_GetItem(node, 1));
+    if (a == -1) return -1;
+    h = (h ^ (Py_uhash_t)a) * 1000003u;
+  }
+  Py_ssize_t n = PyTuple_Size(children);
+  h ^= (Py_uhash_t)n;
+  if (Py_EnterRecursiveCall(" while hashing a pytree structure")) return -1;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    Py_hash_t c = node_hash(PyTuple_GetItem(children, i));
+    if (c == -1) {
+      Py_LeaveRecursiveCall();
+      return -1;
+    }
+    h = (h * 1000003u) ^ (Py_uhash_t)c;
+  }
+  Py_LeaveRecursiveCall();
+  return h == (Py_uhash_t)-1 ? -2 : (Py_hash_t)h;
+}
+
+static PyObject *mod_tree_hash(PyObject *self, PyObject *node) {
+  (void)self;
+  if (!kinds) return PyErr_Format(PyExc_RuntimeError, "tree_hash: tree_setup was not called");
+  Py_hash_t h = node_hash(node);
+  return h == -1 ? NULL : PyLong_FromSsize_t(h);
+}
+
 static PyMethodDef pytree_methods[] = {
     {"tree_setup", mod_tree_setup, METH_VARARGS,
      "tree_setup(kinds, leaf_marker, tuple_kind, list_kind, dict_kind, none_kind, classify): tree_util's tables"},
@@ -198,6 +245,7 @@ static PyMethodDef pytree_methods[] = {
      "tree_flatten(x, leaves, is_leaf=None, kinds=None) -> node: appends x's leaves to leaves (is_leaf(subtree) "
      "stops the descent; kinds: the type table, tree_setup's by default)"},
     {"tree_unflatten", mod_tree_unflatten, METH_VARARGS, "tree_unflatten(node, leaves) -> the pytree (leaves in order)"},
+    {"tree_hash", mod_tree_hash, METH_O, "tree_hash(node) -> hash of the structure (dict keys, not other aux_data)"},
     {NULL, NULL, 0, NULL}};
 
 int kl_py_pytree_init(PyObject *m) { return PyModule_AddFunctions(m, pytree_methods); }

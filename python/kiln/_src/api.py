@@ -946,8 +946,8 @@ def jit(fun=None, *, in_shardings=None, out_shardings=None, static_argnums=None,
     if isinstance(fun, spmd.ShardMapped):
         return fun
     wrapped = JitWrapped(fun, static_argnums, static_argnames, donate_argnums, keep_unused, donate_argnames)
-    if in_shardings is None and out_shardings is None and device is None:
-        return wrapped
+    if device is None and not tree_util.tree_leaves((in_shardings, out_shardings)):
+        return wrapped  # (no sharding asked: trees of None, as flax nnx passes, are none)
     return spmd.ShardedJit(wrapped, in_shardings, out_shardings, device)
 
 

@@ -476,7 +476,7 @@ def _flatten(x, leaves):
 
 # The same two walks in C (python/ext/pytree.c), over these tables: dispatch time.
 _kiln.tree_setup(_kinds, _IS_LEAF, _TUPLE, _LIST, _DICT, _NONE, _classify)
-_c_flatten, _c_unflatten = _kiln.tree_flatten, _kiln.tree_unflatten
+_c_flatten, _c_unflatten, _c_hash = _kiln.tree_flatten, _kiln.tree_unflatten, _kiln.tree_hash
 
 
 def _flatten_is_leaf(x, leaves, is_leaf):
@@ -503,18 +503,6 @@ def _flatten_with_path(x, path, pairs, is_leaf):
     keyed, aux = kind.flatten_with_keys(x)
     return (kind, aux, tuple([_flatten_with_path(c, (*path, k), pairs, is_leaf)
                               for k, c in keyed]))
-
-
-def _structure_key(node):
-    """A hashable stand-in for node: each aux_data that cannot be hashed replaced by its type."""
-    if node is _LEAF:
-        return node
-    kind, aux, children = node
-    try:
-        hash(aux)
-    except TypeError:
-        aux = ("unhashable", type(aux))
-    return (kind, aux, tuple(_structure_key(c) for c in children))
 
 
 def _make_treedef(node, num_leaves):
@@ -699,13 +687,11 @@ class PyTreeDef:
         return result if result is NotImplemented else not result
 
     def __hash__(self):
+        # the containers and dict keys; aux_data is compared by == but not hashed (as JAX): a
+        # library's (flax's GraphDef) costs microseconds to hash, and jit hashes every call's
         h = self._hash
         if h is None:
-            try:
-                h = hash(self._node)
-            except TypeError:  # unhashable aux_data (a dict): hashed by its type, compared by == (as JAX)
-                h = hash(_structure_key(self._node))
-            self._hash = h
+            h = self._hash = _c_hash(self._node)
         return h
 
     def __repr__(self):
