@@ -221,6 +221,32 @@ def test_debug_callbacks_run_once_under_differentiation():
             assert seen == want, (name, seen, want)
 
 
+def test_io_callback_runs_once_under_grad():
+    """Issue 33 (equinox's progress meter starts its bar with an io_callback): under grad outside
+    jit, an io_callback on values no derivative reaches runs once, as in JAX (the concrete trace ran
+    it, and the gradient program ran it again); its result is used; jit(grad) runs it once per
+    call; on a differentiated value it still refuses, as JAX's does."""
+    from kiln.experimental import io_callback
+    calls = []
+
+    def side(v):
+        calls.append(float(v))
+        return np.asarray(v * 3, np.float32)
+
+    def f(p, q):
+        s = io_callback(side, kiln.ShapeDtypeStruct((), jnp.float32), q)
+        return p * p * s
+    p, q = (float(v) for v in np.random.default_rng().uniform(0.5, 2.0, 2))
+    for run in (kiln.grad(f), kiln.jit(kiln.grad(f))):
+        calls.clear()
+        g = run(np.float32(p), np.float32(q))
+        kiln.effects_barrier()
+        assert calls == [float(np.float32(q))]
+        np.testing.assert_allclose(float(g), 2 * p * 3 * q, rtol=1e-5)
+    with pytest.raises(ValueError, match="io_callback is not differentiable"):
+        kiln.grad(f, argnums=1)(np.float32(p), np.float32(q))
+
+
 def test_replayed_prints_stay_in_the_trace_that_replays_them(capfd):
     """Issue 33 (equinox's checkpointed loop resolves its symbolic zeros with jax.eval_shape over a
     linearize/vjp of the body's jaxpr): a print replayed from a recorded program (eval_jaxpr, an

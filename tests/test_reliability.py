@@ -397,6 +397,9 @@ print("AFTER", float(jax.jit(lambda a: lax.fori_loop(0, 5, lambda i, c: c * 2, a
 """
 
 
+_GPU = pytest.mark.skipif(kiln.default_backend() != "gpu", reason="needs an NVIDIA GPU")
+
+
 SIGINT_AWAY = r"""
 import os, signal, sys, threading, time
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -429,13 +432,14 @@ print("AFTER", float(jax.jit(lambda a: lax.fori_loop(0, 5, lambda i, c: c * 2, a
 """
 
 
-def test_ctrl_c_away_from_a_wait_stops_the_running_loop(tmp_path):
+@pytest.mark.parametrize("platform", ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, _GPU])])
+def test_ctrl_c_away_from_a_wait_stops_the_running_loop(platform, tmp_path):
     """Ctrl-C while Python runs on after launching a long jitted loop (no wait under way): the
     loop stops too (kiln's SIGINT handler), its result raises "interrupted" at once, and the next
     program runs."""
     script = tmp_path / "sigint_away.py"
     script.write_text(SIGINT_AWAY)
-    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
+    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM=platform)
     p = subprocess.run([sys.executable, str(script)], env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     lines = dict(ln.split(" ", 1) for ln in p.stdout.splitlines() if " " in ln)
@@ -443,9 +447,6 @@ def test_ctrl_c_away_from_a_wait_stops_the_running_loop(tmp_path):
     took, said = lines["STOPPED"].split()
     assert float(took) < 1.0 and said == "True", p.stdout
     assert lines["AFTER"] == "96.0", p.stdout
-
-
-_GPU = pytest.mark.skipif(kiln.default_backend() != "gpu", reason="needs an NVIDIA GPU")
 
 
 @pytest.mark.parametrize("platform", ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, _GPU])])

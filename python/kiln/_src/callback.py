@@ -197,7 +197,16 @@ def _value_callback(name, effect, vmap_method, callback, result_shape_dtypes, ar
             raise TypeError(f"{name}: result_shape_dtypes leaves need .shape and .dtype, got {s!r}")
         out_specs.append((tuple(int(d) for d in s.shape), dtypes.canonicalize_dtype(s.dtype)))
     arrs, tree = _leaves(name, args, kwargs)
-    if not _tracing(arrs):
+    run_now = not _tracing(arrs)
+    if not run_now and effect == 2 and core.current_trace().concrete:
+        # grad's concrete tracing (outside jit): an io_callback on values no derivative reaches runs
+        # now, once, its results constants of the trace (recorded, the program would run it
+        # again); one on a differentiated value is recorded, for AD to refuse as JAX does
+        from kiln._src import tracing
+        concrete = _concrete_values(arrs)
+        if concrete is not None and not any(tracing._is_perturbed(a) for a in arrs):
+            arrs, run_now = concrete, True
+    if run_now:
         a, k = _numpy_args(arrs, tree)
         res = callback(*a, **k)
         leaves, t = tree_util.tree_flatten(res)
