@@ -850,3 +850,24 @@ def test_error_messages_name_the_argument_and_the_fix():
         jnp.ones(4))), np.ones(4))
     with pytest.raises(NameError, match="unbound axis name"):
         lax.psum(jnp.ones(3), "i")
+
+
+def test_with_sharding_constraint_places_jit_outputs():
+    """Issue 33 (equinox's filter_shard inside filter_jit): a jit-compiled function's output that
+    is a value under with_sharding_constraint comes back placed as the constraint says (split
+    over the mesh), the same values; unconstrained outputs stay where they were; a repeated call
+    (the cached program) places them too."""
+    mesh = kiln.make_mesh((8,), ("i",))
+    s = NamedSharding(mesh, P("i"))
+    x = _rand(16)
+
+    @kiln.jit
+    def f(a):
+        return lax.with_sharding_constraint(a + 1, s), (a * 2, lax.with_sharding_constraint({"k": a - 1}, {"k": s}))
+
+    for _ in range(2):
+        placed, (plain, d) = f(x)
+        assert placed.sharding == s and d["k"].sharding == s and plain.sharding != s
+        np.testing.assert_allclose(np.asarray(placed), x + 1)
+        np.testing.assert_allclose(np.asarray(d["k"]), x - 1)
+        np.testing.assert_allclose(np.asarray(plain), x * 2)

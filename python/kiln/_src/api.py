@@ -327,6 +327,12 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
                                  for d, sub in zip(places, subtrees)])
 
 
+def _is_placement(s):
+    """Whether s says where one array goes (a device, a SingleDeviceSharding or a NamedSharding)."""
+    from kiln._src import spmd
+    return isinstance(s, (Device, SingleDeviceSharding)) or spmd.is_sharding(s)
+
+
 def _put_leaf(v, device):
     from kiln._src import spmd
     if isinstance(device, SingleDeviceSharding):
@@ -375,7 +381,8 @@ def block_until_ready(x):
 
 class _Traced:
     """The result of tracing: builder, output tree and hidden constant inputs."""
-    __slots__ = ("builder", "out_tree", "consts", "out_avals", "in_avals", "out_literal", "ref_touched", "ref_written")
+    __slots__ = ("builder", "out_tree", "consts", "out_avals", "in_avals", "out_literal", "ref_touched", "ref_written",
+                 "out_shardings")
 
     def text(self):
         return self.builder.text()
@@ -400,10 +407,11 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a tr
         if typed:
             spmd._vma_unregister(trace)
         core.pop_trace(trace)
-    out_tree, avals = out
+    out_tree, avals, out_shardings = out
     t = _Traced()
     t.ref_touched, t.ref_written = ref_scope.touched, ref_scope.written
     t.builder = trace.take_builder()
+    t.out_shardings = out_shardings  # (per output, its with_sharding_constraint's placement or None)
     t.out_tree = out_tree
     t.consts = trace.consts
     t.out_avals = avals
@@ -412,13 +420,22 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a tr
 
 
 def _trace_body(fun, trace, in_leaves, in_tree, concrete):
-    """fun applied to trace's new inputs, its outputs set: (output tree, output avals)."""
+    """fun applied to trace's new inputs, its outputs set: (output tree, output avals, per output the
+    placement a with_sharding_constraint on it asks, or None when none does)."""
     tracers = [trace.new_input(a.shape, a.dtype, a.weak_type,
                                (a._cval if isinstance(a, Tracer) else a) if concrete else None)
                for a in in_leaves]
     targs, tkwargs = tree_util.tree_unflatten(in_tree, tracers)
-    out = fun(*targs, **tkwargs)
+    constraints = tracing_state.sharding_constraints
+    constraints.append({})  # with_sharding_constraint's, on this trace's values: id -> (value, sharding)
+    try:
+        out = fun(*targs, **tkwargs)
+    except BaseException:
+        constraints.pop()
+        raise
     out_leaves, out_tree = tree_util.tree_flatten(out)
+    placed = tracing_state.sharding_constraints.pop()
+    out_shardings = [placed.get(id(o), (None, None))[1] for o in out_leaves] if placed else None
     vids, avals = [], []
     for o in out_leaves:
         if not isinstance(o, Array):
@@ -430,7 +447,7 @@ def _trace_body(fun, trace, in_leaves, in_tree, concrete):
         vids.append(trace.vid_of(o))
         avals.append((o.shape, o.dtype, o.weak_type))
     trace.set_outputs(vids)
-    return out_tree, avals
+    return out_tree, avals, out_shardings
 
 
 def _normalize_static(fun, static_argnums, static_argnames):
@@ -472,7 +489,7 @@ def _hashable_static(v, where):
 
 class _CacheEntry:
     __slots__ = ("exe", "out_tree", "consts", "out_avals", "text", "const_bufs", "single", "fast", "donated", "marked",
-                 "user_marked", "refs", "ref_written")
+                 "user_marked", "refs", "ref_written", "placed")
 
     def run_donating(self, arrs, donated):
         """run, with the arrays at the flat positions `donated` handed over: an output may be
@@ -487,10 +504,12 @@ class _CacheEntry:
         return self._results(self.exe(*bufs))
 
     def _results(self, outs):
-        if self.single:
+        if self.single and not self.placed:
             s, d, w = self.out_avals[0]
             return Array(outs[0], s, d, w)
         res = [Array(b, s, d, w) for b, (s, d, w) in zip(outs, self.out_avals)]
+        if self.placed:  # outputs under with_sharding_constraint: placed as it says
+            res = [r if p is None else device_put(r, p) for r, p in zip(res, self.placed)]
         return tree_util.tree_unflatten(self.out_tree, res)
 
 
@@ -714,7 +733,7 @@ class JitWrapped(_kiln.JitBase):
             # (only entries of the state the fast path keeps to: another thread's state may have
             # taken it over while this call compiled)
             fast_key = _kiln.jit_key(args)  # positional arrays, or tuples/lists/str-keyed dicts of them
-            if fast_key is not None:
+            if fast_key is not None and entry.fast is not None:
                 self._fast[fast_key] = entry.fast
         if self._donate_argnums or self._donate_argnames:
             donated = self._donated_leaves(args, kwargs, arrs, entry)
@@ -805,7 +824,11 @@ class JitWrapped(_kiln.JitBase):
         entry.const_bufs = [c._buf for c in traced.consts]
         entry.out_avals = traced.out_avals
         entry.single = not entry.refs and traced.out_tree == tree_util.tree_structure(0)
-        entry.fast = (entry.exe, tuple(entry.const_bufs), tuple(entry.out_avals), entry.single, entry.out_tree)
+        entry.placed = None if entry.refs or not traced.out_shardings or not any(
+            p is not None for p in traced.out_shardings) else traced.out_shardings
+        # (an entry whose outputs are placed has no C fast path: the placing is Python's)
+        entry.fast = None if entry.placed else \
+            (entry.exe, tuple(entry.const_bufs), tuple(entry.out_avals), entry.single, entry.out_tree)
         entry.donated = None  # the donated leaves an output can take, found at the first donating call
         return entry
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from kiln import _kiln
 from kiln._src.array import Array, scalar_array
-from kiln._src.thread_state import Cell
+from kiln._src.thread_state import Cell, Stack
 from kiln.errors import (ConcretizationTypeError, TracerArrayConversionError,
                          TracerBoolConversionError, TracerIntegerConversionError)
 
@@ -39,6 +39,9 @@ _next_origins = Cell(None)  # set by custom._trace_sub: the next trace's inputs'
 # its checks register there as they are traced): a traced program is then not kept for replay
 # (jit's _nested), as replaying it would skip those reports.
 trace_reporters = Cell(0)
+# per trace being built on this thread (api._trace_body), innermost last: with_sharding_constraint's
+# constraints on its values, id -> (value, sharding); jit places the outputs they name
+sharding_constraints = Stack()
 perturbed_asked = Cell(0)  # how many times perturbed() ran on this thread (a retrace is needed only then)
 
 

@@ -845,10 +845,21 @@ def platform_dependent(*args, default=None, **per_platform):
 
 
 def with_sharding_constraint(x, shardings):
-    """x unchanged inside traced code (kiln propagates no shardings yet); on concrete arrays, x
-    placed by shardings (device_put)."""
+    """On concrete arrays, x placed by shardings (device_put). Inside traced code x is unchanged
+    (kiln propagates no shardings through a program yet), and a jit-compiled function's outputs
+    that are constrained values come back placed as the constraint says."""
     from kiln._src import core
     if core.tracing():
+        from kiln._src import tracing as tracing_state, tree_util
+        from kiln._src.api import _is_placement
+        if tracing_state.sharding_constraints:
+            top = tracing_state.sharding_constraints[-1]
+            leaves = tree_util.tree_leaves(x)
+            specs = [shardings] * len(leaves) if _is_placement(shardings) else \
+                tree_util.tree_structure(x).flatten_up_to(shardings) if leaves else []
+            for v, s in zip(leaves, specs):
+                if isinstance(v, core.Tracer) and _is_placement(s):
+                    top[id(v)] = (v, s)
         return x
     from kiln._src.api import device_put
     return device_put(x, shardings)
