@@ -542,3 +542,16 @@ def test_reduce_precision_keeps_the_weak_type(x64):
     assert r.weak_type and float(r[0]) == 5.0
     s = lax.reduce_precision(jnp.asarray(rng.standard_normal(3).astype(np.float32)), 5, 10)
     assert not s.weak_type
+
+
+def test_triu_and_tril_keep_the_weak_type(x64):
+    # add(int64, uint64) is a weak float64 (JAX's lattice); triu/tril filled with strong zeros
+    # and lost it (GPU campaign, seed 208158)
+    a = rng.integers(-5, 5, (3, 3))
+    v = jnp.add(jnp.asarray(a.astype(np.int64)), jnp.asarray(np.abs(a).astype(np.uint64)))
+    assert v.weak_type and v.dtype == np.float64
+    for f, ref in ((jnp.triu, np.triu), (jnp.tril, np.tril)):
+        r = f(v, 1)
+        assert r.weak_type and r.dtype == np.float64
+        np.testing.assert_array_equal(np.asarray(r), ref(a + np.abs(a), 1))
+        assert not f(jnp.asarray(a.astype(np.float32))).weak_type

@@ -812,7 +812,8 @@ def _tri(m, k, lower, opname):
     if m.ndim < 2:  # as JAX (NumPy would broadcast a 1-d row to a square)
         raise ValueError(f"Argument to {opname} must be at least 2D, got shape {tuple(m.shape)}")
     k = _static_int(k, f"{opname}: k")
-    return lax.select(_tri_mask(m.shape, k, lower), m, _full(m.shape, 0, m.dtype))
+    # (zeros like m: a weak-typed m stays weak, as in JAX)
+    return lax.select(_tri_mask(m.shape, k, lower), m, lax.full_like(m, 0))
 
 
 def tril(m, k=0):
