@@ -30,6 +30,13 @@ static void *arena_dup(kl_program *pg, const void *p, size_t n) {
   return q;
 }
 
+int kl_program_max_operands(const kl_program *pg) {
+  int most = 0;
+  for (int k = 0; k < pg->neqns; k++)
+    if (pg->eqns[k].nin > most) most = pg->eqns[k].nin;
+  return most;
+}
+
 kl_program *kl_program_new(void) {
   kl_program *pg = kl_calloc(1, sizeof *pg);
   if (!pg) return NULL;

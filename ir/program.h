@@ -60,6 +60,9 @@ int kl_program_has_callbacks(const kl_program *pg);
  * that rebuilds a program in b puts the result in place this way). */
 void kl_program_swap(kl_program *a, kl_program *b);
 int kl_program_add_input(kl_program *pg, const kl_aval *aval); /* the value id, or -1 (pg->oom) */
+/* The most operands any equation of pg has (the room a pass needs to gather one's operands: an
+ * equation may name a value several times, so it can exceed nvals). */
+int kl_program_max_operands(const kl_program *pg);
 
 /* Appends an equation after checking it with the primitive's rule. On success returns 0 and
  * writes the new value ids into outs (KL_MAX_OUTS room) and their count into *nout. On a user

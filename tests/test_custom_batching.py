@@ -336,3 +336,62 @@ def test_a_batching_rule_may_close_over_small_concrete_arrays():
     batching.primitive_batchers[q] = lambda args, dims: (jnp.take(big, jnp.abs(args[0]).astype(jnp.int32)), dims[0])
     with pytest.raises(NotImplementedError, match="test_closes_over_big"):
         kiln.vmap(q.bind)(x)
+
+
+def test_grad_of_vmap_gives_a_primitive_rule_symbolic_zeros():
+    """Issue 33 (diffrax's grad of vmap through an event's root find: lineax's JVP rule asserts its
+    solver state's tangent is a symbolic Zero): a batching rule that binds its primitive again runs
+    under the differentiation, and the JVP rule it meets there gets ad.Zero for an operand no
+    derivative reaches (stop_gradient), as JAX's does; a Zero tangent output passes through vmap."""
+    from kiln import lax
+    from kiln.core import ShapedArray
+    p = Primitive("kiln_test_scale_by_state")
+    p.def_impl(lambda a, s: a * s)
+    p.def_abstract_eval(lambda a, s: ShapedArray(a.shape, a.dtype))
+    seen = []
+
+    def jvp(primals, tangents):
+        (a, s), (ta, ts) = primals, tangents
+        seen.append(type(ts).__name__)
+        assert isinstance(ts, ad.Zero), ts
+        return p.bind(a, s), ta * s
+
+    def batch(vals, dims):
+        a, s = (jnp.moveaxis(v, d, 0) if d is not None else v for v, d in zip(vals, dims))
+        if dims[0] is None:
+            a = jnp.broadcast_to(a, s.shape)
+        if dims[1] is None:
+            s = jnp.broadcast_to(s, a.shape)
+        return p.bind(a, s), 0
+    ad.primitive_jvps[p] = jvp
+    batching.primitive_batchers[p] = batch
+    x = np.random.default_rng().uniform(0.5, 2.0, 5).astype(np.float32)
+
+    def loss(v):
+        return jnp.sum(kiln.vmap(lambda xi: p.bind(xi, lax.stop_gradient(xi * 2 + 1)))(v) ** 2)
+    g = kiln.grad(loss)(x)
+    np.testing.assert_allclose(np.asarray(g), 2 * x * (2 * x + 1) ** 2, rtol=1e-5)
+    assert seen and set(seen) == {"Zero"}
+    g2 = kiln.vmap(kiln.grad(lambda xi: p.bind(xi, lax.stop_gradient(xi * 2 + 1)) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(g2), 2 * x * (2 * x + 1) ** 2, rtol=1e-5)
+    assert kiln.tree_util.tree_leaves(ad.Zero(ShapedArray((2,), np.float32))) == []
+
+
+def test_a_batching_rule_naming_one_value_many_times():
+    """kl_splice (the vmap pass splicing a batching rule's program in) sized its operand buffer by
+    the program's value count; an equation naming one value more times than the program has
+    values (a concatenate of 40 copies) wrote past it (heap overflow: ASan, or a later free()
+    abort; diffrax's grad of vmap through an event met it). The values are checked."""
+    @custom_vmap
+    def f(x):
+        return jnp.concatenate([x] * 40)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, x):
+        return jnp.concatenate([x] * 40, axis=1), True
+
+    x = np.random.default_rng().standard_normal((3, 2)).astype(np.float32)
+    out = kiln.vmap(f)(x)
+    np.testing.assert_array_equal(np.asarray(out), np.concatenate([x] * 40, axis=1))
+    g = kiln.grad(lambda v: jnp.sum(kiln.vmap(f)(v) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(g), 2 * 40 * x, rtol=1e-6)

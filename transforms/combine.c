@@ -61,7 +61,7 @@ int kl_combine_collectives(kl_program *pg, char *err, size_t errlen) {
   if (!groups) goto out;
   kl_program *np = kl_program_new();
   int *map = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1)), *outs = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
-  int *ins = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *ins = kl_malloc(sizeof(int) * ((size_t)kl_program_max_operands(pg) + 1));
   kl_build b = {.pg = np, .err = err, .errlen = errlen, .who = "combine: "};
   if (!np || !map || !outs || !ins) {
     rc = kl_error(err, errlen, KL_ERR_NOMEM, "out of memory in pass combine");

@@ -17,7 +17,7 @@ int kl_legalize(kl_program *pg, char *err, size_t errlen) {
   kl_program *np = kl_program_new();
   int *map = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
   int *outs = kl_malloc(sizeof(int) * ((size_t)pg->noutputs + 1));
-  int *ins = kl_malloc(sizeof(int) * ((size_t)pg->nvals + 1));
+  int *ins = kl_malloc(sizeof(int) * ((size_t)kl_program_max_operands(pg) + 1));
   kl_build b = {.pg = np, .err = err, .errlen = errlen, .who = "legalize: "};
   int rc = 0;
   if (!np || !map || !outs || !ins) {

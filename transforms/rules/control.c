@@ -15,7 +15,7 @@
  * values go to outs. Returns 0, or -1 (b failed). */
 int kl_splice(kl_build *b, const kl_program *src, const int *ins, int *outs) {
   int *map = kl_malloc(sizeof(int) * ((size_t)src->nvals + 1));
-  int *args = kl_malloc(sizeof(int) * ((size_t)src->nvals + 1)); /* no equation has more operands */
+  int *args = kl_malloc(sizeof(int) * ((size_t)kl_program_max_operands(src) + 1));
   if (!map || !args) {
     free(map);
     free(args);

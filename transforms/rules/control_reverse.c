@@ -404,7 +404,7 @@ int kl_ctl_scan_jvp_reverse(kl_build *a, const kl_eqn *e, const int *xs, const i
   pmap = kl_jvp_new_map(jb);
   lmap = kl_jvp_new_map(jb);
   outs = kl_malloc(sizeof(int) * ((size_t)nv + (size_t)jb->noutputs + 1));
-  ops = kl_malloc(sizeof(int) * (3 * (size_t)e->nin + (size_t)nv + 4));
+  ops = kl_malloc(sizeof(int) * (3 * (size_t)e->nin + (size_t)nv + (size_t)kl_program_max_operands(jb) + 4));
   res = kl_malloc(sizeof(int) * ((size_t)nv + 3 * (size_t)nb_out + 4));
   resid = kl_malloc(sizeof(int) * ((size_t)nv + 1));
   if (!p.dep || !p.need || !p.role || !stack || !pmap || !lmap || !outs || !ops || !res || !resid) goto oom;

@@ -262,14 +262,30 @@ def _bind_vmap_call(leaves, fun, run, what):
     from kiln._src.custom import _trace_sub
     leaves = [core.asarray(x) for x in leaves]
     body, consts, out_avals = _trace_sub(lambda *xs: [core.asarray(o) for o in fun(*xs)], leaves)
-    handle = _register_batch_rule(lambda avals, batched, size: run(avals, batched, size, out_avals, len(leaves), what))
-    return list(core.bind("custom_vmap_call", leaves + list(consts), {"body": body, "rule": handle}))
+    operands = leaves + list(consts)
+    # under differentiation, which operands carry a derivative, known here (the vmap pass asks the
+    # rule later, on bare types): the rule's trace takes them as its inputs' perturbed flags, so
+    # a JVP rule it binds gets symbolic zeros where JAX's would (lineax's solver state)
+    from kiln._src import tracing
+    pert = [tracing._is_perturbed(x) for x in operands] if core.ad_tracing() else None
+
+    def rule(avals, batched, size):
+        saved = _rule_perturbed[0]
+        _rule_perturbed[0] = pert
+        try:
+            return run(avals, batched, size, out_avals, len(leaves), what)
+        finally:
+            _rule_perturbed[0] = saved
+    return list(core.bind("custom_vmap_call", operands, {"body": body, "rule": _register_batch_rule(rule)}))
+
+
+_rule_perturbed = Cell(None)  # the perturbed flags of the operands of the batching rule being traced
 
 
 _CONSTANT_ELEMENTS_MAX = 4096  # elements of the arrays a batching rule may close over
 
 
-def _with_constants(prog, consts, ins, what):
+def _with_constants(prog, consts, ins, what, known=None):
     """prog (a body over (ins, consts)) as a body over ins alone, each concrete const rebuilt in it
     from literals (the vmap pass asks a rule for a program of its operands only)."""
     from kiln import lax
@@ -292,7 +308,7 @@ def _with_constants(prog, consts, ins, what):
 
     def flat(*xs):
         return ad._inline(prog, list(xs) + [constant(c) for c in consts])
-    body, more, _ = _trace_sub(flat, ins)
+    body, more, _ = _trace_sub(flat, ins, **(known or {}))
     if more:
         raise NotImplementedError(f"vmap of {what}: its batching rule's constants could not be written into its "
                                   f"program")
@@ -311,9 +327,11 @@ def _trace_rule(f, avals, out_avals, size, what):
         flags[:] = batched
         return outs
     ins = [ShapeDtypeStruct(tuple(shape), np.dtype(dtype)) for shape, dtype in avals]
-    prog, consts, got = _trace_sub(body, ins)
+    pert = _rule_perturbed[0]
+    known = {"carries": (), "perturbed_in": pert} if pert is not None and len(pert) == len(ins) else {}
+    prog, consts, got = _trace_sub(body, ins, **known)
     if consts:  # concrete arrays it closes over (equinox's, lineax's scalars): written into the program
-        prog = _with_constants(prog, list(consts), ins, what)
+        prog = _with_constants(prog, list(consts), ins, what, known)
     if len(got) != len(out_avals):
         raise ValueError(f"vmap of {what}: the batching rule gave {len(got)} results, the function gives "
                          f"{len(out_avals)}")

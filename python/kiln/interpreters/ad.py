@@ -22,6 +22,12 @@ class Zero:
         return f"Zero({self.aval})"
 
 
+# As JAX's: a pytree node without children (its aval the aux data), so a tree_map over tangents
+# passes a symbolic zero through and vmap hands one back as it is
+from kiln._src import tree_util as _tree_util  # noqa: E402
+_tree_util.register_pytree_node(Zero, lambda z: ((), z.aval), lambda aval, _: Zero(aval))
+
+
 class UndefinedPrimal:
     """A linear input of a transpose rule (its value is not known)."""
 
