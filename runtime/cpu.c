@@ -354,6 +354,7 @@ typedef struct launch {
   int nmembers;
   kl_coll_group *group;    /* one reference */
   int *ranks;              /* per member, its rank in the group (owned), or NULL: member p is rank p */
+  const char *refused;     /* run nothing: its outputs fail with this message (or NULL) */
 } launch;
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -387,9 +388,13 @@ static void execute(launch *l) {
   /* the temporaries in one arena laid out by their live ranges (one allocation per launch, the
    * program's peak rather than its sum); without a plan, each its own buffer, freed after its
    * last step */
-  const kl_temp_plan *tp = kl_exec_temp_plan(x);
+  const kl_temp_plan *tp = l->refused ? NULL : kl_exec_temp_plan(x);
   kl_buffer *arena = tp ? kl_buf_new(tp->bytes, err, sizeof err) : NULL;
   if (tp && !arena) failed = 1;
+  if (l->refused) {
+    snprintf(err, sizeof err, "%s", l->refused);
+    failed = 1;
+  }
   for (int s = 0; s < x->nsteps && !failed; s++) {
     const kl_step *st = &x->steps[s];
     void *small[64];
@@ -545,6 +550,11 @@ static int q_len; /* launches queued (atomic reads for spinning) */
 static size_t q_held;
 static pthread_cond_t drain_cv = PTHREAD_COND_INITIALIZER;
 static _Thread_local int on_executor; /* the executor itself never waits for its queue */
+/* > 0 while this thread runs a launch (the executor, or a caller running one inline): a host
+ * callback of that program may launch more (a jitted function called inside a pure_callback);
+ * those run at once on this thread, as queued behind the running program they would wait for it
+ * while it waits for them */
+static _Thread_local int executing;
 
 static size_t queue_limit(void) {
   static size_t limit;
@@ -570,7 +580,9 @@ static void *executor_main(void *arg) {
     q_busy = 1;
     pthread_mutex_unlock(&q_mu);
     size_t held = l->held;
+    executing++;
     execute(l);
+    executing--;
     pthread_mutex_lock(&q_mu);
     q_busy = 0;
     __atomic_sub_fetch(&q_held, held, __ATOMIC_RELAXED);
@@ -595,7 +607,7 @@ static void exec_init(void) {
 
 /* Waits while the queue holds too many bytes of outputs (see queue_limit). */
 static void backpressure(void) {
-  if (!on_executor && __atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit()) { /* the queue holds too much: wait */
+  if (!on_executor && !executing && __atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit()) { /* the queue holds too much: wait */
     pthread_mutex_lock(&q_mu);
     while (__atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit() && (q_head || q_busy)) pthread_cond_wait(&drain_cv, &q_mu);
     pthread_mutex_unlock(&q_mu);
@@ -670,7 +682,9 @@ static void *member_main(void *arg) {
   member_run *m = arg;
   on_executor = 1;
   kl_coll_set_current(m->group, m->rank);
+  executing++;
   execute(m->l);
+  executing--;
   kl_coll_finish(m->group); /* the others must not wait at a collective this one never reaches */
   kl_coll_set_current(NULL, 0);
   return NULL;
@@ -762,12 +776,24 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, 
   /* Inputs that are still pending are fine: the queue is in order, so their producers run first. */
   int inputs_ready = 1;
   for (int i = 0; i < x->ninputs && inputs_ready; i++) inputs_ready = cpu_is_ready(inputs[i]); /* all on the CPU */
+  if (executing) { /* from a host callback of the running program: now, here (see `executing`) */
+    if (!inputs_ready)
+      l->refused = "a program launched inside a host callback reads an array still being computed by a "
+                   "program queued behind the one making the callback (it would wait forever): compute "
+                   "that array before the call, or pass it to the callback as an argument";
+    executing++;
+    execute(l);
+    executing--;
+    return 0;
+  }
   pthread_mutex_lock(&q_mu);
   int idle = !q_head && !q_busy;
   if (idle && inputs_ready && x->cost <= INLINE_MAX_COST) {
     q_busy = 1;
     pthread_mutex_unlock(&q_mu);
+    executing++;
     execute(l);
+    executing--;
     pthread_mutex_lock(&q_mu);
     q_busy = 0;
     if (!q_head) pthread_cond_broadcast(&idle_cv);
@@ -781,6 +807,7 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, 
 }
 
 static int cpu_synchronize(void) {
+  if (executing) return 0; /* inside a host callback: what it launched ran already; the rest waits for it */
   pthread_mutex_lock(&q_mu);
   while (q_head || q_busy) pthread_cond_wait(&idle_cv, &q_mu);
   pthread_mutex_unlock(&q_mu);

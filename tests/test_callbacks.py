@@ -290,3 +290,46 @@ def test_replayed_prints_stay_in_the_trace_that_replays_them(capfd):
         out = loop(jnp.ones(4096, jnp.float32))
         assert capfd.readouterr().out.split() == [t for i in range(50) for t in ("i", str(i))]
         assert out.shape == (4096,)
+
+
+KILN_IN_CALLBACK = r"""
+import numpy as np
+import kiln as jax, kiln.numpy as jnp
+from kiln import lax
+
+def inner(x):  # a host callback that computes with kiln: jit, eager ops, a loop
+    a = jnp.asarray(x)
+    y = jax.jit(lambda v: jnp.sin(v) * 2)(a) + jnp.cos(a)
+    y = lax.fori_loop(0, 3, lambda i, c: c + 1.0, y)
+    return np.asarray(y, np.float32)
+
+spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
+x = np.random.default_rng(0).standard_normal(5).astype(np.float32)
+want = np.sin(x) * 2 + np.cos(x) + 3
+f = jax.jit(lambda v: jax.pure_callback(inner, spec(v), v) + 1)
+print("jit", np.allclose(f(x), want + 1, rtol=1e-5))
+g = jax.jit(lambda v: lax.fori_loop(0, 2, lambda i, c: jax.pure_callback(inner, spec(c), c * 0 + v), v))
+print("loop", np.allclose(g(x), want, rtol=1e-5))
+seen = []
+h = jax.jit(lambda v: (jax.debug.callback(lambda a: seen.append(float(jnp.sum(jnp.asarray(a) * 2))), v), v)[1] * 3)
+print("debug", np.allclose(h(x), x * 3), abs(seen[0] - 2 * float(np.sum(x))) < 1e-4 if seen else False)
+print("eager", np.allclose(jax.pure_callback(inner, spec(x), x), want, rtol=1e-5))
+"""
+
+
+def test_kiln_inside_a_host_callback(tmp_path):
+    """A host callback that computes with kiln (a jitted function, eager ops, a loop) inside a
+    jitted program: its launches run at once on the thread making the callback (queued, they
+    waited behind the program waiting for them: the process hung), in a loop too; values
+    checked against NumPy. In a subprocess with a time limit: a regression hangs, not the suite."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "in_callback.py"
+    script.write_text(KILN_IN_CALLBACK)
+    python = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+    p = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=python, KILN_PLATFORM="cpu"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [ln for ln in p.stdout.splitlines() if ln.split()[0] in ("jit", "loop", "debug", "eager")] == \
+        ["jit True", "loop True", "debug True True", "eager True"], p.stdout
