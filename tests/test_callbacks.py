@@ -317,7 +317,9 @@ print("eager", np.allclose(jax.pure_callback(inner, spec(x), x), want, rtol=1e-5
 """
 
 
-def test_kiln_inside_a_host_callback(tmp_path):
+@pytest.mark.parametrize("platform", ["cpu", pytest.param("gpu", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    kiln.default_backend() != "gpu", reason="needs an NVIDIA GPU")])])
+def test_kiln_inside_a_host_callback(platform, tmp_path):
     """A host callback that computes with kiln (a jitted function, eager ops, a loop) inside a
     jitted program: its launches run at once on the thread making the callback (queued, they
     waited behind the program waiting for them: the process hung), in a loop too; values
@@ -328,7 +330,7 @@ def test_kiln_inside_a_host_callback(tmp_path):
     script = tmp_path / "in_callback.py"
     script.write_text(KILN_IN_CALLBACK)
     python = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
-    p = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=python, KILN_PLATFORM="cpu"),
+    p = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=python, KILN_PLATFORM=platform),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert [ln for ln in p.stdout.splitlines() if ln.split()[0] in ("jit", "loop", "debug", "eager")] == \

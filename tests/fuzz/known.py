@@ -51,7 +51,7 @@ KNOWN = [
           "x64 off, vmap of a function that only reshapes or broadcasts its 64-bit NumPy argument: JAX "
           "returns the argument uncanonicalized (float64/int64), kiln the 32-bit Array x64=False promises "
           "(the same JAX quirk as transpose/vmap/int32)")
-    for op in ("transpose", "reshape", "jnp.broadcast_to")
+    for op in ("transpose", "reshape", "jnp.broadcast_to", "astype")
 ] + [
     Known("at.*", "vmap", "*", "wrong_dtype", "deliberate",
           "x64 off, vmap of x.at[1:].multiply(empty) on a 64-bit NumPy x: the update is empty, so JAX "
@@ -78,6 +78,11 @@ KNOWN = [
     Known("jnp.tan+lax.cond+jnp.diagonal", "*grad*", "complex*", "wrong_value", "deliberate",
           "a gradient through an empty selection (diagonal offset past the matrix) of tan at -inf+nanj: "
           "JAX's symbolic zero cotangent gives 0, kiln multiplies a zero cotangent by the nan derivative"),
+    Known("lax.rsqrt+jnp.outer", "*grad*", "float*", "wrong_value", "deliberate",
+          "a gradient through an outer product with an empty operand of rsqrt at a negative x: JAX's "
+          "cotangent of the empty array is a computed zero, so 0 * nan gives nan; kiln's cotangent of an "
+          "empty array is a symbolic zero (no element receives one), so the gradient is 0 (the mirror "
+          "image of the tan+cond+diagonal entry, where JAX's zero is the symbolic one)"),
     Known("jnp.min", "*vmap*", "complex*", "wrong_value", "deliberate",
           "complex min over elements with a NaN: JAX's comparator (a < b on the real part, then the "
           "imaginary) is no total order with NaN, so its answer is a fold-order artefact (min of "
