@@ -837,3 +837,48 @@ def test_a_primitive_bound_on_tangents_under_vmap_transposes_by_its_rule():
     np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-6)
     g = kiln.jit(kiln.vmap(kiln.grad(f)))(jnp.asarray(xs), jnp.asarray(active))
     np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_primitive_lowered_through_emit_python_callback():
+    """Issue 33 (equinox's noinline): a library primitive whose impl looks its function up by an
+    index (.item()) cannot trace under jit when the index is traced; its lowering rule, written
+    against JAX's MLIR API, calls mlir.emit_python_callback. kiln runs that rule on its traced
+    values: the callback is a host callback (which itself computes with kiln), and grad goes
+    through the primitive's JVP rule and transpose rule (bound on tangents: a custom_vjp)."""
+    table = [lambda v: jnp.sin(v) * 3.0]
+    p = ext_core.Primitive("kiln_test_lookup_call")
+    p.multiple_results = True
+
+    def impl(index, x, tangent_mode=0):
+        f = table[index.item()]
+        return [f(x)] if tangent_mode == 0 else [jnp.cos(x[0]) * 3.0 * x[1]]
+    p.def_impl(lambda index, x, t=None, *, tangent_mode=0: impl(index, x if t is None else (x, t), tangent_mode))
+    p.def_abstract_eval(lambda index, x, t=None, *, tangent_mode=0: [kiln.core.ShapedArray(x.shape, x.dtype)])
+
+    def rule(ctx, index, x, t=None, *, tangent_mode=0):
+        def host(i, xv, tv=None):
+            return (np.asarray(impl(np.asarray(i), xv if tv is None else (xv, tv), tangent_mode)[0]),)
+        ops = [index, x] if t is None else [index, x, t]
+        res, _, keep = kmlir.emit_python_callback(ctx, host, None, ops, ctx.avals_in, ctx.avals_out,
+                                                   has_side_effect=False)
+        ctx.module_context.add_keepalive(keep)
+        return res
+    kmlir.register_lowering(p, rule)
+
+    def jvp(primals, tangents):
+        index, x = primals
+        _, tx = tangents
+        return p.bind(index, x), p.bind(index, x, kad.instantiate_zeros(tx), tangent_mode=1)
+
+    def transpose(cts, index, x, t, *, tangent_mode):
+        (ct,) = cts
+        return [None, None, p.bind(index, x, kad.instantiate_zeros(ct), tangent_mode=1)[0]]
+    kad.primitive_jvps[p] = jvp
+    kad.primitive_transposes[p] = transpose
+    idx = jnp.asarray(np.int32(0))
+    x = np.random.default_rng().uniform(-1, 1, 4).astype(np.float32)
+    f = kiln.jit(lambda i, v: p.bind(i, v)[0])  # the index traced: the rule's host callback
+    np.testing.assert_allclose(np.asarray(f(idx, x)), np.sin(x) * 3, rtol=1e-6)
+    g = kiln.jit(kiln.grad(lambda v, i: jnp.sum(p.bind(i, v)[0])))
+    np.testing.assert_allclose(np.asarray(g(x, idx)), np.cos(x) * 3, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(kiln.grad(lambda v: jnp.sum(p.bind(idx, v)[0]))(x)), np.cos(x) * 3, rtol=1e-5)

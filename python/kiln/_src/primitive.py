@@ -33,6 +33,9 @@ primitive_batchers = {}        # rule(vals, dims, **params)
 axis_primitive_batchers = {}   # rule(axis_size, axis_name, trace, vals, dims, **params) (older JAX's form)
 fancy_primitive_batchers = {}  # rule(axis_data, vals, dims, **params)
 lowerings = {}  # primitive -> the function lower_fun wrapped (or None for a rule kiln cannot run)
+# primitive -> a lowering rule written against JAX's MLIR API (not lower_fun): kiln runs it on its
+# own traced values when the impl cannot trace (mlir.emit_python_callback is the part it supports)
+raw_lowerings = {}
 
 
 class Primitive:
@@ -123,12 +126,29 @@ def _has_tracer(args):
 
 def _inline_fn(prim):
     fn = lowerings.get(prim)
+    if fn is None and prim in raw_lowerings and prim.impl is not None:
+        return _impl_or_raw_rule(prim)
     if fn is None:
         fn = prim.impl
     if fn is None:
         raise NotImplementedError(f"Evaluation rule for '{prim.name}' not implemented: kiln computes a "
                                   f"library primitive with its impl (def_impl) or its lowering "
                                   f"(mlir.register_lowering(prim, mlir.lower_fun(fn)))")
+    return fn
+
+
+def _impl_or_raw_rule(prim):
+    """prim computed under a trace by its impl, or, when the impl needs a value the trace does not
+    have (equinox's noinline looks its function up by a traced index), by its MLIR lowering rule
+    run on the traced values: the rule's emit_python_callback becomes a host callback."""
+    from kiln.errors import ConcretizationTypeError
+
+    def fn(*args, **params):
+        try:
+            return prim.impl(*args, **params)
+        except ConcretizationTypeError:
+            from kiln.interpreters import mlir
+            return mlir._run_rule(prim, raw_lowerings[prim], args, params)
     return fn
 
 
@@ -146,7 +166,9 @@ def _bind_user(prim, args, params):
     jvp_rule = primitive_jvps.get(prim)
     if jvp_rule is None or prim in _in_rule[0]:  # (a rule binding its own primitive on the primals)
         transpose = primitive_transposes.get(prim)
-        if transpose is not None and batching.vmap_depth[0] and prim in _in_rule[0]:
+        # (under vmap; or for a primitive that may compute through a host callback, which kiln
+        # cannot transpose: its own transpose rule does it)
+        if transpose is not None and (batching.vmap_depth[0] or prim in raw_lowerings) and prim in _in_rule[0]:
             linear = [id(a) in _rule_tangents[0] for a in args]
             if any(linear):
                 return _linear_call(prim, fn, transpose, params, args, linear)
