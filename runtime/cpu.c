@@ -549,12 +549,17 @@ static int q_len; /* launches queued (atomic reads for spinning) */
  * this many bytes of outputs (KILN_CPU_QUEUE_MB, default 1/16 of the memory, at least 256 MiB). */
 static size_t q_held;
 static pthread_cond_t drain_cv = PTHREAD_COND_INITIALIZER;
-static _Thread_local int on_executor; /* the executor itself never waits for its queue */
-/* > 0 while this thread runs a launch (the executor, or a caller running one inline): a host
- * callback of that program may launch more (a jitted function called inside a pure_callback);
- * those run at once on this thread, as queued behind the running program they would wait for it
- * while it waits for them */
+/* > 0 while this thread runs a launch (the executor, a group member, or a caller running one
+ * inline): it never waits for its own queue, and a host callback of that program may launch more
+ * (a jitted function called inside a pure_callback): those run at once on this thread, as queued
+ * behind the running program they would wait for it while it waits for them */
 static _Thread_local int executing;
+
+static void run_here(launch *l) {
+  executing++;
+  execute(l);
+  executing--;
+}
 
 static size_t queue_limit(void) {
   static size_t limit;
@@ -568,7 +573,6 @@ static size_t queue_limit(void) {
 
 static void *executor_main(void *arg) {
   (void)arg;
-  on_executor = 1;
   for (;;) {
     for (int spin = 0; spin < SPIN_ITERS && !__atomic_load_n(&q_len, __ATOMIC_ACQUIRE); spin++) cpu_relax();
     pthread_mutex_lock(&q_mu);
@@ -580,9 +584,7 @@ static void *executor_main(void *arg) {
     q_busy = 1;
     pthread_mutex_unlock(&q_mu);
     size_t held = l->held;
-    executing++;
-    execute(l);
-    executing--;
+    run_here(l);
     pthread_mutex_lock(&q_mu);
     q_busy = 0;
     __atomic_sub_fetch(&q_held, held, __ATOMIC_RELAXED);
@@ -607,7 +609,7 @@ static void exec_init(void) {
 
 /* Waits while the queue holds too many bytes of outputs (see queue_limit). */
 static void backpressure(void) {
-  if (!on_executor && !executing && __atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit()) { /* the queue holds too much: wait */
+  if (!executing && __atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit()) { /* the queue holds too much: wait */
     pthread_mutex_lock(&q_mu);
     while (__atomic_load_n(&q_held, __ATOMIC_RELAXED) > queue_limit() && (q_head || q_busy)) pthread_cond_wait(&drain_cv, &q_mu);
     pthread_mutex_unlock(&q_mu);
@@ -680,11 +682,8 @@ typedef struct {
 
 static void *member_main(void *arg) {
   member_run *m = arg;
-  on_executor = 1;
   kl_coll_set_current(m->group, m->rank);
-  executing++;
-  execute(m->l);
-  executing--;
+  run_here(m->l);
   kl_coll_finish(m->group); /* the others must not wait at a collective this one never reaches */
   kl_coll_set_current(NULL, 0);
   return NULL;
@@ -781,9 +780,7 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, 
       l->refused = "a program launched inside a host callback reads an array still being computed by a "
                    "program queued behind the one making the callback (it would wait forever): compute "
                    "that array before the call, or pass it to the callback as an argument";
-    executing++;
-    execute(l);
-    executing--;
+    run_here(l);
     return 0;
   }
   pthread_mutex_lock(&q_mu);
@@ -791,9 +788,7 @@ static int cpu_launch(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, 
   if (idle && inputs_ready && x->cost <= INLINE_MAX_COST) {
     q_busy = 1;
     pthread_mutex_unlock(&q_mu);
-    executing++;
-    execute(l);
-    executing--;
+    run_here(l);
     pthread_mutex_lock(&q_mu);
     q_busy = 0;
     if (!q_head) pthread_cond_broadcast(&idle_cv);

@@ -128,13 +128,49 @@ def test_overflow_inside_a_trace_raises_at_trace_time():
 
 # ---- threads ----
 
-STRESS = r"""
+# A thread-stress script: _THREADS_HEAD, a worker(k) of the test's own that counts each checked call
+# in calls[0] and each failure with failed(e), then _THREADS_TAIL (starts nthreads workers for
+# secs seconds, prints "CALLS n ERRORS m" and the first failures); _run_threads runs one.
+_THREADS_HEAD = r"""
 import sys, threading, time, traceback, collections
 import numpy as np
 import kiln as jax, kiln.numpy as jnp
 from kiln import lax
 secs, nthreads = float(sys.argv[1]), int(sys.argv[2])
 errors = collections.Counter(); first = {}; calls = [0]
+
+def failed(e):
+    key = f"{type(e).__name__}: {str(e)[:160]}"
+    errors[key] += 1
+    first.setdefault(key, traceback.format_exc())
+"""
+
+_THREADS_TAIL = r"""
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(nthreads)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("CALLS", calls[0], "ERRORS", sum(errors.values()))
+for k, v in errors.most_common(5):
+    print(v, k)
+    print(first[k][-1500:])
+"""
+
+
+def _run_threads(tmp_path, body, secs, nthreads):
+    """Runs a thread-stress script (_THREADS_HEAD + body + _THREADS_TAIL) in a fresh process on the
+    CPU; asserts it exits cleanly with zero errors; returns how many calls it checked."""
+    script = tmp_path / "threads.py"
+    script.write_text(_THREADS_HEAD + body + _THREADS_TAIL)
+    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
+    p = subprocess.run([sys.executable, "-X", "faulthandler", str(script), str(secs), str(nthreads)], env=e,
+                       capture_output=True, text=True, timeout=float(secs) + 300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("CALLS")][0]
+    assert line.endswith("ERRORS 0"), p.stdout[-4000:]
+    return int(line.split()[1])
+
+
+STRESS = r"""
 
 def f(w, x):
     return jnp.sum(jnp.tanh(x @ w) ** 2)
@@ -179,17 +215,7 @@ def worker(k):
                 assert v.shape == (b,) and np.allclose(v, 3.0), "jit(vmap)"
             calls[0] += 1
         except Exception as e:
-            key = f"{type(e).__name__}: {str(e)[:160]}"
-            errors[key] += 1
-            first.setdefault(key, traceback.format_exc())
-
-ts = [threading.Thread(target=worker, args=(k,)) for k in range(nthreads)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-print("CALLS", calls[0], "ERRORS", sum(errors.values()))
-for k, v in errors.most_common(5):
-    print(v, k)
-    print(first[k][-1500:])
+            failed(e)
 """
 
 
@@ -199,15 +225,7 @@ def test_threads_trace_compile_and_run_at_once(tmp_path):
     shapes) and segfault. 8 threads mixing grad, vmap, jvp, make_jaxpr, eager ops and jit of new
     shapes: zero errors, every value checked (KILN_STRESS_SECONDS makes it longer)."""
     secs = os.environ.get("KILN_STRESS_SECONDS", "6")
-    script = tmp_path / "stress.py"
-    script.write_text(STRESS)
-    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
-    p = subprocess.run([sys.executable, "-X", "faulthandler", str(script), secs, "8"], env=e, capture_output=True,
-                       text=True, timeout=float(secs) + 300)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("CALLS")][0]
-    assert line.endswith("ERRORS 0"), p.stdout[-4000:]
-    assert int(line.split()[1]) > 100
+    assert _run_threads(tmp_path, STRESS, secs, 8) > 100
 
 
 def test_trace_state_is_per_thread():
@@ -302,11 +320,6 @@ def test_debug_nans_context_is_per_thread():
 
 
 CONFIG_THREADS = r"""
-import sys, threading, time, collections, traceback
-import numpy as np
-import kiln as jax, kiln.numpy as jnp
-secs = float(sys.argv[1])
-errors = collections.Counter(); first = {}; calls = [0]
 f = jax.jit(lambda a, b: a * b + 1.0)
 
 def worker(k):
@@ -327,32 +340,15 @@ def worker(k):
                 assert jnp.arange(2).dtype == (np.int64 if x64 else np.int32)
             calls[0] += 1
         except Exception as e:
-            key = f"{type(e).__name__}: {str(e)[:160]}"
-            errors[key] += 1
-            first.setdefault(key, traceback.format_exc())
-
-ts = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-print("CALLS", calls[0], "ERRORS", sum(errors.values()))
-for k, v in errors.most_common(3):
-    print(v, k)
-    print(first[k][-1500:])
+            failed(e)
 """
 
 
 def test_threads_in_different_config_contexts(tmp_path):
     """6 threads, half in enable_x64() and half in enable_x64(False), share one jitted function
     and eager mode: each keeps its own dtypes on every call (JAX's contexts are thread-local)."""
-    script = tmp_path / "config_threads.py"
-    script.write_text(CONFIG_THREADS)
-    e = dict(os.environ, PYTHONPATH=PYTHON_DIR, KILN_PLATFORM="cpu")
-    p = subprocess.run([sys.executable, "-X", "faulthandler", str(script), "4"], env=e, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("CALLS")][0]
-    assert line.endswith("ERRORS 0"), p.stdout[-4000:]
-    assert int(line.split()[1]) > 20  # (every thread met the others many times: 92 calls under ASan)
+    # (every thread meets the others many times: 92 calls under ASan)
+    assert _run_threads(tmp_path, CONFIG_THREADS, 4, 6) > 20
 
 
 # ---- Ctrl-C ----

@@ -871,3 +871,7 @@ def test_with_sharding_constraint_places_jit_outputs():
         np.testing.assert_allclose(np.asarray(placed), x + 1)
         np.testing.assert_allclose(np.asarray(d["k"]), x - 1)
         np.testing.assert_allclose(np.asarray(plain), x * 2)
+    # a prefix tree of placements, None leaving its subtree where it is (as device_put's)
+    u, w = kiln.jit(lambda a: lax.with_sharding_constraint((a * 3, [a - 2]), (None, s)))(x)
+    assert w[0].sharding == s and u.sharding != s
+    np.testing.assert_allclose(np.asarray(w[0]), x - 2)

@@ -313,24 +313,30 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     then committed to it: computations on it run there), a SingleDeviceSharding, a NamedSharding
     (the array is split into one piece per device of its mesh), or a pytree of them matching x.
     Arrays already where they are asked to be are returned as they are."""
-    from kiln._src import spmd
-    if device is None or isinstance(device, (Device, SingleDeviceSharding)) or spmd.is_sharding(device):
+    if device is None or _is_placement(device):
         return tree_util.tree_map(lambda v: _put_leaf(v, device), x)
-    # a tree of placements: a prefix of x's, a None in it leaving its subtree where it is (as JAX;
-    # jit's out_shardings=(None, ...), as flax nnx passes them, reach here)
-    places, place_tree = tree_util.tree_flatten(device, is_leaf=lambda d: d is None)
-    try:
-        subtrees = place_tree.flatten_up_to(x)
-    except ValueError as e:
-        raise ValueError(f"device_put: the tree of devices/shardings is not a prefix of the values' tree: {e}") from None
-    return place_tree.unflatten([tree_util.tree_map(lambda v, d=d: _put_leaf(v, d), sub)
-                                 for d, sub in zip(places, subtrees)])
+    leaves, tree = tree_util.tree_flatten(x)
+    return tree.unflatten([_put_leaf(v, d) for v, d in zip(leaves, leaf_placements(x, device, "device_put"))])
 
 
 def _is_placement(s):
     """Whether s says where one array goes (a device, a SingleDeviceSharding or a NamedSharding)."""
     from kiln._src import spmd
     return isinstance(s, (Device, SingleDeviceSharding)) or spmd.is_sharding(s)
+
+
+def leaf_placements(x, placements, what):
+    """Per leaf of x (tree_leaves order), its placement: `placements` is one placement or a tree of
+    them that is a prefix of x's, a None in it leaving its subtree where it is (as JAX; jit's
+    out_shardings=(None, ...), as flax nnx passes them)."""
+    if placements is None or _is_placement(placements):
+        return [placements] * len(tree_util.tree_leaves(x))
+    places, place_tree = tree_util.tree_flatten(placements, is_leaf=lambda d: d is None)
+    try:
+        subtrees = place_tree.flatten_up_to(x)
+    except ValueError as e:
+        raise ValueError(f"{what}: the tree of devices/shardings is not a prefix of the values' tree: {e}") from None
+    return [d for d, sub in zip(places, subtrees) for _ in tree_util.tree_leaves(sub)]
 
 
 def _put_leaf(v, device):
@@ -421,7 +427,7 @@ def _trace(fun, args, kwargs, in_leaves, in_tree, concrete=False, refs_in=("a tr
 
 def _trace_body(fun, trace, in_leaves, in_tree, concrete):
     """fun applied to trace's new inputs, its outputs set: (output tree, output avals, per output the
-    placement a with_sharding_constraint on it asks, or None when none does)."""
+    placement a with_sharding_constraint on it asks, or None when no output has one)."""
     tracers = [trace.new_input(a.shape, a.dtype, a.weak_type,
                                (a._cval if isinstance(a, Tracer) else a) if concrete else None)
                for a in in_leaves]
@@ -430,12 +436,12 @@ def _trace_body(fun, trace, in_leaves, in_tree, concrete):
     constraints.append({})  # with_sharding_constraint's, on this trace's values: id -> (value, sharding)
     try:
         out = fun(*targs, **tkwargs)
-    except BaseException:
-        constraints.pop()
-        raise
+    finally:
+        placed = constraints.pop()
     out_leaves, out_tree = tree_util.tree_flatten(out)
-    placed = tracing_state.sharding_constraints.pop()
     out_shardings = [placed.get(id(o), (None, None))[1] for o in out_leaves] if placed else None
+    if out_shardings is not None and all(p is None for p in out_shardings):
+        out_shardings = None
     vids, avals = [], []
     for o in out_leaves:
         if not isinstance(o, Array):
@@ -824,8 +830,7 @@ class JitWrapped(_kiln.JitBase):
         entry.const_bufs = [c._buf for c in traced.consts]
         entry.out_avals = traced.out_avals
         entry.single = not entry.refs and traced.out_tree == tree_util.tree_structure(0)
-        entry.placed = None if entry.refs or not traced.out_shardings or not any(
-            p is not None for p in traced.out_shardings) else traced.out_shardings
+        entry.placed = None if entry.refs else traced.out_shardings
         # (an entry whose outputs are placed has no C fast path: the placing is Python's)
         entry.fast = None if entry.placed else \
             (entry.exe, tuple(entry.const_bufs), tuple(entry.out_avals), entry.single, entry.out_tree)

@@ -259,8 +259,11 @@ class Config:
         self._global[name] = value
         if old != value:
             self._global_state[:] = [_state_of(self._global), self._global_state[1] + 1]
-            for callback in list(self._callbacks):
-                callback(name, value, False)
+            self._notify(name, value, False)
+
+    def _notify(self, name, value, thread_only):
+        for callback in list(self._callbacks):
+            callback(name, value, thread_only)
 
     def _override(self, name, value):
         """This thread reads `value` for option `name` until `_restore(name, token)` with the token
@@ -276,8 +279,7 @@ class Config:
         _count_truthy(name, token, value)
         _local.state = None
         if old_value != value:
-            for callback in list(self._callbacks):
-                callback(name, value, True)
+            self._notify(name, value, True)
         return token
 
     def _restore(self, name, token):
@@ -291,8 +293,7 @@ class Config:
         _local.state = None
         value = getattr(self, name)
         if old_value != value:
-            for callback in list(self._callbacks):
-                callback(name, value, True)
+            self._notify(name, value, True)
 
     @contextlib.contextmanager
     def _context(self, name, value):
@@ -306,14 +307,14 @@ class Config:
         """Whether some thread's context manager holds option `name` at a true value now."""
         return _truthy_overrides.get(name, 0) > 0
 
-    def thread_overrides(self):
-        """This thread's context-manager values, by name (empty outside every context)."""
-        return dict(getattr(_local, "overrides", None) or {})
+    def in_context(self):
+        """Whether this thread is inside a context manager of some option (its state is its own)."""
+        return bool(getattr(_local, "overrides", None))
 
     def state_id(self):
         """The id of this thread's configuration state (its effective values): part of every compile
         cache key."""
-        if not getattr(_local, "overrides", None):
+        if not self.in_context():
             return self._global_state[0]
         cached = getattr(_local, "state", None)
         if cached is not None and cached[0] == self._global_state[1]:

@@ -93,25 +93,25 @@ def update_params(params=None):
     return {**(params or {}), "loc": loc}
 
 
+def _thread_state():
+    """Tells C this thread's state: on entering or leaving a context, and when C asks again after a
+    process-wide change while the thread is in one (its state is the new values under its overrides)."""
+    _kiln.thread_config(config.state_id() if config.in_context() else None)
+
+
 def _on_config_change(name, value, thread_only):
     # The state names the configuration values, not the change: restoring an option (a context
     # manager inside a traced function, as diffrax's) brings back the earlier state, so the
     # compile caches keyed by it hit again instead of retracing every call. C keeps the eager
     # executables per state: the process-wide one, and this thread's while it is in a context.
     if thread_only:
-        _kiln.thread_config(config.state_id() if config.thread_overrides() else None)
+        _thread_state()
     else:
         _kiln.config_changed(config._global_state[0])
     if name in ("kiln_log_copies", "kiln_forbid_copies") and not thread_only:
         _kiln.copies_mode(_copies_mode())
     if name == "jax_enable_x64":
         _scalar_cache.clear()
-
-
-def _thread_state():
-    """C asks for this thread's state again after a process-wide change while the thread is in a
-    context (its state is the new process-wide values under its overrides)."""
-    _kiln.thread_config(config.state_id() if config.thread_overrides() else None)
 
 
 config._on_change(_on_config_change)

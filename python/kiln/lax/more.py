@@ -851,14 +851,11 @@ def with_sharding_constraint(x, shardings):
     from kiln._src import core
     if core.tracing():
         from kiln._src import tracing as tracing_state, tree_util
-        from kiln._src.api import _is_placement
+        from kiln._src.api import leaf_placements
         if tracing_state.sharding_constraints:
             top = tracing_state.sharding_constraints[-1]
-            leaves = tree_util.tree_leaves(x)
-            specs = [shardings] * len(leaves) if _is_placement(shardings) else \
-                tree_util.tree_structure(x).flatten_up_to(shardings) if leaves else []
-            for v, s in zip(leaves, specs):
-                if isinstance(v, core.Tracer) and _is_placement(s):
+            for v, s in zip(tree_util.tree_leaves(x), leaf_placements(x, shardings, "with_sharding_constraint")):
+                if isinstance(v, core.Tracer) and s is not None:
                     top[id(v)] = (v, s)
         return x
     from kiln._src.api import device_put
