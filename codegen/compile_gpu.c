@@ -37,7 +37,7 @@ typedef struct gpu_kernel {
 } gpu_kernel;
 
 typedef struct { /* a dot_general through cuBLAS */
-  kl_dtype t;
+  kl_dtype t, in; /* the result's dtype, the operands' (kl_dot_mixed) */
   int precision, transl, transr;
   int64_t batch, m, n, k;
 } gpu_dot;
@@ -162,7 +162,7 @@ static int collective_run(void *ctx, void **ptrs, char *err, size_t errlen) {
 
 static int dot_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   gpu_dot *d = ctx;
-  return kl_cublas_gemm(d->t, d->precision, d->batch, d->m, d->n, d->k, ptrs[0], d->transl, ptrs[1], d->transr, ptrs[2],
+  return kl_cublas_gemm(d->in, d->t, d->precision, d->batch, d->m, d->n, d->k, ptrs[0], d->transl, ptrs[1], d->transr, ptrs[2],
                         err, errlen);
 }
 
@@ -575,6 +575,7 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
       if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_GEMM &&
           kl_libcall_dot_layout(lc, &d.batch, &d.m, &d.n, &d.k, &d.transl, &d.transr)) {
         d.t = pg->vals[e->outs[0]].aval.dtype;
+        d.in = pg->vals[e->ins[0]].aval.dtype;
         d.precision = e->p.dot.precision;
         if ((d.t == KL_F32 || d.t == KL_F64 || d.t == KL_F16 || d.t == KL_BF16) && (ptx_only || kl_cublas_available(NULL, 0))) {
           x->cost += d.batch * d.m * d.n;

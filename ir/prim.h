@@ -548,6 +548,10 @@ int kl_dot_gemm_layout(const kl_aval *a, const kl_ivec *batch, const kl_ivec *co
  * converted to t (a float product truncated to an integer, a complex one's real part taken).
  * (ir/prims/dot.c) */
 kl_dtype kl_dot_compute_dtype(kl_dtype o, kl_dtype t);
+/* Whether a product of operands of dtype o into a result of dtype t runs as one mixed-precision
+ * GEMM (float16/bfloat16 operands, float32 result: the operands stay in their dtype, as cuBLAS
+ * and XLA take them) rather than on operands converted to t. (ir/prims/dot.c) */
+int kl_dot_mixed(kl_dtype o, kl_dtype t);
 /* A collective's group size: the product of mesh_shape over axes, or group_size with index
  * groups (ir/prims/collective.c). */
 int64_t kl_collective_group_size(const kl_params *p);

@@ -168,7 +168,7 @@ static int tn_transposes(kl_dtype t, int64_t m, int64_t n, int64_t k) {
 
 /* Row-major C[b] (m x n) = A[b] (m x k, or k x m when transl) . B[b] (k x n, or n x k when transr),
  * as cuBLAS's column-major C^T = B^T . A^T. precision: 0/1 may use TF32, 2 is full float32. */
-int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
+int kl_cublas_gemm(kl_dtype t, kl_dtype ot, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
                    const void *b, int transr, void *c, char *err, size_t errlen) {
   if (!kl_cublas_available(err, errlen)) return -1;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || batch > 0x7fffffff) {
@@ -185,12 +185,20 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
     snprintf(err, errlen, "internal error: cuBLAS gemm on %s", kl_dtype_name(t));
     return -1;
   }
+  int odt = dt; /* C's type: A's, or float32 from float16/bfloat16 (accumulated in float32) */
+  if (ot != t) {
+    if (!((t == KL_F16 || t == KL_BF16) && ot == KL_F32)) {
+      snprintf(err, errlen, "internal error: cuBLAS gemm of %s into %s", kl_dtype_name(t), kl_dtype_name(ot));
+      return -1;
+    }
+    odt = R_32F;
+  }
   double one64 = 1.0, zero64 = 0.0;
   float one32 = 1.0f, zero32 = 0.0f;
   const void *alpha = t == KL_F64 ? (const void *)&one64 : (const void *)&one32;
   const void *beta = t == KL_F64 ? (const void *)&zero64 : (const void *)&zero32;
   if (m == 0 || n == 0) return 0;
-  if (k == 0) return kl_cuda_memset0(c, (size_t)(batch * m * n) * kl_dtype_size(t));
+  if (k == 0) return kl_cuda_memset0(c, (size_t)(batch * m * n) * kl_dtype_size(ot));
   int status = 0;
   gpu_handle *H = lock_gpu(&status);
   if (!H) return kl_error(err, errlen, KL_ERR_INTERNAL, "cuBLAS: no handle on GPU %d (status %d)", kl_cuda_ordinal(), status);
@@ -225,7 +233,7 @@ int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t 
   int sms = kl_cuda_gemm_sm_target();
   if (p_set_sms && sms != H->sm_target && !p_set_sms(handle, sms)) H->sm_target = sms;
   int rc = p_gemm(handle, transr ? OP_T : OP_N, transl ? OP_T : OP_N, (int)n, (int)m, (int)k, alpha, b, dt,
-                  (int)(transr ? k : n), (long long)(k * n), a, dt, (int)(transl ? m : k), (long long)(m * k), beta, c, dt,
+                  (int)(transr ? k : n), (long long)(k * n), a, dt, (int)(transl ? m : k), (long long)(m * k), beta, c, odt,
                   (int)n, (long long)(m * n), (int)batch, ct, GEMM_DEFAULT);
   if (at) kl_cuda_free(at, at_bytes); /* in stream order: after the product */
   if (moved) handle_to(H, kl_cuda_stream());

@@ -150,8 +150,9 @@ int kl_cublas_add_search_path(const char *path);
 int kl_cublas_available(char *reason, size_t n);
 const char *kl_cublas_library(void);
 /* Row-major batched product on kiln's stream (see runtime/hostla.h's kl_hostla_gemm for the
- * layout); precision 2 (HIGHEST) is full float32, lower ones may use TF32. */
-int kl_cublas_gemm(kl_dtype t, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
+ * layout) of t operands into an ot result (ot == t, or float16/bfloat16 into float32); precision
+ * 2 (HIGHEST) is full float32, lower ones may use TF32. */
+int kl_cublas_gemm(kl_dtype t, kl_dtype ot, int precision, int64_t batch, int64_t m, int64_t n, int64_t k, const void *a, int transl,
                    const void *b, int transr, void *c, char *err, size_t errlen);
 /* x[0..n) *= alpha on kiln's stream, n float32 (dbl 0) or float64 (dbl 1) values (complex as 2n). */
 int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t errlen);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/loc.h"
 #include "../ir/program.h"
 #include "../ir/status.h"
 #include "cuda.h"
@@ -100,9 +101,13 @@ static double graph_max_launches(void) {
 }
 
 /* Whether x should run as a graph: enough launches (a scan's whole loop is captured, its trips
- * unrolled in the graph), none on the host or reading device memory, not too many, and
- * input/output copies cheaper than the launches saved (about 5 us of host time per launch against
- * 2.5 TB/s). */
+ * unrolled in the graph), none on the host or reading device memory, not too many, and the
+ * graph's extra device work cheaper than the host time it saves. Step by step, a call takes the
+ * longer of its launches (about 5 us of host time each) and its device work (at least the bytes
+ * its steps touch at 2.5 TB/s); as a graph, the device work plus the input/output copies. A model's
+ * training step (hundreds of parameters in and out, milliseconds of products) keeps its launches
+ * hidden behind the device's work, and would only gain the copies (GPT-2 small: ~900 copies,
+ * 3 GB a step). */
 static int graph_wanted(const kl_exec *x) {
   int min = graph_min_steps();
   double n = launches_of(x);
@@ -122,7 +127,14 @@ static int graph_wanted(const kl_exec *x) {
     }
   for (int i = 0; i < x->ninputs; i++) io += (double)x->slot_bytes[x->in_slots[i]];
   for (int i = 0; i < x->noutputs; i++) io += (double)x->slot_bytes[x->out_slots[i]];
-  return io / 2.5e12 < n * 5e-6;
+  double work = 0; /* bytes the steps read and write (a scan's slots counted once: a lower bound) */
+  for (int i = 0; i < x->nsteps; i++)
+    for (int j = 0; j < x->steps[i].nslots; j++) work += (double)x->slot_bytes[x->steps[i].slots[j]];
+  int wanted = (io + work) / 2.5e12 < n * 5e-6;
+  if (!wanted && getenv("KILN_LOG_COMPILES") && *getenv("KILN_LOG_COMPILES") >= '1')
+    fprintf(stderr, "kiln: a GPU program of %.0f launches runs step by step: its device work (%.3g MB) hides the "
+            "launches, and a graph would add %.3g MB of copies\n", n, work / 1e6, io / 1e6);
+  return wanted;
 }
 
 /* KILN_DUMP: the arena's layout (<seq>-gpu-arena.txt): each slot's offset, bytes and steps. */
@@ -192,6 +204,17 @@ static int graph_build(kl_exec *x, gpu_graph *g) {
   return rc;
 }
 
+/* The copy log (kiln_log_copies): a graph's calls copy their inputs and outputs through its arena. */
+static void copies_note(const kl_exec *x) {
+  double bytes = 0;
+  int n = 0;
+  for (int i = 0; i < x->ninputs; i++) bytes += (double)x->slot_bytes[x->in_slots[i]], n += x->slot_bytes[x->in_slots[i]] > 0;
+  for (int i = 0; i < x->noutputs; i++) bytes += (double)x->slot_bytes[x->out_slots[i]], n += x->slot_bytes[x->out_slots[i]] > 0;
+  fprintf(stderr, "kiln: copy: a GPU program of %d steps runs as a CUDA graph: each call makes %d device-to-device copies "
+          "(%.1f MiB) of its inputs and outputs through the graph's memory (KILN_GPU_GRAPH_MIN_STEPS=0 runs it step by "
+          "step, without them)\n", x->nsteps, n, bytes / (1 << 20));
+}
+
 /* Launches x as its graph when it qualifies: 1 (bufs holds every slot of an input or output,
  * outputs written in stream order), 0 (run it step by step), -1 with a message. */
 int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen) {
@@ -213,7 +236,10 @@ int kl_cuda_graph_launch(kl_exec *x, kl_buffer **bufs, char *err, size_t errlen)
   static pthread_mutex_t build_mu = PTHREAD_MUTEX_INITIALIZER;
   if (g->state == 0) {
     pthread_mutex_lock(&build_mu);
-    if (g->state == 0) g->state = graph_build(x, g) ? -1 : 1;
+    if (g->state == 0) {
+      g->state = graph_build(x, g) ? -1 : 1;
+      if (g->state > 0 && (kl_copies_mode() & KL_COPIES_LOG)) copies_note(x);
+    }
     pthread_mutex_unlock(&build_mu);
   }
   if (g->state < 0) return 0;

@@ -459,9 +459,20 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
                    const void *a, int64_t a_bstride, int transa,
                    const void *b, int64_t b_bstride, int transb, void *c,
                    char *err, size_t errlen) {
+  return kl_hostla_gemm_to(t, t, batch, m, n, k, a, a_bstride, transa, b, b_bstride, transb, c, err, errlen);
+}
+
+int kl_hostla_gemm_to(kl_dtype t, kl_dtype ot, int64_t batch, int64_t m, int64_t n, int64_t k,
+                      const void *a, int64_t a_bstride, int transa,
+                      const void *b, int64_t b_bstride, int transb, void *c,
+                      char *err, size_t errlen) {
   const char *who = "kl_hostla_gemm";
   size_t esz = elem_size(t);
   if (!esz) return fail(err, errlen, KL_ERR_INTERNAL, "%s: invalid dtype code %d", who, (int)t);
+  int to_f32 = ot != t; /* float16/bfloat16 operands, float32 result */
+  if (to_f32 && !((t == KL_F16 || t == KL_BF16) && ot == KL_F32))
+    return fail(err, errlen, KL_ERR_INTERNAL, "%s: %s operands into a %s result", who, dtype_label(t), dtype_label(ot));
+  size_t osz = elem_size(ot);
   if (batch < 0 || m < 0 || n < 0 || k < 0 || a_bstride < 0 || b_bstride < 0)
     return fail(err, errlen, KL_ERR_INTERNAL,
                 "%s: negative size (batch=%lld m=%lld n=%lld k=%lld "
@@ -472,7 +483,7 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
   if (!c || (k > 0 && (!a || !b)))
     return fail(err, errlen, KL_ERR_INTERNAL, "%s: NULL array pointer", who);
   if (k == 0) { /* empty sum: all zeros (false, 0, +0.0 share the bits) */
-    memset(c, 0, (size_t)(batch * m * n) * esz);
+    memset(c, 0, (size_t)(batch * m * n) * osz);
     return 0;
   }
   ensure_loaded();
@@ -491,9 +502,9 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
   void *tb = need_tb ? malloc((size_t)(k * n) * wsz) : NULL;
   float *fa = half ? malloc((size_t)(m * k) * 4) : NULL;
   float *fb = half ? malloc((size_t)(k * n) * 4) : NULL;
-  float *fc = half ? malloc((size_t)(m * n) * 4) : NULL;
+  float *fc = half && !to_f32 ? malloc((size_t)(m * n) * 4) : NULL;
   int rc = 0;
-  if ((need_ta && !ta) || (need_tb && !tb) || (half && (!fa || !fb || !fc))) {
+  if ((need_ta && !ta) || (need_tb && !tb) || (half && (!fa || !fb || (!to_f32 && !fc)))) {
     rc = fail(err, errlen, KL_ERR_NOMEM, "%s: out of memory for %s scratch (m=%lld n=%lld "
               "k=%lld)", who, dtype_label(t), (long long)m, (long long)n,
               (long long)k);
@@ -511,15 +522,15 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
   for (int64_t bb = 0; bb < batch; bb++) {
     const char *ab = (const char *)a + (size_t)(bb * a_bstride) * esz;
     const char *bp = (const char *)b + (size_t)(bb * b_bstride) * esz;
-    char *cb = (char *)c + (size_t)(bb * m * n) * esz;
+    char *cb = (char *)c + (size_t)(bb * m * n) * osz;
     if (!half) {
       gemm_one(t, m, n, k, ab, transa, bp, transb, cb, ta, tb);
       continue;
     }
     if (bb == 0 || a_bstride) half_to_f32(t, (const uint16_t *)ab, fa, m * k);
     if (bb == 0 || b_bstride) half_to_f32(t, (const uint16_t *)bp, fb, k * n);
-    gemm_one(KL_F32, m, n, k, fa, transa, fb, transb, fc, ta, tb);
-    f32_to_half(t, fc, (uint16_t *)cb, m * n);
+    gemm_one(KL_F32, m, n, k, fa, transa, fb, transb, to_f32 ? (float *)cb : fc, ta, tb);
+    if (!to_f32) f32_to_half(t, fc, (uint16_t *)cb, m * n);
   }
   if (saved_threads) kl_hostla_lib.set_threads(saved_threads);
 out:

@@ -67,6 +67,12 @@ int kl_hostla_gemm(kl_dtype t, int64_t batch, int64_t m, int64_t n, int64_t k,
                    const void *a, int64_t a_bstride, int transa,
                    const void *b, int64_t b_bstride, int transb, void *c,
                    char *err, size_t errlen);
+/* The same with C of dtype ot: ot == t, or float16/bfloat16 operands (t) into a float32 C (the
+ * float32 product stored as it is). */
+int kl_hostla_gemm_to(kl_dtype t, kl_dtype ot, int64_t batch, int64_t m, int64_t n, int64_t k,
+                      const void *a, int64_t a_bstride, int transa,
+                      const void *b, int64_t b_bstride, int transb, void *c,
+                      char *err, size_t errlen);
 
 /* For routines that split their own work over kiln's CPU pool (runtime/hostconv.c): one
  * product on the calling thread, with leading dimensions and accumulation, f32 or f64 only:

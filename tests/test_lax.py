@@ -973,6 +973,30 @@ def test_dot_general_small_dtypes(dtype):
         check(out, want, np.float32, scale=10)
 
 
+@pytest.mark.parametrize("spec", ["bik,bkj->bij", "bki,bkj->bij", "bik,bjk->bij", "ik,jk->ij", "kbi,bkj->bij"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_dot_general_half_operands_float32_result(spec, dtype):
+    """Issue 34: half-precision operands with preferred_element_type=float32 run as one mixed
+    product (half operands, float32 accumulation and result), in every operand layout, under jit
+    and in the gradient (whose products take a float32 cotangent and a half operand)."""
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    shapes = {"b": 3, "i": 17, "j": 9, "k": 33}
+    lhs, rhs = spec.split("->")[0].split(",")
+    a = rand(dt, -3, 3, shape=tuple(shapes[c] for c in lhs))
+    b = rand(dt, -3, 3, shape=tuple(shapes[c] for c in rhs))
+    want = np.einsum(spec, a.astype(np.float64), b.astype(np.float64))
+    f = lambda x, y: jnp.einsum(spec, x, y, preferred_element_type=jnp.float32)
+    check(f(to_kiln(a), to_kiln(b)), want, np.float32, scale=10)
+    check(kiln.jit(f)(to_kiln(a), to_kiln(b)), want, np.float32, scale=10)
+    ct = rand(np.float32, -1, 1, shape=want.shape)
+    ga, gb = kiln.grad(lambda x, y: jnp.sum(f(x, y) * to_kiln(ct)), (0, 1))(to_kiln(a), to_kiln(b))
+    out = spec.split("->")[1]
+    want_a = np.einsum(f"{out},{rhs}->{lhs}", ct.astype(np.float64), b.astype(np.float64))
+    want_b = np.einsum(f"{lhs},{out}->{rhs}", a.astype(np.float64), ct.astype(np.float64))
+    check(ga, want_a, dt, scale=20)
+    check(gb, want_b, dt, scale=20)
+
+
 def test_dot_general_preferred_element_type_as_jax():
     """Issue 32: preferred_element_type is the type of the result, computed the way JAX (XLA) does. Complex
     operands with a real type gave the complex product's bytes (the buffer held complex values); float

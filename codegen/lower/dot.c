@@ -72,7 +72,8 @@ static char *scalar_dot(kctx *k, const kl_eqn *e, int v, ssa *idx, char *out) {
 
 /* ---- dot_general: (batch, m, k) x (batch, k, n) through gemm ----
  * The legalize pass (transforms/rules/dot.c) has put every product in that form: operands of
- * the result's dtype, stored in one of the two orders a GEMM takes (kl_dot_gemm_layout). */
+ * the result's dtype (or half-precision operands of a float32 result, kl_dot_mixed), stored in
+ * one of the two orders a GEMM takes (kl_dot_gemm_layout). */
 
 /* The product of a's dims listed in axes (free: of those in neither list). */
 static int64_t dims_product(const kl_aval *a, const kl_ivec *axes) {
@@ -95,7 +96,7 @@ int kl_libcall_dot_layout(const kl_libcall *c, int64_t *batch, int64_t *m, int64
                           int *transr) {
   const kl_aval *l = &c->avals[0], *r = &c->avals[1], *o = &c->avals[2];
   const kl_params *p = &c->p;
-  if (l->dtype != o->dtype || r->dtype != o->dtype) return 0;
+  if (l->dtype != r->dtype || (l->dtype != o->dtype && !kl_dot_mixed(l->dtype, o->dtype))) return 0;
   *transl = kl_dot_gemm_layout(l, &p->dot.lhs_batch, &p->dot.lhs_contracting, 0, NULL, NULL);
   *transr = kl_dot_gemm_layout(r, &p->dot.rhs_batch, &p->dot.rhs_contracting, 1, NULL, NULL);
   if (*transl < 0 || *transr < 0) return 0;
@@ -112,8 +113,8 @@ static int run_dot(const kl_libcall *c, void *const *ptrs, char *err, size_t err
   if (!kl_libcall_dot_layout(c, &batch, &m, &n, &k, &transl, &transr))
     return kl_error(err, errlen, KL_ERR_INTERNAL, "internal error: dot_general reached code generation without "
                     "being put in GEMM form (the legalize pass)");
-  return kl_hostla_gemm(c->avals[2].dtype, batch, m, n, k, ptrs[0], m * k, transl, ptrs[1], k * n, transr, ptrs[2], err,
-                        errlen);
+  return kl_hostla_gemm_to(c->avals[0].dtype, c->avals[2].dtype, batch, m, n, k, ptrs[0], m * k, transl, ptrs[1], k * n,
+                           transr, ptrs[2], err, errlen);
 }
 
 

@@ -26,6 +26,8 @@ kl_dtype kl_dot_compute_dtype(kl_dtype o, kl_dtype t) {
   return o == KL_F16 && t == KL_BF16 ? t : o;
 }
 
+int kl_dot_mixed(kl_dtype o, kl_dtype t) { return (o == KL_F16 || o == KL_BF16) && t == KL_F32; }
+
 int kl_infer_dot(kl_rule_err *e, kl_prim prim, const kl_aval *ins, int nin, const kl_params *p, kl_aval *outs,
                  int *nout) {
   (void)prim;

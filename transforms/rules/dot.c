@@ -146,7 +146,8 @@ static int gemm_operand(kl_build *b, int x, kl_dtype t, kl_ivec *batch, kl_ivec 
 }
 
 /* dot_general as BLAS and cuBLAS take it: (batch, m, k) by (batch, k, n) row-major, either
- * operand possibly transposed, operands of the result's dtype. An operand stored otherwise
+ * operand possibly transposed, operands of the result's dtype (or float16/bfloat16 operands of
+ * a float32 result: kl_dot_mixed). An operand stored otherwise
  * (attention's bqhd,bkhd->bhqk: batch dims not leading; contracting dims between free ones;
  * another dtype than preferred_element_type) gets a transpose and a convert of its own, which
  * fusion computes together with the operand's producer; the result's layout never changes. */
@@ -163,14 +164,17 @@ static int dot_legalize(kl_build *b, const kl_eqn *e, const int *xs, int *ys) {
     ys[0] = rc < 0 || z < 0 ? -1 : kl_build_convert(b, z, t);
     return ys[0] < 0 ? -1 : 1;
   }
-  if (l.dtype == t && r.dtype == t &&
+  /* half-precision operands into a float32 result stay half: one mixed GEMM (tensor cores at
+   * their half rate, half the operand bytes) instead of converted copies and a float32 product */
+  kl_dtype in = l.dtype == r.dtype && kl_dot_mixed(l.dtype, t) ? l.dtype : t;
+  if (l.dtype == in && r.dtype == in &&
       kl_dot_gemm_layout(&l, &p->dot.lhs_batch, &p->dot.lhs_contracting, 0, NULL, NULL) >= 0 &&
       kl_dot_gemm_layout(&r, &p->dot.rhs_batch, &p->dot.rhs_contracting, 1, NULL, NULL) >= 0)
     return 0;
   kl_params q = *p;
   int64_t lb[KL_MAX_RANK], lc[KL_MAX_RANK], rb[KL_MAX_RANK], rc[KL_MAX_RANK];
-  int ins[2] = {gemm_operand(b, xs[0], t, &q.dot.lhs_batch, &q.dot.lhs_contracting, 0, lb, lc),
-                gemm_operand(b, xs[1], t, &q.dot.rhs_batch, &q.dot.rhs_contracting, 1, rb, rc)};
+  int ins[2] = {gemm_operand(b, xs[0], in, &q.dot.lhs_batch, &q.dot.lhs_contracting, 0, lb, lc),
+                gemm_operand(b, xs[1], in, &q.dot.rhs_batch, &q.dot.rhs_contracting, 1, rb, rc)};
   if (ins[0] < 0 || ins[1] < 0) return -1;
   ys[0] = kl_build_op(b, KL_P_DOT_GENERAL, ins, 2, &q); /* the builder copies q's dims */
   return ys[0] < 0 ? -1 : 1;
