@@ -18,7 +18,7 @@ static const char *const family_names[KL_NFAMILIES] = {
     [KL_FAM_ELEMENTWISE] = "elementwise", [KL_FAM_SHAPE] = "shape", [KL_FAM_REDUCE] = "reduce",
     [KL_FAM_CUMULATIVE] = "cumulative",   [KL_FAM_SORT] = "sort",   [KL_FAM_INDEX] = "index",
     [KL_FAM_DOT] = "dot",                 [KL_FAM_LINALG] = "linalg", [KL_FAM_CALL] = "call",
-    [KL_FAM_FFT] = "fft", [KL_FAM_CONV] = "conv", [KL_FAM_CALLBACK] = "callback",
+    [KL_FAM_FFT] = "fft", [KL_FAM_CONV] = "conv", [KL_FAM_ATTENTION] = "attention", [KL_FAM_CALLBACK] = "callback",
     [KL_FAM_CONTROL] = "control", [KL_FAM_COLLECTIVE] = "collective",
 };
 
@@ -27,7 +27,8 @@ static const kl_infer_fn family_rules[KL_NFAMILIES] = {
     [KL_FAM_REDUCE] = kl_infer_reduce,           [KL_FAM_CUMULATIVE] = kl_infer_cumulative,
     [KL_FAM_SORT] = kl_infer_sort,               [KL_FAM_INDEX] = kl_infer_index,
     [KL_FAM_DOT] = kl_infer_dot,                 [KL_FAM_LINALG] = kl_infer_linalg,
-    [KL_FAM_FFT] = kl_infer_fft, [KL_FAM_CONV] = kl_infer_conv, [KL_FAM_CALLBACK] = kl_infer_callback,
+    [KL_FAM_FFT] = kl_infer_fft, [KL_FAM_CONV] = kl_infer_conv,
+    [KL_FAM_ATTENTION] = kl_infer_attention, [KL_FAM_CALLBACK] = kl_infer_callback,
     [KL_FAM_CALL] = kl_infer_call,               [KL_FAM_CONTROL] = kl_infer_control,
     [KL_FAM_COLLECTIVE] = kl_infer_collective,
 };

@@ -40,6 +40,7 @@ typedef enum {
   KL_FAM_LINALG,      /* cholesky qr svd eigh lu triangular_solve */
   KL_FAM_FFT,         /* fft (complex and real transforms over trailing axes) */
   KL_FAM_CONV,        /* conv_general_dilated and its two gradients (channels-last library convolutions) */
+  KL_FAM_ATTENTION,   /* fused dot-product attention and its gradient (flash attention: cuDNN, kiln's own) */
   KL_FAM_CALLBACK,    /* host callbacks: debug.callback/print, pure_callback */
   KL_FAM_CALL,        /* equations that call sub-programs: checkpoint, custom_jvp/vjp, custom_vmap */
   KL_FAM_CONTROL,     /* sub-programs run as data decides: while, scan, cond */
@@ -188,6 +189,8 @@ typedef enum {
   X(CONV, "conv_general_dilated", CONV, NONE, FLOAT, conv)                         \
   X(CONV_BWD_DATA, "conv_bwd_data", CONV, NONE, FLOAT, conv)                       \
   X(CONV_BWD_FILTER, "conv_bwd_filter", CONV, NONE, FLOAT, conv)                   \
+  X(ATTENTION, "dot_product_attention_fwd", ATTENTION, NONE, FLOAT, attention)      \
+  X(ATTENTION_BWD, "dot_product_attention_bwd", ATTENTION, NONE, FLOAT, attention)  \
   X(CALLBACK, "callback", CALLBACK, NONE, ANY, callback)                            \
   X(CUSTOM_VJP_CALL, "custom_vjp_call", CALL, NONE, ANY, custom_vjp)               \
   X(CUSTOM_VJP_LIN, "custom_vjp_lin", CALL, NONE, ANY, custom_vjp)                 \
@@ -384,6 +387,15 @@ typedef struct {
       int precision;               /* lax.Precision, as dot_general's */
       int preferred_element_type;  /* result dtype, or -1: the operands' (legalize converts them) */
     } conv;
+    /* ---- attention (ir/prims/attention.c) ---- */
+    /* softmax(scale * q k^T, masked) v over JAX's [B, T, N, H] layout, fused (no [T, S] matrix in
+     * memory). dot_product_attention_fwd (q [B,T,N,H], k and v [B,S,K,H], N a multiple of K: grouped
+     * heads) -> (o [B,T,N,H], lse float32 [B,N,T], the softmax's log-sum-exp per query);
+     * dot_product_attention_bwd (q, k, v, o, do, lse) -> (dq, dk, dv). */
+    struct {
+      double scale; /* the logits' factor */
+      int causal;   /* query i sees keys j <= i (JAX's is_causal) */
+    } attention;
     /* ---- callback (ir/prims/callback.c) ---- */
     struct {
       int64_t id;         /* the host function, a key of the client's registry (python/kiln/_src/callback.py) */

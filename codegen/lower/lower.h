@@ -6,6 +6,7 @@
 #define KL_LOWER_H
 #include "../kernel_internal.h"
 #include "../libcall.h"
+#include "../../runtime/hostattn.h"
 #include "../../runtime/hostconv.h"
 #include "../../runtime/cusolver.h"
 #include "../../runtime/gpusort.h"
@@ -69,7 +70,8 @@ typedef enum {
   KL_GPU_LIB_CONV, /* cuDNN (kl_lower_conv_geom) */
   KL_GPU_LIB_SOLVER, /* cuSOLVER / cuBLAS linear algebra (kl_lower_solver_layout) */
   KL_GPU_LIB_SORT,   /* kiln's radix sort kernels, runtime/gpusort.c (kl_lower_sort_layout) */
-  KL_GPU_LIB_COLLECTIVE /* NCCL between the GPUs of an SPMD launch (kl_lower_collective_gpu) */
+  KL_GPU_LIB_COLLECTIVE, /* NCCL between the GPUs of an SPMD launch (kl_lower_collective_gpu) */
+  KL_GPU_LIB_ATTENTION   /* cuDNN's fused attention (kl_lower_attention_geom) */
 } kl_gpu_library;
 /* An fft step as a library takes it: its lax.FftType, precision and the number of transforms
  * (the transformed axes are c->p.fft.fft_lengths). 0, or -1 when the step is not packed. */
@@ -77,6 +79,8 @@ int kl_lower_fft_layout(const kl_libcall *c, int *type, int *dbl, int64_t *howma
 /* A conv step as a library takes it: its geometry (runtime/hostconv.h) and kind
  * (kl_hostconv_kind). 0, or -1 when the step is not legalized (operand dtypes differ). */
 int kl_lower_conv_geom(const kl_libcall *c, kl_conv_geom *g, int *kind);
+/* An attention step's shape (runtime/hostattn.h): 0, or -1 when the operands are not attention's. */
+int kl_lower_attention_geom(const kl_libcall *c, kl_attn_geom *g);
 /* A linalg step as runtime/cusolver.c takes it (operands and results as the host routine's). 0, or
  * -1 when the GPU library does not run it (eig, schur, empty or oversized matrices, ...). */
 int kl_lower_solver_layout(const kl_libcall *c, kl_solver_call *s);
@@ -126,6 +130,7 @@ KL_LOWER_FAMILY(dot)
 KL_LOWER_FAMILY(linalg)
 KL_LOWER_FAMILY(fft)
 KL_LOWER_FAMILY(conv)
+KL_LOWER_FAMILY(attention)
 KL_LOWER_FAMILY(callback)
 KL_LOWER_FAMILY(call)
 KL_LOWER_FAMILY(control)

@@ -27,6 +27,7 @@ static void build(void) {
   add_family(kl_lower_linalg, kl_lower_linalg_n);
   add_family(kl_lower_fft, kl_lower_fft_n);
   add_family(kl_lower_conv, kl_lower_conv_n);
+  add_family(kl_lower_attention, kl_lower_attention_n);
   add_family(kl_lower_callback, kl_lower_callback_n);
   add_family(kl_lower_call, kl_lower_call_n);
   add_family(kl_lower_control, kl_lower_control_n);

@@ -37,6 +37,8 @@ int kl_infer_fft(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const k
                  kl_aval *outs, int *nout);
 int kl_infer_conv(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const kl_params *params,
                   kl_aval *outs, int *nout);
+int kl_infer_attention(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const kl_params *params,
+                       kl_aval *outs, int *nout);
 int kl_infer_callback(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const kl_params *params,
                       kl_aval *outs, int *nout);
 int kl_infer_call(kl_rule_err *e, kl_prim p, const kl_aval *ins, int nin, const kl_params *params,

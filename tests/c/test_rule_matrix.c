@@ -42,6 +42,9 @@ static const struct {
     {KL_P_REAL, "cpu", SPLIT}, {KL_P_REAL, "gpu", SPLIT}, {KL_P_IMAG, "cpu", SPLIT}, {KL_P_IMAG, "gpu", SPLIT},
     {KL_P_CONJ, "cpu", SPLIT}, {KL_P_CONJ, "gpu", SPLIT}, {KL_P_COMPLEX, "cpu", SPLIT}, {KL_P_COMPLEX, "gpu", SPLIT},
 #undef SPLIT
+#define VJP "differentiated through the custom_vjp python/kiln/nn/attention.py wraps it in (as JAX's cuDNN attention)"
+    {KL_P_ATTENTION, "jvp", VJP}, {KL_P_ATTENTION_BWD, "jvp", VJP},
+#undef VJP
     {KL_P_PVARY, "cpu", "the identity on values: legalize drops it before code generation"},
     {KL_P_PVARY, "gpu", "the identity on values: legalize drops it before code generation"},
 };

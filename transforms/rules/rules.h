@@ -48,7 +48,7 @@ typedef struct {
 /* The family tables, each ending with KL_RULES_END. */
 #define KL_RULES_END {KL_NPRIMS, NULL, NULL, NULL, NULL, NULL, NULL}
 extern const kl_rule_row kl_rules_elementwise[], kl_rules_shape[], kl_rules_reduce[], kl_rules_cumulative[],
-    kl_rules_sort[], kl_rules_index[], kl_rules_dot[], kl_rules_linalg[], kl_rules_fft[], kl_rules_conv[], kl_rules_callback[], kl_rules_call[],
+    kl_rules_sort[], kl_rules_index[], kl_rules_dot[], kl_rules_linalg[], kl_rules_fft[], kl_rules_conv[], kl_rules_attention[], kl_rules_callback[], kl_rules_call[],
     kl_rules_control[], kl_rules_collective[];
 
 /* The row of p (borrowed, static); every field but prim is NULL for a primitive without rules. */

@@ -13,6 +13,7 @@ static const kl_rule_row *const family_tables[KL_NFAMILIES] = {
     [KL_FAM_DOT] = kl_rules_dot,                 [KL_FAM_LINALG] = kl_rules_linalg,
     [KL_FAM_FFT] = kl_rules_fft,                 [KL_FAM_CALL] = kl_rules_call,
     [KL_FAM_CONV] = kl_rules_conv,
+    [KL_FAM_ATTENTION] = kl_rules_attention,
     [KL_FAM_CALLBACK] = kl_rules_callback,
     [KL_FAM_CONTROL] = kl_rules_control,
     [KL_FAM_COLLECTIVE] = kl_rules_collective,

@@ -1,16 +1,23 @@
 """jax.nn.dot_product_attention: softmax(q k^T * scale + bias, masked) v, over [B, T, N, H] layouts,
 with grouped-query attention (fewer key/value heads than query heads).
 
-Only JAX's 'xla' implementation exists here: logits in promote(dtype, float32), the softmax always in
-float32 (as JAX does, so float64 inputs get float32 accuracy), masks applied by replacing logits with a
-large negative number. Depends on kiln.lax and kiln.numpy only.
+Two implementations. JAX's 'xla' one written out: logits in promote(dtype, float32), the softmax always
+in float32 (as JAX does, so float64 inputs get float32 accuracy), masks applied by replacing logits with
+a large negative number. And a fused one (flash attention: no [T, S] matrix in memory), the
+dot_product_attention_fwd / _bwd primitives under a custom_vjp: cuDNN's fused attention on the GPU
+(implementation='cudnn', and what None picks there for float16/bfloat16 without bias, mask or lengths),
+kiln's host routine on the CPU. Depends on kiln.lax, kiln.numpy and the primitives only.
 """
+
+import functools
 
 import numpy as np
 
 from kiln import lax
 from kiln import numpy as jnp
 from kiln._src import dtypes
+from kiln._src.custom import custom_vjp
+from kiln._src.dispatch import bind
 from kiln._src.numpy import util
 from kiln.scipy.special import logsumexp
 
@@ -103,6 +110,55 @@ def _attention(query, key, value, bias, mask, is_causal, scale, q_seqlen, kv_seq
     return encoded, lax.stop_gradient(residual)
 
 
+@functools.partial(custom_vjp, nondiff_argnums=(3, 4))
+def _fused(query, key, value, scale, is_causal):
+    """(out [B, T, N, H], logsumexp float32 [B, N, T]) of the fused primitive."""
+    return tuple(bind("dot_product_attention_fwd", [query, key, value],
+                      {"scale": float(scale), "causal": int(bool(is_causal))}))
+
+
+def _fused_fwd(query, key, value, scale, is_causal):
+    # The primitives have no JVP rule: the forward runs on values the differentiation does not
+    # follow (the rule below gives the cotangents), and the residuals keep the operands themselves,
+    # so differentiating the backward again meets dot_product_attention_bwd and raises, never
+    # silently missing the terms through out and lse.
+    out, lse = _fused(*(lax.stop_gradient(x) for x in (query, key, value)), scale, is_causal)
+    return (out, lse), (query, key, value, out, lse)
+
+
+def _fused_bwd(scale, is_causal, residuals, cts):
+    query, key, value, out, lse = residuals
+    d_out = cts[0]  # the logsumexp's cotangent: none reaches it (dot_product_attention stops it)
+    d_out = jnp.zeros_like(out) if d_out is None else d_out.astype(out.dtype)
+    return tuple(bind("dot_product_attention_bwd", [query, key, value, out, d_out, lse],
+                      {"scale": float(scale), "causal": int(bool(is_causal))}))
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+_FUSED_DTYPES = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
+
+
+def _cudnn_why_not(query, key, bias, mask, q_seqlen, kv_seqlen, window, is_causal, scale):
+    """Why cuDNN's fused attention cannot run this call (None when it can)."""
+    if bias is not None or mask is not None or q_seqlen is not None or kv_seqlen is not None or window is not None:
+        return "bias, mask, sequence lengths and local windows are not in kiln's fused kernel yet"
+    if query.dtype not in _FUSED_DTYPES:
+        return f"it takes float16 or bfloat16, got {query.dtype}"
+    h = query.shape[-1]
+    if h % 8 or h > 128:
+        return f"the head dimension must be a multiple of 8 up to 128, got {h}"
+    from kiln._src import api
+    if api.default_backend() != "gpu":
+        return "it runs on the GPU only (no GPU is in use)"
+    from kiln import _kiln
+    if not hasattr(_kiln, "fused_attention_why_not"):
+        return "this build of kiln has no fused GPU attention"
+    why = _kiln.fused_attention_why_not(str(query.dtype), *query.shape, key.shape[1], key.shape[2],
+                                         float(scale), int(bool(is_causal)))
+    return why or None
+
+
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
                           query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
                           implementation=None, return_residual=False):
@@ -114,7 +170,9 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     both) keeps t - left <= s <= t + right; query_seq_lengths / key_value_seq_lengths (int32 [B])
     mask padding, and padded query rows come out zero. A query row with nothing to attend to
     averages all values (as in JAX). return_residual also returns the logsumexp of the scaled,
-    masked logits, [B, T, N] (or [T, N]). implementation: None or 'xla'; 'cudnn' is not available.
+    masked logits, [B, T, N] (or [T, N]). implementation: 'xla' (written out), 'cudnn' (the fused
+    kernel: float16/bfloat16 on the GPU, no bias, mask or lengths; anything else raises), or None
+    (the fused kernel where it can run, else 'xla').
     """
     query = util.asarray_arg("dot_product_attention", query)
     output_shape = tuple(query.shape)
@@ -140,13 +198,21 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
                          f"{query.shape[-2]} vs {k}")
     scale = 1.0 / np.sqrt(h) if scale is None else scale
 
-    if implementation == "cudnn":
-        raise NotImplementedError("dot_product_attention: kiln has no cuDNN flash-attention kernel; use "
-                                  "implementation=None or 'xla'")
-    if implementation not in (None, "xla"):
+    if implementation not in (None, "xla", "cudnn"):
         raise ValueError(f"Unsupported implementation option: {implementation}")
-    out, residual = _attention(query, key, value, bias, mask, is_causal, scale, query_seq_lengths,
-                               key_value_seq_lengths, local_window_size, return_residual)
+    why = None
+    if implementation != "xla":
+        why = _cudnn_why_not(query, key, bias, mask, query_seq_lengths, key_value_seq_lengths, local_window_size,
+                             is_causal, scale)
+        if why and implementation == "cudnn":
+            raise NotImplementedError(f"dot_product_attention(implementation='cudnn'): cuDNN's fused attention "
+                                      f"cannot run this call: {why}; use implementation=None or 'xla'")
+    if implementation != "xla" and not why:
+        out, lse = _fused(query, key, value, scale, is_causal)
+        residual = lax.stop_gradient(jnp.transpose(lse, (0, 2, 1)).astype(key.dtype)) if return_residual else None
+    else:
+        out, residual = _attention(query, key, value, bias, mask, is_causal, scale, query_seq_lengths,
+                                   key_value_seq_lengths, local_window_size, return_residual)
     out = jnp.reshape(out, output_shape)
     if return_residual:
         return out, jnp.reshape(residual, output_shape[:-1])
