@@ -6,7 +6,8 @@
  *   transforms/ jvp and vjp (ad.h), vmap (batching.h), the named pass pipeline (pipeline.h);
  *   codegen/   Program -> executable for the CPU or a GPU (compile.h);
  *   runtime/   buffers, executables, launches and the device interface (device.h); the TCP
- *              connections between the processes of a multi-process run (collective_net.h).
+ *              connections between the processes of a multi-process run (collective_net.h);
+ *              the profiler's host events (profile.h) and the GPU's activity records (cupti.h).
  *   the one error path (ir/status.h) and the allocation hook tests use (ir/alloc.h).
  * Ownership follows each declaration's comment: "owned" results are the caller's to free
  * (kl_program_free, kl_exec_release, kl_buf_release). Errors come back as a NULL or -1 result
@@ -19,7 +20,9 @@
 #include "../ir/program.h"
 #include "../ir/status.h"
 #include "../runtime/collective_net.h"
+#include "../runtime/cupti.h"
 #include "../runtime/device.h"
+#include "../runtime/profile.h"
 #include "../runtime/runtime.h"
 #include "../tracer/trace.h"
 #include "../transforms/ad.h"

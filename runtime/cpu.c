@@ -18,6 +18,7 @@
 #include "collective_net.h"
 #include "device.h"
 #include "hostla.h"
+#include "profile.h"
 
 /* Waiting threads spin briefly before sleeping: work usually arrives (or completes) within
  * microseconds, and waking a sleeping thread costs tens of them. */
@@ -355,6 +356,7 @@ typedef struct launch {
   kl_coll_group *group;    /* one reference */
   int *ranks;              /* per member, its rank in the group (owned), or NULL: member p is rank p */
   const char *refused;     /* run nothing: its outputs fail with this message (or NULL) */
+  uint64_t trace_id;       /* while a profile records: the launch (profile.h) that queued it, else 0 */
 } launch;
 
 static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -384,6 +386,7 @@ static void execute(launch *l) {
   kl_exec *x = l->x;
   char err[512] = "";
   int failed = 0;
+  uint64_t traced = kl_prof_begin(), step_t0 = 0; /* a profile's execute and step events (profile.h) */
   const int *live = kl_exec_live(x), *last = live ? live + x->nslots : NULL; /* a temporary goes back after its last step */
   /* the temporaries in one arena laid out by their live ranges (one allocation per launch, the
    * program's peak rather than its sum); without a plan, each its own buffer, freed after its
@@ -424,6 +427,7 @@ static void execute(launch *l) {
     }
     if (!failed) {
       double t0 = profile ? now_s() : 0;
+      if (traced) step_t0 = kl_prof_now();
       if (st->run_checked) failed = st->run_checked(st->ctx, ptrs, err, sizeof err) != 0;
       else {
         size_t pb = st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0;
@@ -432,6 +436,11 @@ static void execute(launch *l) {
       if (profile)
         fprintf(stderr, "kiln cpu profile: step %d/%d %s %lld elements: %.1f us\n", s, x->nsteps,
                 st->run_checked ? "library call" : "kernel", (long long)st->cost, (now_s() - t0) * 1e6);
+      if (traced) {
+        char name[48];
+        snprintf(name, sizeof name, "%s %d", st->run_checked ? "library call" : "kernel", s);
+        kl_prof_add("cpu_step", name, step_t0, kl_prof_now(), l->trace_id, "\"elements\": %lld", (long long)st->cost);
+      }
     }
     if (ptrs != small) free(ptrs);
     for (int i = 0; last && !failed && i < st->nslots; i++) {
@@ -464,6 +473,9 @@ static void execute(launch *l) {
   }
   if (is_out != small_out) free(is_out);
   kl_buf_release(arena);
+  if (traced)
+    kl_prof_add("execute", x->name[0] ? x->name : "program", traced, kl_prof_now(), l->trace_id,
+                 "\"steps\": %d%s", x->nsteps, failed ? ", \"failed\": true" : "");
   free(l->bufs);
   kl_exec_release(x);
   free(l);
@@ -660,6 +672,7 @@ static launch *prepare(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset,
   kl_exec_retain(x);
   l->x = x;
   l->bufs = bufs;
+  if (kl_prof_on()) l->trace_id = kl_prof_current_launch();
   return l;
 }
 

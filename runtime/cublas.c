@@ -12,6 +12,7 @@
 #include "../ir/status.h"
 #include "cuda.h"
 #include "libfind.h"
+#include "profile.h"
 
 typedef void *cublasHandle_t;
 enum { OP_N = 0, OP_T = 1, R_32F = 0, R_64F = 1, R_16F = 2, R_16BF = 14, COMPUTE_32F = 68, COMPUTE_64F = 70,
@@ -232,9 +233,12 @@ int kl_cublas_gemm(kl_dtype t, kl_dtype ot, int precision, int64_t batch, int64_
   }
   int sms = kl_cuda_gemm_sm_target();
   if (p_set_sms && sms != H->sm_target && !p_set_sms(handle, sms)) H->sm_target = sms;
+  uint64_t t0 = kl_prof_begin();
   int rc = p_gemm(handle, transr ? OP_T : OP_N, transl ? OP_T : OP_N, (int)n, (int)m, (int)k, alpha, b, dt,
                   (int)(transr ? k : n), (long long)(k * n), a, dt, (int)(transl ? m : k), (long long)(m * k), beta, c, odt,
                   (int)n, (long long)(m * n), (int)batch, ct, GEMM_DEFAULT);
+  KL_PROF_END(t0, "library", "cublasGemmStridedBatchedEx", "\"m\": %lld, \"n\": %lld, \"k\": %lld, \"batch\": %lld, "
+               "\"dtype\": \"%s\"", (long long)m, (long long)n, (long long)k, (long long)batch, kl_dtype_name(t));
   if (at) kl_cuda_free(at, at_bytes); /* in stream order: after the product */
   if (moved) handle_to(H, kl_cuda_stream());
   unlock_gpu(H);
@@ -259,10 +263,12 @@ int kl_cublas_scal(int dbl, int64_t n, double alpha, void *x, char *err, size_t 
   int moved = q && q != kl_cuda_stream(), rc = 0;
   gpu_handle *H = lock_gpu(&rc);
   if (H && moved) rc = handle_to(H, q);
+  uint64_t t0 = kl_prof_begin();
   for (int64_t at = 0; H && !rc && at < n; at += piece) {
     int len = (int)(n - at < piece ? n - at : piece);
     rc = dbl ? p_dscal(H->h, len, &alpha, (double *)x + at, 1) : p_sscal(H->h, len, &alpha32, (float *)x + at, 1);
   }
+  KL_PROF_END(t0, "library", dbl ? "cublasDscal" : "cublasSscal", "\"n\": %lld", (long long)n);
   if (H && moved) handle_to(H, kl_cuda_stream());
   if (H) unlock_gpu(H);
   if (rc)

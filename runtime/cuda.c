@@ -21,6 +21,7 @@
 #include "collective.h"
 #include "collective_net.h"
 #include "cuda.h"
+#include "cupti.h"
 #include "cusolver.h"
 #include "nccl.h"
 
@@ -1668,6 +1669,7 @@ static int cuda_library_add_path(const char *path) {
   if (strstr(path, "cudnn")) return kl_cudnn_add_search_path(path) ? 0 : -1;
   if (strstr(base, "libnccl")) return kl_nccl_add_search_path(path) ? 0 : -1;
   if (strstr(base, "cusolver")) return kl_cusolver_add_search_path(path) ? 0 : -1;
+  if (strstr(base, "libcupti")) return kl_cupti_add_search_path(path) ? 0 : -1;
   kl_cusolver_add_search_path(path);
   return kl_cublas_add_search_path(path) ? 0 : -1;
 }

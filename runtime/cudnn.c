@@ -16,6 +16,7 @@
 #include "../ir/status.h"
 #include "cuda.h"
 #include "libfind.h"
+#include "profile.h"
 
 /* cuDNN's types and the enum values kiln uses (cudnn_graph.h / cudnn_cnn.h of cuDNN 9). */
 typedef void *cudnnHandle_t, *cudnnTensorDescriptor_t, *cudnnFilterDescriptor_t, *cudnnConvolutionDescriptor_t;
@@ -715,12 +716,17 @@ int kl_cudnn_conv(int kind, kl_dtype t, int precision, const kl_conv_geom *geom,
   void *da[3] = {p->x, p->w, p->x}, *db[3] = {p->w, p->y, p->y}, *dout[3] = {p->y, p->x, p->w};
   const void *pa = kind == 1 ? b : a, *pb = kind == 1 ? a : b;
   int rc = p_set_stream(handle, stream);
+  uint64_t t0 = kl_prof_begin();
+  static const char *const legacy[3] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
+                                        "cudnnConvolutionBackwardFilter"};
   if (!rc && p->bplan) { /* the backend plan's operands in (x, w, y) order */
     void *ptrs[3][3] = {{(void *)a, (void *)b, out}, {out, (void *)b, (void *)a}, {(void *)a, out, (void *)b}};
     rc = b_run(p->bplan, ptrs[kind], p->work);
   } else if (!rc)
     rc = p_run[kind](handle, alpha, da[kind], pa, db[kind], pb, p->conv, p->algo, p->work, p->work_bytes, beta,
                      dout[kind], out);
+  KL_PROF_END(t0, "library", p->bplan ? "cudnnBackendExecute" : legacy[kind], "\"call\": \"%s\"",
+               describe(shape, sizeof shape, kind, t, &g));
   pthread_mutex_unlock(&mu);
   if (rc)
     return kl_error(err, errlen, KL_ERR_INTERNAL, "cuDNN: %s failed: %s", describe(shape, sizeof shape, kind, t, &g),

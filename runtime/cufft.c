@@ -12,6 +12,7 @@
 #include "../ir/status.h"
 #include "cuda.h"
 #include "libfind.h"
+#include "profile.h"
 
 typedef int cufftHandle;
 enum { T_C2C = 0x29, T_R2C = 0x2a, T_C2R = 0x2c, T_Z2Z = 0x69, T_D2Z = 0x6a, T_Z2D = 0x6c, FORWARD = -1, INVERSE = 1,
@@ -305,7 +306,9 @@ int kl_cufft_exec(int kind, int dbl, int rank, const int64_t *n, int64_t howmany
     }
   }
   rc = p_set_stream(p->h, stream);
+  uint64_t t0 = kl_prof_begin();
   if (!rc) rc = p_exec(p->h, (void *)src, out, kinds[kind].dir);
+  KL_PROF_END(t0, "library", "cufftXtExec", "\"call\": \"%s\"", describe(shape, sizeof shape, kind, dbl, rank, n, howmany));
   pthread_mutex_unlock(&mu);
   if (rc)
     return kl_error(err, errlen, KL_ERR_INTERNAL, "cuFFT: %s failed: %s",

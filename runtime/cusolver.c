@@ -29,6 +29,7 @@
 #include "../ir/status.h"
 #include "cuda.h"
 #include "libfind.h"
+#include "profile.h"
 #include "cusolver.h"
 
 typedef void *solver_handle;
@@ -758,6 +759,7 @@ int kl_cusolver_run(const kl_solver_call *c, void *const *in, void *const *out, 
   if (capturing) pl->pinned = 1; /* the graph holds the plan's block from now on */
   int p = prec_of(c->t), rc = p_set_stream(handle, stream);
   job j = {c, pl, p, 1 + (p >> 1), esize(p), err, errlen};
+  uint64_t t0 = kl_prof_begin(); /* one event for the routines a call queues (one per matrix for some) */
   if (rc) rc = kl_error(err, errlen, KL_ERR_INTERNAL, "cusolverDnSetStream failed (status %d)", rc);
   else {
     switch (c->op) {
@@ -769,6 +771,9 @@ int kl_cusolver_run(const kl_solver_call *c, void *const *in, void *const *out, 
     case KL_SOLVER_TRSM: rc = run_trsm(&j, in, out); break;
     }
   }
+  static const char *const routine[] = {"cusolverDn potrf", "cusolverDn getrf", "cusolverDn geqrf",
+                                        "cusolverDn syevd", "cusolverDn gesvd", "cublas trsm"};
+  KL_PROF_END(t0, "library", routine[c->op], "\"call\": \"%s\"", describe(c, shape, sizeof shape));
   pthread_mutex_unlock(&mu);
   return rc;
 }

@@ -10,7 +10,9 @@
 
 #include "../ir/loc.h"
 #include "../ir/status.h"
+#include "cupti.h"
 #include "device.h"
+#include "profile.h"
 
 /* Every kind is linked in: CUDA's driver is opened at run time, so its table is always there and
  * its available() says whether a GPU is usable. */
@@ -259,8 +261,8 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
   return kl_exec_launch_into(x, inputs, NULL, outs, err, errlen);
 }
 
-int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
-                        size_t errlen) {
+static int launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                       size_t errlen) {
   int ordinal, committed;
   if (placement(x, inputs, &ordinal, &committed, err, errlen)) return -1;
   if (x->nupdates && check_donated_updates(x, preset, err, errlen)) return -1;
@@ -272,8 +274,39 @@ int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset
   return 0;
 }
 
-int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
-                         kl_buffer **outs, char *err, size_t errlen) {
+/* The profiler's launch event (profile.h): x's name, how many steps it queued and where; `id` tags
+ * the device work it queued (CUPTI's records, the CPU executor's run). */
+static void trace_launch(const kl_exec *x, uint64_t t0, uint64_t id, int participants, int rc) {
+  int libs = 0; /* (GPU executables mark their library calls; the CPU's run inside its steps) */
+  for (int s = 0; s < x->nsteps; s++) libs += x->steps[s].is_library;
+  char gpu[48] = "";
+  if (x->device == KL_DEV_CUDA) snprintf(gpu, sizeof gpu, ", \"library_calls\": %d", libs);
+  kl_prof_add("launch", x->name[0] ? x->name : "program", t0, kl_prof_now(), id,
+               "\"steps\": %d, \"device\": \"%s\", \"participants\": %d%s%s", x->nsteps, devices[x->device]->name,
+               participants, gpu, rc ? ", \"failed\": true" : "");
+}
+
+/* A launch while a trace records: timed, its device work tagged with its id. */
+static int launch_traced(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                         size_t errlen) {
+  uint64_t t0 = kl_prof_now(), id = kl_prof_next_id(), outer = kl_prof_current_launch();
+  kl_prof_set_current_launch(id);
+  int pushed = kl_cupti_push(id);
+  int rc = launch_into(x, inputs, preset, outs, err, errlen);
+  kl_cupti_pop(pushed);
+  kl_prof_set_current_launch(outer);
+  trace_launch(x, t0, id, 1, rc);
+  return rc;
+}
+
+int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+                        size_t errlen) {
+  if (kl_prof_on()) return launch_traced(x, inputs, preset, outs, err, errlen); /* (the one branch when off) */
+  return launch_into(x, inputs, preset, outs, err, errlen);
+}
+
+static int launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                        kl_buffer **outs, char *err, size_t errlen) {
   const kl_device *d = devices[x->device];
   if (n < 1) return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch needs at least one participant");
   if (!d->launch_group)
@@ -286,6 +319,19 @@ int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *
   for (int p = 0; p < n; p++)
     place_outputs(x, inputs + (size_t)p * (size_t)x->ninputs, outs + (size_t)p * (size_t)x->noutputs, ordinals[p], 1);
   return 0;
+}
+
+int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                         kl_buffer **outs, char *err, size_t errlen) {
+  if (!kl_prof_on()) return launch_group(x, n, ordinals, span, inputs, outs, err, errlen);
+  uint64_t t0 = kl_prof_now(), id = kl_prof_next_id(), outer = kl_prof_current_launch();
+  kl_prof_set_current_launch(id);
+  int pushed = kl_cupti_push(id); /* (the participants queued on other threads go untagged) */
+  int rc = launch_group(x, n, ordinals, span, inputs, outs, err, errlen);
+  kl_cupti_pop(pushed);
+  kl_prof_set_current_launch(outer);
+  trace_launch(x, t0, id, n, rc);
+  return rc;
 }
 
 void kl_exec_wait_callbacks(const kl_exec *x) {

@@ -12,6 +12,7 @@
 
 #include "../ir/status.h"
 #include "libfind.h"
+#include "profile.h"
 
 typedef void *nccl_comm;
 typedef int nccl_result;
@@ -162,18 +163,26 @@ const kl_nccl_comms *kl_nccl_comms_for(const int *ordinals, int n, char *err, si
 
 int kl_nccl_all_reduce(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t count, int dtype,
                        int op, void *stream, char *err, size_t errlen) {
-  return check(nc.all_reduce(send, recv, count, dtype, op, c->comms[rank], stream), "all-reduce", err, errlen);
+  uint64_t t0 = kl_prof_begin();
+  nccl_result r = nc.all_reduce(send, recv, count, dtype, op, c->comms[rank], stream);
+  KL_PROF_END(t0, "library", "ncclAllReduce", "\"count\": %zu, \"rank\": %d", count, rank);
+  return check(r, "all-reduce", err, errlen);
 }
 
 int kl_nccl_all_gather(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t send_count, int dtype,
                        void *stream, char *err, size_t errlen) {
-  return check(nc.all_gather(send, recv, send_count, dtype, c->comms[rank], stream), "all-gather", err, errlen);
+  uint64_t t0 = kl_prof_begin();
+  nccl_result r = nc.all_gather(send, recv, send_count, dtype, c->comms[rank], stream);
+  KL_PROF_END(t0, "library", "ncclAllGather", "\"count\": %zu, \"rank\": %d", send_count, rank);
+  return check(r, "all-gather", err, errlen);
 }
 
 int kl_nccl_reduce_scatter(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t recv_count,
                            int dtype, int op, void *stream, char *err, size_t errlen) {
-  return check(nc.reduce_scatter(send, recv, recv_count, dtype, op, c->comms[rank], stream), "reduce-scatter", err,
-               errlen);
+  uint64_t t0 = kl_prof_begin();
+  nccl_result r = nc.reduce_scatter(send, recv, recv_count, dtype, op, c->comms[rank], stream);
+  KL_PROF_END(t0, "library", "ncclReduceScatter", "\"count\": %zu, \"rank\": %d", recv_count, rank);
+  return check(r, "reduce-scatter", err, errlen);
 }
 
 /* The size in bytes of one element of NCCL type t. */
@@ -189,6 +198,7 @@ static size_t type_bytes(int t) {
 int kl_nccl_all_to_all(const kl_nccl_comms *c, int rank, const void *send, void *recv, size_t count, int dtype,
                        void *stream, char *err, size_t errlen) {
   size_t blk = count * type_bytes(dtype);
+  uint64_t t0 = kl_prof_begin();
   if (check(nc.group_start(), "group start", err, errlen)) return -1;
   nccl_result r = 0;
   for (int k = 0; k < c->n && !r; k++) {
@@ -196,6 +206,7 @@ int kl_nccl_all_to_all(const kl_nccl_comms *c, int rank, const void *send, void 
     if (!r) r = nc.recv((char *)recv + (size_t)k * blk, count, dtype, k, c->comms[rank], stream);
   }
   nccl_result g = nc.group_end();
+  KL_PROF_END(t0, "library", "ncclSend/ncclRecv (all-to-all)", "\"count\": %zu, \"rank\": %d", count, rank);
   return check(r ? r : g, "all-to-all (send/recv)", err, errlen);
 }
 

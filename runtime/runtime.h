@@ -128,6 +128,7 @@ typedef struct kl_exec {
   uint64_t group_warm; /* atomic: the GPUs (bits by ordinal) where an SPMD launch of x has queued every
                           step: later launches there skip the first's rendezvous around collectives
                           (collective.h's kl_coll_group_set_careful) */
+  char name[64];       /* what profiles call it (jit's function, an eager primitive), or "" */
 } kl_exec;
 
 void kl_exec_retain(kl_exec *x);

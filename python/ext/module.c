@@ -736,12 +736,14 @@ static kl_exec *compile_program(const kl_program *traced, int device, int ptx_cc
   return x;
 }
 
-/* compile(device=default, donatable=()) -> Executable; donatable: the input positions a call may
- * donate (jit's donate_argnums): only those may give an output their buffer (exe.donors). */
+/* compile(device=default, donatable=(), name=None) -> Executable; donatable: the input positions a
+ * call may donate (jit's donate_argnums): only those may give an output their buffer (exe.donors);
+ * name: what profiles call it (jit's function, an eager primitive). */
 static PyObject *builder_compile(PyObject *self, PyObject *args) {
   int device = default_device;
   PyObject *don = NULL;
-  if (!PyArg_ParseTuple(args, "|iO", &device, &don)) return NULL;
+  const char *name = NULL;
+  if (!PyArg_ParseTuple(args, "|iOz", &device, &don, &name)) return NULL;
   if (device < 0) device = default_device;
   kl_program *pg = ((BuilderObject *)self)->pg;
   char *donatable = NULL;
@@ -767,10 +769,13 @@ static PyObject *builder_compile(PyObject *self, PyObject *args) {
   Py_XDECREF(seq);
   char err[4096];
   kl_exec *x;
+  uint64_t t0 = kl_prof_begin();
   Py_BEGIN_ALLOW_THREADS
   x = compile_program(pg, device, 0, NULL, donatable, err, sizeof err);
   Py_END_ALLOW_THREADS
   PyMem_Free(donatable);
+  if (x && name) snprintf(x->name, sizeof x->name, "%s", name);
+  if (t0) kl_py_prof_compile(x, pg, t0);
   if (!x) {
     return kl_py_raise(NULL, err);
   }
@@ -1658,7 +1663,9 @@ static int mod_exec(PyObject *m) {
   Py_INCREF(BufferType);
   Py_INCREF(BuilderType);
   Py_INCREF(ExecType);
-  if (kl_py_array_init(m) || kl_py_tracer_init(m) || kl_py_batch_rule_init(m) || kl_py_pytree_init(m)) return -1;
+  if (kl_py_array_init(m) || kl_py_tracer_init(m) || kl_py_batch_rule_init(m) || kl_py_pytree_init(m) ||
+      kl_py_profiler_init(m))
+    return -1;
   if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
       PyModule_AddObject(m, "Executable", ExecType))
     return -1;

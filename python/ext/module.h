@@ -78,5 +78,10 @@ int kl_py_is_tracer(PyObject *o);
 int kl_py_batch_rule_init(PyObject *module);
 /* pytree.c: tree_setup, tree_flatten, tree_unflatten, the hot half of kiln.tree_util. */
 int kl_py_pytree_init(PyObject *module);
+/* profiler.c: the C half of kiln.profiler (trace_*, device_trace_*: host events and CUPTI's device
+ * records); kl_py_prof_compile records a compile that began at t0 (trace.h) of program pg into x
+ * (NULL: it failed). */
+int kl_py_profiler_init(PyObject *module);
+void kl_py_prof_compile(const struct kl_exec *x, const kl_program *pg, uint64_t t0);
 
 #endif
