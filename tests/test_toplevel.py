@@ -26,7 +26,7 @@ def test_configuration_contexts():
         assert jnp.ones(1).dtype == np.float64
 
 
-def test_process_facts_modules_and_refs(capsys):
+def test_process_facts_modules_and_refs(capsys, tmp_path):
     assert kiln.process_index() == 0 and kiln.process_count() == 1 and kiln.host_count() == 1
     assert kiln.version.__version__ == kiln.__version__ and kiln.version.__version_info__ == kiln.__version_info__
     assert kiln.float0.itemsize == 0
@@ -37,7 +37,7 @@ def test_process_facts_modules_and_refs(capsys):
     assert kiln.P("x", None) == ("x", None) and repr(kiln.P("x")) == "PartitionSpec('x',)"
     assert kiln.dtypes.canonicalize_dtype(np.float64) == np.float32
     assert kiln.custom_derivatives.custom_jvp is kiln.custom_jvp
-    with kiln.profiler.trace("/tmp/unused"), kiln.profiler.TraceAnnotation("step"):
+    with kiln.profiler.trace(str(tmp_path)), kiln.profiler.TraceAnnotation("step"):  # (writes a real trace)
         assert float(jnp.sum(x)) == 3.0
     assert isinstance(kiln.jit(lambda v: v).lower(x), kiln.stages.Lowered)
     r = kiln.empty_ref(kiln.ShapeDtypeStruct((2,), np.float32))

@@ -146,7 +146,7 @@ del _find_blas
 
 def _find_cublas():
     """Tells the runtime where a pip-installed cuBLAS (the nvidia-cublas wheel), cuDNN (nvidia-cudnn),
-    cuSOLVER and NCCL (nvidia-nccl) are."""
+    cuSOLVER, NCCL (nvidia-nccl) and CUPTI (nvidia-cuda-cupti) are."""
     import glob
     import os
     import sys
@@ -165,6 +165,10 @@ def _find_cublas():
                            sorted(glob.glob(os.path.join(base or ".", "nvidia", "cu*", "lib", "libcusolver.so.*")))):
             if "Mg" not in os.path.basename(path):
                 _kiln.cublas_search_path(path)
+        # CUPTI (runtime/cupti.c, kiln.profiler's GPU rows): the nvidia-cuda-cupti wheel
+        for path in sorted(glob.glob(os.path.join(base or ".", "nvidia", "cuda_cupti", "lib", "libcupti.so.*")) +
+                           sorted(glob.glob(os.path.join(base or ".", "nvidia", "cu*", "lib", "libcupti.so.*")))):
+            _kiln.cublas_search_path(path)
 
 
 _find_cublas()

@@ -74,7 +74,7 @@ def _run(builder, inputs, cache=None, key=None, checked=True):
     if entry is None:
         if len(_compiled) >= _COMPILED_MAX:
             _compiled.pop(next(iter(_compiled), None), None)  # (another thread may evict it first)
-        entry = (builder.compile(), [builder.aval(o) for o in builder.outputs()])
+        entry = (builder.compile(-1, (), "transformed"), [builder.aval(o) for o in builder.outputs()])
         _compiled[key] = entry
     exe, out_avals = entry
     bufs = exe(*[x._buf for x in inputs])

@@ -807,6 +807,8 @@ class JitWrapped(_kiln.JitBase):
     def _compile(self, statics, arrs, tree, nargs):
         fun = _rebuild_call(self._fun, statics, self._static_argnums, nargs) if statics else self._fun
         what = ("a jit-compiled function", True)
+        name = f"jit({getattr(self._fun, '__name__', 'fun')})"
+        t0 = _kiln.trace_begin()  # (kiln.profiler: 0 unless a profile records)
         traced = _trace(fun, None, None, arrs, tree, refs_in=what)
         entry = _CacheEntry()
         entry.marked = entry.user_marked = self._marked_leaves(tree, len(arrs), nargs)  # flat leaves a call donates
@@ -824,7 +826,9 @@ class JitWrapped(_kiln.JitBase):
             traced = _trace(threaded, None, None, leaves, tree2, refs_in=what)
             entry.marked = sorted(set(entry.marked) | {len(arrs) + i for i, r in enumerate(rs) if r in written})
             entry.ref_written = [r for r in rs if r in written]  # in the order their results come
-        entry.exe = traced.builder.compile(-1, entry.marked)
+        if t0:
+            _kiln.trace_add("trace", name, t0, f'"arguments": {len(arrs)}, "equations": {traced.builder.counts()[1]}')
+        entry.exe = traced.builder.compile(-1, entry.marked, name)
         entry.out_tree = traced.out_tree
         entry.consts = traced.consts
         entry.const_bufs = [c._buf for c in traced.consts]

@@ -29,7 +29,7 @@ def _eager_entry(prim, params, xs, compiled):
     if not compiled:
         return None, avals
     b.set_outputs([o[0] for o in outs])
-    return b.compile(), avals
+    return b.compile(-1, (), prim if isinstance(prim, str) else None), avals
 
 
 _FUSED_PRIMS = _kiln.eager_ops()  # the operation codes of python/ext/array.c
@@ -49,7 +49,7 @@ def _fused_exe(key):
         args = [vids[r] if r >= 0 else nodes[-r - 1] for r in ((r1,) if r2 is None else (r1, r2))]
         nodes.append(b.add_eqn(_FUSED_PRIMS[op], args, None)[0][0])
     b.set_outputs([nodes[-1]])
-    return b.compile()
+    return b.compile(-1, (), "fused(" + ",".join(_FUSED_PRIMS[key[j]] for j in range(1 + 3 * n, len(key), 3)) + ")")
 
 
 # bind(prim, args, params=None) -> tuple of results: on concrete arrays the primitive runs at once
