@@ -52,6 +52,7 @@ SMALL = dict(layers=2, width=128, heads=4, batch=4, seq=128, vocab=50304)
 PEAK_TFLOPS = 989.0  # H100 SXM dense bf16, BENCHMARKS.md's MFU denominator
 LR, B1, B2, EPS, WD = 3e-4, 0.9, 0.95, 1e-8, 0.1
 WARMUP = 2  # untimed steps between the first call and the timed ones
+TRACE_DIR = None  # --trace: where kiln sides write a profile of three more steps
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KILN_PATH = os.path.join(REPO, "python")
 
@@ -181,7 +182,39 @@ def run_jax_like(lib, attention, cfg, steps):
     out.update(measure(step, params, opt_state, tokens, targets, jax.block_until_ready, steps))
     stats = device.memory_stats()
     out["peak_bytes"] = stats.get("peak_bytes_in_use") if stats else None
+    if TRACE_DIR and lib == "kiln":  # three more steps under the profiler, summarized
+        params = jax.device_put(init_params(cfg))  # (measure's were donated)
+        opt_state = (jax.tree_util.tree_map(jnp.zeros_like, params),
+                     jax.tree_util.tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
+        with jax.profiler.trace(TRACE_DIR):
+            for _ in range(3):
+                params, opt_state, loss = step(params, opt_state, tokens, targets)
+            jax.block_until_ready(loss)
+        out["trace"] = summarize_trace(TRACE_DIR, 3)
     return out
+
+
+def summarize_trace(log_dir, steps):
+    """Per step, from the newest kiln trace under log_dir: GPU time by event kind, the kernels
+    taking the most time, and device-to-device copies."""
+    import glob
+    import gzip
+    files = sorted(glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.trace.json.gz")))
+    if not files:
+        return {"error": "no trace written"}
+    with gzip.open(files[-1], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("pid", 0) >= 100]
+    by_kind, by_name = {}, {}
+    for e in gpu:
+        by_kind[e["cat"]] = by_kind.get(e["cat"], 0) + e["dur"] / steps
+        key = e["name"][:80]
+        n, t = by_name.get(key, (0, 0.0))
+        by_name[key] = (n + 1 / steps, t + e["dur"] / steps)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]
+    return {"file": files[-1], "gpu_us_per_step": {k: round(v, 1) for k, v in by_kind.items()},
+            "d2d_copies_per_step": sum(1 for e in gpu if "DtoD" in e["name"] or "DeviceToDevice" in e["name"]) / steps,
+            "top_kernels": [(name, round(n, 1), round(t, 1)) for name, (n, t) in top]}
 
 
 # ---------------------------------------------------------------- PyTorch: the mirror
@@ -331,6 +364,8 @@ def side_env(side, cache_dir):
 def run_child(side, cfg, steps, timeout):
     """Runs one side in a fresh process; its JSON record, or one saying why there is none."""
     cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--steps", str(steps)]
+    if TRACE_DIR:
+        cmd += ["--trace", os.path.join(TRACE_DIR, side)]
     for k, v in cfg.items():
         cmd += [f"--{k}", str(v)]
     try:
@@ -388,7 +423,11 @@ def main():
     for k in FULL:
         ap.add_argument(f"--{k}", type=int)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per side")
+    ap.add_argument("--trace", help="kiln sides: also trace 3 steps with kiln.profiler into this folder and "
+                                    "print where the GPU time goes")
     args = ap.parse_args()
+    global TRACE_DIR
+    TRACE_DIR = args.trace and os.path.abspath(args.trace)
     cfg = dict(SMALL if args.small else FULL)
     cfg.update({k: getattr(args, k) for k in FULL if getattr(args, k) is not None})
 
@@ -413,6 +452,15 @@ def main():
     print_table(results)
     print()
     print_loss_check(results)
+    for r in results:
+        if "trace" in r:
+            t = r["trace"]
+            print(f"\n{r['side']}: trace {t.get('file', t.get('error'))}")
+            if "gpu_us_per_step" in t:
+                print(f"  GPU us per step by kind: {t['gpu_us_per_step']}; device-to-device copies per step: "
+                      f"{t['d2d_copies_per_step']:g}")
+                for name, n, us in t["top_kernels"]:
+                    print(f"  {us:10.1f} us  {n:6.1f}x  {name}")
 
 
 if __name__ == "__main__":

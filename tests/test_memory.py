@@ -489,3 +489,15 @@ def test_donation_of_handed_back_inputs_copies_and_python_scalars():
     d = jnp.array(float(k))
     out = kiln.jit(lambda x: x + 1, donate_argnums=0)(d)
     assert d.is_deleted() and float(out) == k + 1 and float(jnp.array(float(k))) == k
+
+
+def test_donating_a_cached_scalar_keeps_it():
+    """jnp.zeros(()) hands every caller one cached 0-d array: a call donating it must not delete
+    it for the next caller (bench/models.py's optimizer step count met this)."""
+    step = kiln.jit(lambda x, n: (x * 2, n + 1), donate_argnums=(0, 1))
+    x = jnp.asarray(np.arange(4.0, dtype=np.float32))
+    n = jnp.zeros((), jnp.float32)
+    x, n1 = step(x, n)
+    again = jnp.zeros((), jnp.float32)
+    assert float(again + 1) == 1.0 and float(n1) == 1.0
+    np.testing.assert_array_equal(np.asarray(x), np.arange(4.0) * 2)

@@ -16,6 +16,7 @@ import numpy as np
 
 from kiln import _kiln
 from kiln._src import core, dtypes, refs, tree_util
+from kiln._src.array import _shared_scalars
 from kiln._src import tracing as tracing_state
 from kiln._src.config import config
 from kiln._src.core import Array, Tracer
@@ -786,7 +787,9 @@ class JitWrapped(_kiln.JitBase):
                               "buffer when the output has the same shape and dtype and is computed elementwise from "
                               "it by the program's last use of it (see the README, Memory).", UserWarning, stacklevel=3)
             entry.donated = [i for i in entry.marked if i in usable]
-        return [i for i in entry.donated if type(arrs[i]) is Array]
+        # a cached scalar (array._shared_scalars) is one object shared by every request for its value:
+        # never deleted by a donation (donating a 0-d array saves nothing)
+        return [i for i in entry.donated if type(arrs[i]) is Array and id(arrs[i]) not in _shared_scalars]
 
     def _marked_leaves(self, tree, nleaves, nargs):
         """The flat positions of the leaves that donate_argnums/argnames name."""

@@ -268,6 +268,14 @@ def _rebuild(value, weak):
 # Making arrays from host data
 
 _scalar_cache = {}
+# ids of the cached arrays: one object serves every request for its value (jnp.zeros(()) twice is
+# the same Array), so a call donating it must not delete it (jit's donation skips these)
+_shared_scalars = set()
+
+
+def clear_scalar_cache():
+    _scalar_cache.clear()
+    _shared_scalars.clear()
 
 
 def _check_host_array(a, original):
@@ -321,6 +329,7 @@ def scalar_array(value, dtype, weak):
         a = from_numpy(np.array(value, dtype=dtype), weak)
         if key is not None and len(_scalar_cache) < 4096:
             _scalar_cache[key] = a
+            _shared_scalars.add(id(a))
     return a
 
 

@@ -12,7 +12,7 @@ import sys
 
 import kiln
 from kiln import _kiln
-from kiln._src.array import _dtype_by_name, _np_dtype, _scalar_cache, scalar_array
+from kiln._src.array import _dtype_by_name, _np_dtype, clear_scalar_cache, scalar_array
 from kiln._src.config import config
 from kiln._src.tracing import Tracer
 from kiln.errors import UnexpectedTracerError
@@ -111,7 +111,7 @@ def _on_config_change(name, value, thread_only):
     if name in ("kiln_log_copies", "kiln_forbid_copies") and not thread_only:
         _kiln.copies_mode(_copies_mode())
     if name == "jax_enable_x64":
-        _scalar_cache.clear()
+        clear_scalar_cache()
 
 
 config._on_change(_on_config_change)
