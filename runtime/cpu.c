@@ -366,15 +366,25 @@ static launch *q_head, *q_tail;
 static int q_busy; /* executor is running a launch */
 static pthread_once_t exec_once = PTHREAD_ONCE_INIT;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* KILN_CPU_PROFILE=1: every step prints its time (for finding which kernel or library call
  * dominates a program). */
 static void run_group(launch *l);
+
+/* Step s of l's executable ran from t0 (profile.h's clock): printed (KILN_CPU_PROFILE=1) and/or
+ * recorded as a profile's event. */
+static __attribute__((noinline, cold)) void step_timed(int print, int record, const launch *l, int s, uint64_t t0) {
+  const kl_step *st = &l->x->steps[s];
+  uint64_t t1 = kl_prof_now();
+  const char *what = st->run_checked ? "library call" : "kernel";
+  if (print)
+    fprintf(stderr, "kiln cpu profile: step %d/%d %s %lld elements: %.1f us\n", s, l->x->nsteps, what,
+            (long long)st->cost, (double)(t1 - t0) * 1e-3);
+  if (record) {
+    char name[48];
+    snprintf(name, sizeof name, "%s %d", what, s);
+    kl_prof_add("cpu_step", name, t0, t1, l->trace_id, "\"elements\": %lld", (long long)st->cost);
+  }
+}
 
 static void execute(launch *l) {
   if (l->members) {
@@ -386,7 +396,8 @@ static void execute(launch *l) {
   kl_exec *x = l->x;
   char err[512] = "";
   int failed = 0;
-  uint64_t traced = kl_prof_begin(), step_t0 = 0; /* a profile's execute and step events (profile.h) */
+  uint64_t traced = kl_prof_begin(); /* a profile's execute and step events (profile.h) */
+  int timed = profile | (traced != 0);
   const int *live = kl_exec_live(x), *last = live ? live + x->nslots : NULL; /* a temporary goes back after its last step */
   /* the temporaries in one arena laid out by their live ranges (one allocation per launch, the
    * program's peak rather than its sum); without a plan, each its own buffer, freed after its
@@ -426,21 +437,13 @@ static void execute(launch *l) {
       ptrs[i] = b->data;
     }
     if (!failed) {
-      double t0 = profile ? now_s() : 0;
-      if (traced) step_t0 = kl_prof_now();
+      uint64_t t0 = timed ? kl_prof_now() : 0;
       if (st->run_checked) failed = st->run_checked(st->ctx, ptrs, err, sizeof err) != 0;
       else {
         size_t pb = st->partial_arg >= 0 ? x->slot_bytes[st->slots[st->partial_arg]] : 0;
         run_step(st, ptrs, pb);
       }
-      if (profile)
-        fprintf(stderr, "kiln cpu profile: step %d/%d %s %lld elements: %.1f us\n", s, x->nsteps,
-                st->run_checked ? "library call" : "kernel", (long long)st->cost, (now_s() - t0) * 1e6);
-      if (traced) {
-        char name[48];
-        snprintf(name, sizeof name, "%s %d", st->run_checked ? "library call" : "kernel", s);
-        kl_prof_add("cpu_step", name, step_t0, kl_prof_now(), l->trace_id, "\"elements\": %lld", (long long)st->cost);
-      }
+      if (timed) step_timed(profile, traced != 0, l, s, t0);
     }
     if (ptrs != small) free(ptrs);
     for (int i = 0; last && !failed && i < st->nslots; i++) {

@@ -261,8 +261,8 @@ int kl_exec_launch(kl_exec *x, kl_buffer **inputs, kl_buffer **outs, char *err, 
   return kl_exec_launch_into(x, inputs, NULL, outs, err, errlen);
 }
 
-static int launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
-                       size_t errlen) {
+static inline __attribute__((always_inline)) int launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset,
+                                                             kl_buffer **outs, char *err, size_t errlen) {
   int ordinal, committed;
   if (placement(x, inputs, &ordinal, &committed, err, errlen)) return -1;
   if (x->nupdates && check_donated_updates(x, preset, err, errlen)) return -1;
@@ -287,7 +287,7 @@ static void trace_launch(const kl_exec *x, uint64_t t0, uint64_t id, int partici
 }
 
 /* A launch while a trace records: timed, its device work tagged with its id. */
-static int launch_traced(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
+static __attribute__((noinline, cold)) int launch_traced(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset, kl_buffer **outs, char *err,
                          size_t errlen) {
   uint64_t t0 = kl_prof_now(), id = kl_prof_next_id(), outer = kl_prof_current_launch();
   kl_prof_set_current_launch(id);
@@ -305,7 +305,7 @@ int kl_exec_launch_into(kl_exec *x, kl_buffer **inputs, kl_buffer *const *preset
   return launch_into(x, inputs, preset, outs, err, errlen);
 }
 
-static int launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+static inline __attribute__((always_inline)) int launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
                         kl_buffer **outs, char *err, size_t errlen) {
   const kl_device *d = devices[x->device];
   if (n < 1) return kl_error(err, errlen, KL_ERR_VALUE, "an SPMD launch needs at least one participant");
@@ -321,9 +321,9 @@ static int launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *s
   return 0;
 }
 
-int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
-                         kl_buffer **outs, char *err, size_t errlen) {
-  if (!kl_prof_on()) return launch_group(x, n, ordinals, span, inputs, outs, err, errlen);
+static __attribute__((noinline, cold)) int launch_group_traced(kl_exec *x, int n, const int *ordinals,
+                                                                const kl_span *span, kl_buffer **inputs,
+                                                                kl_buffer **outs, char *err, size_t errlen) {
   uint64_t t0 = kl_prof_now(), id = kl_prof_next_id(), outer = kl_prof_current_launch();
   kl_prof_set_current_launch(id);
   int pushed = kl_cupti_push(id); /* (the participants queued on other threads go untagged) */
@@ -332,6 +332,12 @@ int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *
   kl_prof_set_current_launch(outer);
   trace_launch(x, t0, id, n, rc);
   return rc;
+}
+
+int kl_exec_launch_group(kl_exec *x, int n, const int *ordinals, const kl_span *span, kl_buffer **inputs,
+                         kl_buffer **outs, char *err, size_t errlen) {
+  if (kl_prof_on()) return launch_group_traced(x, n, ordinals, span, inputs, outs, err, errlen);
+  return launch_group(x, n, ordinals, span, inputs, outs, err, errlen);
 }
 
 void kl_exec_wait_callbacks(const kl_exec *x) {

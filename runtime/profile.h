@@ -9,8 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Nonzero while a trace is recording (read it through kl_prof_on). */
-extern atomic_int kl_prof_flag;
+/* Nonzero while a trace is recording (read it through kl_prof_on; hidden: read directly, not through
+ * the GOT, in the one shared object kiln's core is linked into). */
+extern atomic_int kl_prof_flag __attribute__((visibility("hidden")));
 
 static inline int kl_prof_on(void) {
   return __builtin_expect(atomic_load_explicit(&kl_prof_flag, memory_order_relaxed), 0);
