@@ -1664,7 +1664,7 @@ static int mod_exec(PyObject *m) {
   Py_INCREF(BuilderType);
   Py_INCREF(ExecType);
   if (kl_py_array_init(m) || kl_py_tracer_init(m) || kl_py_batch_rule_init(m) || kl_py_pytree_init(m) ||
-      kl_py_profiler_init(m))
+      kl_py_profiler_init(m) || kl_py_testing_init(m))
     return -1;
   if (PyModule_AddObject(m, "Buffer", BufferType) || PyModule_AddObject(m, "Builder", BuilderType) ||
       PyModule_AddObject(m, "Executable", ExecType))

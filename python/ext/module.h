@@ -83,5 +83,7 @@ int kl_py_pytree_init(PyObject *module);
  * (NULL: it failed). */
 int kl_py_profiler_init(PyObject *module);
 void kl_py_prof_compile(const struct kl_exec *x, const kl_program *pg, uint64_t t0);
+/* testing.c: test-only entry points into core routines no public API reaches yet (_test_*). */
+int kl_py_testing_init(PyObject *module);
 
 #endif
