@@ -494,7 +494,8 @@ class ShardMapped:
                         "values through the vmapped function's arguments")
         e = _Entry()
         e.builder = traced.builder
-        e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, ()) if build else None  # for the mesh's kind
+        e.exe = traced.builder.compile(next(iter(mesh.devices.flat))._kind, (),  # for the mesh's kind
+                                       f"{self._name}({getattr(self._fun, '__name__', 'fun')})") if build else None
         e.consts = traced.consts
         e.dev_consts = None
         e.span = None
