@@ -5,6 +5,7 @@
 #ifndef KL_COMPILE_H
 #define KL_COMPILE_H
 #include "../ir/program.h"
+#include "../runtime/hostattn.h"
 #include "../runtime/runtime.h"
 
 /* Compiles pg (the output of kl_pipeline_run(..., KL_PIPE_COMPILE), borrowed, not modified).
@@ -18,6 +19,9 @@ kl_exec *kl_compile_gpu(kl_program *pg, const char *donatable, char *err, size_t
 /* The PTX kiln generates for pg on compute capability cc (90 = sm_90), without a GPU: malloc'd
  * text ("" when pg needs no kernel), or NULL with a message. For tests and KILN_DUMP. */
 char *kl_compile_gpu_ptx(kl_program *pg, int cc, char *err, size_t errlen);
+/* Why cuDNN's fused attention cannot run an attention of shape g over dtype t on this GPU (the
+ * plans are built and cached now): 0 when it can, else -1 with the reason in why. */
+int kl_gpu_attention_why_not(kl_dtype t, const kl_attn_geom *g, char *why, size_t n);
 /* GPU code counters: modules compiled, loaded from the disk cache, found in memory. */
 void kl_gpu_compile_stats(long *compiled, long *disk_hits, long *memory_hits);
 /* GPU programs captured as CUDA graphs, conds inside them queued as conditional nodes, and loops

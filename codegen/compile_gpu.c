@@ -23,6 +23,7 @@
 #include "cpujit.h"
 #include "kernel.h"
 #include "../runtime/cuda.h"
+#include "../runtime/cudnn_sdpa.h"
 #include "../runtime/nccl.h"
 #include "libcall.h"
 #include "lower/lower.h"
@@ -119,6 +120,43 @@ static int conv_run(void *ctx, void **ptrs, char *err, size_t errlen) {
   if (kl_lower_conv_geom(c, &g, &kind)) return kl_lower_missing(c->prim, "GPU (operands not legalized)", err, errlen);
   return kl_cudnn_conv(kind, c->avals[c->nin].dtype, c->p.conv.precision, &g, ptrs[0], ptrs[1], ptrs[c->nin], err,
                        errlen);
+}
+
+/* An attention of shape g over JAX's [B, T, N, H] arrays of dtype t as cuDNN's fused attention
+ * takes it: (batch, head, seq, dim) strides. */
+static void sdpa_desc(const kl_attn_geom *g, kl_dtype t, kl_sdpa_desc *d) {
+  *d = (kl_sdpa_desc){.b = g->b, .hq = g->n, .hkv = g->kv, .sq = g->t, .skv = g->s, .d = g->h, .dtype = t,
+                      .causal = g->causal, .scale = (float)g->scale,
+                      .q_stride = {g->t * g->n * g->h, g->h, g->n * g->h, 1},
+                      .k_stride = {g->s * g->kv * g->h, g->h, g->kv * g->h, 1},
+                      .v_stride = {g->s * g->kv * g->h, g->h, g->kv * g->h, 1},
+                      .o_stride = {g->t * g->n * g->h, g->h, g->n * g->h, 1}};
+}
+
+/* The same for an attention step: 0, or -1 when the step is not attention's. */
+static int sdpa_desc_of(const kl_libcall *c, kl_sdpa_desc *d) {
+  kl_attn_geom g;
+  if (kl_lower_attention_geom(c, &g)) return -1;
+  sdpa_desc(&g, c->avals[0].dtype, d);
+  return 0;
+}
+
+static int attention_run(void *ctx, void **ptrs, char *err, size_t errlen) {
+  const kl_libcall *c = ctx;
+  if (gpu0_library("cuDNN", "KILN_CUDNN=0", err, errlen)) return -1;
+  kl_sdpa_desc d;
+  if (sdpa_desc_of(c, &d)) return kl_lower_missing(c->prim, "GPU (not an attention step)", err, errlen);
+  if (c->prim == KL_P_ATTENTION) return kl_cudnn_sdpa_fwd(&d, ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], err, errlen);
+  return kl_cudnn_sdpa_bwd(&d, ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], ptrs[7], ptrs[8], err,
+                           errlen);
+}
+
+int kl_gpu_attention_why_not(kl_dtype t, const kl_attn_geom *g, char *why, size_t n) {
+  if (!cudnn_wanted()) return snprintf(why, n, "cuDNN is turned off (KILN_CUDNN=0)"), -1;
+  if (!kl_cudnn_sdpa_available(why, n)) return -1;
+  kl_sdpa_desc d;
+  sdpa_desc(g, t, &d);
+  return kl_cudnn_sdpa_supported(&d, why, n);
 }
 
 /* cuSOLVER (and cuBLAS's batched routines) for linalg steps unless KILN_CUSOLVER=0 (then the host
@@ -671,6 +709,18 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         st->is_library = 1;
         st->on_host = 0;
       }
+      kl_attn_geom ag;
+      char sdpa_why[300] = "";
+      if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_ATTENTION && !kl_lower_attention_geom(lc, &ag) &&
+          (ptx_only || !kl_gpu_attention_why_not(lc->avals[0].dtype, &ag, sdpa_why, sizeof sdpa_why))) {
+        x->cost += kl_aval_size(&pg->vals[e->ins[0]].aval);
+        st->ctx = lc;
+        st->run_checked = attention_run;
+        st->is_library = 1;
+        st->on_host = 0;
+      } else if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_ATTENTION && getenv("KILN_LOG_COMPILES") &&
+                 *getenv("KILN_LOG_COMPILES") >= '1')
+        fprintf(stderr, "kiln: %s runs on the host over copies: %s\n", kl_prim_get(e->prim)->name, sdpa_why);
       if (st->on_host) note_host_step(&host, pg, e);
       continue;
     }

@@ -1447,6 +1447,27 @@ static PyObject *mod_gpu_available(PyObject *self, PyObject *unused) {
   return Py_BuildValue("(Os)", ok ? Py_True : Py_False, why);
 }
 
+/* fused_attention_why_not(dtype name, b, t, n, h, s, kv, scale, causal) -> None when cuDNN's fused
+ * attention runs that call on this GPU (its plans built and cached now), else the reason. */
+static PyObject *mod_fused_attention_why_not(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *dname;
+  long long b, t, n, h, s, kv;
+  double scale;
+  int causal;
+  if (!PyArg_ParseTuple(args, "sLLLLLLdi", &dname, &b, &t, &n, &h, &s, &kv, &scale, &causal)) return NULL;
+  kl_dtype dt;
+  if (kl_dtype_from_name(dname, &dt)) return PyErr_Format(PyExc_ValueError, "fused_attention_why_not: dtype %s", dname);
+  kl_attn_geom g = {.b = b, .t = t, .n = n, .h = h, .s = s, .kv = kv, .scale = scale, .causal = causal};
+  char why[512] = "";
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = gpu()->available(why, sizeof why) ? kl_gpu_attention_why_not(dt, &g, why, sizeof why) : -1;
+  Py_END_ALLOW_THREADS
+  if (!rc) Py_RETURN_NONE;
+  return PyUnicode_FromString(why[0] ? why : "cuDNN's fused attention is not available");
+}
+
 static PyObject *mod_gpu_count(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
@@ -1630,6 +1651,8 @@ static PyMethodDef mod_methods[] = {
     {"from_dlpack", mod_from_dlpack, METH_O, "from_dlpack(capsule) -> (Buffer, shape, (code, bits)) or None"},
     {"stream_handle", mod_stream_handle, METH_NOARGS, "kiln's CUDA stream (for DLPack consumers)"},
     {"gpu_available", mod_gpu_available, METH_NOARGS, "(usable, reason if not)"},
+    {"fused_attention_why_not", mod_fused_attention_why_not, METH_VARARGS,
+     "(dtype, b, t, n, h, s, kv, scale, causal) -> None, or why cuDNN's fused attention cannot run it"},
     {"gpu_info", mod_gpu_info, METH_VARARGS, "gpu_info(ordinal=0): facts about a GPU"},
     {"gpu_count", mod_gpu_count, METH_NOARGS, "how many GPUs kiln can use"},
     {"set_default_device", mod_set_default_device, METH_O, "0: CPU, 1: GPU"},

@@ -152,8 +152,6 @@ def _cudnn_why_not(query, key, bias, mask, q_seqlen, kv_seqlen, window, is_causa
     if api.default_backend() != "gpu":
         return "it runs on the GPU only (no GPU is in use)"
     from kiln import _kiln
-    if not hasattr(_kiln, "fused_attention_why_not"):
-        return "this build of kiln has no fused GPU attention"
     why = _kiln.fused_attention_why_not(str(query.dtype), *query.shape, key.shape[1], key.shape[2],
                                          float(scale), int(bool(is_causal)))
     return why or None
