@@ -23,6 +23,7 @@ enum {
   KIND_MEMCPY = 1,
   KIND_MEMSET = 2,
   KIND_DRIVER = 4,
+  KIND_RUNTIME = 5,
   KIND_CONCURRENT_KERNEL = 10,
   KIND_EXTERNAL_CORRELATION = 39,
   EXTERNAL_KIND_CUSTOM0 = 3,
@@ -122,7 +123,10 @@ static int64_t offset; /* host clock - CUPTI's clock, ns */
 
 static atomic_int collecting;
 static int registered;
-static const int kinds[] = {KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_EXTERNAL_CORRELATION};
+/* (CUPTI writes external correlation records only for the API calls of a kind it records: DRIVER for
+ * kiln's launches, RUNTIME for the libraries', cuBLAS's among them; those API records are dropped) */
+static const int kinds[] = {KIND_CONCURRENT_KERNEL, KIND_MEMCPY,  KIND_MEMSET,
+                            KIND_DRIVER,            KIND_RUNTIME, KIND_EXTERNAL_CORRELATION};
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 static int enabled[NKINDS];
 
@@ -271,13 +275,20 @@ static int by_correlation(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* ---- demangling kernel names (C++ libraries' kernels), through the C++ runtime if one is loaded ---- */
+/* ---- demangling kernel names (C++ libraries' kernels) through the C++ runtime kiln is linked with
+ * (MLIR's), weakly: a program without one keeps the mangled names ---- */
+
+extern char *__cxa_demangle(const char *name, char *out, size_t *len, int *status) __attribute__((weak));
 
 static void demangle(char *name, size_t size) {
   static char *(*cxa)(const char *, char *, size_t *, int *);
   static int looked;
   if (name[0] != '_' || name[1] != 'Z') return;
-  if (!looked) *(void **)&cxa = dlsym(RTLD_DEFAULT, "__cxa_demangle"), looked = 1;
+  if (!looked) {
+    cxa = __cxa_demangle;
+    if (!cxa) *(void **)&cxa = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    looked = 1;
+  }
   int status = -1;
   char *d = cxa ? cxa(name, NULL, NULL, &status) : NULL;
   if (d && !status) snprintf(name, size, "%s", d);

@@ -84,6 +84,12 @@ def test_trace_of_a_jitted_function(tmp_path):
         assert _inside(s, scope) and _inside(launch, s)
     assert _inside(traces[0], steps[0]) and _inside(compiles[0], steps[0])
 
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert "Python main thread" in names
+    if HAS_GPU:  # (the GPU's rows: test_gpu_trace_has_kernel_rows)
+        assert {e["args"]["device"] for e in launches} == {"cuda"}
+        return
+    assert doc["otherData"]["device_trace"].startswith("no device rows")
     # the CPU ran each launch (on the executor thread, or on the caller for small work), tagged with it
     runs = _slices(doc, "execute", "execute jit(mlp_step)")
     assert sorted(e["args"]["launch_id"] for e in runs) == sorted(e["args"]["launch_id"] for e in launches)
@@ -92,10 +98,6 @@ def test_trace_of_a_jitted_function(tmp_path):
         assert run["ts"] >= launch["ts"] - 1e-3
         kernels = [e for e in _slices(doc, "cpu_step") if e["args"]["launch_id"] == run["args"]["launch_id"]]
         assert len(kernels) == launch["args"]["steps"] and all(_inside(k, run) for k in kernels)
-    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert "Python main thread" in names
-    if not HAS_GPU:
-        assert doc["otherData"]["device_trace"].startswith("no device rows")
 
 
 def test_perfetto_trace_file_and_functional_form(tmp_path):
@@ -285,6 +287,9 @@ def test_gpu_trace_has_kernel_rows(tmp_path):
     for e in tagged:  # the GPU ran it after the host queued it (one clock on both sides)
         assert e["ts"] >= launches[e["args"]["launch_id"]]["ts"] - 50
     assert {e["args"]["launch_id"] for e in tagged} == set(launches)
+    # every kernel here was queued by a launch of jit(layer): kiln's through the driver API, cuBLAS's
+    # through the runtime API (CUPTI tags both)
+    assert len(tagged) == len(kernels), sorted({e["name"] for e in kernels if e not in tagged})
     assert len({e["name"] for e in kernels}) >= 2  # kiln's elementwise kernel and cuBLAS's own
     copies = _slices(doc, "memcpy")
     assert any(e["name"] == "memcpy HtoD" and e["args"]["bytes"] >= w_host.nbytes and e["dur"] > 0 for e in copies)
