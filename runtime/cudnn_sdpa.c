@@ -23,6 +23,7 @@
 #include "cuda.h"
 #include "cudnn_sdpa.h"
 #include "device.h"
+#include "profile.h"
 
 /* ---- cuDNN's enum values (cudnn_graph.h of cuDNN 9.x; names as there, less the CUDNN_ prefix) ---- */
 enum { /* cudnnDataType_t */
@@ -891,7 +892,10 @@ static int execute(sdpa_plan *p, void *stream, int capturing, const int64_t *uid
   if (!rc) step = "setting the variant pack's pointers", rc = b_set(pack, ATTR_VARIANT_PACK_DATA_POINTERS, TYPE_VOID_PTR, n, ptrs);
   if (!rc) step = "setting the variant pack's work area", rc = b_set(pack, ATTR_VARIANT_PACK_WORKSPACE, TYPE_VOID_PTR, 1, &ws);
   if (!rc) step = "finalizing the variant pack", rc = b_finalize(pack);
+  uint64_t t0 = kl_prof_begin();
   if (!rc) step = "cudnnBackendExecute", rc = b_execute(handle, p->plan, pack);
+  KL_PROF_END(t0, "library", p->bwd ? "cudnnBackendExecute (SDPA backward)" : "cudnnBackendExecute (SDPA forward)",
+              "\"call\": \"%s\"", describe(what, sizeof what, &p->key, p->bwd));
   if (rc) last_error(said, sizeof said);
   if (pack) b_destroy(pack);
   if (rc)
