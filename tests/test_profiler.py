@@ -239,9 +239,7 @@ def test_device_memory_profile_counts_the_live_arrays(tmp_path):
     assert samples[(dev, "float32[123,7]")] == (3, 3 * 123 * 7 * 4)
     assert samples[(dev, "int32[5]")][1] >= 5 * 4
     # the whole profile is the live arrays' memory, each buffer once
-    bufs = {}
-    for a in kiln.live_arrays():
-        bufs[(a._buf.device, a._buf.ordinal, a._buf.ptr)] = a._buf.nbytes
+    bufs = {(a._buf.device, a._buf.ordinal, a._buf.ptr): a._buf.nbytes for a in kiln.live_arrays()}  # (no name left holding one)
     assert sum(b for _, b in samples.values()) == sum(bufs.values())
     assert sum(c for c, _ in samples.values()) == len(bufs)
     path = tmp_path / "memory.prof"
