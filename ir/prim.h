@@ -125,6 +125,7 @@ typedef enum {
   X(INTEGER_POW, "integer_pow", ELEMENTWISE, UNARY, NUM, integer_pow)              \
   X(STOP_GRADIENT, "stop_gradient", ELEMENTWISE, UNARY, ANY, none)                 \
   X(OPTIMIZATION_BARRIER, "optimization_barrier", ELEMENTWISE, UNARY, ANY, none)   \
+  X(NAME, "name", ELEMENTWISE, UNARY, ANY, name)                                   \
   X(ADD, "add", ELEMENTWISE, BINARY, NUM, none)                                    \
   X(SUB, "sub", ELEMENTWISE, BINARY, NUM, none)                                    \
   X(MUL, "mul", ELEMENTWISE, BINARY, NUM, none)                                    \
@@ -233,7 +234,9 @@ static inline int64_t kl_conv_out_extent(int64_t n, int64_t k, int64_t stride, i
   return span < 0 ? 0 : span / stride + 1;
 }
 /* checkpoint policies: which results a recomputation reuses from the forward pass. */
-enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2 };
+enum { KL_REMAT_NOTHING = 0, KL_REMAT_DOTS = 1, KL_REMAT_DOTS_NO_BATCH = 2, /* bits, or-ed by save_from_both_policies */
+       KL_REMAT_NAMES = 4,        /* values named (checkpoint_name) by one of checkpoint.names */
+       KL_REMAT_OTHER_NAMES = 8 }; /* named values whose name is not one of checkpoint.names */
 
 /* An integer vector parameter (axes, shapes, paddings): arena-owned in a Program's equation,
  * borrowed elsewhere. */
@@ -256,6 +259,9 @@ typedef struct {
     struct {
       int64_t y; /* the integer exponent */
     } integer_pow;
+    struct {
+      int64_t id; /* the name checkpoint_name gave a value (python/kiln/_src/custom.py numbers them) */
+    } name;       /* the identity, naming its operand for checkpoint policies (save_only_these_names) */
     struct {
       int new_dtype; /* the result dtype */
       int weak_type; /* the result is weakly typed (convert_element_type only) */
@@ -419,7 +425,8 @@ typedef struct {
     } custom_jvp;
     struct {
       struct kl_program *body; /* the function recomputed in the backward pass */
-      int policy;              /* KL_REMAT_*: what the forward pass may keep */
+      int policy;              /* KL_REMAT_* bits: what the forward pass may keep */
+      kl_ivec names;           /* the name ids KL_REMAT_NAMES / _OTHER_NAMES refer to */
       int prevent_cse;         /* keep CSE from merging the recomputation with the forward pass */
     } checkpoint;
     struct {

@@ -416,3 +416,50 @@ def test_custom_jvp_zero_tangent_of_a_bool_output_under_strict_promotion():
     with kiln.numpy_dtype_promotion("strict"):
         assert float(kiln.grad(lambda x: f(x)[0])(x0)) == 2.0
         np.testing.assert_array_equal(kiln.vmap(kiln.grad(lambda x: f(x)[0]))(jnp.full(2, x0)), [2.0, 2.0])
+
+
+def _named(x):
+    from kiln.ad_checkpoint import checkpoint_name
+    a = checkpoint_name(jnp.sin(x), "a")
+    b = checkpoint_name(jnp.cos(a), "b")
+    return jnp.sum(jnp.exp(b) * a)
+
+
+@pytest.mark.parametrize("policy,sins,coss", [
+    (None, 3, 3),
+    (kiln.checkpoint_policies.save_only_these_names("a"), 2, 3),
+    (kiln.checkpoint_policies.save_only_these_names("a", "b"), 2, 2),
+    (kiln.checkpoint_policies.save_any_names_but_these("a"), 3, 2),
+    (kiln.checkpoint_policies.save_from_both_policies(kiln.checkpoint_policies.save_only_these_names("b"),
+                                                      kiln.checkpoint_policies.dots_saveable), 3, 2),
+    (kiln.checkpoint_policies.save_from_both_policies(kiln.checkpoint_policies.save_only_these_names("a"),
+                                                      kiln.checkpoint_policies.save_any_names_but_these("a", "b")),
+     2, 3),
+    (kiln.checkpoint_policies.save_and_offload_only_these_names(names_which_can_be_saved=["a"],
+                                                                 names_which_can_be_offloaded=["b"]), 2, 2),
+])
+def test_checkpoint_names_decide_what_is_kept(policy, sins, coss):
+    """Issue 34: checkpoint_name and the names policies as JAX's: a named value the policy saves is
+    not recomputed in the backward pass (counted in the differentiated program: sin once for the
+    forward pass, once for cos's derivative, once more when a is recomputed); values and gradients
+    never change."""
+    x = jnp.asarray(np.random.default_rng(5).uniform(-1, 1, 7).astype(np.float32))
+    g = kiln.grad(kiln.checkpoint(_named, policy=policy))
+    text = kiln.jit(g).lower(x).as_text()
+    assert (text.count("= sin "), text.count("= cos ")) == (sins, coss), text
+    xs = np.asarray(x, np.float64)
+    want = np.exp(np.cos(np.sin(xs))) * np.cos(xs) * (1 - np.sin(np.sin(xs)) * np.sin(xs))
+    np.testing.assert_allclose(np.asarray(g(x)), want, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(kiln.jit(g)(x)), want, rtol=1e-5)
+
+
+def test_checkpoint_name_outside_differentiation_and_under_vmap():
+    from kiln.ad_checkpoint import checkpoint_name
+    x = jnp.asarray(np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    assert checkpoint_name(x, "x") is x  # a concrete value is returned as it is
+    out = kiln.vmap(kiln.jit(lambda v: checkpoint_name(v * 2, "y") + 1))(x)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x) * 2 + 1)
+    tree = checkpoint_name({"a": x, "b": 1.0}, "t")
+    assert tree["b"] == 1.0
+    with pytest.raises(TypeError, match="checkpoint_name: the name must be a str"):
+        kiln.jit(lambda v: checkpoint_name(v, 3))(x)

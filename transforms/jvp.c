@@ -26,9 +26,15 @@ int *kl_jvp_new_map(const kl_program *pg) {
   return m;
 }
 
-static int saveable(const kl_eqn *e, int policy) {
-  if (e->prim != KL_P_DOT_GENERAL) return 0;
-  return policy == KL_REMAT_DOTS || (policy == KL_REMAT_DOTS_NO_BATCH && e->p.dot.lhs_batch.n == 0);
+/* Whether a checkpoint with params pol (NULL: none) keeps e's result from the forward pass. */
+static int saveable(const kl_eqn *e, const kl_params *pol) {
+  int bits = pol ? pol->checkpoint.policy : 0;
+  if (e->prim == KL_P_DOT_GENERAL)
+    return (bits & KL_REMAT_DOTS) || ((bits & KL_REMAT_DOTS_NO_BATCH) && e->p.dot.lhs_batch.n == 0);
+  if (e->prim != KL_P_NAME || !(bits & (KL_REMAT_NAMES | KL_REMAT_OTHER_NAMES))) return 0;
+  int listed = 0;
+  for (int i = 0; i < pol->checkpoint.names.n; i++) listed |= pol->checkpoint.names.v[i] == e->p.name.id;
+  return listed ? (bits & KL_REMAT_NAMES) != 0 : (bits & KL_REMAT_OTHER_NAMES) != 0;
 }
 
 /* The tangents of e's outputs into touts (-1 = zero), ys already emitted. */
@@ -39,7 +45,8 @@ static int jvp_rule(kl_build *a, const kl_eqn *e, const int *xs, const int *ts, 
 }
 
 /* One equation of kl_jvp_eqns; xs, ts: room for e's operands and their tangents. */
-static int jvp_eqn(kl_build *a, const kl_eqn *e, int *pmap, int *tmap, const int *fwd, int policy, int barrier, int *xs,
+static int jvp_eqn(kl_build *a, const kl_eqn *e, int *pmap, int *tmap, const int *fwd, const kl_params *policy,
+                   int barrier, int *xs,
                    int *ts) {
   int ys[KL_MAX_OUTS], touts[KL_MAX_OUTS], any = 0;
   for (int i = 0; i < e->nin; i++) {
@@ -52,7 +59,7 @@ static int jvp_eqn(kl_build *a, const kl_eqn *e, int *pmap, int *tmap, const int
     kl_jvp_rule rule = kl_rule_get(e->prim)->jvp;
     if (rule ? rule(a, e, xs, ts, ys, touts) : kl_jvp_unsupported(a, e)) return -1;
   } else {
-    if (fwd && saveable(e, policy)) { /* a dot_general result kept from the forward pass */
+    if (fwd && saveable(e, policy)) { /* a result the policy keeps from the forward pass */
       ys[0] = fwd[e->outs[0]];
       if (barrier) ys[0] = kl_build_un(a, KL_P_OPTIMIZATION_BARRIER, ys[0]);
     } else if (kl_build_emit(a, e->prim, xs, e->nin, &e->p, ys) < 0)
@@ -73,7 +80,8 @@ static int jvp_eqn(kl_build *a, const kl_eqn *e, int *pmap, int *tmap, const int
 /* kl_jvp_eqns (rules.h). A call equation with some input tangent is consumed by its rule (the
  * outputs come from the rule's equations), so enclosing differentiations see what the rule
  * computed, as in JAX. */
-int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier) {
+int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, const kl_params *policy,
+                int barrier) {
   int small[2 * 64];
   for (int k = 0; k < pg->neqns && !a->failed; k++) {
     const kl_eqn *e = &pg->eqns[k];
@@ -111,7 +119,7 @@ kl_program *kl_jvp_ex(const kl_program *pg, const char *has_tangent, char **tags
     kl_build_lit(&a, 0, av->dtype); /* grows the tag array past t */
     if (t >= 0 && t < a.cap) a.tags[t] = KL_TAG_TANGENT; /* else the builder has failed */
   }
-  kl_jvp_eqns(&a, pg, pmap, tmap, NULL, 0, 0);
+  kl_jvp_eqns(&a, pg, pmap, tmap, NULL, NULL, 0);
   if (!a.failed) {
     int *outs = kl_malloc(sizeof(int) * (2 * (size_t)pg->noutputs + 1));
     if (!outs) kl_build_oom(&a);

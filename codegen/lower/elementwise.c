@@ -159,7 +159,7 @@ static char *emit_unary(kctx *k, const kl_eqn *e, kl_dtype t, const char *x, cha
   case KL_P_SQUARE:
     kk_line(k, "%s = arith.mul%s %s, %s : %s", kk_fresh(k, out), fl ? "f" : "i", x, x, cty);
     return out;
-  case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: snprintf(out, sizeof(ssa), "%s", x); return out;
+  case KL_P_STOP_GRADIENT: case KL_P_OPTIMIZATION_BARRIER: case KL_P_NAME: snprintf(out, sizeof(ssa), "%s", x); return out;
   case KL_P_INTEGER_POW: {
     int64_t y = e->p.integer_pow.y, n = y < 0 ? -y : y;
     ssa acc, base;
@@ -449,6 +449,7 @@ const kl_lowering kl_lower_elementwise[] = {
     U(ASIN, 10), U(ACOS, 10), U(ATAN, 10), U(SINH, 10), U(COSH, 10), U(ASINH, 10), U(ACOSH, 10), U(ATANH, 10),
     U(SQRT, 1), U(RSQRT, 10), U(CBRT, 10), U(ABS, 1), U(ERF, 10), U(ERFC, 10), U(ERF_INV, 10), U(LGAMMA, 10),
     U(DIGAMMA, 10), U(NOT, 1), U(SQUARE, 1), U(INTEGER_POW, 10), U(STOP_GRADIENT, 1), U(OPTIMIZATION_BARRIER, 1),
+    U(NAME, 1),
     B(ADD, 1), B(SUB, 1), B(MUL, 1), B(DIV, 3), B(REM, 3), B(POW, 20), B(MAX, 1), B(MIN, 1), B(ATAN2, 20), B(AND, 1),
     B(OR, 1), B(XOR, 1), B(SHL, 1), B(SHR_LOGICAL, 1), B(SHR_ARITH, 1),
     C(EQ), C(NE), C(LT), C(LE), C(GT), C(GE),

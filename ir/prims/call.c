@@ -13,6 +13,7 @@ const kl_param_field kl_fields_custom_jvp[] = {KL_FIELD(custom_jvp, counts, IVEC
 const kl_param_field kl_fields_custom_vmap[] = {KL_FIELD(custom_vmap, body, PROGRAM), KL_FIELD(custom_vmap, rule, INT),
                                                 {NULL, 0, 0}};
 const kl_param_field kl_fields_checkpoint[] = {KL_FIELD(checkpoint, body, PROGRAM), KL_FIELD(checkpoint, policy, INT32),
+                                               KL_FIELD(checkpoint, names, IVEC),
                                                KL_FIELD(checkpoint, prevent_cse, INT32), {NULL, 0, 0}};
 
 /* custom_vjp_call, custom_vjp_lin. Operands: outputs (or their templates) n_out, residuals n_res,

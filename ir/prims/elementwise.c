@@ -7,6 +7,7 @@
 
 const kl_param_field kl_fields_round[] = {KL_FIELD(round, rounding_method, INT), {NULL, 0, 0}};
 const kl_param_field kl_fields_integer_pow[] = {KL_FIELD(integer_pow, y, INT), {NULL, 0, 0}};
+const kl_param_field kl_fields_name[] = {KL_FIELD(name, id, INT), {NULL, 0, 0}};
 const kl_param_field kl_fields_convert[] = {KL_FIELD(convert, new_dtype, DTYPE), KL_FIELD(convert, weak_type, INT32),
                                             {NULL, 0, 0}};
 const kl_param_field kl_fields_bitcast[] = {KL_FIELD(convert, new_dtype, DTYPE), {NULL, 0, 0}};

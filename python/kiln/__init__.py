@@ -51,6 +51,7 @@ from kiln._src.extras import (custom_gradient, linear_transpose, closure_convert
 from kiln import sharding  # noqa: F401
 from kiln import dtypes  # noqa: F401
 from kiln import custom_derivatives  # noqa: F401
+from kiln import ad_checkpoint  # noqa: F401
 from kiln import experimental, profiler, stages  # noqa: F401
 from kiln._src.api import Device  # noqa: F401
 from kiln._src.refs import freeze  # noqa: F401

@@ -87,7 +87,7 @@ static int inline_body_jvp(kl_build *a, const kl_program *body, const int *xs, c
     fp[body->inputs[i]] = xs[i];
     ft[body->inputs[i]] = ts[i];
   }
-  if (!rc) rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  if (!rc) rc = kl_jvp_eqns(a, body, fp, ft, NULL, NULL, 0);
   for (int i = 0; !rc && i < body->noutputs; i++) {
     if (ys) ys[i] = fp[body->outputs[i]];
     touts[i] = ft[body->outputs[i]];
@@ -110,7 +110,7 @@ static int checkpoint_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int
   int *fp = kl_jvp_new_map(body), *ft = kl_jvp_new_map(body), *rp = kl_jvp_new_map(body), *rt = kl_jvp_new_map(body);
   int rc = fp && ft && rp && rt ? 0 : kl_build_oom(a);
   for (int i = 0; !rc && i < body->ninputs; i++) fp[body->inputs[i]] = xs[i];
-  if (!rc) rc = kl_jvp_eqns(a, body, fp, ft, NULL, 0, 0);
+  if (!rc) rc = kl_jvp_eqns(a, body, fp, ft, NULL, NULL, 0);
   if (!rc) {
     char saved = a->extra_tag;
     a->extra_tag |= KL_TAG_REMAT;
@@ -118,7 +118,7 @@ static int checkpoint_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int
       rp[body->inputs[i]] = e->p.checkpoint.prevent_cse ? kl_build_un(a, KL_P_OPTIMIZATION_BARRIER, xs[i]) : xs[i];
       rt[body->inputs[i]] = ts[i];
     }
-    rc = kl_jvp_eqns(a, body, rp, rt, fp, e->p.checkpoint.policy, e->p.checkpoint.prevent_cse != 0);
+    rc = kl_jvp_eqns(a, body, rp, rt, fp, &e->p, e->p.checkpoint.prevent_cse != 0);
     a->extra_tag = saved;
   }
   for (int i = 0; !rc && i < e->nout; i++) {
@@ -152,7 +152,7 @@ static int custom_jvp_call_jvp(kl_build *a, const kl_eqn *e, const int *xs, cons
     rp[rule->inputs[n_x + i]] = ts[i] >= 0 ? ts[i] : zeros_like(a, xs[i]);
   }
   for (int64_t k = 0; k < n_rc; k++) rp[rule->inputs[2 * n_x + k]] = xs[n_x + n_fc + k];
-  int rc = kl_jvp_eqns(a, rule, rp, rt, NULL, 0, 0);
+  int rc = kl_jvp_eqns(a, rule, rp, rt, NULL, NULL, 0);
   for (int i = 0; !rc && i < e->nout; i++) {
     ys[i] = rp[rule->outputs[i]];
     int t = rp[rule->outputs[e->nout + i]];

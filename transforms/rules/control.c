@@ -63,7 +63,7 @@ static int while_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts,
     for (int j = 0; j < nb; j++) fp[body->inputs[n + j]] = kl_program_add_input(body2, &body->vals[body->inputs[n + j]].aval);
     for (int j = 0; j < nb; j++)
       if (ts[nc + j] >= 0) ft[body->inputs[n + j]] = kl_program_add_input(body2, &body->vals[body->inputs[n + j]].aval);
-    if (!kl_jvp_eqns(&in, body, fp, ft, NULL, 0, 0)) {
+    if (!kl_jvp_eqns(&in, body, fp, ft, NULL, NULL, 0)) {
       int k = 0;
       for (int i = 0; i < n; i++) outs[k++] = fp[body->outputs[i]];
       for (int i = 0; i < n; i++)
@@ -317,7 +317,7 @@ int kl_ctl_jvp_body(kl_build *in, const kl_program *body, scan_split s, const ch
     if (fp[bi[i]] >= 0) kl_build_set_tag(in, fp[bi[i]], 0);
     if (ft[bi[i]] >= 0) kl_build_set_tag(in, ft[bi[i]], KL_TAG_TANGENT);
   }
-  if (kl_jvp_eqns(in, body, fp, ft, NULL, 0, 0)) goto done;
+  if (kl_jvp_eqns(in, body, fp, ft, NULL, NULL, 0)) goto done;
   int k = 0;
   for (int i = 0; i < s.n; i++) outs[k++] = fp[body->outputs[i]];
   for (int i = 0; i < s.n; i++)
@@ -442,7 +442,7 @@ static int jvp_branch(kl_build *in, const kl_program *br, cond_split s, int b, c
   for (int i = 0; i < nown; i++) fp[bi[s.no + i]] = kl_program_add_input(in->pg, &br->vals[bi[s.no + i]].aval);
   for (int i = 0; i < nown; i++)
     if (has[branch_operand(s, b, s.no + i)]) ft[bi[s.no + i]] = kl_program_add_input(in->pg, &br->vals[bi[s.no + i]].aval);
-  return kl_jvp_eqns(in, br, fp, ft, NULL, 0, 0);
+  return kl_jvp_eqns(in, br, fp, ft, NULL, NULL, 0);
 }
 
 /* cond, JVP: a cond of the branches' JVPs over (operands, tangents) and (consts, tangents); a

@@ -143,7 +143,7 @@ static int unary_jvp(kl_build *a, const kl_eqn *e, const int *xs, const int *ts,
   case KL_P_NEG: touts[0] = un(a, KL_P_NEG, t); return 0;
   case KL_P_SIGN: case KL_P_FLOOR: case KL_P_CEIL: case KL_P_ROUND: case KL_P_IS_FINITE: case KL_P_STOP_GRADIENT: case KL_P_NOT: return 0;
   case KL_P_INTEGER_POW: touts[0] = integer_pow_jvp(a, e, x, t); return 0;
-  case KL_P_OPTIMIZATION_BARRIER: touts[0] = t; return 0; /* the identity on values */
+  case KL_P_OPTIMIZATION_BARRIER: case KL_P_NAME: touts[0] = t; return 0; /* the identity on values */
   case KL_P_REAL: case KL_P_IMAG: case KL_P_CONJ: touts[0] = un(a, e->prim, t); return 0; /* linear */
   case KL_P_ABS:
     if (kl_dtype_is_complex(kl_build_aval(a, x)->dtype)) { /* d|x| = re(conj(x) t) / |x|, 0 at x = 0 (JAX's) */
@@ -401,6 +401,7 @@ const kl_rule_row kl_rules_elementwise[] = {
     {KL_P_INTEGER_POW, unary_jvp, NULL, elementwise_batch, integer_pow_simplify, NULL, NULL},
     {KL_P_STOP_GRADIENT, unary_jvp, NULL, elementwise_batch, stop_gradient_simplify, NULL, NULL},
     {KL_P_OPTIMIZATION_BARRIER, unary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
+    {KL_P_NAME, unary_jvp, NULL, elementwise_batch, NULL, NULL, NULL},
     {KL_P_ADD, binary_jvp, elementwise_transpose, elementwise_batch, add_simplify, NULL, NULL},
     {KL_P_SUB, binary_jvp, elementwise_transpose, elementwise_batch, sub_simplify, NULL, NULL},
     {KL_P_MUL, binary_jvp, elementwise_transpose, elementwise_batch, mul_simplify, NULL, NULL},

@@ -68,8 +68,10 @@ int kl_jvp_binary_coefs(kl_build *a, kl_prim p, int x, int y, int out, int *da, 
 
 /* What the call family's rules run again (jvp.c): the JVP of pg's equations into a->pg, pmap/tmap
  * mapping pg's values to primal/tangent values (-1: none); fwd (optional): a checkpoint body's
- * forward values, reused for the equations `policy` saves (behind a barrier if `barrier`). 0 or -1. */
-int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, int policy, int barrier);
+ * forward values, reused for the equations `policy` (the checkpoint's params, or NULL) saves
+ * (behind a barrier if `barrier`). 0 or -1. */
+int kl_jvp_eqns(kl_build *a, const kl_program *pg, int *pmap, int *tmap, const int *fwd, const kl_params *policy,
+                int barrier);
 int *kl_jvp_new_map(const kl_program *pg); /* per value of pg: -1; owned by the caller */
 
 /* ---- what the rules of equations with bodies share (call.c, control.c) ---- */

@@ -340,19 +340,123 @@ def _nothing_saveable(*_, **__):
     return False
 
 
+# checkpoint_name's names, numbered for the `name` equations and the checkpoint's `names` param
+_NAME_IDS = {}
+
+
+def _name_id(name):
+    if not isinstance(name, str):
+        raise TypeError(f"checkpoint_name: the name must be a str, got {type(name).__name__}")
+    return _NAME_IDS.setdefault(name, len(_NAME_IDS) + 1)
+
+
+def checkpoint_name(x, name):
+    """jax.ad_checkpoint.checkpoint_name: x itself, named so that a checkpoint policy
+    (save_only_these_names, save_any_names_but_these, ...) can keep it from the forward pass."""
+    name_id = _name_id(name)
+    leaves, tree = tree_util.tree_flatten(x)
+    out = [core.bind("name", [core.asarray(v)], {"id": name_id})[0]
+           if isinstance(v, core.Tracer) else v for v in leaves]
+    return tree_util.tree_unflatten(tree, out)
+
+
+class _Policy:
+    """A checkpoint policy kiln runs in C: `bits` (KL_REMAT_*: 1 dot products, 2 dot products without
+    batch dimensions, 4 values named one of `names`, 8 named values not named one of them) and the
+    names. Called as JAX's policies are (prim, *avals, **params) it answers for dot_general and
+    name (JAX's name primitive)."""
+
+    def __init__(self, bits, names=(), what=""):
+        self.bits, self.names, self.what = bits, tuple(names), what
+
+    def __call__(self, prim, *_, **params):
+        name = getattr(prim, "name", prim)
+        if name == "dot_general":
+            return bool(self.bits & 1) or (bool(self.bits & 2) and not params.get("dimension_numbers", ((), ((), ())))[1][0])
+        if name == "name" and "name" in params:
+            listed = params["name"] in self.names
+            return bool(self.bits & 4) if listed else bool(self.bits & 8)
+        return False
+
+    def __repr__(self):
+        return f"checkpoint_policies.{self.what}"
+
+
+def _save_only_these_names(*names):
+    return _Policy(4, names, f"save_only_these_names{names}")
+
+
+def _save_any_names_but_these(*names):
+    return _Policy(8, names, f"save_any_names_but_these{names}")
+
+
+def _save_and_offload_only_these_names(*, names_which_can_be_saved, names_which_can_be_offloaded,
+                                       offload_src="device", offload_dst="pinned_host"):
+    """Saves both lists on the device: kiln has no host offload (the memory use differs from JAX's,
+    never the values)."""
+    names = tuple(names_which_can_be_saved) + tuple(names_which_can_be_offloaded)
+    return _Policy(4, names, "save_and_offload_only_these_names")
+
+
+def _offload_dot_with_no_batch_dims(offload_src="device", offload_dst="pinned_host"):
+    """dots_with_no_batch_dims_saveable, kept on the device (kiln has no host offload)."""
+    return _Policy(2, (), "offload_dot_with_no_batch_dims")
+
+
+def _policy_bits(policy):
+    """(bits, name ids) of a policy kiln runs in C, or None for one it does not know."""
+    if policy is None or policy is _nothing_saveable:
+        return 0, ()
+    if policy is _dots_saveable:
+        return 1, ()
+    if policy is _dots_no_batch_saveable:
+        return 2, ()
+    if isinstance(policy, _Policy):
+        return policy.bits, tuple(_name_id(n) for n in policy.names)
+    return None
+
+
+def _save_from_both_policies(policy_1, policy_2):
+    """Saves what either policy saves."""
+    if policy_1 is _everything_saveable or policy_2 is _everything_saveable:
+        return _everything_saveable
+    parts = []
+    for p in (policy_1, policy_2):
+        if not isinstance(p, _Policy):
+            p = _Policy((_policy_bits(p) or (0, ()))[0])
+        parts.append(p)
+    (a, b), dots = parts, (parts[0].bits | parts[1].bits) & 3
+    only = [set(p.names) if p.bits & 4 else None for p in parts]
+    but = [set(p.names) if p.bits & 8 else None for p in parts]
+    if but[0] is not None and but[1] is not None:
+        bits, names = 8, but[0] & but[1]  # all but what both leave out
+    elif but[0] is not None or but[1] is not None:  # all but what one leaves out and the other does not name
+        left = but[0] if but[0] is not None else but[1]
+        kept = (only[1] if but[0] is not None else only[0]) or set()
+        bits, names = 8, left - kept
+    elif only[0] is not None or only[1] is not None:
+        bits, names = 4, (only[0] or set()) | (only[1] or set())
+    else:
+        bits, names = 0, set()
+    return _Policy(dots | bits, tuple(sorted(names)), f"save_from_both_policies({a!r}, {b!r})")
+
+
 class checkpoint_policies:
     """JAX's rematerialization policies: which intermediate values of a checkpointed function the
-    backward pass keeps instead of recomputing."""
+    backward pass keeps instead of recomputing. The offload policies keep their values on the
+    device (kiln has no host offload)."""
     everything_saveable = staticmethod(_everything_saveable)
     nothing_saveable = staticmethod(_nothing_saveable)
     dots_saveable = staticmethod(_dots_saveable)
     checkpoint_dots = dots_saveable
     dots_with_no_batch_dims_saveable = staticmethod(_dots_no_batch_saveable)
     checkpoint_dots_with_no_batch_dims = dots_with_no_batch_dims_saveable
-
-
-# the `policy` param of the checkpoint equation (transforms/jvp.c)
-_POLICY_CODES = {None: 0, _nothing_saveable: 0, _dots_saveable: 1, _dots_no_batch_saveable: 2}
+    save_only_these_names = staticmethod(_save_only_these_names)
+    save_any_names_but_these = staticmethod(_save_any_names_but_these)
+    save_anything_except_these_names = staticmethod(_save_any_names_but_these)
+    save_and_offload_only_these_names = staticmethod(_save_and_offload_only_these_names)
+    offload_dot_with_no_batch_dims = staticmethod(_offload_dot_with_no_batch_dims)
+    save_from_both_policies = staticmethod(_save_from_both_policies)
 
 
 def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
@@ -362,14 +466,16 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
     checkpoint_policies.nothing_saveable (the default), dots_saveable, everything_saveable).
     prevent_cse=True puts the recomputation behind optimization_barrier, so that common-
     subexpression elimination does not merge it back into the forward pass. static_argnums:
-    arguments passed to `fun` as Python values (not traced). A policy kiln does not know is taken as
-    nothing_saveable (it changes memory use, never values)."""
+    arguments passed to `fun` as Python values (not traced). The policies of checkpoint_policies run
+    as JAX's (the names ones with checkpoint_name); another callable is taken as nothing_saveable (a
+    policy changes memory use, never values)."""
     if fun is None:
         return lambda f: checkpoint(f, prevent_cse=prevent_cse, policy=policy, static_argnums=static_argnums)
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     static_argnums = tuple(static_argnums)
-    code = -1 if policy is _everything_saveable else _POLICY_CODES.get(policy, 0)
+    bits = _policy_bits(policy)
+    code, names = (-1, ()) if policy is _everything_saveable else bits if bits is not None else (0, ())
 
     @functools.wraps(fun)
     @thread_state.control_flow_body  # (JAX traces the function: its body is a trace of its own)
@@ -396,7 +502,7 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
 
         body_id, consts, _ = _trace_sub(body, leaves)
         ys = core.bind("checkpoint", leaves + consts,
-                       {"body": body_id, "policy": code, "prevent_cse": int(bool(prevent_cse))})
+                       {"body": body_id, "policy": code, "names": names, "prevent_cse": int(bool(prevent_cse))})
         return tree_util.tree_unflatten(out_tree["tree"], list(ys))
     return wrapped
 
