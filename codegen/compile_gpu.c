@@ -710,7 +710,7 @@ static kl_exec *compile_gpu(kl_program *pg, const char *donatable, char **ptx_on
         st->on_host = 0;
       }
       kl_attn_geom ag;
-      char sdpa_why[300] = "";
+      char sdpa_why[1024] = "";
       if (kl_lower_get(e->prim)->gpu_library == KL_GPU_LIB_ATTENTION && !kl_lower_attention_geom(lc, &ag) &&
           (ptx_only || !kl_gpu_attention_why_not(lc->avals[0].dtype, &ag, sdpa_why, sizeof sdpa_why))) {
         x->cost += kl_aval_size(&pg->vals[e->ins[0]].aval);
