@@ -660,6 +660,22 @@ def test_lower_compile_ahead_of_time():
     np.testing.assert_allclose(np.asarray(g.lower(x, k=2.5).compile()(x)), x * 2.5, rtol=1e-6)
 
 
+def test_lower_takes_shape_dtype_structs():
+    """jit(f).lower(ShapeDtypeStruct, ...) as JAX's AOT: traced and compiled for those types with
+    nothing allocated (a 16 GiB argument lowers), then called with arrays of them."""
+    f = kiln.jit(lambda w, x: jnp.tanh(x @ w).sum(0))
+    sds = kiln.ShapeDtypeStruct
+    huge = sds((1 << 16, 1 << 16), jnp.float32)
+    assert "dot_general" in f.lower(huge, huge).as_text()
+    compiled = f.lower(sds((3, 2), jnp.float32), {"x": sds((4, 3), jnp.float32)}["x"]).compile()
+    rng = np.random.default_rng(2)
+    w, x = rng.standard_normal((3, 2)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(compiled(w, x)), np.tanh(x @ w).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(f(w, x)), np.tanh(x @ w).sum(0), rtol=1e-5)
+    with pytest.raises(TypeError, match="other types"):
+        compiled(w, np.ones((5, 3), np.float32))
+
+
 def test_calls_with_containers_of_arrays_take_the_c_path_and_stay_correct():
     # a jitted function of dicts/lists/tuples of arrays is called again through the C fast path
     # (keyed by the tree and the leaves' avals); any change of tree, shape, dtype or leaf kind is a

@@ -644,7 +644,9 @@ class JitWrapped(_kiln.JitBase):
         """The wrapped function's signature (inspect.signature sees a jitted function as JAX's)."""
         return inspect.signature(self._fun)
 
-    def _signature(self, args, kwargs):
+    def _signature(self, args, kwargs, abstract=False):
+        """(cache key, statics, flat argument arrays, tree, number of positional arguments). With
+        `abstract` (lower()), ShapeDtypeStructs stand for arrays of their type, nothing allocated."""
         if self._static_argnums or self._static_argnames:
             statics, dyn_args, dyn_kwargs = _split_args(self._static_argnums, self._static_argnames, args, kwargs)
         else:
@@ -654,6 +656,9 @@ class JitWrapped(_kiln.JitBase):
         for i, leaf in enumerate(leaves):
             if isinstance(leaf, Tracer) and not core.tracing():
                 raise errors.UnexpectedTracerError.for_tracer(leaf, "It was passed to a jit-compiled function.")
+            if abstract and isinstance(leaf, ShapeDtypeStruct) and not isinstance(leaf.dtype, dtypes.ExtendedDType):
+                arrs.append(_abstract_leaf(leaf))
+                continue
             arrs.append(leaf if isinstance(leaf, Array) else _leaf_to_array(leaf, f"jit argument leaf {i}"))
         key = (tree, statics, tuple((a.shape, a.dtype, a.weak_type) for a in arrs), core.config_state())
         return key, statics, arrs, tree, len(args)
@@ -851,8 +856,9 @@ class JitWrapped(_kiln.JitBase):
 
     def lower(self, *args, **kwargs):
         """Ahead of time, as JAX's: jit(f).lower(*args).compile() compiles for these arguments'
-        types without running; the Compiled object is called with arrays of those types."""
-        key, statics, arrs, tree, nargs = self._signature(args, kwargs)
+        types without running (arrays, or ShapeDtypeStructs: nothing allocated); the Compiled object
+        is called with arrays of those types."""
+        key, statics, arrs, tree, nargs = self._signature(args, kwargs, abstract=True)
         return Lowered(self, key, statics, arrs, tree, nargs)
 
     def _cache_size(self):
