@@ -1,4 +1,4 @@
-"""GPT-2 small's training step in kiln, JAX and PyTorch: the model-scale figures of
+"""GPT-2 small's and ResNet-50's training steps in kiln, JAX and PyTorch: the model-scale figures of
 shared/notes/BENCHMARKS.md ("Model-scale peer figures"), measured side by side.
 
 The model: 124M parameters, 12 layers, width 768, 12 heads, batch 8 x 1,024 tokens, vocabulary
@@ -32,8 +32,35 @@ each kiln side's losses are from JAX's.
     PYTHONPATH=python python3 bench/models.py --side kiln-einsum --small   # one side: its JSON line
 
 --small is the CPU size: 2 layers, width 128, 4 heads, batch 4 x 128 tokens, the vocabulary kept.
+
+--model resnet50: ResNet-50 v1.5's training step (issue 34): batch 128 of 224x224x3 images, NHWC,
+bottleneck blocks [3, 4, 6, 3] of widths 64/128/256/512 (x4 out), the stride on the 3x3 convolution,
+a 7x7 stride-2 stem and a 3x3 stride-2 max pool (lax.reduce_window), global average pool, a dense
+head of 1,000 classes. Convolutions (lax.conv_general_dilated, ('NHWC', 'HWIO', 'NHWC')) and the
+head cast both operands to bf16 and the result back to f32; batch norm in training mode in f32
+(biased batch statistics over N, H, W; eps 1e-5), its running mean and variance updated with
+momentum 0.9 and returned as state, not differentiated; the loss is softmax cross-entropy on
+integer labels. SGD written out: momentum 0.9, lr 0.1, weight decay 5e-5 on every parameter added
+to the gradient (torch.optim.SGD's form). The step `params, (momentum, bn_state), loss =
+step(params, (momentum, bn_state), images, labels)` is jitted with donate_argnums=(0, 1): params,
+momentum and batch-norm state are all donated. Parameters from NumPy (He-normal fan-out
+convolutions as torchvision, the last batch-norm scale of each block zero, the head normal 0.01),
+so the first loss is about ln 1000 = 6.91 on every side (the same batch every step: at --small the
+loss is near 1e-4 within ten steps, where the last losses' relative difference says little; bf16
+products leave kiln's and JAX's gradients of the stem and the projections tens of percent apart
+after one step, each as far from a float64 reference, where in float32 they agree to 1e-5). Sides: kiln, jax, torch-eager,
+torch-compile (channels_last, F.conv2d and F.batch_norm, whose running variance is the unbiased
+one: the state differs slightly, the losses do not). Model FLOPs per step: 3 x the forward pass's,
+counted from the shapes as 2 x the multiply-adds of every convolution and the head (8.2 GFLOP per
+224x224 image: ResNet-50's "4.1 GFLOPs" are multiply-adds), 3.14 TFLOP per step at batch 128.
+
+    python3 bench/models.py --model resnet50      # kiln, jax, torch-eager, torch-compile (a GPU)
+    python3 bench/models.py --model resnet50 --small --sides kiln,jax --steps 3
+
+--small for resnet50 is batch 8 of 64x64 images, the architecture kept.
 """
 import argparse
+import collections
 import json
 import math
 import os
@@ -51,6 +78,13 @@ FULL = dict(layers=12, width=768, heads=12, batch=8, seq=1024, vocab=50304)
 SMALL = dict(layers=2, width=128, heads=4, batch=4, seq=128, vocab=50304)
 PEAK_TFLOPS = 989.0  # H100 SXM dense bf16, BENCHMARKS.md's MFU denominator
 LR, B1, B2, EPS, WD = 3e-4, 0.9, 0.95, 1e-8, 0.1
+RESNET_SIDES = ("kiln", "jax", "torch-eager", "torch-compile")
+RESNET_FULL = dict(batch=128, image=224, classes=1000)
+RESNET_SMALL = dict(batch=8, image=64, classes=1000)
+RESNET_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # (width, blocks, stride)
+EXPANSION = 4  # a bottleneck block's output is 4x its width
+SGD_LR, SGD_MOMENTUM, SGD_WD = 0.1, 0.9, 5e-5
+BN_MOMENTUM, BN_EPS = 0.9, 1e-5
 WARMUP = 2  # untimed steps between the first call and the timed ones
 TRACE_DIR = None  # --trace: where kiln sides write a profile of three more steps
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,7 +196,16 @@ def make_step(jax, jnp, cfg, attention):
     return jax.jit(step, donate_argnums=(0, 1))
 
 
-def run_jax_like(lib, attention, cfg, steps):
+def gpt2_jax_state(jax, jnp, cfg):
+    """GPT-2's (params, opt_state, tokens, targets) on the device: AdamW's m and v zero, count 0."""
+    params = jax.device_put(init_params(cfg))
+    opt_state = (jax.tree_util.tree_map(jnp.zeros_like, params),
+                 jax.tree_util.tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
+    tokens, targets = (jax.device_put(a) for a in make_batch(cfg))
+    return params, opt_state, tokens, targets
+
+
+def run_jax_like(model, lib, variant, cfg, steps):
     """One kiln or JAX side: builds the step, times it, reads the peak memory."""
     import importlib
     jax = importlib.import_module(lib)
@@ -170,25 +213,19 @@ def run_jax_like(lib, attention, cfg, steps):
     if lib == "jax" and os.path.abspath(jax.__file__).startswith(KILN_PATH):
         raise RuntimeError("jax resolved to kiln's tree: run real JAX with kiln off the path")
     device = jax.devices()[0]
-    if attention == "cudnn" and device.platform != "gpu":
+    if variant == "cudnn" and device.platform != "gpu":
         return {"device": device.device_kind, "skipped": "cuDNN attention needs a GPU"}
-    params = init_params(cfg)
-    out = {"device": device.device_kind, "n_params": int(counted_params(params))}
-    params = jax.device_put(params)
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    opt_state = (zeros, jax.tree_util.tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
-    tokens, targets = (jax.device_put(a) for a in make_batch(cfg))
-    step = make_step(jax, jnp, cfg, attention)
-    out.update(measure(step, params, opt_state, tokens, targets, jax.block_until_ready, steps))
+    out = {"device": device.device_kind, "n_params": int(model.n_params(cfg))}
+    step = model.make_step(jax, jnp, cfg, variant)
+    state = model.jax_state(jax, jnp, cfg)
+    out.update(measure(step, *state, jax.block_until_ready, steps))
     stats = device.memory_stats()
     out["peak_bytes"] = stats.get("peak_bytes_in_use") if stats else None
     if TRACE_DIR and lib == "kiln":  # three more steps under the profiler, summarized
-        params = jax.device_put(init_params(cfg))  # (measure's were donated)
-        opt_state = (jax.tree_util.tree_map(jnp.zeros_like, params),
-                     jax.tree_util.tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.float32))
+        params, opt_state, x, y = model.jax_state(jax, jnp, cfg)  # (measure's were donated)
         with jax.profiler.trace(TRACE_DIR):
             for _ in range(3):
-                params, opt_state, loss = step(params, opt_state, tokens, targets)
+                params, opt_state, loss = step(params, opt_state, x, y)
             jax.block_until_ready(loss)
         out["trace"] = summarize_trace(TRACE_DIR, 3)
     return out
@@ -274,16 +311,9 @@ def make_torch_step(torch, cfg, compiled):
     return torch.compile(step) if compiled else step
 
 
-def run_torch(variant, cfg, steps):
-    """One PyTorch side, on CUDA when there is a GPU."""
-    try:
-        import torch
-    except ImportError:
-        return {"skipped": "torch is not importable"}
-    cuda = torch.cuda.is_available()
-    dev = torch.device("cuda" if cuda else "cpu")
+def gpt2_torch_state(torch, dev, cfg):
+    """GPT-2's (params, opt_state, tokens, targets) as PyTorch tensors on dev."""
     params = init_params(cfg)
-    out = {"device": torch.cuda.get_device_name() if cuda else "cpu", "n_params": int(counted_params(params))}
 
     def to_dev(a):
         return torch.from_numpy(a).to(dev).requires_grad_()
@@ -294,15 +324,212 @@ def run_torch(variant, cfg, steps):
     opt_state = ([torch.zeros_like(p) for p in ps], [torch.zeros_like(p) for p in ps],
                  torch.zeros((), device=dev))
     tokens, targets = (torch.from_numpy(a.astype(np.int64)).to(dev) for a in make_batch(cfg))
-    step = make_torch_step(torch, cfg, compiled=variant == "compile")
+    return params, opt_state, tokens, targets
+
+
+def run_torch(model, variant, cfg, steps):
+    """One PyTorch side, on CUDA when there is a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return {"skipped": "torch is not importable"}
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    out = {"device": torch.cuda.get_device_name() if cuda else "cpu", "n_params": int(model.n_params(cfg))}
+    state = model.torch_state(torch, dev, cfg)
+    step = model.make_torch_step(torch, cfg, compiled=variant == "compile")
 
     def sync(_):
         if cuda:
             torch.cuda.synchronize()
 
-    out.update(measure(step, params, opt_state, tokens, targets, sync, steps))
+    out.update(measure(step, *state, sync, steps))
     out["peak_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
     return out
+
+
+# ---------------------------------------------------------------- ResNet-50: the data, both programs
+
+def resnet_blocks():
+    """ResNet-50's bottleneck blocks in order: (name, in channels, width, stride, projection?). The
+    stride sits on the 3x3 convolution (v1.5); the first block of each stage projects its shortcut."""
+    blocks, cin = [], 64
+    for s, (width, count, stride) in enumerate(RESNET_STAGES):
+        for b in range(count):
+            blocks.append((f"s{s + 1}b{b}", cin, width, stride if b == 0 else 1, b == 0))
+            cin = width * EXPANSION
+    return blocks
+
+
+def resnet_convs(cfg):
+    """Every convolution as (unit, kernel, in channels, out channels, stride, output size), the
+    stem's first, then each block's c1, c2, c3 and proj; the input is image x image."""
+    out = [("stem", 7, 3, 64, 2, (cfg["image"] + 2 * 3 - 7) // 2 + 1)]
+    size = (out[0][5] + 2 - 3) // 2 + 1  # after the max pool
+    for name, cin, width, stride, proj in resnet_blocks():
+        half = (size + 2 - 3) // stride + 1
+        out += [(name + "c1", 1, cin, width, 1, size), (name + "c2", 3, width, width, stride, half),
+                (name + "c3", 1, width, width * EXPANSION, 1, half)]
+        if proj:
+            out.append((name + "proj", 1, cin, width * EXPANSION, stride, half))
+        size = half
+    return out
+
+
+def resnet_init(cfg, seed=0):
+    """(params, bn_state) as flat dicts of float32 NumPy arrays. Each convolution unit u has u_w
+    (HWIO, He-normal over the fan-out), u_g and u_b (batch-norm scale and shift; the scale of a
+    block's c3 zero, so each block starts as its shortcut) in params, u_mean and u_var in bn_state;
+    then fc_w (2048, classes; normal 0.01) and fc_b."""
+    rng = np.random.default_rng(seed)
+    params, bn_state = {}, {}
+    for unit, k, cin, cout, _, _ in resnet_convs(cfg):
+        std = math.sqrt(2.0 / (k * k * cout))
+        params[unit + "_w"] = (std * rng.standard_normal((k, k, cin, cout), dtype=np.float32)).astype(np.float32)
+        params[unit + "_g"] = np.full(cout, 0.0 if unit.endswith("c3") else 1.0, np.float32)
+        params[unit + "_b"] = np.zeros(cout, np.float32)
+        bn_state[unit + "_mean"], bn_state[unit + "_var"] = np.zeros(cout, np.float32), np.ones(cout, np.float32)
+    features = RESNET_STAGES[-1][0] * EXPANSION
+    params["fc_w"] = (0.01 * rng.standard_normal((features, cfg["classes"]), dtype=np.float32)).astype(np.float32)
+    params["fc_b"] = np.zeros(cfg["classes"], np.float32)
+    return params, bn_state
+
+
+def resnet_batch(cfg, seed=1):
+    """(images float32 [batch, image, image, 3], standard normal; labels int32 [batch])."""
+    rng = np.random.default_rng(seed)
+    images = rng.standard_normal((cfg["batch"], cfg["image"], cfg["image"], 3), dtype=np.float32)
+    return images, rng.integers(0, cfg["classes"], cfg["batch"]).astype(np.int32)
+
+
+def resnet_flops(cfg, n_params=None):
+    """Model FLOPs of one training step: 3 x the forward pass's 2 x multiply-adds of every
+    convolution and of the head (batch norm, pooling and the loss not counted)."""
+    macs = sum(k * k * cin * cout * size * size for _, k, cin, cout, _, size in resnet_convs(cfg))
+    macs += RESNET_STAGES[-1][0] * EXPANSION * cfg["classes"]
+    return 3 * 2 * macs * cfg["batch"]
+
+
+def resnet_n_params(cfg):
+    return sum(a.size for a in resnet_init(cfg)[0].values())
+
+
+def make_resnet_step(jax, jnp, cfg, variant=None):
+    """The jitted training step (params, (momentum, bn_state), images, labels) -> (params,
+    (momentum, bn_state), loss) over JAX-like modules: kiln and JAX run this same body."""
+    lax = jax.lax
+    f32, bf16 = jnp.float32, jnp.bfloat16
+    tree_map = jax.tree_util.tree_map
+
+    def conv(x, w, stride):  # bf16 operands, the bf16 result cast back to f32; 'same' padding
+        pad = (w.shape[0] - 1) // 2
+        y = lax.conv_general_dilated(x.astype(bf16), w.astype(bf16), (stride, stride), ((pad, pad), (pad, pad)),
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return y.astype(f32)
+
+    def conv_bn(x, params, bn, new_bn, unit, stride, relu):
+        """conv, then batch norm with this batch's statistics; the running ones go to new_bn."""
+        y = conv(x, params[unit + "_w"], stride)
+        mean = jnp.mean(y, axis=(0, 1, 2))
+        var = jnp.mean(jnp.square(y - mean), axis=(0, 1, 2))
+        for stat, value in (("_mean", mean), ("_var", var)):
+            new_bn[unit + stat] = BN_MOMENTUM * bn[unit + stat] + (1 - BN_MOMENTUM) * lax.stop_gradient(value)
+        y = (y - mean) * lax.rsqrt(var + BN_EPS) * params[unit + "_g"] + params[unit + "_b"]
+        return jax.nn.relu(y) if relu else y
+
+    def loss_fn(params, bn, images, labels):
+        new_bn = {}
+        x = conv_bn(images, params, bn, new_bn, "stem", 2, True)
+        x = lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (1, 1), (0, 0)))
+        for name, _, _, stride, proj in resnet_blocks():
+            h = conv_bn(x, params, bn, new_bn, name + "c1", 1, True)
+            h = conv_bn(h, params, bn, new_bn, name + "c2", stride, True)
+            h = conv_bn(h, params, bn, new_bn, name + "c3", 1, False)
+            shortcut = conv_bn(x, params, bn, new_bn, name + "proj", stride, False) if proj else x
+            x = jax.nn.relu(h + shortcut)
+        x = jnp.mean(x, axis=(1, 2))
+        logits = (x.astype(bf16) @ params["fc_w"].astype(bf16)).astype(f32) + params["fc_b"]
+        target_logit = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
+        return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - target_logit), new_bn
+
+    def step(params, opt_state, images, labels):
+        momentum, bn = opt_state
+        (loss, bn), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, bn, images, labels)
+        momentum = tree_map(lambda m, g, p: SGD_MOMENTUM * m + (g + SGD_WD * p), momentum, grads, params)
+        params = tree_map(lambda p, m: p - SGD_LR * m, params, momentum)
+        return params, (momentum, bn), loss
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def resnet_jax_state(jax, jnp, cfg):
+    """ResNet-50's (params, (momentum, bn_state), images, labels) on the device, momentum zero."""
+    params, bn_state = resnet_init(cfg)
+    params, bn_state = jax.device_put(params), jax.device_put(bn_state)
+    images, labels = (jax.device_put(a) for a in resnet_batch(cfg))
+    return params, (jax.tree_util.tree_map(jnp.zeros_like, params), bn_state), images, labels
+
+
+def make_torch_resnet_step(torch, cfg, compiled):
+    """make_resnet_step's program in PyTorch, channels_last: weights OIHW, F.conv2d on bf16
+    operands, F.batch_norm in training mode updating the running statistics in place (momentum
+    0.1 in PyTorch's sense is 0.9 in ours), SGD with _foreach ops as torch.optim's multi-tensor SGD;
+    compiled=True wraps the whole step in torch.compile."""
+    F = torch.nn.functional
+    f32, bf16 = torch.float32, torch.bfloat16
+
+    def conv_bn(x, params, bn, unit, stride, relu):
+        w = params[unit + "_w"]
+        y = F.conv2d(x.to(bf16), w.to(bf16), stride=stride, padding=(w.shape[-1] - 1) // 2).to(f32)
+        y = F.batch_norm(y, bn[unit + "_mean"], bn[unit + "_var"], params[unit + "_g"], params[unit + "_b"],
+                         training=True, momentum=1 - BN_MOMENTUM, eps=BN_EPS)
+        return F.relu(y) if relu else y
+
+    def loss_fn(params, bn, images, labels):
+        x = F.max_pool2d(conv_bn(images, params, bn, "stem", 2, True), 3, 2, 1)
+        for name, _, _, stride, proj in resnet_blocks():
+            h = conv_bn(x, params, bn, name + "c1", 1, True)
+            h = conv_bn(h, params, bn, name + "c2", stride, True)
+            h = conv_bn(h, params, bn, name + "c3", 1, False)
+            shortcut = conv_bn(x, params, bn, name + "proj", stride, False) if proj else x
+            x = F.relu(h + shortcut)
+        x = x.mean(dim=(2, 3))
+        logits = (x.to(bf16) @ params["fc_w"].to(bf16)).to(f32) + params["fc_b"]
+        target_logit = logits.gather(-1, labels[:, None])[:, 0]
+        return (torch.logsumexp(logits, dim=-1) - target_logit).mean()
+
+    def step(params, opt_state, images, labels):
+        ps = list(params.values())
+        momentum, bn = opt_state
+        loss = loss_fn(params, bn, images, labels)
+        grads = torch.autograd.grad(loss, ps)
+        with torch.no_grad():
+            grads = torch._foreach_add(grads, ps, alpha=SGD_WD)
+            torch._foreach_mul_(momentum, SGD_MOMENTUM)
+            torch._foreach_add_(momentum, grads)
+            torch._foreach_add_(ps, momentum, alpha=-SGD_LR)
+        return params, opt_state, loss.detach()
+
+    return torch.compile(step) if compiled else step
+
+
+def resnet_torch_state(torch, dev, cfg):
+    """ResNet-50's (params, (momentum, bn_state), images, labels) as PyTorch tensors on dev:
+    convolution weights OIHW and images NCHW, both in channels_last memory (NHWC underneath)."""
+    params, bn_state = resnet_init(cfg)
+    cl = torch.channels_last
+
+    def param(a):
+        if a.ndim == 4:  # HWIO -> OIHW, stored channels_last
+            return torch.from_numpy(a).to(dev).permute(3, 2, 0, 1).contiguous(memory_format=cl).requires_grad_()
+        return torch.from_numpy(a).to(dev).requires_grad_()
+
+    params = {k: param(a) for k, a in params.items()}
+    bn_state = {k: torch.from_numpy(a).to(dev) for k, a in bn_state.items()}
+    momentum = [torch.zeros_like(p) for p in params.values()]
+    images, labels = resnet_batch(cfg)
+    images = torch.from_numpy(images).to(dev).permute(0, 3, 1, 2)  # NCHW view of NHWC: channels_last
+    return params, (momentum, bn_state), images, torch.from_numpy(labels.astype(np.int64)).to(dev)
 
 
 # ---------------------------------------------------------------- timing, shared by every side
@@ -334,12 +561,24 @@ def measure(step, params, opt_state, tokens, targets, sync, steps):
             "steps_run": 1 + WARMUP + 2 * steps}
 
 
-def run_side(side, cfg, steps):
+# What the runners need of a model: its sides and sizes, its parameter count and model FLOPs per
+# step, and for each library the step and the device state it starts from.
+Model = collections.namedtuple("Model", "sides full small n_params flops make_step jax_state "
+                                        "make_torch_step torch_state")
+MODELS = {
+    "gpt2": Model(SIDES, FULL, SMALL, lambda cfg: counted_params(init_params(cfg)), model_flops, make_step,
+                  gpt2_jax_state, make_torch_step, gpt2_torch_state),
+    "resnet50": Model(RESNET_SIDES, RESNET_FULL, RESNET_SMALL, resnet_n_params, resnet_flops, make_resnet_step,
+                      resnet_jax_state, make_torch_resnet_step, resnet_torch_state),
+}
+
+
+def run_side(model, side, cfg, steps):
     """The JSON record of one side (the child process's whole job)."""
-    lib, variant = side.split("-", 1)
-    out = run_torch(variant, cfg, steps) if lib == "torch" else run_jax_like(lib, variant, cfg, steps)
+    lib, _, variant = side.partition("-")
+    out = run_torch(model, variant, cfg, steps) if lib == "torch" else run_jax_like(model, lib, variant, cfg, steps)
     if "step_pipelined_s" in out:
-        flops = model_flops(cfg, out["n_params"])
+        flops = model.flops(cfg, out["n_params"])
         out["model_tflop"] = flops / 1e12
         out["tflops"] = flops / out["step_pipelined_s"] / 1e12
         out["mfu"] = out["tflops"] / PEAK_TFLOPS
@@ -361,9 +600,9 @@ def side_env(side, cache_dir):
     return env
 
 
-def run_child(side, cfg, steps, timeout):
+def run_child(model_name, side, cfg, steps, timeout):
     """Runs one side in a fresh process; its JSON record, or one saying why there is none."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--steps", str(steps)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--model", model_name, "--side", side, "--steps", str(steps)]
     if TRACE_DIR:
         cmd += ["--trace", os.path.join(TRACE_DIR, side)]
     for k, v in cfg.items():
@@ -416,11 +655,15 @@ def print_loss_check(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--side", choices=SIDES, help="run one side in this process and print its JSON line")
-    ap.add_argument("--sides", default=",".join(SIDES), help="comma-separated sides for the parent to run")
+    ap.add_argument("--model", choices=MODELS, default="gpt2")
+    ap.add_argument("--side", choices=SIDES + tuple(s for s in RESNET_SIDES if s not in SIDES),
+                    help="run one side in this process and print its JSON line")
+    ap.add_argument("--sides", help="comma-separated sides for the parent to run (default: all of the model's)")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--small", action="store_true", help="the CPU size (2 layers, width 128, batch 4 x 128)")
-    for k in FULL:
+    ap.add_argument("--small", action="store_true", help="the CPU size (GPT-2: 2 layers, width 128, batch 4 x 128; "
+                                                         "ResNet-50: batch 8 of 64x64 images)")
+    sizes = {**FULL, **RESNET_FULL}
+    for k in sizes:
         ap.add_argument(f"--{k}", type=int)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per side")
     ap.add_argument("--trace", help="kiln sides: also trace 3 steps with kiln.profiler into this folder and "
@@ -428,24 +671,33 @@ def main():
     args = ap.parse_args()
     global TRACE_DIR
     TRACE_DIR = args.trace and os.path.abspath(args.trace)
-    cfg = dict(SMALL if args.small else FULL)
-    cfg.update({k: getattr(args, k) for k in FULL if getattr(args, k) is not None})
+    model = MODELS[args.model]
+    cfg = dict(model.small if args.small else model.full)
+    for k in sizes:
+        if getattr(args, k) is not None:
+            if k not in cfg:
+                ap.error(f"--{k} is not a size of {args.model} (those are {', '.join(cfg)})")
+            cfg[k] = getattr(args, k)
+    sides = [s.strip() for s in args.sides.split(",")] if args.sides else list(model.sides)
+    for side in sides + [args.side] * bool(args.side):
+        if side not in model.sides:
+            ap.error(f"{args.model} has no side {side!r} (its sides: {', '.join(model.sides)})")
 
     if args.side:
         try:
-            record = run_side(args.side, cfg, args.steps)
+            record = run_side(model, args.side, cfg, args.steps)
         except Exception as e:
             traceback.print_exc()
             record = {"side": args.side, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
         print(json.dumps(record), flush=True)
         sys.exit(1 if "error" in record else 0)
 
-    flops = model_flops(cfg, counted_params(init_params(cfg)))
+    flops = model.flops(cfg, model.n_params(cfg))
     print("config: " + ", ".join(f"{k} {v}" for k, v in cfg.items())
           + f"; {flops / 1e12:.3f} model TFLOP per step; {args.steps} steps timed", flush=True)
     results = []
-    for side in args.sides.split(","):
-        r = run_child(side.strip(), cfg, args.steps, args.timeout)
+    for side in sides:
+        r = run_child(args.model, side, cfg, args.steps, args.timeout)
         print(json.dumps(r), flush=True)
         results.append(r)
     print("\ndevice: " + ", ".join(sorted({r["device"] for r in results if "device" in r})) + "\n")
