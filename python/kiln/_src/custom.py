@@ -370,10 +370,9 @@ class _Policy:
         self.bits, self.names, self.what = bits, tuple(names), what
 
     def __call__(self, prim, *_, **params):
-        name = getattr(prim, "name", prim)
-        if name == "dot_general":
-            return bool(self.bits & 1) or (bool(self.bits & 2) and not params.get("dimension_numbers", ((), ((), ())))[1][0])
-        if name == "name" and "name" in params:
+        if (self.bits & 1 and _dots_saveable(prim)) or (self.bits & 2 and _dots_no_batch_saveable(prim, **params)):
+            return True
+        if getattr(prim, "name", prim) == "name" and "name" in params:
             listed = params["name"] in self.names
             return bool(self.bits & 4) if listed else bool(self.bits & 8)
         return False

@@ -128,8 +128,9 @@ def _fused_fwd(query, key, value, scale, is_causal):
 
 def _fused_bwd(scale, is_causal, residuals, cts):
     query, key, value, out, lse = residuals
-    d_out = cts[0]  # the logsumexp's cotangent: none reaches it (dot_product_attention stops it)
-    d_out = jnp.zeros_like(out) if d_out is None else d_out.astype(out.dtype)
+    # cts[1], the logsumexp's, is zero: every caller stops its gradient (dot_product_attention's
+    # return_residual) or leaves it unused, and the backward kernel takes none
+    d_out = cts[0].astype(out.dtype)
     return tuple(bind("dot_product_attention_bwd", [query, key, value, out, d_out, lse],
                       {"scale": float(scale), "causal": int(bool(is_causal))}))
 
